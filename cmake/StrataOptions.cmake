@@ -1,0 +1,41 @@
+# Project-wide compile settings applied per target (no global include dirs or flags).
+#
+# ISA: the portable baseline is x86-64-v3 (AVX2, FMA, F16C, BMI2). AVX-512 kernels are compiled
+# per function with __attribute__((target(...))) and chosen at run time (core/cpu_features.h),
+# so a binary never dies with SIGILL on a CPU without AVX-512. Never -march=native here.
+
+set(STRATA_ISA_FLAGS "")
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  set(STRATA_ISA_FLAGS -mavx2 -mfma -mf16c -mbmi2 -mlzcnt -mpopcnt)
+endif()
+
+set(STRATA_WARNINGS -Wall -Wextra -Wpedantic -Wno-missing-field-initializers)
+if(STRATA_WERROR)
+  list(APPEND STRATA_WARNINGS -Werror)
+endif()
+
+if(STRATA_SANITIZE)
+  string(REPLACE ";" "," _san "${STRATA_SANITIZE}")
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX,C>:-fsanitize=${_san}> $<$<COMPILE_LANGUAGE:CXX,C>:-fno-omit-frame-pointer>)
+  add_link_options(-fsanitize=${_san})
+endif()
+
+# strata_target_defaults(<target>): warnings, ISA baseline, OpenMP simd for vectorised reductions.
+function(strata_target_defaults target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:${STRATA_WARNINGS} ${STRATA_ISA_FLAGS} -fopenmp-simd>)
+endfunction()
+
+# strata_test(<name> SOURCES ... LIBS ...): one gtest binary, discovered by ctest.
+function(strata_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  strata_target_defaults(${name})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gmock GTest::gtest_main)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+    PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}"
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+endfunction()

@@ -1,0 +1,101 @@
+// The typed model configuration of both checkpoint families (CHECKPOINT.md §2).
+//
+// Kimi K3 (`model_type: kimi_k3`) nests the language model under `text_config` and prefixes its
+// tensors with `language_model.`; Kimi-Linear (`model_type: kimi_linear`) is flat. Both parse
+// into one ModelConfig; every size comes from config.json, nothing is hard-coded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace strata::engine {
+
+enum class ModelFamily { kKimiK3, kKimiLinear };
+enum class MixerKind { kKda, kMla };
+enum class FfnActivation { kSwiGlu, kSitu };
+
+struct KdaConfig {
+  int num_heads = 0;           // linear_attn_config.num_heads
+  int head_dim = 0;            // linear_attn_config.head_dim (dk = dv)
+  int conv_kernel_size = 4;    // linear_attn_config.short_conv_kernel_size
+  bool has_gate_lower_bound = false;  // K3 gate when true
+  float gate_lower_bound = 0.0f;      // linear_attn_config.gate_lower_bound (< 0)
+  bool use_full_rank_gate = false;    // g_proj (true) or g_a_proj/g_b_proj (false)
+  int projection_size() const { return num_heads * head_dim; }  // P
+};
+
+struct MlaConfig {
+  int num_heads = 0;           // num_attention_heads
+  int q_lora_rank = 0;         // 0 when null: a single q_proj
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  bool use_output_gate = false;  // mla_use_output_gate
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  int latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }  // 576 in the releases
+};
+
+struct MoeConfig {
+  int num_experts = 0;
+  int num_experts_per_token = 0;
+  int num_shared_experts = 0;
+  int moe_intermediate_size = 0;
+  bool renormalize = true;           // moe_renormalize
+  float routed_scaling_factor = 1.0f;
+  int num_expert_group = 1;
+  int topk_group = 1;
+  int first_k_dense_replace = 0;
+  int moe_layer_freq = 1;
+  int routed_expert_hidden_size = 0;  // latent width L_d; 0 when absent (experts on full width)
+  bool latent_use_norm = false;       // latent_moe_use_norm
+  bool mxfp4_experts = false;         // routed experts stored as MXFP4 (quantization_config)
+  bool is_latent() const { return routed_expert_hidden_size > 0; }
+};
+
+struct ModelConfig {
+  ModelFamily family = ModelFamily::kKimiLinear;
+  std::string tensor_prefix;  // "language_model." for K3, "" for Kimi-Linear
+  int64_t vocab_size = 0;
+  int hidden_size = 0;
+  int num_layers = 0;
+  float rms_norm_eps = 1e-5f;
+  bool tie_word_embeddings = false;
+  std::vector<MixerKind> layer_mixer;  // [num_layers], from kda_layers / full_attn_layers (1-based)
+  KdaConfig kda;
+  MlaConfig mla;
+  MoeConfig moe;
+  int intermediate_size = 0;  // dense FFN width
+  FfnActivation activation = FfnActivation::kSwiGlu;
+  float situ_beta = 4.0f;         // activation_situ_beta (β1)
+  float situ_linear_beta = 0.0f;  // activation_situ_linear_beta (β2); 0 when absent (no cap)
+  int attn_res_block_size = 0;    // 0 when absent: plain pre-norm residual
+  int64_t max_position_embeddings = 0;
+  int64_t bos_token_id = -1;  // -1 when absent
+  int64_t eos_token_id = -1;
+  int64_t pad_token_id = -1;
+
+  bool IsKda(int layer) const { return layer_mixer[layer] == MixerKind::kKda; }
+  bool IsMoe(int layer) const {
+    return layer >= moe.first_k_dense_replace && layer % moe.moe_layer_freq == 0;
+  }
+  int NumKdaLayers() const;
+  int NumMlaLayers() const;
+  bool has_attn_res() const { return attn_res_block_size > 0; }
+
+  // Checks internal consistency (layer lists partition 1..L, positive sizes, divisibility of
+  // groups, MXFP4 widths multiple of 32, ...). The message names the key and the expectation.
+  absl::Status Validate() const;
+};
+
+// Parses config.json text. `source` names the file in error messages.
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source);
+// Reads and parses <dir>/config.json.
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
+
+}  // namespace strata::engine
