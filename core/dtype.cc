@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/convert_simd.h"
 
 namespace strata {
 namespace {
@@ -138,11 +139,9 @@ void ConvertToF32(DType dtype, const void* src, size_t count, float* dst) {
       for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(in[i]);
       return;
     }
-    case DType::kBF16: {
-      const uint16_t* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = Bf16ToF32(in[i]);
+    case DType::kBF16:
+      Bf16ToF32Rows(static_cast<const uint16_t*>(src), count, dst);
       return;
-    }
     case DType::kF16: {
       const uint16_t* in = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = F16ToF32(in[i]);

@@ -23,9 +23,11 @@ namespace strata::engine {
 struct TensorInfo {
   DType dtype = DType::kF32;
   Shape shape;
-  const uint8_t* data = nullptr;  // points into the mapped file
+  // Points into the mapped file. Not necessarily aligned to the element size: the format
+  // does not require the header length to be a multiple of 8 (our writer pads it so).
+  const uint8_t* data = nullptr;
   size_t num_bytes = 0;
-  std::string file;               // file name (for messages)
+  std::string file;  // path of the file that holds it (for messages)
 };
 
 // Parses a safetensors header. `bytes` is the whole file; the returned tensors point into it.
@@ -73,6 +75,12 @@ class Checkpoint {
   absl::StatusOr<const TensorInfo*> Find(std::string_view name) const;
 
  private:
+  // Takes ownership of `file` and indexes its tensors; a name already indexed is an error.
+  absl::Status AddFile(std::unique_ptr<SafetensorsFile> file);
+  // Every weight_map entry (tensor → shard) names a tensor that this shard really holds.
+  absl::Status CheckWeightMap(const std::string& index_path,
+                              const std::map<std::string, std::string>& weight_map) const;
+
   std::string dir_;
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

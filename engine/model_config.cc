@@ -1,0 +1,589 @@
+#include "engine/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace strata::engine {
+namespace {
+
+using json = nlohmann::json;
+
+// Concatenates anything streamable (absl::StrCat does not take std::string_view here: Debian's
+// Abseil 20220623 has its own absl::string_view).
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+
+constexpr int kMaxStringInMessage = 64;
+
+// A short description of a JSON value for error messages ("string \"gelu\"", "an array"). Never
+// dumps nested values (their size is unbounded).
+std::string Describe(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return value.get<bool>() ? "true" : "false";
+    case json::value_t::number_integer:
+      return Cat("integer ", value.get<int64_t>());
+    case json::value_t::number_unsigned:
+      return Cat("integer ", value.get<uint64_t>());
+    case json::value_t::number_float:
+      return Cat("number ", value.get<double>());
+    case json::value_t::string: {
+      const std::string& text = value.get_ref<const std::string&>();
+      if (text.size() <= kMaxStringInMessage) return Cat("string \"", text, "\"");
+      return Cat("string \"", text.substr(0, kMaxStringInMessage), "...\"");
+    }
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "an unsupported JSON value";
+  }
+}
+
+// Reads typed keys of one JSON object. Absent and null keys are "missing": an error when
+// required, otherwise the output keeps its default. Messages: "<source>: <prefix><key> ...".
+class KeyReader {
+ public:
+  KeyReader(const json& object, std::string_view source, std::string prefix)
+      : object_(object), source_(source), prefix_(std::move(prefix)) {}
+
+  const std::string& prefix() const { return prefix_; }
+
+  // The value of `key`, or nullptr when absent or null.
+  const json* Find(std::string_view key) const {
+    auto it = object_.find(std::string(key));
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  bool Has(std::string_view key) const { return Find(key) != nullptr; }
+
+  absl::Status Error(std::string_view key, std::string_view message) const {
+    return absl::InvalidArgumentError(Cat(source_, ": ", prefix_, key, " ", message));
+  }
+  absl::Status TypeError(std::string_view key, std::string_view expected, const json& found) const {
+    return Error(key, Cat("must be ", expected, ", found ", Describe(found)));
+  }
+  absl::Status Missing(std::string_view key, bool required) const {
+    if (!required) return absl::OkStatus();
+    return absl::InvalidArgumentError(Cat(source_, ": missing required key ", prefix_, key));
+  }
+
+  absl::Status Int64(std::string_view key, int64_t* out, bool required) const {
+    const json* value = Find(key);
+    if (value == nullptr) return Missing(key, required);
+    return ToInt64(*value, key, out);
+  }
+
+  absl::Status Int(std::string_view key, int* out, bool required) const {
+    int64_t wide = *out;
+    RETURN_IF_ERROR(Int64(key, &wide, required));
+    if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max()) {
+      return Error(key, Cat("must fit in a 32-bit int, found ", wide));
+    }
+    *out = static_cast<int>(wide);
+    return absl::OkStatus();
+  }
+
+  absl::Status Float(std::string_view key, float* out, bool required) const {
+    const json* value = Find(key);
+    if (value == nullptr) return Missing(key, required);
+    if (!value->is_number()) return TypeError(key, "a number", *value);
+    const double number = value->get<double>();
+    if (!std::isfinite(number) || std::fabs(number) > std::numeric_limits<float>::max()) {
+      return Error(key, Cat("must be a finite 32-bit float, found ", number));
+    }
+    *out = static_cast<float>(number);
+    return absl::OkStatus();
+  }
+
+  absl::Status Bool(std::string_view key, bool* out, bool required) const {
+    const json* value = Find(key);
+    if (value == nullptr) return Missing(key, required);
+    if (!value->is_boolean()) return TypeError(key, "true or false", *value);
+    *out = value->get<bool>();
+    return absl::OkStatus();
+  }
+
+  absl::Status String(std::string_view key, std::string* out, bool required) const {
+    const json* value = Find(key);
+    if (value == nullptr) return Missing(key, required);
+    if (!value->is_string()) return TypeError(key, "a string", *value);
+    *out = value->get<std::string>();
+    return absl::OkStatus();
+  }
+
+  absl::Status IntList(std::string_view key, std::vector<int>* out, bool required) const {
+    const json* value = Find(key);
+    if (value == nullptr) return Missing(key, required);
+    if (!value->is_array()) return TypeError(key, "a list of integers", *value);
+    out->clear();
+    for (size_t i = 0; i < value->size(); ++i) {
+      const std::string element_key = Cat(key, "[", i, "]");
+      int64_t element = 0;
+      RETURN_IF_ERROR(ToInt64((*value)[i], element_key, &element));
+      if (element < std::numeric_limits<int>::min() || element > std::numeric_limits<int>::max()) {
+        return Error(element_key, Cat("must fit in a 32-bit int, found ", element));
+      }
+      out->push_back(static_cast<int>(element));
+    }
+    return absl::OkStatus();
+  }
+
+  // A reader for the nested object `key` (required).
+  absl::StatusOr<KeyReader> Child(std::string_view key) const {
+    const json* value = Find(key);
+    if (value == nullptr) return Missing(key, /*required=*/true);
+    if (!value->is_object()) return TypeError(key, "an object", *value);
+    return KeyReader(*value, source_, Cat(prefix_, key, "."));
+  }
+
+ private:
+  absl::Status ToInt64(const json& value, std::string_view key, int64_t* out) const {
+    if (value.is_number_unsigned()) {
+      const uint64_t number = value.get<uint64_t>();
+      if (number > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return Error(key, Cat("must fit in a 64-bit int, found ", number));
+      }
+      *out = static_cast<int64_t>(number);
+      return absl::OkStatus();
+    }
+    if (value.is_number_integer()) {
+      *out = value.get<int64_t>();
+      return absl::OkStatus();
+    }
+    return TypeError(key, "an integer", value);
+  }
+
+  const json& object_;
+  std::string_view source_;
+  std::string prefix_;
+};
+
+// A token id: an integer, or a list of integers (the first one is kept).
+absl::Status ReadTokenId(const KeyReader& reader, std::string_view key, int64_t* out) {
+  const json* value = reader.Find(key);
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_array()) return reader.Int64(key, out, /*required=*/false);
+  if (value->empty()) return absl::OkStatus();
+  const json& first = value->front();
+  if (first.is_number_integer() && !first.is_number_unsigned()) {
+    *out = first.get<int64_t>();
+    return absl::OkStatus();
+  }
+  if (first.is_number_unsigned() &&
+      first.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    *out = static_cast<int64_t>(first.get<uint64_t>());
+    return absl::OkStatus();
+  }
+  return reader.TypeError(Cat(key, "[0]"), "a 64-bit integer", first);
+}
+
+absl::Status ParseKda(const KeyReader& lm, ModelConfig* config) {
+  ASSIGN_OR_RETURN(KeyReader linear, lm.Child("linear_attn_config"));
+  RETURN_IF_ERROR(linear.IntList("kda_layers", &config->kda_layers, true));
+  RETURN_IF_ERROR(linear.IntList("full_attn_layers", &config->full_attn_layers, true));
+  KdaConfig& kda = config->kda;
+  RETURN_IF_ERROR(linear.Int("num_heads", &kda.num_heads, true));
+  RETURN_IF_ERROR(linear.Int("head_dim", &kda.head_dim, true));
+  RETURN_IF_ERROR(linear.Int("short_conv_kernel_size", &kda.conv_kernel_size, false));
+  kda.has_gate_lower_bound = linear.Has("gate_lower_bound");
+  RETURN_IF_ERROR(linear.Float("gate_lower_bound", &kda.gate_lower_bound, false));
+  RETURN_IF_ERROR(linear.Bool("use_full_rank_gate", &kda.use_full_rank_gate, false));
+  return absl::OkStatus();
+}
+
+absl::Status ParseMla(const KeyReader& lm, MlaConfig* mla) {
+  RETURN_IF_ERROR(lm.Int("num_attention_heads", &mla->num_heads, true));
+  RETURN_IF_ERROR(lm.Int("q_lora_rank", &mla->q_lora_rank, false));  // null → 0
+  RETURN_IF_ERROR(lm.Int("kv_lora_rank", &mla->kv_lora_rank, true));
+  RETURN_IF_ERROR(lm.Int("qk_nope_head_dim", &mla->qk_nope_head_dim, true));
+  RETURN_IF_ERROR(lm.Int("qk_rope_head_dim", &mla->qk_rope_head_dim, true));
+  RETURN_IF_ERROR(lm.Int("v_head_dim", &mla->v_head_dim, true));
+  RETURN_IF_ERROR(lm.Bool("mla_use_output_gate", &mla->use_output_gate, false));
+  RETURN_IF_ERROR(lm.Bool("mla_use_nope", &mla->use_nope, false));
+  return absl::OkStatus();
+}
+
+absl::Status ParseMoe(const KeyReader& lm, MoeConfig* moe) {
+  RETURN_IF_ERROR(lm.Int("num_experts", &moe->num_experts, true));
+  RETURN_IF_ERROR(lm.Int("num_experts_per_token", &moe->num_experts_per_token, true));
+  RETURN_IF_ERROR(lm.Int("num_shared_experts", &moe->num_shared_experts, false));
+  RETURN_IF_ERROR(lm.Int("moe_intermediate_size", &moe->moe_intermediate_size, true));
+  RETURN_IF_ERROR(lm.Bool("moe_renormalize", &moe->renormalize, false));
+  RETURN_IF_ERROR(lm.Float("routed_scaling_factor", &moe->routed_scaling_factor, false));
+  RETURN_IF_ERROR(lm.Int("num_expert_group", &moe->num_expert_group, false));
+  RETURN_IF_ERROR(lm.Int("topk_group", &moe->topk_group, false));
+  RETURN_IF_ERROR(lm.Int("first_k_dense_replace", &moe->first_k_dense_replace, false));
+  RETURN_IF_ERROR(lm.Int("moe_layer_freq", &moe->moe_layer_freq, false));
+  RETURN_IF_ERROR(lm.Int("routed_expert_hidden_size", &moe->routed_expert_hidden_size, false));
+  RETURN_IF_ERROR(lm.Bool("latent_moe_use_norm", &moe->latent_use_norm, false));
+  std::string router = "sigmoid";
+  RETURN_IF_ERROR(lm.String("moe_router_activation_func", &router, false));
+  if (router != "sigmoid") {
+    return lm.Error("moe_router_activation_func",
+                    Cat("must be \"sigmoid\" (the only supported router), found \"",
+                        router.substr(0, kMaxStringInMessage), "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseActivation(const KeyReader& lm, ModelConfig* config) {
+  std::string act;
+  RETURN_IF_ERROR(lm.String("hidden_act", &act, true));
+  if (act == "situ") {
+    config->activation = FfnActivation::kSitu;
+  } else if (act == "silu" || act == "swiglu") {
+    config->activation = FfnActivation::kSwiGlu;
+  } else {
+    return lm.Error("hidden_act", Cat("must be \"situ\", \"silu\" or \"swiglu\", found \"",
+                                      act.substr(0, kMaxStringInMessage), "\""));
+  }
+  RETURN_IF_ERROR(lm.Float("activation_situ_beta", &config->situ_beta, false));
+  RETURN_IF_ERROR(lm.Float("activation_situ_linear_beta", &config->situ_linear_beta, false));
+  return absl::OkStatus();
+}
+
+// compressed-tensors MXFP4 (CHECKPOINT.md §6) → true; any other quantization is unsupported.
+absl::StatusOr<bool> IsMxfp4Quantization(const KeyReader& owner) {
+  const json* quant = owner.Find("quantization_config");
+  if (quant == nullptr) return false;
+  if (!quant->is_object()) return owner.TypeError("quantization_config", "an object", *quant);
+  auto string_at = [](const json& object, const char* key) -> std::string {
+    auto it = object.find(key);
+    return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  constexpr std::string_view kFormat = "mxfp4-pack-quantized";
+  const std::string method = string_at(*quant, "quant_method");
+  const std::string format = string_at(*quant, "format");
+  bool mxfp4 = format == kFormat;
+  auto groups = quant->find("config_groups");
+  if (groups != quant->end() && groups->is_object()) {
+    for (const json& group : *groups) {
+      if (group.is_object() && string_at(group, "format") == kFormat) mxfp4 = true;
+    }
+  }
+  if (method == "compressed-tensors" && mxfp4) return true;
+  return owner.Error("quantization_config",
+                     Cat("must be compressed-tensors \"mxfp4-pack-quantized\" (the only supported "
+                         "quantization), found quant_method \"",
+                         method.substr(0, kMaxStringInMessage), "\" format \"",
+                         format.substr(0, kMaxStringInMessage), "\""));
+}
+
+// Keys that K3 may hold at the top level instead of text_config: token ids, length, tying,
+// quantization. `top` is the top-level reader, `lm` the language-model one (the same for
+// Kimi-Linear); the language-model level wins when both hold a key.
+absl::Status ParseEitherLevel(const KeyReader& top, const KeyReader& lm, ModelConfig* config) {
+  for (const KeyReader* reader : {&top, &lm}) {
+    RETURN_IF_ERROR(ReadTokenId(*reader, "bos_token_id", &config->bos_token_id));
+    RETURN_IF_ERROR(ReadTokenId(*reader, "eos_token_id", &config->eos_token_id));
+    RETURN_IF_ERROR(ReadTokenId(*reader, "pad_token_id", &config->pad_token_id));
+    RETURN_IF_ERROR(reader->Int64("model_max_length", &config->max_position_embeddings, false));
+    RETURN_IF_ERROR(
+        reader->Int64("max_position_embeddings", &config->max_position_embeddings, false));
+    RETURN_IF_ERROR(reader->Bool("tie_word_embeddings", &config->tie_word_embeddings, false));
+    ASSIGN_OR_RETURN(bool mxfp4, IsMxfp4Quantization(*reader));
+    config->moe.mxfp4_experts = config->moe.mxfp4_experts || mxfp4;
+  }
+  return absl::OkStatus();
+}
+
+// layer_mixer from the 1-based lists; entries outside 1..L are left for Validate() to report.
+void DeriveLayerMixer(ModelConfig* config) {
+  config->layer_mixer.clear();
+  if (config->num_layers < 1 || config->num_layers > ModelConfig::kMaxLayers) return;
+  config->layer_mixer.assign(config->num_layers, MixerKind::kKda);
+  for (int layer : config->full_attn_layers) {
+    if (layer >= 1 && layer <= config->num_layers) {
+      config->layer_mixer[layer - 1] = MixerKind::kMla;
+    }
+  }
+}
+
+absl::StatusOr<ModelConfig> ParseParsed(const json& root, std::string_view source) {
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(
+        Cat(source, ": expected a JSON object, found ", Describe(root)));
+  }
+  ModelConfig config;
+  config.source = std::string(source);
+  const KeyReader top(root, source, "");
+  std::string model_type;
+  RETURN_IF_ERROR(top.String("model_type", &model_type, true));
+  const json* lm_object = &root;
+  if (model_type == "kimi_k3") {
+    const json* text_config = top.Find("text_config");
+    if (text_config == nullptr) return top.Missing("text_config", true);
+    if (!text_config->is_object()) return top.TypeError("text_config", "an object", *text_config);
+    lm_object = text_config;
+    config.family = ModelFamily::kKimiK3;
+    config.tensor_prefix = "language_model.";
+    config.key_prefix = "text_config.";
+  } else if (model_type != "kimi_linear") {
+    return top.Error("model_type", Cat("must be \"kimi_k3\" or \"kimi_linear\", found \"",
+                                       model_type.substr(0, kMaxStringInMessage), "\""));
+  }
+  const KeyReader lm(*lm_object, source, config.key_prefix);
+  RETURN_IF_ERROR(lm.Int64("vocab_size", &config.vocab_size, true));
+  RETURN_IF_ERROR(lm.Int("hidden_size", &config.hidden_size, true));
+  RETURN_IF_ERROR(lm.Int("num_hidden_layers", &config.num_layers, true));
+  RETURN_IF_ERROR(lm.Float("rms_norm_eps", &config.rms_norm_eps, false));
+  RETURN_IF_ERROR(lm.Int("intermediate_size", &config.intermediate_size, false));
+  RETURN_IF_ERROR(lm.Int("attn_res_block_size", &config.attn_res_block_size, false));
+  RETURN_IF_ERROR(ParseKda(lm, &config));
+  RETURN_IF_ERROR(ParseMla(lm, &config.mla));
+  RETURN_IF_ERROR(ParseMoe(lm, &config.moe));
+  RETURN_IF_ERROR(ParseActivation(lm, &config));
+  RETURN_IF_ERROR(ParseEitherLevel(top, lm, &config));
+  DeriveLayerMixer(&config);
+  return config;
+}
+
+// ---- Validate ---------------------------------------------------------------------------------
+
+class Checker {
+ public:
+  explicit Checker(const ModelConfig& config) : config_(config) {}
+
+  absl::Status Error(std::string_view key, std::string_view message) const {
+    return absl::InvalidArgumentError(
+        Cat(config_.source, ": ", config_.key_prefix, key, " ", message));
+  }
+  absl::Status AtLeast(std::string_view key, int64_t value, int64_t minimum) const {
+    if (value >= minimum) return absl::OkStatus();
+    if (minimum == 1) return Error(key, Cat("must be positive, found ", value));
+    return Error(key, Cat("must be at least ", minimum, ", found ", value));
+  }
+  // `what` = a product the engine forms in int; `value` computed in int64.
+  absl::Status FitsInt(std::string_view what, int64_t value) const {
+    if (value <= std::numeric_limits<int>::max()) return absl::OkStatus();
+    return Error(what, Cat("= ", value, " does not fit in a 32-bit int"));
+  }
+  absl::Status PositiveFloat(std::string_view key, float value) const {
+    if (std::isfinite(value) && value > 0.0f) return absl::OkStatus();
+    return Error(key, Cat("must be a positive finite number, found ", value));
+  }
+
+ private:
+  const ModelConfig& config_;
+};
+
+absl::Status ValidateLayerLists(const ModelConfig& config, const Checker& check) {
+  RETURN_IF_ERROR(check.AtLeast("num_hidden_layers", config.num_layers, 1));
+  if (config.num_layers > ModelConfig::kMaxLayers) {
+    return check.Error("num_hidden_layers", Cat("must be at most ", ModelConfig::kMaxLayers,
+                                                ", found ", config.num_layers));
+  }
+  const int num_layers = config.num_layers;
+  // owner[l] = 0 unlisted, 1 kda_layers, 2 full_attn_layers (l is 1-based).
+  std::vector<int> owner(num_layers + 1, 0);
+  const std::pair<const std::vector<int>*, const char*> lists[] = {
+      {&config.kda_layers, "linear_attn_config.kda_layers"},
+      {&config.full_attn_layers, "linear_attn_config.full_attn_layers"}};
+  for (int list = 0; list < 2; ++list) {
+    const char* key = lists[list].second;
+    for (int layer : *lists[list].first) {
+      if (layer < 1 || layer > num_layers) {
+        return check.Error(key, Cat("lists layer ", layer, ", outside 1..", num_layers,
+                                    " (layers are 1-based, num_hidden_layers = ", num_layers, ")"));
+      }
+      if (owner[layer] == list + 1) {
+        return check.Error(key, Cat("lists layer ", layer, " twice"));
+      }
+      if (owner[layer] != 0) {
+        return check.Error(key, Cat("lists layer ", layer,
+                                    ", which linear_attn_config.kda_layers also lists "
+                                    "(a layer is either KDA or MLA)"));
+      }
+      owner[layer] = list + 1;
+    }
+  }
+  for (int layer = 1; layer <= num_layers; ++layer) {
+    if (owner[layer] == 0) {
+      return check.Error("linear_attn_config",
+                         Cat("does not list layer ", layer,
+                             ": kda_layers and full_attn_layers must together list "
+                             "every layer 1..",
+                             num_layers, " exactly once"));
+    }
+  }
+  bool mixer_matches = config.layer_mixer.size() == static_cast<size_t>(num_layers);
+  for (int l = 0; mixer_matches && l < num_layers; ++l) {
+    mixer_matches = (config.layer_mixer[l] == MixerKind::kMla) == (owner[l + 1] == 2);
+  }
+  if (!mixer_matches) {
+    return check.Error("linear_attn_config",
+                       "layer lists disagree with ModelConfig::layer_mixer (built in code?)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAttention(const ModelConfig& config, const Checker& check) {
+  const KdaConfig& kda = config.kda;
+  RETURN_IF_ERROR(check.AtLeast("linear_attn_config.num_heads", kda.num_heads, 1));
+  RETURN_IF_ERROR(check.AtLeast("linear_attn_config.head_dim", kda.head_dim, 1));
+  RETURN_IF_ERROR(
+      check.AtLeast("linear_attn_config.short_conv_kernel_size", kda.conv_kernel_size, 1));
+  RETURN_IF_ERROR(check.FitsInt("linear_attn_config.num_heads * head_dim",
+                                int64_t{kda.num_heads} * kda.head_dim));
+  if (kda.has_gate_lower_bound &&
+      !(std::isfinite(kda.gate_lower_bound) && kda.gate_lower_bound < 0.0f)) {
+    return check.Error("linear_attn_config.gate_lower_bound",
+                       Cat("must be negative, found ", kda.gate_lower_bound));
+  }
+  const MlaConfig& mla = config.mla;
+  if (!mla.use_nope) {
+    return check.Error("mla_use_nope",
+                       "must be true, found false: rotary position embedding (RoPE) in MLA is "
+                       "not supported");
+  }
+  RETURN_IF_ERROR(check.AtLeast("num_attention_heads", mla.num_heads, 1));
+  RETURN_IF_ERROR(check.AtLeast("q_lora_rank", mla.q_lora_rank, 0));
+  RETURN_IF_ERROR(check.AtLeast("kv_lora_rank", mla.kv_lora_rank, 1));
+  RETURN_IF_ERROR(check.AtLeast("qk_nope_head_dim", mla.qk_nope_head_dim, 1));
+  RETURN_IF_ERROR(check.AtLeast("qk_rope_head_dim", mla.qk_rope_head_dim, 0));
+  RETURN_IF_ERROR(check.AtLeast("v_head_dim", mla.v_head_dim, 1));
+  const int64_t qk_head_dim = int64_t{mla.qk_nope_head_dim} + mla.qk_rope_head_dim;
+  RETURN_IF_ERROR(check.FitsInt("num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim)",
+                                mla.num_heads * qk_head_dim));
+  RETURN_IF_ERROR(check.FitsInt("num_attention_heads * (qk_nope_head_dim + v_head_dim)",
+                                mla.num_heads * (int64_t{mla.qk_nope_head_dim} + mla.v_head_dim)));
+  RETURN_IF_ERROR(check.FitsInt("kv_lora_rank + qk_rope_head_dim",
+                                int64_t{mla.kv_lora_rank} + mla.qk_rope_head_dim));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRouting(const MoeConfig& moe, const Checker& check) {
+  RETURN_IF_ERROR(check.AtLeast("num_experts", moe.num_experts, 1));
+  RETURN_IF_ERROR(check.AtLeast("num_experts_per_token", moe.num_experts_per_token, 1));
+  if (moe.num_experts_per_token > moe.num_experts) {
+    return check.Error("num_experts_per_token",
+                       Cat("must be at most num_experts = ", moe.num_experts, ", found ",
+                           moe.num_experts_per_token));
+  }
+  RETURN_IF_ERROR(check.AtLeast("num_expert_group", moe.num_expert_group, 1));
+  if (moe.num_experts % moe.num_expert_group != 0) {
+    return check.Error("num_expert_group", Cat("must divide num_experts = ", moe.num_experts,
+                                               ", found ", moe.num_expert_group));
+  }
+  RETURN_IF_ERROR(check.AtLeast("topk_group", moe.topk_group, 1));
+  if (moe.topk_group > moe.num_expert_group) {
+    return check.Error("topk_group", Cat("must be at most num_expert_group = ",
+                                         moe.num_expert_group, ", found ", moe.topk_group));
+  }
+  const int64_t reachable = int64_t{moe.topk_group} * (moe.num_experts / moe.num_expert_group);
+  if (moe.num_experts_per_token > reachable) {
+    return check.Error("num_experts_per_token",
+                       Cat("must be at most topk_group * experts per group = ", reachable,
+                           ", found ", moe.num_experts_per_token));
+  }
+  RETURN_IF_ERROR(check.PositiveFloat("routed_scaling_factor", moe.routed_scaling_factor));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFfn(const ModelConfig& config, const Checker& check) {
+  const MoeConfig& moe = config.moe;
+  RETURN_IF_ERROR(ValidateRouting(moe, check));
+  RETURN_IF_ERROR(check.AtLeast("moe_intermediate_size", moe.moe_intermediate_size, 1));
+  RETURN_IF_ERROR(check.AtLeast("num_shared_experts", moe.num_shared_experts, 0));
+  RETURN_IF_ERROR(check.FitsInt("num_shared_experts * moe_intermediate_size",
+                                int64_t{moe.num_shared_experts} * moe.moe_intermediate_size));
+  RETURN_IF_ERROR(check.AtLeast("first_k_dense_replace", moe.first_k_dense_replace, 0));
+  RETURN_IF_ERROR(check.AtLeast("moe_layer_freq", moe.moe_layer_freq, 1));
+  RETURN_IF_ERROR(check.AtLeast("routed_expert_hidden_size", moe.routed_expert_hidden_size, 0));
+  if (moe.mxfp4_experts) {
+    const bool latent = moe.is_latent();
+    const int width = latent ? moe.routed_expert_hidden_size : config.hidden_size;
+    if (width % kMxfp4BlockSize != 0) {
+      return check.Error(latent ? "routed_expert_hidden_size" : "hidden_size",
+                         Cat("must be a multiple of 32 for MXFP4 routed experts "
+                             "(quantization_config), found ",
+                             width));
+    }
+    if (moe.moe_intermediate_size % kMxfp4BlockSize != 0) {
+      return check.Error("moe_intermediate_size",
+                         Cat("must be a multiple of 32 for MXFP4 routed experts "
+                             "(quantization_config), found ",
+                             moe.moe_intermediate_size));
+    }
+  }
+  const bool has_dense_layer = moe.first_k_dense_replace > 0 || moe.moe_layer_freq > 1;
+  if (has_dense_layer)
+    RETURN_IF_ERROR(check.AtLeast("intermediate_size", config.intermediate_size, 1));
+  if (config.activation == FfnActivation::kSitu) {
+    RETURN_IF_ERROR(check.PositiveFloat("activation_situ_beta", config.situ_beta));
+    if (!(std::isfinite(config.situ_linear_beta) && config.situ_linear_beta >= 0.0f)) {
+      return check.Error("activation_situ_linear_beta",
+                         Cat("must be positive (or absent), found ", config.situ_linear_beta));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int ModelConfig::NumKdaLayers() const {
+  return static_cast<int>(std::count(layer_mixer.begin(), layer_mixer.end(), MixerKind::kKda));
+}
+
+int ModelConfig::NumMlaLayers() const {
+  return static_cast<int>(std::count(layer_mixer.begin(), layer_mixer.end(), MixerKind::kMla));
+}
+
+absl::Status ModelConfig::Validate() const {
+  const Checker check(*this);
+  RETURN_IF_ERROR(check.AtLeast("vocab_size", vocab_size, 1));
+  // Keeps vocab_size · hidden_size (embedding and lm_head sizes) within int64.
+  RETURN_IF_ERROR(check.FitsInt("vocab_size", vocab_size));
+  RETURN_IF_ERROR(check.AtLeast("hidden_size", hidden_size, 1));
+  RETURN_IF_ERROR(check.PositiveFloat("rms_norm_eps", rms_norm_eps));
+  RETURN_IF_ERROR(check.AtLeast("attn_res_block_size", attn_res_block_size, 0));
+  RETURN_IF_ERROR(ValidateLayerLists(*this, check));
+  RETURN_IF_ERROR(ValidateAttention(*this, check));
+  RETURN_IF_ERROR(ValidateFfn(*this, check));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source) {
+  try {
+    const json root = json::parse(json_text.begin(), json_text.end(), /*cb=*/nullptr,
+                                  /*allow_exceptions=*/false);
+    if (root.is_discarded()) {
+      return absl::InvalidArgumentError(Cat(source, ": not valid JSON"));
+    }
+    return ParseParsed(root, source);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(Cat(source, ": malformed config: ", e.what()));
+  }
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::NotFoundError(
+        Cat("config.json not found in checkpoint directory ", dir, " (", path, ")"));
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) return absl::DataLossError(Cat("error reading ", path));
+  return ParseModelConfig(text.str(), path);
+}
+
+}  // namespace strata::engine

@@ -20,9 +20,9 @@ enum class MixerKind { kKda, kMla };
 enum class FfnActivation { kSwiGlu, kSitu };
 
 struct KdaConfig {
-  int num_heads = 0;           // linear_attn_config.num_heads
-  int head_dim = 0;            // linear_attn_config.head_dim (dk = dv)
-  int conv_kernel_size = 4;    // linear_attn_config.short_conv_kernel_size
+  int num_heads = 0;                  // linear_attn_config.num_heads
+  int head_dim = 0;                   // linear_attn_config.head_dim (dk = dv)
+  int conv_kernel_size = 4;           // linear_attn_config.short_conv_kernel_size
   bool has_gate_lower_bound = false;  // K3 gate when true
   float gate_lower_bound = 0.0f;      // linear_attn_config.gate_lower_bound (< 0)
   bool use_full_rank_gate = false;    // g_proj (true) or g_a_proj/g_b_proj (false)
@@ -30,13 +30,14 @@ struct KdaConfig {
 };
 
 struct MlaConfig {
-  int num_heads = 0;           // num_attention_heads
-  int q_lora_rank = 0;         // 0 when null: a single q_proj
+  int num_heads = 0;    // num_attention_heads
+  int q_lora_rank = 0;  // 0 when null: a single q_proj
   int kv_lora_rank = 0;
   int qk_nope_head_dim = 0;
   int qk_rope_head_dim = 0;
   int v_head_dim = 0;
   bool use_output_gate = false;  // mla_use_output_gate
+  bool use_nope = true;          // mla_use_nope; false (RoPE) is rejected by Validate()
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   int latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }  // 576 in the releases
 };
@@ -46,7 +47,7 @@ struct MoeConfig {
   int num_experts_per_token = 0;
   int num_shared_experts = 0;
   int moe_intermediate_size = 0;
-  bool renormalize = true;           // moe_renormalize
+  bool renormalize = true;  // moe_renormalize
   float routed_scaling_factor = 1.0f;
   int num_expert_group = 1;
   int topk_group = 1;
@@ -59,6 +60,8 @@ struct MoeConfig {
 };
 
 struct ModelConfig {
+  static constexpr int kMaxLayers = 65536;  // sanity bound on num_hidden_layers
+
   ModelFamily family = ModelFamily::kKimiLinear;
   std::string tensor_prefix;  // "language_model." for K3, "" for Kimi-Linear
   int64_t vocab_size = 0;
@@ -67,6 +70,10 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   bool tie_word_embeddings = false;
   std::vector<MixerKind> layer_mixer;  // [num_layers], from kda_layers / full_attn_layers (1-based)
+  // The layer lists as written in config.json (1-based). They are the source of truth that
+  // Validate() checks; layer_mixer is derived from them by ParseModelConfig.
+  std::vector<int> kda_layers;        // linear_attn_config.kda_layers
+  std::vector<int> full_attn_layers;  // linear_attn_config.full_attn_layers
   KdaConfig kda;
   MlaConfig mla;
   MoeConfig moe;
@@ -79,6 +86,10 @@ struct ModelConfig {
   int64_t bos_token_id = -1;  // -1 when absent
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
+  // Provenance for Validate() messages: the file, and the key path of the language-model keys
+  // ("text_config." for K3, "" for Kimi-Linear).
+  std::string source = "config.json";
+  std::string key_prefix;
 
   bool IsKda(int layer) const { return layer_mixer[layer] == MixerKind::kKda; }
   bool IsMoe(int layer) const {
@@ -90,10 +101,14 @@ struct ModelConfig {
 
   // Checks internal consistency (layer lists partition 1..L, positive sizes, divisibility of
   // groups, MXFP4 widths multiple of 32, ...). The message names the key and the expectation.
+  // A config that passes has num_layers <= kMaxLayers and every product of sizes the engine
+  // forms (P, H·(d_n+d_r), H·d_v, S·I, ...) representable in int.
   absl::Status Validate() const;
 };
 
-// Parses config.json text. `source` names the file in error messages.
+// Parses config.json text. `source` names the file in error messages. Checks key presence and
+// types (and rejects unsupported values such as an unknown `hidden_act`); consistency checks
+// are left to ModelConfig::Validate(). Absent optional keys (or null) take the defaults above.
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source);
 // Reads and parses <dir>/config.json.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);

@@ -1,0 +1,599 @@
+#include "engine/model_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace strata::engine {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+// The key set of the Kimi-Linear-48B-A3B release config.json, with small sizes (7 layers,
+// MLA at 4 and 7, hidden 96, 8 experts). The top-level head_dim (72) is the unused leftover.
+constexpr char kKimiLinearConfig[] = R"json({
+  "architectures": ["KimiLinearForCausalLM"],
+  "auto_map": {
+    "AutoConfig": "configuration_kimi.KimiLinearConfig",
+    "AutoModel": "modeling_kimi.KimiLinearModel",
+    "AutoModelForCausalLM": "modeling_kimi.KimiLinearForCausalLM"
+  },
+  "bos_token_id": 163584,
+  "dtype": "bfloat16",
+  "eos_token_id": 163586,
+  "first_k_dense_replace": 1,
+  "head_dim": 72,
+  "hidden_act": "silu",
+  "hidden_size": 96,
+  "initializer_range": 0.02,
+  "intermediate_size": 192,
+  "kv_lora_rank": 32,
+  "linear_attn_config": {
+    "full_attn_layers": [4, 7],
+    "head_dim": 16,
+    "kda_layers": [1, 2, 3, 5, 6],
+    "num_heads": 3,
+    "short_conv_kernel_size": 4
+  },
+  "mla_use_nope": true,
+  "model_max_length": 1048576,
+  "model_type": "kimi_linear",
+  "moe_intermediate_size": 48,
+  "moe_layer_freq": 1,
+  "moe_renormalize": true,
+  "moe_router_activation_func": "sigmoid",
+  "num_attention_heads": 2,
+  "num_expert_group": 1,
+  "num_experts": 8,
+  "num_experts_per_token": 2,
+  "num_hidden_layers": 7,
+  "num_key_value_heads": 2,
+  "num_nextn_predict_layers": 0,
+  "num_shared_experts": 1,
+  "pad_token_id": 163839,
+  "q_lora_rank": null,
+  "qk_nope_head_dim": 16,
+  "qk_rope_head_dim": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 10000.0,
+  "routed_scaling_factor": 2.446,
+  "tie_word_embeddings": false,
+  "topk_group": 1,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.56.2",
+  "use_cache": true,
+  "use_grouped_topk": true,
+  "v_head_dim": 16,
+  "vocab_size": 1000
+})json";
+
+// A K3-style config: language model under text_config, vision keys and MXFP4
+// quantization_config (compressed-tensors) at the top level, token ids at the top level.
+constexpr char kK3Config[] = R"json({
+  "architectures": ["KimiK3ForConditionalGeneration"],
+  "auto_map": {"AutoConfig": "configuration_kimi_k3.KimiK3Config"},
+  "model_type": "kimi_k3",
+  "bos_token_id": 163584,
+  "eos_token_id": 163585,
+  "pad_token_id": 163839,
+  "media_placeholder_token_id": 163605,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.57.1",
+  "vision_config": {"hidden_size": 64, "num_hidden_layers": 2, "patch_size": 14},
+  "quantization_config": {
+    "config_groups": {
+      "group_0": {
+        "format": "mxfp4-pack-quantized",
+        "input_activations": null,
+        "output_activations": null,
+        "targets": ["Linear"],
+        "weights": {"group_size": 32, "num_bits": 4, "strategy": "group", "symmetric": true,
+                    "type": "float"}
+      }
+    },
+    "format": "mxfp4-pack-quantized",
+    "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*"],
+    "quant_method": "compressed-tensors",
+    "quantization_status": "compressed"
+  },
+  "text_config": {
+    "model_type": "kimi_linear",
+    "activation_situ_beta": 4.0,
+    "activation_situ_linear_beta": 25.0,
+    "attn_res_block_size": 2,
+    "first_k_dense_replace": 1,
+    "hidden_act": "situ",
+    "hidden_size": 128,
+    "intermediate_size": 320,
+    "kv_lora_rank": 32,
+    "latent_moe_use_norm": true,
+    "linear_attn_config": {
+      "full_attn_layers": [4, 5],
+      "gate_lower_bound": -5.0,
+      "head_dim": 32,
+      "kda_layers": [1, 2, 3],
+      "num_heads": 2,
+      "short_conv_kernel_size": 3,
+      "use_full_rank_gate": true
+    },
+    "max_position_embeddings": 1048576,
+    "mla_use_nope": true,
+    "mla_use_output_gate": true,
+    "moe_intermediate_size": 64,
+    "moe_layer_freq": 1,
+    "moe_renormalize": true,
+    "moe_router_activation_func": "sigmoid",
+    "num_attention_heads": 2,
+    "num_expert_group": 4,
+    "num_experts": 16,
+    "num_experts_per_token": 4,
+    "num_hidden_layers": 5,
+    "num_key_value_heads": 2,
+    "num_nextn_predict_layers": 0,
+    "num_shared_experts": 2,
+    "q_lora_rank": 48,
+    "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 16,
+    "rms_norm_eps": 1e-06,
+    "routed_expert_hidden_size": 64,
+    "routed_scaling_factor": 1.5,
+    "tie_word_embeddings": false,
+    "topk_group": 2,
+    "topk_method": "noaux_tc",
+    "use_grouped_topk": true,
+    "v_head_dim": 24,
+    "vocab_size": 1024
+  }
+})json";
+
+json KimiLinearJson() { return json::parse(kKimiLinearConfig); }
+json K3Json() { return json::parse(kK3Config); }
+
+absl::StatusOr<ModelConfig> Parse(const json& config) {
+  return ParseModelConfig(config.dump(), "config.json");
+}
+
+// Parses `config` (which must parse) and returns Validate()'s verdict.
+absl::Status ParseAndValidate(const json& config) {
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (!parsed.ok()) return parsed.status();
+  return parsed->Validate();
+}
+
+TEST(ModelConfigTest, ParsesFlatKimiLinearReleaseKeys) {
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(kKimiLinearConfig, "config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->Validate().ok()) << config->Validate();
+  EXPECT_EQ(config->family, ModelFamily::kKimiLinear);
+  EXPECT_EQ(config->tensor_prefix, "");
+  EXPECT_EQ(config->vocab_size, 1000);
+  EXPECT_EQ(config->hidden_size, 96);
+  EXPECT_EQ(config->num_layers, 7);
+  EXPECT_FLOAT_EQ(config->rms_norm_eps, 1e-5f);
+  EXPECT_FALSE(config->tie_word_embeddings);
+  // 1-based lists: layers 4 and 7 are MLA → 0-based 3 and 6.
+  const std::vector<MixerKind> expected_mixers = {MixerKind::kKda, MixerKind::kKda, MixerKind::kKda,
+                                                  MixerKind::kMla, MixerKind::kKda, MixerKind::kKda,
+                                                  MixerKind::kMla};
+  EXPECT_EQ(config->layer_mixer, expected_mixers);
+  EXPECT_EQ(config->NumKdaLayers(), 5);
+  EXPECT_EQ(config->NumMlaLayers(), 2);
+  EXPECT_TRUE(config->IsKda(0));
+  EXPECT_FALSE(config->IsKda(3));
+  // KDA dims come from linear_attn_config, not from the top-level head_dim (72).
+  EXPECT_EQ(config->kda.num_heads, 3);
+  EXPECT_EQ(config->kda.head_dim, 16);
+  EXPECT_EQ(config->kda.projection_size(), 48);
+  EXPECT_EQ(config->kda.conv_kernel_size, 4);
+  EXPECT_FALSE(config->kda.has_gate_lower_bound);
+  EXPECT_FALSE(config->kda.use_full_rank_gate);
+  EXPECT_EQ(config->mla.num_heads, 2);
+  EXPECT_EQ(config->mla.q_lora_rank, 0);  // null
+  EXPECT_EQ(config->mla.kv_lora_rank, 32);
+  EXPECT_EQ(config->mla.qk_nope_head_dim, 16);
+  EXPECT_EQ(config->mla.qk_rope_head_dim, 8);
+  EXPECT_EQ(config->mla.v_head_dim, 16);
+  EXPECT_EQ(config->mla.latent_dim(), 40);
+  EXPECT_FALSE(config->mla.use_output_gate);
+  EXPECT_EQ(config->intermediate_size, 192);
+  EXPECT_EQ(config->activation, FfnActivation::kSwiGlu);
+  EXPECT_EQ(config->moe.num_experts, 8);
+  EXPECT_EQ(config->moe.num_experts_per_token, 2);
+  EXPECT_EQ(config->moe.num_shared_experts, 1);
+  EXPECT_EQ(config->moe.moe_intermediate_size, 48);
+  EXPECT_TRUE(config->moe.renormalize);
+  EXPECT_FLOAT_EQ(config->moe.routed_scaling_factor, 2.446f);
+  EXPECT_EQ(config->moe.num_expert_group, 1);
+  EXPECT_EQ(config->moe.topk_group, 1);
+  EXPECT_EQ(config->moe.first_k_dense_replace, 1);
+  EXPECT_FALSE(config->moe.is_latent());
+  EXPECT_FALSE(config->moe.mxfp4_experts);
+  EXPECT_FALSE(config->IsMoe(0));
+  EXPECT_TRUE(config->IsMoe(1));
+  EXPECT_FALSE(config->has_attn_res());
+  EXPECT_EQ(config->max_position_embeddings, 1048576);
+  EXPECT_EQ(config->bos_token_id, 163584);
+  EXPECT_EQ(config->eos_token_id, 163586);
+  EXPECT_EQ(config->pad_token_id, 163839);
+}
+
+TEST(ModelConfigTest, ParsesNestedK3TextConfig) {
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(kK3Config, "config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->Validate().ok()) << config->Validate();
+  EXPECT_EQ(config->family, ModelFamily::kKimiK3);
+  EXPECT_EQ(config->tensor_prefix, "language_model.");
+  EXPECT_EQ(config->vocab_size, 1024);
+  EXPECT_EQ(config->hidden_size, 128);
+  EXPECT_EQ(config->num_layers, 5);
+  EXPECT_FLOAT_EQ(config->rms_norm_eps, 1e-6f);
+  const std::vector<MixerKind> expected_mixers = {MixerKind::kKda, MixerKind::kKda, MixerKind::kKda,
+                                                  MixerKind::kMla, MixerKind::kMla};
+  EXPECT_EQ(config->layer_mixer, expected_mixers);
+  EXPECT_EQ(config->kda.num_heads, 2);
+  EXPECT_EQ(config->kda.head_dim, 32);
+  EXPECT_EQ(config->kda.conv_kernel_size, 3);
+  EXPECT_TRUE(config->kda.has_gate_lower_bound);
+  EXPECT_FLOAT_EQ(config->kda.gate_lower_bound, -5.0f);
+  EXPECT_TRUE(config->kda.use_full_rank_gate);
+  EXPECT_EQ(config->mla.q_lora_rank, 48);
+  EXPECT_EQ(config->mla.v_head_dim, 24);
+  EXPECT_EQ(config->mla.qk_head_dim(), 48);
+  EXPECT_TRUE(config->mla.use_output_gate);
+  EXPECT_EQ(config->activation, FfnActivation::kSitu);
+  EXPECT_FLOAT_EQ(config->situ_beta, 4.0f);
+  EXPECT_FLOAT_EQ(config->situ_linear_beta, 25.0f);
+  EXPECT_EQ(config->intermediate_size, 320);
+  EXPECT_EQ(config->moe.num_experts, 16);
+  EXPECT_EQ(config->moe.num_experts_per_token, 4);
+  EXPECT_EQ(config->moe.num_shared_experts, 2);
+  EXPECT_EQ(config->moe.num_expert_group, 4);
+  EXPECT_EQ(config->moe.topk_group, 2);
+  EXPECT_FLOAT_EQ(config->moe.routed_scaling_factor, 1.5f);
+  EXPECT_EQ(config->moe.routed_expert_hidden_size, 64);
+  EXPECT_TRUE(config->moe.is_latent());
+  EXPECT_TRUE(config->moe.latent_use_norm);
+  EXPECT_TRUE(config->moe.mxfp4_experts);
+  EXPECT_EQ(config->attn_res_block_size, 2);
+  EXPECT_TRUE(config->has_attn_res());
+  EXPECT_EQ(config->max_position_embeddings, 1048576);
+  // Token ids live at the top level of the K3 config.
+  EXPECT_EQ(config->bos_token_id, 163584);
+  EXPECT_EQ(config->eos_token_id, 163585);
+  EXPECT_EQ(config->pad_token_id, 163839);
+}
+
+TEST(ModelConfigTest, AbsentOptionalKeysTakeDocumentedDefaults) {
+  json config = KimiLinearJson();
+  for (const char* key : {"num_expert_group", "topk_group", "bos_token_id", "eos_token_id",
+                          "pad_token_id", "model_max_length", "tie_word_embeddings"}) {
+    config.erase(key);
+  }
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->Validate().ok());
+  EXPECT_EQ(parsed->moe.num_expert_group, 1);
+  EXPECT_EQ(parsed->moe.topk_group, 1);
+  EXPECT_FALSE(parsed->kda.use_full_rank_gate);
+  EXPECT_FALSE(parsed->mla.use_output_gate);
+  EXPECT_EQ(parsed->moe.routed_expert_hidden_size, 0);
+  EXPECT_FALSE(parsed->moe.latent_use_norm);
+  EXPECT_EQ(parsed->situ_linear_beta, 0.0f);
+  EXPECT_EQ(parsed->attn_res_block_size, 0);
+  EXPECT_FALSE(parsed->tie_word_embeddings);
+  EXPECT_EQ(parsed->bos_token_id, -1);
+  EXPECT_EQ(parsed->eos_token_id, -1);
+  EXPECT_EQ(parsed->pad_token_id, -1);
+  EXPECT_EQ(parsed->max_position_embeddings, 0);
+}
+
+TEST(ModelConfigTest, NullGateLowerBoundCountsAsAbsent) {
+  json config = K3Json();
+  config["text_config"]["linear_attn_config"]["gate_lower_bound"] = nullptr;
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->kda.has_gate_lower_bound);
+}
+
+TEST(ModelConfigTest, TokenIdsMayBeInTextConfigOrLists) {
+  json config = K3Json();
+  config.erase("bos_token_id");
+  config["text_config"]["bos_token_id"] = 7;
+  config["eos_token_id"] = {11, 12};
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->bos_token_id, 7);
+  EXPECT_EQ(parsed->eos_token_id, 11);
+}
+
+TEST(ModelConfigTest, HiddenActSpellings) {
+  json config = KimiLinearJson();
+  config["hidden_act"] = "swiglu";
+  absl::StatusOr<ModelConfig> swiglu = Parse(config);
+  ASSERT_TRUE(swiglu.ok()) << swiglu.status();
+  EXPECT_EQ(swiglu->activation, FfnActivation::kSwiGlu);
+
+  config["hidden_act"] = "situ";
+  absl::StatusOr<ModelConfig> situ = Parse(config);
+  ASSERT_TRUE(situ.ok()) << situ.status();
+  EXPECT_EQ(situ->activation, FfnActivation::kSitu);
+
+  config["hidden_act"] = "gelu";
+  absl::StatusOr<ModelConfig> gelu = Parse(config);
+  ASSERT_FALSE(gelu.ok());
+  EXPECT_EQ(gelu.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(gelu.status().message(), HasSubstr("config.json: hidden_act must be"));
+  EXPECT_THAT(gelu.status().message(), HasSubstr("\"gelu\""));
+}
+
+TEST(ModelConfigTest, Mxfp4DetectedInTextConfigToo) {
+  json config = K3Json();
+  config["text_config"]["quantization_config"] = config["quantization_config"];
+  config.erase("quantization_config");
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->moe.mxfp4_experts);
+}
+
+TEST(ModelConfigTest, Mxfp4DetectedFromGroupFormatAlone) {
+  json config = K3Json();
+  config["quantization_config"].erase("format");
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->moe.mxfp4_experts);
+}
+
+TEST(ModelConfigTest, NoQuantizationConfigMeansPlainExperts) {
+  json config = K3Json();
+  config.erase("quantization_config");
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->moe.mxfp4_experts);
+}
+
+TEST(ModelConfigTest, OtherQuantizationIsRejected) {
+  json config = K3Json();
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}};
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("quantization_config"));
+  EXPECT_THAT(parsed.status().message(), HasSubstr("\"fp8\""));
+}
+
+TEST(ModelConfigTest, RejectsMissingRequiredKeyWithItsPath) {
+  json flat = KimiLinearJson();
+  flat.erase("hidden_size");
+  EXPECT_THAT(Parse(flat).status().message(),
+              HasSubstr("config.json: missing required key hidden_size"));
+
+  json nested = K3Json();
+  nested["text_config"]["linear_attn_config"].erase("num_heads");
+  EXPECT_THAT(Parse(nested).status().message(),
+              HasSubstr("missing required key text_config.linear_attn_config.num_heads"));
+
+  json no_text = K3Json();
+  no_text.erase("text_config");
+  EXPECT_THAT(Parse(no_text).status().message(), HasSubstr("missing required key text_config"));
+}
+
+TEST(ModelConfigTest, RejectsWrongTypes) {
+  json config = KimiLinearJson();
+  config["hidden_size"] = "96";
+  EXPECT_THAT(Parse(config).status().message(),
+              HasSubstr("hidden_size must be an integer, found string \"96\""));
+
+  config = KimiLinearJson();
+  config["linear_attn_config"]["kda_layers"] = {1, 2, 2.5};
+  EXPECT_THAT(Parse(config).status().message(),
+              HasSubstr("linear_attn_config.kda_layers[2] must be an integer"));
+
+  config = KimiLinearJson();
+  config["num_experts"] = 1e12;
+  EXPECT_THAT(Parse(config).status().message(), HasSubstr("num_experts must be an integer"));
+
+  config = KimiLinearJson();
+  config["num_experts"] = int64_t{1} << 40;
+  EXPECT_THAT(Parse(config).status().message(), HasSubstr("num_experts must fit in a 32-bit int"));
+}
+
+TEST(ModelConfigTest, RejectsUnknownModelTypeAndBadJson) {
+  json config = KimiLinearJson();
+  config["model_type"] = "deepseek_v3";
+  EXPECT_THAT(Parse(config).status().message(),
+              HasSubstr("model_type must be \"kimi_k3\" or \"kimi_linear\""));
+  EXPECT_THAT(ParseModelConfig("{\"model_type\": ", "x/config.json").status().message(),
+              HasSubstr("x/config.json: not valid JSON"));
+  EXPECT_THAT(ParseModelConfig("[1, 2]", "config.json").status().message(),
+              HasSubstr("expected a JSON object"));
+}
+
+// ---- Validate(): layer lists ------------------------------------------------------------------
+
+struct LayerListCase {
+  std::vector<int> kda;
+  std::vector<int> full;
+  std::string message;
+};
+
+TEST(ModelConfigValidateTest, LayerListsMustPartitionAllLayers) {
+  const LayerListCase cases[] = {
+      {{1, 2, 3, 5, 5, 6},
+       {4, 7},
+       "config.json: linear_attn_config.kda_layers lists layer 5 twice"},
+      {{1, 2, 3, 5, 6}, {4, 7, 7}, "linear_attn_config.full_attn_layers lists layer 7 twice"},
+      {{1, 2, 3, 5}, {4, 7}, "config.json: linear_attn_config does not list layer 6"},
+      {{1, 2, 3, 5, 6}, {4, 8}, "linear_attn_config.full_attn_layers lists layer 8, outside 1..7"},
+      {{0, 1, 2, 3, 5, 6}, {4, 7}, "linear_attn_config.kda_layers lists layer 0, outside 1..7"},
+      {{1, 2, 3, 5, 6},
+       {4, 5, 7},
+       "linear_attn_config.full_attn_layers lists layer 5, which linear_attn_config.kda_layers "
+       "also lists"},
+      {{}, {}, "does not list layer 1"},
+  };
+  for (const LayerListCase& c : cases) {
+    json config = KimiLinearJson();
+    config["linear_attn_config"]["kda_layers"] = c.kda;
+    config["linear_attn_config"]["full_attn_layers"] = c.full;
+    absl::Status status = ParseAndValidate(config);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(status.message(), HasSubstr(c.message));
+  }
+}
+
+TEST(ModelConfigValidateTest, LayerListsMayBeUnorderedAndAllOneKind) {
+  json config = KimiLinearJson();
+  config["linear_attn_config"]["kda_layers"] = json::array();
+  config["linear_attn_config"]["full_attn_layers"] = {7, 1, 3, 2, 6, 5, 4};
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_TRUE(parsed->Validate().ok()) << parsed->Validate();
+  EXPECT_EQ(parsed->NumMlaLayers(), 7);
+}
+
+TEST(ModelConfigValidateTest, K3MessagesNameTheTextConfigPath) {
+  json config = K3Json();
+  config["text_config"]["linear_attn_config"]["kda_layers"] = {1, 2, 2, 3};
+  EXPECT_THAT(ParseAndValidate(config).message(),
+              HasSubstr("config.json: text_config.linear_attn_config.kda_layers lists layer 2 "
+                        "twice"));
+}
+
+// ---- Validate(): sizes, routing, MXFP4 --------------------------------------------------------
+
+struct SizeCase {
+  std::vector<std::string> path;  // key path from the language-model object
+  json value;
+  std::string message;
+};
+
+void ExpectRejected(json config, const std::vector<std::string>& path, const json& value,
+                    const std::string& message) {
+  json* node = &config;
+  for (size_t i = 0; i + 1 < path.size(); ++i) node = &(*node)[path[i]];
+  (*node)[path.back()] = value;
+  absl::Status status = ParseAndValidate(config);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << message;
+  EXPECT_THAT(status.message(), HasSubstr(message));
+}
+
+TEST(ModelConfigValidateTest, RejectsNonPositiveSizes) {
+  const SizeCase cases[] = {
+      {{"vocab_size"}, 0, "config.json: vocab_size must be positive, found 0"},
+      {{"vocab_size"}, int64_t{1} << 31, "vocab_size = 2147483648 does not fit in a 32-bit int"},
+      {{"hidden_size"}, -4, "config.json: hidden_size must be positive, found -4"},
+      {{"num_hidden_layers"}, 0, "num_hidden_layers must be positive, found 0"},
+      {{"num_hidden_layers"}, 70000, "num_hidden_layers must be at most 65536, found 70000"},
+      {{"linear_attn_config", "num_heads"}, 0, "linear_attn_config.num_heads must be positive"},
+      {{"linear_attn_config", "head_dim"}, -1, "linear_attn_config.head_dim must be positive"},
+      {{"num_attention_heads"}, 0, "num_attention_heads must be positive, found 0"},
+      {{"kv_lora_rank"}, 0, "kv_lora_rank must be positive"},
+      {{"qk_nope_head_dim"}, 0, "qk_nope_head_dim must be positive"},
+      {{"v_head_dim"}, 0, "v_head_dim must be positive"},
+      {{"q_lora_rank"}, -2, "q_lora_rank must be at least 0, found -2"},
+      {{"num_experts"}, 0, "num_experts must be positive"},
+      {{"num_experts_per_token"}, 0, "num_experts_per_token must be positive"},
+      {{"moe_intermediate_size"}, 0, "moe_intermediate_size must be positive"},
+      {{"intermediate_size"}, 0, "intermediate_size must be positive"},
+      {{"moe_layer_freq"}, 0, "moe_layer_freq must be positive"},
+      {{"num_expert_group"}, 0, "num_expert_group must be positive"},
+      {{"linear_attn_config", "short_conv_kernel_size"},
+       0,
+       "linear_attn_config.short_conv_kernel_size must be positive, found 0"},
+      {{"rms_norm_eps"}, 0.0, "rms_norm_eps must be a positive finite number, found 0"},
+      {{"rms_norm_eps"}, -1e-5, "rms_norm_eps must be a positive finite number"},
+  };
+  for (const SizeCase& c : cases) ExpectRejected(KimiLinearJson(), c.path, c.value, c.message);
+}
+
+TEST(ModelConfigValidateTest, RejectsInconsistentRouting) {
+  // 8 experts in the Kimi-Linear test config.
+  const SizeCase cases[] = {
+      {{"num_experts_per_token"},
+       9,
+       "num_experts_per_token must be at most num_experts = 8, found 9"},
+      {{"num_expert_group"}, 3, "num_expert_group must divide num_experts = 8, found 3"},
+      {{"topk_group"}, 2, "topk_group must be at most num_expert_group = 1, found 2"},
+      {{"topk_group"}, 0, "topk_group must be positive"},
+  };
+  for (const SizeCase& c : cases) ExpectRejected(KimiLinearJson(), c.path, c.value, c.message);
+
+  // 4 groups of 2 experts, 1 group kept: at most 2 experts reachable.
+  json grouped = KimiLinearJson();
+  grouped["num_expert_group"] = 4;
+  grouped["topk_group"] = 1;
+  ExpectRejected(grouped, {"num_experts_per_token"}, 3,
+                 "num_experts_per_token must be at most topk_group * experts per group = 2, "
+                 "found 3");
+  grouped["num_experts_per_token"] = 2;  // the boundary itself is fine
+  EXPECT_TRUE(ParseAndValidate(grouped).ok()) << ParseAndValidate(grouped);
+}
+
+TEST(ModelConfigValidateTest, Mxfp4WidthsMustBeMultiplesOf32) {
+  // K3 (latent experts, MXFP4): L_d = 64 and I = 64 are fine.
+  ExpectRejected(K3Json(), {"text_config", "routed_expert_hidden_size"}, 48,
+                 "config.json: text_config.routed_expert_hidden_size must be a multiple of 32");
+  ExpectRejected(K3Json(), {"text_config", "moe_intermediate_size"}, 40,
+                 "text_config.moe_intermediate_size must be a multiple of 32");
+  // Without a latent width the experts run on the full hidden size.
+  json full_width = K3Json();
+  full_width["text_config"].erase("routed_expert_hidden_size");
+  ExpectRejected(full_width, {"text_config", "hidden_size"}, 100,
+                 "text_config.hidden_size must be a multiple of 32");
+  // The same widths are fine for unquantized experts.
+  json plain = K3Json();
+  plain.erase("quantization_config");
+  plain["text_config"]["routed_expert_hidden_size"] = 48;
+  plain["text_config"]["moe_intermediate_size"] = 40;
+  EXPECT_TRUE(ParseAndValidate(plain).ok()) << ParseAndValidate(plain);
+}
+
+TEST(ModelConfigValidateTest, RejectsRopeMla) {
+  json config = KimiLinearJson();
+  config["mla_use_nope"] = false;
+  absl::Status status = ParseAndValidate(config);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("config.json: mla_use_nope must be true"));
+  EXPECT_THAT(status.message(), HasSubstr("RoPE"));
+  config.erase("mla_use_nope");
+  EXPECT_TRUE(ParseAndValidate(config).ok());
+}
+
+TEST(ModelConfigValidateTest, RejectsNonNegativeGateLowerBound) {
+  ExpectRejected(K3Json(), {"text_config", "linear_attn_config", "gate_lower_bound"}, 0.5,
+                 "text_config.linear_attn_config.gate_lower_bound must be negative");
+}
+
+TEST(ModelConfigValidateTest, RejectsProductsBeyondInt) {
+  ExpectRejected(KimiLinearJson(), {"linear_attn_config", "head_dim"}, 1 << 30,
+                 "linear_attn_config.num_heads * head_dim = 3221225472 does not fit");
+}
+
+TEST(ModelConfigTest, LoadReadsConfigJsonFromDirectory) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "strata_model_config_test";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir / "config.json");
+    out << kKimiLinearConfig;
+  }
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->hidden_size, 96);
+  EXPECT_EQ(config->source, (dir / "config.json").string());
+  std::filesystem::remove_all(dir);
+
+  absl::StatusOr<ModelConfig> missing = LoadModelConfig(dir.string());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr(dir.string()));
+}
+
+}  // namespace
+}  // namespace strata::engine

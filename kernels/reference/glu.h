@@ -12,8 +12,8 @@ enum class GluKind { kSwiGlu, kSitu };
 
 struct GluParams {
   GluKind kind = GluKind::kSwiGlu;
-  float beta1 = 4.0f;   // SiTU gate cap
-  float beta2 = 0.0f;   // SiTU up cap; ≤ 0 means no cap
+  float beta1 = 4.0f;  // SiTU gate cap
+  float beta2 = 0.0f;  // SiTU up cap; ≤ 0 means no cap
 };
 
 void GluReference(const float* gate, const float* up, int64_t n, const GluParams& params,

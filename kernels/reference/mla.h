@@ -23,9 +23,8 @@ struct MlaDims {
 };
 
 // Non-absorbed ("MHA mode"): expands k_nope and v per head from the latent, then softmax.
-void MlaAttentionReference(const float* q, const float* latent, int64_t num_ctx,
-                           int64_t num_new, const float* w_kvb, const MlaDims& dims, float scale,
-                           float* o);
+void MlaAttentionReference(const float* q, const float* latent, int64_t num_ctx, int64_t num_new,
+                           const float* w_kvb, const MlaDims& dims, float scale, float* o);
 
 // Absorbed ("MQA mode"): q̃_h = [W_UK,hᵀ q_nope ; q_pe] over the 576-wide latent, softmax,
 // ō_h = Σ p_j c_j, o_h = W_UV,h ō_h. Same result as MlaAttentionReference up to rounding.

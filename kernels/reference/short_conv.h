@@ -12,7 +12,7 @@
 
 namespace strata::kernels {
 
-void ShortConvSiluReference(const float* x, int64_t num_tokens, int64_t channels,
-                            const float* w, int kernel_size, float* conv_state, float* y);
+void ShortConvSiluReference(const float* x, int64_t num_tokens, int64_t channels, const float* w,
+                            int kernel_size, float* conv_state, float* y);
 
 }  // namespace strata::kernels

@@ -1,0 +1,47 @@
+// What one forward pass runs: a ragged batch of sequences, each contributing a run of new
+// tokens (a prefill chunk or one decode token) on top of the context already in its caches.
+//
+// Token rows of all sequences are concatenated: sequence i owns rows
+// [row_offset_i, row_offset_i + num_new_tokens_i) of every [num_rows, ·] activation. Weights
+// are applied once to all rows; mixers (KDA, MLA) run per sequence on their own caches.
+//
+// Cache views (the caller owns the memory; layouts in engine/cache_layout.h):
+//   KDA layer j (j-th KDA layer in depth order):
+//     kda_state[j]  [H, D, D] f32 recurrent state S (key channel major); zeros for a new sequence
+//     kda_conv[j]   [3, K-1, P] f32 last K-1 pre-conv inputs of q, k, v (oldest first)
+//   MLA layer j:
+//     mla_pages[j]  [num_blocks, block_size, latent_dim] f32 page pool of that layer; row of
+//                   token position t: block_table[t / block_size] * block_size + t % block_size
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace strata::engine {
+
+enum class LogitsMode : uint8_t {
+  kNone,  // an intermediate prefill chunk: nothing is sampled
+  kLast,  // the last new token only (generation)
+  kAll,   // every new token (scoring, `strata logits`)
+};
+
+struct SequenceCacheView {
+  std::vector<float*> kda_state;
+  std::vector<float*> kda_conv;
+  std::vector<float*> mla_pages;
+  const int32_t* block_table = nullptr;  // covers positions [0, num_computed + num_new)
+  int block_size = 0;
+};
+
+struct ForwardSequence {
+  const int32_t* token_ids = nullptr;  // [num_new_tokens]
+  int64_t num_new_tokens = 0;
+  int64_t num_computed_tokens = 0;     // tokens already in the caches (their position offset)
+  SequenceCacheView cache;
+  LogitsMode logits = LogitsMode::kLast;
+};
+
+// Logits rows, in sequence order: kLast adds one row, kAll num_new_tokens rows, kNone none.
+int64_t NumLogitRows(const std::vector<ForwardSequence>& batch);
+
+}  // namespace strata::engine

@@ -1,0 +1,94 @@
+#include "engine/linear.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/reference/matmul.h"
+
+namespace strata::engine {
+
+int64_t Linear::num_bytes() const {
+  switch (format) {
+    case WeightFormat::kF32: return out_features * in_features * 4;
+    case WeightFormat::kBf16: return out_features * in_features * 2;
+    case WeightFormat::kMxfp4: return out_features * (in_features / 2 + in_features / 32);
+  }
+  return 0;
+}
+
+void LinearForward(const Linear& w, const float* x, int64_t m, float* y) {
+  CHECK(!w.empty());
+  switch (w.format) {
+    case WeightFormat::kF32:
+      kernels::MatmulReference(x, m, w.in_features, static_cast<const float*>(w.data),
+                               w.out_features, y);
+      return;
+    case WeightFormat::kBf16:
+      kernels::MatmulBf16Reference(x, m, w.in_features, static_cast<const uint16_t*>(w.data),
+                                   w.out_features, y);
+      return;
+    case WeightFormat::kMxfp4:
+      kernels::MatmulMxfp4Reference(x, m, w.in_features, static_cast<const uint8_t*>(w.data),
+                                    w.scales, w.out_features, y);
+      return;
+  }
+}
+
+absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,
+                                  int64_t in) {
+  ASSIGN_OR_RETURN(const TensorInfo* t,
+                   ckpt.Get(name, Shape{out, in},
+                            {DType::kBF16, DType::kF32, DType::kF16, DType::kF64}));
+  Linear w;
+  w.out_features = out;
+  w.in_features = in;
+  if (t->dtype == DType::kBF16) {
+    w.format = WeightFormat::kBf16;
+    w.data = t->data;
+  } else if (t->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(t->data) % 4 == 0) {
+    w.format = WeightFormat::kF32;
+    w.data = t->data;
+  } else {
+    w.format = WeightFormat::kF32;
+    w.owned = AlignedBuffer(static_cast<size_t>(out * in) * sizeof(float));
+    if (t->dtype == DType::kF32) {
+      std::memcpy(w.owned.data(), t->data, t->num_bytes);
+    } else {
+      ConvertToF32(t->dtype, t->data, static_cast<size_t>(out * in), w.owned.as<float>());
+    }
+    w.data = w.owned.data();
+  }
+  return w;
+}
+
+absl::StatusOr<Linear> LoadLinearMxfp4(const Checkpoint& ckpt, const std::string& base,
+                                       int64_t out, int64_t in) {
+  if (in % kMxfp4BlockSize != 0) {
+    return absl::InvalidArgumentError(base + ": MXFP4 input width " + std::to_string(in) +
+                                      " is not a multiple of 32");
+  }
+  ASSIGN_OR_RETURN(const TensorInfo* packed,
+                   ckpt.Get(base + ".weight_packed", Shape{out, in / 2}, {DType::kU8}));
+  ASSIGN_OR_RETURN(const TensorInfo* scales,
+                   ckpt.Get(base + ".weight_scale", Shape{out, in / kMxfp4BlockSize},
+                            {DType::kU8}));
+  Linear w;
+  w.format = WeightFormat::kMxfp4;
+  w.out_features = out;
+  w.in_features = in;
+  w.data = packed->data;
+  w.scales = scales->data;
+  return w;
+}
+
+absl::StatusOr<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std::string& name,
+                                              const Shape& shape) {
+  ASSIGN_OR_RETURN(const TensorInfo* t,
+                   ckpt.Get(name, shape, {DType::kBF16, DType::kF32, DType::kF16, DType::kF64}));
+  std::vector<float> values(static_cast<size_t>(NumElements(shape)));
+  ConvertToF32(t->dtype, t->data, values.size(), values.data());
+  return values;
+}
+
+}  // namespace strata::engine

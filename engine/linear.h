@@ -1,0 +1,48 @@
+// A linear layer's weight as the model uses it: y[m, out] = x[m, in] · Wᵀ.
+//
+// Weights stay where the checkpoint put them when the format is usable directly (bf16 and f32
+// point into the memory-mapped file, MXFP4 experts stay packed); other float formats are
+// widened to f32 once at load. The view never owns the mapped bytes: the Checkpoint must
+// outlive the model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "engine/checkpoint.h"
+
+namespace strata::engine {
+
+enum class WeightFormat { kF32, kBf16, kMxfp4 };
+
+struct Linear {
+  WeightFormat format = WeightFormat::kF32;
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+  const void* data = nullptr;      // f32 / bf16 [out, in], or MXFP4 packed [out, in/2]
+  const uint8_t* scales = nullptr; // MXFP4 only: E8M0 [out, in/32]
+  AlignedBuffer owned;             // set when the checkpoint's dtype had to be converted
+
+  bool empty() const { return data == nullptr; }
+  int64_t num_bytes() const;
+};
+
+// y[m, out] = x[m, in] · Wᵀ (overwrites y).
+void LinearForward(const Linear& w, const float* x, int64_t m, float* y);
+
+// Loads `name` with shape [out, in] (bf16/f32 used in place; f16/f64 widened).
+absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,
+                                  int64_t in);
+// Loads an MXFP4 weight from `<base>.weight_packed` [out, in/2] and `<base>.weight_scale`
+// [out, in/32].
+absl::StatusOr<Linear> LoadLinearMxfp4(const Checkpoint& ckpt, const std::string& base,
+                                       int64_t out, int64_t in);
+
+// Loads a small float tensor (norm weights, biases, conv weights) of exactly `count`
+// elements, any float dtype, as f32. `shape` is the expected on-disk shape.
+absl::StatusOr<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std::string& name,
+                                              const Shape& shape);
+
+}  // namespace strata::engine

@@ -1,0 +1,71 @@
+// The language model of both families (MODEL.md §1): embedding, decoder layers (KDA or Gated
+// MLA mixer, dense or MoE FFN), plain pre-norm residuals or Block AttnRes, final norm, LM head.
+//
+// There is one forward path: Forward() over a ragged batch (forward_batch.h). Single-sequence
+// generation, `strata logits` and the batched executor all go through it.
+// Thread-safety: Forward() may be called from one thread at a time (it mutates the caches the
+// batch points to; the model itself is read-only after Load).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/checkpoint.h"
+#include "engine/forward_batch.h"
+#include "engine/model_config.h"
+#include "engine/model_weights.h"
+
+namespace strata::engine {
+
+// Per-sequence cache sizes implied by the config (f32 elements unless noted).
+struct CacheGeometry {
+  int num_kda_layers = 0;
+  int num_mla_layers = 0;
+  int64_t kda_state_floats = 0;  // per KDA layer: H·D·D
+  int64_t kda_conv_floats = 0;   // per KDA layer: 3·(K−1)·P
+  int latent_dim = 0;            // per MLA layer and token: r_kv + d_r
+
+  int64_t state_bytes_per_sequence() const {
+    return num_kda_layers * (kda_state_floats + kda_conv_floats) * 4;
+  }
+  int64_t latent_bytes_per_token() const { return int64_t{num_mla_layers} * latent_dim * 4; }
+};
+CacheGeometry GetCacheGeometry(const ModelConfig& cfg);
+
+class Model {
+ public:
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir);
+
+  const ModelConfig& config() const { return checkpoint_->config(); }
+  const CacheGeometry& geometry() const { return geometry_; }
+
+  // Runs all layers over the batch, updating its caches, and writes NumLogitRows(batch)
+  // rows of [vocab] logits. CHECKs that token ids are < vocab (callers validate input).
+  void Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits) const;
+
+ private:
+  Model() = default;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  ModelWeights weights_;
+  CacheGeometry geometry_;
+  std::vector<int> mixer_index_;  // layer -> ordinal among layers of its mixer kind
+};
+
+// Caches of one sequence, owned: KDA states/conv rows and MLA latent rows for up to
+// `max_tokens` positions, laid out as one contiguous page run (block table 0, 1, 2, ...).
+class SequenceCache {
+ public:
+  SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, int block_size = 64);
+  const SequenceCacheView& view() const { return view_; }
+  int64_t max_tokens() const { return max_tokens_; }
+
+ private:
+  int64_t max_tokens_;
+  std::vector<AlignedBuffer> buffers_;
+  std::vector<int32_t> block_table_;
+  SequenceCacheView view_;
+};
+
+}  // namespace strata::engine

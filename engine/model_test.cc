@@ -1,0 +1,168 @@
+// Identities of the whole model on generated tiny checkpoints of both families:
+// chunked prefill == one-shot prefill, decode after prefill == prefill of the longer sequence,
+// a ragged batch == each sequence alone.
+#include "engine/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/generator.h"
+#include "tools/checkpoint_generator.h"
+
+namespace strata::engine {
+namespace {
+
+struct Variant {
+  std::string name;
+  tools::GeneratorOptions options;
+};
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+std::vector<Variant> Variants() {
+  std::vector<Variant> v;
+  v.push_back({"k3", {.family = "k3", .preset = "tiny", .seed = 1}});
+  v.push_back({"k3_mxfp4_sharded",
+               {.family = "k3", .preset = "tiny", .seed = 2, .num_shards = 3,
+                .mxfp4_experts = true}});
+  v.push_back({"k3_groups_noqlora",
+               {.family = "k3", .preset = "tiny", .seed = 3,
+                .overrides = {{"groups", "4"}, {"topk_group", "2"}, {"q_lora", "0"},
+                              {"hidden", "72"}, {"kda_heads", "3"}, {"mla_heads", "2"}}}});
+  v.push_back({"kimi_linear", {.family = "kimi-linear", .preset = "tiny", .seed = 4}});
+  return v;
+}
+
+class ModelTest : public testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/model_test_" + GetParam().name;
+    auto generated = tools::GenerateCheckpoint(GetParam().options, dir_);
+    ASSERT_TRUE(generated.ok()) << generated.status();
+    auto model = Model::Load(dir_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    vocab_ = model_->config().vocab_size;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::vector<int32_t> Prompt(int n, int salt = 0) const {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 37 + salt * 11 + 5) % vocab_));
+    return ids;
+  }
+
+  static float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    float worst = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      worst = std::max(worst, std::fabs(a[i] - b[i]));
+    }
+    return worst;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Model> model_;
+  int64_t vocab_ = 0;
+};
+
+TEST_P(ModelTest, LogitsAreFiniteAndSpread) {
+  auto logits = PromptLogits(*model_, Prompt(20), 512);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  ASSERT_EQ(logits->size(), static_cast<size_t>(20 * vocab_));
+  double sum = 0, sum_sq = 0;
+  for (float x : *logits) {
+    ASSERT_TRUE(std::isfinite(x));
+    sum += x;
+    sum_sq += double(x) * x;
+  }
+  const double mean = sum / logits->size();
+  const double stddev = std::sqrt(sum_sq / logits->size() - mean * mean);
+  EXPECT_GT(stddev, 0.3) << "random weights must give logits with a real spread";
+}
+
+TEST_P(ModelTest, ChunkedPrefillEqualsOneShotPrefill) {
+  const std::vector<int32_t> prompt = Prompt(150);
+  auto whole = PromptLogits(*model_, prompt, 1000);
+  ASSERT_TRUE(whole.ok());
+  for (int64_t chunk : {1, 7, 16, 64, 149}) {
+    auto chunked = PromptLogits(*model_, prompt, chunk);
+    ASSERT_TRUE(chunked.ok());
+    EXPECT_LT(MaxAbsDiff(*whole, *chunked), 2e-4f) << "chunk " << chunk;
+  }
+}
+
+TEST_P(ModelTest, DecodeAfterPrefillEqualsPrefillOfTheLongerSequence) {
+  const std::vector<int32_t> prompt = Prompt(40, 1);
+  GenerateOptions options;
+  options.max_tokens = 12;
+  options.ignore_eos = true;
+  options.sampling.temperature = 0;
+  auto generated = Generate(*model_, prompt, options);
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  ASSERT_EQ(generated->size(), 12u);
+
+  // Decode step by step by hand and compare every decode step's logits with the rows of a
+  // single prefill over prompt + generated.
+  std::vector<int32_t> full = prompt;
+  full.insert(full.end(), generated->begin(), generated->end());
+  auto reference = PromptLogits(*model_, full, 1000);
+  ASSERT_TRUE(reference.ok());
+  SequenceCache cache(model_->geometry(), static_cast<int64_t>(full.size()));
+  std::vector<float> logits;
+  ForwardSequence seq{prompt.data(), static_cast<int64_t>(prompt.size()), 0, cache.view(),
+                      LogitsMode::kLast};
+  model_->Forward({seq}, &logits);
+  for (size_t i = 0; i < generated->size(); ++i) {
+    const size_t row = prompt.size() - 1 + i;
+    std::vector<float> expected(reference->begin() + row * vocab_,
+                                reference->begin() + (row + 1) * vocab_);
+    EXPECT_LT(MaxAbsDiff(logits, expected), 2e-4f) << "decode step " << i;
+    const int32_t argmax =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    EXPECT_EQ(argmax, (*generated)[i]);
+    ForwardSequence step{&(*generated)[i], 1, static_cast<int64_t>(row + 1), cache.view(),
+                         LogitsMode::kLast};
+    model_->Forward({step}, &logits);
+  }
+}
+
+TEST_P(ModelTest, RaggedBatchEqualsEachSequenceAlone) {
+  const std::vector<int32_t> a = Prompt(33, 2), b = Prompt(5, 3), c = Prompt(1, 4);
+  std::vector<std::vector<float>> alone;
+  for (const auto* p : {&a, &b, &c}) {
+    auto logits = PromptLogits(*model_, *p, 1000);
+    ASSERT_TRUE(logits.ok());
+    alone.push_back(*logits);
+  }
+  SequenceCache ca(model_->geometry(), 33), cb(model_->geometry(), 5), cc(model_->geometry(), 1);
+  std::vector<ForwardSequence> batch = {
+      {a.data(), 33, 0, ca.view(), LogitsMode::kAll},
+      {b.data(), 5, 0, cb.view(), LogitsMode::kAll},
+      {c.data(), 1, 0, cc.view(), LogitsMode::kAll}};
+  std::vector<float> logits;
+  model_->Forward(batch, &logits);
+  ASSERT_EQ(logits.size(), static_cast<size_t>(39 * vocab_));
+  std::vector<float> joined;
+  for (const auto& l : alone) joined.insert(joined.end(), l.begin(), l.end());
+  EXPECT_LT(MaxAbsDiff(logits, joined), 2e-4f);
+}
+
+TEST_P(ModelTest, BadPromptsAreRejectedWithClearErrors) {
+  EXPECT_EQ(PromptLogits(*model_, {}, 16).status().message(),
+            "the prompt is empty (need at least 1 id)");
+  auto status = PromptLogits(*model_, {1, static_cast<int32_t>(vocab_)}, 16).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("position 1"), std::string::npos) << status;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ModelTest, testing::ValuesIn(Variants()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace strata::engine

@@ -1,0 +1,71 @@
+// Token sampling for one sequence (vLLM semantics, applied in this order):
+//   1. logit_bias added;
+//   2. repetition_penalty over prompt + generated tokens (logit > 0: divided, else multiplied);
+//   3. presence / frequency penalties over generated tokens (logit −= presence·[count > 0] +
+//      frequency·count);
+//   4. temperature 0 → greedy (argmax, lowest id on ties); else logits / temperature, softmax,
+//      top-k, top-p (nucleus, smallest set with mass ≥ p), min-p (prob ≥ min_p · max prob),
+//      then one draw from the renormalised distribution.
+// A seed makes the draws reproducible: the same seed and inputs give the same tokens.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace strata::engine {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  int top_k = 0;             // 0 or −1: off
+  float top_p = 1.0f;        // (0, 1]
+  float min_p = 0.0f;        // [0, 1]
+  float repetition_penalty = 1.0f;  // > 0
+  float presence_penalty = 0.0f;    // [−2, 2]
+  float frequency_penalty = 0.0f;   // [−2, 2]
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id → bias in [−100, 100]
+  std::optional<uint64_t> seed;
+
+  bool greedy() const { return temperature <= 1e-5f; }
+  // InvalidArgument naming the field and its allowed range.
+  absl::Status Validate(int64_t vocab_size) const;
+};
+
+// A small, fast, platform-independent PRNG (xoshiro256**, seeded by splitmix64).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t Next();
+  double Uniform();  // [0, 1) with 53 random bits
+
+ private:
+  uint64_t s_[4];
+};
+
+// Samples tokens for one sequence; remembers the tokens it has seen for the penalties.
+class Sampler {
+ public:
+  // `fallback_seed` is used when params.seed is absent (e.g. a per-request random value).
+  Sampler(SamplingParams params, uint64_t fallback_seed, const std::vector<int32_t>& prompt);
+
+  // Picks the next token from `logits` [vocab] (modified in place) and records it.
+  int32_t Sample(float* logits, int64_t vocab);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  void ApplyPenalties(float* logits, int64_t vocab) const;
+  void Record(int32_t token);
+
+  SamplingParams params_;
+  Rng rng_;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+  std::vector<int32_t> seen_;        // distinct prompt + output ids (repetition penalty)
+  std::vector<uint8_t> seen_mask_;   // grown lazily to vocab
+  std::vector<std::pair<float, int32_t>> scratch_;
+};
+
+}  // namespace strata::engine

@@ -1,0 +1,133 @@
+#include "engine/sampling.h"
+
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace strata::engine {
+namespace {
+
+SamplingParams Greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
+TEST(SamplingTest, GreedyPicksTheArgmaxAndTheLowestIdOnTies) {
+  Sampler sampler(Greedy(), 0, {});
+  std::vector<float> logits = {0.1f, 2.0f, -1.0f, 2.0f};
+  EXPECT_EQ(sampler.Sample(logits.data(), 4), 1);
+}
+
+TEST(SamplingTest, SameSeedGivesTheSameTokensAndOtherSeedsDiffer) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 1234;
+  std::vector<float> base(50);
+  for (int i = 0; i < 50; ++i) base[i] = std::sin(static_cast<float>(i));
+  auto draw = [&](SamplingParams params) {
+    Sampler sampler(params, 0, {});
+    std::vector<int32_t> out;
+    for (int i = 0; i < 40; ++i) {
+      std::vector<float> logits = base;
+      out.push_back(sampler.Sample(logits.data(), 50));
+    }
+    return out;
+  };
+  EXPECT_EQ(draw(p), draw(p));
+  SamplingParams other = p;
+  other.seed = 99;
+  EXPECT_NE(draw(p), draw(other));
+}
+
+TEST(SamplingTest, DrawFrequenciesFollowTheSoftmax) {
+  // logits log(0.5), log(0.3), log(0.2) at temperature 1 -> probabilities 0.5/0.3/0.2
+  SamplingParams p;
+  p.seed = 7;
+  Sampler sampler(p, 0, {});
+  int counts[3] = {0, 0, 0};
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+    counts[sampler.Sample(logits.data(), 3)]++;
+  }
+  EXPECT_NEAR(counts[0] / double(n), 0.5, 0.015);
+  EXPECT_NEAR(counts[1] / double(n), 0.3, 0.015);
+  EXPECT_NEAR(counts[2] / double(n), 0.2, 0.015);
+}
+
+TEST(SamplingTest, TopKTopPAndMinPRestrictTheCandidates) {
+  const std::vector<float> base = {std::log(0.4f), std::log(0.3f), std::log(0.2f),
+                                   std::log(0.1f)};
+  auto support = [&](SamplingParams p) {
+    p.seed = 3;
+    Sampler sampler(p, 0, {});
+    std::vector<int> seen(4, 0);
+    for (int i = 0; i < 2000; ++i) {
+      std::vector<float> logits = base;
+      seen[sampler.Sample(logits.data(), 4)] = 1;
+    }
+    return seen;
+  };
+  SamplingParams top_k;
+  top_k.top_k = 2;
+  EXPECT_EQ(support(top_k), (std::vector<int>{1, 1, 0, 0}));
+  SamplingParams top_p;
+  top_p.top_p = 0.65f;  // 0.4 + 0.3 = 0.7 >= 0.65: two tokens
+  EXPECT_EQ(support(top_p), (std::vector<int>{1, 1, 0, 0}));
+  SamplingParams min_p;
+  min_p.min_p = 0.45f;  // keep p >= 0.18
+  EXPECT_EQ(support(min_p), (std::vector<int>{1, 1, 1, 0}));
+  SamplingParams all;
+  EXPECT_EQ(support(all), (std::vector<int>{1, 1, 1, 1}));
+}
+
+TEST(SamplingTest, LogitBiasAndPenaltiesChangeLogitsAsSpecified) {
+  SamplingParams p = Greedy();
+  p.logit_bias = {{2, 100.0f}};
+  Sampler biased(p, 0, {});
+  std::vector<float> logits = {5.0f, 1.0f, 0.0f};
+  EXPECT_EQ(biased.Sample(logits.data(), 3), 2);
+
+  // repetition penalty 2 over the prompt {0, 1}: 3.0 -> 1.5 (positive divides), -1 -> -2
+  SamplingParams r = Greedy();
+  r.repetition_penalty = 2.0f;
+  Sampler rep(r, 0, {0, 1});
+  std::vector<float> l2 = {3.0f, -1.0f, 2.0f};
+  EXPECT_EQ(rep.Sample(l2.data(), 3), 2);
+  EXPECT_FLOAT_EQ(l2[0], 1.5f);
+  EXPECT_FLOAT_EQ(l2[1], -2.0f);
+
+  // presence 0.5 + frequency 0.25 per occurrence of generated tokens (not the prompt)
+  SamplingParams f = Greedy();
+  f.presence_penalty = 0.5f;
+  f.frequency_penalty = 0.25f;
+  Sampler freq(f, 0, {1});
+  std::vector<float> l3 = {1.0f, 0.9f};
+  EXPECT_EQ(freq.Sample(l3.data(), 2), 0);  // token 0 generated once
+  std::vector<float> l4 = {1.0f, 0.9f};
+  EXPECT_EQ(freq.Sample(l4.data(), 2), 1);  // 1.0 - 0.5 - 0.25 = 0.25 < 0.9
+  EXPECT_FLOAT_EQ(l4[0], 0.25f);
+  EXPECT_FLOAT_EQ(l4[1], 0.9f);  // the prompt token is not penalised
+}
+
+TEST(SamplingTest, ValidateNamesTheFieldAndTheRange) {
+  SamplingParams p;
+  p.top_p = 0.0f;
+  EXPECT_EQ(p.Validate(10).message(), "top_p must be in (0, 1], got 0.000000");
+  p = {};
+  p.temperature = -1;
+  EXPECT_FALSE(p.Validate(10).ok());
+  p = {};
+  p.logit_bias = {{10, 1.0f}};
+  EXPECT_EQ(p.Validate(10).message(),
+            "logit_bias token id 10 is outside the vocabulary [0, 10)");
+  p = {};
+  p.presence_penalty = 3;
+  EXPECT_FALSE(p.Validate(10).ok());
+  EXPECT_TRUE(SamplingParams{}.Validate(10).ok());
+}
+
+}  // namespace
+}  // namespace strata::engine

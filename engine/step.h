@@ -1,0 +1,74 @@
+// The step contract between the scheduler and the executor (ARCHITECTURE.md, "The step
+// contract"): plain data only. The scheduler never calls the executor; the executor never sees
+// requests, only a StepPlan, and answers with a StepResult.
+//
+// One step runs one forward over a ragged batch mixing prefill chunks and decode tokens.
+// For every scheduled sequence the plan says which tokens to run on top of how much context,
+// where its caches are (MLA block table, KDA state slot), how the slot starts (fresh, carried
+// from the previous step, or copied from a prefix-cache checkpoint), which KDA checkpoint to
+// save after the step, and whether to sample.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling.h"
+
+namespace strata::engine {
+
+using SequenceId = int64_t;
+
+enum class SlotInit : uint8_t {
+  kCarry,           // the slot already holds this sequence's state for num_computed_tokens
+  kZero,            // a new (or recomputed) sequence: zero the state and conv cache first
+  kFromCheckpoint,  // copy checkpoint `source_checkpoint` into the slot first (prefix hit)
+};
+
+struct ScheduledSequence {
+  SequenceId seq_id = 0;
+  std::vector<int32_t> token_ids;       // the new tokens of this step (prefill chunk or 1 decode)
+  int64_t num_computed_tokens = 0;      // tokens already in the caches (= position of token 0)
+  std::vector<int32_t> block_table;     // MLA blocks covering [0, num_computed + new)
+  int32_t slot = -1;                    // KDA state slot (−1 when the model has no KDA layers)
+  SlotInit slot_init = SlotInit::kCarry;
+  int32_t source_checkpoint = -1;       // with kFromCheckpoint
+  int32_t save_checkpoint = -1;         // ≥ 0: copy the slot into this checkpoint after the step
+  bool sample = false;                  // the last new token's logits are sampled
+  // The sampler of this sequence, created by the scheduler at admission; the executor calls it
+  // (shared so a preempted sequence keeps its RNG and penalty state).
+  std::shared_ptr<Sampler> sampler;
+  int num_logprobs = -1;                // ≥ 0: also return log-probabilities (top n)
+};
+
+struct StepPlan {
+  int64_t step_id = 0;
+  std::vector<ScheduledSequence> sequences;
+  int64_t num_tokens() const {
+    int64_t n = 0;
+    for (const auto& s : sequences) n += static_cast<int64_t>(s.token_ids.size());
+    return n;
+  }
+};
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  SequenceId seq_id = 0;
+  int32_t token_id = 0;
+  float logprob = 0.0f;                   // of the chosen token (when requested)
+  std::vector<TokenLogprob> top_logprobs; // when num_logprobs > 0
+};
+
+struct StepResult {
+  int64_t step_id = 0;
+  std::vector<SampledToken> sampled;  // one per ScheduledSequence with sample == true, in order
+  double forward_ms = 0.0;
+};
+
+}  // namespace strata::engine

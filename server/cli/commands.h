@@ -1,0 +1,13 @@
+// `strata` subcommands. Each takes the arguments after its name, prints its result to stdout
+// (machine-readable) and diagnostics to stderr, and returns the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace strata::cli {
+
+int GenerateCommand(const std::vector<std::string>& args);
+int LogitsCommand(const std::vector<std::string>& args);
+
+}  // namespace strata::cli

@@ -1,0 +1,115 @@
+#include "server/cli/flags.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace strata::cli {
+
+absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
+                                   const std::vector<FlagSpec>& specs) {
+  Flags flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError("unexpected argument '" + arg + "' (flags start with --)");
+    }
+    arg = arg.substr(2);
+    std::optional<std::string> inline_value;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    const FlagSpec* spec = nullptr;
+    for (const FlagSpec& s : specs) {
+      if (s.name == arg) spec = &s;
+    }
+    if (spec == nullptr) return absl::InvalidArgumentError("unknown flag --" + arg);
+    if (!spec->takes_value) {
+      if (inline_value) return absl::InvalidArgumentError("--" + arg + " takes no value");
+      flags.values_[arg] = "true";
+      continue;
+    }
+    if (inline_value) {
+      flags.values_[arg] = *inline_value;
+    } else if (i + 1 < args.size()) {
+      flags.values_[arg] = args[++i];
+    } else {
+      return absl::InvalidArgumentError("--" + arg + " needs a value");
+    }
+  }
+  return flags;
+}
+
+std::optional<std::string> Flags::Get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Flags::GetOr(const std::string& name, const std::string& fallback) const {
+  return Get(name).value_or(fallback);
+}
+
+absl::StatusOr<int64_t> Flags::GetInt(const std::string& name, int64_t fallback, int64_t min,
+                                      int64_t max) const {
+  std::optional<std::string> text = Get(name);
+  if (!text) return fallback;
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(*text, &value)) {
+    return absl::InvalidArgumentError("--" + name + " expects an integer, got '" + *text + "'");
+  }
+  if (value < min || value > max) {
+    return absl::InvalidArgumentError("--" + name + " must be in [" + std::to_string(min) + ", " +
+                                      std::to_string(max) + "], got " + *text);
+  }
+  return value;
+}
+
+absl::StatusOr<std::optional<double>> Flags::GetDouble(const std::string& name, double min,
+                                                       double max) const {
+  std::optional<std::string> text = Get(name);
+  if (!text) return std::optional<double>();
+  double value = 0;
+  if (!absl::SimpleAtod(*text, &value)) {
+    return absl::InvalidArgumentError("--" + name + " expects a number, got '" + *text + "'");
+  }
+  if (!(value >= min && value <= max)) {
+    return absl::InvalidArgumentError("--" + name + " must be in [" + std::to_string(min) + ", " +
+                                      std::to_string(max) + "], got " + *text);
+  }
+  return std::optional<double>(value);
+}
+
+std::string FlagsHelp(const std::vector<FlagSpec>& specs) {
+  std::string out;
+  for (const FlagSpec& s : specs) {
+    std::string left = "  --" + s.name + (s.takes_value ? " VALUE" : "");
+    left.resize(std::max<size_t>(left.size() + 2, 30), ' ');
+    out += left + s.help + "\n";
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text,
+                                                 const std::string& what) {
+  std::vector<int32_t> ids;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    piece = absl::StripAsciiWhitespace(piece);
+    if (piece.empty()) {
+      return absl::InvalidArgumentError(what + ": empty entry in '" + text + "'");
+    }
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(piece, &value) || value < 0 || value > INT32_MAX) {
+      return absl::InvalidArgumentError(what + ": '" + std::string(piece) +
+                                        "' is not a non-negative token id");
+    }
+    ids.push_back(static_cast<int32_t>(value));
+  }
+  return ids;
+}
+
+}  // namespace strata::cli

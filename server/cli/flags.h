@@ -1,0 +1,48 @@
+// A small command-line flag parser for the `strata` subcommands.
+//
+// Accepts `--name value`, `--name=value` and boolean `--name`. Every flag must be declared by
+// the subcommand; an unknown flag, a missing value or a malformed number is an error naming
+// the flag. (Flags and environment are read only by the CLI layer, never by library code.)
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace strata::cli {
+
+struct FlagSpec {
+  std::string name;     // without dashes
+  bool takes_value;     // false: boolean switch
+  std::string help;     // one line
+};
+
+class Flags {
+ public:
+  static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args,
+                                     const std::vector<FlagSpec>& specs);
+
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  std::optional<std::string> Get(const std::string& name) const;
+  std::string GetOr(const std::string& name, const std::string& fallback) const;
+  // Parsed numbers; InvalidArgument naming the flag when malformed or out of [min, max].
+  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback, int64_t min,
+                                 int64_t max) const;
+  absl::StatusOr<std::optional<double>> GetDouble(const std::string& name, double min,
+                                                  double max) const;
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+// "--model DIR  the checkpoint directory" lines for a usage message.
+std::string FlagsHelp(const std::vector<FlagSpec>& specs);
+
+// Parses "1,2,3" (spaces allowed) into ids; InvalidArgument naming `what` on bad input.
+absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& what);
+
+}  // namespace strata::cli

@@ -1,0 +1,174 @@
+// `strata generate` and `strata logits`: run the model on token ids (no tokenizer needed).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "core/npy.h"
+#include "core/status.h"
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "server/cli/commands.h"
+#include "server/cli/default_model.h"
+#include "server/cli/flags.h"
+
+namespace strata::cli {
+namespace {
+
+int Fail(const std::string& command, const absl::Status& status) {
+  std::fprintf(stderr, "strata %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+void PrintMemoryUse(const engine::Model& model) {
+  const engine::CacheGeometry& g = model.geometry();
+  LOG_INFO("engine", "cache per token: {} bytes (MLA latent, {} layers x {} f32); state per "
+           "sequence: {} bytes (KDA, {} layers)",
+           g.latent_bytes_per_token(), g.num_mla_layers, g.latent_dim,
+           g.state_bytes_per_sequence(), g.num_kda_layers);
+}
+
+absl::StatusOr<std::unique_ptr<engine::Model>> LoadModel(const Flags& flags) {
+  ASSIGN_OR_RETURN(std::string dir, ResolveModelDir(flags.GetOr("model", "")));
+  return engine::Model::Load(dir);
+}
+
+// Reads a JSON array of token ids ([1, 2, 3], or [[1, 2, 3]] for one sequence).
+absl::StatusOr<std::vector<int32_t>> ReadIdsFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot read --ids-file " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, false);
+  if (json.is_array() && json.size() == 1 && json[0].is_array()) json = json[0];
+  if (json.is_discarded() || !json.is_array()) {
+    return absl::InvalidArgumentError(path + ": expected a JSON array of token ids");
+  }
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < json.size(); ++i) {
+    if (!json[i].is_number_integer() || json[i].get<int64_t>() < 0 ||
+        json[i].get<int64_t>() > INT32_MAX) {
+      return absl::InvalidArgumentError(path + ": entry " + std::to_string(i) +
+                                        " is not a non-negative integer token id");
+    }
+    ids.push_back(json[i].get<int32_t>());
+  }
+  return ids;
+}
+
+const std::vector<FlagSpec> kGenerateFlags = {
+    {"model", true, "checkpoint directory (default: the embedded demo model)"},
+    {"prompt-ids", true, "prompt token ids, comma separated (required)"},
+    {"max-tokens", true, "tokens to generate (default 16)"},
+    {"temperature", true, "sampling temperature; greedy when absent or 0"},
+    {"top-k", true, "keep the k most likely tokens (0 = off)"},
+    {"top-p", true, "nucleus sampling mass in (0, 1]"},
+    {"min-p", true, "drop tokens below min_p x the top probability"},
+    {"repetition-penalty", true, "vLLM repetition penalty (1 = off)"},
+    {"presence-penalty", true, "OpenAI presence penalty in [-2, 2]"},
+    {"frequency-penalty", true, "OpenAI frequency penalty in [-2, 2]"},
+    {"seed", true, "sampling seed (reproducible output)"},
+    {"stop-ids", true, "extra token ids that end generation, comma separated"},
+    {"ignore-eos", false, "do not stop at the end-of-sequence token"},
+    {"prefill-chunk", true, "prefill chunk size in tokens (default 512)"},
+    {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
+};
+
+absl::StatusOr<engine::GenerateOptions> GenerateOptionsFromFlags(const Flags& flags) {
+  engine::GenerateOptions options;
+  ASSIGN_OR_RETURN(options.max_tokens, flags.GetInt("max-tokens", 16, 0, 1 << 20));
+  ASSIGN_OR_RETURN(options.prefill_chunk_tokens, flags.GetInt("prefill-chunk", 512, 1, 1 << 20));
+  options.ignore_eos = flags.Has("ignore-eos");
+  engine::SamplingParams& s = options.sampling;
+  ASSIGN_OR_RETURN(auto temperature, flags.GetDouble("temperature", 0, 100));
+  s.temperature = temperature ? static_cast<float>(*temperature) : 0.0f;  // greedy by default
+  ASSIGN_OR_RETURN(s.top_k, flags.GetInt("top-k", 0, -1, 1 << 30));
+  ASSIGN_OR_RETURN(auto top_p, flags.GetDouble("top-p", 1e-9, 1));
+  ASSIGN_OR_RETURN(auto min_p, flags.GetDouble("min-p", 0, 1));
+  ASSIGN_OR_RETURN(auto rep, flags.GetDouble("repetition-penalty", 1e-6, 100));
+  ASSIGN_OR_RETURN(auto presence, flags.GetDouble("presence-penalty", -2, 2));
+  ASSIGN_OR_RETURN(auto frequency, flags.GetDouble("frequency-penalty", -2, 2));
+  s.top_p = static_cast<float>(top_p.value_or(1.0));
+  s.min_p = static_cast<float>(min_p.value_or(0.0));
+  s.repetition_penalty = static_cast<float>(rep.value_or(1.0));
+  s.presence_penalty = static_cast<float>(presence.value_or(0.0));
+  s.frequency_penalty = static_cast<float>(frequency.value_or(0.0));
+  if (flags.Has("seed")) {
+    ASSIGN_OR_RETURN(int64_t seed, flags.GetInt("seed", 0, 0, INT64_MAX));
+    s.seed = static_cast<uint64_t>(seed);
+  }
+  if (auto stop = flags.Get("stop-ids")) {
+    ASSIGN_OR_RETURN(options.stop_token_ids, ParseIdList(*stop, "--stop-ids"));
+  }
+  return options;
+}
+
+absl::Status ApplyLogLevel(const Flags& flags) {
+  if (auto level_text = flags.Get("log-level")) {
+    log::Level level;
+    if (!log::ParseLevel(*level_text, &level)) {
+      return absl::InvalidArgumentError("--log-level must be trace|debug|info|warn|error|off");
+    }
+    log::SetLevel(level);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunGenerate(const std::vector<std::string>& args) {
+  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kGenerateFlags));
+  RETURN_IF_ERROR(ApplyLogLevel(flags));
+  auto prompt_text = flags.Get("prompt-ids");
+  if (!prompt_text) return absl::InvalidArgumentError("--prompt-ids is required");
+  ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ParseIdList(*prompt_text, "--prompt-ids"));
+  ASSIGN_OR_RETURN(engine::GenerateOptions options, GenerateOptionsFromFlags(flags));
+  ASSIGN_OR_RETURN(auto model, LoadModel(flags));
+  PrintMemoryUse(*model);
+  ASSIGN_OR_RETURN(std::vector<int32_t> output, engine::Generate(*model, prompt, options));
+  std::cout << nlohmann::json(output).dump() << std::endl;
+  return absl::OkStatus();
+}
+
+const std::vector<FlagSpec> kLogitsFlags = {
+    {"model", true, "checkpoint directory (default: the embedded demo model)"},
+    {"ids-file", true, "JSON array of prompt token ids (required)"},
+    {"out", true, "output .npy file: float32 [num_positions, vocab] (required)"},
+    {"prefill-chunk", true, "prefill chunk size in tokens (default 512)"},
+    {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
+};
+
+absl::Status RunLogits(const std::vector<std::string>& args) {
+  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kLogitsFlags));
+  RETURN_IF_ERROR(ApplyLogLevel(flags));
+  auto ids_file = flags.Get("ids-file");
+  auto out = flags.Get("out");
+  if (!ids_file || !out) return absl::InvalidArgumentError("--ids-file and --out are required");
+  ASSIGN_OR_RETURN(int64_t chunk, flags.GetInt("prefill-chunk", 512, 1, 1 << 20));
+  ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadIdsFile(*ids_file));
+  ASSIGN_OR_RETURN(auto model, LoadModel(flags));
+  ASSIGN_OR_RETURN(std::vector<float> logits, engine::PromptLogits(*model, ids, chunk));
+  const int64_t vocab = model->config().vocab_size;
+  return WriteNpyF32(*out, logits.data(), {static_cast<int64_t>(ids.size()), vocab});
+}
+
+}  // namespace
+
+int GenerateCommand(const std::vector<std::string>& args) {
+  absl::Status status = RunGenerate(args);
+  if (!status.ok()) {
+    if (status.code() == absl::StatusCode::kInvalidArgument) {
+      std::fprintf(stderr, "usage: strata generate [flags]\n%s", FlagsHelp(kGenerateFlags).c_str());
+    }
+    return Fail("generate", status);
+  }
+  return 0;
+}
+
+int LogitsCommand(const std::vector<std::string>& args) {
+  absl::Status status = RunLogits(args);
+  return status.ok() ? 0 : Fail("logits", status);
+}
+
+}  // namespace strata::cli

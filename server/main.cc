@@ -1,0 +1,47 @@
+// The `strata` binary: subcommand dispatch. Flags and environment are read only here and in
+// server/cli/ (STYLE.md): library code receives typed options.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "server/cli/commands.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*run)(const std::vector<std::string>&);
+  const char* help;
+};
+
+const Subcommand kSubcommands[] = {
+    {"generate", strata::cli::GenerateCommand,
+     "generate token ids after --prompt-ids (JSON array on stdout)"},
+    {"logits", strata::cli::LogitsCommand,
+     "write float32 logits [positions, vocab] of --ids-file to --out (.npy)"},
+};
+
+void PrintUsage(FILE* out) {
+  std::fprintf(out, "usage: strata <command> [flags]\n\ncommands:\n");
+  for (const Subcommand& c : kSubcommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
+  std::fprintf(out, "\n`strata <command> --help` lists a command's flags. CPU: %s\n",
+               strata::DescribeCpu().c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    PrintUsage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  for (const Subcommand& c : kSubcommands) {
+    if (std::strcmp(argv[1], c.name) == 0) return c.run(args);
+  }
+  std::fprintf(stderr, "strata: unknown command '%s'\n\n", argv[1]);
+  PrintUsage(stderr);
+  return 2;
+}
