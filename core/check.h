@@ -25,8 +25,8 @@ struct Voidify {
 
 }  // namespace strata::internal
 
-#define CHECK(condition)                   \
-  (condition) ? (void)0                    \
+#define CHECK(condition)                        \
+  (condition) ? (void)0                         \
               : ::strata::internal::Voidify() & \
                     ::strata::internal::CheckFailure(__FILE__, __LINE__, #condition).stream()
 

@@ -27,7 +27,8 @@ void Bf16ToF32Avx2(const uint16_t* src, size_t count, float* dst) {
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void Bf16ToF32Avx512(const uint16_t* src,
-                                                                  size_t count, float* dst) {
+                                                                          size_t count,
+                                                                          float* dst) {
   size_t i = 0;
   for (; i + 16 <= count; i += 16) {
     __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
@@ -48,7 +49,8 @@ void Bf16ToF32RowsIsa(Isa isa, const uint16_t* src, size_t count, float* dst) {
   switch (isa) {
     case Isa::kAvx512:
     case Isa::kAvx512Bf16:
-      CHECK(GetCpuFeatures().avx512bw && GetCpuFeatures().avx512vl) << "AVX-512 path requested on a CPU without it";
+      CHECK(GetCpuFeatures().avx512bw && GetCpuFeatures().avx512vl)
+          << "AVX-512 path requested on a CPU without it";
       Bf16ToF32Avx512(src, count, dst);
       return;
     case Isa::kAvx2:

@@ -68,10 +68,14 @@ void ClearIsaOverride() { g_override.store(-1); }
 
 const char* IsaName(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx512Bf16: return "avx512bf16";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
   }
   return "?";
 }
@@ -80,10 +84,14 @@ std::string DescribeCpu() {
   const CpuFeatures& f = GetCpuFeatures();
   std::string out = IsaName(ActiveIsa());
   out += " (";
-  const std::pair<const char*, bool> flags[] = {
-      {"avx2", f.avx2},         {"fma", f.fma},           {"f16c", f.f16c},
-      {"avx512f", f.avx512f},   {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
-      {"avx512bf16", f.avx512bf16}, {"avx512vnni", f.avx512vnni}};
+  const std::pair<const char*, bool> flags[] = {{"avx2", f.avx2},
+                                                {"fma", f.fma},
+                                                {"f16c", f.f16c},
+                                                {"avx512f", f.avx512f},
+                                                {"avx512bw", f.avx512bw},
+                                                {"avx512vl", f.avx512vl},
+                                                {"avx512bf16", f.avx512bf16},
+                                                {"avx512vnni", f.avx512vnni}};
   bool first = true;
   for (auto [name, on] : flags) {
     if (!on) continue;

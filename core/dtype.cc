@@ -18,12 +18,12 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kInfo[] = {
-    {DType::kF32, "F32", 4, true},         {DType::kF64, "F64", 8, true},
-    {DType::kBF16, "BF16", 2, true},       {DType::kF16, "F16", 2, true},
-    {DType::kF8E4M3, "F8_E4M3", 1, true},  {DType::kF8E5M2, "F8_E5M2", 1, true},
-    {DType::kU8, "U8", 1, false},          {DType::kI8, "I8", 1, false},
-    {DType::kI16, "I16", 2, false},        {DType::kI32, "I32", 4, false},
-    {DType::kI64, "I64", 8, false},        {DType::kBool, "BOOL", 1, false},
+    {DType::kF32, "F32", 4, true},        {DType::kF64, "F64", 8, true},
+    {DType::kBF16, "BF16", 2, true},      {DType::kF16, "F16", 2, true},
+    {DType::kF8E4M3, "F8_E4M3", 1, true}, {DType::kF8E5M2, "F8_E5M2", 1, true},
+    {DType::kU8, "U8", 1, false},         {DType::kI8, "I8", 1, false},
+    {DType::kI16, "I16", 2, false},       {DType::kI32, "I32", 4, false},
+    {DType::kI64, "I64", 8, false},       {DType::kBool, "BOOL", 1, false},
 };
 
 const DTypeInfo& Info(DType dtype) {
@@ -66,8 +66,8 @@ uint16_t F32ToF16(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;    // NaN
-  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;   // rounds to >= 65536: infinity
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65536: infinity
   if (abs_bits < 0x38800000u) {
     // below the smallest normal (2^-14): subnormal result, round to nearest even in units of
     // 2^-24. Adding 0.5 (2^-1) aligns the f32 mantissa so the FPU does the rounding.

@@ -11,8 +11,8 @@ namespace strata {
 namespace {
 
 TEST(DTypeTest, NamesRoundTripAndUnknownIsRejected) {
-  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kU8,
-                  DType::kI64, DType::kBool}) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kU8, DType::kI64,
+                  DType::kBool}) {
     EXPECT_EQ(DTypeFromName(DTypeName(d)), d);
   }
   EXPECT_EQ(DTypeFromName("F4"), std::nullopt);
@@ -93,7 +93,7 @@ TEST(DTypeTest, F8E4M3NarrowingRoundsToNearestEvenAndSaturates) {
     }
     ASSERT_EQ(F32ToF8E4M3(f), code);
   }
-  EXPECT_EQ(F32ToF8E4M3(1.0f + 0.0625f), 0x38);  // halfway 1.0 / 1.125 -> even (1.0)
+  EXPECT_EQ(F32ToF8E4M3(1.0f + 0.0625f), 0x38);    // halfway 1.0 / 1.125 -> even (1.0)
   EXPECT_EQ(F32ToF8E4M3(1.125f + 0.0625f), 0x3a);  // halfway 1.125 / 1.25 -> even (1.25)
   EXPECT_EQ(F32ToF8E4M3(1.07f), 0x39);
   EXPECT_EQ(F32ToF8E4M3(1e6f), 0x7e);

@@ -4,8 +4,8 @@
 #include <cctype>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <nlohmann/json.hpp>
 
 namespace strata::log {
 namespace {
@@ -15,24 +15,36 @@ std::atomic<bool> g_json{false};
 
 spdlog::level::level_enum ToSpd(Level level) {
   switch (level) {
-    case Level::kTrace: return spdlog::level::trace;
-    case Level::kDebug: return spdlog::level::debug;
-    case Level::kInfo: return spdlog::level::info;
-    case Level::kWarn: return spdlog::level::warn;
-    case Level::kError: return spdlog::level::err;
-    case Level::kOff: return spdlog::level::off;
+    case Level::kTrace:
+      return spdlog::level::trace;
+    case Level::kDebug:
+      return spdlog::level::debug;
+    case Level::kInfo:
+      return spdlog::level::info;
+    case Level::kWarn:
+      return spdlog::level::warn;
+    case Level::kError:
+      return spdlog::level::err;
+    case Level::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }
 
 const char* LevelName(Level level) {
   switch (level) {
-    case Level::kTrace: return "trace";
-    case Level::kDebug: return "debug";
-    case Level::kInfo: return "info";
-    case Level::kWarn: return "warn";
-    case Level::kError: return "error";
-    case Level::kOff: return "off";
+    case Level::kTrace:
+      return "trace";
+    case Level::kDebug:
+      return "debug";
+    case Level::kInfo:
+      return "info";
+    case Level::kWarn:
+      return "warn";
+    case Level::kError:
+      return "error";
+    case Level::kOff:
+      return "off";
   }
   return "info";
 }
@@ -81,8 +93,8 @@ void WriteFormatted(Level level, std::string_view module, std::string_view messa
                            {"level", LevelName(level)},
                            {"module", module},
                            {"msg", message}};
-    Logger().log(ToSpd(level), "{}", line.dump(-1, ' ', false,
-                                               nlohmann::json::error_handler_t::replace));
+    Logger().log(ToSpd(level), "{}",
+                 line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
   Logger().log(ToSpd(level), "[{}] {}", module, message);

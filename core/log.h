@@ -25,9 +25,7 @@ void SetJsonLines(bool json);
 // The shared logger (created on first use; thread-safe).
 spdlog::logger& Logger();
 
-inline bool Enabled(Level level) {
-  return static_cast<int>(level) >= static_cast<int>(GetLevel());
-}
+inline bool Enabled(Level level) { return static_cast<int>(level) >= static_cast<int>(GetLevel()); }
 
 void WriteFormatted(Level level, std::string_view module, std::string_view message);
 
@@ -41,11 +39,11 @@ void Write(Level level, std::string_view module, spdlog::format_string_t<Args...
 
 }  // namespace strata::log
 
-#define STRATA_LOG(level, module, ...)                                     \
-  do {                                                                     \
-    if (::strata::log::Enabled(level)) {                                   \
-      ::strata::log::Write(level, module, __VA_ARGS__);                    \
-    }                                                                      \
+#define STRATA_LOG(level, module, ...)                  \
+  do {                                                  \
+    if (::strata::log::Enabled(level)) {                \
+      ::strata::log::Write(level, module, __VA_ARGS__); \
+    }                                                   \
   } while (false)
 #define LOG_TRACE(module, ...) STRATA_LOG(::strata::log::Level::kTrace, module, __VA_ARGS__)
 #define LOG_DEBUG(module, ...) STRATA_LOG(::strata::log::Level::kDebug, module, __VA_ARGS__)

@@ -11,10 +11,10 @@
 #define STRATA_STATUS_CONCAT(a, b) STRATA_STATUS_CONCAT_INNER(a, b)
 
 // RETURN_IF_ERROR(expr): evaluates an absl::Status expression once; returns it if not ok.
-#define RETURN_IF_ERROR(expr)                               \
-  do {                                                      \
-    ::absl::Status strata_status_ = (expr);                 \
-    if (!strata_status_.ok()) return strata_status_;        \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status strata_status_ = (expr);          \
+    if (!strata_status_.ok()) return strata_status_; \
   } while (false)
 
 // ASSIGN_OR_RETURN(lhs, expr): evaluates an absl::StatusOr<T> expression; on error returns its

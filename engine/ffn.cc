@@ -10,16 +10,16 @@ namespace {
 
 kernels::GluParams GluFromConfig(const ModelConfig& cfg) {
   kernels::GluParams params;
-  params.kind = cfg.activation == FfnActivation::kSitu ? kernels::GluKind::kSitu
-                                                       : kernels::GluKind::kSwiGlu;
+  params.kind =
+      cfg.activation == FfnActivation::kSitu ? kernels::GluKind::kSitu : kernels::GluKind::kSwiGlu;
   params.beta1 = cfg.situ_beta;
   params.beta2 = cfg.situ_linear_beta;
   return params;
 }
 
 // out[rows, width_out] = down(act(gate(x)) ⊙ up'(x)) for gate/up/down linears.
-void GluFfn(const kernels::GluParams& act, const Linear& gate, const Linear& up,
-            const Linear& down, const float* x, int64_t num_rows, float* out) {
+void GluFfn(const kernels::GluParams& act, const Linear& gate, const Linear& up, const Linear& down,
+            const float* x, int64_t num_rows, float* out) {
   const size_t hidden = static_cast<size_t>(num_rows * gate.out_features);
   std::vector<float> g(hidden), u(hidden);
   LinearForward(gate, x, num_rows, g.data());

@@ -36,7 +36,7 @@ struct SequenceCacheView {
 struct ForwardSequence {
   const int32_t* token_ids = nullptr;  // [num_new_tokens]
   int64_t num_new_tokens = 0;
-  int64_t num_computed_tokens = 0;     // tokens already in the caches (their position offset)
+  int64_t num_computed_tokens = 0;  // tokens already in the caches (their position offset)
   SequenceCacheView cache;
   LogitsMode logits = LogitsMode::kLast;
 };

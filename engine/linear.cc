@@ -10,9 +10,12 @@ namespace strata::engine {
 
 int64_t Linear::num_bytes() const {
   switch (format) {
-    case WeightFormat::kF32: return out_features * in_features * 4;
-    case WeightFormat::kBf16: return out_features * in_features * 2;
-    case WeightFormat::kMxfp4: return out_features * (in_features / 2 + in_features / 32);
+    case WeightFormat::kF32:
+      return out_features * in_features * 4;
+    case WeightFormat::kBf16:
+      return out_features * in_features * 2;
+    case WeightFormat::kMxfp4:
+      return out_features * (in_features / 2 + in_features / 32);
   }
   return 0;
 }
@@ -37,9 +40,9 @@ void LinearForward(const Linear& w, const float* x, int64_t m, float* y) {
 
 absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,
                                   int64_t in) {
-  ASSIGN_OR_RETURN(const TensorInfo* t,
-                   ckpt.Get(name, Shape{out, in},
-                            {DType::kBF16, DType::kF32, DType::kF16, DType::kF64}));
+  ASSIGN_OR_RETURN(
+      const TensorInfo* t,
+      ckpt.Get(name, Shape{out, in}, {DType::kBF16, DType::kF32, DType::kF16, DType::kF64}));
   Linear w;
   w.out_features = out;
   w.in_features = in;
@@ -62,17 +65,17 @@ absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& nam
   return w;
 }
 
-absl::StatusOr<Linear> LoadLinearMxfp4(const Checkpoint& ckpt, const std::string& base,
-                                       int64_t out, int64_t in) {
+absl::StatusOr<Linear> LoadLinearMxfp4(const Checkpoint& ckpt, const std::string& base, int64_t out,
+                                       int64_t in) {
   if (in % kMxfp4BlockSize != 0) {
     return absl::InvalidArgumentError(base + ": MXFP4 input width " + std::to_string(in) +
                                       " is not a multiple of 32");
   }
   ASSIGN_OR_RETURN(const TensorInfo* packed,
                    ckpt.Get(base + ".weight_packed", Shape{out, in / 2}, {DType::kU8}));
-  ASSIGN_OR_RETURN(const TensorInfo* scales,
-                   ckpt.Get(base + ".weight_scale", Shape{out, in / kMxfp4BlockSize},
-                            {DType::kU8}));
+  ASSIGN_OR_RETURN(
+      const TensorInfo* scales,
+      ckpt.Get(base + ".weight_scale", Shape{out, in / kMxfp4BlockSize}, {DType::kU8}));
   Linear w;
   w.format = WeightFormat::kMxfp4;
   w.out_features = out;

@@ -21,9 +21,9 @@ struct Linear {
   WeightFormat format = WeightFormat::kF32;
   int64_t out_features = 0;
   int64_t in_features = 0;
-  const void* data = nullptr;      // f32 / bf16 [out, in], or MXFP4 packed [out, in/2]
-  const uint8_t* scales = nullptr; // MXFP4 only: E8M0 [out, in/32]
-  AlignedBuffer owned;             // set when the checkpoint's dtype had to be converted
+  const void* data = nullptr;       // f32 / bf16 [out, in], or MXFP4 packed [out, in/2]
+  const uint8_t* scales = nullptr;  // MXFP4 only: E8M0 [out, in/32]
+  AlignedBuffer owned;              // set when the checkpoint's dtype had to be converted
 
   bool empty() const { return data == nullptr; }
   int64_t num_bytes() const;
@@ -37,8 +37,8 @@ absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& nam
                                   int64_t in);
 // Loads an MXFP4 weight from `<base>.weight_packed` [out, in/2] and `<base>.weight_scale`
 // [out, in/32].
-absl::StatusOr<Linear> LoadLinearMxfp4(const Checkpoint& ckpt, const std::string& base,
-                                       int64_t out, int64_t in);
+absl::StatusOr<Linear> LoadLinearMxfp4(const Checkpoint& ckpt, const std::string& base, int64_t out,
+                                       int64_t in);
 
 // Loads a small float tensor (norm weights, biases, conv weights) of exactly `count`
 // elements, any float dtype, as f32. `shape` is the expected on-disk shape.

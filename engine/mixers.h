@@ -19,14 +19,14 @@ struct RowSpan {
 };
 
 // KDA (MODEL.md §3). `kda_index`: this layer's ordinal among KDA layers (cache slot index).
-void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x,
-                     int64_t num_rows, const std::vector<ForwardSequence>& batch,
-                     const std::vector<RowSpan>& rows, int kda_index, float* out);
+void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x, int64_t num_rows,
+                     const std::vector<ForwardSequence>& batch, const std::vector<RowSpan>& rows,
+                     int kda_index, float* out);
 
 // Gated MLA, NoPE (MODEL.md §4). `mla_index`: this layer's ordinal among MLA layers.
-void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x,
-                     int64_t num_rows, const std::vector<ForwardSequence>& batch,
-                     const std::vector<RowSpan>& rows, int mla_index, float* out);
+void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x, int64_t num_rows,
+                     const std::vector<ForwardSequence>& batch, const std::vector<RowSpan>& rows,
+                     int mla_index, float* out);
 
 // Dense gated MLP (dense first layers; also the fused shared experts).
 void MlpForward(const ModelConfig& cfg, const MlpWeights& w, const float* x, int64_t num_rows,

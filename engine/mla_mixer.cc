@@ -20,9 +20,9 @@ float* LatentRow(const SequenceCacheView& cache, float* pages, int64_t pos, int 
 
 }  // namespace
 
-void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x,
-                     int64_t num_rows, const std::vector<ForwardSequence>& batch,
-                     const std::vector<RowSpan>& rows, int mla_index, float* out) {
+void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x, int64_t num_rows,
+                     const std::vector<ForwardSequence>& batch, const std::vector<RowSpan>& rows,
+                     int mla_index, float* out) {
   const MlaConfig& m = cfg.mla;
   const int64_t heads = m.num_heads, qk = m.qk_head_dim(), dv = m.v_head_dim;
   const int latent_dim = m.latent_dim();
@@ -32,8 +32,8 @@ void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x
   if (m.q_lora_rank > 0) {
     std::vector<float> cq(n * m.q_lora_rank);
     LinearForward(w.q_a_proj, x, num_rows, cq.data());
-    kernels::RmsNormReference(cq.data(), num_rows, m.q_lora_rank, w.q_a_norm.data(),
-                              kLatentNormEps, cq.data());
+    kernels::RmsNormReference(cq.data(), num_rows, m.q_lora_rank, w.q_a_norm.data(), kLatentNormEps,
+                              cq.data());
     LinearForward(w.q_b_proj, cq.data(), num_rows, q.data());
   } else {
     LinearForward(w.q_proj, x, num_rows, q.data());
@@ -46,8 +46,8 @@ void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x
     kernels::RmsNormReference(row, 1, m.kv_lora_rank, w.kv_a_norm.data(), kLatentNormEps, row);
   }
 
-  const kernels::MlaDims dims{m.num_heads, m.qk_nope_head_dim, m.qk_rope_head_dim,
-                              m.v_head_dim, m.kv_lora_rank};
+  const kernels::MlaDims dims{m.num_heads, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim,
+                              m.kv_lora_rank};
   const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
   std::vector<float> o(n * heads * dv), context;
   for (size_t s = 0; s < batch.size(); ++s) {
@@ -69,8 +69,8 @@ void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x
     float* o_seq = o.data() + rows[s].offset * heads * dv;
     // Decode reads the compact 576-wide cache (absorbed); prefill expands per head.
     if (t == 1) {
-      kernels::MlaAttentionAbsorbedReference(q_seq, context.data(), num_ctx, t,
-                                             w.kv_b_proj.data(), dims, scale, o_seq);
+      kernels::MlaAttentionAbsorbedReference(q_seq, context.data(), num_ctx, t, w.kv_b_proj.data(),
+                                             dims, scale, o_seq);
     } else {
       kernels::MlaAttentionReference(q_seq, context.data(), num_ctx, t, w.kv_b_proj.data(), dims,
                                      scale, o_seq);

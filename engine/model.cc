@@ -177,8 +177,7 @@ SequenceCache::SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, 
     view_.kda_conv.push_back(buffers_.back().as<float>());
   }
   for (int j = 0; j < geometry.num_mla_layers; ++j) {
-    buffers_.emplace_back(static_cast<size_t>(num_blocks * block_size * geometry.latent_dim) *
-                          4);
+    buffers_.emplace_back(static_cast<size_t>(num_blocks * block_size * geometry.latent_dim) * 4);
     view_.mla_pages.push_back(buffers_.back().as<float>());
   }
   for (int64_t b = 0; b < num_blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));

@@ -27,13 +27,19 @@ void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 std::vector<Variant> Variants() {
   std::vector<Variant> v;
   v.push_back({"k3", {.family = "k3", .preset = "tiny", .seed = 1}});
-  v.push_back({"k3_mxfp4_sharded",
-               {.family = "k3", .preset = "tiny", .seed = 2, .num_shards = 3,
-                .mxfp4_experts = true}});
+  v.push_back(
+      {"k3_mxfp4_sharded",
+       {.family = "k3", .preset = "tiny", .seed = 2, .num_shards = 3, .mxfp4_experts = true}});
   v.push_back({"k3_groups_noqlora",
-               {.family = "k3", .preset = "tiny", .seed = 3,
-                .overrides = {{"groups", "4"}, {"topk_group", "2"}, {"q_lora", "0"},
-                              {"hidden", "72"}, {"kda_heads", "3"}, {"mla_heads", "2"}}}});
+               {.family = "k3",
+                .preset = "tiny",
+                .seed = 3,
+                .overrides = {{"groups", "4"},
+                              {"topk_group", "2"},
+                              {"q_lora", "0"},
+                              {"hidden", "72"},
+                              {"kda_heads", "3"},
+                              {"mla_heads", "2"}}}});
   v.push_back({"kimi_linear", {.family = "kimi-linear", .preset = "tiny", .seed = 4}});
   return v;
 }
@@ -53,7 +59,8 @@ class ModelTest : public testing::TestWithParam<Variant> {
 
   std::vector<int32_t> Prompt(int n, int salt = 0) const {
     std::vector<int32_t> ids;
-    for (int i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 37 + salt * 11 + 5) % vocab_));
+    for (int i = 0; i < n; ++i)
+      ids.push_back(static_cast<int32_t>((i * 37 + salt * 11 + 5) % vocab_));
     return ids;
   }
 
@@ -141,10 +148,9 @@ TEST_P(ModelTest, RaggedBatchEqualsEachSequenceAlone) {
     alone.push_back(*logits);
   }
   SequenceCache ca(model_->geometry(), 33), cb(model_->geometry(), 5), cc(model_->geometry(), 1);
-  std::vector<ForwardSequence> batch = {
-      {a.data(), 33, 0, ca.view(), LogitsMode::kAll},
-      {b.data(), 5, 0, cb.view(), LogitsMode::kAll},
-      {c.data(), 1, 0, cc.view(), LogitsMode::kAll}};
+  std::vector<ForwardSequence> batch = {{a.data(), 33, 0, ca.view(), LogitsMode::kAll},
+                                        {b.data(), 5, 0, cb.view(), LogitsMode::kAll},
+                                        {c.data(), 1, 0, cc.view(), LogitsMode::kAll}};
   std::vector<float> logits;
   model_->Forward(batch, &logits);
   ASSERT_EQ(logits.size(), static_cast<size_t>(39 * vocab_));

@@ -63,9 +63,9 @@ absl::StatusOr<std::vector<float>> Loader::ALog(const std::string& name, int num
   for (int64_t dim : t->shape) non_unit += dim != 1;
   layout_ok = layout_ok && non_unit <= 1;
   if (!layout_ok || !IsFloat(t->dtype)) {
-    return absl::InvalidArgumentError("tensor '" + full + "' in " + t->file + ": expected " +
-                                      "A_log with at least " + to_string(num_heads) +
-                                      " values ([N] or [1,1,H,1]), found " + ShapeToString(t->shape));
+    return absl::InvalidArgumentError(
+        "tensor '" + full + "' in " + t->file + ": expected " + "A_log with at least " +
+        to_string(num_heads) + " values ([N] or [1,1,H,1]), found " + ShapeToString(t->shape));
   }
   std::vector<float> all(static_cast<size_t>(n));
   ConvertToF32(t->dtype, t->data, all.size(), all.data());

@@ -14,30 +14,30 @@
 namespace strata::engine {
 
 struct KdaWeights {
-  Linear q_proj, k_proj, v_proj;             // [P, d]
-  std::vector<float> q_conv, k_conv, v_conv; // [P, K] (index K-1 = current token)
-  Linear f_a_proj;                           // [D, d]
-  Linear f_b_proj;                           // [P, D]
-  std::vector<float> a_log;                  // [H] (padding dropped)
-  std::vector<float> dt_bias;                // [P]
-  Linear b_proj;                             // [H, d]
-  Linear g_proj;                             // [P, d]   full-rank gate (K3), or empty
-  Linear g_a_proj;                           // [D, d]   low-rank gate (Kimi-Linear), or empty
-  Linear g_b_proj;                           // [P, D]
-  std::vector<float> o_norm;                 // [D]
-  Linear o_proj;                             // [d, P]
+  Linear q_proj, k_proj, v_proj;              // [P, d]
+  std::vector<float> q_conv, k_conv, v_conv;  // [P, K] (index K-1 = current token)
+  Linear f_a_proj;                            // [D, d]
+  Linear f_b_proj;                            // [P, D]
+  std::vector<float> a_log;                   // [H] (padding dropped)
+  std::vector<float> dt_bias;                 // [P]
+  Linear b_proj;                              // [H, d]
+  Linear g_proj;                              // [P, d]   full-rank gate (K3), or empty
+  Linear g_a_proj;                            // [D, d]   low-rank gate (Kimi-Linear), or empty
+  Linear g_b_proj;                            // [P, D]
+  std::vector<float> o_norm;                  // [D]
+  Linear o_proj;                              // [d, P]
 };
 
 struct MlaWeights {
-  Linear q_proj;                  // [H·(dn+dr), d] when q_lora_rank == 0
-  Linear q_a_proj;                // [r_q, d]
-  std::vector<float> q_a_norm;    // [r_q]
-  Linear q_b_proj;                // [H·(dn+dr), r_q]
-  Linear kv_a_proj;               // [r_kv + dr, d]
-  std::vector<float> kv_a_norm;   // [r_kv]
-  std::vector<float> kv_b_proj;   // [H·(dn+dv), r_kv] f32 (used inside attention)
-  Linear g_proj;                  // [H·dv, d] or empty
-  Linear o_proj;                  // [d, H·dv]
+  Linear q_proj;                 // [H·(dn+dr), d] when q_lora_rank == 0
+  Linear q_a_proj;               // [r_q, d]
+  std::vector<float> q_a_norm;   // [r_q]
+  Linear q_b_proj;               // [H·(dn+dr), r_q]
+  Linear kv_a_proj;              // [r_kv + dr, d]
+  std::vector<float> kv_a_norm;  // [r_kv]
+  std::vector<float> kv_b_proj;  // [H·(dn+dv), r_kv] f32 (used inside attention)
+  Linear g_proj;                 // [H·dv, d] or empty
+  Linear o_proj;                 // [d, H·dv]
 };
 
 struct MlpWeights {  // gate/up/down (dense MLP and fused shared experts)
@@ -49,13 +49,13 @@ struct ExpertWeights {  // routed expert: w1 gate, w3 up, w2 down
 };
 
 struct MoeWeights {
-  Linear router;                        // [E, d]
-  std::vector<float> score_bias;        // [E] e_score_correction_bias
-  Linear latent_down;                   // [L, d] or empty (no LatentMoE)
-  std::vector<float> latent_norm;       // [L] or empty
-  Linear latent_up;                     // [d, L] or empty
-  std::vector<ExpertWeights> experts;   // [E]
-  MlpWeights shared;                    // width S·I; empty when S == 0
+  Linear router;                       // [E, d]
+  std::vector<float> score_bias;       // [E] e_score_correction_bias
+  Linear latent_down;                  // [L, d] or empty (no LatentMoE)
+  std::vector<float> latent_norm;      // [L] or empty
+  Linear latent_up;                    // [d, L] or empty
+  std::vector<ExpertWeights> experts;  // [E]
+  MlpWeights shared;                   // width S·I; empty when S == 0
   bool has_shared() const { return !shared.gate_proj.empty(); }
 };
 
@@ -68,7 +68,7 @@ struct LayerWeights {
   AttnResWeights attn_res, mlp_res;          // empty without AttnRes
   std::unique_ptr<KdaWeights> kda;           // exactly one of kda / mla
   std::unique_ptr<MlaWeights> mla;
-  std::unique_ptr<MlpWeights> dense;         // exactly one of dense / moe
+  std::unique_ptr<MlpWeights> dense;  // exactly one of dense / moe
   std::unique_ptr<MoeWeights> moe;
 };
 

@@ -17,8 +17,7 @@ uint64_t SplitMix64(uint64_t& x) {
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 absl::Status OutOfRange(const std::string& field, float value, const std::string& range) {
-  return absl::InvalidArgumentError(field + " must be " + range + ", got " +
-                                    std::to_string(value));
+  return absl::InvalidArgumentError(field + " must be " + range + ", got " + std::to_string(value));
 }
 
 }  // namespace
@@ -70,8 +69,7 @@ uint64_t Rng::Next() {
 
 double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
-Sampler::Sampler(SamplingParams params, uint64_t fallback_seed,
-                 const std::vector<int32_t>& prompt)
+Sampler::Sampler(SamplingParams params, uint64_t fallback_seed, const std::vector<int32_t>& prompt)
     : params_(std::move(params)), rng_(params_.seed.value_or(fallback_seed)) {
   if (params_.repetition_penalty != 1.0f) {
     for (int32_t id : prompt) Record(id);

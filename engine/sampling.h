@@ -20,13 +20,13 @@
 namespace strata::engine {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
-  int top_k = 0;             // 0 or −1: off
-  float top_p = 1.0f;        // (0, 1]
-  float min_p = 0.0f;        // [0, 1]
-  float repetition_penalty = 1.0f;  // > 0
-  float presence_penalty = 0.0f;    // [−2, 2]
-  float frequency_penalty = 0.0f;   // [−2, 2]
+  float temperature = 1.0f;                           // 0 = greedy
+  int top_k = 0;                                      // 0 or −1: off
+  float top_p = 1.0f;                                 // (0, 1]
+  float min_p = 0.0f;                                 // [0, 1]
+  float repetition_penalty = 1.0f;                    // > 0
+  float presence_penalty = 0.0f;                      // [−2, 2]
+  float frequency_penalty = 0.0f;                     // [−2, 2]
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id → bias in [−100, 100]
   std::optional<uint64_t> seed;
 
@@ -63,8 +63,8 @@ class Sampler {
   SamplingParams params_;
   Rng rng_;
   std::unordered_map<int32_t, int32_t> output_counts_;
-  std::vector<int32_t> seen_;        // distinct prompt + output ids (repetition penalty)
-  std::vector<uint8_t> seen_mask_;   // grown lazily to vocab
+  std::vector<int32_t> seen_;       // distinct prompt + output ids (repetition penalty)
+  std::vector<uint8_t> seen_mask_;  // grown lazily to vocab
   std::vector<std::pair<float, int32_t>> scratch_;
 };
 

@@ -58,8 +58,7 @@ TEST(SamplingTest, DrawFrequenciesFollowTheSoftmax) {
 }
 
 TEST(SamplingTest, TopKTopPAndMinPRestrictTheCandidates) {
-  const std::vector<float> base = {std::log(0.4f), std::log(0.3f), std::log(0.2f),
-                                   std::log(0.1f)};
+  const std::vector<float> base = {std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)};
   auto support = [&](SamplingParams p) {
     p.seed = 3;
     Sampler sampler(p, 0, {});
@@ -121,8 +120,7 @@ TEST(SamplingTest, ValidateNamesTheFieldAndTheRange) {
   EXPECT_FALSE(p.Validate(10).ok());
   p = {};
   p.logit_bias = {{10, 1.0f}};
-  EXPECT_EQ(p.Validate(10).message(),
-            "logit_bias token id 10 is outside the vocabulary [0, 10)");
+  EXPECT_EQ(p.Validate(10).message(), "logit_bias token id 10 is outside the vocabulary [0, 10)");
   p = {};
   p.presence_penalty = 3;
   EXPECT_FALSE(p.Validate(10).ok());

@@ -29,18 +29,18 @@ enum class SlotInit : uint8_t {
 
 struct ScheduledSequence {
   SequenceId seq_id = 0;
-  std::vector<int32_t> token_ids;       // the new tokens of this step (prefill chunk or 1 decode)
-  int64_t num_computed_tokens = 0;      // tokens already in the caches (= position of token 0)
-  std::vector<int32_t> block_table;     // MLA blocks covering [0, num_computed + new)
-  int32_t slot = -1;                    // KDA state slot (−1 when the model has no KDA layers)
+  std::vector<int32_t> token_ids;    // the new tokens of this step (prefill chunk or 1 decode)
+  int64_t num_computed_tokens = 0;   // tokens already in the caches (= position of token 0)
+  std::vector<int32_t> block_table;  // MLA blocks covering [0, num_computed + new)
+  int32_t slot = -1;                 // KDA state slot (−1 when the model has no KDA layers)
   SlotInit slot_init = SlotInit::kCarry;
-  int32_t source_checkpoint = -1;       // with kFromCheckpoint
-  int32_t save_checkpoint = -1;         // ≥ 0: copy the slot into this checkpoint after the step
-  bool sample = false;                  // the last new token's logits are sampled
+  int32_t source_checkpoint = -1;  // with kFromCheckpoint
+  int32_t save_checkpoint = -1;    // ≥ 0: copy the slot into this checkpoint after the step
+  bool sample = false;             // the last new token's logits are sampled
   // The sampler of this sequence, created by the scheduler at admission; the executor calls it
   // (shared so a preempted sequence keeps its RNG and penalty state).
   std::shared_ptr<Sampler> sampler;
-  int num_logprobs = -1;                // ≥ 0: also return log-probabilities (top n)
+  int num_logprobs = -1;  // ≥ 0: also return log-probabilities (top n)
 };
 
 struct StepPlan {
@@ -61,8 +61,8 @@ struct TokenLogprob {
 struct SampledToken {
   SequenceId seq_id = 0;
   int32_t token_id = 0;
-  float logprob = 0.0f;                   // of the chosen token (when requested)
-  std::vector<TokenLogprob> top_logprobs; // when num_logprobs > 0
+  float logprob = 0.0f;                    // of the chosen token (when requested)
+  std::vector<TokenLogprob> top_logprobs;  // when num_logprobs > 0
 };
 
 struct StepResult {

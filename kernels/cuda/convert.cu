@@ -14,8 +14,7 @@ __global__ void Bf16ToF32Kernel(const uint16_t* __restrict__ src, int64_t count,
 
 }  // namespace
 
-cudaError_t ConvertBf16ToF32(const uint16_t* src, int64_t count, float* dst,
-                             cudaStream_t stream) {
+cudaError_t ConvertBf16ToF32(const uint16_t* src, int64_t count, float* dst, cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   constexpr int kThreads = 256;
   int64_t blocks = (count + kThreads - 1) / kThreads;

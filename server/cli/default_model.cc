@@ -1,9 +1,9 @@
 #include "server/cli/default_model.h"
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
-#include <unistd.h>
 
 #include "core/log.h"
 #include "core/status.h"

@@ -94,8 +94,7 @@ std::string FlagsHelp(const std::vector<FlagSpec>& specs) {
   return out;
 }
 
-absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text,
-                                                 const std::string& what) {
+absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& what) {
   std::vector<int32_t> ids;
   for (absl::string_view piece : absl::StrSplit(text, ',')) {
     piece = absl::StripAsciiWhitespace(piece);

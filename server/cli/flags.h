@@ -16,9 +16,9 @@
 namespace strata::cli {
 
 struct FlagSpec {
-  std::string name;     // without dashes
-  bool takes_value;     // false: boolean switch
-  std::string help;     // one line
+  std::string name;  // without dashes
+  bool takes_value;  // false: boolean switch
+  std::string help;  // one line
 };
 
 class Flags {

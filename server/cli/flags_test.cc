@@ -27,8 +27,7 @@ TEST(FlagsTest, RejectsUnknownFlagsMissingValuesAndBadNumbers) {
   ASSERT_TRUE(flags.ok());
   EXPECT_EQ(flags->GetInt("max-tokens", 0, 0, 100).status().message(),
             "--max-tokens expects an integer, got 'x1'");
-  EXPECT_EQ(flags->GetInt("t", 0, 0, 100).status().message(),
-            "--t must be in [0, 100], got 500");
+  EXPECT_EQ(flags->GetInt("t", 0, 0, 100).status().message(), "--t must be in [0, 100], got 500");
   EXPECT_FALSE(flags->GetDouble("t", 0, 2).ok());
 }
 

@@ -25,10 +25,11 @@ int Fail(const std::string& command, const absl::Status& status) {
 
 void PrintMemoryUse(const engine::Model& model) {
   const engine::CacheGeometry& g = model.geometry();
-  LOG_INFO("engine", "cache per token: {} bytes (MLA latent, {} layers x {} f32); state per "
+  LOG_INFO("engine",
+           "cache per token: {} bytes (MLA latent, {} layers x {} f32); state per "
            "sequence: {} bytes (KDA, {} layers)",
-           g.latent_bytes_per_token(), g.num_mla_layers, g.latent_dim,
-           g.state_bytes_per_sequence(), g.num_kda_layers);
+           g.latent_bytes_per_token(), g.num_mla_layers, g.latent_dim, g.state_bytes_per_sequence(),
+           g.num_kda_layers);
 }
 
 absl::StatusOr<std::unique_ptr<engine::Model>> LoadModel(const Flags& flags) {
