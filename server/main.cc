@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "engine/tokenizer/cli_commands.h"
 #include "server/cli/commands.h"
 
 namespace {
@@ -21,6 +22,11 @@ const Subcommand kSubcommands[] = {
      "generate token ids after --prompt-ids (JSON array on stdout)"},
     {"logits", strata::cli::LogitsCommand,
      "write float32 logits [positions, vocab] of --ids-file to --out (.npy)"},
+    {"tokenize", strata::engine::TokenizeCommand,
+     "print the token ids of --text-file as one JSON array"},
+    {"detokenize", strata::engine::DetokenizeCommand, "print the text of --ids"},
+    {"chat-template", strata::engine::ChatTemplateCommand,
+     "render --messages-file with the checkpoint's chat template"},
 };
 
 void PrintUsage(FILE* out) {

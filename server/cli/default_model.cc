@@ -7,13 +7,15 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "tools/bpe_trainer/demo_tokenizer.h"
 #include "tools/checkpoint_generator.h"
 
 namespace strata::cli {
 namespace {
 
 // Bump when the demo checkpoint's contents change so stale caches are not reused.
-constexpr char kDemoName[] = "demo-k3-v1";
+// v2: the directory also holds the demo tokenizer (tiktoken.model, tokenizer_config.json).
+constexpr char kDemoName[] = "demo-k3-v2";
 
 }  // namespace
 
@@ -45,6 +47,7 @@ absl::StatusOr<std::string> EnsureDefaultModel() {
   options.family = "k3";
   options.preset = "demo";
   RETURN_IF_ERROR(tools::GenerateCheckpoint(options, tmp.string()).status());
+  RETURN_IF_ERROR(tools::WriteDemoTokenizer(tmp.string()));
   fs::rename(tmp, dir, ec);
   if (ec && !fs::exists(dir / "config.json")) {  // another process may have won the race
     return absl::InternalError("cannot move " + tmp.string() + " to " + dir.string() + ": " +

@@ -1,0 +1,126 @@
+#include "engine/tokenizer/chat_template.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "engine/tokenizer/internal/absl_view.h"
+#include "engine/tokenizer/jinja/interpreter.h"
+
+namespace strata::engine {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using internal::Av;
+
+// Locates errors as the chat template's, except raise_exception() messages, which are the
+// template's own words for the client.
+absl::Status Prefixed(const absl::Status& s) {
+  if (jinja::IsRaisedError(s)) return s;
+  return absl::Status(s.code(),
+                      absl::StrCat("chat template: ",
+                                   Av(std::string_view(s.message().data(), s.message().size()))));
+}
+
+Json SortKeysDeep(const Json& v) {
+  if (v.is_object()) {
+    std::vector<std::string> keys;
+    for (const auto& [k, item] : v.items()) keys.push_back(k);
+    std::sort(keys.begin(), keys.end());
+    Json out = Json::object();
+    for (const std::string& k : keys) out[k] = SortKeysDeep(v.at(k));
+    return out;
+  }
+  if (v.is_array()) {
+    Json out = Json::array();
+    for (const Json& item : v) out.push_back(SortKeysDeep(item));
+    return out;
+  }
+  return v;
+}
+
+// vLLM's _postprocess_messages: tool-call arguments become objects for the template.
+absl::StatusOr<Json> NormaliseMessages(const Json& messages, const ChatTemplateOptions& options) {
+  if (!messages.is_array()) return absl::InvalidArgumentError("messages must be an array");
+  Json out = messages;
+  for (size_t i = 0; i < out.size(); ++i) {
+    Json& m = out[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", i, "] must be an object with a string 'role'"));
+    }
+    if (!options.parse_tool_arguments || !m.contains("tool_calls") || !m["tool_calls"].is_array()) {
+      continue;
+    }
+    for (Json& call : m["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        continue;
+      Json& fn = call["function"];
+      if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+      Json parsed = Json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+      if (!parsed.is_discarded()) fn["arguments"] = std::move(parsed);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string_view source,
+                                                  ChatTemplateTokens tokens,
+                                                  ChatTemplateOptions options) {
+  absl::StatusOr<std::shared_ptr<const jinja::Template>> t = jinja::Template::Parse(source);
+  if (!t.ok()) return Prefixed(t.status());
+  ChatTemplate ct;
+  ct.template_ = std::move(*t);
+  ct.tokens_ = std::move(tokens);
+  ct.options_ = options;
+  return ct;
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::ForTokenizer(const Tokenizer& tokenizer,
+                                                        bool with_tools) {
+  const TokenizerConfig& config = tokenizer.config();
+  const auto& templates = config.chat_templates;
+  std::string_view source = BuiltinKimiChatTemplate();
+  if (with_tools && templates.count("tool_use")) {
+    source = templates.at("tool_use");
+  } else if (templates.count("default")) {
+    source = templates.at("default");
+  } else if (!templates.empty()) {
+    source = templates.begin()->second;
+  }
+  ChatTemplateTokens tokens{config.bos_token, config.eos_token, config.pad_token, config.unk_token};
+  ChatTemplateOptions options;
+  options.sort_tool_keys = config.kimi_tokenizer;
+  return Create(source, std::move(tokens), options);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& inputs) const {
+  absl::StatusOr<Json> messages = NormaliseMessages(inputs.messages, options_);
+  if (!messages.ok()) return Prefixed(messages.status());
+  if (!inputs.tools.is_null() && !inputs.tools.is_array()) {
+    return absl::InvalidArgumentError("chat template: tools must be an array");
+  }
+  if (!inputs.kwargs.is_null() && !inputs.kwargs.is_object()) {
+    return absl::InvalidArgumentError("chat template: chat_template_kwargs must be an object");
+  }
+  Json context = Json::object();
+  context["messages"] = std::move(*messages);
+  context["tools"] = options_.sort_tool_keys ? SortKeysDeep(inputs.tools) : inputs.tools;
+  context["add_generation_prompt"] = inputs.add_generation_prompt;
+  for (auto [name, value] :
+       {std::pair{"bos_token", &tokens_.bos_token}, std::pair{"eos_token", &tokens_.eos_token},
+        std::pair{"pad_token", &tokens_.pad_token}, std::pair{"unk_token", &tokens_.unk_token}}) {
+    if (value->has_value()) context[name] = **value;
+  }
+  if (inputs.kwargs.is_object()) {
+    for (const auto& [k, v] : inputs.kwargs.items()) {
+      if (k != "messages") context[k] = v;
+    }
+  }
+  absl::StatusOr<std::string> out = template_->Render(context);
+  if (!out.ok()) return Prefixed(out.status());
+  return out;
+}
+
+}  // namespace strata::engine

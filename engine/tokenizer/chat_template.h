@@ -1,0 +1,73 @@
+// Chat templates: OpenAI-style messages -> the prompt text the model was trained on, rendered
+// with the checkpoint's own Jinja `chat_template` (see jinja/ for the interpreter).
+//
+// Render context (as transformers' apply_chat_template builds it): `messages`, `tools` (none
+// when absent), `add_generation_prompt`, `bos_token` / `eos_token` / `pad_token` / `unk_token`
+// when known, and every key of chat_template_kwargs at the top level (they may not replace
+// `messages`). Message shapes are passed through (string or content-part arrays, tool_calls,
+// tool results, system/developer roles), except:
+//   * parse_tool_arguments (default on, as vLLM does): an assistant tool call's
+//     function.arguments JSON string is parsed into an object before rendering;
+//   * sort_tool_keys (on for Kimi's tokenizer, whose apply_chat_template deep-sorts tools):
+//     object keys of `tools` are sorted recursively.
+// Errors are InvalidArgument: malformed messages, template syntax errors, runtime errors, and
+// raise_exception() with the template's own message.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "engine/tokenizer/jinja/template.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace strata::engine {
+
+struct ChatTemplateOptions {
+  bool parse_tool_arguments = true;
+  bool sort_tool_keys = false;
+};
+
+struct ChatTemplateInputs {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null, or an array of tool declarations
+  bool add_generation_prompt = false;
+  nlohmann::ordered_json kwargs;  // null, or an object of extra template variables
+};
+
+// Special-token strings exposed to the template.
+struct ChatTemplateTokens {
+  std::optional<std::string> bos_token;
+  std::optional<std::string> eos_token;
+  std::optional<std::string> pad_token;
+  std::optional<std::string> unk_token;
+};
+
+class ChatTemplate {
+ public:
+  static absl::StatusOr<ChatTemplate> Create(std::string_view source, ChatTemplateTokens tokens,
+                                             ChatTemplateOptions options = {});
+
+  // The tokenizer's template: "tool_use" when `with_tools` and present, else "default", else
+  // the only one; the built-in Kimi template when the checkpoint has none.
+  static absl::StatusOr<ChatTemplate> ForTokenizer(const Tokenizer& tokenizer, bool with_tools);
+
+  absl::StatusOr<std::string> Render(const ChatTemplateInputs& inputs) const;
+
+ private:
+  std::shared_ptr<const jinja::Template> template_;
+  ChatTemplateTokens tokens_;
+  ChatTemplateOptions options_;
+};
+
+// Strata's built-in Kimi-style template (the format API.md describes): turns
+// `<|im_{system,user,assistant}|>ROLE<|im_middle|>...<|im_end|>`, a default system turn, a
+// tool_declare turn with compact JSON, tool calls in Kimi's section format, tool results as
+// "## Return of ID". chat_template_kwargs: `thinking` (bool) opens `<think>` in the generation
+// prompt.
+std::string_view BuiltinKimiChatTemplate();
+
+}  // namespace strata::engine

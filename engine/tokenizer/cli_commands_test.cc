@@ -1,0 +1,86 @@
+#include "engine/tokenizer/cli_commands.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/tokenizer/bpe_vocab.h"
+
+namespace strata::engine {
+namespace {
+
+class CliCommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/cli_model";
+    std::filesystem::create_directories(dir_);
+    std::vector<std::string> tokens;
+    for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+    for (const char* t : {"he", "ll", "hell", "hello", " w"}) tokens.emplace_back(t);
+    Write("tiktoken.model", (*BpeVocab::FromTokens(tokens))->ToTiktoken());
+    Write("tokenizer_config.json", R"({
+      "added_tokens_decoder": {"261": {"content": "[BOS]", "special": true},
+                               "262": {"content": "<|im_end|>", "special": true}},
+      "bos_token": "[BOS]", "add_bos_token": true,
+      "chat_template": "{% for m in messages %}{{ m.role }}:{{ m.content }}<|im_end|>{% endfor %}{% if tools %}T{{ tools | length }}{% endif %}{% if add_generation_prompt %}>{% endif %}"
+    })");
+    Write("text.txt", "hello world<|im_end|>");
+    Write("messages.json", R"([{"role": "user", "content": "hi"}])");
+    Write("tools.json", R"([{"type": "function", "function": {"name": "f"}}])");
+    Write("bad.json", R"([{"content": "no role"}])");
+  }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ + "/" + name, std::ios::binary) << text;
+  }
+  // Runs `command` and returns (exit code, stdout).
+  std::pair<int, std::string> Run(int (*command)(const std::vector<std::string>&),
+                                  std::vector<std::string> args) {
+    ::testing::internal::CaptureStdout();
+    const int rc = command(args);
+    return {rc, ::testing::internal::GetCapturedStdout()};
+  }
+  std::string dir_;
+};
+
+TEST_F(CliCommandsTest, TokenizePrintsOneJsonArray) {
+  auto [rc, out] = Run(TokenizeCommand, {"--model", dir_, "--text-file", dir_ + "/text.txt"});
+  EXPECT_EQ(rc, 0);
+  // Special text stays ordinary without --add-special-tokens.
+  EXPECT_EQ(out.substr(0, 29), "[259,260,111,114,108,100,60,1");
+  auto [rc2, out2] = Run(TokenizeCommand, {"--model=" + dir_, "--text-file", dir_ + "/text.txt",
+                                           "--add-special-tokens"});
+  EXPECT_EQ(rc2, 0);
+  EXPECT_EQ(out2, "[261,259,260,111,114,108,100,262]\n");
+}
+
+TEST_F(CliCommandsTest, DetokenizePrintsTextExactly) {
+  auto [rc, out] = Run(DetokenizeCommand, {"--model", dir_, "--ids", "261,259,260,262"});
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "[BOS]hello w<|im_end|>");
+  auto [rc2, out2] =
+      Run(DetokenizeCommand, {"--model", dir_, "--ids", "261,259,262", "--skip-special-tokens"});
+  EXPECT_EQ(out2, "hello");
+  EXPECT_EQ(Run(DetokenizeCommand, {"--model", dir_, "--ids", "1,x"}).first, 2);
+  EXPECT_EQ(Run(DetokenizeCommand, {"--model", dir_, "--ids", "9999"}).first, 1);
+}
+
+TEST_F(CliCommandsTest, ChatTemplatePrintsPromptWithoutTrailingNewline) {
+  auto [rc, out] =
+      Run(ChatTemplateCommand, {"--model", dir_, "--messages-file", dir_ + "/messages.json",
+                                "--add-generation-prompt", "--tools-file", dir_ + "/tools.json"});
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "user:hi<|im_end|>T1>");
+  EXPECT_EQ(
+      Run(ChatTemplateCommand, {"--model", dir_, "--messages-file", dir_ + "/bad.json"}).first, 1);
+}
+
+TEST_F(CliCommandsTest, UsageErrorsReturnTwo) {
+  EXPECT_EQ(Run(TokenizeCommand, {"--model", dir_}).first, 2);
+  EXPECT_EQ(Run(TokenizeCommand, {"--bogus"}).first, 2);
+  EXPECT_EQ(Run(ChatTemplateCommand, {"--model"}).first, 2);
+  EXPECT_EQ(Run(TokenizeCommand, {"--model", dir_ + "/missing", "--text-file", "x"}).first, 1);
+}
+
+}  // namespace
+}  // namespace strata::engine

@@ -1,0 +1,50 @@
+#include "kvcache/block_hash.h"
+
+#include "core/check.h"
+
+namespace strata::kvcache {
+namespace {
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+constexpr uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+constexpr uint64_t Absorb(uint64_t h, uint64_t word) { return Mix((h ^ word) + kGolden); }
+
+}  // namespace
+
+BlockHash HashBlock(BlockHash parent, const int32_t* token_ids, int n, uint64_t cache_salt) {
+  CHECK_GE(n, 0);
+  uint64_t h = Absorb(Absorb(Absorb(0, parent), cache_salt), static_cast<uint64_t>(n));
+  int i = 0;
+  for (; i + 1 < n; i += 2) {
+    uint64_t lo = static_cast<uint32_t>(token_ids[i]);
+    uint64_t hi = static_cast<uint32_t>(token_ids[i + 1]);
+    h = Absorb(h, lo | (hi << 32));
+  }
+  if (i < n) h = Absorb(h, static_cast<uint32_t>(token_ids[i]));
+  return h;
+}
+
+std::vector<BlockHash> HashFullBlocks(const std::vector<int32_t>& tokens, int block_size,
+                                      uint64_t salt) {
+  CHECK_GT(block_size, 0);
+  size_t num_full = tokens.size() / static_cast<size_t>(block_size);
+  std::vector<BlockHash> hashes;
+  hashes.reserve(num_full);
+  BlockHash parent = kRootHash;
+  for (size_t b = 0; b < num_full; ++b) {
+    parent = HashBlock(parent, tokens.data() + b * block_size, block_size, salt);
+    hashes.push_back(parent);
+  }
+  return hashes;
+}
+
+}  // namespace strata::kvcache

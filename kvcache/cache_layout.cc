@@ -1,0 +1,82 @@
+#include "kvcache/cache_layout.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+
+namespace strata::kvcache {
+
+std::string_view LatentDTypeName(LatentDType dtype) {
+  switch (dtype) {
+    case LatentDType::kF32:
+      return "f32";
+    case LatentDType::kBF16:
+      return "bf16";
+    case LatentDType::kFP8:
+      return "fp8";
+  }
+  return "?";
+}
+
+int64_t LatentBytesPerToken(LatentDType dtype, int32_t latent_dim) {
+  CHECK_GT(latent_dim, 0);
+  switch (dtype) {
+    case LatentDType::kF32:
+      return int64_t{4} * latent_dim;
+    case LatentDType::kBF16:
+      return int64_t{2} * latent_dim;
+    case LatentDType::kFP8: {
+      int64_t nope = latent_dim - kRopeDims;
+      CHECK(nope > 0 && nope % 128 == 0)
+          << "fp8 latent needs (latent_dim - 64) % 128 == 0, got " << latent_dim;
+      return nope + nope / 128 * 4 + int64_t{2} * kRopeDims;
+    }
+  }
+  return 0;
+}
+
+int64_t CacheLayout::MlaLayerOffset(int32_t mla_layer) const {
+  CHECK(mla_layer >= 0 && mla_layer < num_mla_layers) << "MLA layer " << mla_layer;
+  return AlignRegion(mla_layer_bytes()) * mla_layer;
+}
+
+int64_t CacheLayout::KdaStateOffset(int32_t kda_layer) const {
+  CHECK(kda_layer >= 0 && kda_layer < num_kda_layers) << "KDA layer " << kda_layer;
+  int64_t kda_begin = AlignRegion(mla_layer_bytes()) * num_mla_layers;
+  int64_t per_layer = AlignRegion(kda_state_bytes_per_layer * num_state_rows()) +
+                      AlignRegion(kda_conv_bytes_per_layer * num_state_rows());
+  return kda_begin + per_layer * kda_layer;
+}
+
+int64_t CacheLayout::KdaConvOffset(int32_t kda_layer) const {
+  return KdaStateOffset(kda_layer) + AlignRegion(kda_state_bytes_per_layer * num_state_rows());
+}
+
+int64_t CacheLayout::TotalBytes() const {
+  int64_t per_kda_layer = AlignRegion(kda_state_bytes_per_layer * num_state_rows()) +
+                          AlignRegion(kda_conv_bytes_per_layer * num_state_rows());
+  return AlignRegion(mla_layer_bytes()) * num_mla_layers + per_kda_layer * num_kda_layers;
+}
+
+absl::Status CacheLayout::Validate() const {
+  if (num_mla_layers < 0 || num_blocks < 0 || num_kda_layers < 0 || num_slots < 0 ||
+      num_checkpoints < 0 || kda_state_bytes_per_layer < 0 || kda_conv_bytes_per_layer < 0) {
+    return absl::InvalidArgumentError("cache layout: counts and sizes must be >= 0");
+  }
+  if (block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cache layout: block_size ", block_size));
+  }
+  if (latent_dim <= kRopeDims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache layout: latent_dim ", latent_dim, " must exceed ", kRopeDims));
+  }
+  if (latent_dtype == LatentDType::kFP8 && (latent_dim - kRopeDims) % 128 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache layout: fp8 latent needs (latent_dim - 64) % 128 == 0, got ", latent_dim));
+  }
+  if (num_kda_layers > 0 && kda_state_bytes_per_layer <= 0) {
+    return absl::InvalidArgumentError("cache layout: KDA layers need kda_state_bytes_per_layer");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::kvcache

@@ -1,0 +1,208 @@
+#include "kvcache/prefix_cache.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+
+namespace strata::kvcache {
+
+PrefixCache::PrefixCache(BlockPool* pool, int32_t num_checkpoint_slots,
+                         int checkpoint_every_n_blocks, int block_size, bool needs_checkpoints)
+    : pool_(pool),
+      every_n_blocks_(checkpoint_every_n_blocks),
+      block_size_(block_size),
+      needs_checkpoints_(needs_checkpoints),
+      states_(static_cast<size_t>(num_checkpoint_slots), State::kFree),
+      hashes_(static_cast<size_t>(num_checkpoint_slots), 0),
+      lru_(num_checkpoint_slots) {
+  CHECK(pool != nullptr);
+  CHECK_GE(num_checkpoint_slots, 0);
+  CHECK_GE(checkpoint_every_n_blocks, 0);
+  CHECK_GT(block_size, 0);
+  free_.reserve(static_cast<size_t>(num_checkpoint_slots));
+  for (CheckpointId id = num_checkpoint_slots - 1; id >= 0; --id) free_.push_back(id);
+  pool_->SetEvictionCallback([this](BlockId, BlockHash hash) { OnBlockEvicted(hash); });
+}
+
+PrefixCache::~PrefixCache() { pool_->SetEvictionCallback(nullptr); }
+
+PrefixMatch PrefixCache::Lookup(const std::vector<BlockHash>& block_hashes) const {
+  PrefixMatch match;
+  size_t usable = 0;  // blocks [0, usable) form the best hit so far
+  std::vector<BlockId> chain;
+  chain.reserve(block_hashes.size());
+  for (BlockHash hash : block_hashes) {
+    std::optional<BlockId> block = pool_->FindCached(hash);
+    if (!block) break;
+    chain.push_back(*block);
+    if (!needs_checkpoints_) {
+      usable = chain.size();
+      continue;
+    }
+    if (std::optional<CheckpointId> id = FindCheckpoint(hash)) {
+      usable = chain.size();
+      match.checkpoint = *id;
+    }
+  }
+  chain.resize(usable);
+  match.blocks = std::move(chain);
+  match.num_tokens = static_cast<int64_t>(usable) * block_size_;
+  ++stats_.num_queries;
+  stats_.num_query_tokens += static_cast<int64_t>(block_hashes.size()) * block_size_;
+  if (usable > 0) {
+    ++stats_.num_hits;
+    stats_.num_hit_tokens += match.num_tokens;
+  }
+  return match;
+}
+
+void PrefixCache::Acquire(const PrefixMatch& match) {
+  CHECK_EQ(match.num_tokens, static_cast<int64_t>(match.blocks.size()) * block_size_);
+  for (BlockId b : match.blocks) CHECK(pool_->is_cached(b)) << "stale match: block " << b;
+  if (needs_checkpoints_ && !match.blocks.empty()) CHECK_GE(match.checkpoint, 0);
+  pool_->Touch(match.blocks);
+  if (match.checkpoint >= 0) {
+    CHECK(match.checkpoint < num_checkpoint_slots() &&
+          states_[match.checkpoint] == State::kCommitted)
+        << "stale match: checkpoint " << match.checkpoint;
+    lru_.Remove(match.checkpoint);
+    lru_.PushBack(match.checkpoint);
+  }
+}
+
+bool PrefixCache::ShouldCheckpoint(int64_t num_tokens_after_step, int64_t prompt_len) const {
+  if (!keeps_checkpoints()) return false;
+  if (num_tokens_after_step <= 0 || num_tokens_after_step % block_size_ != 0) return false;
+  int64_t num_blocks = num_tokens_after_step / block_size_;
+  if (every_n_blocks_ > 0 && num_blocks % every_n_blocks_ == 0) return true;
+  return num_blocks == prompt_len / block_size_;
+}
+
+std::vector<int64_t> PrefixCache::CheckpointBoundaries(int64_t begin_tokens, int64_t end_tokens,
+                                                       int64_t prompt_len) const {
+  std::vector<int64_t> boundaries;
+  if (!keeps_checkpoints() || end_tokens <= begin_tokens) return boundaries;
+  if (every_n_blocks_ > 0) {
+    int64_t stride = static_cast<int64_t>(every_n_blocks_) * block_size_;
+    for (int64_t b = (begin_tokens / stride + 1) * stride; b <= end_tokens; b += stride) {
+      boundaries.push_back(b);
+    }
+  }
+  int64_t prompt_end = prompt_len / block_size_ * block_size_;
+  if (prompt_end > begin_tokens && prompt_end <= end_tokens && prompt_end > 0 &&
+      !std::binary_search(boundaries.begin(), boundaries.end(), prompt_end)) {
+    boundaries.insert(std::lower_bound(boundaries.begin(), boundaries.end(), prompt_end),
+                      prompt_end);
+  }
+  return boundaries;
+}
+
+std::optional<CheckpointId> PrefixCache::ReserveCheckpoint(BlockHash boundary_hash) {
+  if (!keeps_checkpoints() || by_hash_.contains(boundary_hash)) return std::nullopt;
+  if (free_.empty()) {
+    if (lru_.empty()) return std::nullopt;  // every slot is pending
+    Release(lru_.Front());
+    ++stats_.num_checkpoints_evicted;
+  }
+  CheckpointId id = free_.back();
+  free_.pop_back();
+  states_[id] = State::kPending;
+  hashes_[id] = boundary_hash;
+  by_hash_.emplace(boundary_hash, id);
+  ++num_pending_;
+  return id;
+}
+
+bool PrefixCache::CommitCheckpoint(CheckpointId id) {
+  CHECK(id >= 0 && id < num_checkpoint_slots() && states_[id] == State::kPending)
+      << "checkpoint " << id << " is not pending";
+  if (!pool_->FindCached(hashes_[id])) {
+    Release(id);
+    ++stats_.num_checkpoints_invalidated;
+    return false;
+  }
+  states_[id] = State::kCommitted;
+  --num_pending_;
+  lru_.PushBack(id);
+  ++stats_.num_checkpoints_committed;
+  return true;
+}
+
+void PrefixCache::CancelCheckpoint(CheckpointId id) {
+  CHECK(id >= 0 && id < num_checkpoint_slots() && states_[id] == State::kPending)
+      << "checkpoint " << id << " is not pending";
+  Release(id);
+}
+
+std::optional<CheckpointId> PrefixCache::FindCheckpoint(BlockHash boundary_hash) const {
+  auto it = by_hash_.find(boundary_hash);
+  if (it == by_hash_.end() || states_[it->second] != State::kCommitted) return std::nullopt;
+  return it->second;
+}
+
+double PrefixCache::hit_rate() const {
+  if (stats_.num_query_tokens == 0) return 0.0;
+  return static_cast<double>(stats_.num_hit_tokens) / static_cast<double>(stats_.num_query_tokens);
+}
+
+void PrefixCache::OnBlockEvicted(BlockHash hash) {
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end() || states_[it->second] != State::kCommitted) return;
+  Release(it->second);
+  ++stats_.num_checkpoints_invalidated;
+}
+
+void PrefixCache::Release(CheckpointId id) {
+  CHECK(states_[id] != State::kFree);
+  if (states_[id] == State::kCommitted) {
+    lru_.Remove(id);
+  } else {
+    --num_pending_;
+  }
+  by_hash_.erase(hashes_[id]);
+  states_[id] = State::kFree;
+  free_.push_back(id);
+}
+
+absl::Status PrefixCache::CheckInvariants() const {
+  int32_t num_free = 0, num_pending = 0, num_committed = 0;
+  for (CheckpointId id = 0; id < num_checkpoint_slots(); ++id) {
+    State state = states_[id];
+    bool in_lru = lru_.Contains(id);
+    if (in_lru != (state == State::kCommitted)) {
+      return absl::InternalError(absl::StrCat("checkpoint ", id, " LRU membership wrong"));
+    }
+    if (state == State::kFree) {
+      ++num_free;
+      continue;
+    }
+    if (state == State::kPending) {
+      ++num_pending;
+    } else {
+      ++num_committed;
+    }
+    auto it = by_hash_.find(hashes_[id]);
+    if (it == by_hash_.end() || it->second != id) {
+      return absl::InternalError(absl::StrCat("checkpoint ", id, " missing from the map"));
+    }
+    if (state == State::kCommitted && !pool_->FindCached(hashes_[id])) {
+      return absl::InternalError(absl::StrCat("checkpoint ", id, " outlived its boundary block"));
+    }
+  }
+  std::vector<uint8_t> seen(states_.size(), 0);
+  for (CheckpointId id : free_) {
+    if (id < 0 || id >= num_checkpoint_slots() || states_[id] != State::kFree || seen[id]) {
+      return absl::InternalError(absl::StrCat("free checkpoint list corrupt at ", id));
+    }
+    seen[id] = 1;
+  }
+  if (num_free != static_cast<int32_t>(free_.size()) || num_pending != num_pending_ ||
+      num_committed != lru_.size() ||
+      static_cast<int32_t>(by_hash_.size()) != num_pending + num_committed) {
+    return absl::InternalError("checkpoint counts disagree");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::kvcache

@@ -1,0 +1,156 @@
+// PrefixCache: prefix hits over the BlockPool's cached full blocks plus KDA checkpoints.
+//
+// KDA layers keep one recurrent state per sequence, updated in place, so a cached prefix is
+// usable only where a copy of that state was saved: a *checkpoint* at a block boundary (all
+// KDA layers' S and conv cache, one row per layer, see cache_layout.h). A prefix hit therefore
+// needs both
+//   * the MLA blocks of every full block of the prefix cached in the BlockPool, and
+//   * a committed checkpoint at exactly the prefix's end boundary,
+// and it *copies* the checkpoint into the sequence's private slot (a checkpoint is never a live
+// slot and is never updated in place). For a model without KDA layers construct with
+// needs_checkpoints = false: then any cached chain is a hit and no checkpoints are kept.
+//
+// Checkpoint placement (ShouldCheckpoint): a boundary of b tokens (b % block_size == 0, b > 0)
+// is a checkpoint point when b is a multiple of checkpoint_every_n_blocks blocks (0 = never) or
+// b is the last block boundary inside the prompt, floor(prompt_len / block_size) * block_size
+// (so the next turn of a conversation finds the state at the end of this turn's prompt).
+//
+// Checkpoints live in `num_checkpoint_slots` slots under their own byte budget (the memory
+// planner's share), keyed by the boundary's block hash. States of a checkpoint slot:
+//   free -> pending (ReserveCheckpoint; the executor writes it at the end of this step;
+//           invisible to Lookup and never evicted) -> committed (CommitCheckpoint; visible,
+//           LRU-ordered) -> free (LRU eviction by ReserveCheckpoint, invalidation, or
+//           CancelCheckpoint of a pending one).
+//
+// A checkpoint never outlives the cached blocks it belongs to. Chosen design, both halves:
+//   * eager: the BlockPool eviction callback drops the committed checkpoint whose boundary
+//     block was evicted (its budget is reusable at once), and CommitCheckpoint drops a
+//     checkpoint whose boundary block is not cached (any more);
+//   * verified: Lookup walks the hash chain from block 0 and stops at the first block not
+//     cached, so a checkpoint behind an evicted earlier block is unreachable (it then ages out
+//     of the LRU list).
+// Invariant (CheckInvariants): every committed checkpoint's boundary hash is cached in the pool.
+//
+// Use within one engine step (the scheduler drives it; the executor copies bytes):
+//   Schedule()
+//     admission: hashes = HashFullBlocks(prompt[0, prompt_len - 1), ...)  (leave >= 1 token to
+//       compute); m = Lookup(hashes); Acquire(m) BEFORE any BlockPool::Allocate (Allocate may
+//       evict m's free blocks); block_table = m.blocks; num_computed_tokens = m.num_tokens;
+//       slot starts from checkpoint m.checkpoint (or fresh when -1). The copy must be in the
+//       same step as the Acquire.
+//     a step whose end (or, if the executor saves mid-step, some position in it) is a boundary
+//       from CheckpointBoundaries(): id = ReserveCheckpoint(hash of the block ending there).
+//   Execute(): all checkpoint -> slot copies, then the forward, then all slot -> checkpoint
+//     copies (so reusing a checkpoint slot within one step is safe).
+//   Commit(): BlockPool::CacheFullBlock for newly full blocks first, then CommitCheckpoint(id).
+//     A sequence aborted or preempted between Reserve and Commit: CancelCheckpoint(id).
+//
+// Not thread-safe: owned by the engine loop thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "kvcache/block_pool.h"
+#include "kvcache/ids.h"
+#include "kvcache/internal/index_list.h"
+
+namespace strata::kvcache {
+
+struct PrefixMatch {
+  std::vector<BlockId> blocks;   // the matched full blocks, block 0 first
+  int64_t num_tokens = 0;        // blocks.size() * block_size
+  CheckpointId checkpoint = -1;  // state at num_tokens; -1 when no hit or no KDA layers
+};
+
+struct PrefixCacheStats {
+  int64_t num_queries = 0;       // Lookup calls
+  int64_t num_query_tokens = 0;  // tokens of the full blocks passed to Lookup
+  int64_t num_hits = 0;          // Lookups that matched >= 1 block
+  int64_t num_hit_tokens = 0;    // tokens those Lookups matched
+  int64_t num_checkpoints_committed = 0;
+  int64_t num_checkpoints_evicted = 0;      // LRU victims of ReserveCheckpoint
+  int64_t num_checkpoints_invalidated = 0;  // boundary block evicted, or absent at commit
+};
+
+class PrefixCache {
+ public:
+  // `pool` must outlive this object; this object installs the pool's eviction callback.
+  // checkpoint_every_n_blocks >= 0 (0: only prompt-end checkpoints).
+  PrefixCache(BlockPool* pool, int32_t num_checkpoint_slots, int checkpoint_every_n_blocks,
+              int block_size, bool needs_checkpoints = true);
+  ~PrefixCache();
+
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // The longest usable prefix of `block_hashes` (chained hashes of full blocks, block 0 first):
+  // all its blocks cached and, when checkpoints are needed, a committed checkpoint at its end.
+  // Changes no cache state (only the statistics).
+  PrefixMatch Lookup(const std::vector<BlockHash>& block_hashes) const;
+
+  // Takes the hit: BlockPool::Touch(match.blocks) and marks the checkpoint most recently used.
+  // `match` must come from Lookup with no cache mutation in between.
+  void Acquire(const PrefixMatch& match);
+
+  // Whether the boundary after a step that leaves `num_tokens_after_step` tokens computed is a
+  // checkpoint point (see the file comment). Always false when no checkpoints are kept.
+  bool ShouldCheckpoint(int64_t num_tokens_after_step, int64_t prompt_len) const;
+  // All checkpoint points b with begin_tokens < b <= end_tokens, ascending.
+  std::vector<int64_t> CheckpointBoundaries(int64_t begin_tokens, int64_t end_tokens,
+                                            int64_t prompt_len) const;
+
+  // A checkpoint slot to save the state at the boundary whose last block hashes to
+  // `boundary_hash`, now pending. Evicts the least recently used committed checkpoint when no
+  // slot is free. nullopt when no checkpoints are kept, a checkpoint (pending or committed)
+  // for this boundary exists, or every slot is pending.
+  std::optional<CheckpointId> ReserveCheckpoint(BlockHash boundary_hash);
+  // Publishes a pending checkpoint whose state has been written. Returns false (and frees it)
+  // when its boundary block is not cached in the pool (then it could never be hit).
+  bool CommitCheckpoint(CheckpointId id);
+  // Frees a pending checkpoint whose state will not be written.
+  void CancelCheckpoint(CheckpointId id);
+
+  // The committed checkpoint at `boundary_hash`, if any (no LRU update).
+  std::optional<CheckpointId> FindCheckpoint(BlockHash boundary_hash) const;
+
+  bool needs_checkpoints() const { return needs_checkpoints_; }
+  int block_size() const { return block_size_; }
+  int checkpoint_every_n_blocks() const { return every_n_blocks_; }
+  int32_t num_checkpoint_slots() const { return static_cast<int32_t>(states_.size()); }
+  int32_t num_checkpoints() const { return lru_.size(); }  // committed
+  int32_t num_pending_checkpoints() const { return num_pending_; }
+  int32_t num_free_checkpoint_slots() const { return static_cast<int32_t>(free_.size()); }
+  const PrefixCacheStats& stats() const { return stats_; }
+  int64_t num_queries() const { return stats_.num_queries; }
+  int64_t num_hits() const { return stats_.num_hits; }
+  // Fraction of queried tokens that hit, in [0, 1].
+  double hit_rate() const;
+
+  absl::Status CheckInvariants() const;
+
+ private:
+  enum class State : uint8_t { kFree, kPending, kCommitted };
+
+  bool keeps_checkpoints() const { return needs_checkpoints_ && num_checkpoint_slots() > 0; }
+  void OnBlockEvicted(BlockHash hash);
+  void Release(CheckpointId id);  // any state but free -> free
+
+  BlockPool* pool_;
+  int every_n_blocks_;
+  int block_size_;
+  bool needs_checkpoints_;
+
+  std::vector<State> states_;       // [num_checkpoint_slots]
+  std::vector<BlockHash> hashes_;   // [num_checkpoint_slots], valid unless free
+  std::vector<CheckpointId> free_;  // stack; back() is reserved next
+  internal::IndexList lru_;         // committed; front = least recently used
+  absl::flat_hash_map<BlockHash, CheckpointId> by_hash_;  // pending and committed
+  int32_t num_pending_ = 0;
+  mutable PrefixCacheStats stats_;
+};
+
+}  // namespace strata::kvcache

@@ -1,0 +1,71 @@
+// Sequence: the scheduler's private record of one request, from Add to its end.
+//
+//   waiting ──admit──► running ──stop / max_tokens──► finished (freed in Commit)
+//      ▲                  │
+//      └────preempt───────┘   (blocks and slot freed; recomputed from token 0 or a prefix hit)
+//   waiting / running ──Abort──► aborted (freed at the next Schedule)
+//
+// `tokens` is the prompt followed by every output token emitted so far. A running sequence
+// holds block_table (MLA pages covering [0, num_computed_tokens + tokens of the step in
+// flight)) and, with KDA layers, one state slot; a waiting one holds nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/sampling.h"
+#include "engine/step.h"
+#include "kvcache/ids.h"
+#include "scheduler/request.h"
+
+namespace strata::scheduler::internal {
+
+enum class SequenceStatus : uint8_t { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  // `request.prompt` is moved into `tokens`. With `hash_blocks`, block_hashes is kept for
+  // every full block of `tokens` (chained, salted with request.cache_salt).
+  Sequence(SequenceId id, Request request, int64_t arrival, int block_size, bool hash_blocks);
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  // Tokens not yet in the caches (>= 1 for a running sequence between steps).
+  int64_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
+
+  // Appends a sampled token and extends block_hashes when a block becomes full.
+  void AppendToken(int32_t token);
+  // Why the sequence ends after its last appended token, if it does.
+  std::optional<FinishReason> StopReason() const;
+
+  const SequenceId id;
+  Request request;  // prompt moved out; the rest are the request's parameters
+  std::vector<int32_t> tokens;
+  const int64_t num_prompt_tokens;
+  const int64_t arrival;  // admission order key (monotonic per scheduler)
+  const int block_size;
+  const bool hash_blocks;
+  std::vector<kvcache::BlockHash> block_hashes;  // [num_tokens / block_size] when hash_blocks
+  std::shared_ptr<engine::Sampler> sampler;      // kept across preemption (RNG, penalties)
+
+  SequenceStatus status = SequenceStatus::kWaiting;
+  bool abort_requested = false;
+
+  // Cache state, valid while running.
+  int64_t num_computed_tokens = 0;
+  std::vector<kvcache::BlockId> block_table;
+  kvcache::SlotId slot = -1;
+  engine::SlotInit slot_init = engine::SlotInit::kZero;  // how the next scheduled step starts
+  kvcache::CheckpointId source_checkpoint = -1;          // with kFromCheckpoint
+  int32_t num_registered_blocks = 0;  // block_table[0, n) passed to CacheFullBlock
+
+  // Index of this sequence's entry in the step being built / in flight, or -1.
+  int32_t step_index = -1;
+
+  int64_t num_cached_tokens = 0;  // prefix-hit tokens at first admission
+  bool admitted_once = false;
+  int32_t num_preemptions = 0;
+};
+
+}  // namespace strata::scheduler::internal

@@ -1,0 +1,52 @@
+// Request: what the front end hands the scheduler (token ids, sampling and stop criteria), and
+// SequenceEvent: what the scheduler hands back per step per sequence. Plain data.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling.h"
+#include "engine/step.h"
+
+namespace strata::scheduler {
+
+using engine::SequenceId;
+
+struct Request {
+  std::string request_id;       // unique among live requests
+  std::vector<int32_t> prompt;  // token ids, non-empty
+  engine::SamplingParams sampling;
+  int64_t max_tokens = 16;              // output tokens at most, >= 1
+  std::vector<int32_t> stop_token_ids;  // end the sequence (kStop) even with ignore_eos
+  int64_t eos_token_id = -1;            // < 0: none
+  bool ignore_eos = false;
+  int priority = 0;            // kPriority policy: lower is served first (vLLM)
+  uint64_t cache_salt = 0;     // prefix-cache namespace (tenant, media; block_hash.h)
+  int num_logprobs = -1;       // >= 0: return logprobs of the sampled token (+ top n)
+  uint64_t fallback_seed = 0;  // sampler seed when sampling.seed is absent
+};
+
+enum class FinishReason : uint8_t {
+  kStop,    // EOS (unless ignore_eos) or one of stop_token_ids was sampled
+  kLength,  // max_tokens output tokens
+  kAbort,   // Abort() (client gone, stop string found by the detokenizer, shutdown)
+};
+
+const char* FinishReasonName(FinishReason reason);
+
+// One sequence's news from one step: a new token, the end, or both.
+struct SequenceEvent {
+  std::string request_id;
+  SequenceId seq_id = 0;
+  std::optional<int32_t> token;  // the newly sampled token (absent on abort)
+  float logprob = 0.0f;          // of `token`, when the request asked for logprobs
+  std::vector<engine::TokenLogprob> top_logprobs;
+  std::optional<FinishReason> finished;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache at first admission
+  int64_t num_output_tokens = 0;  // output tokens so far, including `token`
+};
+
+}  // namespace strata::scheduler

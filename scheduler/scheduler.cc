@@ -1,0 +1,209 @@
+// Scheduler: construction, Add / Abort, Commit and the bookkeeping they share.
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+
+namespace strata::scheduler {
+
+using internal::SequenceStatus;
+
+namespace {
+
+const SchedulerConfig& CheckValid(const SchedulerConfig& config) {
+  absl::Status status = config.Validate();
+  CHECK(status.ok()) << status.ToString();
+  return config;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(CheckValid(config)),
+      block_pool_(config.num_blocks),
+      slot_pool_(config.has_kda_layers ? config.num_slots : 0),
+      prefix_cache_(&block_pool_, config.num_checkpoint_slots, config.checkpoint_every_n_blocks,
+                    config.block_size, /*needs_checkpoints=*/config.has_kda_layers) {}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConfig& config) {
+  absl::Status status = config.Validate();
+  if (!status.ok()) return status;
+  return std::make_unique<Scheduler>(config);
+}
+
+Scheduler::~Scheduler() = default;
+
+Scheduler::QueueKey Scheduler::KeyOf(const Sequence& seq) const {
+  int priority = config_.policy == Policy::kPriority ? seq.request.priority : 0;
+  return {priority, seq.arrival};
+}
+
+bool Scheduler::checkpoints_enabled() const {
+  return config_.enable_prefix_caching && config_.has_kda_layers &&
+         config_.num_checkpoint_slots > 0;
+}
+
+absl::Status ValidateRequest(const Request& request, const SchedulerConfig& config) {
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
+  if (prompt_len == 0) return absl::InvalidArgumentError("prompt is empty");
+  for (int32_t token : request.prompt) {
+    if (token < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt has a negative token id ", token));
+    }
+  }
+  if (request.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be >= 1, got ", request.max_tokens));
+  }
+  if (prompt_len + request.max_tokens > config.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", prompt_len, " tokens) + max_tokens (", request.max_tokens, ") = ",
+        prompt_len + request.max_tokens, " exceeds max_model_len (", config.max_model_len, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SequenceId> Scheduler::Add(Request request) {
+  if (absl::Status valid = ValidateRequest(request, config_); !valid.ok()) return valid;
+  if (by_request_id_.contains(request.request_id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request_id '", request.request_id, "' is already running"));
+  }
+  const SequenceId id = next_seq_id_++;
+  auto sampler =
+      std::make_shared<engine::Sampler>(request.sampling, request.fallback_seed, request.prompt);
+  auto seq = std::make_unique<Sequence>(id, std::move(request), next_arrival_++, config_.block_size,
+                                        config_.enable_prefix_caching);
+  seq->sampler = std::move(sampler);
+  waiting_.emplace(KeyOf(*seq), seq.get());
+  by_request_id_.emplace(seq->request.request_id, id);
+  sequences_.emplace(id, std::move(seq));
+  return id;
+}
+
+void Scheduler::Abort(const std::string& request_id) {
+  auto it = by_request_id_.find(request_id);
+  if (it == by_request_id_.end()) return;
+  Sequence* seq = sequences_.at(it->second).get();
+  if (seq->abort_requested) return;
+  seq->abort_requested = true;
+  pending_aborts_.push_back(seq->id);
+}
+
+std::vector<SequenceEvent> Scheduler::Commit(const engine::StepResult& result) {
+  CHECK(in_flight_) << "Commit() without Schedule()";
+  CHECK_EQ(result.step_id, step_id_) << "result of another step";
+  std::vector<SequenceEvent> events = std::move(abort_events_);
+  abort_events_.clear();
+  events.reserve(events.size() + entries_.size());
+  size_t next = 0;
+  for (const Entry& entry : entries_) {
+    const engine::SampledToken* sampled = nullptr;
+    if (entry.sample) {
+      CHECK_LT(next, result.sampled.size()) << "missing sampled token for seq " << entry.seq->id;
+      sampled = &result.sampled[next++];
+      CHECK_EQ(sampled->seq_id, entry.seq->id) << "sampled tokens out of plan order";
+    }
+    CommitEntry(entry, sampled, &events);
+  }
+  CHECK_EQ(next, result.sampled.size()) << "more sampled tokens than sampling sequences";
+  entries_.clear();
+  in_flight_ = false;
+
+  scratch_.clear();
+  for (Sequence* seq : running_) {
+    if (seq->status == SequenceStatus::kFinished) scratch_.push_back(seq);
+  }
+  if (!scratch_.empty()) {
+    std::erase_if(running_,
+                  [](const Sequence* s) { return s->status == SequenceStatus::kFinished; });
+    for (Sequence* seq : scratch_) Retire(seq);
+  }
+  return events;
+}
+
+void Scheduler::CommitEntry(const Entry& entry, const engine::SampledToken* sampled,
+                            std::vector<SequenceEvent>* events) {
+  Sequence* seq = entry.seq;
+  seq->step_index = -1;
+  seq->num_computed_tokens += entry.num_new_tokens;
+  if (config_.enable_prefix_caching) RegisterFullBlocks(seq);  // before CommitCheckpoint
+  if (entry.save_checkpoint >= 0) prefix_cache_.CommitCheckpoint(entry.save_checkpoint);
+  if (sampled == nullptr || seq->abort_requested) return;
+
+  seq->AppendToken(sampled->token_id);
+  SequenceEvent event = MakeEvent(*seq);
+  event.token = sampled->token_id;
+  if (seq->request.num_logprobs >= 0) {
+    event.logprob = sampled->logprob;
+    event.top_logprobs = sampled->top_logprobs;
+  }
+  if (std::optional<FinishReason> reason = seq->StopReason()) {
+    event.finished = reason;
+    ReleaseCaches(seq);
+    seq->status = SequenceStatus::kFinished;
+    ++counters_.num_finished_total;
+  }
+  events->push_back(std::move(event));
+}
+
+void Scheduler::RegisterFullBlocks(Sequence* seq) {
+  const int32_t num_full = static_cast<int32_t>(seq->num_computed_tokens / config_.block_size);
+  for (int32_t b = seq->num_registered_blocks; b < num_full; ++b) {
+    block_pool_.CacheFullBlock(seq->block_table[static_cast<size_t>(b)],
+                               seq->block_hashes[static_cast<size_t>(b)]);
+  }
+  seq->num_registered_blocks = std::max(seq->num_registered_blocks, num_full);
+}
+
+void Scheduler::ReleaseCaches(Sequence* seq) {
+  if (!seq->block_table.empty()) block_pool_.Free(seq->block_table);
+  if (seq->slot >= 0) slot_pool_.Free(seq->slot);
+  seq->block_table.clear();
+  seq->slot = -1;
+  seq->num_computed_tokens = 0;
+  seq->num_registered_blocks = 0;
+  seq->slot_init = engine::SlotInit::kZero;
+  seq->source_checkpoint = -1;
+}
+
+void Scheduler::Retire(Sequence* seq) {
+  by_request_id_.erase(seq->request.request_id);
+  sequences_.erase(seq->id);  // destroys *seq
+}
+
+SequenceEvent Scheduler::MakeEvent(const Sequence& seq) const {
+  SequenceEvent event;
+  event.request_id = seq.request.request_id;
+  event.seq_id = seq.id;
+  event.num_prompt_tokens = seq.num_prompt_tokens;
+  event.num_cached_tokens = seq.num_cached_tokens;
+  event.num_output_tokens = seq.num_output_tokens();
+  return event;
+}
+
+bool Scheduler::HasWork() const {
+  return !waiting_.empty() || !running_.empty() || !pending_aborts_.empty() ||
+         !abort_events_.empty();
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s = counters_;
+  s.num_running = num_running();
+  s.num_waiting = num_waiting();
+  s.num_blocks = block_pool_.num_blocks();
+  s.num_free_blocks = block_pool_.num_free();
+  s.num_cached_blocks = block_pool_.num_cached();
+  s.block_usage = block_pool_.usage();
+  s.num_slots = slot_pool_.num_slots();
+  s.num_free_slots = slot_pool_.num_free();
+  s.slot_usage = slot_pool_.usage();
+  s.num_checkpoints = prefix_cache_.num_checkpoints();
+  s.num_pending_checkpoints = prefix_cache_.num_pending_checkpoints();
+  return s;
+}
+
+}  // namespace strata::scheduler

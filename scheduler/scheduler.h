@@ -1,0 +1,173 @@
+// Scheduler: continuous batching for one data-parallel rank (ARCHITECTURE.md, "Data flow").
+//
+// The engine loop drives it, one step at a time:
+//   plan   = scheduler.Schedule();          // which sequences run which tokens, cache places
+//   result = executor.Execute(plan);        // one forward over the ragged batch
+//   events = scheduler.Commit(result);      // append tokens, stop checks, cache commits, frees
+// Add() and Abort() may come at any time between those calls (same thread).
+//
+// A step (Schedule) under the token budget (max_num_batched_tokens) and the sequence cap
+// (max_num_seqs):
+//   0. frees the requests aborted since the last step;
+//   1. running sequences with one token left (decodes), in admission order;
+//   2. running sequences with more left (partial prefills, recomputes), in admission order;
+//   3. waiting requests in policy order (FCFS, or priority then arrival), each with a prefix
+//      cache lookup, while a slot, the blocks of its first chunk and budget are available.
+// A chunk is cut by the budget, by long_prefill_token_threshold and at the first KDA
+// checkpoint boundary inside it (PrefixCache::CheckpointBoundaries) so the executor can save
+// the state at the end of the step. When a running sequence needs a block and none is free,
+// the lowest-priority newest running sequence (possibly itself, possibly one already placed in
+// this step) is preempted: its blocks and slot are freed and it waits to be recomputed from
+// its prompt and emitted tokens; those tokens are never emitted again.
+//
+// One mutator, not thread-safe: the engine loop thread owns the scheduler and its pools.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/step.h"
+#include "kvcache/block_pool.h"
+#include "kvcache/prefix_cache.h"
+#include "kvcache/state_slot_pool.h"
+#include "scheduler/internal/sequence.h"
+#include "scheduler/request.h"
+#include "scheduler/scheduler_config.h"
+#include "scheduler/scheduler_stats.h"
+
+namespace strata::scheduler {
+
+// The checks Add() makes on a request alone (empty prompt, negative ids, max_tokens < 1,
+// prompt + max_tokens over max_model_len), so a front end can reject it synchronously.
+absl::Status ValidateRequest(const Request& request, const SchedulerConfig& config);
+
+class Scheduler {
+ public:
+  // `config` must be valid (CHECK); Create() returns its Validate() error instead.
+  explicit Scheduler(const SchedulerConfig& config);
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerConfig& config);
+  ~Scheduler();
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. InvalidArgument for an empty prompt, a negative token id, max_tokens < 1
+  // or prompt + max_tokens > max_model_len (the message names the numbers); AlreadyExists for
+  // a request_id that is live. Returns the sequence id the plans and events use.
+  absl::StatusOr<SequenceId> Add(Request request);
+
+  // Ends a live request: it is freed at the next Schedule() and reported (finished = kAbort)
+  // by the Commit() after that. Tokens sampled for it in the step in flight are dropped.
+  // Unknown or already finished ids are ignored.
+  void Abort(const std::string& request_id);
+
+  // Builds the next step. Must alternate with Commit(). An empty plan is valid (nothing to run,
+  // or only aborts to process).
+  engine::StepPlan Schedule();
+
+  // Applies the result of the plan from the last Schedule(): one SampledToken per
+  // ScheduledSequence with sample == true, in plan order (CHECK). Returns the events of this
+  // step: aborts processed by the last Schedule() first, then one event per sampled token.
+  std::vector<SequenceEvent> Commit(const engine::StepResult& result);
+
+  // Whether Schedule() has anything to do (waiting, running or aborted requests).
+  bool HasWork() const;
+  SchedulerStats stats() const;
+
+  // The random test's checks (O(num_blocks + sequences)): pool invariants; each block's ref
+  // count equals the number of live block tables holding it (so free + held == total and no
+  // block is both free and referenced); each running sequence holds its own slot and the
+  // blocks for its computed (+ in-flight) tokens; waiting sequences hold nothing; pending
+  // checkpoints are exactly those of the step in flight.
+  absl::Status CheckInvariants() const;
+
+  const SchedulerConfig& config() const { return config_; }
+  const kvcache::BlockPool& block_pool() const { return block_pool_; }
+  const kvcache::StateSlotPool& slot_pool() const { return slot_pool_; }
+  const kvcache::PrefixCache& prefix_cache() const { return prefix_cache_; }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  bool step_in_flight() const { return in_flight_; }
+
+ private:
+  using Sequence = internal::Sequence;
+  // Waiting-queue key: (priority under kPriority else 0, arrival); smallest is admitted first,
+  // the running sequence with the largest key is preempted first.
+  using QueueKey = std::pair<int, int64_t>;
+
+  // One sequence's share of the step being built.
+  struct Entry {
+    Sequence* seq = nullptr;  // nullptr: preempted after being placed (dropped from the plan)
+    int64_t num_new_tokens = 0;
+    bool sample = false;
+    bool decode = false;
+    kvcache::CheckpointId save_checkpoint = -1;
+  };
+
+  QueueKey KeyOf(const Sequence& seq) const;
+  bool checkpoints_enabled() const;
+
+  // Schedule() phases (scheduler_step.cc).
+  void ProcessAborts();
+  void ScheduleRunning(bool decodes);
+  // Places the next chunk of a running sequence, preempting others (or itself) for blocks.
+  void ScheduleOne(Sequence* seq);
+  void AdmitWaiting();
+  bool TryAdmit(Sequence* seq);
+  int64_t ChunkSize(const Sequence& seq, int64_t begin) const;
+  void Place(Sequence* seq, int64_t num_new_tokens);
+  Sequence* PickVictim() const;
+  void Preempt(Sequence* seq);
+  engine::StepPlan BuildPlan();
+
+  // CheckInvariants() helpers (scheduler_invariants.cc).
+  struct InvariantTally {
+    std::vector<int32_t> refs;        // [num_blocks] block-table references
+    std::vector<uint8_t> slot_owned;  // [num_slots]
+    int32_t num_running = 0;
+    int32_t num_waiting = 0;
+  };
+  absl::Status CheckSequence(const Sequence& seq, InvariantTally* tally) const;
+  absl::Status CheckQueues(const InvariantTally& tally) const;
+  absl::Status CheckCacheCounts(const InvariantTally& tally) const;
+
+  // Commit() helpers (scheduler.cc).
+  void CommitEntry(const Entry& entry, const engine::SampledToken* sampled,
+                   std::vector<SequenceEvent>* events);
+  void RegisterFullBlocks(Sequence* seq);
+  void ReleaseCaches(Sequence* seq);
+  void Retire(Sequence* seq);
+  SequenceEvent MakeEvent(const Sequence& seq) const;
+
+  const SchedulerConfig config_;
+  kvcache::BlockPool block_pool_;
+  kvcache::StateSlotPool slot_pool_;
+  kvcache::PrefixCache prefix_cache_;  // after block_pool_: it installs the eviction callback
+
+  absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> sequences_;  // live ones
+  absl::flat_hash_map<std::string, SequenceId> by_request_id_;
+  std::map<QueueKey, Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // admission order
+  std::vector<SequenceId> pending_aborts_;
+  std::vector<SequenceEvent> abort_events_;  // returned by the next Commit()
+
+  // The step being built (inside Schedule) or in flight (until Commit).
+  std::vector<Entry> entries_;
+  int64_t token_budget_ = 0;
+  bool in_flight_ = false;
+  std::vector<Sequence*> scratch_;  // reused by ScheduleRunning and Commit (no per-step malloc)
+
+  SequenceId next_seq_id_ = 0;
+  int64_t next_arrival_ = 0;
+  int64_t step_id_ = 0;
+  SchedulerStats counters_;  // the "last step" and "_total" fields
+};
+
+}  // namespace strata::scheduler

@@ -1,0 +1,43 @@
+// SchedulerConfig: the knobs of continuous batching on one data-parallel rank. Pool sizes
+// (num_blocks, num_slots, num_checkpoint_slots) normally come from the memory planner
+// (kvcache/memory_planner.h); the rest from server flags.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace strata::scheduler {
+
+// Admission order of waiting requests (and, reversed, the preemption order of running ones).
+enum class Policy : uint8_t {
+  kFcfs,      // arrival order; Request::priority is ignored
+  kPriority,  // lower Request::priority first, then arrival order (vLLM semantics)
+};
+
+const char* PolicyName(Policy policy);
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 64;              // running sequences at once
+  int64_t max_num_batched_tokens = 2048;  // token budget of one step (prefill + decode)
+  int64_t max_model_len = 0;              // prompt + max_tokens of one request, at most
+  int block_size = 64;                    // tokens per MLA latent page
+  int32_t num_blocks = 0;                 // MLA latent pages
+  int32_t num_slots = 0;                  // live KDA state slots (unused without KDA layers)
+  int32_t num_checkpoint_slots = 0;       // KDA checkpoint slots for prefix caching
+  int checkpoint_every_n_blocks = 16;     // a checkpoint every N blocks (0: prompt ends only)
+  bool has_kda_layers = true;             // false: no state slots, no checkpoints
+  bool enable_prefix_caching = true;
+  Policy policy = Policy::kFcfs;
+  // > 0: at most this many prefill tokens per sequence per step, so one long prompt cannot
+  // take the whole budget from the other prefills; 0: off.
+  int64_t long_prefill_token_threshold = 0;
+
+  // InvalidArgument naming the field and its limit. Besides ranges it requires
+  // max_num_batched_tokens >= max_num_seqs (every running sequence can decode in one step)
+  // and num_blocks * block_size >= max_model_len (a sequence alone always fits, so
+  // preemption always makes progress).
+  absl::Status Validate() const;
+};
+
+}  // namespace strata::scheduler

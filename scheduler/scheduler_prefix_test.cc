@@ -1,0 +1,269 @@
+// Prefix caching through the scheduler (block_size 4): chunks end at KDA checkpoint
+// boundaries, hits need a committed checkpoint at exactly the matched boundary, the last
+// prompt token is never matched, salts separate caches, and a recomputed sequence hits its own
+// cached prefix. The FakeExecutor checks that every restored state equals the cached context.
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/testing/driver.h"
+#include "scheduler/testing/fake_executor.h"
+
+namespace strata::scheduler {
+namespace {
+
+using engine::SlotInit;
+using engine::StepPlan;
+using testing::Driver;
+using ::testing::ElementsAre;
+using testing::FakeExecutor;
+
+constexpr int32_t kVocab = 1000;
+
+SchedulerConfig PrefixConfig() {
+  SchedulerConfig c;
+  c.max_num_seqs = 4;
+  c.max_num_batched_tokens = 16;
+  c.max_model_len = 32;
+  c.block_size = 4;
+  c.num_blocks = 16;
+  c.num_slots = 4;
+  c.num_checkpoint_slots = 4;
+  c.checkpoint_every_n_blocks = 2;
+  c.enable_prefix_caching = true;
+  return c;
+}
+
+std::vector<int32_t> Prompt(int n, int32_t first) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), first);
+  return p;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+Request MakeRequest(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  Request r;
+  r.request_id = id;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+std::vector<int32_t> Expected(const Request& r) { return FakeExecutor::ExpectedOutput(r, kVocab); }
+
+struct Chunk {
+  int64_t begin;
+  int64_t size;
+  int32_t save_checkpoint;
+  bool sample;
+};
+
+Chunk Only(const StepPlan& plan) {
+  EXPECT_EQ(plan.sequences.size(), 1u);
+  const auto& s = plan.sequences.at(0);
+  return {s.num_computed_tokens, static_cast<int64_t>(s.token_ids.size()), s.save_checkpoint,
+          s.sample};
+}
+
+MATCHER_P4(IsChunk, begin, size, save_checkpoint, sample, "") {
+  return arg.begin == begin && arg.size == size && arg.save_checkpoint == save_checkpoint &&
+         arg.sample == sample;
+}
+
+void ExpectHealthy(Driver& d) {
+  EXPECT_TRUE(d.scheduler().CheckInvariants().ok()) << d.scheduler().CheckInvariants();
+  EXPECT_THAT(d.executor().errors(), ::testing::IsEmpty());
+}
+
+TEST(SchedulerPrefixTest, ChunksEndAtCheckpointBoundaries) {
+  Driver d(PrefixConfig(), kVocab);  // checkpoints every 8 tokens and at the prompt end (16)
+  Request r = MakeRequest("a", Prompt(19, 100), 6);
+  ASSERT_TRUE(d.scheduler().Add(r).ok());
+  EXPECT_THAT(Only(d.Step()), IsChunk(0, 8, 0, false));  // budget 16, cut at 8
+  EXPECT_THAT(Only(d.Step()), IsChunk(8, 8, 1, false));
+  EXPECT_THAT(Only(d.Step()), IsChunk(16, 3, -1, true));
+  EXPECT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 2);
+  EXPECT_THAT(Only(d.Step()), IsChunk(19, 1, -1, true));  // decodes: 20, 21, 22, 23
+  EXPECT_THAT(Only(d.Step()), IsChunk(20, 1, -1, true));
+  EXPECT_THAT(Only(d.Step()), IsChunk(21, 1, -1, true));
+  EXPECT_THAT(Only(d.Step()), IsChunk(22, 1, -1, true));
+  EXPECT_THAT(Only(d.Step()), IsChunk(23, 1, 2, true));  // the decode that fills block 6
+  EXPECT_EQ(d.finish_reason("a"), FinishReason::kLength);
+  EXPECT_EQ(d.output("a"), Expected(r));
+  EXPECT_EQ(d.scheduler().stats().num_checkpoints, 3);
+  ExpectHealthy(d);
+}
+
+TEST(SchedulerPrefixTest, NoCheckpointsOrCutsWithoutPrefixCaching) {
+  SchedulerConfig c = PrefixConfig();
+  c.enable_prefix_caching = false;
+  Driver d(c, kVocab);
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(19, 100), 1)).ok());
+  EXPECT_THAT(Only(d.Step()), IsChunk(0, 16, -1, false));
+  EXPECT_THAT(Only(d.Step()), IsChunk(16, 3, -1, true));
+  EXPECT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 0);
+  EXPECT_EQ(d.scheduler().stats().num_prefix_queries, 0);
+}
+
+TEST(SchedulerPrefixTest, SecondRequestStartsFromTheSharedPrefixCheckpoint) {
+  Driver d(PrefixConfig(), kVocab);
+  const std::vector<int32_t> shared = Prompt(16, 100);
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Concat(shared, {7, 8}), 1)).ok());
+  d.RunUntilIdle();  // chunks [0, 8) -> checkpoint 0, [8, 16) -> checkpoint 1, [16, 18)
+  ASSERT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 2);
+
+  Request b = MakeRequest("b", Concat(shared, {900, 901, 902}), 2);
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);
+  const auto& s = p.sequences[0];
+  EXPECT_EQ(s.slot_init, SlotInit::kFromCheckpoint);
+  EXPECT_EQ(s.source_checkpoint, 1);
+  EXPECT_EQ(s.num_computed_tokens, 16);
+  EXPECT_THAT(s.token_ids, ElementsAre(900, 901, 902));
+  // a's blocks 0-3 are shared; a's partial block 4 went to the front of the free queue.
+  EXPECT_THAT(s.block_table, ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_TRUE(s.sample);
+  ASSERT_EQ(d.last_events().size(), 1u);
+  EXPECT_EQ(d.last_events()[0].num_cached_tokens, 16);
+
+  SchedulerStats st = d.scheduler().stats();
+  EXPECT_EQ(st.num_prefix_queries, 2);
+  EXPECT_EQ(st.num_prefix_query_tokens, 16 + 16);  // a: 4 full blocks of 17; b: 4 of 18
+  EXPECT_EQ(st.num_prefix_hits, 1);
+  EXPECT_EQ(st.num_prefix_hit_tokens, 16);
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("b"), Expected(b));
+  ExpectHealthy(d);
+}
+
+TEST(SchedulerPrefixTest, SharedBlocksAreReferencedByBothSequences) {
+  Driver d(PrefixConfig(), kVocab);
+  const std::vector<int32_t> shared = Prompt(8, 100);
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Concat(shared, {1, 2}), 10)).ok());
+  d.Step();  // a: [0, 8) with checkpoint
+  d.Step();  // a: [8, 10), samples
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("b", Concat(shared, {3}), 10)).ok());
+  StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 2u);
+  EXPECT_EQ(p.sequences[1].num_computed_tokens, 8);
+  EXPECT_THAT(p.sequences[1].block_table, ElementsAre(0, 1, 3));
+  EXPECT_EQ(d.scheduler().block_pool().ref_count(0), 2);
+  EXPECT_EQ(d.scheduler().block_pool().ref_count(1), 2);
+  EXPECT_EQ(d.scheduler().block_pool().ref_count(2), 1);
+  ExpectHealthy(d);
+}
+
+// With checkpoints only at prompt ends, a request sharing one block but not the checkpointed
+// boundary gets no hit on a KDA model, and a one-block hit on a model without KDA layers.
+TEST(SchedulerPrefixTest, KdaHitNeedsACheckpointAtTheBoundary) {
+  for (bool kda : {true, false}) {
+    SchedulerConfig c = PrefixConfig();
+    c.checkpoint_every_n_blocks = 0;
+    c.has_kda_layers = kda;
+    Driver d(c, kVocab);
+    ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(10, 100), 1)).ok());
+    if (kda) {  // cut at the prompt-end boundary 8 to save the state there
+      EXPECT_THAT(Only(d.Step()), IsChunk(0, 8, 0, false));
+      EXPECT_THAT(Only(d.Step()), IsChunk(8, 2, -1, true));
+    } else {  // no checkpoints, no cut
+      EXPECT_THAT(Only(d.Step()), IsChunk(0, 10, -1, true));
+    }
+
+    Request b = MakeRequest("b", Concat(Prompt(6, 100), {500, 501, 502}), 2);
+    ASSERT_TRUE(d.scheduler().Add(b).ok());
+    StepPlan p = d.Step();
+    ASSERT_EQ(p.sequences.size(), 1u);
+    EXPECT_EQ(p.sequences[0].num_computed_tokens, kda ? 0 : 4) << kda;
+    EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kZero) << kda;
+    EXPECT_EQ(p.sequences[0].token_ids.size(), kda ? 8u : 5u) << kda;
+    d.RunUntilIdle();
+    EXPECT_EQ(d.output("b"), Expected(b));
+    ExpectHealthy(d);
+  }
+}
+
+TEST(SchedulerPrefixTest, NeverMatchesTheWholePrompt) {
+  SchedulerConfig c = PrefixConfig();
+  c.checkpoint_every_n_blocks = 1;
+  Driver d(c, kVocab);
+  const Request a = MakeRequest("a", Prompt(8, 100), 1);
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  d.RunUntilIdle();  // checkpoints at 4 (id 0) and 8 (id 1)
+  ASSERT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 2);
+
+  Request b = MakeRequest("b", Prompt(8, 100), 3);
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].num_computed_tokens, 4);  // not 8: the last token is computed
+  EXPECT_EQ(p.sequences[0].source_checkpoint, 0);
+  EXPECT_EQ(p.sequences[0].token_ids, Prompt(4, 104));
+  EXPECT_TRUE(p.sequences[0].sample);
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.output("b")[0], d.output("a")[0]);
+  ExpectHealthy(d);
+}
+
+TEST(SchedulerPrefixTest, CacheSaltSeparatesPrefixes) {
+  Driver d(PrefixConfig(), kVocab);
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(18, 100), 1)).ok());
+  d.RunUntilIdle();
+  Request b = MakeRequest("b", Prompt(18, 100), 1);
+  b.cache_salt = 7;
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  StepPlan p = d.Step();
+  EXPECT_EQ(p.sequences[0].num_computed_tokens, 0);
+  EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kZero);
+  EXPECT_EQ(d.scheduler().stats().num_prefix_hits, 0);
+}
+
+// b is preempted after its prompt block was cached with a checkpoint; when it comes back it
+// restarts from that checkpoint and recomputes only its emitted tokens.
+TEST(SchedulerPrefixTest, RecomputedSequenceHitsItsOwnCachedPrefix) {
+  SchedulerConfig c = PrefixConfig();
+  c.checkpoint_every_n_blocks = 1;
+  c.num_blocks = 4;
+  c.max_model_len = 16;
+  Driver d(c, kVocab);
+  Request a = MakeRequest("a", Prompt(8, 100), 2);
+  Request b = MakeRequest("b", Prompt(4, 200), 8);
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  d.Step();                // a [0, 4) -> checkpoint 0; b [0, 4) -> checkpoint 1, samples
+  d.Step();                // a [4, 8) -> checkpoint 2, samples; b decodes into block 3: pool full
+  StepPlan p3 = d.Step();  // a needs a block: b (newest) is preempted; a finishes
+  EXPECT_EQ(p3.sequences.size(), 1u);
+  EXPECT_EQ(d.scheduler().stats().num_preempted_total, 1);
+  EXPECT_EQ(d.finish_reason("a"), FinishReason::kLength);
+  const std::vector<int32_t> emitted = d.output("b");
+  ASSERT_EQ(emitted.size(), 2u);
+
+  StepPlan p4 = d.Step();
+  ASSERT_EQ(p4.sequences.size(), 1u);
+  const auto& s = p4.sequences[0];
+  EXPECT_EQ(s.slot_init, SlotInit::kFromCheckpoint);
+  EXPECT_EQ(s.source_checkpoint, 1);
+  EXPECT_EQ(s.num_computed_tokens, 4);
+  EXPECT_EQ(s.token_ids, emitted);  // only the emitted tokens are recomputed
+  EXPECT_EQ(s.block_table[0], 1);   // its own cached prompt block
+  ASSERT_EQ(d.last_events().size(), 1u);
+  EXPECT_EQ(d.last_events()[0].num_output_tokens, 3);
+  EXPECT_EQ(d.last_events()[0].num_cached_tokens, 0);  // first admission had no hit
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("a"), Expected(a));
+  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.scheduler().block_pool().num_free(), 4);
+  ExpectHealthy(d);
+}
+
+}  // namespace
+}  // namespace strata::scheduler

@@ -1,0 +1,261 @@
+// Model-based random test: thousands of random operations (add with prompts sharing prefixes,
+// step through the FakeExecutor, abort, abort while a step is in flight) on caches so small
+// that preemption, slot shortage and prefix hits happen all the time. After every operation:
+// Scheduler::CheckInvariants() (free + held == total, ref counts == references, no block both
+// free and referenced, no shared slot, ...) and the FakeExecutor's contract checks (block
+// tables, slot starts, checkpoint contents). Every emitted token must match what the fake
+// model defines for the request, so preemption, recompute and prefix hits can never corrupt
+// output. At the end everything is drained: each request ended exactly once and every block,
+// slot and checkpoint reservation is back.
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kvcache/ids.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/testing/fake_executor.h"
+
+namespace strata::scheduler {
+namespace {
+
+using testing::FakeExecutor;
+
+constexpr int32_t kVocab = 24;
+constexpr int32_t kEos = 5;
+
+struct Tracked {
+  Request request;
+  std::vector<int32_t> expected;  // the full output when not aborted
+  std::vector<int32_t> emitted;
+  int num_finish_events = 0;
+  std::optional<FinishReason> reason;
+};
+
+class RandomOpsRun {
+ public:
+  RandomOpsRun(const SchedulerConfig& config, uint64_t seed)
+      : config_(config),
+        rng_(seed),
+        scheduler_(config),
+        executor_(config.num_blocks, config.block_size,
+                  config.has_kda_layers ? config.num_slots : 0, config.num_checkpoint_slots,
+                  kVocab) {
+    for (auto& base : bases_) {
+      for (int i = 0; i < 28; ++i) base.push_back(Uniform(0, 2 * kVocab));
+    }
+  }
+
+  void RunRandomOps(int num_ops) {
+    for (int op = 0; op < num_ops && !::testing::Test::HasFailure(); ++op) {
+      int r = Uniform(0, 99);
+      if (r < 30) {
+        Add();
+      } else if (r < 85) {
+        Step(/*abort_in_flight=*/false);
+      } else if (r < 95) {
+        AbortRandom();
+      } else {
+        Step(/*abort_in_flight=*/true);
+      }
+      Check(absl::StrCat("after op ", op));
+    }
+  }
+
+  void Drain() {
+    int steps = 0;
+    while (scheduler_.HasWork() && steps < 5000 && !::testing::Test::HasFailure()) {
+      Step(false);
+      Check(absl::StrCat("drain step ", steps++));
+    }
+    EXPECT_FALSE(scheduler_.HasWork());
+    for (const auto& [id, t] : tracked_) {
+      ASSERT_EQ(t.num_finish_events, 1) << id;
+      if (*t.reason == FinishReason::kAbort) {
+        ASSERT_LE(t.emitted.size(), t.expected.size()) << id;
+        EXPECT_TRUE(std::equal(t.emitted.begin(), t.emitted.end(), t.expected.begin())) << id;
+      } else {
+        EXPECT_EQ(t.emitted, t.expected) << id;
+        bool by_length = static_cast<int64_t>(t.expected.size()) == t.request.max_tokens;
+        const int32_t last = t.expected.back();
+        bool stop_token =
+            (!t.request.ignore_eos && last == t.request.eos_token_id) ||
+            std::count(t.request.stop_token_ids.begin(), t.request.stop_token_ids.end(), last) > 0;
+        EXPECT_EQ(*t.reason, stop_token ? FinishReason::kStop : FinishReason::kLength) << id;
+        EXPECT_TRUE(stop_token || by_length) << id;
+      }
+    }
+    const auto& pool = scheduler_.block_pool();
+    EXPECT_EQ(pool.num_free(), pool.num_blocks());  // cached blocks count as free
+    EXPECT_EQ(scheduler_.slot_pool().num_free(), scheduler_.slot_pool().num_slots());
+    EXPECT_EQ(scheduler_.prefix_cache().num_pending_checkpoints(), 0);
+    EXPECT_EQ(scheduler_.num_running(), 0);
+    EXPECT_EQ(scheduler_.num_waiting(), 0);
+  }
+
+  const Scheduler& scheduler() const { return scheduler_; }
+  int num_requests() const { return static_cast<int>(tracked_.size()); }
+
+ private:
+  int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+
+  void Add() {
+    Request r;
+    r.request_id = absl::StrCat("r", next_id_++);
+    const auto& base = bases_[static_cast<size_t>(Uniform(0, 2))];
+    int shared = Uniform(0, 24);
+    r.prompt.assign(base.begin(), base.begin() + shared);
+    for (int i = Uniform(shared == 0 ? 1 : 0, 6); i > 0; --i) r.prompt.push_back(Uniform(0, 40));
+    if (r.prompt.empty()) r.prompt.push_back(1);
+    const int64_t room = config_.max_model_len - static_cast<int64_t>(r.prompt.size());
+    r.max_tokens = Uniform(1, 12);
+    if (Uniform(0, 19) == 0) r.max_tokens = room + 1;  // invalid: too long
+    r.eos_token_id = Uniform(0, 9) < 3 ? kEos : -1;
+    r.ignore_eos = Uniform(0, 9) < 2;
+    if (Uniform(0, 9) < 2) r.stop_token_ids = {Uniform(0, kVocab - 1)};
+    r.priority = Uniform(0, 2);
+    r.cache_salt = Uniform(0, 9) == 0 ? 1 : 0;
+    absl::StatusOr<SequenceId> id = scheduler_.Add(r);
+    if (r.max_tokens > room) {
+      ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+      return;
+    }
+    ASSERT_TRUE(id.ok()) << id.status();
+    Tracked& t = tracked_[r.request_id];
+    t.expected = FakeExecutor::ExpectedOutput(r, kVocab);
+    t.request = std::move(r);
+    live_.insert(t.request.request_id);
+  }
+
+  void AbortRandom() {
+    if (live_.empty() || Uniform(0, 9) == 0) {
+      scheduler_.Abort("no-such-request");
+      return;
+    }
+    auto it = live_.begin();
+    std::advance(it, Uniform(0, static_cast<int>(live_.size()) - 1));
+    scheduler_.Abort(*it);
+  }
+
+  void Step(bool abort_in_flight) {
+    engine::StepPlan plan = scheduler_.Schedule();
+    ASSERT_LE(plan.num_tokens(), config_.max_num_batched_tokens);
+    ASSERT_LE(static_cast<int32_t>(plan.sequences.size()), config_.max_num_seqs);
+    for (const auto& s : plan.sequences) {  // written blocks are private (no copy-on-write)
+      const int64_t end = s.num_computed_tokens + static_cast<int64_t>(s.token_ids.size());
+      for (int64_t b = s.num_computed_tokens / config_.block_size;
+           b < kvcache::NumBlocksFor(end, config_.block_size); ++b) {
+        ASSERT_EQ(scheduler_.block_pool().ref_count(s.block_table[static_cast<size_t>(b)]), 1)
+            << "seq " << s.seq_id << " writes a shared block";
+      }
+    }
+    Check("after Schedule");
+    if (abort_in_flight) AbortRandom();
+    engine::StepResult result = executor_.Execute(plan);
+    for (const SequenceEvent& e : scheduler_.Commit(result)) Record(e);
+  }
+
+  void Record(const SequenceEvent& e) {
+    auto it = tracked_.find(e.request_id);
+    ASSERT_NE(it, tracked_.end()) << e.request_id;
+    Tracked& t = it->second;
+    ASSERT_EQ(t.num_finish_events, 0) << e.request_id << " got an event after its end";
+    if (e.token.has_value()) {
+      size_t i = t.emitted.size();
+      ASSERT_LT(i, t.expected.size()) << e.request_id;
+      ASSERT_EQ(*e.token, t.expected[i]) << e.request_id << " token " << i;
+      t.emitted.push_back(*e.token);
+    }
+    ASSERT_EQ(e.num_output_tokens, static_cast<int64_t>(t.emitted.size())) << e.request_id;
+    ASSERT_EQ(e.num_prompt_tokens, static_cast<int64_t>(t.request.prompt.size()));
+    ASSERT_EQ(e.num_cached_tokens % config_.block_size, 0);
+    ASSERT_LT(e.num_cached_tokens, e.num_prompt_tokens);
+    if (e.finished.has_value()) {
+      ++t.num_finish_events;
+      t.reason = e.finished;
+      live_.erase(e.request_id);
+    }
+  }
+
+  void Check(const std::string& where) {
+    absl::Status s = scheduler_.CheckInvariants();
+    ASSERT_TRUE(s.ok()) << where << ": " << s;
+    ASSERT_TRUE(executor_.errors().empty()) << where << ": " << executor_.errors().front();
+  }
+
+  SchedulerConfig config_;
+  std::mt19937_64 rng_;
+  Scheduler scheduler_;
+  FakeExecutor executor_;
+  std::vector<int32_t> bases_[3];
+  std::map<std::string, Tracked> tracked_;
+  std::set<std::string> live_;
+  int next_id_ = 0;
+};
+
+// (policy, has_kda_layers, enable_prefix_caching, long_prefill_token_threshold)
+using Params = std::tuple<Policy, bool, bool, int>;
+
+class SchedulerRandomTest : public ::testing::TestWithParam<Params> {};
+
+SchedulerConfig RandomConfig(const Params& p) {
+  SchedulerConfig c;
+  c.policy = std::get<0>(p);
+  c.has_kda_layers = std::get<1>(p);
+  c.enable_prefix_caching = std::get<2>(p);
+  c.long_prefill_token_threshold = std::get<3>(p);
+  c.max_num_seqs = 5;
+  c.max_num_batched_tokens = 12;
+  c.max_model_len = 40;
+  c.block_size = 4;
+  c.num_blocks = 12;  // 48 tokens for up to 5 sequences of up to 40: constant pressure
+  c.num_slots = 4;    // fewer than max_num_seqs: slot-limited admission too
+  c.num_checkpoint_slots = 3;
+  c.checkpoint_every_n_blocks = 2;
+  return c;
+}
+
+TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
+  const SchedulerConfig config = RandomConfig(GetParam());
+  int64_t preempted = 0, hits = 0, aborted = 0, finished = 0;
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    RandomOpsRun run(config, seed);
+    run.RunRandomOps(2500);
+    run.Drain();
+    if (HasFailure()) return;
+    SchedulerStats s = run.scheduler().stats();
+    preempted += s.num_preempted_total;
+    hits += s.num_prefix_hits;
+    aborted += s.num_aborted_total;
+    finished += s.num_finished_total;
+    EXPECT_EQ(s.num_aborted_total + s.num_finished_total, run.num_requests());
+  }
+  // The run must have exercised the interesting paths.
+  EXPECT_GT(preempted, 20);
+  EXPECT_GT(aborted, 20);
+  EXPECT_GT(finished, 100);
+  if (config.enable_prefix_caching) {
+    EXPECT_GT(hits, 10);
+  } else {
+    EXPECT_EQ(hits, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModes, SchedulerRandomTest,
+                         ::testing::Combine(::testing::Values(Policy::kFcfs, Policy::kPriority),
+                                            ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(0, 5)),
+                         [](const ::testing::TestParamInfo<Params>& info) {
+                           return absl::StrCat(PolicyName(std::get<0>(info.param)),
+                                               std::get<1>(info.param) ? "_kda" : "_mla",
+                                               std::get<2>(info.param) ? "_prefix" : "_noprefix",
+                                               "_threshold", std::get<3>(info.param));
+                         });
+
+}  // namespace
+}  // namespace strata::scheduler

@@ -1,0 +1,45 @@
+// SchedulerStats: a snapshot for metrics and logs (Scheduler::stats()). "Last step" fields
+// describe the most recent Schedule(); "_total" fields count since construction.
+#pragma once
+
+#include <cstdint>
+
+namespace strata::scheduler {
+
+struct SchedulerStats {
+  int64_t step_id = 0;  // of the most recent Schedule()
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;  // includes preempted sequences waiting to be recomputed
+
+  // Last step.
+  int32_t num_scheduled_seqs = 0;
+  int64_t num_prefill_tokens = 0;  // prompt (or recompute) tokens scheduled
+  int64_t num_decode_tokens = 0;   // one per sequence that decodes
+  int32_t num_preempted = 0;       // preemptions while building the step
+
+  // Totals.
+  int64_t num_preempted_total = 0;
+  int64_t num_prefill_tokens_total = 0;
+  int64_t num_decode_tokens_total = 0;
+  int64_t num_finished_total = 0;  // stop or length
+  int64_t num_aborted_total = 0;
+
+  // Caches, now.
+  int32_t num_blocks = 0;
+  int32_t num_free_blocks = 0;    // includes cached free blocks (reusable)
+  int32_t num_cached_blocks = 0;  // registered in the prefix cache, held or free
+  double block_usage = 0.0;       // held / total
+  int32_t num_slots = 0;
+  int32_t num_free_slots = 0;
+  double slot_usage = 0.0;
+  int32_t num_checkpoints = 0;          // committed KDA checkpoints
+  int32_t num_pending_checkpoints = 0;  // reserved by the step in flight
+
+  // Prefix cache, totals: one query per admission (recompute admissions included).
+  int64_t num_prefix_queries = 0;
+  int64_t num_prefix_query_tokens = 0;  // tokens of the full blocks looked up
+  int64_t num_prefix_hits = 0;          // admissions that reused >= 1 block
+  int64_t num_prefix_hit_tokens = 0;
+};
+
+}  // namespace strata::scheduler

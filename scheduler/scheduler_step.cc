@@ -1,0 +1,249 @@
+// Scheduler::Schedule() and its phases: aborts, running decodes, running prefills, admissions,
+// preemption, and the plan.
+#include <algorithm>
+#include <utility>
+
+#include "core/check.h"
+#include "kvcache/ids.h"
+#include "scheduler/scheduler.h"
+
+namespace strata::scheduler {
+
+using internal::SequenceStatus;
+
+engine::StepPlan Scheduler::Schedule() {
+  CHECK(!in_flight_) << "Schedule() called again before Commit()";
+  ++step_id_;
+  counters_.step_id = step_id_;
+  counters_.num_scheduled_seqs = 0;
+  counters_.num_prefill_tokens = 0;
+  counters_.num_decode_tokens = 0;
+  counters_.num_preempted = 0;
+
+  ProcessAborts();
+  entries_.clear();
+  token_budget_ = config_.max_num_batched_tokens;
+  ScheduleRunning(/*decodes=*/true);
+  ScheduleRunning(/*decodes=*/false);
+  AdmitWaiting();
+  engine::StepPlan plan = BuildPlan();
+  in_flight_ = true;
+  return plan;
+}
+
+void Scheduler::ProcessAborts() {
+  for (SequenceId id : pending_aborts_) {
+    auto it = sequences_.find(id);
+    if (it == sequences_.end()) continue;
+    Sequence* seq = it->second.get();
+    if (seq->status == SequenceStatus::kWaiting) {
+      waiting_.erase(KeyOf(*seq));
+    } else {
+      ReleaseCaches(seq);
+      running_.erase(std::find(running_.begin(), running_.end(), seq));
+    }
+    SequenceEvent event = MakeEvent(*seq);
+    event.finished = FinishReason::kAbort;
+    abort_events_.push_back(std::move(event));
+    ++counters_.num_aborted_total;
+    Retire(seq);
+  }
+  pending_aborts_.clear();
+}
+
+void Scheduler::ScheduleRunning(bool decodes) {
+  // Preemption edits running_, so walk a copy; preempted sequences are skipped by status.
+  scratch_.assign(running_.begin(), running_.end());
+  for (Sequence* seq : scratch_) {
+    if (token_budget_ <= 0) return;
+    if (seq->status != SequenceStatus::kRunning || seq->step_index >= 0) continue;
+    CHECK_GE(seq->num_uncomputed_tokens(), 1) << "running sequence " << seq->id << " has no work";
+    if ((seq->num_uncomputed_tokens() == 1) != decodes) continue;
+    ScheduleOne(seq);
+  }
+}
+
+void Scheduler::ScheduleOne(Sequence* seq) {
+  const int64_t begin = seq->num_computed_tokens;
+  const int64_t n = ChunkSize(*seq, begin);
+  if (n == 0) return;
+  const int32_t need = kvcache::NumBlocksFor(begin + n, config_.block_size) -
+                       static_cast<int32_t>(seq->block_table.size());
+  while (need > block_pool_.num_free()) {
+    Sequence* victim = PickVictim();
+    Preempt(victim);
+    if (victim == seq) return;
+  }
+  if (need > 0) {
+    std::optional<std::vector<kvcache::BlockId>> blocks = block_pool_.Allocate(need);
+    CHECK(blocks.has_value());
+    seq->block_table.insert(seq->block_table.end(), blocks->begin(), blocks->end());
+  }
+  Place(seq, n);
+}
+
+void Scheduler::AdmitWaiting() {
+  while (!waiting_.empty() && token_budget_ > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    if (!TryAdmit(waiting_.begin()->second)) return;  // head-of-line: keep the order
+  }
+}
+
+bool Scheduler::TryAdmit(Sequence* seq) {
+  if (config_.has_kda_layers && slot_pool_.num_free() == 0) return false;
+  kvcache::PrefixMatch match;
+  int64_t num_query_blocks = 0;
+  if (config_.enable_prefix_caching) {
+    // Never match the last token: its logits must be computed.
+    num_query_blocks = (seq->num_tokens() - 1) / config_.block_size;
+    if (num_query_blocks == static_cast<int64_t>(seq->block_hashes.size())) {
+      match = prefix_cache_.Lookup(seq->block_hashes);
+    } else {
+      match = prefix_cache_.Lookup(std::vector<kvcache::BlockHash>(
+          seq->block_hashes.begin(), seq->block_hashes.begin() + num_query_blocks));
+    }
+  }
+  const int64_t begin = match.num_tokens;
+  const int64_t n = ChunkSize(*seq, begin);
+  if (n == 0) return false;
+  const int32_t num_matched = static_cast<int32_t>(match.blocks.size());
+  const int32_t need = kvcache::NumBlocksFor(begin + n, config_.block_size) - num_matched;
+  // Acquire takes the matched free (cached) blocks off the free queue.
+  if (need > block_pool_.num_free() - block_pool_.CountFree(match.blocks)) return false;
+
+  if (num_matched > 0) prefix_cache_.Acquire(match);  // before Allocate, which may evict
+  std::optional<std::vector<kvcache::BlockId>> blocks = block_pool_.Allocate(need);
+  CHECK(blocks.has_value());
+  seq->block_table = std::move(match.blocks);
+  seq->block_table.insert(seq->block_table.end(), blocks->begin(), blocks->end());
+  seq->num_computed_tokens = begin;
+  seq->num_registered_blocks = num_matched;
+  if (config_.has_kda_layers) {
+    std::optional<kvcache::SlotId> slot = slot_pool_.Allocate();
+    CHECK(slot.has_value());
+    seq->slot = *slot;
+  }
+  seq->slot_init =
+      match.checkpoint >= 0 ? engine::SlotInit::kFromCheckpoint : engine::SlotInit::kZero;
+  seq->source_checkpoint = match.checkpoint;
+
+  if (config_.enable_prefix_caching) {
+    ++counters_.num_prefix_queries;
+    counters_.num_prefix_query_tokens += num_query_blocks * config_.block_size;
+    if (num_matched > 0) {
+      ++counters_.num_prefix_hits;
+      counters_.num_prefix_hit_tokens += begin;
+    }
+  }
+  if (!seq->admitted_once) {
+    seq->admitted_once = true;
+    seq->num_cached_tokens = begin;
+  }
+  waiting_.erase(waiting_.begin());
+  seq->status = SequenceStatus::kRunning;
+  running_.push_back(seq);
+  Place(seq, n);
+  return true;
+}
+
+int64_t Scheduler::ChunkSize(const Sequence& seq, int64_t begin) const {
+  int64_t n = std::min(seq.num_tokens() - begin, token_budget_);
+  if (config_.long_prefill_token_threshold > 0) {
+    n = std::min(n, config_.long_prefill_token_threshold);
+  }
+  if (n <= 0) return 0;
+  if (n > 1 && checkpoints_enabled()) {
+    // End the chunk at the first checkpoint boundary so the state there can be saved.
+    std::vector<int64_t> boundaries =
+        prefix_cache_.CheckpointBoundaries(begin, begin + n, seq.num_prompt_tokens);
+    if (!boundaries.empty()) n = boundaries.front() - begin;
+  }
+  return n;
+}
+
+void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
+  const int64_t begin = seq->num_computed_tokens;
+  const int64_t end = begin + num_new_tokens;
+  Entry entry;
+  entry.seq = seq;
+  entry.num_new_tokens = num_new_tokens;
+  entry.sample = end == seq->num_tokens();
+  entry.decode = num_new_tokens == 1 && entry.sample && begin >= seq->num_prompt_tokens;
+  if (checkpoints_enabled() && prefix_cache_.ShouldCheckpoint(end, seq->num_prompt_tokens)) {
+    kvcache::BlockHash boundary = seq->block_hashes[end / config_.block_size - 1];
+    std::optional<kvcache::CheckpointId> id = prefix_cache_.ReserveCheckpoint(boundary);
+    if (id.has_value()) entry.save_checkpoint = *id;
+  }
+  seq->step_index = static_cast<int32_t>(entries_.size());
+  entries_.push_back(entry);
+  token_budget_ -= num_new_tokens;
+}
+
+Scheduler::Sequence* Scheduler::PickVictim() const {
+  CHECK(!running_.empty());
+  Sequence* victim = running_.front();
+  for (Sequence* seq : running_) {
+    if (KeyOf(*seq) > KeyOf(*victim)) victim = seq;
+  }
+  return victim;
+}
+
+void Scheduler::Preempt(Sequence* seq) {
+  if (seq->step_index >= 0) {  // already placed in this step: take it out again
+    Entry& entry = entries_[static_cast<size_t>(seq->step_index)];
+    token_budget_ += entry.num_new_tokens;
+    if (entry.save_checkpoint >= 0) prefix_cache_.CancelCheckpoint(entry.save_checkpoint);
+    entry.seq = nullptr;
+    seq->step_index = -1;
+  }
+  ReleaseCaches(seq);
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  seq->status = SequenceStatus::kWaiting;
+  waiting_.emplace(KeyOf(*seq), seq);
+  ++seq->num_preemptions;
+  ++counters_.num_preempted;
+  ++counters_.num_preempted_total;
+}
+
+engine::StepPlan Scheduler::BuildPlan() {
+  size_t kept = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].seq == nullptr) continue;
+    entries_[kept] = entries_[i];
+    entries_[kept].seq->step_index = static_cast<int32_t>(kept);
+    ++kept;
+  }
+  entries_.resize(kept);
+
+  engine::StepPlan plan;
+  plan.step_id = step_id_;
+  plan.sequences.resize(entries_.size());
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& entry = entries_[i];
+    Sequence* seq = entry.seq;
+    engine::ScheduledSequence& out = plan.sequences[i];
+    const int64_t begin = seq->num_computed_tokens;
+    out.seq_id = seq->id;
+    out.token_ids.assign(seq->tokens.begin() + begin,
+                         seq->tokens.begin() + begin + entry.num_new_tokens);
+    out.num_computed_tokens = begin;
+    out.block_table = seq->block_table;
+    out.slot = seq->slot;
+    out.slot_init = seq->slot_init;
+    out.source_checkpoint = seq->source_checkpoint;
+    out.save_checkpoint = entry.save_checkpoint;
+    out.sample = entry.sample;
+    out.sampler = seq->sampler;
+    out.num_logprobs = seq->request.num_logprobs;
+    seq->slot_init = engine::SlotInit::kCarry;
+    seq->source_checkpoint = -1;
+    (entry.decode ? counters_.num_decode_tokens : counters_.num_prefill_tokens) +=
+        entry.num_new_tokens;
+  }
+  counters_.num_scheduled_seqs = static_cast<int32_t>(entries_.size());
+  counters_.num_prefill_tokens_total += counters_.num_prefill_tokens;
+  counters_.num_decode_tokens_total += counters_.num_decode_tokens;
+  return plan;
+}
+
+}  // namespace strata::scheduler

@@ -1,0 +1,182 @@
+#include "scheduler/testing/fake_executor.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "kvcache/ids.h"
+
+namespace strata::scheduler::testing {
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+}  // namespace
+
+FakeExecutor::FakeExecutor(int32_t num_blocks, int block_size, int32_t num_slots,
+                           int32_t num_checkpoints, int32_t vocab_size)
+    : block_size_(block_size),
+      vocab_size_(vocab_size),
+      pages_(static_cast<size_t>(num_blocks), std::vector<int32_t>(block_size, -1)),
+      slots_(static_cast<size_t>(num_slots)),
+      checkpoints_(static_cast<size_t>(num_checkpoints)) {}
+
+uint64_t FakeExecutor::Absorb(uint64_t hash, int32_t token) {
+  return Mix(hash ^ (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 0x9e3779b97f4a7c15ull));
+}
+
+int32_t FakeExecutor::NextToken(uint64_t context_hash, int32_t vocab_size) {
+  return static_cast<int32_t>(Mix(context_hash + 1) % static_cast<uint64_t>(vocab_size));
+}
+
+float FakeExecutor::Logprob(int32_t token) { return -0.25f * static_cast<float>(token % 8); }
+
+std::vector<int32_t> FakeExecutor::ExpectedOutput(const Request& request, int32_t vocab_size) {
+  uint64_t hash = kEmptyHash;
+  for (int32_t t : request.prompt) hash = Absorb(hash, t);
+  std::vector<int32_t> out;
+  while (static_cast<int64_t>(out.size()) < request.max_tokens) {
+    int32_t t = NextToken(hash, vocab_size);
+    out.push_back(t);
+    hash = Absorb(hash, t);
+    if (!request.ignore_eos && request.eos_token_id >= 0 && t == request.eos_token_id) break;
+    const auto& stops = request.stop_token_ids;
+    if (std::find(stops.begin(), stops.end(), t) != stops.end()) break;
+  }
+  return out;
+}
+
+void FakeExecutor::Error(const std::string& message) {
+  errors_.push_back(absl::StrCat("step ", num_steps_, ": ", message));
+}
+
+bool FakeExecutor::ContextHash(const std::vector<int32_t>& block_table, int64_t n, uint64_t* hash) {
+  uint64_t h = kEmptyHash;
+  for (int64_t p = 0; p < n; ++p) {
+    int32_t token = pages_[static_cast<size_t>(block_table[static_cast<size_t>(p / block_size_)])]
+                          [static_cast<size_t>(p % block_size_)];
+    if (token < 0) return false;
+    h = Absorb(h, token);
+  }
+  *hash = h;
+  return true;
+}
+
+void FakeExecutor::InitSlots(const engine::StepPlan& plan) {
+  std::set<int32_t> slots_seen;
+  for (const engine::ScheduledSequence& seq : plan.sequences) {
+    if (seq.slot < 0) continue;
+    if (seq.slot >= static_cast<int32_t>(slots_.size())) {
+      Error(absl::StrCat("seq ", seq.seq_id, " slot ", seq.slot, " out of range"));
+      continue;
+    }
+    if (!slots_seen.insert(seq.slot).second) {
+      Error(absl::StrCat("slot ", seq.slot, " used twice in one step"));
+    }
+    State& slot = slots_[static_cast<size_t>(seq.slot)];
+    if (seq.slot_init == engine::SlotInit::kZero) {
+      if (seq.num_computed_tokens != 0) {
+        Error(absl::StrCat("seq ", seq.seq_id, " zeroes its slot at ", seq.num_computed_tokens));
+      }
+      slot = State{0, kEmptyHash};
+    } else if (seq.slot_init == engine::SlotInit::kFromCheckpoint) {
+      if (seq.source_checkpoint < 0 ||
+          seq.source_checkpoint >= static_cast<int32_t>(checkpoints_.size())) {
+        Error(absl::StrCat("seq ", seq.seq_id, " bad source checkpoint ", seq.source_checkpoint));
+        continue;
+      }
+      slot = checkpoints_[static_cast<size_t>(seq.source_checkpoint)];
+    }
+  }
+}
+
+void FakeExecutor::RunSequence(const engine::ScheduledSequence& seq, engine::StepResult* result) {
+  const int64_t begin = seq.num_computed_tokens;
+  const int64_t end = begin + static_cast<int64_t>(seq.token_ids.size());
+  const std::string who = absl::StrCat("seq ", seq.seq_id, " [", begin, ", ", end, "): ");
+  if (seq.token_ids.empty()) Error(who + "no tokens");
+  if (static_cast<int64_t>(seq.block_table.size()) != kvcache::NumBlocksFor(end, block_size_)) {
+    Error(absl::StrCat(who, seq.block_table.size(), " blocks"));
+    return;
+  }
+  for (int32_t b : seq.block_table) {
+    if (b < 0 || b >= static_cast<int32_t>(pages_.size())) {
+      Error(absl::StrCat(who, "block ", b, " out of range"));
+      return;
+    }
+  }
+  uint64_t context = kEmptyHash;
+  if (!ContextHash(seq.block_table, begin, &context)) Error(who + "reads an unwritten position");
+  State* slot = nullptr;
+  if (seq.slot >= 0 && seq.slot < static_cast<int32_t>(slots_.size())) {
+    slot = &slots_[static_cast<size_t>(seq.slot)];
+    if (slot->num_tokens != begin || slot->hash != context) {
+      Error(absl::StrCat(who, "slot state holds ", slot->num_tokens,
+                         " tokens that differ from the cached context"));
+    }
+  }
+  for (int64_t p = begin; p < end; ++p) {
+    int32_t token = seq.token_ids[static_cast<size_t>(p - begin)];
+    pages_[static_cast<size_t>(seq.block_table[static_cast<size_t>(p / block_size_)])]
+          [static_cast<size_t>(p % block_size_)] = token;
+    if (slot != nullptr) {
+      slot->hash = Absorb(slot->hash, token);
+      ++slot->num_tokens;
+    }
+  }
+  if (seq.save_checkpoint >= 0) {
+    if (end % block_size_ != 0) Error(who + "checkpoint not on a block boundary");
+    if (slot == nullptr || seq.save_checkpoint >= static_cast<int32_t>(checkpoints_.size())) {
+      Error(who + "bad checkpoint save");
+    }
+  }
+  if (!seq.sample) return;
+  if (!ContextHash(seq.block_table, end, &context)) Error(who + "reads an unwritten position");
+  engine::SampledToken& out = result->sampled.emplace_back();
+  out.seq_id = seq.seq_id;
+  out.token_id = NextToken(context, vocab_size_);
+  out.logprob = Logprob(out.token_id);
+  for (int i = 0; i < seq.num_logprobs; ++i) {
+    int32_t t = (out.token_id + i) % vocab_size_;
+    out.top_logprobs.push_back({t, Logprob(t)});
+  }
+}
+
+engine::StepResult FakeExecutor::Execute(const engine::StepPlan& plan) {
+  ++num_steps_;
+  engine::StepResult result;
+  result.step_id = plan.step_id;
+  InitSlots(plan);
+  std::set<int32_t> written;  // blocks written this step: no two sequences may share one
+  for (const engine::ScheduledSequence& seq : plan.sequences) {
+    for (int64_t p = seq.num_computed_tokens;
+         p < seq.num_computed_tokens + static_cast<int64_t>(seq.token_ids.size()); ++p) {
+      size_t index = static_cast<size_t>(p / block_size_);
+      if (index >= seq.block_table.size()) break;
+      if (p % block_size_ == 0 || p == seq.num_computed_tokens) {
+        if (!written.insert(seq.block_table[index]).second) {
+          Error(absl::StrCat("block ", seq.block_table[index], " written by two sequences"));
+        }
+      }
+    }
+    RunSequence(seq, &result);
+  }
+  for (const engine::ScheduledSequence& seq : plan.sequences) {
+    if (seq.save_checkpoint < 0 || seq.slot < 0) continue;
+    if (seq.save_checkpoint >= static_cast<int32_t>(checkpoints_.size()) ||
+        seq.slot >= static_cast<int32_t>(slots_.size())) {
+      continue;
+    }
+    checkpoints_[static_cast<size_t>(seq.save_checkpoint)] = slots_[static_cast<size_t>(seq.slot)];
+  }
+  return result;
+}
+
+}  // namespace strata::scheduler::testing

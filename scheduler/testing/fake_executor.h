@@ -1,0 +1,70 @@
+// FakeExecutor: a deterministic stand-in for the model executor, for scheduler tests. It
+// simulates the device caches with token ids, so a test can tell whether the plans keep every
+// sequence's context intact across chunking, prefix hits and preemption.
+//
+// Simulated device memory:
+//   pages[num_blocks][block_size]      token id at each MLA cache position (-1: never written)
+//   slots[num_slots], checkpoints[n]   a "KDA state": (tokens absorbed, rolling hash of them)
+// Execute(plan), in the order the real executor must follow:
+//   1. every slot_init: kZero resets the slot, kFromCheckpoint copies the checkpoint in;
+//   2. per sequence: the block table must cover exactly [0, num_computed + new); the slot
+//      state (with KDA) must equal the context read back from the pages [0, num_computed);
+//      the new tokens are written to the pages and absorbed into the slot; when `sample`,
+//      the token is NextToken(hash of the pages [0, num_computed + new));
+//   3. every save_checkpoint copies the slot (which must end on a block boundary).
+// So a sampled token depends on the whole context exactly as the caches hold it: a wrong
+// block, a stale checkpoint or a missing state carry changes the output. Violations of the
+// plan contract are recorded in errors().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/step.h"
+#include "scheduler/request.h"
+
+namespace strata::scheduler::testing {
+
+class FakeExecutor {
+ public:
+  FakeExecutor(int32_t num_blocks, int block_size, int32_t num_slots, int32_t num_checkpoints,
+               int32_t vocab_size);
+
+  engine::StepResult Execute(const engine::StepPlan& plan);
+
+  // Hash of an empty context, and of a context extended by one token.
+  static constexpr uint64_t kEmptyHash = 0x2545f4914f6cdd1dull;
+  static uint64_t Absorb(uint64_t hash, int32_t token);
+  // The model: the next token after a context with hash `context_hash`.
+  static int32_t NextToken(uint64_t context_hash, int32_t vocab_size);
+  // The fake logprob reported for `token`, and its top-n list (n = num_logprobs).
+  static float Logprob(int32_t token);
+  // What a request must produce (run alone, to its stop condition).
+  static std::vector<int32_t> ExpectedOutput(const Request& request, int32_t vocab_size);
+
+  const std::vector<std::string>& errors() const { return errors_; }
+  int64_t num_steps() const { return num_steps_; }
+
+ private:
+  struct State {
+    int64_t num_tokens = -1;  // -1: never initialised
+    uint64_t hash = kEmptyHash;
+  };
+
+  void InitSlots(const engine::StepPlan& plan);
+  void RunSequence(const engine::ScheduledSequence& seq, engine::StepResult* result);
+  // Hash of the first `n` tokens read back from the pages of `block_table`; false on a hole.
+  bool ContextHash(const std::vector<int32_t>& block_table, int64_t n, uint64_t* hash);
+  void Error(const std::string& message);
+
+  int block_size_;
+  int32_t vocab_size_;
+  std::vector<std::vector<int32_t>> pages_;
+  std::vector<State> slots_;
+  std::vector<State> checkpoints_;
+  std::vector<std::string> errors_;
+  int64_t num_steps_ = 0;
+};
+
+}  // namespace strata::scheduler::testing

@@ -1,0 +1,67 @@
+// A per-request output channel from the engine loop thread to a front end (HTTP, gRPC, CLI).
+//
+// The engine thread pushes events; one consumer pops them, blocking (Next) or in batches
+// (Drain) after being woken by the notifier. Thread-safe. The stream is finished after an event
+// with `finish` set (or an error); no event follows it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/step.h"
+
+namespace strata::server {
+
+enum class FinishReason { kStop, kLength, kAbort };
+const char* FinishReasonName(FinishReason reason);  // "stop", "length", "abort"
+
+struct StreamEvent {
+  // At most one new token per event today (one decode step), kept as a list for batching.
+  std::vector<int32_t> token_ids;
+  std::vector<float> logprobs;  // per token, when requested
+  std::vector<std::vector<engine::TokenLogprob>> top_logprobs;
+  std::optional<FinishReason> finish;
+  absl::Status error;  // not ok: the request failed (e.g. rejected after submission)
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t num_output_tokens = 0;  // cumulative
+  double elapsed_ms = 0.0;        // since submission
+  bool terminal() const { return finish.has_value() || !error.ok(); }
+};
+
+class RequestStream {
+ public:
+  explicit RequestStream(std::string request_id) : request_id_(std::move(request_id)) {}
+
+  const std::string& request_id() const { return request_id_; }
+
+  // Consumer: the next event, waiting up to `timeout`; nullopt on timeout.
+  std::optional<StreamEvent> Next(absl::Duration timeout);
+  // Consumer: every queued event (possibly none), without waiting.
+  std::vector<StreamEvent> Drain();
+  // Called (on the engine thread, without the lock held) after events are pushed. Set it
+  // before submitting, or events pushed earlier are found by the next Drain.
+  void SetNotifier(std::function<void()> notifier);
+
+  // Producer (engine loop).
+  void Push(StreamEvent event);
+  bool finished() const;
+
+ private:
+  const std::string request_id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;
+  bool finished_ = false;
+  std::function<void()> notifier_;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,258 @@
+// Continuous batching end to end: scheduler + CpuExecutor + the model on generated tiny
+// checkpoints. Batched runs (chunked prefill, preemption forced by a tiny cache, prefix hits)
+// must produce exactly the greedy tokens of each request run alone, logprobs within f32
+// rounding, and return every page and slot to the pools.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/executor.h"
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "scheduler/scheduler.h"
+#include "server/engine_loop.h"
+#include "tools/checkpoint_generator.h"
+
+namespace strata {
+namespace {
+
+struct Output {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  int64_t cached_tokens = 0;
+  bool finished = false;
+};
+
+class BatchingTest : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/batching_" + GetParam() + "_" + std::to_string(::getpid());
+    tools::GeneratorOptions options;
+    options.family = GetParam();
+    options.preset = "tiny";
+    options.seed = 5;
+    auto generated = tools::GenerateCheckpoint(options, dir_);
+    ASSERT_TRUE(generated.ok()) << generated.status();
+    auto model = engine::Model::Load(dir_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // A cache of `num_blocks` pages of `block_size` tokens, `num_slots` slots.
+  kvcache::CacheLayout Layout(int32_t num_blocks, int block_size, int32_t num_slots,
+                              int32_t num_checkpoints) const {
+    const kvcache::ModelCacheSpec spec = engine::CacheSpecFor(model_->config());
+    kvcache::CacheLayout layout;
+    layout.num_mla_layers = spec.num_mla_layers;
+    layout.latent_dim = spec.latent_dim;
+    layout.latent_dtype = spec.latent_dtype;
+    layout.block_size = block_size;
+    layout.num_blocks = num_blocks;
+    layout.num_kda_layers = spec.num_kda_layers;
+    layout.kda_state_bytes_per_layer = spec.kda_state_bytes_per_layer;
+    layout.kda_conv_bytes_per_layer = spec.kda_conv_bytes_per_layer;
+    layout.num_slots = num_slots;
+    layout.num_checkpoints = num_checkpoints;
+    return layout;
+  }
+
+  scheduler::SchedulerConfig Config(const kvcache::CacheLayout& layout, int32_t max_seqs,
+                                    int64_t token_budget, int64_t max_model_len) const {
+    scheduler::SchedulerConfig c;
+    c.max_num_seqs = max_seqs;
+    c.max_num_batched_tokens = token_budget;
+    c.max_model_len = max_model_len;
+    c.block_size = layout.block_size;
+    c.num_blocks = layout.num_blocks;
+    c.num_slots = layout.num_slots;
+    c.num_checkpoint_slots = layout.num_checkpoints;
+    c.checkpoint_every_n_blocks = 2;
+    c.has_kda_layers = layout.num_kda_layers > 0;
+    return c;
+  }
+
+  scheduler::Request Greedy(const std::string& id, std::vector<int32_t> prompt,
+                            int64_t max_tokens) const {
+    scheduler::Request r;
+    r.request_id = id;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.num_logprobs = 0;
+    return r;
+  }
+
+  // Runs every request to completion, stepping synchronously; checks invariants each step.
+  std::map<std::string, Output> Drive(scheduler::Scheduler& sched, engine::CpuExecutor& exec,
+                                      const std::vector<scheduler::Request>& requests,
+                                      int64_t* num_preemptions = nullptr) {
+    std::map<std::string, Output> out;
+    for (const auto& r : requests) {
+      auto added = sched.Add(r);
+      EXPECT_TRUE(added.ok()) << added.status();
+    }
+    for (int step = 0; sched.HasWork(); ++step) {
+      EXPECT_LT(step, 100000) << "no progress";
+      if (step >= 100000) break;
+      engine::StepPlan plan = sched.Schedule();
+      engine::StepResult result = exec.Execute(plan);
+      for (const auto& e : sched.Commit(result)) {
+        Output& o = out[e.request_id];
+        if (e.token) {
+          o.tokens.push_back(*e.token);
+          o.logprobs.push_back(e.logprob);
+        }
+        o.cached_tokens = e.num_cached_tokens;
+        if (e.finished) o.finished = true;
+      }
+      EXPECT_TRUE(sched.CheckInvariants().ok()) << sched.CheckInvariants();
+    }
+    if (num_preemptions) *num_preemptions = sched.stats().num_preempted_total;
+    return out;
+  }
+
+  std::vector<int32_t> RandomPrompt(std::mt19937& rng, int len) const {
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(model_->config().vocab_size) - 1);
+    std::vector<int32_t> p(static_cast<size_t>(len));
+    for (auto& t : p) t = id(rng);
+    return p;
+  }
+
+  std::vector<int32_t> Solo(const std::vector<int32_t>& prompt, int64_t max_tokens) const {
+    engine::GenerateOptions options;
+    options.max_tokens = max_tokens;
+    options.ignore_eos = true;
+    options.sampling.temperature = 0.0f;
+    auto tokens = engine::Generate(*model_, prompt, options);
+    EXPECT_TRUE(tokens.ok()) << tokens.status();
+    return tokens.value_or(std::vector<int32_t>{});
+  }
+
+  std::string dir_;
+  std::unique_ptr<engine::Model> model_;
+};
+
+TEST_P(BatchingTest, BatchedWithChunkingAndPreemptionEqualsEachRequestAlone) {
+  std::mt19937 rng(11);
+  std::vector<scheduler::Request> requests;
+  const std::vector<int> lengths = {1, 5, 17, 33, 60, 9, 41, 2};
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    requests.push_back(Greedy("r" + std::to_string(i), RandomPrompt(rng, lengths[i]), 12));
+  }
+  // 16 blocks of 8 tokens = 128 token positions shared by 8 sequences of up to 72 tokens:
+  // preemption is unavoidable; a budget of 24 tokens splits every long prompt into chunks.
+  const kvcache::CacheLayout small = Layout(16, 8, 4, 4);
+  scheduler::Scheduler sched(Config(small, 4, 24, 128));
+  engine::CpuExecutor exec(*model_, small);
+  int64_t preemptions = 0;
+  auto batched = Drive(sched, exec, requests, &preemptions);
+  EXPECT_GT(preemptions, 0) << "the cache was meant to force preemption";
+
+  // Each request alone through the same path with a roomy cache, and through Generate().
+  for (const auto& r : requests) {
+    const kvcache::CacheLayout roomy = Layout(32, 8, 1, 4);
+    scheduler::Scheduler solo_sched(Config(roomy, 1, 1024, 256));
+    engine::CpuExecutor solo_exec(*model_, roomy);
+    auto alone = Drive(solo_sched, solo_exec, {r});
+    const Output& b = batched[r.request_id];
+    const Output& a = alone[r.request_id];
+    ASSERT_TRUE(b.finished) << r.request_id;
+    EXPECT_EQ(b.tokens, a.tokens) << r.request_id;
+    EXPECT_EQ(b.tokens, Solo(r.prompt, r.max_tokens)) << r.request_id;
+    ASSERT_EQ(b.logprobs.size(), a.logprobs.size());
+    for (size_t i = 0; i < b.logprobs.size(); ++i) {
+      EXPECT_NEAR(b.logprobs[i], a.logprobs[i], 1e-4f) << r.request_id << " token " << i;
+    }
+  }
+  EXPECT_EQ(sched.stats().num_running, 0);
+  EXPECT_TRUE(sched.CheckInvariants().ok());
+}
+
+TEST_P(BatchingTest, PrefixHitGivesTheColdOutputAndReportsCachedTokens) {
+  std::mt19937 rng(3);
+  const std::vector<int32_t> shared = RandomPrompt(rng, 40);
+  std::vector<int32_t> first = shared, second = shared;
+  for (int32_t t : RandomPrompt(rng, 7)) first.push_back(t);
+  for (int32_t t : RandomPrompt(rng, 5)) second.push_back(t);
+
+  const kvcache::CacheLayout layout = Layout(64, 8, 2, 8);
+  scheduler::Scheduler sched(Config(layout, 2, 256, 256));
+  engine::CpuExecutor exec(*model_, layout);
+  auto warm = Drive(sched, exec, {Greedy("a", first, 8)});
+  auto hit = Drive(sched, exec, {Greedy("b", second, 8)});
+  const bool has_kda = model_->geometry().num_kda_layers > 0;
+  // `first` (47 tokens) left KDA checkpoints every 2 blocks of 8 (16, 32) and at its
+  // block-aligned prompt end (40); `second` shares exactly its first 40 tokens.
+  EXPECT_EQ(hit["b"].cached_tokens, 40) << "kda=" << has_kda;
+  EXPECT_EQ(hit["b"].tokens, Solo(second, 8));
+  EXPECT_EQ(warm["a"].tokens, Solo(first, 8));
+}
+
+TEST_P(BatchingTest, TwoHundredRandomRequestsThroughASmallCacheAllFinishCorrectly) {
+  std::mt19937 rng(17);
+  const kvcache::CacheLayout layout = Layout(24, 8, 6, 6);
+  scheduler::SchedulerConfig config = Config(layout, 6, 48, 160);
+  auto loop = std::make_unique<server::EngineLoop>(
+      std::make_unique<scheduler::Scheduler>(config),
+      std::make_unique<engine::CpuExecutor>(*model_, layout), server::EngineLoopOptions{});
+  loop->Start();
+  const std::vector<int32_t> common = RandomPrompt(rng, 24);  // shared prefix of many requests
+  std::vector<scheduler::Request> requests;
+  std::vector<std::shared_ptr<server::RequestStream>> streams;
+  for (int i = 0; i < 200; ++i) {
+    std::vector<int32_t> prompt;
+    if (i % 3 == 0) prompt = common;
+    for (int32_t t : RandomPrompt(rng, 1 + static_cast<int>(rng() % 40))) prompt.push_back(t);
+    requests.push_back(Greedy("q" + std::to_string(i), prompt, 1 + static_cast<int>(rng() % 10)));
+    auto stream = loop->Submit(requests.back());
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    streams.push_back(*stream);
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    std::vector<int32_t> tokens;
+    bool done = false;
+    while (!done) {
+      auto event = streams[i]->Next(absl::Seconds(120));
+      ASSERT_TRUE(event.has_value()) << "request " << i << " timed out";
+      ASSERT_TRUE(event->error.ok()) << event->error;
+      tokens.insert(tokens.end(), event->token_ids.begin(), event->token_ids.end());
+      done = event->terminal();
+      if (done) {
+        EXPECT_EQ(event->finish, server::FinishReason::kLength);
+      }
+    }
+    // Spot-check a third of the outputs against a solo run (all would take long on 2 cores).
+    if (i % 3 == 1) {
+      EXPECT_EQ(tokens, Solo(requests[i].prompt, requests[i].max_tokens)) << i;
+    }
+    EXPECT_EQ(static_cast<int64_t>(tokens.size()), requests[i].max_tokens) << i;
+  }
+  // All memory back: wait for the loop's stats of the final step.
+  for (int i = 0; i < 100 && loop->stats().num_unfinished > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  server::EngineStats stats = loop->stats();
+  EXPECT_EQ(stats.num_unfinished, 0);
+  EXPECT_EQ(stats.scheduler.num_running, 0);
+  EXPECT_EQ(stats.scheduler.num_waiting, 0);
+  EXPECT_GT(stats.scheduler.num_prefix_hits, 0);
+  loop->Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, BatchingTest, testing::Values("k3", "kimi-linear"),
+                         [](const auto& info) {
+                           return info.param == "k3" ? std::string("k3") : std::string("kl");
+                         });
+
+}  // namespace
+}  // namespace strata

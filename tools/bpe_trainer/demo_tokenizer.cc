@@ -1,0 +1,101 @@
+#include "tools/bpe_trainer/demo_tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "engine/tokenizer/bpe_vocab.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/pretokenizer.h"
+#include "tools/bpe_trainer/bpe_trainer.h"
+
+namespace strata::tools {
+namespace {
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+bool IsSpecialFlag(const std::string& token) { return token != "<think>" && token != "</think>"; }
+
+}  // namespace
+
+std::vector<std::string> DemoSpecialTokens() {
+  std::vector<std::string> tokens = {"[BOS]",
+                                     "[EOS]",
+                                     "<|im_end|>",
+                                     "<|im_user|>",
+                                     "<|im_assistant|>",
+                                     "<|im_system|>",
+                                     "<|im_middle|>",
+                                     "<|tool_calls_section_begin|>",
+                                     "<|tool_calls_section_end|>",
+                                     "<|tool_call_begin|>",
+                                     "<|tool_call_argument_begin|>",
+                                     "<|tool_call_end|>",
+                                     "[PAD]",
+                                     "[UNK]",
+                                     "<think>",
+                                     "</think>",
+                                     "<|media_start|>",
+                                     "<|media_content|>",
+                                     "<|media_end|>",
+                                     "<|media_pad|>"};
+  for (int32_t id = kDemoNumBpeTokens + static_cast<int32_t>(tokens.size()); id < kDemoVocabSize;
+       ++id) {
+    tokens.push_back(absl::StrCat("<|reserved_token_", id, "|>"));
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::vector<std::string>> TrainDemoVocabulary() {
+  absl::StatusOr<std::unique_ptr<engine::PreTokenizer>> pre =
+      engine::PreTokenizer::Create(engine::KimiPatternOriginal());
+  if (!pre.ok()) return pre.status();
+  return TrainBpe({DemoCorpus()}, **pre, kDemoNumBpeTokens);
+}
+
+absl::Status WriteDemoTokenizer(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> tokens = TrainDemoVocabulary();
+  if (!tokens.ok()) return tokens.status();
+  absl::StatusOr<std::shared_ptr<const engine::BpeVocab>> vocab =
+      engine::BpeVocab::FromTokens(*tokens);
+  if (!vocab.ok()) return vocab.status();
+
+  nlohmann::ordered_json added = nlohmann::ordered_json::object();
+  const std::vector<std::string> specials = DemoSpecialTokens();
+  for (size_t i = 0; i < specials.size(); ++i) {
+    added[std::to_string(kDemoNumBpeTokens + static_cast<int32_t>(i))] = {
+        {"content", specials[i]}, {"lstrip", false},      {"normalized", false},
+        {"rstrip", false},        {"single_word", false}, {"special", IsSpecialFlag(specials[i])}};
+  }
+  nlohmann::ordered_json config = {
+      {"added_tokens_decoder", added},
+      {"additional_special_tokens",
+       {"<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"}},
+      {"auto_map", {{"AutoTokenizer", {"tokenization_kimi.TikTokenTokenizer", nullptr}}}},
+      {"bos_token", "[BOS]"},
+      {"chat_template", std::string(engine::BuiltinKimiChatTemplate())},
+      {"clean_up_tokenization_spaces", false},
+      {"eos_token", "[EOS]"},
+      {"model_max_length", 1048576},
+      {"pad_token", "[PAD]"},
+      {"pat_str", std::string(engine::KimiPatternOriginal())},
+      {"tokenizer_class", "TikTokenTokenizer"},
+      {"unk_token", "[UNK]"},
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  if (absl::Status s = WriteFile(dir + "/tiktoken.model", (*vocab)->ToTiktoken()); !s.ok())
+    return s;
+  return WriteFile(dir + "/tokenizer_config.json", config.dump(2) + "\n");
+}
+
+}  // namespace strata::tools

@@ -1,0 +1,103 @@
+#include "tools/bpe_trainer/demo_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace strata::tools {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class DemoTokenizerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/demo_tokenizer");
+    const auto start = std::chrono::steady_clock::now();
+    status_ = new absl::Status(WriteDemoTokenizer(*dir_));
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  static std::string* dir_;
+  static absl::Status* status_;
+  static double seconds_;
+};
+std::string* DemoTokenizerTest::dir_ = nullptr;
+absl::Status* DemoTokenizerTest::status_ = nullptr;
+double DemoTokenizerTest::seconds_ = 0;
+
+TEST_F(DemoTokenizerTest, TrainsInSecondsFromTheShippedCorpus) {
+  ASSERT_TRUE(status_->ok()) << *status_;
+  EXPECT_LT(seconds_, 30.0);
+  EXPECT_GT(DemoCorpus().size(), 100000u);
+  EXPECT_LT(DemoCorpus().size(), 1u << 20);
+}
+
+TEST_F(DemoTokenizerTest, HasEightThousandIdsWithKimiSpecialsOnTop) {
+  ASSERT_TRUE(status_->ok()) << *status_;
+  auto tok = engine::Tokenizer::LoadFromDir(*dir_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const engine::Tokenizer& t = **tok;
+  EXPECT_EQ(t.vocab_size(), 8192);
+  EXPECT_EQ(t.bpe().num_tokens(), 7936u);
+  EXPECT_EQ(t.bos_id(), 7936);
+  EXPECT_EQ(t.eos_id(), 7937);
+  EXPECT_EQ(t.SpecialTokenId("<|im_end|>"), 7938);
+  EXPECT_EQ(t.SpecialTokenId("<|im_middle|>"), 7942);
+  EXPECT_EQ(t.SpecialTokenId("<|tool_calls_section_begin|>"), 7943);
+  EXPECT_EQ(t.SpecialTokenId("<|tool_call_end|>"), 7947);
+  EXPECT_EQ(t.SpecialTokenId("<|reserved_token_8191|>"), 8191);
+  EXPECT_TRUE(t.IsSpecial(7938));
+  EXPECT_FALSE(t.IsSpecial(*t.SpecialTokenId("<think>")));
+  EXPECT_TRUE(t.config().kimi_tokenizer);
+}
+
+TEST_F(DemoTokenizerTest, EncodesTextCompactlyAndRoundTrips) {
+  ASSERT_TRUE(status_->ok()) << *status_;
+  auto tok = engine::Tokenizer::LoadFromDir(*dir_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::string sample =
+      "The scheduler never calls the executor. 上善若水。 Я вас любил. <|im_end|> 😀";
+  const std::vector<int32_t> ids = (*tok)->Encode(sample, {.parse_special = true});
+  EXPECT_EQ(*(*tok)->Decode(ids), sample);
+  EXPECT_LT(ids.size(), sample.size() / 2);
+  const std::vector<int32_t> corpus_ids = (*tok)->Encode(DemoCorpus());
+  EXPECT_LT(corpus_ids.size() * 3, DemoCorpus().size());  // > 3 bytes per token
+}
+
+TEST_F(DemoTokenizerTest, ShipsTheBuiltinChatTemplate) {
+  ASSERT_TRUE(status_->ok()) << *status_;
+  auto tok = engine::Tokenizer::LoadFromDir(*dir_);
+  ASSERT_TRUE(tok.ok());
+  auto tmpl = engine::ChatTemplate::ForTokenizer(**tok, false);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  engine::ChatTemplateInputs in;
+  in.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  in.add_generation_prompt = true;
+  auto prompt = tmpl->Render(in);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(prompt->substr(prompt->size() - 38), "<|im_assistant|>assistant<|im_middle|>");
+  const auto ids = (*tok)->Encode(*prompt, {.parse_special = true});
+  EXPECT_EQ(ids.back(), 7942);  // <|im_middle|>
+}
+
+TEST_F(DemoTokenizerTest, OutputIsByteIdenticalAcrossRuns) {
+  ASSERT_TRUE(status_->ok()) << *status_;
+  const std::string again = ::testing::TempDir() + "/demo_tokenizer_again";
+  ASSERT_TRUE(WriteDemoTokenizer(again).ok());
+  for (const char* name : {"/tiktoken.model", "/tokenizer_config.json"}) {
+    EXPECT_EQ(ReadAll(*dir_ + name), ReadAll(again + name)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace strata::tools
