@@ -140,7 +140,7 @@ StepResult CpuExecutor::Execute(const StepPlan& plan) {
     }
     batch.push_back(std::move(f));
   }
-  model_.Forward(batch, &logits_);
+  model_.Forward(batch, &logits_, &result.expert_tokens);
 
   // 3. Sampling, in plan order (one logits row per sampled sequence).
   const int64_t vocab = model_.config().vocab_size;

@@ -36,7 +36,7 @@ void MlpForward(const ModelConfig& cfg, const MlpWeights& w, const float* x, int
 }
 
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, const float* x, int64_t num_rows,
-                float* out) {
+                float* out, int64_t* expert_tokens) {
   const MoeConfig& m = cfg.moe;
   const int64_t d = cfg.hidden_size, top_k = m.num_experts_per_token;
   const int64_t width = m.is_latent() ? m.routed_expert_hidden_size : d;
@@ -75,6 +75,7 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, const float* x, int
   std::vector<float> routed_sum(n * width, 0.0f), gathered, expert_out;
   for (size_t e = 0; e < rows_of.size(); ++e) {
     const std::vector<int64_t>& rows = rows_of[e];
+    if (expert_tokens != nullptr) expert_tokens[e] += static_cast<int64_t>(rows.size());
     if (rows.empty()) continue;
     const int64_t count = static_cast<int64_t>(rows.size());
     gathered.resize(rows.size() * width);

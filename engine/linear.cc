@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "kernels/reference/matmul.h"
+#include "kernels/cpu/matmul.h"
 
 namespace strata::engine {
 
@@ -20,22 +20,27 @@ int64_t Linear::num_bytes() const {
   return 0;
 }
 
+namespace {
+
+kernels::cpu::WeightFormat ToKernelFormat(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+      return kernels::cpu::WeightFormat::kF32;
+    case WeightFormat::kBf16:
+      return kernels::cpu::WeightFormat::kBf16;
+    case WeightFormat::kMxfp4:
+      return kernels::cpu::WeightFormat::kMxfp4;
+  }
+  return kernels::cpu::WeightFormat::kF32;
+}
+
+}  // namespace
+
 void LinearForward(const Linear& w, const float* x, int64_t m, float* y) {
   CHECK(!w.empty());
-  switch (w.format) {
-    case WeightFormat::kF32:
-      kernels::MatmulReference(x, m, w.in_features, static_cast<const float*>(w.data),
-                               w.out_features, y);
-      return;
-    case WeightFormat::kBf16:
-      kernels::MatmulBf16Reference(x, m, w.in_features, static_cast<const uint16_t*>(w.data),
-                                   w.out_features, y);
-      return;
-    case WeightFormat::kMxfp4:
-      kernels::MatmulMxfp4Reference(x, m, w.in_features, static_cast<const uint8_t*>(w.data),
-                                    w.scales, w.out_features, y);
-      return;
-  }
+  const kernels::cpu::MatmulWeights weights{ToKernelFormat(w.format), w.out_features, w.in_features,
+                                            w.data, w.scales};
+  kernels::cpu::Matmul(weights, x, m, y);
 }
 
 absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,

@@ -34,7 +34,8 @@ void MlpForward(const ModelConfig& cfg, const MlpWeights& w, const float* x, int
 
 // MoE / Stable LatentMoE (MODEL.md §6): router, routed experts grouped by expert, latent
 // projections + norm, shared experts.
+// `expert_tokens` [num_experts] (may be null): incremented by the tokens routed to each expert.
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, const float* x, int64_t num_rows,
-                float* out);
+                float* out, int64_t* expert_tokens = nullptr);
 
 }  // namespace strata::engine

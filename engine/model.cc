@@ -47,6 +47,64 @@ class AttnResSources {
   std::vector<float> partial_;
 };
 
+// Adds a linear's bytes and parameters; `active` when every token uses it.
+struct WeightCounter {
+  WeightStats stats;
+  void Add(const Linear& w, bool active = true) {
+    if (w.empty()) return;
+    stats.total_bytes += w.num_bytes();
+    if (active) stats.active_params_per_token += w.out_features * w.in_features;
+  }
+  void Add(const std::vector<float>& v) { stats.total_bytes += static_cast<int64_t>(v.size()) * 4; }
+};
+
+WeightStats CountWeights(const ModelConfig& cfg, const ModelWeights& w) {
+  WeightCounter c;
+  c.stats.total_bytes += w.embed.num_bytes();  // read one row per token: not "active"
+  if (!cfg.tie_word_embeddings)
+    c.Add(w.lm_head);
+  else
+    c.stats.active_params_per_token += w.lm_head.out_features * w.lm_head.in_features;
+  for (const LayerWeights& l : w.layers) {
+    if (l.kda) {
+      for (const Linear* x :
+           {&l.kda->q_proj, &l.kda->k_proj, &l.kda->v_proj, &l.kda->f_a_proj, &l.kda->f_b_proj,
+            &l.kda->b_proj, &l.kda->g_proj, &l.kda->g_a_proj, &l.kda->g_b_proj, &l.kda->o_proj}) {
+        c.Add(*x);
+      }
+    }
+    if (l.mla) {
+      for (const Linear* x : {&l.mla->q_proj, &l.mla->q_a_proj, &l.mla->q_b_proj, &l.mla->kv_a_proj,
+                              &l.mla->g_proj, &l.mla->o_proj}) {
+        c.Add(*x);
+      }
+      c.Add(l.mla->kv_b_proj);
+      c.stats.active_params_per_token += static_cast<int64_t>(l.mla->kv_b_proj.size());
+    }
+    if (l.dense) {
+      c.Add(l.dense->gate_proj), c.Add(l.dense->up_proj), c.Add(l.dense->down_proj);
+    }
+    if (l.moe) {
+      c.Add(l.moe->router), c.Add(l.moe->latent_down), c.Add(l.moe->latent_up);
+      c.Add(l.moe->shared.gate_proj), c.Add(l.moe->shared.up_proj), c.Add(l.moe->shared.down_proj);
+      int64_t expert_bytes = 0, expert_params = 0;
+      for (const ExpertWeights& e : l.moe->experts) {
+        for (const Linear* x : {&e.w1, &e.w3, &e.w2}) c.Add(*x, false);
+      }
+      if (!l.moe->experts.empty()) {
+        const ExpertWeights& e = l.moe->experts[0];
+        for (const Linear* x : {&e.w1, &e.w3, &e.w2}) {
+          expert_bytes += x->num_bytes();
+          expert_params += x->out_features * x->in_features;
+        }
+      }
+      c.stats.routed_expert_bytes_per_layer_expert = expert_bytes;
+      c.stats.active_params_per_token += expert_params * cfg.moe.num_experts_per_token;
+    }
+  }
+  return c.stats;
+}
+
 }  // namespace
 
 int64_t NumLogitRows(const std::vector<ForwardSequence>& batch) {
@@ -75,6 +133,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*model->checkpoint_));
   const ModelConfig& cfg = model->config();
   model->geometry_ = GetCacheGeometry(cfg);
+  model->weight_stats_ = CountWeights(cfg, model->weights_);
   int kda = 0, mla = 0;
   for (int l = 0; l < cfg.num_layers; ++l) {
     model->mixer_index_.push_back(cfg.IsKda(l) ? kda++ : mla++);
@@ -84,7 +143,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
   return model;
 }
 
-void Model::Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits) const {
+void Model::Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
+                    std::vector<int64_t>* expert_tokens) const {
   const ModelConfig& cfg = config();
   const int64_t d = cfg.hidden_size;
   std::vector<RowSpan> rows;
@@ -119,7 +179,9 @@ void Model::Forward(const std::vector<ForwardSequence>& batch, std::vector<float
     kernels::RmsNormReference(in, num_rows, d, lw.post_norm.data(), cfg.rms_norm_eps,
                               normed.data());
     if (lw.moe) {
-      MoeForward(cfg, *lw.moe, normed.data(), num_rows, result);
+      if (expert_tokens != nullptr) expert_tokens->resize(cfg.moe.num_experts, 0);
+      MoeForward(cfg, *lw.moe, normed.data(), num_rows, result,
+                 expert_tokens != nullptr ? expert_tokens->data() : nullptr);
     } else {
       MlpForward(cfg, *lw.dense, normed.data(), num_rows, result);
     }

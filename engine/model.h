@@ -34,22 +34,34 @@ struct CacheGeometry {
 };
 CacheGeometry GetCacheGeometry(const ModelConfig& cfg);
 
+// Sizes of the loaded weights (for roofline floors and capacity planning).
+struct WeightStats {
+  int64_t total_bytes = 0;                           // every weight as stored
+  int64_t routed_expert_bytes_per_layer_expert = 0;  // one routed expert of one MoE layer
+  int64_t active_params_per_token = 0;  // multiply-adds per token / 1 (excl. embedding)
+};
+
 class Model {
  public:
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir);
 
   const ModelConfig& config() const { return checkpoint_->config(); }
   const CacheGeometry& geometry() const { return geometry_; }
+  const WeightStats& weight_stats() const { return weight_stats_; }
 
   // Runs all layers over the batch, updating its caches, and writes NumLogitRows(batch)
   // rows of [vocab] logits. CHECKs that token ids are < vocab (callers validate input).
-  void Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits) const;
+  // `expert_tokens` (may be null) is resized to num_experts and incremented by the tokens
+  // routed to each expert, summed over MoE layers.
+  void Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
+               std::vector<int64_t>* expert_tokens = nullptr) const;
 
  private:
   Model() = default;
   std::unique_ptr<Checkpoint> checkpoint_;
   ModelWeights weights_;
   CacheGeometry geometry_;
+  WeightStats weight_stats_;
   std::vector<int> mixer_index_;  // layer -> ordinal among layers of its mixer kind
 };
 

@@ -69,6 +69,9 @@ struct StepResult {
   int64_t step_id = 0;
   std::vector<SampledToken> sampled;  // one per ScheduledSequence with sample == true, in order
   double forward_ms = 0.0;
+  // [num_experts] tokens routed to each expert in this step, summed over MoE layers (empty for
+  // models without MoE or executors that do not measure it).
+  std::vector<int64_t> expert_tokens;
 };
 
 }  // namespace strata::engine

@@ -161,6 +161,12 @@ void EngineLoop::Run() {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.num_steps++;
     stats_.last_step_ms = step_ms;
+    if (stats_.expert_tokens_total.size() < result.expert_tokens.size()) {
+      stats_.expert_tokens_total.resize(result.expert_tokens.size(), 0);
+    }
+    for (size_t e = 0; e < result.expert_tokens.size(); ++e) {
+      stats_.expert_tokens_total[e] += result.expert_tokens[e];
+    }
     stats_.scheduler = scheduler_->stats();
   }
   LOG_INFO("engine", "engine loop stopped");

@@ -8,6 +8,7 @@
 #include "core/cpu_features.h"
 #include "engine/tokenizer/cli_commands.h"
 #include "server/cli/commands.h"
+#include "server/cli/serve_command.h"
 
 namespace {
 
@@ -22,11 +23,15 @@ const Subcommand kSubcommands[] = {
      "generate token ids after --prompt-ids (JSON array on stdout)"},
     {"logits", strata::cli::LogitsCommand,
      "write float32 logits [positions, vocab] of --ids-file to --out (.npy)"},
+    {"bench", strata::cli::BenchCommand,
+     "prefill and decode tokens/s through the engine, next to the roofline floor"},
     {"tokenize", strata::engine::TokenizeCommand,
      "print the token ids of --text-file as one JSON array"},
     {"detokenize", strata::engine::DetokenizeCommand, "print the text of --ids"},
     {"chat-template", strata::engine::ChatTemplateCommand,
      "render --messages-file with the checkpoint's chat template"},
+    {"serve", strata::cli::ServeCommand,
+     "OpenAI-compatible HTTP server (default: the embedded demo model on port 8000)"},
 };
 
 void PrintUsage(FILE* out) {

@@ -13,6 +13,10 @@ packages=(
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 python3-numpy nodejs npm
+  # gRPC Python client and its interop test (clients/python)
+  python3-grpcio python3-protobuf
+  # deploy/ checks: Prometheus server + promtool, Helm chart renderer (Go, sprig, yaml), YAML
+  prometheus golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev python3-yaml
 )
 
 missing=()

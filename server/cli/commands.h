@@ -9,5 +9,6 @@ namespace strata::cli {
 
 int GenerateCommand(const std::vector<std::string>& args);
 int LogitsCommand(const std::vector<std::string>& args);
+int BenchCommand(const std::vector<std::string>& args);
 
 }  // namespace strata::cli

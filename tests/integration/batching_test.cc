@@ -2,6 +2,7 @@
 // checkpoints. Batched runs (chunked prefill, preemption forced by a tiny cache, prefix hits)
 // must produce exactly the greedy tokens of each request run alone, logprobs within f32
 // rounding, and return every page and slot to the pools.
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -9,7 +10,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -122,7 +122,8 @@ class BatchingTest : public testing::TestWithParam<std::string> {
   }
 
   std::vector<int32_t> RandomPrompt(std::mt19937& rng, int len) const {
-    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(model_->config().vocab_size) - 1);
+    std::uniform_int_distribution<int32_t> id(
+        0, static_cast<int32_t>(model_->config().vocab_size) - 1);
     std::vector<int32_t> p(static_cast<size_t>(len));
     for (auto& t : p) t = id(rng);
     return p;

@@ -1,0 +1,89 @@
+#include "bench/roofline.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu_features.h"
+
+// GCC 12 false positive inside AVX-512 intrinsics (see core/convert_simd.cc).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace strata::bench {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+float FmaChainsAvx2(long iterations) {
+  __m256 acc[10];
+  for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(1.0f + 0.01f * i);
+  const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], mul, add);
+  }
+  __m256 sum = acc[0];
+  for (int i = 1; i < 10; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  float out[8];
+  _mm256_storeu_ps(out, sum);
+  return out[0];
+}
+
+__attribute__((target("avx512f"))) float FmaChainsAvx512(long iterations) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(1.0f + 0.01f * i);
+  const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], mul, add);
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  return _mm512_reduce_add_ps(sum);
+}
+
+}  // namespace
+
+double MeasureReadBandwidth(long bytes) {
+  const long n = bytes / static_cast<long>(sizeof(float));
+  float* data = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4));
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; ++i) data[i] = 1.0f;  // first touch by the reading thread
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    float total = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : total)
+    for (long i = 0; i < n; ++i) total += data[i];
+    const double s = Seconds(start);
+    if (total != static_cast<float>(-1)) best = std::max(best, static_cast<double>(bytes) / s);
+  }
+  std::free(data);
+  return best;
+}
+
+double MeasurePeakF32Flops() {
+  const bool avx512 = ActiveIsa() >= Isa::kAvx512;
+  const long iterations = 20'000'000;
+  const int chains = avx512 ? 12 : 10, lanes = avx512 ? 16 : 8;
+  double best = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    float sink = 0;
+#pragma omp parallel reduction(+ : sink)
+    { sink += avx512 ? FmaChainsAvx512(iterations) : FmaChainsAvx2(iterations); }
+    const double s = Seconds(start);
+    const double flops =
+        2.0 * chains * lanes * static_cast<double>(iterations) * omp_get_max_threads();
+    if (sink != -1.0f) best = std::max(best, flops / s);
+  }
+  return best;
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,195 @@
+// strata-client: a command-line client of the strata.v1 gRPC API.
+//
+//   strata-client generate --target HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3)
+//                 [--max-tokens N] [--stream] [--temperature T] [--top-p P] [--top-k K]
+//                 [--seed S] [--n N] [--stop STR] [--request-id ID] [--timeout SECONDS]
+//       The generated text on stdout (as it streams with --stream), then, on the last line, the
+//       generated token ids as one JSON array (an array of arrays when n > 1). The finish
+//       reason and usage go to stderr.
+//   strata-client tokenize --target HOST:PORT --text TEXT     ids as a JSON array
+//   strata-client info --target HOST:PORT                      model info and loads
+// Exit status: 0 on success, 1 on an RPC error (the gRPC code and message on stderr), 2 on
+// bad usage.
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "clients/cpp/client_flags.h"
+#include "strata/v1/control.grpc.pb.h"
+#include "strata/v1/inference.grpc.pb.h"
+
+namespace strata::client {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: strata-client generate --target HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3)\n"
+    "         [--max-tokens N] [--stream] [--temperature T] [--top-p P] [--top-k K]\n"
+    "         [--seed S] [--n N] [--stop STR] [--request-id ID] [--timeout SECONDS]\n"
+    "       strata-client tokenize --target HOST:PORT --text TEXT\n"
+    "       strata-client info --target HOST:PORT\n";
+
+int RpcError(const grpc::Status& status) {
+  std::fprintf(stderr, "strata-client: rpc error %d: %s\n", static_cast<int>(status.error_code()),
+               status.error_message().c_str());
+  return 1;
+}
+
+int UsageError(const absl::Status& status) {
+  std::fprintf(stderr, "strata-client: %s\n%s", std::string(status.message()).c_str(), kUsage);
+  return 2;
+}
+
+std::shared_ptr<grpc::Channel> Connect(const ClientFlags& flags) {
+  return grpc::CreateChannel(flags.Get("target").value_or("localhost:50051"),
+                             grpc::InsecureChannelCredentials());
+}
+
+absl::StatusOr<v1::GenerateRequest> GenerateRequestFrom(const ClientFlags& flags) {
+  v1::GenerateRequest request;
+  if (flags.Has("prompt") == flags.Has("prompt-ids")) {
+    return absl::InvalidArgumentError("give exactly one of --prompt and --prompt-ids");
+  }
+  if (auto text = flags.Get("prompt")) {
+    request.set_text(*text);
+  } else {
+    absl::StatusOr<std::vector<int32_t>> ids = flags.GetIds("prompt-ids");
+    if (!ids.ok()) return ids.status();
+    request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  }
+  v1::SamplingParams* s = request.mutable_sampling();
+  absl::StatusOr<std::optional<double>> temperature = flags.GetDouble("temperature");
+  absl::StatusOr<std::optional<double>> top_p = flags.GetDouble("top-p");
+  absl::StatusOr<std::optional<int64_t>> top_k = flags.GetInt("top-k");
+  absl::StatusOr<std::optional<int64_t>> seed = flags.GetInt("seed");
+  absl::StatusOr<std::optional<int64_t>> max_tokens = flags.GetInt("max-tokens");
+  absl::StatusOr<std::optional<int64_t>> n = flags.GetInt("n");
+  for (const absl::Status& st : {temperature.status(), top_p.status(), top_k.status(),
+                                 seed.status(), max_tokens.status(), n.status()}) {
+    if (!st.ok()) return st;
+  }
+  if (*temperature) s->set_temperature(static_cast<float>(**temperature));
+  if (*top_p) s->set_top_p(static_cast<float>(**top_p));
+  if (*top_k) s->set_top_k(static_cast<int32_t>(**top_k));
+  if (*seed) s->set_seed(static_cast<uint64_t>(**seed));
+  if (*max_tokens) request.set_max_tokens(**max_tokens);
+  if (*n) request.set_n(static_cast<int32_t>(**n));
+  if (auto stop = flags.Get("stop")) request.add_stop(*stop);
+  if (auto id = flags.Get("request-id")) request.set_request_id(*id);
+  return request;
+}
+
+int Generate(const ClientFlags& flags) {
+  absl::StatusOr<v1::GenerateRequest> request = GenerateRequestFrom(flags);
+  if (!request.ok()) return UsageError(request.status());
+  absl::StatusOr<std::optional<double>> timeout = flags.GetDouble("timeout");
+  if (!timeout.ok()) return UsageError(timeout.status());
+  const bool stream = flags.Has("stream");
+  auto stub = v1::Inference::NewStub(Connect(flags));
+  grpc::ClientContext context;
+  if (*timeout) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(static_cast<int64_t>(**timeout * 1000)));
+  }
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub->Generate(&context, *request);
+  std::map<uint32_t, std::vector<int32_t>> ids;
+  std::map<uint32_t, std::string> texts;
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    if (response.has_chunk()) {
+      const v1::Chunk& chunk = response.chunk();
+      ids[chunk.index()].insert(ids[chunk.index()].end(), chunk.token_ids().begin(),
+                                chunk.token_ids().end());
+      texts[chunk.index()] += chunk.text();
+      if (stream && chunk.index() == 0) {
+        std::fputs(chunk.text().c_str(), stdout);
+        std::fflush(stdout);
+      }
+    } else {
+      const v1::Complete& done = response.complete();
+      std::fprintf(stderr,
+                   "choice %u: finish_reason=%s prompt_tokens=%lld completion_tokens=%lld "
+                   "first_token_ms=%.1f\n",
+                   done.index(), done.finish_reason().c_str(),
+                   static_cast<long long>(done.usage().prompt_tokens()),
+                   static_cast<long long>(done.usage().completion_tokens()),
+                   done.timings().first_token_ms());
+      ids[done.index()];  // a choice with no tokens still prints []
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return RpcError(status);
+  if (!stream) std::fputs(texts[0].c_str(), stdout);
+  std::vector<std::string> arrays;
+  arrays.reserve(ids.size());
+  for (const auto& [index, list] : ids) {
+    arrays.push_back(absl::StrCat("[", absl::StrJoin(list, ","), "]"));
+  }
+  const std::string line =
+      arrays.size() == 1 ? arrays[0] : absl::StrCat("[", absl::StrJoin(arrays, ","), "]");
+  std::fprintf(stdout, "\n%s\n", line.c_str());
+  return 0;
+}
+
+int Tokenize(const ClientFlags& flags) {
+  auto stub = v1::Inference::NewStub(Connect(flags));
+  grpc::ClientContext context;
+  v1::TokenizeRequest request;
+  request.set_text(flags.Get("text").value_or(""));
+  v1::TokenizeResponse response;
+  grpc::Status status = stub->Tokenize(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  std::fprintf(stdout, "[%s]\n", absl::StrJoin(response.token_ids(), ",").c_str());
+  return 0;
+}
+
+int Info(const ClientFlags& flags) {
+  auto stub = v1::Control::NewStub(Connect(flags));
+  v1::ModelInfo model;
+  v1::Loads loads;
+  grpc::ClientContext c1;
+  grpc::Status status = stub->GetModelInfo(&c1, v1::GetModelInfoRequest(), &model);
+  if (!status.ok()) return RpcError(status);
+  grpc::ClientContext c2;
+  status = stub->GetLoads(&c2, v1::GetLoadsRequest(), &loads);
+  if (!status.ok()) return RpcError(status);
+  std::fprintf(stdout,
+               "{\"model\": \"%s\", \"max_model_len\": %lld, \"vocab_size\": %lld, "
+               "\"num_running\": %d, \"num_waiting\": %d, \"num_free_blocks\": %d, "
+               "\"num_blocks\": %d}\n",
+               model.names_size() > 0 ? model.names(0).c_str() : "",
+               static_cast<long long>(model.max_model_len()),
+               static_cast<long long>(model.vocab_size()), loads.num_running(), loads.num_waiting(),
+               loads.num_free_blocks(), loads.num_blocks());
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  const std::set<std::string> values = {
+      "target", "prompt", "prompt-ids", "max-tokens", "temperature", "top-p", "top-k",
+      "seed",   "n",      "stop",       "request-id", "timeout",     "text"};
+  absl::StatusOr<ClientFlags> flags = ClientFlags::Parse(args, values, {"stream"});
+  if (!flags.ok()) return UsageError(flags.status());
+  if (command == "generate") return Generate(*flags);
+  if (command == "tokenize") return Tokenize(*flags);
+  if (command == "info") return Info(*flags);
+  return UsageError(absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'")));
+}
+
+}  // namespace
+}  // namespace strata::client
+
+int main(int argc, char** argv) { return strata::client::Main(argc, argv); }

@@ -1,0 +1,198 @@
+"""Interop test of the Python client (Debian's python3-grpcio) against a real `strata serve`
+(the embedded demo model) on free loopback ports: streaming, cancellation, errors, and gRPC vs
+HTTP (/v1/completions) and vs the C++ strata-client giving identical output.
+
+Environment (set by ctest, clients/CMakeLists.txt): STRATA_BIN, STRATA_CLIENT_BIN, PYTHONPATH
+(this directory and the generated stubs)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import grpc
+
+from strata_client import Client, build_request
+
+
+class Server:
+    def __init__(self, *flags):
+        cache = os.environ.get("STRATA_CACHE_DIR") or os.path.join(
+            tempfile.gettempdir(), "strata_grpc_client_test_cache")
+        self.proc = subprocess.Popen(
+            [os.environ["STRATA_BIN"], "serve", "--host", "127.0.0.1", "--port", "0",
+             "--grpc-port", "0", "--kv-cache-memory", "128MiB", "--log-level", "warn", *flags],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "STRATA_CACHE_DIR": cache})
+        self.http_port = self.grpc_port = None
+        deadline = time.time() + 120
+        for line in self.proc.stdout:
+            m = re.search(r"on http://127\.0\.0\.1:(\d+) ", line)
+            if m:
+                self.http_port = int(m.group(1))
+            m = re.search(r"gRPC API \(strata\.v1\) on 127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.grpc_port = int(m.group(1))
+                break
+            if time.time() > deadline:
+                break
+        if not self.grpc_port:
+            self.proc.kill()
+            raise RuntimeError(
+                "strata serve did not print its gRPC port: " + self.proc.stderr.read())
+        # Keep draining stdout so the server never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+        self.target = f"127.0.0.1:{self.grpc_port}"
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return -9
+
+
+def wait_empty(client, min_aborted_total=0, timeout=10.0):
+    """Waits until `min_aborted_total` requests were aborted and the engine holds nothing."""
+    deadline = time.time() + timeout
+    loads = client.loads()
+    while time.time() < deadline and not (
+            loads.num_aborted_total >= min_aborted_total and loads.num_unfinished == 0 and
+            loads.num_running == 0 and
+            loads.num_free_blocks == loads.num_blocks and
+            loads.num_free_slots == loads.num_slots):
+        time.sleep(0.01)
+        loads = client.loads()
+    return loads
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+        cls.client = Client(cls.server.target)
+        cls.max_len = cls.client.model_info().max_model_len
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        assert cls.server.stop() == 0
+
+    def test_streams_a_generation(self):
+        chunks, completes = [], []
+        for response in self.client.stream(prompt_ids=[1, 2, 3], max_tokens=10, ignore_eos=True):
+            (chunks if response.HasField("chunk") else completes).append(response)
+        ids = [t for r in chunks for t in r.chunk.token_ids]
+        self.assertEqual(len(ids), 10)
+        self.assertEqual(len(completes), 1)
+        self.assertEqual(completes[0].complete.finish_reason, "length")
+        self.assertEqual(completes[0].complete.usage.completion_tokens, 10)
+        self.assertEqual([r.chunk.usage.completion_tokens for r in chunks], list(range(1, 11)))
+
+    def test_cancelling_a_stream_frees_its_cache(self):
+        before = self.client.loads().num_aborted_total
+        call = self.client.stream(prompt_ids=[4, 5, 6], max_tokens=self.max_len - 3,
+                                  ignore_eos=True)
+        received = 0
+        with self.assertRaises(grpc.RpcError) as caught:
+            for _ in call:
+                received += 1
+                if received == 3:
+                    call.cancel()
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.CANCELLED)
+        loads = wait_empty(self.client, before + 1)
+        self.assertEqual(loads.num_unfinished, 0)
+        self.assertEqual(loads.num_free_blocks, loads.num_blocks)
+        self.assertEqual(loads.num_aborted_total, before + 1)
+
+    def test_invalid_argument_names_the_field(self):
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.client.generate(prompt_ids=[1, 2], max_tokens=4, top_p=0.0)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("top_p", caught.exception.details())
+
+    def test_grpc_and_http_give_identical_output_for_the_same_seed(self):
+        kwargs = dict(prompt_ids=[9, 8, 7, 6], max_tokens=12, temperature=0.8, seed=42,
+                      ignore_eos=True, logprobs=0)
+        g = self.client.generate(**kwargs)
+        body = json.dumps({"prompt": [9, 8, 7, 6], "max_tokens": 12, "temperature": 0.8,
+                           "seed": 42, "ignore_eos": True, "logprobs": 0}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.server.http_port}/v1/completions",
+                                     data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            http = json.loads(r.read())["choices"][0]
+        self.assertEqual(g.text, http["text"])
+        self.assertEqual(len(g.token_ids), len(http["logprobs"]["token_logprobs"]))
+        for a, b in zip(g.logprobs, http["logprobs"]["token_logprobs"]):
+            self.assertAlmostEqual(a, b, places=4)
+
+    def test_cpp_client_prints_the_same_ids(self):
+        g = self.client.generate(prompt_ids=[3, 1, 4, 1, 5], max_tokens=9, temperature=0.7,
+                                 seed=7)
+        out = subprocess.run(
+            [os.environ["STRATA_CLIENT_BIN"], "generate", "--target", self.server.target,
+             "--prompt-ids", "3,1,4,1,5", "--max-tokens", "9", "--temperature", "0.7",
+             "--seed", "7", "--stream"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(json.loads(out.stdout.strip().splitlines()[-1]), g.token_ids)
+
+    def test_cpp_client_reports_rpc_errors(self):
+        out = subprocess.run(
+            [os.environ["STRATA_CLIENT_BIN"], "generate", "--target", self.server.target,
+             "--prompt-ids", "1,2", "--max-tokens", "4", "--temperature", "7"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("temperature", out.stderr)
+
+    def test_python_cli_prints_ids_last(self):
+        env = dict(os.environ)
+        out = subprocess.run(
+            ["/usr/bin/python3", "-m", "strata_client", "generate", "--target",
+             self.server.target, "--prompt-ids", "2,7,1,8", "--max-tokens", "5", "--seed", "3",
+             "--temperature", "0.5"], capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        ids = json.loads(out.stdout.strip().splitlines()[-1])
+        g = self.client.generate(prompt_ids=[2, 7, 1, 8], max_tokens=5, seed=3, temperature=0.5)
+        self.assertEqual(ids, g.token_ids)
+
+    def test_tokenize_round_trips(self):
+        ids = self.client.tokenize("hello there", add_special_tokens=False)
+        self.assertTrue(ids)
+        self.assertEqual(self.client.detokenize(ids), "hello there")
+
+
+class DrainTest(unittest.TestCase):
+    def test_sigterm_finishes_streams_in_flight_and_refuses_new_ones(self):
+        server = Server("--drain-timeout", "120")
+        client = Client(server.target)
+        try:
+            call = client.stream(prompt_ids=[1, 2, 3], max_tokens=200, ignore_eos=True)
+            responses = [next(call)]  # the stream is running
+            server.proc.send_signal(signal.SIGTERM)
+            refused = None
+            deadline = time.time() + 10
+            while refused is None and time.time() < deadline:
+                try:
+                    client.generate(prompt_ids=[1], max_tokens=1)
+                    time.sleep(0.005)
+                except grpc.RpcError as e:
+                    refused = e
+            self.assertIsNotNone(refused)
+            self.assertEqual(refused.code(), grpc.StatusCode.UNAVAILABLE)
+            responses.extend(call)
+            self.assertTrue(responses[-1].HasField("complete"))
+            self.assertEqual(responses[-1].complete.finish_reason, "length")
+            self.assertEqual(sum(len(r.chunk.token_ids) for r in responses), 200)
+        finally:
+            client.close()
+            self.assertEqual(server.proc.wait(timeout=60), 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,116 @@
+"""A small Python client of Strata's gRPC API (package strata.v1), on Debian's python3-grpcio.
+
+The stubs (strata/v1/*_pb2.py) are generated at build time by proto/CMakeLists.txt into
+<build>/proto/python; put that directory on PYTHONPATH (or sys.path) next to this package.
+
+    from strata_client import Client
+    with Client("localhost:50051") as client:
+        result = client.generate(prompt_ids=[1, 2, 3], max_tokens=16, temperature=0.7, seed=1)
+        print(result.text, result.token_ids, result.finish_reason)
+        for chunk in client.stream(prompt="Hello", max_tokens=8):   # Chunk / Complete messages
+            print(chunk)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator, Optional, Sequence
+
+import grpc
+
+from strata.v1 import control_pb2, control_pb2_grpc, inference_pb2, inference_pb2_grpc
+
+__all__ = ["Client", "Generation", "inference_pb2", "control_pb2"]
+
+
+@dataclasses.dataclass
+class Generation:
+    """One finished choice."""
+    token_ids: list
+    text: str
+    finish_reason: str
+    logprobs: list            # the sampled tokens' log probabilities (with logprobs=...)
+    complete: object          # the strata.v1.Complete message (usage, timings, matched stop)
+
+
+def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[int]] = None,
+                  max_tokens: Optional[int] = None, temperature: Optional[float] = None,
+                  top_p: Optional[float] = None, top_k: Optional[int] = None,
+                  seed: Optional[int] = None, n: Optional[int] = None,
+                  stop: Sequence[str] = (), logprobs: Optional[int] = None,
+                  ignore_eos: bool = False, request_id: str = "") -> inference_pb2.GenerateRequest:
+    """A GenerateRequest; exactly one of `prompt` (text) and `prompt_ids` (token ids)."""
+    if (prompt is None) == (prompt_ids is None):
+        raise ValueError("give exactly one of prompt and prompt_ids")
+    req = inference_pb2.GenerateRequest(ignore_eos=ignore_eos, request_id=request_id,
+                                        stop=list(stop))
+    if prompt is not None:
+        req.text = prompt
+    else:
+        req.token_ids.ids.extend(prompt_ids)
+    for name, value in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
+                        ("seed", seed)):
+        if value is not None:
+            setattr(req.sampling, name, value)
+    for name, value in (("max_tokens", max_tokens), ("n", n), ("logprobs", logprobs)):
+        if value is not None:
+            setattr(req, name, value)
+    return req
+
+
+class Client:
+    """A channel to one server with the Inference and Control stubs."""
+
+    def __init__(self, target: str = "localhost:50051"):
+        self.channel = grpc.insecure_channel(target)
+        self.inference = inference_pb2_grpc.InferenceStub(self.channel)
+        self.control = control_pb2_grpc.ControlStub(self.channel)
+
+    def close(self):
+        self.channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def stream(self, timeout: Optional[float] = None, **kwargs):
+        """The raw response stream (a grpc call: iterate it, or .cancel() it)."""
+        return self.inference.Generate(build_request(**kwargs), timeout=timeout)
+
+    def generate(self, timeout: Optional[float] = None, **kwargs) -> list | Generation:
+        """Runs a generation to the end: a Generation (a list of them when n > 1)."""
+        choices = {}
+        for response in self.stream(timeout=timeout, **kwargs):
+            if response.HasField("chunk"):
+                c = response.chunk
+                g = choices.setdefault(c.index, Generation([], "", "", [], None))
+                g.token_ids.extend(c.token_ids)
+                g.text += c.text
+                g.logprobs.extend(lp.logprob for lp in c.logprobs)
+            else:
+                done = response.complete
+                g = choices.setdefault(done.index, Generation([], "", "", [], None))
+                g.finish_reason = done.finish_reason
+                g.complete = done
+        result = [choices[i] for i in sorted(choices)]
+        return result[0] if len(result) == 1 else result
+
+    def tokenize(self, text: str, add_special_tokens: bool = True) -> list:
+        resp = self.inference.Tokenize(
+            inference_pb2.TokenizeRequest(text=text, add_special_tokens=add_special_tokens))
+        return list(resp.token_ids)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return self.inference.Detokenize(
+            inference_pb2.DetokenizeRequest(token_ids=list(token_ids))).text
+
+    def model_info(self):
+        return self.control.GetModelInfo(control_pb2.GetModelInfoRequest())
+
+    def loads(self):
+        return self.control.GetLoads(control_pb2.GetLoadsRequest())
+
+    def abort(self, *request_ids: str) -> int:
+        request = control_pb2.AbortRequest(request_ids=list(request_ids))
+        return self.control.Abort(request).num_aborted

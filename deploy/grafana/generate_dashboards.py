@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Writes the Grafana dashboards deploy/grafana/{overview,caches,moe}.json.
+
+The JSON files are committed (import them in Grafana: Dashboards > New > Import, or provision
+them); this script is their source. deploy/test/dashboards_test.py fails when a committed file
+differs from what this script writes, so edit here and rerun:
+
+    python3 deploy/grafana/generate_dashboards.py            # rewrite the files
+    python3 deploy/grafana/generate_dashboards.py --check    # exit 1 if a file is stale
+
+Every query uses metrics that Strata exports (server/metrics.h); the test checks each name and
+label against a real /metrics exposition and runs every query on a Prometheus server.
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Series selector shared by every query: the dashboard's model and rank variables.
+SEL = 'model_name=~"$model_name", rank=~"$rank"'
+RATE = "$__rate_interval"
+
+
+def target(expr, legend, ref="A", fmt=None):
+    t = {"datasource": {"type": "prometheus", "uid": "${datasource}"}, "expr": expr,
+         "legendFormat": legend, "refId": ref, "range": True}
+    if fmt:
+        t["format"] = fmt
+    return t
+
+
+def panel(kind, title, targets, x, y, w, h, unit="short", description="", **extra):
+    p = {"type": kind, "title": title, "description": description,
+         "datasource": {"type": "prometheus", "uid": "${datasource}"},
+         "gridPos": {"x": x, "y": y, "w": w, "h": h},
+         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+         "targets": [dict(t, refId=chr(ord("A") + i)) for i, t in enumerate(targets)]}
+    if kind == "timeseries":
+        p["options"] = {"legend": {"displayMode": "table", "placement": "bottom",
+                                   "calcs": ["mean", "max", "lastNotNull"]},
+                        "tooltip": {"mode": "multi", "sort": "desc"}}
+    p.update(extra)
+    return p
+
+
+def quantiles(metric, by="le", qs=(0.5, 0.9, 0.99)):
+    """histogram_quantile targets for a strata histogram (seconds)."""
+    return [target(f'histogram_quantile({q}, sum by ({by}) (rate({metric}_bucket{{{SEL}}}[{RATE}])))',
+                   f"p{int(q * 100)}" + (" rank {{rank}}" if "rank" in by else "")) for q in qs]
+
+
+def mean_of(metric, legend="mean"):
+    return target(f"sum(rate({metric}_sum{{{SEL}}}[{RATE}])) / "
+                  f"sum(rate({metric}_count{{{SEL}}}[{RATE}]))", legend)
+
+
+def row(title, y):
+    return {"type": "row", "title": title, "collapsed": False,
+            "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}, "panels": []}
+
+
+def dashboard(uid, title, description, panels):
+    for i, p in enumerate(panels, start=1):
+        p["id"] = i
+    variables = [
+        {"type": "datasource", "name": "datasource", "label": "Data source", "query": "prometheus",
+         "current": {}, "hide": 0, "refresh": 1},
+        {"type": "query", "name": "model_name", "label": "Model",
+         "datasource": {"type": "prometheus", "uid": "${datasource}"},
+         "query": {"query": "label_values(strata:num_requests_running, model_name)",
+                   "refId": "model_name"},
+         "definition": "label_values(strata:num_requests_running, model_name)",
+         "includeAll": True, "multi": True, "allValue": ".*", "current": {}, "refresh": 2,
+         "sort": 1},
+        {"type": "query", "name": "rank", "label": "Rank",
+         "datasource": {"type": "prometheus", "uid": "${datasource}"},
+         "query": {"query": 'label_values(strata:num_requests_running{model_name=~"$model_name"}, rank)',
+                   "refId": "rank"},
+         "definition": 'label_values(strata:num_requests_running{model_name=~"$model_name"}, rank)',
+         "includeAll": True, "multi": True, "allValue": ".*", "current": {}, "refresh": 2,
+         "sort": 3},
+    ]
+    return {"uid": uid, "title": title, "description": description, "tags": ["strata", "llm"],
+            "editable": True, "graphTooltip": 1, "schemaVersion": 39, "version": 1,
+            "timezone": "", "refresh": "30s", "time": {"from": "now-1h", "to": "now"},
+            "templating": {"list": variables}, "annotations": {"list": []},
+            "links": [{"type": "dashboards", "tags": ["strata"], "asDropdown": True,
+                       "title": "Strata dashboards"}],
+            "panels": panels}
+
+
+def overview():
+    s = SEL
+    return dashboard("strata-overview", "Strata / Overview",
+                     "Requests, latency percentiles, throughput and queue of Strata servers.", [
+        row("Now", 0),
+        panel("stat", "Running requests", [target(f"sum(strata:num_requests_running{{{s}}})", "running")],
+              0, 1, 4, 4),
+        panel("stat", "Waiting requests", [target(f"sum(strata:num_requests_waiting{{{s}}})", "waiting")],
+              4, 1, 4, 4),
+        panel("stat", "Finished requests / s",
+              [target(f"sum(rate(strata:request_success_total{{{s}}}[{RATE}]))", "req/s")],
+              8, 1, 4, 4, unit="reqps"),
+        panel("stat", "Generation tokens / s",
+              [target(f"sum(rate(strata:generation_tokens_total{{{s}}}[{RATE}]))", "tok/s")],
+              12, 1, 4, 4),
+        panel("stat", "TTFT p99",
+              [target(f"histogram_quantile(0.99, sum by (le) (rate(strata:time_to_first_token_seconds_bucket{{{s}}}[{RATE}])))", "p99")],
+              16, 1, 4, 4, unit="s"),
+        panel("stat", "KV cache usage (max rank)",
+              [target(f"max(strata:kv_cache_usage_perc{{{s}}})", "max")],
+              20, 1, 4, 4, unit="percentunit"),
+        row("Requests", 5),
+        panel("timeseries", "Finished requests by reason",
+              [target(f"sum by (finished_reason) (rate(strata:request_success_total{{{s}}}[{RATE}]))",
+                      "{{finished_reason}}")], 0, 6, 12, 8, unit="reqps"),
+        panel("timeseries", "Queue: running and waiting per rank",
+              [target(f"sum by (rank) (strata:num_requests_running{{{s}}})", "running rank {{rank}}"),
+               target(f"sum by (rank) (strata:num_requests_waiting{{{s}}})", "waiting rank {{rank}}")],
+              12, 6, 12, 8),
+        row("Latency", 14),
+        panel("timeseries", "Time to first token", quantiles("strata:time_to_first_token_seconds")
+              + [mean_of("strata:time_to_first_token_seconds")], 0, 15, 12, 8, unit="s"),
+        panel("timeseries", "Inter-token latency", quantiles("strata:inter_token_latency_seconds")
+              + [mean_of("strata:inter_token_latency_seconds")], 12, 15, 12, 8, unit="s"),
+        panel("timeseries", "End-to-end request latency",
+              quantiles("strata:e2e_request_latency_seconds"), 0, 23, 12, 8, unit="s"),
+        panel("timeseries", "Queue time", quantiles("strata:request_queue_time_seconds"),
+              12, 23, 12, 8, unit="s"),
+        panel("timeseries", "Prefill time", quantiles("strata:request_prefill_time_seconds"),
+              0, 31, 12, 8, unit="s"),
+        panel("timeseries", "Decode time", quantiles("strata:request_decode_time_seconds"),
+              12, 31, 12, 8, unit="s"),
+        panel("heatmap", "Time to first token distribution",
+              [target(f"sum by (le) (increase(strata:time_to_first_token_seconds_bucket{{{s}}}[{RATE}]))",
+                      "{{le}}", fmt="heatmap")], 0, 39, 24, 8, unit="s",
+              options={"calculate": False, "yAxis": {"unit": "s"},
+                       "cellGap": 1, "color": {"scheme": "Oranges", "mode": "scheme"}}),
+        row("Throughput", 47),
+        panel("timeseries", "Token throughput",
+              [target(f"sum(rate(strata:prompt_tokens_total{{{s}}}[{RATE}]))", "prompt tokens/s"),
+               target(f"sum(rate(strata:generation_tokens_total{{{s}}}[{RATE}]))", "generation tokens/s"),
+               target(f"sum(rate(strata:iteration_tokens_total{{{s}}}[{RATE}]))", "all tokens run/s")],
+              0, 48, 12, 8),
+        panel("timeseries", "Engine steps",
+              [target(f"sum by (rank) (rate(strata:step_duration_seconds_count{{{s}}}[{RATE}]))", "steps/s rank {{rank}}"),
+               target(f"sum by (rank) (rate(strata:iteration_tokens_sum{{{s}}}[{RATE}])) / "
+                      f"sum by (rank) (rate(strata:iteration_tokens_count{{{s}}}[{RATE}]))",
+                      "tokens/step rank {{rank}}")],
+              12, 48, 12, 8),
+        panel("timeseries", "Step duration", quantiles("strata:step_duration_seconds", by="le, rank",
+                                                       qs=(0.5, 0.99)), 0, 56, 12, 8, unit="s"),
+        panel("timeseries", "Request lengths (p50, p99)",
+              [target(f"histogram_quantile({q}, sum by (le) (rate(strata:request_{kind}_tokens_bucket{{{s}}}[{RATE}])))",
+                      f"{kind} p{int(q * 100)}") for kind in ("prompt", "generation") for q in (0.5, 0.99)],
+              12, 56, 12, 8),
+    ])
+
+
+def caches():
+    s = SEL
+    return dashboard("strata-caches", "Strata / Caches",
+                     "MLA latent pages, KDA state slots, prefix cache and preemptions.", [
+        row("Capacity", 0),
+        panel("timeseries", "MLA latent cache usage per rank",
+              [target(f"strata:kv_cache_usage_perc{{{s}}}", "rank {{rank}}")], 0, 1, 12, 8,
+              unit="percentunit", fieldConfig={"defaults": {"unit": "percentunit", "min": 0, "max": 1},
+                                               "overrides": []}),
+        panel("timeseries", "KDA state slot usage per rank",
+              [target(f"strata:state_slot_usage_perc{{{s}}}", "rank {{rank}}")], 12, 1, 12, 8,
+              unit="percentunit", fieldConfig={"defaults": {"unit": "percentunit", "min": 0, "max": 1},
+                                               "overrides": []}),
+        panel("gauge", "MLA latent cache usage (max rank)",
+              [target(f"max(strata:kv_cache_usage_perc{{{s}}})", "max")], 0, 9, 6, 6,
+              unit="percentunit"),
+        panel("gauge", "KDA state slot usage (max rank)",
+              [target(f"max(strata:state_slot_usage_perc{{{s}}})", "max")], 6, 9, 6, 6,
+              unit="percentunit"),
+        panel("stat", "Prefix cache hit rate",
+              [target(f"sum(rate(strata:prefix_cache_hits_total{{{s}}}[{RATE}])) / "
+                      f"sum(rate(strata:prefix_cache_queries_total{{{s}}}[{RATE}]))", "hit rate")],
+              12, 9, 6, 6, unit="percentunit"),
+        panel("stat", "Preemptions / min",
+              [target(f"sum(rate(strata:num_preemptions_total{{{s}}}[{RATE}])) * 60", "per min")],
+              18, 9, 6, 6),
+        row("Prefix cache", 15),
+        panel("timeseries", "Prefix cache hit rate per rank (tokens)",
+              [target(f"sum by (rank) (rate(strata:prefix_cache_hits_total{{{s}}}[{RATE}])) / "
+                      f"sum by (rank) (rate(strata:prefix_cache_queries_total{{{s}}}[{RATE}]))",
+                      "rank {{rank}}")], 0, 16, 12, 8, unit="percentunit"),
+        panel("timeseries", "Prefix cache tokens / s",
+              [target(f"sum(rate(strata:prefix_cache_queries_total{{{s}}}[{RATE}]))", "queried"),
+               target(f"sum(rate(strata:prefix_cache_hits_total{{{s}}}[{RATE}]))", "hit")],
+              12, 16, 12, 8),
+        panel("timeseries", "KDA checkpoints held",
+              [target(f"sum by (rank) (strata:kda_checkpoints{{{s}}})", "rank {{rank}}")],
+              0, 24, 12, 8),
+        panel("timeseries", "KDA checkpoint memory",
+              [target(f"sum by (rank) (strata:kda_checkpoint_bytes{{{s}}})", "rank {{rank}}")],
+              12, 24, 12, 8, unit="bytes"),
+        row("Pressure", 32),
+        panel("timeseries", "Preemptions per rank",
+              [target(f"sum by (rank) (rate(strata:num_preemptions_total{{{s}}}[{RATE}]))", "rank {{rank}}")],
+              0, 33, 12, 8, unit="ops"),
+        panel("timeseries", "Waiting requests vs cache usage",
+              [target(f"sum(strata:num_requests_waiting{{{s}}})", "waiting"),
+               target(f"max(strata:kv_cache_usage_perc{{{s}}}) * 100", "max latent usage %"),
+               target(f"max(strata:state_slot_usage_perc{{{s}}}) * 100", "max slot usage %")],
+              12, 33, 12, 8),
+    ])
+
+
+def moe():
+    s = SEL
+    return dashboard("strata-moe", "Strata / MoE",
+                     "Expert load, load imbalance and all-to-all time per rank.", [
+        row("Expert load", 0),
+        panel("heatmap", "Routed tokens per expert (tokens/s)",
+              [target(f"sum by (expert) (rate(strata:expert_routed_tokens_total{{{s}}}[{RATE}]))",
+                      "{{expert}}")], 0, 1, 24, 10,
+              description="One row per routed expert (all MoE layers, all selected ranks).",
+              options={"calculate": False, "yAxis": {"axisLabel": "expert"}, "cellGap": 0,
+                       "color": {"scheme": "Spectral", "mode": "scheme", "reverse": True},
+                       "rowsFrame": {"layout": "auto"}}),
+        panel("timeseries", "Expert load imbalance (max / mean) per rank",
+              [target(f"strata:expert_load_imbalance{{{s}}}", "rank {{rank}}")], 0, 11, 12, 8,
+              description="1 = every expert receives the same number of tokens."),
+        panel("bargauge", "Hottest experts (share of routed tokens)",
+              [target(f"topk(10, sum by (expert) (rate(strata:expert_routed_tokens_total{{{s}}}[{RATE}])) / "
+                      f"scalar(sum(rate(strata:expert_routed_tokens_total{{{s}}}[{RATE}]))))",
+                      "expert {{expert}}", fmt="table")],
+              12, 11, 12, 8, unit="percentunit",
+              options={"orientation": "horizontal", "displayMode": "gradient",
+                       "reduceOptions": {"calcs": ["lastNotNull"], "values": False}}),
+        panel("timeseries", "Global imbalance across ranks' routing (max / mean over experts)",
+              [target(f"max(sum by (expert) (rate(strata:expert_routed_tokens_total{{{s}}}[{RATE}]))) / "
+                      f"avg(sum by (expert) (rate(strata:expert_routed_tokens_total{{{s}}}[{RATE}])))",
+                      "max / mean")], 0, 19, 12, 8),
+        panel("timeseries", "Routed tokens per rank",
+              [target(f"sum by (rank) (rate(strata:expert_routed_tokens_total{{{s}}}[{RATE}]))",
+                      "rank {{rank}}")], 12, 19, 12, 8),
+        row("All-to-all", 27),
+        panel("timeseries", "All-to-all time per step, per rank",
+              quantiles("strata:all_to_all_seconds", by="le, rank", qs=(0.5, 0.99)), 0, 28, 12, 8,
+              unit="s"),
+        panel("timeseries", "Share of step time in all-to-all, per rank",
+              [target(f"sum by (rank) (rate(strata:all_to_all_seconds_sum{{{s}}}[{RATE}])) / "
+                      f"sum by (rank) (rate(strata:step_duration_seconds_sum{{{s}}}[{RATE}]))",
+                      "rank {{rank}}")], 12, 28, 12, 8, unit="percentunit"),
+    ])
+
+
+DASHBOARDS = {"overview.json": overview, "caches.json": caches, "moe.json": moe}
+
+
+def render(make):
+    return json.dumps(make(), indent=2, sort_keys=True) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a committed file is stale")
+    parser.add_argument("--out", default=HERE, help="output folder (default: beside this script)")
+    args = parser.parse_args()
+    stale = []
+    for name, make in DASHBOARDS.items():
+        path = os.path.join(args.out, name)
+        text = render(make)
+        if args.check:
+            try:
+                with open(path) as f:
+                    current = f.read()
+            except OSError:
+                current = None
+            if current != text:
+                stale.append(name)
+        else:
+            with open(path, "w") as f:
+                f.write(text)
+    if stale:
+        print("stale dashboards (rerun deploy/grafana/generate_dashboards.py): " + ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

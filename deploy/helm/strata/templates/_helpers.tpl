@@ -1,0 +1,247 @@
+{{/* Names and labels. */}}
+{{- define "strata.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "strata.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "strata.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "strata.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "strata.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "strata.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "strata.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "strata.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "strata.image" -}}
+{{- $tag := .Values.image.tag | default (printf "%s%s" .Chart.AppVersion (ternary "" "-cpu" (gt (int .Values.gpu.count) 0))) }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+
+{{- define "strata.modelClaimName" -}}
+{{- .Values.model.pvc.claimName | default (printf "%s-models" (include "strata.fullname" .)) }}
+{{- end }}
+
+{{/*
+`strata serve` arguments (its flags: `strata serve --help`). gRPC listens on 50051 by default,
+so --grpc-port is passed only for another port. Multi-node pods add the rank flags: the process
+rank is the pod's index in its LeaderWorkerSet group and the world is the group (one process
+per node; each process runs one data-parallel rank per local GPU). Kubernetes expands $(VAR)
+from the container's env, where the LeaderWorkerSet controller puts LWS_*.
+*/}}
+{{- define "strata.args" -}}
+- serve
+- --model={{ required "model.path is required" .Values.model.path }}
+- --served-model-name={{ required "model.servedName is required" .Values.model.servedName }}
+- --host=0.0.0.0
+- --port={{ .Values.server.httpPort }}
+{{- if ne (int .Values.server.grpcPort) 50051 }}
+- --grpc-port={{ .Values.server.grpcPort }}
+{{- end }}
+- --log-level={{ .Values.server.logLevel }}
+{{- if .Values.server.jsonLogs }}
+- --log-format=json
+{{- end }}
+{{- if eq .Values.mode "multi" }}
+- --world-size=$(LWS_GROUP_SIZE)
+- --rank=$(LWS_WORKER_INDEX)
+- --coordinator=$(LWS_LEADER_ADDRESS):{{ .Values.multiNode.coordinatorPort }}
+{{- end }}
+{{- range .Values.server.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The server container, shared by the Deployment and both LeaderWorkerSet templates. */}}
+{{- define "strata.container" -}}
+- name: strata
+  image: {{ include "strata.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    {{- include "strata.args" . | nindent 4 }}
+  ports:
+    - name: http
+      containerPort: {{ .Values.server.httpPort }}
+      protocol: TCP
+    - name: grpc
+      containerPort: {{ .Values.server.grpcPort }}
+      protocol: TCP
+    {{- if eq .Values.mode "multi" }}
+    - name: coordinator
+      containerPort: {{ .Values.multiNode.coordinatorPort }}
+      protocol: TCP
+    {{- end }}
+  env:
+    - name: STRATA_MODEL_NAME
+      value: {{ .Values.model.servedName | quote }}
+    {{- if .Values.server.apiKeySecret.name }}
+    - name: STRATA_API_KEY
+      valueFrom:
+        secretKeyRef:
+          name: {{ .Values.server.apiKeySecret.name }}
+          key: {{ .Values.server.apiKeySecret.key }}
+    {{- end }}
+    {{- range $key, $value := .Values.nccl }}
+    {{- if ne (toString $value) "" }}
+    - name: NCCL_{{ $key }}
+      value: {{ $value | toString | quote }}
+    {{- end }}
+    {{- end }}
+    {{- with .Values.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  startupProbe:
+    httpGet:
+      path: {{ .Values.probes.startup.path }}
+      port: http
+    periodSeconds: {{ .Values.probes.startup.periodSeconds }}
+    timeoutSeconds: {{ .Values.probes.startup.timeoutSeconds }}
+    failureThreshold: {{ .Values.probes.startup.failureThreshold }}
+  readinessProbe:
+    {{- if eq .Values.probes.readiness.type "grpc" }}
+    grpc:
+      port: {{ .Values.server.grpcPort }}
+      service: {{ .Values.probes.readiness.grpcService | quote }}
+    {{- else }}
+    httpGet:
+      path: {{ .Values.probes.readiness.path }}
+      port: http
+    {{- end }}
+    periodSeconds: {{ .Values.probes.readiness.periodSeconds }}
+    timeoutSeconds: {{ .Values.probes.readiness.timeoutSeconds }}
+    failureThreshold: {{ .Values.probes.readiness.failureThreshold }}
+  livenessProbe:
+    httpGet:
+      path: {{ .Values.probes.liveness.path }}
+      port: http
+    periodSeconds: {{ .Values.probes.liveness.periodSeconds }}
+    timeoutSeconds: {{ .Values.probes.liveness.timeoutSeconds }}
+    failureThreshold: {{ .Values.probes.liveness.failureThreshold }}
+  resources:
+    {{- $resources := deepCopy .Values.resources }}
+    {{- if gt (int .Values.gpu.count) 0 }}
+    {{- $limits := get $resources "limits" | default dict }}
+    {{- $_ := set $limits .Values.gpu.resourceName (int .Values.gpu.count) }}
+    {{- $_ := set $resources "limits" $limits }}
+    {{- $requests := get $resources "requests" | default dict }}
+    {{- $_ := set $requests .Values.gpu.resourceName (int .Values.gpu.count) }}
+    {{- $_ := set $resources "requests" $requests }}
+    {{- end }}
+    {{- toYaml $resources | nindent 4 }}
+  {{- with .Values.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    {{- if ne .Values.model.source "none" }}
+    - name: models
+      mountPath: {{ .Values.model.mountPath }}
+      readOnly: {{ .Values.model.readOnly }}
+    {{- end }}
+    {{- if .Values.shm.enabled }}
+    - name: dshm
+      mountPath: /dev/shm
+    {{- end }}
+{{- end }}
+
+{{/* Pod spec (without metadata) shared by every workload kind. */}}
+{{- define "strata.podSpec" -}}
+serviceAccountName: {{ include "strata.serviceAccountName" . }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+containers:
+  {{- include "strata.container" . | nindent 2 }}
+volumes:
+  {{- if eq .Values.model.source "pvc" }}
+  - name: models
+    persistentVolumeClaim:
+      claimName: {{ include "strata.modelClaimName" . }}
+      readOnly: {{ .Values.model.readOnly }}
+  {{- else if eq .Values.model.source "hostPath" }}
+  - name: models
+    hostPath:
+      path: {{ .Values.model.hostPath.path }}
+      type: {{ .Values.model.hostPath.type }}
+  {{- else if ne .Values.model.source "none" }}
+  {{- fail (printf "model.source must be pvc, hostPath or none, not %q" .Values.model.source) }}
+  {{- end }}
+  {{- if .Values.shm.enabled }}
+  - name: dshm
+    emptyDir:
+      medium: Memory
+      sizeLimit: {{ .Values.shm.sizeLimit }}
+  {{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Pod metadata (labels, annotations) for the role "server", "leader" or "worker". */}}
+{{- define "strata.podMetadata" -}}
+{{- $top := index . 0 }}
+{{- $role := index . 1 -}}
+labels:
+  {{- include "strata.selectorLabels" $top | nindent 2 }}
+  app.kubernetes.io/component: {{ $role }}
+  {{- with $top.Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $top.Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The workload autoscaling and PodDisruptionBudgets point at. */}}
+{{- define "strata.scaleTargetRef" -}}
+{{- if eq .Values.mode "multi" }}
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+{{- else }}
+apiVersion: apps/v1
+kind: Deployment
+{{- end }}
+name: {{ include "strata.fullname" . }}
+{{- end }}

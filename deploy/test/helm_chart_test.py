@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Renders deploy/helm/strata (no Helm: deploy/helm/render, Go + Debian's sprig and yaml.v3) with
+the default values and with deploy/helm/examples/*.yaml, parses the output as Kubernetes YAML
+and checks probes, ports, volumes, resources, LeaderWorkerSet fields, scaling and selectors.
+
+usage: helm_chart_test.py EXPOSITION_BINARY WORKDIR
+Exits 77 (skipped) when Go or the Debian Go sources are missing.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import yaml  # Debian python3-yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import promlib  # noqa: E402
+
+HELM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helm")
+CHART = os.path.join(HELM, "strata")
+GOPATH = os.environ.get("STRATA_GOPATH", "/usr/share/gocode")  # Debian's Go source tree
+
+failures = []
+
+
+def check(ok, message):
+    if not ok:
+        failures.append(message)
+    return ok
+
+
+def build_renderer(workdir):
+    """Builds deploy/helm/render into workdir; None when Go or Debian's Go sources are missing."""
+    go = shutil.which("go")
+    sprig = os.path.join(GOPATH, "src", "github.com", "Masterminds", "sprig")
+    if not go or not os.path.isdir(sprig):
+        return None
+    workdir = os.path.abspath(workdir)
+    binary = os.path.join(workdir, "strata-helm-render")
+    env = dict(os.environ, GO111MODULE="off", GOPATH=GOPATH, GOFLAGS="",
+               GOCACHE=os.path.join(workdir, "gocache"))
+    subprocess.run([go, "build", "-o", binary, "main.go"], cwd=os.path.join(HELM, "render"),
+                   env=env, check=True)
+    return binary
+
+
+def render(renderer, *args):
+    p = subprocess.run([renderer, "--chart", CHART] + list(args), capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def render_docs(renderer, *args):
+    rc, out, err = render(renderer, *args)
+    if not check(rc == 0, "render %s failed: %s" % (args, err)):
+        return {}
+    docs = {}
+    for doc in yaml.safe_load_all(out):
+        if doc is None:
+            continue
+        for key in ("apiVersion", "kind", "metadata"):
+            check(key in doc, "a rendered document has no %s: %s" % (key, doc))
+        name = doc["metadata"].get("name", "")
+        check(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63,
+              "%s name %r is not a DNS label" % (doc["kind"], name))
+        check(doc["kind"] not in docs, "two %s objects" % doc["kind"])
+        docs[doc["kind"]] = doc
+    return docs
+
+
+# Fields Kubernetes knows, for the objects the chart builds (a typo would be dropped silently
+# by the API server, e.g. `readinessProbes`).
+KNOWN = {
+    "PodSpec": {"serviceAccountName", "imagePullSecrets", "terminationGracePeriodSeconds",
+                "priorityClassName", "securityContext", "containers", "volumes", "nodeSelector",
+                "affinity", "tolerations"},
+    "Container": {"name", "image", "imagePullPolicy", "args", "command", "ports", "env",
+                  "startupProbe", "readinessProbe", "livenessProbe", "resources",
+                  "securityContext", "volumeMounts"},
+    "Probe": {"httpGet", "grpc", "tcpSocket", "exec", "initialDelaySeconds", "periodSeconds",
+              "timeoutSeconds", "failureThreshold", "successThreshold"},
+}
+
+
+def check_known(kind, obj, where):
+    unknown = set(obj) - KNOWN[kind]
+    check(not unknown, "%s: unknown %s fields %s" % (where, kind, sorted(unknown)))
+
+
+def check_pod(spec, labels, where, gpus, expect_probe_type="http"):
+    check_known("PodSpec", spec, where)
+    containers = spec["containers"]
+    check(len(containers) == 1, "%s: one container" % where)
+    c = containers[0]
+    check_known("Container", c, where)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        check_known("Probe", c.get(probe, {}), "%s %s" % (where, probe))
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    check(ports.get("http") == 8000 and ports.get("grpc") == 50051, "%s: ports %s" % (where, ports))
+    # Probes: liveness and startup on /health, readiness on /ready (or gRPC health).
+    startup, ready, live = c["startupProbe"], c["readinessProbe"], c["livenessProbe"]
+    check(startup["httpGet"] == {"path": "/health", "port": "http"}, "%s: startup probe" % where)
+    check(startup["periodSeconds"] * startup["failureThreshold"] >= 1800,
+          "%s: startup probe allows under 30 min" % where)
+    check(live["httpGet"] == {"path": "/health", "port": "http"}, "%s: liveness probe" % where)
+    check(live["periodSeconds"] * live["failureThreshold"] >= 60,
+          "%s: liveness kills within a minute" % where)
+    if expect_probe_type == "grpc":
+        check(ready.get("grpc", {}).get("port") == 50051 and "httpGet" not in ready,
+              "%s: readiness should be gRPC health: %s" % (where, ready))
+    else:
+        check(ready.get("httpGet") == {"path": "/ready", "port": "http"},
+              "%s: readiness probe %s" % (where, ready))
+    # Volumes: memory-backed /dev/shm and the model directory, read-only.
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    check(volumes.get("dshm", {}).get("emptyDir", {}).get("medium") == "Memory",
+          "%s: /dev/shm is not a memory emptyDir" % where)
+    check(mounts.get("dshm", {}).get("mountPath") == "/dev/shm", "%s: /dev/shm mount" % where)
+    check("models" in volumes and mounts.get("models", {}).get("readOnly") is True,
+          "%s: model volume" % where)
+    model_arg = [a for a in c["args"] if a.startswith("--model=")]
+    check(model_arg and model_arg[0][len("--model="):].startswith(mounts["models"]["mountPath"]),
+          "%s: --model is not under the model mount: %s" % (where, model_arg))
+    # Resources: GPUs as an extended resource, equal in requests and limits.
+    res = c["resources"]
+    if gpus:
+        check(res["limits"].get("nvidia.com/gpu") == gpus and
+              res["requests"].get("nvidia.com/gpu") == gpus, "%s: GPU resources %s" % (where, res))
+        check(c["image"].endswith(":0.1.0"), "%s: GPU image %s" % (where, c["image"]))
+    else:
+        check("nvidia.com/gpu" not in str(res), "%s: a CPU pod asks for GPUs" % where)
+        check(c["image"].endswith("-cpu"), "%s: CPU image %s" % (where, c["image"]))
+    check("memory" in res.get("limits", {}), "%s: no memory limit" % where)
+    # Non-root.
+    check(spec["securityContext"].get("runAsNonRoot") is True, "%s: may run as root" % where)
+    check(c["args"][0] == "serve", "%s: does not run `strata serve`" % where)
+    check(labels.items() >= {"app.kubernetes.io/name": "strata"}.items(), "%s: labels" % where)
+    return c
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_default(renderer):
+    docs = render_docs(renderer, "--name", "prod", "--namespace", "llm")
+    check(set(docs) == {"Deployment", "Service", "ServiceAccount", "PodDisruptionBudget"},
+          "default kinds: %s" % sorted(docs))
+    d = docs["Deployment"]
+    check(d["metadata"]["name"] == "prod-strata" and d["metadata"]["namespace"] == "llm",
+          "deployment name %s" % d["metadata"])
+    pod = d["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    check(selects(d["spec"]["selector"]["matchLabels"], labels), "deployment selector")
+    c = check_pod(pod["spec"], labels, "default deployment", gpus=8)
+    check(not any("--rank" in a or "--coordinator" in a for a in c["args"]),
+          "single-node pod has rank flags")
+    check(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "prod-strata-models",
+          "default claim name")
+    check({"name": "NCCL_DEBUG", "value": "WARN"} in c["env"], "NCCL_DEBUG env")
+    svc = docs["Service"]
+    check({(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} ==
+          {("http", 8000, "http"), ("grpc", 50051, "grpc")}, "service ports")
+    check(selects(svc["spec"]["selector"], labels), "service selects the pods")
+    check(selects(docs["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"], labels)
+          and docs["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1, "pdb")
+    check(pod["spec"]["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"],
+          "service account")
+
+
+def check_multi_node(renderer, exported):
+    docs = render_docs(renderer, "-f", os.path.join(HELM, "examples", "multi-node.yaml"),
+                       "--name", "k3")
+    check("Deployment" not in docs, "multi-node renders a Deployment")
+    lws = docs.get("LeaderWorkerSet")
+    if not check(lws, "multi-node: no LeaderWorkerSet (kinds %s)" % sorted(docs)):
+        return
+    check(lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1", "LWS apiVersion")
+    spec = lws["spec"]
+    tmpl = spec["leaderWorkerTemplate"]
+    check(tmpl["size"] == 2, "LWS group size %s" % tmpl["size"])
+    check(tmpl["restartPolicy"] == "RecreateGroupOnPodRestart", "LWS restartPolicy")
+    check(spec["startupPolicy"] == "LeaderCreated", "LWS startupPolicy")
+    check("replicas" not in spec, "LWS replicas set while KEDA scales it")
+    for role in ("leader", "worker"):
+        pod = tmpl[role + "Template"]
+        labels = pod["metadata"]["labels"]
+        check(labels["app.kubernetes.io/component"] == role, "%s label" % role)
+        c = check_pod(pod["spec"], labels, "LWS " + role, gpus=8, expect_probe_type="grpc")
+        for flag in ("--world-size=$(LWS_GROUP_SIZE)", "--rank=$(LWS_WORKER_INDEX)",
+                     "--coordinator=$(LWS_LEADER_ADDRESS):29500"):
+            check(flag in c["args"], "LWS %s: no %s in %s" % (role, flag, c["args"]))
+        check({p["name"]: p["containerPort"] for p in c["ports"]}.get("coordinator") == 29500,
+              "LWS %s: coordinator port" % role)
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        check(env.get("NCCL_IB_HCA") == "mlx5" and env.get("NCCL_SOCKET_IFNAME") == "eth0"
+              and "NCCL_IB_DISABLE" not in env, "LWS %s: NCCL env %s" % (role, env))
+        check(pod["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"},
+              "LWS %s: nodeSelector" % role)
+        check(selects(docs["Service"]["spec"]["selector"], labels),
+              "the Service does not select LWS %s pods" % role)
+    sm = docs.get("ServiceMonitor")
+    if check(sm, "multi-node: no ServiceMonitor"):
+        check(sm["spec"]["endpoints"][0]["port"] == "http" and
+              sm["spec"]["endpoints"][0]["path"] == "/metrics", "ServiceMonitor endpoint")
+        check(selects(sm["spec"]["selector"]["matchLabels"], docs["Service"]["metadata"]["labels"]),
+              "ServiceMonitor selects the Service")
+        check(sm["metadata"]["labels"].get("release") == "kube-prometheus-stack",
+              "ServiceMonitor extra labels")
+    so = docs.get("ScaledObject")
+    if check(so, "multi-node: no KEDA ScaledObject"):
+        ref = so["spec"]["scaleTargetRef"]
+        check(ref == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                      "name": lws["metadata"]["name"]}, "ScaledObject target %s" % ref)
+        trigger = so["spec"]["triggers"][0]
+        metrics, _ = promlib.promql_names(trigger["metadata"]["query"])
+        check(metrics == {"strata:num_requests_waiting"} and metrics <= exported,
+              "KEDA query metric %s" % metrics)
+        check(trigger["metadata"]["threshold"] == "8", "KEDA threshold")
+
+
+def check_cpu(renderer):
+    docs = render_docs(renderer, "-f", os.path.join(HELM, "examples", "cpu.yaml"))
+    d = docs.get("Deployment")
+    if not check(d, "cpu: no Deployment"):
+        return
+    pod = d["spec"]["template"]
+    c = check_pod(pod["spec"], pod["metadata"]["labels"], "cpu deployment", gpus=0)
+    check(pod["spec"]["volumes"][0].get("hostPath", {}).get("path") == "/srv/models", "hostPath")
+    check(not any(e["name"].startswith("NCCL_") for e in c["env"]), "cpu: NCCL env left")
+    check("replicas" not in d["spec"], "Deployment replicas set while the HPA scales it")
+    hpa = docs.get("HorizontalPodAutoscaler")
+    if check(hpa, "cpu: no HPA"):
+        check(hpa["apiVersion"] == "autoscaling/v2", "HPA apiVersion")
+        check(hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                               "name": d["metadata"]["name"]}, "HPA target")
+        m = hpa["spec"]["metrics"][0]
+        check(m["pods"]["metric"]["name"] == "strata_num_requests_waiting" and
+              m["pods"]["target"] == {"type": "AverageValue", "averageValue": "8"}, "HPA metric")
+
+
+def check_rejections(renderer):
+    for args, message in ((["--set", "mode=cluster"], "mode must be single or multi"),
+                          (["--set", "model.servedName="], "model.servedName is required"),
+                          (["--set", "model.source=nfs"], "model.source must be"),
+                          (["--set", "autoscaling.enabled=true", "--set", "autoscaling.type=x"],
+                           "autoscaling.type must be")):
+        rc, _, err = render(renderer, *args)
+        check(rc != 0 and message in err, "%s: expected failure %r, got rc %d %s"
+              % (args, message, rc, err))
+
+
+def leaf_paths(value, prefix=""):
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from leaf_paths(v, prefix + "." + k if prefix else k)
+    else:
+        yield prefix
+
+
+def check_values_documented():
+    """Every value (or an enclosing map) has a row in the chart's README table."""
+    with open(os.path.join(CHART, "values.yaml")) as f:
+        values = yaml.safe_load(f)
+    with open(os.path.join(CHART, "README.md")) as f:
+        documented = set(re.findall(r"^\| `([^`]+)` \|", f.read(), re.M))
+    for path in leaf_paths(values):
+        parts = path.split(".")
+        prefixes = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        check(prefixes & documented, "values.yaml %s is not in the chart README" % path)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    workdir = sys.argv[2]
+    os.makedirs(workdir, exist_ok=True)
+    renderer = build_renderer(workdir)
+    if renderer is None:
+        print("SKIP: needs golang-go and golang-github-masterminds-sprig-dev "
+              "(Go sources under %s)" % GOPATH)
+        sys.exit(77)
+    exposition = subprocess.run([sys.argv[1]], check=True, capture_output=True, text=True).stdout
+    exported, _ = promlib.exported_names(exposition)
+    check_values_documented()
+    for case, args in ((check_default, ()), (check_multi_node, (exported,)), (check_cpu, ()),
+                       (check_rejections, ())):
+        try:
+            case(renderer, *args)
+        except (KeyError, IndexError, TypeError) as e:  # a field the checks expect is missing
+            failures.append("%s: rendered objects lack %r" % (case.__name__, e))
+    for f in failures:
+        print("FAIL:", f)
+    print("helm chart: %d failures" % len(failures))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+// Prints the /metrics exposition of a Metrics registry after some activity (two ranks, eight
+// experts, requests with every finish reason), for the dashboard and rule checks in
+// deploy/test/ that must not depend on a running server.
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prometheus/registry.h"
+#include "server/metrics.h"
+
+int main() {
+  using strata::server::Metrics;
+  auto registry = std::make_shared<prometheus::Registry>();
+  const strata::server::MetricsOptions options = {.num_experts = 8};
+  std::vector<std::unique_ptr<Metrics>> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.push_back(std::make_unique<Metrics>("strata-demo", rank, options, registry));
+  }
+  const std::vector<int64_t> expert_tokens = {40, 3, 5, 9, 2, 0, 7, 6};
+  for (auto& metrics : ranks) {
+    strata::server::StepStats step;
+    step.num_running = 2;
+    step.num_prefill_tokens = 300;
+    step.num_decode_tokens = 2;
+    step.kv_cache_usage = 0.4;
+    step.state_slot_usage = 0.25;
+    step.num_prefix_query_tokens = 256;
+    step.num_prefix_hit_tokens = 128;
+    step.num_kda_checkpoints = 2;
+    step.kda_checkpoint_bytes = 1 << 20;
+    step.step_seconds = 0.02;
+    step.all_to_all_seconds = 0.002;
+    step.expert_tokens = expert_tokens;
+    metrics->OnStep(step);
+    for (const char* reason : {"stop", "length", "abort", "tool_calls", "error"}) {
+      strata::server::RequestTimings request;
+      request.finished_reason = reason;
+      request.queue_seconds = 0.01;
+      request.ttft_seconds = 0.2;
+      request.prefill_seconds = 0.19;
+      request.decode_seconds = 1.5;
+      request.e2e_seconds = 1.7;
+      request.inter_token_seconds = {0.03, 0.04};
+      request.num_prompt_tokens = 300;
+      request.num_generation_tokens = 3;
+      metrics->OnRequestFinished(request);
+    }
+  }
+  std::cout << ranks.front()->Serialize();
+  return 0;
+}

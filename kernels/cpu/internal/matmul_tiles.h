@@ -1,0 +1,98 @@
+// The register-tile kernels behind kernels/cpu/matmul.h, one set per (weight format, ISA).
+//
+// A tile computes mr × nr outputs over one k block:
+//   y[i, j] (+)= Σ_{p < kc} x[i, p] · W[j, p]      i < mr ≤ mr_max, j < nr ≤ nr_max
+// with one vector accumulator per output, reduced at the end of the block by the fixed tree of
+// ReduceTree (internal/reduce.h). Each accumulator sees its products in the same order whatever
+// mr and nr are, which is what makes results independent of m and of the thread count.
+//
+// Activation layouts (TileKernels::x_layout), rows padded with zeros to a multiple of
+// x_block elements:
+//   kNatural   x as given (f32 weights).
+//   kEvenOdd   per block of x_block = 2V elements (V = f32 lanes: 16 AVX-512, 8 AVX2):
+//              [x0 x2 x4 … x(2V−2) | x1 x3 … x(2V−1)] — the order in which a bf16 pair load
+//              widens (even = w << 16, odd = w & 0xFFFF0000) and MXFP4 bytes decode (low nibble
+//              = even element, high nibble = odd).
+//   kBf16      x rounded to bf16, natural order (the lossy vdpbf16ps variant).
+//
+//   x_perm row i (kEvenOdd, V = 4 shown):
+//   k:      0  1  2  3  4  5  6  7 | 8  9 ...
+//   stored: 0  2  4  6  1  3  5  7 | 8 10 ...
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu_features.h"
+#include "kernels/cpu/matmul.h"
+
+namespace strata::kernels::cpu::internal {
+
+// Every k block but the last is kKBlock elements (a multiple of every x_block and of 32).
+inline constexpr int64_t kKBlock = 1024;
+inline constexpr int kMaxTileRows = 4;  // mr_max upper bound
+inline constexpr int kMaxTileCols = 4;  // nr_max upper bound
+
+enum class XLayout { kNatural, kEvenOdd, kBf16 };
+
+struct TileArgs {
+  const void* x;          // row 0 of the x operand at element k0 (f32, or bf16 for kBf16)
+  int64_t ldx;            // x row stride in elements
+  const void* w;          // W row 0 of the tile at element k0 (f32 / bf16 elements; MXFP4 bytes)
+  const uint8_t* scales;  // MXFP4: scale of W row 0's block k0/32
+  int64_t ldw;            // W row stride: elements (f32/bf16) or packed bytes (MXFP4)
+  int64_t lds;            // MXFP4 scale row stride in bytes
+  int64_t kc;             // elements in this block (≤ kKBlock; MXFP4: a multiple of 32)
+  float* y;               // y[0, 0] of the tile
+  int64_t ldy;
+  bool accumulate;  // y += tile (later k blocks) or y = tile (first block)
+  // The weight slice the task reads next (same layout and strides as w), or null: the tile
+  // prefetches it row by row while it computes, so DRAM streams one slice ahead.
+  const void* w_next;
+};
+
+using TileFn = void (*)(const TileArgs& args);
+
+// Writes one activation row of k elements in the tiles' layout, zero-padded to a whole x_block.
+using PackRowFn = void (*)(const float* src, int64_t k, void* dst);
+
+// Decodes nr MXFP4 rows (k block of kc elements) to f32 in the kEvenOdd order of this ISA:
+// dst[r * kc + q] pairs with x_perm[q]. Exactly the values the in-register kernel uses.
+using DecodeFn = void (*)(const uint8_t* packed, int64_t ldp, const uint8_t* scales, int64_t lds,
+                          int nr, int64_t kc, float* dst);
+
+struct TileKernels {
+  int mr_max = 0;
+  int nr_max = 0;
+  XLayout x_layout = XLayout::kNatural;
+  int x_block = 1;                                // padding/permutation block of x
+  PackRowFn pack_row = nullptr;                   // kEvenOdd / kBf16 (kNatural: x as given)
+  TileFn tiles[kMaxTileRows][kMaxTileCols] = {};  // [mr − 1][nr − 1]
+};
+
+// Per ISA (kAvx512 serves kAvx512Bf16 as well; kScalar has none: the caller falls back to the
+// reference). The f32 kernels for kEvenOdd x run on MXFP4 tiles decoded by DecodeMxfp4Tile*.
+const TileKernels& F32TilesAvx512();
+const TileKernels& F32TilesAvx2();
+const TileKernels& Bf16TilesAvx512();
+const TileKernels& Bf16TilesAvx2();
+const TileKernels& Mxfp4TilesAvx512();
+const TileKernels& Mxfp4TilesAvx2();
+const TileKernels& Bf16DotLossyTilesAvx512Bf16();
+void DecodeMxfp4TileAvx512(const uint8_t* packed, int64_t ldp, const uint8_t* scales, int64_t lds,
+                           int nr, int64_t kc, float* dst);
+void DecodeMxfp4TileAvx2(const uint8_t* packed, int64_t ldp, const uint8_t* scales, int64_t lds,
+                         int nr, int64_t kc, float* dst);
+
+// Row packers (kernels/cpu/matmul_pack_x.cc): kEvenOdd with 32- and 16-element blocks, and kBf16
+// (round to nearest even, 32-element blocks).
+void PackEvenOddRowAvx512(const float* src, int64_t k, void* out);
+void PackEvenOddRowAvx2(const float* src, int64_t k, void* out);
+void PackBf16Row(const float* src, int64_t k, void* out);
+
+// E8M0 scale byte → f32 (2^(e−127); 0 → 2^−127, 0xFF → NaN), as a 256-entry table.
+const float* E8M0Table();
+
+// The oneDNN path (kernels/cpu/matmul_onednn.cc).
+void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y);
+
+}  // namespace strata::kernels::cpu::internal

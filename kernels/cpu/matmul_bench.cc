@@ -1,0 +1,414 @@
+// Matmul benchmarks against ceilings measured in the same run (PERF.md):
+//   read_GBps   streaming read of 1 GiB over all threads (what decode must do with the weights)
+//   triad_GBps  a[i] = b[i] + s·c[i] over 3 × 1/3 GiB (reported, for reference)
+//   fma_GFLOPs  a register-blocked f32 FMA loop over all threads (AVX-512 where present)
+//   bf16_GFLOPs a vdpbf16ps loop (AVX512_BF16 only; the ceiling of the lossy variant)
+// The ceilings are printed at start and end (1 GiB, 20M FMA iterations per thread) and measured
+// again, smaller (512 MiB, 5M iterations), right before each case: a shared machine's load
+// drifts by the minute. Every case prints ms per call, GB/s, GFLOP/s, its local ceilings and
+// pct_ceiling = floor / mean time, floor = max(bytes / read_GBps, flops / peak); pct_best uses
+// the fastest call (the ceilings are best-of-N too); pct_cpu compares rates per CPU-second of
+// the process on both sides (robust to time slicing; pessimistic where OpenMP threads spin).
+// Weights rotate over enough copies to miss the L3, as in a real decode step (all layers'
+// weights ≫ L3).
+//
+// Run: kernels_cpu_bench [--benchmark_filter=decode/bf16] (not run by ctest).
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/tensor.h"
+#include "kernels/cpu/matmul.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace strata::kernels::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// CPU seconds of all threads of the process: a rate per CPU-second does not drop when the OS
+// hands our threads' cores to other processes (it does drop while threads spin in a barrier).
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Best rate over repetitions, by wall time and per CPU-second.
+struct Rate {
+  double wall = 0, cpu = 0;
+  void Update(double amount, Clock::time_point wall0, double cpu0) {
+    wall = std::max(wall, amount / Seconds(wall0));
+    cpu = std::max(cpu, amount / (ProcessCpuSeconds() - cpu0));
+  }
+};
+
+struct Ceilings {
+  Rate read, triad, fma, bf16;  // bytes/s and FLOP/s
+};
+Rate ReadBandwidth(const float* data, size_t count) {
+  Rate best;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    const double c0 = ProcessCpuSeconds();
+    float total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (size_t chunk = 0; chunk < count / 4096; ++chunk) {
+      const float* p = data + chunk * 4096;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int i = 0; i < 4096; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+      for (float v : lanes) total += v;
+    }
+    benchmark::DoNotOptimize(total);
+    best.Update(static_cast<double>(count * sizeof(float)), t0, c0);
+  }
+  return best;
+}
+
+Rate TriadBandwidth(float* a, const float* b, const float* c, size_t count) {
+  Rate best;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    const double c0 = ProcessCpuSeconds();
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < count; ++i) a[i] = b[i] + 0.5f * c[i];
+    benchmark::ClobberMemory();
+    best.Update(3.0 * static_cast<double>(count * sizeof(float)), t0, c0);
+  }
+  return best;
+}
+
+// 12 independent FMA chains per thread (4-cycle latency × 2 pipes, with room).
+__attribute__((target("avx512f"))) void FmaThread512(int64_t iters) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1e-3f * i);
+  const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-6f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], b, c);
+  }
+  for (int i = 1; i < 12; ++i) a[0] = _mm512_add_ps(a[0], a[i]);
+  benchmark::DoNotOptimize(a[0]);
+}
+
+void FmaThread256(int64_t iters) {
+  __m256 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(1e-3f * i);
+  const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-6f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
+  }
+  for (int i = 1; i < 12; ++i) a[0] = _mm256_add_ps(a[0], a[i]);
+  benchmark::DoNotOptimize(a[0]);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void Bf16DotThread(int64_t iters) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1e-3f * i);
+  const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3f80);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbf16_ps(a[i], b, b);
+  }
+  for (int i = 1; i < 12; ++i) a[0] = _mm512_add_ps(a[0], a[i]);
+  benchmark::DoNotOptimize(a[0]);
+}
+
+// GFLOP/s of `body(iters)` on all threads, where one iteration is flops_per_iter per thread.
+template <typename Body>
+Rate PeakFlops(Body body, double flops_per_iter, int64_t iters) {
+  Rate best;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    const double c0 = ProcessCpuSeconds();
+    int threads = 1;
+#pragma omp parallel
+    {
+#pragma omp single
+      threads = omp_get_num_threads();
+      body(iters);
+    }
+    best.Update(flops_per_iter * static_cast<double>(iters) * threads, t0, c0);
+  }
+  return best;
+}
+
+// One 1 GiB buffer for the bandwidth ceilings, first-touched by all threads.
+const AlignedBuffer& BandwidthBuffer() {
+  static const AlignedBuffer* buffer = [] {
+    const size_t count = (size_t{1} << 30) / sizeof(float);
+    auto* b = new AlignedBuffer(count * sizeof(float));
+    float* data = b->as<float>();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; ++i) data[i] = 1.0f;
+    return b;
+  }();
+  return *buffer;
+}
+
+// read_bytes of the buffer are streamed (the triad uses all of it); fma_iters per thread.
+Ceilings MeasureCeilings(size_t read_bytes, int64_t fma_iters) {
+  Ceilings c;
+  float* data = BandwidthBuffer().as<float>();
+  const size_t count = BandwidthBuffer().size() / sizeof(float);
+  c.read = ReadBandwidth(data, std::min(count, read_bytes / sizeof(float)));
+  const size_t third = std::min(count, read_bytes / sizeof(float)) / 3;
+  c.triad = TriadBandwidth(data, data + third, data + 2 * third, third);
+  const bool avx512 = ActiveIsa() >= Isa::kAvx512;
+  c.fma = avx512 ? PeakFlops(FmaThread512, 12 * 16 * 2, fma_iters)
+                 : PeakFlops(FmaThread256, 12 * 8 * 2, fma_iters);
+  if (GetCpuFeatures().avx512bf16) {
+    c.bf16 = PeakFlops(Bf16DotThread, 12 * 32 * 2, fma_iters);
+  }
+  return c;
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+void PrintCeilings(const char* when, const Ceilings& c) {
+  std::printf(
+      "ceilings (%s, %d threads, isa %s, loadavg %s): read %.1f GB/s, triad %.1f GB/s, "
+      "f32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s; per CPU-second: read %.1f GB, "
+      "f32 FMA %.1f GFLOP\n",
+      when, omp_get_max_threads(), IsaName(ActiveIsa()), LoadAverage().c_str(), c.read.wall / 1e9,
+      c.triad.wall / 1e9, c.fma.wall / 1e9, c.bf16.wall / 1e9, c.read.cpu / 1e9, c.fma.cpu / 1e9);
+  std::fflush(stdout);
+}
+
+// ---- the matmul benchmarks ---------------------------------------------------------------
+
+struct Case {
+  const char* phase;  // decode / prefill
+  WeightFormat format;
+  int64_t m, n, k;
+  MatmulAlgo algo;
+  Isa isa_cap;
+};
+
+const char* FormatName(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kBf16:
+      return "bf16";
+    case WeightFormat::kMxfp4:
+      return "mxfp4";
+  }
+  return "?";
+}
+
+const char* AlgoName(MatmulAlgo a) {
+  switch (a) {
+    case MatmulAlgo::kAuto:
+      return "auto";
+    case MatmulAlgo::kStreaming:
+      return "stream";
+    case MatmulAlgo::kOneDnn:
+      return "onednn";
+    case MatmulAlgo::kBf16DotLossy:
+      return "bf16dot_lossy";
+  }
+  return "?";
+}
+
+int64_t WeightBytes(WeightFormat f, int64_t n, int64_t k) {
+  switch (f) {
+    case WeightFormat::kF32:
+      return 4 * n * k;
+    case WeightFormat::kBf16:
+      return 2 * n * k;
+    case WeightFormat::kMxfp4:
+      return n * (k / 2 + k / 32);
+  }
+  return 0;
+}
+
+// Enough copies of W (random bits, finite values) that cycling through them misses the L3.
+struct WeightCopies {
+  std::vector<AlignedBuffer> data, scales;
+  std::vector<MatmulWeights> views;
+};
+
+WeightCopies MakeCopies(const Case& c) {
+  constexpr int64_t kMinTotalBytes = int64_t{256} << 20;
+  const int64_t bytes = WeightBytes(c.format, c.n, c.k);
+  const int64_t copies = std::max<int64_t>(1, (kMinTotalBytes + bytes - 1) / bytes);
+  WeightCopies w;
+  uint32_t state = 12345;
+  auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    return state;
+  };
+  for (int64_t i = 0; i < copies; ++i) {
+    const int64_t data_bytes = c.format == WeightFormat::kMxfp4 ? c.n * c.k / 2 : bytes;
+    AlignedBuffer d(static_cast<size_t>(data_bytes));
+    uint8_t* p = d.as<uint8_t>();
+    for (int64_t b = 0; b < data_bytes; b += 4) {
+      uint32_t v = next();
+      if (c.format == WeightFormat::kBf16) v &= 0xBFFFBFFFu;  // |w| < 2: finite
+      if (c.format == WeightFormat::kF32) v &= 0xBFFFFFFFu;
+      std::copy_n(reinterpret_cast<const uint8_t*>(&v), std::min<int64_t>(4, data_bytes - b),
+                  p + b);
+    }
+    MatmulWeights view{c.format, c.n, c.k, d.data(), nullptr};
+    if (c.format == WeightFormat::kMxfp4) {
+      AlignedBuffer s(static_cast<size_t>(c.n * c.k / 32));
+      for (int64_t b = 0; b < c.n * c.k / 32; ++b) s.as<uint8_t>()[b] = 120 + next() % 8;
+      view.scales = s.as<uint8_t>();
+      w.scales.push_back(std::move(s));
+    }
+    w.data.push_back(std::move(d));
+    w.views.push_back(view);
+  }
+  return w;
+}
+
+void RunCase(benchmark::State& state, Case c) {
+  SetIsaOverride(c.isa_cap);
+  if (!MatmulAlgoSupported(c.algo, c.format) || ActiveIsa() != c.isa_cap) {
+    ClearIsaOverride();
+    state.SkipWithError("not supported on this CPU");
+    for (auto _ : state) {
+    }
+    return;
+  }
+  const WeightCopies w = MakeCopies(c);
+  // Ceilings again right before this case (the load on a shared machine drifts by the minute).
+  const Ceilings local = MeasureCeilings(size_t{512} << 20, 5'000'000);
+  std::vector<float> x(static_cast<size_t>(c.m * c.k)), y(static_cast<size_t>(c.m * c.n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+  MatmulWithAlgo(c.algo, w.views[0], x.data(), c.m, y.data());  // warm-up (oneDNN primitives)
+  size_t copy = 0;
+  double seconds = 0, best = 1e30;
+  const double cpu0 = ProcessCpuSeconds();
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    MatmulWithAlgo(c.algo, w.views[copy], x.data(), c.m, y.data());
+    const double call = Seconds(t0);
+    seconds += call;
+    best = std::min(best, call);
+    copy = (copy + 1) % w.views.size();
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iterations = static_cast<double>(state.iterations());
+  const double cpu_per_call = (ProcessCpuSeconds() - cpu0) / iterations;
+  ClearIsaOverride();
+  const double per_call = seconds / iterations;
+  const double bytes = static_cast<double>(WeightBytes(c.format, c.n, c.k) + 4 * c.m * (c.k + c.n));
+  const double flops = 2.0 * c.m * c.n * c.k;
+  const Rate& peak = c.algo == MatmulAlgo::kBf16DotLossy ? local.bf16 : local.fma;
+  const double floor_s = std::max(bytes / local.read.wall, flops / peak.wall);
+  const double floor_cpu_s = std::max(bytes / local.read.cpu, flops / peak.cpu);
+  state.counters["ms"] = per_call * 1e3;
+  state.counters["GBps"] = bytes / per_call / 1e9;
+  state.counters["GFLOPs"] = flops / per_call / 1e9;
+  state.counters["ceil_GBps"] = local.read.wall / 1e9;
+  state.counters["ceil_GFLOPs"] = peak.wall / 1e9;
+  state.counters["bound_by_bw"] = bytes / local.read.wall >= flops / peak.wall;
+  state.counters["pct_ceiling"] = 100.0 * floor_s / per_call;
+  // The ceilings are best-of-N; on a shared machine the fastest call is the comparable figure.
+  state.counters["ms_best"] = best * 1e3;
+  state.counters["pct_best"] = 100.0 * floor_s / best;
+  // Per CPU-second on both sides: robust to time slicing by other processes.
+  state.counters["pct_cpu"] = 100.0 * floor_cpu_s / cpu_per_call;
+}
+
+void RegisterCases() {
+  const int64_t decode_shapes[][2] = {
+      {2304, 2304}, {4096, 1024}, {1024, 4096}, {32000, 1024}, {12288, 7168}};
+  const int64_t prefill_shapes[][2] = {{2304, 2304}, {4096, 1024}, {1024, 4096}, {32000, 1024}};
+  const int64_t expert_shapes[][2] = {{3072, 3584}, {3584, 3072}};  // K3 routed experts
+  std::vector<Case> cases;
+  const Isa best = ActiveIsa();
+  for (auto [n, k] : decode_shapes) {
+    for (int64_t m : {1, 4, 16}) {
+      for (MatmulAlgo a : {MatmulAlgo::kStreaming, MatmulAlgo::kBf16DotLossy}) {
+        cases.push_back({"decode", WeightFormat::kBf16, m, n, k, a, best});
+      }
+      cases.push_back({"decode", WeightFormat::kBf16, m, n, k, MatmulAlgo::kStreaming, Isa::kAvx2});
+    }
+    cases.push_back({"decode", WeightFormat::kBf16, 16, n, k, MatmulAlgo::kOneDnn, best});
+  }
+  for (auto [n, k] : expert_shapes) {
+    for (int64_t m : {1, 4, 16}) {
+      cases.push_back({"decode", WeightFormat::kMxfp4, m, n, k, MatmulAlgo::kStreaming, best});
+      cases.push_back(
+          {"decode", WeightFormat::kMxfp4, m, n, k, MatmulAlgo::kStreaming, Isa::kAvx2});
+    }
+    cases.push_back({"prefill", WeightFormat::kMxfp4, 512, n, k, MatmulAlgo::kStreaming, best});
+    cases.push_back({"prefill", WeightFormat::kMxfp4, 512, n, k, MatmulAlgo::kOneDnn, best});
+  }
+  for (int64_t m : {1, 16}) {
+    cases.push_back({"decode", WeightFormat::kF32, m, 4096, 1024, MatmulAlgo::kStreaming, best});
+  }
+  // Small matrices (the bench preset's routed experts): fork/join overhead shows here.
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 1024}, {1024, 256}}) {
+    cases.push_back({"decode", WeightFormat::kBf16, 1, n, k, MatmulAlgo::kStreaming, best});
+  }
+  cases.push_back({"prefill", WeightFormat::kF32, 512, 4096, 1024, MatmulAlgo::kStreaming, best});
+  cases.push_back({"prefill", WeightFormat::kF32, 512, 4096, 1024, MatmulAlgo::kOneDnn, best});
+  for (auto [n, k] : prefill_shapes) {
+    for (MatmulAlgo a : {MatmulAlgo::kStreaming, MatmulAlgo::kOneDnn, MatmulAlgo::kBf16DotLossy}) {
+      cases.push_back({"prefill", WeightFormat::kBf16, 512, n, k, a, best});
+    }
+    cases.push_back(
+        {"prefill", WeightFormat::kBf16, 512, n, k, MatmulAlgo::kStreaming, Isa::kAvx2});
+  }
+  for (const Case& c : cases) {
+    const std::string name = std::string(c.phase) + "/" + FormatName(c.format) + "/m" +
+                             std::to_string(c.m) + "/n" + std::to_string(c.n) + "/k" +
+                             std::to_string(c.k) + "/" + AlgoName(c.algo) + "/" +
+                             IsaName(c.isa_cap);
+    benchmark::RegisterBenchmark(name.c_str(), RunCase, c)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+}  // namespace strata::kernels::cpu
+
+int main(int argc, char** argv) {
+  using namespace strata::kernels::cpu;
+  benchmark::Initialize(&argc, argv);
+  PrintCeilings("start", MeasureCeilings(size_t{1} << 30, 20'000'000));
+  RegisterCases();
+  benchmark::RunSpecifiedBenchmarks();
+  PrintCeilings("end", MeasureCeilings(size_t{1} << 30, 20'000'000));
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,137 @@
+// bf16-weight tiles: weights widened to f32 in registers, activations f32 in kEvenOdd order.
+//
+// A 64-byte load holds 32 bf16 weights; as 16 u32 lanes, lane l = (w[2l+1] << 16) | w[2l], so
+//   even = lane << 16          = f32(w[2l])      (exact)
+//   odd  = lane & 0xFFFF0000   = f32(w[2l+1])    (exact)
+// two integer ops per 32 weights, no cross-lane shuffle; x_perm supplies x in the same order.
+// Per 32-element step and output: acc = fma(x_even, even, acc); acc = fma(x_odd, odd, acc).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/internal/matmul_tiles.h"
+#include "kernels/cpu/internal/prefetch.h"
+#include "kernels/cpu/internal/simd_avx2.h"
+#include "kernels/cpu/internal/simd_avx512.h"
+#include "kernels/cpu/internal/tile_table.h"
+
+// GCC 12 reports its own _mm512_undefined_* placeholders inside the AVX-512 intrinsics as
+// "(maybe) used uninitialized" (a known false positive).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace strata::kernels::cpu::internal {
+namespace {
+
+template <int MR, int NR>
+struct Bf16Tile512 {
+  STRATA_TARGET_AVX512 __attribute__((always_inline)) static inline void Step(
+      __m512 (&acc)[MR][NR], const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t p,
+      __mmask32 mask) {
+    const __m512i odd_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    __m512 xe[MR], xo[MR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      xe[i] = _mm512_loadu_ps(x + i * ldx + p);
+      xo[i] = _mm512_loadu_ps(x + i * ldx + p + 16);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      const uint16_t* wj = w + j * ldw + p;
+      const __m512i raw = _mm512_maskz_loadu_epi16(mask, wj);
+      const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+      const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(raw, odd_mask));
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        acc[i][j] = _mm512_fmadd_ps(xe[i], even, acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(xo[i], odd, acc[i][j]);
+      }
+    }
+  }
+
+  STRATA_TARGET_AVX512 static void Run(const TileArgs& t) {
+    const float* x = static_cast<const float*>(t.x);
+    const uint16_t* w = static_cast<const uint16_t*>(t.w);
+    __m512 acc[MR][NR];
+#pragma GCC unroll 16
+    for (int e = 0; e < MR * NR; ++e) acc[e / NR][e % NR] = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 32 <= t.kc; p += 32) {  // one 64-byte line per row per step
+      PrefetchNextSlice<NR>(t.w_next, 2 * t.ldw, 2 * p);
+      Step(acc, x, t.ldx, w, t.ldw, p, ~__mmask32{0});
+    }
+    if (p < t.kc) {  // x_perm is zero-padded; the masked load zeroes the missing weights
+      Step(acc, x, t.ldx, w, t.ldw, p, _cvtu32_mask32((1u << (t.kc - p)) - 1));
+    }
+    StoreTile512(acc, t);
+  }
+};
+
+template <int MR, int NR>
+struct Bf16Tile256 {
+  __attribute__((always_inline)) static inline void Step(__m256 (&acc)[MR][NR], const float* x,
+                                                         int64_t ldx,
+                                                         const uint16_t* const (&wj)[NR]) {
+    const __m256i odd_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+    __m256 xe[MR], xo[MR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      xe[i] = _mm256_loadu_ps(x + i * ldx);
+      xo[i] = _mm256_loadu_ps(x + i * ldx + 8);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wj[j]));
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(raw, odd_mask));
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        acc[i][j] = _mm256_fmadd_ps(xe[i], even, acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(xo[i], odd, acc[i][j]);
+      }
+    }
+  }
+
+  static void Run(const TileArgs& t) {
+    const float* x = static_cast<const float*>(t.x);
+    const uint16_t* w = static_cast<const uint16_t*>(t.w);
+    __m256 acc[MR][NR];
+#pragma GCC unroll 8
+    for (int e = 0; e < MR * NR; ++e) acc[e / NR][e % NR] = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= t.kc; p += 16) {
+      const uint16_t* wj[NR];
+      for (int j = 0; j < NR; ++j) wj[j] = w + j * t.ldw + p;
+      if (p % 32 == 0) PrefetchNextSlice<NR>(t.w_next, 2 * t.ldw, 2 * p);
+      Step(acc, x + p, t.ldx, wj);
+    }
+    if (p < t.kc) {  // copy the row tails into zero-padded buffers (AVX2 has no 16-bit masks)
+      alignas(32) uint16_t tail[NR][16] = {};
+      const uint16_t* wj[NR];
+      for (int j = 0; j < NR; ++j) {
+        std::memcpy(tail[j], w + j * t.ldw + p, static_cast<size_t>(t.kc - p) * sizeof(uint16_t));
+        wj[j] = tail[j];
+      }
+      Step(acc, x + p, t.ldx, wj);
+    }
+    StoreTile256(acc, t);
+  }
+};
+
+}  // namespace
+
+const TileKernels& Bf16TilesAvx512() {
+  static const TileKernels k =
+      MakeTileTable<Bf16Tile512, 4, 4>(XLayout::kEvenOdd, 32, &PackEvenOddRowAvx512);
+  return k;
+}
+
+const TileKernels& Bf16TilesAvx2() {
+  static const TileKernels k =
+      MakeTileTable<Bf16Tile256, 2, 4>(XLayout::kEvenOdd, 16, &PackEvenOddRowAvx2);
+  return k;
+}
+
+}  // namespace strata::kernels::cpu::internal

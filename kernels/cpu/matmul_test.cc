@@ -1,0 +1,318 @@
+#include "kernels/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "kernels/reference/matmul.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+// Error bound per output: |y − y_ref| ≤ (fixed + per_sqrt_k·√k) · Σ_p |x_p·w_p|.
+// f32 accumulation of k products in blocks: the rounding error is a few ulps (2^-24 ≈ 6e-8)
+// times √k·Σ|x·w| at worst-typical; per_sqrt_k = 1e-6 leaves ~10× headroom yet catches one
+// missing or doubled product (≈ Σ|x·w|/k ≥ 5e-4·Σ for k ≤ 2100, vs a bound ≤ 5e-5·Σ).
+// The lossy variant rounds x to bf16 (relative error 2^-9 per product).
+struct Tolerance {
+  double fixed;
+  double per_sqrt_k;
+};
+constexpr Tolerance kF32Accumulation{0.0, 1e-6};
+constexpr Tolerance kBf16Activations{4e-3, 1e-6};
+
+class Rng {
+ public:
+  explicit Rng(uint32_t seed) : engine_(seed) {}
+  std::vector<float> Normal(int64_t count) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> out(static_cast<size_t>(count));
+    for (float& v : out) v = dist(engine_);
+    return out;
+  }
+  std::vector<uint8_t> Bytes(int64_t count, int lo, int hi) {
+    std::uniform_int_distribution<int> dist(lo, hi);
+    std::vector<uint8_t> out(static_cast<size_t>(count));
+    for (uint8_t& v : out) v = static_cast<uint8_t>(dist(engine_));
+    return out;
+  }
+
+ private:
+  std::mt19937 engine_;
+};
+
+// A weight matrix in one format plus its exact f32 values (for the error scale).
+struct TestWeights {
+  MatmulWeights view;
+  std::vector<float> f32;       // [n, k], exactly the values the format encodes
+  std::vector<uint16_t> bf16;   // storage for kBf16
+  std::vector<uint8_t> packed;  // storage for kMxfp4
+  std::vector<uint8_t> scales;
+};
+
+TestWeights MakeWeights(WeightFormat format, int64_t n, int64_t k, Rng& rng, int scale_lo = 122,
+                        int scale_hi = 130) {
+  TestWeights t;
+  t.view = {format, n, k, nullptr, nullptr};
+  if (format == WeightFormat::kMxfp4) {
+    t.packed = rng.Bytes(n * k / 2, 0, 255);
+    t.scales = rng.Bytes(n * k / 32, scale_lo, scale_hi);
+    t.f32.resize(static_cast<size_t>(n * k));
+    for (int64_t j = 0; j < n; ++j) {
+      DecodeMxfp4(t.packed.data() + j * k / 2, t.scales.data() + j * k / 32, static_cast<size_t>(k),
+                  t.f32.data() + j * k);
+    }
+    t.view.data = t.packed.data();
+    t.view.scales = t.scales.data();
+    return t;
+  }
+  t.f32 = rng.Normal(n * k);
+  if (format == WeightFormat::kBf16) {
+    t.bf16.resize(t.f32.size());
+    for (size_t i = 0; i < t.f32.size(); ++i) {
+      t.bf16[i] = F32ToBf16(t.f32[i]);
+      t.f32[i] = Bf16ToF32(t.bf16[i]);
+    }
+    t.view.data = t.bf16.data();
+  } else {
+    t.view.data = t.f32.data();
+  }
+  return t;
+}
+
+std::vector<float> Reference(const TestWeights& w, const std::vector<float>& x, int64_t m) {
+  const MatmulWeights& v = w.view;
+  std::vector<float> y(static_cast<size_t>(m * v.n));
+  switch (v.format) {
+    case WeightFormat::kF32:
+      MatmulReference(x.data(), m, v.k, w.f32.data(), v.n, y.data());
+      break;
+    case WeightFormat::kBf16:
+      MatmulBf16Reference(x.data(), m, v.k, w.bf16.data(), v.n, y.data());
+      break;
+    case WeightFormat::kMxfp4:
+      MatmulMxfp4Reference(x.data(), m, v.k, w.packed.data(), w.scales.data(), v.n, y.data());
+      break;
+  }
+  return y;
+}
+
+std::vector<float> Abs(std::vector<float> v) {
+  for (float& e : v) e = std::fabs(e);
+  return v;
+}
+
+// Every output within the tolerance of the f64 reference; on failure names the worst one.
+::testing::AssertionResult CloseToReference(const std::vector<float>& y, const TestWeights& w,
+                                            const std::vector<float>& x, int64_t m, Tolerance tol) {
+  const int64_t n = w.view.n, k = w.view.k;
+  const std::vector<float> ref = Reference(w, x, m);
+  std::vector<float> scale(static_cast<size_t>(m * n));  // Σ|x·w| per output
+  MatmulReference(Abs(x).data(), m, k, Abs(w.f32).data(), n, scale.data());
+  const double rel = tol.fixed + tol.per_sqrt_k * std::sqrt(static_cast<double>(k));
+  for (int64_t e = 0; e < m * n; ++e) {
+    const double err = std::fabs(static_cast<double>(y[e]) - ref[e]);
+    if (!(err <= rel * scale[e])) {
+      return ::testing::AssertionFailure()
+             << "y[" << e / n << ", " << e % n << "] = " << y[e] << ", reference " << ref[e]
+             << ", error " << err << " > bound " << rel * scale[e];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The ISAs this CPU (and STRATA_ISA) allows among those with their own kernels.
+std::vector<Isa> SupportedIsas() {
+  ClearIsaOverride();
+  const Isa best = ActiveIsa();
+  std::vector<Isa> isas;
+  if (best >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
+  if (best >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+class IsaCap {
+ public:
+  explicit IsaCap(Isa isa) { SetIsaOverride(isa); }
+  ~IsaCap() { ClearIsaOverride(); }
+};
+
+std::string Describe(Isa isa, int64_t m, int64_t n, int64_t k) {
+  return std::string(IsaName(isa)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+         " k=" + std::to_string(k);
+}
+
+const int64_t kRows[] = {1, 2, 3, 7, 17, 64, 129};
+
+// Every k and n of {1, 31, 32, 33, 97, 1000} appears, plus k spanning several 1024-wide blocks
+// with a ragged last block (2100).
+const int64_t kShapesNK[][2] = {{1, 1},     {31, 32},  {32, 33},  {33, 97},   {97, 1000},
+                                {1000, 31}, {1, 1000}, {1000, 1}, {37, 2100}, {5, 33}};
+
+// MXFP4 k is a multiple of 32: one block, a few, just under and over one 1024 k block.
+const int64_t kMxfp4ShapesNK[][2] = {{1, 32},    {31, 64},  {33, 96},  {97, 992},
+                                     {32, 1056}, {5, 2080}, {1000, 32}};
+
+void CheckAgainstReference(WeightFormat format, const int64_t (*shapes)[2], size_t num_shapes,
+                           uint32_t seed) {
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    ASSERT_EQ(ActiveIsa(), isa);
+    Rng rng(seed);
+    for (size_t s = 0; s < num_shapes; ++s) {
+      const int64_t n = shapes[s][0], k = shapes[s][1];
+      const TestWeights w = MakeWeights(format, n, k, rng);
+      for (int64_t m : kRows) {
+        const std::vector<float> x = rng.Normal(m * k);
+        std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+        Matmul(w.view, x.data(), m, y.data());
+        EXPECT_TRUE(CloseToReference(y, w, x, m, kF32Accumulation)) << Describe(isa, m, n, k);
+      }
+    }
+  }
+}
+
+TEST(CpuMatmulTest, F32WeightsMatchReferenceOnOddShapesOnEveryIsa) {
+  CheckAgainstReference(WeightFormat::kF32, kShapesNK, std::size(kShapesNK), 1);
+}
+
+TEST(CpuMatmulTest, Bf16WeightsMatchReferenceOnOddShapesOnEveryIsa) {
+  CheckAgainstReference(WeightFormat::kBf16, kShapesNK, std::size(kShapesNK), 2);
+}
+
+TEST(CpuMatmulTest, Mxfp4WeightsMatchReferenceOnOddShapesOnEveryIsa) {
+  CheckAgainstReference(WeightFormat::kMxfp4, kMxfp4ShapesNK, std::size(kMxfp4ShapesNK), 3);
+}
+
+// Batching must not change a row's result: m = 67 spans two row chunks, several x tiles, and
+// for MXFP4 the decode-to-scratch path, while m = 1 decodes in registers.
+TEST(CpuMatmulTest, RowOfBatchIsBitIdenticalToRowAlone) {
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+      Rng rng(4);
+      const int64_t m = 67, n = 45, k = 2080;  // 2080 = 2 · 1024 + 32: three k blocks
+      const TestWeights w = MakeWeights(format, n, k, rng);
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> batch(static_cast<size_t>(m * n));
+      Matmul(w.view, x.data(), m, batch.data());
+      for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{63}, int64_t{64}, m - 1}) {
+        std::vector<float> alone(static_cast<size_t>(n));
+        Matmul(w.view, x.data() + i * k, 1, alone.data());
+        EXPECT_EQ(alone, std::vector<float>(batch.begin() + i * n, batch.begin() + (i + 1) * n))
+            << IsaName(isa) << " format " << static_cast<int>(format) << " row " << i;
+      }
+    }
+  }
+}
+
+TEST(CpuMatmulTest, ResultDoesNotDependOnThreadCount) {
+  const int saved = omp_get_max_threads();
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+      Rng rng(5);
+      const int64_t m = 9, n = 300, k = 1024 + 64;
+      const TestWeights w = MakeWeights(format, n, k, rng);
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> one(static_cast<size_t>(m * n)), many(one.size());
+      omp_set_num_threads(1);
+      Matmul(w.view, x.data(), m, one.data());
+      omp_set_num_threads(3);  // more threads than this machine may have: uneven task split
+      Matmul(w.view, x.data(), m, many.data());
+      omp_set_num_threads(saved);
+      EXPECT_EQ(one, many) << IsaName(isa) << " format " << static_cast<int>(format);
+    }
+  }
+}
+
+// Scale byte 0 is 2^-127 (the decoded weights are f32 subnormals) and 0xFF is NaN; both the
+// in-register (m = 1) and the scratch-tile (m = 12) paths must decode like DecodeMxfp4.
+TEST(CpuMatmulTest, Mxfp4SubnormalAndNanScalesDecodeLikeTheReference) {
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    Rng rng(6);
+    const int64_t n = 21, k = 64;
+    const TestWeights tiny = MakeWeights(WeightFormat::kMxfp4, n, k, rng, 0, 2);
+    TestWeights nan_rows = MakeWeights(WeightFormat::kMxfp4, n, k, rng);
+    for (int64_t j = 0; j < n; j += 3) nan_rows.scales[static_cast<size_t>(j * 2 + 1)] = 0xFF;
+    for (int64_t m : {int64_t{1}, int64_t{12}}) {
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> y(static_cast<size_t>(m * n));
+      Matmul(tiny.view, x.data(), m, y.data());
+      EXPECT_TRUE(CloseToReference(y, tiny, x, m, kF32Accumulation)) << Describe(isa, m, n, k);
+
+      Matmul(nan_rows.view, x.data(), m, y.data());
+      const std::vector<float> ref = Reference(nan_rows, x, m);
+      for (int64_t e = 0; e < m * n; ++e) {
+        EXPECT_EQ(std::isnan(y[e]), (e % n) % 3 == 0) << Describe(isa, m, n, k) << " y " << e;
+        EXPECT_EQ(std::isnan(ref[e]), (e % n) % 3 == 0) << "reference y " << e;
+        if (!std::isnan(ref[e])) {
+          EXPECT_NEAR(y[e], ref[e], 1e-4 * (1.0 + std::fabs(ref[e]))) << Describe(isa, m, n, k);
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuMatmulTest, OneDnnPathMatchesReference) {
+  Rng rng(7);
+  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+    for (auto [m, n, k] :
+         {std::tuple<int64_t, int64_t, int64_t>{1, 33, 64}, {17, 300, 96}, {129, 31, 1056}}) {
+      const TestWeights w = MakeWeights(format, n, k, rng);
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> y(static_cast<size_t>(m * n));
+      MatmulWithAlgo(MatmulAlgo::kOneDnn, w.view, x.data(), m, y.data());
+      EXPECT_TRUE(CloseToReference(y, w, x, m, kF32Accumulation))
+          << "format " << static_cast<int>(format) << " m=" << m << " n=" << n << " k=" << k;
+    }
+  }
+}
+
+TEST(CpuMatmulTest, LossyBf16DotIsWithinBf16ActivationTolerance) {
+  if (!MatmulAlgoSupported(MatmulAlgo::kBf16DotLossy, WeightFormat::kBf16)) {
+    GTEST_SKIP() << "no AVX512_BF16 here";
+  }
+  Rng rng(8);
+  for (auto [n, k] : kShapesNK) {
+    const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
+    for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{64}}) {
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> y(static_cast<size_t>(m * n));
+      MatmulWithAlgo(MatmulAlgo::kBf16DotLossy, w.view, x.data(), m, y.data());
+      EXPECT_TRUE(CloseToReference(y, w, x, m, kBf16Activations))
+          << "m=" << m << " n=" << n << " k=" << k;
+    }
+  }
+}
+
+TEST(CpuMatmulTest, ScalarIsaFallsBackToTheReference) {
+  IsaCap cap(Isa::kScalar);
+  Rng rng(9);
+  const TestWeights w = MakeWeights(WeightFormat::kBf16, 19, 45, rng);
+  const std::vector<float> x = rng.Normal(3 * 45);
+  std::vector<float> y(3 * 19);
+  Matmul(w.view, x.data(), 3, y.data());
+  EXPECT_EQ(y, Reference(w, x, 3));
+}
+
+TEST(CpuMatmulTest, EmptyInnerDimensionGivesZeros) {
+  const float unused = 0.0f;
+  const MatmulWeights w{WeightFormat::kF32, 5, 0, &unused, nullptr};
+  std::vector<float> y(10, 7.0f);
+  Matmul(w, &unused, 2, y.data());
+  EXPECT_EQ(y, std::vector<float>(10, 0.0f));
+}
+
+}  // namespace
+}  // namespace strata::kernels::cpu

@@ -1,0 +1,290 @@
+// `strata serve` (serve_command.h): flags, start-up order, signals and the drain.
+#include "server/cli/serve_command.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "server/cli/flags.h"
+#include "server/cli/serve_runtime.h"
+#include "server/frontend/openai_service.h"
+#include "server/grpc/grpc_server.h"
+#include "server/http/http_server.h"
+#include "server/metrics.h"
+#include "server/request_timing_recorder.h"
+#include "server/scheduler_step_stats.h"
+
+namespace strata::cli {
+namespace {
+
+const std::vector<FlagSpec> kServeFlags = {
+    {"model", true, "checkpoint directory (default: the embedded demo model, random weights)"},
+    {"host", true, "address to listen on (default 0.0.0.0)"},
+    {"port", true, "port to listen on (default 8000; 0 = any free port)"},
+    {"grpc-port", true, "gRPC (strata.v1) port (default 50051, any free port when --port is 0)"},
+    {"served-model-name", true, "model name(s) clients use, comma separated (default: --model)"},
+    {"api-key", true, "require 'Authorization: Bearer KEY' on /v1/* (or $STRATA_API_KEY)"},
+    {"max-model-len", true, "prompt + output tokens per request (default: config, cache-bound)"},
+    {"max-num-seqs", true, "sequences running at once (default 64)"},
+    {"max-num-batched-tokens", true, "tokens per engine step (default 2048)"},
+    {"kv-cache-memory", true, "bytes for all caches, e.g. 512MiB, 4GiB (default 1GiB)"},
+    {"block-size", true, "tokens per latent cache page (default 64)"},
+    {"no-prefix-caching", false, "disable prefix caching"},
+    {"scheduling-policy", true, "fcfs | priority (default fcfs)"},
+    {"max-queued-requests", true, "requests in flight before 429 (default 1024)"},
+    {"max-body-bytes", true, "largest request body (default 16MiB)"},
+    {"http-threads", true, "HTTP I/O threads (default 2)"},
+    {"request-timeout", true, "seconds for a whole request to arrive (default 30)"},
+    {"idle-timeout", true, "seconds an idle keep-alive connection stays open (default 75)"},
+    {"ping-interval", true, "seconds of stream silence before an SSE ping (default 10)"},
+    {"drain-timeout", true, "seconds to finish requests after SIGTERM (default 30)"},
+    {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
+};
+
+absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
+  scheduler::SchedulerConfig& s = o->scheduler;
+  ASSIGN_OR_RETURN(int64_t seqs, flags.GetInt("max-num-seqs", 64, 1, 1 << 16));
+  s.max_num_seqs = static_cast<int32_t>(seqs);
+  ASSIGN_OR_RETURN(s.max_num_batched_tokens,
+                   flags.GetInt("max-num-batched-tokens", 2048, 1, int64_t{1} << 30));
+  ASSIGN_OR_RETURN(int64_t block, flags.GetInt("block-size", 64, 1, 1 << 16));
+  s.block_size = static_cast<int>(block);
+  s.enable_prefix_caching = !flags.Has("no-prefix-caching");
+  const std::string policy = flags.GetOr("scheduling-policy", "fcfs");
+  if (policy != "fcfs" && policy != "priority") {
+    return absl::InvalidArgumentError("--scheduling-policy must be fcfs or priority");
+  }
+  s.policy = policy == "fcfs" ? scheduler::Policy::kFcfs : scheduler::Policy::kPriority;
+  ASSIGN_OR_RETURN(o->max_model_len, flags.GetInt("max-model-len", 0, 0, int64_t{1} << 31));
+  ASSIGN_OR_RETURN(o->engine.max_queued_requests,
+                   flags.GetInt("max-queued-requests", 1024, 1, int64_t{1} << 30));
+  if (auto bytes = flags.Get("kv-cache-memory")) {
+    ASSIGN_OR_RETURN(o->kv_cache_memory_bytes, ParseBytes(*bytes, "kv-cache-memory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
+  http::HttpServerOptions& h = o->http;
+  h.host = flags.GetOr("host", "0.0.0.0");
+  ASSIGN_OR_RETURN(int64_t port, flags.GetInt("port", 8000, 0, 65535));
+  h.port = static_cast<int>(port);
+  ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("http-threads", 2, 1, 256));
+  h.num_threads = static_cast<int>(threads);
+  if (auto bytes = flags.Get("max-body-bytes")) {
+    ASSIGN_OR_RETURN(h.max_body_bytes, ParseBytes(*bytes, "max-body-bytes"));
+  }
+  auto seconds = [&](const char* name, double fallback) -> absl::StatusOr<absl::Duration> {
+    ASSIGN_OR_RETURN(std::optional<double> v, flags.GetDouble(name, 0.001, 86400.0));
+    return absl::Seconds(v.value_or(fallback));
+  };
+  ASSIGN_OR_RETURN(h.request_timeout, seconds("request-timeout", 30));
+  ASSIGN_OR_RETURN(h.idle_timeout, seconds("idle-timeout", 75));
+  ASSIGN_OR_RETURN(h.ping_interval, seconds("ping-interval", 10));
+  ASSIGN_OR_RETURN(std::optional<double> drain, flags.GetDouble("drain-timeout", 0, 86400.0));
+  o->drain_timeout_s = drain.value_or(30.0);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
+  ServeOptions o;
+  o.model_flag = flags.GetOr("model", "");
+  if (auto names = flags.Get("served-model-name")) {
+    for (absl::string_view name : absl::StrSplit(*names, ',', absl::SkipWhitespace())) {
+      o.served_names.emplace_back(name);
+    }
+  }
+  o.api_key = flags.GetOr("api-key", "");
+  if (o.api_key.empty()) {
+    if (const char* env = std::getenv("STRATA_API_KEY"); env && *env) o.api_key = env;
+  }
+  RETURN_IF_ERROR(ReadSchedulerFlags(flags, &o));
+  RETURN_IF_ERROR(ReadHttpFlags(flags, &o));
+  if (auto level_text = flags.Get("log-level")) {
+    log::Level level;
+    if (!log::ParseLevel(*level_text, &level)) {
+      return absl::InvalidArgumentError("--log-level must be trace|debug|info|warn|error|off");
+    }
+    log::SetLevel(level);
+  }
+  return o;
+}
+
+// Blocks SIGINT and SIGTERM in this thread (and the threads it starts), so they are only
+// received by WaitForSignal.
+sigset_t BlockShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  return set;
+}
+
+// Waits for a blocked signal up to `timeout_s` (< 0: forever); the signal number or 0.
+int WaitForSignal(const sigset_t& set, double timeout_s) {
+  if (timeout_s < 0) {
+    int sig = 0;
+    sigwait(&set, &sig);
+    return sig;
+  }
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(timeout_s);
+  ts.tv_nsec = static_cast<long>((timeout_s - static_cast<double>(ts.tv_sec)) * 1e9);
+  const int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+void PrintReady(const ServeOptions& o, int port, const frontend::ServedModel& model) {
+  const std::string host =
+      o.http.host == "0.0.0.0" || o.http.host == "::" ? "localhost" : o.http.host;
+  const std::string auth = o.api_key.empty() ? "" : " -H 'Authorization: Bearer " + o.api_key + "'";
+  std::fprintf(stdout,
+               "strata: serving '%s' on http://%s:%d (OpenAI API at /v1). Try:\n"
+               "curl -s http://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s "
+               "-d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": "
+               "\"Hello!\"}], \"max_tokens\": 16}'\n",
+               model.names[0].c_str(), host.c_str(), port, host.c_str(), port, auth.c_str(),
+               model.names[0].c_str());
+  std::fflush(stdout);
+}
+
+// Drain: readiness 503, no new requests, wait for those in flight (a second signal or the
+// timeout ends the wait).
+void Drain(frontend::OpenAiService& service, rpc::GrpcServer& grpc_server, const sigset_t& signals,
+           double timeout_s) {
+  service.StartDraining();
+  grpc_server.StartDraining();
+  LOG_INFO("serve", "draining: {} requests in flight, up to {:.0f} s", service.num_in_flight(),
+           timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (service.num_in_flight() + grpc_server.num_in_flight() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    if (WaitForSignal(signals, 0.02) != 0) {
+      LOG_WARN("serve", "second signal: stopping now");
+      return;
+    }
+  }
+  if (service.num_in_flight() + grpc_server.num_in_flight() > 0) {
+    LOG_WARN("serve", "drain timeout: aborting {} requests",
+             service.num_in_flight() + grpc_server.num_in_flight());
+  }
+}
+
+// The gRPC server (listening, not yet serving): --grpc-port, else 50051, or any free port when
+// the HTTP port is "any" (so test servers never collide on 50051).
+absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> StartGrpc(const Flags& flags,
+                                                           const std::string& host, bool any_port) {
+  rpc::GrpcServerOptions options;
+  options.host = host;
+  ASSIGN_OR_RETURN(int64_t port, flags.GetInt("grpc-port", any_port ? 0 : 50051, 0, 65535));
+  options.port = static_cast<int>(port);
+  options.version = STRATA_VERSION;
+  return rpc::GrpcServer::Start(options);
+}
+
+// Feeds the scheduler's counters to the metrics every `period` while `stop` is false. A
+// stand-in until the engine loop reports each step itself: a poll covers all steps since the
+// previous one, and the step duration observed is the latest step's.
+void PollEngineMetrics(ModelRuntime& runtime, server::Metrics& metrics,
+                       const std::atomic<bool>& stop) {
+  server::EngineStats previous = runtime.engine().stats();
+  while (!stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const server::EngineStats now = runtime.engine().stats();
+    if (now.num_steps == previous.num_steps) continue;
+    server::StepStats step = server::StepStatsFromScheduler(
+        previous.scheduler, now.scheduler, now.last_step_ms / 1000.0, runtime.checkpoint_bytes());
+    std::vector<int64_t> expert_tokens(now.expert_tokens_total.size(), 0);
+    for (size_t e = 0; e < expert_tokens.size(); ++e) {
+      const int64_t before =
+          e < previous.expert_tokens_total.size() ? previous.expert_tokens_total[e] : 0;
+      expert_tokens[e] = now.expert_tokens_total[e] - before;
+    }
+    if (static_cast<int>(expert_tokens.size()) == runtime.num_routed_experts()) {
+      step.expert_tokens = expert_tokens;
+    }
+    metrics.OnStep(step);
+    previous = now;
+  }
+}
+
+absl::Status RunServe(const std::vector<std::string>& args) {
+  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kServeFlags));
+  ASSIGN_OR_RETURN(ServeOptions options, ServeOptionsFromFlags(flags));
+  const sigset_t signals = BlockShutdownSignals();
+  // Created once the model is loaded (the per-expert series need its expert count).
+  std::unique_ptr<server::Metrics> metrics_owner;
+  std::atomic<server::Metrics*> metrics_ptr{nullptr};
+  frontend::ServiceOptions service_options;
+  service_options.api_key = options.api_key;
+  service_options.on_choice_finished = [&metrics_ptr](const server::RequestTimings& t) {
+    if (server::Metrics* m = metrics_ptr.load()) m->OnRequestFinished(t);
+    server::LogRequestFinished(t);
+  };
+  frontend::OpenAiService service(service_options);
+  ASSIGN_OR_RETURN(std::unique_ptr<http::HttpServer> server,
+                   http::HttpServer::Start(options.http, &service));
+  ASSIGN_OR_RETURN(std::unique_ptr<rpc::GrpcServer> grpc_server,
+                   StartGrpc(flags, options.http.host, options.http.port == 0));
+  options.http.port = server->port();
+  LOG_INFO("serve", "listening on {}:{} (loading the model)", options.http.host, server->port());
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelRuntime> runtime, ModelRuntime::Load(options));
+  metrics_owner = std::make_unique<server::Metrics>(
+      ServedNames(options)[0], /*rank=*/0,
+      server::MetricsOptions{.num_experts = runtime->num_routed_experts()});
+  server::Metrics& metrics = *metrics_owner;
+  metrics_ptr.store(&metrics);
+  std::atomic<bool> stop_poller{false};
+  std::thread poller([&] { PollEngineMetrics(*runtime, metrics, stop_poller); });
+  service.SetMetricsProvider([&metrics] { return metrics.Serialize(); });
+  service.SetServerInfoProvider([&] { return runtime->ServerInfo(options, server->stats()); });
+  grpc_server->SetServerInfoProvider(
+      [&] { return runtime->ServerInfo(options, server->stats()).dump(); });
+  service.SetModel(&runtime->served());
+  grpc_server->SetModel(&runtime->served());
+  PrintReady(options, server->port(), runtime->served());
+  std::fprintf(stdout, "strata: gRPC API (strata.v1) on %s:%d\n", options.http.host.c_str(),
+               grpc_server->port());
+  std::fflush(stdout);
+  const int sig = WaitForSignal(signals, -1);
+  LOG_INFO("serve", "received {}; shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  Drain(service, *grpc_server, signals, options.drain_timeout_s);
+  grpc_server->Stop();
+  server->Stop();
+  stop_poller = true;
+  poller.join();
+  metrics_ptr.store(nullptr);
+  runtime.reset();
+  LOG_INFO("serve", "stopped");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int ServeCommand(const std::vector<std::string>& args) {
+  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+    std::fprintf(stdout, "usage: strata serve [flags]\n%s", FlagsHelp(kServeFlags).c_str());
+    return 0;
+  }
+  absl::Status status = RunServe(args);
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "strata serve: %s\n", std::string(status.message()).c_str());
+  if (status.code() == absl::StatusCode::kInvalidArgument) {
+    std::fprintf(stderr, "usage: strata serve [flags]\n%s", FlagsHelp(kServeFlags).c_str());
+    return 2;
+  }
+  return 1;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,207 @@
+#include "server/cli/serve_runtime.h"
+
+#include <ctime>
+#include <filesystem>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "engine/executor.h"
+#include "kvcache/memory_planner.h"
+#include "scheduler/scheduler.h"
+#include "server/cli/default_model.h"
+
+#ifndef STRATA_VERSION
+#define STRATA_VERSION "unknown"
+#endif
+
+namespace strata::cli {
+
+using Json = nlohmann::ordered_json;
+
+absl::StatusOr<int64_t> ParseBytes(const std::string& text, const std::string& flag) {
+  std::string number = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  int shift = 0;
+  for (const auto& [suffix, bits] : {std::pair<const char*, int>{"gib", 30},
+                                     {"mib", 20},
+                                     {"kib", 10},
+                                     {"gb", 30},
+                                     {"mb", 20},
+                                     {"kb", 10},
+                                     {"g", 30},
+                                     {"m", 20},
+                                     {"k", 10}}) {
+    const std::string s = suffix;
+    if (number.size() > s.size() && number.compare(number.size() - s.size(), s.size(), s) == 0) {
+      number.resize(number.size() - s.size());
+      shift = bits;
+      break;
+    }
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(number, &value) || !(value > 0) || value * (1ll << shift) > 9.0e18) {
+    return absl::InvalidArgumentError("--" + flag +
+                                      " must be a positive size like 1073741824, "
+                                      "512MiB or 2GiB; got '" +
+                                      text + "'");
+  }
+  return static_cast<int64_t>(value * static_cast<double>(int64_t{1} << shift));
+}
+
+std::vector<std::string> ServedNames(const ServeOptions& options) {
+  if (!options.served_names.empty()) return options.served_names;
+  return {options.model_flag.empty() ? "strata-demo" : options.model_flag};
+}
+
+ModelRuntime::~ModelRuntime() {
+  if (engine_) engine_->Stop();
+}
+
+absl::Status ModelRuntime::LoadTokenizer() {
+  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
+      engine::Tokenizer::LoadFromDir(dir_);
+  if (!tokenizer.ok()) {
+    return absl::Status(
+        tokenizer.status().code(),
+        absl::StrCat("cannot load the tokenizer of ", dir_, ": ", tokenizer.status().message()));
+  }
+  tokenizer_ = std::move(*tokenizer);
+  for (bool with_tools : {false, true}) {
+    absl::StatusOr<engine::ChatTemplate> t =
+        engine::ChatTemplate::ForTokenizer(*tokenizer_, with_tools);
+    if (!t.ok()) {
+      LOG_WARN("serve", "no usable chat template ({}); /v1/chat/completions answers 400",
+               std::string(t.status().message()));
+      break;
+    }
+    (with_tools ? chat_template_tools_ : chat_template_) = std::move(*t);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
+  const engine::ModelConfig& cfg = model_->config();
+  kvcache::PlannerOptions plan;
+  plan.memory_budget_bytes = options.kv_cache_memory_bytes;
+  plan.block_size = options.scheduler.block_size;
+  plan.max_num_seqs = options.scheduler.max_num_seqs;
+  plan.checkpoint_fraction = options.scheduler.enable_prefix_caching ? 0.1 : 0.0;
+  plan.min_num_tokens = options.max_model_len;
+  ASSIGN_OR_RETURN(layout_, kvcache::PlanMemory(engine::CacheSpecFor(cfg), plan));
+  int64_t max_model_len = options.max_model_len;
+  if (max_model_len == 0) {
+    max_model_len = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : (1 << 20);
+    if (layout_.num_mla_layers > 0) max_model_len = std::min(max_model_len, layout_.num_tokens());
+  }
+  scheduler_config_ = options.scheduler;
+  scheduler_config_.max_model_len = max_model_len;
+  scheduler_config_.num_blocks = layout_.num_blocks;
+  scheduler_config_.num_slots = layout_.num_slots;
+  scheduler_config_.num_checkpoint_slots = layout_.num_checkpoints;
+  scheduler_config_.has_kda_layers = layout_.num_kda_layers > 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> scheduler,
+                   scheduler::Scheduler::Create(scheduler_config_));
+  auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);
+  engine_ = std::make_unique<server::EngineLoop>(std::move(scheduler), std::move(executor),
+                                                 options.engine);
+  engine_->Start();
+  LOG_INFO("serve", "memory plan: {}", kvcache::DescribePlan(layout_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOptions& options) {
+  std::unique_ptr<ModelRuntime> rt(new ModelRuntime());
+  ASSIGN_OR_RETURN(rt->dir_, ResolveModelDir(options.model_flag));
+  ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_));
+  RETURN_IF_ERROR(rt->LoadTokenizer());
+  RETURN_IF_ERROR(rt->StartEngine(options));
+  const engine::ModelConfig& cfg = rt->model_->config();
+  frontend::ServedModel& s = rt->served_;
+  s.names = ServedNames(options);
+  s.root = rt->dir_;
+  s.created = static_cast<int64_t>(std::time(nullptr));
+  s.max_model_len = rt->scheduler_config_.max_model_len;
+  s.vocab_size = cfg.vocab_size;
+  s.tokenizer = rt->tokenizer_.get();
+  s.chat_template = rt->chat_template_ ? &*rt->chat_template_ : nullptr;
+  s.chat_template_tools = rt->chat_template_tools_ ? &*rt->chat_template_tools_ : nullptr;
+  s.eos_token_id =
+      rt->tokenizer_->eos_id() ? *rt->tokenizer_->eos_id() : static_cast<int32_t>(cfg.eos_token_id);
+  if (std::optional<int32_t> im_end = rt->tokenizer_->SpecialTokenId("<|im_end|>")) {
+    if (*im_end != s.eos_token_id) s.chat_stop_token_ids.push_back(*im_end);
+  }
+  s.engine = rt->engine_.get();
+  return rt;
+}
+
+std::string ModelRuntime::DescribeMemory() const { return kvcache::DescribePlan(layout_); }
+
+Json ModelRuntime::ServerInfo(const ServeOptions& options,
+                              const http::HttpServerStats& http_stats) const {
+  const server::EngineStats stats = engine_->stats();
+  const scheduler::SchedulerStats& sch = stats.scheduler;
+  Json info = Json::object();
+  info["version"] = STRATA_VERSION;
+  info["build"] = {{"compiler", __VERSION__}, {"cplusplus", __cplusplus}, {"backend", "cpu"}};
+  info["model"] = {{"names", served_.names},
+                   {"root", dir_},
+                   {"max_model_len", served_.max_model_len},
+                   {"vocab_size", served_.vocab_size},
+                   {"tokenizer_vocab_size", tokenizer_->vocab_size()},
+                   {"chat_template", chat_template_.has_value()}};
+  const scheduler::SchedulerConfig& c = scheduler_config_;
+  info["config"] = {{"host", options.http.host},
+                    {"port", options.http.port},
+                    {"api_key_required", !options.api_key.empty()},
+                    {"max_model_len", c.max_model_len},
+                    {"max_num_seqs", c.max_num_seqs},
+                    {"max_num_batched_tokens", c.max_num_batched_tokens},
+                    {"block_size", c.block_size},
+                    {"enable_prefix_caching", c.enable_prefix_caching},
+                    {"policy", std::string(scheduler::PolicyName(c.policy))},
+                    {"kv_cache_memory_bytes", options.kv_cache_memory_bytes},
+                    {"max_queued_requests", options.engine.max_queued_requests},
+                    {"max_body_bytes", options.http.max_body_bytes},
+                    {"http_threads", options.http.num_threads},
+                    {"drain_timeout_s", options.drain_timeout_s}};
+  info["memory_plan"] = {
+      {"description", kvcache::DescribePlan(layout_)},
+      {"num_blocks", layout_.num_blocks},
+      {"block_size", layout_.block_size},
+      {"num_tokens", layout_.num_tokens()},
+      {"num_1m_token_sequences", static_cast<double>(layout_.num_tokens()) / (1 << 20)},
+      {"latent_bytes_per_token", layout_.mla_bytes_per_token()},
+      {"state_bytes_per_sequence", layout_.state_bytes_per_sequence()},
+      {"num_slots", layout_.num_slots},
+      {"num_checkpoints", layout_.num_checkpoints},
+      {"total_bytes", layout_.TotalBytes()}};
+  info["parallel"] = {{"data_parallel_size", 1},
+                      {"tensor_parallel_size", 1},
+                      {"expert_parallel_size", 1},
+                      {"rank", 0}};
+  info["engine"] = {{"num_steps", stats.num_steps},
+                    {"num_unfinished", stats.num_unfinished},
+                    {"last_step_ms", stats.last_step_ms},
+                    {"num_running", sch.num_running},
+                    {"num_waiting", sch.num_waiting},
+                    {"num_blocks", sch.num_blocks},
+                    {"num_free_blocks", sch.num_free_blocks},
+                    {"num_cached_blocks", sch.num_cached_blocks},
+                    {"block_usage", sch.block_usage},
+                    {"num_slots", sch.num_slots},
+                    {"num_free_slots", sch.num_free_slots},
+                    {"slot_usage", sch.slot_usage},
+                    {"num_finished_total", sch.num_finished_total},
+                    {"num_aborted_total", sch.num_aborted_total},
+                    {"num_preempted_total", sch.num_preempted_total},
+                    {"num_prefix_hit_tokens", sch.num_prefix_hit_tokens}};
+  info["http"] = {{"num_connections", http_stats.num_connections},
+                  {"num_exchanges", http_stats.num_exchanges},
+                  {"num_requests_total", http_stats.num_requests_total},
+                  {"num_cancelled_total", http_stats.num_cancelled_total}};
+  return info;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,77 @@
+// What `strata serve` runs: the options resolved from flags, and the model runtime (model,
+// tokenizer, chat templates, cache plan, scheduler + executor in an engine loop) behind the
+// OpenAI front end's ServedModel.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "kvcache/cache_layout.h"
+#include "scheduler/scheduler_config.h"
+#include "server/engine_loop.h"
+#include "server/frontend/served_model.h"
+#include "server/http/http_server.h"
+
+namespace strata::cli {
+
+struct ServeOptions {
+  std::string model_flag;                 // --model; empty: the embedded demo model
+  std::vector<std::string> served_names;  // --served-model-name (comma separated)
+  std::string api_key;                    // --api-key or $STRATA_API_KEY
+  int64_t max_model_len = 0;              // 0: min(config, what the cache holds)
+  int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  scheduler::SchedulerConfig scheduler;  // pool sizes filled from the memory plan
+  server::EngineLoopOptions engine;
+  http::HttpServerOptions http;
+  double drain_timeout_s = 30.0;
+};
+
+class ModelRuntime {
+ public:
+  // Loads everything and starts the engine loop. Errors: missing/bad checkpoint or tokenizer,
+  // a cache budget too small for max_model_len, an invalid scheduler configuration.
+  static absl::StatusOr<std::unique_ptr<ModelRuntime>> Load(const ServeOptions& options);
+  ~ModelRuntime();  // stops the engine loop (aborting what is left)
+
+  const frontend::ServedModel& served() const { return served_; }
+  server::EngineLoop& engine() { return *engine_; }
+  // /server_info: resolved config, memory plan, parallel layout, build, live engine stats.
+  nlohmann::ordered_json ServerInfo(const ServeOptions& options,
+                                    const http::HttpServerStats& http_stats) const;
+  std::string DescribeMemory() const;
+  // Bytes of one KDA checkpoint (all KDA layers), for the metrics.
+  int64_t checkpoint_bytes() const { return layout_.state_bytes_per_sequence(); }
+  int num_routed_experts() const { return model_->config().moe.num_experts; }
+
+ private:
+  ModelRuntime() = default;
+  absl::Status LoadTokenizer();
+  absl::Status StartEngine(const ServeOptions& options);
+
+  std::string dir_;
+  std::unique_ptr<engine::Model> model_;
+  std::unique_ptr<engine::Tokenizer> tokenizer_;
+  std::optional<engine::ChatTemplate> chat_template_;
+  std::optional<engine::ChatTemplate> chat_template_tools_;
+  kvcache::CacheLayout layout_;
+  scheduler::SchedulerConfig scheduler_config_;
+  std::unique_ptr<server::EngineLoop> engine_;
+  frontend::ServedModel served_;
+};
+
+// The names clients use: --served-model-name, else --model as given, else "strata-demo".
+std::vector<std::string> ServedNames(const ServeOptions& options);
+
+// "1073741824", "1GiB", "512MiB", "2G", "64M", "100K" → bytes (K/M/G = 2^10/2^20/2^30).
+absl::StatusOr<int64_t> ParseBytes(const std::string& text, const std::string& flag);
+
+}  // namespace strata::cli

@@ -1,0 +1,275 @@
+// ParseChatCompletionRequest (openai_request.h): messages, tools, tool_choice,
+// response_format, chat template options.
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "server/frontend/api_error.h"
+#include "server/frontend/json_fields.h"
+#include "server/frontend/openai_request.h"
+
+namespace strata::frontend {
+namespace {
+
+const std::vector<std::string_view> kChatFields = {"model",
+                                                   "messages",
+                                                   "stream",
+                                                   "stream_options",
+                                                   "max_tokens",
+                                                   "max_completion_tokens",
+                                                   "temperature",
+                                                   "top_p",
+                                                   "top_k",
+                                                   "min_p",
+                                                   "presence_penalty",
+                                                   "frequency_penalty",
+                                                   "repetition_penalty",
+                                                   "stop",
+                                                   "stop_token_ids",
+                                                   "seed",
+                                                   "n",
+                                                   "logprobs",
+                                                   "top_logprobs",
+                                                   "logit_bias",
+                                                   "response_format",
+                                                   "tools",
+                                                   "tool_choice",
+                                                   "parallel_tool_calls",
+                                                   "user",
+                                                   "priority",
+                                                   "request_id",
+                                                   "cache_salt",
+                                                   "ignore_eos",
+                                                   "skip_special_tokens",
+                                                   "include_stop_str_in_output",
+                                                   "chat_template_kwargs",
+                                                   "add_generation_prompt"};
+
+absl::Status Unsupported(std::string_view param, std::string_view message) {
+  return InvalidField(param, message, "unsupported_value");
+}
+
+absl::Status ValidateImagePart(const Json& part, const std::string& path) {
+  const Json* image = part.contains("image_url") ? &part["image_url"] : nullptr;
+  const Json* url =
+      image && image->is_object() && image->contains("url") ? &(*image)["url"] : nullptr;
+  if (!url || !url->is_string()) {
+    return InvalidField(path + ".image_url.url",
+                        absl::StrCat("'", path, ".image_url.url' must be a string"),
+                        "invalid_type");
+  }
+  if (!absl::StartsWith(url->get_ref<const std::string&>(), "data:image/")) {
+    return InvalidField(path + ".image_url.url",
+                        "only data URLs (data:image/...;base64,...) are accepted for images");
+  }
+  return Unsupported(path, "image input is not supported by this server yet");
+}
+
+absl::Status ValidateContent(const Json& message, const std::string& path, bool optional) {
+  const Json* content = message.contains("content") ? &message["content"] : nullptr;
+  const std::string param = path + ".content";
+  if (!content || content->is_null()) {
+    if (optional) return absl::OkStatus();
+    return MissingField(param);
+  }
+  if (content->is_string()) return absl::OkStatus();
+  if (!content->is_array()) return InvalidType(param, "a string or an array of content parts");
+  for (size_t j = 0; j < content->size(); ++j) {
+    const Json& part = (*content)[j];
+    const std::string part_path = absl::StrCat(param, "[", j, "]");
+    if (!part.is_object()) return InvalidType(part_path, "an object");
+    const Json* type = part.contains("type") ? &part["type"] : nullptr;
+    if (!type || !type->is_string()) return InvalidType(part_path + ".type", "a string");
+    const std::string& t = type->get_ref<const std::string&>();
+    if (t == "text") {
+      if (!part.contains("text") || !part["text"].is_string()) {
+        return InvalidType(part_path + ".text", "a string");
+      }
+    } else if (t == "image_url") {
+      RETURN_IF_ERROR(ValidateImagePart(part, part_path));
+    } else {
+      return InvalidField(part_path + ".type", absl::StrCat("unknown content part type '", t,
+                                                            "' (supported: 'text', 'image_url')"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateToolCalls(const Json& message, const std::string& path) {
+  const Json* calls = message.contains("tool_calls") ? &message["tool_calls"] : nullptr;
+  if (!calls || calls->is_null()) return absl::OkStatus();
+  const std::string param = path + ".tool_calls";
+  if (!calls->is_array()) return InvalidType(param, "an array");
+  for (size_t k = 0; k < calls->size(); ++k) {
+    const Json& call = (*calls)[k];
+    const std::string call_path = absl::StrCat(param, "[", k, "]");
+    if (!call.is_object()) return InvalidType(call_path, "an object");
+    FieldReader r(call, call_path + ".");
+    ASSIGN_OR_RETURN(auto id, r.String("id"));
+    if (!id) return MissingField(call_path + ".id");
+    const Json* fn = r.Find("function");
+    if (!fn || !fn->is_object()) return InvalidType(call_path + ".function", "an object");
+    FieldReader f(*fn, call_path + ".function.");
+    ASSIGN_OR_RETURN(auto name, f.String("name"));
+    if (!name) return MissingField(call_path + ".function.name");
+    ASSIGN_OR_RETURN(auto arguments, f.String("arguments"));
+    if (!arguments) return MissingField(call_path + ".function.arguments");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMessage(const Json& message, size_t i) {
+  const std::string path = absl::StrCat("messages[", i, "]");
+  if (!message.is_object()) return InvalidType(path, "an object");
+  FieldReader r(message, path + ".");
+  ASSIGN_OR_RETURN(auto role, r.String("role"));
+  if (!role) return MissingField(path + ".role");
+  RETURN_IF_ERROR(r.String("name").status());
+  if (*role == "system" || *role == "developer" || *role == "user") {
+    return ValidateContent(message, path, /*optional=*/false);
+  }
+  if (*role == "assistant") {
+    RETURN_IF_ERROR(r.String("reasoning_content").status());
+    RETURN_IF_ERROR(ValidateToolCalls(message, path));
+    return ValidateContent(message, path, /*optional=*/true);
+  }
+  if (*role == "tool") {
+    ASSIGN_OR_RETURN(auto call_id, r.String("tool_call_id"));
+    if (!call_id) return MissingField(path + ".tool_call_id");
+    return ValidateContent(message, path, /*optional=*/false);
+  }
+  return InvalidField(path + ".role",
+                      absl::StrCat("unknown role '", *role,
+                                   "' (expected system, developer, user, assistant or tool)"));
+}
+
+bool IsValidFunctionName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status ValidateTools(const Json& tools) {
+  if (!tools.is_array()) return InvalidType("tools", "an array of tools");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string path = absl::StrCat("tools[", i, "]");
+    const Json& tool = tools[i];
+    if (!tool.is_object()) return InvalidType(path, "an object");
+    FieldReader r(tool, path + ".");
+    ASSIGN_OR_RETURN(auto type, r.String("type"));
+    if (type.value_or("function") != "function") {
+      return InvalidField(path + ".type",
+                          absl::StrCat("unsupported tool type '", *type, "' (only 'function')"));
+    }
+    const Json* fn = r.Find("function");
+    if (!fn || !fn->is_object()) return InvalidType(path + ".function", "an object");
+    FieldReader f(*fn, path + ".function.");
+    ASSIGN_OR_RETURN(auto name, f.String("name"));
+    if (!name) return MissingField(path + ".function.name");
+    if (!IsValidFunctionName(*name)) {
+      return InvalidField(path + ".function.name",
+                          absl::StrCat("function name '", *name,
+                                       "' must be 1-64 characters of a-z, A-Z, 0-9, _ and -"));
+    }
+    RETURN_IF_ERROR(f.String("description").status());
+    const Json* params = f.Find("parameters");
+    if (params && !params->is_object()) {
+      return InvalidType(path + ".function.parameters", "a JSON Schema object");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadToolChoice(const Json& body, ChatCompletionRequest* req) {
+  const bool has_tools = req->tools.is_array() && !req->tools.empty();
+  auto it = body.find("tool_choice");
+  if (it == body.end() || it->is_null()) {
+    req->tool_choice = ToolChoice::kAuto;
+    return absl::OkStatus();
+  }
+  if (it->is_string()) {
+    const std::string& choice = it->get_ref<const std::string&>();
+    if (choice == "none") {
+      req->tool_choice = ToolChoice::kNone;
+      return absl::OkStatus();
+    }
+    if (choice == "auto") {
+      if (!has_tools) {
+        return InvalidField("tool_choice", "'tool_choice' 'auto' requires 'tools' to be set");
+      }
+      req->tool_choice = ToolChoice::kAuto;
+      return absl::OkStatus();
+    }
+    if (choice == "required") {
+      return Unsupported("tool_choice",
+                         "tool_choice 'required' is not supported yet "
+                         "(use 'auto' or 'none')");
+    }
+    return InvalidField("tool_choice", absl::StrCat("unknown tool_choice '", choice,
+                                                    "' (expected none, auto or required)"));
+  }
+  if (it->is_object()) {
+    return Unsupported("tool_choice",
+                       "a named tool_choice is not supported yet "
+                       "(use 'auto' or 'none')");
+  }
+  return InvalidType("tool_choice", "a string or an object");
+}
+
+absl::Status ReadResponseFormat(const Json& body) {
+  auto it = body.find("response_format");
+  if (it == body.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_object()) return InvalidType("response_format", "an object");
+  auto type_it = it->find("type");
+  if (type_it == it->end() || type_it->is_null()) return MissingField("response_format.type");
+  if (!type_it->is_string()) return InvalidType("response_format.type", "a string");
+  const std::string& type = type_it->get_ref<const std::string&>();
+  if (type == "text") return absl::OkStatus();
+  if (type == "json_object" || type == "json_schema") {
+    return Unsupported("response_format",
+                       absl::StrCat("response_format type '", type,
+                                    "' is not supported yet (structured output is planned)"));
+  }
+  return InvalidField("response_format.type",
+                      absl::StrCat("unknown response_format type '", type,
+                                   "' (expected text, json_object or json_schema)"));
+}
+
+}  // namespace
+
+absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body,
+                                                                 const RequestLimits& limits) {
+  ChatCompletionRequest req;
+  auto messages = body.find("messages");
+  if (messages == body.end() || messages->is_null()) return MissingField("messages");
+  if (!messages->is_array()) return InvalidType("messages", "an array of messages");
+  if (messages->empty()) {
+    return InvalidField("messages", "'messages' must contain at least one message");
+  }
+  for (size_t i = 0; i < messages->size(); ++i) {
+    RETURN_IF_ERROR(ValidateMessage((*messages)[i], i));
+  }
+  req.messages = *messages;
+  ASSIGN_OR_RETURN(req.gen, ParseGenerationFields(body, limits, /*logprobs_style_chat=*/true));
+  FieldReader r(body);
+  if (const Json* tools = r.Find("tools")) {
+    RETURN_IF_ERROR(ValidateTools(*tools));
+    if (!tools->empty()) req.tools = *tools;
+  }
+  RETURN_IF_ERROR(ReadToolChoice(body, &req));
+  RETURN_IF_ERROR(r.Bool("parallel_tool_calls").status());  // accepted, ignored
+  RETURN_IF_ERROR(ReadResponseFormat(body));
+  if (const Json* kwargs = r.Find("chat_template_kwargs")) {
+    if (!kwargs->is_object()) return InvalidType("chat_template_kwargs", "an object");
+    req.chat_template_kwargs = *kwargs;
+  }
+  ASSIGN_OR_RETURN(auto add_generation_prompt, r.Bool("add_generation_prompt"));
+  req.add_generation_prompt = add_generation_prompt.value_or(true);
+  NoteUnknownFields(body, kChatFields);
+  return req;
+}
+
+}  // namespace strata::frontend

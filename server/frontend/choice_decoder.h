@@ -1,0 +1,88 @@
+// One choice of a completion, from engine events to what the client sees:
+//
+//   StreamEvent (token ids, logprobs, finish) ──► IncrementalDetokenizer (stop strings)
+//        ──► KimiToolCallStreamParser (tools on) ──► ChoiceDelta {text, tool calls, logprobs,
+//                                                               finish_reason}
+//
+// finish_reason: "stop" (EOS, a stop token id or a stop string), "length", "tool_calls" (the
+// generation stopped and produced at least one tool call), "abort" (cancelled or shut down).
+// The EOS / stop token that ended a choice is counted but not shown (as vLLM does). A stop
+// string ends the choice at once: the caller must then cancel the engine request
+// (ChoiceDelta::stop_string_matched) and later events are ignored. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/step.h"
+#include "engine/tokenizer/detokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tool_call_parser.h"
+#include "server/request_stream.h"
+
+namespace strata::frontend {
+
+struct ChoiceOptions {
+  engine::DetokenizerOptions detokenizer;  // skip_special_tokens, stop strings
+  bool parse_tool_calls = false;           // needs detokenizer.skip_special_tokens == false
+  bool logprobs = false;                   // collect TokenLogprobEntry per token
+  std::vector<int32_t> hidden_stop_ids;    // EOS and stop token ids: not shown when they end it
+};
+
+struct TokenLogprobEntry {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<engine::TokenLogprob> top;  // most likely first
+};
+
+struct ChoiceDelta {
+  std::string text;
+  std::vector<engine::ToolCallDelta> tool_calls;  // the first delta of a call has id and name
+  std::vector<TokenLogprobEntry> logprobs;        // one per token consumed by this delta
+  std::optional<std::string> finish_reason;
+  absl::Status error;  // the engine rejected or failed the request
+  bool stop_string_matched = false;
+  bool empty() const {
+    return text.empty() && tool_calls.empty() && logprobs.empty() && !finish_reason && error.ok();
+  }
+};
+
+class ChoiceDecoder {
+ public:
+  // `tokenizer` must outlive the decoder.
+  ChoiceDecoder(const engine::Tokenizer& tokenizer, ChoiceOptions options);
+
+  // Applies one event; events after the end are ignored (an empty delta).
+  ChoiceDelta Apply(const server::StreamEvent& event);
+  // Ends the choice from outside (cancelled before the engine said so): finish "abort".
+  ChoiceDelta Abort();
+
+  bool finished() const { return finished_; }
+  int64_t num_prompt_tokens() const { return num_prompt_tokens_; }
+  int64_t num_cached_tokens() const { return num_cached_tokens_; }
+  int64_t num_output_tokens() const { return num_output_tokens_; }
+  int num_tool_calls() const { return num_tool_calls_; }
+
+ private:
+  void AppendText(const std::string& text, ChoiceDelta* delta);
+  void Flush(ChoiceDelta* delta);
+  void Take(engine::ToolCallStreamDelta&& out, ChoiceDelta* delta);
+
+  ChoiceOptions options_;
+  engine::IncrementalDetokenizer detokenizer_;
+  engine::KimiToolCallStreamParser tool_calls_;
+  int num_tool_calls_ = 0;
+  bool finished_ = false;
+  int64_t num_prompt_tokens_ = 0;
+  int64_t num_cached_tokens_ = 0;
+  int64_t num_output_tokens_ = 0;
+};
+
+// Printable text of one token (its bytes with ill-formed UTF-8 replaced) and its raw bytes.
+std::string TokenText(const engine::Tokenizer& tokenizer, int32_t token_id);
+std::vector<int> TokenBytes(const engine::Tokenizer& tokenizer, int32_t token_id);
+
+}  // namespace strata::frontend

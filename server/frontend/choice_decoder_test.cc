@@ -1,0 +1,142 @@
+#include "server/frontend/choice_decoder.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/frontend/testing/scripted_executor.h"
+
+namespace strata::frontend {
+namespace {
+
+using testing::kImEnd;
+
+server::StreamEvent Token(int32_t id, std::optional<server::FinishReason> finish = std::nullopt) {
+  server::StreamEvent e;
+  e.token_ids = {id};
+  e.logprobs = {-0.5f};
+  e.top_logprobs = {{{id, -0.5f}, {7, -1.5f}}};
+  e.finish = finish;
+  e.num_prompt_tokens = 10;
+  e.num_output_tokens = 1;
+  return e;
+}
+
+std::vector<int32_t> Ids(const engine::Tokenizer& tok, const std::string& text) {
+  return tok.Encode(text, {.add_special_tokens = false, .parse_special = true});
+}
+
+// Feeds `ids` one event each, the last with `finish`; returns the concatenated deltas.
+ChoiceDelta Feed(ChoiceDecoder& d, const std::vector<int32_t>& ids,
+                 server::FinishReason finish = server::FinishReason::kStop) {
+  ChoiceDelta all;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ChoiceDelta x =
+        d.Apply(Token(ids[i], i + 1 == ids.size() ? std::optional(finish) : std::nullopt));
+    all.text += x.text;
+    for (auto& c : x.tool_calls) all.tool_calls.push_back(c);
+    for (auto& l : x.logprobs) all.logprobs.push_back(l);
+    if (x.finish_reason) all.finish_reason = x.finish_reason;
+    all.stop_string_matched = all.stop_string_matched || x.stop_string_matched;
+  }
+  return all;
+}
+
+TEST(ChoiceDecoderTest, EndingEosIsCountedButNotShown) {
+  auto tok = testing::MakeTestTokenizer();
+  ChoiceOptions o;
+  o.hidden_stop_ids = {kImEnd};
+  o.detokenizer.skip_special_tokens = false;  // even when specials are shown
+  ChoiceDecoder d(*tok, o);
+  std::vector<int32_t> ids = Ids(*tok, "hello world");
+  ids.push_back(kImEnd);
+  ChoiceDelta all = Feed(d, ids);
+  EXPECT_EQ(all.text, "hello world");
+  EXPECT_EQ(all.finish_reason, "stop");
+  EXPECT_TRUE(d.finished());
+  // Later events are ignored.
+  EXPECT_TRUE(d.Apply(Token('x')).empty());
+}
+
+TEST(ChoiceDecoderTest, StopStringAcrossTokensEndsTheChoice) {
+  auto tok = testing::MakeTestTokenizer();
+  ChoiceOptions o;
+  o.detokenizer.stop = {"o w"};
+  ChoiceDecoder d(*tok, o);
+  ChoiceDelta all = Feed(d, Ids(*tok, "hello world and more"), server::FinishReason::kLength);
+  EXPECT_EQ(all.text, "hell");
+  EXPECT_EQ(all.finish_reason, "stop");
+  EXPECT_TRUE(all.stop_string_matched);
+}
+
+TEST(ChoiceDecoderTest, LengthAndAbortFlushHeldBackText) {
+  auto tok = testing::MakeTestTokenizer();
+  ChoiceOptions o;
+  o.detokenizer.stop = {"world!"};
+  ChoiceDecoder length(*tok, o);
+  ChoiceDelta all = Feed(length, Ids(*tok, "hello world"), server::FinishReason::kLength);
+  EXPECT_EQ(all.text, "hello world");  // "world" was held back, then flushed
+  EXPECT_EQ(all.finish_reason, "length");
+
+  ChoiceDecoder aborted(*tok, o);
+  ChoiceDelta first = aborted.Apply(Token(Ids(*tok, " w")[0]));
+  EXPECT_EQ(first.text, " ");  // "w" could start "world!": held back
+  ChoiceDelta end = aborted.Abort();
+  EXPECT_EQ(end.text, "w");
+  EXPECT_EQ(end.finish_reason, "abort");
+}
+
+TEST(ChoiceDecoderTest, ToolCallsAreParsedAndSetFinishReason) {
+  auto tok = testing::MakeTestTokenizer();
+  ChoiceOptions o;
+  o.parse_tool_calls = true;
+  o.detokenizer.skip_special_tokens = false;
+  o.hidden_stop_ids = {kImEnd};
+  ChoiceDecoder d(*tok, o);
+  std::vector<int32_t> ids =
+      Ids(*tok,
+          "hi<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+          "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
+          "<|tool_calls_section_end|>");
+  ids.push_back(kImEnd);
+  ChoiceDelta all = Feed(d, ids);
+  EXPECT_EQ(all.text, "hi");
+  EXPECT_EQ(all.finish_reason, "tool_calls");
+  ASSERT_FALSE(all.tool_calls.empty());
+  EXPECT_EQ(all.tool_calls[0].index, 0);
+  EXPECT_EQ(all.tool_calls[0].id, "functions.get_weather:0");
+  EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+  std::string arguments;
+  for (const auto& c : all.tool_calls) arguments += c.arguments;
+  EXPECT_EQ(arguments, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(d.num_tool_calls(), 1);
+}
+
+TEST(ChoiceDecoderTest, LogprobsFollowTokensAndErrorsEndTheChoice) {
+  auto tok = testing::MakeTestTokenizer();
+  ChoiceOptions o;
+  o.logprobs = true;
+  ChoiceDecoder d(*tok, o);
+  ChoiceDelta x = d.Apply(Token('a'));
+  ASSERT_EQ(x.logprobs.size(), 1u);
+  EXPECT_EQ(x.logprobs[0].token_id, 'a');
+  EXPECT_FLOAT_EQ(x.logprobs[0].logprob, -0.5f);
+  ASSERT_EQ(x.logprobs[0].top.size(), 2u);
+  EXPECT_EQ(x.logprobs[0].top[1].token_id, 7);
+  EXPECT_EQ(d.num_prompt_tokens(), 10);
+
+  server::StreamEvent failed;
+  failed.error = absl::InternalError("boom");
+  ChoiceDelta e = d.Apply(failed);
+  EXPECT_EQ(e.error.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(d.finished());
+}
+
+TEST(ChoiceDecoderTest, IdsWithoutTextShowNothing) {
+  auto tok = testing::MakeTestTokenizer();
+  ChoiceDecoder d(*tok, ChoiceOptions{});
+  ChoiceDelta all = Feed(d, {'a', 315, 'b'}, server::FinishReason::kLength);
+  EXPECT_EQ(all.text, "ab");
+}
+
+}  // namespace
+}  // namespace strata::frontend

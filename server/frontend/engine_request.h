@@ -1,0 +1,26 @@
+// From validated request fields to what the engine loop and the choice decoder take: shared by
+// the OpenAI REST endpoints and the gRPC API, so both build identical engine requests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scheduler/request.h"
+#include "server/frontend/choice_decoder.h"
+#include "server/frontend/openai_request.h"
+#include "server/frontend/served_model.h"
+
+namespace strata::frontend {
+
+// The engine request of choice `i` (id "<id>-<i>"; seed + i for n > 1, as vLLM does). `chat`
+// adds the model's end-of-turn ids to the stop ids (unless ignore_eos).
+scheduler::Request EngineRequest(const ServedModel& model, const GenerationFields& gen,
+                                 const std::vector<int32_t>& prompt, int64_t max_tokens,
+                                 const std::string& id, int i, bool chat);
+
+// How the choice of `r` is decoded (stop strings, special tokens, hidden stop ids, logprobs).
+ChoiceOptions OptionsFor(const GenerationFields& gen, const scheduler::Request& r,
+                         bool parse_tool_calls);
+
+}  // namespace strata::frontend

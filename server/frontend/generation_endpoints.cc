@@ -1,0 +1,186 @@
+// OpenAiService: /v1/chat/completions, /v1/completions, /tokenize, /detokenize.
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "server/frontend/api_error.h"
+#include "server/frontend/engine_request.h"
+#include "server/frontend/internal/strings.h"
+#include "server/frontend/json_fields.h"
+#include "server/frontend/openai_service.h"
+#include "server/frontend/prompt_builder.h"
+
+namespace strata::frontend {
+namespace {
+
+absl::Status Draining() {
+  return ApiErrorStatus(absl::StatusCode::kUnavailable,
+                        "the server is shutting down and accepts no new requests", {},
+                        "server_draining");
+}
+
+RequestLimits LimitsFor(const ServiceOptions& options, const ServedModel& model) {
+  RequestLimits limits = options.limits;
+  limits.vocab_size = model.vocab_size;
+  return limits;
+}
+
+ResponseMeta MetaFor(const ServedModel& model, std::string_view prefix,
+                     const std::string& request_id) {
+  ResponseMeta meta;
+  meta.id = request_id.empty() ? NewResponseId(prefix)
+                               : absl::StrCat(internal::Av(prefix), "-", request_id);
+  meta.created = static_cast<int64_t>(std::time(nullptr));
+  meta.model = model.names.empty() ? "" : model.names[0];
+  return meta;
+}
+
+GenerationSpec SpecFor(ApiKind kind, const GenerationFields& gen, ResponseMeta meta) {
+  GenerationSpec spec;
+  spec.kind = kind;
+  spec.meta = std::move(meta);
+  spec.stream = gen.stream;
+  spec.include_usage = gen.include_usage;
+  spec.logprobs = gen.num_logprobs >= 0;
+  return spec;
+}
+
+}  // namespace
+
+OpenAiService::Result OpenAiService::ChatCompletions(const http::HttpRequest& request) {
+  if (draining_) return Draining();
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
+  ASSIGN_OR_RETURN(ChatCompletionRequest req,
+                   ParseChatCompletionRequest(body, LimitsFor(options_, *model)));
+  ASSIGN_OR_RETURN(model, ModelFor(req.gen.model));
+  ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ChatPromptIds(*model, req));
+  ASSIGN_OR_RETURN(int64_t max_tokens, ResolveMaxTokens(*model, static_cast<int64_t>(prompt.size()),
+                                                        req.gen.max_tokens, "messages"));
+  GenerationSpec spec =
+      SpecFor(ApiKind::kChat, req.gen, MetaFor(*model, "chatcmpl", req.gen.request_id));
+  spec.group_prompt_tokens.push_back(static_cast<int64_t>(prompt.size()));
+  const bool tools_on = req.tools.is_array() && req.tool_choice == ToolChoice::kAuto;
+  for (int i = 0; i < req.gen.n; ++i) {
+    ChoiceSpec choice;
+    choice.index = i;
+    choice.request = EngineRequest(*model, req.gen, prompt, max_tokens, spec.meta.id, i, true);
+    choice.options = OptionsFor(req.gen, choice.request, tools_on);
+    spec.choices.push_back(std::move(choice));
+  }
+  return Generate(*model, std::move(spec));
+}
+
+OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& request) {
+  if (draining_) return Draining();
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
+  ASSIGN_OR_RETURN(CompletionRequest req,
+                   ParseCompletionRequest(body, LimitsFor(options_, *model)));
+  ASSIGN_OR_RETURN(model, ModelFor(req.gen.model));
+  if (req.echo && req.gen.num_logprobs >= 0) {
+    return InvalidField("echo", "'echo' together with 'logprobs' is not supported yet",
+                        "unsupported_value");
+  }
+  GenerationSpec spec =
+      SpecFor(ApiKind::kCompletion, req.gen, MetaFor(*model, "cmpl", req.gen.request_id));
+  const bool many = req.prompts.size() > 1;
+  for (size_t p = 0; p < req.prompts.size(); ++p) {
+    const PromptInput& input = req.prompts[p];
+    const std::string param = many ? absl::StrCat("prompt[", p, "]") : "prompt";
+    std::vector<int32_t> prompt =
+        input.text ? TextPromptIds(*model, *input.text, /*add_special_tokens=*/true)
+                   : input.token_ids;
+    RETURN_IF_ERROR(CheckPromptIds(*model, prompt, param));
+    ASSIGN_OR_RETURN(
+        int64_t max_tokens,
+        ResolveMaxTokens(*model, static_cast<int64_t>(prompt.size()), req.gen.max_tokens, param));
+    std::string echo_text;
+    if (req.echo) {
+      if (input.text) {
+        echo_text = *input.text;
+      } else {
+        echo_text = model->tokenizer->Decode(prompt).value_or("");
+      }
+    }
+    spec.group_prompt_tokens.push_back(static_cast<int64_t>(prompt.size()));
+    for (int i = 0; i < req.gen.n; ++i) {
+      ChoiceSpec choice;
+      choice.index = static_cast<int>(p) * req.gen.n + i;
+      choice.group = static_cast<int>(p);
+      choice.request =
+          EngineRequest(*model, req.gen, prompt, max_tokens, spec.meta.id, choice.index, false);
+      choice.options = OptionsFor(req.gen, choice.request, /*parse_tool_calls=*/false);
+      choice.echo_text = echo_text;
+      spec.choices.push_back(std::move(choice));
+    }
+  }
+  return Generate(*model, std::move(spec));
+}
+
+OpenAiService::Result OpenAiService::Tokenize(const http::HttpRequest& request) {
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
+  FieldReader r(body);
+  ASSIGN_OR_RETURN(auto model_name, r.String("model"));
+  ASSIGN_OR_RETURN(model, ModelFor(model_name.value_or("")));
+  ASSIGN_OR_RETURN(auto add_special, r.Bool("add_special_tokens"));
+  ASSIGN_OR_RETURN(auto return_strs, r.Bool("return_token_strs"));
+  std::vector<int32_t> ids;
+  if (r.Has("messages")) {
+    // Validated as a chat request would be (the same messages rules and errors).
+    Json chat = body;
+    chat.erase("add_special_tokens");
+    chat.erase("return_token_strs");
+    ASSIGN_OR_RETURN(ChatCompletionRequest req,
+                     ParseChatCompletionRequest(chat, LimitsFor(options_, *model)));
+    ASSIGN_OR_RETURN(std::string text,
+                     RenderChat(*model, req.messages, req.tools, req.add_generation_prompt,
+                                req.chat_template_kwargs));
+    ids = TextPromptIds(*model, text, add_special.value_or(false));
+  } else {
+    ASSIGN_OR_RETURN(auto prompt, r.String("prompt"));
+    if (!prompt) return MissingField("prompt");
+    ids = TextPromptIds(*model, *prompt, add_special.value_or(true));
+  }
+  Json out = Json::object();
+  out["count"] = ids.size();
+  out["max_model_len"] = model->max_model_len;
+  out["tokens"] = ids;
+  if (return_strs.value_or(false)) {
+    Json strs = Json::array();
+    for (int32_t id : ids) strs.push_back(TokenText(*model->tokenizer, id));
+    out["token_strs"] = std::move(strs);
+  }
+  return http::HandlerResult{JsonResponse(out), nullptr};
+}
+
+OpenAiService::Result OpenAiService::Detokenize(const http::HttpRequest& request) {
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
+  FieldReader r(body);
+  ASSIGN_OR_RETURN(auto model_name, r.String("model"));
+  ASSIGN_OR_RETURN(model, ModelFor(model_name.value_or("")));
+  const Json* tokens = r.Find("tokens");
+  if (!tokens) return MissingField("tokens");
+  if (!tokens->is_array()) return InvalidType("tokens", "an array of token ids");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    const Json& id = (*tokens)[i];
+    const std::string path = absl::StrCat("tokens[", i, "]");
+    if (!id.is_number_integer()) return InvalidType(path, "an integer token id");
+    const int64_t value =
+        id.is_number_unsigned() && id.get<uint64_t>() > INT32_MAX ? INT64_MAX : id.get<int64_t>();
+    if (value < 0 || value >= model->tokenizer->vocab_size()) {
+      return InvalidField(
+          path, absl::StrCat("token id ", id.dump(), " is outside the tokenizer's vocabulary [0, ",
+                             model->tokenizer->vocab_size(), ")"));
+    }
+    ids.push_back(static_cast<int32_t>(value));
+  }
+  absl::StatusOr<std::string> text = model->tokenizer->Decode(ids);
+  if (!text.ok()) return InvalidField("tokens", internal::Sv(text.status().message()));
+  return http::HandlerResult{JsonResponse({{"prompt", *text}}), nullptr};
+}
+
+}  // namespace strata::frontend

@@ -1,0 +1,227 @@
+// ParseGenerationFields, ParseJsonBody, NoteUnknownFields (openai_request.h).
+#include <mutex>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "engine/tokenizer/utf8.h"
+#include "server/frontend/api_error.h"
+#include "server/frontend/json_fields.h"
+#include "server/frontend/openai_request.h"
+
+namespace strata::frontend {
+namespace {
+
+constexpr int64_t kMaxTokensLimit = int64_t{1} << 31;
+
+absl::Status ReadStop(const FieldReader& r, const RequestLimits& limits, GenerationFields* g) {
+  const Json* stop = r.Find("stop");
+  if (!stop) return absl::OkStatus();
+  if (stop->is_string()) {
+    if (!stop->get_ref<const std::string&>().empty()) g->stop.push_back(stop->get<std::string>());
+  } else if (stop->is_array()) {
+    if (static_cast<int>(stop->size()) > limits.max_stop_strings) {
+      return InvalidField("stop", absl::StrCat("'stop' has ", stop->size(), " strings; at most ",
+                                               limits.max_stop_strings, " are allowed"));
+    }
+    for (size_t i = 0; i < stop->size(); ++i) {
+      if (!(*stop)[i].is_string()) {
+        return InvalidType(absl::StrCat("stop[", i, "]"), "a string");
+      }
+      const std::string& s = (*stop)[i].get_ref<const std::string&>();
+      if (!s.empty()) g->stop.push_back(s);
+    }
+  } else {
+    return InvalidType("stop", "a string or an array of strings");
+  }
+  for (size_t i = 0; i < g->stop.size(); ++i) {
+    if (static_cast<int>(g->stop[i].size()) > limits.max_stop_chars) {
+      return InvalidField("stop", absl::StrCat("stop string ", i, " has ", g->stop[i].size(),
+                                               " bytes; the limit is ", limits.max_stop_chars));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadTokenIdList(const Json& list, const std::string& param, int64_t vocab,
+                             std::vector<int32_t>* out) {
+  if (!list.is_array()) return InvalidType(param, "an array of token ids");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Json& id = list[i];
+    const std::string path = absl::StrCat(param, "[", i, "]");
+    if (!id.is_number_integer()) return InvalidType(path, "an integer token id");
+    if (id.is_number_unsigned() ? id.get<uint64_t>() >= static_cast<uint64_t>(vocab)
+                                : (id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab)) {
+      return InvalidField(path, absl::StrCat("token id ", id.dump(), " in '", param,
+                                             "' is outside the vocabulary [0, ", vocab, ")"));
+    }
+    out->push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadLogitBias(const FieldReader& r, int64_t vocab, engine::SamplingParams* s) {
+  const Json* bias = r.Find("logit_bias");
+  if (!bias) return absl::OkStatus();
+  if (!bias->is_object()) return InvalidType("logit_bias", "an object of token id -> bias");
+  for (const auto& [key, value] : bias->items()) {
+    int64_t id = 0;
+    const std::string path = absl::StrCat("logit_bias.", key);
+    if (!absl::SimpleAtoi(key, &id) || id < 0 || id >= vocab) {
+      return InvalidField("logit_bias", absl::StrCat("logit_bias key '", key,
+                                                     "' is not a token id in [0, ", vocab, ")"));
+    }
+    if (!value.is_number()) return InvalidType(path, "a number in [-100, 100]");
+    const double b = value.get<double>();
+    if (!(b >= -100.0 && b <= 100.0)) {
+      return InvalidField(
+          "logit_bias", absl::StrCat("'", path, "' must be in [-100, 100]; got ", FormatNumber(b)));
+    }
+    s->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadSampling(const FieldReader& r, const RequestLimits& limits,
+                          engine::SamplingParams* s) {
+  ASSIGN_OR_RETURN(auto temperature, r.Number("temperature", 0, 2));
+  ASSIGN_OR_RETURN(auto top_p, r.Number("top_p", 0, 1, /*min_exclusive=*/true));
+  ASSIGN_OR_RETURN(auto top_k, r.Integer("top_k", -1, INT32_MAX));
+  ASSIGN_OR_RETURN(auto min_p, r.Number("min_p", 0, 1));
+  ASSIGN_OR_RETURN(auto presence, r.Number("presence_penalty", -2, 2));
+  ASSIGN_OR_RETURN(auto frequency, r.Number("frequency_penalty", -2, 2));
+  ASSIGN_OR_RETURN(auto repetition, r.Number("repetition_penalty", 0, 2, /*min_exclusive=*/true));
+  ASSIGN_OR_RETURN(auto seed, r.Integer("seed", INT64_MIN, INT64_MAX));
+  s->temperature = static_cast<float>(temperature.value_or(1.0));
+  s->top_p = static_cast<float>(top_p.value_or(1.0));
+  s->top_k = static_cast<int>(top_k.value_or(0));
+  s->min_p = static_cast<float>(min_p.value_or(0.0));
+  s->presence_penalty = static_cast<float>(presence.value_or(0.0));
+  s->frequency_penalty = static_cast<float>(frequency.value_or(0.0));
+  s->repetition_penalty = static_cast<float>(repetition.value_or(1.0));
+  if (seed) s->seed = static_cast<uint64_t>(*seed);
+  return ReadLogitBias(r, limits.vocab_size, s);
+}
+
+absl::Status ReadLogprobs(const FieldReader& r, const RequestLimits& limits, bool chat,
+                          GenerationFields* g) {
+  if (chat) {
+    ASSIGN_OR_RETURN(auto logprobs, r.Bool("logprobs"));
+    ASSIGN_OR_RETURN(auto top, r.Integer("top_logprobs", 0, limits.max_logprobs));
+    if (top && !logprobs.value_or(false)) {
+      return InvalidField("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    }
+    if (logprobs.value_or(false)) g->num_logprobs = static_cast<int>(top.value_or(0));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(auto logprobs, r.Integer("logprobs", 0, limits.max_logprobs));
+  if (logprobs) g->num_logprobs = static_cast<int>(*logprobs);
+  return absl::OkStatus();
+}
+
+absl::Status ReadStreamFields(const FieldReader& r, GenerationFields* g) {
+  ASSIGN_OR_RETURN(auto stream, r.Bool("stream"));
+  g->stream = stream.value_or(false);
+  if (const Json* options = r.Find("stream_options")) {
+    if (!options->is_object()) return InvalidType("stream_options", "an object");
+    if (!g->stream) {
+      return InvalidField("stream_options", "'stream_options' is only allowed with stream: true");
+    }
+    FieldReader o(*options, "stream_options.");
+    ASSIGN_OR_RETURN(auto usage, o.Bool("include_usage"));
+    g->include_usage = usage.value_or(false);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadVllmExtras(const FieldReader& r, GenerationFields* g) {
+  ASSIGN_OR_RETURN(auto ignore_eos, r.Bool("ignore_eos"));
+  ASSIGN_OR_RETURN(auto skip, r.Bool("skip_special_tokens"));
+  ASSIGN_OR_RETURN(auto include_stop, r.Bool("include_stop_str_in_output"));
+  ASSIGN_OR_RETURN(auto priority, r.Integer("priority", INT32_MIN, INT32_MAX));
+  ASSIGN_OR_RETURN(auto request_id, r.String("request_id"));
+  ASSIGN_OR_RETURN(auto cache_salt, r.String("cache_salt"));
+  RETURN_IF_ERROR(r.String("user").status());  // accepted, ignored
+  g->ignore_eos = ignore_eos.value_or(false);
+  g->skip_special_tokens = skip.value_or(true);
+  g->include_stop_str_in_output = include_stop.value_or(false);
+  g->priority = static_cast<int>(priority.value_or(0));
+  if (request_id && request_id->size() > 256) {
+    return InvalidField("request_id", "'request_id' must be at most 256 bytes");
+  }
+  g->request_id = request_id.value_or("");
+  g->cache_salt = cache_salt.value_or("");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
+                                                       const RequestLimits& limits,
+                                                       bool logprobs_style_chat) {
+  GenerationFields g;
+  FieldReader r(body);
+  ASSIGN_OR_RETURN(auto model, r.String("model"));
+  g.model = model.value_or("");
+  RETURN_IF_ERROR(ReadSampling(r, limits, &g.sampling));
+  ASSIGN_OR_RETURN(auto max_tokens, r.Integer("max_tokens", 1, kMaxTokensLimit));
+  ASSIGN_OR_RETURN(auto max_completion, r.Integer("max_completion_tokens", 1, kMaxTokensLimit));
+  g.max_tokens = max_completion ? max_completion : max_tokens;  // as vLLM: the newer name wins
+  ASSIGN_OR_RETURN(auto n, r.Integer("n", 1, limits.max_n));
+  g.n = static_cast<int>(n.value_or(1));
+  RETURN_IF_ERROR(ReadStop(r, limits, &g));
+  if (const Json* ids = r.Find("stop_token_ids")) {
+    RETURN_IF_ERROR(ReadTokenIdList(*ids, "stop_token_ids", limits.vocab_size, &g.stop_token_ids));
+  }
+  RETURN_IF_ERROR(ReadLogprobs(r, limits, logprobs_style_chat, &g));
+  RETURN_IF_ERROR(ReadStreamFields(r, &g));
+  RETURN_IF_ERROR(ReadVllmExtras(r, &g));
+  return g;
+}
+
+absl::StatusOr<Json> ParseJsonBody(std::string_view body) {
+  if (!engine::IsValidUtf8(body)) {
+    size_t offset = 0;
+    while (offset < body.size()) {
+      engine::Utf8Step step = engine::DecodeUtf8Step(body.substr(offset));
+      if (step.status != engine::Utf8Status::kChar) break;
+      offset += step.length;
+    }
+    return ApiErrorStatus(absl::StatusCode::kInvalidArgument,
+                          absl::StrCat("request body is not valid UTF-8 (first bad byte at "
+                                       "offset ",
+                                       offset, ")"),
+                          {}, "invalid_utf8");
+  }
+  Json json;
+  try {
+    json = Json::parse(body);
+  } catch (const Json::exception& e) {  // parse_error, out_of_range (number overflow)
+    return ApiErrorStatus(absl::StatusCode::kInvalidArgument,
+                          absl::StrCat("request body is not valid JSON: ", e.what()), {},
+                          "invalid_json");
+  }
+  if (!json.is_object()) {
+    return ApiErrorStatus(absl::StatusCode::kInvalidArgument, "request body must be a JSON object",
+                          {}, "invalid_type");
+  }
+  return json;
+}
+
+void NoteUnknownFields(const Json& body, const std::vector<std::string_view>& known) {
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> logged;
+  for (const auto& [key, value] : body.items()) {
+    bool is_known = false;
+    for (std::string_view k : known) is_known = is_known || k == key;
+    if (is_known) continue;
+    std::lock_guard<std::mutex> lock(mu);
+    if (logged.insert(key).second) {
+      LOG_WARN("api", "ignoring unknown request field '{}' (logged once)", key);
+    }
+  }
+}
+
+}  // namespace strata::frontend

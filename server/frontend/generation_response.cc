@@ -1,0 +1,290 @@
+#include "server/frontend/generation_response.h"
+
+#include <algorithm>
+#include <mutex>
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "server/frontend/api_error.h"
+
+namespace strata::frontend {
+namespace {
+
+std::mt19937_64& Generator() {
+  static std::mt19937_64 generator{std::random_device{}()};
+  return generator;
+}
+std::mutex generator_mu;
+
+}  // namespace
+
+std::string NewResponseId(std::string_view prefix) {
+  std::lock_guard<std::mutex> lock(generator_mu);
+  return absl::StrFormat("%s-%016x%016x", std::string(prefix), Generator()(), Generator()());
+}
+
+uint64_t RandomSeed() {
+  std::lock_guard<std::mutex> lock(generator_mu);
+  return Generator()();
+}
+
+uint64_t CacheSaltHash(std::string_view salt) {
+  if (salt.empty()) return 0;
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, stable across processes
+  for (unsigned char c : salt) h = (h ^ c) * 1099511628211ull;
+  return h == 0 ? 1 : h;
+}
+
+GenerationResponse::GenerationResponse(const ServedModel& model, GenerationSpec spec,
+                                       ResponseHooks hooks)
+    : model_(model), spec_(std::move(spec)), hooks_(std::move(hooks)) {
+  if (hooks_.in_flight) (*hooks_.in_flight)++;
+}
+
+GenerationResponse::~GenerationResponse() {
+  if (!finished_) Cancel();
+  DetachAll();
+  if (hooks_.in_flight) (*hooks_.in_flight)--;
+}
+
+void GenerationResponse::ChoiceEnded(Choice& c, const std::string& finish_reason) const {
+  if (!hooks_.on_choice_finished || !c.timing) return;
+  server::RequestTimings timings = c.timing->timings();
+  timings.finished_reason = finish_reason;
+  if (!c.timing->finished()) {
+    timings.e2e_seconds = server::RequestTimingRecorder::Now() - c.submit_seconds;
+  }
+  hooks_.on_choice_finished(timings);
+  c.timing.reset();
+}
+
+absl::StatusOr<std::unique_ptr<GenerationResponse>> GenerationResponse::Submit(
+    const ServedModel& model, GenerationSpec spec, ResponseHooks hooks) {
+  std::vector<std::shared_ptr<server::RequestStream>> streams;
+  for (const ChoiceSpec& choice_spec : spec.choices) {
+    absl::StatusOr<std::shared_ptr<server::RequestStream>> stream =
+        model.engine->Submit(choice_spec.request);
+    if (!stream.ok()) {
+      for (size_t i = 0; i < streams.size(); ++i) {
+        model.engine->Cancel(spec.choices[i].request.request_id);
+      }
+      absl::Status status = stream.status();
+      if (status.code() == absl::StatusCode::kAlreadyExists) {
+        return InvalidField("request_id", std::string(status.message()));
+      }
+      return status;
+    }
+    streams.push_back(std::move(*stream));
+  }
+  return FromStreams(model, std::move(spec), std::move(hooks), std::move(streams));
+}
+
+std::unique_ptr<GenerationResponse> GenerationResponse::FromStreams(
+    const ServedModel& model, GenerationSpec spec, ResponseHooks hooks,
+    std::vector<std::shared_ptr<server::RequestStream>> streams) {
+  CHECK_EQ(streams.size(), spec.choices.size());
+  std::unique_ptr<GenerationResponse> response(
+      new GenerationResponse(model, std::move(spec), std::move(hooks)));
+  const double submitted = server::RequestTimingRecorder::Now();
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const ChoiceSpec& choice_spec = response->spec_.choices[i];
+    Choice choice;
+    choice.spec = &choice_spec;
+    choice.stream = std::move(streams[i]);
+    choice.decoder = std::make_unique<ChoiceDecoder>(*model.tokenizer, choice_spec.options);
+    choice.final.index = choice_spec.index;
+    choice.final.logprobs_requested = response->spec_.logprobs;
+    choice.submit_seconds = submitted;
+    choice.timing =
+        std::make_unique<server::RequestTimingRecorder>(choice_spec.request.request_id, submitted);
+    response->choices_.push_back(std::move(choice));
+  }
+  return response;
+}
+
+void GenerationResponse::Start(std::function<void()> wake) {
+  for (Choice& c : choices_) c.stream->SetNotifier(wake);
+}
+
+void GenerationResponse::DetachAll() {
+  for (Choice& c : choices_) {
+    if (c.stream) c.stream->SetNotifier(nullptr);
+  }
+}
+
+void GenerationResponse::Cancel() {
+  for (Choice& c : choices_) {
+    if (!c.done) {
+      model_.engine->Cancel(c.spec->request.request_id);
+      ChoiceEnded(c, "abort");
+    }
+    c.done = true;
+  }
+  finished_ = true;
+  DetachAll();
+}
+
+void GenerationResponse::StreamStart(std::string* body) const {
+  for (const Choice& c : choices_) {
+    if (spec_.kind == ApiKind::kChat) {
+      Json delta = {{"role", "assistant"}, {"content", ""}};
+      *body += SseData(
+          ChatChunkJson(spec_.meta, c.spec->index, std::move(delta), nullptr, std::nullopt));
+    } else if (!c.spec->echo_text.empty()) {
+      *body += SseData(
+          CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text, nullptr, std::nullopt));
+    }
+  }
+}
+
+void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::string* body) const {
+  const int index = c.spec->index;
+  const bool has_text = !d.text.empty() || !d.logprobs.empty();
+  if (spec_.kind == ApiKind::kChat) {
+    if (has_text) {
+      Json logprobs =
+          spec_.logprobs ? ChatLogprobsJson(*model_.tokenizer, d.logprobs) : Json(nullptr);
+      *body += SseData(ChatChunkJson(spec_.meta, index, Json{{"content", d.text}},
+                                     std::move(logprobs), std::nullopt));
+    }
+    if (!d.tool_calls.empty()) {
+      Json delta = {{"tool_calls", ToolCallDeltasJson(d.tool_calls)}};
+      *body += SseData(ChatChunkJson(spec_.meta, index, std::move(delta), nullptr, std::nullopt));
+    }
+    if (d.finish_reason) {
+      *body += SseData(ChatChunkJson(spec_.meta, index, Json::object(), nullptr, d.finish_reason));
+    }
+    return;
+  }
+  if (has_text) {
+    Json logprobs = spec_.logprobs
+                        ? CompletionLogprobsJson(*model_.tokenizer, d.logprobs, c.text_offset)
+                        : Json(nullptr);
+    for (const TokenLogprobEntry& e : d.logprobs) {
+      c.text_offset += static_cast<int64_t>(TokenText(*model_.tokenizer, e.token_id).size());
+    }
+    *body +=
+        SseData(CompletionChunkJson(spec_.meta, index, d.text, std::move(logprobs), std::nullopt));
+  }
+  if (d.finish_reason) {
+    *body += SseData(CompletionChunkJson(spec_.meta, index, "", nullptr, d.finish_reason));
+  }
+}
+
+void GenerationResponse::Accumulate(Choice& c, ChoiceDelta&& d) const {
+  c.final.text += d.text;
+  for (engine::ToolCallDelta& call : d.tool_calls) {
+    if (call.index < 0) continue;
+    if (static_cast<size_t>(call.index) >= c.final.tool_calls.size()) {
+      c.final.tool_calls.resize(call.index + 1);
+    }
+    ToolCall& whole = c.final.tool_calls[call.index];
+    if (call.id) whole.id = *call.id;
+    if (call.name) whole.name = *call.name;
+    whole.arguments += call.arguments;
+  }
+  for (TokenLogprobEntry& e : d.logprobs) c.final.logprobs.push_back(std::move(e));
+  if (d.finish_reason) c.final.finish_reason = *d.finish_reason;
+}
+
+Usage GenerationResponse::TotalUsage() const {
+  Usage usage;
+  std::vector<bool> counted(spec_.group_prompt_tokens.size(), false);
+  for (const Choice& c : choices_) {
+    usage.completion_tokens += c.decoder->num_output_tokens();
+    const int group = c.spec->group;
+    if (group >= 0 && group < static_cast<int>(counted.size()) && !counted[group]) {
+      counted[group] = true;
+      usage.prompt_tokens += spec_.group_prompt_tokens[group];
+      usage.cached_tokens += c.decoder->num_cached_tokens();
+    }
+  }
+  return usage;
+}
+
+void GenerationResponse::Finish(http::HttpResponse* out) {
+  finished_ = true;
+  DetachAll();
+  if (!error_.ok()) {
+    ApiError error = ToApiError(error_);
+    if (spec_.stream) {
+      out->body += SseData(error.ToJson());
+      out->body += kSseDone;
+    } else {
+      out->status = error.http_status;
+      out->body = error.ToJsonString();
+    }
+    return;
+  }
+  const Usage usage = TotalUsage();
+  if (spec_.stream) {
+    if (spec_.include_usage) {
+      const char* object =
+          spec_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion";
+      out->body += SseData(UsageChunkJson(spec_.meta, object, usage));
+    }
+    out->body += kSseDone;
+    return;
+  }
+  std::vector<FinalChoice> finals;
+  for (Choice& c : choices_) {
+    if (spec_.kind == ApiKind::kCompletion && !c.spec->echo_text.empty()) {
+      c.final.text = c.spec->echo_text + c.final.text;
+    }
+    finals.push_back(std::move(c.final));
+  }
+  std::sort(finals.begin(), finals.end(),
+            [](const FinalChoice& a, const FinalChoice& b) { return a.index < b.index; });
+  Json body = spec_.kind == ApiKind::kChat
+                  ? ChatCompletionJson(spec_.meta, *model_.tokenizer, finals, usage)
+                  : CompletionJson(spec_.meta, *model_.tokenizer, finals, usage);
+  out->status = 200;
+  out->body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+bool GenerationResponse::Poll(http::HttpResponse* out) {
+  if (finished_) return true;
+  if (!started_) {
+    started_ = true;
+    if (spec_.stream) StreamStart(&out->body);
+  }
+  bool all_done = true;
+  for (Choice& c : choices_) {
+    if (c.done) continue;
+    for (const server::StreamEvent& event : c.stream->Drain()) {
+      if (c.timing) c.timing->OnEvent(event, server::RequestTimingRecorder::Now());
+      ChoiceDelta delta = c.decoder->Apply(event);
+      if (!delta.error.ok()) {
+        error_ = delta.error;
+        ChoiceEnded(c, "error");
+        break;
+      }
+      if (delta.stop_string_matched) model_.engine->Cancel(c.spec->request.request_id);
+      if (delta.finish_reason) {
+        c.done = true;
+        ChoiceEnded(c, *delta.finish_reason);
+      }
+      if (spec_.stream) {
+        StreamDelta(c, delta, &out->body);
+      } else {
+        Accumulate(c, std::move(delta));
+      }
+      if (c.done) break;
+    }
+    if (!error_.ok()) {
+      c.done = true;
+      Cancel();
+      break;
+    }
+    all_done = all_done && c.done;
+  }
+  if (!error_.ok() || all_done) {
+    Finish(out);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace strata::frontend

@@ -1,0 +1,116 @@
+// A completion being generated: n choices (per prompt) submitted to the engine loop, their
+// event streams decoded (choice_decoder.h) and rendered as an SSE stream or, at the end, as one
+// JSON body. Implements http::PendingResponse: the engine thread only wakes the I/O thread
+// (RequestStream notifier); decoding and rendering happen in Poll on the I/O thread.
+//
+// Stream shape (API.md "Streaming"): chat sends one {"role": "assistant", "content": ""} chunk
+// per choice first; then content / tool_calls chunks as text becomes final; each choice ends
+// with a chunk whose delta is {} and whose finish_reason is set; with include_usage a chunk
+// with `choices: []` and usage follows; then `data: [DONE]`. An error after the stream
+// started is sent as a `data:` event holding the error object, then [DONE].
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/request.h"
+#include "server/frontend/choice_decoder.h"
+#include "server/frontend/response_render.h"
+#include "server/frontend/served_model.h"
+#include "server/http/http_types.h"
+#include "server/metrics.h"
+#include "server/request_timing_recorder.h"
+
+namespace strata::frontend {
+
+enum class ApiKind { kChat, kCompletion };
+
+struct ChoiceSpec {
+  int index = 0;  // the choice's index in the response
+  int group = 0;  // which prompt (usage counts each prompt once)
+  scheduler::Request request;
+  ChoiceOptions options;
+  std::string echo_text;  // completions with echo: shown before the generated text
+};
+
+// Process-wide observers of responses.
+struct ResponseHooks {
+  std::shared_ptr<std::atomic<int64_t>> in_flight;  // live responses (for the drain)
+  // Called once per choice when it ends (finish reason as the client sees it; "abort" when
+  // the client went away), on the I/O thread.
+  std::function<void(const server::RequestTimings&)> on_choice_finished;
+};
+
+struct GenerationSpec {
+  ApiKind kind = ApiKind::kChat;
+  ResponseMeta meta;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  std::vector<int64_t> group_prompt_tokens;  // per prompt
+  std::vector<ChoiceSpec> choices;
+};
+
+class GenerationResponse : public http::PendingResponse {
+ public:
+  // Submits every choice; when one is refused (queue full, shutting down, invalid), the ones
+  // already submitted are cancelled and the engine's status is returned.
+  static absl::StatusOr<std::unique_ptr<GenerationResponse>> Submit(const ServedModel& model,
+                                                                    GenerationSpec spec,
+                                                                    ResponseHooks hooks);
+  // A response over streams already submitted (one per choice, in order); also for tests,
+  // which push events into the streams themselves.
+  static std::unique_ptr<GenerationResponse> FromStreams(
+      const ServedModel& model, GenerationSpec spec, ResponseHooks hooks,
+      std::vector<std::shared_ptr<server::RequestStream>> streams);
+  ~GenerationResponse() override;
+
+  bool streaming() const override { return spec_.stream; }
+  void Start(std::function<void()> wake) override;
+  bool Poll(http::HttpResponse* out) override;
+  std::string_view keepalive_bytes() const override { return kSsePing; }
+  void Cancel() override;
+
+ private:
+  struct Choice {
+    const ChoiceSpec* spec = nullptr;
+    std::shared_ptr<server::RequestStream> stream;
+    std::unique_ptr<ChoiceDecoder> decoder;
+    FinalChoice final;
+    int64_t text_offset = 0;  // completions stream logprobs: bytes of text sent so far
+    std::unique_ptr<server::RequestTimingRecorder> timing;  // until the choice ends
+    double submit_seconds = 0.0;
+    bool done = false;
+  };
+
+  GenerationResponse(const ServedModel& model, GenerationSpec spec, ResponseHooks hooks);
+  void ChoiceEnded(Choice& choice, const std::string& finish_reason) const;
+  void StreamStart(std::string* body) const;
+  void StreamDelta(Choice& choice, const ChoiceDelta& delta, std::string* body) const;
+  void Accumulate(Choice& choice, ChoiceDelta&& delta) const;
+  Usage TotalUsage() const;
+  void Finish(http::HttpResponse* out);
+  void DetachAll();
+
+  const ServedModel& model_;
+  const GenerationSpec spec_;
+  std::vector<Choice> choices_;
+  ResponseHooks hooks_;
+  absl::Status error_;
+  bool started_ = false;
+  bool finished_ = false;
+};
+
+// "chatcmpl-<32 hex>" / "cmpl-<32 hex>" (random).
+std::string NewResponseId(std::string_view prefix);
+// A random 64-bit sampler seed for requests without a seed.
+uint64_t RandomSeed();
+// A stable 64-bit hash of a cache_salt string (0 for an empty salt).
+uint64_t CacheSaltHash(std::string_view salt);
+
+}  // namespace strata::frontend

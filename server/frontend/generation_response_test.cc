@@ -1,0 +1,142 @@
+// GenerationResponse over streams the test feeds directly: error events after the stream
+// started, usage accounting across choices and prompts, and the per-choice hooks.
+#include "server/frontend/generation_response.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_split.h"
+#include "server/frontend/testing/scripted_executor.h"
+
+namespace strata::frontend {
+namespace {
+
+using ::testing::ElementsAre;
+
+server::StreamEvent Event(std::vector<int32_t> ids, int64_t output, int64_t cached = 0,
+                          std::optional<server::FinishReason> finish = std::nullopt) {
+  server::StreamEvent e;
+  e.token_ids = std::move(ids);
+  e.logprobs.assign(e.token_ids.size(), -0.1f);
+  e.top_logprobs.assign(e.token_ids.size(), {});
+  e.num_prompt_tokens = 10;
+  e.num_cached_tokens = cached;
+  e.num_output_tokens = output;
+  e.finish = finish;
+  return e;
+}
+
+struct Harness {
+  testing::Fixture fixture;
+  std::vector<std::shared_ptr<server::RequestStream>> streams;
+  std::vector<server::RequestTimings> finished;
+  std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
+
+  std::unique_ptr<GenerationResponse> Make(ApiKind kind, bool stream, int num_choices,
+                                           int num_groups = 1) {
+    GenerationSpec spec;
+    spec.kind = kind;
+    spec.meta = {"id-1", 123, "m"};
+    spec.stream = stream;
+    spec.include_usage = true;
+    for (int g = 0; g < num_groups; ++g) spec.group_prompt_tokens.push_back(10);
+    for (int i = 0; i < num_choices; ++i) {
+      ChoiceSpec c;
+      c.index = i;
+      c.group = i % num_groups;
+      c.request.request_id = "r-" + std::to_string(i);
+      spec.choices.push_back(std::move(c));
+      streams.push_back(std::make_shared<server::RequestStream>("r-" + std::to_string(i)));
+    }
+    ResponseHooks hooks{in_flight,
+                        [this](const server::RequestTimings& t) { finished.push_back(t); }};
+    auto response = GenerationResponse::FromStreams(fixture.served(), std::move(spec),
+                                                    std::move(hooks), streams);
+    response->Start([] {});
+    return response;
+  }
+};
+
+std::vector<std::string> Events(const std::string& body) {
+  std::vector<std::string> out;
+  for (absl::string_view e : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    out.emplace_back(e);
+  }
+  return out;
+}
+
+TEST(GenerationResponseTest, ErrorAfterTheStreamStartedIsADataEventThenDone) {
+  Harness h;
+  auto response = h.Make(ApiKind::kChat, /*stream=*/true, 1);
+  http::HttpResponse out;
+  h.streams[0]->Push(Event(h.fixture.Ids("hello"), 1));
+  EXPECT_FALSE(response->Poll(&out));
+  server::StreamEvent failed;
+  failed.error = absl::InternalError("the executor failed");
+  h.streams[0]->Push(failed);
+  EXPECT_TRUE(response->Poll(&out));
+  std::vector<std::string> events = Events(out.body);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_NE(events[0].find("\"role\":\"assistant\""), std::string::npos);
+  EXPECT_NE(events[1].find("\"content\":\"hello\""), std::string::npos);
+  const Json error = Json::parse(events[2].substr(6))["error"];
+  EXPECT_EQ(error["type"], "server_error");
+  EXPECT_EQ(error["code"], "internal_error");
+  EXPECT_TRUE(error["param"].is_null());
+  EXPECT_EQ(error["message"], "the executor failed");
+  EXPECT_EQ(events[3], "data: [DONE]");
+  ASSERT_EQ(h.finished.size(), 1u);
+  EXPECT_EQ(h.finished[0].finished_reason, "error");
+}
+
+TEST(GenerationResponseTest, NonStreamedErrorIsTheErrorStatus) {
+  Harness h;
+  auto response = h.Make(ApiKind::kCompletion, /*stream=*/false, 2);
+  server::StreamEvent failed;
+  failed.error = absl::ResourceExhaustedError("preempted too often");
+  h.streams[1]->Push(failed);
+  http::HttpResponse out;
+  EXPECT_TRUE(response->Poll(&out));
+  EXPECT_EQ(out.status, 429);
+  EXPECT_EQ(Json::parse(out.body)["error"]["code"], "rate_limit_exceeded");
+}
+
+TEST(GenerationResponseTest, UsageCountsEachPromptOnceAndEveryChoicesTokens) {
+  Harness h;
+  auto response = h.Make(ApiKind::kCompletion, /*stream=*/false, 4, /*num_groups=*/2);
+  EXPECT_EQ(h.in_flight->load(), 1);
+  const std::vector<int32_t> ids = h.fixture.Ids("hello world");
+  for (int i = 0; i < 4; ++i) {
+    const int64_t n = 1 + i;  // choice i produces i + 1 tokens
+    std::vector<int32_t> out(ids.begin(), ids.begin() + std::min<size_t>(n, ids.size()));
+    h.streams[i]->Push(Event(out, n, /*cached=*/i < 2 ? 8 : 0, server::FinishReason::kLength));
+  }
+  http::HttpResponse out;
+  ASSERT_TRUE(response->Poll(&out));
+  const Json j = Json::parse(out.body);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 20);  // two prompts of 10
+  EXPECT_EQ(j["usage"]["completion_tokens"], 1 + 2 + 3 + 4);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 16);  // 8 per prompt
+  std::vector<std::string> texts;
+  for (const Json& c : j["choices"]) texts.push_back(c["text"]);
+  EXPECT_THAT(texts, ElementsAre("hello", "hello w", "hello wor", "hello world"));
+  EXPECT_EQ(h.finished.size(), 4u);
+  response.reset();
+  EXPECT_EQ(h.in_flight->load(), 0);
+}
+
+TEST(GenerationResponseTest, CancelReportsAbortedChoicesOnce) {
+  Harness h;
+  auto response = h.Make(ApiKind::kChat, /*stream=*/true, 2);
+  h.streams[0]->Push(Event({'a'}, 1, 0, server::FinishReason::kLength));
+  http::HttpResponse out;
+  EXPECT_FALSE(response->Poll(&out));
+  response->Cancel();
+  response.reset();
+  ASSERT_EQ(h.finished.size(), 2u);
+  EXPECT_EQ(h.finished[0].finished_reason, "length");
+  EXPECT_EQ(h.finished[1].finished_reason, "abort");
+}
+
+}  // namespace
+}  // namespace strata::frontend

@@ -1,0 +1,100 @@
+#include "server/frontend/json_fields.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "server/frontend/api_error.h"
+
+namespace strata::frontend {
+
+std::string FormatNumber(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.10g", value);
+  return buf;
+}
+
+std::string Preview(const nlohmann::ordered_json& value) {
+  std::string text = value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+const nlohmann::ordered_json* FieldReader::Find(std::string_view key) const {
+  auto it = object_.find(key);
+  if (it == object_.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::StatusOr<std::optional<double>> FieldReader::Number(std::string_view key, double min,
+                                                          double max, bool min_exclusive) const {
+  const nlohmann::ordered_json* v = Find(key);
+  if (!v) return std::nullopt;
+  const std::string path = Path(key);
+  const std::string range =
+      absl::StrCat(min_exclusive ? "(" : "[", FormatNumber(min), ", ", FormatNumber(max), "]");
+  if (!v->is_number()) {
+    return InvalidField(
+        path, absl::StrCat("'", path, "' must be a number in ", range, "; got ", Preview(*v)),
+        "invalid_type");
+  }
+  const double x = v->get<double>();
+  const bool low = min_exclusive ? !(x > min) : !(x >= min);
+  if (low || !(x <= max)) {
+    return InvalidField(path,
+                        absl::StrCat("'", path, "' must be in ", range, "; got ", FormatNumber(x)));
+  }
+  return x;
+}
+
+absl::StatusOr<std::optional<int64_t>> FieldReader::Integer(std::string_view key, int64_t min,
+                                                            int64_t max) const {
+  const nlohmann::ordered_json* v = Find(key);
+  if (!v) return std::nullopt;
+  const std::string path = Path(key);
+  const std::string range = absl::StrCat("[", min, ", ", max, "]");
+  int64_t x = 0;
+  if (v->is_number_integer()) {
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      x = INT64_MAX;
+    } else {
+      x = v->get<int64_t>();
+    }
+  } else if (v->is_number_float() && std::isfinite(v->get<double>()) &&
+             std::trunc(v->get<double>()) == v->get<double>() &&
+             std::fabs(v->get<double>()) < 9.0e18) {
+    x = static_cast<int64_t>(v->get<double>());  // 5.0 is accepted as 5, as pydantic does
+  } else {
+    return InvalidField(
+        path, absl::StrCat("'", path, "' must be an integer in ", range, "; got ", Preview(*v)),
+        "invalid_type");
+  }
+  if (x < min || x > max) {
+    return InvalidField(path, absl::StrCat("'", path, "' must be in ", range, "; got ", x));
+  }
+  return x;
+}
+
+absl::StatusOr<std::optional<bool>> FieldReader::Bool(std::string_view key) const {
+  const nlohmann::ordered_json* v = Find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) {
+    return InvalidField(Path(key),
+                        absl::StrCat("'", Path(key), "' must be a boolean; got ", Preview(*v)),
+                        "invalid_type");
+  }
+  return v->get<bool>();
+}
+
+absl::StatusOr<std::optional<std::string>> FieldReader::String(std::string_view key) const {
+  const nlohmann::ordered_json* v = Find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) {
+    return InvalidField(Path(key),
+                        absl::StrCat("'", Path(key), "' must be a string; got ", Preview(*v)),
+                        "invalid_type");
+  }
+  return v->get<std::string>();
+}
+
+}  // namespace strata::frontend

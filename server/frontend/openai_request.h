@@ -1,0 +1,95 @@
+// The OpenAI request bodies Strata accepts, parsed and validated into plain structs (API.md,
+// "REST"). Parsing needs no tokenizer or engine: token-level checks (context length, ids in
+// the vocabulary) happen when the request is built for the engine (generation_request.h).
+//
+// Shared by /v1/chat/completions and /v1/completions (GenerationFields): stream,
+// stream_options.include_usage, max_tokens / max_completion_tokens, temperature, top_p, top_k,
+// min_p, presence / frequency / repetition penalty, stop, stop_token_ids, seed, n, logit_bias,
+// ignore_eos, skip_special_tokens, include_stop_str_in_output, priority, request_id,
+// cache_salt, user (accepted, ignored). Unknown fields are ignored (and logged once per name).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "engine/sampling.h"
+
+namespace strata::frontend {
+
+using Json = nlohmann::ordered_json;
+
+// Limits that depend on the served model and the server's flags.
+struct RequestLimits {
+  int64_t vocab_size = 0;  // token ids (stop_token_ids, logit_bias, prompts) are < this
+  int max_logprobs = 20;   // top_logprobs / completions logprobs at most
+  int max_n = 128;
+  int max_stop_strings = 64;
+  int max_stop_chars = 1024;  // per stop string
+};
+
+struct GenerationFields {
+  std::string model;                  // may be empty (the served model is used)
+  engine::SamplingParams sampling;    // OpenAI defaults: temperature 1, top_p 1
+  std::optional<int64_t> max_tokens;  // absent: up to the context length
+  int n = 1;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;
+  int priority = 0;
+  std::string request_id;  // client-chosen id (vLLM); empty: generated
+  std::string cache_salt;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int num_logprobs = -1;       // >= 0: return logprobs with this many alternatives
+};
+
+enum class ToolChoice { kNone, kAuto };
+
+struct ChatCompletionRequest {
+  GenerationFields gen;
+  Json messages = Json::array();  // validated; shapes as the chat template expects them
+  Json tools;                     // null or a validated array of function tools
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  bool add_generation_prompt = true;
+  Json chat_template_kwargs;  // null or an object
+};
+
+// One prompt of /v1/completions: text or token ids.
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> token_ids;  // when `text` is absent
+};
+
+struct CompletionRequest {
+  GenerationFields gen;
+  std::vector<PromptInput> prompts;  // one choice group per prompt (n choices each)
+  bool echo = false;
+};
+
+// Parse a whole request body (errors are 400s naming the field, api_error.h).
+absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& body,
+                                                                 const RequestLimits& limits);
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body,
+                                                         const RequestLimits& limits);
+
+// The shared fields (exposed for tests). `logprobs_style_chat`: chat's `logprobs: bool` +
+// `top_logprobs: int`; else completions' `logprobs: int`.
+absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
+                                                       const RequestLimits& limits,
+                                                       bool logprobs_style_chat);
+
+// Parses the body text as JSON: 400 `invalid_json` naming the position, or `invalid_utf8`,
+// or `invalid_type` when the top level is not an object.
+absl::StatusOr<Json> ParseJsonBody(std::string_view body);
+
+// Logs a request field Strata does not know, once per field name for the process.
+void NoteUnknownFields(const Json& body, const std::vector<std::string_view>& known);
+
+}  // namespace strata::frontend

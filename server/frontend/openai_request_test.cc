@@ -1,0 +1,316 @@
+// Validation of OpenAI request bodies: every error names its field (param), has a string code
+// and a message with the limit; valid bodies map onto the engine's fields.
+#include "server/frontend/openai_request.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/frontend/api_error.h"
+
+namespace strata::frontend {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+RequestLimits Limits() {
+  RequestLimits limits;
+  limits.vocab_size = 320;
+  return limits;
+}
+
+struct ErrorCase {
+  const char* body;
+  const char* code;
+  const char* param;  // nullptr: JSON null
+  const char* message_part;
+};
+
+ApiError ChatError(std::string_view body) {
+  absl::StatusOr<Json> json = ParseJsonBody(body);
+  if (!json.ok()) return ToApiError(json.status());
+  absl::StatusOr<ChatCompletionRequest> req = ParseChatCompletionRequest(*json, Limits());
+  EXPECT_FALSE(req.ok()) << body;
+  return req.ok() ? ApiError{} : ToApiError(req.status());
+}
+
+ApiError CompletionError(std::string_view body) {
+  absl::StatusOr<Json> json = ParseJsonBody(body);
+  if (!json.ok()) return ToApiError(json.status());
+  absl::StatusOr<CompletionRequest> req = ParseCompletionRequest(*json, Limits());
+  EXPECT_FALSE(req.ok()) << body;
+  return req.ok() ? ApiError{} : ToApiError(req.status());
+}
+
+void ExpectError(const ApiError& e, const ErrorCase& c) {
+  SCOPED_TRACE(c.body);
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.type, "invalid_request_error");
+  EXPECT_EQ(e.code, c.code);
+  if (c.param == nullptr) {
+    EXPECT_FALSE(e.param.has_value()) << *e.param;
+  } else {
+    EXPECT_EQ(e.param.value_or("<null>"), c.param);
+  }
+  EXPECT_THAT(e.message, HasSubstr(c.message_part));
+}
+
+constexpr char kMsg[] = R"("messages": [{"role": "user", "content": "hi"}])";
+
+std::string Chat(const std::string& fields) {
+  return std::string("{") + kMsg + (fields.empty() ? "" : ", " + fields) + "}";
+}
+
+TEST(ChatRequestTest, BodyLevelErrorsHaveNoParam) {
+  ExpectError(ChatError(R"({"messages": [)"), {"", "invalid_json", nullptr, "not valid JSON"});
+  ExpectError(ChatError("[1, 2]"), {"", "invalid_type", nullptr, "JSON object"});
+  ExpectError(ChatError("{\"messages\": \"\xff\"}"), {"", "invalid_utf8", nullptr, "offset 14"});
+  ExpectError(ChatError(R"({"n": 1e999})"), {"", "invalid_json", nullptr, "not valid JSON"});
+}
+
+TEST(ChatRequestTest, MessageErrorsNameTheMessageField) {
+  const ErrorCase cases[] = {
+      {"{}", "missing_required_parameter", "messages", "'messages' is required"},
+      {R"({"messages": {}})", "invalid_type", "messages", "array"},
+      {R"({"messages": []})", "invalid_value", "messages", "at least one message"},
+      {R"({"messages": [3]})", "invalid_type", "messages[0]", "object"},
+      {R"({"messages": [{"content": "x"}]})", "missing_required_parameter", "messages[0].role",
+       "required"},
+      {R"({"messages": [{"role": "robot", "content": "x"}]})", "invalid_value", "messages[0].role",
+       "unknown role 'robot'"},
+      {R"({"messages": [{"role": "user"}]})", "missing_required_parameter", "messages[0].content",
+       "required"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "invalid_type", "messages[0].content",
+       "content parts"},
+      {R"({"messages": [{"role": "user", "content": [7]}]})", "invalid_type",
+       "messages[0].content[0]", "object"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "audio"}]}]})", "invalid_value",
+       "messages[0].content[0].type", "unknown content part type 'audio'"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "invalid_type",
+       "messages[0].content[0].text", "string"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url",
+          "image_url": {"url": "http://x/y.png"}}]}]})",
+       "invalid_value", "messages[0].content[0].image_url.url", "data URLs"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url",
+          "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})",
+       "unsupported_value", "messages[0].content[0]", "not supported"},
+      {R"({"messages": [{"role": "tool", "content": "42"}]})", "missing_required_parameter",
+       "messages[0].tool_call_id", "required"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "a",
+          "function": {"name": "f"}}]}]})",
+       "missing_required_parameter", "messages[0].tool_calls[0].function.arguments", "required"},
+      {R"({"messages": [{"role": "user", "content": "x", "name": 3}]})", "invalid_type",
+       "messages[0].name", "string"},
+  };
+  for (const ErrorCase& c : cases) ExpectError(ChatError(c.body), c);
+}
+
+TEST(ChatRequestTest, SamplingErrorsNameFieldAndLimit) {
+  const std::pair<std::string, ErrorCase> cases[] = {
+      {R"("temperature": "hot")", {"", "invalid_type", "temperature", "number in [0, 2]"}},
+      {R"("temperature": 3)", {"", "invalid_value", "temperature", "in [0, 2]; got 3"}},
+      {R"("top_p": 0)", {"", "invalid_value", "top_p", "(0, 1]"}},
+      {R"("top_k": -2)", {"", "invalid_value", "top_k", "[-1, 2147483647]"}},
+      {R"("min_p": 1.5)", {"", "invalid_value", "min_p", "[0, 1]"}},
+      {R"("presence_penalty": -3)", {"", "invalid_value", "presence_penalty", "[-2, 2]"}},
+      {R"("frequency_penalty": 2.5)", {"", "invalid_value", "frequency_penalty", "[-2, 2]"}},
+      {R"("repetition_penalty": 0)", {"", "invalid_value", "repetition_penalty", "(0, 2]"}},
+      {R"("max_tokens": 0)", {"", "invalid_value", "max_tokens", "[1, 2147483648]; got 0"}},
+      {R"("max_tokens": 1.5)", {"", "invalid_type", "max_tokens", "integer"}},
+      {R"("max_completion_tokens": -1)", {"", "invalid_value", "max_completion_tokens", "got -1"}},
+      {R"("n": 0)", {"", "invalid_value", "n", "[1, 128]"}},
+      {R"("n": 129)", {"", "invalid_value", "n", "got 129"}},
+      {R"("seed": "x")", {"", "invalid_type", "seed", "integer"}},
+      {R"("stop": 5)", {"", "invalid_type", "stop", "a string or an array of strings"}},
+      {R"("stop": ["a", 1])", {"", "invalid_type", "stop[1]", "string"}},
+      {R"("stop_token_ids": [1, 320])",
+       {"", "invalid_value", "stop_token_ids[1]", "outside the vocabulary [0, 320)"}},
+      {R"("stop_token_ids": "1")", {"", "invalid_type", "stop_token_ids", "array"}},
+      {R"("logprobs": "yes")", {"", "invalid_type", "logprobs", "boolean"}},
+      {R"("logprobs": true, "top_logprobs": 21)",
+       {"", "invalid_value", "top_logprobs", "[0, 20]; got 21"}},
+      {R"("top_logprobs": 2)", {"", "invalid_value", "top_logprobs", "requires 'logprobs'"}},
+      {R"("logit_bias": {"x": 1})", {"", "invalid_value", "logit_bias", "not a token id"}},
+      {R"("logit_bias": {"5": 101})", {"", "invalid_value", "logit_bias", "[-100, 100]"}},
+      {R"("logit_bias": {"5": "a"})", {"", "invalid_type", "logit_bias.5", "number"}},
+      {R"("stream": 1)", {"", "invalid_type", "stream", "boolean"}},
+      {R"("stream_options": {"include_usage": true})",
+       {"", "invalid_value", "stream_options", "only allowed with stream: true"}},
+      {R"("stream": true, "stream_options": {"include_usage": 1})",
+       {"", "invalid_type", "stream_options.include_usage", "boolean"}},
+      {R"("priority": "high")", {"", "invalid_type", "priority", "integer"}},
+      {R"("model": 5)", {"", "invalid_type", "model", "string"}},
+  };
+  for (const auto& [fields, c] : cases) {
+    ErrorCase with_body = c;
+    const std::string body = Chat(fields);
+    with_body.body = body.c_str();
+    ExpectError(ChatError(body), with_body);
+  }
+}
+
+TEST(ChatRequestTest, ToolsAndFormatErrors) {
+  const std::pair<std::string, ErrorCase> cases[] = {
+      {R"("response_format": {"type": "json_object"})",
+       {"", "unsupported_value", "response_format", "'json_object' is not supported yet"}},
+      {R"("response_format": {"type": "json_schema", "json_schema": {}})",
+       {"", "unsupported_value", "response_format", "'json_schema' is not supported yet"}},
+      {R"("response_format": {"type": "xml"})",
+       {"", "invalid_value", "response_format.type", "unknown response_format type"}},
+      {R"("tools": {})", {"", "invalid_type", "tools", "array"}},
+      {R"("tools": [{"type": "function", "function": {"name": "bad name"}}])",
+       {"", "invalid_value", "tools[0].function.name", "1-64 characters"}},
+      {R"("tools": [{"type": "function"}])", {"", "invalid_type", "tools[0].function", "object"}},
+      {R"("tools": [{"type": "web"}])", {"", "invalid_value", "tools[0].type", "'web'"}},
+      {R"("tools": [{"function": {"name": "f", "parameters": 3}}])",
+       {"", "invalid_type", "tools[0].function.parameters", "JSON Schema"}},
+      {R"("tools": [{"function": {"name": "f"}}], "tool_choice": "required")",
+       {"", "unsupported_value", "tool_choice", "'required' is not supported yet"}},
+      {R"("tools": [{"function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": {"name": "f"}})",
+       {"", "unsupported_value", "tool_choice", "named tool_choice"}},
+      {R"("tool_choice": "auto")", {"", "invalid_value", "tool_choice", "requires 'tools'"}},
+      {R"("tool_choice": "sometimes")", {"", "invalid_value", "tool_choice", "sometimes"}},
+      {R"("chat_template_kwargs": [1])", {"", "invalid_type", "chat_template_kwargs", "object"}},
+  };
+  for (const auto& [fields, c] : cases) {
+    ErrorCase with_body = c;
+    const std::string body = Chat(fields);
+    with_body.body = body.c_str();
+    ExpectError(ChatError(body), with_body);
+  }
+}
+
+TEST(ChatRequestTest, EveryDocumentedFieldIsRead) {
+  const std::string body = Chat(R"(
+      "model": "m", "stream": true, "stream_options": {"include_usage": true},
+      "max_tokens": 10, "max_completion_tokens": 12, "temperature": 0.5, "top_p": 0.9,
+      "top_k": 40, "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+      "repetition_penalty": 1.1, "stop": ["a", "", "bc"], "stop_token_ids": [7, 9],
+      "seed": -1, "n": 3, "logprobs": true, "top_logprobs": 4, "logit_bias": {"5": -100},
+      "response_format": {"type": "text"}, "user": "u", "priority": -2, "request_id": "r1",
+      "cache_salt": "s", "ignore_eos": true, "skip_special_tokens": false,
+      "include_stop_str_in_output": true, "add_generation_prompt": false,
+      "chat_template_kwargs": {"thinking": true}, "tool_choice": "none",
+      "tools": [{"type": "function", "function": {"name": "get_weather",
+                 "parameters": {"type": "object"}}}], "some_future_field": 1)");
+  absl::StatusOr<ChatCompletionRequest> req =
+      ParseChatCompletionRequest(*ParseJsonBody(body), Limits());
+  ASSERT_TRUE(req.ok()) << req.status();
+  const GenerationFields& g = req->gen;
+  EXPECT_EQ(g.model, "m");
+  EXPECT_TRUE(g.stream);
+  EXPECT_TRUE(g.include_usage);
+  EXPECT_EQ(g.max_tokens, 12);  // max_completion_tokens wins, as in vLLM
+  EXPECT_FLOAT_EQ(g.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling.top_p, 0.9f);
+  EXPECT_EQ(g.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(g.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(g.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(g.sampling.repetition_penalty, 1.1f);
+  EXPECT_THAT(g.stop, ElementsAre("a", "bc"));  // empty stop strings are dropped
+  EXPECT_THAT(g.stop_token_ids, ElementsAre(7, 9));
+  EXPECT_EQ(g.sampling.seed, std::optional<uint64_t>(UINT64_MAX));  // -1 as 64 bits
+  EXPECT_EQ(g.n, 3);
+  EXPECT_EQ(g.num_logprobs, 4);
+  ASSERT_EQ(g.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(g.sampling.logit_bias[0].first, 5);
+  EXPECT_FLOAT_EQ(g.sampling.logit_bias[0].second, -100.0f);
+  EXPECT_EQ(g.priority, -2);
+  EXPECT_EQ(g.request_id, "r1");
+  EXPECT_EQ(g.cache_salt, "s");
+  EXPECT_TRUE(g.ignore_eos);
+  EXPECT_FALSE(g.skip_special_tokens);
+  EXPECT_TRUE(g.include_stop_str_in_output);
+  EXPECT_FALSE(req->add_generation_prompt);
+  EXPECT_EQ(req->chat_template_kwargs["thinking"], true);
+  EXPECT_EQ(req->tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(req->tools[0]["function"]["name"], "get_weather");
+}
+
+TEST(ChatRequestTest, DefaultsAreOpenAis) {
+  absl::StatusOr<ChatCompletionRequest> req =
+      ParseChatCompletionRequest(*ParseJsonBody(Chat(R"("temperature": null)")), Limits());
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_FLOAT_EQ(req->gen.sampling.temperature, 1.0f);  // null = default
+  EXPECT_FLOAT_EQ(req->gen.sampling.top_p, 1.0f);
+  EXPECT_FALSE(req->gen.max_tokens.has_value());
+  EXPECT_EQ(req->gen.n, 1);
+  EXPECT_EQ(req->gen.num_logprobs, -1);
+  EXPECT_FALSE(req->gen.stream);
+  EXPECT_TRUE(req->gen.skip_special_tokens);
+  EXPECT_TRUE(req->add_generation_prompt);
+  EXPECT_TRUE(req->tools.is_null());
+}
+
+TEST(CompletionRequestTest, PromptShapesAndErrors) {
+  const ErrorCase cases[] = {
+      {"{}", "missing_required_parameter", "prompt", "required"},
+      {R"({"prompt": 5})", "invalid_type", "prompt", "token-id arrays"},
+      {R"({"prompt": []})", "invalid_value", "prompt", "must not be empty"},
+      {R"({"prompt": ""})", "invalid_value", "prompt", "must not be empty"},
+      {R"({"prompt": [1, 320]})", "invalid_value", "prompt", "outside the vocabulary [0, 320)"},
+      {R"({"prompt": [[1, 2], ["a"]]})", "invalid_type", "prompt[1]", "token ids"},
+      {R"({"prompt": ["a", ""]})", "invalid_value", "prompt[1]", "must not be empty"},
+      {R"({"prompt": "a", "suffix": "b"})", "unsupported_value", "suffix", "not supported"},
+      {R"({"prompt": "a", "best_of": 3})", "unsupported_value", "best_of", "not supported"},
+      {R"({"prompt": "a", "logprobs": 21})", "invalid_value", "logprobs", "[0, 20]"},
+      {R"({"prompt": "a", "logprobs": true})", "invalid_type", "logprobs", "integer"},
+      {R"({"prompt": "a", "echo": "yes"})", "invalid_type", "echo", "boolean"},
+      {R"({"prompt": ["a", "b", "c"], "n": 100})", "invalid_value", "n", "choices per request"},
+  };
+  for (const ErrorCase& c : cases) ExpectError(CompletionError(c.body), c);
+
+  auto parse = [](std::string_view body) {
+    return ParseCompletionRequest(*ParseJsonBody(body), Limits());
+  };
+  auto text = parse(R"({"prompt": "hello", "echo": true, "logprobs": 2})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  ASSERT_EQ(text->prompts.size(), 1u);
+  EXPECT_EQ(text->prompts[0].text, "hello");
+  EXPECT_TRUE(text->echo);
+  EXPECT_EQ(text->gen.num_logprobs, 2);
+  auto ids = parse(R"({"prompt": [1, 2, 3]})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(ids->prompts[0].token_ids, ElementsAre(1, 2, 3));
+  auto lists = parse(R"({"prompt": [[4], "x"]})");
+  ASSERT_TRUE(lists.ok()) << lists.status();
+  ASSERT_EQ(lists->prompts.size(), 2u);
+  EXPECT_THAT(lists->prompts[0].token_ids, ElementsAre(4));
+  EXPECT_EQ(lists->prompts[1].text, "x");
+}
+
+TEST(ApiErrorTest, StatusCodesMapToHttpTypeAndDefaultCode) {
+  struct Row {
+    absl::StatusCode code;
+    int http;
+    const char* type;
+    const char* default_code;
+  };
+  const Row rows[] = {
+      {absl::StatusCode::kInvalidArgument, 400, "invalid_request_error", "invalid_value"},
+      {absl::StatusCode::kUnauthenticated, 401, "invalid_request_error", "invalid_api_key"},
+      {absl::StatusCode::kNotFound, 404, "invalid_request_error", "not_found"},
+      {absl::StatusCode::kFailedPrecondition, 405, "invalid_request_error", "method_not_allowed"},
+      {absl::StatusCode::kOutOfRange, 413, "invalid_request_error", "request_too_large"},
+      {absl::StatusCode::kResourceExhausted, 429, "rate_limit_error", "rate_limit_exceeded"},
+      {absl::StatusCode::kUnavailable, 503, "server_error", "service_unavailable"},
+      {absl::StatusCode::kInternal, 500, "server_error", "internal_error"},
+  };
+  for (const Row& row : rows) {
+    ApiError e = ToApiError(absl::Status(row.code, "m"));
+    EXPECT_EQ(e.http_status, row.http);
+    EXPECT_EQ(e.type, row.type);
+    EXPECT_EQ(e.code, row.default_code);
+    EXPECT_FALSE(e.param.has_value());
+  }
+  const nlohmann::json j =
+      ToApiError(InvalidField("max_tokens", "too many", "context_length_exceeded")).ToJson();
+  EXPECT_EQ(j.dump(), R"({"error":{"code":"context_length_exceeded","message":"too many",)"
+                      R"("param":"max_tokens","type":"invalid_request_error"}})");
+  EXPECT_TRUE(ToApiError(absl::InternalError("x")).ToJson()["error"]["param"].is_null());
+}
+
+}  // namespace
+}  // namespace strata::frontend

@@ -1,0 +1,246 @@
+// OpenAiService: routing, auth, readiness, /v1/models, /server_info, /metrics (the generation
+// and tokenizer endpoints are in generation_endpoints.cc).
+#include "server/frontend/openai_service.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "server/frontend/api_error.h"
+
+namespace strata::frontend {
+namespace {
+
+struct RouteEntry {
+  std::string_view path;
+  std::string_view method;
+};
+
+// Every route (for 404 vs 405 and the Allow header).
+constexpr RouteEntry kRoutes[] = {
+    {"/health", "GET"},
+    {"/ready", "GET"},
+    {"/v1/health/ready", "GET"},
+    {"/v1/models", "GET"},
+    {"/v1/chat/completions", "POST"},
+    {"/v1/completions", "POST"},
+    {"/tokenize", "POST"},
+    {"/detokenize", "POST"},
+    {"/server_info", "GET"},
+    {"/metrics", "GET"},
+};
+
+bool IsModelPath(std::string_view path) {
+  return path.size() > 11 && path.substr(0, 11) == "/v1/models/";
+}
+
+// Constant-time comparison (the key is a secret).
+bool SameKey(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+http::HttpResponse JsonResponse(const Json& json, int status) {
+  http::HttpResponse response;
+  response.status = status;
+  response.body = json.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return response;
+}
+
+http::HttpResponse ErrorResponse(const absl::Status& status, int retry_after_seconds) {
+  const ApiError error = ToApiError(status);
+  http::HttpResponse response;
+  response.status = error.http_status;
+  response.body = error.ToJsonString();
+  if (error.http_status == 429) {
+    response.headers.push_back({"Retry-After", std::to_string(retry_after_seconds)});
+  }
+  return response;
+}
+
+OpenAiService::OpenAiService(ServiceOptions options) : options_(std::move(options)) {}
+
+void OpenAiService::SetModel(const ServedModel* model) { model_.store(model); }
+
+http::HttpResponse OpenAiService::ProtocolError(int status, std::string_view code,
+                                                std::string_view message) {
+  ApiError error;
+  error.http_status = status;
+  error.message = std::string(message);
+  error.type = status >= 500 ? "server_error" : "invalid_request_error";
+  error.code = std::string(code);
+  http::HttpResponse response;
+  response.status = status;
+  response.body = error.ToJsonString();
+  response.close_connection = true;
+  return response;
+}
+
+http::HandlerResult OpenAiService::Handle(http::HttpRequest request) {
+  Result result = Route(request);
+  if (result.ok()) return std::move(*result);
+  const absl::Status& status = result.status();
+  http::HandlerResult out;
+  out.response = ErrorResponse(status, options_.retry_after_seconds);
+  if (status.code() == absl::StatusCode::kFailedPrecondition) {  // 405
+    std::vector<std::string> allowed;
+    for (const RouteEntry& r : kRoutes) {
+      if (r.path == request.path) allowed.emplace_back(r.method);
+    }
+    if (IsModelPath(request.path)) allowed.push_back("GET");
+    out.response.headers.push_back({"Allow", absl::StrJoin(allowed, ", ")});
+  }
+  if (out.response.status >= 500) {
+    LOG_WARN("api", "{} {} -> {}: {}", request.method, request.path, out.response.status,
+             std::string(status.message()));
+  }
+  return out;
+}
+
+absl::Status OpenAiService::CheckAuth(const http::HttpRequest& request) const {
+  if (options_.api_key.empty() || !absl::StartsWith(request.path, "/v1/")) {
+    return absl::OkStatus();
+  }
+  const std::string* header = request.FindHeader("authorization");
+  if (!header) {
+    return ApiErrorStatus(absl::StatusCode::kUnauthenticated,
+                          "missing API key: send 'Authorization: Bearer <key>'");
+  }
+  absl::string_view value = *header;
+  if (!absl::ConsumePrefix(&value, "Bearer ") && !absl::ConsumePrefix(&value, "bearer ")) {
+    return ApiErrorStatus(absl::StatusCode::kUnauthenticated,
+                          "the Authorization header must be 'Bearer <key>'");
+  }
+  if (!SameKey(std::string_view(value.data(), value.size()), options_.api_key)) {
+    return ApiErrorStatus(absl::StatusCode::kUnauthenticated, "incorrect API key provided");
+  }
+  return absl::OkStatus();
+}
+
+OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
+  const std::string& path = request.path;
+  const std::string& method = request.method;
+  bool path_known = IsModelPath(path);
+  bool route_found = IsModelPath(path) && method == "GET";
+  for (const RouteEntry& r : kRoutes) {
+    if (r.path != path) continue;
+    path_known = true;
+    route_found = route_found || r.method == method;
+  }
+  if (!path_known) {
+    return ApiErrorStatus(absl::StatusCode::kNotFound,
+                          absl::StrCat("no route for ", method, " ", path), {}, "unknown_url");
+  }
+  RETURN_IF_ERROR(CheckAuth(request));
+  if (!route_found) {
+    return ApiErrorStatus(absl::StatusCode::kFailedPrecondition,
+                          absl::StrCat("method ", method, " is not allowed for ", path));
+  }
+  if (path == "/health") return http::HandlerResult{JsonResponse({{"status", "ok"}}), nullptr};
+  if (path == "/ready" || path == "/v1/health/ready") return Ready();
+  if (path == "/v1/models" || IsModelPath(path)) return Models(request);
+  if (path == "/v1/chat/completions") return ChatCompletions(request);
+  if (path == "/v1/completions") return Completions(request);
+  if (path == "/tokenize") return Tokenize(request);
+  if (path == "/detokenize") return Detokenize(request);
+  if (path == "/server_info") return ServerInfo();
+  return Metrics();
+}
+
+absl::StatusOr<const ServedModel*> OpenAiService::ReadyModel() const {
+  const ServedModel* model = model_.load();
+  if (model == nullptr) {
+    return ApiErrorStatus(absl::StatusCode::kUnavailable, "the model is still loading", {},
+                          "model_loading");
+  }
+  return model;
+}
+
+absl::StatusOr<const ServedModel*> OpenAiService::ModelFor(const std::string& requested) const {
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  if (requested.empty()) return model;
+  for (const std::string& name : model->names) {
+    if (name == requested) return model;
+  }
+  return ApiErrorStatus(absl::StatusCode::kNotFound,
+                        absl::StrCat("The model '", requested, "' does not exist (served: '",
+                                     absl::StrJoin(model->names, "', '"), "')"),
+                        "model", "model_not_found");
+}
+
+OpenAiService::Result OpenAiService::Ready() const {
+  if (draining_) {
+    return ApiErrorStatus(absl::StatusCode::kUnavailable, "the server is shutting down", {},
+                          "server_draining");
+  }
+  RETURN_IF_ERROR(ReadyModel().status());
+  return http::HandlerResult{JsonResponse({{"status", "ready"}}), nullptr};
+}
+
+OpenAiService::Result OpenAiService::Models(const http::HttpRequest& request) const {
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  auto card = [&](const std::string& name) {
+    Json item = Json::object();
+    item["id"] = name;
+    item["object"] = "model";
+    item["created"] = model->created;
+    item["owned_by"] = "strata";
+    item["root"] = model->root;
+    item["parent"] = nullptr;
+    item["max_model_len"] = model->max_model_len;
+    item["permission"] = Json::array();
+    return item;
+  };
+  if (IsModelPath(request.path)) {
+    const std::string id = request.path.substr(11);
+    ASSIGN_OR_RETURN(const ServedModel* found, ModelFor(id));
+    (void)found;
+    return http::HandlerResult{JsonResponse(card(id)), nullptr};
+  }
+  Json data = Json::array();
+  for (const std::string& name : model->names) data.push_back(card(name));
+  return http::HandlerResult{JsonResponse({{"object", "list"}, {"data", std::move(data)}}),
+                             nullptr};
+}
+
+OpenAiService::Result OpenAiService::ServerInfo() const {
+  Json info = server_info_ ? server_info_() : Json::object();
+  info["draining"] = draining_.load();
+  info["num_requests_in_flight"] = in_flight_->load();
+  return http::HandlerResult{JsonResponse(info), nullptr};
+}
+
+OpenAiService::Result OpenAiService::Metrics() const {
+  if (!metrics_) {
+    return ApiErrorStatus(absl::StatusCode::kNotFound, "metrics are not enabled", {},
+                          "unknown_url");
+  }
+  http::HttpResponse response;
+  response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  response.body = metrics_();
+  return http::HandlerResult{std::move(response), nullptr};
+}
+
+OpenAiService::Result OpenAiService::Generate(const ServedModel& model, GenerationSpec spec) {
+  const bool stream = spec.stream;
+  ResponseHooks hooks{in_flight_, options_.on_choice_finished};
+  ASSIGN_OR_RETURN(std::unique_ptr<GenerationResponse> response,
+                   GenerationResponse::Submit(model, std::move(spec), std::move(hooks)));
+  http::HandlerResult result;
+  if (stream) {
+    result.response.content_type = "text/event-stream";
+    result.response.headers.push_back({"Cache-Control", "no-cache"});
+    result.response.headers.push_back({"X-Accel-Buffering", "no"});
+  }
+  result.pending = std::move(response);
+  return result;
+}
+
+}  // namespace strata::frontend

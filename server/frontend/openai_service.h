@@ -1,0 +1,91 @@
+// The OpenAI-compatible REST surface (API.md): routing, auth, readiness and draining, and the
+// endpoints. Implements http::HttpHandler, so it is tested without sockets.
+//
+//   GET  /health                       200 while the process runs (also while loading)
+//   GET  /ready, /v1/health/ready      200 when a model is set and not draining, else 503
+//   GET  /v1/models, /v1/models/{id}   the served model (with max_model_len)
+//   POST /v1/chat/completions          chat (stream or not, n, logprobs, tools, ...)
+//   POST /v1/completions               text completion (string / ids / lists of either)
+//   POST /tokenize, /detokenize        vLLM shapes
+//   GET  /server_info, /metrics        from providers set by the process (404 when unset)
+// Errors are OpenAI error objects (api_error.h); an unknown path is 404, a known path with the
+// wrong method 405 (with Allow). With an API key, /v1/* needs `Authorization: Bearer KEY`.
+// Thread-safe: Handle runs concurrently on the I/O threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/frontend/generation_response.h"
+#include "server/frontend/openai_request.h"
+#include "server/frontend/served_model.h"
+#include "server/http/http_types.h"
+
+namespace strata::frontend {
+
+struct ServiceOptions {
+  std::string api_key;          // empty: no authentication
+  RequestLimits limits;         // vocab_size is taken from the model
+  int retry_after_seconds = 1;  // on 429
+  // Per finished choice (metrics, request log); may be empty.
+  std::function<void(const server::RequestTimings&)> on_choice_finished;
+};
+
+class OpenAiService : public http::HttpHandler {
+ public:
+  explicit OpenAiService(ServiceOptions options);
+
+  // Makes the model servable (ready). `model` must outlive the service; set once.
+  void SetModel(const ServedModel* model);
+  // Readiness goes to 503 and new generation requests are refused (503 server_draining);
+  // requests in flight continue.
+  void StartDraining() { draining_ = true; }
+  bool draining() const { return draining_; }
+  // Generation responses alive (submitted and not yet fully written or cancelled).
+  int64_t num_in_flight() const { return in_flight_->load(); }
+
+  // Body of /server_info (the service adds "draining" and "num_requests_in_flight").
+  void SetServerInfoProvider(std::function<Json()> provider) { server_info_ = std::move(provider); }
+  // Prometheus text for /metrics.
+  void SetMetricsProvider(std::function<std::string()> provider) { metrics_ = std::move(provider); }
+
+  http::HandlerResult Handle(http::HttpRequest request) override;
+  http::HttpResponse ProtocolError(int status, std::string_view code,
+                                   std::string_view message) override;
+
+ private:
+  using Result = absl::StatusOr<http::HandlerResult>;
+
+  Result Route(const http::HttpRequest& request);
+  absl::Status CheckAuth(const http::HttpRequest& request) const;
+  absl::StatusOr<const ServedModel*> ModelFor(const std::string& requested) const;
+  absl::StatusOr<const ServedModel*> ReadyModel() const;
+
+  Result ChatCompletions(const http::HttpRequest& request);
+  Result Completions(const http::HttpRequest& request);
+  Result Tokenize(const http::HttpRequest& request);
+  Result Detokenize(const http::HttpRequest& request);
+  Result Models(const http::HttpRequest& request) const;
+  Result Ready() const;
+  Result ServerInfo() const;
+  Result Metrics() const;
+  Result Generate(const ServedModel& model, GenerationSpec spec);
+
+  const ServiceOptions options_;
+  std::atomic<const ServedModel*> model_{nullptr};
+  std::atomic<bool> draining_{false};
+  std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
+  std::function<Json()> server_info_;
+  std::function<std::string()> metrics_;
+};
+
+// An HttpResponse holding `json` (status 200 unless given).
+http::HttpResponse JsonResponse(const Json& json, int status = 200);
+// The response for an error status (adds Retry-After on 429).
+http::HttpResponse ErrorResponse(const absl::Status& status, int retry_after_seconds);
+
+}  // namespace strata::frontend

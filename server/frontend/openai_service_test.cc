@@ -1,0 +1,544 @@
+// The OpenAI surface end to end without sockets: OpenAiService over a real scheduler and
+// EngineLoop whose executor follows a script (testing/scripted_executor.h).
+#include "server/frontend/openai_service.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "server/frontend/testing/scripted_executor.h"
+
+namespace strata::frontend {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::kImEnd;
+
+struct Reply {
+  int status = 0;
+  std::string content_type;
+  std::vector<http::Header> headers;
+  std::string body;
+  Json json() const { return Json::parse(body); }
+  std::string Header(const std::string& name) const {
+    for (const auto& h : headers) {
+      if (h.name == name) return h.value;
+    }
+    return "";
+  }
+};
+
+http::HttpRequest Request(std::string method, std::string path, std::string body = "",
+                          std::vector<http::Header> headers = {}) {
+  http::HttpRequest r;
+  r.method = std::move(method);
+  r.target = path;
+  r.path = std::move(path);
+  r.body = std::move(body);
+  r.headers = std::move(headers);
+  return r;
+}
+
+// Drives a request to its end the way the HTTP server does (Start, Poll on every wake).
+Reply Drive(OpenAiService& service, http::HttpRequest request) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool woke = false;
+  http::HandlerResult result = service.Handle(std::move(request));
+  Reply reply;
+  reply.status = result.response.status;
+  reply.content_type = result.response.content_type;
+  reply.headers = result.response.headers;
+  reply.body = result.response.body;
+  if (!result.pending) return reply;
+  result.pending->Start([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    woke = true;
+    cv.notify_all();
+  });
+  http::HttpResponse out = result.response;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!result.pending->Poll(&out)) {
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_until(lock, deadline, [&] { return woke; })) << "no progress";
+    if (!woke) break;
+    woke = false;
+  }
+  result.pending.reset();
+  reply.status = out.status;
+  reply.body = out.body;
+  return reply;
+}
+
+Reply Post(OpenAiService& s, const std::string& path, const std::string& body,
+           std::vector<http::Header> headers = {}) {
+  return Drive(s, Request("POST", path, body, std::move(headers)));
+}
+
+// "data: <json>\n\n" events; [DONE] as the string "[DONE]".
+std::vector<Json> SseEvents(const std::string& body) {
+  std::vector<Json> events;
+  for (absl::string_view event : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::StartsWith(event, "data: ")) << event;
+    event.remove_prefix(6);
+    events.push_back(event == "[DONE]" ? Json("[DONE]") : Json::parse(std::string(event)));
+  }
+  return events;
+}
+
+void ExpectError(const Reply& r, int status, const std::string& code, const Json& param) {
+  EXPECT_EQ(r.status, status) << r.body;
+  const Json j = Json::parse(r.body);
+  EXPECT_EQ(j["error"]["code"], code) << r.body;
+  EXPECT_EQ(j["error"]["param"], param) << r.body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_EQ(j["error"]["type"], status == 429   ? "rate_limit_error"
+                                : status >= 500 ? "server_error"
+                                                : "invalid_request_error");
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  explicit ServiceTest(testing::FixtureOptions options = {}, std::string api_key = "")
+      : fixture_(options), service_(ServiceOptions{api_key, {}, 3}) {
+    service_.SetModel(&fixture_.served());
+  }
+  // Scripts every request to produce `text` then the EOS.
+  void ScriptText(const std::string& text) {
+    std::vector<int32_t> ids = fixture_.Ids(text);
+    ids.push_back(kImEnd);
+    fixture_.executor().SetScript([ids](const std::vector<int32_t>&) { return ids; });
+  }
+  // Waits until the engine has nothing left (cancels processed, caches released).
+  void WaitIdle() {
+    auto busy = [&] {
+      const server::EngineStats s = fixture_.engine().stats();
+      return s.num_unfinished > 0 || s.scheduler.num_running > 0 || s.scheduler.num_waiting > 0;
+    };
+    for (int i = 0; i < 4000 && busy(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_FALSE(busy());
+  }
+  // Waits until the engine has aborted `n` requests in all (a cancel takes one step).
+  void WaitAborted(int64_t n) {
+    for (int i = 0; i < 4000 && fixture_.engine().stats().scheduler.num_aborted_total < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(fixture_.engine().stats().scheduler.num_aborted_total, n);
+    WaitIdle();
+  }
+
+  testing::Fixture fixture_;
+  OpenAiService service_;
+};
+
+constexpr char kHello[] = R"("messages": [{"role": "user", "content": "Say hello"}])";
+
+std::string ChatBody(const std::string& extra = "") {
+  return std::string("{") + kHello + (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+TEST_F(ServiceTest, ChatCompletionHasOpenAiShapeAndUsage) {
+  ScriptText("hello world");
+  Reply r = Post(service_, "/v1/chat/completions", ChatBody(R"("model": "test-model")"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json j = r.json();
+  EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "chatcmpl-"));
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["model"], "test-model");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "hello world");
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  const int64_t completion = static_cast<int64_t>(fixture_.Ids("hello world").size()) + 1;
+  EXPECT_EQ(j["usage"]["completion_tokens"], completion);
+  const Json tokenized =
+      Post(service_, "/tokenize", ChatBody()).json();  // the same rendered prompt
+  EXPECT_EQ(j["usage"]["prompt_tokens"], tokenized["count"]);
+  EXPECT_EQ(j["usage"]["total_tokens"], tokenized["count"].get<int64_t>() + completion);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+}
+
+TEST_F(ServiceTest, StreamCarriesTheSameTextAsNonStream) {
+  ScriptText("hello world, hello");
+  const Json whole = Post(service_, "/v1/chat/completions", ChatBody()).json();
+  Reply r = Post(service_, "/v1/chat/completions",
+                 ChatBody(R"("stream": true, "stream_options": {"include_usage": true})"));
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "text/event-stream");
+  std::vector<Json> events = SseEvents(r.body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const Json& first = events[0];
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  int finishes = 0;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const Json& e = events[i];
+    EXPECT_EQ(e["id"], first["id"]);
+    EXPECT_EQ(e["created"], first["created"]);
+    EXPECT_EQ(e["model"], "test-model");
+    const Json& choice = e["choices"][0];
+    if (choice["delta"].contains("content")) text += choice["delta"]["content"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) {
+      ++finishes;
+      EXPECT_EQ(choice["finish_reason"], "stop");
+      EXPECT_EQ(i + 3, events.size()) << "the finish chunk is the last choice chunk";
+    }
+  }
+  EXPECT_EQ(finishes, 1);
+  EXPECT_EQ(text, whole["choices"][0]["message"]["content"]);
+  const Json& usage_chunk = events[events.size() - 2];
+  EXPECT_TRUE(usage_chunk["choices"].empty());
+  EXPECT_EQ(usage_chunk["usage"], whole["usage"]);
+}
+
+TEST_F(ServiceTest, StopStringEndsTheChoiceAndAbortsTheEngineRequest) {
+  std::string text = "hello world";
+  for (int i = 0; i < 100; ++i) text += " and on";
+  ScriptText(text);
+  fixture_.executor().SetStepDelay(absl::Milliseconds(1));  // the stop is seen mid-generation
+  Reply r = Post(service_, "/v1/chat/completions", ChatBody(R"("stop": ["o w", "zzz"])"));
+  const Json j = r.json();
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "hell");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(j["usage"]["completion_tokens"].get<int>(), 10);
+  WaitAborted(1);
+  Reply included = Post(service_, "/v1/chat/completions",
+                        ChatBody(R"("stop": "o w", "include_stop_str_in_output": true)"));
+  EXPECT_EQ(included.json()["choices"][0]["message"]["content"], "hello w");
+}
+
+TEST_F(ServiceTest, MaxTokensAndStopTokenIds) {
+  ScriptText("hello world");
+  Reply length = Post(service_, "/v1/chat/completions", ChatBody(R"("max_tokens": 1)"));
+  EXPECT_EQ(length.json()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(length.json()["choices"][0]["message"]["content"], "hello");
+  EXPECT_EQ(length.json()["usage"]["completion_tokens"], 1);
+  const int32_t w = fixture_.Ids(" w")[0];
+  Reply stop = Post(service_, "/v1/chat/completions",
+                    ChatBody(R"("stop_token_ids": [)" + std::to_string(w) + "]"));
+  EXPECT_EQ(stop.json()["choices"][0]["message"]["content"], "hello");
+  EXPECT_EQ(stop.json()["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(stop.json()["usage"]["completion_tokens"], 2);  // the stop token counts
+}
+
+TEST_F(ServiceTest, SameSeedSameOutputAndNChoicesDiffer) {
+  const std::string body =
+      ChatBody(R"("n": 3, "seed": 42, "temperature": 1, "max_tokens": 12, "ignore_eos": true)");
+  const Json a = Post(service_, "/v1/chat/completions", body).json();
+  const Json b = Post(service_, "/v1/chat/completions", body).json();
+  ASSERT_EQ(a["choices"].size(), 3u);
+  std::vector<int> indices;
+  for (const Json& c : a["choices"]) indices.push_back(c["index"]);
+  EXPECT_THAT(indices, ElementsAre(0, 1, 2));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(a["choices"][i]["message"], b["choices"][i]["message"]) << i;
+  }
+  EXPECT_NE(a["choices"][0]["message"], a["choices"][1]["message"]);
+  EXPECT_EQ(a["usage"]["completion_tokens"], 36);
+  // Choice i samples with seed + i (as vLLM does).
+  const Json other =
+      Post(service_, "/v1/chat/completions",
+           ChatBody(R"("seed": 43, "temperature": 1, "max_tokens": 12, "ignore_eos": true)"))
+          .json();
+  EXPECT_EQ(other["choices"][0]["message"], a["choices"][1]["message"]);
+}
+
+TEST_F(ServiceTest, ChatLogprobsListEveryTokenWithTopAlternatives) {
+  ScriptText("hello");
+  const Json j =
+      Post(service_, "/v1/chat/completions", ChatBody(R"("logprobs": true, "top_logprobs": 3)"))
+          .json();
+  const Json& content = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);  // "hello" and the EOS
+  EXPECT_EQ(content[0]["token"], "hello");
+  EXPECT_THAT(content[0]["bytes"].get<std::vector<int>>(), ElementsAre('h', 'e', 'l', 'l', 'o'));
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 3u);
+  EXPECT_EQ(content[0]["top_logprobs"][0]["token"], "hello");  // the scripted token leads
+  EXPECT_FLOAT_EQ(content[0]["top_logprobs"][0]["logprob"].get<float>(),
+                  content[0]["logprob"].get<float>());
+  EXPECT_GE(content[0]["top_logprobs"][1]["logprob"].get<double>(),
+            content[0]["top_logprobs"][2]["logprob"].get<double>());
+  EXPECT_LE(content[0]["logprob"].get<double>(), 0.0);
+}
+
+TEST_F(ServiceTest, ToolCallsAreParsedInBothModes) {
+  ScriptText(
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+      "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
+      "<|tool_calls_section_end|>");
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name":
+      "get_weather", "parameters": {"type": "object", "properties": {"city":
+      {"type": "string"}}}}}])";
+  const Json j = Post(service_, "/v1/chat/completions", ChatBody(tools)).json();
+  const Json& message = j["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  EXPECT_EQ(message["tool_calls"][0]["id"], "functions.get_weather:0");
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+
+  Reply s = Post(service_, "/v1/chat/completions", ChatBody(tools + R"(, "stream": true)"));
+  std::string arguments, name, id;
+  std::string finish;
+  for (const Json& e : SseEvents(s.body)) {
+    if (e == "[DONE]") continue;
+    const Json& choice = e["choices"][0];
+    if (choice["delta"].contains("tool_calls")) {
+      for (const Json& call : choice["delta"]["tool_calls"]) {
+        EXPECT_EQ(call["index"], 0);
+        if (call.contains("id")) id = call["id"];
+        if (call["function"].contains("name")) name = call["function"]["name"];
+        arguments += call["function"]["arguments"].get<std::string>();
+      }
+    }
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  EXPECT_EQ(id, "functions.get_weather:0");
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(arguments, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(finish, "tool_calls");
+  // The tools were declared to the model (the prompt grew).
+  const int64_t with_tools = j["usage"]["prompt_tokens"];
+  const Json plain = Post(service_, "/v1/chat/completions", ChatBody()).json();
+  EXPECT_GT(with_tools, plain["usage"]["prompt_tokens"].get<int64_t>());
+  // tool_choice none: no parsing, the markers are special tokens and are skipped.
+  const Json none =
+      Post(service_, "/v1/chat/completions", ChatBody(tools + R"(, "tool_choice": "none")")).json();
+  EXPECT_FALSE(none["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(none["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ServiceTest, CompletionsAcceptEveryPromptShape) {
+  ScriptText(" world");
+  const Json text =
+      Post(service_, "/v1/completions", R"({"prompt": "hello", "echo": true, "max_tokens": 5})")
+          .json();
+  EXPECT_EQ(text["object"], "text_completion");
+  EXPECT_TRUE(absl::StartsWith(text["id"].get<std::string>(), "cmpl-"));
+  EXPECT_EQ(text["choices"][0]["text"], "hello world");
+  EXPECT_EQ(text["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(text["usage"]["prompt_tokens"], 1);  // "hello" is one token
+
+  const Json many = Post(service_, "/v1/completions",
+                         R"({"prompt": [[104, 105], "hello"], "n": 2, "max_tokens": 5})")
+                        .json();
+  ASSERT_EQ(many["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(many["choices"][i]["index"], i);
+    EXPECT_EQ(many["choices"][i]["text"], " world");
+  }
+  EXPECT_EQ(many["usage"]["prompt_tokens"], 3);  // each prompt counted once
+
+  const Json lp =
+      Post(service_, "/v1/completions", R"({"prompt": "hello", "logprobs": 2, "max_tokens": 5})")
+          .json();
+  const Json& logprobs = lp["choices"][0]["logprobs"];
+  EXPECT_THAT(logprobs["tokens"].get<std::vector<std::string>>(),
+              ElementsAre(" w", "or", "ld", "<|im_end|>"));
+  EXPECT_THAT(logprobs["text_offset"].get<std::vector<int>>(), ElementsAre(0, 2, 4, 6));
+  EXPECT_EQ(logprobs["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(logprobs["token_logprobs"].size(), 4u);
+}
+
+TEST_F(ServiceTest, CompletionStreamEndsWithUsageAndDone) {
+  ScriptText(" world");
+  Reply r = Post(service_, "/v1/completions",
+                 R"({"prompt": "hello", "stream": true, "echo": true,
+                     "stream_options": {"include_usage": true}})");
+  std::vector<Json> events = SseEvents(r.body);
+  ASSERT_GE(events.size(), 4u);
+  std::string text;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    EXPECT_EQ(events[i]["object"], "text_completion");
+    text += events[i]["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "hello world");
+  EXPECT_EQ(events[events.size() - 3]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(events[events.size() - 2]["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+TEST_F(ServiceTest, TokenizeAndDetokenizeUseVllmShapes) {
+  const Json t =
+      Post(service_, "/tokenize", R"({"prompt": "hello world", "return_token_strs": true})").json();
+  EXPECT_EQ(t["count"], 4);
+  EXPECT_EQ(t["max_model_len"], 512);
+  EXPECT_THAT(t["token_strs"].get<std::vector<std::string>>(),
+              ElementsAre("hello", " w", "or", "ld"));
+  const Json d = Post(service_, "/detokenize", Json{{"tokens", t["tokens"]}}.dump()).json();
+  EXPECT_EQ(d["prompt"], "hello world");
+  const Json chat = Post(service_, "/tokenize", ChatBody()).json();
+  EXPECT_GT(chat["count"].get<int>(), 4);
+  ExpectError(Post(service_, "/detokenize", R"({"tokens": [1, 9999]})"), 400, "invalid_value",
+              "tokens[1]");
+  ExpectError(Post(service_, "/tokenize", R"({})"), 400, "missing_required_parameter", "prompt");
+}
+
+TEST_F(ServiceTest, ModelsListServedNamesWithContextLength) {
+  const Json j = Drive(service_, Request("GET", "/v1/models")).json();
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["data"][0]["id"], "test-model");
+  EXPECT_EQ(j["data"][0]["object"], "model");
+  EXPECT_EQ(j["data"][0]["max_model_len"], 512);
+  EXPECT_EQ(Drive(service_, Request("GET", "/v1/models/alias")).json()["id"], "alias");
+  ExpectError(Drive(service_, Request("GET", "/v1/models/nope")), 404, "model_not_found", "model");
+}
+
+TEST_F(ServiceTest, RoutingErrors) {
+  ExpectError(Drive(service_, Request("GET", "/v1/nothing")), 404, "unknown_url", nullptr);
+  Reply wrong = Drive(service_, Request("GET", "/v1/chat/completions"));
+  ExpectError(wrong, 405, "method_not_allowed", nullptr);
+  EXPECT_EQ(wrong.Header("Allow"), "POST");
+  ExpectError(Post(service_, "/v1/chat/completions", ChatBody(R"("model": "gpt-4")")), 404,
+              "model_not_found", "model");
+  EXPECT_EQ(Post(service_, "/v1/chat/completions", ChatBody(R"("model": "alias")")).status, 200);
+  ExpectError(Post(service_, "/v1/chat/completions", "{"), 400, "invalid_json", nullptr);
+  ExpectError(Post(service_, "/v1/completions", R"({"prompt": "a", "echo": true,
+              "logprobs": 1})"),
+              400, "unsupported_value", "echo");
+}
+
+TEST_F(ServiceTest, HealthReadyAndDraining) {
+  EXPECT_EQ(Drive(service_, Request("GET", "/health")).status, 200);
+  EXPECT_EQ(Drive(service_, Request("GET", "/ready")).status, 200);
+  EXPECT_EQ(Drive(service_, Request("GET", "/v1/health/ready")).status, 200);
+  service_.StartDraining();
+  ExpectError(Drive(service_, Request("GET", "/ready")), 503, "server_draining", nullptr);
+  ExpectError(Post(service_, "/v1/chat/completions", ChatBody()), 503, "server_draining", nullptr);
+  EXPECT_EQ(Drive(service_, Request("GET", "/health")).status, 200);
+
+  OpenAiService loading(ServiceOptions{});
+  EXPECT_EQ(Drive(loading, Request("GET", "/health")).status, 200);
+  ExpectError(Drive(loading, Request("GET", "/ready")), 503, "model_loading", nullptr);
+  ExpectError(Post(loading, "/v1/completions", R"({"prompt": "a"})"), 503, "model_loading",
+              nullptr);
+}
+
+TEST_F(ServiceTest, ServerInfoAndMetricsComeFromProviders) {
+  ExpectError(Drive(service_, Request("GET", "/metrics")), 404, "unknown_url", nullptr);
+  service_.SetMetricsProvider([] { return std::string("strata:x 1\n"); });
+  service_.SetServerInfoProvider([] { return Json{{"version", "v"}}; });
+  Reply metrics = Drive(service_, Request("GET", "/metrics"));
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_EQ(metrics.body, "strata:x 1\n");
+  EXPECT_THAT(metrics.content_type, HasSubstr("text/plain"));
+  const Json info = Drive(service_, Request("GET", "/server_info")).json();
+  EXPECT_EQ(info["version"], "v");
+  EXPECT_EQ(info["num_requests_in_flight"], 0);
+  EXPECT_EQ(info["draining"], false);
+}
+
+TEST_F(ServiceTest, ContextLengthErrorsCountTokens) {
+  std::string long_text(600, 'x');  // 600 tokens of one byte each (no merges for "xx")
+  Reply prompt = Post(service_, "/v1/chat/completions",
+                      R"({"messages": [{"role": "user", "content": ")" + long_text + R"("}]})");
+  ExpectError(prompt, 400, "context_length_exceeded", "messages");
+  EXPECT_THAT(prompt.json()["error"]["message"].get<std::string>(),
+              HasSubstr("maximum context length is 512 tokens"));
+  Reply budget = Post(service_, "/v1/chat/completions", ChatBody(R"("max_tokens": 600)"));
+  ExpectError(budget, 400, "context_length_exceeded", "max_tokens");
+  EXPECT_THAT(budget.json()["error"]["message"].get<std::string>(), HasSubstr("600 > 512 - "));
+  ExpectError(Post(service_, "/v1/completions", R"({"prompt": [1, 2], "max_tokens": 511})"), 400,
+              "context_length_exceeded", "max_tokens");
+  ExpectError(Post(service_, "/v1/completions", R"({"prompt": ["a", ")" + long_text + R"("]})"),
+              400, "context_length_exceeded", "prompt[1]");
+}
+
+TEST_F(ServiceTest, CancelAbortsTheRequestAndFreesItsCache) {
+  fixture_.executor().SetStepDelay(absl::Milliseconds(5));
+  const int32_t total_blocks = [&] {
+    Post(service_, "/v1/completions", R"({"prompt": "a", "max_tokens": 1})");
+    return fixture_.engine().stats().scheduler.num_blocks;
+  }();
+  http::HandlerResult r = service_.Handle(
+      Request("POST", "/v1/chat/completions", ChatBody(R"("stream": true, "max_tokens": 400)")));
+  ASSERT_NE(r.pending, nullptr);
+  r.pending->Start([] {});
+  http::HttpResponse out;
+  for (int i = 0; i < 200 && fixture_.engine().stats().scheduler.num_running == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    r.pending->Poll(&out);
+  }
+  EXPECT_EQ(service_.num_in_flight(), 1);
+  EXPECT_LT(fixture_.engine().stats().scheduler.num_free_blocks, total_blocks);
+  r.pending->Cancel();
+  r.pending.reset();
+  EXPECT_EQ(service_.num_in_flight(), 0);
+  WaitAborted(1);
+  const scheduler::SchedulerStats s = fixture_.engine().stats().scheduler;
+  EXPECT_EQ(s.num_running, 0);
+  EXPECT_EQ(s.num_free_blocks, total_blocks);
+  EXPECT_EQ(s.num_free_slots, s.num_slots);
+  EXPECT_EQ(s.num_aborted_total, 1);
+}
+
+TEST_F(ServiceTest, ShutdownMidStreamEndsChoicesWithAbort) {
+  fixture_.executor().SetStepDelay(absl::Milliseconds(2));
+  http::HandlerResult r = service_.Handle(
+      Request("POST", "/v1/chat/completions", ChatBody(R"("stream": true, "max_tokens": 400)")));
+  r.pending->Start([] {});
+  http::HttpResponse out;
+  r.pending->Poll(&out);
+  fixture_.engine().Stop();
+  bool done = false;
+  for (int i = 0; i < 100 && !done; ++i) done = r.pending->Poll(&out);
+  ASSERT_TRUE(done);
+  std::vector<Json> events = SseEvents(out.body);
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "abort");
+}
+
+class SmallQueueTest : public ServiceTest {
+ protected:
+  SmallQueueTest() : ServiceTest(testing::FixtureOptions{512, 1, 16, false}) {}
+};
+
+TEST_F(SmallQueueTest, QueueFullIs429WithRetryAfter) {
+  fixture_.executor().SetStepDelay(absl::Milliseconds(5));
+  http::HandlerResult first =
+      service_.Handle(Request("POST", "/v1/chat/completions", ChatBody(R"("max_tokens": 400)")));
+  ASSERT_NE(first.pending, nullptr);
+  Reply second = Post(service_, "/v1/chat/completions", ChatBody());
+  ExpectError(second, 429, "rate_limit_exceeded", nullptr);
+  EXPECT_EQ(second.Header("Retry-After"), "3");
+  first.pending->Cancel();
+  first.pending.reset();
+  WaitAborted(1);
+  EXPECT_EQ(Post(service_, "/v1/chat/completions", ChatBody(R"("max_tokens": 2)")).status, 200);
+}
+
+class AuthTest : public ServiceTest {
+ protected:
+  AuthTest() : ServiceTest({}, "sk-test") {}
+};
+
+TEST_F(AuthTest, BearerKeyGuardsV1Only) {
+  ExpectError(Drive(service_, Request("GET", "/v1/models")), 401, "invalid_api_key", nullptr);
+  ExpectError(Drive(service_, Request("GET", "/v1/models", "", {{"authorization", "Bearer no"}})),
+              401, "invalid_api_key", nullptr);
+  ExpectError(Drive(service_, Request("GET", "/v1/models", "", {{"authorization", "sk-test"}})),
+              401, "invalid_api_key", nullptr);
+  EXPECT_EQ(Drive(service_, Request("GET", "/v1/models", "", {{"authorization", "Bearer sk-test"}}))
+                .status,
+            200);
+  EXPECT_EQ(Drive(service_, Request("GET", "/health")).status, 200);
+  EXPECT_EQ(Drive(service_, Request("GET", "/ready")).status, 200);
+}
+
+}  // namespace
+}  // namespace strata::frontend

@@ -1,0 +1,91 @@
+#include "server/frontend/prompt_builder.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "server/frontend/api_error.h"
+
+namespace strata::frontend {
+
+absl::StatusOr<std::string> RenderChat(const ServedModel& model, const Json& messages,
+                                       const Json& tools, bool add_generation_prompt,
+                                       const Json& chat_template_kwargs) {
+  const bool with_tools = tools.is_array() && !tools.empty();
+  const engine::ChatTemplate* chat_template =
+      with_tools ? model.chat_template_tools : model.chat_template;
+  if (chat_template == nullptr) {
+    return InvalidField("messages", "this model has no chat template; use /v1/completions",
+                        "unsupported_value");
+  }
+  engine::ChatTemplateInputs inputs;
+  inputs.messages = messages;
+  if (with_tools) inputs.tools = tools;
+  inputs.add_generation_prompt = add_generation_prompt;
+  inputs.kwargs = chat_template_kwargs;
+  absl::StatusOr<std::string> text = chat_template->Render(inputs);
+  if (!text.ok()) {
+    return InvalidField("messages",
+                        absl::StrCat("cannot render the chat template: ", text.status().message()));
+  }
+  return text;
+}
+
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
+                                                   const ChatCompletionRequest& request) {
+  ASSIGN_OR_RETURN(std::string text,
+                   RenderChat(model, request.messages, request.tools, request.add_generation_prompt,
+                              request.chat_template_kwargs));
+  engine::EncodeOptions options;
+  options.parse_special = true;  // the template writes its markers as special-token text
+  std::vector<int32_t> ids = model.tokenizer->Encode(text, options);
+  RETURN_IF_ERROR(CheckPromptIds(model, ids, "messages"));
+  return ids;
+}
+
+std::vector<int32_t> TextPromptIds(const ServedModel& model, std::string_view text,
+                                   bool add_special_tokens) {
+  engine::EncodeOptions options;
+  options.add_special_tokens = add_special_tokens;
+  options.parse_special = true;
+  return model.tokenizer->Encode(text, options);
+}
+
+absl::Status CheckPromptIds(const ServedModel& model, const std::vector<int32_t>& ids,
+                            std::string_view param) {
+  if (ids.empty()) return InvalidField(param, "the prompt is empty (0 tokens)");
+  for (int32_t id : ids) {
+    if (id < 0 || id >= model.vocab_size) {
+      return InvalidField(
+          param, absl::StrCat("the prompt has token id ", id,
+                              ", outside the model's vocabulary [0, ", model.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ResolveMaxTokens(const ServedModel& model, int64_t num_prompt_tokens,
+                                         std::optional<int64_t> max_tokens,
+                                         std::string_view prompt_param) {
+  const int64_t limit = model.max_model_len;
+  if (num_prompt_tokens >= limit) {
+    return InvalidField(prompt_param,
+                        absl::StrCat("This model's maximum context length is ", limit,
+                                     " tokens. However, your prompt has ", num_prompt_tokens,
+                                     " tokens (it must leave room for at least one output "
+                                     "token). Please reduce the length of the prompt."),
+                        "context_length_exceeded");
+  }
+  if (!max_tokens) return limit - num_prompt_tokens;
+  if (num_prompt_tokens + *max_tokens > limit) {
+    return InvalidField(
+        "max_tokens",
+        absl::StrCat("This model's maximum context length is ", limit,
+                     " tokens. However, you requested ", num_prompt_tokens + *max_tokens,
+                     " tokens (", num_prompt_tokens, " in the prompt, ", *max_tokens,
+                     " for the completion: max_tokens ", *max_tokens, " > ", limit, " - ",
+                     num_prompt_tokens, ")."),
+        "context_length_exceeded");
+  }
+  return *max_tokens;
+}
+
+}  // namespace strata::frontend

@@ -1,0 +1,41 @@
+// Prompts as token ids: chat messages through the model's chat template, completion prompts
+// through the tokenizer; and the context-length rules (vLLM's) that decide max_tokens:
+//   prompt_tokens >= max_model_len                 → 400 context_length_exceeded (prompt param)
+//   prompt_tokens + max_tokens > max_model_len     → 400 context_length_exceeded (max_tokens)
+//   max_tokens absent                              → max_model_len − prompt_tokens
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/frontend/openai_request.h"
+#include "server/frontend/served_model.h"
+
+namespace strata::frontend {
+
+// Renders the messages (tools declared when `tools` is an array) with the generation prompt
+// and tokenizes the text, special-token text becoming special tokens.
+absl::StatusOr<std::string> RenderChat(const ServedModel& model, const Json& messages,
+                                       const Json& tools, bool add_generation_prompt,
+                                       const Json& chat_template_kwargs);
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
+                                                   const ChatCompletionRequest& request);
+
+// Text of a completion prompt as ids (no special tokens added, special-token text parsed as
+// vLLM does for completions).
+std::vector<int32_t> TextPromptIds(const ServedModel& model, std::string_view text,
+                                   bool add_special_tokens);
+
+// 400 naming `param` for an empty prompt or an id outside the model's vocabulary.
+absl::Status CheckPromptIds(const ServedModel& model, const std::vector<int32_t>& ids,
+                            std::string_view param);
+
+absl::StatusOr<int64_t> ResolveMaxTokens(const ServedModel& model, int64_t num_prompt_tokens,
+                                         std::optional<int64_t> max_tokens,
+                                         std::string_view prompt_param);
+
+}  // namespace strata::frontend

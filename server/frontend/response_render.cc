@@ -1,0 +1,193 @@
+#include "server/frontend/response_render.h"
+
+#include <cmath>
+
+namespace strata::frontend {
+namespace {
+
+// JSON has no infinities; vLLM reports -inf log-probabilities as -9999.0.
+double FiniteLogprob(float logprob) {
+  return std::isfinite(logprob) ? static_cast<double>(logprob) : -9999.0;
+}
+
+Json BaseObject(const ResponseMeta& meta, std::string_view object) {
+  Json out = Json::object();
+  out["id"] = meta.id;
+  out["object"] = object;
+  out["created"] = meta.created;
+  out["model"] = meta.model;
+  return out;
+}
+
+}  // namespace
+
+Json UsageJson(const Usage& usage) {
+  Json out = Json::object();
+  out["prompt_tokens"] = usage.prompt_tokens;
+  out["completion_tokens"] = usage.completion_tokens;
+  out["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+  out["prompt_tokens_details"] = Json{{"cached_tokens", usage.cached_tokens}};
+  return out;
+}
+
+Json ChatLogprobsJson(const engine::Tokenizer& tokenizer,
+                      const std::vector<TokenLogprobEntry>& entries) {
+  Json content = Json::array();
+  for (const TokenLogprobEntry& e : entries) {
+    Json item = Json::object();
+    item["token"] = TokenText(tokenizer, e.token_id);
+    item["logprob"] = FiniteLogprob(e.logprob);
+    item["bytes"] = TokenBytes(tokenizer, e.token_id);
+    Json top = Json::array();
+    for (const engine::TokenLogprob& t : e.top) {
+      Json alt = Json::object();
+      alt["token"] = TokenText(tokenizer, t.token_id);
+      alt["logprob"] = FiniteLogprob(t.logprob);
+      alt["bytes"] = TokenBytes(tokenizer, t.token_id);
+      top.push_back(std::move(alt));
+    }
+    item["top_logprobs"] = std::move(top);
+    content.push_back(std::move(item));
+  }
+  return Json{{"content", std::move(content)}};
+}
+
+Json ToolCallDeltasJson(const std::vector<engine::ToolCallDelta>& deltas) {
+  Json out = Json::array();
+  for (const engine::ToolCallDelta& d : deltas) {
+    Json item = Json::object();
+    item["index"] = d.index;
+    Json function = Json::object();
+    if (d.id) {
+      item["id"] = *d.id;
+      item["type"] = "function";
+    }
+    if (d.name) function["name"] = *d.name;
+    function["arguments"] = d.arguments;
+    item["function"] = std::move(function);
+    out.push_back(std::move(item));
+  }
+  return out;
+}
+
+Json ToolCallsJson(const std::vector<ToolCall>& calls) {
+  Json out = Json::array();
+  for (const ToolCall& call : calls) {
+    Json item = Json::object();
+    item["id"] = call.id;
+    item["type"] = "function";
+    item["function"] = Json{{"name", call.name}, {"arguments", call.arguments}};
+    out.push_back(std::move(item));
+  }
+  return out;
+}
+
+Json ChatCompletionJson(const ResponseMeta& meta, const engine::Tokenizer& tokenizer,
+                        const std::vector<FinalChoice>& choices, const Usage& usage) {
+  Json out = BaseObject(meta, "chat.completion");
+  Json list = Json::array();
+  for (const FinalChoice& c : choices) {
+    Json message = Json::object();
+    message["role"] = "assistant";
+    if (c.text.empty() && !c.tool_calls.empty()) {
+      message["content"] = nullptr;
+    } else {
+      message["content"] = c.text;
+    }
+    if (!c.tool_calls.empty()) message["tool_calls"] = ToolCallsJson(c.tool_calls);
+    Json choice = Json::object();
+    choice["index"] = c.index;
+    choice["message"] = std::move(message);
+    choice["logprobs"] =
+        c.logprobs_requested ? ChatLogprobsJson(tokenizer, c.logprobs) : Json(nullptr);
+    choice["finish_reason"] = c.finish_reason;
+    list.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+Json ChatChunkJson(const ResponseMeta& meta, int index, Json delta, Json logprobs,
+                   const std::optional<std::string>& finish_reason) {
+  Json out = BaseObject(meta, "chat.completion.chunk");
+  Json choice = Json::object();
+  choice["index"] = index;
+  choice["delta"] = std::move(delta);
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = finish_reason ? Json(*finish_reason) : Json(nullptr);
+  out["choices"] = Json::array({std::move(choice)});
+  return out;
+}
+
+Json CompletionLogprobsJson(const engine::Tokenizer& tokenizer,
+                            const std::vector<TokenLogprobEntry>& entries, int64_t text_offset) {
+  Json tokens = Json::array();
+  Json token_logprobs = Json::array();
+  Json top_logprobs = Json::array();
+  Json offsets = Json::array();
+  for (const TokenLogprobEntry& e : entries) {
+    const std::string text = TokenText(tokenizer, e.token_id);
+    tokens.push_back(text);
+    token_logprobs.push_back(FiniteLogprob(e.logprob));
+    Json top = Json::object();
+    for (const engine::TokenLogprob& t : e.top) {
+      top[TokenText(tokenizer, t.token_id)] = FiniteLogprob(t.logprob);
+    }
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(text.size());
+  }
+  Json out = Json::object();
+  out["tokens"] = std::move(tokens);
+  out["token_logprobs"] = std::move(token_logprobs);
+  out["top_logprobs"] = std::move(top_logprobs);
+  out["text_offset"] = std::move(offsets);
+  return out;
+}
+
+Json CompletionJson(const ResponseMeta& meta, const engine::Tokenizer& tokenizer,
+                    const std::vector<FinalChoice>& choices, const Usage& usage) {
+  Json out = BaseObject(meta, "text_completion");
+  Json list = Json::array();
+  for (const FinalChoice& c : choices) {
+    Json choice = Json::object();
+    choice["index"] = c.index;
+    choice["text"] = c.text;
+    choice["logprobs"] =
+        c.logprobs_requested ? CompletionLogprobsJson(tokenizer, c.logprobs, 0) : Json(nullptr);
+    choice["finish_reason"] = c.finish_reason;
+    list.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+Json CompletionChunkJson(const ResponseMeta& meta, int index, const std::string& text,
+                         Json logprobs, const std::optional<std::string>& finish_reason) {
+  Json out = BaseObject(meta, "text_completion");
+  Json choice = Json::object();
+  choice["index"] = index;
+  choice["text"] = text;
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = finish_reason ? Json(*finish_reason) : Json(nullptr);
+  out["choices"] = Json::array({std::move(choice)});
+  return out;
+}
+
+Json UsageChunkJson(const ResponseMeta& meta, std::string_view object, const Usage& usage) {
+  Json out = BaseObject(meta, object);
+  out["choices"] = Json::array();
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+std::string SseData(const Json& json) {
+  std::string out = "data: ";
+  out += json.dump(-1, ' ', false, Json::error_handler_t::replace);
+  out += "\n\n";
+  return out;
+}
+
+}  // namespace strata::frontend

@@ -1,0 +1,31 @@
+// What the OpenAI front end serves: one model (its names, limits, tokenizer, chat templates)
+// and the engine loop that runs it. Plain pointers to objects the `strata serve` command owns
+// and keeps alive for as long as the front end.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "server/engine_loop.h"
+
+namespace strata::frontend {
+
+struct ServedModel {
+  std::vector<std::string> names;  // accepted in "model"; names[0] is reported in responses
+  std::string root;                // the checkpoint directory (reported by /v1/models)
+  int64_t created = 0;             // unix seconds, for /v1/models
+  int64_t max_model_len = 0;       // prompt + output tokens per sequence
+  int64_t vocab_size = 0;          // the model's; every prompt id must be below it
+  const engine::Tokenizer* tokenizer = nullptr;
+  const engine::ChatTemplate* chat_template = nullptr;        // requests without tools
+  const engine::ChatTemplate* chat_template_tools = nullptr;  // requests with tools
+  int32_t eos_token_id = -1;                                  // < 0: none
+  std::vector<int32_t> chat_stop_token_ids;  // end-of-turn ids that also end chat replies
+  server::EngineLoop* engine = nullptr;
+};
+
+}  // namespace strata::frontend

@@ -1,0 +1,57 @@
+// control_service.h.
+#include "server/grpc/control_service.h"
+
+#include "server/grpc/generate_request.h"
+
+namespace strata::rpc {
+
+grpc::Status ControlService::Abort(grpc::ServerContext* /*context*/,
+                                   const v1::AbortRequest* request, v1::AbortResponse* response) {
+  std::vector<std::string> ids(request->request_ids().begin(), request->request_ids().end());
+  response->set_num_aborted(state_.Abort(ids));
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::GetModelInfo(grpc::ServerContext* /*context*/,
+                                          const v1::GetModelInfoRequest* /*request*/,
+                                          v1::ModelInfo* response) {
+  absl::StatusOr<const frontend::ServedModel*> model = state_.LoadedModel();
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  for (const std::string& name : (*model)->names) response->add_names(name);
+  response->set_root((*model)->root);
+  response->set_max_model_len((*model)->max_model_len);
+  response->set_vocab_size((*model)->vocab_size);
+  response->set_eos_token_id((*model)->eos_token_id);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::GetServerInfo(grpc::ServerContext* /*context*/,
+                                           const v1::GetServerInfoRequest* /*request*/,
+                                           v1::ServerInfo* response) {
+  response->set_version(version_);
+  response->set_ready(state_.ready());
+  response->set_draining(state_.draining());
+  response->set_num_requests_in_flight(state_.num_in_flight());
+  if (state_.model() != nullptr) response->set_config_json(state_.ServerInfoJson());
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::GetLoads(grpc::ServerContext* /*context*/,
+                                      const v1::GetLoadsRequest* /*request*/, v1::Loads* response) {
+  absl::StatusOr<const frontend::ServedModel*> model = state_.LoadedModel();
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  const server::EngineStats stats = (*model)->engine->stats();
+  response->set_num_unfinished(stats.num_unfinished);
+  response->set_num_running(stats.scheduler.num_running);
+  response->set_num_waiting(stats.scheduler.num_waiting);
+  response->set_num_blocks(stats.scheduler.num_blocks);
+  response->set_num_free_blocks(stats.scheduler.num_free_blocks);
+  response->set_num_slots(stats.scheduler.num_slots);
+  response->set_num_free_slots(stats.scheduler.num_free_slots);
+  response->set_block_usage(stats.scheduler.block_usage);
+  response->set_num_steps(stats.num_steps);
+  response->set_num_aborted_total(stats.scheduler.num_aborted_total);
+  return grpc::Status::OK;
+}
+
+}  // namespace strata::rpc

@@ -1,0 +1,43 @@
+// strata.v1.GenerateRequest → the engine requests of its choices, validated exactly as the
+// REST API validates /v1/completions (the same parser, limits and messages: the proto fields
+// carry the REST field names), and absl::Status → grpc::Status.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/frontend/choice_decoder.h"
+#include "server/frontend/openai_request.h"
+#include "server/frontend/served_model.h"
+#include "strata/v1/inference.pb.h"
+
+namespace strata::rpc {
+
+struct GrpcChoice {
+  int index = 0;
+  scheduler::Request request;
+  frontend::ChoiceOptions options;
+};
+
+struct GrpcGeneration {
+  std::string request_id;  // the client's, or a generated "grpc-<hex>"
+  bool detokenize = true;
+  std::vector<GrpcChoice> choices;
+};
+
+// The REST body equivalent to `request` (a /v1/completions body; exposed for tests).
+frontend::Json CompletionBodyFor(const v1::GenerateRequest& request);
+
+// Validates `request` against `model` and builds its choices (InvalidArgument as REST).
+absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& model,
+                                               const frontend::RequestLimits& limits,
+                                               const v1::GenerateRequest& request);
+
+// The same code (absl and gRPC codes share their numbering) and message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace strata::rpc

@@ -1,0 +1,495 @@
+// End-to-end tests of the gRPC API against a real server: the embedded demo model (random
+// weights, trained tokenizer) in a ModelRuntime with its engine loop, served by GrpcServer on a
+// free loopback port, driven by generated strata.v1 stubs over a real channel.
+#include "server/grpc/grpc_server.h"
+
+#include <google/protobuf/empty.pb.h>
+#include <google/protobuf/wrappers.pb.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/client_unary_call.h>
+#include <grpcpp/support/sync_stream.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/cli/serve_runtime.h"
+#include "server/frontend/openai_request.h"
+#include "strata/v1/control.grpc.pb.h"
+#include "strata/v1/inference.grpc.pb.h"
+
+namespace strata::rpc {
+namespace {
+
+using v1::GenerateRequest;
+using v1::GenerateResponse;
+
+// Everything one Generate call returned.
+struct Outcome {
+  grpc::Status status;
+  std::vector<int32_t> ids;  // choice 0
+  std::string text;
+  std::vector<v1::Complete> completes;
+  int num_chunks = 0;
+};
+
+class GrpcServerTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (std::getenv("STRATA_CACHE_DIR") == nullptr) {
+      setenv("STRATA_CACHE_DIR", (testing::TempDir() + "strata_grpc_test_cache").c_str(), 1);
+    }
+    cli::ServeOptions options;
+    options.kv_cache_memory_bytes = int64_t{64} << 20;
+    options.engine.max_queued_requests = 80;
+    auto runtime = cli::ModelRuntime::Load(options);
+    ASSERT_TRUE(runtime.ok()) << runtime.status();
+    runtime_ = runtime->release();
+    GrpcServerOptions grpc_options;
+    grpc_options.host = "127.0.0.1";
+    grpc_options.port = 0;
+    auto server = GrpcServer::Start(grpc_options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+    server_->SetModel(&runtime_->served());
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete runtime_;
+  }
+
+  static std::shared_ptr<grpc::Channel> Channel(int port) {
+    return grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                               grpc::InsecureChannelCredentials());
+  }
+  std::unique_ptr<v1::Inference::Stub> Inference(int port = server_->port()) {
+    return v1::Inference::NewStub(Channel(port));
+  }
+  std::unique_ptr<v1::Control::Stub> Control() {
+    return v1::Control::NewStub(Channel(server_->port()));
+  }
+
+  static GenerateRequest Request(std::vector<int32_t> prompt, int64_t max_tokens) {
+    GenerateRequest r;
+    r.mutable_token_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
+    r.set_max_tokens(max_tokens);
+    r.set_ignore_eos(true);
+    return r;
+  }
+
+  // Reads the whole stream; `on_chunk(i)` runs after the i-th chunk (0-based).
+  Outcome Run(const GenerateRequest& request, grpc::ClientContext* context,
+              const std::function<void(int)>& on_chunk = nullptr, int port = 0) {
+    auto stub = Inference(port == 0 ? server_->port() : port);
+    auto reader = stub->Generate(context, request);
+    Outcome out;
+    GenerateResponse response;
+    while (reader->Read(&response)) {
+      if (response.has_chunk()) {
+        if (response.chunk().index() == 0) {
+          out.ids.insert(out.ids.end(), response.chunk().token_ids().begin(),
+                         response.chunk().token_ids().end());
+          out.text += response.chunk().text();
+        }
+        if (on_chunk) on_chunk(out.num_chunks);
+        ++out.num_chunks;
+      } else {
+        out.completes.push_back(response.complete());
+      }
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+  Outcome Run(const GenerateRequest& request) {
+    grpc::ClientContext context;
+    return Run(request, &context);
+  }
+
+  v1::Loads Loads() {
+    grpc::ClientContext context;
+    v1::Loads loads;
+    EXPECT_TRUE(Control()->GetLoads(&context, v1::GetLoadsRequest(), &loads).ok());
+    return loads;
+  }
+  // Waits until the engine has aborted `min_aborted_total` requests in all and holds nothing
+  // (every page and slot free); the last loads. (Loads are a snapshot of the latest step.)
+  v1::Loads WaitForEmptyCache(int64_t min_aborted_total = 0) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    v1::Loads loads = Loads();
+    while (absl::Now() < deadline &&
+           !(loads.num_aborted_total() >= min_aborted_total && loads.num_unfinished() == 0 &&
+             loads.num_running() == 0 && loads.num_free_blocks() == loads.num_blocks() &&
+             loads.num_free_slots() == loads.num_slots())) {
+      absl::SleepFor(absl::Milliseconds(10));
+      loads = Loads();
+    }
+    return loads;
+  }
+  static void ExpectEmpty(const v1::Loads& loads) {
+    EXPECT_EQ(loads.num_unfinished(), 0);
+    EXPECT_EQ(loads.num_running(), 0);
+    EXPECT_EQ(loads.num_free_blocks(), loads.num_blocks());
+    EXPECT_EQ(loads.num_free_slots(), loads.num_slots());
+  }
+  int64_t MaxModelLen() const { return runtime_->served().max_model_len; }
+
+  // grpc.health.v1.Health/Check: HealthCheckRequest{service=""} is an empty message and
+  // HealthCheckResponse{status} has the wire shape of Int32Value (field 1, varint).
+  static int HealthStatus(int port) {
+    auto channel = Channel(port);
+    grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check",
+                                     grpc::internal::RpcMethod::NORMAL_RPC);
+    grpc::ClientContext context;
+    google::protobuf::Empty request;
+    google::protobuf::Int32Value response;
+    grpc::Status status =
+        grpc::internal::BlockingUnaryCall(channel.get(), method, &context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.value();  // 1 SERVING, 2 NOT_SERVING
+  }
+
+  static cli::ModelRuntime* runtime_;
+  static GrpcServer* server_;
+};
+
+cli::ModelRuntime* GrpcServerTest::runtime_ = nullptr;
+GrpcServer* GrpcServerTest::server_ = nullptr;
+
+constexpr int kServing = 1;
+constexpr int kNotServing = 2;
+
+TEST_F(GrpcServerTest, StreamsChunksThenCompleteWithUsageAndTimings) {
+  GenerateRequest request = Request({5, 6, 7}, 12);
+  request.mutable_sampling()->set_temperature(0.0f);
+  grpc::ClientContext context;
+  Outcome out = Run(request, &context);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  // The generated request id (for Control.Abort) comes with the response headers.
+  auto id = context.GetServerInitialMetadata().find("strata-request-id");
+  ASSERT_NE(id, context.GetServerInitialMetadata().end());
+  EXPECT_EQ(std::string(id->second.data(), id->second.size()).rfind("grpc-", 0), 0u);
+  EXPECT_EQ(out.ids.size(), 12u);
+  EXPECT_EQ(out.num_chunks, 12);  // one decode step, one token, one chunk
+  ASSERT_EQ(out.completes.size(), 1u);
+  const v1::Complete& done = out.completes[0];
+  EXPECT_EQ(done.finish_reason(), "length");
+  EXPECT_EQ(done.usage().prompt_tokens(), 3);
+  EXPECT_EQ(done.usage().completion_tokens(), 12);
+  EXPECT_GE(done.timings().first_token_ms(), done.timings().queued_ms());
+  EXPECT_GE(done.timings().last_token_ms(), done.timings().first_token_ms());
+  for (int32_t id : out.ids) EXPECT_LT(id, runtime_->served().vocab_size);
+}
+
+TEST_F(GrpcServerTest, SameSeedGivesTheSameTokensAsTheEngineDirectly) {
+  GenerateRequest request = Request({11, 12, 13, 14}, 10);
+  request.mutable_sampling()->set_temperature(0.9f);
+  request.mutable_sampling()->set_seed(1234);
+  Outcome a = Run(request);
+  Outcome b = Run(request);
+  ASSERT_TRUE(a.status.ok());
+  EXPECT_EQ(a.ids, b.ids);
+  // The same request straight into the engine loop (choice 0 keeps the seed).
+  scheduler::Request direct;
+  direct.request_id = "direct-seed-check";
+  direct.prompt = {11, 12, 13, 14};
+  direct.max_tokens = 10;
+  direct.ignore_eos = true;
+  direct.sampling.temperature = 0.9f;
+  direct.sampling.seed = 1234;
+  auto stream = runtime_->engine().Submit(direct);
+  ASSERT_TRUE(stream.ok());
+  std::vector<int32_t> ids;
+  for (;;) {
+    std::optional<server::StreamEvent> event = (*stream)->Next(absl::Seconds(10));
+    ASSERT_TRUE(event.has_value());
+    ids.insert(ids.end(), event->token_ids.begin(), event->token_ids.end());
+    if (event->terminal()) break;
+  }
+  EXPECT_EQ(a.ids, ids);
+}
+
+TEST_F(GrpcServerTest, TextPromptStreamsTextDeltasThatDetokenizeTheIds) {
+  GenerateRequest request;
+  request.set_text("hello world");
+  request.set_max_tokens(8);
+  request.set_ignore_eos(true);
+  request.set_skip_special_tokens(false);
+  Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  grpc::ClientContext context;
+  v1::DetokenizeRequest detok;
+  detok.mutable_token_ids()->Add(out.ids.begin(), out.ids.end());
+  v1::DetokenizeResponse text;
+  ASSERT_TRUE(Inference()->Detokenize(&context, detok, &text).ok());
+  EXPECT_EQ(out.text, text.text());
+}
+
+TEST_F(GrpcServerTest, StopTokenIdEndsTheChoiceAndIsReported) {
+  GenerateRequest greedy = Request({21, 22, 23}, 12);
+  greedy.mutable_sampling()->set_temperature(0.0f);
+  Outcome full = Run(greedy);
+  ASSERT_EQ(full.ids.size(), 12u);
+  const int32_t stop_id = full.ids[5];
+  const size_t first = std::find(full.ids.begin(), full.ids.end(), stop_id) - full.ids.begin();
+  GenerateRequest request = greedy;
+  request.add_stop_token_ids(stop_id);
+  Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.ids, std::vector<int32_t>(full.ids.begin(), full.ids.begin() + first + 1));
+  ASSERT_EQ(out.completes.size(), 1u);
+  EXPECT_EQ(out.completes[0].finish_reason(), "stop");
+  ASSERT_TRUE(out.completes[0].has_matched_stop_token_id());
+  EXPECT_EQ(out.completes[0].matched_stop_token_id(), stop_id);
+  EXPECT_FALSE(out.completes[0].has_matched_stop_str());
+}
+
+TEST_F(GrpcServerTest, StopStringEndsTheTextAndIsReported) {
+  GenerateRequest greedy;
+  greedy.set_text("once upon a time");
+  greedy.set_max_tokens(24);
+  greedy.set_ignore_eos(true);
+  greedy.mutable_sampling()->set_temperature(0.0f);
+  Outcome full = Run(greedy);
+  ASSERT_TRUE(full.status.ok());
+  ASSERT_GE(full.text.size(), 8u);
+  // One whole UTF-8 character from the middle of the text.
+  size_t at = full.text.size() / 2;
+  while (at < full.text.size() && (static_cast<uint8_t>(full.text[at]) & 0xC0) == 0x80) ++at;
+  ASSERT_LT(at, full.text.size());
+  const uint8_t lead = static_cast<uint8_t>(full.text[at]);
+  const size_t length = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+  const std::string stop = full.text.substr(at, length);
+  GenerateRequest request = greedy;
+  request.add_stop(stop);
+  Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.text, full.text.substr(0, full.text.find(stop)));
+  ASSERT_EQ(out.completes.size(), 1u);
+  EXPECT_EQ(out.completes[0].finish_reason(), "stop");
+  EXPECT_EQ(out.completes[0].matched_stop_str(), stop);
+  ExpectEmpty(WaitForEmptyCache());
+}
+
+TEST_F(GrpcServerTest, TokenizeThenDetokenizeRoundTrips) {
+  grpc::ClientContext c1;
+  v1::TokenizeRequest request;
+  request.set_text("The quick brown fox");
+  request.set_add_special_tokens(false);
+  request.set_return_token_strs(true);
+  v1::TokenizeResponse ids;
+  ASSERT_TRUE(Inference()->Tokenize(&c1, request, &ids).ok());
+  ASSERT_GT(ids.token_ids_size(), 0);
+  EXPECT_EQ(ids.token_strs_size(), ids.token_ids_size());
+  EXPECT_EQ(ids.max_model_len(), MaxModelLen());
+  grpc::ClientContext c2;
+  v1::DetokenizeRequest back;
+  *back.mutable_token_ids() = ids.token_ids();
+  v1::DetokenizeResponse text;
+  ASSERT_TRUE(Inference()->Detokenize(&c2, back, &text).ok());
+  EXPECT_EQ(text.text(), "The quick brown fox");
+}
+
+TEST_F(GrpcServerTest, InvalidArgumentCarriesTheRestMessage) {
+  GenerateRequest request = Request({1, 2}, 4);
+  request.mutable_sampling()->set_temperature(5.0f);
+  Outcome out = Run(request);
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // The REST parser's message for the same body.
+  frontend::RequestLimits limits;
+  limits.vocab_size = runtime_->served().vocab_size;
+  auto rest = frontend::ParseCompletionRequest(
+      frontend::Json{{"prompt", {1, 2}}, {"temperature", 5.0}, {"max_tokens", 4}}, limits);
+  ASSERT_FALSE(rest.ok());
+  EXPECT_EQ(out.status.error_message(), std::string(rest.status().message()));
+  EXPECT_NE(out.status.error_message().find("temperature"), std::string::npos);
+}
+
+TEST_F(GrpcServerTest, InvalidPromptsAreInvalidArgument) {
+  Outcome empty = Run(Request({}, 4));
+  EXPECT_EQ(empty.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  Outcome out_of_vocab = Run(Request({1, static_cast<int32_t>(runtime_->served().vocab_size)}, 4));
+  EXPECT_EQ(out_of_vocab.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  Outcome too_long = Run(Request({1, 2, 3}, MaxModelLen()));
+  EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  GenerateRequest unknown_model = Request({1, 2}, 4);
+  unknown_model.set_model("no-such-model");
+  EXPECT_EQ(Run(unknown_model).status.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(GrpcServerTest, FullQueueIsResourceExhausted) {
+  // Fill the engine's queue (80) directly with long requests, then ask over gRPC.
+  const int64_t aborted_before = Loads().num_aborted_total();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 80; ++i) {
+    scheduler::Request r;
+    r.request_id = absl::StrCat("filler-", i);
+    r.prompt = {1, 2, 3};
+    r.max_tokens = MaxModelLen() - 3;
+    r.ignore_eos = true;
+    if (runtime_->engine().Submit(r).ok()) ids.push_back(r.request_id);
+  }
+  ASSERT_EQ(ids.size(), 80u);
+  Outcome out = Run(Request({1, 2}, 4));
+  for (const std::string& id : ids) runtime_->engine().Cancel(id);
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ExpectEmpty(WaitForEmptyCache(aborted_before + 80));
+}
+
+TEST_F(GrpcServerTest, ClientCancellationAbortsTheRequestAndFreesItsCache) {
+  const int64_t aborted_before = Loads().num_aborted_total();
+  grpc::ClientContext context;
+  Outcome out = Run(Request({1, 2, 3, 4, 5}, MaxModelLen() - 5), &context, [&](int chunk) {
+    if (chunk == 2) context.TryCancel();
+  });
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_LT(out.ids.size(), static_cast<size_t>(MaxModelLen() - 5));
+  v1::Loads loads = WaitForEmptyCache(aborted_before + 1);
+  ExpectEmpty(loads);
+  EXPECT_EQ(loads.num_aborted_total(), aborted_before + 1);
+}
+
+TEST_F(GrpcServerTest, PassedDeadlineIsDeadlineExceededAndFreesTheCache) {
+  const int64_t aborted_before = Loads().num_aborted_total();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(150));
+  Outcome out = Run(Request({1, 2, 3}, MaxModelLen() - 3), &context, [](int) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a slow reader
+  });
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  v1::Loads loads = WaitForEmptyCache(aborted_before + 1);
+  ExpectEmpty(loads);
+  EXPECT_EQ(loads.num_aborted_total(), aborted_before + 1);
+}
+
+TEST_F(GrpcServerTest, ControlAbortEndsTheStreamWithFinishAbort) {
+  GenerateRequest request = Request({3, 4, 5}, MaxModelLen() - 3);
+  request.set_request_id("abort-me");
+  const int64_t aborted_before = Loads().num_aborted_total();
+  grpc::ClientContext context;
+  int num_aborted = -1;
+  Outcome out = Run(request, &context, [&](int chunk) {
+    if (chunk != 1) return;
+    grpc::ClientContext c;
+    v1::AbortRequest abort;
+    abort.add_request_ids("abort-me");
+    abort.add_request_ids("not-running");
+    v1::AbortResponse response;
+    EXPECT_TRUE(Control()->Abort(&c, abort, &response).ok());
+    num_aborted = response.num_aborted();
+  });
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(num_aborted, 1);
+  ASSERT_EQ(out.completes.size(), 1u);
+  EXPECT_EQ(out.completes[0].finish_reason(), "abort");
+  ExpectEmpty(WaitForEmptyCache(aborted_before + 1));
+}
+
+TEST_F(GrpcServerTest, SixtyFourConcurrentStreamsAllComplete) {
+  constexpr int kStreams = 64;
+  std::vector<Outcome> outcomes(kStreams);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      GenerateRequest request = Request({1 + i % 7, 2, 3 + i % 5}, 16);
+      grpc::ClientContext context;
+      outcomes[i] = Run(request, &context);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status.error_message();
+    EXPECT_EQ(outcomes[i].ids.size(), 16u) << i;
+    ASSERT_EQ(outcomes[i].completes.size(), 1u) << i;
+    EXPECT_EQ(outcomes[i].completes[0].finish_reason(), "length");
+  }
+  ExpectEmpty(WaitForEmptyCache());
+}
+
+TEST_F(GrpcServerTest, NChoicesEachStreamAndComplete) {
+  GenerateRequest request = Request({7, 8, 9}, 5);
+  request.set_n(3);
+  grpc::ClientContext context;
+  Outcome out = Run(request, &context);
+  ASSERT_TRUE(out.status.ok());
+  ASSERT_EQ(out.completes.size(), 3u);
+  std::vector<bool> seen(3, false);
+  for (const v1::Complete& c : out.completes) {
+    ASSERT_LT(c.index(), 3u);
+    seen[c.index()] = true;
+    EXPECT_EQ(c.usage().completion_tokens(), 5);
+  }
+  EXPECT_EQ(seen, std::vector<bool>(3, true));
+}
+
+TEST_F(GrpcServerTest, HealthIsServingOnlyWhileReady) {
+  GrpcServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  auto server = GrpcServer::Start(options);
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  EXPECT_EQ(HealthStatus(port), kNotServing);  // loading
+  grpc::ClientContext loading_context;
+  EXPECT_EQ(Run(Request({1, 2}, 2), &loading_context, nullptr, port).status.error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  (*server)->SetModel(&runtime_->served());
+  EXPECT_EQ(HealthStatus(port), kServing);
+  grpc::ClientContext ok_context;
+  EXPECT_TRUE(Run(Request({1, 2}, 2), &ok_context, nullptr, port).status.ok());
+  (*server)->StartDraining();
+  EXPECT_EQ(HealthStatus(port), kNotServing);
+  grpc::ClientContext drain_context;
+  EXPECT_EQ(Run(Request({1, 2}, 2), &drain_context, nullptr, port).status.error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(GrpcServerTest, ReflectionListsTheServices) {
+  // grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo with a hand-encoded
+  // ServerReflectionRequest{list_services: ""} (field 7, length 0); the response's
+  // ServiceResponse names are length-delimited strings inside it.
+  auto channel = Channel(server_->port());
+  grpc::internal::RpcMethod method("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                   grpc::internal::RpcMethod::BIDI_STREAMING);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel.get(), method, &context));
+  const char request_bytes[] = {0x3a, 0x00};
+  grpc::Slice slice(request_bytes, sizeof(request_bytes));
+  ASSERT_TRUE(stream->Write(grpc::ByteBuffer(&slice, 1)));
+  stream->WritesDone();
+  grpc::ByteBuffer response;
+  ASSERT_TRUE(stream->Read(&response));
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  while (stream->Read(&response)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_NE(bytes.find("strata.v1.Inference"), std::string::npos);
+  EXPECT_NE(bytes.find("strata.v1.Control"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+}
+
+TEST_F(GrpcServerTest, ModelAndServerInfo) {
+  grpc::ClientContext c1;
+  v1::ModelInfo model;
+  ASSERT_TRUE(Control()->GetModelInfo(&c1, v1::GetModelInfoRequest(), &model).ok());
+  ASSERT_GT(model.names_size(), 0);
+  EXPECT_EQ(model.names(0), runtime_->served().names[0]);
+  EXPECT_EQ(model.max_model_len(), MaxModelLen());
+  grpc::ClientContext c2;
+  v1::ServerInfo info;
+  ASSERT_TRUE(Control()->GetServerInfo(&c2, v1::GetServerInfoRequest(), &info).ok());
+  EXPECT_TRUE(info.ready());
+  EXPECT_FALSE(info.draining());
+}
+
+}  // namespace
+}  // namespace strata::rpc

@@ -1,0 +1,24 @@
+#include "server/scheduler_step_stats.h"
+
+namespace strata::server {
+
+StepStats StepStatsFromScheduler(const scheduler::SchedulerStats& before,
+                                 const scheduler::SchedulerStats& after, double step_seconds,
+                                 int64_t kda_checkpoint_bytes_each) {
+  StepStats s;
+  s.num_running = after.num_running;
+  s.num_waiting = after.num_waiting;
+  s.num_prefill_tokens = after.num_prefill_tokens_total - before.num_prefill_tokens_total;
+  s.num_decode_tokens = after.num_decode_tokens_total - before.num_decode_tokens_total;
+  s.kv_cache_usage = after.block_usage;
+  s.state_slot_usage = after.slot_usage;
+  s.num_preemptions = after.num_preempted_total - before.num_preempted_total;
+  s.num_prefix_query_tokens = after.num_prefix_query_tokens - before.num_prefix_query_tokens;
+  s.num_prefix_hit_tokens = after.num_prefix_hit_tokens - before.num_prefix_hit_tokens;
+  s.num_kda_checkpoints = after.num_checkpoints;
+  s.kda_checkpoint_bytes = int64_t{after.num_checkpoints} * kda_checkpoint_bytes_each;
+  s.step_seconds = step_seconds;
+  return s;
+}
+
+}  // namespace strata::server

@@ -1,0 +1,110 @@
+// Black-box invariants of `strata serve` with the demo model: 64 parallel requests all finish
+// and the cache returns to empty; a client that goes away mid-stream or mid-prefill cancels its
+// request and its pages and slot are freed (observable in /server_info).
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import { cacheIsEmpty, parseSse, Server } from "./common.mjs";
+
+let server;
+
+before(async () => {
+  // A small step budget so that a long prompt takes many steps to prefill.
+  server = await Server.start(["--max-num-batched-tokens", "256", "--max-num-seqs", "64"]);
+});
+
+after(async () => {
+  const { code } = await server.stop();
+  assert.equal(code, 0, server.stderr);
+});
+
+const post = (path, body, signal) => fetch(`${server.url}${path}`, {
+  method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  signal,
+});
+
+test("64 parallel requests all complete and the cache returns to empty", async () => {
+  const before = await server.info();
+  const requests = Array.from({ length: 64 }, async (_, i) => {
+    const stream = i % 2 === 1;
+    const chat = i % 4 < 2;
+    const body = chat
+      ? { messages: [{ role: "user", content: `request number ${i}` }], max_tokens: 6, stream,
+          seed: i }
+      : { prompt: `prompt number ${i}`, max_tokens: 6, stream, seed: i };
+    const r = await post(chat ? "/v1/chat/completions" : "/v1/completions", body);
+    assert.equal(r.status, 200);
+    const text = await r.text();
+    if (!stream) {
+      const j = JSON.parse(text);
+      assert.ok(["stop", "length"].includes(j.choices[0].finish_reason));
+      return j.usage.completion_tokens;
+    }
+    const events = parseSse(text);
+    assert.equal(events.at(-1).data, "[DONE]");
+    for (const e of events) if (e.comment !== undefined) assert.equal(e.comment, "ping");
+    const finishes = events.slice(0, -1).filter((e) => e.data).map((e) => JSON.parse(e.data))
+      .filter((c) => c.choices[0]?.finish_reason);
+    assert.equal(finishes.length, 1);
+    return 1;
+  });
+  const results = await Promise.all(requests);
+  assert.equal(results.length, 64);
+  const info = await server.waitInfo(cacheIsEmpty);
+  assert.ok(cacheIsEmpty(info), JSON.stringify(info.engine));
+  assert.equal(info.engine.num_finished_total - before.engine.num_finished_total, 64);
+  assert.equal(info.num_requests_in_flight, 0);
+});
+
+// Reads SSE chunks until `enough(events)`, then aborts the request.
+async function readThenAbort(body, enough) {
+  const controller = new AbortController();
+  const r = await post("/v1/chat/completions", { ...body, stream: true }, controller.signal);
+  assert.equal(r.status, 200);
+  const reader = r.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  while (!enough(text)) {
+    const { value, done } = await reader.read();
+    assert.ok(!done, "the stream ended before the client went away");
+    text += decoder.decode(value, { stream: true });
+  }
+  controller.abort();
+  await reader.cancel().catch(() => {});
+  return text;
+}
+
+test("a client that goes away mid-stream frees its pages and slot", async () => {
+  const start = await server.info();
+  const text = await readThenAbort(
+    { messages: [{ role: "user", content: "go on forever" }], max_tokens: 4000,
+      ignore_eos: true },
+    (t) => (t.match(/"content":/g) ?? []).length >= 4);
+  assert.ok(text.includes("\"role\":\"assistant\""));
+  const info = await server.waitInfo(
+    (i) => cacheIsEmpty(i) && i.engine.num_aborted_total > start.engine.num_aborted_total, 10000);
+  assert.ok(cacheIsEmpty(info), JSON.stringify(info.engine));
+  assert.equal(info.engine.num_aborted_total, start.engine.num_aborted_total + 1);
+  assert.equal(info.http.num_cancelled_total, start.http.num_cancelled_total + 1);
+});
+
+test("a client that goes away mid-prefill frees its pages and slot", async () => {
+  const start = await server.info();
+  const long = Array.from({ length: 1500 }, (_, i) => `w${i}`).join(" ");  // ~3000 tokens
+  const controller = new AbortController();
+  const pending = post("/v1/chat/completions",
+                       { messages: [{ role: "user", content: long }], max_tokens: 4 },
+                       controller.signal).catch((e) => e);
+  // Running and holding pages, but no token yet: the prefill is in progress.
+  const during = await server.waitInfo((i) => i.engine.num_running === 1 &&
+                                             i.engine.num_free_blocks < i.engine.num_blocks);
+  assert.equal(during.engine.num_running, 1, JSON.stringify(during.engine));
+  controller.abort();
+  const outcome = await pending;
+  assert.equal(outcome.name, "AbortError");
+  const info = await server.waitInfo(
+    (i) => cacheIsEmpty(i) && i.engine.num_aborted_total > start.engine.num_aborted_total, 10000);
+  assert.ok(cacheIsEmpty(info), JSON.stringify(info.engine));
+  assert.equal(info.engine.num_aborted_total, start.engine.num_aborted_total + 1);
+  assert.equal(info.engine.num_finished_total, start.engine.num_finished_total);
+});
