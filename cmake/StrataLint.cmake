@@ -22,6 +22,8 @@ if(CLANG_TIDY)
   set(_tidy_sources ${STRATA_LINT_SOURCES})
   list(FILTER _tidy_sources INCLUDE REGEX "\\.cc$")
   list(FILTER _tidy_sources EXCLUDE REGEX "_test\\.cc$|_fuzz\\.cc$|_bench\\.cc$")
+  # clang-tidy 14 cannot parse Boost 1.74's coroutine headers (the one Beast/Asio TU).
+  list(FILTER _tidy_sources EXCLUDE REGEX "server/http/http_server\\.cc$")
   add_custom_target(tidy
     COMMAND ${CLANG_TIDY} -p ${CMAKE_BINARY_DIR} --quiet ${_tidy_sources}
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR} COMMENT "clang-tidy" VERBATIM)

@@ -107,6 +107,7 @@ void EngineLoop::Dispatch(const std::vector<scheduler::SequenceEvent>& events) {
       if (it == streams_.end()) continue;
       StreamEvent event;
       if (e.token) {
+        ++stats_.num_generated_tokens_total;
         event.token_ids.push_back(*e.token);
         event.logprobs.push_back(e.logprob);
         event.top_logprobs.push_back(e.top_logprobs);

@@ -38,6 +38,7 @@ struct EngineStats {
   int64_t num_unfinished = 0;  // submitted and not yet finished
   scheduler::SchedulerStats scheduler;
   double last_step_ms = 0.0;
+  int64_t num_generated_tokens_total = 0;  // tokens sampled and delivered since start
   // [num_experts] tokens routed to each expert since start, summed over MoE layers.
   std::vector<int64_t> expert_tokens_total;
 };

@@ -48,6 +48,7 @@ const std::vector<FlagSpec> kServeFlags = {
     {"ping-interval", true, "seconds of stream silence before an SSE ping (default 10)"},
     {"drain-timeout", true, "seconds to finish requests after SIGTERM (default 30)"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
+    {"log-format", true, "text | json (one JSON object per line; default text)"},
 };
 
 absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
@@ -116,6 +117,11 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
     }
     log::SetLevel(level);
   }
+  const std::string format = flags.GetOr("log-format", "text");
+  if (format != "text" && format != "json") {
+    return absl::InvalidArgumentError("--log-format must be text or json, got '" + format + "'");
+  }
+  log::SetJsonLines(format == "json");
   return o;
 }
 
@@ -205,6 +211,8 @@ void PollEngineMetrics(ModelRuntime& runtime, server::Metrics& metrics,
     if (now.num_steps == previous.num_steps) continue;
     server::StepStats step = server::StepStatsFromScheduler(
         previous.scheduler, now.scheduler, now.last_step_ms / 1000.0, runtime.checkpoint_bytes());
+    // Every sampled token counts as generated, including the one that ends a prefill.
+    step.num_decode_tokens = now.num_generated_tokens_total - previous.num_generated_tokens_total;
     std::vector<int64_t> expert_tokens(now.expert_tokens_total.size(), 0);
     for (size_t e = 0; e < expert_tokens.size(); ++e) {
       const int64_t before =

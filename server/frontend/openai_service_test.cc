@@ -106,7 +106,7 @@ void ExpectError(const Reply& r, int status, const std::string& code, const Json
 class ServiceTest : public ::testing::Test {
  protected:
   explicit ServiceTest(testing::FixtureOptions options = {}, std::string api_key = "")
-      : fixture_(options), service_(ServiceOptions{api_key, {}, 3}) {
+      : fixture_(options), service_(ServiceOptions{std::move(api_key), {}, 3}) {
     service_.SetModel(&fixture_.served());
   }
   // Scripts every request to produce `text` then the EOS.

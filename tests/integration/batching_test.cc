@@ -148,9 +148,13 @@ TEST_P(BatchingTest, BatchedWithChunkingAndPreemptionEqualsEachRequestAlone) {
   std::vector<scheduler::Request> requests;
   const std::vector<int> lengths = {1, 5, 17, 33, 60, 9, 41, 2};
   for (size_t i = 0; i < lengths.size(); ++i) {
-    requests.push_back(Greedy("r" + std::to_string(i), RandomPrompt(rng, lengths[i]), 12));
+    std::vector<int32_t> prompt;
+    // Requests 4..7 extend request 3's prompt: admitted later, they hit its prefix cache.
+    if (i >= 4) prompt = requests[3].prompt;
+    for (int32_t t : RandomPrompt(rng, lengths[i])) prompt.push_back(t);
+    requests.push_back(Greedy("r" + std::to_string(i), prompt, 12));
   }
-  // 16 blocks of 8 tokens = 128 token positions shared by 8 sequences of up to 72 tokens:
+  // 16 blocks of 8 tokens = 128 token positions shared by 8 sequences of up to 105 tokens:
   // preemption is unavoidable; a budget of 24 tokens splits every long prompt into chunks.
   const kvcache::CacheLayout small = Layout(16, 8, 4, 4);
   scheduler::Scheduler sched(Config(small, 4, 24, 128));
@@ -158,11 +162,13 @@ TEST_P(BatchingTest, BatchedWithChunkingAndPreemptionEqualsEachRequestAlone) {
   int64_t preemptions = 0;
   auto batched = Drive(sched, exec, requests, &preemptions);
   EXPECT_GT(preemptions, 0) << "the cache was meant to force preemption";
+  EXPECT_GT(sched.stats().num_prefix_hits, 0) << "requests 4..7 were meant to hit the prefix cache";
 
   // Each request alone through the same path with a roomy cache, and through Generate().
   for (const auto& r : requests) {
     const kvcache::CacheLayout roomy = Layout(32, 8, 1, 4);
     scheduler::Scheduler solo_sched(Config(roomy, 1, 1024, 256));
+    ASSERT_LE(static_cast<int64_t>(r.prompt.size()) + r.max_tokens, 128);
     engine::CpuExecutor solo_exec(*model_, roomy);
     auto alone = Drive(solo_sched, solo_exec, {r});
     const Output& b = batched[r.request_id];
