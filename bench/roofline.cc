@@ -1,7 +1,7 @@
 #include "bench/roofline.h"
 
-#include <immintrin.h>
 #include <omp.h>
+#include "core/avx512_intrinsics.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,10 +10,6 @@
 #include <vector>
 
 #include "core/cpu_features.h"
-
-// GCC 12 false positive inside AVX-512 intrinsics (see core/convert_simd.cc).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace strata::bench {
 namespace {

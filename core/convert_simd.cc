@@ -1,10 +1,6 @@
 #include "core/convert_simd.h"
 
-#include <immintrin.h>
-
-// GCC 12 reports its own _mm512_undefined_* placeholders inside the AVX-512 intrinsics as
-// "may be used uninitialized" (a known false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "core/avx512_intrinsics.h"
 
 #include "core/check.h"
 #include "core/dtype.h"

@@ -14,8 +14,8 @@
 //
 // Run: kernels_cpu_bench [--benchmark_filter=decode/bf16] (not run by ctest).
 #include <benchmark/benchmark.h>
-#include <immintrin.h>
 #include <omp.h>
+#include "core/avx512_intrinsics.h"
 
 #include <algorithm>
 #include <chrono>
@@ -30,11 +30,6 @@
 #include "core/cpu_features.h"
 #include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace strata::kernels::cpu {
 namespace {

@@ -5,7 +5,7 @@
 //   odd  = lane & 0xFFFF0000   = f32(w[2l+1])    (exact)
 // two integer ops per 32 weights, no cross-lane shuffle; x_perm supplies x in the same order.
 // Per 32-element step and output: acc = fma(x_even, even, acc); acc = fma(x_odd, odd, acc).
-#include <immintrin.h>
+#include "core/avx512_intrinsics.h"
 
 #include <cstring>
 
@@ -14,13 +14,6 @@
 #include "kernels/cpu/internal/simd_avx2.h"
 #include "kernels/cpu/internal/simd_avx512.h"
 #include "kernels/cpu/internal/tile_table.h"
-
-// GCC 12 reports its own _mm512_undefined_* placeholders inside the AVX-512 intrinsics as
-// "(maybe) used uninitialized" (a known false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace strata::kernels::cpu::internal {
 namespace {

@@ -2,19 +2,12 @@
 // and vdpbf16ps on raw weight pairs (lane l += x[2l]·w[2l] + x[2l+1]·w[2l+1]). No widening, but
 // x keeps only 8 significant bits (relative error up to 2^-9 per product), so kAuto never picks
 // it; see README.md for the numbers.
-#include <immintrin.h>
+#include "core/avx512_intrinsics.h"
 
 #include "kernels/cpu/internal/matmul_tiles.h"
 #include "kernels/cpu/internal/prefetch.h"
 #include "kernels/cpu/internal/simd_avx512.h"
 #include "kernels/cpu/internal/tile_table.h"
-
-// GCC 12 reports its own _mm512_undefined_* placeholders inside the AVX-512 intrinsics as
-// "(maybe) used uninitialized" (a known false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 #define STRATA_TARGET_AVX512BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))

@@ -1,19 +1,12 @@
 // f32-weight tiles (also run on MXFP4 weights decoded to an f32 scratch tile, with x in the
 // matching kEvenOdd order). Per V-element step and output: acc = fma(x, w, acc).
-#include <immintrin.h>
+#include "core/avx512_intrinsics.h"
 
 #include "kernels/cpu/internal/matmul_tiles.h"
 #include "kernels/cpu/internal/prefetch.h"
 #include "kernels/cpu/internal/simd_avx2.h"
 #include "kernels/cpu/internal/simd_avx512.h"
 #include "kernels/cpu/internal/tile_table.h"
-
-// GCC 12 reports its own _mm512_undefined_* placeholders inside the AVX-512 intrinsics as
-// "(maybe) used uninitialized" (a known false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace strata::kernels::cpu::internal {
 namespace {

@@ -9,7 +9,7 @@
 //            half of the table and xor in the sign (code bit 3 → bit 31); 8 bytes per half.
 // The same decode writes an f32 scratch tile (Decode*Tile*) for the many-row path, so both
 // paths multiply by bit-identical weights in the same order.
-#include <immintrin.h>
+#include "core/avx512_intrinsics.h"
 
 #include "core/dtype.h"
 #include "kernels/cpu/internal/matmul_tiles.h"
@@ -17,13 +17,6 @@
 #include "kernels/cpu/internal/simd_avx2.h"
 #include "kernels/cpu/internal/simd_avx512.h"
 #include "kernels/cpu/internal/tile_table.h"
-
-// GCC 12 reports its own _mm512_undefined_* placeholders inside the AVX-512 intrinsics as
-// "(maybe) used uninitialized" (a known false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace strata::kernels::cpu::internal {
 namespace {

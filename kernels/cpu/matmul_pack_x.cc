@@ -1,7 +1,7 @@
 // Activation rows in the tiles' kEvenOdd order (internal/matmul_tiles.h): per block of 2V
 // elements, the V even-indexed ones then the V odd-indexed ones; the ragged end of a row is
 // zero-padded to a whole block.
-#include <immintrin.h>
+#include "core/avx512_intrinsics.h"
 
 #include <algorithm>
 
@@ -9,13 +9,6 @@
 
 #include "kernels/cpu/internal/matmul_tiles.h"
 #include "kernels/cpu/internal/simd_avx512.h"
-
-// GCC 12 reports its own _mm512_undefined_* placeholders inside the AVX-512 intrinsics as
-// "(maybe) used uninitialized" (a known false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace strata::kernels::cpu::internal {
 namespace {
