@@ -1,6 +1,6 @@
 // The token mixers and feed-forward blocks of one decoder layer, applied to a ragged batch
 // (forward_batch.h). Inputs are the normalised hidden rows x [num_rows, d]; outputs [num_rows, d]
-// are overwritten. Mixers read and update each sequence's caches.
+// are overwritten. Mixers read and update each sequence's caches; temporaries come from `ws`.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "engine/forward_batch.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
+#include "engine/workspace.h"
 
 namespace strata::engine {
 
@@ -21,21 +22,17 @@ struct RowSpan {
 // KDA (MODEL.md §3). `kda_index`: this layer's ordinal among KDA layers (cache slot index).
 void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x, int64_t num_rows,
                      const std::vector<ForwardSequence>& batch, const std::vector<RowSpan>& rows,
-                     int kda_index, float* out);
+                     int kda_index, float* out, Workspace& ws);
 
 // Gated MLA, NoPE (MODEL.md §4). `mla_index`: this layer's ordinal among MLA layers.
 void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x, int64_t num_rows,
                      const std::vector<ForwardSequence>& batch, const std::vector<RowSpan>& rows,
-                     int mla_index, float* out);
+                     int mla_index, float* out, Workspace& ws);
 
 // Dense gated MLP (dense first layers; also the fused shared experts).
 void MlpForward(const ModelConfig& cfg, const MlpWeights& w, const float* x, int64_t num_rows,
-                float* out);
+                float* out, Workspace& ws);
 
-// MoE / Stable LatentMoE (MODEL.md §6): router, routed experts grouped by expert, latent
-// projections + norm, shared experts.
-// `expert_tokens` [num_experts] (may be null): incremented by the tokens routed to each expert.
-void MoeForward(const ModelConfig& cfg, const MoeWeights& w, const float* x, int64_t num_rows,
-                float* out, int64_t* expert_tokens = nullptr);
+// MoE blocks: engine/moe.h.
 
 }  // namespace strata::engine

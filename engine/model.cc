@@ -134,9 +134,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
   const ModelConfig& cfg = model->config();
   model->geometry_ = GetCacheGeometry(cfg);
   model->weight_stats_ = CountWeights(cfg, model->weights_);
-  int kda = 0, mla = 0;
+  int kda = 0, mla = 0, moe = 0;
   for (int l = 0; l < cfg.num_layers; ++l) {
     model->mixer_index_.push_back(cfg.IsKda(l) ? kda++ : mla++);
+    model->moe_index_.push_back(model->weights_.layers[static_cast<size_t>(l)].moe ? moe++ : -1);
   }
   LOG_INFO("engine", "loaded {}: {} layers ({} KDA, {} MLA), hidden {}, vocab {}", dir,
            cfg.num_layers, kda, mla, cfg.hidden_size, cfg.vocab_size);
@@ -145,7 +146,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
 
 void Model::Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
                     std::vector<int64_t>* expert_tokens) const {
+  ForwardContext context;
+  context.expert_tokens = expert_tokens;
+  Forward(batch, logits, context);
+}
+
+void Model::Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
+                    const ForwardContext& context) const {
   const ModelConfig& cfg = config();
+  Workspace& ws = context.workspace != nullptr ? *context.workspace : *workspace_;
+  std::vector<int64_t>* expert_tokens = context.expert_tokens;
   const int64_t d = cfg.hidden_size;
   std::vector<RowSpan> rows;
   int64_t num_rows = 0;
@@ -169,9 +179,9 @@ void Model::Forward(const std::vector<ForwardSequence>& batch, std::vector<float
                               normed.data());
     const int index = mixer_index_[static_cast<size_t>(l)];
     if (lw.kda) {
-      KdaMixerForward(cfg, *lw.kda, normed.data(), num_rows, batch, rows, index, result);
+      KdaMixerForward(cfg, *lw.kda, normed.data(), num_rows, batch, rows, index, result, ws);
     } else {
-      MlaMixerForward(cfg, *lw.mla, normed.data(), num_rows, batch, rows, index, result);
+      MlaMixerForward(cfg, *lw.mla, normed.data(), num_rows, batch, rows, index, result, ws);
     }
   };
   auto run_ffn = [&](int l, const float* in, float* result) {
@@ -180,10 +190,10 @@ void Model::Forward(const std::vector<ForwardSequence>& batch, std::vector<float
                               normed.data());
     if (lw.moe) {
       if (expert_tokens != nullptr) expert_tokens->resize(cfg.moe.num_experts, 0);
-      MoeForward(cfg, *lw.moe, normed.data(), num_rows, result,
-                 expert_tokens != nullptr ? expert_tokens->data() : nullptr);
+      MoeForward(cfg, *lw.moe, moe_index_[static_cast<size_t>(l)], normed.data(), num_rows, result,
+                 expert_tokens != nullptr ? expert_tokens->data() : nullptr, context.exchange, ws);
     } else {
-      MlpForward(cfg, *lw.dense, normed.data(), num_rows, result);
+      MlpForward(cfg, *lw.dense, normed.data(), num_rows, result, ws);
     }
   };
 

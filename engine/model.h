@@ -16,6 +16,8 @@
 #include "engine/forward_batch.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
+#include "engine/moe.h"
+#include "engine/workspace.h"
 
 namespace strata::engine {
 
@@ -41,6 +43,19 @@ struct WeightStats {
   int64_t active_params_per_token = 0;  // multiply-adds per token / 1 (excl. embedding)
 };
 
+// Per-call options of Model::Forward.
+struct ForwardContext {
+  // Resized to num_experts and incremented by the tokens routed to each expert (summed over MoE
+  // layers; with an exchange: the tokens this rank's experts ran). May be null.
+  std::vector<int64_t>* expert_tokens = nullptr;
+  // Expert parallelism: null runs every expert here. With an exchange, Forward must be called
+  // in lockstep on every rank (an empty batch still runs every MoE layer's exchange).
+  MoeExpertExchange* exchange = nullptr;
+  // Scratch for this call; null uses the model's own (one caller at a time). Engines that share
+  // one Model across threads pass one workspace each.
+  Workspace* workspace = nullptr;
+};
+
 class Model {
  public:
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir);
@@ -55,6 +70,8 @@ class Model {
   // routed to each expert, summed over MoE layers.
   void Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
                std::vector<int64_t>* expert_tokens = nullptr) const;
+  void Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
+               const ForwardContext& context) const;
 
  private:
   Model() = default;
@@ -63,6 +80,8 @@ class Model {
   CacheGeometry geometry_;
   WeightStats weight_stats_;
   std::vector<int> mixer_index_;  // layer -> ordinal among layers of its mixer kind
+  std::vector<int> moe_index_;    // layer -> ordinal among MoE layers (−1: dense)
+  mutable std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>();
 };
 
 // Caches of one sequence, owned: KDA states/conv rows and MLA latent rows for up to
