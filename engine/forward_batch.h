@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
+
 namespace strata::engine {
 
 enum class LogitsMode : uint8_t {
@@ -41,7 +43,11 @@ struct ForwardSequence {
   LogitsMode logits = LogitsMode::kLast;
 };
 
+// A batch as the model sees it (a view: callers keep reusable storage, e.g. a vector that only
+// grows, so building a step allocates nothing).
+using ForwardBatch = absl::Span<const ForwardSequence>;
+
 // Logits rows, in sequence order: kLast adds one row, kAll num_new_tokens rows, kNone none.
-int64_t NumLogitRows(const std::vector<ForwardSequence>& batch);
+int64_t NumLogitRows(ForwardBatch batch);
 
 }  // namespace strata::engine

@@ -18,8 +18,8 @@ constexpr int kPrefillChunkSize = 64;
 }  // namespace
 
 void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x, int64_t num_rows,
-                     const std::vector<ForwardSequence>& batch, const std::vector<RowSpan>& rows,
-                     int kda_index, float* out, [[maybe_unused]] Workspace& ws) {
+                     ForwardBatch batch, absl::Span<const RowSpan> rows, int kda_index, float* out,
+                     [[maybe_unused]] Workspace& ws) {
   const KdaConfig& k = cfg.kda;
   const int64_t p = k.projection_size(), hd = k.head_dim, heads = k.num_heads;
   const int taps = k.conv_kernel_size;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "engine/forward_batch.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
@@ -21,13 +22,13 @@ struct RowSpan {
 
 // KDA (MODEL.md §3). `kda_index`: this layer's ordinal among KDA layers (cache slot index).
 void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x, int64_t num_rows,
-                     const std::vector<ForwardSequence>& batch, const std::vector<RowSpan>& rows,
-                     int kda_index, float* out, Workspace& ws);
+                     ForwardBatch batch, absl::Span<const RowSpan> rows, int kda_index, float* out,
+                     Workspace& ws);
 
 // Gated MLA, NoPE (MODEL.md §4). `mla_index`: this layer's ordinal among MLA layers.
 void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x, int64_t num_rows,
-                     const std::vector<ForwardSequence>& batch, const std::vector<RowSpan>& rows,
-                     int mla_index, float* out, Workspace& ws);
+                     ForwardBatch batch, absl::Span<const RowSpan> rows, int mla_index, float* out,
+                     Workspace& ws);
 
 // Dense gated MLP (dense first layers; also the fused shared experts).
 void MlpForward(const ModelConfig& cfg, const MlpWeights& w, const float* x, int64_t num_rows,

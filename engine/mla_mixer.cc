@@ -21,8 +21,8 @@ float* LatentRow(const SequenceCacheView& cache, float* pages, int64_t pos, int 
 }  // namespace
 
 void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x, int64_t num_rows,
-                     const std::vector<ForwardSequence>& batch, const std::vector<RowSpan>& rows,
-                     int mla_index, float* out, [[maybe_unused]] Workspace& ws) {
+                     ForwardBatch batch, absl::Span<const RowSpan> rows, int mla_index, float* out,
+                     [[maybe_unused]] Workspace& ws) {
   const MlaConfig& m = cfg.mla;
   const int64_t heads = m.num_heads, qk = m.qk_head_dim(), dv = m.v_head_dim;
   const int latent_dim = m.latent_dim();

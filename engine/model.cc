@@ -107,7 +107,7 @@ WeightStats CountWeights(const ModelConfig& cfg, const ModelWeights& w) {
 
 }  // namespace
 
-int64_t NumLogitRows(const std::vector<ForwardSequence>& batch) {
+int64_t NumLogitRows(ForwardBatch batch) {
   int64_t rows = 0;
   for (const ForwardSequence& s : batch) {
     if (s.logits == LogitsMode::kLast) rows += s.num_new_tokens > 0 ? 1 : 0;
@@ -144,14 +144,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
   return model;
 }
 
-void Model::Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
+void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
                     std::vector<int64_t>* expert_tokens) const {
   ForwardContext context;
   context.expert_tokens = expert_tokens;
   Forward(batch, logits, context);
 }
 
-void Model::Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
+void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
                     const ForwardContext& context) const {
   const ModelConfig& cfg = config();
   Workspace& ws = context.workspace != nullptr ? *context.workspace : *workspace_;

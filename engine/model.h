@@ -68,10 +68,9 @@ class Model {
   // rows of [vocab] logits. CHECKs that token ids are < vocab (callers validate input).
   // `expert_tokens` (may be null) is resized to num_experts and incremented by the tokens
   // routed to each expert, summed over MoE layers.
-  void Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
+  void Forward(ForwardBatch batch, std::vector<float>* logits,
                std::vector<int64_t>* expert_tokens = nullptr) const;
-  void Forward(const std::vector<ForwardSequence>& batch, std::vector<float>* logits,
-               const ForwardContext& context) const;
+  void Forward(ForwardBatch batch, std::vector<float>* logits, const ForwardContext& context) const;
 
  private:
   Model() = default;
