@@ -75,48 +75,44 @@ void CpuExecutor::InitSlot(const ScheduledSequence& seq) {
   }
 }
 
-SampledToken CpuExecutor::SampleOne(const ScheduledSequence& seq, float* logits) const {
+// Log-probabilities are of the raw model distribution (vLLM default): log-softmax of the row
+// before the sampler's penalties; the top n ranked by logit (= by log-probability), ties by id.
+void CpuExecutor::SampleOne(const ScheduledSequence& seq, float* logits, SampledToken* out) {
   const int64_t vocab = model_.config().vocab_size;
-  SampledToken out;
-  out.seq_id = seq.seq_id;
-  std::vector<double> logprobs;
-  if (seq.num_logprobs >= 0) {  // log-softmax of the raw model distribution (vLLM default)
-    const float max_logit = *std::max_element(logits, logits + vocab);
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - max_logit);
-    const double log_z = max_logit + std::log(sum);
-    logprobs.resize(static_cast<size_t>(vocab));
-    for (int64_t i = 0; i < vocab; ++i) logprobs[i] = logits[i] - log_z;
-  }
   CHECK(seq.sampler != nullptr) << "sequence " << seq.seq_id << " has no sampler";
-  out.token_id = seq.sampler->Sample(logits, vocab);
-  if (!logprobs.empty()) {
-    out.logprob = static_cast<float>(logprobs[out.token_id]);
-    std::vector<int32_t> order(static_cast<size_t>(vocab));
-    for (int64_t i = 0; i < vocab; ++i) order[i] = static_cast<int32_t>(i);
-    const int64_t n = std::min<int64_t>(seq.num_logprobs, vocab);
-    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
-      return logprobs[a] > logprobs[b] || (logprobs[a] == logprobs[b] && a < b);
-    });
+  out->seq_id = seq.seq_id;
+  out->logprob = 0.0f;
+  out->top_logprobs.clear();
+  if (seq.num_logprobs < 0) {
+    out->token_id = seq.sampler->Sample(logits, vocab);
+    return;
+  }
+  const double log_z = kernels::cpu::LogSumExp(logits, vocab);
+  const int64_t n = std::min<int64_t>(seq.num_logprobs, vocab);
+  if (n > 0) {
+    const size_t scratch = static_cast<size_t>(kernels::cpu::TopKScratchSize(n));
+    if (top_scratch_.size() < scratch) top_scratch_.resize(scratch);
+    kernels::cpu::TopK(logits, vocab, n, top_scratch_.data());
     for (int64_t i = 0; i < n; ++i) {
-      out.top_logprobs.push_back({order[i], static_cast<float>(logprobs[order[i]])});
+      const kernels::cpu::ScoredId& c = top_scratch_[static_cast<size_t>(i)];
+      out->top_logprobs.push_back({c.id, static_cast<float>(double(c.value) - log_z)});
     }
   }
-  return out;
+  const float* raw = logits;
+  if (seq.sampler->ModifiesLogits()) {
+    if (raw_logits_.size() < static_cast<size_t>(vocab)) raw_logits_.resize(vocab);
+    std::memcpy(raw_logits_.data(), logits, static_cast<size_t>(vocab) * sizeof(float));
+    raw = raw_logits_.data();
+  }
+  out->token_id = seq.sampler->Sample(logits, vocab);
+  out->logprob = static_cast<float>(double(raw[out->token_id]) - log_z);
 }
 
-StepResult CpuExecutor::Execute(const StepPlan& plan) {
-  const auto start = std::chrono::steady_clock::now();
-  StepResult result;
-  result.step_id = plan.step_id;
-  // 1. Slots that start this step (zeroed, or copied from a prefix-cache checkpoint).
-  for (const ScheduledSequence& seq : plan.sequences) InitSlot(seq);
-
-  // 2. One forward over the ragged batch.
-  std::vector<ForwardSequence> batch;
-  batch.reserve(plan.sequences.size());
-  for (const ScheduledSequence& seq : plan.sequences) {
-    ForwardSequence f;
+void CpuExecutor::BuildBatch(const StepPlan& plan) {
+  if (batch_.size() < plan.sequences.size()) batch_.resize(plan.sequences.size());
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const ScheduledSequence& seq = plan.sequences[i];
+    ForwardSequence& f = batch_[i];
     f.token_ids = seq.token_ids.data();
     f.num_new_tokens = static_cast<int64_t>(seq.token_ids.size());
     f.num_computed_tokens = seq.num_computed_tokens;
@@ -126,6 +122,9 @@ StepResult CpuExecutor::Execute(const StepPlan& plan) {
         << "block table of sequence " << seq.seq_id << " is too short";
     f.cache.block_table = seq.block_table.data();
     f.cache.block_size = layout_.block_size;
+    f.cache.mla_pages.clear();
+    f.cache.kda_state.clear();
+    f.cache.kda_conv.clear();
     for (int j = 0; j < layout_.num_mla_layers; ++j) {
       f.cache.mla_pages.push_back(
           reinterpret_cast<float*>(arena_.as<char>() + layout_.MlaLayerOffset(j)));
@@ -138,16 +137,42 @@ StepResult CpuExecutor::Execute(const StepPlan& plan) {
     } else {
       CHECK_EQ(layout_.num_kda_layers, 0) << "sequence " << seq.seq_id << " has no slot";
     }
-    batch.push_back(std::move(f));
   }
-  model_.Forward(batch, &logits_, &result.expert_tokens);
+}
 
-  // 3. Sampling, in plan order (one logits row per sampled sequence).
+StepResult CpuExecutor::Execute(const StepPlan& plan) {
+  StepResult result;
+  ExecuteInto(plan, &result);
+  return result;
+}
+
+void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
+  const auto start = std::chrono::steady_clock::now();
+  result->step_id = plan.step_id;
+  // 1. Slots that start this step (zeroed, or copied from a prefix-cache checkpoint).
+  for (const ScheduledSequence& seq : plan.sequences) InitSlot(seq);
+
+  // 2. One forward over the ragged batch.
+  BuildBatch(plan);
+  // Forward resizes expert_tokens (new entries zero) and counts into it.
+  result->expert_tokens.clear();
+  ForwardContext context = forward_context_;  // set_forward_context: exchange, workspace
+  context.expert_tokens = &result->expert_tokens;
+  if (context.workspace == nullptr) context.workspace = workspace_.get();
+  model_.Forward(ForwardBatch(batch_.data(), plan.sequences.size()), &logits_, context);
+
+  // 3. Sampling, in plan order (one logits row per sampled sequence). Entries of `sampled` are
+  // overwritten in place so their top_logprobs keep their capacity.
   const int64_t vocab = model_.config().vocab_size;
-  int64_t row = 0;
+  size_t num_sampled = 0;
+  for (const ScheduledSequence& seq : plan.sequences) {
+    num_sampled += seq.sample && !seq.token_ids.empty() ? 1 : 0;
+  }
+  if (result->sampled.size() != num_sampled) result->sampled.resize(num_sampled);
+  size_t row = 0;
   for (const ScheduledSequence& seq : plan.sequences) {
     if (!seq.sample || seq.token_ids.empty()) continue;
-    result.sampled.push_back(SampleOne(seq, logits_.data() + row * vocab));
+    SampleOne(seq, logits_.data() + static_cast<int64_t>(row) * vocab, &result->sampled[row]);
     ++row;
   }
 
@@ -157,9 +182,8 @@ StepResult CpuExecutor::Execute(const StepPlan& plan) {
     CHECK_LT(seq.save_checkpoint, layout_.num_checkpoints);
     CopyRow(layout_.SlotRow(seq.slot), layout_.CheckpointRow(seq.save_checkpoint));
   }
-  result.forward_ms =
+  result->forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  return result;
 }
 
 }  // namespace strata::engine

@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "engine/model.h"
 #include "engine/step.h"
+#include "kernels/cpu/sampling.h"
 #include "kvcache/cache_layout.h"
 #include "kvcache/memory_planner.h"
 
@@ -24,6 +25,10 @@ class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   virtual StepResult Execute(const StepPlan& plan) = 0;
+  // The same into a result the caller reuses from step to step: its vectors keep their
+  // capacity, so an executor that supports it (CpuExecutor) allocates nothing in steady-state
+  // decode. Default: *result = Execute(plan).
+  virtual void ExecuteInto(const StepPlan& plan, StepResult* result) { *result = Execute(plan); }
 };
 
 // What the caches of `cfg` need per token and per sequence (latents and states in f32: the
@@ -37,6 +42,15 @@ class CpuExecutor : public StepExecutor {
   CpuExecutor(const Model& model, const kvcache::CacheLayout& layout);
 
   StepResult Execute(const StepPlan& plan) override;
+  // No heap allocation once warm (same or smaller batch, result reused): the forward batch,
+  // its cache pointer vectors, the logits and the log-probability scratch only grow.
+  void ExecuteInto(const StepPlan& plan, StepResult* result) override;
+
+  // Hook for data-parallel ranks (server/engine_loop.h): every Execute passes `context`'s
+  // exchange and workspace to Model::Forward (its expert_tokens is ignored: each step reports
+  // its own). Set before the first Execute; the pointees must outlive the executor. With an
+  // exchange, Execute must run in lockstep on every rank, an empty plan included.
+  void set_forward_context(const ForwardContext& context) { forward_context_ = context; }
 
   const kvcache::CacheLayout& layout() const { return layout_; }
   // Bytes of one KDA layer's state row (tests compare slots and checkpoints).
@@ -47,12 +61,22 @@ class CpuExecutor : public StepExecutor {
   float* ConvPtr(int kda_layer, int32_t row) const;
   void InitSlot(const ScheduledSequence& seq);
   void CopyRow(int32_t from_row, int32_t to_row);
-  SampledToken SampleOne(const ScheduledSequence& seq, float* logits) const;
+  // Fills batch_[0, plan.sequences.size()) from the plan.
+  void BuildBatch(const StepPlan& plan);
+  void SampleOne(const ScheduledSequence& seq, float* logits, SampledToken* out);
 
   const Model& model_;
   kvcache::CacheLayout layout_;
   AlignedBuffer arena_;
+  ForwardContext forward_context_;
+  // Forward scratch of this executor (when forward_context_ names none): the model's own
+  // workspace may be in use on another thread (e.g. a Generate() beside the engine loop).
+  std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>();
+  // Storage reused from step to step (sizes only grow).
+  std::vector<ForwardSequence> batch_;
   std::vector<float> logits_;
+  std::vector<float> raw_logits_;  // a row before the sampler's penalties (for logprobs)
+  std::vector<kernels::cpu::ScoredId> top_scratch_;
 };
 
 }  // namespace strata::engine

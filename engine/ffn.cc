@@ -1,5 +1,7 @@
+#include "core/check.h"
 #include "engine/glu_ffn.h"
 #include "engine/mixers.h"
+#include "kernels/cpu/matmul_glu.h"
 
 namespace strata::engine {
 
@@ -12,16 +14,29 @@ kernels::GluParams GluFromConfig(const ModelConfig& cfg) {
   return params;
 }
 
+kernels::cpu::MatmulWeights KernelWeights(const Linear& w) {
+  kernels::cpu::WeightFormat format = kernels::cpu::WeightFormat::kF32;
+  switch (w.format) {
+    case WeightFormat::kF32:
+      format = kernels::cpu::WeightFormat::kF32;
+      break;
+    case WeightFormat::kBf16:
+      format = kernels::cpu::WeightFormat::kBf16;
+      break;
+    case WeightFormat::kMxfp4:
+      format = kernels::cpu::WeightFormat::kMxfp4;
+      break;
+  }
+  return {format, w.out_features, w.in_features, w.data, w.scales};
+}
+
 void GluFfn(const kernels::GluParams& act, const Linear& gate, const Linear& up, const Linear& down,
             const float* x, int64_t num_rows, float* out, Workspace& ws) {
+  CHECK(!gate.empty() && !up.empty() && !down.empty());
   WorkspaceScope scope(ws);
-  const int64_t hidden = num_rows * gate.out_features;
-  float* g = ws.Floats(hidden);
-  float* u = ws.Floats(hidden);
-  LinearForward(gate, x, num_rows, g);
-  LinearForward(up, x, num_rows, u);
-  kernels::GluReference(g, u, hidden, act, g);
-  LinearForward(down, g, num_rows, out);
+  float* h = ws.Floats(num_rows * gate.out_features);
+  kernels::cpu::MatmulGlu(KernelWeights(gate), KernelWeights(up), act, x, num_rows, h);
+  LinearForward(down, h, num_rows, out);
 }
 
 void MlpForward(const ModelConfig& cfg, const MlpWeights& w, const float* x, int64_t num_rows,

@@ -1,5 +1,6 @@
 // The gated feed-forward shared by dense MLPs, shared experts and routed experts:
-// out = down(act(gate(x)) ⊙ up(x)) with act = SiLU (SwiGLU) or SiTU (MODEL.md §6.3).
+// out = down(act(gate(x)) ⊙ up(x)) with act = SiLU (SwiGLU) or SiTU (MODEL.md §6.3). The gate
+// and up products and the activation are one fused kernel (kernels/cpu/matmul_glu.h).
 #pragma once
 
 #include <cstdint>
@@ -7,11 +8,15 @@
 #include "engine/linear.h"
 #include "engine/model_config.h"
 #include "engine/workspace.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/reference/glu.h"
 
 namespace strata::engine {
 
 kernels::GluParams GluFromConfig(const ModelConfig& cfg);
+
+// The kernels' view of a Linear's weight (no copy).
+kernels::cpu::MatmulWeights KernelWeights(const Linear& w);
 
 // out[num_rows, down.out_features] (overwritten).
 void GluFfn(const kernels::GluParams& act, const Linear& gate, const Linear& up, const Linear& down,

@@ -6,45 +6,61 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/mixers.h"
-#include "kernels/reference/attn_res.h"
-#include "kernels/reference/rms_norm.h"
+#include "kernels/cpu/attn_res.h"
+#include "kernels/cpu/rms_norm.h"
 
 namespace strata::engine {
 namespace {
 
 // Block AttnRes sources of the current forward (MODEL.md §1, §5): completed blocks plus the
-// running partial sum p. All are [num_rows, d].
+// running partial sum p, all [num_rows, d], in one workspace array of slots: slot i < num_blocks
+// is block i, slot num_blocks is p (pushing a block just advances the count: nothing is copied).
 class AttnResSources {
  public:
-  AttnResSources(int64_t num_rows, int64_t dim) : rows_(num_rows), dim_(dim) {}
+  AttnResSources(Workspace& ws, int max_sources, int64_t num_rows, int64_t dim)
+      : max_sources_(max_sources),
+        slot_floats_(num_rows * dim),
+        rows_(num_rows),
+        dim_(dim),
+        storage_(ws.Floats(max_sources * num_rows * dim)),
+        pointers_(ws.Array<const float*>(max_sources)) {
+    CHECK_LE(max_sources, kernels::cpu::kMaxAttnResSources);
+  }
 
   // h = Mix(blocks + [p], site)
   void Mix(const AttnResWeights& site, float eps, float* h) const {
-    std::vector<const float*> sources;
-    for (const std::vector<float>& b : blocks_) sources.push_back(b.data());
-    sources.push_back(partial_.data());
-    kernels::AttnResMixReference(sources.data(), static_cast<int>(sources.size()), rows_, dim_,
-                                 site.norm.data(), site.proj.data(), eps, h);
+    const int n = num_blocks_ + 1;
+    for (int i = 0; i < n; ++i) pointers_[i] = slot(i);
+    kernels::cpu::AttnResMix(absl::MakeConstSpan(pointers_, n), rows_, dim_, site.norm.data(),
+                             site.proj.data(), eps, h);
   }
   // blocks.append(p); p = None (the next Add starts a new partial sum)
   void PushBlock() {
-    blocks_.push_back(std::move(partial_));
-    partial_.clear();
+    ++num_blocks_;
+    CHECK_LT(num_blocks_, max_sources_);
+    partial_empty_ = true;
   }
   // p = a if p is None else p + a
   void Add(const float* a) {
-    if (partial_.empty()) {
-      partial_.assign(a, a + rows_ * dim_);
+    float* p = slot(num_blocks_);
+    if (partial_empty_) {
+      std::memcpy(p, a, static_cast<size_t>(slot_floats_) * sizeof(float));
+      partial_empty_ = false;
       return;
     }
-    for (size_t i = 0; i < partial_.size(); ++i) partial_[i] += a[i];
+#pragma omp simd
+    for (int64_t i = 0; i < slot_floats_; ++i) p[i] += a[i];
   }
-  int num_blocks() const { return static_cast<int>(blocks_.size()); }
 
  private:
-  int64_t rows_, dim_;
-  std::vector<std::vector<float>> blocks_;
-  std::vector<float> partial_;
+  float* slot(int i) const { return storage_ + i * slot_floats_; }
+
+  int max_sources_;
+  int64_t slot_floats_, rows_, dim_;
+  float* storage_;
+  const float** pointers_;
+  int num_blocks_ = 0;
+  bool partial_empty_ = true;
 };
 
 // Adds a linear's bytes and parameters; `active` when every token uses it.
@@ -105,6 +121,39 @@ WeightStats CountWeights(const ModelConfig& cfg, const ModelWeights& w) {
   return c.stats;
 }
 
+// h[row] = embedding of each new token, rows in batch order.
+void EmbedRows(const ModelConfig& cfg, const ModelWeights& weights, ForwardBatch batch,
+               absl::Span<const RowSpan> rows, float* h) {
+  for (size_t s = 0; s < batch.size(); ++s) {
+    for (int64_t i = 0; i < batch[s].num_new_tokens; ++i) {
+      const int64_t id = batch[s].token_ids[i];
+      CHECK(id >= 0 && id < cfg.vocab_size) << "token id " << id;
+      EmbeddingRow(weights.embed, id, h + (rows[s].offset + i) * cfg.hidden_size);
+    }
+  }
+}
+
+// Final norm of the rows whose logits are wanted (into workspace rows), then the LM head.
+void FinalNormAndLmHead(const ModelConfig& cfg, const ModelWeights& weights, ForwardBatch batch,
+                        absl::Span<const RowSpan> rows, const float* h, Workspace& ws,
+                        std::vector<float>* logits) {
+  const int64_t d = cfg.hidden_size;
+  const int64_t num_logit_rows = NumLogitRows(batch);
+  float* selected = ws.Floats(num_logit_rows * d);
+  int64_t r = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const int64_t t = rows[s].count;
+    if (t == 0 || batch[s].logits == LogitsMode::kNone) continue;
+    const int64_t first = batch[s].logits == LogitsMode::kAll ? 0 : t - 1;
+    kernels::cpu::RmsNorm(h + (rows[s].offset + first) * d, t - first, d, weights.final_norm.data(),
+                          cfg.rms_norm_eps, selected + r * d);
+    r += t - first;
+  }
+  CHECK_EQ(r, num_logit_rows);
+  logits->resize(static_cast<size_t>(num_logit_rows * cfg.vocab_size));
+  if (num_logit_rows > 0) LinearForward(weights.lm_head, selected, num_logit_rows, logits->data());
+}
+
 }  // namespace
 
 int64_t NumLogitRows(ForwardBatch batch) {
@@ -155,87 +204,81 @@ void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
                     const ForwardContext& context) const {
   const ModelConfig& cfg = config();
   Workspace& ws = context.workspace != nullptr ? *context.workspace : *workspace_;
-  std::vector<int64_t>* expert_tokens = context.expert_tokens;
+  WorkspaceScope scope(ws);
   const int64_t d = cfg.hidden_size;
-  std::vector<RowSpan> rows;
+  const float eps = cfg.rms_norm_eps;
+  RowSpan* row_array = ws.Array<RowSpan>(static_cast<int64_t>(batch.size()));
   int64_t num_rows = 0;
-  for (const ForwardSequence& s : batch) {
-    rows.push_back({num_rows, s.num_new_tokens});
-    num_rows += s.num_new_tokens;
-  }
-  const size_t n = static_cast<size_t>(num_rows);
-  std::vector<float> h(n * d), normed(n * d), out(n * d);
   for (size_t s = 0; s < batch.size(); ++s) {
-    for (int64_t i = 0; i < batch[s].num_new_tokens; ++i) {
-      const int64_t id = batch[s].token_ids[i];
-      CHECK(id >= 0 && id < cfg.vocab_size) << "token id " << id;
-      EmbeddingRow(weights_.embed, id, h.data() + (rows[s].offset + i) * d);
-    }
+    row_array[s] = {num_rows, batch[s].num_new_tokens};
+    num_rows += batch[s].num_new_tokens;
   }
+  const absl::Span<const RowSpan> rows(row_array, batch.size());
+  float* h = ws.Floats(num_rows * d);
+  float* normed = ws.Floats(num_rows * d);
+  float* out = ws.Floats(num_rows * d);
+  EmbedRows(cfg, weights_, batch, rows, h);
 
-  auto run_mixer = [&](int l, const float* in, float* result) {
+  // Mixer and FFN of layer l on the normalised rows (normed) into out.
+  auto run_mixer = [&](int l) {
     const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
-    kernels::RmsNormReference(in, num_rows, d, lw.input_norm.data(), cfg.rms_norm_eps,
-                              normed.data());
     const int index = mixer_index_[static_cast<size_t>(l)];
     if (lw.kda) {
-      KdaMixerForward(cfg, *lw.kda, normed.data(), num_rows, batch, rows, index, result, ws);
+      KdaMixerForward(cfg, *lw.kda, normed, num_rows, batch, rows, index, out, ws);
     } else {
-      MlaMixerForward(cfg, *lw.mla, normed.data(), num_rows, batch, rows, index, result, ws);
+      MlaMixerForward(cfg, *lw.mla, normed, num_rows, batch, rows, index, out, ws);
     }
   };
-  auto run_ffn = [&](int l, const float* in, float* result) {
+  auto run_ffn = [&](int l) {
     const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
-    kernels::RmsNormReference(in, num_rows, d, lw.post_norm.data(), cfg.rms_norm_eps,
-                              normed.data());
     if (lw.moe) {
+      std::vector<int64_t>* expert_tokens = context.expert_tokens;
       if (expert_tokens != nullptr) expert_tokens->resize(cfg.moe.num_experts, 0);
-      MoeForward(cfg, *lw.moe, moe_index_[static_cast<size_t>(l)], normed.data(), num_rows, result,
+      MoeForward(cfg, *lw.moe, moe_index_[static_cast<size_t>(l)], normed, num_rows, out,
                  expert_tokens != nullptr ? expert_tokens->data() : nullptr, context.exchange, ws);
     } else {
-      MlpForward(cfg, *lw.dense, normed.data(), num_rows, result, ws);
+      MlpForward(cfg, *lw.dense, normed, num_rows, out, ws);
     }
+  };
+  auto norm = [&](const float* x, const std::vector<float>& weight) {
+    kernels::cpu::RmsNorm(x, num_rows, d, weight.data(), eps, normed);
   };
 
   if (cfg.has_attn_res()) {
-    AttnResSources sources(num_rows, d);
-    sources.Add(h.data());  // p = x0
+    const int block = cfg.attn_res_block_size;
+    AttnResSources sources(ws, (cfg.num_layers + block - 1) / block + 1, num_rows, d);
+    sources.Add(h);  // p = x0
     for (int l = 0; l < cfg.num_layers; ++l) {
       const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
-      sources.Mix(lw.attn_res, cfg.rms_norm_eps, h.data());
-      if (l % cfg.attn_res_block_size == 0) sources.PushBlock();
-      run_mixer(l, h.data(), out.data());
-      sources.Add(out.data());
-      sources.Mix(lw.mlp_res, cfg.rms_norm_eps, h.data());
-      run_ffn(l, h.data(), out.data());
-      sources.Add(out.data());
+      sources.Mix(lw.attn_res, eps, h);
+      if (l % block == 0) sources.PushBlock();
+      norm(h, lw.input_norm);
+      run_mixer(l);
+      sources.Add(out);
+      sources.Mix(lw.mlp_res, eps, h);
+      norm(h, lw.post_norm);
+      run_ffn(l);
+      sources.Add(out);
     }
-    sources.Mix(weights_.output_res, cfg.rms_norm_eps, h.data());
+    sources.Mix(weights_.output_res, eps, h);
   } else {
+    // h += out fused with the next norm: normed = RMSNorm(h).
+    if (cfg.num_layers > 0) norm(h, weights_.layers[0].input_norm);
     for (int l = 0; l < cfg.num_layers; ++l) {
-      run_mixer(l, h.data(), out.data());
-      for (size_t i = 0; i < h.size(); ++i) h[i] += out[i];
-      run_ffn(l, h.data(), out.data());
-      for (size_t i = 0; i < h.size(); ++i) h[i] += out[i];
+      const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
+      run_mixer(l);
+      kernels::cpu::AddRmsNorm(h, out, num_rows, d, lw.post_norm.data(), eps, normed);
+      run_ffn(l);
+      if (l + 1 < cfg.num_layers) {
+        const LayerWeights& next = weights_.layers[static_cast<size_t>(l) + 1];
+        kernels::cpu::AddRmsNorm(h, out, num_rows, d, next.input_norm.data(), eps, normed);
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < num_rows * d; ++i) h[i] += out[i];
+      }
     }
   }
-
-  // Final norm and LM head only on the rows whose logits are wanted.
-  std::vector<float> selected;
-  for (size_t s = 0; s < batch.size(); ++s) {
-    const int64_t t = rows[s].count;
-    if (t == 0 || batch[s].logits == LogitsMode::kNone) continue;
-    const int64_t first = batch[s].logits == LogitsMode::kAll ? 0 : t - 1;
-    const float* begin = h.data() + (rows[s].offset + first) * d;
-    selected.insert(selected.end(), begin, begin + (t - first) * d);
-  }
-  const int64_t num_logit_rows = static_cast<int64_t>(selected.size()) / d;
-  kernels::RmsNormReference(selected.data(), num_logit_rows, d, weights_.final_norm.data(),
-                            cfg.rms_norm_eps, selected.data());
-  logits->resize(static_cast<size_t>(num_logit_rows * cfg.vocab_size));
-  if (num_logit_rows > 0) {
-    LinearForward(weights_.lm_head, selected.data(), num_logit_rows, logits->data());
-  }
+  FinalNormAndLmHead(cfg, weights_, batch, rows, h, ws, logits);
 }
 
 SequenceCache::SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, int block_size)

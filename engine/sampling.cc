@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/cpu/sampling.h"
+
 namespace strata::engine {
 namespace {
 
@@ -15,6 +17,32 @@ uint64_t SplitMix64(uint64_t& x) {
 }
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// Candidates ranked per draw when top-k is off (more only when needed).
+constexpr int64_t kFirstCandidates = 1024;
+
+// Per-thread candidate scratch (only grows; shared by every sampler of the thread).
+struct Scratch {
+  std::vector<kernels::cpu::ScoredId> candidates;
+  std::vector<double> probs;
+};
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// Σ exp((x − max)·inv_t) over the tokens ranked below the m candidates cand[0, m): those
+// below the m-th value, and those equal to it with a higher id.
+double UnrankedMass(const float* logits, int64_t vocab, const kernels::cpu::ScoredId* cand,
+                    int64_t m, double max_logit, double inv_t) {
+  const float last = cand[m - 1].value;
+  const kernels::cpu::ExpSum below = kernels::cpu::SumExpBelow(
+      logits, vocab, static_cast<float>(max_logit), static_cast<float>(inv_t), last);
+  int64_t ranked_equal = 0;
+  for (int64_t i = m - 1; i >= 0 && cand[i].value == last; --i) ++ranked_equal;
+  return below.sum +
+         static_cast<double>(below.num_equal - ranked_equal) * std::exp((last - max_logit) * inv_t);
+}
 
 absl::Status OutOfRange(const std::string& field, float value, const std::string& range) {
   return absl::InvalidArgumentError(field + " must be " + range + ", got " + std::to_string(value));
@@ -72,19 +100,29 @@ double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 Sampler::Sampler(SamplingParams params, uint64_t fallback_seed, const std::vector<int32_t>& prompt)
     : params_(std::move(params)), rng_(params_.seed.value_or(fallback_seed)) {
   if (params_.repetition_penalty != 1.0f) {
-    for (int32_t id : prompt) Record(id);
-    output_counts_.clear();  // the prompt counts for repetition only
+    for (int32_t id : prompt) Record(id);  // output_counts_ is still empty: prompts only repeat
   }
 }
 
+bool Sampler::ModifiesLogits() const {
+  return !params_.logit_bias.empty() || params_.repetition_penalty != 1.0f ||
+         params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+}
+
+void Sampler::SizeForVocab(int64_t vocab) {
+  const size_t n = static_cast<size_t>(vocab);
+  if ((params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) &&
+      output_counts_.size() < n) {
+    output_counts_.resize(n, 0);
+  }
+  if (params_.repetition_penalty != 1.0f && seen_mask_.size() < n) seen_mask_.resize(n, 0);
+}
+
 void Sampler::Record(int32_t token) {
-  ++output_counts_[token];
+  if (!output_counts_.empty()) ++output_counts_[static_cast<size_t>(token)];
   if (params_.repetition_penalty == 1.0f) return;
   if (static_cast<size_t>(token) >= seen_mask_.size()) seen_mask_.resize(token + 1, 0);
-  if (!seen_mask_[static_cast<size_t>(token)]) {
-    seen_mask_[static_cast<size_t>(token)] = 1;
-    seen_.push_back(token);
-  }
+  seen_mask_[static_cast<size_t>(token)] = 1;
 }
 
 void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
@@ -92,80 +130,90 @@ void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
     if (id < vocab) logits[id] += bias;
   }
   if (params_.repetition_penalty != 1.0f) {
-    const float rp = params_.repetition_penalty;
-    for (int32_t id : seen_) {
-      if (id >= vocab) continue;
-      logits[id] = logits[id] > 0 ? logits[id] / rp : logits[id] * rp;
-    }
+    kernels::cpu::ApplyRepetitionPenalty(logits, seen_mask_.data(), vocab,
+                                         params_.repetition_penalty);
   }
-  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
-    for (const auto& [id, count] : output_counts_) {
-      if (id >= vocab) continue;
-      logits[id] -= params_.presence_penalty + params_.frequency_penalty * count;
-    }
+  if (!output_counts_.empty()) {
+    kernels::cpu::ApplyPresenceFrequencyPenalty(
+        logits, output_counts_.data(), vocab, params_.presence_penalty, params_.frequency_penalty);
   }
 }
 
 int32_t Sampler::Sample(float* logits, int64_t vocab) {
+  SizeForVocab(vocab);
   ApplyPenalties(logits, vocab);
-  int32_t chosen = 0;
   if (params_.greedy()) {
-    chosen = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+    const int32_t chosen = static_cast<int32_t>(kernels::cpu::Argmax(logits, vocab));
     Record(chosen);
     return chosen;
   }
-  // Candidates sorted by logit (descending, ties by id), truncated by top-k.
-  scratch_.clear();
-  for (int64_t i = 0; i < vocab; ++i) scratch_.emplace_back(logits[i], static_cast<int32_t>(i));
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  size_t keep = scratch_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
-    keep = static_cast<size_t>(params_.top_k);
-    std::partial_sort(scratch_.begin(), scratch_.begin() + keep, scratch_.end(), by_logit);
-  } else {
-    std::sort(scratch_.begin(), scratch_.end(), by_logit);
+  const double u = rng_.Uniform();
+  const int64_t keep = params_.top_k > 0 && params_.top_k < vocab ? params_.top_k : vocab;
+  // With top-k every candidate is ranked; without, first the best kFirstCandidates.
+  int64_t m = keep < vocab ? keep : std::min(vocab, kFirstCandidates);
+  for (;;) {
+    const int32_t chosen = DrawFromBest(logits, vocab, keep, m, u);
+    if (chosen >= 0) {
+      Record(chosen);
+      return chosen;
+    }
+    m = std::min(keep, m * 16);
   }
-  scratch_.resize(keep);
-  // Softmax at temperature (f64 sums), then top-p and min-p on the sorted probabilities.
-  const double inv_t = 1.0 / params_.temperature, max_logit = scratch_[0].first;
-  std::vector<double> probs(keep);
+}
+
+// Softmax at temperature over the candidates ranked by logit (f64 sums in rank order), then
+// top-p and min-p cuts and the draw — the full-sort algorithm on the ranked prefix. When only
+// m < keep = vocab candidates are ranked, the normaliser adds the mass of the others (f32 exp,
+// any order): the result equals the full sort's except for that rounding.
+int32_t Sampler::DrawFromBest(const float* logits, int64_t vocab, int64_t keep, int64_t m,
+                              double u) const {
+  Scratch& scratch = ThreadScratch();
+  const size_t need = static_cast<size_t>(kernels::cpu::TopKScratchSize(m));
+  if (scratch.candidates.size() < need) scratch.candidates.resize(need);
+  if (scratch.probs.size() < static_cast<size_t>(m)) scratch.probs.resize(static_cast<size_t>(m));
+  kernels::cpu::ScoredId* cand = scratch.candidates.data();
+  double* probs = scratch.probs.data();
+  kernels::cpu::TopK(logits, vocab, m, cand);
+  const double inv_t = 1.0 / params_.temperature, max_logit = cand[0].value;
   double total = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp((scratch_[i].first - max_logit) * inv_t);
+  for (int64_t i = 0; i < m; ++i) {
+    probs[i] = std::exp((cand[i].value - max_logit) * inv_t);
     total += probs[i];
   }
-  size_t cut = keep;
+  const bool complete = m == keep;
+  if (!complete) total += UnrankedMass(logits, vocab, cand, m, max_logit, inv_t);
+  int64_t cut = keep;
   if (params_.top_p < 1.0f) {
     double mass = 0;
-    for (size_t i = 0; i < keep; ++i) {
+    int64_t i = 0;
+    for (; i < m; ++i) {
       mass += probs[i] / total;
-      if (mass >= params_.top_p) {
-        cut = i + 1;
-        break;
-      }
+      if (mass >= params_.top_p) break;
+    }
+    if (i < m) {
+      cut = i + 1;
+    } else if (!complete) {
+      return -1;
     }
   }
   if (params_.min_p > 0.0f) {
     const double floor = params_.min_p * probs[0];
-    size_t i = 1;
-    while (i < cut && probs[i] >= floor) ++i;
+    int64_t i = 1;
+    while (i < std::min(cut, m) && probs[i] >= floor) ++i;
+    if (i == m && cut > m) return -1;
     cut = i;
   }
-  double kept_mass = 0;
-  for (size_t i = 0; i < cut; ++i) kept_mass += probs[i];
-  double draw = rng_.Uniform() * kept_mass;
-  chosen = scratch_[cut - 1].second;
-  for (size_t i = 0; i < cut; ++i) {
-    draw -= probs[i];
-    if (draw < 0) {
-      chosen = scratch_[i].second;
-      break;
-    }
+  double kept_mass = total;
+  if (cut <= m) {
+    kept_mass = 0;
+    for (int64_t i = 0; i < cut; ++i) kept_mass += probs[i];
   }
-  Record(chosen);
-  return chosen;
+  double draw = u * kept_mass;
+  for (int64_t i = 0; i < std::min(cut, m); ++i) {
+    draw -= probs[i];
+    if (draw < 0) return cand[i].id;
+  }
+  return cut <= m ? cand[cut - 1].id : -1;
 }
 
 }  // namespace strata::engine

@@ -7,11 +7,16 @@
 //      top-k, top-p (nucleus, smallest set with mass ≥ p), min-p (prob ≥ min_p · max prob),
 //      then one draw from the renormalised distribution.
 // A seed makes the draws reproducible: the same seed and inputs give the same tokens.
+//
+// Cost per token: vectorised penalties and argmax; with temperature, the candidates are
+// selected without sorting the vocabulary (kernels/cpu/sampling.h): top-k exactly, otherwise
+// the best 1024 sorted plus the mass of the rest (more only when a cut or the draw lies beyond
+// them). No heap allocation in steady state: the penalty arrays are sized to the vocabulary
+// once, the candidate scratch is per thread and only grows.
 #pragma once
 
 #include <cstdint>
 #include <optional>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -55,17 +60,21 @@ class Sampler {
   // Picks the next token from `logits` [vocab] (modified in place) and records it.
   int32_t Sample(float* logits, int64_t vocab);
   const SamplingParams& params() const { return params_; }
+  // Whether Sample changes logits before choosing (bias or penalties).
+  bool ModifiesLogits() const;
 
  private:
+  void SizeForVocab(int64_t vocab);
   void ApplyPenalties(float* logits, int64_t vocab) const;
+  // A draw with uniform u from the `keep` best tokens, of which only the best m are ranked
+  // (m ≤ keep); −1 when a cut or the draw lies beyond them (retry with a larger m).
+  int32_t DrawFromBest(const float* logits, int64_t vocab, int64_t keep, int64_t m, double u) const;
   void Record(int32_t token);
 
   SamplingParams params_;
   Rng rng_;
-  std::unordered_map<int32_t, int32_t> output_counts_;
-  std::vector<int32_t> seen_;       // distinct prompt + output ids (repetition penalty)
-  std::vector<uint8_t> seen_mask_;  // grown lazily to vocab
-  std::vector<std::pair<float, int32_t>> scratch_;
+  std::vector<int32_t> output_counts_;  // [vocab] generated tokens (presence/frequency), or empty
+  std::vector<uint8_t> seen_mask_;      // [≥ vocab] prompt + output ids (repetition), or empty
 };
 
 }  // namespace strata::engine

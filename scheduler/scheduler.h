@@ -69,8 +69,10 @@ class Scheduler {
   void Abort(const std::string& request_id);
 
   // Builds the next step. Must alternate with Commit(). An empty plan is valid (nothing to run,
-  // or only aborts to process).
-  engine::StepPlan Schedule();
+  // or only aborts to process). The plan lives in the scheduler and stays valid until the next
+  // Schedule(); its storage is reused from step to step, so a steady decode step allocates
+  // nothing (copying the plan out does allocate).
+  const engine::StepPlan& Schedule();
 
   // Applies the result of the plan from the last Schedule(): one SampledToken per
   // ScheduledSequence with sample == true, in plan order (CHECK). Returns the events of this
@@ -125,7 +127,7 @@ class Scheduler {
   void Place(Sequence* seq, int64_t num_new_tokens);
   Sequence* PickVictim() const;
   void Preempt(Sequence* seq);
-  engine::StepPlan BuildPlan();
+  void BuildPlan();
 
   // CheckInvariants() helpers (scheduler_invariants.cc).
   struct InvariantTally {
@@ -160,6 +162,7 @@ class Scheduler {
 
   // The step being built (inside Schedule) or in flight (until Commit).
   std::vector<Entry> entries_;
+  engine::StepPlan plan_;  // built by Schedule(), read by the executor until the next one
   int64_t token_budget_ = 0;
   bool in_flight_ = false;
   std::vector<Sequence*> scratch_;  // reused by ScheduleRunning and Commit (no per-step malloc)

@@ -11,7 +11,7 @@ namespace strata::scheduler {
 
 using internal::SequenceStatus;
 
-engine::StepPlan Scheduler::Schedule() {
+const engine::StepPlan& Scheduler::Schedule() {
   CHECK(!in_flight_) << "Schedule() called again before Commit()";
   ++step_id_;
   counters_.step_id = step_id_;
@@ -26,9 +26,9 @@ engine::StepPlan Scheduler::Schedule() {
   ScheduleRunning(/*decodes=*/true);
   ScheduleRunning(/*decodes=*/false);
   AdmitWaiting();
-  engine::StepPlan plan = BuildPlan();
+  BuildPlan();
   in_flight_ = true;
-  return plan;
+  return plan_;
 }
 
 void Scheduler::ProcessAborts() {
@@ -205,7 +205,7 @@ void Scheduler::Preempt(Sequence* seq) {
   ++counters_.num_preempted_total;
 }
 
-engine::StepPlan Scheduler::BuildPlan() {
+void Scheduler::BuildPlan() {
   size_t kept = 0;
   for (size_t i = 0; i < entries_.size(); ++i) {
     if (entries_[i].seq == nullptr) continue;
@@ -215,7 +215,8 @@ engine::StepPlan Scheduler::BuildPlan() {
   }
   entries_.resize(kept);
 
-  engine::StepPlan plan;
+  // Reuses the previous plan's vectors: assign() keeps their capacity.
+  engine::StepPlan& plan = plan_;
   plan.step_id = step_id_;
   plan.sequences.resize(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) {
@@ -227,7 +228,7 @@ engine::StepPlan Scheduler::BuildPlan() {
     out.token_ids.assign(seq->tokens.begin() + begin,
                          seq->tokens.begin() + begin + entry.num_new_tokens);
     out.num_computed_tokens = begin;
-    out.block_table = seq->block_table;
+    out.block_table.assign(seq->block_table.begin(), seq->block_table.end());
     out.slot = seq->slot;
     out.slot_init = seq->slot_init;
     out.source_checkpoint = seq->source_checkpoint;
@@ -243,7 +244,6 @@ engine::StepPlan Scheduler::BuildPlan() {
   counters_.num_scheduled_seqs = static_cast<int32_t>(entries_.size());
   counters_.num_prefill_tokens_total += counters_.num_prefill_tokens;
   counters_.num_decode_tokens_total += counters_.num_decode_tokens;
-  return plan;
 }
 
 }  // namespace strata::scheduler

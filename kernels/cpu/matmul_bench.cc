@@ -30,6 +30,7 @@
 #include "core/cpu_features.h"
 #include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -394,11 +395,83 @@ void RegisterCases() {
   }
 }
 
+// ---- threading backends, interleaved -------------------------------------------------------
+// `--threading`: decode-sized products (m = 1, 8) under the three ways of running them — the
+// pool, OpenMP (one parallel region per call; set OMP_WAIT_POLICY as the deployment does) and one
+// thread — alternating in blocks of 8 calls, so all three see the same load on a shared machine.
+// pct = floor / mean time against the read ceiling measured right before (all threads); pct_cpu
+// = the same per CPU-second on both sides.
+
+struct Variant {
+  const char* name;
+  ThreadingBackend backend;
+  int threads;
+  double wall = 0, best = 1e30, cpu = 0;
+  int64_t calls = 0;
+};
+
+void CompareThreading() {
+  const int threads = omp_get_max_threads();
+  const int64_t shapes[][3] = {{1, 2304, 2304},  {1, 4096, 1024},  {1, 1024, 4096},
+                               {1, 32000, 1024}, {1, 12288, 7168}, {1, 256, 1024},
+                               {1, 1024, 256},   {8, 4096, 1024},  {8, 1024, 256}};
+  for (auto [m, n, k] : shapes) {
+    const Case c{"decode", WeightFormat::kBf16, m, n, k, MatmulAlgo::kStreaming, ActiveIsa()};
+    const WeightCopies w = MakeCopies(c);
+    const Ceilings local = MeasureCeilings(size_t{512} << 20, 5'000'000);
+    std::vector<float> x(static_cast<size_t>(m * k), 0.25f), y(static_cast<size_t>(m * n));
+    Variant variants[] = {{"pool", ThreadingBackend::kPool, threads},
+                          {"omp", ThreadingBackend::kOpenMp, threads},
+                          {"1 thread", ThreadingBackend::kPool, 1}};
+    size_t copy = 0;
+    const auto start = Clock::now();
+    while (Seconds(start) < 3.0) {
+      for (Variant& v : variants) {
+        SetThreadingBackend(v.backend);
+        omp_set_num_threads(v.threads);
+        for (int rep = 0; rep < 8; ++rep) {
+          const auto t0 = Clock::now();
+          const double c0 = ProcessCpuSeconds();
+          Matmul(w.views[copy], x.data(), m, y.data());
+          const double call = Seconds(t0);
+          v.cpu += ProcessCpuSeconds() - c0;
+          v.wall += call;
+          v.best = std::min(v.best, call);
+          ++v.calls;
+          copy = (copy + 1) % w.views.size();
+        }
+      }
+    }
+    omp_set_num_threads(threads);
+    SetThreadingBackend(ThreadingBackend::kPool);
+    const double bytes = static_cast<double>(WeightBytes(c.format, n, k) + 4 * m * (k + n));
+    std::printf(
+        "threading m=%lld n=%lld k=%lld (%.1f MB; read %.1f GB/s, %.1f GB per CPU-s; "
+        "loadavg %s)\n",
+        static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+        bytes / 1e6, local.read.wall / 1e9, local.read.cpu / 1e9, LoadAverage().c_str());
+    for (const Variant& v : variants) {
+      const double mean = v.wall / static_cast<double>(v.calls);
+      const double cpu = v.cpu / static_cast<double>(v.calls);
+      std::printf("  %-8s %8.1f us mean %8.1f us best  pct %5.1f  pct_best %5.1f  pct_cpu %5.1f\n",
+                  v.name, mean * 1e6, v.best * 1e6, 100.0 * bytes / local.read.wall / mean,
+                  100.0 * bytes / local.read.wall / v.best, 100.0 * bytes / local.read.cpu / cpu);
+    }
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels::cpu
 
 int main(int argc, char** argv) {
   using namespace strata::kernels::cpu;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--threading") {
+      CompareThreading();
+      return 0;
+    }
+  }
   benchmark::Initialize(&argc, argv);
   PrintCeilings("start", MeasureCeilings(size_t{1} << 30, 20'000'000));
   RegisterCases();

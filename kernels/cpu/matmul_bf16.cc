@@ -21,7 +21,7 @@ namespace {
 template <int MR, int NR>
 struct Bf16Tile512 {
   STRATA_TARGET_AVX512 __attribute__((always_inline)) static inline void Step(
-      __m512 (&acc)[MR][NR], const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t p,
+      __m512 (&acc)[MR][NR], const float* x, int64_t ldx, const uint16_t* const (&w)[NR], int64_t p,
       __mmask32 mask) {
     const __m512i odd_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     __m512 xe[MR], xo[MR];
@@ -32,8 +32,7 @@ struct Bf16Tile512 {
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-      const uint16_t* wj = w + j * ldw + p;
-      const __m512i raw = _mm512_maskz_loadu_epi16(mask, wj);
+      const __m512i raw = _mm512_maskz_loadu_epi16(mask, w[j] + p);
       const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
       const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(raw, odd_mask));
 #pragma GCC unroll 4
@@ -46,17 +45,19 @@ struct Bf16Tile512 {
 
   STRATA_TARGET_AVX512 static void Run(const TileArgs& t) {
     const float* x = static_cast<const float*>(t.x);
-    const uint16_t* w = static_cast<const uint16_t*>(t.w);
+    const uint16_t* w[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) w[j] = static_cast<const uint16_t*>(t.w[j]);
     __m512 acc[MR][NR];
 #pragma GCC unroll 16
     for (int e = 0; e < MR * NR; ++e) acc[e / NR][e % NR] = _mm512_setzero_ps();
     int64_t p = 0;
     for (; p + 32 <= t.kc; p += 32) {  // one 64-byte line per row per step
-      PrefetchNextSlice<NR>(t.w_next, 2 * t.ldw, 2 * p);
-      Step(acc, x, t.ldx, w, t.ldw, p, ~__mmask32{0});
+      PrefetchNextSlice<NR>(t.w_next, 2 * p);
+      Step(acc, x, t.ldx, w, p, ~__mmask32{0});
     }
     if (p < t.kc) {  // x_perm is zero-padded; the masked load zeroes the missing weights
-      Step(acc, x, t.ldx, w, t.ldw, p, _cvtu32_mask32((1u << (t.kc - p)) - 1));
+      Step(acc, x, t.ldx, w, p, _cvtu32_mask32((1u << (t.kc - p)) - 1));
     }
     StoreTile512(acc, t);
   }
@@ -89,22 +90,24 @@ struct Bf16Tile256 {
 
   static void Run(const TileArgs& t) {
     const float* x = static_cast<const float*>(t.x);
-    const uint16_t* w = static_cast<const uint16_t*>(t.w);
+    const uint16_t* w[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) w[j] = static_cast<const uint16_t*>(t.w[j]);
     __m256 acc[MR][NR];
 #pragma GCC unroll 8
     for (int e = 0; e < MR * NR; ++e) acc[e / NR][e % NR] = _mm256_setzero_ps();
     int64_t p = 0;
     for (; p + 16 <= t.kc; p += 16) {
       const uint16_t* wj[NR];
-      for (int j = 0; j < NR; ++j) wj[j] = w + j * t.ldw + p;
-      if (p % 32 == 0) PrefetchNextSlice<NR>(t.w_next, 2 * t.ldw, 2 * p);
+      for (int j = 0; j < NR; ++j) wj[j] = w[j] + p;
+      if (p % 32 == 0) PrefetchNextSlice<NR>(t.w_next, 2 * p);
       Step(acc, x + p, t.ldx, wj);
     }
     if (p < t.kc) {  // copy the row tails into zero-padded buffers (AVX2 has no 16-bit masks)
       alignas(32) uint16_t tail[NR][16] = {};
       const uint16_t* wj[NR];
       for (int j = 0; j < NR; ++j) {
-        std::memcpy(tail[j], w + j * t.ldw + p, static_cast<size_t>(t.kc - p) * sizeof(uint16_t));
+        std::memcpy(tail[j], w[j] + p, static_cast<size_t>(t.kc - p) * sizeof(uint16_t));
         wj[j] = tail[j];
       }
       Step(acc, x + p, t.ldx, wj);

@@ -14,15 +14,14 @@ namespace {
 template <int MR, int NR>
 struct F32Tile512 {
   STRATA_TARGET_AVX512 __attribute__((always_inline)) static inline void Step(
-      __m512 (&acc)[MR][NR], const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t p,
+      __m512 (&acc)[MR][NR], const float* x, int64_t ldx, const float* const (&w)[NR], int64_t p,
       __mmask16 mask) {
     __m512 xv[MR];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) xv[i] = _mm512_maskz_loadu_ps(mask, x + i * ldx + p);
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-      const float* wj = w + j * ldw + p;
-      const __m512 wv = _mm512_maskz_loadu_ps(mask, wj);
+      const __m512 wv = _mm512_maskz_loadu_ps(mask, w[j] + p);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
     }
@@ -30,17 +29,19 @@ struct F32Tile512 {
 
   STRATA_TARGET_AVX512 static void Run(const TileArgs& t) {
     const float* x = static_cast<const float*>(t.x);
-    const float* w = static_cast<const float*>(t.w);
+    const float* w[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) w[j] = static_cast<const float*>(t.w[j]);
     __m512 acc[MR][NR];
 #pragma GCC unroll 16
     for (int e = 0; e < MR * NR; ++e) acc[e / NR][e % NR] = _mm512_setzero_ps();
     int64_t p = 0;
     for (; p + 16 <= t.kc; p += 16) {  // one 64-byte line per row per step
-      PrefetchNextSlice<NR>(t.w_next, 4 * t.ldw, 4 * p);
-      Step(acc, x, t.ldx, w, t.ldw, p, __mmask16{0xFFFF});
+      PrefetchNextSlice<NR>(t.w_next, 4 * p);
+      Step(acc, x, t.ldx, w, p, __mmask16{0xFFFF});
     }
     if (p < t.kc) {
-      Step(acc, x, t.ldx, w, t.ldw, p, _cvtu32_mask16((1u << (t.kc - p)) - 1));
+      Step(acc, x, t.ldx, w, p, _cvtu32_mask16((1u << (t.kc - p)) - 1));
     }
     StoreTile512(acc, t);
   }
@@ -50,7 +51,7 @@ template <int MR, int NR>
 struct F32Tile256 {
   template <bool kMasked>
   __attribute__((always_inline)) static inline void Step(__m256 (&acc)[MR][NR], const float* x,
-                                                         int64_t ldx, const float* w, int64_t ldw,
+                                                         int64_t ldx, const float* const (&w)[NR],
                                                          int64_t p, __m256i mask) {
     __m256 xv[MR];
 #pragma GCC unroll 4
@@ -60,7 +61,7 @@ struct F32Tile256 {
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-      const float* wj = w + j * ldw + p;
+      const float* wj = w[j] + p;
       const __m256 wv = kMasked ? _mm256_maskload_ps(wj, mask) : _mm256_loadu_ps(wj);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
@@ -69,16 +70,18 @@ struct F32Tile256 {
 
   static void Run(const TileArgs& t) {
     const float* x = static_cast<const float*>(t.x);
-    const float* w = static_cast<const float*>(t.w);
+    const float* w[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) w[j] = static_cast<const float*>(t.w[j]);
     __m256 acc[MR][NR];
 #pragma GCC unroll 8
     for (int e = 0; e < MR * NR; ++e) acc[e / NR][e % NR] = _mm256_setzero_ps();
     int64_t p = 0;
     for (; p + 8 <= t.kc; p += 8) {
-      if (p % 16 == 0) PrefetchNextSlice<NR>(t.w_next, 4 * t.ldw, 4 * p);
-      Step<false>(acc, x, t.ldx, w, t.ldw, p, __m256i{});
+      if (p % 16 == 0) PrefetchNextSlice<NR>(t.w_next, 4 * p);
+      Step<false>(acc, x, t.ldx, w, p, __m256i{});
     }
-    if (p < t.kc) Step<true>(acc, x, t.ldx, w, t.ldw, p, FirstLanesMask256(t.kc - p));
+    if (p < t.kc) Step<true>(acc, x, t.ldx, w, p, FirstLanesMask256(t.kc - p));
     StoreTile256(acc, t);
   }
 };

@@ -61,14 +61,16 @@ template <int MR, int NR>
 struct Mxfp4Tile512 {
   STRATA_TARGET_AVX512 static void Run(const TileArgs& t) {
     const float* x = static_cast<const float*>(t.x);
-    const uint8_t* w = static_cast<const uint8_t*>(t.w);
+    const uint8_t* w[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) w[j] = static_cast<const uint8_t*>(t.w[j]);
     const float* e8m0 = E8M0Table();
     __m512 acc[MR][NR];
 #pragma GCC unroll 16
     for (int e = 0; e < MR * NR; ++e) acc[e / NR][e % NR] = _mm512_setzero_ps();
     for (int64_t p = 0; p < t.kc; p += kBlock) {
       // A 64-byte line holds 4 blocks of a row.
-      if (p % 128 == 0) PrefetchNextSlice<NR>(t.w_next, t.ldw, p / 2);
+      if (p % 128 == 0) PrefetchNextSlice<NR>(t.w_next, p / 2);
       __m512 xe[MR], xo[MR];
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
@@ -77,8 +79,7 @@ struct Mxfp4Tile512 {
       }
 #pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) {
-        const uint8_t* bytes = w + j * t.ldw + p / 2;
-        const Decoded512 d = DecodeBlock512(bytes, e8m0[t.scales[j * t.lds + p / kBlock]]);
+        const Decoded512 d = DecodeBlock512(w[j] + p / 2, e8m0[t.scales[j][p / kBlock]]);
 #pragma GCC unroll 4
         for (int i = 0; i < MR; ++i) {
           acc[i][j] = _mm512_fmadd_ps(xe[i], d.even, acc[i][j]);
@@ -94,18 +95,20 @@ template <int MR, int NR>
 struct Mxfp4Tile256 {
   static void Run(const TileArgs& t) {
     const float* x = static_cast<const float*>(t.x);
-    const uint8_t* w = static_cast<const uint8_t*>(t.w);
+    const uint8_t* w[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) w[j] = static_cast<const uint8_t*>(t.w[j]);
     const float* e8m0 = E8M0Table();
     __m256 acc[MR][NR];
 #pragma GCC unroll 8
     for (int e = 0; e < MR * NR; ++e) acc[e / NR][e % NR] = _mm256_setzero_ps();
     for (int64_t p = 0; p < t.kc; p += kBlock) {
       // A 64-byte line holds 4 blocks of a row.
-      if (p % 128 == 0) PrefetchNextSlice<NR>(t.w_next, t.ldw, p / 2);
+      if (p % 128 == 0) PrefetchNextSlice<NR>(t.w_next, p / 2);
       __m256 table[NR];
 #pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) {
-        table[j] = PositiveTable256(e8m0[t.scales[j * t.lds + p / kBlock]]);
+        table[j] = PositiveTable256(e8m0[t.scales[j][p / kBlock]]);
       }
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
@@ -117,7 +120,7 @@ struct Mxfp4Tile256 {
         }
 #pragma GCC unroll 4
         for (int j = 0; j < NR; ++j) {
-          const Decoded256 d = DecodeHalf256(w + j * t.ldw + p / 2 + 8 * h, table[j]);
+          const Decoded256 d = DecodeHalf256(w[j] + p / 2 + 8 * h, table[j]);
 #pragma GCC unroll 2
           for (int i = 0; i < MR; ++i) {
             acc[i][j] = _mm256_fmadd_ps(xe[i], d.even, acc[i][j]);
@@ -153,28 +156,27 @@ const TileKernels& Mxfp4TilesAvx2() {
   return k;
 }
 
-STRATA_TARGET_AVX512 void DecodeMxfp4TileAvx512(const uint8_t* packed, int64_t ldp,
-                                                const uint8_t* scales, int64_t lds, int nr,
-                                                int64_t kc, float* dst) {
+STRATA_TARGET_AVX512 void DecodeMxfp4TileAvx512(const uint8_t* const* packed,
+                                                const uint8_t* const* scales, int nr, int64_t kc,
+                                                float* dst) {
   const float* e8m0 = E8M0Table();
   for (int r = 0; r < nr; ++r) {
     for (int64_t p = 0; p < kc; p += kBlock) {
-      const Decoded512 d =
-          DecodeBlock512(packed + r * ldp + p / 2, e8m0[scales[r * lds + p / kBlock]]);
+      const Decoded512 d = DecodeBlock512(packed[r] + p / 2, e8m0[scales[r][p / kBlock]]);
       _mm512_storeu_ps(dst + r * kc + p, d.even);
       _mm512_storeu_ps(dst + r * kc + p + 16, d.odd);
     }
   }
 }
 
-void DecodeMxfp4TileAvx2(const uint8_t* packed, int64_t ldp, const uint8_t* scales, int64_t lds,
-                         int nr, int64_t kc, float* dst) {
+void DecodeMxfp4TileAvx2(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                         int64_t kc, float* dst) {
   const float* e8m0 = E8M0Table();
   for (int r = 0; r < nr; ++r) {
     for (int64_t p = 0; p < kc; p += kBlock) {
-      const __m256 table = PositiveTable256(e8m0[scales[r * lds + p / kBlock]]);
+      const __m256 table = PositiveTable256(e8m0[scales[r][p / kBlock]]);
       for (int h = 0; h < 2; ++h) {
-        const Decoded256 d = DecodeHalf256(packed + r * ldp + p / 2 + 8 * h, table);
+        const Decoded256 d = DecodeHalf256(packed[r] + p / 2 + 8 * h, table);
         _mm256_storeu_ps(dst + r * kc + p + 16 * h, d.even);
         _mm256_storeu_ps(dst + r * kc + p + 16 * h + 8, d.odd);
       }

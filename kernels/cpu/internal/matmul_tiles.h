@@ -35,19 +35,20 @@ inline constexpr int kMaxTileCols = 4;  // nr_max upper bound
 enum class XLayout { kNatural, kEvenOdd, kBf16 };
 
 struct TileArgs {
-  const void* x;          // row 0 of the x operand at element k0 (f32, or bf16 for kBf16)
-  int64_t ldx;            // x row stride in elements
-  const void* w;          // W row 0 of the tile at element k0 (f32 / bf16 elements; MXFP4 bytes)
-  const uint8_t* scales;  // MXFP4: scale of W row 0's block k0/32
-  int64_t ldw;            // W row stride: elements (f32/bf16) or packed bytes (MXFP4)
-  int64_t lds;            // MXFP4 scale row stride in bytes
-  int64_t kc;             // elements in this block (≤ kKBlock; MXFP4: a multiple of 32)
-  float* y;               // y[0, 0] of the tile
+  const void* x;  // row 0 of the x operand at element k0 (f32, or bf16 for kBf16)
+  int64_t ldx;    // x row stride in elements
+  // W row j of the tile at element k0 (f32 / bf16 elements; MXFP4 bytes), j < nr. Rows are
+  // independent pointers, so one tile can take its rows from two matrices (the fused GLU takes
+  // gate rows then up rows) and read them in the same pass over x.
+  const void* w[kMaxTileCols];
+  const uint8_t* scales[kMaxTileCols];  // MXFP4: scale of row j's block k0/32
+  int64_t kc;                           // elements in this block (≤ kKBlock; MXFP4: × 32)
+  float* y;                             // y[0, 0] of the tile
   int64_t ldy;
   bool accumulate;  // y += tile (later k blocks) or y = tile (first block)
-  // The weight slice the task reads next (same layout and strides as w), or null: the tile
-  // prefetches it row by row while it computes, so DRAM streams one slice ahead.
-  const void* w_next;
+  // The weight slice the task reads next, row by row (same layout as w), or all null: the tile
+  // prefetches it while it computes, so DRAM streams one slice ahead.
+  const void* w_next[kMaxTileCols];
 };
 
 using TileFn = void (*)(const TileArgs& args);
@@ -55,10 +56,11 @@ using TileFn = void (*)(const TileArgs& args);
 // Writes one activation row of k elements in the tiles' layout, zero-padded to a whole x_block.
 using PackRowFn = void (*)(const float* src, int64_t k, void* dst);
 
-// Decodes nr MXFP4 rows (k block of kc elements) to f32 in the kEvenOdd order of this ISA:
-// dst[r * kc + q] pairs with x_perm[q]. Exactly the values the in-register kernel uses.
-using DecodeFn = void (*)(const uint8_t* packed, int64_t ldp, const uint8_t* scales, int64_t lds,
-                          int nr, int64_t kc, float* dst);
+// Decodes nr MXFP4 rows (k block of kc elements; row r's bytes at packed[r], its scales at
+// scales[r]) to f32 in the kEvenOdd order of this ISA: dst[r * kc + q] pairs with x_perm[q].
+// Exactly the values the in-register kernel uses.
+using DecodeFn = void (*)(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                          int64_t kc, float* dst);
 
 struct TileKernels {
   int mr_max = 0;
@@ -78,10 +80,10 @@ const TileKernels& Bf16TilesAvx2();
 const TileKernels& Mxfp4TilesAvx512();
 const TileKernels& Mxfp4TilesAvx2();
 const TileKernels& Bf16DotLossyTilesAvx512Bf16();
-void DecodeMxfp4TileAvx512(const uint8_t* packed, int64_t ldp, const uint8_t* scales, int64_t lds,
-                           int nr, int64_t kc, float* dst);
-void DecodeMxfp4TileAvx2(const uint8_t* packed, int64_t ldp, const uint8_t* scales, int64_t lds,
-                         int nr, int64_t kc, float* dst);
+void DecodeMxfp4TileAvx512(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                           int64_t kc, float* dst);
+void DecodeMxfp4TileAvx2(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                         int64_t kc, float* dst);
 
 // Row packers (kernels/cpu/matmul_pack_x.cc): kEvenOdd with 32- and 16-element blocks, and kBf16
 // (round to nearest even, 32-element blocks).

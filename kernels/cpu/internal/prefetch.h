@@ -11,16 +11,18 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/internal/matmul_tiles.h"
+
 namespace strata::kernels::cpu::internal {
 
-// Prefetches byte `offset` of rows 0..NR-1 of the next slice (row stride ldw_bytes); no-op when
-// there is none.
+// Prefetches byte `offset` of rows 0..NR-1 of the next slice; no-op when there is none.
 template <int NR>
-inline void PrefetchNextSlice(const void* w_next, int64_t ldw_bytes, int64_t offset) {
-  if (w_next == nullptr) return;
-  const char* base = static_cast<const char*>(w_next) + offset;
+inline void PrefetchNextSlice(const void* const (&w_next)[kMaxTileCols], int64_t offset) {
+  if (w_next[0] == nullptr) return;
 #pragma GCC unroll 4
-  for (int j = 0; j < NR; ++j) _mm_prefetch(base + j * ldw_bytes, _MM_HINT_T1);
+  for (int j = 0; j < NR; ++j) {
+    _mm_prefetch(static_cast<const char*>(w_next[j]) + offset, _MM_HINT_T1);
+  }
 }
 
 }  // namespace strata::kernels::cpu::internal

@@ -34,11 +34,22 @@ inline __m256 Reduce8(const __m256 (&a)[2][4]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// Lanes 0..3 of the result = ReduceTree256(a[0..3]), same tree.
+inline __m128 Reduce4(const __m256 (&a)[4]) {
+  const __m256 t0 = _mm256_add_ps(_mm256_unpacklo_ps(a[0], a[1]), _mm256_unpackhi_ps(a[0], a[1]));
+  const __m256 t1 = _mm256_add_ps(_mm256_unpacklo_ps(a[2], a[3]), _mm256_unpackhi_ps(a[2], a[3]));
+  const __m256 u = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x44), _mm256_shuffle_ps(t0, t1, 0xEE));
+  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
 template <int MR, int NR>
 inline void StoreTile256(const __m256 (&acc)[MR][NR], const TileArgs& t) {
   alignas(32) float sums[MR * NR];
   if constexpr (MR == 2 && NR == 4) {
     _mm256_store_ps(sums, Reduce8(acc));
+  } else if constexpr (NR == 4) {
+#pragma GCC unroll 2
+    for (int i = 0; i < MR; ++i) _mm_store_ps(sums + 4 * i, Reduce4(acc[i]));
   } else {
 #pragma GCC unroll 8
     for (int e = 0; e < MR * NR; ++e) sums[e] = ReduceTree256(acc[e / NR][e % NR]);

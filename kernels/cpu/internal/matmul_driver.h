@@ -1,0 +1,91 @@
+// The pieces every product in kernels/cpu shares (Matmul, MatmulGlu, the grouped expert
+// products): kernel choice per (format, ISA), x packing, the task split, and RunBlock, which runs
+// the register tiles over one block of outputs.
+//
+// A block = x rows [i0, i1) × W rows [j0, j1), all of k:
+//
+//   for each group of nr W rows:            (paired: nr/2 rows of W_a, then the same of W_b)
+//     for each 1024-wide k block:
+//       (MXFP4, many x rows: decode nr × 1024 to an L1 f32 scratch)
+//       for each group of mr x rows: tile(mr, nr, k block) → y
+//
+// The nr × 1024 weight slice stays in L1 while every x group passes over it, and each tile
+// prefetches the slice read next (internal/prefetch.h), so a block reads its weights from DRAM
+// exactly once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/cpu_features.h"
+#include "kernels/cpu/internal/matmul_tiles.h"
+#include "kernels/cpu/matmul.h"
+
+namespace strata::kernels::cpu::internal {
+
+struct KernelSet {
+  const TileKernels* tiles = nullptr;      // the format's own tiles; null: use the reference
+  const TileKernels* f32_tiles = nullptr;  // MXFP4 scratch path
+  DecodeFn decode = nullptr;               // MXFP4 scratch path
+};
+
+KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16);
+
+// Checks a weight view's invariants (CHECK): n, k ≥ 0, data present, MXFP4 k % 32 == 0.
+void CheckWeights(const MatmulWeights& w);
+
+// Bytes of one W row in its format (MXFP4: packed codes + scales).
+int64_t WeightRowBytes(const MatmulWeights& w);
+
+// x rows in the layout the tiles expect (matmul_tiles.h), each padded with zeros to ldx elements.
+struct PackedX {
+  const void* data = nullptr;
+  int64_t ldx = 0;  // elements per row
+};
+int64_t PackedRowElements(const TileKernels& tiles, int64_t k);
+size_t PackedElementBytes(const TileKernels& tiles);
+// Packs rows i ∈ [i0, i1) of the gathered x: source row = x + (rows ? rows[i] : i) · k, into
+// dst + i · ldx (elements). kNatural (f32 weights) copies and zero-pads.
+void PackRows(const TileKernels& tiles, const float* x, int64_t k, const int64_t* rows, int64_t i0,
+              int64_t i1, void* dst);
+
+// A per-thread buffer that only grows (no allocation once warm). Slots are independent buffers.
+enum class ScratchSlot { kPackedX, kBlockOut, kCount };
+void* ThreadScratch(ScratchSlot slot, size_t num_bytes);
+
+// x rows per chunk (a chunk of x stays in L2; ≤ 64 rows) for rows of ldx elements.
+int64_t ChunkRows(const TileKernels& tiles, int64_t ldx);
+
+// True when the MXFP4 scratch path runs (more than one x tile per chunk of `rows` rows).
+bool DecodeToScratch(const KernelSet& kernels, WeightFormat format, int64_t chunk_rows);
+
+// Runs one block. Plain (b == null): y[(i − i0)·ldy + (j − j0)] = x_i · W_a[j]. Paired (b set,
+// same n, k and format as a): tiles take nr/2 rows of W_a and the same rows of W_b, and write the
+// group of g ≤ nr_max/2 columns starting at c = j − j0 as
+//   y[(i − i0)·ldy + 2c + q] = x_i · W_a[j + q],  y[(i − i0)·ldy + 2c + g + q] = x_i · W_b[j + q]
+// (PairedColumn below finds them). Results do not depend on the block bounds.
+void RunBlock(const KernelSet& kernels, bool decode_to_scratch, const MatmulWeights& a,
+              const MatmulWeights* b, PackedX x, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+              float* y, int64_t ldy);
+
+// Offsets of column c's a and b values inside a paired block row of `width` columns, for tiles
+// with nr_max columns.
+struct PairedOffsets {
+  int64_t a, b;
+};
+inline PairedOffsets PairedColumn(int64_t c, int64_t width, int nr_max) {
+  const int64_t g = nr_max / 2;
+  const int64_t start = c - c % g;
+  const int64_t size = width - start < g ? width - start : g;
+  return {2 * start + c % g, 2 * start + size + c % g};
+}
+
+// Columns per task so that a task reads ~128 KB of weights, but at least `min_tasks` tasks in
+// total when the matrix allows (load balance on a shared machine); a multiple of `multiple`.
+int64_t BlockColumns(int64_t n, int64_t bytes_per_column, int64_t other_tasks, int64_t min_tasks,
+                     int64_t multiple);
+
+// Whether a product of this size pays for waking the other threads.
+bool WorthParallel(int64_t weight_bytes, int64_t macs);
+
+}  // namespace strata::kernels::cpu::internal

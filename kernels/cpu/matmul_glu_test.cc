@@ -1,0 +1,247 @@
+#include "kernels/cpu/matmul_glu.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "kernels/cpu/matmul_test_util.h"
+#include "kernels/reference/glu.h"
+#include "kernels/reference/matmul.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+using testing::Abs;
+using testing::IsaCap;
+using testing::kF32Accumulation;
+using testing::MakeWeights;
+using testing::Reference;
+using testing::Rng;
+using testing::SupportedIsas;
+using testing::TestWeights;
+
+const GluParams kSwiGlu{GluKind::kSwiGlu, 4.0f, 0.0f};
+const GluParams kSitu{GluKind::kSitu, 4.0f, 25.0f};         // K3's β1, β2
+const GluParams kSituUncapped{GluKind::kSitu, 2.5f, 0.0f};  // β2 ≤ 0: up not capped
+
+std::string Name(const GluParams& p) {
+  if (p.kind == GluKind::kSwiGlu) return "swiglu";
+  return "situ(" + std::to_string(p.beta1) + "," + std::to_string(p.beta2) + ")";
+}
+
+// |act(g)| and |cap(u)| in f64, written independently of the code under test.
+double ActMagnitude(double g, const GluParams& p) {
+  const double sigmoid = 1.0 / (1.0 + std::exp(-g));
+  if (p.kind == GluKind::kSwiGlu) return std::fabs(g * sigmoid);
+  return std::fabs(p.beta1 * std::tanh(g / p.beta1) * sigmoid);
+}
+double CapMagnitude(double u, const GluParams& p) {
+  if (p.kind == GluKind::kSitu && p.beta2 > 0) return std::fabs(p.beta2 * std::tanh(u / p.beta2));
+  return std::fabs(u);
+}
+
+// h within the reference's error propagated through the activation: with εg, εu the matmul
+// bounds of kF32Accumulation (× Σ|x·w| of each product), and |d act/dg| ≤ 1.1, |d cap/du| ≤ 1,
+//   |h − h_ref| ≤ 1.2·εg·(|cap(u)| + εu) + |act(g)|·εu + 4e-6·|h_ref| + 1e-30
+// (the last terms: the f32 exp/tanh approximations, a few ulp). A missing or doubled product in
+// either sum, a swapped gate/up or a wrong column moves h far outside it.
+::testing::AssertionResult GluCloseToReference(const std::vector<float>& h, const TestWeights& gate,
+                                               const TestWeights& up, const std::vector<float>& x,
+                                               int64_t m, const GluParams& act) {
+  const int64_t n = gate.view.n, k = gate.view.k;
+  const std::vector<float> g = Reference(gate, x, m), u = Reference(up, x, m);
+  std::vector<float> expected(g.size());
+  GluReference(g.data(), u.data(), static_cast<int64_t>(g.size()), act, expected.data());
+  std::vector<float> scale_g(g.size()), scale_u(g.size());
+  MatmulReference(Abs(x).data(), m, k, Abs(gate.f32).data(), n, scale_g.data());
+  MatmulReference(Abs(x).data(), m, k, Abs(up.f32).data(), n, scale_u.data());
+  const double rel = kF32Accumulation.per_sqrt_k * std::sqrt(static_cast<double>(k));
+  for (int64_t e = 0; e < m * n; ++e) {
+    const double eg = rel * scale_g[e], eu = rel * scale_u[e];
+    const double bound = 1.2 * eg * (CapMagnitude(u[e], act) + eu) + ActMagnitude(g[e], act) * eu +
+                         4e-6 * std::fabs(expected[e]) + 1e-30;
+    const double err = std::fabs(static_cast<double>(h[e]) - expected[e]);
+    if (!(err <= bound)) {
+      return ::testing::AssertionFailure()
+             << "h[" << e / n << ", " << e % n << "] = " << h[e] << ", reference " << expected[e]
+             << " (g " << g[e] << ", u " << u[e] << "), error " << err << " > bound " << bound;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+const int64_t kRows[] = {1, 2, 3, 5, 17, 64};
+// n and k: 1, primes, non-multiples of 8/16/32, and k over several 1024-wide blocks.
+const int64_t kShapesNK[][2] = {{1, 1}, {31, 33},  {33, 97},  {97, 1000},
+                                {5, 7}, {2, 2100}, {257, 31}, {3, 16}};
+const int64_t kMxfp4ShapesNK[][2] = {{1, 32}, {31, 64}, {33, 96}, {97, 992}, {3, 1056}, {5, 2080}};
+
+void CheckFormat(WeightFormat format, const int64_t (*shapes)[2], size_t num_shapes,
+                 uint32_t seed) {
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    ASSERT_EQ(ActiveIsa(), isa);
+    Rng rng(seed);
+    for (size_t s = 0; s < num_shapes; ++s) {
+      const int64_t n = shapes[s][0], k = shapes[s][1];
+      const TestWeights gate = MakeWeights(format, n, k, rng);
+      const TestWeights up = MakeWeights(format, n, k, rng);
+      for (int64_t m : kRows) {
+        const std::vector<float> x = rng.Normal(m * k);
+        for (const GluParams& act : {kSwiGlu, kSitu, kSituUncapped}) {
+          std::vector<float> h(static_cast<size_t>(m * n), -1.0f);
+          MatmulGlu(gate.view, up.view, act, x.data(), m, h.data());
+          EXPECT_TRUE(GluCloseToReference(h, gate, up, x, m, act))
+              << testing::Describe(isa, m, n, k) << " " << Name(act);
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuMatmulGluTest, F32WeightsMatchReferenceOnOddShapesOnEveryIsa) {
+  CheckFormat(WeightFormat::kF32, kShapesNK, std::size(kShapesNK), 11);
+}
+
+TEST(CpuMatmulGluTest, Bf16WeightsMatchReferenceOnOddShapesOnEveryIsa) {
+  CheckFormat(WeightFormat::kBf16, kShapesNK, std::size(kShapesNK), 12);
+}
+
+TEST(CpuMatmulGluTest, Mxfp4WeightsMatchReferenceOnOddShapesOnEveryIsa) {
+  CheckFormat(WeightFormat::kMxfp4, kMxfp4ShapesNK, std::size(kMxfp4ShapesNK), 13);
+}
+
+// The activation alone, over the whole range (both tanh branches, σ saturating both ways, exp's
+// clamp): gate row [1, 0] and up row [0, 1] make g and u exactly the two x entries.
+TEST(CpuMatmulGluTest, ActivationMatchesReferenceOverTheWholeRange) {
+  const float gate_w[2] = {1.0f, 0.0f}, up_w[2] = {0.0f, 1.0f};
+  const MatmulWeights gate{WeightFormat::kF32, 1, 2, gate_w, nullptr};
+  const MatmulWeights up{WeightFormat::kF32, 1, 2, up_w, nullptr};
+  std::vector<float> x;
+  for (double v = -120.0; v <= 120.0; v += 0.0371) x.push_back(static_cast<float>(v));
+  for (float v : {0.0f, -0.0f, 0.625f, -0.625f, 0.6249999f, 1e-6f, -1e-6f, 1e-30f, 88.5f, -88.5f}) {
+    x.push_back(v);
+  }
+  const int64_t count = static_cast<int64_t>(x.size());
+  std::vector<float> pairs;  // (g, u): every g with a few u values, and u over the range too
+  for (int64_t i = 0; i < count; ++i) {
+    pairs.insert(pairs.end(), {x[i], x[(i * 7919) % count]});
+  }
+  const int64_t m = count;
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    for (const GluParams& act : {kSwiGlu, kSitu, kSituUncapped}) {
+      std::vector<float> h(static_cast<size_t>(m));
+      MatmulGlu(gate, up, act, pairs.data(), m, h.data());
+      for (int64_t i = 0; i < m; ++i) {
+        float expected = 0.0f;
+        GluReference(&pairs[2 * i], &pairs[2 * i + 1], 1, act, &expected);
+        EXPECT_NEAR(h[i], expected, 4e-6 * std::fabs(expected) + 1e-30)
+            << IsaName(isa) << " " << Name(act) << " g=" << pairs[2 * i]
+            << " u=" << pairs[2 * i + 1];
+      }
+    }
+  }
+}
+
+// Batching must not change a row: m = 67 spans two chunks and, for MXFP4, the scratch path.
+TEST(CpuMatmulGluTest, RowOfBatchIsBitIdenticalToRowAloneAndThreadCountDoesNotMatter) {
+  const int saved = omp_get_max_threads();
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+      Rng rng(14);
+      const int64_t m = 67, n = 45, k = 2080;
+      const TestWeights gate = MakeWeights(format, n, k, rng), up = MakeWeights(format, n, k, rng);
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> batch(static_cast<size_t>(m * n)), one_thread(batch.size());
+      MatmulGlu(gate.view, up.view, kSitu, x.data(), m, batch.data());
+      omp_set_num_threads(1);
+      MatmulGlu(gate.view, up.view, kSitu, x.data(), m, one_thread.data());
+      omp_set_num_threads(saved);
+      EXPECT_EQ(batch, one_thread) << IsaName(isa) << " format " << static_cast<int>(format);
+      for (int64_t i : {int64_t{0}, int64_t{3}, int64_t{63}, int64_t{64}, m - 1}) {
+        std::vector<float> alone(static_cast<size_t>(n));
+        MatmulGlu(gate.view, up.view, kSitu, x.data() + i * k, 1, alone.data());
+        EXPECT_EQ(alone, std::vector<float>(batch.begin() + i * n, batch.begin() + (i + 1) * n))
+            << IsaName(isa) << " format " << static_cast<int>(format) << " row " << i;
+      }
+    }
+  }
+}
+
+// Groups of different formats and shapes, with gathered rows (repeats, any order) and empty
+// groups, give exactly what MatmulGlu gives on each group's gathered x.
+TEST(CpuMatmulGluTest, GroupedEqualsOneProductPerGroupWithGatheredRows) {
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    Rng rng(15);
+    const int64_t rows_in_x = 9;
+    struct Spec {
+      WeightFormat format;
+      int64_t n, k;
+      std::vector<int64_t> rows;
+    };
+    const std::vector<Spec> specs = {{WeightFormat::kBf16, 37, 96, {4, 0, 4, 8}},
+                                     {WeightFormat::kMxfp4, 70, 96, {1}},
+                                     {WeightFormat::kBf16, 37, 96, {}},
+                                     {WeightFormat::kF32, 5, 33, {2, 3, 5, 6, 7, 8, 0}},
+                                     {WeightFormat::kMxfp4, 300, 1056, {8, 7}}};
+    std::vector<TestWeights> gates, ups;
+    std::vector<std::vector<float>> xs, hs;
+    std::vector<GluGroup> groups;
+    for (const Spec& s : specs) {
+      gates.push_back(MakeWeights(s.format, s.n, s.k, rng));
+      ups.push_back(MakeWeights(s.format, s.n, s.k, rng));
+      xs.push_back(rng.Normal(rows_in_x * s.k));
+      hs.emplace_back(s.rows.size() * s.n, -1.0f);
+    }
+    for (size_t g = 0; g < specs.size(); ++g) {
+      groups.push_back({gates[g].view, ups[g].view, xs[g].data(), specs[g].rows.data(),
+                        static_cast<int64_t>(specs[g].rows.size()), hs[g].data()});
+    }
+    MatmulGluGrouped(groups.data(), static_cast<int64_t>(groups.size()), kSitu);
+    for (size_t g = 0; g < specs.size(); ++g) {
+      const int64_t m = static_cast<int64_t>(specs[g].rows.size()), k = specs[g].k;
+      std::vector<float> gathered;
+      for (int64_t r : specs[g].rows) {
+        gathered.insert(gathered.end(), xs[g].begin() + r * k, xs[g].begin() + (r + 1) * k);
+      }
+      std::vector<float> alone(static_cast<size_t>(m * specs[g].n));
+      MatmulGlu(gates[g].view, ups[g].view, kSitu, gathered.data(), m, alone.data());
+      EXPECT_EQ(hs[g], alone) << IsaName(isa) << " group " << g;
+    }
+  }
+}
+
+TEST(CpuMatmulGluTest, ScalarIsaUsesTheReference) {
+  IsaCap cap(Isa::kScalar);
+  Rng rng(16);
+  const int64_t m = 3, n = 19, k = 64;
+  const TestWeights gate = MakeWeights(WeightFormat::kMxfp4, n, k, rng);
+  const TestWeights up = MakeWeights(WeightFormat::kMxfp4, n, k, rng);
+  const std::vector<float> x = rng.Normal(m * k);
+  std::vector<float> h(static_cast<size_t>(m * n));
+  MatmulGlu(gate.view, up.view, kSitu, x.data(), m, h.data());
+  const std::vector<float> g = Reference(gate, x, m), u = Reference(up, x, m);
+  std::vector<float> expected(g.size());
+  GluReference(g.data(), u.data(), m * n, kSitu, expected.data());
+  EXPECT_EQ(h, expected);
+}
+
+TEST(CpuMatmulGluTest, EmptyInnerDimensionGivesZeros) {
+  const float unused = 0.0f;
+  const MatmulWeights w{WeightFormat::kF32, 5, 0, &unused, nullptr};
+  std::vector<float> h(10, 7.0f);
+  MatmulGlu(w, w, kSwiGlu, &unused, 2, h.data());
+  EXPECT_EQ(h, std::vector<float>(10, 0.0f));
+}
+
+}  // namespace
+}  // namespace strata::kernels::cpu

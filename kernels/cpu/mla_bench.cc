@@ -1,0 +1,211 @@
+// MLA attention benchmark against ceilings measured in the same run (PERF.md):
+//   read_GBps   streaming read of 1 GiB over all threads (bench/roofline.h)
+//   f32_GFLOPs  register-resident FMA chains over all threads (AVX-512 where present)
+// Cases (K3 head shapes: dn 128, dr 64, dv 128, r 512 → 576-wide latent rows; K3 96 heads,
+// Kimi-Linear 32):
+//   decode   one token per sequence over a 32K-token paged cache (block size 64, shuffled
+//            blocks), batch 1 and 8, every sequence its own cache. Prints GB/s of cache bytes
+//            read, % of read_GBps, GFLOP/s, % of f32_GFLOPs and pct_roof = floor / time with
+//            floor = max(bytes / read, flops / peak) (the kernel is compute-bound at these head
+//            counts: 96 heads do ~96 FLOP per cache byte, the machine ~5-10).
+//   prefill  both forms (absorbed / expanded, mla_prefill.h) on a 512-token prompt and on a
+//            128-token chunk after 2K cached tokens, then a 4K-token prompt in one chunk with
+//            the automatic choice: tokens/s, GFLOP/s of the form's FLOPs and % of f32_GFLOPs.
+// Each case prints the best and the mean of its repetitions, the ceilings being measured right
+// before it (a shared machine's load drifts).
+//
+// Run: kernels_cpu_mla_bench [--quick] (not run by ctest). --quick: 8K context, 1K prompt
+// (and the form cases scaled down with it).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/roofline.h"
+#include "core/cpu_features.h"
+#include "core/tensor.h"
+#include "kernels/cpu/mla_decode.h"
+#include "kernels/cpu/mla_prefill.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Ceilings {
+  double read_bps;
+  double flops;
+};
+
+Ceilings Measure() { return {bench::MeasureReadBandwidth(), bench::MeasurePeakF32Flops()}; }
+
+void PrintCeilings(const char* when, const Ceilings& c) {
+  std::printf("ceilings (%s): read_GBps %.1f  f32_GFLOPs %.1f  threads %d  isa %s\n", when,
+              c.read_bps * 1e-9, c.flops * 1e-9, omp_get_max_threads(), IsaName(ActiveIsa()));
+}
+
+// A paged latent pool of `num_seqs` × `len` tokens, blocks shuffled, filled in parallel.
+struct Pool {
+  AlignedBuffer pages;
+  std::vector<std::vector<int32_t>> tables;
+  static constexpr int kBlockSize = 64;
+
+  Pool(int num_seqs, int64_t len, int lat_w) {
+    const int64_t blocks_per_seq = (len + kBlockSize - 1) / kBlockSize;
+    const int64_t num_blocks = blocks_per_seq * num_seqs;
+    const int64_t floats = num_blocks * kBlockSize * lat_w;
+    pages = AlignedBuffer(static_cast<size_t>(floats) * sizeof(float));
+    float* p = pages.as<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < floats; ++i)
+      p[i] = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::mt19937 rng(1);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int s = 0; s < num_seqs; ++s) {
+      tables.emplace_back(ids.begin() + s * blocks_per_seq, ids.begin() + (s + 1) * blocks_per_seq);
+    }
+  }
+  PagedLatent View(int s, int64_t len) const {
+    return {pages.as<float>(), tables[static_cast<size_t>(s)].data(), kBlockSize, len};
+  }
+};
+
+std::vector<float> Random(int64_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+MlaDims Dims(int heads) { return {heads, 128, 64, 128, 512}; }
+
+struct Timing {
+  double best_s = 1e30, mean_s = 0;
+};
+
+template <typename Fn>
+Timing Time(int reps, Fn&& fn) {
+  Timing t;
+  double total = 0;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    t.best_s = std::min(t.best_s, s);
+    total += s;
+  }
+  t.mean_s = total / reps;
+  return t;
+}
+
+void Decode(const char* name, int heads, int batch, int64_t len, int reps) {
+  const MlaDims d = Dims(heads);
+  const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
+  Pool pool(batch, len, lat_w);
+  const std::vector<float> w = Random(int64_t{heads} * 256 * 512, 1.0f / std::sqrt(512.0f), 2);
+  const std::vector<float> q = Random(int64_t{batch} * heads * 192, 1.0f, 3);
+  const std::vector<float> g = Random(int64_t{batch} * heads * 128, 1.0f, 4);
+  std::vector<float> o(static_cast<size_t>(batch) * heads * 128);
+  std::vector<MlaDecodeSequence> seqs;
+  for (int b = 0; b < batch; ++b) {
+    seqs.push_back({pool.View(b, len), q.data() + b * heads * 192, g.data() + b * heads * 128,
+                    o.data() + b * heads * 128});
+  }
+  AlignedBuffer scratch(MlaDecodeScratchBytes(d, seqs));
+  const float scale = 1.0f / std::sqrt(192.0f);
+  const Ceilings c = Measure();
+  MlaDecode(d, scale, w.data(), seqs, scratch.data());  // warm-up (page faults, scratch)
+  const Timing t = Time(reps, [&] { MlaDecode(d, scale, w.data(), seqs, scratch.data()); });
+  const double cache_bytes = 4.0 * batch * len * lat_w;
+  const double weight_bytes = 4.0 * w.size();
+  const double flops = 2.0 * batch * heads * (len * (lat_w + d.kv_lora_rank) + 2.0 * 128 * 512);
+  const double floor_s = std::max((cache_bytes + weight_bytes) / c.read_bps, flops / c.flops);
+  std::printf(
+      "decode %-11s heads %2d batch %d ctx %6lld: %8.2f ms (mean %8.2f)  cache %6.1f GB/s = "
+      "%5.1f%% of read  %6.1f GFLOP/s = %5.1f%% of f32  pct_roof %5.1f%% (best) "
+      "%5.1f%% (mean)\n",
+      name, heads, batch, static_cast<long long>(len), t.best_s * 1e3, t.mean_s * 1e3,
+      cache_bytes / t.best_s * 1e-9, 100.0 * cache_bytes / t.best_s / c.read_bps,
+      flops / t.best_s * 1e-9, 100.0 * flops / t.best_s / c.flops, 100.0 * floor_s / t.best_s,
+      100.0 * floor_s / t.mean_s);
+}
+
+// FLOPs of the form (per README): P = attended (query, row) pairs.
+double PrefillFlops(const MlaDims& d, int64_t cached, int64_t tokens, MlaPrefillForm form) {
+  const double pairs = static_cast<double>(tokens) * cached + tokens * (tokens + 1) / 2.0;
+  const double r = d.kv_lora_rank, dn = d.qk_nope_head_dim, dr = d.qk_rope_head_dim;
+  const double dv = d.v_head_dim;
+  if (form == MlaPrefillForm::kAbsorbed) {
+    return 2.0 * d.num_heads * (pairs * (2 * r + dr) + tokens * (dn + dv) * r);
+  }
+  return 2.0 * d.num_heads * ((cached + tokens) * (dn + dv) * r + pairs * (dn + dr + dv));
+}
+
+const char* FormName(MlaPrefillForm f) {
+  return f == MlaPrefillForm::kAbsorbed   ? "absorbed"
+         : f == MlaPrefillForm::kExpanded ? "expanded"
+                                          : "auto";
+}
+
+// A chunk of `tokens` new tokens after `cached` ones, in one call.
+void Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaPrefillForm form,
+             int reps) {
+  const MlaDims d = Dims(heads);
+  const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
+  const int64_t len = cached + tokens;
+  Pool pool(1, len, lat_w);
+  const std::vector<float> w = Random(int64_t{heads} * 256 * 512, 1.0f / std::sqrt(512.0f), 2);
+  const std::vector<float> q = Random(tokens * heads * 192, 1.0f, 3);
+  const std::vector<float> g = Random(tokens * heads * 128, 1.0f, 4);
+  std::vector<float> o(static_cast<size_t>(tokens * heads * 128));
+  const MlaPrefillSequence seq{pool.View(0, len), tokens, q.data(), g.data(), o.data()};
+  AlignedBuffer scratch(MlaPrefillScratchBytes(d, {&seq, 1}));
+  const float scale = 1.0f / std::sqrt(192.0f);
+  const MlaPrefillForm used =
+      form == MlaPrefillForm::kAuto ? MlaPrefillChooseForm(d, cached, tokens) : form;
+  const Ceilings c = Measure();
+  const Timing t = Time(reps, [&] {
+    MlaPrefill(d, scale, w.data(), {&seq, 1}, scratch.data(), form);
+  });
+  const double flops = PrefillFlops(d, cached, tokens, used);
+  std::printf(
+      "prefill %-11s heads %2d cached %5lld new %5lld %-8s(%s): %8.1f ms (mean %8.1f)  %8.0f "
+      "tokens/s  %6.1f GFLOP/s = %5.1f%% of f32\n",
+      name, heads, static_cast<long long>(cached), static_cast<long long>(tokens), FormName(form),
+      FormName(used), t.best_s * 1e3, t.mean_s * 1e3, tokens / t.best_s, flops / t.best_s * 1e-9,
+      100.0 * flops / t.best_s / c.flops);
+}
+
+}  // namespace
+}  // namespace strata::kernels::cpu
+
+int main(int argc, char** argv) {
+  using namespace strata::kernels::cpu;  // NOLINT(build/namespaces)
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const int64_t ctx = quick ? 8192 : 32768, prompt = quick ? 1024 : 4096;
+  PrintCeilings("start", Measure());
+  for (int batch : {1, 8}) {
+    Decode("k3", 96, batch, ctx, 3);
+    Decode("kimi-linear", 32, batch, ctx, 3);
+  }
+  // Both forms on the same chunks (the rule's calibration), then the 4K prompt as kAuto runs it.
+  for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {
+    Prefill("k3", 96, 0, prompt / 8, form, 2);
+    Prefill("k3", 96, prompt / 2, prompt / 32, form, 2);
+  }
+  Prefill("k3", 96, 0, prompt, MlaPrefillForm::kAuto, 1);
+  Prefill("kimi-linear", 32, 0, prompt, MlaPrefillForm::kAuto, 1);
+  PrintCeilings("end", Measure());
+  return 0;
+}

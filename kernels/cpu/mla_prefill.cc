@@ -1,0 +1,295 @@
+#include "kernels/cpu/mla_prefill.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "core/cpu_features.h"
+#include "core/tensor.h"
+#include "kernels/cpu/mla_tiles.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+using mla::kMaxQueries;
+using mla::kTileRows;
+
+// Absorbed form: heads per work item (the rest of the 64 queries are tokens). 4 heads × 16
+// tokens reuse each W_UK,h / W_UV,h read over 16 tokens; 16 × 4 was 2.2× slower on a
+// 128-token prompt (K3 shapes), bound by reading the weights.
+constexpr int kMaxHeadsPerItem = 4;
+// Expanded form: context rows expanded at a time (320 floats each at model shapes: 320 KB, L2).
+constexpr int kExpandRows = 256;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct ItemShape {
+  int heads_per_item;
+  int tokens_per_item;
+  int num_head_blocks;
+};
+
+ItemShape ShapeFor(const MlaDims& d) {
+  ItemShape s;
+  s.heads_per_item = std::min(d.num_heads, kMaxHeadsPerItem);
+  s.tokens_per_item = kMaxQueries / s.heads_per_item;
+  s.num_head_blocks = static_cast<int>(CeilDiv(d.num_heads, s.heads_per_item));
+  return s;
+}
+
+int64_t NumItems(const MlaPrefillSequence& seq, MlaPrefillForm form, const ItemShape& shape,
+                 int heads) {
+  if (form == MlaPrefillForm::kExpanded) return heads;
+  return CeilDiv(seq.num_new_tokens, shape.tokens_per_item) * shape.num_head_blocks;
+}
+
+// A per-thread buffer that only grows (no allocation once warm).
+char* ThreadBuffer(size_t bytes) {
+  thread_local AlignedBuffer buffer;
+  if (buffer.size() < bytes) buffer = AlignedBuffer(bytes + bytes / 4);
+  return buffer.as<char>();
+}
+
+// Per-thread tile state of an absorbed work item.
+struct ItemBuffers {
+  float* q_abs;    // [kMaxQueries, lat_w]  q̃, then the normalised ō (r wide)
+  float* acc;      // [kMaxQueries, r]
+  float* max;      // [kMaxQueries]
+  float* sum;      // [kMaxQueries]
+  int64_t* limit;  // [kMaxQueries]
+};
+
+ItemBuffers ThreadBuffers(int lat_w, int r) {
+  const size_t floats = static_cast<size_t>(kMaxQueries) * (lat_w + r + 2);
+  float* f = reinterpret_cast<float*>(
+      ThreadBuffer(floats * sizeof(float) + kMaxQueries * sizeof(int64_t)));
+  ItemBuffers b;
+  b.q_abs = f;
+  b.acc = b.q_abs + kMaxQueries * lat_w;
+  b.max = b.acc + kMaxQueries * r;
+  b.sum = b.max + kMaxQueries;
+  b.limit = reinterpret_cast<int64_t*>(b.sum + kMaxQueries);
+  return b;
+}
+
+// Absorbed work item: tokens [t0, t1) × heads [h0, h1) of `seq`; query i = (t − t0)·nh + h − h0.
+void RunAbsorbedItem(const mla::TileKernels& k, const MlaDims& d, float scale, const float* w_kvb,
+                     const MlaPrefillSequence& seq, int64_t t0, int64_t t1, int h0, int h1) {
+  const int heads = d.num_heads, r = d.kv_lora_rank, lat_w = r + d.qk_rope_head_dim;
+  const int64_t q_w = d.qk_nope_head_dim + d.qk_rope_head_dim, dv = d.v_head_dim;
+  const int64_t head_rows = d.qk_nope_head_dim + dv;
+  const int nt = static_cast<int>(t1 - t0), nh = h1 - h0, n = nt * nh;
+  const int64_t first_pos = seq.context.num_tokens - seq.num_new_tokens;  // C
+  const ItemBuffers buf = ThreadBuffers(lat_w, r);
+  const float* q[kMaxQueries];
+  float* out[kMaxQueries];
+  for (int h = h0; h < h1; ++h) {
+    for (int t = 0; t < nt; ++t) {
+      q[t] = seq.q + ((t0 + t) * heads + h) * q_w;
+      out[t] = buf.q_abs + (int64_t{t} * nh + h - h0) * lat_w;
+    }
+    mla::Absorb(k, w_kvb + h * head_rows * r, d, q, nt, out);
+  }
+  std::fill(buf.acc, buf.acc + int64_t{n} * r, 0.0f);
+  std::fill(buf.max, buf.max + n, -std::numeric_limits<float>::infinity());
+  std::fill(buf.sum, buf.sum + n, 0.0f);
+  for (int i = 0; i < n; ++i) buf.limit[i] = first_pos + t0 + i / nh + 1;
+  const mla::QueryBlock qb{buf.q_abs, lat_w, buf.acc, r, buf.max, buf.sum, buf.limit, n};
+  const float* rows[kTileRows];
+  const int64_t end = first_pos + t1;  // the last token's causal limit
+  for (int64_t row0 = 0; row0 < end; row0 += kTileRows) {
+    const int num_rows = static_cast<int>(std::min<int64_t>(kTileRows, end - row0));
+    for (int j = 0; j < num_rows; ++j) rows[j] = seq.context.Row(row0 + j, lat_w);
+    k.attend_tile(qb, rows, num_rows, row0, lat_w, 0, r, scale);
+  }
+  // ō = acc / l into the q̃ rows, then o = W_UV,h ō (⊙ gate) per head.
+  for (int i = 0; i < n; ++i) {
+    const float inv = 1.0f / buf.sum[i];
+    const float* coef = &inv;
+    const float* src = buf.acc + int64_t{i} * r;
+    float* dst = buf.q_abs + int64_t{i} * lat_w;
+    k.axpy(&dst, 1, nullptr, &coef, &src, 1, r);
+  }
+  const float* x[kMaxQueries];
+  const float* gate[kMaxQueries];
+  float* o[kMaxQueries];
+  for (int h = h0; h < h1; ++h) {
+    for (int t = 0; t < nt; ++t) {
+      x[t] = buf.q_abs + (int64_t{t} * nh + h - h0) * lat_w;
+      const int64_t col = (t0 + t) * heads * dv + h * dv;
+      gate[t] = seq.gate != nullptr ? seq.gate + col : nullptr;
+      o[t] = seq.o + col;
+    }
+    mla::UpProject(k, w_kvb + (h * head_rows + d.qk_nope_head_dim) * r, d, x, nt, gate, o);
+  }
+}
+
+// [k_nope (dn) ; k_pe (dr) ; v (dv)] of context rows [row0, row0 + n) for one head into kv
+// [n, dn + dr + dv]: k_nope = W_UK,h c, v = W_UV,h c (dot tiles over r), k_pe copied.
+void ExpandRows(const mla::TileKernels& k, const MlaDims& d, const PagedLatent& ctx, int64_t row0,
+                int n, const float* w_head, float* kv) {
+  const int dn = d.qk_nope_head_dim, dr = d.qk_rope_head_dim, dv = d.v_head_dim;
+  const int r = d.kv_lora_rank, lat_w = r + dr, width = dn + dr + dv;
+  const float* latent[kExpandRows];
+  float* out[kExpandRows];
+  for (int i = 0; i < n; ++i) {
+    latent[i] = ctx.Row(row0 + i, lat_w);
+    std::memcpy(kv + int64_t{i} * width + dn, latent[i] + r, sizeof(float) * dr);
+  }
+  constexpr int kWeightChunk = 64;
+  const float* w_rows[kWeightChunk];
+  for (int c0 = 0; c0 < dn + dv; c0 += kWeightChunk) {
+    const int nc = std::min(kWeightChunk, dn + dv - c0);
+    for (int c = 0; c < nc; ++c) w_rows[c] = w_head + int64_t{c0 + c} * r;
+    // Weight rows [0, dn) are W_UK (→ column c), [dn, dn + dv) W_UV (→ column dr + c).
+    for (int c = 0; c < nc;) {
+      const int col = c0 + c, split = col < dn ? std::min(nc, dn - c0) : nc;
+      const int out_col = col < dn ? col : col + dr;
+      for (int i = 0; i < n; ++i) out[i] = kv + int64_t{i} * width + out_col;
+      k.dots(latent, n, w_rows + c, split - c, r, out);
+      c = split;
+    }
+  }
+}
+
+// Expanded work item: every new token of `seq` for head h.
+void RunExpandedItem(const mla::TileKernels& k, const MlaDims& d, float scale, const float* w_kvb,
+                     const MlaPrefillSequence& seq, int h) {
+  const int dn = d.qk_nope_head_dim, dr = d.qk_rope_head_dim, dv = d.v_head_dim;
+  const int key_w = dn + dr, width = key_w + dv, heads = d.num_heads;
+  const int64_t num_new = seq.num_new_tokens, len = seq.context.num_tokens;
+  const int64_t first_pos = len - num_new;
+  // Thread buffer: kv [kExpandRows, width] | acc [T, dv] | max [T] | sum [T] | limit [T].
+  char* buf = ThreadBuffer(sizeof(float) * (kExpandRows * width + num_new * (dv + 2)) +
+                           sizeof(int64_t) * num_new);
+  float* kv = reinterpret_cast<float*>(buf);
+  float* acc = kv + kExpandRows * width;
+  float* max = acc + num_new * dv;
+  float* sum = max + num_new;
+  int64_t* limit = reinterpret_cast<int64_t*>(sum + num_new);
+  std::fill(acc, acc + num_new * dv, 0.0f);
+  std::fill(max, max + num_new, -std::numeric_limits<float>::infinity());
+  std::fill(sum, sum + num_new, 0.0f);
+  for (int64_t t = 0; t < num_new; ++t) limit[t] = first_pos + t + 1;
+  const float* w_head = w_kvb + int64_t{h} * (dn + dv) * d.kv_lora_rank;
+  const float* rows[kTileRows];
+  for (int64_t block = 0; block < len; block += kExpandRows) {
+    const int n = static_cast<int>(std::min<int64_t>(kExpandRows, len - block));
+    ExpandRows(k, d, seq.context, block, n, w_head, kv);
+    for (int64_t t0 = 0; t0 < num_new; t0 += kMaxQueries) {
+      const int64_t t1 = std::min(num_new, t0 + kMaxQueries);
+      const int64_t end = std::min(block + n, first_pos + t1);
+      const mla::QueryBlock qb{seq.q + (t0 * heads + h) * key_w,
+                               int64_t{heads} * key_w,
+                               acc + t0 * dv,
+                               dv,
+                               max + t0,
+                               sum + t0,
+                               limit + t0,
+                               static_cast<int>(t1 - t0)};
+      for (int64_t row0 = block; row0 < end; row0 += kTileRows) {
+        const int num_rows = static_cast<int>(std::min<int64_t>(kTileRows, end - row0));
+        for (int j = 0; j < num_rows; ++j) rows[j] = kv + (row0 - block + j) * width;
+        k.attend_tile(qb, rows, num_rows, row0, key_w, key_w, dv, scale);
+      }
+    }
+  }
+  for (int64_t t = 0; t < num_new; ++t) {
+    const float inv = 1.0f / sum[t];
+    const float* coef = &inv;
+    const float* src = acc + t * dv;
+    float* dst = seq.o + (t * heads + h) * dv;
+    k.axpy(&dst, 1, nullptr, &coef, &src, 1, dv);
+    if (seq.gate != nullptr) k.gate(dst, seq.gate + (t * heads + h) * dv, dv);
+  }
+}
+
+// STRATA_ISA=scalar: the f64 reference on a gathered copy of the context.
+void PrefillWithReference(const MlaDims& d, float scale, const float* w_kvb,
+                          absl::Span<const MlaPrefillSequence> seqs) {
+  const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
+  std::vector<float> context;
+  for (const MlaPrefillSequence& s : seqs) {
+    const int64_t len = s.context.num_tokens;
+    context.resize(static_cast<size_t>(len * lat_w));
+    for (int64_t t = 0; t < len; ++t) {
+      std::memcpy(context.data() + t * lat_w, s.context.Row(t, lat_w), lat_w * sizeof(float));
+    }
+    MlaAttentionReference(s.q, context.data(), len, s.num_new_tokens, w_kvb, d, scale, s.o);
+    if (s.gate == nullptr) continue;
+    for (int64_t c = 0; c < s.num_new_tokens * d.num_heads * d.v_head_dim; ++c) {
+      s.o[c] = static_cast<float>(s.o[c] / (1.0 + std::exp(-static_cast<double>(s.gate[c]))));
+    }
+  }
+}
+
+}  // namespace
+
+MlaPrefillForm MlaPrefillChooseForm(const MlaDims& d, int64_t num_cached, int64_t num_new) {
+  // FLOPs per head / 2. Both forms run on the same dot and axpy tiles at similar efficiency
+  // (README: measured), so fewer FLOPs is faster.
+  const double pairs = static_cast<double>(num_new) * num_cached + num_new * (num_new + 1) / 2.0;
+  const double r = d.kv_lora_rank, dn = d.qk_nope_head_dim, dr = d.qk_rope_head_dim;
+  const double dv = d.v_head_dim;
+  const double absorbed = pairs * (2 * r + dr) + num_new * (dn + dv) * r;
+  const double expanded =
+      static_cast<double>(num_cached + num_new) * (dn + dv) * r + pairs * (dn + dr + dv);
+  return expanded < absorbed ? MlaPrefillForm::kExpanded : MlaPrefillForm::kAbsorbed;
+}
+
+size_t MlaPrefillScratchBytes(const MlaDims& /*dims*/, absl::Span<const MlaPrefillSequence> seqs) {
+  return sizeof(int64_t) * (seqs.size() + 1) + sizeof(MlaPrefillForm) * seqs.size() + 64;
+}
+
+void MlaPrefill(const MlaDims& dims, float scale, const float* w_kvb,
+                absl::Span<const MlaPrefillSequence> seqs, void* scratch, MlaPrefillForm form) {
+  if (seqs.empty()) return;
+  for (const MlaPrefillSequence& s : seqs) {
+    CHECK(s.num_new_tokens >= 1 && s.num_new_tokens <= s.context.num_tokens)
+        << "num_new_tokens " << s.num_new_tokens << " context " << s.context.num_tokens;
+  }
+  const Isa isa = ActiveIsa();
+  if (isa == Isa::kScalar) {
+    PrefillWithReference(dims, scale, w_kvb, seqs);
+    return;
+  }
+  const mla::TileKernels& k = mla::TileKernelsFor(isa);
+  const ItemShape shape = ShapeFor(dims);
+  const int64_t batch = static_cast<int64_t>(seqs.size());
+  // Scratch: item_begin [B + 1] (first work item of each sequence), forms [B].
+  int64_t* item_begin = static_cast<int64_t*>(scratch);
+  auto* forms = reinterpret_cast<MlaPrefillForm*>(item_begin + batch + 1);
+  item_begin[0] = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const MlaPrefillSequence& s = seqs[b];
+    forms[b] =
+        form != MlaPrefillForm::kAuto
+            ? form
+            : MlaPrefillChooseForm(dims, s.context.num_tokens - s.num_new_tokens, s.num_new_tokens);
+    item_begin[b + 1] = item_begin[b] + NumItems(s, forms[b], shape, dims.num_heads);
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t item = 0; item < item_begin[batch]; ++item) {
+    const int64_t b = std::upper_bound(item_begin, item_begin + batch + 1, item) - item_begin - 1;
+    const MlaPrefillSequence& seq = seqs[b];
+    const int64_t local = item - item_begin[b];
+    if (forms[b] == MlaPrefillForm::kExpanded) {
+      RunExpandedItem(k, dims, scale, w_kvb, seq, static_cast<int>(local));
+      continue;
+    }
+    // Last token tiles first: they attend the most rows (better load balance).
+    const int64_t tiles = CeilDiv(seq.num_new_tokens, shape.tokens_per_item);
+    const int64_t tile = tiles - 1 - local / shape.num_head_blocks;
+    const int block = static_cast<int>(local % shape.num_head_blocks);
+    const int64_t t0 = tile * shape.tokens_per_item;
+    const int64_t t1 = std::min(seq.num_new_tokens, t0 + shape.tokens_per_item);
+    const int h0 = block * shape.heads_per_item;
+    const int h1 = std::min(dims.num_heads, h0 + shape.heads_per_item);
+    RunAbsorbedItem(k, dims, scale, w_kvb, seq, t0, t1, h0, h1);
+  }
+}
+
+}  // namespace strata::kernels::cpu

@@ -1,0 +1,382 @@
+// MLA decode and prefill kernels against the f64 references (kernels/reference/mla.h), on paged
+// caches with shuffled block tables, on every ISA path this CPU has; plus the bit-exact
+// invariances the engine relies on (batch composition, thread count, prompt chunking).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "kernels/cpu/mla_decode.h"
+#include "kernels/cpu/mla_prefill.h"
+#include "kernels/reference/mla.h"
+
+namespace strata::kernels::cpu {
+namespace {
+
+// Tolerance: |o − o_ref| ≤ kRelTol · max|o_ref| over a sequence's outputs. The kernels run in
+// f32 (ε = 6e-8): scores and absorbed queries are dot products of ≤ 576 terms, the softmax a
+// sum of ≤ 1000 terms, the output dots of ≤ 512 terms; the observed error is ≤ 1.1e-6 of the
+// output scale on these shapes, so 1e-5 leaves ~10× headroom. One context row dropped or
+// counted twice changes the output by ~p_j ≥ 1e-3 of its scale at these lengths, 100× more.
+constexpr double kRelTol = 1e-5;
+
+const MlaDims kSmallDims{1, 24, 8, 20, 40};      // lat_w 48: whole vectors
+const MlaDims kOddDims{1, 7, 5, 9, 37};          // lat_w 42, r 37: masked tails everywhere
+const MlaDims kModelDims{1, 128, 64, 128, 512};  // K3 / Kimi-Linear head shapes
+
+MlaDims WithHeads(MlaDims d, int heads) {
+  d.num_heads = heads;
+  return d;
+}
+int LatW(const MlaDims& d) { return d.kv_lora_rank + d.qk_rope_head_dim; }
+
+std::vector<float> Normal(std::mt19937& rng, int64_t count, float stddev) {
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A page pool holding several sequences' contexts under shuffled block tables. Rows no
+// sequence owns are NaN, so a read outside the table poisons the output.
+struct PagedPool {
+  int block_size = 0;
+  int lat_w = 0;
+  std::vector<float> pages;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<float>> contexts;  // contiguous copies, for the reference
+
+  PagedLatent View(size_t seq) const {
+    return {pages.data(), tables[seq].data(), block_size,
+            static_cast<int64_t>(contexts[seq].size() / lat_w)};
+  }
+};
+
+PagedPool MakePool(const std::vector<int64_t>& lengths, int block_size, int lat_w,
+                   std::mt19937& rng) {
+  PagedPool pool;
+  pool.block_size = block_size;
+  pool.lat_w = lat_w;
+  int64_t num_blocks = 3;  // spare blocks stay NaN
+  for (int64_t len : lengths) num_blocks += (len + block_size - 1) / block_size;
+  pool.pages.assign(static_cast<size_t>(num_blocks * block_size * lat_w),
+                    std::numeric_limits<float>::quiet_NaN());
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  size_t next = 0;
+  for (int64_t len : lengths) {
+    std::vector<int32_t> table;
+    for (int64_t b = 0; b < (len + block_size - 1) / block_size; ++b) table.push_back(ids[next++]);
+    std::vector<float> context = Normal(rng, len * lat_w, 1.0f);
+    pool.tables.push_back(table);
+    pool.contexts.push_back(context);
+    const PagedLatent view = pool.View(pool.contexts.size() - 1);
+    for (int64_t t = 0; t < len; ++t) {
+      std::memcpy(const_cast<float*>(view.Row(t, lat_w)), context.data() + t * lat_w,
+                  sizeof(float) * lat_w);
+    }
+  }
+  return pool;
+}
+
+// kv_b_proj with entries ~ N(0, 1/fan_in), so q̃ and o have unit-scale entries.
+std::vector<float> MakeWkvb(const MlaDims& d, std::mt19937& rng) {
+  return Normal(rng, int64_t{d.num_heads} * (d.qk_nope_head_dim + d.v_head_dim) * d.kv_lora_rank,
+                1.0f / std::sqrt(static_cast<float>(d.kv_lora_rank)));
+}
+
+float Scale(const MlaDims& d) {
+  return 1.0f / std::sqrt(static_cast<float>(d.qk_nope_head_dim + d.qk_rope_head_dim));
+}
+
+// o ← o ⊙ sigmoid(gate) in f64 (the reference for the fused gate).
+void GateReference(const std::vector<float>& gate, std::vector<float>& o) {
+  for (size_t c = 0; c < o.size(); ++c) {
+    o[c] = static_cast<float>(o[c] / (1.0 + std::exp(-static_cast<double>(gate[c]))));
+  }
+}
+
+::testing::AssertionResult Close(const std::vector<float>& got, const std::vector<float>& want) {
+  double scale = 0, worst = 0;
+  size_t at = 0;
+  for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= worst)) {  // NaN-propagating
+      worst = err;
+      at = i;
+    }
+  }
+  if (worst <= kRelTol * scale) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max error " << worst << " at " << at << " (got "
+                                       << got[at] << ", want " << want[at] << "), scale " << scale;
+}
+
+// One batch of decode sequences over one pool: inputs, outputs and the call.
+struct DecodeCase {
+  MlaDims dims;
+  PagedPool pool;
+  std::vector<float> w_kvb;
+  std::vector<std::vector<float>> q, gate, o;
+
+  DecodeCase(const MlaDims& d, const std::vector<int64_t>& lengths, int block_size, bool gated,
+             std::mt19937& rng)
+      : dims(d), pool(MakePool(lengths, block_size, LatW(d), rng)), w_kvb(MakeWkvb(d, rng)) {
+    const int64_t qw = int64_t{d.num_heads} * (d.qk_nope_head_dim + d.qk_rope_head_dim);
+    const int64_t ow = int64_t{d.num_heads} * d.v_head_dim;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      q.push_back(Normal(rng, qw, 1.0f));
+      gate.push_back(gated ? Normal(rng, ow, 2.0f) : std::vector<float>());
+      o.push_back(std::vector<float>(static_cast<size_t>(ow), -1.0f));
+    }
+  }
+
+  MlaDecodeSequence Seq(size_t s) {
+    return {pool.View(s), q[s].data(), gate[s].empty() ? nullptr : gate[s].data(), o[s].data()};
+  }
+
+  // Runs the sequences `which` in one MlaDecode call.
+  void Run(const std::vector<size_t>& which) {
+    std::vector<MlaDecodeSequence> seqs;
+    for (size_t s : which) seqs.push_back(Seq(s));
+    std::vector<char> scratch(MlaDecodeScratchBytes(dims, seqs) + 64);
+    void* aligned =
+        reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+    MlaDecode(dims, Scale(dims), w_kvb.data(), seqs, aligned);
+  }
+  void RunAll() {
+    std::vector<size_t> all(q.size());
+    std::iota(all.begin(), all.end(), 0);
+    Run(all);
+  }
+
+  std::vector<float> Reference(size_t s) const {
+    std::vector<float> ref(o[s].size());
+    const int64_t len = static_cast<int64_t>(pool.contexts[s].size() / LatW(dims));
+    MlaAttentionAbsorbedReference(q[s].data(), pool.contexts[s].data(), len, 1, w_kvb.data(), dims,
+                                  Scale(dims), ref.data());
+    if (!gate[s].empty()) GateReference(gate[s], ref);
+    return ref;
+  }
+};
+
+// Prefill: sequence s has chunk[s].second new tokens after chunk[s].first cached ones.
+struct PrefillCase {
+  MlaDims dims;
+  PagedPool pool;
+  std::vector<float> w_kvb;
+  std::vector<int64_t> num_new;
+  std::vector<std::vector<float>> q, gate, o;
+
+  PrefillCase(const MlaDims& d, const std::vector<std::pair<int64_t, int64_t>>& chunks,
+              int block_size, bool gated, std::mt19937& rng)
+      : dims(d), pool(MakePool(Totals(chunks), block_size, LatW(d), rng)), w_kvb(MakeWkvb(d, rng)) {
+    const int64_t qw = int64_t{d.num_heads} * (d.qk_nope_head_dim + d.qk_rope_head_dim);
+    const int64_t ow = int64_t{d.num_heads} * d.v_head_dim;
+    for (const auto& [cached, fresh] : chunks) {
+      num_new.push_back(fresh);
+      q.push_back(Normal(rng, fresh * qw, 1.0f));
+      gate.push_back(gated ? Normal(rng, fresh * ow, 2.0f) : std::vector<float>());
+      o.push_back(std::vector<float>(static_cast<size_t>(fresh * ow), -1.0f));
+    }
+  }
+  static std::vector<int64_t> Totals(const std::vector<std::pair<int64_t, int64_t>>& chunks) {
+    std::vector<int64_t> t;
+    for (const auto& [cached, fresh] : chunks) t.push_back(cached + fresh);
+    return t;
+  }
+
+  void RunAll(MlaPrefillForm form = MlaPrefillForm::kAuto) {
+    std::vector<MlaPrefillSequence> seqs;
+    for (size_t s = 0; s < q.size(); ++s) {
+      seqs.push_back({pool.View(s), num_new[s], q[s].data(),
+                      gate[s].empty() ? nullptr : gate[s].data(), o[s].data()});
+    }
+    std::vector<int64_t> scratch(MlaPrefillScratchBytes(dims, seqs) / sizeof(int64_t) + 1);
+    MlaPrefill(dims, Scale(dims), w_kvb.data(), seqs, scratch.data(), form);
+  }
+
+  // The non-absorbed ("MHA mode") reference: an independent formulation of the same attention.
+  std::vector<float> Reference(size_t s) const {
+    std::vector<float> ref(o[s].size());
+    const int64_t len = static_cast<int64_t>(pool.contexts[s].size() / LatW(dims));
+    MlaAttentionReference(q[s].data(), pool.contexts[s].data(), len, num_new[s], w_kvb.data(), dims,
+                          Scale(dims), ref.data());
+    if (!gate[s].empty()) GateReference(gate[s], ref);
+    return ref;
+  }
+};
+
+std::vector<Isa> SupportedIsas() {
+  ClearIsaOverride();
+  const Isa best = ActiveIsa();
+  std::vector<Isa> isas;
+  if (best >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
+  if (best >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+// Runs each test on one ISA path (STRATA_ISA-style cap), restoring the default afterwards.
+class MlaKernelTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    SetIsaOverride(GetParam());
+    ASSERT_EQ(ActiveIsa(), GetParam());
+  }
+  void TearDown() override { ClearIsaOverride(); }
+};
+
+const std::vector<int64_t> kLengths = {1, 2, 63, 64, 65, 257, 1000};
+
+TEST_P(MlaKernelTest, DecodeOfABatchOfLengthsMatchesReference) {
+  std::mt19937 rng(1);
+  for (const MlaDims& base : {kSmallDims, kOddDims}) {
+    for (int heads : {1, 3, 5}) {
+      for (int block_size : {1, 16, 64}) {
+        const bool gated = heads != 3;
+        DecodeCase c(WithHeads(base, heads), kLengths, block_size, gated, rng);
+        c.RunAll();
+        for (size_t s = 0; s < kLengths.size(); ++s) {
+          EXPECT_TRUE(Close(c.o[s], c.Reference(s)))
+              << "r=" << base.kv_lora_rank << " heads=" << heads << " block=" << block_size
+              << " len=" << kLengths[s];
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MlaKernelTest, DecodeAtModelHeadShapesMatchesReference) {
+  std::mt19937 rng(2);
+  DecodeCase c(WithHeads(kModelDims, 5), {1, 65, 1000, 2100}, 64, true, rng);
+  c.RunAll();
+  for (size_t s = 0; s < c.q.size(); ++s) EXPECT_TRUE(Close(c.o[s], c.Reference(s))) << s;
+}
+
+const char* FormName(MlaPrefillForm form) {
+  return form == MlaPrefillForm::kAbsorbed ? "absorbed" : "expanded";
+}
+
+TEST_P(MlaKernelTest, PrefillChunksOnCachedContextMatchReferenceInBothForms) {
+  std::mt19937 rng(3);
+  // (cached, new): every chunk size in {1, 2, 17, 64}, on empty and non-empty contexts,
+  // including contexts of 63/64/65/257/1000 tokens, all in one batch.
+  const std::vector<std::pair<int64_t, int64_t>> chunks = {
+      {0, 1},  {0, 2},  {0, 17},  {0, 64},   {1, 1},    {46, 17},
+      {62, 2}, {1, 63}, {48, 17}, {193, 64}, {936, 64}, {999, 1}};
+  for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {
+    for (const MlaDims& base : {kSmallDims, kOddDims}) {
+      for (int heads : {1, 3, 5}) {
+        for (int block_size : {1, 16, 64}) {
+          PrefillCase c(WithHeads(base, heads), chunks, block_size, heads != 5, rng);
+          c.RunAll(form);
+          for (size_t s = 0; s < chunks.size(); ++s) {
+            EXPECT_TRUE(Close(c.o[s], c.Reference(s)))
+                << FormName(form) << " r=" << base.kv_lora_rank << " heads=" << heads
+                << " block=" << block_size << " cached=" << chunks[s].first
+                << " new=" << chunks[s].second;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MlaKernelTest, PrefillAtModelHeadShapesMatchesReferenceInBothForms) {
+  std::mt19937 rng(4);
+  for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {
+    PrefillCase c(WithHeads(kModelDims, 3), {{0, 64}, {200, 17}, {0, 300}}, 16, true, rng);
+    c.RunAll(form);
+    for (size_t s = 0; s < c.q.size(); ++s) {
+      EXPECT_TRUE(Close(c.o[s], c.Reference(s))) << FormName(form) << " sequence " << s;
+    }
+  }
+}
+
+TEST(MlaPrefillFormTest, AbsorbedOnlyForShortChunksAfterALongContext) {
+  // Per head: absorbed costs (2r + dr) per (query, row) + (dn + dv)·r per query; expanded
+  // (dn + dr + dv) per (query, row) + (dn + dv)·r per context row. Without a cached context
+  // the rows are the queries, so expanded is never more work.
+  const MlaDims d = WithHeads(kModelDims, 96);
+  for (int64_t t : {1, 2, 17, 64, 128}) {
+    EXPECT_EQ(MlaPrefillChooseForm(d, 32768, t), MlaPrefillForm::kAbsorbed) << t;
+    EXPECT_EQ(MlaPrefillChooseForm(d, 0, t), MlaPrefillForm::kExpanded) << t;
+  }
+  EXPECT_EQ(MlaPrefillChooseForm(d, 32768, 512), MlaPrefillForm::kExpanded);
+  EXPECT_EQ(MlaPrefillChooseForm(d, 0, 4096), MlaPrefillForm::kExpanded);
+}
+
+TEST_P(MlaKernelTest, DecodeOfASequenceIsBitIdenticalAloneInABatchAndOnAnyThreadCount) {
+  std::mt19937 rng(5);
+  DecodeCase c(WithHeads(kSmallDims, 5), {1000, 3, 257, 64}, 16, true, rng);
+  c.RunAll();
+  const auto batched = c.o;
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    for (size_t s = 0; s < c.q.size(); ++s) {
+      std::fill(c.o[s].begin(), c.o[s].end(), 0.0f);
+      c.Run({s});
+      EXPECT_EQ(c.o[s], batched[s]) << "sequence " << s << " threads " << threads;
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST_P(MlaKernelTest, PrefillIsBitIdenticalWhateverTheChunkingAndTheBatch) {
+  // The same 96-token prompt: one chunk, or 40 cached + 56 new, next to another sequence.
+  std::mt19937 rng(6);
+  const MlaDims d = WithHeads(kOddDims, 3);
+  const int64_t qw = d.num_heads * (d.qk_nope_head_dim + d.qk_rope_head_dim);
+  const int64_t ow = d.num_heads * d.v_head_dim;
+  for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {
+    PrefillCase whole(d, {{0, 96}}, 16, true, rng);
+    whole.RunAll(form);
+    PrefillCase split(d, {{7, 9}, {40, 56}}, 16, true, rng);
+    split.pool.contexts[1] = whole.pool.contexts[0];
+    for (int64_t t = 0; t < 96; ++t) {
+      std::memcpy(const_cast<float*>(split.pool.View(1).Row(t, LatW(d))),
+                  whole.pool.contexts[0].data() + t * LatW(d), sizeof(float) * LatW(d));
+    }
+    split.w_kvb = whole.w_kvb;
+    split.q[1].assign(whole.q[0].begin() + 40 * qw, whole.q[0].end());
+    split.gate[1].assign(whole.gate[0].begin() + 40 * ow, whole.gate[0].end());
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(3);
+    split.RunAll(form);
+    omp_set_num_threads(saved);
+    const std::vector<float> tail(whole.o[0].begin() + 40 * ow, whole.o[0].end());
+    EXPECT_EQ(split.o[1], tail) << FormName(form);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(mla, MlaKernelTest, ::testing::ValuesIn(SupportedIsas()),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(IsaName(info.param));
+                         });
+
+TEST(MlaScalarIsaTest, FallsBackToTheReference) {
+  SetIsaOverride(Isa::kScalar);
+  std::mt19937 rng(7);
+  DecodeCase d(WithHeads(kSmallDims, 3), {5, 70}, 16, true, rng);
+  d.RunAll();
+  PrefillCase p(WithHeads(kSmallDims, 3), {{3, 5}}, 16, true, rng);
+  p.RunAll();
+  ClearIsaOverride();
+  for (size_t s = 0; s < d.q.size(); ++s) EXPECT_TRUE(Close(d.o[s], d.Reference(s)));
+  EXPECT_TRUE(Close(p.o[0], p.Reference(0)));
+}
+
+}  // namespace
+}  // namespace strata::kernels::cpu

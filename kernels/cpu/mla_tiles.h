@@ -1,0 +1,73 @@
+// The register-tile building blocks behind the MLA attention kernels (mla_decode.h,
+// mla_prefill.h), one set per ISA. Internal to kernels/cpu.
+//
+// Every output element is produced by the same instruction sequence whatever the tile shape,
+// the number of queries processed together or the thread doing it (tails are padded, never
+// computed by a different loop), so a sequence's result does not depend on the batch it is in.
+//
+// Online softmax over one tile of context rows (flash attention, MQA form), for n queries that
+// share the rows (the heads of one sequence, or heads × tokens in prefill):
+//
+//   rows (≤ kTileRows pointers into the page pool, each lat_w = r + dr floats):
+//     s[i, j]   = scale · q̃_i · κ_j                        (Dots, j < kTileRows)
+//     m'_i      = max(m_i, max_j s[i, j])    α_i = exp(m_i − m'_i)
+//     p[i, j]   = exp(s[i, j] − m'_i)        l_i ← α_i · l_i + Σ_j p[i, j]
+//     acc[i, :] ← α_i · acc[i, :] + Σ_j p[i, j] · c_j[0, r)   (Axpy)
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu_features.h"
+#include "kernels/reference/mla.h"
+
+namespace strata::kernels::cpu::mla {
+
+inline constexpr int kTileRows = 16;    // context rows per tile: one AVX-512 vector of scores
+inline constexpr int kMaxQueries = 64;  // queries per AttendTile call (stack-sized scratch)
+
+// Online-softmax state of a block of queries (all pointers owned by the caller).
+struct QueryBlock {
+  const float* q = nullptr;        // [n, q_stride] absorbed queries q̃ (lat_w wide, unscaled)
+  int64_t q_stride = 0;            // floats
+  float* acc = nullptr;            // [n, acc_stride] unnormalised Σ p_j c_j (r wide)
+  int64_t acc_stride = 0;          // floats
+  float* max = nullptr;            // [n] running max of the scaled scores (−inf: no row yet)
+  float* sum = nullptr;            // [n] running Σ exp(s − max)
+  const int64_t* limit = nullptr;  // [n] query i sees rows with index < limit[i]; nullptr: all
+  int n = 0;                       // ≤ kMaxQueries
+};
+
+struct TileKernels {
+  // out[i][j] = Σ_{k < width} a[i][k] · b[j][k] for i < na, j < nb (any sizes).
+  void (*dots)(const float* const* a, int na, const float* const* b, int nb, int width,
+               float* const* out);
+  // out[i][c] = (init ? init[i] · out[i][c] : 0) + Σ_{j < nsrc} coef[i][j] · src[j][c],
+  // c < width, i < n (any n), j in order. nsrc ≤ kMaxSources.
+  void (*axpy)(float* const* out, int n, const float* init, const float* const* coef,
+               const float* const* src, int nsrc, int width);
+  // One online-softmax step of `qb` over rows[0, num_rows) (num_rows in [1, kTileRows]); row
+  // index of rows[0] is row0 (for the causal limits). Keys are rows[j][0, key_width), values
+  // rows[j][value_offset, value_offset + value_width): absorbed form (576, 0, 512) on latent
+  // rows, expanded form (dn + dr, dn + dr, dv) on [k_nope ; k_pe ; v] rows.
+  void (*attend_tile)(const QueryBlock& qb, const float* const* rows, int num_rows, int64_t row0,
+                      int key_width, int value_offset, int value_width, float scale);
+  // o[c] *= sigmoid(g[c]) for c < n.
+  void (*gate)(float* o, const float* g, int64_t n);
+};
+
+inline constexpr int kMaxSources = 64;
+
+// The kernels of `isa` (kAvx2 or kAvx512 and above; CHECK-fails on kScalar).
+const TileKernels& TileKernelsFor(Isa isa);
+
+// Query absorption for n ≤ kMaxQueries queries of one head, W_UK = w_uk [dn, r]:
+//   out[i] = [W_UKᵀ q[i][0, dn) (r) ; q[i][dn, dn + dr)]      (lat_w floats)
+void Absorb(const TileKernels& k, const float* w_uk, const MlaDims& d, const float* const* q, int n,
+            float* const* out);
+
+// Up-projection and output gate for n ≤ kMaxQueries queries of one head, W_UV = w_uv [dv, r]:
+//   o[i] = W_UV x[i] (dv floats), then o[i] ⊙= sigmoid(gate[i]) when gate[i] != nullptr.
+void UpProject(const TileKernels& k, const float* w_uv, const MlaDims& d, const float* const* x,
+               int n, const float* const* gate, float* const* o);
+
+}  // namespace strata::kernels::cpu::mla
