@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# bench/gpu_check.sh — on a machine with an NVIDIA GPU (H200 here): run every CUDA kernel test
+# against kernels/reference (fresh random inputs, poisoned outputs; relative errors
+# tabulated), then benchmark every kernel at K3 and Kimi-Linear shapes against ceilings measured
+# in the same run. Prints the benchmark table LAST. Budget: well under 8 minutes.
+#
+# Binaries come from, in order:
+#   1. a pack made here by bench/gpu_pack.sh (build/gpu-pack, or $STRATA_GPU_PACK): the lent GPU
+#      machine cannot build Strata (no Debian dev packages), so on it:
+#        bench/gpu_pack.sh            (on the development machine, first)
+#        device run: command "bench/gpu_check.sh", carry ["build/gpu-pack"], timeout_s 560
+#   2. else a CUDA build: configures build/gpu-check ($STRATA_GPU_BUILD) and builds only the
+#      target strata_gpu_check (needs the Debian packages of tools/setup.sh and nvcc).
+# Logs go to $OUT when set (the device tool fetches it), else build/gpu-check-logs.
+# Options: --quick (bench: first shape of each kernel only), --tests-only, --bench-only.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PACK=${STRATA_GPU_PACK:-$ROOT/build/gpu-pack}
+BUILD=${STRATA_GPU_BUILD:-$ROOT/build/gpu-check}
+LOGS=${OUT:-$ROOT/build/gpu-check-logs}
+QUICK=""; RUN_TESTS=1; RUN_BENCH=1
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK="--quick" ;;
+    --tests-only) RUN_BENCH=0 ;;
+    --bench-only) RUN_TESTS=0 ;;
+    *) echo "usage: $0 [--quick] [--tests-only|--bench-only]"; exit 2 ;;
+  esac
+done
+mkdir -p "$LOGS"
+START=$SECONDS
+elapsed() { echo "$((SECONDS - START))s"; }
+
+echo "== gpu_check: $(date -u +%H:%M:%S)"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu \
+    --format=csv,noheader 2>&1 | tee "$LOGS/nvidia-smi.txt"
+else
+  echo "nvidia-smi not found"
+fi
+
+# cuBLAS (and, for a build, NCCL) from wherever this machine keeps them.
+lib_dirs=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -e "$d/libcublas.so.13" ]] && lib_dirs="$lib_dirs:$d"
+done
+py_dirs=$(python3 -c 'import glob,site,sys
+paths=[p for s in site.getsitepackages()+[site.getusersitepackages()] for p in glob.glob(s+"/nvidia/*/lib")]
+print(":".join(paths))' 2>/dev/null || true)
+[[ -n "$py_dirs" ]] && lib_dirs="$lib_dirs:$py_dirs"
+if [[ "$lib_dirs" != *cublas* && "$lib_dirs" != *cuda* && "$lib_dirs" != *nvidia* ]]; then
+  found=$(find /usr /opt -name 'libcublas.so.13*' 2>/dev/null | head -1)
+  [[ -n "$found" ]] && lib_dirs="$lib_dirs:$(dirname "$found")"
+fi
+echo "library dirs: ${lib_dirs#:}"
+
+if [[ -x "$PACK/bin/cuda_gpu_bench" ]]; then
+  BIN="$PACK/bin"
+  echo "binaries: pack $PACK"; cat "$PACK/MANIFEST" 2>/dev/null
+  export LD_LIBRARY_PATH="$PACK/lib$lib_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ! "$BIN/cuda_router_test" --gtest_list_tests >/dev/null 2>"$LOGS/loader.txt"; then
+    echo "loader failed with the system libstdc++ ($(head -c 300 "$LOGS/loader.txt")); using the packed one"
+    export LD_LIBRARY_PATH="$PACK/lib:$PACK/lib-fallback$lib_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+else
+  echo "binaries: building $BUILD (target strata_gpu_check)"
+  if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_WITH_CUDA=ON \
+      > "$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; echo "configure FAILED"; exit 1; }
+  fi
+  ninja -C "$BUILD" -j"$(nproc)" strata_gpu_check > "$LOGS/build.log" 2>&1 \
+    || { grep -E "error|FAILED" "$LOGS/build.log" | head -30; echo "build FAILED"; exit 1; }
+  BIN="$BUILD/kernels/cuda"
+  export LD_LIBRARY_PATH="${lib_dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+missing=$(ldd "$BIN/cuda_gpu_bench" 2>&1 | grep "not found" || true)
+[[ -n "$missing" ]] && echo "WARNING: unresolved libraries: $missing"
+echo "== setup done at $(elapsed)"
+
+failed_any=0
+test_rows=()
+if [[ $RUN_TESTS == 1 ]]; then
+  for t in "$BIN"/cuda_*_test "$BIN"/kernels_cuda_test; do
+    [[ -x "$t" ]] || continue
+    name=$(basename "$t")
+    log="$LOGS/$name.log"
+    timeout 150 "$t" --gtest_color=no > "$log" 2>&1
+    rc=$?
+    ok=$(grep -c '^\[       OK \]' "$log")
+    fail=$(grep -c '^\[  FAILED  \] .*(' "$log")
+    skip=$(grep -c '^\[  SKIPPED \] .*(' "$log")
+    status=ok
+    if [[ $rc -eq 124 ]]; then status="TIMEOUT"; elif [[ $rc -ne 0 ]]; then status="rc=$rc"; fi
+    [[ $status != ok || $fail -gt 0 ]] && failed_any=1
+    test_rows+=("| $name | $ok | $fail | $skip | $status |")
+    echo "  $name: $ok passed, $fail failed, $skip skipped ($status) at $(elapsed)"
+  done
+  cat "$LOGS"/*_test.log 2>/dev/null | grep '^\[relerr\]' > "$LOGS/relerr.txt" || true
+fi
+
+bench_rc=0
+if [[ $RUN_BENCH == 1 ]]; then
+  echo "== bench (cuda_gpu_bench $QUICK)"
+  timeout 330 "$BIN/cuda_gpu_bench" $QUICK > "$LOGS/bench.log" 2>&1
+  bench_rc=$?
+  grep -v '^|' "$LOGS/bench.log" | tail -40
+fi
+
+echo
+echo "== summary after $(elapsed)"
+if [[ $RUN_TESTS == 1 ]]; then
+  echo
+  echo "| test binary | passed | failed | skipped | status |"
+  echo "|---|---:|---:|---:|---|"
+  printf '%s\n' "${test_rows[@]}"
+  echo
+  echo "Relative errors ‖gpu − ref‖/‖ref‖, worst case per kernel (all cases: relerr.txt):"
+  echo
+  echo "| kernel | cases | worst relerr | tol | worst case | failures |"
+  echo "|---|---:|---:|---:|---|---:|"
+  awk '{
+      k=""; c=""; e=""; t=""; s=$NF
+      for (i = 1; i <= NF; ++i) {
+        split($i, kv, "=")
+        if (kv[1] == "kernel") k = kv[2]; else if (kv[1] == "case") c = kv[2];
+        else if (kv[1] == "relerr") e = kv[2]; else if (kv[1] == "tol") t = kv[2];
+      }
+      n[k]++; if (s != "ok") f[k]++
+      bad = (e == "inf" || e == "nan")
+      if (!(k in w) || (w[k] != "inf" && (bad || e + 0 > w[k] + 0))) { w[k] = e; wc[k] = c; tol[k] = t }
+    } END { for (k in n) printf("| %s | %d | %s | %s | %s | %d |\n", k, n[k], w[k], tol[k], wc[k], f[k] + 0) }' \
+    "$LOGS/relerr.txt" | sort
+  grep -h -A3 '^\[  FAILED  \]\|Failure$' "$LOGS"/*_test.log 2>/dev/null | head -20
+fi
+if [[ $RUN_BENCH == 1 ]]; then
+  echo
+  grep -E '^(\||## )' "$LOGS/bench.log" || echo "(no benchmark table; bench rc=$bench_rc, see bench.log)"
+  [[ $bench_rc -ne 0 ]] && echo "bench rc=$bench_rc" && failed_any=1
+fi
+echo "gpu_check finished in $(elapsed); logs in $LOGS"
+exit $failed_any

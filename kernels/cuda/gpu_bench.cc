@@ -1,0 +1,572 @@
+// cuda_gpu_bench: times every kernel of strata_cuda_ops at K3 and Kimi-Linear shapes against
+// the ceilings measured at the start of the same run (PERF.md): a 1 GiB device-to-device copy
+// (bytes read + written) and an 8192³ cuBLAS bf16 GEMM on random data. Prints one markdown
+// table, last: kernel, shape, median time, achieved GB/s or TFLOP/s, % of the ceiling, target.
+//
+// Usage: cuda_gpu_bench [--quick] [--filter=SUBSTRING]
+//   --quick   fewer repetitions and only the first shape of each kernel
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/ceilings.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_random.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kda_decode.h"
+#include "kernels/cuda/mla_decode.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/router.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+// Untyped device allocation freed on scope exit; ok() is false when cudaMalloc failed.
+class Buf {
+ public:
+  explicit Buf(int64_t bytes) {
+    if (bytes > 0 && cudaMalloc(&ptr_, static_cast<size_t>(bytes)) != cudaSuccess) {
+      cudaGetLastError();
+      ptr_ = nullptr;
+      failed_ = true;
+    }
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  ~Buf() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  bool ok() const { return !failed_; }
+
+ private:
+  void* ptr_ = nullptr;
+  bool failed_ = false;
+};
+
+struct Row {
+  std::string kernel, shape;
+  double us = 0.0;
+  double achieved = 0.0;  // GB/s or TFLOP/s
+  bool flop_bound = false;
+  double pct = 0.0;
+  std::string target;
+  std::string note;  // secondary rate (e.g. the TFLOP/s of a bandwidth-bound kernel)
+  std::string error;
+};
+
+absl::Status CudaCopy(void* dst, const void* src, int64_t bytes) {
+  return CudaStatus(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice),
+                    "gpu_bench cudaMemcpy");
+}
+
+std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+struct Bench {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  double copy_gbps = 0.0;
+  double gemm_tflops = 0.0;
+  bool quick = false;
+  std::string filter;
+  std::vector<Row> rows;
+  uint64_t seed = 1;
+
+  bool Wants(const std::string& kernel) const {
+    return filter.empty() || kernel.find(filter) != std::string::npos;
+  }
+  int Reps() const { return quick ? 5 : 20; }
+
+  absl::Status Fill(float* p, int64_t n, float lo, float hi) {
+    return FillUniform(p, n, seed++, lo, hi, stream);
+  }
+  absl::Status Fill(uint16_t* p, int64_t n, float lo, float hi) {
+    return FillUniform(p, n, seed++, lo, hi, stream);
+  }
+
+  // Times `launch`; bytes and flops are the minimum traffic and work of one launch.
+  void Time(const std::string& kernel, const std::string& shape, double bytes, double flops,
+            bool flop_bound, const std::string& target,
+            const std::function<absl::Status()>& launch) {
+    Row row{kernel, shape};
+    row.flop_bound = flop_bound;
+    row.target = target;
+    absl::StatusOr<double> ms = MedianDeviceMs(launch, 3, Reps(), stream);
+    if (!ms.ok()) {
+      row.error = ms.status().ToString();
+      cudaGetLastError();
+    } else {
+      row.us = *ms * 1e3;
+      row.achieved = flop_bound ? flops / (*ms * 1e-3) / 1e12 : bytes / (*ms * 1e-3) / 1e9;
+      row.pct = 100.0 * row.achieved / (flop_bound ? gemm_tflops : copy_gbps);
+      if (!flop_bound && flops > 0.0) row.note = Fmt("%.1f TFLOP/s", flops / (*ms * 1e-3) / 1e12);
+      if (flop_bound && bytes > 0.0) row.note = Fmt("%.0f GB/s", bytes / (*ms * 1e-3) / 1e9);
+    }
+    std::printf("  %-28s %-36s %s\n", kernel.c_str(), shape.c_str(),
+                row.error.empty() ? "done" : row.error.c_str());
+    std::fflush(stdout);
+    rows.push_back(row);
+  }
+  void Fail(const std::string& kernel, const std::string& shape, const absl::Status& status) {
+    Row row{kernel, shape};
+    row.error = status.ToString();
+    std::printf("  %-28s %-36s %s\n", kernel.c_str(), shape.c_str(), row.error.c_str());
+    rows.push_back(row);
+    cudaGetLastError();
+  }
+};
+
+#define BENCH_CHECK(bench, kernel, shape, expr) \
+  do {                                          \
+    const absl::Status st_ = (expr);            \
+    if (!st_.ok()) {                            \
+      (bench).Fail(kernel, shape, st_);         \
+      return;                                   \
+    }                                           \
+  } while (0)
+
+std::string Ctx(int tokens) {
+  return tokens % 1024 == 0 ? std::to_string(tokens / 1024) + "K" : std::to_string(tokens);
+}
+
+// MLA paged decode: `batch` sequences of `ctx` tokens each, pages scattered over the pool.
+void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bool simple) {
+  const std::string kernel = simple ? "MlaPagedDecodeSimple" : "MlaPagedDecode";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape = std::string(model) + " H" + std::to_string(heads) + " B" +
+                            std::to_string(batch) + " ctx" + Ctx(ctx);
+  const int pages = (ctx + kMlaPageSize - 1) / kMlaPageSize;
+  const int64_t blocks = static_cast<int64_t>(batch) * pages;
+  Buf cache(blocks * kMlaPageSize * kMlaLatentDim * 2),
+      q(int64_t{batch} * heads * kMlaLatentDim * 2), table(blocks * 4), lens(int64_t{batch} * 4),
+      out(int64_t{batch} * heads * kMlaValueDim * 4);
+  if (!cache.ok() || !q.ok() || !table.ok() || !out.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  std::vector<int32_t> host_table(static_cast<size_t>(blocks));
+  std::iota(host_table.begin(), host_table.end(), 0);
+  std::shuffle(host_table.begin(), host_table.end(), std::mt19937(7));
+  const std::vector<int32_t> host_lens(batch, ctx);
+  BENCH_CHECK(bench, kernel, shape,
+              bench.Fill(cache.as<uint16_t>(), blocks * kMlaPageSize * kMlaLatentDim, -1, 1));
+  BENCH_CHECK(bench, kernel, shape,
+              bench.Fill(q.as<uint16_t>(), int64_t{batch} * heads * kMlaLatentDim, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(table.as<int32_t>(), host_table.data(), blocks * 4));
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(lens.as<int32_t>(), host_lens.data(), batch * 4));
+  MlaDecodeParams p;
+  p.batch = batch;
+  p.num_heads = heads;
+  p.max_blocks_per_seq = pages;
+  p.max_context = ctx;
+  p.scale = 0.0721688f;
+  Buf ws(MlaDecodeWorkspaceBytes(p));
+  const double bytes = static_cast<double>(batch) * ctx * kMlaLatentDim * 2 +
+                       static_cast<double>(batch) * heads * (kMlaLatentDim + kMlaValueDim) * 2;
+  const double flops =
+      2.0 * batch * heads * static_cast<double>(ctx) * (kMlaLatentDim + kMlaValueDim);
+  const std::string full_shape =
+      shape + (simple ? "" : " splits" + std::to_string(MlaDecodeNumSplits(p)));
+  bench.Time(kernel, full_shape, bytes, flops, false, simple ? "-" : ">=80% copy", [&] {
+    if (simple) {
+      return MlaPagedDecodeSimple(q.as<uint16_t>(), cache.as<uint16_t>(), table.as<int32_t>(),
+                                  lens.as<int32_t>(), p, out.as<float>(), bench.stream);
+    }
+    return MlaPagedDecode(q.as<uint16_t>(), cache.as<uint16_t>(), table.as<int32_t>(),
+                          lens.as<int32_t>(), p, ws.as<void>(), MlaDecodeWorkspaceBytes(p),
+                          reinterpret_cast<uint16_t*>(out.as<float>()), bench.stream);
+  });
+}
+
+// KDA decode step: `batch` sequences × `heads` heads, state f32 or bf16, bf16 output.
+void BenchKda(Bench& bench, const char* model, int heads, int batch, bool bf16_state,
+              bool k3_gate) {
+  const std::string kernel = bf16_state ? "KdaDecodeStep_bf16state" : "KdaDecodeStep_f32state";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape =
+      std::string(model) + " H" + std::to_string(heads) + " B" + std::to_string(batch);
+  const int64_t hd = int64_t{heads} * kKdaHeadDim, channels = 3 * hd;
+  const int64_t state_elems = int64_t{batch} * heads * kKdaHeadDim * kKdaHeadDim;
+  const int64_t state_bytes = state_elems * (bf16_state ? 2 : 4);
+  Buf state(state_bytes), conv(int64_t{batch} * 3 * channels * 4), qkv(batch * channels * 4),
+      f(batch * hd * 4), b(int64_t{batch} * heads * 4), g(batch * hd * 4), w(channels * 4 * 4),
+      a_log(int64_t{heads} * 4), dt(hd * 4), onw(kKdaHeadDim * 4), slots(int64_t{batch} * 4),
+      y(batch * hd * 2);
+  if (!state.ok() || !conv.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  if (bf16_state) {
+    BENCH_CHECK(bench, kernel, shape, bench.Fill(state.as<uint16_t>(), state_elems, -0.1f, 0.1f));
+  } else {
+    BENCH_CHECK(bench, kernel, shape, bench.Fill(state.as<float>(), state_elems, -0.1f, 0.1f));
+  }
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(conv.as<float>(), batch * 3 * channels, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(qkv.as<float>(), batch * channels, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(f.as<float>(), batch * hd, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(b.as<float>(), int64_t{batch} * heads, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(g.as<float>(), batch * hd, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<float>(), channels * 4, -0.5f, 0.5f));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(a_log.as<float>(), heads, -1, 0));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(dt.as<float>(), hd, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(onw.as<float>(), kKdaHeadDim, 0.5f, 1.5f));
+  std::vector<int32_t> host_slots(batch);
+  std::iota(host_slots.begin(), host_slots.end(), 0);
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(slots.as<int32_t>(), host_slots.data(), batch * 4));
+  KdaDecodeInputs in;
+  in.qkv_raw = qkv.as<float>();
+  in.f = f.as<float>();
+  in.b_raw = b.as<float>();
+  in.g_raw = g.as<float>();
+  in.conv_w = w.as<float>();
+  in.a_log = a_log.as<float>();
+  in.dt_bias = dt.as<float>();
+  in.o_norm_w = onw.as<float>();
+  in.slots = slots.as<int32_t>();
+  KdaDecodeParams p;
+  p.batch = batch;
+  p.num_heads = heads;
+  p.has_lower_bound = k3_gate;
+  // State read + write, conv cache read + write, per-token inputs, bf16 output.
+  const double bytes = 2.0 * state_bytes + 2.0 * batch * 3 * channels * 4 +
+                       batch * (channels + 2 * hd + heads) * 4.0 + batch * hd * 2.0;
+  const double flops = 7.0 * state_elems;
+  bench.Time(kernel, shape, bytes, flops, false, ">=70% copy", [&] {
+    if (bf16_state) {
+      return KdaDecodeStepBf16State(in, state.as<uint16_t>(), conv.as<float>(), p, y.as<uint16_t>(),
+                                    bench.stream);
+    }
+    return KdaDecodeStep(in, state.as<float>(), conv.as<float>(), p, y.as<uint16_t>(),
+                         bench.stream);
+  });
+}
+
+// KDA varlen prefill on the recurrent kernel: `seqs` sequences of `len` tokens, f32 state.
+void BenchKdaPrefill(Bench& bench, const char* model, int heads, int seqs, int len) {
+  const std::string kernel = "KdaPrefillRecurrent";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape = std::string(model) + " H" + std::to_string(heads) + " " +
+                            std::to_string(seqs) + "x" + std::to_string(len) + " tokens";
+  const int64_t hd = int64_t{heads} * kKdaHeadDim, channels = 3 * hd;
+  const int64_t tokens = int64_t{seqs} * len;
+  const int64_t state_elems = int64_t{seqs} * heads * kKdaHeadDim * kKdaHeadDim;
+  Buf state(state_elems * 4), conv(int64_t{seqs} * 3 * channels * 4), qkv(tokens * channels * 4),
+      f(tokens * hd * 4), b(tokens * heads * 4), g(tokens * hd * 4), w(channels * 4 * 4),
+      a_log(int64_t{heads} * 4), dt(hd * 4), onw(kKdaHeadDim * 4), slots(int64_t{seqs} * 4),
+      cu(int64_t{seqs + 1} * 4), y(tokens * hd * 2);
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(state.as<float>(), state_elems, -0.1f, 0.1f));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(conv.as<float>(), seqs * 3 * channels, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(qkv.as<float>(), tokens * channels, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(f.as<float>(), tokens * hd, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(b.as<float>(), tokens * heads, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(g.as<float>(), tokens * hd, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<float>(), channels * 4, -0.5f, 0.5f));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(a_log.as<float>(), heads, -1, 0));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(dt.as<float>(), hd, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(onw.as<float>(), kKdaHeadDim, 0.5f, 1.5f));
+  std::vector<int32_t> host_slots(seqs), host_cu(seqs + 1);
+  std::iota(host_slots.begin(), host_slots.end(), 0);
+  for (int i = 0; i <= seqs; ++i) host_cu[i] = i * len;
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(slots.as<int32_t>(), host_slots.data(), seqs * 4));
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(cu.as<int32_t>(), host_cu.data(), (seqs + 1) * 4));
+  KdaDecodeInputs in;
+  in.qkv_raw = qkv.as<float>();
+  in.f = f.as<float>();
+  in.b_raw = b.as<float>();
+  in.g_raw = g.as<float>();
+  in.conv_w = w.as<float>();
+  in.a_log = a_log.as<float>();
+  in.dt_bias = dt.as<float>();
+  in.o_norm_w = onw.as<float>();
+  in.slots = slots.as<int32_t>();
+  KdaDecodeParams p;
+  p.batch = seqs;
+  p.num_heads = heads;
+  const double bytes =
+      tokens * (channels + 2 * hd + heads) * 4.0 + tokens * hd * 2.0 + 2.0 * state_elems * 4;
+  const double flops = 7.0 * kKdaHeadDim * kKdaHeadDim * heads * static_cast<double>(tokens);
+  bench.Time(kernel, shape, bytes, flops, false, "-", [&] {
+    return KdaPrefillRecurrent(in, cu.as<int32_t>(), state.as<float>(), conv.as<float>(), p,
+                               y.as<uint16_t>(), bench.stream);
+  });
+}
+
+// MLA causal prefill of one `len`-token prompt through MlaPagedPrefill (absorbed form).
+void BenchMlaPrefill(Bench& bench, const char* model, int heads, int len) {
+  const std::string kernel = "MlaPagedPrefill";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape =
+      std::string(model) + " H" + std::to_string(heads) + " T" + std::to_string(len);
+  const int pages = (len + kMlaPageSize - 1) / kMlaPageSize;
+  Buf cache(int64_t{pages} * kMlaPageSize * kMlaLatentDim * 2),
+      q(int64_t{len} * heads * kMlaLatentDim * 2), table(int64_t{pages} * 4),
+      query_seq(int64_t{len} * 4), lens(int64_t{len} * 4),
+      out(int64_t{len} * heads * kMlaValueDim * 2);
+  BENCH_CHECK(
+      bench, kernel, shape,
+      bench.Fill(cache.as<uint16_t>(), int64_t{pages} * kMlaPageSize * kMlaLatentDim, -1, 1));
+  BENCH_CHECK(bench, kernel, shape,
+              bench.Fill(q.as<uint16_t>(), int64_t{len} * heads * kMlaLatentDim, -1, 1));
+  std::vector<int32_t> host_table(pages), host_seq(len, 0), host_lens(len);
+  std::iota(host_table.begin(), host_table.end(), 0);
+  std::iota(host_lens.begin(), host_lens.end(), 1);
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(table.as<int32_t>(), host_table.data(), pages * 4));
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(query_seq.as<int32_t>(), host_seq.data(), len * 4));
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(lens.as<int32_t>(), host_lens.data(), len * 4));
+  MlaDecodeParams p;
+  p.batch = len;
+  p.num_heads = heads;
+  p.max_blocks_per_seq = pages;
+  p.max_context = len;
+  p.scale = 0.0721688f;
+  Buf ws(MlaDecodeWorkspaceBytes(p));
+  const double pairs = 0.5 * len * (len + 1.0);  // causal (query, key) pairs
+  const double flops = 2.0 * heads * pairs * (kMlaLatentDim + kMlaValueDim);
+  bench.Time(kernel, shape + " splits" + std::to_string(MlaDecodeNumSplits(p)), 0.0, flops, true,
+             "-", [&] {
+               return MlaPagedPrefill(q.as<uint16_t>(), cache.as<uint16_t>(), table.as<int32_t>(),
+                                      query_seq.as<int32_t>(), lens.as<int32_t>(), p, ws.as<void>(),
+                                      MlaDecodeWorkspaceBytes(p), out.as<uint16_t>(), bench.stream);
+             });
+}
+
+void BenchRouter(Bench& bench, const char* model, int64_t tokens, RouterParams p) {
+  const std::string kernel = "Route";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape = std::string(model) + " T" + std::to_string(tokens) + " E" +
+                            std::to_string(p.num_experts) + " k" + std::to_string(p.top_k);
+  Buf logits(tokens * p.num_experts * 4), bias(int64_t{p.num_experts} * 4),
+      ids(tokens * p.top_k * 4), weights(tokens * p.top_k * 4);
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(logits.as<float>(), tokens * p.num_experts, -4, 4));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(bias.as<float>(), p.num_experts, -0.5f, 0.5f));
+  const double bytes = tokens * p.num_experts * 4.0 + tokens * p.top_k * 8.0;
+  bench.Time(kernel, shape, bytes, 0.0, false, "-", [&] {
+    return Route(logits.as<float>(), tokens, bias.as<float>(), p, ids.as<int32_t>(),
+                 weights.as<float>(), bench.stream);
+  });
+}
+
+// RmsNorm, AddRmsNorm (f32 in, bf16 out), SiTU-GLU and a 9-source AttnRes mix.
+void BenchElementwise(Bench& bench, int64_t tokens, int64_t dim, int64_t inter) {
+  const std::string shape = "T" + std::to_string(tokens) + " d" + std::to_string(dim);
+  Buf x(tokens * dim * 4), res(tokens * dim * 4), w(dim * 4), y(tokens * dim * 2);
+  BENCH_CHECK(bench, "RmsNorm", shape, bench.Fill(x.as<float>(), tokens * dim, -2, 2));
+  BENCH_CHECK(bench, "RmsNorm", shape, bench.Fill(res.as<float>(), tokens * dim, -2, 2));
+  BENCH_CHECK(bench, "RmsNorm", shape, bench.Fill(w.as<float>(), dim, 0.5f, 1.5f));
+  if (bench.Wants("RmsNorm")) {
+    bench.Time("RmsNorm", shape, tokens * dim * 6.0, 0.0, false, "-", [&] {
+      return RmsNorm(x.as<float>(), tokens, dim, w.as<float>(), 1e-5f, y.as<uint16_t>(),
+                     bench.stream);
+    });
+  }
+  if (bench.Wants("AddRmsNorm")) {
+    bench.Time("AddRmsNorm", shape, tokens * dim * 14.0, 0.0, false, "-", [&] {
+      return AddRmsNorm(res.as<float>(), x.as<float>(), tokens, dim, w.as<float>(), 1e-5f,
+                        y.as<uint16_t>(), bench.stream);
+    });
+  }
+  if (bench.Wants("Glu")) {
+    const std::string glu_shape = "SiTU T" + std::to_string(tokens) + " I" + std::to_string(inter);
+    Buf gu(tokens * 2 * inter * 4), h(tokens * inter * 2);
+    BENCH_CHECK(bench, "Glu", glu_shape, bench.Fill(gu.as<float>(), tokens * 2 * inter, -8, 8));
+    const GluParams glu{GluKind::kSitu, 4.0f, 25.0f};
+    bench.Time("Glu", glu_shape, tokens * inter * 10.0, 0.0, false, "-", [&] {
+      return Glu(gu.as<float>(), gu.as<float>() + inter, tokens, inter, 2 * inter, glu,
+                 h.as<uint16_t>(), bench.stream);
+    });
+  }
+  if (bench.Wants("AttnResMix")) {
+    constexpr int kSources = 9;
+    Buf src(kSources * tokens * dim * 4), out(tokens * dim * 4);
+    BENCH_CHECK(bench, "AttnResMix", shape,
+                bench.Fill(src.as<float>(), kSources * tokens * dim, -2, 2));
+    AttnResSources sources;
+    sources.count = kSources;
+    for (int i = 0; i < kSources; ++i) sources.ptr[i] = src.as<float>() + i * tokens * dim;
+    bench.Time("AttnResMix", "9 sources " + shape, tokens * dim * (kSources * 4.0 + 6.0), 0.0,
+               false, "-", [&] {
+                 return AttnResMix(sources, tokens, dim, w.as<float>(), w.as<float>(), 1e-5f,
+                                   out.as<float>(), w.as<float>(), 1e-5f, y.as<uint16_t>(),
+                                   bench.stream);
+               });
+  }
+}
+
+// Expert GEMMs over `rows` routed rows spread uniformly at random over `experts` experts.
+void BenchGroupedGemm(Bench& bench, const char* model, int experts, int64_t rows, int64_t n,
+                      int64_t k, GroupedGemmMode mode) {
+  const std::string kernel =
+      mode == GroupedGemmMode::kPerExpertLoop ? "MoeGroupedGemm_loop" : "MoeGroupedGemm_grouped";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape = std::string(model) + " E" + std::to_string(experts) + " rows" +
+                            std::to_string(rows) + " " + std::to_string(n) + "x" +
+                            std::to_string(k);
+  std::vector<int32_t> counts(experts, 0);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> pick(0, experts - 1);
+  for (int64_t r = 0; r < rows; ++r) ++counts[pick(rng)];
+  std::vector<int32_t> offsets(experts + 1, 0);
+  int used_experts = 0;
+  for (int e = 0; e < experts; ++e) {
+    offsets[e + 1] = offsets[e] + counts[e];
+    used_experts += counts[e] > 0;
+  }
+  Buf x(rows * k * 2), w(int64_t{experts} * n * k * 2), y(rows * n * 2),
+      ws(MoeGroupedGemmWorkspaceBytes(experts));
+  if (!x.ok() || !w.ok() || !y.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(x.as<uint16_t>(), rows * k, -1, 1));
+  BENCH_CHECK(bench, kernel, shape,
+              bench.Fill(w.as<uint16_t>(), int64_t{experts} * n * k, -0.05f, 0.05f));
+  const double flops = 2.0 * rows * n * k;
+  const double bytes = 2.0 * used_experts * n * k + 2.0 * rows * (n + k);
+  const bool flop_bound = rows >= 128LL * experts;
+  bench.Time(kernel, shape, bytes, flops, flop_bound, flop_bound ? ">=60% GEMM" : "-", [&] {
+    return MoeGroupedGemm(bench.cublas, x.as<uint16_t>(), offsets.data(), experts, w.as<uint16_t>(),
+                          n, k, y.as<uint16_t>(), mode, ws.as<void>(),
+                          MoeGroupedGemmWorkspaceBytes(experts), nullptr, bench.stream);
+  });
+}
+
+void BenchDenseGemm(Bench& bench, const char* what, int64_t m, int64_t n, int64_t k) {
+  const std::string kernel = "GemmBf16";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape = std::string(what) + " " + std::to_string(m) + "x" + std::to_string(n) +
+                            "x" + std::to_string(k);
+  Buf x(m * k * 2), w(n * k * 2), y(m * n * 4);
+  if (!x.ok() || !w.ok() || !y.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(x.as<uint16_t>(), m * k, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<uint16_t>(), n * k, -0.05f, 0.05f));
+  const double flops = 2.0 * m * n * k;
+  const double bytes = 2.0 * n * k + 2.0 * m * k + 4.0 * m * n;
+  const bool flop_bound = m >= 512;
+  bench.Time(kernel, shape, bytes, flops, flop_bound, "-", [&] {
+    return GemmBf16(bench.cublas, x.as<uint16_t>(), m, k, k, w.as<uint16_t>(), n, y.as<float>(), n,
+                    bench.stream);
+  });
+}
+
+void PrintTable(const Bench& bench) {
+  std::printf("\n## GPU kernel benchmark (ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s)\n\n",
+              bench.copy_gbps, bench.gemm_tflops);
+  std::printf("| kernel | shape | time (us) | achieved | %% of ceiling | target | also |\n");
+  std::printf("|---|---|---:|---:|---:|---|---|\n");
+  for (const Row& r : bench.rows) {
+    if (!r.error.empty()) {
+      std::printf("| %s | %s | ERROR | %s | | %s | |\n", r.kernel.c_str(), r.shape.c_str(),
+                  r.error.c_str(), r.target.c_str());
+      continue;
+    }
+    std::printf("| %s | %s | %.1f | %.0f %s | %.0f%% %s | %s | %s |\n", r.kernel.c_str(),
+                r.shape.c_str(), r.us, r.achieved, r.flop_bound ? "TFLOP/s" : "GB/s", r.pct,
+                r.flop_bound ? "GEMM" : "copy", r.target.c_str(), r.note.c_str());
+  }
+  std::fflush(stdout);
+}
+
+int Run(Bench& bench) {
+  std::printf("measuring ceilings...\n");
+  absl::StatusOr<double> copy = MeasureCopyBandwidthGBps(int64_t{1} << 30, 10, bench.stream);
+  absl::StatusOr<double> gemm = MeasureBf16GemmTflops(bench.cublas, 8192, 10, bench.stream);
+  if (!copy.ok() || !gemm.ok()) {
+    std::printf("ceiling measurement failed: %s / %s\n", copy.status().ToString().c_str(),
+                gemm.status().ToString().c_str());
+    return 1;
+  }
+  bench.copy_gbps = *copy;
+  bench.gemm_tflops = *gemm;
+  std::printf("copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", *copy, *gemm);
+  const bool all = !bench.quick;
+  BenchMla(bench, "K-L", 32, 64, 32768, false);
+  if (all) {
+    BenchMla(bench, "K-L", 32, 8, 131072, false);
+    BenchMla(bench, "K3", 96, 32, 32768, false);
+    BenchMla(bench, "K3/TP8", 12, 64, 65536, false);
+    BenchMla(bench, "K-L", 32, 128, 2048, false);
+  }
+  BenchMla(bench, "K-L", 32, 8, 8192, true);
+  if (all) BenchMlaPrefill(bench, "K-L", 32, 4096);
+  BenchKda(bench, "K3", 96, 64, false, true);
+  if (all) {
+    BenchKda(bench, "K3", 96, 64, true, true);
+    BenchKda(bench, "K-L", 32, 256, false, false);
+    BenchKda(bench, "K-L", 32, 64, true, false);
+    BenchKdaPrefill(bench, "K-L", 32, 8, 1024);
+  }
+  BenchRouter(bench, "K3", 4096, RouterParams{896, 16, 1, 1, true, 1.0f});
+  if (all) BenchRouter(bench, "K-L", 4096, RouterParams{256, 8, 1, 1, true, 2.446f});
+  BenchElementwise(bench, 4096, 7168, 3072);
+  BenchGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, GroupedGemmMode::kGroupedBatched);
+  BenchGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, GroupedGemmMode::kPerExpertLoop);
+  if (all) {
+    BenchGroupedGemm(bench, "K3 down", 64, 16384, 3584, 3072, GroupedGemmMode::kGroupedBatched);
+    BenchGroupedGemm(bench, "K-L gate|up", 256, 32768, 2048, 2304,
+                     GroupedGemmMode::kGroupedBatched);
+    BenchGroupedGemm(bench, "K-L gate|up", 256, 32768, 2048, 2304, GroupedGemmMode::kPerExpertLoop);
+    BenchGroupedGemm(bench, "K3 decode B64", 224, 1024, 6144, 3584,
+                     GroupedGemmMode::kGroupedBatched);
+  }
+  BenchDenseGemm(bench, "LM head decode", 64, 163840, 7168);
+  if (all) BenchDenseGemm(bench, "LM head prefill", 4096, 163840, 7168);
+  PrintTable(bench);
+  for (const Row& r : bench.rows) {
+    if (!r.error.empty()) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata::kernels::cuda
+
+int main(int argc, char** argv) {
+  using strata::kernels::cuda::Bench;
+  Bench bench;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      bench.quick = true;
+    } else if (std::strncmp(argv[i], "--filter=", 9) == 0) {
+      bench.filter = argv[i] + 9;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--filter=SUBSTRING]\n", argv[0]);
+      return 2;
+    }
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("cuda_gpu_bench: no CUDA device; nothing measured\n");
+    return 3;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device: %s, %d SMs, %.0f GiB, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
+              static_cast<double>(prop.totalGlobalMem) / (1 << 30), prop.l2CacheSize >> 20);
+  if (cudaStreamCreate(&bench.stream) != cudaSuccess) return 1;
+  absl::StatusOr<strata::kernels::cuda::CublasHandle> handle =
+      strata::kernels::cuda::CublasHandle::Create();
+  if (!handle.ok()) {
+    std::printf("%s\n", handle.status().ToString().c_str());
+    return 1;
+  }
+  bench.cublas = handle->get();
+  const int rc = strata::kernels::cuda::Run(bench);
+  cudaStreamDestroy(bench.stream);
+  return rc;
+}

@@ -1,0 +1,64 @@
+// Device helpers shared by the kernels in kernels/cuda (internal; include from .cu files only):
+// bf16 bit conversions, overflow-free activations, warp and block reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata::kernels::cuda::internal {
+
+__device__ __forceinline__ float Bf16BitsToFloat(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+// Round to nearest even (NaN stays NaN), same as strata::F32ToBf16.
+__device__ __forceinline__ uint16_t FloatToBf16Bits(float value) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
+
+// Stores `value` as f32 or as bf16 bits: lets one kernel template write either output type.
+__device__ __forceinline__ void StoreOut(float* dst, float value) { *dst = value; }
+__device__ __forceinline__ void StoreOut(uint16_t* dst, float value) {
+  *dst = FloatToBf16Bits(value);
+}
+
+// σ(x) without overflow: exp is only taken of −|x|.
+__device__ __forceinline__ float SigmoidF(float x) {
+  const float e = __expf(-fabsf(x));
+  return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+__device__ __forceinline__ float SiluF(float x) { return x * SigmoidF(x); }
+// log(1 + eˣ) = max(x, 0) + log1p(e^−|x|).
+__device__ __forceinline__ float SoftplusF(float x) {
+  return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result.
+// `scratch` holds ≥ 32 floats of shared memory; the call contains two __syncthreads().
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+  v = WarpSum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < num_warps; ++w) total += scratch[w];  // same order in every thread
+  __syncthreads();                                          // scratch may be reused right after
+  return total;
+}
+
+}  // namespace strata::kernels::cuda::internal

@@ -1,0 +1,61 @@
+// Thin wrappers over the sm_80+ PTX the tensor-core kernels use (internal; .cu files only):
+// cp.async (16-byte global → shared copies, zero-fill), ldmatrix and mma.sync m16n8k16 bf16.
+//
+// Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
+// g = lane / 4 and c = 2·(lane % 4):
+//   A (16×16, row-major) regs a[0..3]: (row g, cols c..c+1), (row g+8, cols c..c+1),
+//                                      (row g, cols c+8..c+9), (row g+8, cols c+8..c+9)
+//   B (16×8, "col")      regs b[0..1]: (rows c..c+1, col g), (rows c+8..c+9, col g)
+//   C/D (16×8, f32)      d[0..3]:      (row g, cols c, c+1), (row g+8, cols c, c+1)
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata::kernels::cuda::internal {
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// Copies 16 bytes global → shared asynchronously; when `valid` is false the 16 shared bytes are
+// zero-filled and nothing is read (src must still be a valid address expression).
+__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(smem_dst)),
+               "l"(gmem_src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most `kPending` committed groups of this thread are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8×8 b16 matrices; lane l supplies the row address of row (l % 8) of matrix (l / 8).
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row_ptr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SharedAddress(row_ptr)));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* row_ptr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SharedAddress(row_ptr)));
+}
+
+// d += A·B for one m16n8k16 tile, bf16 operands, f32 accumulators.
+__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace strata::kernels::cuda::internal

@@ -1,0 +1,96 @@
+// MLA paged decode, absorbed ("MQA") form (MODEL.md §4.3), over the FlashMLA page layout.
+//
+// Fixed dims (all released Kimi / DeepSeek MLA checkpoints): latent row κ = [c (512) ; k_pe (64)]
+// = 576 bf16 values, value width 512, pages of 64 tokens:
+//   kv_cache     [num_blocks, 64, 576] bf16 bits (kvcache/cache_layout.h, LatentDType::kBF16)
+//   block_table  [batch, max_blocks_per_seq] int32: page p of sequence b is block_table[b][p]
+//   seq_lens     [batch] int32 ≥ 1: context length of sequence b INCLUDING the new token
+//   q_abs        [batch, num_heads, 576] bf16: q̃_h = [W_UK,hᵀ q_nope,h ; q_pe,h]
+//                (MlaAbsorbQuery below)
+//   out          [batch, num_heads, 512]: ō_h = Σ_j softmax_j(scale · q̃_h·κ_j) c_j
+// One query token per sequence; it attends to all seq_lens[b] rows (the new token's row must
+// already be in the cache).
+//
+// Two kernels compute the same function:
+//   MlaPagedDecode       tensor cores (mma.sync m16n8k16 bf16, f32 accumulate): a CTA holds 32
+//                        heads of one sequence and walks a contiguous range of pages (split-K),
+//                        double-buffering 64-token pages through shared memory with cp.async;
+//                        P is rounded to bf16 for the P·V product. Partial results (ō, LSE per
+//                        split) are merged by a second kernel. Needs workspace
+//                        (MlaDecodeWorkspaceBytes).
+//   MlaPagedDecodeSimple CUDA cores, f32 math, one CTA per (sequence, head), online softmax, no
+//                        workspace. Slow (reads the cache once per head); the cross-check and a
+//                        fallback.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace strata::kernels::cuda {
+
+inline constexpr int kMlaLatentDim = 576;
+inline constexpr int kMlaValueDim = 512;
+inline constexpr int kMlaRopeDim = 64;
+inline constexpr int kMlaPageSize = 64;
+
+struct MlaDecodeParams {
+  int batch = 0;               // sequences (one query token each), ≤ 65535 (grid limit)
+  int num_heads = 0;           // H
+  int max_blocks_per_seq = 0;  // row stride of block_table
+  int max_context = 0;         // host-side upper bound of seq_lens (sizes the split-K grid)
+  float scale = 0.0f;          // softmax scale ((dn + dr)^-1/2 for Kimi)
+  int num_splits = 0;          // 0: chosen from the shape and the SM count; else forced (≥ 1)
+};
+
+// Split count MlaPagedDecode will use for `params` on the current device.
+int MlaDecodeNumSplits(const MlaDecodeParams& params);
+// Bytes of workspace MlaPagedDecode needs (partial ō and LSE per split).
+int64_t MlaDecodeWorkspaceBytes(const MlaDecodeParams& params);
+
+absl::Status MlaPagedDecode(const uint16_t* q_abs, const uint16_t* kv_cache,
+                            const int32_t* block_table, const int32_t* seq_lens,
+                            const MlaDecodeParams& params, void* workspace, int64_t workspace_bytes,
+                            float* out, cudaStream_t stream);
+absl::Status MlaPagedDecode(const uint16_t* q_abs, const uint16_t* kv_cache,
+                            const int32_t* block_table, const int32_t* seq_lens,
+                            const MlaDecodeParams& params, void* workspace, int64_t workspace_bytes,
+                            uint16_t* out, cudaStream_t stream);
+
+// Prefill (and multi-token decode) on the same kernel: every new token is one "query" with its
+// own causal length. params.batch = total new tokens; query b reads block-table row
+// query_seq[b] (its sequence) and attends to that sequence's first seq_lens[b] rows (its
+// position + 1; the new tokens' rows must already be in the cache). Absorbed form, so it
+// costs (576 + 512)/(192 + 128) ≈ 3.4× the FLOPs of the non-absorbed MHA prefill and re-reads
+// the prefix per query (from L2 mostly): correct and simple, not the fast long-prompt path.
+absl::Status MlaPagedPrefill(const uint16_t* q_abs, const uint16_t* kv_cache,
+                             const int32_t* block_table, const int32_t* query_seq,
+                             const int32_t* seq_lens, const MlaDecodeParams& params,
+                             void* workspace, int64_t workspace_bytes, uint16_t* out,
+                             cudaStream_t stream);
+
+absl::Status MlaPagedDecodeSimple(const uint16_t* q_abs, const uint16_t* kv_cache,
+                                  const int32_t* block_table, const int32_t* seq_lens,
+                                  const MlaDecodeParams& params, float* out, cudaStream_t stream);
+
+// The projections around the absorbed core, through cuBLAS (strided-batched over heads).
+// w_kvb: kv_b_proj [H·(dn + dv), 512] bf16, rows of head h = [W_UK,h (dn rows) ; W_UV,h (dv)].
+struct MlaHeadDims {
+  int num_heads = 0;
+  int qk_nope_head_dim = 128;  // dn
+  int v_head_dim = 128;        // dv
+};
+
+// q [batch, H, dn + 64] bf16 → q_abs [batch, H, 576] bf16: [W_UK,hᵀ q_nope,h ; q_pe,h].
+absl::Status MlaAbsorbQuery(cublasHandle_t handle, const uint16_t* q, int batch,
+                            const uint16_t* w_kvb, const MlaHeadDims& dims, uint16_t* q_abs,
+                            cudaStream_t stream);
+// o_lat [batch, H, 512] bf16 → o [batch, H·dv]: o_h = W_UV,h ō_h.
+absl::Status MlaApplyValueProjection(cublasHandle_t handle, const uint16_t* o_lat, int batch,
+                                     const uint16_t* w_kvb, const MlaHeadDims& dims, float* o,
+                                     cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda

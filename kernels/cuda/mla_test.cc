@@ -1,0 +1,292 @@
+// MLA paged decode (absorbed form) on the GPU vs host f64 attention and vs
+// kernels/reference/mla (MlaAttentionAbsorbedReference) through the cuBLAS projections.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/mla_decode.h"
+#include "kernels/cuda/testing.h"
+#include "kernels/reference/mla.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::FromBf16;
+using testing::TestSeed;
+using testing::ToBf16InPlace;
+using testing::Uniform;
+
+constexpr float kScale = 0.0721688f;  // 192^-1/2 (Kimi NoPE)
+
+// A paged cache for `lens` sequences: pages are scattered over a pool with extra unused blocks;
+// unused blocks and the tail of each last page hold NaN bits (the kernel must never read them
+// into the result).
+struct PagedCache {
+  std::vector<float> latent_rows;   // per sequence, contiguous [len, 576] (bf16-rounded values)
+  std::vector<int64_t> seq_offset;  // first row of each sequence in latent_rows
+  std::vector<uint16_t> pool;       // [num_blocks, 64, 576] bf16 bits
+  std::vector<int32_t> block_table;
+  int max_blocks_per_seq = 0;
+};
+
+PagedCache MakeCache(std::mt19937& rng, const std::vector<int>& lens) {
+  PagedCache c;
+  int total_pages = 0;
+  for (int len : lens) {
+    const int pages = (len + kMlaPageSize - 1) / kMlaPageSize;
+    c.max_blocks_per_seq = std::max(c.max_blocks_per_seq, pages);
+    total_pages += pages;
+  }
+  const int num_blocks = total_pages + 3;  // spare blocks nobody references
+  std::vector<int32_t> order(num_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  c.pool.assign(static_cast<size_t>(num_blocks) * kMlaPageSize * kMlaLatentDim, 0xffff);
+  c.block_table.assign(lens.size() * c.max_blocks_per_seq, -1);
+  int next = 0;
+  int64_t rows = 0;
+  for (size_t b = 0; b < lens.size(); ++b) {
+    c.seq_offset.push_back(rows);
+    std::vector<float> values = Uniform(rng, static_cast<size_t>(lens[b]) * kMlaLatentDim, -1, 1);
+    const std::vector<uint16_t> bits = ToBf16InPlace(values);
+    c.latent_rows.insert(c.latent_rows.end(), values.begin(), values.end());
+    rows += lens[b];
+    const int pages = (lens[b] + kMlaPageSize - 1) / kMlaPageSize;
+    for (int p = 0; p < pages; ++p) {
+      const int block = order[next++];
+      c.block_table[b * c.max_blocks_per_seq + p] = block;
+      for (int t = 0; t < kMlaPageSize && p * kMlaPageSize + t < lens[b]; ++t) {
+        std::copy_n(
+            bits.begin() + static_cast<int64_t>(p * kMlaPageSize + t) * kMlaLatentDim,
+            kMlaLatentDim,
+            c.pool.begin() + (static_cast<int64_t>(block) * kMlaPageSize + t) * kMlaLatentDim);
+      }
+    }
+  }
+  return c;
+}
+
+// ō[b, h, :] = Σ_j softmax_j(scale · q̃·κ_j) c_j in f64 (an independent host computation).
+std::vector<float> HostAttention(const std::vector<float>& q_abs, const PagedCache& c,
+                                 const std::vector<int>& lens, int heads) {
+  std::vector<float> out(lens.size() * heads * kMlaValueDim);
+  for (size_t b = 0; b < lens.size(); ++b) {
+    const float* rows = c.latent_rows.data() + c.seq_offset[b] * kMlaLatentDim;
+    for (int h = 0; h < heads; ++h) {
+      const float* q = q_abs.data() + (b * heads + h) * kMlaLatentDim;
+      std::vector<double> s(lens[b]);
+      for (int j = 0; j < lens[b]; ++j) {
+        double dot = 0.0;
+        for (int d = 0; d < kMlaLatentDim; ++d) dot += double{q[d]} * rows[j * kMlaLatentDim + d];
+        s[j] = dot * kScale;
+      }
+      const double m = *std::max_element(s.begin(), s.end());
+      double sum = 0.0;
+      for (double& v : s) sum += (v = std::exp(v - m));
+      for (int d = 0; d < kMlaValueDim; ++d) {
+        double acc = 0.0;
+        for (int j = 0; j < lens[b]; ++j) acc += s[j] * rows[j * kMlaLatentDim + d];
+        out[(b * heads + h) * kMlaValueDim + d] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+  return out;
+}
+
+struct CoreCase {
+  int heads;
+  std::vector<int> lens;
+  int forced_splits;  // 0: automatic
+};
+
+std::string Name(const CoreCase& c) {
+  std::string s = absl::StrCat("H", c.heads, "_lens");
+  for (int len : c.lens) absl::StrAppend(&s, "_", len);
+  if (c.forced_splits > 0) absl::StrAppend(&s, "_forced", c.forced_splits);
+  return s;
+}
+
+TEST(CudaMlaDecodeTest, BothKernelsMatchHostAttentionOnOddShapes) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed());
+  const std::vector<CoreCase> cases = {
+      {1, {1}, 0},
+      {5, {63}, 0},
+      {32, {64, 65}, 0},
+      {33, {1000, 7, 129}, 0},
+      {40, {4099, 2000}, 0},
+      {17, {3001}, 7},
+      {12, {1, 64, 640, 333}, 1},
+      {3, {200}, 64},  // more splits than pages: empty splits
+  };
+  for (const CoreCase& tc : cases) {
+    const int batch = static_cast<int>(tc.lens.size());
+    PagedCache cache = MakeCache(rng, tc.lens);
+    std::vector<float> q =
+        Uniform(rng, static_cast<size_t>(batch) * tc.heads * kMlaLatentDim, -2, 2);
+    const std::vector<uint16_t> q_bits = ToBf16InPlace(q);
+    const std::vector<float> expected = HostAttention(q, cache, tc.lens, tc.heads);
+
+    MlaDecodeParams params;
+    params.batch = batch;
+    params.num_heads = tc.heads;
+    params.max_blocks_per_seq = cache.max_blocks_per_seq;
+    params.max_context = *std::max_element(tc.lens.begin(), tc.lens.end());
+    params.scale = kScale;
+    params.num_splits = tc.forced_splits;
+
+    DeviceArray<uint16_t> d_q(q_bits), d_pool(cache.pool);
+    DeviceArray<int32_t> d_table(cache.block_table), d_lens(tc.lens);
+    DeviceArray<float> d_out(expected.size()), d_simple(expected.size());
+    DeviceArray<uint16_t> d_out_bf16(expected.size());
+    DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaDecodeWorkspaceBytes(params)));
+    d_out.Poison();
+    d_simple.Poison();
+    d_out_bf16.Poison();
+    d_ws.Poison();
+    STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_pool.get(), d_table.get(), d_lens.get(), params,
+                                    d_ws.get(), static_cast<int64_t>(d_ws.size()), d_out.get(),
+                                    nullptr));
+    STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_pool.get(), d_table.get(), d_lens.get(), params,
+                                    d_ws.get(), static_cast<int64_t>(d_ws.size()), d_out_bf16.get(),
+                                    nullptr));
+    STRATA_ASSERT_OK(MlaPagedDecodeSimple(d_q.get(), d_pool.get(), d_table.get(), d_lens.get(),
+                                          params, d_simple.get(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::string name = absl::StrCat(Name(tc), "_splits", MlaDecodeNumSplits(params));
+    // Tensor-core path: P is rounded to bf16 (≤ 2^-9 relative per weight).
+    STRATA_EXPECT_RELERR("MlaPagedDecode_f32", name, d_out.Download(), expected, 5e-3);
+    STRATA_EXPECT_RELERR("MlaPagedDecode_bf16", name, FromBf16(d_out_bf16.Download()), expected,
+                         8e-3);
+    // CUDA-core path: f32 throughout.
+    STRATA_EXPECT_RELERR("MlaPagedDecodeSimple", name, d_simple.Download(), expected, 1e-4);
+  }
+}
+
+// q → MlaAbsorbQuery → MlaPagedDecode (bf16 ō) → MlaApplyValueProjection equals the absorbed
+// reference; bf16 intermediates (q̃, P, ō) bound the error.
+TEST(CudaMlaDecodeTest, AbsorbedPipelineMatchesReference) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 1);
+  absl::StatusOr<CublasHandle> handle = CublasHandle::Create();
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  const int dn = 128, dv = 128, dr = kMlaRopeDim, r = kMlaValueDim;
+  for (int heads : {1, 3, 20}) {
+    const std::vector<int> lens = {1, 130, 777};
+    const int batch = static_cast<int>(lens.size());
+    PagedCache cache = MakeCache(rng, lens);
+    std::vector<float> q = Uniform(rng, static_cast<size_t>(batch) * heads * (dn + dr), -1, 1);
+    std::vector<float> w = Uniform(rng, static_cast<size_t>(heads) * (dn + dv) * r, -0.1f, 0.1f);
+    const std::vector<uint16_t> q_bits = ToBf16InPlace(q);
+    const std::vector<uint16_t> w_bits = ToBf16InPlace(w);
+
+    MlaDims dims{heads, dn, dr, dv, r};
+    std::vector<float> expected(static_cast<size_t>(batch) * heads * dv);
+    for (int b = 0; b < batch; ++b) {
+      MlaAttentionAbsorbedReference(q.data() + static_cast<size_t>(b) * heads * (dn + dr),
+                                    cache.latent_rows.data() + cache.seq_offset[b] * kMlaLatentDim,
+                                    lens[b], 1, w.data(), dims, kScale,
+                                    expected.data() + static_cast<size_t>(b) * heads * dv);
+    }
+
+    MlaDecodeParams params;
+    params.batch = batch;
+    params.num_heads = heads;
+    params.max_blocks_per_seq = cache.max_blocks_per_seq;
+    params.max_context = *std::max_element(lens.begin(), lens.end());
+    params.scale = kScale;
+    DeviceArray<uint16_t> d_q(q_bits), d_w(w_bits), d_pool(cache.pool);
+    DeviceArray<int32_t> d_table(cache.block_table), d_lens(lens);
+    DeviceArray<uint16_t> d_q_abs(static_cast<size_t>(batch) * heads * kMlaLatentDim);
+    DeviceArray<uint16_t> d_o_lat(static_cast<size_t>(batch) * heads * kMlaValueDim);
+    DeviceArray<float> d_o(expected.size());
+    DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaDecodeWorkspaceBytes(params)));
+    d_q_abs.Poison();
+    d_o_lat.Poison();
+    d_o.Poison();
+    const MlaHeadDims head_dims{heads, dn, dv};
+    STRATA_ASSERT_OK(MlaAbsorbQuery(handle->get(), d_q.get(), batch, d_w.get(), head_dims,
+                                    d_q_abs.get(), nullptr));
+    STRATA_ASSERT_OK(MlaPagedDecode(d_q_abs.get(), d_pool.get(), d_table.get(), d_lens.get(),
+                                    params, d_ws.get(), static_cast<int64_t>(d_ws.size()),
+                                    d_o_lat.get(), nullptr));
+    STRATA_ASSERT_OK(MlaApplyValueProjection(handle->get(), d_o_lat.get(), batch, d_w.get(),
+                                             head_dims, d_o.get(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    STRATA_EXPECT_RELERR("MlaDecodePipeline", absl::StrCat("H", heads), d_o.Download(), expected,
+                         2e-2);
+  }
+}
+
+// Causal varlen prefill through MlaPagedPrefill equals the NON-absorbed reference
+// (MlaAttentionReference): one fresh prompt and one chunked-prefill continuation in one batch.
+TEST(CudaMlaDecodeTest, PagedPrefillMatchesNonAbsorbedReference) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 11);
+  absl::StatusOr<CublasHandle> handle = CublasHandle::Create();
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  const int dn = 128, dv = 128, dr = kMlaRopeDim, r = kMlaValueDim, heads = 7;
+  const std::vector<int> ctx = {150, 300, 1};  // context incl. the new tokens
+  const std::vector<int> num_new = {150, 41, 1};
+  PagedCache cache = MakeCache(rng, ctx);
+  std::vector<int32_t> query_seq, lens;
+  for (size_t s = 0; s < ctx.size(); ++s) {
+    for (int t = 0; t < num_new[s]; ++t) {
+      query_seq.push_back(static_cast<int32_t>(s));
+      lens.push_back(ctx[s] - num_new[s] + t + 1);  // causal: up to and including itself
+    }
+  }
+  const int tokens = static_cast<int>(query_seq.size());
+  std::vector<float> q = Uniform(rng, static_cast<size_t>(tokens) * heads * (dn + dr), -1, 1);
+  std::vector<float> w = Uniform(rng, static_cast<size_t>(heads) * (dn + dv) * r, -0.1f, 0.1f);
+  const std::vector<uint16_t> q_bits = ToBf16InPlace(q);
+  const std::vector<uint16_t> w_bits = ToBf16InPlace(w);
+  const MlaDims dims{heads, dn, dr, dv, r};
+  std::vector<float> expected(static_cast<size_t>(tokens) * heads * dv);
+  int first = 0;
+  for (size_t s = 0; s < ctx.size(); ++s) {
+    MlaAttentionReference(q.data() + static_cast<size_t>(first) * heads * (dn + dr),
+                          cache.latent_rows.data() + cache.seq_offset[s] * kMlaLatentDim, ctx[s],
+                          num_new[s], w.data(), dims, kScale,
+                          expected.data() + static_cast<size_t>(first) * heads * dv);
+    first += num_new[s];
+  }
+
+  MlaDecodeParams params;
+  params.batch = tokens;
+  params.num_heads = heads;
+  params.max_blocks_per_seq = cache.max_blocks_per_seq;
+  params.max_context = *std::max_element(ctx.begin(), ctx.end());
+  params.scale = kScale;
+  DeviceArray<uint16_t> d_q(q_bits), d_w(w_bits), d_pool(cache.pool);
+  DeviceArray<int32_t> d_table(cache.block_table), d_query_seq(query_seq), d_lens(lens);
+  DeviceArray<uint16_t> d_q_abs(static_cast<size_t>(tokens) * heads * kMlaLatentDim);
+  DeviceArray<uint16_t> d_o_lat(static_cast<size_t>(tokens) * heads * kMlaValueDim);
+  DeviceArray<float> d_o(expected.size());
+  DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaDecodeWorkspaceBytes(params)));
+  d_o_lat.Poison();
+  d_o.Poison();
+  const MlaHeadDims head_dims{heads, dn, dv};
+  STRATA_ASSERT_OK(MlaAbsorbQuery(handle->get(), d_q.get(), tokens, d_w.get(), head_dims,
+                                  d_q_abs.get(), nullptr));
+  STRATA_ASSERT_OK(MlaPagedPrefill(d_q_abs.get(), d_pool.get(), d_table.get(), d_query_seq.get(),
+                                   d_lens.get(), params, d_ws.get(),
+                                   static_cast<int64_t>(d_ws.size()), d_o_lat.get(), nullptr));
+  STRATA_ASSERT_OK(MlaApplyValueProjection(handle->get(), d_o_lat.get(), tokens, d_w.get(),
+                                           head_dims, d_o.get(), nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  STRATA_EXPECT_RELERR("MlaPagedPrefill", absl::StrCat("H", heads, "_T", tokens), d_o.Download(),
+                       expected, 2e-2);
+}
+
+}  // namespace
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,63 @@
+// MoE expert execution on the GPU (MODEL.md §6.2): permute the (token, slot) pairs by expert,
+// gather their rows, run every expert's matrix product as one grouped GEMM (cuBLAS), and
+// combine the weighted expert outputs back per token.
+//
+//   MoePermute     expert_ids [T, k] → expert_offsets [E+1] (rows of expert e are
+//                  [offsets[e], offsets[e+1]) of the permuted order), permuted_token [T·k]
+//                  (source token of each permuted row), pair_row [T·k] (permuted row of pair
+//                  (t, i)). Counting sort with atomics: the order of rows WITHIN an expert is
+//                  unspecified, which no result depends on (each row is computed on its own and
+//                  MoeCombine sums in (t, i) order). Ids outside [0, E) are dropped
+//                  (pair_row = −1).
+//   MoeGatherRows  x_perm[r] = x[permuted_token[r]] (bf16 rows)
+//   MoeGroupedGemm y_perm[r] = x_perm[r] · W_eᵀ for r in expert e's range; W [E, n, k] bf16.
+//                  Needs the offsets on the host (one device→host copy per layer).
+//   MoeCombine     out[t] = Σ_i weights[t, i] · y_perm[pair_row[t, i]]   (f32, i ascending)
+// A SwiGLU/SiTU expert is MoeGroupedGemm(gate|up, n = 2·I) → Glu (norm.h, in_stride 2·I) →
+// MoeGroupedGemm(down); the activation is a separate pass (not fused into cuBLAS's epilogue).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace strata::kernels::cuda {
+
+// Workspace bytes of MoePermute (two int32 counters per expert).
+int64_t MoePermuteWorkspaceBytes(int num_experts);
+
+absl::Status MoePermute(const int32_t* expert_ids, int64_t tokens, int top_k, int num_experts,
+                        void* workspace, int64_t workspace_bytes, int32_t* expert_offsets,
+                        int32_t* permuted_token, int32_t* pair_row, cudaStream_t stream);
+
+absl::Status MoeGatherRows(const uint16_t* x, const int32_t* permuted_token, int64_t rows,
+                           int64_t dim, uint16_t* x_perm, cudaStream_t stream);
+
+enum class GroupedGemmMode {
+  kAuto,            // cublasGemmGroupedBatchedEx; kPerExpertLoop if cuBLAS refuses it
+  kGroupedBatched,  // one cublasGemmGroupedBatchedEx call for all non-empty experts
+  kPerExpertLoop,   // one cublasGemmEx per non-empty expert
+};
+
+// Device workspace bytes of MoeGroupedGemm (pointer tables) for `num_experts`.
+int64_t MoeGroupedGemmWorkspaceBytes(int num_experts);
+
+// host_offsets [E+1] on the host. `used` (may be null) receives the path that ran.
+absl::Status MoeGroupedGemm(cublasHandle_t handle, const uint16_t* x_perm,
+                            const int32_t* host_offsets, int num_experts, const uint16_t* w,
+                            int64_t n, int64_t k, float* y_perm, GroupedGemmMode mode,
+                            void* workspace, int64_t workspace_bytes, GroupedGemmMode* used,
+                            cudaStream_t stream);
+absl::Status MoeGroupedGemm(cublasHandle_t handle, const uint16_t* x_perm,
+                            const int32_t* host_offsets, int num_experts, const uint16_t* w,
+                            int64_t n, int64_t k, uint16_t* y_perm, GroupedGemmMode mode,
+                            void* workspace, int64_t workspace_bytes, GroupedGemmMode* used,
+                            cudaStream_t stream);
+
+absl::Status MoeCombine(const float* y_perm, const int32_t* pair_row, const float* weights,
+                        int64_t tokens, int top_k, int64_t dim, float* out, cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,141 @@
+// RmsNorm / AddRmsNorm / AttnResMix / Glu on the GPU vs kernels/reference.
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/testing.h"
+#include "kernels/reference/attn_res.h"
+#include "kernels/reference/glu.h"
+#include "kernels/reference/rms_norm.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::FromBf16;
+using testing::TestSeed;
+using testing::Uniform;
+
+std::string Shape(int64_t rows, int64_t dim) { return absl::StrCat(rows, "x", dim); }
+
+TEST(CudaNormTest, RmsNormAndAddRmsNormMatchReference) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 3);
+  for (auto [rows, dim] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {3, 31}, {7, 257}, {5, 2304}, {2, 7168}, {33, 1000}}) {
+    const std::vector<float> x = Uniform(rng, rows * dim, -3, 3);
+    const std::vector<float> residual = Uniform(rng, rows * dim, -3, 3);
+    const std::vector<float> w = Uniform(rng, dim, 0.5f, 1.5f);
+    std::vector<float> expected(rows * dim);
+    RmsNormReference(x.data(), rows, dim, w.data(), 1e-5f, expected.data());
+    DeviceArray<float> d_x(x), d_w(w), d_y(rows * dim);
+    DeviceArray<uint16_t> d_y16(rows * dim);
+    d_y.Poison();
+    d_y16.Poison();
+    STRATA_ASSERT_OK(RmsNorm(d_x.get(), rows, dim, d_w.get(), 1e-5f, d_y.get(), nullptr));
+    STRATA_ASSERT_OK(RmsNorm(d_x.get(), rows, dim, d_w.get(), 1e-5f, d_y16.get(), nullptr));
+    STRATA_EXPECT_RELERR("RmsNorm_f32", Shape(rows, dim), d_y.Download(), expected, 3e-6);
+    STRATA_EXPECT_RELERR("RmsNorm_bf16", Shape(rows, dim), FromBf16(d_y16.Download()), expected,
+                         4e-3);
+    // Without weight.
+    RmsNormReference(x.data(), rows, dim, nullptr, 1e-6f, expected.data());
+    d_y.Poison();
+    STRATA_ASSERT_OK(RmsNorm(d_x.get(), rows, dim, nullptr, 1e-6f, d_y.get(), nullptr));
+    STRATA_EXPECT_RELERR("RmsNorm_noweight", Shape(rows, dim), d_y.Download(), expected, 3e-6);
+
+    // AddRmsNorm: residual ← residual + x (exact f32 adds), y = RmsNorm(residual).
+    std::vector<float> sum(rows * dim);
+    for (int64_t i = 0; i < rows * dim; ++i) sum[i] = residual[i] + x[i];
+    RmsNormReference(sum.data(), rows, dim, w.data(), 1e-5f, expected.data());
+    DeviceArray<float> d_res(residual);
+    d_y.Poison();
+    STRATA_ASSERT_OK(
+        AddRmsNorm(d_res.get(), d_x.get(), rows, dim, d_w.get(), 1e-5f, d_y.get(), nullptr));
+    EXPECT_EQ(d_res.Download(), sum) << Shape(rows, dim);
+    STRATA_EXPECT_RELERR("AddRmsNorm_f32", Shape(rows, dim), d_y.Download(), expected, 3e-6);
+  }
+}
+
+TEST(CudaNormTest, AttnResMixMatchesReference) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 4);
+  for (int num_sources : {1, 2, 9, 16}) {
+    for (auto [rows, dim] : std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {3, 257}, {4, 7168}}) {
+      std::vector<std::vector<float>> host;
+      std::vector<const float*> host_ptrs;
+      for (int i = 0; i < num_sources; ++i) {
+        host.push_back(Uniform(rng, rows * dim, -2, 2));
+      }
+      for (const auto& h : host) host_ptrs.push_back(h.data());
+      const std::vector<float> w_norm = Uniform(rng, dim, 0.5f, 1.5f);
+      const std::vector<float> w_proj = Uniform(rng, dim, -0.2f, 0.2f);
+      const std::vector<float> norm_w = Uniform(rng, dim, 0.5f, 1.5f);
+      std::vector<float> expected(rows * dim), expected_normed(rows * dim);
+      AttnResMixReference(host_ptrs.data(), num_sources, rows, dim, w_norm.data(), w_proj.data(),
+                          1e-5f, expected.data());
+      RmsNormReference(expected.data(), rows, dim, norm_w.data(), 1e-5f, expected_normed.data());
+
+      std::vector<std::unique_ptr<DeviceArray<float>>> d_sources;
+      AttnResSources sources;
+      sources.count = num_sources;
+      for (int i = 0; i < num_sources; ++i) {
+        d_sources.push_back(std::make_unique<DeviceArray<float>>(host[i]));
+        sources.ptr[i] = d_sources.back()->get();
+      }
+      DeviceArray<float> d_wn(w_norm), d_wp(w_proj), d_nw(norm_w), d_out(rows * dim);
+      DeviceArray<uint16_t> d_normed(rows * dim);
+      d_out.Poison();
+      d_normed.Poison();
+      STRATA_ASSERT_OK(AttnResMix(sources, rows, dim, d_wn.get(), d_wp.get(), 1e-5f, d_out.get(),
+                                  d_nw.get(), 1e-5f, d_normed.get(), nullptr));
+      const std::string name = absl::StrCat(num_sources, "src_", Shape(rows, dim));
+      STRATA_EXPECT_RELERR("AttnResMix", name, d_out.Download(), expected, 5e-5);
+      STRATA_EXPECT_RELERR("AttnResMix_normed_bf16", name, FromBf16(d_normed.Download()),
+                           expected_normed, 4e-3);
+    }
+  }
+}
+
+TEST(CudaNormTest, GluMatchesReferenceWithRowStrides) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 5);
+  const std::vector<GluParams> variants = {
+      {GluKind::kSwiGlu, 4.0f, 0.0f}, {GluKind::kSitu, 4.0f, 25.0f}, {GluKind::kSitu, 4.0f, 0.0f}};
+  for (const GluParams& params : variants) {
+    for (auto [rows, width] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 37}, {17, 1024}, {5, 3072}}) {
+      // Fused [rows, 2·width] gate|up buffer, wide values so SiTU's caps matter.
+      const std::vector<float> fused = Uniform(rng, rows * 2 * width, -40, 40);
+      std::vector<float> gate(rows * width), up(rows * width), expected(rows * width);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < width; ++c) {
+          gate[r * width + c] = fused[r * 2 * width + c];
+          up[r * width + c] = fused[r * 2 * width + width + c];
+        }
+      }
+      GluReference(gate.data(), up.data(), rows * width, params, expected.data());
+      DeviceArray<float> d_fused(fused), d_out(rows * width);
+      DeviceArray<uint16_t> d_out16(rows * width);
+      d_out.Poison();
+      d_out16.Poison();
+      STRATA_ASSERT_OK(Glu(d_fused.get(), d_fused.get() + width, rows, width, 2 * width, params,
+                           d_out.get(), nullptr));
+      STRATA_ASSERT_OK(Glu(d_fused.get(), d_fused.get() + width, rows, width, 2 * width, params,
+                           d_out16.get(), nullptr));
+      const std::string name =
+          absl::StrCat(params.kind == GluKind::kSwiGlu ? "swiglu" : "situ", "_b2_",
+                       static_cast<int>(params.beta2), "_", Shape(rows, width));
+      STRATA_EXPECT_RELERR("Glu_f32", name, d_out.Download(), expected, 1e-5);
+      STRATA_EXPECT_RELERR("Glu_bf16", name, FromBf16(d_out16.Download()), expected, 4e-3);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,153 @@
+// Test helpers for the GPU tests in kernels/cuda (test-only; include from *_test.cc files):
+// skip without a GPU, fresh seeds, RAII device arrays with poisoning, bf16 rounding, and the
+// relative-error report bench/gpu_check.sh tabulates.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace strata::kernels::cuda::testing {
+
+inline bool HasCudaDevice() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return false;
+  }
+  return count > 0;
+}
+
+// A fresh seed per test binary run (METHOD.md: fresh random inputs for every check), printed so
+// a failure can be replayed with STRATA_TEST_SEED=<seed>.
+inline uint32_t TestSeed() {
+  static const uint32_t seed = [] {
+    const char* env = std::getenv("STRATA_TEST_SEED");
+    const uint32_t s = env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10))
+                                      : std::random_device{}();
+    std::printf("[seed] STRATA_TEST_SEED=%u\n", s);
+    return s;
+  }();
+  return seed;
+}
+
+// Device buffer of T; poisoned (all bytes 0xFF: NaN for f32/bf16, −1 for int32) on request.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t count) : count_(count) {
+    if (count_ > 0 && cudaMalloc(&ptr_, count_ * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { Upload(host); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  T* get() const { return ptr_; }
+  size_t size() const { return count_; }
+  bool ok() const { return count_ == 0 || ptr_ != nullptr; }
+  void Upload(const std::vector<T>& host) {
+    ASSERT_EQ(host.size(), count_);
+    if (count_ == 0) return;
+    ASSERT_EQ(cudaMemcpy(ptr_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  std::vector<T> Download() const {
+    std::vector<T> host(count_);
+    if (count_ > 0) {
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    return host;
+  }
+  void Poison() {
+    if (count_ > 0) {
+      ASSERT_EQ(cudaMemset(ptr_, 0xff, count_ * sizeof(T)), cudaSuccess);
+    }
+  }
+
+ private:
+  size_t count_ = 0;
+  T* ptr_ = nullptr;
+};
+
+inline std::vector<float> Uniform(std::mt19937& rng, size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> out(n);
+  for (float& v : out) v = dist(rng);
+  return out;
+}
+
+// bf16 bits of `values`; `values` is rounded in place to what the bits hold, so host
+// references see exactly the device operands.
+inline std::vector<uint16_t> ToBf16InPlace(std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    bits[i] = F32ToBf16(values[i]);
+    values[i] = Bf16ToF32(bits[i]);
+  }
+  return bits;
+}
+
+inline std::vector<float> FromBf16(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = Bf16ToF32(bits[i]);
+  return out;
+}
+
+// ‖actual − expected‖₂ / ‖expected‖₂ in f64; +inf when any actual element is not finite
+// (poisoned outputs that were never written show up here).
+inline double RelErr(const std::vector<float>& actual, const std::vector<float>& expected) {
+  if (actual.size() != expected.size()) return INFINITY;
+  double diff = 0.0, ref = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (!std::isfinite(actual[i])) return INFINITY;
+    const double d = static_cast<double>(actual[i]) - expected[i];
+    diff += d * d;
+    ref += static_cast<double>(expected[i]) * expected[i];
+  }
+  if (ref == 0.0) return diff == 0.0 ? 0.0 : INFINITY;
+  return std::sqrt(diff / ref);
+}
+
+// Prints "[relerr] kernel=<k> case=<c> relerr=<e> tol=<t> ok|FAIL" (bench/gpu_check.sh collects
+// these lines) and returns whether relerr ≤ tol.
+inline bool ReportRelErr(const std::string& kernel, const std::string& case_name, double relerr,
+                         double tol) {
+  const bool ok = relerr <= tol;
+  std::printf("[relerr] kernel=%s case=%s relerr=%.3e tol=%.1e %s\n", kernel.c_str(),
+              case_name.c_str(), relerr, tol, ok ? "ok" : "FAIL");
+  return ok;
+}
+
+}  // namespace strata::kernels::cuda::testing
+
+#define STRATA_REQUIRE_GPU()                                  \
+  do {                                                        \
+    if (!::strata::kernels::cuda::testing::HasCudaDevice()) { \
+      GTEST_SKIP() << "no CUDA device";                       \
+    }                                                         \
+  } while (0)
+
+#define STRATA_ASSERT_OK(expr)                  \
+  do {                                          \
+    const ::absl::Status strata_st_ = (expr);   \
+    ASSERT_TRUE(strata_st_.ok()) << strata_st_; \
+  } while (0)
+
+// Checks relerr ≤ tol and reports it (see ReportRelErr).
+#define STRATA_EXPECT_RELERR(kernel, case_name, actual, expected, tol)                     \
+  EXPECT_TRUE(::strata::kernels::cuda::testing::ReportRelErr(                              \
+      kernel, case_name, ::strata::kernels::cuda::testing::RelErr(actual, expected), tol)) \
+      << kernel << " " << case_name
