@@ -67,6 +67,9 @@ struct RendezvousOptions {
   std::chrono::milliseconds connect_timeout{60000};
   // Limit for every collective (issue: default 60 s).
   std::chrono::milliseconds timeout{60000};
+  // Address this rank's Gloo connections listen on; empty: the local interface that routes to
+  // the coordinator's host ("127.0.0.1" when the coordinator is on loopback).
+  std::string local_address;
 };
 
 }  // namespace strata::dist

@@ -1,24 +1,120 @@
 #include "server/engine_loop.h"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 
+#include "core/check.h"
 #include "core/log.h"
 
 namespace strata::server {
 
+// One local rank. The queues and stats are guarded by EngineLoop::mu_; the scheduler, executor
+// and gate belong to the rank's thread.
+struct EngineLoop::Rank {
+  int index = 0;  // local rank
+  EngineRank parts;
+  std::condition_variable cv;
+  std::deque<std::pair<scheduler::Request, std::shared_ptr<RequestStream>>> pending;
+  std::vector<std::string> cancels;
+  int64_t num_unfinished = 0;  // requests submitted here and not finished
+  EngineStats stats;
+  engine::StepResult result;  // of the latest step (rank thread)
+  std::thread thread;
+};
+
+namespace {
+
+std::vector<EngineRank> OneRank(std::unique_ptr<scheduler::Scheduler> scheduler,
+                                std::unique_ptr<engine::StepExecutor> executor) {
+  std::vector<EngineRank> ranks(1);
+  ranks[0].scheduler = std::move(scheduler);
+  ranks[0].executor = std::move(executor);
+  return ranks;
+}
+
+const scheduler::SchedulerConfig& FirstConfig(const std::vector<EngineRank>& ranks) {
+  CHECK(!ranks.empty()) << "an engine loop needs at least one rank";
+  return ranks[0].scheduler->config();
+}
+
+// Sums `b` into `a`; usage fractions become held / total over both pools.
+void AddStats(const EngineStats& b, EngineStats& a) {
+  a.num_steps = std::max(a.num_steps, b.num_steps);  // ranks in lockstep step together
+  a.num_empty_steps += b.num_empty_steps;
+  a.num_unfinished += b.num_unfinished;
+  a.last_step_ms = std::max(a.last_step_ms, b.last_step_ms);
+  a.num_generated_tokens_total += b.num_generated_tokens_total;
+  a.all_to_all_seconds_total += b.all_to_all_seconds_total;
+  if (a.expert_tokens_total.size() < b.expert_tokens_total.size()) {
+    a.expert_tokens_total.resize(b.expert_tokens_total.size(), 0);
+  }
+  for (size_t e = 0; e < b.expert_tokens_total.size(); ++e) {
+    a.expert_tokens_total[e] += b.expert_tokens_total[e];
+  }
+  scheduler::SchedulerStats& s = a.scheduler;
+  const scheduler::SchedulerStats& t = b.scheduler;
+  s.step_id = std::max(s.step_id, t.step_id);
+  s.num_running += t.num_running;
+  s.num_waiting += t.num_waiting;
+  s.num_scheduled_seqs += t.num_scheduled_seqs;
+  s.num_prefill_tokens += t.num_prefill_tokens;
+  s.num_decode_tokens += t.num_decode_tokens;
+  s.num_preempted += t.num_preempted;
+  s.num_preempted_total += t.num_preempted_total;
+  s.num_prefill_tokens_total += t.num_prefill_tokens_total;
+  s.num_decode_tokens_total += t.num_decode_tokens_total;
+  s.num_finished_total += t.num_finished_total;
+  s.num_aborted_total += t.num_aborted_total;
+  s.num_blocks += t.num_blocks;
+  s.num_free_blocks += t.num_free_blocks;
+  s.num_cached_blocks += t.num_cached_blocks;
+  s.num_slots += t.num_slots;
+  s.num_free_slots += t.num_free_slots;
+  s.num_checkpoints += t.num_checkpoints;
+  s.num_pending_checkpoints += t.num_pending_checkpoints;
+  s.num_prefix_queries += t.num_prefix_queries;
+  s.num_prefix_query_tokens += t.num_prefix_query_tokens;
+  s.num_prefix_hits += t.num_prefix_hits;
+  s.num_prefix_hit_tokens += t.num_prefix_hit_tokens;
+  s.block_usage = s.num_blocks > 0 ? 1.0 - double(s.num_free_blocks) / s.num_blocks : 0.0;
+  s.slot_usage = s.num_slots > 0 ? 1.0 - double(s.num_free_slots) / s.num_slots : 0.0;
+}
+
+}  // namespace
+
 EngineLoop::EngineLoop(std::unique_ptr<scheduler::Scheduler> scheduler,
                        std::unique_ptr<engine::StepExecutor> executor, EngineLoopOptions options)
-    : scheduler_(std::move(scheduler)),
-      executor_(std::move(executor)),
-      scheduler_config_(scheduler_->config()),
-      options_(options) {}
+    : EngineLoop(OneRank(std::move(scheduler), std::move(executor)), std::move(options)) {}
+
+EngineLoop::EngineLoop(std::vector<EngineRank> ranks, EngineLoopOptions options)
+    : scheduler_config_(FirstConfig(ranks)), options_(std::move(options)) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    CHECK(ranks[i].scheduler != nullptr && ranks[i].executor != nullptr) << "rank " << i;
+    auto r = std::make_unique<Rank>();
+    r->index = static_cast<int>(i);
+    r->parts = std::move(ranks[i]);
+    r->stats.scheduler = r->parts.scheduler->stats();
+    ranks_.push_back(std::move(r));
+  }
+}
 
 EngineLoop::~EngineLoop() { Stop(); }
 
 void EngineLoop::Start() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (thread_.joinable() || stopping_) return;
-  thread_ = std::thread([this] { Run(); });
+  if (started_ || stopping_) return;
+  started_ = true;
+  for (auto& r : ranks_) {
+    Rank* rank = r.get();
+    r->thread = std::thread([this, rank] {
+      if (rank->parts.gate) {
+        RunLockstep(*rank);
+      } else {
+        Run(*rank);
+      }
+    });
+  }
 }
 
 void EngineLoop::Stop() {
@@ -26,23 +122,29 @@ void EngineLoop::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (auto& r : ranks_) r->cv.notify_all();
+  for (auto& r : ranks_) {
+    if (r->thread.joinable()) r->thread.join();
+  }
   // Whatever never finished ends with abort (nothing accepted is silently dropped).
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [id, stream] : streams_) {
+  for (auto& [id, entry] : streams_) {
     StreamEvent event;
     event.finish = FinishReason::kAbort;
-    stream->Push(std::move(event));
+    entry.stream->Push(std::move(event));
   }
   streams_.clear();
-  pending_.clear();
+  for (auto& r : ranks_) {
+    r->pending.clear();
+    r->num_unfinished = 0;
+  }
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> EngineLoop::Submit(scheduler::Request request) {
   absl::Status valid = scheduler::ValidateRequest(request, scheduler_config_);
   if (!valid.ok()) return valid;
   auto stream = std::make_shared<RequestStream>(request.request_id);
+  Rank* target = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the engine is shutting down");
@@ -51,54 +153,71 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineLoop::Submit(scheduler::Req
                                           " requests in flight (limit " +
                                           std::to_string(options_.max_queued_requests) + ")");
     }
-    if (!streams_.emplace(request.request_id, stream).second) {
+    // Least loaded: fewest unfinished requests (queued + running); ties go to the lowest rank.
+    for (auto& r : ranks_) {
+      if (target == nullptr || r->num_unfinished < target->num_unfinished) target = r.get();
+    }
+    if (!streams_.emplace(request.request_id, StreamEntry{stream, target->index}).second) {
       return absl::InvalidArgumentError("request id '" + request.request_id +
                                         "' is already in flight");
     }
-    pending_.emplace_back(std::move(request), stream);
+    target->stats.num_unfinished = ++target->num_unfinished;
+    target->pending.emplace_back(std::move(request), stream);
   }
-  cv_.notify_all();
+  target->cv.notify_all();
   return stream;
 }
 
 void EngineLoop::Cancel(const std::string& request_id) {
+  Rank* target = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!streams_.count(request_id)) return;
-    cancels_.push_back(request_id);
+    auto it = streams_.find(request_id);
+    if (it == streams_.end()) return;
+    target = ranks_[static_cast<size_t>(it->second.rank)].get();
+    target->cancels.push_back(request_id);
   }
-  cv_.notify_all();
+  target->cv.notify_all();
 }
 
 EngineStats EngineLoop::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  if (ranks_.size() == 1) return ranks_[0]->stats;
+  EngineStats sum;
+  for (const auto& r : ranks_) AddStats(r->stats, sum);
+  return sum;
 }
 
-// Moves queued submissions and cancellations into the scheduler (engine thread).
-void EngineLoop::AdmitPending() {
+EngineStats EngineLoop::rank_stats(int local_rank) const {
+  CHECK(local_rank >= 0 && local_rank < num_ranks()) << "local rank " << local_rank;
+  std::lock_guard<std::mutex> lock(mu_);
+  return ranks_[static_cast<size_t>(local_rank)]->stats;
+}
+
+// Moves queued submissions and cancellations into the scheduler (the rank's thread).
+void EngineLoop::AdmitPending(Rank& r) {
   std::deque<std::pair<scheduler::Request, std::shared_ptr<RequestStream>>> pending;
   std::vector<std::string> cancels;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pending.swap(pending_);
-    cancels.swap(cancels_);
+    pending.swap(r.pending);
+    cancels.swap(r.cancels);
   }
   for (auto& [request, stream] : pending) {
     std::string id = request.request_id;
-    absl::StatusOr<engine::SequenceId> added = scheduler_->Add(std::move(request));
+    absl::StatusOr<engine::SequenceId> added = r.parts.scheduler->Add(std::move(request));
     if (!added.ok()) {
       StreamEvent event;
       event.error = added.status();
       stream->Push(std::move(event));
       std::lock_guard<std::mutex> lock(mu_);
-      streams_.erase(id);
+      if (streams_.erase(id) > 0) r.stats.num_unfinished = --r.num_unfinished;
     }
   }
-  for (const std::string& id : cancels) scheduler_->Abort(id);
+  for (const std::string& id : cancels) r.parts.scheduler->Abort(id);
 }
 
-void EngineLoop::Dispatch(const std::vector<scheduler::SequenceEvent>& events) {
+void EngineLoop::Dispatch(Rank& r, const std::vector<scheduler::SequenceEvent>& events) {
   std::vector<std::pair<std::shared_ptr<RequestStream>, StreamEvent>> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -107,7 +226,7 @@ void EngineLoop::Dispatch(const std::vector<scheduler::SequenceEvent>& events) {
       if (it == streams_.end()) continue;
       StreamEvent event;
       if (e.token) {
-        ++stats_.num_generated_tokens_total;
+        ++r.stats.num_generated_tokens_total;
         event.token_ids.push_back(*e.token);
         event.logprobs.push_back(e.logprob);
         event.top_logprobs.push_back(e.top_logprobs);
@@ -128,49 +247,123 @@ void EngineLoop::Dispatch(const std::vector<scheduler::SequenceEvent>& events) {
       event.num_prompt_tokens = e.num_prompt_tokens;
       event.num_cached_tokens = e.num_cached_tokens;
       event.num_output_tokens = e.num_output_tokens;
-      out.emplace_back(it->second, std::move(event));
-      if (e.finished) streams_.erase(it);
+      out.emplace_back(it->second.stream, std::move(event));
+      if (e.finished) {
+        streams_.erase(it);
+        --r.num_unfinished;
+      }
     }
-    stats_.num_unfinished = static_cast<int64_t>(streams_.size());
+    r.stats.num_unfinished = r.num_unfinished;
   }
   for (auto& [stream, event] : out) stream->Push(std::move(event));
 }
 
-void EngineLoop::Run() {
+void EngineLoop::RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty) {
+  const double all_to_all_s =
+      r.parts.all_to_all_seconds_total ? r.parts.all_to_all_seconds_total() : 0.0;
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats& s = r.stats;
+  s.num_steps++;
+  if (empty) s.num_empty_steps++;
+  s.last_step_ms = step_ms;
+  s.all_to_all_seconds_total = all_to_all_s;
+  if (s.expert_tokens_total.size() < result.expert_tokens.size()) {
+    s.expert_tokens_total.resize(result.expert_tokens.size(), 0);
+  }
+  for (size_t e = 0; e < result.expert_tokens.size(); ++e) {
+    s.expert_tokens_total[e] += result.expert_tokens[e];
+  }
+  s.scheduler = r.parts.scheduler->stats();
+}
+
+// One step. Without work (lockstep: other ranks work) the plan is empty but still executed:
+// the executor's forward takes part in every MoE exchange.
+void EngineLoop::RunStep(Rank& r, bool has_work) {
+  const auto start = Clock::now();
+  engine::StepPlan plan;
+  if (has_work) plan = r.parts.scheduler->Schedule();
+  engine::StepResult& result = r.result;  // reused: the executor keeps its vectors' capacity
+  if (!plan.sequences.empty() || r.parts.gate) {
+    r.parts.executor->ExecuteInto(plan, &result);
+  } else {
+    result.sampled.clear();
+    result.expert_tokens.clear();
+  }
+  if (has_work) {
+    result.step_id = plan.step_id;
+    Dispatch(r, r.parts.scheduler->Commit(result));
+  }
+  const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  LOG_DEBUG("engine", "rank={} step={} seqs={} tokens={} ms={:.2f}", r.index, plan.step_id,
+            plan.sequences.size(), plan.num_tokens(), step_ms);
+  RecordStep(r, result, step_ms, /*empty=*/!has_work);
+}
+
+void EngineLoop::Run(Rank& r) {
   LOG_INFO("engine", "engine loop started");
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stopping_ || !pending_.empty() || !cancels_.empty() || scheduler_->HasWork();
+      r.cv.wait(lock, [&] {
+        return stopping_ || !r.pending.empty() || !r.cancels.empty() ||
+               r.parts.scheduler->HasWork();
       });
       if (stopping_) break;
     }
-    AdmitPending();
-    if (!scheduler_->HasWork()) continue;
-    const auto start = std::chrono::steady_clock::now();
-    engine::StepPlan plan = scheduler_->Schedule();
-    engine::StepResult result;
-    if (!plan.sequences.empty()) result = executor_->Execute(plan);
-    result.step_id = plan.step_id;
-    std::vector<scheduler::SequenceEvent> events = scheduler_->Commit(result);
-    Dispatch(events);
-    const double step_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    LOG_DEBUG("engine", "step={} seqs={} tokens={} ms={:.2f}", plan.step_id, plan.sequences.size(),
-              plan.num_tokens(), step_ms);
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.num_steps++;
-    stats_.last_step_ms = step_ms;
-    if (stats_.expert_tokens_total.size() < result.expert_tokens.size()) {
-      stats_.expert_tokens_total.resize(result.expert_tokens.size(), 0);
-    }
-    for (size_t e = 0; e < result.expert_tokens.size(); ++e) {
-      stats_.expert_tokens_total[e] += result.expert_tokens[e];
-    }
-    stats_.scheduler = scheduler_->stats();
+    AdmitPending(r);
+    if (!r.parts.scheduler->HasWork()) continue;
+    RunStep(r, /*has_work=*/true);
   }
   LOG_INFO("engine", "engine loop stopped");
+}
+
+bool EngineLoop::StopGraceOver(const Rank& r, Clock::time_point stop_seen) const {
+  if (Clock::now() - stop_seen < options_.stop_grace) return false;
+  LOG_WARN("engine",
+           "rank {}: other ranks still run {:.1f} s after stop; leaving the group (they will "
+           "fail on their collective timeout)",
+           r.parts.gate->rank(), std::chrono::duration<double>(options_.stop_grace).count());
+  return true;
+}
+
+void EngineLoop::RunLockstep(Rank& r) {
+  StepGate& gate = *r.parts.gate;
+  LOG_INFO("engine", "engine loop of rank {}/{} started (lockstep)", gate.rank(),
+           gate.world_size());
+  std::optional<Clock::time_point> stop_seen;
+  std::chrono::milliseconds idle_wait = options_.idle_poll;
+  while (true) {
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping = stopping_;
+    }
+    // A stopping rank takes no more work; what it still holds is aborted by Stop().
+    if (!stopping) AdmitPending(r);
+    if (stopping && !stop_seen) stop_seen = Clock::now();
+    const bool has_work = !stopping && r.parts.scheduler->HasWork();
+    absl::StatusOr<GateDecision> decision = gate.Agree({has_work, stopping});
+    if (!decision.ok()) {
+      if (options_.on_gate_error) {
+        options_.on_gate_error(gate.rank(), decision.status());
+        break;
+      }
+      ExitOnCollectiveError(gate.rank(), "the engine step", decision.status());
+    }
+    if (decision->any_work()) {
+      RunStep(r, has_work);
+      idle_wait = options_.idle_poll;
+      continue;
+    }
+    if (decision->all_stopping()) break;
+    if (stopping && StopGraceOver(r, *stop_seen)) break;
+    // The group is idle: wait for local input (or the poll interval), then agree again.
+    std::unique_lock<std::mutex> lock(mu_);
+    r.cv.wait_for(lock, idle_wait,
+                  [&] { return !stopping_ && (!r.pending.empty() || !r.cancels.empty()); });
+    idle_wait = std::min(idle_wait * 2, std::max(options_.idle_poll, options_.idle_poll_max));
+  }
+  LOG_INFO("engine", "engine loop of rank {} stopped", gate.rank());
 }
 
 }  // namespace strata::server

@@ -1,19 +1,25 @@
-// The engine loop of one data-parallel rank (ARCHITECTURE.md, "Data flow"):
+// The engine loops of a process's data-parallel ranks (ARCHITECTURE.md, "Data flow" and
+// "Parallelism"). Each local rank has its own thread, scheduler and executor:
 //
 //   loop:  admit submissions and cancellations → plan = scheduler.Schedule()
 //          → result = executor.Execute(plan) → events = scheduler.Commit(result)
 //          → push events to the requests' streams
 //
-// Front ends call Submit/Cancel from any thread; they never block on the engine. The
-// submission queue is bounded: beyond `max_queued_requests` requests not yet finished,
+// With a StepGate (server/lockstep.h) a rank is one of a group that steps in lockstep: before
+// each step the ranks agree on "has work"; while any rank has work every rank runs the step (an
+// empty plan where it has none), and the group idles together otherwise.
+//
+// Front ends call Submit/Cancel from any thread; they never block on the engine. Submit puts a
+// request on the least-loaded local rank (its unfinished requests). The submission queue is
+// bounded: beyond `max_queued_requests` requests not yet finished (all local ranks together),
 // Submit answers ResourceExhausted ("overloaded") instead of queueing silently.
-// One thread (started by Start) owns the scheduler and the executor.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,66 +30,109 @@
 #include "absl/status/statusor.h"
 #include "engine/executor.h"
 #include "scheduler/scheduler.h"
+#include "server/lockstep.h"
 #include "server/request_stream.h"
 
 namespace strata::server {
 
 struct EngineLoopOptions {
   int64_t max_queued_requests = 1024;  // submitted and unfinished requests, at most
+  // Lockstep only. An idle group agrees again after `idle_poll`, doubling while it stays idle
+  // up to `idle_poll_max` (each agreement is one tiny collective per rank): what a request
+  // waits, at most, for the other ranks of an idle group to wake up.
+  std::chrono::milliseconds idle_poll{5};
+  std::chrono::milliseconds idle_poll_max{20};
+  // Lockstep only. After Stop(), how long a rank keeps taking part in steps for ranks that
+  // still work before leaving anyway (those then fail on their collective timeout).
+  std::chrono::milliseconds stop_grace{60000};
+  // Lockstep only. Called on the rank's thread when its gate fails; null: ExitOnCollectiveError
+  // (the process exits kCollectiveFailureExitCode). When it returns, that rank's loop ends.
+  std::function<void(int rank, const absl::Status& status)> on_gate_error;
 };
 
-// A snapshot of the loop's state after its latest step (for /server_info, metrics, tests).
+// A snapshot of a rank's state after its latest step (for /server_info, metrics, tests). For
+// several local ranks, EngineLoop::stats() sums them (usage fractions over the summed pools).
 struct EngineStats {
   int64_t num_steps = 0;
-  int64_t num_unfinished = 0;  // submitted and not yet finished
+  int64_t num_empty_steps = 0;  // lockstep: steps run with an empty plan for other ranks
+  int64_t num_unfinished = 0;   // submitted and not yet finished
   scheduler::SchedulerStats scheduler;
   double last_step_ms = 0.0;
   int64_t num_generated_tokens_total = 0;  // tokens sampled and delivered since start
-  // [num_experts] tokens routed to each expert since start, summed over MoE layers.
+  // [num_experts] tokens routed to each expert since start, summed over MoE layers (with expert
+  // parallelism: the tokens this rank's experts ran).
   std::vector<int64_t> expert_tokens_total;
+  double all_to_all_seconds_total = 0.0;  // MoE exchange time since start (expert parallelism)
+};
+
+// What one local rank runs.
+struct EngineRank {
+  std::unique_ptr<scheduler::Scheduler> scheduler;
+  std::unique_ptr<engine::StepExecutor> executor;
+  // Null: this rank steps alone. Otherwise every rank of the gate's group must be running.
+  std::unique_ptr<StepGate> gate;
+  // Optional, called on the rank's thread after each step: the MoE exchange time since start
+  // (seconds), reported as EngineStats::all_to_all_seconds_total.
+  std::function<double()> all_to_all_seconds_total;
 };
 
 class EngineLoop {
  public:
+  // One rank, no lockstep.
   EngineLoop(std::unique_ptr<scheduler::Scheduler> scheduler,
              std::unique_ptr<engine::StepExecutor> executor, EngineLoopOptions options);
+  // Several local ranks (≥ 1). Their schedulers must have the same configuration.
+  EngineLoop(std::vector<EngineRank> ranks, EngineLoopOptions options);
   ~EngineLoop();  // Stop()
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
 
   void Start();
-  // Aborts everything still running and joins the thread.
+  // Aborts everything still running and joins the threads. In lockstep, a rank leaves once all
+  // ranks of the group stop (or after `stop_grace`), running empty steps for the others until
+  // then.
   void Stop();
 
-  // Validates and queues a request (thread-safe). InvalidArgument for a request the scheduler
-  // can never run (empty prompt, over max_model_len, duplicate id), ResourceExhausted when the
-  // queue is full, Unavailable after Stop.
+  // Validates and queues a request on the least-loaded local rank (thread-safe).
+  // InvalidArgument for a request the scheduler can never run (empty prompt, over
+  // max_model_len, duplicate id), ResourceExhausted when the queue is full, Unavailable after
+  // Stop.
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(scheduler::Request request);
   // Aborts a request (thread-safe; unknown or finished ids are ignored). Its pages and slot are
   // freed at the next step and its stream ends with finish = abort.
   void Cancel(const std::string& request_id);
 
+  // All local ranks together, and one local rank (0 ≤ local_rank < num_ranks()).
   EngineStats stats() const;
+  EngineStats rank_stats(int local_rank) const;
+  int num_ranks() const { return static_cast<int>(ranks_.size()); }
   const scheduler::SchedulerConfig& scheduler_config() const { return scheduler_config_; }
 
  private:
-  void Run();
-  void AdmitPending();
-  void Dispatch(const std::vector<scheduler::SequenceEvent>& events);
+  struct Rank;
+  using Clock = std::chrono::steady_clock;
 
-  std::unique_ptr<scheduler::Scheduler> scheduler_;
-  std::unique_ptr<engine::StepExecutor> executor_;
+  void Run(Rank& r);
+  void RunLockstep(Rank& r);
+  void RunStep(Rank& r, bool has_work);
+  bool StopGraceOver(const Rank& r, Clock::time_point stop_seen) const;
+  void AdmitPending(Rank& r);
+  void Dispatch(Rank& r, const std::vector<scheduler::SequenceEvent>& events);
+  void RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty);
+
+  std::vector<std::unique_ptr<Rank>> ranks_;
   const scheduler::SchedulerConfig scheduler_config_;
   const EngineLoopOptions options_;
 
+  // Guards the queues, streams, stats and stopping_ of every rank.
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<scheduler::Request, std::shared_ptr<RequestStream>>> pending_;
-  std::vector<std::string> cancels_;
-  std::unordered_map<std::string, std::shared_ptr<RequestStream>> streams_;  // unfinished
+  struct StreamEntry {
+    std::shared_ptr<RequestStream> stream;
+    int rank = 0;
+  };
+  std::unordered_map<std::string, StreamEntry> streams_;  // unfinished requests
+  bool started_ = false;
   bool stopping_ = false;
-  EngineStats stats_;
-  std::thread thread_;
 };
 
 }  // namespace strata::server

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "server/cli/flags.h"
+#include "server/cli/parallel_flags.h"
 #include "server/cli/serve_runtime.h"
 #include "server/frontend/openai_service.h"
 #include "server/grpc/grpc_server.h"
@@ -26,7 +27,7 @@
 namespace strata::cli {
 namespace {
 
-const std::vector<FlagSpec> kServeFlags = {
+const std::vector<FlagSpec> kBaseServeFlags = {
     {"model", true, "checkpoint directory (default: the embedded demo model, random weights)"},
     {"host", true, "address to listen on (default 0.0.0.0)"},
     {"port", true, "port to listen on (default 8000; 0 = any free port)"},
@@ -50,6 +51,19 @@ const std::vector<FlagSpec> kServeFlags = {
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
     {"log-format", true, "text | json (one JSON object per line; default text)"},
 };
+
+// The serve flags and the multi-rank ones (parallel_flags.h).
+const std::vector<FlagSpec>& ServeFlags() {
+  static const std::vector<FlagSpec> flags = [] {
+    std::vector<FlagSpec> all = kBaseServeFlags;
+    const std::vector<FlagSpec>& parallel = ParallelFlagSpecs();
+    all.insert(all.end(), parallel.begin(), parallel.end());
+    return all;
+  }();
+  return flags;
+}
+
+std::string ServeHelp() { return FlagsHelp(ServeFlags()) + ParallelEnvHelp(); }
 
 absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
   scheduler::SchedulerConfig& s = o->scheduler;
@@ -110,6 +124,7 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   }
   RETURN_IF_ERROR(ReadSchedulerFlags(flags, &o));
   RETURN_IF_ERROR(ReadHttpFlags(flags, &o));
+  ASSIGN_OR_RETURN(o.parallel, ParallelOptionsFromFlags(flags));
   if (auto level_text = flags.Get("log-level")) {
     log::Level level;
     if (!log::ParseLevel(*level_text, &level)) {
@@ -199,40 +214,50 @@ absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> StartGrpc(const Flags& flags,
   return rpc::GrpcServer::Start(options);
 }
 
-// Feeds the scheduler's counters to the metrics every `period` while `stop` is false. A
+// Feeds each local rank's counters to its metrics every 200 ms while `stop` is false. A
 // stand-in until the engine loop reports each step itself: a poll covers all steps since the
 // previous one, and the step duration observed is the latest step's.
-void PollEngineMetrics(ModelRuntime& runtime, server::Metrics& metrics,
+void PollEngineMetrics(ModelRuntime& runtime,
+                       std::vector<std::unique_ptr<server::Metrics>>& metrics,
                        const std::atomic<bool>& stop) {
-  server::EngineStats previous = runtime.engine().stats();
+  server::EngineLoop& engine = runtime.engine();
+  std::vector<server::EngineStats> previous;
+  for (int i = 0; i < engine.num_ranks(); ++i) previous.push_back(engine.rank_stats(i));
   while (!stop.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    const server::EngineStats now = runtime.engine().stats();
-    if (now.num_steps == previous.num_steps) continue;
-    server::StepStats step = server::StepStatsFromScheduler(
-        previous.scheduler, now.scheduler, now.last_step_ms / 1000.0, runtime.checkpoint_bytes());
-    // Every sampled token counts as generated, including the one that ends a prefill.
-    step.num_decode_tokens = now.num_generated_tokens_total - previous.num_generated_tokens_total;
-    std::vector<int64_t> expert_tokens(now.expert_tokens_total.size(), 0);
-    for (size_t e = 0; e < expert_tokens.size(); ++e) {
-      const int64_t before =
-          e < previous.expert_tokens_total.size() ? previous.expert_tokens_total[e] : 0;
-      expert_tokens[e] = now.expert_tokens_total[e] - before;
+    for (int i = 0; i < engine.num_ranks(); ++i) {
+      server::EngineStats& before = previous[static_cast<size_t>(i)];
+      const server::EngineStats now = engine.rank_stats(i);
+      if (now.num_steps == before.num_steps) continue;
+      server::StepStats step = server::StepStatsFromScheduler(
+          before.scheduler, now.scheduler, now.last_step_ms / 1000.0, runtime.checkpoint_bytes());
+      // Every sampled token counts as generated, including the one that ends a prefill.
+      step.num_decode_tokens = now.num_generated_tokens_total - before.num_generated_tokens_total;
+      std::vector<int64_t> expert_tokens(now.expert_tokens_total.size(), 0);
+      for (size_t e = 0; e < expert_tokens.size(); ++e) {
+        const int64_t old =
+            e < before.expert_tokens_total.size() ? before.expert_tokens_total[e] : 0;
+        expert_tokens[e] = now.expert_tokens_total[e] - old;
+      }
+      if (static_cast<int>(expert_tokens.size()) == runtime.num_routed_experts()) {
+        step.expert_tokens = expert_tokens;
+      }
+      if (now.all_to_all_seconds_total > before.all_to_all_seconds_total) {
+        step.all_to_all_seconds = now.all_to_all_seconds_total - before.all_to_all_seconds_total;
+      }
+      metrics[static_cast<size_t>(i)]->OnStep(step);
+      before = now;
     }
-    if (static_cast<int>(expert_tokens.size()) == runtime.num_routed_experts()) {
-      step.expert_tokens = expert_tokens;
-    }
-    metrics.OnStep(step);
-    previous = now;
   }
 }
 
 absl::Status RunServe(const std::vector<std::string>& args) {
-  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kServeFlags));
+  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, ServeFlags()));
   ASSIGN_OR_RETURN(ServeOptions options, ServeOptionsFromFlags(flags));
   const sigset_t signals = BlockShutdownSignals();
-  // Created once the model is loaded (the per-expert series need its expert count).
-  std::unique_ptr<server::Metrics> metrics_owner;
+  // Created once the model is loaded (the per-expert series need its expert count): one per
+  // local rank, sharing one registry; request metrics go to the first.
+  std::vector<std::unique_ptr<server::Metrics>> metrics;
   std::atomic<server::Metrics*> metrics_ptr{nullptr};
   frontend::ServiceOptions service_options;
   service_options.api_key = options.api_key;
@@ -248,14 +273,16 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   options.http.port = server->port();
   LOG_INFO("serve", "listening on {}:{} (loading the model)", options.http.host, server->port());
   ASSIGN_OR_RETURN(std::unique_ptr<ModelRuntime> runtime, ModelRuntime::Load(options));
-  metrics_owner = std::make_unique<server::Metrics>(
-      ServedNames(options)[0], /*rank=*/0,
-      server::MetricsOptions{.num_experts = runtime->num_routed_experts()});
-  server::Metrics& metrics = *metrics_owner;
-  metrics_ptr.store(&metrics);
+  for (int i = 0; i < runtime->engine().num_ranks(); ++i) {
+    metrics.push_back(std::make_unique<server::Metrics>(
+        ServedNames(options)[0], runtime->global_rank(i),
+        server::MetricsOptions{.num_experts = runtime->num_routed_experts()},
+        i == 0 ? nullptr : metrics[0]->registry()));
+  }
+  metrics_ptr.store(metrics[0].get());
   std::atomic<bool> stop_poller{false};
   std::thread poller([&] { PollEngineMetrics(*runtime, metrics, stop_poller); });
-  service.SetMetricsProvider([&metrics] { return metrics.Serialize(); });
+  service.SetMetricsProvider([&metrics] { return metrics[0]->Serialize(); });
   service.SetServerInfoProvider([&] { return runtime->ServerInfo(options, server->stats()); });
   grpc_server->SetServerInfoProvider(
       [&] { return runtime->ServerInfo(options, server->stats()).dump(); });
@@ -264,6 +291,12 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   PrintReady(options, server->port(), runtime->served());
   std::fprintf(stdout, "strata: gRPC API (strata.v1) on %s:%d\n", options.http.host.c_str(),
                grpc_server->port());
+  if (options.parallel.multi_rank()) {
+    std::fprintf(
+        stdout, "strata: ranks %d..%d of %d (node %d of %d)\n", options.parallel.first_rank,
+        options.parallel.first_rank + options.parallel.local_ranks - 1, options.parallel.world_size,
+        options.parallel.node_rank, options.parallel.num_nodes);
+  }
   std::fflush(stdout);
   const int sig = WaitForSignal(signals, -1);
   LOG_INFO("serve", "received {}; shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -282,14 +315,14 @@ absl::Status RunServe(const std::vector<std::string>& args) {
 
 int ServeCommand(const std::vector<std::string>& args) {
   if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-    std::fprintf(stdout, "usage: strata serve [flags]\n%s", FlagsHelp(kServeFlags).c_str());
+    std::fprintf(stdout, "usage: strata serve [flags]\n%s", ServeHelp().c_str());
     return 0;
   }
   absl::Status status = RunServe(args);
   if (status.ok()) return 0;
   std::fprintf(stderr, "strata serve: %s\n", std::string(status.message()).c_str());
   if (status.code() == absl::StatusCode::kInvalidArgument) {
-    std::fprintf(stderr, "usage: strata serve [flags]\n%s", FlagsHelp(kServeFlags).c_str());
+    std::fprintf(stderr, "usage: strata serve [flags]\n%s", ServeHelp().c_str());
     return 2;
   }
   return 1;

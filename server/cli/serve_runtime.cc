@@ -1,5 +1,6 @@
 #include "server/cli/serve_runtime.h"
 
+#include <chrono>
 #include <ctime>
 #include <filesystem>
 
@@ -101,14 +102,46 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   scheduler_config_.num_slots = layout_.num_slots;
   scheduler_config_.num_checkpoint_slots = layout_.num_checkpoints;
   scheduler_config_.has_kda_layers = layout_.num_kda_layers > 0;
-  ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> scheduler,
-                   scheduler::Scheduler::Create(scheduler_config_));
-  auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);
-  engine_ = std::make_unique<server::EngineLoop>(std::move(scheduler), std::move(executor),
-                                                 options.engine);
+  RETURN_IF_ERROR(scheduler::Scheduler::Create(scheduler_config_).status());
+  first_rank_ = options.parallel.first_rank;
+  if (options.parallel.multi_rank()) {
+    ASSIGN_OR_RETURN(local_ranks_, ConnectLocalRanks(options.parallel, cfg));
+  }
+  server::EngineLoopOptions engine_options = options.engine;
+  engine_options.stop_grace = options.parallel.collective_timeout;
+  engine_ = std::make_unique<server::EngineLoop>(MakeLocalRanks(options), engine_options);
   engine_->Start();
-  LOG_INFO("serve", "memory plan: {}", kvcache::DescribePlan(layout_));
+  LOG_INFO("serve", "memory plan (each of {} local ranks): {}", engine_->num_ranks(),
+           kvcache::DescribePlan(layout_));
   return absl::OkStatus();
+}
+
+// A scheduler and an executor per local rank; with several ranks in the group also the step
+// gate, the MoE exchange and a workspace of its own (the local ranks share the model).
+std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions& options) {
+  std::vector<server::EngineRank> ranks(static_cast<size_t>(options.parallel.local_ranks));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    server::EngineRank& r = ranks[i];
+    r.scheduler = std::make_unique<scheduler::Scheduler>(scheduler_config_);
+    auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);
+    if (local_ranks_ != nullptr) {
+      dist::ExpertParallelExchange* exchange = local_ranks_->exchanges[i].get();
+      engine::ForwardContext context;
+      context.exchange = exchange;
+      context.workspace = local_ranks_->workspaces[i].get();
+      executor->set_forward_context(context);
+      r.gate = std::make_unique<server::CommunicatorStepGate>(local_ranks_->comms[i].get());
+      if (exchange != nullptr) {
+        // stats() returns what accumulated since its previous call.
+        r.all_to_all_seconds_total = [exchange, total = 0.0]() mutable {
+          total += exchange->stats().all_to_all_seconds;
+          return total;
+        };
+      }
+    }
+    r.executor = std::move(executor);
+  }
+  return ranks;
 }
 
 absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOptions& options) {
@@ -177,10 +210,22 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"num_slots", layout_.num_slots},
       {"num_checkpoints", layout_.num_checkpoints},
       {"total_bytes", layout_.TotalBytes()}};
-  info["parallel"] = {{"data_parallel_size", 1},
-                      {"tensor_parallel_size", 1},
-                      {"expert_parallel_size", 1},
-                      {"rank", 0}};
+  const ParallelOptions& p = options.parallel;
+  info["parallel"] = {
+      {"data_parallel_size", p.world_size},
+      {"tensor_parallel_size", 1},
+      {"expert_parallel_size",
+       local_ranks_ != nullptr && model_->config().moe.num_experts > 0 ? p.world_size : 1},
+      {"rank", p.first_rank},
+      {"local_ranks", p.local_ranks},
+      {"node_rank", p.node_rank},
+      {"num_nodes", p.num_nodes},
+      {"coordinator", p.coordinator},
+      {"backend", local_ranks_ != nullptr ? local_ranks_->comms[0]->backend() : "none"},
+      {"collective_timeout_s", std::chrono::duration<double>(p.collective_timeout).count()},
+      {"expert_placement", local_ranks_ != nullptr && local_ranks_->placement.num_experts > 0
+                               ? local_ranks_->placement.DebugString()
+                               : ""}};
   info["engine"] = {{"num_steps", stats.num_steps},
                     {"num_unfinished", stats.num_unfinished},
                     {"last_step_ms", stats.last_step_ms},

@@ -17,6 +17,8 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "kvcache/cache_layout.h"
 #include "scheduler/scheduler_config.h"
+#include "server/cli/parallel_flags.h"
+#include "server/cli/serve_ranks.h"
 #include "server/engine_loop.h"
 #include "server/frontend/served_model.h"
 #include "server/http/http_server.h"
@@ -33,12 +35,14 @@ struct ServeOptions {
   server::EngineLoopOptions engine;
   http::HttpServerOptions http;
   double drain_timeout_s = 30.0;
+  ParallelOptions parallel;  // world size, this process's ranks, rendezvous (MULTIRANK.md)
 };
 
 class ModelRuntime {
  public:
-  // Loads everything and starts the engine loop. Errors: missing/bad checkpoint or tokenizer,
-  // a cache budget too small for max_model_len, an invalid scheduler configuration.
+  // Loads everything, joins the group (several ranks: blocks until every rank connected) and
+  // starts the engine loop (one thread per local rank). Errors: missing/bad checkpoint or
+  // tokenizer, a cache budget too small for max_model_len, an invalid scheduler configuration.
   static absl::StatusOr<std::unique_ptr<ModelRuntime>> Load(const ServeOptions& options);
   ~ModelRuntime();  // stops the engine loop (aborting what is left)
 
@@ -51,11 +55,14 @@ class ModelRuntime {
   // Bytes of one KDA checkpoint (all KDA layers), for the metrics.
   int64_t checkpoint_bytes() const { return layout_.state_bytes_per_sequence(); }
   int num_routed_experts() const { return model_->config().moe.num_experts; }
+  // Global rank of local rank `i` (metrics label the series with it).
+  int global_rank(int local_rank) const { return first_rank_ + local_rank; }
 
  private:
   ModelRuntime() = default;
   absl::Status LoadTokenizer();
   absl::Status StartEngine(const ServeOptions& options);
+  std::vector<server::EngineRank> MakeLocalRanks(const ServeOptions& options);
 
   std::string dir_;
   std::unique_ptr<engine::Model> model_;
@@ -64,6 +71,10 @@ class ModelRuntime {
   std::optional<engine::ChatTemplate> chat_template_tools_;
   kvcache::CacheLayout layout_;
   scheduler::SchedulerConfig scheduler_config_;
+  int first_rank_ = 0;
+  // Communicators and MoE exchanges of the local ranks (several ranks only); declared before
+  // engine_ so the loops stop before what they use goes away.
+  std::unique_ptr<LocalRanks> local_ranks_;
   std::unique_ptr<server::EngineLoop> engine_;
   frontend::ServedModel served_;
 };

@@ -1,0 +1,182 @@
+#include "server/cli/parallel_flags.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr int64_t kMaxRanks = 1 << 16;
+
+using GetEnv = std::function<std::optional<std::string>(const char*)>;
+
+std::optional<std::string> ProcessEnv(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+// An optional integer flag in [min, max].
+absl::StatusOr<std::optional<int64_t>> OptionalInt(const Flags& flags, const char* name,
+                                                   int64_t min, int64_t max) {
+  if (!flags.Has(name)) return std::nullopt;
+  ASSIGN_OR_RETURN(int64_t v, flags.GetInt(name, 0, min, max));
+  return v;
+}
+
+// An optional integer environment variable in [min, max].
+absl::StatusOr<std::optional<int64_t>> EnvInt(const GetEnv& getenv, const char* name, int64_t min,
+                                              int64_t max) {
+  std::optional<std::string> text = getenv(name);
+  if (!text) return std::nullopt;
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(*text, &v) || v < min || v > max) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", name,
+                                                   " must be an integer in [", min, ", ", max,
+                                                   "], got '", *text, "'"));
+  }
+  return v;
+}
+
+absl::Status CheckHostPort(const std::string& address, const std::string& what) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be host:port with a port in [1, 65535], got '", address, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// Number of nodes, node rank and world size from flags, environment and each other.
+absl::Status ResolveLayout(const Flags& flags, const GetEnv& getenv, ParallelOptions* p) {
+  ASSIGN_OR_RETURN(int64_t local, flags.GetInt("local-ranks", 1, 1, kMaxRanks));
+  ASSIGN_OR_RETURN(std::optional<int64_t> world, OptionalInt(flags, "world-size", 1, kMaxRanks));
+  ASSIGN_OR_RETURN(std::optional<int64_t> rank, OptionalInt(flags, "rank", 0, kMaxRanks - 1));
+  ASSIGN_OR_RETURN(std::optional<int64_t> nodes, OptionalInt(flags, "num-nodes", 1, kMaxRanks));
+  std::string nodes_source = "--num-nodes";
+  if (!nodes) {
+    ASSIGN_OR_RETURN(nodes, EnvInt(getenv, "LWS_GROUP_SIZE", 1, kMaxRanks));
+    nodes_source = "LWS_GROUP_SIZE";
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> node, OptionalInt(flags, "node-rank", 0, kMaxRanks - 1));
+  std::string node_source = "--node-rank";
+  if (!node) {
+    ASSIGN_OR_RETURN(node, EnvInt(getenv, "LWS_WORKER_INDEX", 0, kMaxRanks - 1));
+    node_source = "LWS_WORKER_INDEX";
+  }
+  if (world && *world % local != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--world-size ", *world, " must be a multiple of --local-ranks ", local));
+  }
+  if (world && nodes && *world != *nodes * local) {
+    return absl::InvalidArgumentError(absl::StrCat("--world-size ", *world, " does not match ",
+                                                   nodes_source, " ", *nodes, " × --local-ranks ",
+                                                   local, " = ", *nodes * local));
+  }
+  if (!world) world = nodes.value_or(1) * local;
+  if (!nodes) nodes = *world / local;
+  if (rank) {
+    if (*rank >= *world) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rank ", *rank, " must be < --world-size ", *world));
+    }
+    if (*rank % local != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rank ", *rank, " must be a multiple of --local-ranks ", local,
+                       " (it is the global rank of the process's first local rank)"));
+    }
+    if (node && *node != *rank / local) {
+      return absl::InvalidArgumentError(absl::StrCat("--rank ", *rank, " contradicts ", node_source,
+                                                     " ", *node, " (expected ", *rank / local,
+                                                     ")"));
+    }
+    node = *rank / local;
+  }
+  if (node.value_or(0) >= *nodes) {
+    return absl::InvalidArgumentError(absl::StrCat(node_source, " ", *node,
+                                                   " must be < the number of nodes ", *nodes,
+                                                   " (--world-size / --local-ranks)"));
+  }
+  p->local_ranks = static_cast<int>(local);
+  p->world_size = static_cast<int>(*world);
+  p->num_nodes = static_cast<int>(*nodes);
+  p->node_rank = static_cast<int>(node.value_or(0));
+  p->first_rank = p->node_rank * p->local_ranks;
+  return absl::OkStatus();
+}
+
+absl::Status ResolveCoordinator(const Flags& flags, const GetEnv& getenv, ParallelOptions* p) {
+  ASSIGN_OR_RETURN(int64_t port,
+                   flags.GetInt("coordinator-port", kDefaultCoordinatorPort, 1, 65535));
+  if (std::optional<std::string> flag = flags.Get("coordinator")) {
+    p->coordinator = *flag;
+    RETURN_IF_ERROR(CheckHostPort(p->coordinator, "--coordinator"));
+  } else if (std::optional<std::string> leader = getenv("LWS_LEADER_ADDRESS")) {
+    p->coordinator = absl::StrCat(*leader, ":", port);
+    RETURN_IF_ERROR(CheckHostPort(p->coordinator, "LWS_LEADER_ADDRESS with --coordinator-port"));
+  } else if (p->num_nodes == 1) {
+    p->coordinator = absl::StrCat("127.0.0.1:", port);  // all ranks in this process
+  }
+  if (!p->multi_rank()) {
+    p->coordinator.clear();  // one rank: no network
+  } else if (p->coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--world-size ", p->world_size,
+                     " over several processes needs --coordinator host:port (rank 0's address) or "
+                     "LWS_LEADER_ADDRESS"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<FlagSpec>& ParallelFlagSpecs() {
+  static const std::vector<FlagSpec> specs = {
+      {"world-size", true, "data-parallel ranks in the group, all processes (default 1)"},
+      {"rank", true, "global rank of this process's first rank (default node-rank × local-ranks)"},
+      {"coordinator", true,
+       "host:port where rank 0 listens for the rendezvous (default LWS_LEADER_ADDRESS)"},
+      {"coordinator-port", true, "port used with LWS_LEADER_ADDRESS / one node (default 29500)"},
+      {"node-rank", true, "this process's index among --num-nodes (default LWS_WORKER_INDEX)"},
+      {"num-nodes", true, "processes in the group (default LWS_GROUP_SIZE)"},
+      {"local-ranks", true, "data-parallel ranks (engine loops) in this process (default 1)"},
+      {"collective-timeout-s", true,
+       "seconds before a silent peer fails a collective and the process exits (default 60)"},
+      {"rendezvous-timeout-s", true, "seconds to wait for all ranks to connect (default 600)"},
+      {"expert-placement", true,
+       "JSON file: which ranks hold which experts, redundant replicas (default even split)"},
+  };
+  return specs;
+}
+
+std::string ParallelEnvHelp() {
+  return "\nmulti-rank environment (Kubernetes LeaderWorkerSet; flags win):\n"
+         "  LWS_LEADER_ADDRESS   coordinator host (port: --coordinator-port)\n"
+         "  LWS_WORKER_INDEX     --node-rank\n"
+         "  LWS_GROUP_SIZE       --num-nodes\n";
+}
+
+absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(const Flags& flags,
+                                                         const GetEnv& getenv_or_null) {
+  const GetEnv getenv = getenv_or_null ? getenv_or_null : GetEnv(ProcessEnv);
+  ParallelOptions p;
+  RETURN_IF_ERROR(ResolveLayout(flags, getenv, &p));
+  RETURN_IF_ERROR(ResolveCoordinator(flags, getenv, &p));
+  ASSIGN_OR_RETURN(std::optional<double> timeout,
+                   flags.GetDouble("collective-timeout-s", 0.001, 86400.0));
+  p.collective_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(timeout.value_or(60) * 1e3));
+  ASSIGN_OR_RETURN(std::optional<double> rendezvous,
+                   flags.GetDouble("rendezvous-timeout-s", 0.001, 86400.0));
+  p.rendezvous_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(rendezvous.value_or(600) * 1e3));
+  p.expert_placement_file = flags.GetOr("expert-placement", "");
+  return p;
+}
+
+}  // namespace strata::cli

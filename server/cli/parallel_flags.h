@@ -1,0 +1,54 @@
+// The multi-rank flags of `strata serve` (server/MULTIRANK.md): which ranks this process runs
+// and how it finds the others.
+//
+//   one rank per process    --world-size N --rank R --coordinator HOST:PORT
+//   L ranks per process     --local-ranks L --node-rank K [--num-nodes G] --coordinator ...
+//                           (global ranks K·L … K·L+L−1, world size G·L)
+//
+// Kubernetes LeaderWorkerSet environment supplies defaults for what the flags leave out:
+//   LWS_LEADER_ADDRESS  coordinator host (port: --coordinator-port, default 29500)
+//   LWS_WORKER_INDEX    node rank
+//   LWS_GROUP_SIZE      number of nodes
+// Flags win over the environment. World size 1 (the default) uses no network at all.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/cli/flags.h"
+
+namespace strata::cli {
+
+inline constexpr int kDefaultCoordinatorPort = 29500;
+
+struct ParallelOptions {
+  int world_size = 1;
+  int num_nodes = 1;        // processes of the group (LWS group size)
+  int node_rank = 0;        // this process's index among them
+  int local_ranks = 1;      // data-parallel ranks (engine loops) in this process
+  int first_rank = 0;       // global rank of local rank 0 (= node_rank · local_ranks)
+  std::string coordinator;  // host:port of rank 0's rendezvous listener; empty when world is 1
+  std::chrono::milliseconds collective_timeout{60000};
+  std::chrono::milliseconds rendezvous_timeout{600000};
+  std::string expert_placement_file;  // empty: experts split evenly, no replicas
+
+  bool multi_rank() const { return world_size > 1; }
+};
+
+// The flag specs above, for the serve command's list and --help.
+const std::vector<FlagSpec>& ParallelFlagSpecs();
+// Help text on the LWS environment (appended to `strata serve --help`).
+std::string ParallelEnvHelp();
+
+// Reads the flags (and, for defaults, the environment through `getenv`; nullptr = the process
+// environment). InvalidArgument naming the flag or variable and the limit on inconsistent values
+// (e.g. "--rank 2 must be < --world-size 2").
+absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(
+    const Flags& flags,
+    const std::function<std::optional<std::string>(const char*)>& getenv = nullptr);
+
+}  // namespace strata::cli

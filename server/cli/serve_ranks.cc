@@ -1,0 +1,72 @@
+#include "server/cli/serve_ranks.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "dist/gloo_communicator.h"
+
+namespace strata::cli {
+namespace {
+
+absl::StatusOr<dist::ExpertPlacement> ReadPlacement(const ParallelOptions& p, int num_experts) {
+  if (p.expert_placement_file.empty()) return dist::EvenPlacement(num_experts, p.world_size);
+  absl::StatusOr<dist::ExpertPlacement> placement =
+      dist::LoadPlacement(p.expert_placement_file, num_experts, p.world_size);
+  if (!placement.ok()) {
+    return absl::Status(placement.status().code(),
+                        absl::StrCat("--expert-placement: ", placement.status().message()));
+  }
+  return placement;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOptions& p,
+                                                              const engine::ModelConfig& config) {
+  auto ranks = std::make_unique<LocalRanks>();
+  const int num_experts = config.moe.num_experts;
+  if (num_experts > 0) {
+    ASSIGN_OR_RETURN(ranks->placement, ReadPlacement(p, num_experts));
+    LOG_INFO("serve", "expert placement over {} ranks: {}", p.world_size,
+             ranks->placement.DebugString());
+  } else if (!p.expert_placement_file.empty()) {
+    return absl::InvalidArgumentError("--expert-placement given but the model has no MoE layers");
+  }
+  const size_t n = static_cast<size_t>(p.local_ranks);
+  std::vector<absl::StatusOr<std::unique_ptr<dist::Communicator>>> connected;
+  for (size_t i = 0; i < n; ++i) connected.emplace_back(absl::UnknownError("not connected"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      dist::RendezvousOptions o;
+      o.world_size = p.world_size;
+      o.rank = p.first_rank + static_cast<int>(i);
+      o.coordinator = p.coordinator;
+      o.connect_timeout = p.rendezvous_timeout;
+      o.timeout = p.collective_timeout;
+      connected[i] = dist::ConnectGloo(o);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < n; ++i) {
+    if (!connected[i].ok()) {
+      return absl::Status(
+          connected[i].status().code(),
+          absl::StrCat("rank ", p.first_rank + static_cast<int>(i), " could not join the group at ",
+                       p.coordinator, ": ", connected[i].status().message()));
+    }
+    ranks->comms.push_back(std::move(*connected[i]));
+    ranks->workspaces.push_back(std::make_unique<engine::Workspace>());
+    ranks->exchanges.push_back(num_experts > 0 ? std::make_unique<dist::ExpertParallelExchange>(
+                                                     ranks->comms.back().get(), ranks->placement)
+                                               : nullptr);
+  }
+  LOG_INFO("serve", "ranks {}..{} of {} connected through {} ({} backend)", p.first_rank,
+           p.first_rank + p.local_ranks - 1, p.world_size, p.coordinator,
+           ranks->comms[0]->backend());
+  return ranks;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,33 @@
+// What `strata serve` needs per local data-parallel rank when the group has several ranks
+// (server/MULTIRANK.md): a Gloo communicator (each local rank connects its own), the
+// expert-parallel MoE exchange over it, and a forward workspace (local ranks share one Model).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dist/communicator.h"
+#include "dist/expert_placement.h"
+#include "dist/moe_dispatch.h"
+#include "engine/model_config.h"
+#include "engine/workspace.h"
+#include "server/cli/parallel_flags.h"
+
+namespace strata::cli {
+
+struct LocalRanks {
+  dist::ExpertPlacement placement;  // empty (num_experts 0) for a model without MoE layers
+  // [local_ranks] each; exchanges are null for a model without MoE layers.
+  std::vector<std::unique_ptr<dist::Communicator>> comms;
+  std::vector<std::unique_ptr<dist::ExpertParallelExchange>> exchanges;
+  std::vector<std::unique_ptr<engine::Workspace>> workspaces;
+};
+
+// Reads the placement (--expert-placement, else an even split), then connects every local rank
+// to the group at once (one thread each; the rendezvous waits for all ranks up to
+// `rendezvous_timeout`). Errors name the rank and the coordinator.
+absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOptions& parallel,
+                                                              const engine::ModelConfig& config);
+
+}  // namespace strata::cli

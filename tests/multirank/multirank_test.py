@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""Multi-rank `strata serve` end to end (issue 9; server/MULTIRANK.md).
+
+Real `strata serve` processes on 127.0.0.1, joined over Gloo (data-parallel attention,
+expert-parallel MoE), against one process serving alone:
+
+  setup        make the tiny K3- and Kimi-Linear-shaped checkpoints (7 routed experts, the demo
+               tokenizer copied in) once for the other cases
+  equal        1 process vs 2 processes (7 experts split 4/3) vs 4 processes (redundant expert
+               replicas from a placement file): the same prompts, sent concurrently to different
+               ranks' HTTP ports, give the same greedy tokens (and log-probabilities within 1e-3)
+  local-ranks  one process with --local-ranks 2 (and replicas) equals one process alone
+  kill         kill -9 one of 3 ranks mid-generation: every survivor exits non-zero within the
+               collective timeout (plus slack) and its error names the dead rank and a collective
+  hang         SIGSTOP one of 3 ranks of an idle group: the others' step all-reduce times out
+               after the collective timeout and they exit non-zero naming the silent rank
+
+usage: multirank_test.py CASE --strata BIN --make-checkpoint BIN --work DIR [--family k3|kl]
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+MODEL_NAME = "tiny"
+NUM_EXPERTS = 7
+VOCAB = 8192  # the demo tokenizer's size
+MAX_TOKENS = 10
+FAMILIES = {"k3": ["--family", "k3", "--seed", "31"],
+            "kl": ["--family", "kimi-linear", "--seed", "32"]}
+
+
+def fail(message):
+    print("FAIL: " + message, flush=True)
+    sys.exit(1)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def checkpoint_dir(work, family):
+    return os.path.join(work, "ckpt_" + family)
+
+
+def server_env():
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"  # several servers share the test machine's cores
+    for name in ("LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX", "LWS_GROUP_SIZE"):
+        env.pop(name, None)
+    return env
+
+
+class Server:
+    """One `strata serve` process; its HTTP port is read from the ready line on stdout."""
+
+    def __init__(self, args, name, work, extra):
+        self.name = name
+        self.log_path = os.path.join(work, name + ".log")
+        self.log = open(self.log_path, "w")
+        cmd = [args.strata, "serve", "--model", checkpoint_dir(args.work, args.family),
+               "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", "0",
+               "--kv-cache-memory", "32MiB", "--max-num-seqs", "8", "--http-threads", "1",
+               "--drain-timeout", "2"] + extra
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     env=server_env())
+        self.port = None
+        self.stdout = []
+        self.ready = threading.Event()
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+
+    def _read_stdout(self):
+        for line in self.proc.stdout:
+            self.stdout.append(line)
+            m = re.search(r"serving '.*' on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                self.ready.set()
+        self.ready.set()
+
+    def wait_ready(self, deadline):
+        self.ready.wait(max(0.0, deadline - time.time()))
+        if self.port is None:
+            self.dump()
+            fail(f"{self.name} did not become ready (exit {self.proc.poll()})")
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def dump(self):
+        print(f"---- {self.name} stderr (last 40 lines)", flush=True)
+        print("\n".join(self.log_text().splitlines()[-40:]), flush=True)
+
+
+def start_group(args, label, world, local_ranks=1, placement=None, timeout_s=20):
+    """Starts world / local_ranks processes of one group; returns them once all are ready."""
+    coordinator = f"127.0.0.1:{free_port()}"
+    servers = []
+    num_procs = world // local_ranks
+    for node in range(num_procs):
+        extra = []
+        if world > 1:
+            extra = ["--world-size", str(world), "--local-ranks", str(local_ranks),
+                     "--node-rank", str(node), "--coordinator", coordinator,
+                     "--collective-timeout-s", str(timeout_s), "--rendezvous-timeout-s", "60"]
+            if placement:
+                extra += ["--expert-placement", placement]
+        servers.append(Server(args, f"{label}_node{node}", args.work_case, extra))
+    deadline = time.time() + 60
+    for s in servers:
+        s.wait_ready(deadline)
+    return servers
+
+
+def stop_group(servers):
+    # Together: a rank leaves the lockstep only once every rank stops.
+    for s in servers:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGTERM)
+    for s in servers:
+        try:
+            code = s.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            s.dump()
+            s.proc.kill()
+            fail(f"{s.name} did not exit within 60 s of SIGTERM")
+        if code != 0:
+            s.dump()
+            fail(f"{s.name} exited {code} after SIGTERM (expected 0)")
+        s.log.close()
+
+
+def post(port, path, body, timeout=60):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def prompts():
+    rng = random.Random(9)
+    # Token ids below the demo tokenizer's special tokens; lengths mix prefill chunk sizes.
+    return [[rng.randrange(7936) for _ in range(n)] for n in (5, 17, 40, 9, 64, 23)]
+
+
+def complete(port, prompt, max_tokens=MAX_TOKENS):
+    body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "logprobs": 0, "skip_special_tokens": False}
+    choice = post(port, "/v1/completions", body)["choices"][0]
+    return choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"]
+
+
+def generate_all(servers):
+    """Every prompt, sent at once, prompt i to process i mod n; [(tokens, logprobs)]."""
+    results = [None] * len(prompts())
+    errors = []
+
+    def run(i, prompt):
+        try:
+            results[i] = complete(servers[i % len(servers)].port, prompt)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"prompt {i}: {e}")
+
+    threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(prompts())]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for s in servers:
+            s.dump()
+        fail("; ".join(errors))
+    return results
+
+
+def compare(label, reference, got):
+    for i, ((ref_tokens, ref_lp), (tokens, lp)) in enumerate(zip(reference, got)):
+        if tokens != ref_tokens:
+            fail(f"{label}: prompt {i}: tokens {tokens} != one process's {ref_tokens}")
+        worst = max(abs(a - b) for a, b in zip(ref_lp, lp))
+        if worst > 1e-3:
+            fail(f"{label}: prompt {i}: log-probabilities differ by {worst:.2e} (> 1e-3)")
+    print(f"ok   {label}: {len(got)} prompts x {MAX_TOKENS} greedy tokens equal one process's",
+          flush=True)
+
+
+def reference_tokens(args):
+    servers = start_group(args, "single", 1)
+    try:
+        return generate_all(servers)
+    finally:
+        stop_group(servers)
+
+
+def metric_sum(text, name, rank):
+    """Sum of the samples of `name` with label rank="<rank>" in a Prometheus text page."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and f'rank="{rank}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def check_rank_metrics(port, ranks):
+    """Each rank's routed-token counters and all-to-all histogram have counted (the metrics are
+    polled from the engine every 200 ms: wait up to 5 s)."""
+    deadline = time.time() + 5
+    while True:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+        missing = [f"rank {r}: {name}" for r in ranks
+                   for name in ("strata:expert_routed_tokens_total",
+                                "strata:all_to_all_seconds_count")
+                   if metric_sum(text, name, r) <= 0]
+        if not missing:
+            return
+        if time.time() > deadline:
+            fail("/metrics lacks " + ", ".join(missing))
+        time.sleep(0.2)
+
+
+def run_group(args, label, world, local_ranks=1, placement=None):
+    servers = start_group(args, label, world, local_ranks, placement)
+    got = generate_all(servers)
+    for node, s in enumerate(servers):
+        check_rank_metrics(s.port, range(node * local_ranks, (node + 1) * local_ranks))
+    stop_group(servers)
+    return got
+
+
+def write_placement(args, name, replicas):
+    path = os.path.join(args.work_case, name)
+    with open(path, "w") as f:
+        json.dump({"num_experts": NUM_EXPERTS, "replicas": replicas}, f)
+    return path
+
+
+def case_setup(args):
+    if os.path.exists(args.work):
+        shutil.rmtree(args.work)
+    os.makedirs(args.work)
+    cache = os.path.join(args.work, "cache")
+    env = dict(os.environ, STRATA_CACHE_DIR=cache)
+    # The demo model's directory holds the demo tokenizer (vocab 8192): generate it once.
+    subprocess.run([args.strata, "generate", "--prompt-ids", "1", "--max-tokens", "1",
+                    "--log-level", "warn"], env=env, check=True, stdout=subprocess.DEVNULL)
+    demo = os.path.join(cache, "demo-k3-v2")
+    for family, flags in FAMILIES.items():
+        out = checkpoint_dir(args.work, family)
+        subprocess.run([args.make_checkpoint, "--preset", "tiny", *flags, "--set",
+                        f"vocab={VOCAB}", "--set", f"experts={NUM_EXPERTS}",
+                        # the cache layout wants latent dims above 64 (kv_lora + rope)
+                        "--set", "kv_lora=64", "--out", out],
+                       check=True, stdout=subprocess.DEVNULL)
+        for name in ("tiktoken.model", "tokenizer_config.json"):
+            shutil.copy(os.path.join(demo, name), out)
+    print("ok   setup: checkpoints " + ", ".join(FAMILIES), flush=True)
+
+
+def case_equal(args):
+    reference = reference_tokens(args)
+    got = run_group(args, "two", 2)
+    compare(f"{args.family}: 2 processes, 7 experts split 4/3", reference, got)
+    # Even split of 7 on 4: 0-1 | 2-3 | 4-5 | 6; expert 0 also on ranks 2, 3 and expert 5 on 0.
+    placement = write_placement(args, "replicas4.json", [{"expert": 0, "ranks": [2, 3]},
+                                                         {"expert": 5, "ranks": [0]}])
+    got = run_group(args, "four", 4, placement=placement)
+    compare(f"{args.family}: 4 processes, redundant replicas", reference, got)
+
+
+def case_local_ranks(args):
+    reference = reference_tokens(args)
+    placement = write_placement(args, "replicas2.json", [{"expert": 6, "ranks": [0]}])
+    got = run_group(args, "local2", 2, local_ranks=2, placement=placement)
+    compare(f"{args.family}: 1 process with --local-ranks 2 (replicas)", reference, got)
+
+
+def expect_survivors_fail(servers, victim, since, limit, pattern):
+    """Every server but `victim` exits non-zero within `limit` s of `since`, logging `pattern`;
+    returns how long each took."""
+    times = []
+    for s in servers:
+        if s is victim:
+            continue
+        try:
+            code = s.proc.wait(max(0.1, since + limit - time.time()))
+        except subprocess.TimeoutExpired:
+            s.dump()
+            s.proc.kill()
+            fail(f"{s.name} still running {limit} s after {victim.name} failed")
+        took = time.time() - since
+        errors = [ln for ln in s.log_text().splitlines() if " E [" in ln or "strata:" in ln]
+        if code == 0:
+            s.dump()
+            fail(f"{s.name} exited 0 after its peer failed (expected non-zero)")
+        if not any(re.search(pattern, ln) for ln in errors):
+            s.dump()
+            fail(f"{s.name}'s error log does not match /{pattern}/")
+        print(f"ok   {s.name} exited {code} {took:.1f} s later: {errors[-1][24:300]}", flush=True)
+        times.append(took)
+    for s in servers:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+        if not s.log.closed:
+            s.log.close()
+    return times
+
+
+def case_kill(args):
+    """kill -9 of rank 1 mid-generation: its peers see the closed connections at once."""
+    timeout_s = 5
+    servers = start_group(args, "kill", 3, timeout_s=timeout_s)
+    # Long generations on every rank, so all are mid-step when rank 1 dies.
+    for s in servers:
+        threading.Thread(target=lambda p=s.port: _ignore_errors(complete, p, [1, 2, 3], 1000),
+                         daemon=True).start()
+    time.sleep(2.0)
+    for s in servers:
+        if s.proc.poll() is not None:
+            s.dump()
+            fail(f"{s.name} exited early ({s.proc.returncode})")
+    servers[1].proc.send_signal(signal.SIGKILL)
+    # The collective timeout plus slack for a loaded machine.
+    expect_survivors_fail(servers, servers[1], time.time(), timeout_s + 10,
+                          r"rank 1\b.*(closed|did not answer)|(all-to-all|all-reduce).*rank 1\b")
+
+
+def case_hang(args):
+    """SIGSTOP of rank 2 in an idle group: its peers' has-work all-reduce times out."""
+    timeout_s = 3
+    servers = start_group(args, "hang", 3, timeout_s=timeout_s)
+    time.sleep(0.5)
+    servers[2].proc.send_signal(signal.SIGSTOP)
+    stopped_at = time.time()
+    times = expect_survivors_fail(servers, servers[2], stopped_at, timeout_s + 10,
+                                  r"step gate all-reduce.*rank 2")
+    if min(times) < timeout_s * 0.8:  # a silent peer is only detected by the timeout
+        fail(f"a survivor failed {min(times):.1f} s after the hang, before the {timeout_s} s "
+             "collective timeout")
+
+
+def _ignore_errors(fn, *a):
+    try:
+        fn(*a)
+    except Exception:  # noqa: BLE001 - the server is expected to die mid-request
+        pass
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("case", choices=["setup", "equal", "local-ranks", "kill", "hang"])
+    p.add_argument("--strata", required=True)
+    p.add_argument("--make-checkpoint", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--family", choices=sorted(FAMILIES), default="k3")
+    args = p.parse_args()
+    if args.case != "setup":
+        if not os.path.exists(checkpoint_dir(args.work, args.family)):
+            fail(f"no checkpoint in {args.work}: run the setup case first")
+        args.work_case = os.path.join(args.work, f"{args.case}_{args.family}")
+        os.makedirs(args.work_case, exist_ok=True)
+    {"setup": case_setup, "equal": case_equal, "local-ranks": case_local_ranks,
+     "kill": case_kill, "hang": case_hang}[args.case](args)
+
+
+if __name__ == "__main__":
+    main()
