@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Strata vs llama.cpp on the same checkpoint, same machine, same run (PERF.md: ratios only).
+#
+#   bench/peer_compare.sh BUILD_DIR PEER_DIR SCRATCH [THREADS=2] [ROUNDS=3] [PP=512] [TG=128]
+#
+# BUILD_DIR: a Strata build (has ./strata and ./tools/strata-make-checkpoint).
+# PEER_DIR:  the llama.cpp driver scripts (the workplace's shared/peer: hf2gguf.py, llama_bench.mjs,
+#            nlc.mjs); they are a benchmark tool only — Strata never uses them to build or run.
+# SCRATCH:   a directory this script may write (node-llama-cpp is installed there from the npm
+#            registry on first use, the checkpoint and its GGUF are made there).
+#
+# The checkpoint is the `bench` preset of strata-make-checkpoint (Kimi-Linear shape, 0.74B
+# parameters, bf16, official layout), converted to a bf16 GGUF by the peer's converter. Rounds
+# alternate Strata and llama.cpp so both see the same machine load; each figure is the median over
+# rounds. Decode is measured after the prompt on both sides (llama_bench --tg-after-pp): the
+# same context depth. Prints a Markdown table (date, llama.cpp version, tokens/s, ratios).
+set -euo pipefail
+
+if [[ $# -lt 3 ]]; then
+  sed -n '2,16p' "$0" >&2
+  exit 2
+fi
+build=$(cd "$1" && pwd)
+peer=$(cd "$2" && pwd)
+scratch=$3
+threads=${4:-2}
+rounds=${5:-3}
+pp=${6:-512}
+tg=${7:-128}
+mkdir -p "$scratch"
+scratch=$(cd "$scratch" && pwd)
+
+for f in "$build/strata" "$build/tools/strata-make-checkpoint" "$peer/hf2gguf.py" \
+         "$peer/llama_bench.mjs"; do
+  [[ -e $f ]] || { echo "peer_compare: missing $f" >&2; exit 2; }
+done
+
+# 1. llama.cpp through node-llama-cpp's prebuilt binary (CPU build).
+nlc_version=3.22.1
+if [[ ! -d $scratch/node_modules/node-llama-cpp ]]; then
+  (cd "$scratch" && [[ -f package.json ]] || npm init -y >/dev/null
+   cd "$scratch" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm i -E "node-llama-cpp@$nlc_version" \
+     --no-audit --no-fund >/dev/null)
+fi
+export NODE_LLAMA_CPP_DIR="$scratch/node_modules/node-llama-cpp"
+llama_release=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["release"])' \
+  "$NODE_LLAMA_CPP_DIR/llama/binariesGithubRelease.json" 2>/dev/null || echo unknown)
+
+# 2. One checkpoint, two formats.
+model=$scratch/bench_model
+if [[ ! -f $model/config.json ]]; then
+  "$build/tools/strata-make-checkpoint" --preset bench --out "$model" >/dev/null
+fi
+gguf=$scratch/bench.gguf
+if [[ ! -f $gguf || $gguf -ot $model/config.json ]]; then
+  /usr/bin/python3 "$peer/hf2gguf.py" "$model" "$gguf" >/dev/null
+fi
+
+# 3. Alternating rounds.
+results=$scratch/results.jsonl
+: >"$results"
+for ((r = 1; r <= rounds; ++r)); do
+  echo "round $r/$rounds: strata" >&2
+  OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$build/strata" bench --model "$model" \
+    --prompt-tokens "$pp" --gen-tokens "$tg" --batch 1 --threads "$threads" --json |
+    python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); d["engine"]="strata"; print(json.dumps(d))' \
+    >>"$results"
+  echo "round $r/$rounds: llama.cpp" >&2
+  node "$peer/llama_bench.mjs" --model "$gguf" --pp "$pp" --tg "$tg" --reps 1 \
+    --threads "$threads" --tg-after-pp --json "$scratch/llama_round.json" >/dev/null
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["engine"]="llama.cpp"; print(json.dumps(d))' \
+    "$scratch/llama_round.json" >>"$results"
+done
+
+# 4. Table.
+python3 - "$results" "$llama_release" "$nlc_version" "$threads" "$pp" "$tg" <<'EOF'
+import datetime, json, statistics, sys
+
+path, release, nlc, threads, pp, tg = sys.argv[1:]
+rows = [json.loads(line) for line in open(path)]
+
+def strata_figures(r):
+    return r["prefill_tokens_per_s"], r["decode_tokens_per_s"]
+
+def llama_figures(r):
+    # llama_bench.mjs names its results pp<N>_tps and tg<N>[@d<N>]_tps, each {median, ...}.
+    pp = next(v["median"] for k, v in r.items() if k.startswith("pp") and k.endswith("_tps") and v)
+    tg = next(v["median"] for k, v in r.items() if k.startswith("tg") and k.endswith("_tps") and v)
+    return pp, tg
+
+def medians(engine, figures):
+    got = [figures(r) for r in rows if r["engine"] == engine]
+    p, t = [g[0] for g in got], [g[1] for g in got]
+    return statistics.median(p), statistics.median(t), p, t
+
+s_pp, s_tg, s_pps, s_tgs = medians("strata", strata_figures)
+l_pp, l_tg, l_pps, l_tgs = medians("llama.cpp", llama_figures)
+reported = next((r.get("llama_cpp") for r in rows if r["engine"] == "llama.cpp"), None)
+if isinstance(reported, dict):
+    release = reported.get("release", release)
+floor = [r for r in rows if r["engine"] == "strata"][0]
+print(f"### Strata vs llama.cpp ({datetime.date.today()}, llama.cpp {release} via node-llama-cpp {nlc}, "
+      f"{threads} threads each, bench preset bf16, pp {pp}, tg {tg} after the prompt)")
+print()
+print("| phase | Strata tokens/s | llama.cpp tokens/s | Strata / llama.cpp | Strata roofline floor |")
+print("|---|---|---|---|---|")
+print(f"| prefill | {s_pp:.1f} | {l_pp:.1f} | {s_pp / l_pp:.2f}x | {floor.get('prefill_floor_tokens_per_s', float('nan')):.1f} |")
+print(f"| decode | {s_tg:.1f} | {l_tg:.1f} | {s_tg / l_tg:.2f}x | {floor.get('decode_floor_tokens_per_s', float('nan')):.1f} |")
+print()
+print(f"per round: strata pp {[round(x, 1) for x in s_pps]} tg {[round(x, 1) for x in s_tgs]}; "
+      f"llama.cpp pp {[round(x, 1) for x in l_pps]} tg {[round(x, 1) for x in l_tgs]}")
+EOF
