@@ -21,12 +21,15 @@
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_random.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kda_decode.h"
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/mxfp4.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/router.h"
+#include "kernels/cuda/sampling.h"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -407,6 +410,76 @@ void BenchElementwise(Bench& bench, int64_t tokens, int64_t dim, int64_t inter) 
   }
 }
 
+// Embedding gather: `tokens` random ids into a [vocab, dim] bf16 table, f32 rows out.
+void BenchEmbedding(Bench& bench, int64_t vocab, int64_t dim, int64_t tokens) {
+  const std::string kernel = "EmbeddingGather";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape =
+      "V" + std::to_string(vocab) + " d" + std::to_string(dim) + " T" + std::to_string(tokens);
+  Buf table(vocab * dim * 2), ids(tokens * 4), out(tokens * dim * 4), invalid(4);
+  if (!table.ok() || !out.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(table.as<uint16_t>(), vocab * dim, -1, 1));
+  std::vector<int32_t> host_ids(tokens);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab - 1));
+  for (int32_t& id : host_ids) id = pick(rng);
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(ids.as<void>(), host_ids.data(), tokens * 4));
+  BENCH_CHECK(bench, kernel, shape,
+              CudaStatus(cudaMemset(invalid.as<void>(), 0, 4), "gpu_bench cudaMemset"));
+  bench.Time(kernel, shape, tokens * dim * 6.0, 0.0, false, "-", [&] {
+    return EmbeddingGather(table.as<uint16_t>(), vocab, dim, ids.as<int32_t>(), tokens,
+                           out.as<float>(), invalid.as<int32_t>(), bench.stream);
+  });
+}
+
+// MXFP4 → bf16 dequantisation of `experts` expert matrices [n, k] (random codes and scales).
+void BenchMxfp4(Bench& bench, const char* model, int64_t experts, int64_t n, int64_t k) {
+  const std::string kernel = "DequantMxfp4ToBf16";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape = std::string(model) + " E" + std::to_string(experts) + " " +
+                            std::to_string(n) + "x" + std::to_string(k);
+  const int64_t rows = experts * n;
+  Buf packed(rows * k / 2), scales(rows * k / 32), out(rows * k * 2);
+  if (!packed.ok() || !scales.ok() || !out.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  // Random bytes: the bits of random floats (scale bytes from exponents stay in a sane range).
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(packed.as<float>(), rows * k / 8, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(scales.as<float>(), rows * k / 128, -1, 1));
+  const double bytes = rows * k * (0.5 + 1.0 / 32 + 2.0);
+  bench.Time(kernel, shape, bytes, 0.0, false, "-", [&] {
+    return DequantMxfp4ToBf16(packed.as<uint8_t>(), scales.as<uint8_t>(), rows, k,
+                              out.as<uint16_t>(), bench.stream);
+  });
+}
+
+// Sampling `rows` logits rows of `vocab`: GB/s counts one read of the logits (the radix passes
+// re-read them from L2, so this is far below the copy ceiling by design).
+void BenchSampling(Bench& bench, const char* what, int64_t rows, int64_t vocab,
+                   const SamplingRowParams& p, float spread) {
+  const std::string kernel = "SampleTokens";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape =
+      std::string(what) + " B" + std::to_string(rows) + " V" + std::to_string(vocab);
+  Buf logits(rows * vocab * 4), params(rows * static_cast<int64_t>(sizeof(SamplingRowParams))),
+      uniforms(rows * 8), tokens(rows * 4);
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(logits.as<float>(), rows * vocab, -spread, spread));
+  const std::vector<SamplingRowParams> host_params(rows, p);
+  std::vector<double> host_u(rows);
+  for (int64_t r = 0; r < rows; ++r) host_u[r] = (r + 0.5) / rows;
+  BENCH_CHECK(bench, kernel, shape,
+              CudaCopy(params.as<void>(), host_params.data(), rows * sizeof(SamplingRowParams)));
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(uniforms.as<void>(), host_u.data(), rows * 8));
+  SamplingInputs in;
+  in.logits = logits.as<float>();  // no bias or penalties: launches leave the logits unchanged
+  in.params = params.as<SamplingRowParams>();
+  in.uniforms = uniforms.as<double>();
+  bench.Time(kernel, shape, rows * vocab * 4.0, 0.0, false, "-",
+             [&] { return SampleTokens(in, rows, vocab, tokens.as<int32_t>(), bench.stream); });
+}
+
 // Expert GEMMs over `rows` routed rows spread uniformly at random over `experts` experts.
 void BenchGroupedGemm(Bench& bench, const char* model, int experts, int64_t rows, int64_t n,
                       int64_t k, GroupedGemmMode mode) {
@@ -526,6 +599,25 @@ int Run(Bench& bench) {
   }
   BenchDenseGemm(bench, "LM head decode", 64, 163840, 7168);
   if (all) BenchDenseGemm(bench, "LM head prefill", 4096, 163840, 7168);
+  BenchEmbedding(bench, 163840, 7168, 4096);
+  BenchMxfp4(bench, "K3 gate|up", 64, 6144, 3584);
+  {
+    SamplingRowParams greedy;
+    greedy.temperature = 0.0f;
+    SamplingRowParams nucleus;  // top-k 50, top-p 0.9: one chunk
+    nucleus.top_k = 50;
+    nucleus.top_p = 0.9f;
+    // top-p 0.9 alone. Logits uniform in ±256 put ~320 tokens per logit unit, so the cut lies
+    // in the first 1024-token chunk; in ±1 it needs most of the vocabulary (~130 chunks).
+    SamplingRowParams wide;
+    wide.top_p = 0.9f;
+    BenchSampling(bench, "greedy", 64, 163840, greedy, 8.0f);
+    BenchSampling(bench, "top-k 50 top-p .9", 64, 163840, nucleus, 8.0f);
+    if (all) {
+      BenchSampling(bench, "top-p .9 peaked", 64, 163840, wide, 256.0f);
+      BenchSampling(bench, "top-p .9 flat (chunk walk)", 8, 163840, wide, 1.0f);
+    }
+  }
   PrintTable(bench);
   for (const Row& r : bench.rows) {
     if (!r.error.empty()) return 1;

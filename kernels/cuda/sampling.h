@@ -1,0 +1,65 @@
+// On-device token sampling for a batch of logits rows [rows, vocab] f32, with the selection
+// rules of engine/sampling.cc (Sampler::Sample / DrawFromBest in its full-sort form), applied in
+// the same order:
+//   1. logit bias (CSR per row, added in list order);
+//   2. repetition penalty where seen[r, v] != 0 (logit > 0: divided, else multiplied);
+//   3. presence / frequency penalty where counts[r, v] > 0: logit −= fma(count, freq, presence);
+//   4. temperature ≤ 1e-5 → greedy argmax (lowest id on ties); else rank tokens by (logit
+//      descending, id ascending), p_i = exp((x_i − x_max)/T) in f64, top-k keeps the best k,
+//      top-p cuts at the first rank whose cumulative p_i/Σp reaches top_p, min-p cuts at the
+//      first rank ≥ 1 with p_i < min_p (p_0 = 1), then draw = u·Σ_{kept} p_i walks the ranks
+//      (the token where the running draw goes negative; the last kept one otherwise).
+// The uniform u ∈ [0, 1) per row comes from the host (the engine's Rng), so a host computation
+// gives the same token for the same u. Steps 1–3 modify `logits` in place, as the engine does.
+//
+// Exactness: identical f32 penalties and identical f64 operations in rank order, except that
+// when more than kSamplingChunk tokens are kept (top-k off or > kSamplingChunk) the normaliser
+// Σp is a block reduction (another summation order: ~1e-16 relative, which can only move a
+// top-p cut or a draw that lies within that distance of a boundary). CUDA's f64 exp is within
+// 1 ulp, as glibc's, so the same caveat applies at the ulp level. Logits must not be NaN.
+//
+// Design (correctness over speed): one CTA per row. Tokens are ranked in chunks of
+// kSamplingChunk: the chunk's last key is found by a radix select on the 64-bit key
+// (order-preserving logit bits, id) — 8 passes over the row — then the chunk is gathered and
+// bitonic-sorted in shared memory. Usually one chunk suffices (top-k ≤ 1024, or a top-p / min-p
+// cut inside the best 1024); flat distributions walk further chunks (slower, still exact).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace strata::kernels::cuda {
+
+inline constexpr int kSamplingChunk = 1024;
+
+// Per-row parameters (engine SamplingParams, validated by SamplingParams::Validate).
+struct SamplingRowParams {
+  float temperature = 1.0f;         // ≤ 1e-5: greedy
+  int32_t top_k = 0;                // ≤ 0: off
+  float top_p = 1.0f;               // (0, 1]; 1: off
+  float min_p = 0.0f;               // [0, 1]; 0: off
+  float repetition_penalty = 1.0f;  // 1: off
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+};
+
+// Device pointers. Optional arrays may be null (the step is skipped for every row).
+struct SamplingInputs {
+  float* logits = nullptr;                    // [rows, vocab], modified in place
+  const SamplingRowParams* params = nullptr;  // [rows]
+  const double* uniforms = nullptr;           // [rows] in [0, 1)
+  const uint8_t* seen = nullptr;              // [rows, vocab] prompt + output tokens, optional
+  const int32_t* counts = nullptr;            // [rows, vocab] output token counts, optional
+  const int32_t* bias_offsets = nullptr;      // [rows + 1] into bias_ids/values, optional
+  const int32_t* bias_ids = nullptr;          // ids outside [0, vocab) are ignored
+  const float* bias_values = nullptr;
+};
+
+// tokens [rows] int32 on the device; −1 only on an internal inconsistency (a bug).
+absl::Status SampleTokens(const SamplingInputs& in, int64_t rows, int64_t vocab, int32_t* tokens,
+                          cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda
