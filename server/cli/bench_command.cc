@@ -1,6 +1,7 @@
 // `strata bench`: end-to-end prefill and decode tokens/s through the real engine (scheduler +
 // executor + model), like llama-bench, each next to its roofline floor measured in the same
 // run (PERF.md): decode is bounded by the bytes a step must read, prefill by its FLOPs.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -140,9 +141,14 @@ absl::Status RunBench(const std::vector<std::string>& args) {
       double(batch) * model->geometry().state_bytes_per_sequence() * 2.0 +
       double(batch) * model->geometry().latent_bytes_per_token() *
           double(prompt_tokens + gen_tokens / 2);
-  const double decode_floor_tps = batch * bandwidth / step_bytes;
-  const double prefill_flops_per_token = 2.0 * double(w.active_params_per_token);
-  const double prefill_floor_tps = peak / prefill_flops_per_token;
+  // A decode step can be no faster than reading its bytes or doing its weight FLOPs (large
+  // batches turn compute-bound): the floor is the slower of the two.
+  const double flops_per_token = 2.0 * double(w.active_params_per_token);
+  const double step_read_s = step_bytes / bandwidth;
+  const double step_compute_s = double(batch) * flops_per_token / peak;
+  const double decode_floor_tps = batch / std::max(step_read_s, step_compute_s);
+  const char* decode_bound = step_read_s >= step_compute_s ? "bandwidth" : "compute";
+  const double prefill_floor_tps = peak / flops_per_token;
   const double prefill_tps = m.prefill_tokens / m.prefill_s;
   const double decode_tps = m.decode_tokens / m.decode_s;
 
@@ -158,6 +164,7 @@ absl::Status RunBench(const std::vector<std::string>& args) {
       {"decode_floor_tokens_per_s", decode_floor_tps},
       {"prefill_pct_of_roofline", 100.0 * prefill_tps / prefill_floor_tps},
       {"decode_pct_of_roofline", 100.0 * decode_tps / decode_floor_tps},
+      {"decode_floor_bound_by", decode_bound},
       {"measured_read_bandwidth_gb_s", bandwidth / 1e9},
       {"measured_peak_f32_gflop_s", peak / 1e9},
       {"decode_step_bytes", step_bytes},
@@ -175,8 +182,8 @@ absl::Status RunBench(const std::vector<std::string>& args) {
   std::printf("%-8s %14s %18s %8s\n", "phase", "tokens/s", "roofline tokens/s", "% floor");
   std::printf("%-8s %14.1f %18.1f %7.1f%%\n", "prefill", prefill_tps, prefill_floor_tps,
               100.0 * prefill_tps / prefill_floor_tps);
-  std::printf("%-8s %14.1f %18.1f %7.1f%%\n", "decode", decode_tps, decode_floor_tps,
-              100.0 * decode_tps / decode_floor_tps);
+  std::printf("%-8s %14.1f %18.1f %7.1f%%  (floor bound by %s)\n", "decode", decode_tps,
+              decode_floor_tps, 100.0 * decode_tps / decode_floor_tps, decode_bound);
   return absl::OkStatus();
 }
 
