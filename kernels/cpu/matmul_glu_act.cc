@@ -6,35 +6,19 @@
 
 #include "kernels/cpu/internal/glu_act.h"
 #include "kernels/cpu/internal/simd_avx512.h"
+#include "kernels/cpu/internal/simd_exp.h"
 
 namespace strata::kernels::cpu::internal {
 namespace {
 
-// Cephes expf: e^x = 2^n · e^r, n = round(x·log2 e), r = x − n·ln 2 (ln 2 in two parts),
-// e^r by a degree-6 polynomial.
-constexpr float kExpHi = 88.0f, kExpLo = -87.3365448f;
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+// e^x: Exp512 / Exp256 of internal/simd_exp.h (Cephes expf, ≤ 2 ulp).
+
 // Cephes tanhf: |x| < 0.625: x + x·x²·P(x²); else 1 − 2/(e^{2|x|} + 1) with x's sign.
 constexpr float kTanhSmall = 0.625f;
 constexpr float kTanhP[5] = {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f,
                              1.33314422036e-1f, -3.33332819422e-1f};
 
 // ---- AVX-512 ----------------------------------------------------------------------------------
-
-STRATA_TARGET_AVX512 inline __m512 Exp512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpLo)), _mm512_set1_ps(kExpHi));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kExpP[0]);
-  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpP[i]));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, n);
-}
 
 STRATA_TARGET_AVX512 inline __m512 Sigmoid512(__m512 x) {
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -68,21 +52,6 @@ STRATA_TARGET_AVX512 inline __m512 Glu512(__m512 g, __m512 u, const GluParams& p
 }
 
 // ---- AVX2 -------------------------------------------------------------------------------------
-
-inline __m256 Exp256(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kExpP[0]);
-  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpP[i]));
-  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  // 2^n for n ∈ [−126, 127] (the clamp keeps it there): the exponent field directly.
-  const __m256i pow2 =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2));
-}
 
 inline __m256 Sigmoid256(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);

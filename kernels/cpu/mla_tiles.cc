@@ -8,16 +8,12 @@
 
 #include "core/avx512_intrinsics.h"
 #include "core/check.h"
+#include "kernels/cpu/internal/simd_exp.h"
 
 namespace strata::kernels::cpu::mla {
 namespace {
 
-// expf on [−87.3, 88.3] (inputs clamped): x = n·ln2 + t, |t| ≤ ln2/2, e^t by the Cephes
-// degree-6 polynomial, 2^n through the exponent bits. ≤ 2 ulp; e^x < 1e-37 below the range.
-constexpr float kExpLo = -87.3f, kExpHi = 88.3f, kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                               4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+// e^x: the shared Cephes expf of internal/simd_exp.h (≤ 2 ulp; exactly 0 below −87.33).
 
 namespace avx512 {
 
@@ -58,17 +54,7 @@ struct V {
     v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
     return _mm512_cvtss_f32(v);
   }
-  MLA_TARGET static Vec Exp(Vec x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpLo)), _mm512_set1_ps(kExpHi));
-    const Vec n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    Vec t = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-    t = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), t);
-    Vec p = _mm512_set1_ps(kExpPoly[0]);
-    for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(kExpPoly[i]));
-    const Vec y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(t, t), t), _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(y, n);
-  }
+  MLA_TARGET static Vec Exp(Vec x) { return internal::Exp512(x); }
   // sums[e] = Σ lanes of acc[e / 4][e % 4], by a transposing tree.
   MLA_TARGET static void ReduceTile(const Vec (&a)[4][4], float* sums) {
     Vec t[8];
@@ -130,19 +116,7 @@ struct V {
     v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 0x01));
     return _mm256_cvtss_f32(v);
   }
-  static Vec Exp(Vec x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
-    const Vec n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    Vec t = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
-    t = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), t);
-    Vec p = _mm256_set1_ps(kExpPoly[0]);
-    for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(kExpPoly[i]));
-    const Vec y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(t, t), t), _mm256_set1_ps(1.0f));
-    const __m256i bits =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
-  }
+  static Vec Exp(Vec x) { return internal::Exp256(x); }
   // sums[e] = Σ lanes of acc[e / 4][e % 4], by a transposing tree.
   static void ReduceTile(const Vec (&a)[2][4], float* sums) {
     Vec t[4];
