@@ -65,11 +65,13 @@ absl::Status CacheLayout::Validate() const {
   if (block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("cache layout: block_size ", block_size));
   }
-  if (latent_dim <= kRopeDims) {
+  if (latent_dim <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cache layout: latent_dim ", latent_dim, " must exceed ", kRopeDims));
+        absl::StrCat("cache layout: latent_dim ", latent_dim, " must be > 0"));
   }
-  if (latent_dtype == LatentDType::kFP8 && (latent_dim - kRopeDims) % 128 != 0) {
+  // Only the fp8 layout splits a row into a quantised latent part and a 64-wide rope part.
+  if (latent_dtype == LatentDType::kFP8 &&
+      (latent_dim <= kRopeDims || (latent_dim - kRopeDims) % 128 != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cache layout: fp8 latent needs (latent_dim - 64) % 128 == 0, got ", latent_dim));
   }

@@ -68,5 +68,21 @@ TEST(CacheLayoutTest, ValidateRejectsBadShapes) {
   EXPECT_FALSE(layout.Validate().ok());  // no state size
 }
 
+TEST(CacheLayoutTest, SmallLatentsAreFineUnlessTheyAreFp8) {
+  CacheLayout layout;
+  layout.block_size = 16;
+  layout.num_mla_layers = 1;
+  layout.num_blocks = 2;
+  layout.latent_dim = 40;  // tiny test models: kv_lora 32 + rope 8
+  layout.latent_dtype = LatentDType::kF32;
+  EXPECT_TRUE(layout.Validate().ok());
+  EXPECT_EQ(layout.TotalBytes(), 2 * 16 * 40 * 4);
+  layout.latent_dtype = LatentDType::kFP8;  // fp8 splits off a 64-wide rope part
+  EXPECT_FALSE(layout.Validate().ok());
+  layout.latent_dtype = LatentDType::kF32;
+  layout.latent_dim = 0;
+  EXPECT_FALSE(layout.Validate().ok());
+}
+
 }  // namespace
 }  // namespace strata::kvcache

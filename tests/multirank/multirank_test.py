@@ -260,9 +260,7 @@ def case_setup(args):
     for family, flags in FAMILIES.items():
         out = checkpoint_dir(args.work, family)
         subprocess.run([args.make_checkpoint, "--preset", "tiny", *flags, "--set",
-                        f"vocab={VOCAB}", "--set", f"experts={NUM_EXPERTS}",
-                        # the cache layout wants latent dims above 64 (kv_lora + rope)
-                        "--set", "kv_lora=64", "--out", out],
+                        f"vocab={VOCAB}", "--set", f"experts={NUM_EXPERTS}", "--out", out],
                        check=True, stdout=subprocess.DEVNULL)
         for name in ("tiktoken.model", "tokenizer_config.json"):
             shutil.copy(os.path.join(demo, name), out)
