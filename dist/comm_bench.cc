@@ -51,12 +51,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 double MeasureLoopbackTcp() {
   const int port = testing::FreePort();
   const auto reports = testing::ForkRanks(2, [&](int rank) -> std::string {
-    RendezvousOptions options;
-    options.world_size = 2;
-    options.rank = rank;
-    options.coordinator = absl::StrCat("127.0.0.1:", port);
-    options.group = "tcp-ceiling";
-    auto comm = ConnectGloo(options);  // only to line both processes up
+    auto comm = ConnectGloo(
+        testing::LoopbackOptions(2, rank, port, "tcp-ceiling"));  // only to line both processes up
     if (!comm.ok()) return std::string(comm.status().message());
     constexpr size_t kChunk = 4 << 20;
     constexpr size_t kTotal = 256 << 20;
@@ -112,12 +108,7 @@ struct RankResult {
 
 // One rank of one configuration: returns "mean_s sent_bytes" or an error.
 std::string RunRank(int world_size, int rank, int port, int tokens, const BenchConfig& config) {
-  RendezvousOptions options;
-  options.world_size = world_size;
-  options.rank = rank;
-  options.coordinator = absl::StrCat("127.0.0.1:", port);
-  options.group = "bench";
-  auto connected = ConnectGloo(options);
+  auto connected = ConnectGloo(testing::LoopbackOptions(world_size, rank, port, "bench"));
   if (!connected.ok()) return std::string(connected.status().message());
   Communicator& comm = **connected;
 

@@ -17,9 +17,11 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dist/communicator.h"
 
 namespace strata::dist::testing {
 
@@ -28,6 +30,17 @@ struct RankReport {
   bool ok = false;
   std::string message;  // the child's failure description, or how it died
 };
+
+// Rank `rank` of a `world_size` group whose coordinator is 127.0.0.1:`port`; timeouts are the
+// RendezvousOptions defaults unless the caller changes them.
+inline RendezvousOptions LoopbackOptions(int world_size, int rank, int port, std::string group) {
+  RendezvousOptions options;
+  options.world_size = world_size;
+  options.rank = rank;
+  options.coordinator = absl::StrCat("127.0.0.1:", port);
+  options.group = std::move(group);
+  return options;
+}
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
 inline int FreePort() {

@@ -27,11 +27,7 @@ using testing::RankReport;
 using Clock = std::chrono::steady_clock;
 
 RendezvousOptions Options(int world_size, int rank, int port, milliseconds timeout) {
-  RendezvousOptions options;
-  options.world_size = world_size;
-  options.rank = rank;
-  options.coordinator = absl::StrCat("127.0.0.1:", port);
-  options.group = "test";
+  RendezvousOptions options = testing::LoopbackOptions(world_size, rank, port, "test");
   options.connect_timeout = milliseconds(10000);
   options.timeout = timeout;
   return options;

@@ -136,12 +136,7 @@ void RunGloo(const Moe& moe, int world, int64_t rows, int iterations, int omp) {
   const auto reports = testing::ForkRanks(
       world,
       [&](int rank) -> std::string {
-        RendezvousOptions options;
-        options.world_size = world;
-        options.rank = rank;
-        options.coordinator = absl::StrCat("127.0.0.1:", port);
-        options.group = "moe-dispatch-bench";
-        auto comm = ConnectGloo(options);
+        auto comm = ConnectGloo(testing::LoopbackOptions(world, rank, port, "moe-dispatch-bench"));
         if (!comm.ok()) return std::string(comm.status().message());
         auto result = RunRank(comm->get(), moe, rows, iterations, omp);
         if (!result.ok()) return std::string(result.status().message());

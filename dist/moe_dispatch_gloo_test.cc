@@ -70,11 +70,8 @@ std::string RunRank(const GlooCase& c, int rank, int port) {
   int64_t first_row = 0;
   for (int r = 0; r < rank; ++r) first_row += c.rows[static_cast<size_t>(r)];
 
-  RendezvousOptions options;
-  options.world_size = c.world_size;
-  options.rank = rank;
-  options.coordinator = absl::StrCat("127.0.0.1:", port);
-  options.group = "moe-dispatch-test";
+  RendezvousOptions options =
+      testing::LoopbackOptions(c.world_size, rank, port, "moe-dispatch-test");
   options.connect_timeout = std::chrono::milliseconds(20000);
   options.timeout = std::chrono::milliseconds(20000);
   auto comm = ConnectGloo(options);

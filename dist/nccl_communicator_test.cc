@@ -34,11 +34,7 @@ int GpuCount() {
 }
 
 RendezvousOptions Options(int world_size, int rank, int port, const std::string& group) {
-  RendezvousOptions options;
-  options.world_size = world_size;
-  options.rank = rank;
-  options.coordinator = absl::StrCat("127.0.0.1:", port);
-  options.group = group;
+  RendezvousOptions options = testing::LoopbackOptions(world_size, rank, port, group);
   options.connect_timeout = milliseconds(30000);
   options.timeout = milliseconds(30000);
   return options;

@@ -20,11 +20,7 @@ using testing::FreePort;
 using testing::RankReport;
 
 RendezvousOptions Options(int world_size, int rank, int port, const std::string& group) {
-  RendezvousOptions options;
-  options.world_size = world_size;
-  options.rank = rank;
-  options.coordinator = absl::StrCat("127.0.0.1:", port);
-  options.group = group;
+  RendezvousOptions options = testing::LoopbackOptions(world_size, rank, port, group);
   options.connect_timeout = milliseconds(10000);
   return options;
 }

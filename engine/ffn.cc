@@ -14,22 +14,6 @@ kernels::GluParams GluFromConfig(const ModelConfig& cfg) {
   return params;
 }
 
-kernels::cpu::MatmulWeights KernelWeights(const Linear& w) {
-  kernels::cpu::WeightFormat format = kernels::cpu::WeightFormat::kF32;
-  switch (w.format) {
-    case WeightFormat::kF32:
-      format = kernels::cpu::WeightFormat::kF32;
-      break;
-    case WeightFormat::kBf16:
-      format = kernels::cpu::WeightFormat::kBf16;
-      break;
-    case WeightFormat::kMxfp4:
-      format = kernels::cpu::WeightFormat::kMxfp4;
-      break;
-  }
-  return {format, w.out_features, w.in_features, w.data, w.scales};
-}
-
 void GluFfn(const kernels::GluParams& act, const Linear& gate, const Linear& up, const Linear& down,
             const float* x, int64_t num_rows, float* out, Workspace& ws) {
   CHECK(!gate.empty() && !up.empty() && !down.empty());

@@ -8,15 +8,11 @@
 #include "engine/linear.h"
 #include "engine/model_config.h"
 #include "engine/workspace.h"
-#include "kernels/cpu/matmul.h"
 #include "kernels/reference/glu.h"
 
 namespace strata::engine {
 
 kernels::GluParams GluFromConfig(const ModelConfig& cfg);
-
-// The kernels' view of a Linear's weight (no copy).
-kernels::cpu::MatmulWeights KernelWeights(const Linear& w);
 
 // out[num_rows, down.out_features] (overwritten).
 void GluFfn(const kernels::GluParams& act, const Linear& gate, const Linear& up, const Linear& down,

@@ -36,11 +36,13 @@ kernels::cpu::WeightFormat ToKernelFormat(WeightFormat format) {
 
 }  // namespace
 
+kernels::cpu::MatmulWeights KernelWeights(const Linear& w) {
+  return {ToKernelFormat(w.format), w.out_features, w.in_features, w.data, w.scales};
+}
+
 void LinearForward(const Linear& w, const float* x, int64_t m, float* y) {
   CHECK(!w.empty());
-  const kernels::cpu::MatmulWeights weights{ToKernelFormat(w.format), w.out_features, w.in_features,
-                                            w.data, w.scales};
-  kernels::cpu::Matmul(weights, x, m, y);
+  kernels::cpu::Matmul(KernelWeights(w), x, m, y);
 }
 
 absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,

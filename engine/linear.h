@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "engine/checkpoint.h"
+#include "kernels/cpu/matmul.h"
 
 namespace strata::engine {
 
@@ -28,6 +29,10 @@ struct Linear {
   bool empty() const { return data == nullptr; }
   int64_t num_bytes() const;
 };
+
+// The kernels' view of the weight (no copy), for kernels beyond LinearForward (fused GLU,
+// grouped experts).
+kernels::cpu::MatmulWeights KernelWeights(const Linear& w);
 
 // y[m, out] = x[m, in] · Wᵀ (overwrites y).
 void LinearForward(const Linear& w, const float* x, int64_t m, float* y);
