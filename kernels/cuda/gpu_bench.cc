@@ -23,8 +23,11 @@
 #include "kernels/cuda/device_random.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/kda_decode.h"
+#include "kernels/cuda/kda_prefill_chunked.h"
 #include "kernels/cuda/mla_decode.h"
+#include "kernels/cuda/mla_prefill.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/mxfp4.h"
 #include "kernels/cuda/norm.h"
@@ -309,6 +312,75 @@ void BenchKdaPrefill(Bench& bench, const char* model, int heads, int seqs, int l
   });
 }
 
+// KDA varlen prefill at the K3 gate: the chunked tensor-core kernel and, on the same inputs,
+// the recurrent one. Both rows count the chunked form's products, 6·D·(D + C) FLOPs per token
+// and head (Kp·S, Qp·S, Kendᵀ·U: 3·2·D²; L, A: 2·2·C·D; A·U: 2·C·D), so their TFLOP/s compare
+// directly (the ratio is the speed-up) and the chunked one reads against the GEMM ceiling.
+void BenchKdaPrefillChunked(Bench& bench, const char* model, int heads, int seqs, int len) {
+  const bool chunked = bench.Wants("KdaPrefillChunked");
+  const bool recurrent = bench.Wants("KdaPrefillRecurrent");
+  if (!chunked && !recurrent) return;
+  const std::string kernel = "KdaPrefillChunked";
+  const std::string shape = std::string(model) + " H" + std::to_string(heads) + " " +
+                            std::to_string(seqs) + "x" + std::to_string(len) + " tokens";
+  const int64_t hd = int64_t{heads} * kKdaHeadDim, channels = 3 * hd;
+  const int64_t tokens = int64_t{seqs} * len;
+  const int64_t state_elems = int64_t{seqs} * heads * kKdaHeadDim * kKdaHeadDim;
+  Buf state(state_elems * 4), conv(int64_t{seqs} * 3 * channels * 4), qkv(tokens * channels * 4),
+      f(tokens * hd * 4), b(tokens * heads * 4), g(tokens * hd * 4), w(channels * 4 * 4),
+      a_log(int64_t{heads} * 4), dt(hd * 4), onw(kKdaHeadDim * 4), slots(int64_t{seqs} * 4),
+      cu(int64_t{seqs + 1} * 4), y(tokens * hd * 2);
+  if (!state.ok() || !qkv.ok() || !f.ok() || !g.ok() || !y.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(state.as<float>(), state_elems, -0.1f, 0.1f));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(conv.as<float>(), seqs * 3 * channels, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(qkv.as<float>(), tokens * channels, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(f.as<float>(), tokens * hd, -3, 3));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(b.as<float>(), tokens * heads, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(g.as<float>(), tokens * hd, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<float>(), channels * 4, -0.5f, 0.5f));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(a_log.as<float>(), heads, -1, 0));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(dt.as<float>(), hd, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(onw.as<float>(), kKdaHeadDim, 0.5f, 1.5f));
+  std::vector<int32_t> host_slots(seqs), host_cu(seqs + 1);
+  std::iota(host_slots.begin(), host_slots.end(), 0);
+  for (int i = 0; i <= seqs; ++i) host_cu[i] = i * len;
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(slots.as<int32_t>(), host_slots.data(), seqs * 4));
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(cu.as<int32_t>(), host_cu.data(), (seqs + 1) * 4));
+  KdaDecodeInputs in;
+  in.qkv_raw = qkv.as<float>();
+  in.f = f.as<float>();
+  in.b_raw = b.as<float>();
+  in.g_raw = g.as<float>();
+  in.conv_w = w.as<float>();
+  in.a_log = a_log.as<float>();
+  in.dt_bias = dt.as<float>();
+  in.o_norm_w = onw.as<float>();
+  in.slots = slots.as<int32_t>();
+  KdaDecodeParams p;
+  p.batch = seqs;
+  p.num_heads = heads;
+  p.has_lower_bound = true;
+  p.lower_bound = -5.0f;
+  const double bytes =
+      tokens * (channels + 2 * hd + heads) * 4.0 + tokens * hd * 2.0 + 2.0 * state_elems * 4;
+  const double flops =
+      6.0 * kKdaHeadDim * (kKdaHeadDim + kKdaPrefillChunk) * heads * static_cast<double>(tokens);
+  if (chunked) {
+    bench.Time(kernel, shape, bytes, flops, true, "-", [&] {
+      return KdaPrefillChunked(in, cu.as<int32_t>(), state.as<float>(), conv.as<float>(), p,
+                               y.as<uint16_t>(), bench.stream);
+    });
+  }
+  if (recurrent) {
+    bench.Time("KdaPrefillRecurrent", shape + " (K3 gate)", bytes, flops, true, "-", [&] {
+      return KdaPrefillRecurrent(in, cu.as<int32_t>(), state.as<float>(), conv.as<float>(), p,
+                                 y.as<uint16_t>(), bench.stream);
+    });
+  }
+}
+
 // MLA causal prefill of one `len`-token prompt through MlaPagedPrefill (absorbed form).
 void BenchMlaPrefill(Bench& bench, const char* model, int heads, int len) {
   const std::string kernel = "MlaPagedPrefill";
@@ -346,6 +418,66 @@ void BenchMlaPrefill(Bench& bench, const char* model, int heads, int len) {
                                       query_seq.as<int32_t>(), lens.as<int32_t>(), p, ws.as<void>(),
                                       MlaDecodeWorkspaceBytes(p), out.as<uint16_t>(), bench.stream);
              });
+}
+
+// MLA causal prefill of one `len`-token prompt in the MHA form, gated: MlaPrefillMha (page
+// gather + cuBLAS expansion through kv_b_proj + flash attention) and its attention stage alone.
+// FLOPs count the MHA-form work (expansion 2·len·H·256·512, attention 2·H·pairs·(192 + 128)),
+// so its time compares directly with the absorbed MlaPagedPrefill row above.
+void BenchMlaPrefillMha(Bench& bench, const char* model, int heads, int len) {
+  const std::string kernel = "MlaPrefillMha";
+  if (!bench.Wants(kernel) && !bench.Wants("MlaPrefillAttention")) return;
+  const std::string shape =
+      std::string(model) + " H" + std::to_string(heads) + " T" + std::to_string(len);
+  const int pages = (len + kMlaPageSize - 1) / kMlaPageSize;
+  const int64_t width = int64_t{heads} * kMlaVHeadDim;
+  MlaPrefillParams p;
+  p.num_seqs = 1;
+  p.num_heads = heads;
+  p.max_blocks_per_seq = pages;
+  p.max_context = len;
+  p.max_new = len;
+  p.total_context = len;
+  p.total_new = len;
+  p.scale = 0.0721688f;
+  const int64_t ws_bytes = MlaPrefillWorkspaceBytes(p);
+  Buf cache(int64_t{pages} * kMlaPageSize * kMlaLatentDim * 2),
+      q(int64_t{len} * heads * kMlaQkHeadDim * 2),
+      w(int64_t{heads} * kMlaKvbRowsPerHead * kMlaValueDim * 2), table(int64_t{pages} * 4),
+      cu(2 * 4), gate(len * width * 4), out(len * width * 2), ws(ws_bytes);
+  if (!cache.ok() || !q.ok() || !w.ok() || !gate.ok() || !out.ok() || !ws.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  BENCH_CHECK(
+      bench, kernel, shape,
+      bench.Fill(cache.as<uint16_t>(), int64_t{pages} * kMlaPageSize * kMlaLatentDim, -1, 1));
+  BENCH_CHECK(bench, kernel, shape,
+              bench.Fill(q.as<uint16_t>(), int64_t{len} * heads * kMlaQkHeadDim, -1, 1));
+  BENCH_CHECK(bench, kernel, shape,
+              bench.Fill(w.as<uint16_t>(), int64_t{heads} * kMlaKvbRowsPerHead * kMlaValueDim,
+                         -0.05f, 0.05f));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(gate.as<float>(), len * width, -4, 4));
+  std::vector<int32_t> host_table(pages), host_cu = {0, len};
+  std::iota(host_table.begin(), host_table.end(), 0);
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(table.as<int32_t>(), host_table.data(), pages * 4));
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(cu.as<int32_t>(), host_cu.data(), 2 * 4));
+  const double pairs = 0.5 * len * (len + 1.0);  // causal (query, key) pairs
+  const double attn_flops = 2.0 * heads * pairs * (kMlaQkHeadDim + kMlaVHeadDim);
+  const double expand_flops = 2.0 * len * heads * kMlaKvbRowsPerHead * kMlaValueDim;
+  bench.Time(kernel, shape + " gated", 0.0, attn_flops + expand_flops, true, "-", [&] {
+    return MlaPrefillMha(bench.cublas, q.as<uint16_t>(), cache.as<uint16_t>(), table.as<int32_t>(),
+                         cu.as<int32_t>(), cu.as<int32_t>(), w.as<uint16_t>(), gate.as<float>(), p,
+                         ws.as<void>(), ws_bytes, out.as<uint16_t>(), bench.stream);
+  });
+  BENCH_CHECK(
+      bench, "MlaPrefillAttention", shape,
+      MlaPrefillExpand(bench.cublas, cache.as<uint16_t>(), table.as<int32_t>(), cu.as<int32_t>(),
+                       w.as<uint16_t>(), p, ws.as<void>(), ws_bytes, bench.stream));
+  bench.Time("MlaPrefillAttention", shape + " gated", 0.0, attn_flops, true, "-", [&] {
+    return MlaPrefillAttention(q.as<uint16_t>(), cu.as<int32_t>(), cu.as<int32_t>(),
+                               gate.as<float>(), p, ws.as<void>(), ws_bytes, out.as<uint16_t>(),
+                               bench.stream);
+  });
 }
 
 void BenchRouter(Bench& bench, const char* model, int64_t tokens, RouterParams p) {
@@ -517,6 +649,65 @@ void BenchGroupedGemm(Bench& bench, const char* model, int experts, int64_t rows
   });
 }
 
+// Strata's own grouped GEMM (grouped_gemm.h) at BenchGroupedGemm's shapes: offsets on the
+// device (the work-list kernel is timed too), bf16 or MXFP4 weights (scale bytes 120: the
+// common decode path), bf16 output, or the fused GLU over n = 2·I gate|up rows (h [rows, I]).
+void BenchOwnGroupedGemm(Bench& bench, const char* model, int experts, int64_t rows, int64_t n,
+                         int64_t k, bool mxfp4, bool glu) {
+  const std::string kernel =
+      std::string(glu ? "GroupedGemmGlu" : "GroupedGemm") + (mxfp4 ? "_mxfp4" : "_bf16");
+  if (!bench.Wants(kernel)) return;
+  const std::string shape = std::string(model) + " E" + std::to_string(experts) + " rows" +
+                            std::to_string(rows) + " " + std::to_string(n) + "x" +
+                            std::to_string(k);
+  std::vector<int32_t> counts(experts, 0);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> pick(0, experts - 1);
+  for (int64_t r = 0; r < rows; ++r) ++counts[pick(rng)];
+  std::vector<int32_t> offsets(experts + 1, 0);
+  int used_experts = 0;
+  for (int e = 0; e < experts; ++e) {
+    offsets[e + 1] = offsets[e] + counts[e];
+    used_experts += counts[e] > 0;
+  }
+  const int64_t w_elems = int64_t{experts} * n * k, out_cols = glu ? n / 2 : n;
+  Buf x(rows * k * 2), w(mxfp4 ? w_elems / 2 : w_elems * 2), scales(mxfp4 ? w_elems / 32 : 0),
+      y(rows * out_cols * 2), offs(int64_t{experts + 1} * 4),
+      ws(GroupedGemmWorkspaceBytes(experts, rows));
+  if (!x.ok() || !w.ok() || !scales.ok() || !y.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(x.as<uint16_t>(), rows * k, -1, 1));
+  if (mxfp4) {  // random codes: the bits of random floats
+    BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<float>(), w_elems / 8, -1, 1));
+    BENCH_CHECK(bench, kernel, shape,
+                CudaStatus(cudaMemset(scales.as<void>(), 120, static_cast<size_t>(w_elems / 32)),
+                           "gpu_bench cudaMemset"));
+  } else {
+    BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<uint16_t>(), w_elems, -0.05f, 0.05f));
+  }
+  BENCH_CHECK(bench, kernel, shape,
+              CudaCopy(offs.as<int32_t>(), offsets.data(), (experts + 1) * 4));
+  const GroupedWeights weights = mxfp4
+                                     ? GroupedWeights::Mxfp4(w.as<uint8_t>(), scales.as<uint8_t>())
+                                     : GroupedWeights::Bf16(w.as<uint16_t>());
+  const double flops = 2.0 * rows * n * k;
+  const double bytes =
+      used_experts * n * k * (mxfp4 ? 0.5 + 1.0 / 32 : 2.0) + 2.0 * rows * (k + out_cols);
+  const bool flop_bound = rows >= 128LL * experts;
+  const GluParams act{GluKind::kSitu, 4.0f, 25.0f};
+  bench.Time(kernel, shape, bytes, flops, flop_bound, flop_bound ? ">=60% GEMM" : "-", [&] {
+    if (glu) {
+      return GroupedGemmGlu(x.as<uint16_t>(), offs.as<int32_t>(), experts, rows, weights, n / 2, k,
+                            act, y.as<uint16_t>(), GroupedGemmTile::kAuto, ws.as<void>(),
+                            GroupedGemmWorkspaceBytes(experts, rows), bench.stream);
+    }
+    return GroupedGemm(x.as<uint16_t>(), offs.as<int32_t>(), experts, rows, weights, n, k,
+                       y.as<uint16_t>(), GroupedGemmTile::kAuto, ws.as<void>(),
+                       GroupedGemmWorkspaceBytes(experts, rows), bench.stream);
+  });
+}
+
 void BenchDenseGemm(Bench& bench, const char* what, int64_t m, int64_t n, int64_t k) {
   const std::string kernel = "GemmBf16";
   if (!bench.Wants(kernel)) return;
@@ -577,6 +768,8 @@ int Run(Bench& bench) {
   }
   BenchMla(bench, "K-L", 32, 8, 8192, true);
   if (all) BenchMlaPrefill(bench, "K-L", 32, 4096);
+  BenchMlaPrefillMha(bench, "K-L", 32, 4096);
+  if (all) BenchMlaPrefillMha(bench, "K3", 96, 4096);
   BenchKda(bench, "K3", 96, 64, false, true);
   if (all) {
     BenchKda(bench, "K3", 96, 64, true, true);
@@ -584,10 +777,16 @@ int Run(Bench& bench) {
     BenchKda(bench, "K-L", 32, 64, true, false);
     BenchKdaPrefill(bench, "K-L", 32, 8, 1024);
   }
+  BenchKdaPrefillChunked(bench, "K3", 96, 8, 1024);
   BenchRouter(bench, "K3", 4096, RouterParams{896, 16, 1, 1, true, 1.0f});
   if (all) BenchRouter(bench, "K-L", 4096, RouterParams{256, 8, 1, 1, true, 2.446f});
   BenchElementwise(bench, 4096, 7168, 3072);
   BenchGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, GroupedGemmMode::kGroupedBatched);
+  for (bool mxfp4 : {false, true}) {
+    for (bool glu : {false, true}) {
+      BenchOwnGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, mxfp4, glu);
+    }
+  }
   BenchGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, GroupedGemmMode::kPerExpertLoop);
   if (all) {
     BenchGroupedGemm(bench, "K3 down", 64, 16384, 3584, 3072, GroupedGemmMode::kGroupedBatched);
@@ -596,6 +795,11 @@ int Run(Bench& bench) {
     BenchGroupedGemm(bench, "K-L gate|up", 256, 32768, 2048, 2304, GroupedGemmMode::kPerExpertLoop);
     BenchGroupedGemm(bench, "K3 decode B64", 224, 1024, 6144, 3584,
                      GroupedGemmMode::kGroupedBatched);
+    for (bool mxfp4 : {false, true}) {
+      for (bool glu : {false, true}) {
+        BenchOwnGroupedGemm(bench, "K3 decode B64", 224, 1024, 6144, 3584, mxfp4, glu);
+      }
+    }
   }
   BenchDenseGemm(bench, "LM head decode", 64, 163840, 7168);
   if (all) BenchDenseGemm(bench, "LM head prefill", 4096, 163840, 7168);

@@ -1,0 +1,81 @@
+// Strata's own MoE grouped GEMM for Hopper (sm_90a, mma.sync tensor cores), MODEL.md §6.2:
+//
+//   y_perm[r] = x_perm[r] · W_eᵀ        for r in expert e's rows [offsets[e], offsets[e+1])
+//
+// Unlike MoeGroupedGemm (moe.h, cuBLAS) the expert offsets stay on the DEVICE: a one-CTA kernel
+// turns them into a work list of (expert, 128- or 16-row tile) entries in `workspace`, and the
+// GEMM grid is sized from host-known bounds (total rows, E), so a whole MoE layer can be captured
+// in a CUDA graph. Tiles past a group's rows exit at once; empty experts cost nothing.
+//
+// Operands (all device pointers, row-major, nn.Linear layout):
+//   x_perm   [rows, k] bf16 bits (the permuted activations, MoeGatherRows)
+//   offsets  [E+1] int32 on the device, ascending, offsets[0] = 0, offsets[E] ≤ rows. Entries
+//            are clamped to [0, rows] (a bad table never reads or writes out of bounds); rows
+//            that no expert covers are left unwritten.
+//   weights  GroupedWeights: bf16 [E, n_w, k], or MXFP4 packed exactly as mxfp4.h / core/dtype.h
+//            document (packed [E, n_w, k/2]: E2M1 codes, low nibble = even element; scales
+//            [E, n_w, k/32] E8M0), dequantised to bf16 in the load path (bit-identical to
+//            DecodeMxfp4 + F32ToBf16, incl. the 2^-127 scale and NaN scale 0xff → 0x7fc0).
+//            Scales need no alignment (each is fetched through the aligned 32-bit word holding
+//            it, cut at the array's end: no byte outside the array is read).
+//   n_w      weight rows per expert: n (plain) or 2·I (GLU, gate rows first, then up rows)
+// Math: bf16 operands, f32 accumulation (mma.sync m16n8k16), order of the k sum unspecified.
+//
+// Requirements (InvalidArgument naming the limit otherwise): k % 8 == 0 (bf16) or k % 32 == 0
+// (MXFP4); x_perm, bf16 weights and MXFP4 packed weights 16-byte aligned; y 16-byte aligned;
+// rows < 2^31; k < 2^24; one expert's matrix n_w·k < 2^31 elements; E ≥ 1. n, I, k need not be
+// tile multiples.
+//
+// Tiles: kLarge = 128×128×32 CTA tile, 8 warps (64×32 each), 4-stage cp.async pipeline, two
+// CTAs per SM (prefill-sized groups); kSmall = 16×128×64, 4 warps, 4 stages: weight streaming for
+// decode groups of 1–16 rows. kAuto picks kLarge when rows ≥ 64·E (the average group fills half
+// a large tile), else kSmall.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/reference/glu.h"
+
+namespace strata::kernels::cuda {
+
+// Expert weights in one of the two formats (exactly one of bf16 / mxfp4_packed is non-null).
+struct GroupedWeights {
+  const uint16_t* bf16 = nullptr;         // [E, n_w, k] bf16 bits
+  const uint8_t* mxfp4_packed = nullptr;  // [E, n_w, k/2]
+  const uint8_t* mxfp4_scales = nullptr;  // [E, n_w, k/32]
+
+  static GroupedWeights Bf16(const uint16_t* w) { return {w, nullptr, nullptr}; }
+  static GroupedWeights Mxfp4(const uint8_t* packed, const uint8_t* scales) {
+    return {nullptr, packed, scales};
+  }
+};
+
+enum class GroupedGemmTile { kAuto, kLarge, kSmall };
+
+// Device workspace bytes for any tile choice (the work list: ⌈rows/16⌉ + E entries of 16 B).
+int64_t GroupedGemmWorkspaceBytes(int num_experts, int64_t rows);
+
+// Plain product: y_perm [rows, n] f32 or bf16 bits (nearest even). `rows` is the row count of
+// x_perm / y_perm (host-known; the per-expert split is read on the device).
+absl::Status GroupedGemm(const uint16_t* x_perm, const int32_t* expert_offsets, int num_experts,
+                         int64_t rows, const GroupedWeights& w, int64_t n, int64_t k, float* y_perm,
+                         GroupedGemmTile tile, void* workspace, int64_t workspace_bytes,
+                         cudaStream_t stream);
+absl::Status GroupedGemm(const uint16_t* x_perm, const int32_t* expert_offsets, int num_experts,
+                         int64_t rows, const GroupedWeights& w, int64_t n, int64_t k,
+                         uint16_t* y_perm, GroupedGemmTile tile, void* workspace,
+                         int64_t workspace_bytes, cudaStream_t stream);
+
+// Fused gate|up GEMM + GLU: W_e is [2·inter, k] (rows 0..inter−1 gate, inter..2·inter−1 up) and
+// h_perm [rows, inter] bf16 = GLU(x·W_gateᵀ, x·W_upᵀ) per `glu` (SwiGLU or SiTU-GLU, as
+// norm.h Glu), computed from the f32 accumulators (gate/up are never rounded to bf16). Each CTA
+// holds the gate and up columns of the same 64 outputs (interleaved by 8 in its weight tile).
+absl::Status GroupedGemmGlu(const uint16_t* x_perm, const int32_t* expert_offsets, int num_experts,
+                            int64_t rows, const GroupedWeights& w_gate_up, int64_t inter, int64_t k,
+                            const GluParams& glu, uint16_t* h_perm, GroupedGemmTile tile,
+                            void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,383 @@
+// GroupedGemm / GroupedGemmGlu (Strata's tensor-core grouped GEMM, offsets on the device) vs
+// kernels/reference (MatmulBf16Reference, MatmulMxfp4Reference, GluReference, DecodeMxfp4) and
+// vs the cuBLAS MoeGroupedGemm path, over odd shapes, empty experts, both tiles, both weight
+// formats, both activations; a CUDA-graph replay with new offsets; host argument checks.
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/dtype.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/mxfp4.h"
+#include "kernels/cuda/testing.h"
+#include "kernels/reference/glu.h"
+#include "kernels/reference/matmul.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::FromBf16;
+using testing::TestSeed;
+using testing::ToBf16InPlace;
+using testing::Uniform;
+
+// Routed rows of `experts` experts (group sizes given) and their weights [E, n_w, k].
+struct Problem {
+  int experts = 0;
+  std::vector<int32_t> offsets;  // [E+1]
+  int64_t rows = 0, n_w = 0, k = 0;
+  bool mxfp4 = false;
+  std::vector<float> x;  // bf16-exact values
+  std::vector<uint16_t> x_bits, w_bits;
+  std::vector<uint8_t> packed, scales;
+};
+
+Problem MakeProblem(std::mt19937& rng, const std::vector<int>& groups, int64_t n_w, int64_t k,
+                    bool mxfp4) {
+  Problem p;
+  p.experts = static_cast<int>(groups.size());
+  p.offsets.assign(groups.size() + 1, 0);
+  for (size_t e = 0; e < groups.size(); ++e) p.offsets[e + 1] = p.offsets[e] + groups[e];
+  p.rows = p.offsets.back();
+  p.n_w = n_w;
+  p.k = k;
+  p.mxfp4 = mxfp4;
+  p.x = Uniform(rng, static_cast<size_t>(p.rows * k), -1, 1);
+  p.x_bits = ToBf16InPlace(p.x);
+  const size_t elems = static_cast<size_t>(p.experts * n_w * k);
+  if (mxfp4) {
+    std::uniform_int_distribution<int> byte(0, 255), scale(119, 123);
+    p.packed.resize(elems / 2);
+    p.scales.resize(elems / 32);
+    for (uint8_t& b : p.packed) b = static_cast<uint8_t>(byte(rng));
+    for (uint8_t& s : p.scales) s = static_cast<uint8_t>(scale(rng));
+  } else {
+    std::vector<float> w = Uniform(rng, elems, -0.2f, 0.2f);
+    p.w_bits = ToBf16InPlace(w);
+  }
+  return p;
+}
+
+// [rows, n_w] f32: each expert's rows times its weights (f64-accumulating reference).
+std::vector<float> ReferenceGemm(const Problem& p) {
+  std::vector<float> y(static_cast<size_t>(p.rows * p.n_w), 0.0f);
+  for (int e = 0; e < p.experts; ++e) {
+    const int64_t r0 = p.offsets[e], m = p.offsets[e + 1] - r0;
+    if (m == 0) continue;
+    const float* x = p.x.data() + r0 * p.k;
+    float* out = y.data() + r0 * p.n_w;
+    if (p.mxfp4) {
+      MatmulMxfp4Reference(x, m, p.k, p.packed.data() + e * p.n_w * p.k / 2,
+                           p.scales.data() + e * p.n_w * p.k / 32, p.n_w, out);
+    } else {
+      MatmulBf16Reference(x, m, p.k, p.w_bits.data() + e * p.n_w * p.k, p.n_w, out);
+    }
+  }
+  return y;
+}
+
+// h [rows, inter] = GLU(gate, up) of the reference gate|up product.
+std::vector<float> ReferenceGlu(const Problem& p, const GluParams& glu) {
+  const std::vector<float> gu = ReferenceGemm(p);
+  const int64_t inter = p.n_w / 2;
+  std::vector<float> h(static_cast<size_t>(p.rows * inter));
+  for (int64_t r = 0; r < p.rows; ++r) {
+    GluReference(gu.data() + r * p.n_w, gu.data() + r * p.n_w + inter, inter, glu,
+                 h.data() + r * inter);
+  }
+  return h;
+}
+
+// The problem's operands on the device.
+struct DeviceProblem {
+  explicit DeviceProblem(const Problem& p)
+      : x(p.x_bits),
+        w(p.w_bits),
+        packed(p.packed),
+        scales(p.scales),
+        offsets(p.offsets),
+        workspace(static_cast<size_t>(GroupedGemmWorkspaceBytes(p.experts, p.rows))) {}
+  GroupedWeights weights(const Problem& p) const {
+    return p.mxfp4 ? GroupedWeights::Mxfp4(packed.get(), scales.get())
+                   : GroupedWeights::Bf16(w.get());
+  }
+  int64_t ws_bytes() const { return static_cast<int64_t>(workspace.size()); }
+  DeviceArray<uint16_t> x, w;
+  DeviceArray<uint8_t> packed, scales;
+  DeviceArray<int32_t> offsets;
+  DeviceArray<unsigned char> workspace;
+};
+
+const char* TileName(GroupedGemmTile tile) {
+  return tile == GroupedGemmTile::kLarge   ? "large"
+         : tile == GroupedGemmTile::kSmall ? "small"
+                                           : "auto";
+}
+
+std::string CaseName(const Problem& p, GroupedGemmTile tile) {
+  return absl::StrCat(p.mxfp4 ? "mxfp4" : "bf16", "_", TileName(tile), "_E", p.experts, "_rows",
+                      p.rows, "_nw", p.n_w, "_k", p.k);
+}
+
+void CheckPlain(const Problem& p, GroupedGemmTile tile) {
+  const std::vector<float> expected = ReferenceGemm(p);
+  DeviceProblem d(p);
+  DeviceArray<float> y32(expected.size());
+  DeviceArray<uint16_t> y16(expected.size());
+  y32.Poison();
+  y16.Poison();
+  STRATA_ASSERT_OK(GroupedGemm(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p), p.n_w,
+                               p.k, y32.get(), tile, d.workspace.get(), d.ws_bytes(), nullptr));
+  STRATA_ASSERT_OK(GroupedGemm(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p), p.n_w,
+                               p.k, y16.get(), tile, d.workspace.get(), d.ws_bytes(), nullptr));
+  const std::string name = CaseName(p, tile);
+  STRATA_EXPECT_RELERR("GroupedGemm_f32", name, y32.Download(), expected, 5e-5);
+  STRATA_EXPECT_RELERR("GroupedGemm_bf16", name, FromBf16(y16.Download()), expected, 4e-3);
+}
+
+void CheckGlu(const Problem& p, const GluParams& glu, GroupedGemmTile tile) {
+  const std::vector<float> expected = ReferenceGlu(p, glu);
+  DeviceProblem d(p);
+  DeviceArray<uint16_t> h(expected.size());
+  h.Poison();
+  STRATA_ASSERT_OK(GroupedGemmGlu(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p),
+                                  p.n_w / 2, p.k, glu, h.get(), tile, d.workspace.get(),
+                                  d.ws_bytes(), nullptr));
+  const std::string kernel =
+      glu.kind == GluKind::kSwiGlu ? "GroupedGemmGlu_swiglu" : "GroupedGemmGlu_situ";
+  STRATA_EXPECT_RELERR(kernel, CaseName(p, tile), FromBf16(h.Download()), expected, 4e-3);
+}
+
+struct Shape {
+  std::vector<int> groups;
+  int64_t n, inter, k;
+};
+
+std::vector<Shape> OddShapes(std::mt19937& rng) {
+  std::vector<int> many(67);
+  std::uniform_int_distribution<int> pick(0, 6);
+  const int sizes[7] = {0, 0, 1, 2, 5, 7, 9};
+  for (int& g : many) g = sizes[pick(rng)];
+  many[13] = 129;
+  return {
+      {{129}, 200, 100, 96},
+      {{7, 0, 129}, 72, 37, 160},
+      {{1, 0, 7, 129, 0, 16, 17, 3}, 136, 68, 64},
+      {many, 40, 21, 32},
+      {{1, 7, 129}, 130, 65, 40},  // k % 32 != 0: bf16 weights only
+  };
+}
+
+TEST(CudaGroupedGemmTest, PlainMatchesReferenceOnOddShapes) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 21);
+  for (const Shape& s : OddShapes(rng)) {
+    for (bool mxfp4 : {false, true}) {
+      if (mxfp4 && s.k % 32 != 0) continue;
+      const Problem p = MakeProblem(rng, s.groups, s.n, s.k, mxfp4);
+      for (GroupedGemmTile tile :
+           {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall, GroupedGemmTile::kAuto}) {
+        CheckPlain(p, tile);
+      }
+    }
+  }
+}
+
+TEST(CudaGroupedGemmTest, FusedGluMatchesReferenceOnOddShapes) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 22);
+  const GluParams swiglu{GluKind::kSwiGlu, 4.0f, 0.0f};
+  const GluParams situ{GluKind::kSitu, 4.0f, 25.0f};
+  const GluParams situ_uncapped{GluKind::kSitu, 3.0f, 0.0f};
+  for (const Shape& s : OddShapes(rng)) {
+    for (bool mxfp4 : {false, true}) {
+      if (mxfp4 && s.k % 32 != 0) continue;
+      const Problem p = MakeProblem(rng, s.groups, 2 * s.inter, s.k, mxfp4);
+      for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
+        for (const GluParams& glu : {swiglu, situ, situ_uncapped}) CheckGlu(p, glu, tile);
+      }
+    }
+  }
+}
+
+// Multi-tile shapes (several k tiles past the pipeline depth, several column tiles) against
+// cuBLAS: MoeGroupedGemm on bf16 weights, and on DequantMxfp4ToBf16's scratch for MXFP4.
+TEST(CudaGroupedGemmTest, MatchesCublasGroupedGemm) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 23);
+  absl::StatusOr<CublasHandle> handle = CublasHandle::Create();
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  std::uniform_int_distribution<int> size(0, 300);
+  std::vector<int> groups(8);
+  for (int& g : groups) g = size(rng);
+  groups[2] = 0;
+  for (bool mxfp4 : {false, true}) {
+    const Problem p = MakeProblem(rng, groups, 384, 512, mxfp4);
+    DeviceProblem d(p);
+    const std::vector<float> expected = ReferenceGemm(p);
+    DeviceArray<uint16_t> w_bf16(mxfp4 ? static_cast<size_t>(p.experts * p.n_w * p.k) : 0);
+    if (mxfp4) {
+      STRATA_ASSERT_OK(DequantMxfp4ToBf16(d.packed.get(), d.scales.get(), p.experts * p.n_w, p.k,
+                                          w_bf16.get(), nullptr));
+    }
+    DeviceArray<float> y_cublas(expected.size()), y_own(expected.size());
+    DeviceArray<unsigned char> ws(MoeGroupedGemmWorkspaceBytes(p.experts));
+    y_cublas.Poison();
+    STRATA_ASSERT_OK(MoeGroupedGemm(handle->get(), d.x.get(), p.offsets.data(), p.experts,
+                                    mxfp4 ? w_bf16.get() : d.w.get(), p.n_w, p.k, y_cublas.get(),
+                                    GroupedGemmMode::kAuto, ws.get(),
+                                    static_cast<int64_t>(ws.size()), nullptr, nullptr));
+    const std::vector<float> cublas = y_cublas.Download();
+    for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
+      y_own.Poison();
+      STRATA_ASSERT_OK(GroupedGemm(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p),
+                                   p.n_w, p.k, y_own.get(), tile, d.workspace.get(), d.ws_bytes(),
+                                   nullptr));
+      const std::vector<float> own = y_own.Download();
+      STRATA_EXPECT_RELERR("GroupedGemm_vs_cublas", CaseName(p, tile), own, cublas, 2e-5);
+      STRATA_EXPECT_RELERR("GroupedGemm_f32", CaseName(p, tile), own, expected, 5e-5);
+    }
+  }
+}
+
+// x = identity (rows = k) makes y[r, j] = W[j, r] exactly (one product by 1.0, the rest +0), so
+// the in-kernel MXFP4 decode is checked bit for bit against DecodeMxfp4 + F32ToBf16 over scale
+// bytes 0..252 (253+ would overflow to ±inf and turn 0·inf into NaN elsewhere in the row; the
+// NaN scale 0xff is therefore not covered here). Scales < 4 (subnormal products, decoded on the
+// exact f32 path) are reported separately: they also depend on the tensor cores keeping
+// subnormal bf16 operands.
+TEST(CudaGroupedGemmTest, Mxfp4DecodeIsBitExact) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 24);
+  const int64_t n = 72, k = 256;
+  Problem p = MakeProblem(rng, {static_cast<int>(k)}, n, k, true);
+  for (size_t b = 0; b < p.scales.size(); ++b) p.scales[b] = static_cast<uint8_t>(b % 253);
+  std::fill(p.x.begin(), p.x.end(), 0.0f);
+  for (int64_t r = 0; r < k; ++r) p.x[r * k + r] = 1.0f;
+  p.x_bits = ToBf16InPlace(p.x);
+  std::vector<float> w(static_cast<size_t>(n * k));
+  for (int64_t j = 0; j < n; ++j) {
+    DecodeMxfp4(p.packed.data() + j * k / 2, p.scales.data() + j * k / 32, k, w.data() + j * k);
+  }
+  DeviceProblem d(p);
+  DeviceArray<float> y(static_cast<size_t>(k * n));
+  for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
+    y.Poison();
+    STRATA_ASSERT_OK(GroupedGemm(d.x.get(), d.offsets.get(), 1, k, d.weights(p), n, k, y.get(),
+                                 tile, d.workspace.get(), d.ws_bytes(), nullptr));
+    const std::vector<float> got = y.Download();
+    int64_t normal = 0, normal_bad = 0, tiny = 0, tiny_bad = 0;
+    for (int64_t r = 0; r < k; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        const uint16_t want = F32ToBf16(w[j * k + r]);
+        // Values compare equal (±0 alike: the sum 1·(−0) + 0·w + … is +0 in any order).
+        const bool bad = !(got[r * n + j] == Bf16ToF32(want));
+        const bool is_tiny = p.scales[(j * k + r) / 32] < 4;
+        (is_tiny ? tiny : normal) += 1;
+        (is_tiny ? tiny_bad : normal_bad) += bad;
+      }
+    }
+    EXPECT_TRUE(testing::ReportRelErr("GroupedGemm_mxfp4_decode",
+                                      absl::StrCat(TileName(tile), "_scales_4_252"),
+                                      static_cast<double>(normal_bad) / normal, 0.0));
+    EXPECT_TRUE(testing::ReportRelErr("GroupedGemm_mxfp4_decode",
+                                      absl::StrCat(TileName(tile), "_scales_0_3"),
+                                      static_cast<double>(tiny_bad) / tiny, 0.0));
+  }
+}
+
+// The offsets are read on the device: a captured graph replayed after the offsets change
+// computes the new split.
+TEST(CudaGroupedGemmTest, GraphReplayFollowsDeviceOffsets) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 25);
+  const GluParams glu{GluKind::kSitu, 4.0f, 25.0f};
+  Problem p = MakeProblem(rng, {40, 0, 90, 3, 11}, 2 * 70, 96, false);
+  DeviceProblem d(p);
+  DeviceArray<float> y(static_cast<size_t>(p.rows * p.n_w));
+  DeviceArray<uint16_t> h(static_cast<size_t>(p.rows * p.n_w / 2));
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const absl::Status plain =
+      GroupedGemm(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p), p.n_w, p.k, y.get(),
+                  GroupedGemmTile::kAuto, d.workspace.get(), d.ws_bytes(), stream);
+  const absl::Status fused =
+      GroupedGemmGlu(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p), p.n_w / 2, p.k,
+                     glu, h.get(), GroupedGemmTile::kAuto, d.workspace.get(), d.ws_bytes(), stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  STRATA_ASSERT_OK(plain);
+  STRATA_ASSERT_OK(fused);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (const std::vector<int32_t>& offsets :
+       {p.offsets, std::vector<int32_t>{0, 1, 1, 100, 144, 144}}) {
+    p.offsets = offsets;
+    d.offsets.Upload(offsets);
+    y.Poison();
+    h.Poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::string name = absl::StrCat("graph_split_", offsets[1], "_", offsets[3]);
+    STRATA_EXPECT_RELERR("GroupedGemm_f32", name, y.Download(), ReferenceGemm(p), 5e-5);
+    STRATA_EXPECT_RELERR("GroupedGemmGlu_situ", name, FromBf16(h.Download()), ReferenceGlu(p, glu),
+                         4e-3);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// Host-side checks fail before any CUDA call (runs without a GPU; the pointers are never read).
+TEST(CudaGroupedGemmTest, RejectsArgumentsOutsideTheLimits) {
+  const auto* x = reinterpret_cast<const uint16_t*>(uintptr_t{0x10000});
+  const auto* offsets = reinterpret_cast<const int32_t*>(uintptr_t{0x20000});
+  const auto* w = reinterpret_cast<const uint16_t*>(uintptr_t{0x30000});
+  const auto* packed = reinterpret_cast<const uint8_t*>(uintptr_t{0x40000});
+  const auto* scales = reinterpret_cast<const uint8_t*>(uintptr_t{0x50001});
+  auto* y = reinterpret_cast<float*>(uintptr_t{0x60000});
+  auto* ws = reinterpret_cast<void*>(uintptr_t{0x70000});
+  const int64_t ws_bytes = GroupedGemmWorkspaceBytes(4, 100);
+  auto run = [&](const uint16_t* xp, const GroupedWeights& wt, int64_t k, float* yp,
+                 int64_t bytes) {
+    return GroupedGemm(xp, offsets, 4, 100, wt, 64, k, yp, GroupedGemmTile::kAuto, ws, bytes,
+                       nullptr);
+  };
+  auto expect = [](const absl::Status& st, const std::string& needle) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st;
+  };
+  expect(run(x, GroupedWeights::Mxfp4(packed, scales), 48, y, ws_bytes), "multiple of 32");
+  expect(run(x, GroupedWeights::Bf16(w), 12, y, ws_bytes), "multiple of 8");
+  expect(run(x, GroupedWeights::Bf16(w), int64_t{1} << 24, y, ws_bytes), "k must be < 2^24");
+  expect(GroupedGemm(x, offsets, 4, 100, GroupedWeights::Bf16(w), int64_t{1} << 20, 4096, y,
+                     GroupedGemmTile::kAuto, ws, ws_bytes, nullptr),
+         "< 2^31 elements");
+  expect(run(x + 1, GroupedWeights::Bf16(w), 64, y, ws_bytes), "16-byte aligned");
+  expect(run(x, GroupedWeights::Bf16(w + 4), 64, y, ws_bytes), "16-byte aligned");
+  expect(run(x, GroupedWeights::Bf16(w), 64, y + 1, ws_bytes), "16-byte aligned");
+  expect(run(x, GroupedWeights::Bf16(w), 64, y, ws_bytes - 1), "GroupedGemmWorkspaceBytes");
+  expect(run(x, GroupedWeights{}, 64, y, ws_bytes), "exactly one");
+  expect(run(x, GroupedWeights{w, packed, scales}, 64, y, ws_bytes), "exactly one");
+  expect(run(x, GroupedWeights::Mxfp4(packed, nullptr), 64, y, ws_bytes), "mxfp4_scales");
+  expect(GroupedGemm(x, offsets, 0, 100, GroupedWeights::Bf16(w), 64, 64, y, GroupedGemmTile::kAuto,
+                     ws, ws_bytes, nullptr),
+         "num_experts");
+  auto* h = reinterpret_cast<uint16_t*>(uintptr_t{0x60000});
+  expect(GroupedGemmGlu(x, offsets, 4, 100, GroupedWeights::Bf16(w), 32, 64,
+                        GluParams{GluKind::kSitu, 0.0f, 0.0f}, h, GroupedGemmTile::kAuto, ws,
+                        ws_bytes, nullptr),
+         "beta1");
+}
+
+}  // namespace
+}  // namespace strata::kernels::cuda

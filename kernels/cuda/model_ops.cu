@@ -1,0 +1,107 @@
+#include "kernels/cuda/model_ops.h"
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/internal/device_math.cuh"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using internal::BlockSum;
+using internal::FloatToBf16Bits;
+using internal::SigmoidF;
+
+constexpr int kThreads = 256;
+
+unsigned GridFor(int64_t count) {
+  const int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);  // grid-stride beyond
+}
+
+__global__ void AddInPlaceKernel(float* __restrict__ y, const float* __restrict__ x,
+                                 int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
+       i += stride) {
+    y[i] += x[i];
+  }
+}
+
+__global__ void GateToBf16Kernel(const float* __restrict__ x, const float* __restrict__ g,
+                                 int64_t count, uint16_t* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
+       i += stride) {
+    const float v = g != nullptr ? x[i] * SigmoidF(g[i]) : x[i];
+    out[i] = FloatToBf16Bits(v);
+  }
+}
+
+__global__ void MaskPaddingRoutesKernel(int32_t* __restrict__ ids, int64_t count, int top_k,
+                                        const int32_t* __restrict__ live_rows) {
+  const int64_t first = static_cast<int64_t>(*live_rows) * top_k;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = first + static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
+       i += stride) {
+    ids[i] = -1;
+  }
+}
+
+// One token per CTA.
+__global__ void __launch_bounds__(kThreads)
+    MlaWriteLatentsKernel(const float* __restrict__ kv, int rank, int rope,
+                          const float* __restrict__ w, float eps,
+                          const int32_t* __restrict__ slot_mapping, uint16_t* __restrict__ pages) {
+  __shared__ float red[32];
+  const int32_t slot = slot_mapping[blockIdx.x];
+  if (slot < 0) return;  // uniform across the CTA: no barrier is skipped by part of it
+  const int width = rank + rope;
+  const float* src = kv + static_cast<int64_t>(blockIdx.x) * width;
+  uint16_t* dst = pages + static_cast<int64_t>(slot) * width;
+  float sq = 0.0f;
+  for (int c = threadIdx.x; c < rank; c += kThreads) sq += src[c] * src[c];
+  const float inv = 1.0f / sqrtf(BlockSum(sq, red) / static_cast<float>(rank) + eps);
+  for (int c = threadIdx.x; c < width; c += kThreads) {
+    dst[c] = FloatToBf16Bits(c < rank ? src[c] * inv * w[c] : src[c]);
+  }
+}
+
+}  // namespace
+
+absl::Status AddInPlace(float* y, const float* x, int64_t count, cudaStream_t stream) {
+  if (count < 0) return absl::InvalidArgumentError("AddInPlace: negative count");
+  if (count == 0) return absl::OkStatus();
+  AddInPlaceKernel<<<GridFor(count), kThreads, 0, stream>>>(y, x, count);
+  return LaunchStatus("AddInPlaceKernel launch");
+}
+
+absl::Status GateToBf16(const float* x, const float* gate_logits, int64_t count, uint16_t* out,
+                        cudaStream_t stream) {
+  if (count < 0) return absl::InvalidArgumentError("GateToBf16: negative count");
+  if (count == 0) return absl::OkStatus();
+  GateToBf16Kernel<<<GridFor(count), kThreads, 0, stream>>>(x, gate_logits, count, out);
+  return LaunchStatus("GateToBf16Kernel launch");
+}
+
+absl::Status MaskPaddingRoutes(int32_t* ids, int64_t rows, int top_k, const int32_t* live_rows,
+                               cudaStream_t stream) {
+  if (rows < 0 || top_k <= 0) return absl::InvalidArgumentError("MaskPaddingRoutes: bad shape");
+  if (rows == 0) return absl::OkStatus();
+  MaskPaddingRoutesKernel<<<GridFor(rows * top_k), kThreads, 0, stream>>>(ids, rows * top_k, top_k,
+                                                                          live_rows);
+  return LaunchStatus("MaskPaddingRoutesKernel launch");
+}
+
+absl::Status MlaWriteLatents(const float* kv, int64_t rows, int kv_lora_rank, int rope_dim,
+                             const float* norm_weight, float eps, const int32_t* slot_mapping,
+                             uint16_t* pages, cudaStream_t stream) {
+  if (rows < 0 || rows > 0x7fffffff || kv_lora_rank <= 0 || rope_dim < 0) {
+    return absl::InvalidArgumentError(
+        "MlaWriteLatents: rows must be in [0, 2^31), kv_lora_rank > 0, rope_dim >= 0");
+  }
+  if (rows == 0) return absl::OkStatus();
+  MlaWriteLatentsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      kv, kv_lora_rank, rope_dim, norm_weight, eps, slot_mapping, pages);
+  return LaunchStatus("MlaWriteLatentsKernel launch");
+}
+
+}  // namespace strata::kernels::cuda
