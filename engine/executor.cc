@@ -75,39 +75,6 @@ void CpuExecutor::InitSlot(const ScheduledSequence& seq) {
   }
 }
 
-// Log-probabilities are of the raw model distribution (vLLM default): log-softmax of the row
-// before the sampler's penalties; the top n ranked by logit (= by log-probability), ties by id.
-void CpuExecutor::SampleOne(const ScheduledSequence& seq, float* logits, SampledToken* out) {
-  const int64_t vocab = model_.config().vocab_size;
-  CHECK(seq.sampler != nullptr) << "sequence " << seq.seq_id << " has no sampler";
-  out->seq_id = seq.seq_id;
-  out->logprob = 0.0f;
-  out->top_logprobs.clear();
-  if (seq.num_logprobs < 0) {
-    out->token_id = seq.sampler->Sample(logits, vocab);
-    return;
-  }
-  const double log_z = kernels::cpu::LogSumExp(logits, vocab);
-  const int64_t n = std::min<int64_t>(seq.num_logprobs, vocab);
-  if (n > 0) {
-    const size_t scratch = static_cast<size_t>(kernels::cpu::TopKScratchSize(n));
-    if (top_scratch_.size() < scratch) top_scratch_.resize(scratch);
-    kernels::cpu::TopK(logits, vocab, n, top_scratch_.data());
-    for (int64_t i = 0; i < n; ++i) {
-      const kernels::cpu::ScoredId& c = top_scratch_[static_cast<size_t>(i)];
-      out->top_logprobs.push_back({c.id, static_cast<float>(double(c.value) - log_z)});
-    }
-  }
-  const float* raw = logits;
-  if (seq.sampler->ModifiesLogits()) {
-    if (raw_logits_.size() < static_cast<size_t>(vocab)) raw_logits_.resize(vocab);
-    std::memcpy(raw_logits_.data(), logits, static_cast<size_t>(vocab) * sizeof(float));
-    raw = raw_logits_.data();
-  }
-  out->token_id = seq.sampler->Sample(logits, vocab);
-  out->logprob = static_cast<float>(double(raw[out->token_id]) - log_z);
-}
-
 void CpuExecutor::BuildBatch(const StepPlan& plan) {
   if (batch_.size() < plan.sequences.size()) batch_.resize(plan.sequences.size());
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
@@ -172,7 +139,8 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   size_t row = 0;
   for (const ScheduledSequence& seq : plan.sequences) {
     if (!seq.sample || seq.token_ids.empty()) continue;
-    SampleOne(seq, logits_.data() + static_cast<int64_t>(row) * vocab, &result->sampled[row]);
+    sampler_.Sample(seq, logits_.data() + static_cast<int64_t>(row) * vocab, vocab,
+                    &result->sampled[row]);
     ++row;
   }
 

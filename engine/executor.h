@@ -14,7 +14,7 @@
 #include "core/tensor.h"
 #include "engine/model.h"
 #include "engine/step.h"
-#include "kernels/cpu/sampling.h"
+#include "engine/step_sampling.h"
 #include "kvcache/cache_layout.h"
 #include "kvcache/memory_planner.h"
 
@@ -63,7 +63,6 @@ class CpuExecutor : public StepExecutor {
   void CopyRow(int32_t from_row, int32_t to_row);
   // Fills batch_[0, plan.sequences.size()) from the plan.
   void BuildBatch(const StepPlan& plan);
-  void SampleOne(const ScheduledSequence& seq, float* logits, SampledToken* out);
 
   const Model& model_;
   kvcache::CacheLayout layout_;
@@ -75,8 +74,7 @@ class CpuExecutor : public StepExecutor {
   // Storage reused from step to step (sizes only grow).
   std::vector<ForwardSequence> batch_;
   std::vector<float> logits_;
-  std::vector<float> raw_logits_;  // a row before the sampler's penalties (for logprobs)
-  std::vector<kernels::cpu::ScoredId> top_scratch_;
+  StepSampler sampler_;
 };
 
 }  // namespace strata::engine

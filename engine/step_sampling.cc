@@ -1,0 +1,41 @@
+#include "engine/step_sampling.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace strata::engine {
+
+void StepSampler::Sample(const ScheduledSequence& seq, float* logits, int64_t vocab,
+                         SampledToken* out) {
+  CHECK(seq.sampler != nullptr) << "sequence " << seq.seq_id << " has no sampler";
+  out->seq_id = seq.seq_id;
+  out->logprob = 0.0f;
+  out->top_logprobs.clear();
+  if (seq.num_logprobs < 0) {
+    out->token_id = seq.sampler->Sample(logits, vocab);
+    return;
+  }
+  const double log_z = kernels::cpu::LogSumExp(logits, vocab);
+  const int64_t n = std::min<int64_t>(seq.num_logprobs, vocab);
+  if (n > 0) {
+    const size_t scratch = static_cast<size_t>(kernels::cpu::TopKScratchSize(n));
+    if (top_scratch_.size() < scratch) top_scratch_.resize(scratch);
+    kernels::cpu::TopK(logits, vocab, n, top_scratch_.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const kernels::cpu::ScoredId& c = top_scratch_[static_cast<size_t>(i)];
+      out->top_logprobs.push_back({c.id, static_cast<float>(double(c.value) - log_z)});
+    }
+  }
+  const float* raw = logits;
+  if (seq.sampler->ModifiesLogits()) {
+    if (raw_logits_.size() < static_cast<size_t>(vocab)) raw_logits_.resize(vocab);
+    std::memcpy(raw_logits_.data(), logits, static_cast<size_t>(vocab) * sizeof(float));
+    raw = raw_logits_.data();
+  }
+  out->token_id = seq.sampler->Sample(logits, vocab);
+  out->logprob = static_cast<float>(double(raw[out->token_id]) - log_z);
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,28 @@
+// Sampling of one scheduled sequence's logits row, shared by every executor (the CPU executor
+// and the CUDA executor, which copies the rows it samples to the host): the sequence's own
+// Sampler picks the token; log-probabilities, when requested, are of the raw model
+// distribution (vLLM's default): log-softmax of the row before the sampler's penalties, the top
+// n ranked by logit (ties by id).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/step.h"
+#include "kernels/cpu/sampling.h"
+
+namespace strata::engine {
+
+class StepSampler {
+ public:
+  // Samples `seq` from `logits` [vocab] (modified in place by the sampler's penalties) into
+  // `out`, reusing out->top_logprobs' capacity. No heap allocation once the scratch has grown
+  // to the largest vocab / logprob count seen.
+  void Sample(const ScheduledSequence& seq, float* logits, int64_t vocab, SampledToken* out);
+
+ private:
+  std::vector<float> raw_logits_;  // a row before the sampler's penalties (for logprobs)
+  std::vector<kernels::cpu::ScoredId> top_scratch_;
+};
+
+}  // namespace strata::engine
