@@ -12,6 +12,8 @@
 #   2. else a CUDA build: configures build/gpu-check ($STRATA_GPU_BUILD) and builds only the
 #      target strata_gpu_check (needs the Debian packages of tools/setup.sh and nvcc).
 # Logs go to $OUT when set (the device tool fetches it), else build/gpu-check-logs.
+# Then the end-to-end engine benchmark (cuda_engine_bench = `strata bench --device cuda`) on a
+# generated Kimi-Linear-shaped bench checkpoint, batch 1 and 64, next to its roofline floor.
 # Options: --quick (bench: first shape of each kernel only), --tests-only, --bench-only.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -56,6 +58,8 @@ echo "library dirs: ${lib_dirs#:}"
 
 if [[ -x "$PACK/bin/cuda_gpu_bench" ]]; then
   BIN="$PACK/bin"
+  ENGINE_BENCH="$BIN/cuda_engine_bench"
+  MAKE_CKPT="$BIN/strata-make-checkpoint"
   echo "binaries: pack $PACK"; cat "$PACK/MANIFEST" 2>/dev/null
   export LD_LIBRARY_PATH="$PACK/lib$lib_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if ! "$BIN/cuda_router_test" --gtest_list_tests >/dev/null 2>"$LOGS/loader.txt"; then
@@ -71,6 +75,8 @@ else
   ninja -C "$BUILD" -j"$(nproc)" strata_gpu_check > "$LOGS/build.log" 2>&1 \
     || { grep -E "error|FAILED" "$LOGS/build.log" | head -30; echo "build FAILED"; exit 1; }
   BIN="$BUILD/kernels/cuda"
+  ENGINE_BENCH="$BUILD/bench/cuda_engine_bench"
+  MAKE_CKPT="$BUILD/tools/strata-make-checkpoint"
   export LD_LIBRARY_PATH="${lib_dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 missing=$(ldd "$BIN/cuda_gpu_bench" 2>&1 | grep "not found" || true)
@@ -80,7 +86,8 @@ echo "== setup done at $(elapsed)"
 failed_any=0
 test_rows=()
 if [[ $RUN_TESTS == 1 ]]; then
-  for t in "$BIN"/cuda_*_test "$BIN"/kernels_cuda_test; do
+  for t in "$BIN"/cuda_*_test "$BIN"/kernels_cuda_test "$BIN"/engine_cuda_*_test \
+    "$BUILD"/engine/cuda/engine_cuda_*_test; do
     [[ -x "$t" ]] || continue
     name=$(basename "$t")
     log="$LOGS/$name.log"
@@ -96,6 +103,30 @@ if [[ $RUN_TESTS == 1 ]]; then
     echo "  $name: $ok passed, $fail failed, $skip skipped ($status) at $(elapsed)"
   done
   cat "$LOGS"/*_test.log 2>/dev/null | grep '^\[relerr\]' > "$LOGS/relerr.txt" || true
+fi
+
+e2e_rows=()
+if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
+  echo "== end-to-end: cuda_engine_bench on the Kimi-Linear bench preset"
+  CKPT=${TMPDIR:-/tmp}/strata-bench-kl
+  if timeout 120 "$MAKE_CKPT" --preset bench --family kimi-linear --out "$CKPT" \
+      > "$LOGS/make-checkpoint.log" 2>&1; then
+    for batch in 1 64; do
+      timeout 120 "$ENGINE_BENCH" --model "$CKPT" --prompt-tokens 512 --gen-tokens 64 \
+        --batch $batch > "$LOGS/engine-bench-b$batch.log" 2>&1
+      rc=$?
+      cat "$LOGS/engine-bench-b$batch.log" | tail -4
+      row=$(awk -v b=$batch '/^prefill/ {p=$2; pf=$4} /^decode/ {d=$2; df=$3; dp=$4}
+        END {if (d != "") printf("| %s | %s | %s | %s | %s | %s |", b, p, pf, d, df, dp)}' \
+        "$LOGS/engine-bench-b$batch.log")
+      [[ $rc -ne 0 || -z "$row" ]] && { row="| $batch | FAILED rc=$rc | | | | |"; failed_any=1; }
+      e2e_rows+=("$row")
+    done
+  else
+    tail -5 "$LOGS/make-checkpoint.log"; e2e_rows+=("| - | checkpoint generation FAILED | | | | |")
+    failed_any=1
+  fi
+  rm -rf "$CKPT"
 fi
 
 bench_rc=0
@@ -131,6 +162,15 @@ if [[ $RUN_TESTS == 1 ]]; then
     } END { for (k in n) printf("| %s | %d | %s | %s | %s | %d |\n", k, n[k], w[k], tol[k], wc[k], f[k] + 0) }' \
     "$LOGS/relerr.txt" | sort
   grep -h -A3 '^\[  FAILED  \]\|Failure$' "$LOGS"/*_test.log 2>/dev/null | head -20
+fi
+if [[ ${#e2e_rows[@]} -gt 0 ]]; then
+  echo
+  echo "End-to-end (Kimi-Linear bench preset, prompt 512, gen 64; target: decode within 1.5x of"
+  echo "the weight+cache floor, i.e. >= 67% floor):"
+  echo
+  echo "| batch | prefill tok/s | prefill % floor | decode tok/s | decode floor tok/s | decode % floor |"
+  echo "|---:|---:|---:|---:|---:|---:|"
+  printf '%s\n' "${e2e_rows[@]}"
 fi
 if [[ $RUN_BENCH == 1 ]]; then
   echo

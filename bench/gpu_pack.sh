@@ -21,7 +21,9 @@ ninja -C "$BUILD" -j"$JOBS" strata_gpu_check
 rm -rf "$PACK"
 mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/lib-fallback"
 bins=()
-for b in "$BUILD"/kernels/cuda/cuda_*_test "$BUILD"/kernels/cuda/cuda_gpu_bench; do
+for b in "$BUILD"/kernels/cuda/cuda_*_test "$BUILD"/kernels/cuda/cuda_gpu_bench \
+  "$BUILD"/engine/cuda/engine_cuda_*_test "$BUILD"/bench/cuda_engine_bench \
+  "$BUILD"/tools/strata-make-checkpoint; do
   [[ -x "$b" ]] || continue
   cp "$b" "$PACK/bin/"
   bins+=("$b")

@@ -213,19 +213,8 @@ class DecodeAllocTest : public testing::TestWithParam<std::string> {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   kvcache::CacheLayout Layout(int num_sequences) const {
-    const kvcache::ModelCacheSpec spec = CacheSpecFor(model_->config());
-    kvcache::CacheLayout layout;
-    layout.num_mla_layers = spec.num_mla_layers;
-    layout.latent_dim = spec.latent_dim;
-    layout.latent_dtype = spec.latent_dtype;
-    layout.block_size = kBlockSize;
-    layout.num_blocks = num_sequences * kBlocksPerSequence;
-    layout.num_kda_layers = spec.num_kda_layers;
-    layout.kda_state_bytes_per_layer = spec.kda_state_bytes_per_layer;
-    layout.kda_conv_bytes_per_layer = spec.kda_conv_bytes_per_layer;
-    layout.num_slots = num_sequences;
-    layout.num_checkpoints = 0;
-    return layout;
+    return kvcache::LayoutWithPools(CacheSpecFor(model_->config()), kBlockSize,
+                                    num_sequences * kBlocksPerSequence, num_sequences, 0);
   }
 
   // Three sequences of different prompt lengths, prefilled in one step.

@@ -63,6 +63,8 @@ class Model {
   const ModelConfig& config() const { return checkpoint_->config(); }
   const CacheGeometry& geometry() const { return geometry_; }
   const WeightStats& weight_stats() const { return weight_stats_; }
+  // The loaded weights (host views; the CUDA backend uploads them, engine/cuda).
+  const ModelWeights& weights() const { return weights_; }
 
   // Runs all layers over the batch, updating its caches, and writes NumLogitRows(batch)
   // rows of [vocab] logits. CHECKs that token ids are < vocab (callers validate input).

@@ -42,17 +42,25 @@ absl::Status ValidateInputs(const ModelCacheSpec& spec, const PlannerOptions& op
 
 }  // namespace
 
-absl::StatusOr<CacheLayout> PlanMemory(const ModelCacheSpec& spec, const PlannerOptions& options) {
-  RETURN_IF_ERROR(ValidateInputs(spec, options));
+CacheLayout LayoutWithPools(const ModelCacheSpec& spec, int block_size, int32_t num_blocks,
+                            int32_t num_slots, int32_t num_checkpoints) {
   CacheLayout layout;
   layout.num_mla_layers = spec.num_mla_layers;
   layout.latent_dim = spec.latent_dim;
   layout.latent_dtype = spec.latent_dtype;
-  layout.block_size = options.block_size;
+  layout.block_size = block_size;
+  layout.num_blocks = num_blocks;
   layout.num_kda_layers = spec.num_kda_layers;
   layout.kda_state_bytes_per_layer = spec.kda_state_bytes_per_layer;
   layout.kda_conv_bytes_per_layer = spec.kda_conv_bytes_per_layer;
-  layout.num_slots = options.max_num_seqs;
+  layout.num_slots = num_slots;
+  layout.num_checkpoints = num_checkpoints;
+  return layout;
+}
+
+absl::StatusOr<CacheLayout> PlanMemory(const ModelCacheSpec& spec, const PlannerOptions& options) {
+  RETURN_IF_ERROR(ValidateInputs(spec, options));
+  CacheLayout layout = LayoutWithPools(spec, options.block_size, 0, options.max_num_seqs, 0);
 
   const int64_t slot_bytes = layout.state_bytes_per_sequence();
   const int64_t slack =

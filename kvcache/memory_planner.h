@@ -59,6 +59,11 @@ struct PlannerOptions {
 
 absl::StatusOr<CacheLayout> PlanMemory(const ModelCacheSpec& spec, const PlannerOptions& options);
 
+// The layout of `spec` with pool sizes given directly (what PlanMemory derives from a budget):
+// for tests and benchmarks that size the caches themselves.
+CacheLayout LayoutWithPools(const ModelCacheSpec& spec, int block_size, int32_t num_blocks,
+                            int32_t num_slots, int32_t num_checkpoints);
+
 // One line for the start-up log and the info endpoints, e.g.
 //   latent cache: 1,234,560 tokens (1.2 1M-token sequences) in 19,290 bf16 blocks of 64;
 //   96 state slots (428.6 MiB each); 12 KDA checkpoints; 70.13 GiB

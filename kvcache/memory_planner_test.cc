@@ -21,6 +21,22 @@ ModelCacheSpec SmallHybrid() {
   return spec;
 }
 
+TEST(MemoryPlannerTest, LayoutWithPoolsTakesTheSpecAndTheGivenPools) {
+  const ModelCacheSpec spec = SmallHybrid();
+  const CacheLayout layout = LayoutWithPools(spec, 32, 100, 7, 3);
+  EXPECT_EQ(layout.num_mla_layers, spec.num_mla_layers);
+  EXPECT_EQ(layout.latent_dim, spec.latent_dim);
+  EXPECT_EQ(layout.latent_dtype, spec.latent_dtype);
+  EXPECT_EQ(layout.num_kda_layers, spec.num_kda_layers);
+  EXPECT_EQ(layout.kda_state_bytes_per_layer, spec.kda_state_bytes_per_layer);
+  EXPECT_EQ(layout.kda_conv_bytes_per_layer, spec.kda_conv_bytes_per_layer);
+  EXPECT_EQ(layout.block_size, 32);
+  EXPECT_EQ(layout.num_blocks, 100);
+  EXPECT_EQ(layout.num_slots, 7);
+  EXPECT_EQ(layout.num_checkpoints, 3);
+  EXPECT_TRUE(layout.Validate().ok());
+}
+
 TEST(MemoryPlannerTest, SmallHybridArithmetic) {
   PlannerOptions options;
   options.memory_budget_bytes = 1'000'000;

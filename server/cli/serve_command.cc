@@ -37,7 +37,9 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"max-model-len", true, "prompt + output tokens per request (default: config, cache-bound)"},
     {"max-num-seqs", true, "sequences running at once (default 64)"},
     {"max-num-batched-tokens", true, "tokens per engine step (default 2048)"},
-    {"kv-cache-memory", true, "bytes for all caches, e.g. 512MiB, 4GiB (default 1GiB)"},
+    {"device", true, "cpu | cuda (one GPU; default cpu)"},
+    {"kv-cache-memory", true,
+     "bytes for all caches, e.g. 512MiB, 4GiB (default: cpu 1GiB, cuda 90% of free GPU memory)"},
     {"block-size", true, "tokens per latent cache page (default 64)"},
     {"no-prefix-caching", false, "disable prefix caching"},
     {"scheduling-policy", true, "fcfs | priority (default fcfs)"},
@@ -84,6 +86,7 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
                    flags.GetInt("max-queued-requests", 1024, 1, int64_t{1} << 30));
   if (auto bytes = flags.Get("kv-cache-memory")) {
     ASSIGN_OR_RETURN(o->kv_cache_memory_bytes, ParseBytes(*bytes, "kv-cache-memory"));
+    o->kv_cache_memory_given = true;
   }
   return absl::OkStatus();
 }
@@ -117,6 +120,10 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
     for (absl::string_view name : absl::StrSplit(*names, ',', absl::SkipWhitespace())) {
       o.served_names.emplace_back(name);
     }
+  }
+  o.device = flags.GetOr("device", "cpu");
+  if (o.device != "cpu" && o.device != "cuda") {
+    return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + o.device + "'");
   }
   o.api_key = flags.GetOr("api-key", "");
   if (o.api_key.empty()) {

@@ -14,6 +14,10 @@
 #include "scheduler/scheduler.h"
 #include "server/cli/default_model.h"
 
+#if defined(STRATA_HAVE_CUDA)
+#include "engine/cuda/cuda_executor.h"
+#endif
+
 #ifndef STRATA_VERSION
 #define STRATA_VERSION "unknown"
 #endif
@@ -90,7 +94,11 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   plan.max_num_seqs = options.scheduler.max_num_seqs;
   plan.checkpoint_fraction = options.scheduler.enable_prefix_caching ? 0.1 : 0.0;
   plan.min_num_tokens = options.max_model_len;
-  ASSIGN_OR_RETURN(layout_, kvcache::PlanMemory(engine::CacheSpecFor(cfg), plan));
+  if (options.device == "cuda") {
+    RETURN_IF_ERROR(PrepareCudaExecutor(options, plan));
+  } else {
+    ASSIGN_OR_RETURN(layout_, kvcache::PlanMemory(engine::CacheSpecFor(cfg), plan));
+  }
   int64_t max_model_len = options.max_model_len;
   if (max_model_len == 0) {
     max_model_len = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : (1 << 20);
@@ -116,6 +124,38 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   return absl::OkStatus();
 }
 
+absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
+                                               kvcache::PlannerOptions plan) {
+#if defined(STRATA_HAVE_CUDA)
+  if (options.parallel.multi_rank() || options.parallel.local_ranks != 1) {
+    return absl::InvalidArgumentError(
+        "--device cuda serves one rank on one GPU; --world-size and --local-ranks above 1 run on "
+        "the CPU backend only (multi-GPU expert parallelism is not wired yet)");
+  }
+  if (options.scheduler.block_size != 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device cuda needs --block-size 64 (the MLA kernels' page); got ",
+                     options.scheduler.block_size));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> executor,
+                   engine::cuda::CudaExecutor::Create(*model_));
+  if (!options.kv_cache_memory_given) {
+    ASSIGN_OR_RETURN(plan.memory_budget_bytes, executor->DefaultCacheBudgetBytes(0.9));
+  }
+  ASSIGN_OR_RETURN(layout_,
+                   kvcache::PlanMemory(engine::cuda::CudaCacheSpecFor(model_->config()), plan));
+  RETURN_IF_ERROR(executor->AllocateCaches(layout_));
+  cuda_executor_ = std::move(executor);
+  return absl::OkStatus();
+#else
+  (void)options;
+  (void)plan;
+  return absl::FailedPreconditionError(
+      "--device cuda: this strata was built without CUDA (no nvcc at configure time, or "
+      "-DSTRATA_WITH_CUDA=OFF)");
+#endif
+}
+
 // A scheduler and an executor per local rank; with several ranks in the group also the step
 // gate, the MoE exchange and a workspace of its own (the local ranks share the model).
 std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions& options) {
@@ -123,6 +163,10 @@ std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions&
   for (size_t i = 0; i < ranks.size(); ++i) {
     server::EngineRank& r = ranks[i];
     r.scheduler = std::make_unique<scheduler::Scheduler>(scheduler_config_);
+    if (cuda_executor_ != nullptr) {  // one rank (PrepareCudaExecutor)
+      r.executor = std::move(cuda_executor_);
+      continue;
+    }
     auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);
     if (local_ranks_ != nullptr) {
       dist::ExpertParallelExchange* exchange = local_ranks_->exchanges[i].get();
@@ -177,7 +221,8 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
   const scheduler::SchedulerStats& sch = stats.scheduler;
   Json info = Json::object();
   info["version"] = STRATA_VERSION;
-  info["build"] = {{"compiler", __VERSION__}, {"cplusplus", __cplusplus}, {"backend", "cpu"}};
+  info["build"] = {
+      {"compiler", __VERSION__}, {"cplusplus", __cplusplus}, {"backend", options.device}};
   info["model"] = {{"names", served_.names},
                    {"root", dir_},
                    {"max_model_len", served_.max_model_len},
@@ -185,20 +230,25 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
                    {"tokenizer_vocab_size", tokenizer_->vocab_size()},
                    {"chat_template", chat_template_.has_value()}};
   const scheduler::SchedulerConfig& c = scheduler_config_;
-  info["config"] = {{"host", options.http.host},
-                    {"port", options.http.port},
-                    {"api_key_required", !options.api_key.empty()},
-                    {"max_model_len", c.max_model_len},
-                    {"max_num_seqs", c.max_num_seqs},
-                    {"max_num_batched_tokens", c.max_num_batched_tokens},
-                    {"block_size", c.block_size},
-                    {"enable_prefix_caching", c.enable_prefix_caching},
-                    {"policy", std::string(scheduler::PolicyName(c.policy))},
-                    {"kv_cache_memory_bytes", options.kv_cache_memory_bytes},
-                    {"max_queued_requests", options.engine.max_queued_requests},
-                    {"max_body_bytes", options.http.max_body_bytes},
-                    {"http_threads", options.http.num_threads},
-                    {"drain_timeout_s", options.drain_timeout_s}};
+  info["config"] = {
+      {"host", options.http.host},
+      {"port", options.http.port},
+      {"api_key_required", !options.api_key.empty()},
+      {"max_model_len", c.max_model_len},
+      {"max_num_seqs", c.max_num_seqs},
+      {"max_num_batched_tokens", c.max_num_batched_tokens},
+      {"block_size", c.block_size},
+      {"enable_prefix_caching", c.enable_prefix_caching},
+      {"policy", std::string(scheduler::PolicyName(c.policy))},
+      {"device", options.device},
+      {"kv_cache_memory_bytes",
+       options.kv_cache_memory_given
+           ? options.kv_cache_memory_bytes
+           : (options.device == "cuda" ? layout_.TotalBytes() : options.kv_cache_memory_bytes)},
+      {"max_queued_requests", options.engine.max_queued_requests},
+      {"max_body_bytes", options.http.max_body_bytes},
+      {"http_threads", options.http.num_threads},
+      {"drain_timeout_s", options.drain_timeout_s}};
   info["memory_plan"] = {
       {"description", kvcache::DescribePlan(layout_)},
       {"num_blocks", layout_.num_blocks},

@@ -31,6 +31,8 @@ struct ServeOptions {
   std::string api_key;                    // --api-key or $STRATA_API_KEY
   int64_t max_model_len = 0;              // 0: min(config, what the cache holds)
   int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  bool kv_cache_memory_given = false;    // --kv-cache-memory was set (else a per-device default)
+  std::string device = "cpu";            // --device: cpu | cuda
   scheduler::SchedulerConfig scheduler;  // pool sizes filled from the memory plan
   server::EngineLoopOptions engine;
   http::HttpServerOptions http;
@@ -63,6 +65,9 @@ class ModelRuntime {
   absl::Status LoadTokenizer();
   absl::Status StartEngine(const ServeOptions& options);
   std::vector<server::EngineRank> MakeLocalRanks(const ServeOptions& options);
+  // --device cuda: uploads the weights, plans the caches in device memory (from
+  // --kv-cache-memory, else 90% of what the weights leave free) and allocates them.
+  absl::Status PrepareCudaExecutor(const ServeOptions& options, kvcache::PlannerOptions plan);
 
   std::string dir_;
   std::unique_ptr<engine::Model> model_;
@@ -70,6 +75,9 @@ class ModelRuntime {
   std::optional<engine::ChatTemplate> chat_template_;
   std::optional<engine::ChatTemplate> chat_template_tools_;
   kvcache::CacheLayout layout_;
+  // --device cuda: the executor, made before the scheduler (the cache plan depends on the device
+  // memory the weights leave); MakeLocalRanks hands it to the engine loop.
+  std::unique_ptr<engine::StepExecutor> cuda_executor_;
   scheduler::SchedulerConfig scheduler_config_;
   int first_rank_ = 0;
   // Communicators and MoE exchanges of the local ranks (several ranks only); declared before

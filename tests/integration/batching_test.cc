@@ -50,19 +50,8 @@ class BatchingTest : public testing::TestWithParam<std::string> {
   // A cache of `num_blocks` pages of `block_size` tokens, `num_slots` slots.
   kvcache::CacheLayout Layout(int32_t num_blocks, int block_size, int32_t num_slots,
                               int32_t num_checkpoints) const {
-    const kvcache::ModelCacheSpec spec = engine::CacheSpecFor(model_->config());
-    kvcache::CacheLayout layout;
-    layout.num_mla_layers = spec.num_mla_layers;
-    layout.latent_dim = spec.latent_dim;
-    layout.latent_dtype = spec.latent_dtype;
-    layout.block_size = block_size;
-    layout.num_blocks = num_blocks;
-    layout.num_kda_layers = spec.num_kda_layers;
-    layout.kda_state_bytes_per_layer = spec.kda_state_bytes_per_layer;
-    layout.kda_conv_bytes_per_layer = spec.kda_conv_bytes_per_layer;
-    layout.num_slots = num_slots;
-    layout.num_checkpoints = num_checkpoints;
-    return layout;
+    return kvcache::LayoutWithPools(engine::CacheSpecFor(model_->config()), block_size, num_blocks,
+                                    num_slots, num_checkpoints);
   }
 
   scheduler::SchedulerConfig Config(const kvcache::CacheLayout& layout, int32_t max_seqs,

@@ -1,0 +1,177 @@
+#include "bench/engine_bench.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "bench/roofline.h"
+#include "core/status.h"
+#include "scheduler/scheduler.h"
+
+namespace strata::bench {
+namespace {
+
+// Weight bytes one decode step must read for `batch` tokens: everything but the routed
+// experts, plus the experts the batch is expected to touch (E·(1 − (1 − k/E)^batch)).
+double DecodeWeightBytes(const engine::ModelConfig& cfg, double total_bytes,
+                         double routed_bytes_per_expert_layer, int batch) {
+  const auto& m = cfg.moe;
+  int num_moe_layers = 0;
+  for (int l = 0; l < cfg.num_layers; ++l) num_moe_layers += cfg.IsMoe(l) ? 1 : 0;
+  const double all_routed =
+      routed_bytes_per_expert_layer * m.num_experts * static_cast<double>(num_moe_layers);
+  const double touched =
+      m.num_experts > 0
+          ? m.num_experts *
+                (1.0 - std::pow(1.0 - double(m.num_experts_per_token) / m.num_experts, batch))
+          : 0.0;
+  // the embedding table is read one row per token, not whole
+  const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2.0;
+  return total_bytes - all_routed - embed +
+         routed_bytes_per_expert_layer * touched * num_moe_layers;
+}
+
+struct Measured {
+  double prefill_s = 0, decode_s = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+};
+
+absl::StatusOr<Measured> RunRequests(const engine::Model& model, EngineBackend& backend,
+                                     const EngineBenchOptions& o) {
+  const kvcache::CacheLayout& layout = backend.layout;
+  scheduler::SchedulerConfig config;
+  config.max_num_seqs = o.batch;
+  config.max_num_batched_tokens = std::max<int64_t>(512, o.batch);
+  config.max_model_len = o.prompt_tokens + o.gen_tokens;
+  config.num_blocks = layout.num_blocks;
+  config.num_slots = layout.num_slots;
+  config.has_kda_layers = layout.num_kda_layers > 0;
+  config.enable_prefix_caching = false;
+  ASSIGN_OR_RETURN(auto sched, scheduler::Scheduler::Create(config));
+  std::mt19937 rng(1);
+  for (int b = 0; b < o.batch; ++b) {
+    scheduler::Request r;
+    r.request_id = "bench" + std::to_string(b);
+    for (int64_t i = 0; i < o.prompt_tokens; ++i) {
+      r.prompt.push_back(static_cast<int32_t>(rng() % model.config().vocab_size));
+    }
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = o.gen_tokens;
+    r.ignore_eos = true;
+    RETURN_IF_ERROR(sched->Add(std::move(r)).status());
+  }
+  Measured m;
+  int first_tokens = 0;
+  auto start = std::chrono::steady_clock::now();
+  bool decoding = false;
+  while (sched->HasWork()) {
+    engine::StepPlan plan = sched->Schedule();
+    engine::StepResult result = backend.executor->Execute(plan);
+    for (const auto& e : sched->Commit(result)) {
+      if (e.token && e.num_output_tokens == 1) ++first_tokens;
+    }
+    if (!decoding && first_tokens == o.batch) {  // every prompt is in: prefill done
+      m.prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      start = std::chrono::steady_clock::now();
+      decoding = true;
+    }
+  }
+  m.decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.prefill_tokens = o.prompt_tokens * o.batch;
+  m.decode_tokens = (o.gen_tokens - 1) * o.batch;
+  return m;
+}
+
+}  // namespace
+
+kvcache::CacheLayout EngineBenchLayout(const kvcache::ModelCacheSpec& spec,
+                                       const EngineBenchOptions& o) {
+  // Pages for every sequence's prompt and output, one slot each, no checkpoints.
+  return kvcache::LayoutWithPools(
+      spec, 64, static_cast<int32_t>(o.batch * ((o.prompt_tokens + o.gen_tokens) / 64 + 2)),
+      o.batch, 0);
+}
+
+absl::StatusOr<EngineBackend> CpuEngineBackend(const engine::Model& model,
+                                               const EngineBenchOptions& options) {
+  EngineBackend b;
+  b.device = "cpu";
+  b.layout = EngineBenchLayout(engine::CacheSpecFor(model.config()), options);
+  b.executor = std::make_unique<engine::CpuExecutor>(model, b.layout);
+  b.read_bytes_per_s = MeasureReadBandwidth();
+  b.peak_flops = MeasurePeakF32Flops();
+  char text[128];
+  std::snprintf(text, sizeof(text), "read bandwidth %.1f GB/s, f32 peak %.1f GFLOP/s",
+                b.read_bytes_per_s / 1e9, b.peak_flops / 1e9);
+  b.ceilings = text;
+  return b;
+}
+
+absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model,
+                                                      const std::string& model_dir,
+                                                      EngineBackend& backend,
+                                                      const EngineBenchOptions& o) {
+  ASSIGN_OR_RETURN(Measured m, RunRequests(model, backend, o));
+  const engine::ModelConfig& cfg = model.config();
+  const engine::WeightStats w = model.weight_stats();
+  const double bandwidth = backend.read_bytes_per_s, peak = backend.peak_flops;
+  const double step_bytes =
+      DecodeWeightBytes(cfg, double(w.total_bytes), double(w.routed_expert_bytes_per_layer_expert),
+                        o.batch) +
+      double(o.batch) * double(backend.layout.state_bytes_per_sequence()) * 2.0 +
+      double(o.batch) * double(backend.layout.mla_bytes_per_token()) *
+          double(o.prompt_tokens + o.gen_tokens / 2);
+  // A decode step can be no faster than reading its bytes or doing its weight FLOPs (large
+  // batches turn compute-bound): the floor is the slower of the two.
+  const double flops_per_token = 2.0 * double(w.active_params_per_token);
+  const double step_read_s = step_bytes / bandwidth;
+  const double step_compute_s = double(o.batch) * flops_per_token / peak;
+  const double decode_floor_tps = o.batch / std::max(step_read_s, step_compute_s);
+  const char* decode_bound = step_read_s >= step_compute_s ? "bandwidth" : "compute";
+  const double prefill_floor_tps = peak / flops_per_token;
+  const double prefill_tps = m.prefill_tokens / m.prefill_s;
+  const double decode_tps = m.decode_tokens / m.decode_s;
+  const bool gpu = backend.device == "cuda";
+  return nlohmann::ordered_json{
+      {"model", model_dir},
+      {"device", backend.device},
+      {"threads", omp_get_max_threads()},
+      {"batch", o.batch},
+      {"prompt_tokens", o.prompt_tokens},
+      {"gen_tokens", o.gen_tokens},
+      {"prefill_tokens_per_s", prefill_tps},
+      {"decode_tokens_per_s", decode_tps},
+      {"prefill_floor_tokens_per_s", prefill_floor_tps},
+      {"decode_floor_tokens_per_s", decode_floor_tps},
+      {"prefill_pct_of_roofline", 100.0 * prefill_tps / prefill_floor_tps},
+      {"decode_pct_of_roofline", 100.0 * decode_tps / decode_floor_tps},
+      {"decode_floor_bound_by", decode_bound},
+      {"measured_read_bandwidth_gb_s", bandwidth / 1e9},
+      {gpu ? "measured_peak_bf16_gflop_s" : "measured_peak_f32_gflop_s", peak / 1e9},
+      {"decode_step_bytes", step_bytes},
+      {"active_params_per_token", w.active_params_per_token},
+  };
+}
+
+void PrintEngineBenchTable(const nlohmann::ordered_json& r, const EngineBackend& backend) {
+  std::printf("model %s, %s, %d threads, batch %d, prompt %lld, gen %lld\n",
+              r["model"].get<std::string>().c_str(), backend.device.c_str(),
+              r["threads"].get<int>(), r["batch"].get<int>(),
+              static_cast<long long>(r["prompt_tokens"].get<int64_t>()),
+              static_cast<long long>(r["gen_tokens"].get<int64_t>()));
+  std::printf("ceilings: %s\n", backend.ceilings.c_str());
+  std::printf("%-8s %14s %18s %8s\n", "phase", "tokens/s", "roofline tokens/s", "% floor");
+  std::printf("%-8s %14.1f %18.1f %7.1f%%\n", "prefill", r["prefill_tokens_per_s"].get<double>(),
+              r["prefill_floor_tokens_per_s"].get<double>(),
+              r["prefill_pct_of_roofline"].get<double>());
+  std::printf("%-8s %14.1f %18.1f %7.1f%%  (floor bound by %s)\n", "decode",
+              r["decode_tokens_per_s"].get<double>(), r["decode_floor_tokens_per_s"].get<double>(),
+              r["decode_pct_of_roofline"].get<double>(),
+              r["decode_floor_bound_by"].get<std::string>().c_str());
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,55 @@
+// The engine measurement behind `strata bench` (server/cli/bench_command.cc) and the GPU
+// check's standalone runner (bench/cuda_engine_bench.cc): requests of random tokens through
+// the real scheduler and a backend's executor, prefill and decode tokens/s, each next to its
+// roofline floor computed from ceilings the backend measured in the same run (PERF.md): decode
+// is bounded by the bytes a step must read (weights touched, states, latents) or by its weight
+// FLOPs, whichever is slower; prefill by its FLOPs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "engine/executor.h"
+#include "engine/model.h"
+#include "kvcache/cache_layout.h"
+#include "kvcache/memory_planner.h"
+
+namespace strata::bench {
+
+struct EngineBenchOptions {
+  int64_t prompt_tokens = 512;
+  int64_t gen_tokens = 128;
+  int batch = 1;
+};
+
+// An executor over caches sized for the run, and the ceilings its floors divide by.
+struct EngineBackend {
+  std::string device;  // "cpu" | "cuda"
+  std::unique_ptr<engine::StepExecutor> executor;
+  kvcache::CacheLayout layout;
+  double read_bytes_per_s = 0.0;
+  double peak_flops = 0.0;  // f32 on the CPU, bf16 tensor cores on a GPU
+  std::string ceilings;     // one line for the report
+};
+
+// Pages for every sequence's prompt and output, one slot each, no checkpoints.
+kvcache::CacheLayout EngineBenchLayout(const kvcache::ModelCacheSpec& spec,
+                                       const EngineBenchOptions& options);
+
+absl::StatusOr<EngineBackend> CpuEngineBackend(const engine::Model& model,
+                                               const EngineBenchOptions& options);
+
+// Runs the benchmark; the report's fields are what `strata bench --json` prints.
+absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model,
+                                                      const std::string& model_dir,
+                                                      EngineBackend& backend,
+                                                      const EngineBenchOptions& options);
+
+// The human-readable form of a report.
+void PrintEngineBenchTable(const nlohmann::ordered_json& report, const EngineBackend& backend);
+
+}  // namespace strata::bench

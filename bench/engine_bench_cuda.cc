@@ -1,0 +1,30 @@
+#include "bench/engine_bench_cuda.h"
+
+#include <cstdio>
+
+#include "core/status.h"
+#include "engine/cuda/cuda_executor.h"
+
+namespace strata::bench {
+
+absl::StatusOr<EngineBackend> CudaEngineBackend(const engine::Model& model,
+                                                const EngineBenchOptions& options) {
+  EngineBackend b;
+  b.device = "cuda";
+  b.layout = EngineBenchLayout(engine::cuda::CudaCacheSpecFor(model.config()), options);
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> e,
+                   engine::cuda::CudaExecutor::Create(model));
+  RETURN_IF_ERROR(e->AllocateCaches(b.layout));
+  ASSIGN_OR_RETURN(engine::cuda::DeviceCeilings c, e->MeasureCeilings());
+  // A copy's GB/s counts bytes read plus written; DRAM streams reads at about that rate.
+  b.read_bytes_per_s = c.copy_gb_s * 1e9;
+  b.peak_flops = c.bf16_tflop_s * 1e12;
+  char text[128];
+  std::snprintf(text, sizeof(text), "device copy %.0f GB/s, cuBLAS bf16 GEMM %.0f TFLOP/s",
+                c.copy_gb_s, c.bf16_tflop_s);
+  b.ceilings = text;
+  b.executor = std::move(e);
+  return b;
+}
+
+}  // namespace strata::bench

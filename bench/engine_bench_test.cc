@@ -1,0 +1,54 @@
+// The engine benchmark on the CPU backend: a small run through the real scheduler and executor
+// reports every field `strata bench --json` documents, with rates that are positive and floors
+// from the ceilings it measured.
+#include "bench/engine_bench.h"
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "tools/checkpoint_generator.h"
+
+namespace strata::bench {
+namespace {
+
+TEST(EngineBenchTest, CpuRunReportsRatesAndFloors) {
+  const std::string dir = testing::TempDir() + "/engine_bench_" + std::to_string(getpid());
+  tools::GeneratorOptions generator;
+  generator.preset = "tiny";
+  ASSERT_TRUE(tools::GenerateCheckpoint(generator, dir).ok());
+  auto model = engine::Model::Load(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EngineBenchOptions options;
+  options.prompt_tokens = 9;
+  options.gen_tokens = 4;
+  options.batch = 3;
+  auto backend = CpuEngineBackend(**model, options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ(backend->layout.num_slots, 3);
+  EXPECT_GE(backend->layout.num_tokens(), 3 * (9 + 4));
+  auto report = RunEngineBench(**model, dir, *backend, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  const nlohmann::ordered_json& r = *report;
+  EXPECT_EQ(r["device"], "cpu");
+  EXPECT_EQ(r["batch"], 3);
+  for (const char* key :
+       {"prefill_tokens_per_s", "decode_tokens_per_s", "prefill_floor_tokens_per_s",
+        "decode_floor_tokens_per_s", "measured_read_bandwidth_gb_s", "measured_peak_f32_gflop_s",
+        "decode_step_bytes"}) {
+    ASSERT_TRUE(r.contains(key)) << key;
+    EXPECT_GT(r[key].get<double>(), 0.0) << key;
+  }
+  EXPECT_NEAR(
+      r["decode_pct_of_roofline"].get<double>(),
+      100.0 * r["decode_tokens_per_s"].get<double>() / r["decode_floor_tokens_per_s"].get<double>(),
+      1e-9);
+  const std::string bound = r["decode_floor_bound_by"];
+  EXPECT_TRUE(bound == "bandwidth" || bound == "compute") << bound;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata::bench

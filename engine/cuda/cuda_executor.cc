@@ -1,0 +1,361 @@
+#include "engine/cuda/cuda_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "kernels/cuda/ceilings.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace strata::engine::cuda {
+namespace kc = kernels::cuda;
+namespace {
+
+// Device memory kept free beyond the caches: the forward's scratch at the largest batches,
+// cuBLAS workspaces, the CUDA context's own allocations.
+constexpr int64_t kScratchReserveBytes = int64_t{2} << 30;
+constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;
+constexpr int32_t kMaxGraphBatch = 256;
+constexpr int32_t kMinGraphTableWidth = 8;
+constexpr size_t kMaxGraphs = 48;
+
+int32_t NextPowerOfTwo(int64_t v) {
+  int32_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// Grows `buffer` to at least `bytes` (contents are not kept).
+template <typename Buffer>
+absl::Status Reserve(Buffer* buffer, int64_t bytes, const char* what) {
+  if (buffer->bytes() >= bytes) return absl::OkStatus();
+  *buffer = Buffer();  // free first: the old and new sizes need not fit together
+  ASSIGN_OR_RETURN(*buffer, Buffer::Allocate(std::max<int64_t>(bytes * 3 / 2, 4096), what));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+kvcache::ModelCacheSpec CudaCacheSpecFor(const ModelConfig& cfg) {
+  kvcache::ModelCacheSpec spec = CacheSpecFor(cfg);  // f32 state and conv rows, as on the CPU
+  spec.latent_dtype = kvcache::LatentDType::kBF16;
+  return spec;
+}
+
+absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
+    const Model& model, const CudaExecutorOptions& options) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
+  }
+  std::unique_ptr<CudaExecutor> e(new CudaExecutor());
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(e->device_), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  STRATA_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, e->device_),
+                              "cudaGetDeviceProperties");
+  LOG_INFO("cuda", "device {}: {} (sm_{}{}, {} SMs, {:.0f} GiB)", e->device_, prop.name, prop.major,
+           prop.minor, prop.multiProcessorCount,
+           static_cast<double>(prop.totalGlobalMem) / (1 << 30));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking),
+                              "cudaStreamCreate");
+  ASSIGN_OR_RETURN(kc::CublasHandle handle, kc::CublasHandle::Create());
+  e->cublas_.emplace(std::move(handle));
+  // cuBLAS would otherwise allocate its workspace lazily, which a graph capture cannot do.
+  ASSIGN_OR_RETURN(e->cublas_workspace_,
+                   kc::DeviceBuffer::Allocate(kCublasWorkspaceBytes, "the cuBLAS workspace"));
+  STRATA_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(e->cublas_->get(), e->cublas_workspace_.get(),
+                                                   static_cast<size_t>(kCublasWorkspaceBytes)),
+                                "cublasSetWorkspace");
+  ASSIGN_OR_RETURN(e->model_, CudaModel::Create(model, options.model));
+  e->graphs_enabled_ = options.cuda_graphs && options.model.own_grouped_gemm;
+  return e;
+}
+
+CudaExecutor::DecodeGraph::~DecodeGraph() {
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+}
+
+CudaExecutor::~CudaExecutor() {
+  graphs_.clear();
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+absl::StatusOr<int64_t> CudaExecutor::DefaultCacheBudgetBytes(double fraction) const {
+  ASSIGN_OR_RETURN(kc::DeviceMemoryInfo info, kc::QueryDeviceMemory());
+  const int64_t usable =
+      static_cast<int64_t>(static_cast<double>(info.free_bytes) * fraction) - kScratchReserveBytes;
+  if (usable <= 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no device memory left for the caches: ", info.free_bytes,
+                     " bytes free after ", model_->weight_bytes(), " bytes of weights (",
+                     kScratchReserveBytes, " are kept for the forward's scratch)"));
+  }
+  return usable;
+}
+
+absl::Status CudaExecutor::AllocateCaches(const kvcache::CacheLayout& layout) {
+  if (layout.num_mla_layers > 0 && layout.block_size != 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device cuda needs --block-size 64 (the MLA kernels' page), got ", layout.block_size));
+  }
+  if (layout.num_mla_layers > 0 && layout.latent_dtype != kvcache::LatentDType::kBF16) {
+    return absl::InvalidArgumentError("--device cuda keeps the latent cache in bf16");
+  }
+  if (layout.num_tokens() >= (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the latent cache holds ", layout.num_tokens(),
+                     " tokens; the CUDA kernels index at most 2^31 − 1"));
+  }
+  layout_ = layout;
+  ASSIGN_OR_RETURN(caches_arena_, kc::DeviceBuffer::Allocate(layout.TotalBytes(), "the caches"));
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemset(caches_arena_.get(), 0, static_cast<size_t>(layout.TotalBytes())),
+      "cache arena cudaMemset");
+  caches_ = DeviceCaches();
+  for (int j = 0; j < layout.num_mla_layers; ++j) {
+    caches_.mla_pages.push_back(reinterpret_cast<uint16_t*>(arena() + layout.MlaLayerOffset(j)));
+  }
+  for (int j = 0; j < layout.num_kda_layers; ++j) {
+    caches_.kda_state.push_back(reinterpret_cast<float*>(arena() + layout.KdaStateOffset(j)));
+    caches_.kda_conv.push_back(reinterpret_cast<float*>(arena() + layout.KdaConvOffset(j)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::CopyStateRow(int32_t from_row, int32_t to_row) {
+  for (int j = 0; j < layout_.num_kda_layers; ++j) {
+    for (auto [offset, bytes] :
+         {std::pair{layout_.KdaStateOffset(j), layout_.kda_state_bytes_per_layer},
+          std::pair{layout_.KdaConvOffset(j), layout_.kda_conv_bytes_per_layer}}) {
+      STRATA_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(arena() + offset + to_row * bytes, arena() + offset + from_row * bytes,
+                          static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_),
+          "state row cudaMemcpyAsync");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::InitSlots(const StepPlan& plan) {
+  if (layout_.num_kda_layers == 0) return absl::OkStatus();
+  for (const ScheduledSequence& seq : plan.sequences) {
+    if (seq.slot < 0 || seq.slot_init == SlotInit::kCarry) continue;
+    CHECK_LT(seq.slot, layout_.num_slots);
+    const int32_t row = layout_.SlotRow(seq.slot);
+    if (seq.slot_init == SlotInit::kFromCheckpoint) {
+      CHECK(seq.source_checkpoint >= 0 && seq.source_checkpoint < layout_.num_checkpoints);
+      RETURN_IF_ERROR(CopyStateRow(layout_.CheckpointRow(seq.source_checkpoint), row));
+      continue;
+    }
+    for (int j = 0; j < layout_.num_kda_layers; ++j) {
+      for (auto [offset, bytes] :
+           {std::pair{layout_.KdaStateOffset(j), layout_.kda_state_bytes_per_layer},
+            std::pair{layout_.KdaConvOffset(j), layout_.kda_conv_bytes_per_layer}}) {
+        STRATA_CUDA_RETURN_IF_ERROR(
+            cudaMemsetAsync(arena() + offset + row * bytes, 0, static_cast<size_t>(bytes), stream_),
+            "state row cudaMemsetAsync");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The step's index arrays and a zeroed invalid-id counter (the last int) in one copy.
+absl::Status CudaExecutor::Upload(kc::DeviceBuffer* ints) {
+  const int64_t bytes = (static_cast<int64_t>(step_.ints.size()) + 1) * 4;
+  if (ints->bytes() < bytes) return absl::InternalError("step input buffer too small");
+  RETURN_IF_ERROR(Reserve(&step_staging_, bytes, "step index arrays (host)"));
+  int32_t* staging = step_staging_.as<int32_t>();
+  std::memcpy(staging, step_.ints.data(), step_.ints.size() * 4);
+  staging[step_.ints.size()] = 0;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ints->get(), staging, static_cast<size_t>(bytes),
+                                              cudaMemcpyHostToDevice, stream_),
+                              "step cudaMemcpyAsync");
+  return absl::OkStatus();
+}
+
+bool CudaExecutor::PadForGraph(GraphKey* key) {
+  if (!graphs_enabled_ || step_.num_prefill() > 0 || step_.num_decode == 0 ||
+      step_.num_decode > kMaxGraphBatch) {
+    return false;
+  }
+  *key = {NextPowerOfTwo(step_.num_decode),
+          std::max(kMinGraphTableWidth, NextPowerOfTwo(step_.max_blocks_per_seq))};
+  if (graph_failed_.contains(*key)) return false;
+  if (!graphs_.contains(*key) && graphs_.size() >= kMaxGraphs) return false;
+  PadDecodeStep(key->first, key->second, layout_.block_size, &step_);
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<CudaExecutor::DecodeGraph>> CudaExecutor::Capture() {
+  auto g = std::make_unique<DecodeGraph>();
+  ASSIGN_OR_RETURN(g->ints,
+                   kc::DeviceBuffer::Allocate((static_cast<int64_t>(step_.ints.size()) + 1) * 4,
+                                              "graph step arrays"));
+  ASSIGN_OR_RETURN(g->logits,
+                   g->scratch.Take<float>(step_.num_logit_rows * model_->config().vocab_size));
+  ASSIGN_OR_RETURN(g->expert_offsets, g->scratch.Take<int32_t>(model_->expert_offsets_ints()));
+  DeviceStep step;
+  step.host = &step_;
+  step.ints = g->ints.as<int32_t>();
+  step.invalid_tokens = g->ints.as<int32_t>() + step_.ints.size();
+  const DeviceContext ctx{stream_, cublas_->get(), &g->scratch};
+  // Relaxed: the graph's scratch may still grow (cudaMalloc) while the forward is recorded.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
+                              "cudaStreamBeginCapture");
+  const absl::Status recorded = model_->Forward(step, caches_, ctx, g->logits, g->expert_offsets);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (!recorded.ok() || ended != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return recorded.ok() ? kc::CudaStatus(ended, "cudaStreamEndCapture") : recorded;
+  }
+  const cudaError_t made = cudaGraphInstantiate(&g->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  STRATA_CUDA_RETURN_IF_ERROR(made, "cudaGraphInstantiate");
+  return g;
+}
+
+CudaExecutor::DecodeGraph* CudaExecutor::GraphFor(const GraphKey& key) {
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) return it->second.get();
+  absl::StatusOr<std::unique_ptr<DecodeGraph>> g = Capture();
+  if (!g.ok()) {
+    LOG_WARN("cuda", "decode graph for batch {} / {} pages not captured ({}); eager instead",
+             key.first, key.second, g.status().ToString());
+    graph_failed_.insert(key);
+    return nullptr;
+  }
+  LOG_DEBUG("cuda", "captured the decode graph for batch {} / {} pages", key.first, key.second);
+  return graphs_.emplace(key, std::move(*g)).first->second.get();
+}
+
+absl::Status CudaExecutor::Sample(const StepPlan& plan, StepResult* result) {
+  const int64_t vocab = model_->config().vocab_size;
+  const size_t r = step_.sampled_plan_index.size();
+  if (result->sampled.size() != r) result->sampled.resize(r);
+  for (size_t i = 0; i < r; ++i) {
+    const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
+    const int64_t row = step_.sampled_logit_row[i];
+    sampler_.Sample(seq, outputs_host_.as<float>() + row * vocab, vocab, &result->sampled[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
+  BuildStepLayout(plan, layout_, &step_);
+  RETURN_IF_ERROR(InitSlots(plan));
+
+  // The forward: a graph replay (decode buckets) or eager launches.
+  const int64_t vocab = model_->config().vocab_size;
+  GraphKey key;
+  DecodeGraph* graph = PadForGraph(&key) ? GraphFor(key) : nullptr;
+  const int64_t logit_floats = step_.num_logit_rows * vocab;
+  const int64_t offsets_ints = model_->expert_offsets_ints();
+  const float* logits = nullptr;
+  const int32_t* expert_offsets = nullptr;
+  const int32_t* invalid_tokens = nullptr;
+  if (graph != nullptr) {
+    RETURN_IF_ERROR(Upload(&graph->ints));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph->exec, stream_), "cudaGraphLaunch");
+    ++graph_replays_;
+    logits = graph->logits;
+    expert_offsets = graph->expert_offsets;
+    invalid_tokens = graph->ints.as<int32_t>() + step_.ints.size();
+  } else {
+    RETURN_IF_ERROR(Reserve(&step_ints_, (static_cast<int64_t>(step_.ints.size()) + 1) * 4,
+                            "step index arrays"));
+    RETURN_IF_ERROR(Upload(&step_ints_));
+    ASSIGN_OR_RETURN(float* eager_logits, scratch_.Take<float>(logit_floats));
+    ASSIGN_OR_RETURN(int32_t * eager_offsets, scratch_.Take<int32_t>(offsets_ints));
+    DeviceStep step;
+    step.host = &step_;
+    step.ints = step_ints_.as<int32_t>();
+    step.invalid_tokens = step_ints_.as<int32_t>() + step_.ints.size();
+    const DeviceContext ctx{stream_, cublas_->get(), &scratch_};
+    RETURN_IF_ERROR(model_->Forward(step, caches_, ctx, eager_logits, eager_offsets));
+    logits = eager_logits;
+    expert_offsets = eager_offsets;
+    invalid_tokens = step.invalid_tokens;
+  }
+
+  // Outputs back to the host: logits rows, the invalid-id count, the expert offsets.
+  const int64_t out_bytes = logit_floats * 4 + 4 + offsets_ints * 4;
+  RETURN_IF_ERROR(Reserve(&outputs_host_, out_bytes, "step outputs (host)"));
+  float* logits_host = outputs_host_.as<float>();
+  int32_t* invalid_host = reinterpret_cast<int32_t*>(logits_host + logit_floats);
+  int32_t* offsets_host = invalid_host + 1;
+  for (auto [dst, src, bytes] :
+       {std::tuple<void*, const void*, int64_t>{logits_host, logits, logit_floats * 4},
+        {invalid_host, invalid_tokens, 4},
+        {offsets_host, expert_offsets, offsets_ints * 4}}) {
+    if (bytes == 0) continue;
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_),
+        "step outputs cudaMemcpyAsync");
+  }
+  // KDA checkpoints at the boundary this step ended on (stream-ordered after the forward).
+  for (const ScheduledSequence& seq : plan.sequences) {
+    if (seq.save_checkpoint < 0 || seq.slot < 0 || layout_.num_kda_layers == 0) continue;
+    CHECK_LT(seq.save_checkpoint, layout_.num_checkpoints);
+    RETURN_IF_ERROR(
+        CopyStateRow(layout_.SlotRow(seq.slot), layout_.CheckpointRow(seq.save_checkpoint)));
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
+  // As Model::Forward on the CPU: callers validate token ids, an invalid one is a bug.
+  CHECK_EQ(*invalid_host, 0) << "token ids outside [0, " << vocab << ") reached the CUDA forward";
+  if (model_->num_moe_layers() > 0) {
+    model_->CountExpertTokens(offsets_host, &result->expert_tokens);
+  } else {
+    result->expert_tokens.clear();
+  }
+  RETURN_IF_ERROR(Sample(plan, result));
+  return scratch_.Reset();
+}
+
+StepResult CudaExecutor::Execute(const StepPlan& plan) {
+  StepResult result;
+  ExecuteInto(plan, &result);
+  return result;
+}
+
+void CudaExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
+  const auto start = std::chrono::steady_clock::now();
+  result->step_id = plan.step_id;
+  const absl::Status status = Run(plan, result);
+  CHECK(status.ok()) << "CUDA step " << plan.step_id << " failed: " << status.ToString();
+  result->forward_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+absl::StatusOr<DeviceCeilings> CudaExecutor::MeasureCeilings() {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
+  DeviceCeilings c;
+  ASSIGN_OR_RETURN(c.copy_gb_s, kc::MeasureCopyBandwidthGBps(int64_t{1} << 30, 10, stream_));
+  ASSIGN_OR_RETURN(c.bf16_tflop_s, kc::MeasureBf16GemmTflops(cublas_->get(), 8192, 10, stream_));
+  return c;
+}
+
+absl::StatusOr<std::vector<float>> CudaExecutor::StateRow(int kda_layer, int32_t row) const {
+  const int64_t bytes = layout_.kda_state_bytes_per_layer;
+  std::vector<float> out(static_cast<size_t>(bytes / 4));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(out.data(), arena() + layout_.KdaStateOffset(kda_layer) + row * bytes,
+                 static_cast<size_t>(bytes), cudaMemcpyDeviceToHost),
+      "state row cudaMemcpy");
+  return out;
+}
+
+}  // namespace strata::engine::cuda

@@ -1,0 +1,138 @@
+// The CUDA executor (`strata serve --device cuda`, issue #10): runs a StepPlan on one GPU with
+// the same contract as CpuExecutor (engine/executor.h) — slot starts, one forward over the
+// ragged batch, sampling, KDA checkpoints — on caches in device memory.
+//
+// Memory: the weights are uploaded once at Create; the cache arena (latent pages in bf16, KDA
+// state and conv rows in f32, laid out by kvcache::CacheLayout from PlanMemory(
+// CudaCacheSpecFor(cfg))) is one device allocation made by AllocateCaches; the forward's
+// scratch is a device arena that grows to the largest step and then stays (device_arena.h).
+// Per step: one host→device copy of the step's index arrays, one device→host copy of the
+// sampled rows' logits (sampling runs on the host with the sequences' own samplers, so
+// penalties, seeds and log-probabilities are exactly the CPU executor's), plus one small copy
+// of the expert offsets per MoE layer.
+//
+// Decode steps (every sequence one token) run as CUDA graphs when the model's forward never
+// synchronises with the host (CudaModelOptions::own_grouped_gemm): the step is padded to a
+// batch bucket (1, 2, 4, …, 256 sequences) and a block-table width bucket (powers of two), the
+// first step of a bucket is captured (its own scratch, inputs and outputs, whose addresses the
+// graph keeps), later steps of the bucket copy their arrays into the graph's input buffer and
+// replay it. A capture that fails is logged once and the bucket runs eagerly.
+//
+// Device failures (a kernel launch error, device memory exhausted by the step scratch) are not
+// recoverable mid-step: the caches may be half-updated. Execute stops the process with the
+// failing kernel's message (CHECK); a supervisor restarts it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/cuda/cuda_model.h"
+#include "engine/cuda/device_arena.h"
+#include "engine/cuda/step_layout.h"
+#include "engine/executor.h"
+#include "engine/step_sampling.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemm.h"
+#include "kvcache/cache_layout.h"
+#include "kvcache/memory_planner.h"
+
+namespace strata::engine::cuda {
+
+// What the caches of `cfg` need on the device: bf16 latent rows, f32 KDA state and conv rows.
+kvcache::ModelCacheSpec CudaCacheSpecFor(const ModelConfig& cfg);
+
+// The device's ceilings measured on the executor's stream (kernels/cuda/ceilings.h).
+struct DeviceCeilings {
+  double copy_gb_s = 0.0;     // 1 GiB device-to-device copy, bytes read + written
+  double bf16_tflop_s = 0.0;  // cuBLAS bf16 GEMM 8192³
+};
+
+struct CudaExecutorOptions {
+  CudaModelOptions model;
+  bool cuda_graphs = true;  // decode steps as CUDA graphs (when the forward allows it)
+};
+
+class CudaExecutor : public StepExecutor {
+ public:
+  // Uploads the weights of `model` (which must outlive the executor) to the current device.
+  // Errors: no device, a model shape the kernels do not take (CudaModel::CheckSupported), device
+  // memory exhausted.
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(
+      const Model& model, const CudaExecutorOptions& options = {});
+  ~CudaExecutor() override;
+
+  // A cache budget when the user gave none: `fraction` of the device memory still free after
+  // the weights, less a reserve for the forward's scratch and cuBLAS.
+  absl::StatusOr<int64_t> DefaultCacheBudgetBytes(double fraction) const;
+  // Allocates (and zeroes) the cache arena. `layout` must come from
+  // PlanMemory(CudaCacheSpecFor(cfg), ...) with block_size 64 (the MLA kernels' page).
+  absl::Status AllocateCaches(const kvcache::CacheLayout& layout);
+
+  StepResult Execute(const StepPlan& plan) override;
+  void ExecuteInto(const StepPlan& plan, StepResult* result) override;
+
+  const kvcache::CacheLayout& layout() const { return layout_; }
+  // Host copy of one KDA layer's state row (tests compare slots and checkpoints).
+  absl::StatusOr<std::vector<float>> StateRow(int kda_layer, int32_t row) const;
+  int64_t weight_bytes() const { return model_->weight_bytes(); }
+  // Graphs captured so far and steps that replayed one (tests, logs).
+  int num_graphs() const { return static_cast<int>(graphs_.size()); }
+  int64_t graph_replays() const { return graph_replays_; }
+  absl::StatusOr<DeviceCeilings> MeasureCeilings();
+
+ private:
+  // A captured decode step of one (batch, table width) bucket with everything it addresses.
+  struct DecodeGraph {
+    DecodeGraph() : scratch(int64_t{1} << 20) {}
+    ~DecodeGraph();
+    DeviceArena scratch;               // never reset: the graph keeps its addresses
+    kernels::cuda::DeviceBuffer ints;  // the step's arrays + the invalid-id counter
+    float* logits = nullptr;
+    int32_t* expert_offsets = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+  using GraphKey = std::pair<int32_t, int32_t>;  // (batch bucket, table width)
+
+  CudaExecutor() = default;
+  absl::Status Run(const StepPlan& plan, StepResult* result);
+  // Whether this step replays a graph; pads step_ to its bucket when it does.
+  bool PadForGraph(GraphKey* key);
+  // The bucket's graph, captured from step_ on first use; null when capture failed.
+  DecodeGraph* GraphFor(const GraphKey& key);
+  absl::StatusOr<std::unique_ptr<DecodeGraph>> Capture();
+  absl::Status Upload(kernels::cuda::DeviceBuffer* ints);
+  absl::Status InitSlots(const StepPlan& plan);
+  absl::Status CopyStateRow(int32_t from_row, int32_t to_row);
+  absl::Status Sample(const StepPlan& plan, StepResult* result);
+  char* arena() const { return caches_arena_.as<char>(); }
+
+  int device_ = 0;
+  std::unique_ptr<CudaModel> model_;
+  std::optional<kernels::cuda::CublasHandle> cublas_;
+  cudaStream_t stream_ = nullptr;
+  kvcache::CacheLayout layout_;
+  kernels::cuda::DeviceBuffer caches_arena_;
+  DeviceCaches caches_;
+  DeviceArena scratch_;
+  StepLayout step_;
+  kernels::cuda::DeviceBuffer step_ints_;     // the step's index arrays + the invalid-id counter
+  kernels::cuda::PinnedBuffer step_staging_;  // host side of step_ints_
+  // Host copies of the step's outputs: logits [R, vocab] f32, the invalid-id count, the expert
+  // offsets table.
+  kernels::cuda::PinnedBuffer outputs_host_;
+  kernels::cuda::DeviceBuffer cublas_workspace_;  // set once: cuBLAS allocates nothing in graphs
+  bool graphs_enabled_ = true;
+  std::map<GraphKey, std::unique_ptr<DecodeGraph>> graphs_;
+  std::set<GraphKey> graph_failed_;
+  int64_t graph_replays_ = 0;
+  StepSampler sampler_;
+};
+
+}  // namespace strata::engine::cuda

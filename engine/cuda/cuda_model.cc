@@ -1,0 +1,568 @@
+#include "engine/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "engine/glu_ffn.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/kda_decode.h"
+#include "kernels/cuda/kda_prefill_chunked.h"
+#include "kernels/cuda/mla_decode.h"
+#include "kernels/cuda/mla_prefill.h"
+#include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/mxfp4.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/router.h"
+
+namespace strata::engine::cuda {
+namespace kc = kernels::cuda;
+namespace {
+
+constexpr float kL2NormEps = 1e-6f;      // FLA l2norm (MODEL.md §3.3), as engine/kda_mixer.cc
+constexpr float kLatentNormEps = 1e-6f;  // q_a / kv_a layernorms, as engine/mla_mixer.cc
+// The MHA-form MLA prefill expands the whole context of its sequences to per-head K/V; past
+// this much scratch (long prefixes) the absorbed form, which expands nothing, is used instead.
+constexpr int64_t kMaxMhaPrefillScratchBytes = int64_t{1} << 30;
+
+// y = x · Wᵀ, f32 or bf16 out.
+template <typename OutT>
+absl::Status Gemm(const DeviceContext& c, const DeviceMatrix& w, const uint16_t* x, int64_t m,
+                  OutT* y) {
+  return kc::GemmBf16(c.cublas, x, m, w.in, w.in, w.w, w.out, y, w.out, c.stream);
+}
+
+template <typename T>
+absl::StatusOr<T*> Take(const DeviceContext& c, int64_t count) {
+  return c.scratch->Take<T>(count);
+}
+
+int AttnResMaxSources(const ModelConfig& cfg) {
+  const int block = cfg.attn_res_block_size;
+  return (cfg.num_layers + block - 1) / block + 1;
+}
+
+}  // namespace
+
+absl::Status CudaModel::CheckSupported(const ModelConfig& cfg) {
+  auto unsupported = [](const std::string& what) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA backend needs ", what));
+  };
+  if (cfg.NumMlaLayers() > 0) {
+    const MlaConfig& m = cfg.mla;
+    if (m.kv_lora_rank + m.qk_rope_head_dim != kc::kMlaLatentDim ||
+        m.qk_rope_head_dim != kc::kMlaRopeDim) {
+      return unsupported(absl::StrCat("MLA latent rows of 512 + 64 values (kv_lora_rank 512, ",
+                                      "qk_rope_head_dim 64); this model has ", m.kv_lora_rank,
+                                      " + ", m.qk_rope_head_dim));
+    }
+  }
+  if (cfg.NumKdaLayers() > 0) {
+    if (cfg.kda.head_dim != kc::kKdaHeadDim) {
+      return unsupported(absl::StrCat("KDA head_dim 128; this model has ", cfg.kda.head_dim));
+    }
+    if (cfg.kda.conv_kernel_size < 1 || cfg.kda.conv_kernel_size > 4) {
+      return unsupported(
+          absl::StrCat("a KDA short conv of 1..4 taps; this model has ", cfg.kda.conv_kernel_size));
+    }
+  }
+  const MoeConfig& moe = cfg.moe;
+  if (moe.num_experts > 0 &&
+      (moe.num_experts > kc::kMaxRouterExperts || moe.num_experts_per_token > kc::kMaxRouterTopK ||
+       moe.num_expert_group > kc::kMaxRouterGroups)) {
+    return unsupported(absl::StrCat("≤ ", kc::kMaxRouterExperts, " experts, top-k ≤ ",
+                                    kc::kMaxRouterTopK, " and ≤ ", kc::kMaxRouterGroups,
+                                    " expert groups; this model has ", moe.num_experts, ", ",
+                                    moe.num_experts_per_token, ", ", moe.num_expert_group));
+  }
+  if (cfg.has_attn_res() && AttnResMaxSources(cfg) > kc::kMaxAttnResSources) {
+    return unsupported(absl::StrCat("≤ ", kc::kMaxAttnResSources,
+                                    " AttnRes sources; this model has ", AttnResMaxSources(cfg)));
+  }
+  return absl::OkStatus();
+}
+
+CudaModel::CudaModel(const Model& model, std::unique_ptr<DeviceWeights> weights)
+    : model_(model), weights_(std::move(weights)) {
+  int kda = 0, mla = 0;
+  for (int l = 0; l < model.config().num_layers; ++l) {
+    mixer_index_.push_back(model.config().IsKda(l) ? kda++ : mla++);
+    moe_index_.push_back(model.weights().layers[static_cast<size_t>(l)].moe ? num_moe_layers_++
+                                                                            : -1);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
+                                                             const CudaModelOptions& options) {
+  RETURN_IF_ERROR(CheckSupported(model.config()));
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceWeights> weights, DeviceWeights::Upload(model));
+  std::unique_ptr<CudaModel> m(new CudaModel(model, std::move(weights)));
+  m->options_ = options;
+  ASSIGN_OR_RETURN(m->expert_offsets_host_,
+                   kc::PinnedBuffer::Allocate((int64_t{model.config().moe.num_experts} + 1) * 4,
+                                              "MoE expert offsets"));
+  return m;
+}
+
+absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const DeviceStep& step,
+                                 const DeviceCaches& caches, const DeviceContext& ctx,
+                                 const Rows& rows) {
+  const ModelConfig& cfg = config();
+  const int64_t n = rows.n, heads = cfg.kda.num_heads, p = cfg.kda.projection_size();
+  const int64_t dk = cfg.kda.head_dim;
+  const StepLayout& s = *step.host;
+  ASSIGN_OR_RETURN(float* qkv, Take<float>(ctx, n * 3 * p));
+  ASSIGN_OR_RETURN(uint16_t * low, Take<uint16_t>(ctx, n * dk));
+  ASSIGN_OR_RETURN(float* f, Take<float>(ctx, n * p));
+  ASSIGN_OR_RETURN(float* b, Take<float>(ctx, n * heads));
+  ASSIGN_OR_RETURN(float* g, Take<float>(ctx, n * p));
+  ASSIGN_OR_RETURN(uint16_t * y, Take<uint16_t>(ctx, n * p));
+  RETURN_IF_ERROR(Gemm(ctx, w.qkv, rows.normed, n, qkv));
+  RETURN_IF_ERROR(Gemm(ctx, w.f_a, rows.normed, n, low));
+  RETURN_IF_ERROR(Gemm(ctx, w.f_b, low, n, f));
+  RETURN_IF_ERROR(Gemm(ctx, w.b, rows.normed, n, b));
+  if (!w.g.empty()) {
+    RETURN_IF_ERROR(Gemm(ctx, w.g, rows.normed, n, g));
+  } else {
+    RETURN_IF_ERROR(Gemm(ctx, w.g_a, rows.normed, n, low));
+    RETURN_IF_ERROR(Gemm(ctx, w.g_b, low, n, g));
+  }
+
+  kc::KdaDecodeParams params;
+  params.num_heads = static_cast<int>(heads);
+  params.head_dim = static_cast<int>(dk);
+  params.conv_size = cfg.kda.conv_kernel_size;
+  params.has_lower_bound = cfg.kda.has_gate_lower_bound;
+  params.lower_bound = cfg.kda.gate_lower_bound;
+  params.norm_eps = cfg.rms_norm_eps;
+  params.l2_eps = kL2NormEps;
+  kc::KdaDecodeInputs in;
+  in.qkv_raw = qkv;
+  in.f = f;
+  in.b_raw = b;
+  in.g_raw = g;
+  in.conv_w = w.conv_w;
+  in.a_log = w.a_log;
+  in.dt_bias = w.dt_bias;
+  in.o_norm_w = w.o_norm;
+  in.slots = step.at(s.kda_slots);
+  float* state = caches.kda_state[static_cast<size_t>(kda_index)];
+  float* conv = caches.kda_conv[static_cast<size_t>(kda_index)];
+  const int64_t d = s.num_decode;
+  if (d > 0) {
+    params.batch = static_cast<int>(d);
+    RETURN_IF_ERROR(kc::KdaDecodeStep(in, state, conv, params, y, ctx.stream));
+  }
+  if (s.num_prefill() > 0) {
+    // The prefill sequences' rows follow the decode rows (step_layout.h).
+    in.qkv_raw = qkv + d * 3 * p;
+    in.f = f + d * p;
+    in.b_raw = b + d * heads;
+    in.g_raw = g + d * p;
+    in.slots = step.at(s.kda_slots) + d;
+    params.batch = s.num_prefill();
+    // K3's bounded gate: the chunked tensor-core form; else (Kimi-Linear) the exact serial one.
+    const bool chunked = options_.chunked_kda_prefill && params.has_lower_bound &&
+                         params.lower_bound >= kc::kKdaChunkedMinLowerBound &&
+                         params.lower_bound < 0.0f;
+    RETURN_IF_ERROR(chunked ? kc::KdaPrefillChunked(in, step.at(s.prefill_cu), state, conv, params,
+                                                    y + d * p, ctx.stream)
+                            : kc::KdaPrefillRecurrent(in, step.at(s.prefill_cu), state, conv,
+                                                      params, y + d * p, ctx.stream));
+  }
+  return Gemm(ctx, w.o, y, n, rows.out);
+}
+
+absl::Status CudaModel::MlaMixer(const DeviceMla& w, int mla_index, const DeviceStep& step,
+                                 const DeviceCaches& caches, const DeviceContext& ctx,
+                                 const Rows& rows) {
+  const MlaConfig& m = config().mla;
+  const StepLayout& s = *step.host;
+  const int64_t n = rows.n, heads = m.num_heads, dv = m.v_head_dim;
+  ASSIGN_OR_RETURN(uint16_t * q, Take<uint16_t>(ctx, n * heads * m.qk_head_dim()));
+  if (!w.q_a.empty()) {
+    ASSIGN_OR_RETURN(float* cq, Take<float>(ctx, n * m.q_lora_rank));
+    ASSIGN_OR_RETURN(uint16_t * cq_normed, Take<uint16_t>(ctx, n * m.q_lora_rank));
+    RETURN_IF_ERROR(Gemm(ctx, w.q_a, rows.normed, n, cq));
+    RETURN_IF_ERROR(
+        kc::RmsNorm(cq, n, m.q_lora_rank, w.q_a_norm, kLatentNormEps, cq_normed, ctx.stream));
+    RETURN_IF_ERROR(Gemm(ctx, w.q_b, cq_normed, n, q));
+  } else {
+    RETURN_IF_ERROR(Gemm(ctx, w.q, rows.normed, n, q));
+  }
+  ASSIGN_OR_RETURN(float* kv, Take<float>(ctx, n * m.latent_dim()));
+  RETURN_IF_ERROR(Gemm(ctx, w.kv_a, rows.normed, n, kv));
+  uint16_t* pages = caches.mla_pages[static_cast<size_t>(mla_index)];
+  RETURN_IF_ERROR(kc::MlaWriteLatents(kv, n, m.kv_lora_rank, m.qk_rope_head_dim, w.kv_a_norm,
+                                      kLatentNormEps, step.at(s.slot_mapping), pages, ctx.stream));
+
+  const float* gate = nullptr;  // logits [n, H·dv]; the attention epilogues apply σ
+  if (!w.g.empty()) {
+    ASSIGN_OR_RETURN(float* g, Take<float>(ctx, n * heads * dv));
+    RETURN_IF_ERROR(Gemm(ctx, w.g, rows.normed, n, g));
+    gate = g;
+  }
+  ASSIGN_OR_RETURN(uint16_t * o_gated, Take<uint16_t>(ctx, n * heads * dv));
+  const int64_t d = s.num_decode;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(m.qk_head_dim()));
+
+  // Prefill rows: the MHA form (expanded K/V, causal flash attention) when its scratch, which
+  // grows with the whole context, stays bounded; else the absorbed form with the decode rows.
+  kc::MlaPrefillParams mha;
+  mha.num_seqs = s.num_prefill();
+  mha.num_heads = m.num_heads;
+  mha.max_blocks_per_seq = s.max_blocks_per_seq;
+  mha.max_context = static_cast<int>(s.max_prefill_context);
+  mha.max_new = static_cast<int>(s.max_prefill_new);
+  mha.total_context = s.total_prefill_context;
+  mha.total_new = s.num_prefill_rows();
+  mha.scale = scale;
+  const bool use_mha = options_.mha_prefill && s.num_prefill_rows() > 0 &&
+                       m.qk_nope_head_dim == kc::kMlaQkNopeDim &&
+                       m.v_head_dim == kc::kMlaVHeadDim &&
+                       kc::MlaPrefillWorkspaceBytes(mha) <= kMaxMhaPrefillScratchBytes;
+  const int64_t absorbed_rows = use_mha ? d : n;
+  if (absorbed_rows > 0) {
+    RETURN_IF_ERROR(AbsorbedAttention(m, w, step, pages, ctx, q, absorbed_rows, gate, o_gated));
+  }
+  if (use_mha) {
+    const int64_t bytes = kc::MlaPrefillWorkspaceBytes(mha);
+    ASSIGN_OR_RETURN(void* ws, ctx.scratch->TakeBytes(bytes));
+    RETURN_IF_ERROR(kc::MlaPrefillMha(ctx.cublas, q + d * heads * m.qk_head_dim(), pages,
+                                      step.at(s.block_tables) + d * s.max_blocks_per_seq,
+                                      step.at(s.prefill_cu), step.at(s.prefill_cu_k), w.kv_b,
+                                      gate != nullptr ? gate + d * heads * dv : nullptr, mha, ws,
+                                      bytes, o_gated + d * heads * dv, ctx.stream));
+  }
+  return Gemm(ctx, w.o, o_gated, n, rows.out);
+}
+
+// The absorbed form over rows [0, rows) of the step: the decode rows through the paged decode
+// kernel and, when rows > num_decode, the prefill rows through the paged prefill; then W_UV and
+// the output gate into o_gated (bf16).
+absl::Status CudaModel::AbsorbedAttention(const MlaConfig& m, const DeviceMla& w,
+                                          const DeviceStep& step, const uint16_t* pages,
+                                          const DeviceContext& ctx, const uint16_t* q, int64_t rows,
+                                          const float* gate, uint16_t* o_gated) {
+  const StepLayout& s = *step.host;
+  const int64_t heads = m.num_heads, dv = m.v_head_dim, d = s.num_decode;
+  const kc::MlaHeadDims dims{m.num_heads, m.qk_nope_head_dim, m.v_head_dim};
+  ASSIGN_OR_RETURN(uint16_t * q_abs, Take<uint16_t>(ctx, rows * heads * kc::kMlaLatentDim));
+  ASSIGN_OR_RETURN(uint16_t * o_lat, Take<uint16_t>(ctx, rows * heads * kc::kMlaValueDim));
+  RETURN_IF_ERROR(
+      kc::MlaAbsorbQuery(ctx.cublas, q, static_cast<int>(rows), w.kv_b, dims, q_abs, ctx.stream));
+  kc::MlaDecodeParams params;
+  params.num_heads = m.num_heads;
+  params.max_blocks_per_seq = s.max_blocks_per_seq;
+  params.scale = 1.0f / std::sqrt(static_cast<float>(m.qk_head_dim()));
+  if (d > 0) {
+    params.batch = static_cast<int>(d);
+    params.max_context = static_cast<int>(s.max_decode_context);
+    const int64_t bytes = kc::MlaDecodeWorkspaceBytes(params);
+    ASSIGN_OR_RETURN(void* ws, ctx.scratch->TakeBytes(bytes));
+    RETURN_IF_ERROR(kc::MlaPagedDecode(q_abs, pages, step.at(s.block_tables), step.at(s.seq_lens),
+                                       params, ws, bytes, o_lat, ctx.stream));
+  }
+  if (rows > d) {
+    params.batch = static_cast<int>(rows - d);
+    params.max_context = static_cast<int>(s.max_prefill_context);
+    const int64_t bytes = kc::MlaDecodeWorkspaceBytes(params);
+    ASSIGN_OR_RETURN(void* ws, ctx.scratch->TakeBytes(bytes));
+    RETURN_IF_ERROR(kc::MlaPagedPrefill(
+        q_abs + d * heads * kc::kMlaLatentDim, pages, step.at(s.block_tables), step.at(s.query_seq),
+        step.at(s.query_len), params, ws, bytes, o_lat + d * heads * kc::kMlaValueDim, ctx.stream));
+  }
+  ASSIGN_OR_RETURN(float* o, Take<float>(ctx, rows * heads * dv));
+  RETURN_IF_ERROR(kc::MlaApplyValueProjection(ctx.cublas, o_lat, static_cast<int>(rows), w.kv_b,
+                                              dims, o, ctx.stream));
+  return kc::GateToBf16(o, gate, rows * heads * dv, o_gated, ctx.stream);
+}
+
+absl::Status CudaModel::Mlp(const DeviceMlp& w, const DeviceContext& ctx, const uint16_t* x,
+                            int64_t n, float* out) {
+  const int64_t inter = w.gate_up.out / 2;
+  ASSIGN_OR_RETURN(float* gu, Take<float>(ctx, n * 2 * inter));
+  ASSIGN_OR_RETURN(uint16_t * h, Take<uint16_t>(ctx, n * inter));
+  RETURN_IF_ERROR(Gemm(ctx, w.gate_up, x, n, gu));
+  RETURN_IF_ERROR(
+      kc::Glu(gu, gu + inter, n, inter, 2 * inter, GluFromConfig(config()), h, ctx.stream));
+  return Gemm(ctx, w.down, h, n, out);
+}
+
+absl::Status CudaModel::RoutedExperts(const DeviceExperts& w, const DeviceContext& ctx,
+                                      const uint16_t* z, const Rows& rows, int32_t* ids,
+                                      const float* weights, float* routed,
+                                      int32_t* expert_offsets) {
+  const int64_t n = rows.n;
+  const int top_k = config().moe.num_experts_per_token;
+  const int num_experts = static_cast<int>(w.num_experts);
+  const int64_t pairs = n * top_k;
+  const int64_t permute_bytes = kc::MoePermuteWorkspaceBytes(num_experts);
+  ASSIGN_OR_RETURN(void* permute_ws, ctx.scratch->TakeBytes(permute_bytes));
+  ASSIGN_OR_RETURN(int32_t * permuted_token, Take<int32_t>(ctx, pairs));
+  ASSIGN_OR_RETURN(int32_t * pair_row, Take<int32_t>(ctx, pairs));
+  // Padding rows of a graph-replayed step route nowhere; the rows they leave in the permuted
+  // order gather token 0 (never used: no expert covers them).
+  RETURN_IF_ERROR(kc::MaskPaddingRoutes(ids, n, top_k, rows.live_rows, ctx.stream));
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(permuted_token, 0, pairs * sizeof(int32_t), ctx.stream),
+      "permuted rows cudaMemsetAsync");
+  RETURN_IF_ERROR(kc::MoePermute(ids, n, top_k, num_experts, permute_ws, permute_bytes,
+                                 expert_offsets, permuted_token, pair_row, ctx.stream));
+  // The router emits valid ids only, so all `pairs` rows are covered by some expert.
+  ASSIGN_OR_RETURN(uint16_t * x_perm, Take<uint16_t>(ctx, pairs * w.in_width));
+  RETURN_IF_ERROR(kc::MoeGatherRows(z, permuted_token, pairs, w.in_width, x_perm, ctx.stream));
+  ASSIGN_OR_RETURN(uint16_t * h, Take<uint16_t>(ctx, pairs * w.inter));
+  ASSIGN_OR_RETURN(float* y, Take<float>(ctx, pairs * w.out_width));
+  if (options_.own_grouped_gemm) {
+    RETURN_IF_ERROR(OwnGroupedGemms(w, ctx, x_perm, pairs, expert_offsets, h, y));
+  } else {
+    RETURN_IF_ERROR(CublasGroupedGemms(w, ctx, x_perm, expert_offsets, h, y));
+  }
+  return kc::MoeCombine(y, pair_row, weights, n, top_k, w.out_width, routed, ctx.stream);
+}
+
+// Strata's grouped GEMM: offsets read on the device (no host synchronisation: graph-capturable),
+// gate|up with the GLU in its epilogue, MXFP4 weights dequantised in the load path.
+absl::Status CudaModel::OwnGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
+                                        const uint16_t* x_perm, int64_t rows,
+                                        const int32_t* offsets, uint16_t* h, float* y) {
+  const int num_experts = static_cast<int>(w.num_experts);
+  const int64_t bytes = kc::GroupedGemmWorkspaceBytes(num_experts, rows);
+  ASSIGN_OR_RETURN(void* ws, ctx.scratch->TakeBytes(bytes));
+  const kc::GroupedWeights gate_up =
+      w.mxfp4 ? kc::GroupedWeights::Mxfp4(w.gate_up_packed, w.gate_up_scales)
+              : kc::GroupedWeights::Bf16(w.gate_up);
+  const kc::GroupedWeights down = w.mxfp4 ? kc::GroupedWeights::Mxfp4(w.down_packed, w.down_scales)
+                                          : kc::GroupedWeights::Bf16(w.down);
+  RETURN_IF_ERROR(kc::GroupedGemmGlu(x_perm, offsets, num_experts, rows, gate_up, w.inter,
+                                     w.in_width, GluFromConfig(config()), h,
+                                     kc::GroupedGemmTile::kAuto, ws, bytes, ctx.stream));
+  return kc::GroupedGemm(h, offsets, num_experts, rows, down, w.out_width, w.inter, y,
+                         kc::GroupedGemmTile::kAuto, ws, bytes, ctx.stream);
+}
+
+// cuBLAS's grouped GEMM: it takes the group sizes on the host (one synchronisation per layer);
+// GLU as a separate pass; MXFP4 experts dequantised whole into scratch first.
+absl::Status CudaModel::CublasGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
+                                           const uint16_t* x_perm, const int32_t* offsets,
+                                           uint16_t* h, float* y) {
+  const int num_experts = static_cast<int>(w.num_experts);
+  const int64_t inter = w.inter;
+  int32_t* host_offsets = expert_offsets_host_.as<int32_t>();
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host_offsets, offsets, (num_experts + 1) * sizeof(int32_t),
+                      cudaMemcpyDeviceToHost, ctx.stream),
+      "expert offsets cudaMemcpyAsync");
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream), "MoE cudaStreamSynchronize");
+  const int64_t rows = host_offsets[num_experts];
+  const int64_t gemm_bytes = kc::MoeGroupedGemmWorkspaceBytes(num_experts);
+  ASSIGN_OR_RETURN(void* gemm_ws, ctx.scratch->TakeBytes(gemm_bytes));
+  const uint16_t* gate_up = w.gate_up;
+  const uint16_t* down = w.down;
+  uint16_t* dequant = nullptr;  // MXFP4: every expert's matrix in bf16, one product at a time
+  if (w.mxfp4) {
+    const int64_t values = w.num_experts * std::max(2 * inter * w.in_width, w.out_width * inter);
+    ASSIGN_OR_RETURN(dequant, Take<uint16_t>(ctx, values));
+    RETURN_IF_ERROR(kc::DequantMxfp4ToBf16(w.gate_up_packed, w.gate_up_scales,
+                                           w.num_experts * 2 * inter, w.in_width, dequant,
+                                           ctx.stream));
+    gate_up = dequant;
+  }
+  ASSIGN_OR_RETURN(float* gu, Take<float>(ctx, rows * 2 * inter));
+  RETURN_IF_ERROR(kc::MoeGroupedGemm(ctx.cublas, x_perm, host_offsets, num_experts, gate_up,
+                                     2 * inter, w.in_width, gu, kc::GroupedGemmMode::kAuto, gemm_ws,
+                                     gemm_bytes, nullptr, ctx.stream));
+  RETURN_IF_ERROR(
+      kc::Glu(gu, gu + inter, rows, inter, 2 * inter, GluFromConfig(config()), h, ctx.stream));
+  if (w.mxfp4) {  // stream order: the gate|up product has consumed the scratch
+    RETURN_IF_ERROR(kc::DequantMxfp4ToBf16(
+        w.down_packed, w.down_scales, w.num_experts * w.out_width, inter, dequant, ctx.stream));
+    down = dequant;
+  }
+  return kc::MoeGroupedGemm(ctx.cublas, h, host_offsets, num_experts, down, w.out_width, inter, y,
+                            kc::GroupedGemmMode::kAuto, gemm_ws, gemm_bytes, nullptr, ctx.stream);
+}
+
+absl::Status CudaModel::Moe(const DeviceMoe& w, const DeviceContext& ctx, const Rows& rows,
+                            int32_t* expert_offsets) {
+  const ModelConfig& cfg = config();
+  const MoeConfig& m = cfg.moe;
+  const int64_t n = rows.n, d = cfg.hidden_size, top_k = m.num_experts_per_token;
+  ASSIGN_OR_RETURN(float* logits, Take<float>(ctx, n * m.num_experts));
+  ASSIGN_OR_RETURN(int32_t * ids, Take<int32_t>(ctx, n * top_k));
+  ASSIGN_OR_RETURN(float* weights, Take<float>(ctx, n * top_k));
+  RETURN_IF_ERROR(Gemm(ctx, w.router, rows.normed, n, logits));
+  const kernels::RouterParams params{m.num_experts,      m.num_experts_per_token,
+                                     m.num_expert_group, m.topk_group,
+                                     m.renormalize,      m.routed_scaling_factor};
+  RETURN_IF_ERROR(kc::Route(logits, n, w.score_bias, params, ids, weights, ctx.stream));
+
+  // Routed experts see z = W_down x (LatentMoE) or x itself.
+  const uint16_t* z = rows.normed;
+  float* routed = rows.out;
+  const int64_t width = w.experts.in_width;
+  if (m.is_latent()) {
+    ASSIGN_OR_RETURN(uint16_t * latent, Take<uint16_t>(ctx, n * width));
+    RETURN_IF_ERROR(Gemm(ctx, w.latent_down, rows.normed, n, latent));
+    z = latent;
+    ASSIGN_OR_RETURN(routed, Take<float>(ctx, n * width));
+  }
+  RETURN_IF_ERROR(RoutedExperts(w.experts, ctx, z, rows, ids, weights, routed, expert_offsets));
+  if (m.is_latent()) {
+    ASSIGN_OR_RETURN(uint16_t * routed_bf16, Take<uint16_t>(ctx, n * width));
+    if (w.latent_norm != nullptr) {
+      RETURN_IF_ERROR(
+          kc::RmsNorm(routed, n, width, w.latent_norm, cfg.rms_norm_eps, routed_bf16, ctx.stream));
+    } else {
+      RETURN_IF_ERROR(kc::GateToBf16(routed, nullptr, n * width, routed_bf16, ctx.stream));
+    }
+    RETURN_IF_ERROR(Gemm(ctx, w.latent_up, routed_bf16, n, rows.out));
+  }
+  if (!w.shared.gate_up.empty()) {  // out = routed part + Shared(x)
+    ASSIGN_OR_RETURN(float* shared, Take<float>(ctx, n * d));
+    RETURN_IF_ERROR(Mlp(w.shared, ctx, rows.normed, n, shared));
+    RETURN_IF_ERROR(kc::AddInPlace(rows.out, shared, n * d, ctx.stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::Mixer(int l, const DeviceStep& step, const DeviceCaches& caches,
+                              const DeviceContext& ctx, const Rows& rows) {
+  const DeviceLayer& lw = weights_->layer(l);
+  const int index = mixer_index_[static_cast<size_t>(l)];
+  if (lw.kda) return KdaMixer(*lw.kda, index, step, caches, ctx, rows);
+  return MlaMixer(*lw.mla, index, step, caches, ctx, rows);
+}
+
+absl::Status CudaModel::Ffn(int l, const DeviceContext& ctx, const Rows& rows,
+                            int32_t* expert_offsets) {
+  const DeviceLayer& lw = weights_->layer(l);
+  if (lw.moe) {
+    const int64_t slot =
+        int64_t{moe_index_[static_cast<size_t>(l)]} * (config().moe.num_experts + 1);
+    return Moe(*lw.moe, ctx, rows, expert_offsets + slot);
+  }
+  return Mlp(*lw.dense, ctx, rows.normed, rows.n, rows.out);
+}
+
+// Pre-norm residuals: h += out fused with the next norm (normed = RMSNorm(h)).
+absl::Status CudaModel::Layers(const DeviceStep& step, const DeviceCaches& caches,
+                               const DeviceContext& ctx, const Rows& rows,
+                               int32_t* expert_offsets) {
+  const ModelConfig& cfg = config();
+  const int64_t n = rows.n, d = cfg.hidden_size;
+  const float eps = cfg.rms_norm_eps;
+  if (cfg.num_layers > 0) {
+    RETURN_IF_ERROR(
+        kc::RmsNorm(rows.h, n, d, weights_->layer(0).input_norm, eps, rows.normed, ctx.stream));
+  }
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    RETURN_IF_ERROR(Mixer(l, step, caches, ctx, rows));
+    RETURN_IF_ERROR(kc::AddRmsNorm(rows.h, rows.out, n, d, weights_->layer(l).post_norm, eps,
+                                   rows.normed, ctx.stream));
+    RETURN_IF_ERROR(Ffn(l, ctx, rows, expert_offsets));
+    if (l + 1 < cfg.num_layers) {
+      RETURN_IF_ERROR(kc::AddRmsNorm(rows.h, rows.out, n, d, weights_->layer(l + 1).input_norm, eps,
+                                     rows.normed, ctx.stream));
+    } else {
+      RETURN_IF_ERROR(kc::AddInPlace(rows.h, rows.out, n * d, ctx.stream));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Block AttnRes (MODEL.md §1, §5), as engine/model.cc: sources are the completed blocks plus the
+// running partial sum p, slot i < num_blocks is block i, slot num_blocks is p.
+absl::Status CudaModel::LayersAttnRes(const DeviceStep& step, const DeviceCaches& caches,
+                                      const DeviceContext& ctx, const Rows& rows,
+                                      int32_t* expert_offsets) {
+  const ModelConfig& cfg = config();
+  const int64_t n = rows.n, d = cfg.hidden_size, slot_floats = n * d;
+  const float eps = cfg.rms_norm_eps;
+  const int block = cfg.attn_res_block_size;
+  ASSIGN_OR_RETURN(float* slots, Take<float>(ctx, AttnResMaxSources(cfg) * slot_floats));
+  int num_blocks = 0;
+  bool partial_empty = true;
+  auto add = [&](const float* a) -> absl::Status {  // p = a if p is None else p + a
+    float* p = slots + num_blocks * slot_floats;
+    if (!partial_empty) return kc::AddInPlace(p, a, slot_floats, ctx.stream);
+    partial_empty = false;
+    return kc::CudaStatus(
+        cudaMemcpyAsync(p, a, slot_floats * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream),
+        "AttnRes cudaMemcpyAsync");
+  };
+  // h = Mix(blocks + [p], site); normed = RMSNorm(h; norm_weight) when norm_weight is set.
+  auto mix = [&](const DeviceAttnRes& site, const float* norm_weight) {
+    kc::AttnResSources sources;
+    sources.count = num_blocks + 1;
+    for (int i = 0; i < sources.count; ++i) sources.ptr[i] = slots + i * slot_floats;
+    return kc::AttnResMix(sources, n, d, site.norm, site.proj, eps, rows.h, norm_weight, eps,
+                          norm_weight != nullptr ? rows.normed : nullptr, ctx.stream);
+  };
+  RETURN_IF_ERROR(add(rows.h));  // p = x0
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const DeviceLayer& lw = weights_->layer(l);
+    RETURN_IF_ERROR(mix(lw.attn_res, lw.input_norm));
+    if (l % block == 0) {  // blocks.append(p); p = None
+      ++num_blocks;
+      partial_empty = true;
+    }
+    RETURN_IF_ERROR(Mixer(l, step, caches, ctx, rows));
+    RETURN_IF_ERROR(add(rows.out));
+    RETURN_IF_ERROR(mix(lw.mlp_res, lw.post_norm));
+    RETURN_IF_ERROR(Ffn(l, ctx, rows, expert_offsets));
+    RETURN_IF_ERROR(add(rows.out));
+  }
+  return mix(weights_->output_res(), nullptr);
+}
+
+void CudaModel::CountExpertTokens(const int32_t* offsets_table,
+                                  std::vector<int64_t>* expert_tokens) const {
+  const int num_experts = config().moe.num_experts;
+  expert_tokens->assign(static_cast<size_t>(num_experts), 0);
+  for (int layer = 0; layer < num_moe_layers_; ++layer) {
+    const int32_t* offsets = offsets_table + int64_t{layer} * (num_experts + 1);
+    for (int e = 0; e < num_experts; ++e) {
+      (*expert_tokens)[static_cast<size_t>(e)] += offsets[e + 1] - offsets[e];
+    }
+  }
+}
+
+absl::Status CudaModel::Forward(const DeviceStep& step, const DeviceCaches& caches,
+                                const DeviceContext& ctx, float* logits, int32_t* expert_offsets) {
+  const ModelConfig& cfg = config();
+  const StepLayout& s = *step.host;
+  const int64_t d = cfg.hidden_size;
+  Rows rows;
+  rows.n = s.num_rows;
+  if (rows.n == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(rows.h, Take<float>(ctx, rows.n * d));
+  ASSIGN_OR_RETURN(rows.normed, Take<uint16_t>(ctx, rows.n * d));
+  ASSIGN_OR_RETURN(rows.out, Take<float>(ctx, rows.n * d));
+  rows.live_rows = step.at(s.live_rows);
+  const DeviceMatrix& embed = weights_->embed();
+  RETURN_IF_ERROR(kc::EmbeddingGather(embed.w, embed.out, d, step.at(s.token_ids), rows.n, rows.h,
+                                      step.invalid_tokens, ctx.stream));
+  if (cfg.has_attn_res()) {
+    RETURN_IF_ERROR(LayersAttnRes(step, caches, ctx, rows, expert_offsets));
+  } else {
+    RETURN_IF_ERROR(Layers(step, caches, ctx, rows, expert_offsets));
+  }
+  // Final norm of every row (cheap), then the LM head on the sampled rows only.
+  const int64_t r = s.num_logit_rows;
+  if (r == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(kc::RmsNorm(rows.h, rows.n, d, weights_->final_norm(), cfg.rms_norm_eps,
+                              rows.normed, ctx.stream));
+  ASSIGN_OR_RETURN(uint16_t * selected, Take<uint16_t>(ctx, r * d));
+  RETURN_IF_ERROR(
+      kc::MoeGatherRows(rows.normed, step.at(s.logit_rows), r, d, selected, ctx.stream));
+  return Gemm(ctx, weights_->lm_head(), selected, r, logits);
+}
+
+}  // namespace strata::engine::cuda

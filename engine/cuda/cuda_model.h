@@ -1,0 +1,144 @@
+// The language model's forward pass on one GPU (issue #10): Model::Forward's math (engine/
+// model.cc, MODEL.md) over a StepLayout batch, with the weights in device memory
+// (device_weights.h), the latent pages and KDA state slots in device memory (cuda_executor.h)
+// and the kernels of kernels/cuda. Asynchronous on the context's stream except for one
+// device→host copy of the expert offsets per MoE layer (cuBLAS's grouped GEMM needs them on the
+// host; none with own_grouped_gemm).
+//
+// Per layer, as on the CPU: RMSNorm (fused with the residual add) or the AttnRes mix (fused
+// with the sublayer norm) → mixer → FFN. Activations are f32 on the residual stream and bf16
+// as GEMM operands; GEMMs accumulate in f32 (cuBLAS). Mixers: KDA decode rows through the fused
+// decode kernel, prefill chunks through the chunked tensor-core kernel (K3's bounded gate) or
+// the token-serial one (exact for any gate: Kimi-Linear);
+// MLA latents written by MlaWriteLatents, decode rows through the tensor-core paged decode,
+// prefill rows through the MHA-form flash prefill (the absorbed paged prefill when the
+// expanded context would take more than 1 GiB of scratch). MoE: router top-k on the device,
+// permutation, grouped GEMMs (MXFP4 experts dequantised into scratch first), GLU, combine.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/cuda/device_arena.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/step_layout.h"
+#include "engine/model.h"
+
+namespace strata::engine::cuda {
+
+struct DeviceContext {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  DeviceArena* scratch = nullptr;
+};
+
+// Device views of the cache arena (kvcache::CacheLayout regions), per layer of each kind.
+struct DeviceCaches {
+  std::vector<uint16_t*> mla_pages;  // [num_blocks · block_size, latent_dim] bf16
+  std::vector<float*> kda_state;     // [state rows, H, 128, 128] f32
+  std::vector<float*> kda_conv;      // [state rows, K − 1, 3P] f32
+};
+
+// The step's index arrays on the device (a copy of StepLayout::ints) and a device counter of
+// out-of-range token ids (zeroed by the caller).
+struct DeviceStep {
+  const StepLayout* host = nullptr;
+  const int32_t* ints = nullptr;
+  int32_t* invalid_tokens = nullptr;
+  const int32_t* at(int64_t offset) const { return ints + offset; }
+};
+
+struct CudaModelOptions {
+  // MLA prefill rows in the MHA form when its scratch fits (else always the absorbed form).
+  bool mha_prefill = true;
+  // KDA prefill chunks in the chunked tensor-core form when the gate is bounded (K3); else
+  // always the token-serial form.
+  bool chunked_kda_prefill = true;
+  // Routed experts through Strata's grouped GEMM (offsets read on the device, GLU fused, MXFP4
+  // dequantised in the load path: no host synchronisation, so steps can be graph-captured);
+  // else cuBLAS's grouped GEMM (one host synchronisation per MoE layer).
+  bool own_grouped_gemm = true;
+};
+
+class CudaModel {
+ public:
+  // Whether the CUDA kernels take this model's shapes; the error names the dimension and the
+  // value the kernels need (e.g. MLA latent 512 + 64, KDA head_dim 128).
+  static absl::Status CheckSupported(const ModelConfig& cfg);
+  // Uploads the weights. `model` must outlive the result.
+  static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const Model& model,
+                                                           const CudaModelOptions& options = {});
+
+  // Runs every layer over the step, updating the caches, and writes the logits of the step's
+  // logit rows, [R, vocab] f32, to `logits` (device), and each MoE layer's expert offsets
+  // [E + 1] to `expert_offsets` (device, [num_moe_layers(), E + 1]: the tokens of expert e in
+  // that layer are offsets[e + 1] − offsets[e]). With options.own_grouped_gemm it never
+  // synchronises with the host (graph-capturable). An empty step launches nothing.
+  absl::Status Forward(const DeviceStep& step, const DeviceCaches& caches, const DeviceContext& ctx,
+                       float* logits, int32_t* expert_offsets);
+  // Tokens routed to each expert, summed over layers, from a host copy of Forward's table.
+  void CountExpertTokens(const int32_t* offsets_table, std::vector<int64_t>* expert_tokens) const;
+
+  int num_moe_layers() const { return num_moe_layers_; }
+  int64_t expert_offsets_ints() const {
+    return int64_t{num_moe_layers_} * (config().moe.num_experts + 1);
+  }
+  const CudaModelOptions& options() const { return options_; }
+
+  const ModelConfig& config() const { return model_.config(); }
+  int64_t weight_bytes() const { return weights_->bytes(); }
+
+ private:
+  CudaModel(const Model& model, std::unique_ptr<DeviceWeights> weights);
+
+  // Activations of one step: residual stream h, the sublayer input (bf16) and output.
+  struct Rows {
+    int64_t n = 0;
+    float* h = nullptr;
+    uint16_t* normed = nullptr;
+    float* out = nullptr;
+    const int32_t* live_rows = nullptr;  // device: rows [0, *live_rows) are real tokens
+  };
+  absl::Status KdaMixer(const DeviceKda& w, int kda_index, const DeviceStep& step,
+                        const DeviceCaches& caches, const DeviceContext& ctx, const Rows& rows);
+  absl::Status MlaMixer(const DeviceMla& w, int mla_index, const DeviceStep& step,
+                        const DeviceCaches& caches, const DeviceContext& ctx, const Rows& rows);
+  absl::Status AbsorbedAttention(const MlaConfig& m, const DeviceMla& w, const DeviceStep& step,
+                                 const uint16_t* pages, const DeviceContext& ctx, const uint16_t* q,
+                                 int64_t rows, const float* gate, uint16_t* o_gated);
+  absl::Status Mlp(const DeviceMlp& w, const DeviceContext& ctx, const uint16_t* x, int64_t n,
+                   float* out);
+  absl::Status Moe(const DeviceMoe& w, const DeviceContext& ctx, const Rows& rows,
+                   int32_t* expert_offsets);
+  absl::Status RoutedExperts(const DeviceExperts& w, const DeviceContext& ctx, const uint16_t* z,
+                             const Rows& rows, int32_t* ids, const float* weights, float* routed,
+                             int32_t* expert_offsets);
+  absl::Status OwnGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
+                               const uint16_t* x_perm, int64_t rows, const int32_t* offsets,
+                               uint16_t* h, float* y);
+  absl::Status CublasGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
+                                  const uint16_t* x_perm, const int32_t* offsets, uint16_t* h,
+                                  float* y);
+  absl::Status Layers(const DeviceStep& step, const DeviceCaches& caches, const DeviceContext& ctx,
+                      const Rows& rows, int32_t* expert_offsets);
+  absl::Status LayersAttnRes(const DeviceStep& step, const DeviceCaches& caches,
+                             const DeviceContext& ctx, const Rows& rows, int32_t* expert_offsets);
+  absl::Status Mixer(int l, const DeviceStep& step, const DeviceCaches& caches,
+                     const DeviceContext& ctx, const Rows& rows);
+  absl::Status Ffn(int l, const DeviceContext& ctx, const Rows& rows, int32_t* expert_offsets);
+
+  const Model& model_;
+  CudaModelOptions options_;
+  std::unique_ptr<DeviceWeights> weights_;
+  std::vector<int> mixer_index_;  // layer -> ordinal among layers of its mixer kind
+  std::vector<int> moe_index_;    // layer -> ordinal among MoE layers (−1: dense)
+  int num_moe_layers_ = 0;
+  kernels::cuda::PinnedBuffer expert_offsets_host_;  // [E + 1] int32
+};
+
+}  // namespace strata::engine::cuda

@@ -1,0 +1,273 @@
+#include "engine/cuda/device_weights.h"
+
+#include <cuda_runtime.h>
+
+#include <initializer_list>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/dtype.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace strata::engine::cuda {
+
+// Allocates and fills the device copies; one DeviceBuffer per tensor group.
+class WeightUploader {
+ public:
+  explicit WeightUploader(DeviceWeights* out) : out_(out) {}
+
+  absl::StatusOr<char*> Alloc(int64_t bytes, const std::string& what) {
+    ASSIGN_OR_RETURN(kernels::cuda::DeviceBuffer b,
+                     kernels::cuda::DeviceBuffer::Allocate(bytes, what.c_str()));
+    char* p = b.as<char>();
+    out_->bytes_ += bytes;
+    out_->buffers_.push_back(std::move(b));
+    return p;
+  }
+
+  absl::Status Copy(void* dst, const void* src, int64_t bytes) {
+    if (bytes == 0) return absl::OkStatus();
+    return kernels::cuda::CudaStatus(
+        cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice),
+        "weight upload cudaMemcpy");
+  }
+
+  // `w` as bf16 [out, in] at dst (f32 weights rounded to nearest even on the host).
+  absl::Status CopyBf16(const Linear& w, uint16_t* dst, const std::string& what) {
+    const int64_t count = w.out_features * w.in_features;
+    switch (w.format) {
+      case WeightFormat::kBf16:
+        return Copy(dst, w.data, count * 2);
+      case WeightFormat::kF32:
+        staging_.resize(static_cast<size_t>(count));
+        ConvertF32ToBf16(static_cast<const float*>(w.data), static_cast<size_t>(count),
+                         staging_.data());
+        return Copy(dst, staging_.data(), count * 2);
+      case WeightFormat::kMxfp4:
+        break;
+    }
+    return absl::UnimplementedError(
+        absl::StrCat(what, ": MXFP4 is only supported for routed experts on the CUDA backend"));
+  }
+
+  // The row-wise concatenation of `parts` (same in_features) as one bf16 matrix.
+  absl::StatusOr<DeviceMatrix> Stacked(std::initializer_list<const Linear*> parts,
+                                       const std::string& what) {
+    DeviceMatrix m;
+    for (const Linear* p : parts) {
+      if (p->empty()) return absl::InternalError(absl::StrCat(what, ": missing part"));
+      if (m.in != 0 && p->in_features != m.in) {
+        return absl::InternalError(absl::StrCat(what, ": parts differ in width"));
+      }
+      m.in = p->in_features;
+      m.out += p->out_features;
+    }
+    ASSIGN_OR_RETURN(char* base, Alloc(m.out * m.in * 2, what));
+    auto* dst = reinterpret_cast<uint16_t*>(base);
+    for (const Linear* p : parts) {
+      RETURN_IF_ERROR(CopyBf16(*p, dst, what));
+      dst += p->out_features * p->in_features;
+    }
+    m.w = reinterpret_cast<const uint16_t*>(base);
+    return m;
+  }
+
+  // One matrix; an empty Linear gives an empty DeviceMatrix.
+  absl::StatusOr<DeviceMatrix> Matrix(const Linear& w, const std::string& what) {
+    if (w.empty()) return DeviceMatrix{};
+    return Stacked({&w}, what);
+  }
+
+  // f32 values (null for an empty vector); several vectors are concatenated.
+  absl::StatusOr<const float*> Floats(std::initializer_list<const std::vector<float>*> parts,
+                                      const std::string& what) {
+    int64_t count = 0;
+    for (const std::vector<float>* p : parts) count += static_cast<int64_t>(p->size());
+    if (count == 0) return nullptr;
+    ASSIGN_OR_RETURN(char* base, Alloc(count * 4, what));
+    char* dst = base;
+    for (const std::vector<float>* p : parts) {
+      RETURN_IF_ERROR(Copy(dst, p->data(), static_cast<int64_t>(p->size()) * 4));
+      dst += p->size() * 4;
+    }
+    return reinterpret_cast<const float*>(base);
+  }
+
+  absl::StatusOr<const uint16_t*> FloatsAsBf16(const std::vector<float>& v,
+                                               const std::string& what) {
+    staging_.resize(v.size());
+    ConvertF32ToBf16(v.data(), v.size(), staging_.data());
+    ASSIGN_OR_RETURN(char* base, Alloc(static_cast<int64_t>(v.size()) * 2, what));
+    RETURN_IF_ERROR(Copy(base, staging_.data(), static_cast<int64_t>(v.size()) * 2));
+    return reinterpret_cast<const uint16_t*>(base);
+  }
+
+  absl::Status Experts(const MoeWeights& w, const ModelConfig& cfg, DeviceExperts* e,
+                       const std::string& what);
+  absl::Status Kda(const KdaWeights& w, DeviceKda* d, const std::string& what);
+  absl::Status Mla(const MlaWeights& w, DeviceMla* d, const std::string& what);
+  absl::Status Mlp(const MlpWeights& w, DeviceMlp* d, const std::string& what);
+  absl::Status Moe(const MoeWeights& w, const ModelConfig& cfg, DeviceMoe* d,
+                   const std::string& what);
+  absl::Status Layer(const LayerWeights& w, const ModelConfig& cfg, int l, DeviceLayer* d);
+
+ private:
+  DeviceWeights* out_;
+  std::vector<uint16_t> staging_;
+};
+
+absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg, DeviceExperts* e,
+                                     const std::string& what) {
+  const MoeConfig& m = cfg.moe;
+  e->num_experts = m.num_experts;
+  e->inter = m.moe_intermediate_size;
+  e->in_width = e->out_width = m.is_latent() ? m.routed_expert_hidden_size : cfg.hidden_size;
+  e->mxfp4 = !w.experts.empty() && w.experts[0].w1.format == WeightFormat::kMxfp4;
+  const int64_t gu_rows = 2 * e->inter, n = e->num_experts;
+  if (!e->mxfp4) {
+    ASSIGN_OR_RETURN(char* gu, Alloc(n * gu_rows * e->in_width * 2, what + " gate|up"));
+    ASSIGN_OR_RETURN(char* down, Alloc(n * e->out_width * e->inter * 2, what + " down"));
+    for (int64_t x = 0; x < n; ++x) {
+      const ExpertWeights& ew = w.experts[static_cast<size_t>(x)];
+      auto* g = reinterpret_cast<uint16_t*>(gu) + x * gu_rows * e->in_width;
+      RETURN_IF_ERROR(CopyBf16(ew.w1, g, what));
+      RETURN_IF_ERROR(CopyBf16(ew.w3, g + e->inter * e->in_width, what));
+      RETURN_IF_ERROR(
+          CopyBf16(ew.w2, reinterpret_cast<uint16_t*>(down) + x * e->out_width * e->inter, what));
+    }
+    e->gate_up = reinterpret_cast<const uint16_t*>(gu);
+    e->down = reinterpret_cast<const uint16_t*>(down);
+    return absl::OkStatus();
+  }
+  // MXFP4: packed codes (two per byte) and one scale per 32 values, rows stacked like bf16.
+  const int64_t gu_row_bytes = e->in_width / 2, gu_row_scales = e->in_width / 32;
+  const int64_t d_row_bytes = e->inter / 2, d_row_scales = e->inter / 32;
+  ASSIGN_OR_RETURN(char* gu_p, Alloc(n * gu_rows * gu_row_bytes, what + " gate|up (MXFP4)"));
+  ASSIGN_OR_RETURN(char* gu_s, Alloc(n * gu_rows * gu_row_scales, what + " gate|up scales"));
+  ASSIGN_OR_RETURN(char* d_p, Alloc(n * e->out_width * d_row_bytes, what + " down (MXFP4)"));
+  ASSIGN_OR_RETURN(char* d_s, Alloc(n * e->out_width * d_row_scales, what + " down scales"));
+  for (int64_t x = 0; x < n; ++x) {
+    const ExpertWeights& ew = w.experts[static_cast<size_t>(x)];
+    for (const Linear* l : {&ew.w1, &ew.w3, &ew.w2}) {
+      if (l->format != WeightFormat::kMxfp4) {
+        return absl::InvalidArgumentError(what + ": experts mix MXFP4 and other formats");
+      }
+    }
+    const int64_t half = e->inter;  // rows of w1 (gate), then w3 (up)
+    char* p = gu_p + x * gu_rows * gu_row_bytes;
+    char* s = gu_s + x * gu_rows * gu_row_scales;
+    RETURN_IF_ERROR(Copy(p, ew.w1.data, half * gu_row_bytes));
+    RETURN_IF_ERROR(Copy(p + half * gu_row_bytes, ew.w3.data, half * gu_row_bytes));
+    RETURN_IF_ERROR(Copy(s, ew.w1.scales, half * gu_row_scales));
+    RETURN_IF_ERROR(Copy(s + half * gu_row_scales, ew.w3.scales, half * gu_row_scales));
+    RETURN_IF_ERROR(
+        Copy(d_p + x * e->out_width * d_row_bytes, ew.w2.data, e->out_width * d_row_bytes));
+    RETURN_IF_ERROR(
+        Copy(d_s + x * e->out_width * d_row_scales, ew.w2.scales, e->out_width * d_row_scales));
+  }
+  e->gate_up_packed = reinterpret_cast<const uint8_t*>(gu_p);
+  e->gate_up_scales = reinterpret_cast<const uint8_t*>(gu_s);
+  e->down_packed = reinterpret_cast<const uint8_t*>(d_p);
+  e->down_scales = reinterpret_cast<const uint8_t*>(d_s);
+  return absl::OkStatus();
+}
+
+absl::Status WeightUploader::Kda(const KdaWeights& w, DeviceKda* d, const std::string& what) {
+  ASSIGN_OR_RETURN(d->qkv, Stacked({&w.q_proj, &w.k_proj, &w.v_proj}, what + " q|k|v"));
+  ASSIGN_OR_RETURN(d->f_a, Matrix(w.f_a_proj, what + " f_a"));
+  ASSIGN_OR_RETURN(d->f_b, Matrix(w.f_b_proj, what + " f_b"));
+  ASSIGN_OR_RETURN(d->b, Matrix(w.b_proj, what + " b"));
+  ASSIGN_OR_RETURN(d->g, Matrix(w.g_proj, what + " g"));
+  ASSIGN_OR_RETURN(d->g_a, Matrix(w.g_a_proj, what + " g_a"));
+  ASSIGN_OR_RETURN(d->g_b, Matrix(w.g_b_proj, what + " g_b"));
+  ASSIGN_OR_RETURN(d->o, Matrix(w.o_proj, what + " o"));
+  ASSIGN_OR_RETURN(d->conv_w, Floats({&w.q_conv, &w.k_conv, &w.v_conv}, what + " conv"));
+  ASSIGN_OR_RETURN(d->a_log, Floats({&w.a_log}, what + " A_log"));
+  ASSIGN_OR_RETURN(d->dt_bias, Floats({&w.dt_bias}, what + " dt_bias"));
+  ASSIGN_OR_RETURN(d->o_norm, Floats({&w.o_norm}, what + " o_norm"));
+  return absl::OkStatus();
+}
+
+absl::Status WeightUploader::Mla(const MlaWeights& w, DeviceMla* d, const std::string& what) {
+  ASSIGN_OR_RETURN(d->q, Matrix(w.q_proj, what + " q"));
+  ASSIGN_OR_RETURN(d->q_a, Matrix(w.q_a_proj, what + " q_a"));
+  ASSIGN_OR_RETURN(d->q_b, Matrix(w.q_b_proj, what + " q_b"));
+  ASSIGN_OR_RETURN(d->kv_a, Matrix(w.kv_a_proj, what + " kv_a"));
+  ASSIGN_OR_RETURN(d->g, Matrix(w.g_proj, what + " g"));
+  ASSIGN_OR_RETURN(d->o, Matrix(w.o_proj, what + " o"));
+  ASSIGN_OR_RETURN(d->q_a_norm, Floats({&w.q_a_norm}, what + " q_a_norm"));
+  ASSIGN_OR_RETURN(d->kv_a_norm, Floats({&w.kv_a_norm}, what + " kv_a_norm"));
+  ASSIGN_OR_RETURN(d->kv_b, FloatsAsBf16(w.kv_b_proj, what + " kv_b"));
+  return absl::OkStatus();
+}
+
+absl::Status WeightUploader::Mlp(const MlpWeights& w, DeviceMlp* d, const std::string& what) {
+  ASSIGN_OR_RETURN(d->gate_up, Stacked({&w.gate_proj, &w.up_proj}, what + " gate|up"));
+  ASSIGN_OR_RETURN(d->down, Matrix(w.down_proj, what + " down"));
+  return absl::OkStatus();
+}
+
+absl::Status WeightUploader::Moe(const MoeWeights& w, const ModelConfig& cfg, DeviceMoe* d,
+                                 const std::string& what) {
+  ASSIGN_OR_RETURN(d->router, Matrix(w.router, what + " router"));
+  ASSIGN_OR_RETURN(d->score_bias, Floats({&w.score_bias}, what + " score bias"));
+  ASSIGN_OR_RETURN(d->latent_down, Matrix(w.latent_down, what + " latent down"));
+  ASSIGN_OR_RETURN(d->latent_up, Matrix(w.latent_up, what + " latent up"));
+  ASSIGN_OR_RETURN(d->latent_norm, Floats({&w.latent_norm}, what + " latent norm"));
+  RETURN_IF_ERROR(Experts(w, cfg, &d->experts, what + " experts"));
+  if (w.has_shared()) RETURN_IF_ERROR(Mlp(w.shared, &d->shared, what + " shared experts"));
+  return absl::OkStatus();
+}
+
+absl::Status WeightUploader::Layer(const LayerWeights& w, const ModelConfig& cfg, int l,
+                                   DeviceLayer* d) {
+  const std::string what = absl::StrCat("layer ", l);
+  ASSIGN_OR_RETURN(d->input_norm, Floats({&w.input_norm}, what + " input norm"));
+  ASSIGN_OR_RETURN(d->post_norm, Floats({&w.post_norm}, what + " post norm"));
+  ASSIGN_OR_RETURN(d->attn_res.norm, Floats({&w.attn_res.norm}, what + " AttnRes"));
+  ASSIGN_OR_RETURN(d->attn_res.proj, Floats({&w.attn_res.proj}, what + " AttnRes"));
+  ASSIGN_OR_RETURN(d->mlp_res.norm, Floats({&w.mlp_res.norm}, what + " AttnRes"));
+  ASSIGN_OR_RETURN(d->mlp_res.proj, Floats({&w.mlp_res.proj}, what + " AttnRes"));
+  if (w.kda) {
+    d->kda = std::make_unique<DeviceKda>();
+    RETURN_IF_ERROR(Kda(*w.kda, d->kda.get(), what + " KDA"));
+  } else {
+    d->mla = std::make_unique<DeviceMla>();
+    RETURN_IF_ERROR(Mla(*w.mla, d->mla.get(), what + " MLA"));
+  }
+  if (w.moe) {
+    d->moe = std::make_unique<DeviceMoe>();
+    RETURN_IF_ERROR(Moe(*w.moe, cfg, d->moe.get(), what + " MoE"));
+  } else {
+    d->dense = std::make_unique<DeviceMlp>();
+    RETURN_IF_ERROR(Mlp(*w.dense, d->dense.get(), what + " MLP"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model& model) {
+  std::unique_ptr<DeviceWeights> out(new DeviceWeights());
+  WeightUploader up(out.get());
+  const ModelWeights& w = model.weights();
+  const ModelConfig& cfg = model.config();
+  ASSIGN_OR_RETURN(out->embed_, up.Matrix(w.embed, "embedding"));
+  if (cfg.tie_word_embeddings) {
+    out->lm_head_ = out->embed_;
+  } else {
+    ASSIGN_OR_RETURN(out->lm_head_, up.Matrix(w.lm_head, "lm_head"));
+  }
+  ASSIGN_OR_RETURN(out->final_norm_, up.Floats({&w.final_norm}, "final norm"));
+  ASSIGN_OR_RETURN(out->output_res_.norm, up.Floats({&w.output_res.norm}, "output AttnRes"));
+  ASSIGN_OR_RETURN(out->output_res_.proj, up.Floats({&w.output_res.proj}, "output AttnRes"));
+  out->layers_.resize(w.layers.size());
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    RETURN_IF_ERROR(up.Layer(w.layers[l], cfg, static_cast<int>(l), &out->layers_[l]));
+  }
+  LOG_INFO("cuda", "weights on the device: {:.2f} GiB in {} buffers",
+           static_cast<double>(out->bytes_) / (1 << 30), out->buffers_.size());
+  return out;
+}
+
+}  // namespace strata::engine::cuda

@@ -1,0 +1,196 @@
+// BuildStepLayout: a StepPlan flattened into the CUDA kernels' index arrays. Expected values are
+// written out by hand from the plan below (not computed by the code under test).
+#include "engine/cuda/step_layout.h"
+
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace strata::engine::cuda {
+namespace {
+
+ScheduledSequence Seq(SequenceId id, std::vector<int32_t> tokens, int64_t computed,
+                      std::vector<int32_t> blocks, int32_t slot, bool sample) {
+  ScheduledSequence s;
+  s.seq_id = id;
+  s.token_ids = std::move(tokens);
+  s.num_computed_tokens = computed;
+  s.block_table = std::move(blocks);
+  s.slot = slot;
+  s.sample = sample;
+  return s;
+}
+
+kvcache::CacheLayout Layout(int kda_layers) {
+  kvcache::CacheLayout l;
+  l.num_mla_layers = 1;
+  l.block_size = 64;
+  l.num_blocks = 16;
+  l.num_kda_layers = kda_layers;
+  l.kda_state_bytes_per_layer = 4;
+  l.kda_conv_bytes_per_layer = 4;
+  l.num_slots = 8;
+  l.num_checkpoints = 2;
+  return l;
+}
+
+std::vector<int32_t> Slice(const StepLayout& s, int64_t offset, int64_t count) {
+  return {s.ints.begin() + offset, s.ints.begin() + offset + count};
+}
+
+// Plan order: A prefill (5 tokens from 0), B decode at 70, C nothing, D decode at 3, E prefill
+// (3 tokens from 64, crossing into its second block).
+StepPlan MixedPlan() {
+  StepPlan plan;
+  plan.sequences.push_back(Seq(10, {1, 2, 3, 4, 5}, 0, {7}, 3, true));
+  plan.sequences.push_back(Seq(11, {6}, 70, {4, 9}, 0, true));
+  plan.sequences.push_back(Seq(12, {}, 8, {2}, 1, true));
+  plan.sequences.push_back(Seq(13, {8}, 3, {5}, 6, false));
+  plan.sequences.push_back(Seq(14, {20, 21, 22}, 64, {11, 12}, 2, false));
+  return plan;
+}
+
+TEST(StepLayoutTest, DecodeSequencesComeFirstAndEmptyOnesAreLeftOut) {
+  StepLayout s;
+  BuildStepLayout(MixedPlan(), Layout(1), &s);
+  EXPECT_EQ(s.plan_index, (std::vector<int32_t>{1, 3, 0, 4}));
+  EXPECT_EQ(s.num_sequences, 4);
+  EXPECT_EQ(s.num_decode, 2);
+  EXPECT_EQ(s.num_prefill(), 2);
+  EXPECT_EQ(s.num_rows, 10);
+  EXPECT_EQ(s.row_offset, (std::vector<int64_t>{0, 1, 2, 7, 10}));
+  EXPECT_EQ(Slice(s, s.token_ids, 10), (std::vector<int32_t>{6, 8, 1, 2, 3, 4, 5, 20, 21, 22}));
+  EXPECT_EQ(s.ints[s.live_rows], 10);
+}
+
+TEST(StepLayoutTest, TokensMapToTheirBlockRows) {
+  StepLayout s;
+  BuildStepLayout(MixedPlan(), Layout(1), &s);
+  // B pos 70 → block 9 row 6; D pos 3 → block 5 row 3; A pos 0..4 → block 7;
+  // E pos 64..66 → block 12 rows 0..2.
+  EXPECT_EQ(Slice(s, s.slot_mapping, 10),
+            (std::vector<int32_t>{9 * 64 + 6, 5 * 64 + 3, 7 * 64, 7 * 64 + 1, 7 * 64 + 2,
+                                  7 * 64 + 3, 7 * 64 + 4, 12 * 64, 12 * 64 + 1, 12 * 64 + 2}));
+  EXPECT_EQ(s.max_blocks_per_seq, 2);
+  EXPECT_EQ(Slice(s, s.block_tables, 8), (std::vector<int32_t>{4, 9, 5, 0, 7, 0, 11, 12}));
+  EXPECT_EQ(Slice(s, s.seq_lens, 4), (std::vector<int32_t>{71, 4, 5, 67}));
+  EXPECT_EQ(s.max_decode_context, 71);
+  EXPECT_EQ(s.max_prefill_context, 67);
+}
+
+TEST(StepLayoutTest, PrefillRowsKnowTheirSequenceAndCausalLength) {
+  StepLayout s;
+  BuildStepLayout(MixedPlan(), Layout(1), &s);
+  EXPECT_EQ(Slice(s, s.prefill_cu, 3), (std::vector<int32_t>{0, 5, 8}));
+  EXPECT_EQ(Slice(s, s.prefill_cu_k, 3), (std::vector<int32_t>{0, 5, 72}));  // contexts 5, 67
+  EXPECT_EQ(s.max_prefill_new, 5);
+  EXPECT_EQ(s.total_prefill_context, 72);
+  EXPECT_EQ(Slice(s, s.query_seq, 8), (std::vector<int32_t>{2, 2, 2, 2, 2, 3, 3, 3}));
+  EXPECT_EQ(Slice(s, s.query_len, 8), (std::vector<int32_t>{1, 2, 3, 4, 5, 65, 66, 67}));
+}
+
+TEST(StepLayoutTest, SlotsAndLogitRowsFollowPlanOrder) {
+  StepLayout s;
+  BuildStepLayout(MixedPlan(), Layout(1), &s);
+  EXPECT_EQ(Slice(s, s.kda_slots, 4), (std::vector<int32_t>{0, 6, 3, 2}));
+  // Sampling sequences in plan order: A (last row 6), B (row 0); C has no tokens.
+  EXPECT_EQ(s.sampled_plan_index, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(s.sampled_logit_row, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(s.num_logit_rows, 2);
+  EXPECT_EQ(Slice(s, s.logit_rows, 2), (std::vector<int32_t>{6, 0}));
+}
+
+TEST(StepLayoutTest, WithoutKdaLayersSlotsAreMinusOne) {
+  StepLayout s;
+  StepPlan plan = MixedPlan();
+  for (ScheduledSequence& seq : plan.sequences) seq.slot = -1;
+  BuildStepLayout(plan, Layout(0), &s);
+  EXPECT_EQ(Slice(s, s.kda_slots, 4), (std::vector<int32_t>{-1, -1, -1, -1}));
+}
+
+TEST(StepLayoutTest, ReusedLayoutForgetsThePreviousStep) {
+  StepLayout s;
+  BuildStepLayout(MixedPlan(), Layout(1), &s);
+  StepPlan small;
+  small.sequences.push_back(Seq(20, {9}, 0, {1}, 4, true));
+  BuildStepLayout(small, Layout(1), &s);
+  EXPECT_EQ(s.num_sequences, 1);
+  EXPECT_EQ(s.num_decode, 1);
+  EXPECT_EQ(s.num_rows, 1);
+  EXPECT_EQ(s.max_prefill_context, 0);
+  EXPECT_EQ(s.ints.size(), size_t{1 + 1 + 1 + 1 + 1 + 1 + 1 + 0 + 0 + 1 + 1});
+  EXPECT_EQ(s.ints[s.live_rows], 1);
+  EXPECT_EQ(Slice(s, s.slot_mapping, 1), (std::vector<int32_t>{64}));
+  EXPECT_EQ(Slice(s, s.logit_rows, 1), (std::vector<int32_t>{0}));
+}
+
+// Decode plan: E (plan 0, slot 2, at 64 on blocks {11, 12}), F (plan 1, not sampled, at 3 on
+// block {5}), G (plan 2, slot 4, at 130 on blocks {1, 2, 3}).
+StepPlan DecodePlan() {
+  StepPlan plan;
+  plan.sequences.push_back(Seq(20, {7}, 64, {11, 12}, 2, true));
+  plan.sequences.push_back(Seq(21, {8}, 3, {5}, 5, false));
+  plan.sequences.push_back(Seq(22, {9}, 130, {1, 2, 3}, 4, true));
+  return plan;
+}
+
+TEST(StepLayoutTest, PaddedDecodeStepHasTheBucketsShapes) {
+  StepLayout s;
+  BuildStepLayout(DecodePlan(), Layout(1), &s);
+  EXPECT_EQ(s.max_blocks_per_seq, 3);
+  PadDecodeStep(4, 8, 64, &s);
+  EXPECT_EQ(s.num_sequences, 4);
+  EXPECT_EQ(s.num_decode, 4);
+  EXPECT_EQ(s.num_rows, 4);
+  EXPECT_EQ(s.max_blocks_per_seq, 8);
+  EXPECT_EQ(s.max_decode_context, 8 * 64);
+  EXPECT_EQ(s.num_logit_rows, 4);
+  EXPECT_EQ(Slice(s, s.token_ids, 4), (std::vector<int32_t>{7, 8, 9, 0}));
+  EXPECT_EQ(Slice(s, s.slot_mapping, 4),
+            (std::vector<int32_t>{12 * 64, 5 * 64 + 3, 3 * 64 + 2, -1}));
+  EXPECT_EQ(Slice(s, s.kda_slots, 4), (std::vector<int32_t>{2, 5, 4, -1}));
+  EXPECT_EQ(Slice(s, s.seq_lens, 4), (std::vector<int32_t>{65, 4, 131, 1}));
+  EXPECT_EQ(Slice(s, s.block_tables, 32), (std::vector<int32_t>{11, 12, 0, 0, 0, 0, 0, 0,  //
+                                                                5,  0,  0, 0, 0, 0, 0, 0,  //
+                                                                1,  2,  3, 0, 0, 0, 0, 0,  //
+                                                                0,  0,  0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Slice(s, s.logit_rows, 4), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(s.ints[s.live_rows], 3);
+  EXPECT_EQ(Slice(s, s.prefill_cu, 1), (std::vector<int32_t>{0}));
+  // E and G sample; their logits are rows 0 and 2 of the padded step.
+  EXPECT_EQ(s.sampled_plan_index, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(s.sampled_logit_row, (std::vector<int32_t>{0, 2}));
+}
+
+TEST(StepLayoutTest, PaddedStepsOfOneBucketShareOffsets) {
+  StepLayout a, b;
+  BuildStepLayout(DecodePlan(), Layout(1), &a);
+  PadDecodeStep(4, 8, 64, &a);
+  StepPlan one;
+  one.sequences.push_back(Seq(30, {1}, 0, {6}, 0, true));
+  BuildStepLayout(one, Layout(1), &b);
+  PadDecodeStep(4, 8, 64, &b);
+  EXPECT_EQ(a.ints.size(), b.ints.size());
+  for (int64_t StepLayout::*offset :
+       {&StepLayout::token_ids, &StepLayout::slot_mapping, &StepLayout::block_tables,
+        &StepLayout::kda_slots, &StepLayout::seq_lens, &StepLayout::logit_rows}) {
+    EXPECT_EQ(a.*offset, b.*offset);
+  }
+  EXPECT_EQ(b.sampled_logit_row, (std::vector<int32_t>{0}));
+}
+
+TEST(StepLayoutDeathTest, PaddingAPrefillStepIsAnInvariantViolation) {
+  StepLayout s;
+  BuildStepLayout(MixedPlan(), Layout(1), &s);
+  EXPECT_DEATH(PadDecodeStep(8, 4, 64, &s), "only decode steps");
+}
+
+TEST(StepLayoutDeathTest, ShortBlockTableIsAnInvariantViolation) {
+  StepPlan plan;
+  plan.sequences.push_back(Seq(1, {1, 2}, 63, {3}, 0, true));  // needs 2 blocks
+  StepLayout s;
+  EXPECT_DEATH(BuildStepLayout(plan, Layout(1), &s), "too short");
+}
+
+}  // namespace
+}  // namespace strata::engine::cuda
