@@ -139,6 +139,8 @@ void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
   }
 }
 
+double Sampler::NextUniform() { return params_.greedy() ? 0.0 : rng_.Uniform(); }
+
 int32_t Sampler::Sample(float* logits, int64_t vocab) {
   SizeForVocab(vocab);
   ApplyPenalties(logits, vocab);

@@ -63,6 +63,14 @@ class Sampler {
   // Whether Sample changes logits before choosing (bias or penalties).
   bool ModifiesLogits() const;
 
+  // Sampling elsewhere (the CUDA executor's device sampler, kernels/cuda/sampling.h), for
+  // samplers with no bias or penalties (!ModifiesLogits(): no per-sequence state to ship):
+  // NextUniform() draws the uniform Sample would draw (none when greedy: returns 0), and
+  // Accept() records the token chosen with it. NextUniform + a device pick with the same rules
+  // + Accept leaves the sampler exactly as Sample would.
+  double NextUniform();
+  void Accept(int32_t token) { Record(token); }
+
  private:
   void SizeForVocab(int64_t vocab);
   void ApplyPenalties(float* logits, int64_t vocab) const;

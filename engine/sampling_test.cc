@@ -41,6 +41,30 @@ TEST(SamplingTest, SameSeedGivesTheSameTokensAndOtherSeedsDiffer) {
   EXPECT_NE(draw(p), draw(other));
 }
 
+// A token picked elsewhere with NextUniform's draw (device sampling) leaves the sampler where
+// Sample would have: every later Sample gives the tokens of a sampler that sampled all along.
+TEST(SamplingTest, NextUniformConsumesExactlyTheDrawSampleWould) {
+  std::vector<float> base(50);
+  for (int i = 0; i < 50; ++i) base[i] = std::sin(static_cast<float>(i));
+  for (float temperature : {0.0f, 0.7f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_p = 0.9f;
+    p.seed = 77;
+    Sampler all_here(p, 0, {}), mixed(p, 0, {});
+    for (int step = 0; step < 30; ++step) {
+      std::vector<float> a = base, b = base;
+      const int32_t expected = all_here.Sample(a.data(), 50);
+      if (step % 3 == 0) {
+        mixed.NextUniform();  // the device would pick with this uniform
+        mixed.Accept(expected);
+      } else {
+        EXPECT_EQ(mixed.Sample(b.data(), 50), expected) << "T " << temperature << " step " << step;
+      }
+    }
+  }
+}
+
 TEST(SamplingTest, DrawFrequenciesFollowTheSoftmax) {
   // logits log(0.5), log(0.3), log(0.2) at temperature 1 -> probabilities 0.5/0.3/0.2
   SamplingParams p;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -11,6 +10,7 @@
 #include "core/status.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/sampling.h"
 
 namespace strata::engine::cuda {
 namespace kc = kernels::cuda;
@@ -74,6 +74,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
                                 "cublasSetWorkspace");
   ASSIGN_OR_RETURN(e->model_, CudaModel::Create(model, options.model));
   e->graphs_enabled_ = options.cuda_graphs && options.model.own_grouped_gemm;
+  e->device_sampling_ = options.device_sampling;
   return e;
 }
 
@@ -240,13 +241,77 @@ CudaExecutor::DecodeGraph* CudaExecutor::GraphFor(const GraphKey& key) {
   return graphs_.emplace(key, std::move(*g)).first->second.get();
 }
 
-absl::Status CudaExecutor::Sample(const StepPlan& plan, StepResult* result) {
+// Which sampled tokens the device picks: sequences without log-probabilities whose samplers
+// carry no bias or penalties (Sampler::NextUniform). Fills the per-row parameters and uniforms
+// (padding and host rows: greedy, ignored) in the pinned staging buffer; false when none.
+bool CudaExecutor::PlanDeviceSampling(const StepPlan& plan) {
+  const size_t n = step_.sampled_plan_index.size();
+  on_device_.assign(n, false);
+  if (!device_sampling_) return false;
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
+    on_device_[i] = seq.num_logprobs < 0 && !seq.sampler->ModifiesLogits();
+    any = any || on_device_[i];
+  }
+  return any;
+}
+
+// Enqueues the device sampler over all R logits rows with this step's per-row parameters.
+absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, int32_t** tokens) {
+  const int64_t rows = step_.num_logit_rows;
+  const int64_t param_bytes = rows * static_cast<int64_t>(sizeof(kc::SamplingRowParams));
+  const int64_t bytes = param_bytes + rows * 8;
+  RETURN_IF_ERROR(Reserve(&sampling_staging_, bytes, "sampling parameters (host)"));
+  RETURN_IF_ERROR(Reserve(&sampling_device_, bytes + rows * 4, "sampling parameters"));
+  auto* params = sampling_staging_.as<kc::SamplingRowParams>();
+  auto* uniforms = reinterpret_cast<double*>(sampling_staging_.as<char>() + param_bytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    params[r] = kc::SamplingRowParams();
+    params[r].temperature = 0.0f;
+    uniforms[r] = 0.0;
+  }
+  for (size_t i = 0; i < on_device_.size(); ++i) {
+    if (!on_device_[i]) continue;
+    Sampler& sampler = *plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])].sampler;
+    const SamplingParams& p = sampler.params();
+    const int64_t row = step_.sampled_logit_row[i];
+    params[row].temperature = p.temperature;
+    params[row].top_k = p.top_k;
+    params[row].top_p = p.top_p;
+    params[row].min_p = p.min_p;
+    uniforms[row] = sampler.NextUniform();
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(sampling_device_.get(), sampling_staging_.get(), static_cast<size_t>(bytes),
+                      cudaMemcpyHostToDevice, stream_),
+      "sampling parameters cudaMemcpyAsync");
+  kc::SamplingInputs in;
+  in.logits = logits;
+  in.params = sampling_device_.as<kc::SamplingRowParams>();
+  in.uniforms = reinterpret_cast<const double*>(sampling_device_.as<char>() + param_bytes);
+  *tokens = reinterpret_cast<int32_t*>(sampling_device_.as<char>() + bytes);
+  return kc::SampleTokens(in, rows, model_->config().vocab_size, *tokens, stream_);
+}
+
+absl::Status CudaExecutor::Sample(const StepPlan& plan, const int32_t* device_tokens,
+                                  StepResult* result) {
   const int64_t vocab = model_->config().vocab_size;
   const size_t r = step_.sampled_plan_index.size();
   if (result->sampled.size() != r) result->sampled.resize(r);
   for (size_t i = 0; i < r; ++i) {
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
     const int64_t row = step_.sampled_logit_row[i];
+    if (on_device_[i]) {
+      SampledToken& out = result->sampled[i];
+      out.seq_id = seq.seq_id;
+      out.token_id = device_tokens[row];
+      CHECK(out.token_id >= 0 && out.token_id < vocab) << "device sampler picked " << out.token_id;
+      out.logprob = 0.0f;
+      out.top_logprobs.clear();
+      seq.sampler->Accept(out.token_id);
+      continue;
+    }
     sampler_.Sample(seq, outputs_host_.as<float>() + row * vocab, vocab, &result->sampled[i]);
   }
   return absl::OkStatus();
@@ -290,20 +355,38 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     invalid_tokens = step.invalid_tokens;
   }
 
-  // Outputs back to the host: logits rows, the invalid-id count, the expert offsets.
-  const int64_t out_bytes = logit_floats * 4 + 4 + offsets_ints * 4;
+  // Sampling on the device where it can be (then only token ids come back).
+  int32_t* device_tokens = nullptr;
+  const bool device_sampling = PlanDeviceSampling(plan);
+  if (device_sampling) {
+    RETURN_IF_ERROR(SampleOnDevice(plan, const_cast<float*>(logits), &device_tokens));
+  }
+  // Outputs back to the host: the invalid-id count, the expert offsets, the device-sampled
+  // tokens, and the logits rows the host samples (all rows when no row is sampled on device).
+  const int64_t rows = step_.num_logit_rows;
+  const int64_t out_bytes = logit_floats * 4 + 4 + offsets_ints * 4 + rows * 4;
   RETURN_IF_ERROR(Reserve(&outputs_host_, out_bytes, "step outputs (host)"));
   float* logits_host = outputs_host_.as<float>();
   int32_t* invalid_host = reinterpret_cast<int32_t*>(logits_host + logit_floats);
   int32_t* offsets_host = invalid_host + 1;
-  for (auto [dst, src, bytes] :
-       {std::tuple<void*, const void*, int64_t>{logits_host, logits, logit_floats * 4},
-        {invalid_host, invalid_tokens, 4},
-        {offsets_host, expert_offsets, offsets_ints * 4}}) {
-    if (bytes == 0) continue;
-    STRATA_CUDA_RETURN_IF_ERROR(
+  int32_t* tokens_host = offsets_host + offsets_ints;
+  auto copy = [this](void* dst, const void* src, int64_t bytes) -> absl::Status {
+    if (bytes == 0) return absl::OkStatus();
+    return kc::CudaStatus(
         cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_),
         "step outputs cudaMemcpyAsync");
+  };
+  RETURN_IF_ERROR(copy(invalid_host, invalid_tokens, 4));
+  RETURN_IF_ERROR(copy(offsets_host, expert_offsets, offsets_ints * 4));
+  if (device_sampling) {
+    RETURN_IF_ERROR(copy(tokens_host, device_tokens, rows * 4));
+    for (size_t i = 0; i < on_device_.size(); ++i) {
+      if (on_device_[i]) continue;
+      const int64_t row = step_.sampled_logit_row[i];
+      RETURN_IF_ERROR(copy(logits_host + row * vocab, logits + row * vocab, vocab * 4));
+    }
+  } else {
+    RETURN_IF_ERROR(copy(logits_host, logits, logit_floats * 4));
   }
   // KDA checkpoints at the boundary this step ended on (stream-ordered after the forward).
   for (const ScheduledSequence& seq : plan.sequences) {
@@ -320,7 +403,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   } else {
     result->expert_tokens.clear();
   }
-  RETURN_IF_ERROR(Sample(plan, result));
+  RETURN_IF_ERROR(Sample(plan, tokens_host, result));
   return scratch_.Reset();
 }
 

@@ -6,10 +6,12 @@
 // state and conv rows in f32, laid out by kvcache::CacheLayout from PlanMemory(
 // CudaCacheSpecFor(cfg))) is one device allocation made by AllocateCaches; the forward's
 // scratch is a device arena that grows to the largest step and then stays (device_arena.h).
-// Per step: one host→device copy of the step's index arrays, one device→host copy of the
-// sampled rows' logits (sampling runs on the host with the sequences' own samplers, so
-// penalties, seeds and log-probabilities are exactly the CPU executor's), plus one small copy
-// of the expert offsets per MoE layer.
+// Per step: one host→device copy of the step's index arrays; the device sampler picks the
+// tokens of sequences without log-probabilities, bias or penalties (with the uniform their own
+// sampler draws: the same tokens the host would pick) and only their ids come back; the other
+// rows' logits come back and are sampled on the host with the sequences' own samplers (so
+// penalties, seeds and log-probabilities are exactly the CPU executor's); the expert offsets of
+// every MoE layer come back in one small copy.
 //
 // Decode steps (every sequence one token) run as CUDA graphs when the model's forward never
 // synchronises with the host (CudaModelOptions::own_grouped_gemm): the step is padded to a
@@ -57,6 +59,10 @@ struct DeviceCeilings {
 struct CudaExecutorOptions {
   CudaModelOptions model;
   bool cuda_graphs = true;  // decode steps as CUDA graphs (when the forward allows it)
+  // Tokens of sequences without log-probabilities, bias or penalties picked on the device
+  // (kernels/cuda/sampling.h, the same rules and the sampler's own uniform): only their ids
+  // come back instead of vocab-sized logits rows.
+  bool device_sampling = true;
 };
 
 class CudaExecutor : public StepExecutor {
@@ -110,7 +116,11 @@ class CudaExecutor : public StepExecutor {
   absl::Status Upload(kernels::cuda::DeviceBuffer* ints);
   absl::Status InitSlots(const StepPlan& plan);
   absl::Status CopyStateRow(int32_t from_row, int32_t to_row);
-  absl::Status Sample(const StepPlan& plan, StepResult* result);
+  bool PlanDeviceSampling(const StepPlan& plan);
+  absl::Status SampleOnDevice(const StepPlan& plan, float* logits, int32_t** tokens);
+  // The step's tokens: device-picked ones from `device_tokens` (host copy, by logits row), the
+  // others sampled here from the host copy of their logits rows.
+  absl::Status Sample(const StepPlan& plan, const int32_t* device_tokens, StepResult* result);
   char* arena() const { return caches_arena_.as<char>(); }
 
   int device_ = 0;
@@ -129,6 +139,10 @@ class CudaExecutor : public StepExecutor {
   kernels::cuda::PinnedBuffer outputs_host_;
   kernels::cuda::DeviceBuffer cublas_workspace_;  // set once: cuBLAS allocates nothing in graphs
   bool graphs_enabled_ = true;
+  bool device_sampling_ = true;
+  std::vector<bool> on_device_;                   // per sampled token: picked on the device
+  kernels::cuda::PinnedBuffer sampling_staging_;  // per-row parameters + uniforms (host)
+  kernels::cuda::DeviceBuffer sampling_device_;   // the same + the picked tokens
   std::map<GraphKey, std::unique_ptr<DecodeGraph>> graphs_;
   std::set<GraphKey> graph_failed_;
   int64_t graph_replays_ = 0;
