@@ -56,6 +56,16 @@ if [[ "$lib_dirs" != *cublas* && "$lib_dirs" != *cuda* && "$lib_dirs" != *nvidia
 fi
 echo "library dirs: ${lib_dirs#:}"
 
+# A pack made by gpu_pack.sh is one xz tarball: unpack it next to the logs' machine-local tmp.
+if [[ -f "$PACK/pack.tar.xz" ]]; then
+  UNPACKED=${TMPDIR:-/tmp}/strata-gpu-pack
+  rm -rf "$UNPACKED" && mkdir -p "$UNPACKED"
+  if ! tar -C "$UNPACKED" -xJf "$PACK/pack.tar.xz" 2>"$LOGS/unpack.txt"; then
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$PACK/pack.tar.xz" "$UNPACKED" || { cat "$LOGS/unpack.txt"; echo "unpack FAILED"; exit 1; }
+  fi
+  PACK=$UNPACKED
+fi
 if [[ -x "$PACK/bin/cuda_gpu_bench" ]]; then
   BIN="$PACK/bin"
   ENGINE_BENCH="$BIN/cuda_engine_bench"

@@ -5,6 +5,10 @@
 # it cannot configure Strata itself). cuBLAS, the driver and the C library come from that
 # machine; absl, libgomp and cudart travel; libstdc++/libgcc_s travel as a fallback only.
 #
+# The binaries are stripped and everything is packed as build/gpu-pack/pack.tar.xz (~15 MB: the
+# device tool carries at most 64 MiB, and oneDNN alone is 40 MB unpacked); gpu_check.sh unpacks
+# it on the GPU machine.
+#
 # Usage: bench/gpu_pack.sh            (build dir: $STRATA_GPU_BUILD or build/gpu-check)
 # Then:  device run: command "bench/gpu_check.sh", carry ["build/gpu-pack"]
 set -euo pipefail
@@ -18,14 +22,16 @@ if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
 fi
 ninja -C "$BUILD" -j"$JOBS" strata_gpu_check
 
-rm -rf "$PACK"
-mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/lib-fallback"
+STAGE="$PACK.staging"
+rm -rf "$PACK" "$STAGE"
+mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/lib-fallback"
 bins=()
 for b in "$BUILD"/kernels/cuda/cuda_*_test "$BUILD"/kernels/cuda/cuda_gpu_bench \
   "$BUILD"/engine/cuda/engine_cuda_*_test "$BUILD"/bench/cuda_engine_bench \
   "$BUILD"/tools/strata-make-checkpoint; do
   [[ -x "$b" ]] || continue
-  cp "$b" "$PACK/bin/"
+  cp "$b" "$STAGE/bin/"
+  strip --strip-unneeded "$STAGE/bin/$(basename "$b")" 2>/dev/null || true
   bins+=("$b")
 done
 # kernels_cuda_test links NCCL (200+ MB): not carried; gpu_check.sh runs it only from a build.
@@ -37,9 +43,9 @@ for b in "${bins[@]}"; do
 done | sort -u | while read -r lib; do
   if [[ "$lib" =~ $skip ]]; then continue; fi
   if [[ "$lib" =~ libstdc\+\+|libgcc_s ]]; then
-    cp -L "$lib" "$PACK/lib-fallback/"
+    cp -L "$lib" "$STAGE/lib-fallback/"
   else
-    cp -L "$lib" "$PACK/lib/"
+    cp -L "$lib" "$STAGE/lib/"
   fi
 done
 
@@ -47,7 +53,11 @@ done
   echo "packed: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (+local changes)')"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
-  echo "binaries: $(cd "$PACK/bin" && ls | tr '\n' ' ')"
-} > "$PACK/MANIFEST"
+  echo "binaries: $(cd "$STAGE/bin" && ls | tr '\n' ' ')"
+} > "$STAGE/MANIFEST"
+mkdir -p "$PACK"
+cp "$STAGE/MANIFEST" "$PACK/MANIFEST"
+tar -C "$STAGE" -cf - . | xz -T"$JOBS" -6 > "$PACK/pack.tar.xz"
+rm -rf "$STAGE"
 cat "$PACK/MANIFEST"
 du -sh "$PACK"
