@@ -260,7 +260,9 @@ bool CudaExecutor::PlanDeviceSampling(const StepPlan& plan) {
 // Enqueues the device sampler over all R logits rows with this step's per-row parameters.
 absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, int32_t** tokens) {
   const int64_t rows = step_.num_logit_rows;
-  const int64_t param_bytes = rows * static_cast<int64_t>(sizeof(kc::SamplingRowParams));
+  // [rows] parameters, then [rows] f64 uniforms (8-byte aligned), then [rows] picked tokens.
+  const int64_t param_bytes =
+      (rows * static_cast<int64_t>(sizeof(kc::SamplingRowParams)) + 15) / 16 * 16;
   const int64_t bytes = param_bytes + rows * 8;
   RETURN_IF_ERROR(Reserve(&sampling_staging_, bytes, "sampling parameters (host)"));
   RETURN_IF_ERROR(Reserve(&sampling_device_, bytes + rows * 4, "sampling parameters"));

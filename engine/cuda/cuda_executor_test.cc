@@ -137,8 +137,8 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
         ref += pc[v] * pc[v];
       }
       const double relerr = std::sqrt(diff / ref);
-      const bool ok = std::isfinite(relerr) && relerr <= 3e-2;
-      std::printf("[relerr] kernel=CudaExecutor_%s case=%s_seq%lld relerr=%.3e tol=3.0e-02 %s\n",
+      const bool ok = std::isfinite(relerr) && relerr <= 5e-2;
+      std::printf("[relerr] kernel=CudaExecutor_%s case=%s_seq%lld relerr=%.3e tol=5.0e-02 %s\n",
                   GetParam().name.c_str(), what.c_str(), static_cast<long long>(c.seq_id), relerr,
                   ok ? "ok" : "FAIL");
       EXPECT_TRUE(ok) << what << " seq " << c.seq_id << " relerr " << relerr;
