@@ -13,7 +13,9 @@
 #      target strata_gpu_check (needs the Debian packages of tools/setup.sh and nvcc).
 # Logs go to $OUT when set (the device tool fetches it), else build/gpu-check-logs.
 # Then the end-to-end engine benchmark (cuda_engine_bench = `strata bench --device cuda`) on a
-# generated Kimi-Linear-shaped bench checkpoint, batch 1 and 64, next to its roofline floor.
+# generated Kimi-Linear-shaped bench checkpoint, batch 1 and 64, next to its roofline floor, and
+# a serving smoke test: `strata serve --device cuda` on that checkpoint answers a completion, a
+# streamed chat completion and /metrics (bench/gpu_serve_smoke.py).
 # Options: --quick (bench: first shape of each kernel only), --tests-only, --bench-only.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -70,6 +72,7 @@ if [[ -x "$PACK/bin/cuda_gpu_bench" ]]; then
   BIN="$PACK/bin"
   ENGINE_BENCH="$BIN/cuda_engine_bench"
   MAKE_CKPT="$BIN/strata-make-checkpoint"
+  STRATA_BIN="$BIN/strata"
   echo "binaries: pack $PACK"; cat "$PACK/MANIFEST" 2>/dev/null
   export LD_LIBRARY_PATH="$PACK/lib$lib_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if ! "$BIN/cuda_router_test" --gtest_list_tests >/dev/null 2>"$LOGS/loader.txt"; then
@@ -87,6 +90,7 @@ else
   BIN="$BUILD/kernels/cuda"
   ENGINE_BENCH="$BUILD/bench/cuda_engine_bench"
   MAKE_CKPT="$BUILD/tools/strata-make-checkpoint"
+  STRATA_BIN="$BUILD/strata"
   export LD_LIBRARY_PATH="${lib_dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 missing=$(ldd "$BIN/cuda_gpu_bench" 2>&1 | grep "not found" || true)
@@ -116,10 +120,11 @@ if [[ $RUN_TESTS == 1 ]]; then
 fi
 
 e2e_rows=()
+serve_line=""
 if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
   echo "== end-to-end: cuda_engine_bench on the Kimi-Linear bench preset"
   CKPT=${TMPDIR:-/tmp}/strata-bench-kl
-  if timeout 120 "$MAKE_CKPT" --preset bench --family kimi-linear --out "$CKPT" \
+  if timeout 120 "$MAKE_CKPT" --preset bench --family kimi-linear --demo-tokenizer --out "$CKPT" \
       > "$LOGS/make-checkpoint.log" 2>&1; then
     for batch in 1 64; do
       timeout 120 "$ENGINE_BENCH" --model "$CKPT" --prompt-tokens 512 --gen-tokens 64 \
@@ -132,6 +137,15 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
       [[ $rc -ne 0 || -z "$row" ]] && { row="| $batch | FAILED rc=$rc | | | | |"; failed_any=1; }
       e2e_rows+=("$row")
     done
+    if [[ -x "$STRATA_BIN" ]]; then
+      echo "== serve smoke: strata serve --device cuda"
+      timeout 150 python3 "$ROOT/bench/gpu_serve_smoke.py" "$STRATA_BIN" "$CKPT" \
+        > "$LOGS/serve-smoke.log" 2>&1
+      serve_rc=$?
+      tail -12 "$LOGS/serve-smoke.log"
+      [[ $serve_rc -ne 0 ]] && failed_any=1
+      serve_line="serve smoke: $([[ $serve_rc -eq 0 ]] && echo ok || echo "FAILED rc=$serve_rc") ($(grep -m1 '^RESULT' "$LOGS/serve-smoke.log" | cut -c8-))"
+    fi
   else
     tail -5 "$LOGS/make-checkpoint.log"; e2e_rows+=("| - | checkpoint generation FAILED | | | | |")
     failed_any=1
@@ -182,6 +196,7 @@ if [[ ${#e2e_rows[@]} -gt 0 ]]; then
   echo "|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${e2e_rows[@]}"
 fi
+[[ -n "$serve_line" ]] && echo && echo "$serve_line"
 if [[ $RUN_BENCH == 1 ]]; then
   echo
   grep -E '^(\||## )' "$LOGS/bench.log" || echo "(no benchmark table; bench rc=$bench_rc, see bench.log)"

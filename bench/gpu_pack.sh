@@ -28,7 +28,7 @@ mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/lib-fallback"
 bins=()
 for b in "$BUILD"/kernels/cuda/cuda_*_test "$BUILD"/kernels/cuda/cuda_gpu_bench \
   "$BUILD"/engine/cuda/engine_cuda_*_test "$BUILD"/bench/cuda_engine_bench \
-  "$BUILD"/tools/strata-make-checkpoint; do
+  "$BUILD"/tools/strata-make-checkpoint "$BUILD"/strata; do
   [[ -x "$b" ]] || continue
   cp "$b" "$STAGE/bin/"
   strip --strip-unneeded "$STAGE/bin/$(basename "$b")" 2>/dev/null || true

@@ -2,7 +2,8 @@
 // deterministic random weights (see checkpoint_generator.h).
 //
 //   strata-make-checkpoint --family k3|kimi-linear --preset tiny|demo|bench --out DIR
-//                          [--seed N] [--shards N] [--mxfp4] [--set key=value ...]
+//                          [--seed N] [--shards N] [--mxfp4] [--demo-tokenizer]
+//                          [--set key=value ...]
 //
 // Prints one line with the parameter count and the bytes written. Exit status: 0 on success,
 // 2 for bad flags or option values, 1 for I/O errors.
@@ -12,17 +13,21 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "tools/bpe_trainer/demo_tokenizer.h"
 #include "tools/checkpoint_generator.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: strata-make-checkpoint --preset tiny|demo|bench --out DIR [--family k3|kimi-linear]\n"
-    "                              [--seed N] [--shards N] [--mxfp4] [--set key=value ...]\n"
+    "                              [--seed N] [--shards N] [--mxfp4] [--demo-tokenizer]\n"
+    "                              [--set key=value ...]\n"
     "  --family   model family (default: tiny/demo k3, bench kimi-linear)\n"
     "  --seed     PRNG seed (default 0); same options give byte-identical files\n"
     "  --shards   number of safetensors files (default 1; >1 adds model.safetensors.index.json)\n"
     "  --mxfp4    K3 only: routed experts as MXFP4 (compressed-tensors mxfp4-pack-quantized)\n"
+    "  --demo-tokenizer  also write the demo tokenizer (tiktoken.model, tokenizer_config.json)\n"
+    "             so that `strata serve --model DIR` can serve the checkpoint\n"
     "  --set      override a preset value; keys: ";
 
 int UsageError(const std::string& message) {
@@ -34,6 +39,7 @@ int UsageError(const std::string& message) {
 struct ParsedArgs {
   strata::tools::GeneratorOptions options;
   std::string out_dir;
+  bool demo_tokenizer = false;
   bool help = false;
 };
 
@@ -50,6 +56,11 @@ std::string ParseArgs(int argc, char** argv, ParsedArgs& args) {
     }
     if (flag == "--help" || flag == "-h") {
       args.help = true;
+      continue;
+    }
+    if (flag == "--demo-tokenizer") {
+      if (has_value) return "--demo-tokenizer takes no value";
+      args.demo_tokenizer = true;
       continue;
     }
     if (flag == "--mxfp4") {
@@ -107,11 +118,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "strata-make-checkpoint: %s\n", generated.status().ToString().c_str());
     return 1;
   }
+  if (args.demo_tokenizer) {
+    if (absl::Status s = strata::tools::WriteDemoTokenizer(args.out_dir); !s.ok()) {
+      std::fprintf(stderr, "strata-make-checkpoint: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
   const strata::tools::ModelDims& dims = generated->dims;
   std::printf("wrote %s: %s %s, %lld parameters, %lld bytes in %zu files (seed %llu%s)\n",
               args.out_dir.c_str(), dims.k3 ? "kimi-k3" : "kimi-linear",
               args.options.preset.c_str(), static_cast<long long>(generated->num_parameters),
               static_cast<long long>(generated->num_bytes), generated->files.size(),
               static_cast<unsigned long long>(args.options.seed), dims.mxfp4 ? ", mxfp4" : "");
+  if (args.demo_tokenizer) std::printf("wrote the demo tokenizer into %s\n", args.out_dir.c_str());
   return 0;
 }
