@@ -251,7 +251,11 @@ bool CudaExecutor::PlanDeviceSampling(const StepPlan& plan) {
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
-    on_device_[i] = seq.num_logprobs < 0 && !seq.sampler->ModifiesLogits();
+    // The device sampler ranks the best kSamplingChunk tokens in one pass; a draw over the
+    // whole vocabulary (no top-k) may walk many more chunks, which the host does faster.
+    const SamplingParams& p = seq.sampler->params();
+    const bool bounded = p.greedy() || (p.top_k > 0 && p.top_k <= kc::kSamplingChunk);
+    on_device_[i] = seq.num_logprobs < 0 && !seq.sampler->ModifiesLogits() && bounded;
     any = any || on_device_[i];
   }
   return any;

@@ -59,9 +59,9 @@ struct DeviceCeilings {
 struct CudaExecutorOptions {
   CudaModelOptions model;
   bool cuda_graphs = true;  // decode steps as CUDA graphs (when the forward allows it)
-  // Tokens of sequences without log-probabilities, bias or penalties picked on the device
-  // (kernels/cuda/sampling.h, the same rules and the sampler's own uniform): only their ids
-  // come back instead of vocab-sized logits rows.
+  // Tokens of sequences without log-probabilities, bias or penalties that sample greedily or
+  // from a top-k ≤ 1024 picked on the device (kernels/cuda/sampling.h, the same rules and the
+  // sampler's own uniform): only their ids come back instead of vocab-sized logits rows.
   bool device_sampling = true;
 };
 
