@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Serving smoke test for a lent GPU machine (bench/gpu_check.sh; standard library only).
 
-Starts `strata serve --device cuda --model CKPT` on free local ports, waits for /ready, then
-checks that a greedy completion, a streamed chat completion and /metrics answer, and that two
-greedy completions of the same prompt agree (the CUDA path is deterministic). Prints one
-`RESULT ...` line (tokens/s of the completion as the client saw it) and exits 0 on success.
+Starts `strata serve --device cuda --replicas 2 --model CKPT` on free local ports (two
+whole-model replicas: on one GPU both share it), waits for /ready, then checks that a greedy
+completion, a streamed chat completion and /metrics answer, and that two greedy completions of
+the same prompt sent at once (so to both replicas) agree with the first (the CUDA path is
+deterministic). Prints one `RESULT ...` line (tokens/s of the first completion as the client
+saw it) and exits 0 on success.
 
 Usage: gpu_serve_smoke.py STRATA CKPT [DEVICE]   (DEVICE: cuda, or cpu to try the script here)
 """
@@ -13,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -41,7 +44,7 @@ def main():
     port, grpc_port = free_port(), free_port()
     cmd = [strata, "serve", "--device", device, "--model", ckpt, "--port", str(port),
            "--grpc-port", str(grpc_port), "--served-model-name", "gpu-smoke",
-           "--max-model-len", "2048"]
+           "--max-model-len", "2048", "--replicas", "2"]
     print("$", " ".join(cmd), flush=True)
     server = subprocess.Popen(cmd, stdout=sys.stdout, stderr=subprocess.STDOUT)
     try:
@@ -69,9 +72,18 @@ def main():
         tokens = first["usage"]["completion_tokens"]
         print(f"completion: {status}, {tokens} tokens in {seconds:.2f} s: "
               f"{first['choices'][0]['text'][:60]!r}")
-        _, again = request(port, "/v1/completions", body)
-        same = json.loads(again)["choices"][0]["text"] == first["choices"][0]["text"]
-        print(f"greedy repeat identical: {same}")
+        texts = [None, None]
+
+        def repeat(i):
+            texts[i] = json.loads(request(port, "/v1/completions", body)[1])["choices"][0]["text"]
+
+        threads = [threading.Thread(target=repeat, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        same = texts[0] == texts[1] == first["choices"][0]["text"]
+        print(f"greedy repeats (concurrent, both replicas) identical: {same}")
 
         chat = {"model": "gpu-smoke", "messages": [{"role": "user", "content": "Hi"}],
                 "max_tokens": 16, "stream": True, "temperature": 0.7, "top_p": 0.9, "seed": 3}

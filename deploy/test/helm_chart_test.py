@@ -156,6 +156,8 @@ def check_default(renderer):
     c = check_pod(pod["spec"], labels, "default deployment", gpus=8)
     check(not any("--rank" in a or "--coordinator" in a for a in c["args"]),
           "single-node pod has rank flags")
+    check("--device=cuda" in c["args"] and "--replicas=8" in c["args"],
+          "single-node GPU pod does not serve one replica per GPU: %s" % c["args"])
     check(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "prod-strata-models",
           "default claim name")
     check({"name": "NCCL_DEBUG", "value": "WARN"} in c["env"], "NCCL_DEBUG env")
@@ -229,6 +231,8 @@ def check_cpu(renderer):
     c = check_pod(pod["spec"], pod["metadata"]["labels"], "cpu deployment", gpus=0)
     check(pod["spec"]["volumes"][0].get("hostPath", {}).get("path") == "/srv/models", "hostPath")
     check(not any(e["name"].startswith("NCCL_") for e in c["env"]), "cpu: NCCL env left")
+    check(not any(a.startswith("--device") or a.startswith("--replicas") for a in c["args"]),
+          "cpu: GPU flags in %s" % c["args"])
     check("replicas" not in d["spec"], "Deployment replicas set while the HPA scales it")
     hpa = docs.get("HorizontalPodAutoscaler")
     if check(hpa, "cpu: no HPA"):

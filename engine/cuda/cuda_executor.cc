@@ -54,7 +54,12 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
     cudaGetLastError();
     return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
   }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", options.device, " does not exist (", count, " visible)"));
+  }
   std::unique_ptr<CudaExecutor> e(new CudaExecutor());
+  e->device_ = options.device;
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(e->device_), "cudaSetDevice");
   cudaDeviceProp prop{};
   STRATA_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, e->device_),

@@ -57,6 +57,7 @@ struct DeviceCeilings {
 };
 
 struct CudaExecutorOptions {
+  int device = 0;  // CUDA device index
   CudaModelOptions model;
   bool cuda_graphs = true;  // decode steps as CUDA graphs (when the forward allows it)
   // Tokens of sequences without log-probabilities, bias or penalties that sample greedily or

@@ -150,6 +150,9 @@ const std::vector<FlagSpec>& ParallelFlagSpecs() {
       {"rendezvous-timeout-s", true, "seconds to wait for all ranks to connect (default 600)"},
       {"expert-placement", true,
        "JSON file: which ranks hold which experts, redundant replicas (default even split)"},
+      {"replicas", true,
+       "independent copies of the whole model in this process, least-loaded routing (default 1;"
+       " not with --world-size/--local-ranks)"},
   };
   return specs;
 }
@@ -176,6 +179,14 @@ absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(const Flags& flags,
   p.rendezvous_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(rendezvous.value_or(600) * 1e3));
   p.expert_placement_file = flags.GetOr("expert-placement", "");
+  ASSIGN_OR_RETURN(int64_t replicas, flags.GetInt("replicas", 1, 1, kMaxRanks));
+  p.replicas = static_cast<int>(replicas);
+  if (p.replicas > 1 && p.multi_rank()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replicas ", p.replicas,
+                     " copies the whole model per engine loop; it cannot be combined ",
+                     "with --world-size ", p.world_size, " (expert parallelism across ranks)"));
+  }
   return p;
 }
 

@@ -4,6 +4,10 @@
 //   one rank per process    --world-size N --rank R --coordinator HOST:PORT
 //   L ranks per process     --local-ranks L --node-rank K [--num-nodes G] --coordinator ...
 //                           (global ranks K·L … K·L+L−1, world size G·L)
+//   R replicas              --replicas R: R independent copies of the whole model in this
+//                           process (each its own engine loop and caches — and GPU with
+//                           --device cuda), no collectives; requests go to the least loaded.
+//                           Not with --world-size / --local-ranks > 1 (expert parallelism).
 //
 // Kubernetes LeaderWorkerSet environment supplies defaults for what the flags leave out:
 //   LWS_LEADER_ADDRESS  coordinator host (port: --coordinator-port, default 29500)
@@ -35,8 +39,11 @@ struct ParallelOptions {
   std::chrono::milliseconds collective_timeout{60000};
   std::chrono::milliseconds rendezvous_timeout{600000};
   std::string expert_placement_file;  // empty: experts split evenly, no replicas
+  int replicas = 1;  // --replicas: whole-model copies in this process (world size 1)
 
   bool multi_rank() const { return world_size > 1; }
+  // Engine loops in this process: the local ranks of a group, or the replicas.
+  int num_engine_ranks() const { return multi_rank() ? local_ranks : replicas; }
 };
 
 // The flag specs above, for the serve command's list and --help.

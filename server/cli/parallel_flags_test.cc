@@ -82,7 +82,25 @@ TEST(ParallelFlagsTest, LeaderWorkerSetEnvironmentGivesDefaults) {
   EXPECT_EQ(p->coordinator, "x:1");
 }
 
+TEST(ParallelFlagsTest, ReplicasAreEngineLoopsWithoutAGroup) {
+  auto p = Resolve({"--replicas", "3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->replicas, 3);
+  EXPECT_EQ(p->world_size, 1);
+  EXPECT_FALSE(p->multi_rank());
+  EXPECT_EQ(p->coordinator, "");
+  EXPECT_EQ(p->num_engine_ranks(), 3);
+  auto group = Resolve({"--local-ranks", "2"});
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ(group->num_engine_ranks(), 2);
+  EXPECT_EQ(Resolve({})->num_engine_ranks(), 1);
+}
+
 TEST(ParallelFlagsTest, InconsistentValuesNameTheLimit) {
+  EXPECT_THAT(Resolve({"--replicas", "2", "--local-ranks", "2"}).status().message(),
+              HasSubstr("--replicas 2 copies the whole model per engine loop; it cannot be "
+                        "combined with --world-size 2"));
+  EXPECT_THAT(Resolve({"--replicas", "0"}).status().message(), HasSubstr("--replicas"));
   EXPECT_THAT(
       Resolve({"--world-size", "2", "--rank", "2", "--coordinator", "h:1"}).status().message(),
       HasSubstr("--rank 2 must be < --world-size 2"));

@@ -15,6 +15,8 @@
 #include "server/cli/default_model.h"
 
 #if defined(STRATA_HAVE_CUDA)
+#include <cuda_runtime.h>
+
 #include "engine/cuda/cuda_executor.h"
 #endif
 
@@ -129,23 +131,45 @@ absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
 #if defined(STRATA_HAVE_CUDA)
   if (options.parallel.multi_rank() || options.parallel.local_ranks != 1) {
     return absl::InvalidArgumentError(
-        "--device cuda serves one rank on one GPU; --world-size and --local-ranks above 1 run on "
-        "the CPU backend only (multi-GPU expert parallelism is not wired yet)");
+        "--device cuda runs whole-model ranks (one per GPU, --replicas N); --world-size and "
+        "--local-ranks above 1 (expert parallelism) run on the CPU backend only for now");
   }
   if (options.scheduler.block_size != 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device cuda needs --block-size 64 (the MLA kernels' page); got ",
                      options.scheduler.block_size));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> executor,
-                   engine::cuda::CudaExecutor::Create(*model_));
-  if (!options.kv_cache_memory_given) {
-    ASSIGN_OR_RETURN(plan.memory_budget_bytes, executor->DefaultCacheBudgetBytes(0.9));
+  // One executor per replica, replica i on GPU i mod the device count; one cache layout for
+  // all (their schedulers share a configuration), sized by the device with the least room.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
   }
+  std::vector<std::unique_ptr<engine::cuda::CudaExecutor>> executors;
+  int64_t budget = options.kv_cache_memory_bytes;
+  for (int i = 0; i < options.parallel.replicas; ++i) {
+    engine::cuda::CudaExecutorOptions executor_options;
+    executor_options.device = i % devices;
+    ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> executor,
+                     engine::cuda::CudaExecutor::Create(*model_, executor_options));
+    if (!options.kv_cache_memory_given) {
+      // Replicas sharing a GPU split what the first left free.
+      const int sharing =
+          (options.parallel.replicas - executor_options.device + devices - 1) / devices;
+      ASSIGN_OR_RETURN(int64_t free_budget, executor->DefaultCacheBudgetBytes(0.9));
+      free_budget /= sharing;
+      budget = i == 0 ? free_budget : std::min(budget, free_budget);
+    }
+    executors.push_back(std::move(executor));
+  }
+  plan.memory_budget_bytes = budget;
   ASSIGN_OR_RETURN(layout_,
                    kvcache::PlanMemory(engine::cuda::CudaCacheSpecFor(model_->config()), plan));
-  RETURN_IF_ERROR(executor->AllocateCaches(layout_));
-  cuda_executor_ = std::move(executor);
+  for (auto& executor : executors) {
+    RETURN_IF_ERROR(executor->AllocateCaches(layout_));
+    cuda_executors_.push_back(std::move(executor));
+  }
   return absl::OkStatus();
 #else
   (void)options;
@@ -159,12 +183,12 @@ absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
 // A scheduler and an executor per local rank; with several ranks in the group also the step
 // gate, the MoE exchange and a workspace of its own (the local ranks share the model).
 std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions& options) {
-  std::vector<server::EngineRank> ranks(static_cast<size_t>(options.parallel.local_ranks));
+  std::vector<server::EngineRank> ranks(static_cast<size_t>(options.parallel.num_engine_ranks()));
   for (size_t i = 0; i < ranks.size(); ++i) {
     server::EngineRank& r = ranks[i];
     r.scheduler = std::make_unique<scheduler::Scheduler>(scheduler_config_);
-    if (cuda_executor_ != nullptr) {  // one rank (PrepareCudaExecutor)
-      r.executor = std::move(cuda_executor_);
+    if (!cuda_executors_.empty()) {  // one per replica (PrepareCudaExecutor)
+      r.executor = std::move(cuda_executors_[i]);
       continue;
     }
     auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);
@@ -262,6 +286,7 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"total_bytes", layout_.TotalBytes()}};
   const ParallelOptions& p = options.parallel;
   info["parallel"] = {
+      {"replicas", p.replicas},
       {"data_parallel_size", p.world_size},
       {"tensor_parallel_size", 1},
       {"expert_parallel_size",

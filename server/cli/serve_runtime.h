@@ -65,8 +65,9 @@ class ModelRuntime {
   absl::Status LoadTokenizer();
   absl::Status StartEngine(const ServeOptions& options);
   std::vector<server::EngineRank> MakeLocalRanks(const ServeOptions& options);
-  // --device cuda: uploads the weights, plans the caches in device memory (from
-  // --kv-cache-memory, else 90% of what the weights leave free) and allocates them.
+  // --device cuda: uploads the weights (per replica, replica i on GPU i mod the device count),
+  // plans the caches in device memory (from --kv-cache-memory, else 90% of what the weights
+  // leave free, split among replicas sharing a GPU) and allocates them.
   absl::Status PrepareCudaExecutor(const ServeOptions& options, kvcache::PlannerOptions plan);
 
   std::string dir_;
@@ -75,9 +76,9 @@ class ModelRuntime {
   std::optional<engine::ChatTemplate> chat_template_;
   std::optional<engine::ChatTemplate> chat_template_tools_;
   kvcache::CacheLayout layout_;
-  // --device cuda: the executor, made before the scheduler (the cache plan depends on the device
-  // memory the weights leave); MakeLocalRanks hands it to the engine loop.
-  std::unique_ptr<engine::StepExecutor> cuda_executor_;
+  // --device cuda: the executors (one per replica), made before the schedulers (the cache plan
+  // depends on the device memory the weights leave); MakeLocalRanks hands them to the engine.
+  std::vector<std::unique_ptr<engine::StepExecutor>> cuda_executors_;
   scheduler::SchedulerConfig scheduler_config_;
   int first_rank_ = 0;
   // Communicators and MoE exchanges of the local ranks (several ranks only); declared before

@@ -285,6 +285,31 @@ def case_local_ranks(args):
     compare(f"{args.family}: 1 process with --local-ranks 2 (replicas)", reference, got)
 
 
+def case_replicas(args):
+    """--replicas 2: two whole-model engine loops in one process, no collectives; concurrent
+    requests spread over both (least loaded) and give one process's tokens."""
+    reference = reference_tokens(args)
+    server = Server(args, "replicas2", args.work_case, ["--replicas", "2"])
+    server.wait_ready(time.time() + 60)
+    got = generate_all([server])
+    deadline = time.time() + 5  # the metrics are polled from the engine every 200 ms
+    while True:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics").read().decode()
+        idle = [r for r in (0, 1) if metric_sum(text, "strata:generation_tokens_total", r) <= 0]
+        if not idle:
+            break
+        if time.time() > deadline:
+            server.dump()
+            fail(f"--replicas 2: replica(s) {idle} generated nothing")
+        time.sleep(0.2)
+    info = json.loads(urllib.request.urlopen(
+        f"http://127.0.0.1:{server.port}/server_info").read())
+    if info["parallel"]["replicas"] != 2 or "--coordinator" in server.log_text():
+        fail(f"--replicas 2: server_info parallel {info['parallel']}")
+    stop_group([server])
+    compare(f"{args.family}: --replicas 2, both replicas busy", reference, got)
+
+
 def expect_survivors_fail(servers, victim, since, limit, pattern):
     """Every server but `victim` exits non-zero within `limit` s of `since`, logging `pattern`;
     returns how long each took."""
@@ -359,7 +384,7 @@ def _ignore_errors(fn, *a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["setup", "equal", "local-ranks", "kill", "hang"])
+    p.add_argument("case", choices=["setup", "equal", "local-ranks", "replicas", "kill", "hang"])
     p.add_argument("--strata", required=True)
     p.add_argument("--make-checkpoint", required=True)
     p.add_argument("--work", required=True)
@@ -371,7 +396,7 @@ def main():
         args.work_case = os.path.join(args.work, f"{args.case}_{args.family}")
         os.makedirs(args.work_case, exist_ok=True)
     {"setup": case_setup, "equal": case_equal, "local-ranks": case_local_ranks,
-     "kill": case_kill, "hang": case_hang}[args.case](args)
+     "replicas": case_replicas, "kill": case_kill, "hang": case_hang}[args.case](args)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,10 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 {{- if .Values.server.jsonLogs }}
 - --log-format=json
 {{- end }}
+{{- if and (ne .Values.mode "multi") (gt (int .Values.gpu.count) 0) }}
+- --device=cuda
+- --replicas={{ .Values.gpu.count }}
+{{- end }}
 {{- if eq .Values.mode "multi" }}
 - --world-size=$(LWS_GROUP_SIZE)
 - --rank=$(LWS_WORKER_INDEX)
