@@ -4,6 +4,8 @@
 // origin once; a whole model split over two ranks gives the logits of one rank.
 #include "dist/moe_dispatch.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -287,7 +289,11 @@ void PrintTo(const ModelVariant& v, std::ostream* os) { *os << v.name; }
 class ExpertParallelModelTest : public ::testing::TestWithParam<ModelVariant> {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/ep_model_test_" + GetParam().name;
+    // Per process and test: ctest runs this binary's tests in parallel.
+    std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(test.begin(), test.end(), '/', '_');
+    dir_ = ::testing::TempDir() + "/ep_model_test_" + GetParam().name + "_" +
+           std::to_string(::getpid()) + "_" + test;
     auto generated = tools::GenerateCheckpoint(GetParam().options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     auto model = engine::Model::Load(dir_);

@@ -3,6 +3,8 @@
 // a ragged batch == each sequence alone.
 #include "engine/model.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -47,7 +49,11 @@ std::vector<Variant> Variants() {
 class ModelTest : public testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
-    dir_ = testing::TempDir() + "/model_test_" + GetParam().name;
+    // Per process and test: ctest runs this binary's tests in parallel.
+    std::string test = testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(test.begin(), test.end(), '/', '_');
+    dir_ = testing::TempDir() + "/model_test_" + GetParam().name + "_" +
+           std::to_string(::getpid()) + "_" + test;
     auto generated = tools::GenerateCheckpoint(GetParam().options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     auto model = Model::Load(dir_);

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "engine/tokenizer/bpe_vocab.h"
 
@@ -13,7 +16,9 @@ namespace {
 class CliCommandsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/cli_model";
+    // One directory per test and process: ctest runs the tests of this binary in parallel.
+    dir_ = ::testing::TempDir() + "/cli_model_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::create_directories(dir_);
     std::vector<std::string> tokens;
     for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
@@ -30,6 +35,7 @@ class CliCommandsTest : public ::testing::Test {
     Write("tools.json", R"([{"type": "function", "function": {"name": "f"}}])");
     Write("bad.json", R"([{"content": "no role"}])");
   }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
   void Write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ + "/" + name, std::ios::binary) << text;
   }
