@@ -48,6 +48,7 @@ struct Family {
   bool chunked_kda = true;  // false: KDA prefill through the token-serial kernel
   // false: cuBLAS grouped GEMMs (host-synchronised, so no CUDA graphs for decode steps)
   bool own_grouped_gemm = true;
+  bool mha_windows = false;  // MHA prefill over context windows of 48 rows
 };
 
 kvcache::CacheLayout LayoutFor(const kvcache::ModelCacheSpec& spec) {
@@ -76,6 +77,7 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
     cpu_ = std::make_unique<CpuExecutor>(*model_, LayoutFor(CacheSpecFor(model_->config())));
     CudaExecutorOptions exec_options;
     exec_options.model.mha_prefill = GetParam().mha_prefill;
+    if (GetParam().mha_windows) exec_options.model.mha_context_chunk = 48;
     exec_options.model.chunked_kda_prefill = GetParam().chunked_kda;
     exec_options.model.own_grouped_gemm = GetParam().own_grouped_gemm;
     auto gpu = CudaExecutor::Create(*model_, exec_options);
@@ -244,6 +246,7 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
 INSTANTIATE_TEST_SUITE_P(
     Families, CudaExecutorTest,
     testing::Values(Family{"k3", "k3", false}, Family{"kimi_linear", "kimi-linear", false},
+                    Family{"k3_mha_windows", "k3", false, true, true, true, true},
                     Family{"k3_mxfp4", "k3", true},
                     Family{"k3_cublas_absorbed_serial", "k3", false, false, false, false}),
     [](const testing::TestParamInfo<Family>& info) { return info.param.name; });

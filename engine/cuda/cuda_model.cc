@@ -26,9 +26,6 @@ namespace {
 
 constexpr float kL2NormEps = 1e-6f;      // FLA l2norm (MODEL.md §3.3), as engine/kda_mixer.cc
 constexpr float kLatentNormEps = 1e-6f;  // q_a / kv_a layernorms, as engine/mla_mixer.cc
-// The MHA-form MLA prefill expands the whole context of its sequences to per-head K/V; past
-// this much scratch (long prefixes) the absorbed form, which expands nothing, is used instead.
-constexpr int64_t kMaxMhaPrefillScratchBytes = int64_t{1} << 30;
 
 // y = x · Wᵀ, f32 or bf16 out.
 template <typename OutT>
@@ -211,8 +208,9 @@ absl::Status CudaModel::MlaMixer(const DeviceMla& w, int mla_index, const Device
   const int64_t d = s.num_decode;
   const float scale = 1.0f / std::sqrt(static_cast<float>(m.qk_head_dim()));
 
-  // Prefill rows: the MHA form (expanded K/V, causal flash attention) when its scratch, which
-  // grows with the whole context, stays bounded; else the absorbed form with the decode rows.
+  // Prefill rows: the MHA form (K/V expanded per head, causal flash attention), over context
+  // windows when the whole context's expansion would not fit the scratch budget; the absorbed
+  // form with the decode rows when the windows would be too short to pay for their launches.
   kc::MlaPrefillParams mha;
   mha.num_seqs = s.num_prefill();
   mha.num_heads = m.num_heads;
@@ -222,10 +220,18 @@ absl::Status CudaModel::MlaMixer(const DeviceMla& w, int mla_index, const Device
   mha.total_context = s.total_prefill_context;
   mha.total_new = s.num_prefill_rows();
   mha.scale = scale;
+  int64_t window = options_.mha_context_chunk;
+  if (window <= 0) {  // 0: the whole context fits; −1: not even the accumulators fit
+    window = s.num_prefill_rows() > 0
+                 ? kc::MlaPrefillContextChunkFor(mha, options_.mha_prefill_scratch_bytes)
+                 : -1;
+  }
+  if (window > 0) mha.max_context_chunk = window;
   const bool use_mha = options_.mha_prefill && s.num_prefill_rows() > 0 &&
                        m.qk_nope_head_dim == kc::kMlaQkNopeDim &&
                        m.v_head_dim == kc::kMlaVHeadDim &&
-                       kc::MlaPrefillWorkspaceBytes(mha) <= kMaxMhaPrefillScratchBytes;
+                       (window == 0 || window >= options_.min_mha_context_chunk ||
+                        (window > 0 && window == options_.mha_context_chunk));
   const int64_t absorbed_rows = use_mha ? d : n;
   if (absorbed_rows > 0) {
     RETURN_IF_ERROR(AbsorbedAttention(m, w, step, pages, ctx, q, absorbed_rows, gate, o_gated));

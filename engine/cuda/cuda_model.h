@@ -11,9 +11,9 @@
 // decode kernel, prefill chunks through the chunked tensor-core kernel (K3's bounded gate) or
 // the token-serial one (exact for any gate: Kimi-Linear);
 // MLA latents written by MlaWriteLatents, decode rows through the tensor-core paged decode,
-// prefill rows through the MHA-form flash prefill (the absorbed paged prefill when the
-// expanded context would take more than 1 GiB of scratch). MoE: router top-k on the device,
-// permutation, grouped GEMMs (MXFP4 experts dequantised into scratch first), GLU, combine.
+// prefill rows through the MHA-form flash prefill (over context windows that fit 1 GiB of
+// scratch; the absorbed paged prefill when they would be very short). MoE: router top-k on the
+// device, permutation, grouped GEMMs (MXFP4 experts dequantised into scratch first), GLU, combine.
 #pragma once
 
 #include <cublas_v2.h>
@@ -54,8 +54,14 @@ struct DeviceStep {
 };
 
 struct CudaModelOptions {
-  // MLA prefill rows in the MHA form when its scratch fits (else always the absorbed form).
+  // MLA prefill rows in the MHA form (else always the absorbed form), expanding the context in
+  // windows that fit `mha_prefill_scratch_bytes`; windows shorter than `min_mha_context_chunk`
+  // rows cost more launches than the absorbed form saves, so those steps use it instead.
   bool mha_prefill = true;
+  int64_t mha_prefill_scratch_bytes = int64_t{1} << 30;
+  int64_t min_mha_context_chunk = 1024;
+  // > 0: always this window (tests exercise the windowed path on short contexts).
+  int64_t mha_context_chunk = 0;
   // KDA prefill chunks in the chunked tensor-core form when the gate is bounded (K3); else
   // always the token-serial form.
   bool chunked_kda_prefill = true;

@@ -420,31 +420,37 @@ void BenchMlaPrefill(Bench& bench, const char* model, int heads, int len) {
              });
 }
 
-// MLA causal prefill of one `len`-token prompt in the MHA form, gated: MlaPrefillMha (page
-// gather + cuBLAS expansion through kv_b_proj + flash attention) and its attention stage alone.
-// FLOPs count the MHA-form work (expansion 2·len·H·256·512, attention 2·H·pairs·(192 + 128)),
+// MLA causal prefill of `len` new tokens after a `prefix`-token cached context in the MHA form,
+// gated: MlaPrefillMha (page gather + cuBLAS expansion through kv_b_proj + flash attention; in
+// context windows of `chunk` rows when chunk > 0) and, unchunked, its attention stage alone.
+// FLOPs count the MHA-form work (expansion 2·ctx·H·256·512, attention 2·H·pairs·(192 + 128)),
 // so its time compares directly with the absorbed MlaPagedPrefill row above.
-void BenchMlaPrefillMha(Bench& bench, const char* model, int heads, int len) {
+void BenchMlaPrefillMha(Bench& bench, const char* model, int heads, int len, int prefix = 0,
+                        int64_t chunk = 0) {
   const std::string kernel = "MlaPrefillMha";
   if (!bench.Wants(kernel) && !bench.Wants("MlaPrefillAttention")) return;
-  const std::string shape =
+  std::string shape =
       std::string(model) + " H" + std::to_string(heads) + " T" + std::to_string(len);
-  const int pages = (len + kMlaPageSize - 1) / kMlaPageSize;
+  if (prefix > 0) shape += " prefix" + std::to_string(prefix);
+  if (chunk > 0) shape += " W" + std::to_string(chunk);
+  const int ctx = prefix + len;
+  const int pages = (ctx + kMlaPageSize - 1) / kMlaPageSize;
   const int64_t width = int64_t{heads} * kMlaVHeadDim;
   MlaPrefillParams p;
   p.num_seqs = 1;
   p.num_heads = heads;
   p.max_blocks_per_seq = pages;
-  p.max_context = len;
+  p.max_context = ctx;
   p.max_new = len;
-  p.total_context = len;
+  p.total_context = ctx;
   p.total_new = len;
   p.scale = 0.0721688f;
+  p.max_context_chunk = chunk;
   const int64_t ws_bytes = MlaPrefillWorkspaceBytes(p);
   Buf cache(int64_t{pages} * kMlaPageSize * kMlaLatentDim * 2),
       q(int64_t{len} * heads * kMlaQkHeadDim * 2),
       w(int64_t{heads} * kMlaKvbRowsPerHead * kMlaValueDim * 2), table(int64_t{pages} * 4),
-      cu(2 * 4), gate(len * width * 4), out(len * width * 2), ws(ws_bytes);
+      cu(2 * 4), cu_k(2 * 4), gate(len * width * 4), out(len * width * 2), ws(ws_bytes);
   if (!cache.ok() || !q.ok() || !w.ok() || !gate.ok() || !out.ok() || !ws.ok()) {
     return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
   }
@@ -457,18 +463,21 @@ void BenchMlaPrefillMha(Bench& bench, const char* model, int heads, int len) {
               bench.Fill(w.as<uint16_t>(), int64_t{heads} * kMlaKvbRowsPerHead * kMlaValueDim,
                          -0.05f, 0.05f));
   BENCH_CHECK(bench, kernel, shape, bench.Fill(gate.as<float>(), len * width, -4, 4));
-  std::vector<int32_t> host_table(pages), host_cu = {0, len};
+  std::vector<int32_t> host_table(pages), host_cu = {0, len}, host_cu_k = {0, ctx};
   std::iota(host_table.begin(), host_table.end(), 0);
   BENCH_CHECK(bench, kernel, shape, CudaCopy(table.as<int32_t>(), host_table.data(), pages * 4));
   BENCH_CHECK(bench, kernel, shape, CudaCopy(cu.as<int32_t>(), host_cu.data(), 2 * 4));
-  const double pairs = 0.5 * len * (len + 1.0);  // causal (query, key) pairs
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(cu_k.as<int32_t>(), host_cu_k.data(), 2 * 4));
+  // Causal (query, key) pairs: every new token sees the prefix and the new tokens up to itself.
+  const double pairs = static_cast<double>(len) * prefix + 0.5 * len * (len + 1.0);
   const double attn_flops = 2.0 * heads * pairs * (kMlaQkHeadDim + kMlaVHeadDim);
-  const double expand_flops = 2.0 * len * heads * kMlaKvbRowsPerHead * kMlaValueDim;
+  const double expand_flops = 2.0 * ctx * heads * kMlaKvbRowsPerHead * kMlaValueDim;
   bench.Time(kernel, shape + " gated", 0.0, attn_flops + expand_flops, true, "-", [&] {
     return MlaPrefillMha(bench.cublas, q.as<uint16_t>(), cache.as<uint16_t>(), table.as<int32_t>(),
-                         cu.as<int32_t>(), cu.as<int32_t>(), w.as<uint16_t>(), gate.as<float>(), p,
-                         ws.as<void>(), ws_bytes, out.as<uint16_t>(), bench.stream);
+                         cu.as<int32_t>(), cu_k.as<int32_t>(), w.as<uint16_t>(), gate.as<float>(),
+                         p, ws.as<void>(), ws_bytes, out.as<uint16_t>(), bench.stream);
   });
+  if (chunk > 0 || prefix > 0) return;  // the stages alone: whole-context, prompt-only rows
   BENCH_CHECK(
       bench, "MlaPrefillAttention", shape,
       MlaPrefillExpand(bench.cublas, cache.as<uint16_t>(), table.as<int32_t>(), cu.as<int32_t>(),
@@ -770,6 +779,8 @@ int Run(Bench& bench) {
   if (all) BenchMlaPrefill(bench, "K-L", 32, 4096);
   BenchMlaPrefillMha(bench, "K-L", 32, 4096);
   if (all) BenchMlaPrefillMha(bench, "K3", 96, 4096);
+  BenchMlaPrefillMha(bench, "K3", 96, 2048, 32768, 8192);     // context windows: ~490 MiB scratch
+  if (all) BenchMlaPrefillMha(bench, "K3", 96, 2048, 32768);  // same, unchunked: 1.6 GiB scratch
   BenchKda(bench, "K3", 96, 64, false, true);
   if (all) {
     BenchKda(bench, "K3", 96, 64, true, true);

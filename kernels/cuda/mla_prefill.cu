@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/internal/device_math.cuh"
@@ -75,11 +76,47 @@ __global__ void __launch_bounds__(256)
   for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
 
+// Grid (⌈rows / 8⌉), 256 threads: warp w of CTA x copies row win_begin + 8x + w of the
+// concatenated context (its sequence found by binary search of cu_seqlens_k) from its page to
+// row 8x + w of `latent` [rows, 576] (a negative block id yields a zero row).
+__global__ void __launch_bounds__(256)
+    GatherLatentWindowKernel(const uint16_t* __restrict__ kv_cache,
+                             const int32_t* __restrict__ block_table,
+                             const int32_t* __restrict__ cu_seqlens_k, int num_seqs,
+                             int max_blocks_per_seq, int64_t win_begin, int rows,
+                             uint16_t* __restrict__ latent) {
+  const int j = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (j >= rows) return;
+  const int64_t r = win_begin + j;
+  int lo = 0, hi = num_seqs;  // invariant: cu_seqlens_k[lo] ≤ r < cu_seqlens_k[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (cu_seqlens_k[mid] <= r) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int pos = static_cast<int>(r - cu_seqlens_k[lo]);
+  const int32_t block =
+      block_table[static_cast<int64_t>(lo) * max_blocks_per_seq + pos / kMlaPageSize];
+  uint4* dst = reinterpret_cast<uint4*>(latent + static_cast<int64_t>(j) * kMlaLatentDim);
+  constexpr int kChunks = kMlaLatentDim / 8;
+  if (block < 0) {
+    for (int i = lane; i < kChunks; i += 32) dst[i] = make_uint4(0u, 0u, 0u, 0u);
+    return;
+  }
+  const uint4* src = reinterpret_cast<const uint4*>(
+      kv_cache + (static_cast<int64_t>(block) * kMlaPageSize + pos % kMlaPageSize) * kMlaLatentDim);
+  for (int i = lane; i < kChunks; i += 32) dst[i] = src[i];
+}
+
 // ---------------------------------------------------------------------------------------------
 // Stage 2: flash attention.
 
-// Starts the cp.async copies of keys [n0, n0 + 64) of one (sequence, head): K rows
-// [k_nope (from kv) ; k_pe (from latent)] and V rows; keys ≥ kv_end are zero-filled.
+// Starts the cp.async copies of keys [n0, n0 + 64) of one (sequence, head), key k at scratch row
+// k_start + k: K rows [k_nope (from kv) ; k_pe (from latent)] and V rows; keys ≥ kv_end are
+// zero-filled.
 __device__ __forceinline__ void LoadKvTile(uint16_t* k_dst, uint16_t* v_dst, const uint16_t* latent,
                                            const uint16_t* kv, int64_t k_start, int n0, int kv_end,
                                            int head, int64_t kv_row_stride) {
@@ -128,6 +165,10 @@ __device__ __forceinline__ float QuadSum(float v) {
 // updates the running maxima m, rescales l and O by α = 2^(m_old − m_new), and returns P rounded
 // to bf16 as the four A fragments of P·V (C layout of two adjacent n8 tiles = A layout of k16).
 // l accumulates this thread's share of the rounded P (quad-reduced at the end).
+// kMayBeEmpty (context windows): a row whose causal limit precedes the window sees no key in any
+// tile (m stays −∞); the exponentials then use 0 as the reference, so P = 0, α = 0 and l = 0
+// (which MergePartial skips) instead of NaN.
+template <bool kMayBeEmpty>
 __device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&m)[2], float (&l)[2],
                                             float (&acc)[16][4], uint32_t (&pf)[4][4]) {
   float mx[2] = {-INFINITY, -INFINITY};
@@ -136,12 +177,14 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&m)[2], flo
     mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
     mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
   }
-  float alpha[2];
+  float alpha[2], ref[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    // Finite: key 0 is visible to every row and tile 0 comes first.
+    // Without kMayBeEmpty finite: key 0 is visible to every row and tile 0 comes first.
     const float m_new = fmaxf(m[r], QuadMax(mx[r]));
-    alpha[r] = exp2f(m[r] - m_new);  // 0 on the first tile (m = −∞)
+    ref[r] = m_new;
+    if constexpr (kMayBeEmpty) ref[r] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[r] = exp2f(m[r] - ref[r]);  // 0 on the first tile (m = −∞)
     m[r] = m_new;
     l[r] *= alpha[r];
   }
@@ -154,10 +197,10 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&m)[2], flo
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const uint16_t p0 = FloatToBf16Bits(exp2f(s[j][0] - m[0]));
-    const uint16_t p1 = FloatToBf16Bits(exp2f(s[j][1] - m[0]));
-    const uint16_t p2 = FloatToBf16Bits(exp2f(s[j][2] - m[1]));
-    const uint16_t p3 = FloatToBf16Bits(exp2f(s[j][3] - m[1]));
+    const uint16_t p0 = FloatToBf16Bits(exp2f(s[j][0] - ref[0]));
+    const uint16_t p1 = FloatToBf16Bits(exp2f(s[j][1] - ref[0]));
+    const uint16_t p2 = FloatToBf16Bits(exp2f(s[j][2] - ref[1]));
+    const uint16_t p3 = FloatToBf16Bits(exp2f(s[j][3] - ref[1]));
     l[0] += Bf16BitsToFloat(p0) + Bf16BitsToFloat(p1);
     l[1] += Bf16BitsToFloat(p2) + Bf16BitsToFloat(p3);
     pf[j >> 1][(j & 1) * 2 + 0] = PackBf16(p0, p1);  // row g:     keys c, c+1 (+8 if j odd)
@@ -165,14 +208,93 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[8][4], float (&m)[2], flo
   }
 }
 
+// Epilogue: o = O / l, gated, for rows i0 and i0 + 8 of the CTA's sequence (this thread's share
+// of l, O in the thread layout of the P·V accumulators); rows past new_len are not stored.
+template <typename OutT>
+__device__ __forceinline__ void StoreNormalised(const float (&l)[2], const float (&acc)[16][4],
+                                                int i0, int new_len, int q_start, int head,
+                                                int num_heads, const float* __restrict__ gate,
+                                                OutT* __restrict__ out) {
+  const int c2 = 2 * (threadIdx.x & 3);
+  const int64_t out_stride = static_cast<int64_t>(num_heads) * kMlaVHeadDim;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + 8 * r;
+    const float inv = 1.0f / QuadSum(l[r]);  // every lane joins the shuffle
+    if (i >= new_len) continue;
+    const int64_t row = q_start + i;
+    OutT* dst = out + row * out_stride + head * kMlaVHeadDim;
+    const float* g_row = gate != nullptr ? gate + row * out_stride + head * kMlaVHeadDim : nullptr;
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      const int col = n * 8 + c2;
+      float v0 = acc[n][2 * r] * inv, v1 = acc[n][2 * r + 1] * inv;
+      if (g_row != nullptr) {
+        const float2 gv = *reinterpret_cast<const float2*>(g_row + col);
+        v0 *= SigmoidF(gv.x);
+        v1 *= SigmoidF(gv.y);
+      }
+      Store2(dst + col, v0, v1);
+    }
+  }
+}
+
+// Windowed epilogue: merges this warp's partial of rows i0 and i0 + 8 of the CTA's sequence
+// (running max m, this thread's share of l, O [16 × 8 dims, thread layout of the P·V accumulators])
+// into O_acc [T, H, 128] f32 and ml [T, H] (m, l) by the log-sum-exp rule. Rows past new_len and
+// rows that saw no key (l = 0) leave the accumulators alone. Each (row, head) belongs to one CTA
+// per launch, and launches are ordered on the stream, so the read-modify-write needs no atomics.
+__device__ __forceinline__ void MergePartial(const float (&m)[2], const float (&l)[2],
+                                             const float (&acc)[16][4], int i0, int new_len,
+                                             int q_start, int head, int num_heads,
+                                             float* __restrict__ ml, float* __restrict__ o_acc) {
+  const int c2 = 2 * (threadIdx.x & 3);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + 8 * r;
+    const float l_part = QuadSum(l[r]);  // every lane joins the shuffle
+    const bool merge = i < new_len && l_part > 0.0f;
+    const int64_t rh = static_cast<int64_t>(q_start + i) * num_heads + head;
+    float2 old = make_float2(0.0f, 0.0f);
+    if (merge) old = *reinterpret_cast<const float2*>(ml + 2 * rh);
+    __syncwarp();  // the quad's lanes have read (m, l) before lane 0 rewrites it
+    if (!merge) continue;
+    float m_new = m[r], a_old = 0.0f, a_new = 1.0f;
+    if (old.y > 0.0f) {
+      m_new = fmaxf(old.x, m[r]);
+      a_old = exp2f(old.x - m_new);
+      a_new = exp2f(m[r] - m_new);
+    }
+    float* dst = o_acc + rh * kMlaVHeadDim;
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      const int col = n * 8 + c2;
+      const float2 o = *reinterpret_cast<const float2*>(dst + col);
+      Store2(dst + col, o.x * a_old + acc[n][2 * r] * a_new,
+             o.y * a_old + acc[n][2 * r + 1] * a_new);
+    }
+    if (c2 == 0) {
+      *reinterpret_cast<float2*>(ml + 2 * rh) = make_float2(m_new, old.y * a_old + l_part * a_new);
+    }
+  }
+}
+
 // Grid (query tiles, H, num_seqs), 128 threads, 2 CTAs/SM. Query tiles run last-first (the
 // longest causal rows start first). See mla_prefill.h for the contract.
-template <typename OutT>
+// kWindow = false: the scratch holds the whole concatenated context; o = σ(g)·O/l → out.
+// kWindow = true: the scratch holds rows [win_begin, win_end) of the concatenated context only
+// (row win_begin first); the CTA attends to the keys of its sequence inside the window and
+// merges its unnormalised partial (O, running max m in the log2 domain, l) into the f32
+// accumulators out = O_acc [T, H, 128] and ml = [T, H] (m, l) pairs by the log-sum-exp rule
+// (l = 0 marks an empty accumulator; a row that sees no key of the window changes nothing);
+// gate is unused (MlaPrefillFinalizeKernel applies it).
+template <typename OutT, bool kWindow>
 __global__ void __launch_bounds__(kThreads, 2)
     MlaPrefillAttnKernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ latent,
                          const uint16_t* __restrict__ kv, const int32_t* __restrict__ cu_seqlens_q,
                          const int32_t* __restrict__ cu_seqlens_k, const float* __restrict__ gate,
-                         int num_heads, float scale_log2, OutT* __restrict__ out) {
+                         int num_heads, float scale_log2, int64_t win_begin, int64_t win_end,
+                         float* __restrict__ ml, OutT* __restrict__ out) {
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
   uint16_t* k_s = q_s + kQTileElems;      // two K tiles
@@ -187,7 +309,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (m0 >= new_len || ctx < new_len) return;
   const int num_computed = ctx - new_len;
   const int kv_end = num_computed + min(m0 + kBlockM, new_len);  // keys [0, kv_end) are needed
-  const int num_tiles = (kv_end + kBlockN - 1) / kBlockN;
+  // This launch covers keys [key_lo, key_hi) of the sequence; key k sits at scratch row k_base + k.
+  int key_lo = 0, key_hi = kv_end;
+  int64_t k_base = k_start;
+  if constexpr (kWindow) {
+    const int64_t lo = win_begin > k_start ? win_begin - k_start : 0;
+    const int64_t hi = win_end - k_start < kv_end ? win_end - k_start : kv_end;
+    if (lo >= hi) return;  // no needed key of this sequence in the window
+    key_lo = static_cast<int>(lo);
+    key_hi = static_cast<int>(hi);
+    k_base = k_start - win_begin;
+  }
+  const int num_tiles = (key_hi - key_lo + kBlockN - 1) / kBlockN;
   const int64_t kv_row_stride = static_cast<int64_t>(num_heads) * kMlaKvbRowsPerHead;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -200,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const bool valid = row < q_rows;
     CpAsync16(q_s + row * kQkStride + col, valid ? src : q, valid);
   }
-  LoadKvTile(k_s, v_s, latent, kv, k_start, 0, kv_end, head, kv_row_stride);
+  LoadKvTile(k_s, v_s, latent, kv, k_base, key_lo, key_hi, head, kv_row_stride);
   CpAsyncCommit();
   CpAsyncWait<0>();
   __syncthreads();
@@ -212,23 +345,25 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   const int g = lane >> 2, c2 = 2 * (lane & 3);
-  // Causal limit of this thread's two rows (query m0 + 16·warp + g and + 8); rows past the new
-  // tokens are clamped to the last needed key (computed, never stored).
+  // Last visible key of this thread's two rows (query m0 + 16·warp + g and + 8): the causal
+  // limit, clamped to the last key of the range (rows past the new tokens are computed, never
+  // stored). Tiles that start past mask_from need no mask.
   int pos[2];
-  pos[0] = min(num_computed + m0 + warp * 16 + g, kv_end - 1);
-  pos[1] = min(num_computed + m0 + warp * 16 + g + 8, kv_end - 1);
-  const int first_masked_key = num_computed + m0 + 1;  // no row of the CTA sees a key beyond
+  pos[0] = min(num_computed + m0 + warp * 16 + g, key_hi - 1);
+  pos[1] = min(num_computed + m0 + warp * 16 + g + 8, key_hi - 1);
+  // No row of the CTA sees a key at or beyond num_computed + m0 + 1 unmasked, nor one ≥ key_hi.
+  const int mask_from = min(num_computed + m0 + 1, key_hi);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float acc[16][4];
 #pragma unroll
   for (int n = 0; n < 16; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
   for (int t = 0; t < num_tiles; ++t) {
-    const int n0 = t * kBlockN;
+    const int n0 = key_lo + t * kBlockN;
     if (t + 1 < num_tiles) {
       const int nb = (t + 1) & 1;
-      LoadKvTile(k_s + nb * kKTileElems, v_s + nb * kVTileElems, latent, kv, k_start, n0 + kBlockN,
-                 kv_end, head, kv_row_stride);
+      LoadKvTile(k_s + nb * kKTileElems, v_s + nb * kVTileElems, latent, kv, k_base, n0 + kBlockN,
+                 key_hi, head, kv_row_stride);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
@@ -254,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         MmaBf16(s[2 * np + 1], qf[kk], bk[2], bk[3]);
       }
     }
-    const bool need_mask = n0 + kBlockN > first_masked_key;
+    const bool need_mask = n0 + kBlockN > mask_from;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
@@ -265,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 
     uint32_t pf[4][4];
-    SoftmaxStep(s, m, l, acc, pf);
+    SoftmaxStep<kWindow>(s, m, l, acc, pf);
 
     // O[16 rows, 128 dims] += P[16, 64] · V[64, 128].
     const uint16_t* v_row =
@@ -283,27 +418,36 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();  // the next iteration's prefetch overwrites this tile's buffers
   }
 
-  // Epilogue: o = O / l, gated; rows past the sequence's new tokens are not stored.
-  const int64_t out_stride = static_cast<int64_t>(num_heads) * kMlaVHeadDim;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = m0 + warp * 16 + g + 8 * r;
-    const float inv = 1.0f / QuadSum(l[r]);  // every lane joins the shuffle
-    if (i >= new_len) continue;
-    const int64_t row = q_start + i;
-    OutT* dst = out + row * out_stride + head * kMlaVHeadDim;
-    const float* g_row = gate != nullptr ? gate + row * out_stride + head * kMlaVHeadDim : nullptr;
-#pragma unroll
-    for (int n = 0; n < 16; ++n) {
-      const int col = n * 8 + c2;
-      float v0 = acc[n][2 * r] * inv, v1 = acc[n][2 * r + 1] * inv;
-      if (g_row != nullptr) {
-        const float2 gv = *reinterpret_cast<const float2*>(g_row + col);
-        v0 *= SigmoidF(gv.x);
-        v1 *= SigmoidF(gv.y);
-      }
-      Store2(dst + col, v0, v1);
+  if constexpr (kWindow) {
+    MergePartial(m, l, acc, m0 + warp * 16 + g, new_len, q_start, head, num_heads, ml, out);
+  } else {
+    StoreNormalised(l, acc, m0 + warp * 16 + g, new_len, q_start, head, num_heads, gate, out);
+  }
+}
+
+// After the last window: out = O_acc / l, gated, over `pairs` = T·H·64 element pairs (grid-stride);
+// rows with l = 0 (a sequence with C_b < new_b) stay unwritten.
+template <typename OutT>
+__global__ void MlaPrefillFinalizeKernel(const float* __restrict__ o_acc,
+                                         const float* __restrict__ ml,
+                                         const float* __restrict__ gate, int64_t pairs,
+                                         OutT* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
+       i += stride) {
+    const int64_t rh = i / (kMlaVHeadDim / 2);  // row · H + head
+    const float l = ml[2 * rh + 1];
+    if (l <= 0.0f) continue;
+    const float inv = 1.0f / l;
+    const int64_t e = 2 * i;  // [T, H, 128] = [T, H·128] row-major
+    const float2 o = *reinterpret_cast<const float2*>(o_acc + e);
+    float v0 = o.x * inv, v1 = o.y * inv;
+    if (gate != nullptr) {
+      const float2 gv = *reinterpret_cast<const float2*>(gate + e);
+      v0 *= SigmoidF(gv.x);
+      v1 *= SigmoidF(gv.y);
     }
+    Store2(out + e, v0, v1);
   }
 }
 
@@ -335,13 +479,31 @@ __global__ void OutputGateKernel(float* __restrict__ o, const float* __restrict_
 constexpr int64_t kAlign = 256;
 int64_t AlignUp(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// True when MlaPrefillMha walks the concatenated context in windows of max_context_chunk rows.
+bool Chunked(const MlaPrefillParams& p) {
+  return p.max_context_chunk > 0 && p.max_context_chunk < p.total_context;
+}
+
+// Rows of the dense expansion: the whole context, or one window.
+int64_t ExpandRows(const MlaPrefillParams& p) {
+  return std::max<int64_t>(Chunked(p) ? p.max_context_chunk : p.total_context, 0);
+}
+
+// Workspace = latent [rows, 576] bf16 | KV [rows, H·256] bf16 | chunked only: O_acc [T, H, 128]
+// f32 | ml [T, H, 2] f32; each part padded to 256 B.
 int64_t LatentBytes(const MlaPrefillParams& p) {
-  return AlignUp(std::max<int64_t>(p.total_context, 0) * kMlaLatentDim * 2);
+  return AlignUp(ExpandRows(p) * kMlaLatentDim * 2);
 }
 int64_t ExpandedBytes(const MlaPrefillParams& p) {
-  return AlignUp(std::max<int64_t>(p.total_context, 0) * std::max(p.num_heads, 0) *
-                 kMlaKvbRowsPerHead * 2);
+  return AlignUp(ExpandRows(p) * std::max(p.num_heads, 0) * kMlaKvbRowsPerHead * 2);
 }
+int64_t AccumulatorRows(const MlaPrefillParams& p) {
+  return Chunked(p) ? std::max<int64_t>(p.total_new, 0) * std::max(p.num_heads, 0) : 0;
+}
+int64_t OAccBytes(const MlaPrefillParams& p) {
+  return AlignUp(AccumulatorRows(p) * kMlaVHeadDim * 4);
+}
+int64_t MlBytes(const MlaPrefillParams& p) { return AlignUp(AccumulatorRows(p) * 2 * 4); }
 
 bool Aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
@@ -383,6 +545,9 @@ absl::Status CheckParams(const MlaPrefillParams& p, const void* workspace, int64
                                       " outside [0, min(total_context, num_seqs · max_new)]"));
   }
   if (!std::isfinite(p.scale)) return Invalid(what, "scale is not finite");
+  if (p.max_context_chunk < 0) {
+    return Invalid(what, absl::StrCat("max_context_chunk ", p.max_context_chunk, " < 0"));
+  }
   const int64_t need = MlaPrefillWorkspaceBytes(p);
   if (ws_bytes < need) {
     return Invalid(what, absl::StrCat("workspace ", ws_bytes, " bytes < ", need,
@@ -394,13 +559,21 @@ absl::Status CheckParams(const MlaPrefillParams& p, const void* workspace, int64
   return absl::OkStatus();
 }
 
+// The stages alone cover the whole context; windows exist only inside MlaPrefillMha.
+absl::Status CheckUnchunked(const MlaPrefillParams& p, const char* what) {
+  if (!Chunked(p)) return absl::OkStatus();
+  return Invalid(what,
+                 absl::StrCat("max_context_chunk ", p.max_context_chunk, " < total_context ",
+                              p.total_context, ": a chunked prefill runs only in MlaPrefillMha"));
+}
+
 template <typename OutT>
 absl::Status Attention(const uint16_t* q, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
                        const float* gate, const MlaPrefillParams& p, const void* workspace,
                        int64_t workspace_bytes, OutT* out, cudaStream_t stream) {
   constexpr const char* kWhat = "MlaPrefillAttention";
-  absl::Status status = CheckParams(p, workspace, workspace_bytes, kWhat);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(CheckParams(p, workspace, workspace_bytes, kWhat));
+  RETURN_IF_ERROR(CheckUnchunked(p, kWhat));
   if (p.num_seqs == 0 || p.max_new == 0 || p.total_new == 0) return absl::OkStatus();
   if (q == nullptr || cu_seqlens_q == nullptr || cu_seqlens_k == nullptr || out == nullptr) {
     return Invalid(kWhat, "null q, cu_seqlens or out");
@@ -414,13 +587,78 @@ absl::Status Attention(const uint16_t* q, const int32_t* cu_seqlens_q, const int
   const auto* latent = reinterpret_cast<const uint16_t*>(base);
   const auto* kv = reinterpret_cast<const uint16_t*>(base + LatentBytes(p));
   STRATA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(MlaPrefillAttnKernel<OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kSmemBytes),
+      cudaFuncSetAttribute(MlaPrefillAttnKernel<OutT, false>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
       "MlaPrefillAttention cudaFuncSetAttribute");
   const dim3 grid(q_tiles, p.num_heads, p.num_seqs);
-  MlaPrefillAttnKernel<OutT><<<grid, kThreads, kSmemBytes, stream>>>(
-      q, latent, kv, cu_seqlens_q, cu_seqlens_k, gate, p.num_heads, p.scale * kLog2e, out);
+  MlaPrefillAttnKernel<OutT, false>
+      <<<grid, kThreads, kSmemBytes, stream>>>(q, latent, kv, cu_seqlens_q, cu_seqlens_k, gate,
+                                               p.num_heads, p.scale * kLog2e, 0, 0, nullptr, out);
   return LaunchStatus("MlaPrefillAttnKernel launch");
+}
+
+// One context window [w0, w0 + rows): gather, expand, attend and merge into the accumulators.
+absl::Status MhaWindow(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
+                       const int32_t* block_table, const int32_t* cu_seqlens_q,
+                       const int32_t* cu_seqlens_k, const uint16_t* w_kvb,
+                       const MlaPrefillParams& p, unsigned char* base, int64_t w0, int rows,
+                       cudaStream_t stream) {
+  auto* latent = reinterpret_cast<uint16_t*>(base);
+  auto* kv = reinterpret_cast<uint16_t*>(base + LatentBytes(p));
+  auto* o_acc = reinterpret_cast<float*>(base + LatentBytes(p) + ExpandedBytes(p));
+  auto* ml = reinterpret_cast<float*>(base + LatentBytes(p) + ExpandedBytes(p) + OAccBytes(p));
+  GatherLatentWindowKernel<<<(rows + 7) / 8, 256, 0, stream>>>(
+      kv_cache, block_table, cu_seqlens_k, p.num_seqs, p.max_blocks_per_seq, w0, rows, latent);
+  RETURN_IF_ERROR(LaunchStatus("MlaPrefillMha GatherLatentWindowKernel launch"));
+  const int64_t n = static_cast<int64_t>(p.num_heads) * kMlaKvbRowsPerHead;
+  RETURN_IF_ERROR(
+      GemmBf16(handle, latent, rows, kLatentRank, kMlaLatentDim, w_kvb, n, kv, n, stream));
+  const dim3 grid((p.max_new + kBlockM - 1) / kBlockM, p.num_heads, p.num_seqs);
+  MlaPrefillAttnKernel<float, true><<<grid, kThreads, kSmemBytes, stream>>>(
+      q, latent, kv, cu_seqlens_q, cu_seqlens_k, nullptr, p.num_heads, p.scale * kLog2e, w0,
+      w0 + rows, ml, o_acc);
+  return LaunchStatus("MlaPrefillMha MlaPrefillAttnKernel (window) launch");
+}
+
+// MlaPrefillMha with max_context_chunk < total_context: zeroed accumulators, one MhaWindow per
+// window of the concatenated context, then MlaPrefillFinalizeKernel (normalise, gate, store).
+template <typename OutT>
+absl::Status ChunkedMha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
+                        const int32_t* block_table, const int32_t* cu_seqlens_q,
+                        const int32_t* cu_seqlens_k, const uint16_t* w_kvb, const float* gate,
+                        const MlaPrefillParams& p, void* workspace, int64_t workspace_bytes,
+                        OutT* out, cudaStream_t stream) {
+  constexpr const char* kWhat = "MlaPrefillMha";
+  RETURN_IF_ERROR(CheckParams(p, workspace, workspace_bytes, kWhat));
+  if (p.num_seqs == 0 || p.max_new == 0 || p.total_new == 0) return absl::OkStatus();
+  if (handle == nullptr || q == nullptr || kv_cache == nullptr || block_table == nullptr ||
+      cu_seqlens_q == nullptr || cu_seqlens_k == nullptr || w_kvb == nullptr || out == nullptr) {
+    return Invalid(kWhat, "null handle, q, kv_cache, block_table, cu_seqlens, w_kvb or out");
+  }
+  if (!Aligned(kv_cache, 16) || !Aligned(q, 16) || !Aligned(out, 2 * sizeof(OutT)) ||
+      (gate != nullptr && !Aligned(gate, 8))) {
+    return Invalid(kWhat, "kv_cache and q must be 16-byte, out 2-element and gate 8-byte aligned");
+  }
+  auto* base = static_cast<unsigned char*>(workspace);
+  const int64_t acc_offset = LatentBytes(p) + ExpandedBytes(p);
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(base + acc_offset, 0, static_cast<size_t>(OAccBytes(p) + MlBytes(p)), stream),
+      "MlaPrefillMha cudaMemsetAsync");
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(MlaPrefillAttnKernel<float, true>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+      "MlaPrefillMha cudaFuncSetAttribute");
+  for (int64_t w0 = 0; w0 < p.total_context; w0 += p.max_context_chunk) {
+    const int rows = static_cast<int>(std::min(p.max_context_chunk, p.total_context - w0));
+    RETURN_IF_ERROR(MhaWindow(handle, q, kv_cache, block_table, cu_seqlens_q, cu_seqlens_k, w_kvb,
+                              p, base, w0, rows, stream));
+  }
+  const int64_t pairs = AccumulatorRows(p) * (kMlaVHeadDim / 2);
+  const int64_t blocks = std::min<int64_t>((pairs + 255) / 256, 132 * 16);
+  MlaPrefillFinalizeKernel<OutT><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      reinterpret_cast<const float*>(base + acc_offset),
+      reinterpret_cast<const float*>(base + acc_offset + OAccBytes(p)), gate, pairs, out);
+  return LaunchStatus("MlaPrefillMha MlaPrefillFinalizeKernel launch");
 }
 
 template <typename OutT>
@@ -429,6 +667,10 @@ absl::Status Mha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_ca
                  const int32_t* cu_seqlens_k, const uint16_t* w_kvb, const float* gate,
                  const MlaPrefillParams& p, void* workspace, int64_t workspace_bytes, OutT* out,
                  cudaStream_t stream) {
+  if (Chunked(p)) {
+    return ChunkedMha(handle, q, kv_cache, block_table, cu_seqlens_q, cu_seqlens_k, w_kvb, gate, p,
+                      workspace, workspace_bytes, out, stream);
+  }
   absl::Status status = MlaPrefillExpand(handle, kv_cache, block_table, cu_seqlens_k, w_kvb, p,
                                          workspace, workspace_bytes, stream);
   if (!status.ok()) return status;
@@ -438,7 +680,25 @@ absl::Status Mha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_ca
 }  // namespace
 
 int64_t MlaPrefillWorkspaceBytes(const MlaPrefillParams& params) {
-  return LatentBytes(params) + ExpandedBytes(params);
+  return LatentBytes(params) + ExpandedBytes(params) + OAccBytes(params) + MlBytes(params);
+}
+
+int64_t MlaPrefillContextChunkFor(const MlaPrefillParams& params, int64_t budget_bytes) {
+  MlaPrefillParams p = params;
+  p.max_context_chunk = 0;
+  if (MlaPrefillWorkspaceBytes(p) <= budget_bytes) return 0;
+  // Chunked: W · row_bytes (two parts, each padded by < 256 B) + the accumulators.
+  p.max_context_chunk = 1;
+  const int64_t fixed = OAccBytes(p) + MlBytes(p) + 2 * kAlign;
+  const int64_t row_bytes =
+      (kMlaLatentDim + static_cast<int64_t>(std::max(p.num_heads, 0)) * kMlaKvbRowsPerHead) * 2;
+  int64_t w = (budget_bytes - fixed) / row_bytes / kMlaPageSize * kMlaPageSize;
+  w = std::min(w, (p.total_context - 1) / kMlaPageSize * kMlaPageSize);  // stay chunked
+  for (; w >= kMlaPageSize; w -= kMlaPageSize) {
+    p.max_context_chunk = w;
+    if (MlaPrefillWorkspaceBytes(p) <= budget_bytes) return w;
+  }
+  return -1;
 }
 
 absl::Status MlaPrefillExpand(cublasHandle_t handle, const uint16_t* kv_cache,
@@ -446,8 +706,8 @@ absl::Status MlaPrefillExpand(cublasHandle_t handle, const uint16_t* kv_cache,
                               const uint16_t* w_kvb, const MlaPrefillParams& p, void* workspace,
                               int64_t workspace_bytes, cudaStream_t stream) {
   constexpr const char* kWhat = "MlaPrefillExpand";
-  absl::Status status = CheckParams(p, workspace, workspace_bytes, kWhat);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(CheckParams(p, workspace, workspace_bytes, kWhat));
+  RETURN_IF_ERROR(CheckUnchunked(p, kWhat));
   if (p.num_seqs == 0 || p.total_context == 0 || p.max_context == 0) return absl::OkStatus();
   if (handle == nullptr || kv_cache == nullptr || block_table == nullptr ||
       cu_seqlens_k == nullptr || w_kvb == nullptr) {

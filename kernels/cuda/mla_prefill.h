@@ -33,10 +33,23 @@
 //      Epilogue: o = O / l, then o ← σ(g)·o when a gate is given.
 // Workspace (MlaPrefillWorkspaceBytes): total_context · (576 + 256·H) · 2 bytes (each part
 // padded to 256 B): e.g. 4096 context rows at H = 32 → 68.5 MiB, at H = 96 → 196.5 MiB. It
-// grows with the WHOLE context (prefix included), so callers chunk long prompts or long
-// prefixes (the absorbed MlaPagedPrefill needs no expansion and suits short chunks after a
-// long prefix).
-// Numerics: K_nope, V and P are rounded to bf16 (f32 accumulation everywhere).
+// grows with the WHOLE context (prefix included) unless the context is chunked:
+//
+// Context chunking (params.max_context_chunk = W, 0 < W < total_context; MlaPrefillMha only —
+// the two stages alone reject it): the concatenated context [0, total_context) is walked in
+// windows of W rows. Per window: a gather kernel (one warp per row, sequence found by binary
+// search of cu_seqlens_k) fills L [W, 576], one GEMM expands KV [W, H, 256], and the attention
+// kernel (same tiles) attends each (query, head) to the keys of its sequence inside the window,
+// merging its unnormalised partial (O, running max, l) into f32 accumulators O_acc [T, H, 128]
+// and (m, l) [T, H, 2] by the log-sum-exp rule (a query that sees no key of the window adds
+// nothing). A last kernel writes o = σ(g) · O_acc / l. Workspace then is
+// W · (576 + 256·H) · 2 + T · H · (128 + 2) · 4 bytes, independent of total_context: e.g. W =
+// 8192, H = 96, T = 2048 → 393 MiB + 97.5 MiB. Each window costs three launches and re-reads the
+// queries, so W should stay in the thousands. W = 0 or W ≥ total_context: one window over the
+// whole context, exactly the unchunked path above.
+// Numerics: K_nope, V and P are rounded to bf16 (f32 accumulation everywhere). Chunked, P is
+// rounded relative to the running max within the window, so results differ from the unchunked
+// path by that rounding only (≈ 1e-3 relative); the merge itself is f32.
 #pragma once
 
 #include <cublas_v2.h>
@@ -62,13 +75,23 @@ struct MlaPrefillParams {
   int64_t total_context = 0;   // = cu_seqlens_k[num_seqs]: rows of the expanded scratch
   int64_t total_new = 0;       // = cu_seqlens_q[num_seqs] = T: rows of q, gate and out
   float scale = 0.0f;          // softmax scale ((dn + dr)^-1/2 = 192^-1/2 for Kimi)
+  // Rows of the dense expansion per context window (see "Context chunking"); 0 = the whole
+  // context in one pass. ≥ 0.
+  int64_t max_context_chunk = 0;
 };
 
 // Bytes of workspace MlaPrefillExpand / MlaPrefillAttention / MlaPrefillMha need.
 int64_t MlaPrefillWorkspaceBytes(const MlaPrefillParams& params);
 
+// A max_context_chunk for MlaPrefillMha within `budget_bytes` of workspace (params'
+// max_context_chunk ignored): 0 when the whole context fits unchunked, else the largest multiple
+// of 64 whose MlaPrefillWorkspaceBytes ≤ budget_bytes, or -1 when not even 64-row windows fit
+// (the f32 accumulators alone take total_new · H · 520 bytes).
+int64_t MlaPrefillContextChunkFor(const MlaPrefillParams& params, int64_t budget_bytes);
+
 // Stage 1: gather the context rows from the pages and expand them through W_kvb into
-// `workspace` (layout private to this file; MlaPrefillAttention reads it).
+// `workspace` (layout private to this file; MlaPrefillAttention reads it). Both stages cover the
+// whole context: params with 0 < max_context_chunk < total_context are InvalidArgument here.
 absl::Status MlaPrefillExpand(cublasHandle_t handle, const uint16_t* kv_cache,
                               const int32_t* block_table, const int32_t* cu_seqlens_k,
                               const uint16_t* w_kvb, const MlaPrefillParams& params,
@@ -86,7 +109,9 @@ absl::Status MlaPrefillAttention(const uint16_t* q, const int32_t* cu_seqlens_q,
                                  const MlaPrefillParams& params, const void* workspace,
                                  int64_t workspace_bytes, uint16_t* out, cudaStream_t stream);
 
-// Both stages: out = gated non-absorbed causal MLA attention of the new tokens.
+// Both stages: out = gated non-absorbed causal MLA attention of the new tokens, over context
+// windows when 0 < params.max_context_chunk < total_context (see "Context chunking"). Rows of a
+// sequence with C_b < new_b are left unwritten in both modes.
 absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
                            const int32_t* block_table, const int32_t* cu_seqlens_q,
                            const int32_t* cu_seqlens_k, const uint16_t* w_kvb, const float* gate,

@@ -1,6 +1,7 @@
 // MHA-form MLA prefill (MlaPrefillMha / MlaPrefillExpand + MlaPrefillAttention) on the GPU vs
 // kernels/reference/mla (MlaAttentionReference, non-absorbed, causal) with the output gate
-// applied on the host; MlaOutputGate vs a host f64 sigmoid; host-side argument checks.
+// applied on the host, unchunked and over context windows (max_context_chunk); MlaOutputGate vs
+// a host f64 sigmoid; host-side argument checks.
 #include "kernels/cuda/mla_prefill.h"
 
 #include <algorithm>
@@ -137,6 +138,27 @@ std::string Name(const Batch& c, int heads) {
 
 // Every new length in {1, 2, 17, 63, 64, 65, 200} meets every prefix in {0, 5, 64, 130} across
 // the three head counts (the pairing rotates with the case); one sequence with no new tokens.
+// Random q, W_kvb and gate logits for `batch` (q and W rounded to bf16, as the device sees
+// them) and the reference outputs without and with the gate.
+struct Operands {
+  std::vector<float> gate;
+  std::vector<uint16_t> q_bits, w_bits;
+  std::vector<float> expected, expected_gated;
+};
+
+Operands MakeOperands(std::mt19937& rng, const Batch& batch, int heads, int64_t tokens) {
+  const int64_t width = static_cast<int64_t>(heads) * kDv;
+  std::vector<float> q = Uniform(rng, static_cast<size_t>(tokens * heads * (kDn + kDr)), -2, 2);
+  std::vector<float> w = Uniform(rng, static_cast<size_t>(heads) * (kDn + kDv) * kR, -0.1f, 0.1f);
+  Operands o;
+  o.gate = Uniform(rng, static_cast<size_t>(tokens * width), -4, 4);
+  o.q_bits = ToBf16InPlace(q);
+  o.w_bits = ToBf16InPlace(w);
+  o.expected = Reference(batch, q, w, heads, nullptr);
+  o.expected_gated = Reference(batch, q, w, heads, o.gate.data());
+  return o;
+}
+
 TEST(CudaMlaPrefillTest, MatchesNonAbsorbedReferenceOnVarlenChunkedBatches) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 21);
@@ -159,14 +181,12 @@ TEST(CudaMlaPrefillTest, MatchesNonAbsorbedReferenceOnVarlenChunkedBatches) {
     const Batch batch = MakeBatch(rng, prefix, num_new);
     const MlaPrefillParams params = ParamsFor(batch, heads);
     const int64_t tokens = params.total_new;
-    const int64_t width = static_cast<int64_t>(heads) * kDv;
-    std::vector<float> q = Uniform(rng, static_cast<size_t>(tokens * heads * (kDn + kDr)), -2, 2);
-    std::vector<float> w = Uniform(rng, static_cast<size_t>(heads) * (kDn + kDv) * kR, -0.1f, 0.1f);
-    const std::vector<float> gate = Uniform(rng, static_cast<size_t>(tokens * width), -4, 4);
-    const std::vector<uint16_t> q_bits = ToBf16InPlace(q);
-    const std::vector<uint16_t> w_bits = ToBf16InPlace(w);
-    const std::vector<float> expected = Reference(batch, q, w, heads, nullptr);
-    const std::vector<float> expected_gated = Reference(batch, q, w, heads, gate.data());
+    const Operands ops = MakeOperands(rng, batch, heads, tokens);
+    const std::vector<float>& gate = ops.gate;
+    const std::vector<uint16_t>& q_bits = ops.q_bits;
+    const std::vector<uint16_t>& w_bits = ops.w_bits;
+    const std::vector<float>& expected = ops.expected;
+    const std::vector<float>& expected_gated = ops.expected_gated;
 
     DeviceArray<uint16_t> d_q(q_bits), d_w(w_bits), d_pool(batch.pool);
     DeviceArray<int32_t> d_table(batch.block_table), d_cu_q(batch.cu_q), d_cu_k(batch.cu_k);
@@ -236,6 +256,170 @@ TEST(CudaMlaPrefillTest, ChunkedPromptMatchesReference) {
   }
   STRATA_EXPECT_RELERR("MlaPrefillMha_chunked", absl::StrCat("H", heads, "_T", len),
                        d_out.Download(), expected, 1e-2);
+}
+
+// MlaPrefillMha with context windows of each size in `chunks` on one batch: f32 ungated and bf16
+// gated vs the reference, f32 vs the unchunked kernel; scratch and outputs NaN-poisoned.
+void CheckContextChunks(std::mt19937& rng, cublasHandle_t handle, int heads,
+                        const std::vector<int>& prefix, const std::vector<int>& num_new,
+                        const std::vector<int64_t>& chunks) {
+  const Batch batch = MakeBatch(rng, prefix, num_new);
+  const MlaPrefillParams whole = ParamsFor(batch, heads);
+  const int64_t tokens = whole.total_new;
+  const Operands ops = MakeOperands(rng, batch, heads, tokens);
+  const std::vector<float>& gate = ops.gate;
+  const std::vector<uint16_t>& q_bits = ops.q_bits;
+  const std::vector<uint16_t>& w_bits = ops.w_bits;
+  const std::vector<float>& expected = ops.expected;
+  const std::vector<float>& expected_gated = ops.expected_gated;
+
+  DeviceArray<uint16_t> d_q(q_bits), d_w(w_bits), d_pool(batch.pool);
+  DeviceArray<int32_t> d_table(batch.block_table), d_cu_q(batch.cu_q), d_cu_k(batch.cu_k);
+  DeviceArray<float> d_gate(gate), d_whole(expected.size());
+  DeviceArray<unsigned char> d_ws_whole(static_cast<size_t>(MlaPrefillWorkspaceBytes(whole)));
+  d_whole.Poison();
+  d_ws_whole.Poison();
+  STRATA_ASSERT_OK(MlaPrefillMha(handle, d_q.get(), d_pool.get(), d_table.get(), d_cu_q.get(),
+                                 d_cu_k.get(), d_w.get(), nullptr, whole, d_ws_whole.get(),
+                                 static_cast<int64_t>(d_ws_whole.size()), d_whole.get(), nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> unchunked = d_whole.Download();
+  for (const int64_t chunk : chunks) {
+    MlaPrefillParams params = whole;
+    params.max_context_chunk = chunk;
+    DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaPrefillWorkspaceBytes(params)));
+    DeviceArray<float> d_out(expected.size());
+    DeviceArray<uint16_t> d_out_bf16(expected.size());
+    d_ws.Poison();  // every window row the attention reads must have been written
+    d_out.Poison();
+    d_out_bf16.Poison();
+    const int64_t ws_bytes = static_cast<int64_t>(d_ws.size());
+    STRATA_ASSERT_OK(MlaPrefillMha(handle, d_q.get(), d_pool.get(), d_table.get(), d_cu_q.get(),
+                                   d_cu_k.get(), d_w.get(), nullptr, params, d_ws.get(), ws_bytes,
+                                   d_out.get(), nullptr));
+    STRATA_ASSERT_OK(MlaPrefillMha(handle, d_q.get(), d_pool.get(), d_table.get(), d_cu_q.get(),
+                                   d_cu_k.get(), d_w.get(), d_gate.get(), params, d_ws.get(),
+                                   ws_bytes, d_out_bf16.get(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::string name = absl::StrCat(Name(batch, heads), "_W", chunk);
+    const std::vector<float> out = d_out.Download();
+    // As the unchunked kernel (bf16 K_nope, V, P; f32 accumulation and merge).
+    STRATA_EXPECT_RELERR("MlaPrefillMha_ctxchunk_f32", name, out, expected, 1e-2);
+    STRATA_EXPECT_RELERR("MlaPrefillMha_ctxchunk_bf16_gated", name, FromBf16(d_out_bf16.Download()),
+                         expected_gated, 1.2e-2);
+    // Only P's bf16 rounding moves with the window's running max.
+    STRATA_EXPECT_RELERR("MlaPrefillMha_ctxchunk_vs_unchunked", name, out, unchunked, 5e-3);
+  }
+}
+
+// Context windows of 1, 64, 100 and 1000 rows (max_context_chunk) over the varlen batches of
+// MatchesNonAbsorbedReferenceOnVarlenChunkedBatches (windows split sequences, hold several, or
+// hold keys no query of a tile may see) and over a batch with a 3000-token prefix.
+TEST(CudaMlaPrefillTest, ContextChunksMatchReferenceAndUnchunked) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 24);
+  absl::StatusOr<CublasHandle> handle = CublasHandle::Create();
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  const std::vector<int64_t> chunks = {1, 64, 100, 1000};
+  const std::vector<int> new_lens = {1, 2, 17, 63, 64, 65, 200};
+  const std::vector<int> prefixes = {0, 5, 64, 130};
+  const std::vector<int> head_counts = {1, 3, 32};
+  for (size_t hc = 0; hc < head_counts.size(); ++hc) {
+    std::vector<int> prefix, num_new;
+    for (size_t i = 0; i < new_lens.size(); ++i) {
+      num_new.push_back(new_lens[i]);
+      prefix.push_back(prefixes[(i + hc) % prefixes.size()]);
+    }
+    if (hc == 1) {  // a sequence with nothing new between two others
+      num_new.insert(num_new.begin() + 2, 0);
+      prefix.insert(prefix.begin() + 2, 5);
+    }
+    CheckContextChunks(rng, handle->get(), head_counts[hc], prefix, num_new, chunks);
+  }
+  CheckContextChunks(rng, handle->get(), 4, {3000, 0, 41}, {130, 64, 1}, chunks);
+}
+
+// With max_context_chunk the workspace is one window's expansion plus the f32 accumulators,
+// whatever the context length (runs without a GPU).
+TEST(CudaMlaPrefillTest, ContextChunkBoundsTheWorkspace) {
+  MlaPrefillParams p;  // K3: 96 heads, a 100k-token prefix + 2048 new tokens
+  p.num_seqs = 1;
+  p.num_heads = 96;
+  p.max_blocks_per_seq = 1632;
+  p.max_context = 1632 * 64;
+  p.max_new = 2048;
+  p.total_context = p.max_context;
+  p.total_new = 2048;
+  p.scale = kScale;
+  const int64_t unchunked = p.total_context * (576 + 96 * 256) * 2;
+  EXPECT_EQ(MlaPrefillWorkspaceBytes(p), unchunked);
+  p.max_context_chunk = 8192;
+  // L [W, 576] + KV [W, H·256] bf16, O_acc [T, H, 128] + (m, l) [T, H, 2] f32 (all 256-B
+  // multiples).
+  const int64_t chunked =
+      8192 * 576 * 2 + 8192 * 96 * 256 * 2 + 2048 * 96 * 128 * 4 + 2048 * 96 * 8;
+  EXPECT_EQ(MlaPrefillWorkspaceBytes(p), chunked);
+  EXPECT_LT(chunked, int64_t{1} << 30);
+  MlaPrefillParams shorter = p;
+  shorter.max_context = shorter.total_context = 20000;
+  EXPECT_EQ(MlaPrefillWorkspaceBytes(shorter), chunked);
+  MlaPrefillParams one_window = p;
+  one_window.max_context_chunk = p.total_context;  // a window covering everything: unchunked
+  EXPECT_EQ(MlaPrefillWorkspaceBytes(one_window), unchunked);
+
+  // MlaPrefillContextChunkFor: the largest 64-row multiple within a 1 GiB budget.
+  const int64_t budget = int64_t{1} << 30;
+  const int64_t w = MlaPrefillContextChunkFor(p, budget);
+  ASSERT_GT(w, 0);
+  EXPECT_EQ(w % 64, 0);
+  MlaPrefillParams fit = p;
+  fit.max_context_chunk = w;
+  EXPECT_LE(MlaPrefillWorkspaceBytes(fit), budget);
+  fit.max_context_chunk = w + 64;
+  EXPECT_GT(MlaPrefillWorkspaceBytes(fit), budget);
+  EXPECT_EQ(MlaPrefillContextChunkFor(p, unchunked), 0);                   // the whole context fits
+  EXPECT_EQ(MlaPrefillContextChunkFor(p, 2048 * 96 * (128 + 2) * 4), -1);  // accumulators only
+}
+
+// Chunking is MlaPrefillMha's alone; a negative chunk and a workspace sized without the
+// accumulators are rejected, naming the limit (runs without a GPU).
+TEST(CudaMlaPrefillTest, RejectsBadContextChunkNamingTheLimit) {
+  MlaPrefillParams p;
+  p.num_seqs = 2;
+  p.num_heads = 4;
+  p.max_blocks_per_seq = 3;
+  p.max_context = 150;
+  p.max_new = 100;
+  p.total_context = 200;
+  p.total_new = 120;
+  p.scale = kScale;
+  p.max_context_chunk = 64;
+  const int64_t ws = MlaPrefillWorkspaceBytes(p);
+  void* fake_ws = reinterpret_cast<void*>(uintptr_t{256});  // never dereferenced: checks fail first
+  const absl::Status expand =
+      MlaPrefillExpand(nullptr, nullptr, nullptr, nullptr, nullptr, p, fake_ws, ws, nullptr);
+  EXPECT_EQ(expand.code(), absl::StatusCode::kInvalidArgument) << expand;
+  EXPECT_NE(expand.message().find("max_context_chunk 64 < total_context 200"), std::string::npos)
+      << expand;
+  const absl::Status attn = MlaPrefillAttention(nullptr, nullptr, nullptr, nullptr, p, fake_ws, ws,
+                                                static_cast<float*>(nullptr), nullptr);
+  EXPECT_EQ(attn.code(), absl::StatusCode::kInvalidArgument) << attn;
+  EXPECT_NE(attn.message().find("MlaPrefillMha"), std::string::npos) << attn;
+  struct Bad {
+    int64_t chunk, ws_bytes;
+    std::string needle;
+  };
+  for (const Bad& b : std::vector<Bad>{{-1, ws, "max_context_chunk -1"},
+                                       {64, ws - 1, "workspace"},
+                                       {64, 64 * (576 + 4 * 256) * 2, "workspace"}}) {
+    MlaPrefillParams bad = p;
+    bad.max_context_chunk = b.chunk;
+    const absl::Status mha =
+        MlaPrefillMha(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, bad,
+                      fake_ws, b.ws_bytes, static_cast<uint16_t*>(nullptr), nullptr);
+    EXPECT_EQ(mha.code(), absl::StatusCode::kInvalidArgument) << mha;
+    EXPECT_NE(mha.message().find(b.needle), std::string::npos) << mha;
+  }
 }
 
 TEST(CudaMlaPrefillTest, OutputGateMatchesHostSigmoid) {
