@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/status.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_random.h"
@@ -262,53 +263,96 @@ void BenchKda(Bench& bench, const char* model, int heads, int batch, bool bf16_s
   });
 }
 
+// Inputs and state of a KDA varlen prefill of `seqs` sequences of `len` tokens (f32 state,
+// bf16 y), shared by the recurrent and chunked benchmarks.
+struct KdaPrefillBuffers {
+  KdaPrefillBuffers(int heads, int seqs, int len)
+      : heads(heads),
+        seqs(seqs),
+        hd(int64_t{heads} * kKdaHeadDim),
+        channels(3 * hd),
+        tokens(int64_t{seqs} * len),
+        state_elems(int64_t{seqs} * heads * kKdaHeadDim * kKdaHeadDim),
+        state(state_elems * 4),
+        conv(int64_t{seqs} * 3 * channels * 4),
+        qkv(tokens * channels * 4),
+        f(tokens * hd * 4),
+        b(tokens * heads * 4),
+        g(tokens * hd * 4),
+        w(channels * 4 * 4),
+        a_log(int64_t{heads} * 4),
+        dt(hd * 4),
+        onw(kKdaHeadDim * 4),
+        slots(int64_t{seqs} * 4),
+        cu(int64_t{seqs + 1} * 4),
+        y(tokens * hd * 2),
+        len(len) {}
+
+  bool ok() const { return state.ok() && qkv.ok() && f.ok() && g.ok() && y.ok(); }
+  // Random inputs (gate input f in ±f_range), slots 0..seqs−1, equal-length sequences.
+  absl::Status Fill(Bench& bench, float f_range) {
+    RETURN_IF_ERROR(bench.Fill(state.as<float>(), state_elems, -0.1f, 0.1f));
+    RETURN_IF_ERROR(bench.Fill(conv.as<float>(), seqs * 3 * channels, -1, 1));
+    RETURN_IF_ERROR(bench.Fill(qkv.as<float>(), tokens * channels, -1, 1));
+    RETURN_IF_ERROR(bench.Fill(f.as<float>(), tokens * hd, -f_range, f_range));
+    RETURN_IF_ERROR(bench.Fill(b.as<float>(), tokens * heads, -1, 1));
+    RETURN_IF_ERROR(bench.Fill(g.as<float>(), tokens * hd, -1, 1));
+    RETURN_IF_ERROR(bench.Fill(w.as<float>(), channels * 4, -0.5f, 0.5f));
+    RETURN_IF_ERROR(bench.Fill(a_log.as<float>(), heads, -1, 0));
+    RETURN_IF_ERROR(bench.Fill(dt.as<float>(), hd, -1, 1));
+    RETURN_IF_ERROR(bench.Fill(onw.as<float>(), kKdaHeadDim, 0.5f, 1.5f));
+    std::vector<int32_t> host_slots(seqs), host_cu(seqs + 1);
+    std::iota(host_slots.begin(), host_slots.end(), 0);
+    for (int i = 0; i <= seqs; ++i) host_cu[i] = i * len;
+    RETURN_IF_ERROR(CudaCopy(slots.as<int32_t>(), host_slots.data(), seqs * 4));
+    return CudaCopy(cu.as<int32_t>(), host_cu.data(), (seqs + 1) * 4);
+  }
+  KdaDecodeInputs Inputs() const {
+    KdaDecodeInputs in;
+    in.qkv_raw = qkv.as<float>();
+    in.f = f.as<float>();
+    in.b_raw = b.as<float>();
+    in.g_raw = g.as<float>();
+    in.conv_w = w.as<float>();
+    in.a_log = a_log.as<float>();
+    in.dt_bias = dt.as<float>();
+    in.o_norm_w = onw.as<float>();
+    in.slots = slots.as<int32_t>();
+    return in;
+  }
+  // Bytes a prefill must move: the token inputs, y, and the state read and written once.
+  double Bytes() const {
+    return tokens * (channels + 2 * hd + heads) * 4.0 + tokens * hd * 2.0 + 2.0 * state_elems * 4;
+  }
+
+  const int heads, seqs;
+  const int64_t hd, channels, tokens, state_elems;
+  Buf state, conv, qkv, f, b, g, w, a_log, dt, onw, slots, cu, y;
+  const int len;
+};
+
+std::string KdaPrefillShape(const char* model, int heads, int seqs, int len) {
+  return std::string(model) + " H" + std::to_string(heads) + " " + std::to_string(seqs) + "x" +
+         std::to_string(len) + " tokens";
+}
+
 // KDA varlen prefill on the recurrent kernel: `seqs` sequences of `len` tokens, f32 state.
 void BenchKdaPrefill(Bench& bench, const char* model, int heads, int seqs, int len) {
   const std::string kernel = "KdaPrefillRecurrent";
   if (!bench.Wants(kernel)) return;
-  const std::string shape = std::string(model) + " H" + std::to_string(heads) + " " +
-                            std::to_string(seqs) + "x" + std::to_string(len) + " tokens";
-  const int64_t hd = int64_t{heads} * kKdaHeadDim, channels = 3 * hd;
-  const int64_t tokens = int64_t{seqs} * len;
-  const int64_t state_elems = int64_t{seqs} * heads * kKdaHeadDim * kKdaHeadDim;
-  Buf state(state_elems * 4), conv(int64_t{seqs} * 3 * channels * 4), qkv(tokens * channels * 4),
-      f(tokens * hd * 4), b(tokens * heads * 4), g(tokens * hd * 4), w(channels * 4 * 4),
-      a_log(int64_t{heads} * 4), dt(hd * 4), onw(kKdaHeadDim * 4), slots(int64_t{seqs} * 4),
-      cu(int64_t{seqs + 1} * 4), y(tokens * hd * 2);
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(state.as<float>(), state_elems, -0.1f, 0.1f));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(conv.as<float>(), seqs * 3 * channels, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(qkv.as<float>(), tokens * channels, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(f.as<float>(), tokens * hd, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(b.as<float>(), tokens * heads, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(g.as<float>(), tokens * hd, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<float>(), channels * 4, -0.5f, 0.5f));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(a_log.as<float>(), heads, -1, 0));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(dt.as<float>(), hd, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(onw.as<float>(), kKdaHeadDim, 0.5f, 1.5f));
-  std::vector<int32_t> host_slots(seqs), host_cu(seqs + 1);
-  std::iota(host_slots.begin(), host_slots.end(), 0);
-  for (int i = 0; i <= seqs; ++i) host_cu[i] = i * len;
-  BENCH_CHECK(bench, kernel, shape, CudaCopy(slots.as<int32_t>(), host_slots.data(), seqs * 4));
-  BENCH_CHECK(bench, kernel, shape, CudaCopy(cu.as<int32_t>(), host_cu.data(), (seqs + 1) * 4));
-  KdaDecodeInputs in;
-  in.qkv_raw = qkv.as<float>();
-  in.f = f.as<float>();
-  in.b_raw = b.as<float>();
-  in.g_raw = g.as<float>();
-  in.conv_w = w.as<float>();
-  in.a_log = a_log.as<float>();
-  in.dt_bias = dt.as<float>();
-  in.o_norm_w = onw.as<float>();
-  in.slots = slots.as<int32_t>();
+  const std::string shape = KdaPrefillShape(model, heads, seqs, len);
+  KdaPrefillBuffers buffers(heads, seqs, len);
+  if (!buffers.ok()) return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  BENCH_CHECK(bench, kernel, shape, buffers.Fill(bench, 1.0f));
+  const KdaDecodeInputs in = buffers.Inputs();
   KdaDecodeParams p;
   p.batch = seqs;
   p.num_heads = heads;
-  const double bytes =
-      tokens * (channels + 2 * hd + heads) * 4.0 + tokens * hd * 2.0 + 2.0 * state_elems * 4;
-  const double flops = 7.0 * kKdaHeadDim * kKdaHeadDim * heads * static_cast<double>(tokens);
-  bench.Time(kernel, shape, bytes, flops, false, "-", [&] {
-    return KdaPrefillRecurrent(in, cu.as<int32_t>(), state.as<float>(), conv.as<float>(), p,
-                               y.as<uint16_t>(), bench.stream);
+  const double flops =
+      7.0 * kKdaHeadDim * kKdaHeadDim * heads * static_cast<double>(buffers.tokens);
+  bench.Time(kernel, shape, buffers.Bytes(), flops, false, "-", [&] {
+    return KdaPrefillRecurrent(in, buffers.cu.as<int32_t>(), buffers.state.as<float>(),
+                               buffers.conv.as<float>(), p, buffers.y.as<uint16_t>(), bench.stream);
   });
 }
 
@@ -321,63 +365,29 @@ void BenchKdaPrefillChunked(Bench& bench, const char* model, int heads, int seqs
   const bool recurrent = bench.Wants("KdaPrefillRecurrent");
   if (!chunked && !recurrent) return;
   const std::string kernel = "KdaPrefillChunked";
-  const std::string shape = std::string(model) + " H" + std::to_string(heads) + " " +
-                            std::to_string(seqs) + "x" + std::to_string(len) + " tokens";
-  const int64_t hd = int64_t{heads} * kKdaHeadDim, channels = 3 * hd;
-  const int64_t tokens = int64_t{seqs} * len;
-  const int64_t state_elems = int64_t{seqs} * heads * kKdaHeadDim * kKdaHeadDim;
-  Buf state(state_elems * 4), conv(int64_t{seqs} * 3 * channels * 4), qkv(tokens * channels * 4),
-      f(tokens * hd * 4), b(tokens * heads * 4), g(tokens * hd * 4), w(channels * 4 * 4),
-      a_log(int64_t{heads} * 4), dt(hd * 4), onw(kKdaHeadDim * 4), slots(int64_t{seqs} * 4),
-      cu(int64_t{seqs + 1} * 4), y(tokens * hd * 2);
-  if (!state.ok() || !qkv.ok() || !f.ok() || !g.ok() || !y.ok()) {
-    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
-  }
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(state.as<float>(), state_elems, -0.1f, 0.1f));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(conv.as<float>(), seqs * 3 * channels, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(qkv.as<float>(), tokens * channels, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(f.as<float>(), tokens * hd, -3, 3));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(b.as<float>(), tokens * heads, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(g.as<float>(), tokens * hd, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<float>(), channels * 4, -0.5f, 0.5f));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(a_log.as<float>(), heads, -1, 0));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(dt.as<float>(), hd, -1, 1));
-  BENCH_CHECK(bench, kernel, shape, bench.Fill(onw.as<float>(), kKdaHeadDim, 0.5f, 1.5f));
-  std::vector<int32_t> host_slots(seqs), host_cu(seqs + 1);
-  std::iota(host_slots.begin(), host_slots.end(), 0);
-  for (int i = 0; i <= seqs; ++i) host_cu[i] = i * len;
-  BENCH_CHECK(bench, kernel, shape, CudaCopy(slots.as<int32_t>(), host_slots.data(), seqs * 4));
-  BENCH_CHECK(bench, kernel, shape, CudaCopy(cu.as<int32_t>(), host_cu.data(), (seqs + 1) * 4));
-  KdaDecodeInputs in;
-  in.qkv_raw = qkv.as<float>();
-  in.f = f.as<float>();
-  in.b_raw = b.as<float>();
-  in.g_raw = g.as<float>();
-  in.conv_w = w.as<float>();
-  in.a_log = a_log.as<float>();
-  in.dt_bias = dt.as<float>();
-  in.o_norm_w = onw.as<float>();
-  in.slots = slots.as<int32_t>();
+  const std::string shape = KdaPrefillShape(model, heads, seqs, len);
+  KdaPrefillBuffers buffers(heads, seqs, len);
+  if (!buffers.ok()) return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  BENCH_CHECK(bench, kernel, shape, buffers.Fill(bench, 3.0f));
+  const KdaDecodeInputs in = buffers.Inputs();
   KdaDecodeParams p;
   p.batch = seqs;
   p.num_heads = heads;
   p.has_lower_bound = true;
   p.lower_bound = -5.0f;
-  const double bytes =
-      tokens * (channels + 2 * hd + heads) * 4.0 + tokens * hd * 2.0 + 2.0 * state_elems * 4;
-  const double flops =
-      6.0 * kKdaHeadDim * (kKdaHeadDim + kKdaPrefillChunk) * heads * static_cast<double>(tokens);
+  const double flops = 6.0 * kKdaHeadDim * (kKdaHeadDim + kKdaPrefillChunk) * heads *
+                       static_cast<double>(buffers.tokens);
+  int32_t* cu = buffers.cu.as<int32_t>();
+  float* state = buffers.state.as<float>();
+  float* conv = buffers.conv.as<float>();
+  uint16_t* y = buffers.y.as<uint16_t>();
   if (chunked) {
-    bench.Time(kernel, shape, bytes, flops, true, "-", [&] {
-      return KdaPrefillChunked(in, cu.as<int32_t>(), state.as<float>(), conv.as<float>(), p,
-                               y.as<uint16_t>(), bench.stream);
-    });
+    bench.Time(kernel, shape, buffers.Bytes(), flops, true, "-",
+               [&] { return KdaPrefillChunked(in, cu, state, conv, p, y, bench.stream); });
   }
   if (recurrent) {
-    bench.Time("KdaPrefillRecurrent", shape + " (K3 gate)", bytes, flops, true, "-", [&] {
-      return KdaPrefillRecurrent(in, cu.as<int32_t>(), state.as<float>(), conv.as<float>(), p,
-                                 y.as<uint16_t>(), bench.stream);
-    });
+    bench.Time("KdaPrefillRecurrent", shape + " (K3 gate)", buffers.Bytes(), flops, true, "-",
+               [&] { return KdaPrefillRecurrent(in, cu, state, conv, p, y, bench.stream); });
   }
 }
 
