@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,8 @@ struct Family {
   bool own_grouped_gemm = true;
   bool mha_windows = false;  // MHA prefill over context windows of 48 rows
 };
+
+void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
 
 kvcache::CacheLayout LayoutFor(const kvcache::ModelCacheSpec& spec) {
   return kvcache::LayoutWithPools(spec, kBlockSize, kNumBlocks, kNumSlots, 2);
