@@ -37,9 +37,10 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"max-model-len", true, "prompt + output tokens per request (default: config, cache-bound)"},
     {"max-num-seqs", true, "sequences running at once (default 64)"},
     {"max-num-batched-tokens", true, "tokens per engine step (default 2048)"},
-    {"device", true, "cpu | cuda (one GPU; default cpu)"},
+    {"device", true, "cpu | cuda (GPU i for replica i; default cpu)"},
     {"kv-cache-memory", true,
-     "bytes for all caches, e.g. 512MiB, 4GiB (default: cpu 1GiB, cuda 90% of free GPU memory)"},
+     "bytes for all caches of each rank, e.g. 512MiB, 4GiB (default: cpu 1GiB, cuda 90% of the "
+     "GPU memory the weights leave free)"},
     {"block-size", true, "tokens per latent cache page (default 64)"},
     {"no-prefix-caching", false, "disable prefix caching"},
     {"scheduling-policy", true, "fcfs | priority (default fcfs)"},
