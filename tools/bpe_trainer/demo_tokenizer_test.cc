@@ -1,8 +1,10 @@
 #include "tools/bpe_trainer/demo_tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -21,8 +23,10 @@ std::string ReadAll(const std::string& path) {
 
 class DemoTokenizerTest : public ::testing::Test {
  protected:
+  static void TearDownTestSuite() { std::filesystem::remove_all(*dir_); }
   static void SetUpTestSuite() {
-    dir_ = new std::string(::testing::TempDir() + "/demo_tokenizer");
+    // Per process: ctest runs this binary's tests in parallel, each writing the tokenizer.
+    dir_ = new std::string(::testing::TempDir() + "/demo_tokenizer_" + std::to_string(getpid()));
     const auto start = std::chrono::steady_clock::now();
     status_ = new absl::Status(WriteDemoTokenizer(*dir_));
     seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -92,11 +96,13 @@ TEST_F(DemoTokenizerTest, ShipsTheBuiltinChatTemplate) {
 
 TEST_F(DemoTokenizerTest, OutputIsByteIdenticalAcrossRuns) {
   ASSERT_TRUE(status_->ok()) << *status_;
-  const std::string again = ::testing::TempDir() + "/demo_tokenizer_again";
+  const std::string again =
+      ::testing::TempDir() + "/demo_tokenizer_again_" + std::to_string(getpid());
   ASSERT_TRUE(WriteDemoTokenizer(again).ok());
   for (const char* name : {"/tiktoken.model", "/tokenizer_config.json"}) {
     EXPECT_EQ(ReadAll(*dir_ + name), ReadAll(again + name)) << name;
   }
+  std::filesystem::remove_all(again);
 }
 
 }  // namespace
