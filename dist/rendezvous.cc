@@ -114,10 +114,12 @@ absl::Status RecvAll(int fd, char* data, size_t bytes, Clock::time_point deadlin
   return absl::OkStatus();
 }
 
-// Blocking read for the server side; false on EOF, error or shutdown.
-bool ReadFully(int fd, char* data, size_t bytes) {
+// Repeats `io(data, bytes)` (a recv or send) until every byte moved; false on EOF, error or
+// shutdown. EINTR is retried.
+template <typename Ptr, typename Io>
+bool TransferFully(Ptr data, size_t bytes, Io io) {
   while (bytes > 0) {
-    const ssize_t n = ::recv(fd, data, bytes, 0);
+    const ssize_t n = io(data, bytes);
     if (n > 0) {
       data += n;
       bytes -= static_cast<size_t>(n);
@@ -130,19 +132,14 @@ bool ReadFully(int fd, char* data, size_t bytes) {
   return true;
 }
 
+// Blocking read for the server side; false on EOF, error or shutdown.
+bool ReadFully(int fd, char* data, size_t bytes) {
+  return TransferFully(data, bytes, [fd](char* p, size_t n) { return ::recv(fd, p, n, 0); });
+}
+
 bool WriteFully(int fd, const char* data, size_t bytes) {
-  while (bytes > 0) {
-    const ssize_t n = ::send(fd, data, bytes, MSG_NOSIGNAL);
-    if (n > 0) {
-      data += n;
-      bytes -= static_cast<size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return false;
-    }
-  }
-  return true;
+  return TransferFully(data, bytes,
+                       [fd](const char* p, size_t n) { return ::send(fd, p, n, MSG_NOSIGNAL); });
 }
 
 // Resolves `host` to an IPv4 socket address with `port`.

@@ -631,6 +631,27 @@ void BenchSampling(Bench& bench, const char* what, int64_t rows, int64_t vocab,
              [&] { return SampleTokens(in, rows, vocab, tokens.as<int32_t>(), bench.stream); });
 }
 
+// `rows` routed rows spread uniformly at random (fixed seed) over `experts` experts: the
+// [E + 1] row offsets and how many experts got any.
+struct ExpertSplit {
+  std::vector<int32_t> offsets;
+  int used_experts = 0;
+};
+
+ExpertSplit RandomExpertSplit(int experts, int64_t rows) {
+  std::vector<int32_t> counts(experts, 0);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> pick(0, experts - 1);
+  for (int64_t r = 0; r < rows; ++r) ++counts[pick(rng)];
+  ExpertSplit split;
+  split.offsets.assign(experts + 1, 0);
+  for (int e = 0; e < experts; ++e) {
+    split.offsets[e + 1] = split.offsets[e] + counts[e];
+    split.used_experts += counts[e] > 0;
+  }
+  return split;
+}
+
 // Expert GEMMs over `rows` routed rows spread uniformly at random over `experts` experts.
 void BenchGroupedGemm(Bench& bench, const char* model, int experts, int64_t rows, int64_t n,
                       int64_t k, GroupedGemmMode mode) {
@@ -640,16 +661,9 @@ void BenchGroupedGemm(Bench& bench, const char* model, int experts, int64_t rows
   const std::string shape = std::string(model) + " E" + std::to_string(experts) + " rows" +
                             std::to_string(rows) + " " + std::to_string(n) + "x" +
                             std::to_string(k);
-  std::vector<int32_t> counts(experts, 0);
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int> pick(0, experts - 1);
-  for (int64_t r = 0; r < rows; ++r) ++counts[pick(rng)];
-  std::vector<int32_t> offsets(experts + 1, 0);
-  int used_experts = 0;
-  for (int e = 0; e < experts; ++e) {
-    offsets[e + 1] = offsets[e] + counts[e];
-    used_experts += counts[e] > 0;
-  }
+  const ExpertSplit split = RandomExpertSplit(experts, rows);
+  const std::vector<int32_t>& offsets = split.offsets;
+  const int used_experts = split.used_experts;
   Buf x(rows * k * 2), w(int64_t{experts} * n * k * 2), y(rows * n * 2),
       ws(MoeGroupedGemmWorkspaceBytes(experts));
   if (!x.ok() || !w.ok() || !y.ok()) {
@@ -679,16 +693,9 @@ void BenchOwnGroupedGemm(Bench& bench, const char* model, int experts, int64_t r
   const std::string shape = std::string(model) + " E" + std::to_string(experts) + " rows" +
                             std::to_string(rows) + " " + std::to_string(n) + "x" +
                             std::to_string(k);
-  std::vector<int32_t> counts(experts, 0);
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int> pick(0, experts - 1);
-  for (int64_t r = 0; r < rows; ++r) ++counts[pick(rng)];
-  std::vector<int32_t> offsets(experts + 1, 0);
-  int used_experts = 0;
-  for (int e = 0; e < experts; ++e) {
-    offsets[e + 1] = offsets[e] + counts[e];
-    used_experts += counts[e] > 0;
-  }
+  const ExpertSplit split = RandomExpertSplit(experts, rows);
+  const std::vector<int32_t>& offsets = split.offsets;
+  const int used_experts = split.used_experts;
   const int64_t w_elems = int64_t{experts} * n * k, out_cols = glu ? n / 2 : n;
   Buf x(rows * k * 2), w(mxfp4 ? w_elems / 2 : w_elems * 2), scales(mxfp4 ? w_elems / 32 : 0),
       y(rows * out_cols * 2), offs(int64_t{experts + 1} * 4),

@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/kda_decode.h"
 #include "kernels/cuda/kda_prefill_chunked.h"
+#include "kernels/cuda/kda_testing.h"
 #include "kernels/cuda/testing.h"
 #include "kernels/reference/gated_rms_norm.h"
 #include "kernels/reference/kda_gate.h"
@@ -28,6 +29,7 @@ namespace {
 
 using testing::DeviceArray;
 using testing::FromBf16;
+using testing::KdaDeviceInputs;
 using testing::TestSeed;
 using testing::ToBf16InPlace;
 using testing::Uniform;
@@ -77,24 +79,6 @@ void ReferenceToken(const ChunkCase& tc, const Inputs& x, int64_t t, int slot,
   KdaRecurrentReference(q, k, v, g.data(), beta.data(), 1, tc.heads, kD, s, o.data());
   GatedRmsNormReference(o.data(), x.g_raw.data() + t * hd, 1, tc.heads, kD, x.o_norm_w.data(),
                         1e-5f, y.data() + t * hd);
-}
-
-KdaDecodeInputs DeviceInputs(const DeviceArray<float>& qkv, const DeviceArray<float>& f,
-                             const DeviceArray<float>& b, const DeviceArray<float>& g,
-                             const DeviceArray<float>& conv_w, const DeviceArray<float>& a_log,
-                             const DeviceArray<float>& dt_bias, const DeviceArray<float>& o_norm_w,
-                             const DeviceArray<int32_t>& slots) {
-  KdaDecodeInputs in;
-  in.qkv_raw = qkv.get();
-  in.f = f.get();
-  in.b_raw = b.get();
-  in.g_raw = g.get();
-  in.conv_w = conv_w.get();
-  in.a_log = a_log.get();
-  in.dt_bias = dt_bias.get();
-  in.o_norm_w = o_norm_w.get();
-  in.slots = slots.get();
-  return in;
 }
 
 void RunCase(const ChunkCase& tc, std::mt19937& rng) {
@@ -151,7 +135,7 @@ void RunCase(const ChunkCase& tc, std::mt19937& rng) {
   }
 
   const KdaDecodeInputs in =
-      DeviceInputs(d_qkv, d_f, d_b, d_g, d_conv_w, d_a_log, d_dt_bias, d_o_norm_w, d_slots);
+      KdaDeviceInputs(d_qkv, d_f, d_b, d_g, d_conv_w, d_a_log, d_dt_bias, d_o_norm_w, d_slots);
   KdaDecodeParams params;
   params.batch = seqs;
   params.num_heads = tc.heads;

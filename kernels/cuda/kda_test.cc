@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "kernels/cuda/kda_decode.h"
+#include "kernels/cuda/kda_testing.h"
 #include "kernels/cuda/testing.h"
 #include "kernels/reference/gated_rms_norm.h"
 #include "kernels/reference/kda_gate.h"
@@ -24,6 +25,7 @@ namespace {
 
 using testing::DeviceArray;
 using testing::FromBf16;
+using testing::KdaDeviceInputs;
 using testing::TestSeed;
 using testing::ToBf16InPlace;
 using testing::Uniform;
@@ -126,16 +128,8 @@ void RunCase(const KdaCase& tc, std::mt19937& rng) {
                     conv, y_ref);
     }
     DeviceArray<float> d_qkv(qkv), d_f(f), d_b(b_raw), d_g(g_raw);
-    KdaDecodeInputs in;
-    in.qkv_raw = d_qkv.get();
-    in.f = d_f.get();
-    in.b_raw = d_b.get();
-    in.g_raw = d_g.get();
-    in.conv_w = d_conv_w.get();
-    in.a_log = d_a_log.get();
-    in.dt_bias = d_dt_bias.get();
-    in.o_norm_w = d_o_norm_w.get();
-    in.slots = d_slots.get();
+    const KdaDecodeInputs in =
+        KdaDeviceInputs(d_qkv, d_f, d_b, d_g, d_conv_w, d_a_log, d_dt_bias, d_o_norm_w, d_slots);
     d_y_f32.Poison();
     d_y_bf16.Poison();
     if (tc.bf16_state && tc.bf16_out) {
@@ -236,16 +230,8 @@ void RunPrefill(const KdaCase& tc, const std::vector<int>& lens, std::mt19937& r
       }
     }
   }
-  KdaDecodeInputs in;
-  in.qkv_raw = d_qkv.get();
-  in.f = d_f.get();
-  in.b_raw = d_b.get();
-  in.g_raw = d_g.get();
-  in.conv_w = d_conv_w.get();
-  in.a_log = d_a_log.get();
-  in.dt_bias = d_dt_bias.get();
-  in.o_norm_w = d_o_norm_w.get();
-  in.slots = d_slots.get();
+  const KdaDecodeInputs in =
+      KdaDeviceInputs(d_qkv, d_f, d_b, d_g, d_conv_w, d_a_log, d_dt_bias, d_o_norm_w, d_slots);
   KdaDecodeParams params;
   params.batch = seqs;
   params.num_heads = tc.heads;
