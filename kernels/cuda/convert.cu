@@ -1,4 +1,5 @@
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -19,7 +20,8 @@ cudaError_t ConvertBf16ToF32(const uint16_t* src, int64_t count, float* dst, cud
   constexpr int kThreads = 256;
   int64_t blocks = (count + kThreads - 1) / kThreads;
   if (blocks > 65535) blocks = 65535;
-  Bf16ToF32Kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(src, count, dst);
+  internal::LaunchKernel(Bf16ToF32Kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, src,
+                         count, dst);
   return cudaGetLastError();
 }
 

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -33,8 +34,8 @@ template <typename T>
 absl::Status Fill(T* dst, int64_t count, uint64_t seed, float lo, float hi, cudaStream_t stream) {
   if (count <= 0) return absl::OkStatus();
   const int64_t blocks = std::min<int64_t>((count + 255) / 256, 65536);
-  FillUniformKernel<T>
-      <<<static_cast<unsigned>(blocks), 256, 0, stream>>>(dst, count, seed, lo, hi - lo);
+  internal::LaunchKernel(FillUniformKernel<T>, static_cast<unsigned>(blocks), 256, 0, stream, dst,
+                         count, seed, lo, hi - lo);
   return LaunchStatus("FillUniformKernel launch");
 }
 

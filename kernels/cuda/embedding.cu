@@ -1,6 +1,7 @@
 #include "kernels/cuda/embedding.h"
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -37,8 +38,8 @@ absl::Status Launch(const T* table, int64_t vocab, int64_t dim, const int32_t* i
     return absl::InvalidArgumentError("EmbeddingGather: bad sizes or null invalid_count");
   }
   if (count == 0 || dim == 0) return absl::OkStatus();
-  EmbeddingGatherKernel<T><<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
-      table, vocab, dim, ids, out, invalid_count);
+  internal::LaunchKernel(EmbeddingGatherKernel<T>, static_cast<unsigned>(count), kThreads, 0,
+                         stream, table, vocab, dim, ids, out, invalid_count);
   return LaunchStatus("EmbeddingGatherKernel launch");
 }
 

@@ -6,18 +6,20 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mma.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
 
 using internal::CpAsync16;
+using internal::CpAsync4;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWait;
 using internal::FloatToBf16Bits;
 using internal::LdMatrixX4;
 using internal::MmaBf16;
-using internal::SharedAddress;
+using internal::MulBf16x2;
 using internal::SigmoidF;
 using internal::SiluF;
 
@@ -82,14 +84,6 @@ struct GemmParams {
 __constant__ uint16_t kE2M1Bf16[16] = {0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040,
                                        0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80, 0xbfc0,
                                        0xc000, 0xc040, 0xc080, 0xc0c0};
-
-// 4-byte cp.async of the first `src_bytes` (0..4) bytes at the 4-byte aligned `gmem_src`; the
-// rest of the 4 shared bytes is zero-filled and never read from global memory.
-__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SharedAddress(smem_dst)),
-               "l"(gmem_src), "r"(src_bytes)
-               : "memory");
-}
 
 // One CTA: tiles per expert (offsets clamped to [0, rows]), a block-wide exclusive scan, then
 // each thread writes the entries of its experts. Entries past `capacity` are dropped (only a
@@ -184,13 +178,6 @@ __device__ __forceinline__ void LoadStage(unsigned char* stage, const GemmParams
       CpAsync4(scale_s + row * T::kBlocks + j, reinterpret_cast<const void*>(word), bytes);
     }
   }
-}
-
-// bf16×2 product, round to nearest (exact here: both factors and the product are normal bf16).
-__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
 }
 
 // Two decoded bf16 (low half = even element) of packed byte `b` times 2^(s−127), s ≠ 0xff, as
@@ -338,7 +325,7 @@ __device__ __forceinline__ void Epilogue(const float (&acc)[T::kMt][T::kNt][4], 
 template <class T, bool kMxfp4, bool kGlu, typename OutT>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     GroupedGemmKernel(const GemmParams p) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  STRATA_DYNAMIC_SHARED(smem);
   const int item_index = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.n_tiles));
   const int n_tile = static_cast<int>(blockIdx.x - static_cast<unsigned>(item_index) * p.n_tiles);
   if (item_index >= *p.count) return;  // past the work list (uniform per CTA)
@@ -404,7 +391,7 @@ absl::Status LaunchGemm(const GemmParams& p, int64_t capacity, cudaStream_t stre
   if (blocks > INT_MAX) {
     return absl::InvalidArgumentError("GroupedGemm: (row tiles + E) · column tiles must be < 2^31");
   }
-  kernel<<<static_cast<unsigned>(blocks), T::kThreads, kSmem, stream>>>(p);
+  internal::LaunchKernel(kernel, static_cast<unsigned>(blocks), T::kThreads, kSmem, stream, p);
   return LaunchStatus("GroupedGemmKernel launch");
 }
 
@@ -464,8 +451,8 @@ absl::Status Run(const char* name, const uint16_t* x_perm, const int32_t* offset
   int32_t* count = static_cast<int32_t*>(workspace);
   WorkItem* items =
       reinterpret_cast<WorkItem*>(static_cast<unsigned char*>(workspace) + kListHeaderBytes);
-  BuildWorkListKernel<<<1, kListThreads, 0, stream>>>(offsets, num_experts, static_cast<int>(rows),
-                                                      bm, static_cast<int>(capacity), count, items);
+  internal::LaunchKernel(BuildWorkListKernel, 1, kListThreads, 0, stream, offsets, num_experts,
+                         static_cast<int>(rows), bm, static_cast<int>(capacity), count, items);
   STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "GroupedGemm BuildWorkListKernel launch");
 
   GemmParams p{};

@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -224,9 +225,9 @@ absl::Status Launch(const KdaDecodeInputs& in, const int32_t* cu_seqlens, StateT
   }
   if (p.batch == 0) return absl::OkStatus();
   if (p.batch > 65535) return absl::InvalidArgumentError("KdaDecodeStep: batch > 65535");
-  KdaRecurrentKernel<StateT, OutT><<<dim3(p.num_heads, p.batch), kThreads, 0, stream>>>(
-      in, cu_seqlens, state, conv_state, p.num_heads, p.conv_size, p.has_lower_bound, p.lower_bound,
-      p.norm_eps, p.l2_eps, y);
+  internal::LaunchKernel(KdaRecurrentKernel<StateT, OutT>, dim3(p.num_heads, p.batch), kThreads, 0,
+                         stream, in, cu_seqlens, state, conv_state, p.num_heads, p.conv_size,
+                         p.has_lower_bound, p.lower_bound, p.norm_eps, p.l2_eps, y);
   return LaunchStatus("KdaRecurrentKernel launch");
 }
 

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mma.cuh"
 
 namespace strata::kernels::cuda {
@@ -20,13 +21,13 @@ namespace {
 
 using internal::Bf16BitsToFloat;
 using internal::CpAsync16;
+using internal::CpAsync4;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWait;
 using internal::FloatToBf16Bits;
 using internal::LdMatrixX4;
 using internal::LdMatrixX4Trans;
 using internal::MmaBf16;
-using internal::SharedAddress;
 using internal::SigmoidF;
 using internal::SiluF;
 using internal::StoreOut;
@@ -84,14 +85,6 @@ struct ChunkArgs {
   float l2_eps;
 };
 
-// 4-byte cp.async (zero-fill when !valid).
-__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src, bool valid) {
-  const int src_bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SharedAddress(smem_dst)),
-               "l"(gmem_src), "r"(src_bytes)
-               : "memory");
-}
-
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return FloatToBf16Bits(lo) | (static_cast<uint32_t>(FloatToBf16Bits(hi)) << 16);
 }
@@ -142,7 +135,7 @@ __device__ __forceinline__ void IssueChunkLoads(const ChunkArgs& a, int h, int64
   if (tid < kC) {
     const bool valid = tid < n;
     const int64_t at = valid ? (t0 + tid) * a.num_heads + h : 0;
-    CpAsync4(&sh.braw[buf][tid], a.in.b_raw + at, valid);
+    CpAsync4(&sh.braw[buf][tid], a.in.b_raw + at, valid ? 4 : 0);
   }
   CpAsyncCommit();
 }
@@ -426,7 +419,7 @@ template <typename StateT, typename OutT>
 __global__ void __launch_bounds__(kThreads, 1)
     KdaChunkKernel(ChunkArgs a, StateT* __restrict__ state, float* __restrict__ conv_state,
                    OutT* __restrict__ y) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  STRATA_DYNAMIC_SHARED(smem_raw);
   Shared& sh = *reinterpret_cast<Shared*>(smem_raw);
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
   const int64_t hd = static_cast<int64_t>(a.num_heads) * kD;
@@ -535,8 +528,8 @@ absl::Status Launch(const KdaDecodeInputs& in, const int32_t* cu_seqlens, StateT
       "KdaPrefillChunked cudaFuncSetAttribute");
   const ChunkArgs args{in,         cu_seqlens, p.num_heads, p.conv_size, p.lower_bound,
                        p.norm_eps, p.l2_eps};
-  KdaChunkKernel<StateT, OutT>
-      <<<dim3(p.num_heads, p.batch), kThreads, kSmemBytes, stream>>>(args, state, conv_state, y);
+  internal::LaunchKernel(KdaChunkKernel<StateT, OutT>, dim3(p.num_heads, p.batch), kThreads,
+                         kSmemBytes, stream, args, state, conv_state, y);
   return LaunchStatus("KdaChunkKernel launch");
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mma.cuh"
 
 namespace strata::kernels::cuda {
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const int32_t* __restrict__ seq_lens, int num_heads, int max_blocks_per_seq,
                     int pages_per_split, int num_splits, float scale_log2,
                     float* __restrict__ o_part, float* __restrict__ lse_part) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  STRATA_DYNAMIC_SHARED(smem);
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
   uint16_t* kv_s0 = reinterpret_cast<uint16_t*>(smem + kQBytes);
   uint16_t* kv_s1 = reinterpret_cast<uint16_t*>(smem + kQBytes + kPageBytes);
@@ -391,12 +392,12 @@ absl::Status Decode(const uint16_t* q_abs, const uint16_t* kv_cache, const int32
                            kSmemBytes),
       "MlaPagedDecode cudaFuncSetAttribute");
   const dim3 grid(head_groups, splits, p.batch);
-  MlaDecodeKernel<<<grid, kThreads, kSmemBytes, stream>>>(
-      q_abs, kv_cache, block_table, query_seq, seq_lens, p.num_heads, p.max_blocks_per_seq,
-      PagesPerSplit(p, splits), splits, p.scale * kLog2e, o_part, lse_part);
+  internal::LaunchKernel(MlaDecodeKernel, grid, kThreads, kSmemBytes, stream, q_abs, kv_cache,
+                         block_table, query_seq, seq_lens, p.num_heads, p.max_blocks_per_seq,
+                         PagesPerSplit(p, splits), splits, p.scale * kLog2e, o_part, lse_part);
   STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MlaDecodeKernel launch");
-  MlaCombineKernel<OutT><<<dim3(p.num_heads, p.batch), kMlaValueDim / 4, 0, stream>>>(
-      o_part, lse_part, p.num_heads, splits, out);
+  internal::LaunchKernel(MlaCombineKernel<OutT>, dim3(p.num_heads, p.batch), kMlaValueDim / 4, 0,
+                         stream, o_part, lse_part, p.num_heads, splits, out);
   return LaunchStatus("MlaCombineKernel launch");
 }
 
@@ -463,9 +464,9 @@ absl::Status MlaPagedDecodeSimple(const uint16_t* q_abs, const uint16_t* kv_cach
     return absl::InvalidArgumentError("MlaPagedDecodeSimple: bad params");
   }
   if (p.batch == 0) return absl::OkStatus();
-  MlaDecodeSimpleKernel<<<dim3(p.num_heads, p.batch), 256, 0, stream>>>(
-      q_abs, kv_cache, block_table, seq_lens, p.num_heads, p.max_blocks_per_seq, p.scale * kLog2e,
-      out);
+  internal::LaunchKernel(MlaDecodeSimpleKernel, dim3(p.num_heads, p.batch), 256, 0, stream, q_abs,
+                         kv_cache, block_table, seq_lens, p.num_heads, p.max_blocks_per_seq,
+                         p.scale * kLog2e, out);
   return LaunchStatus("MlaDecodeSimpleKernel launch");
 }
 
@@ -488,7 +489,7 @@ absl::Status MlaAbsorbQuery(cublasHandle_t handle, const uint16_t* q, int batch,
                                  CUDA_R_16BF, h * kMlaLatentDim, kMlaLatentDim, h,
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "MlaAbsorbQuery cublasGemmStridedBatchedEx");
-  CopyRopeKernel<<<dim3(h, batch), kMlaRopeDim, 0, stream>>>(q, h, dn, q_abs);
+  internal::LaunchKernel(CopyRopeKernel, dim3(h, batch), kMlaRopeDim, 0, stream, q, h, dn, q_abs);
   return LaunchStatus("MlaAbsorbQuery CopyRopeKernel launch");
 }
 

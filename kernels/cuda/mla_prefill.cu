@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mma.cuh"
 #include "kernels/cuda/mla_decode.h"
 
@@ -295,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                          const int32_t* __restrict__ cu_seqlens_k, const float* __restrict__ gate,
                          int num_heads, float scale_log2, int64_t win_begin, int64_t win_end,
                          float* __restrict__ ml, OutT* __restrict__ out) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  STRATA_DYNAMIC_SHARED(smem);
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
   uint16_t* k_s = q_s + kQTileElems;      // two K tiles
   uint16_t* v_s = k_s + 2 * kKTileElems;  // two V tiles
@@ -591,9 +592,9 @@ absl::Status Attention(const uint16_t* q, const int32_t* cu_seqlens_q, const int
                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
       "MlaPrefillAttention cudaFuncSetAttribute");
   const dim3 grid(q_tiles, p.num_heads, p.num_seqs);
-  MlaPrefillAttnKernel<OutT, false>
-      <<<grid, kThreads, kSmemBytes, stream>>>(q, latent, kv, cu_seqlens_q, cu_seqlens_k, gate,
-                                               p.num_heads, p.scale * kLog2e, 0, 0, nullptr, out);
+  internal::LaunchKernel(MlaPrefillAttnKernel<OutT, false>, grid, kThreads, kSmemBytes, stream, q,
+                         latent, kv, cu_seqlens_q, cu_seqlens_k, gate, p.num_heads,
+                         p.scale * kLog2e, 0, 0, nullptr, out);
   return LaunchStatus("MlaPrefillAttnKernel launch");
 }
 
@@ -607,16 +608,17 @@ absl::Status MhaWindow(cublasHandle_t handle, const uint16_t* q, const uint16_t*
   auto* kv = reinterpret_cast<uint16_t*>(base + LatentBytes(p));
   auto* o_acc = reinterpret_cast<float*>(base + LatentBytes(p) + ExpandedBytes(p));
   auto* ml = reinterpret_cast<float*>(base + LatentBytes(p) + ExpandedBytes(p) + OAccBytes(p));
-  GatherLatentWindowKernel<<<(rows + 7) / 8, 256, 0, stream>>>(
-      kv_cache, block_table, cu_seqlens_k, p.num_seqs, p.max_blocks_per_seq, w0, rows, latent);
+  internal::LaunchKernel(GatherLatentWindowKernel, (rows + 7) / 8, 256, 0, stream, kv_cache,
+                         block_table, cu_seqlens_k, p.num_seqs, p.max_blocks_per_seq, w0, rows,
+                         latent);
   RETURN_IF_ERROR(LaunchStatus("MlaPrefillMha GatherLatentWindowKernel launch"));
   const int64_t n = static_cast<int64_t>(p.num_heads) * kMlaKvbRowsPerHead;
   RETURN_IF_ERROR(
       GemmBf16(handle, latent, rows, kLatentRank, kMlaLatentDim, w_kvb, n, kv, n, stream));
   const dim3 grid((p.max_new + kBlockM - 1) / kBlockM, p.num_heads, p.num_seqs);
-  MlaPrefillAttnKernel<float, true><<<grid, kThreads, kSmemBytes, stream>>>(
-      q, latent, kv, cu_seqlens_q, cu_seqlens_k, nullptr, p.num_heads, p.scale * kLog2e, w0,
-      w0 + rows, ml, o_acc);
+  internal::LaunchKernel(MlaPrefillAttnKernel<float, true>, grid, kThreads, kSmemBytes, stream, q,
+                         latent, kv, cu_seqlens_q, cu_seqlens_k, nullptr, p.num_heads,
+                         p.scale * kLog2e, w0, w0 + rows, ml, o_acc);
   return LaunchStatus("MlaPrefillMha MlaPrefillAttnKernel (window) launch");
 }
 
@@ -655,9 +657,10 @@ absl::Status ChunkedMha(cublasHandle_t handle, const uint16_t* q, const uint16_t
   }
   const int64_t pairs = AccumulatorRows(p) * (kMlaVHeadDim / 2);
   const int64_t blocks = std::min<int64_t>((pairs + 255) / 256, 132 * 16);
-  MlaPrefillFinalizeKernel<OutT><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-      reinterpret_cast<const float*>(base + acc_offset),
-      reinterpret_cast<const float*>(base + acc_offset + OAccBytes(p)), gate, pairs, out);
+  internal::LaunchKernel(MlaPrefillFinalizeKernel<OutT>, static_cast<unsigned>(blocks), 256, 0,
+                         stream, reinterpret_cast<const float*>(base + acc_offset),
+                         reinterpret_cast<const float*>(base + acc_offset + OAccBytes(p)), gate,
+                         pairs, out);
   return LaunchStatus("MlaPrefillMha MlaPrefillFinalizeKernel launch");
 }
 
@@ -718,8 +721,8 @@ absl::Status MlaPrefillExpand(cublasHandle_t handle, const uint16_t* kv_cache,
   auto* latent = reinterpret_cast<uint16_t*>(base);
   auto* kv = reinterpret_cast<uint16_t*>(base + LatentBytes(p));
   const int pages = (p.max_context + kMlaPageSize - 1) / kMlaPageSize;
-  GatherLatentKernel<<<dim3(pages, p.num_seqs), 256, 0, stream>>>(
-      kv_cache, block_table, cu_seqlens_k, p.max_blocks_per_seq, latent);
+  internal::LaunchKernel(GatherLatentKernel, dim3(pages, p.num_seqs), 256, 0, stream, kv_cache,
+                         block_table, cu_seqlens_k, p.max_blocks_per_seq, latent);
   const absl::Status launch = LaunchStatus("MlaPrefillExpand GatherLatentKernel launch");
   if (!launch.ok()) return launch;
   // KV [total_context, H·256] = L[:, :512] · W_kvbᵀ (row stride 576 skips k_pe).
@@ -774,7 +777,8 @@ absl::Status MlaOutputGate(float* o, const float* gate, int64_t rows, int64_t wi
   const int64_t work = vec4 ? n / 4 : n;
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((work + threads - 1) / threads, 132 * 16);
-  OutputGateKernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(o, gate, n, vec4);
+  internal::LaunchKernel(OutputGateKernel, static_cast<unsigned>(blocks), threads, 0, stream, o,
+                         gate, n, vec4);
   return LaunchStatus("MlaOutputGate OutputGateKernel launch");
 }
 

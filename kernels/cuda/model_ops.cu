@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
 absl::Status AddInPlace(float* y, const float* x, int64_t count, cudaStream_t stream) {
   if (count < 0) return absl::InvalidArgumentError("AddInPlace: negative count");
   if (count == 0) return absl::OkStatus();
-  AddInPlaceKernel<<<GridFor(count), kThreads, 0, stream>>>(y, x, count);
+  internal::LaunchKernel(AddInPlaceKernel, GridFor(count), kThreads, 0, stream, y, x, count);
   return LaunchStatus("AddInPlaceKernel launch");
 }
 
@@ -78,7 +79,8 @@ absl::Status GateToBf16(const float* x, const float* gate_logits, int64_t count,
                         cudaStream_t stream) {
   if (count < 0) return absl::InvalidArgumentError("GateToBf16: negative count");
   if (count == 0) return absl::OkStatus();
-  GateToBf16Kernel<<<GridFor(count), kThreads, 0, stream>>>(x, gate_logits, count, out);
+  internal::LaunchKernel(GateToBf16Kernel, GridFor(count), kThreads, 0, stream, x, gate_logits,
+                         count, out);
   return LaunchStatus("GateToBf16Kernel launch");
 }
 
@@ -86,8 +88,8 @@ absl::Status MaskPaddingRoutes(int32_t* ids, int64_t rows, int top_k, const int3
                                cudaStream_t stream) {
   if (rows < 0 || top_k <= 0) return absl::InvalidArgumentError("MaskPaddingRoutes: bad shape");
   if (rows == 0) return absl::OkStatus();
-  MaskPaddingRoutesKernel<<<GridFor(rows * top_k), kThreads, 0, stream>>>(ids, rows * top_k, top_k,
-                                                                          live_rows);
+  internal::LaunchKernel(MaskPaddingRoutesKernel, GridFor(rows * top_k), kThreads, 0, stream, ids,
+                         rows * top_k, top_k, live_rows);
   return LaunchStatus("MaskPaddingRoutesKernel launch");
 }
 
@@ -99,8 +101,8 @@ absl::Status MlaWriteLatents(const float* kv, int64_t rows, int kv_lora_rank, in
         "MlaWriteLatents: rows must be in [0, 2^31), kv_lora_rank > 0, rope_dim >= 0");
   }
   if (rows == 0) return absl::OkStatus();
-  MlaWriteLatentsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      kv, kv_lora_rank, rope_dim, norm_weight, eps, slot_mapping, pages);
+  internal::LaunchKernel(MlaWriteLatentsKernel, static_cast<unsigned>(rows), kThreads, 0, stream,
+                         kv, kv_lora_rank, rope_dim, norm_weight, eps, slot_mapping, pages);
   return LaunchStatus("MlaWriteLatentsKernel launch");
 }
 

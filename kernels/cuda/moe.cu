@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -206,14 +207,15 @@ absl::Status MoePermute(const int32_t* expert_ids, int64_t tokens, int top_k, in
   STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counts, 0, num_experts * sizeof(int32_t), stream),
                               "MoePermute memset");
   if (pairs > 0) {
-    CountKernel<<<GridFor(pairs), kThreads, 0, stream>>>(expert_ids, pairs, num_experts, counts);
+    internal::LaunchKernel(CountKernel, GridFor(pairs), kThreads, 0, stream, expert_ids, pairs,
+                           num_experts, counts);
     STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MoePermute CountKernel launch");
   }
-  ScanKernel<<<1, 1, 0, stream>>>(counts, num_experts, expert_offsets, cursors);
+  internal::LaunchKernel(ScanKernel, 1, 1, 0, stream, counts, num_experts, expert_offsets, cursors);
   STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MoePermute ScanKernel launch");
   if (pairs == 0) return absl::OkStatus();
-  PlaceKernel<<<GridFor(pairs), kThreads, 0, stream>>>(expert_ids, pairs, top_k, num_experts,
-                                                       cursors, permuted_token, pair_row);
+  internal::LaunchKernel(PlaceKernel, GridFor(pairs), kThreads, 0, stream, expert_ids, pairs, top_k,
+                         num_experts, cursors, permuted_token, pair_row);
   return LaunchStatus("MoePermute PlaceKernel launch");
 }
 
@@ -221,8 +223,8 @@ absl::Status MoeGatherRows(const uint16_t* x, const int32_t* permuted_token, int
                            int64_t dim, uint16_t* x_perm, cudaStream_t stream) {
   if (rows < 0 || dim <= 0) return absl::InvalidArgumentError("MoeGatherRows: bad shape");
   if (rows == 0) return absl::OkStatus();
-  GatherKernel<<<GridFor(rows * dim / 8 + 1), kThreads, 0, stream>>>(x, permuted_token, rows, dim,
-                                                                     x_perm);
+  internal::LaunchKernel(GatherKernel, GridFor(rows * dim / 8 + 1), kThreads, 0, stream, x,
+                         permuted_token, rows, dim, x_perm);
   return LaunchStatus("MoeGatherRows GatherKernel launch");
 }
 
@@ -254,8 +256,8 @@ absl::Status MoeCombine(const float* y_perm, const int32_t* pair_row, const floa
     return absl::InvalidArgumentError("MoeCombine: bad shape");
   }
   if (tokens == 0) return absl::OkStatus();
-  CombineKernel<<<GridFor(tokens * dim), kThreads, 0, stream>>>(y_perm, pair_row, weights, tokens,
-                                                                top_k, dim, out);
+  internal::LaunchKernel(CombineKernel, GridFor(tokens * dim), kThreads, 0, stream, y_perm,
+                         pair_row, weights, tokens, top_k, dim, out);
   return LaunchStatus("MoeCombine CombineKernel launch");
 }
 

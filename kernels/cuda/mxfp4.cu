@@ -1,6 +1,7 @@
 #include "kernels/cuda/mxfp4.h"
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -63,8 +64,8 @@ absl::Status DequantMxfp4ToBf16(const uint8_t* packed, const uint8_t* scales, in
   if (total_bytes == 0) return absl::OkStatus();
   const int64_t blocks = (total_bytes + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffff) return absl::InvalidArgumentError("DequantMxfp4ToBf16: too large");
-  DequantMxfp4Kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(packed, scales,
-                                                                             total_bytes, dst);
+  internal::LaunchKernel(DequantMxfp4Kernel, static_cast<unsigned>(blocks), kThreads, 0, stream,
+                         packed, scales, total_bytes, dst);
   return LaunchStatus("DequantMxfp4Kernel launch");
 }
 

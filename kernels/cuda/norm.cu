@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -46,8 +47,8 @@ absl::Status LaunchRmsNorm(const float* x, float* residual, int64_t rows, int64_
     return absl::InvalidArgumentError("RmsNorm: bad shape");
   }
   if (rows == 0) return absl::OkStatus();
-  RmsNormKernel<OutT>
-      <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, residual, dim, weight, eps, y);
+  internal::LaunchKernel(RmsNormKernel<OutT>, static_cast<unsigned>(rows), kThreads, 0, stream, x,
+                         residual, dim, weight, eps, y);
   return LaunchStatus("RmsNormKernel launch");
 }
 
@@ -136,8 +137,8 @@ absl::Status LaunchGlu(const float* gate, const float* up, int64_t rows, int64_t
   const int64_t total = rows * width;
   if (total == 0) return absl::OkStatus();
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, 132 * 16);
-  GluKernel<OutT><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      gate, up, rows, width, in_stride, params.kind, params.beta1, params.beta2, out);
+  internal::LaunchKernel(GluKernel<OutT>, static_cast<unsigned>(blocks), kThreads, 0, stream, gate,
+                         up, rows, width, in_stride, params.kind, params.beta1, params.beta2, out);
   return LaunchStatus("GluKernel launch");
 }
 
@@ -169,8 +170,8 @@ absl::Status AttnResMix(const AttnResSources& sources, int64_t rows, int64_t dim
     return absl::InvalidArgumentError("AttnResMix: bad shape or source count");
   }
   if (rows == 0) return absl::OkStatus();
-  AttnResMixKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      sources, dim, w_norm, w_proj, eps, out, norm_weight, norm_eps, normed);
+  internal::LaunchKernel(AttnResMixKernel, static_cast<unsigned>(rows), kThreads, 0, stream,
+                         sources, dim, w_norm, w_proj, eps, out, norm_weight, norm_eps, normed);
   return LaunchStatus("AttnResMixKernel launch");
 }
 

@@ -1,6 +1,7 @@
 #include "kernels/cuda/router.h"
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -138,8 +139,8 @@ absl::Status Route(const float* logits, int64_t tokens, const float* bias, const
     return absl::InvalidArgumentError("Route: unsupported router params");
   }
   if (tokens == 0) return absl::OkStatus();
-  RouteKernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(logits, bias, p, expert_ids,
-                                                                      weights);
+  internal::LaunchKernel(RouteKernel, static_cast<unsigned>(tokens), kThreads, 0, stream, logits,
+                         bias, p, expert_ids, weights);
   return LaunchStatus("RouteKernel launch");
 }
 

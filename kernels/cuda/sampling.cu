@@ -1,6 +1,7 @@
 #include "kernels/cuda/sampling.h"
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -321,8 +322,8 @@ absl::Status SampleTokens(const SamplingInputs& in, int64_t rows, int64_t vocab,
     return absl::InvalidArgumentError("SampleTokens: bias_offsets without ids/values");
   }
   if (rows == 0) return absl::OkStatus();
-  SampleKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(in, static_cast<int>(vocab),
-                                                                     tokens);
+  internal::LaunchKernel(SampleKernel, static_cast<unsigned>(rows), kThreads, 0, stream, in,
+                         static_cast<int>(vocab), tokens);
   return LaunchStatus("SampleKernel launch");
 }
 

@@ -1,5 +1,6 @@
 // Thin wrappers over the sm_80+ PTX the tensor-core kernels use (internal; .cu files only):
-// cp.async (16-byte global → shared copies, zero-fill), ldmatrix and mma.sync m16n8k16 bf16.
+// cp.async (16- and 4-byte global → shared copies, zero-fill), ldmatrix, mma.sync m16n8k16 bf16
+// and mul.bf16x2. Under STRATA_CUDA_EMU the same functions call the host emulator.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
 // g = lane / 4 and c = 2·(lane % 4):
@@ -15,6 +16,33 @@
 
 namespace strata::kernels::cuda::internal {
 
+#if defined(STRATA_CUDA_EMU)
+// Host emulation (tools/cuda_emu): the same operations, PTX semantics, on the CPU.
+__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src, bool valid) {
+  ::strata_emu::CpAsync(smem_dst, gmem_src, 16, valid ? 16 : 0);
+}
+__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src, int src_bytes) {
+  ::strata_emu::CpAsync(smem_dst, gmem_src, 4, src_bytes);
+}
+__device__ __forceinline__ void CpAsyncCommit() { ::strata_emu::CpAsyncCommit(); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  ::strata_emu::CpAsyncWait(kPending);
+}
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row_ptr) {
+  ::strata_emu::LdMatrixX4(r, row_ptr, /*trans=*/false);
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* row_ptr) {
+  ::strata_emu::LdMatrixX4(r, row_ptr, /*trans=*/true);
+}
+__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  ::strata_emu::MmaBf16M16N8K16(d, a, b0, b1);
+}
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  return ::strata_emu::MulBf16x2(a, b);
+}
+#else
 __device__ __forceinline__ uint32_t SharedAddress(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
@@ -24,6 +52,13 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* ptr) {
 __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src, bool valid) {
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(smem_dst)),
+               "l"(gmem_src), "r"(src_bytes)
+               : "memory");
+}
+// 4-byte cp.async of the first `src_bytes` (0..4) bytes at the 4-byte aligned `gmem_src`; the
+// rest of the 4 shared bytes is zero-filled and never read from global memory.
+__device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SharedAddress(smem_dst)),
                "l"(gmem_src), "r"(src_bytes)
                : "memory");
 }
@@ -57,5 +92,13 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], u
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// bf16×2 product, round to nearest.
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+#endif  // STRATA_CUDA_EMU
 
 }  // namespace strata::kernels::cuda::internal
