@@ -11,14 +11,19 @@
 // slot (prefix hit), padded block tables in shuffled block order.
 //
 // Tolerance: the CUDA path rounds GEMM operands (activations) to bf16 where the CPU keeps f32,
-// and keeps the latent cache in bf16; so probabilities agree to ~1e-2, not bit for bit.
+// and keeps the latent cache in bf16; so probabilities agree to ~1e-2 (median), not bit for bit,
+// and recurrent KDA states carry a row's difference into later steps (measured on the CUDA
+// emulator: median 1.2e-2, worst row 6.3e-2) with every expert routed (top-k = all 8). With
+// top-2 of 8 (the *_top2 families: empty experts, uneven groups), bf16 rounding flips
+// near-tied experts for ~1% of tokens and a flipped expert moves that token's output by a
+// whole expert (rows up to 0.42 apart): there only the median row and the routing counts are
+// tight. The router's selection itself is checked in cuda_router_test.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -41,6 +46,11 @@ namespace {
 constexpr int kBlockSize = 64;
 constexpr int kNumBlocks = 24;
 constexpr int kNumSlots = 6;
+// Relative L2 error of one row's distribution, and of the median row (see the tolerance note).
+constexpr double kRowTolerance = 0.1;
+constexpr double kMedianTolerance = 0.03;
+// With top-2 routing a flipped expert moves a row by a whole expert's output (measured: 0.42).
+constexpr double kFlippedRowTolerance = 0.6;
 
 struct Family {
   std::string name, family;
@@ -50,6 +60,10 @@ struct Family {
   // false: cuBLAS grouped GEMMs (host-synchronised, so no CUDA graphs for decode steps)
   bool own_grouped_gemm = true;
   bool mha_windows = false;  // MHA prefill over context windows of 48 rows
+  // Routed experts per token. 8 (all): routing cannot flip. 2: the model's own sparsity (empty
+  // experts, uneven groups); near-tied experts may flip, so rows are only bounded loosely.
+  int topk = 8;
+  double RowTolerance() const { return topk == 8 ? kRowTolerance : kFlippedRowTolerance; }
 };
 
 void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
@@ -68,10 +82,16 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
     options.preset = "tiny";
     options.seed = 5;
     options.mxfp4_experts = GetParam().mxfp4;
-    options.overrides = {
-        {"kda_head_dim", "128"}, {"kv_lora", "512"}, {"qk_rope", "64"},
-        {"qk_nope", "128"},      {"v_head", "128"},  {"hidden", "256"},
-        {"layers", "4"},         {"vocab", "1000"},  {"expert_intermediate", "64"}};
+    options.overrides = {{"kda_head_dim", "128"},
+                         {"kv_lora", "512"},
+                         {"qk_rope", "64"},
+                         {"qk_nope", "128"},
+                         {"v_head", "128"},
+                         {"hidden", "256"},
+                         {"layers", "4"},
+                         {"vocab", "1000"},
+                         {"expert_intermediate", "64"},
+                         {"topk", std::to_string(GetParam().topk)}};
     auto generated = tools::GenerateCheckpoint(options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     auto model = Model::Load(dir_);
@@ -142,10 +162,12 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
         ref += pc[v] * pc[v];
       }
       const double relerr = std::sqrt(diff / ref);
-      const bool ok = std::isfinite(relerr) && relerr <= 5e-2;
-      std::printf("[relerr] kernel=CudaExecutor_%s case=%s_seq%lld relerr=%.3e tol=5.0e-02 %s\n",
+      const double tolerance = GetParam().RowTolerance();
+      const bool ok = std::isfinite(relerr) && relerr <= tolerance;
+      std::printf("[relerr] kernel=CudaExecutor_%s case=%s_seq%lld relerr=%.3e tol=%.1e %s\n",
                   GetParam().name.c_str(), what.c_str(), static_cast<long long>(c.seq_id), relerr,
-                  ok ? "ok" : "FAIL");
+                  tolerance, ok ? "ok" : "FAIL");
+      row_errors_.push_back(std::isfinite(relerr) ? relerr : 1.0);
       EXPECT_TRUE(ok) << what << " seq " << c.seq_id << " relerr " << relerr;
       if (c.token_id != g.token_id) {
         std::printf("  %s seq %lld: argmax differs (cpu %d p=%.4f, gpu %d p=%.4f)\n", what.c_str(),
@@ -155,23 +177,39 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
       }
       next[c.seq_id] = c.token_id;
     }
-    // Routing may flip between near-tied experts (bf16 operands): the same number of tokens is
-    // routed, and nearly all of them to the same experts.
-    EXPECT_EQ(cpu.expert_tokens.size(), gpu.expert_tokens.size()) << what;
-    if (cpu.expert_tokens.size() != gpu.expert_tokens.size()) return next;
-    int64_t total = 0, moved = 0;
-    for (size_t e = 0; e < cpu.expert_tokens.size(); ++e) {
-      total += cpu.expert_tokens[e];
-      moved += std::abs(cpu.expert_tokens[e] - gpu.expert_tokens[e]);
+    // With every expert routed the per-expert token counts agree exactly (padding rows and the
+    // permutation route nothing extra, drop nothing); with top-2 the same number of tokens is
+    // routed and nearly all to the same experts.
+    if (GetParam().topk == 8) {
+      EXPECT_EQ(cpu.expert_tokens, gpu.expert_tokens) << what;
+    } else {
+      EXPECT_EQ(cpu.expert_tokens.size(), gpu.expert_tokens.size()) << what;
+      if (cpu.expert_tokens.size() != gpu.expert_tokens.size()) return next;
+      int64_t cpu_total = 0, gpu_total = 0, moved = 0;
+      for (size_t e = 0; e < cpu.expert_tokens.size(); ++e) {
+        cpu_total += cpu.expert_tokens[e];
+        gpu_total += gpu.expert_tokens[e];
+        moved += std::abs(cpu.expert_tokens[e] - gpu.expert_tokens[e]);
+      }
+      EXPECT_EQ(cpu_total, gpu_total) << what;
+      routed_ += cpu_total;
+      moved_ += moved;  // bounded over the whole run: a decode step routes only a few tokens
     }
-    EXPECT_EQ(total,
-              std::accumulate(gpu.expert_tokens.begin(), gpu.expert_tokens.end(), int64_t{0}))
-        << what;
-    EXPECT_LE(moved, total / 25 + 2) << what << ": routing differs for many tokens";
     return next;
   }
 
+  // The median relative error of every row compared so far.
+  double MedianRowError() {
+    if (row_errors_.empty()) return 0.0;
+    std::vector<double> sorted = row_errors_;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(sorted.size() / 2),
+                     sorted.end());
+    return sorted[sorted.size() / 2];
+  }
+
   std::string dir_;
+  std::vector<double> row_errors_;
+  int64_t routed_ = 0, moved_ = 0;  // top-2 families: routed tokens, |count differences|
   std::unique_ptr<Model> model_;
   std::unique_ptr<CpuExecutor> cpu_;
   std::unique_ptr<CudaExecutor> gpu_;
@@ -236,6 +274,15 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
     p.sequences.push_back(Seq(4, {next[4]}, ctx_d++, {11, 12}, 4, SlotInit::kCarry));
     next = RunBoth(p, absl::StrCat("decode", step));
   }
+  EXPECT_LE(MedianRowError(), kMedianTolerance);
+  EXPECT_LE(moved_, routed_ / 25) << "routing differs for many tokens";
+  if (GetParam().topk != 8) {
+    std::printf("%s: routing counts differ by %lld of %lld routed tokens\n",
+                GetParam().name.c_str(), static_cast<long long>(moved_),
+                static_cast<long long>(routed_));
+  }
+  std::printf("%s: median row relerr %.3e over %zu rows\n", GetParam().name.c_str(),
+              MedianRowError(), row_errors_.size());
   if (GetParam().own_grouped_gemm) {
     EXPECT_GE(gpu_->num_graphs(), 1);
     EXPECT_GE(gpu_->graph_replays(), 5);
@@ -251,7 +298,9 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(Family{"k3", "k3", false}, Family{"kimi_linear", "kimi-linear", false},
                     Family{"k3_mha_windows", "k3", false, true, true, true, true},
                     Family{"k3_mxfp4", "k3", true},
-                    Family{"k3_cublas_absorbed_serial", "k3", false, false, false, false}),
+                    Family{"k3_cublas_absorbed_serial", "k3", false, false, false, false},
+                    Family{"k3_top2", "k3", false, true, true, true, false, 2},
+                    Family{"kimi_linear_top2", "kimi-linear", false, true, true, true, false, 2}),
     [](const testing::TestParamInfo<Family>& info) { return info.param.name; });
 
 }  // namespace
