@@ -26,9 +26,10 @@ function(strata_target_defaults target)
     $<$<COMPILE_LANGUAGE:CXX>:${STRATA_WARNINGS} ${STRATA_ISA_FLAGS} -fopenmp-simd>)
 endfunction()
 
-# strata_test(<name> SOURCES ... LIBS ...): one gtest binary, discovered by ctest.
+# strata_test(<name> SOURCES ... LIBS ... [LABELS ...] [TIMEOUT s] [PREFIX p]): one gtest binary,
+# discovered by ctest (test names prefixed with p: the emulator runs the GPU tests as "emu.*").
 function(strata_test name)
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT;PREFIX" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   strata_target_defaults(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gmock GTest::gtest_main)
@@ -39,5 +40,5 @@ function(strata_test name)
   if(T_LABELS)
     list(APPEND _props LABELS "${T_LABELS}")
   endif()
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES ${_props})
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_PREFIX "${T_PREFIX}" PROPERTIES ${_props})
 endfunction()

@@ -435,9 +435,18 @@ void CudaExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
 
 absl::StatusOr<DeviceCeilings> CudaExecutor::MeasureCeilings() {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
+#if defined(STRATA_CUDA_EMU)
+  // On the CPU emulator the ceilings only need to be finite: small operands, few repetitions.
+  constexpr int64_t kCopyBytes = int64_t{16} << 20;
+  constexpr int kGemmN = 256, kReps = 2;
+#else
+  constexpr int64_t kCopyBytes = int64_t{1} << 30;
+  constexpr int kGemmN = 8192, kReps = 10;
+#endif
   DeviceCeilings c;
-  ASSIGN_OR_RETURN(c.copy_gb_s, kc::MeasureCopyBandwidthGBps(int64_t{1} << 30, 10, stream_));
-  ASSIGN_OR_RETURN(c.bf16_tflop_s, kc::MeasureBf16GemmTflops(cublas_->get(), 8192, 10, stream_));
+  ASSIGN_OR_RETURN(c.copy_gb_s, kc::MeasureCopyBandwidthGBps(kCopyBytes, kReps, stream_));
+  ASSIGN_OR_RETURN(c.bf16_tflop_s,
+                   kc::MeasureBf16GemmTflops(cublas_->get(), kGemmN, kReps, stream_));
   return c;
 }
 

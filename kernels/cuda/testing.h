@@ -18,6 +18,14 @@
 
 namespace strata::kernels::cuda::testing {
 
+// True when the kernels run on Strata's CUDA emulator (tools/cuda_emu) rather than a GPU: the
+// few tests whose full sweep would take minutes there run a smaller one.
+#if defined(STRATA_CUDA_EMU)
+inline constexpr bool kEmulated = true;
+#else
+inline constexpr bool kEmulated = false;
+#endif
+
 inline bool HasCudaDevice() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

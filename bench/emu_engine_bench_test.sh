@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# ctest emu.cuda_engine_bench: `strata bench --device cuda`'s path (cuda_engine_bench) on the CUDA
+# emulator, on small K3- and Kimi-Linear-shaped checkpoints with the real MLA/KDA head shapes:
+# it must finish and report positive prefill and decode rates for batch 1 and 3 (decode steps
+# replay CUDA graphs). The rates measure the emulator; only the GPU check measures speed.
+# Usage: emu_engine_bench_test.sh CUDA_ENGINE_BENCH STRATA_MAKE_CHECKPOINT
+set -euo pipefail
+bench=$1
+make_checkpoint=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+shapes=(--set kda_head_dim=128 --set kv_lora=512 --set qk_rope=64 --set qk_nope=128
+        --set v_head=128 --set hidden=256 --set layers=2 --set vocab=1000
+        --set expert_intermediate=64)
+for family in k3 kimi-linear; do
+  "$make_checkpoint" --preset tiny --family "$family" "${shapes[@]}" --out "$dir/$family" >/dev/null
+  for batch in 1 3; do
+    out=$("$bench" --model "$dir/$family" --prompt-tokens 24 --gen-tokens 4 --batch $batch --json)
+    echo "$family batch $batch: $out"
+    python3 - "$out" "$batch" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["batch"] == int(sys.argv[2]), r
+for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "decode_floor_tokens_per_s"):
+    assert r[key] > 0, (key, r[key])
+PY
+  done
+done
+echo "emu.cuda_engine_bench: ok"

@@ -1,0 +1,356 @@
+// The emulator's own tests: the tensor-core fragment layouts agree with each other and with a
+// plain matrix product, barriers and warp collectives behave as on a GPU, device work runs only
+// when the host synchronizes, graphs replay what was captured, and the API refuses what CUDA
+// refuses.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/internal/launch.cuh"
+#include "kernels/cuda/internal/mma.cuh"
+#include "tools/cuda_emu/emu_internal.h"
+
+namespace {
+
+using strata::kernels::cuda::internal::LaunchKernel;
+namespace ki = strata::kernels::cuda::internal;
+
+uint16_t ToBf16(float v) { return strata_emu::FloatToBf16BitsRn(v); }
+float FromBf16(uint16_t b) { return strata_emu::Bf16BitsToFloat(b); }
+
+// C[16×8] = A[16×16] · B[16×8], A and B row-major bf16 in global memory, through shared memory,
+// ldmatrix (A plain, B transposed) and one mma: the pattern the tensor-core kernels use.
+__global__ void MmaTileKernel(const uint16_t* a, const uint16_t* b, float* c) {
+  alignas(16) __shared__ uint16_t a_s[16][16];
+  alignas(16) __shared__ uint16_t b_s[16][8];
+  const int lane = threadIdx.x;
+  for (int i = lane; i < 256; i += 32) a_s[i / 16][i % 16] = a[i];
+  for (int i = lane; i < 128; i += 32) b_s[i / 8][i % 8] = b[i];
+  __syncwarp();
+  uint32_t af[4], bf[4];
+  // x4 over A: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k
+  // 8-15).
+  ki::LdMatrixX4(af, &a_s[(lane % 8) + 8 * ((lane / 8) % 2)][8 * (lane / 16)]);
+  // x4.trans over B (k × n): matrices (k 0-7), (k 8-15), and the same again.
+  ki::LdMatrixX4Trans(bf, &b_s[(lane % 8) + 8 * ((lane / 8) % 2)][0]);
+  float d[4] = {0, 0, 0, 0};
+  ki::MmaBf16(d, af, bf[0], bf[1]);
+  const int g = lane / 4, t = 2 * (lane % 4);
+  c[g * 8 + t] = d[0];
+  c[g * 8 + t + 1] = d[1];
+  c[(g + 8) * 8 + t] = d[2];
+  c[(g + 8) * 8 + t + 1] = d[3];
+}
+
+TEST(CudaEmuTest, LdMatrixAndMmaComputeTheMatrixProduct) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<uint16_t> a(256), b(128);
+  for (auto& v : a) v = ToBf16(u(rng));
+  for (auto& v : b) v = ToBf16(u(rng));
+  uint16_t *da, *db;
+  float* dc;
+  ASSERT_EQ(cudaMalloc(&da, 512), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&db, 256), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dc, 512), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(da, a.data(), 512, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db, b.data(), 256, cudaMemcpyHostToDevice), cudaSuccess);
+  LaunchKernel(MmaTileKernel, 1, 32, 0, nullptr, da, db, dc);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> c(128);
+  ASSERT_EQ(cudaMemcpy(c.data(), dc, 512, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      double want = 0;
+      for (int k = 0; k < 16; ++k) want += double{FromBf16(a[i * 16 + k])} * FromBf16(b[k * 8 + j]);
+      EXPECT_NEAR(c[i * 8 + j], want, 1e-4) << "row " << i << " col " << j;
+    }
+  }
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+}
+
+// Block-wide sum through shared memory; threads past `n` return before the barrier (exited
+// threads no longer count at __syncthreads, as on a GPU).
+__global__ void BlockSumKernel(const int* in, int n, int* out) {
+  __shared__ int partial[1024];
+  const int tid = static_cast<int>(threadIdx.x + threadIdx.y * blockDim.x);
+  if (tid >= n) return;
+  partial[tid] = in[blockIdx.x * n + tid];
+  __syncthreads();
+  if (tid == 0) {
+    int sum = 0;
+    for (int i = 0; i < n; ++i) sum += partial[i];
+    out[blockIdx.x] = sum;
+  }
+}
+
+TEST(CudaEmuTest, SyncThreadsOrdersSharedMemoryAcrossThreadsAndBlocks) {
+  const int n = 997, blocks = 3;  // 2-D blocks of 25 × 40 = 1000 threads: three exit early
+  std::vector<int> in(static_cast<size_t>(n * blocks));
+  std::iota(in.begin(), in.end(), 1);
+  int *din, *dout;
+  ASSERT_EQ(cudaMalloc(&din, in.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, blocks * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(din, in.data(), in.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  LaunchKernel(BlockSumKernel, blocks, dim3(25, 40), 0, nullptr, din, n, dout);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> out(blocks);
+  ASSERT_EQ(cudaMemcpy(out.data(), dout, blocks * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int b = 0; b < blocks; ++b) {
+    const int first = b * n + 1, last = (b + 1) * n;
+    EXPECT_EQ(out[b], (first + last) * n / 2) << "block " << b;
+  }
+  cudaFree(din);
+  cudaFree(dout);
+}
+
+// Each lane records what the warp intrinsics give it.
+__global__ void WarpOpsKernel(int* out) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  int* o = out + (threadIdx.x / 32 * 32 + lane) * 6;
+  o[0] = __shfl_xor_sync(0xffffffffu, lane * 10, 5);
+  o[1] = __shfl_sync(0xffffffffu, lane * 10, 3, 16);
+  o[2] = __shfl_down_sync(0xffffffffu, lane * 10, 4, 8);
+  o[3] = __shfl_up_sync(0xffffffffu, lane * 10, 1);
+  o[4] = static_cast<int>(__match_any_sync(0xffffffffu, lane % 3));
+  o[5] = static_cast<int>(__ballot_sync(0xffffffffu, lane % 5 == 0));
+}
+
+TEST(CudaEmuTest, WarpIntrinsicsFollowTheirDefinitions) {
+  int* d;
+  ASSERT_EQ(cudaMalloc(&d, 64 * 6 * 4), cudaSuccess);
+  LaunchKernel(WarpOpsKernel, 1, 64, 0, nullptr, d);
+  std::vector<int> out(64 * 6);
+  ASSERT_EQ(cudaMemcpy(out.data(), d, out.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  unsigned int mod3[3] = {0, 0, 0}, mult5 = 0;
+  for (int l = 0; l < 32; ++l) {
+    mod3[l % 3] |= 1u << l;
+    if (l % 5 == 0) mult5 |= 1u << l;
+  }
+  for (int t = 0; t < 64; ++t) {
+    const int l = t % 32;
+    const int* o = &out[static_cast<size_t>(t) * 6];
+    EXPECT_EQ(o[0], (l ^ 5) * 10);
+    EXPECT_EQ(o[1], (l / 16 * 16 + 3) * 10);
+    EXPECT_EQ(o[2], (l % 8 + 4 < 8 ? l + 4 : l) * 10);  // outside the 8-lane segment: own value
+    EXPECT_EQ(o[3], (l >= 1 ? l - 1 : l) * 10);
+    EXPECT_EQ(static_cast<unsigned int>(o[4]), mod3[l % 3]);
+    EXPECT_EQ(static_cast<unsigned int>(o[5]), mult5);
+  }
+  cudaFree(d);
+}
+
+__global__ void AddOneKernel(int* p, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) p[i] += 1;
+}
+
+// Device work runs when the host synchronizes: reading an async copy's destination early sees
+// the old contents (on a GPU: a race), so a missing synchronization fails tests here too.
+TEST(CudaEmuTest, AsyncWorkLandsOnlyAfterSynchronization) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  int *dev, *pinned;
+  ASSERT_EQ(cudaMalloc(&dev, 16 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(&pinned, 16 * 4), cudaSuccess);
+  std::vector<int> host(16, 7);
+  ASSERT_EQ(cudaMemcpyAsync(dev, host.data(), 64, cudaMemcpyHostToDevice, stream), cudaSuccess);
+  host.assign(16, -1);  // pageable sources are staged at the call: this does not reach `dev`
+  LaunchKernel(AddOneKernel, 1, 32, 0, stream, dev, 16);
+  for (int i = 0; i < 16; ++i) pinned[i] = 0;
+  ASSERT_EQ(cudaMemcpyAsync(pinned, dev, 64, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  EXPECT_EQ(pinned[0], 0) << "the copy into pinned memory ran before any synchronization";
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(pinned[i], 8);
+  // A copy into pageable memory returns only when done (CUDA's rule for pageable D2H).
+  ASSERT_EQ(cudaMemcpyAsync(host.data(), dev, 64, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  EXPECT_EQ(host[5], 8);
+  cudaFree(dev);
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(stream);
+}
+
+// A graph replays the captured kernels and copies with the arguments of the capture; pinned
+// sources are read at each replay.
+TEST(CudaEmuTest, GraphsReplayCapturedWorkAndRefuseSynchronizationWhileCapturing) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  int *dev, *pinned;
+  ASSERT_EQ(cudaMalloc(&dev, 4), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(&pinned, 8), cudaSuccess);
+  pinned[0] = 100;
+  pinned[1] = 0;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(dev, pinned, 4, cudaMemcpyHostToDevice, stream), cudaSuccess);
+  LaunchKernel(AddOneKernel, 1, 1, 0, stream, dev, 1);
+  ASSERT_EQ(cudaMemcpyAsync(pinned + 1, dev, 4, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  std::vector<int> pageable(1);
+  EXPECT_EQ(cudaMemcpyAsync(pageable.data(), dev, 4, cudaMemcpyDeviceToHost, stream),
+            cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  EXPECT_EQ(pinned[1], 0) << "captured work must not run at capture";
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    pinned[0] = 10 * replay;
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(pinned[1], 10 * replay + 1);
+  }
+  // Synchronizing with a capturing stream invalidates the capture, as in CUDA.
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t invalid;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &invalid), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(invalid, nullptr);
+  cudaGetLastError();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(dev);
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(stream);
+}
+
+__global__ void TouchDynamicShared(int* out) {
+  STRATA_DYNAMIC_SHARED(smem);
+  smem[threadIdx.x] = 1;
+  __syncthreads();
+  if (threadIdx.x == 0) *out = smem[0] + smem[blockDim.x - 1];
+}
+
+TEST(CudaEmuTest, LaunchesAndCopiesOutsideTheLimitsFailLikeCuda) {
+  int* d;
+  ASSERT_EQ(cudaMalloc(&d, 64), cudaSuccess);
+  // More than 48 KiB of dynamic shared memory needs the kernel's attribute raised first.
+  LaunchKernel(TouchDynamicShared, 1, 32, 64 << 10, nullptr, d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaFuncSetAttribute(TouchDynamicShared, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 64 << 10),
+            cudaSuccess);
+  LaunchKernel(TouchDynamicShared, 1, 32, 64 << 10, nullptr, d);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  int out = 0;
+  ASSERT_EQ(cudaMemcpy(&out, d, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(out, 2);
+  EXPECT_EQ(cudaFuncSetAttribute(TouchDynamicShared, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 300 << 10),
+            cudaErrorInvalidValue);
+  cudaGetLastError();
+  LaunchKernel(AddOneKernel, 1, 1025, 0, nullptr, d, 1);  // > 1024 threads per block
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  LaunchKernel(AddOneKernel, 0, 32, 0, nullptr, d, 1);  // an empty grid
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  // A copy running past the end of its allocation, and a kind that does not match the pointers.
+  std::vector<int> host(32);
+  EXPECT_EQ(cudaMemcpy(d + 8, host.data(), 64, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(host.data(), d, 64, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemset(host.data(), 0, 4), cudaErrorInvalidValue);
+  cudaGetLastError();
+  cudaFree(d);
+}
+
+__global__ void DivergentBarrierKernel() {
+  if (threadIdx.x < 16) __syncthreads();
+  __syncwarp();
+}
+
+TEST(CudaEmuDeathTest, DivergentBarriersAbortNamingTheDeadlock) {
+  EXPECT_DEATH(
+      {
+        LaunchKernel(DivergentBarrierKernel, 1, 64, 0, nullptr);
+        cudaDeviceSynchronize();
+      },
+      "deadlock");
+}
+
+// cuBLAS's column-major contract: C[m×n] = op(A)·op(B), every transpose combination, bf16 and
+// f32 operands, f32 or bf16 output, against a direct product.
+TEST(CudaEmuTest, CublasGemmFollowsTheColumnMajorContract) {
+  cublasHandle_t handle;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int m = 5, n = 3, k = 7;
+  for (const cublasOperation_t ta : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+    for (const cublasOperation_t tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      const int lda = (ta == CUBLAS_OP_N ? m : k) + 2, ldb = (tb == CUBLAS_OP_N ? k : n) + 1;
+      std::vector<uint16_t> a(static_cast<size_t>(lda * (ta == CUBLAS_OP_N ? k : m)));
+      std::vector<float> b(static_cast<size_t>(ldb * (tb == CUBLAS_OP_N ? n : k)));
+      for (auto& v : a) v = ToBf16(u(rng));
+      for (auto& v : b) v = FromBf16(ToBf16(u(rng)));
+      uint16_t* da;
+      float *db, *dc;
+      ASSERT_EQ(cudaMalloc(&da, a.size() * 2), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&db, b.size() * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dc, m * n * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      const float alpha = 1.0f, beta = 0.0f;
+      ASSERT_EQ(
+          cublasGemmEx(handle, ta, tb, m, n, k, &alpha, da, CUDA_R_16BF, lda, db, CUDA_R_32F, ldb,
+                       &beta, dc, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          CUBLAS_STATUS_SUCCESS);
+      std::vector<float> c(static_cast<size_t>(m * n));
+      ASSERT_EQ(cudaMemcpy(c.data(), dc, c.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double want = 0;
+          for (int p = 0; p < k; ++p) {
+            const float av = FromBf16(a[ta == CUBLAS_OP_N ? i + p * lda : p + i * lda]);
+            const float bv = b[tb == CUBLAS_OP_N ? p + j * ldb : j + p * ldb];
+            want += double{av} * bv;
+          }
+          EXPECT_NEAR(c[i + j * m], want, 1e-5) << "ta " << ta << " tb " << tb;
+        }
+      }
+      // lda smaller than op(A)'s rows is refused before anything runs.
+      EXPECT_EQ(
+          cublasGemmEx(handle, ta, tb, m, n, k, &alpha, da, CUDA_R_16BF, 1, db, CUDA_R_32F, ldb,
+                       &beta, dc, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          CUBLAS_STATUS_INVALID_VALUE);
+      cudaFree(da);
+      cudaFree(db);
+      cudaFree(dc);
+    }
+  }
+  cublasDestroy(handle);
+}
+
+// Thread t reads what thread t + 1 wrote, with the barrier left out: a race on a GPU.
+__global__ void MissingBarrierKernel(int* out) {
+  __shared__ int v[64];
+  const int t = static_cast<int>(threadIdx.x);
+  v[t] = t + 1;
+  // __syncthreads() belongs here.
+  out[t] = t + 1 < 64 ? v[t + 1] : 0;
+}
+
+// Run in two thread orders, a missing barrier gives two different answers: CI runs the kernel
+// tests in the default order, and STRATA_CUDA_EMU_SCHEDULE=reverse / shuffle repeat them.
+TEST(CudaEmuTest, ThreadOrdersExposeAMissingBarrier) {
+  int* d;
+  ASSERT_EQ(cudaMalloc(&d, 64 * 4), cudaSuccess);
+  auto run = [&](const char* schedule) {
+    strata_emu::SetScheduleForTesting(schedule);
+    LaunchKernel(MissingBarrierKernel, 1, 64, 0, nullptr, d);
+    std::vector<int> out(64);
+    EXPECT_EQ(cudaMemcpy(out.data(), d, 64 * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    strata_emu::SetScheduleForTesting(nullptr);
+    return out;
+  };
+  const std::vector<int> forward = run("forward"), reverse = run("reverse");
+  EXPECT_NE(forward, reverse);
+  EXPECT_EQ(reverse[0], 2);  // every writer ran before its reader
+  cudaFree(d);
+}
+
+}  // namespace
