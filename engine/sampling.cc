@@ -142,6 +142,10 @@ void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
 double Sampler::NextUniform() { return params_.greedy() ? 0.0 : rng_.Uniform(); }
 
 int32_t Sampler::Sample(float* logits, int64_t vocab) {
+  return SampleWithUniform(logits, vocab, NextUniform());
+}
+
+int32_t Sampler::SampleWithUniform(float* logits, int64_t vocab, double u) {
   SizeForVocab(vocab);
   ApplyPenalties(logits, vocab);
   if (params_.greedy()) {
@@ -149,7 +153,6 @@ int32_t Sampler::Sample(float* logits, int64_t vocab) {
     Record(chosen);
     return chosen;
   }
-  const double u = rng_.Uniform();
   const int64_t keep = params_.top_k > 0 && params_.top_k < vocab ? params_.top_k : vocab;
   // With top-k every candidate is ranked; without, first the best kFirstCandidates.
   int64_t m = keep < vocab ? keep : std::min(vocab, kFirstCandidates);

@@ -70,6 +70,10 @@ class Sampler {
   // + Accept leaves the sampler exactly as Sample would.
   double NextUniform();
   void Accept(int32_t token) { Record(token); }
+  // Sample with the uniform a NextUniform() call already drew (a device pick handed back to
+  // the host: its draw lay beyond the ranks the device looked at). Same token and state as
+  // Sample; Sample(logits, vocab) is SampleWithUniform(logits, vocab, NextUniform()).
+  int32_t SampleWithUniform(float* logits, int64_t vocab, double u);
 
  private:
   void SizeForVocab(int64_t vocab);

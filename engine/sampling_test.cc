@@ -41,8 +41,9 @@ TEST(SamplingTest, SameSeedGivesTheSameTokensAndOtherSeedsDiffer) {
   EXPECT_NE(draw(p), draw(other));
 }
 
-// A token picked elsewhere with NextUniform's draw (device sampling) leaves the sampler where
-// Sample would have: every later Sample gives the tokens of a sampler that sampled all along.
+// A token picked elsewhere with NextUniform's draw (device sampling), or picked here with that
+// draw (SampleWithUniform: a row the device handed back), leaves the sampler where Sample would
+// have: every later Sample gives the tokens of a sampler that sampled all along.
 TEST(SamplingTest, NextUniformConsumesExactlyTheDrawSampleWould) {
   std::vector<float> base(50);
   for (int i = 0; i < 50; ++i) base[i] = std::sin(static_cast<float>(i));
@@ -58,6 +59,11 @@ TEST(SamplingTest, NextUniformConsumesExactlyTheDrawSampleWould) {
       if (step % 3 == 0) {
         mixed.NextUniform();  // the device would pick with this uniform
         mixed.Accept(expected);
+      } else if (step % 3 == 1) {
+        // A device row handed back: the host samples with the uniform the device was given.
+        const double u = mixed.NextUniform();
+        EXPECT_EQ(mixed.SampleWithUniform(b.data(), 50, u), expected)
+            << "T " << temperature << " step " << step;
       } else {
         EXPECT_EQ(mixed.Sample(b.data(), 50), expected) << "T " << temperature << " step " << step;
       }

@@ -247,8 +247,9 @@ CudaExecutor::DecodeGraph* CudaExecutor::GraphFor(const GraphKey& key) {
 }
 
 // Which sampled tokens the device picks: sequences without log-probabilities whose samplers
-// carry no bias or penalties (Sampler::NextUniform). Fills the per-row parameters and uniforms
-// (padding and host rows: greedy, ignored) in the pinned staging buffer; false when none.
+// carry no bias or penalties (Sampler::NextUniform). The device ranks one chunk of
+// kSamplingChunk tokens per row; a row whose cut or draw lies further down (a flat
+// full-vocabulary draw) comes back as kSampleOnHost and is sampled here with the same uniform.
 bool CudaExecutor::PlanDeviceSampling(const StepPlan& plan) {
   const size_t n = step_.sampled_plan_index.size();
   on_device_.assign(n, false);
@@ -256,11 +257,7 @@ bool CudaExecutor::PlanDeviceSampling(const StepPlan& plan) {
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
-    // The device sampler ranks the best kSamplingChunk tokens in one pass; a draw over the
-    // whole vocabulary (no top-k) may walk many more chunks, which the host does faster.
-    const SamplingParams& p = seq.sampler->params();
-    const bool bounded = p.greedy() || (p.top_k > 0 && p.top_k <= kc::kSamplingChunk);
-    on_device_[i] = seq.num_logprobs < 0 && !seq.sampler->ModifiesLogits() && bounded;
+    on_device_[i] = seq.num_logprobs < 0 && !seq.sampler->ModifiesLogits();
     any = any || on_device_[i];
   }
   return any;
@@ -277,6 +274,7 @@ absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, i
   RETURN_IF_ERROR(Reserve(&sampling_device_, bytes + rows * 4, "sampling parameters"));
   auto* params = sampling_staging_.as<kc::SamplingRowParams>();
   auto* uniforms = reinterpret_cast<double*>(sampling_staging_.as<char>() + param_bytes);
+  row_uniform_.assign(static_cast<size_t>(rows), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     params[r] = kc::SamplingRowParams();
     params[r].temperature = 0.0f;
@@ -292,6 +290,7 @@ absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, i
     params[row].top_p = p.top_p;
     params[row].min_p = p.min_p;
     uniforms[row] = sampler.NextUniform();
+    row_uniform_[static_cast<size_t>(row)] = uniforms[row];
   }
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(sampling_device_.get(), sampling_staging_.get(), static_cast<size_t>(bytes),
@@ -301,29 +300,53 @@ absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, i
   in.logits = logits;
   in.params = sampling_device_.as<kc::SamplingRowParams>();
   in.uniforms = reinterpret_cast<const double*>(sampling_device_.as<char>() + param_bytes);
+  in.max_ranked_chunks = 1;  // deeper draws come back (kSampleOnHost): the host ranks faster
   *tokens = reinterpret_cast<int32_t*>(sampling_device_.as<char>() + bytes);
   return kc::SampleTokens(in, rows, model_->config().vocab_size, *tokens, stream_);
 }
 
 absl::Status CudaExecutor::Sample(const StepPlan& plan, const int32_t* device_tokens,
-                                  StepResult* result) {
+                                  const float* logits, StepResult* result) {
   const int64_t vocab = model_->config().vocab_size;
   const size_t r = step_.sampled_plan_index.size();
   if (result->sampled.size() != r) result->sampled.resize(r);
+  // Rows the device handed back (their draw lay beyond its chunk): their logits rows come back
+  // in one round trip.
+  bool any_handed_back = false;
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t row = step_.sampled_logit_row[i];
+    if (!on_device_[i] || device_tokens[row] != kc::kSampleOnHost) continue;
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(outputs_host_.as<float>() + row * vocab, logits + row * vocab,
+                        static_cast<size_t>(vocab) * 4, cudaMemcpyDeviceToHost, stream_),
+        "handed-back logits row cudaMemcpyAsync");
+    any_handed_back = true;
+  }
+  if (any_handed_back) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
+                                "handed-back rows cudaStreamSynchronize");
+  }
   for (size_t i = 0; i < r; ++i) {
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
     const int64_t row = step_.sampled_logit_row[i];
-    if (on_device_[i]) {
-      SampledToken& out = result->sampled[i];
-      out.seq_id = seq.seq_id;
-      out.token_id = device_tokens[row];
-      CHECK(out.token_id >= 0 && out.token_id < vocab) << "device sampler picked " << out.token_id;
-      out.logprob = 0.0f;
-      out.top_logprobs.clear();
-      seq.sampler->Accept(out.token_id);
+    float* host_row = outputs_host_.as<float>() + row * vocab;
+    if (!on_device_[i]) {
+      sampler_.Sample(seq, host_row, vocab, &result->sampled[i]);
       continue;
     }
-    sampler_.Sample(seq, outputs_host_.as<float>() + row * vocab, vocab, &result->sampled[i]);
+    SampledToken& out = result->sampled[i];
+    out.seq_id = seq.seq_id;
+    out.logprob = 0.0f;
+    out.top_logprobs.clear();
+    out.token_id = device_tokens[row];
+    if (out.token_id == kc::kSampleOnHost) {
+      out.token_id =
+          seq.sampler->SampleWithUniform(host_row, vocab, row_uniform_[static_cast<size_t>(row)]);
+      ++handed_back_rows_;
+      continue;
+    }
+    CHECK(out.token_id >= 0 && out.token_id < vocab) << "device sampler picked " << out.token_id;
+    seq.sampler->Accept(out.token_id);
   }
   return absl::OkStatus();
 }
@@ -414,7 +437,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   } else {
     result->expert_tokens.clear();
   }
-  RETURN_IF_ERROR(Sample(plan, tokens_host, result));
+  RETURN_IF_ERROR(Sample(plan, tokens_host, logits, result));
   return scratch_.Reset();
 }
 

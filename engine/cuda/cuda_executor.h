@@ -60,9 +60,10 @@ struct CudaExecutorOptions {
   int device = 0;  // CUDA device index
   CudaModelOptions model;
   bool cuda_graphs = true;  // decode steps as CUDA graphs (when the forward allows it)
-  // Tokens of sequences without log-probabilities, bias or penalties that sample greedily or
-  // from a top-k ≤ 1024 picked on the device (kernels/cuda/sampling.h, the same rules and the
-  // sampler's own uniform): only their ids come back instead of vocab-sized logits rows.
+  // Tokens of sequences without log-probabilities, bias or penalties picked on the device
+  // (kernels/cuda/sampling.h, the same rules and the sampler's own uniform): only their ids
+  // come back instead of vocab-sized logits rows — except rows whose cut or draw lies past
+  // the best 1024 tokens (flat full-vocabulary draws), whose rows come back to the host.
   bool device_sampling = true;
 };
 
@@ -92,6 +93,9 @@ class CudaExecutor : public StepExecutor {
   // Graphs captured so far and steps that replayed one (tests, logs).
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   int64_t graph_replays() const { return graph_replays_; }
+  // Device-sampled rows whose draw lay beyond the ranks the device sampler looks at (one chunk
+  // of kernels::cuda::kSamplingChunk) and were sampled here with the same uniform.
+  int64_t handed_back_rows() const { return handed_back_rows_; }
   absl::StatusOr<DeviceCeilings> MeasureCeilings();
 
  private:
@@ -120,8 +124,10 @@ class CudaExecutor : public StepExecutor {
   bool PlanDeviceSampling(const StepPlan& plan);
   absl::Status SampleOnDevice(const StepPlan& plan, float* logits, int32_t** tokens);
   // The step's tokens: device-picked ones from `device_tokens` (host copy, by logits row), the
-  // others sampled here from the host copy of their logits rows.
-  absl::Status Sample(const StepPlan& plan, const int32_t* device_tokens, StepResult* result);
+  // others sampled here from the host copy of their logits rows; rows the device handed back
+  // copy their row of `logits` (device) first.
+  absl::Status Sample(const StepPlan& plan, const int32_t* device_tokens, const float* logits,
+                      StepResult* result);
   char* arena() const { return caches_arena_.as<char>(); }
 
   int device_ = 0;
@@ -141,7 +147,9 @@ class CudaExecutor : public StepExecutor {
   kernels::cuda::DeviceBuffer cublas_workspace_;  // set once: cuBLAS allocates nothing in graphs
   bool graphs_enabled_ = true;
   bool device_sampling_ = true;
-  std::vector<bool> on_device_;                   // per sampled token: picked on the device
+  std::vector<bool> on_device_;      // per sampled token: picked on the device
+  std::vector<double> row_uniform_;  // by logits row: the uniform it was given
+  int64_t handed_back_rows_ = 0;
   kernels::cuda::PinnedBuffer sampling_staging_;  // per-row parameters + uniforms (host)
   kernels::cuda::DeviceBuffer sampling_device_;   // the same + the picked tokens
   std::map<GraphKey, std::unique_ptr<DecodeGraph>> graphs_;

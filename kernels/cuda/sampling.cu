@@ -184,15 +184,20 @@ __device__ void ApplyPenalties(const SamplingInputs& in, int64_t r, int vocab,
 
 // Walks the ranks [0, limit) chunk by chunk, calling visit(rank, chunk_index) on thread 0 in
 // rank order until it returns true (then sh.done = 1). Reuses a loaded first chunk.
+// With max_chunks > 0 a walk that would load chunk max_chunks sets sh.result = kSampleOnHost.
 template <typename Visit>
-__device__ void WalkRanks(const float* row, int vocab, int limit, double max_logit, double inv_t,
-                          int& loaded_base, Shared& sh, Visit visit) {
+__device__ void WalkRanks(const float* row, int vocab, int limit, int max_chunks, double max_logit,
+                          double inv_t, int& loaded_base, Shared& sh, Visit visit) {
   bool has_lo = false;
   uint64_t lo = 0;  // the last key of the previous chunk
   if (threadIdx.x == 0) sh.done = 0;
   __syncthreads();
   for (int base = 0; base < limit; base += kChunk) {
     const int n = min(kChunk, limit - base);
+    if (max_chunks > 0 && base >= max_chunks * kChunk) {  // uniform: every thread stops
+      if (threadIdx.x == 0) sh.result = kSampleOnHost;
+      break;
+    }
     // Walks have non-increasing limits, so a loaded chunk holds at least these n ranks.
     if (loaded_base != base) {
       const uint64_t hi = SelectKth(row, vocab, static_cast<unsigned int>(base + n), sh);
@@ -200,11 +205,11 @@ __device__ void WalkRanks(const float* row, int vocab, int limit, double max_log
       loaded_base = base;
       if (got != n && threadIdx.x == 0) sh.result = -1;  // never for consistent keys
     }
-    if (threadIdx.x == 0 && sh.result != -1) {
+    if (threadIdx.x == 0 && sh.result == 0) {
       for (int i = 0; i < n && !sh.done; ++i) sh.done = visit(base + i, i) ? 1 : 0;
     }
     __syncthreads();
-    if (sh.done || sh.result == -1) break;
+    if (sh.done || sh.result != 0) break;
     has_lo = true;
     lo = sh.keys[n - 1];
     __syncthreads();  // everyone has read keys[n − 1] before the next load
@@ -241,7 +246,7 @@ __global__ void __launch_bounds__(kThreads)
   // block reduction over the tokens ranked ≤ keep.
   double total = 0.0;
   if (keep <= kChunk) {
-    WalkRanks(row, vocab, keep, max_logit, inv_t, loaded_base, sh, [&](int, int i) {
+    WalkRanks(row, vocab, keep, 0, max_logit, inv_t, loaded_base, sh, [&](int, int i) {
       total = __dadd_rn(total, sh.probs[i]);
       return false;
     });
@@ -270,22 +275,23 @@ __global__ void __launch_bounds__(kThreads)
     const double min_p_floor = static_cast<double>(p.min_p);
     double mass = 0.0, kept_sum = 0.0;
     int found = keep;
-    WalkRanks(row, vocab, keep, max_logit, inv_t, loaded_base, sh, [&](int rank, int i) {
-      const double pr = sh.probs[i];
-      if (p.min_p > 0.0f && rank >= 1 && pr < min_p_floor) {
-        found = rank;
-        return true;
-      }
-      kept_sum = __dadd_rn(kept_sum, pr);
-      if (p.top_p < 1.0f) {
-        mass = __dadd_rn(mass, __ddiv_rn(pr, total));
-        if (mass >= static_cast<double>(p.top_p)) {
-          found = rank + 1;
-          return true;
-        }
-      }
-      return false;
-    });
+    WalkRanks(row, vocab, keep, in.max_ranked_chunks, max_logit, inv_t, loaded_base, sh,
+              [&](int rank, int i) {
+                const double pr = sh.probs[i];
+                if (p.min_p > 0.0f && rank >= 1 && pr < min_p_floor) {
+                  found = rank;
+                  return true;
+                }
+                kept_sum = __dadd_rn(kept_sum, pr);
+                if (p.top_p < 1.0f) {
+                  mass = __dadd_rn(mass, __ddiv_rn(pr, total));
+                  if (mass >= static_cast<double>(p.top_p)) {
+                    found = rank + 1;
+                    return true;
+                  }
+                }
+                return false;
+              });
     if (threadIdx.x == 0) {
       sh.red_d[0] = kept_sum;
       sh.red_i[0] = found;
@@ -297,15 +303,16 @@ __global__ void __launch_bounds__(kThreads)
   }
   double draw = __dmul_rn(in.uniforms[r], kept);
   int chosen = -1;
-  WalkRanks(row, vocab, cut, max_logit, inv_t, loaded_base, sh, [&](int rank, int i) {
-    draw = __dsub_rn(draw, sh.probs[i]);
-    if (draw < 0.0 || rank == cut - 1) {
-      chosen = static_cast<int>(sh.keys[i] & 0xffffffffu);
-      return true;
-    }
-    return false;
-  });
-  if (threadIdx.x == 0) tokens[r] = sh.result == -1 ? -1 : chosen;
+  WalkRanks(row, vocab, cut, in.max_ranked_chunks, max_logit, inv_t, loaded_base, sh,
+            [&](int rank, int i) {
+              draw = __dsub_rn(draw, sh.probs[i]);
+              if (draw < 0.0 || rank == cut - 1) {
+                chosen = static_cast<int>(sh.keys[i] & 0xffffffffu);
+                return true;
+              }
+              return false;
+            });
+  if (threadIdx.x == 0) tokens[r] = sh.result != 0 ? sh.result : chosen;
 }
 
 }  // namespace

@@ -22,7 +22,8 @@
 // kSamplingChunk: the chunk's last key is found by a radix select on the 64-bit key
 // (order-preserving logit bits, id) — 8 passes over the row — then the chunk is gathered and
 // bitonic-sorted in shared memory. Usually one chunk suffices (top-k ≤ 1024, or a top-p / min-p
-// cut inside the best 1024); flat distributions walk further chunks (slower, still exact).
+// cut inside the best 1024); flat distributions walk further chunks (slower, still exact), or,
+// with max_ranked_chunks, hand the row back to the host.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -56,9 +57,17 @@ struct SamplingInputs {
   const int32_t* bias_offsets = nullptr;      // [rows + 1] into bias_ids/values, optional
   const int32_t* bias_ids = nullptr;          // ids outside [0, vocab) are ignored
   const float* bias_values = nullptr;
+  // > 0: rank at most this many chunks of kSamplingChunk tokens per row; a row whose top-p /
+  // min-p cut or draw lies further down gets kSampleOnHost instead of a token (the caller
+  // samples it on the host with the same uniform). 0: walk as far as needed.
+  int max_ranked_chunks = 0;
 };
 
-// tokens [rows] int32 on the device; −1 only on an internal inconsistency (a bug).
+// The token of a row that went past max_ranked_chunks.
+inline constexpr int32_t kSampleOnHost = -2;
+
+// tokens [rows] int32 on the device: the token, kSampleOnHost (see max_ranked_chunks), or −1
+// only on an internal inconsistency (a bug).
 absl::Status SampleTokens(const SamplingInputs& in, int64_t rows, int64_t vocab, int32_t* tokens,
                           cudaStream_t stream);
 

@@ -164,9 +164,14 @@ std::vector<float> MakeLogits(Logits kind, size_t n, std::mt19937& rng) {
   return x;
 }
 
-void RunCase(int64_t vocab, int rows, Logits kind, bool with_arrays, std::mt19937& rng) {
-  const std::string name = absl::StrCat("V", vocab, "_rows", rows, "_kind", static_cast<int>(kind),
-                                        with_arrays ? "" : "_noarrays");
+// max_ranked_chunks > 0: rows may come back as kSampleOnHost; those must be rows whose walk
+// really needed more ranks (never greedy or top-k ≤ one chunk), the others the host's token.
+// *handed_back (optional): how many rows came back.
+void RunCase(int64_t vocab, int rows, Logits kind, bool with_arrays, std::mt19937& rng,
+             int max_ranked_chunks = 0, int* handed_back_rows = nullptr) {
+  const std::string name = absl::StrCat(
+      "V", vocab, "_rows", rows, "_kind", static_cast<int>(kind), with_arrays ? "" : "_noarrays",
+      max_ranked_chunks > 0 ? absl::StrCat("_budget", max_ranked_chunks) : "");
   std::vector<float> logits = MakeLogits(kind, rows * vocab, rng);
   const std::vector<HostRow> host = MakeRows(rows, vocab, rng);
   std::vector<uint8_t> seen(rows * vocab);
@@ -198,6 +203,7 @@ void RunCase(int64_t vocab, int rows, Logits kind, bool with_arrays, std::mt1993
   DeviceArray<int32_t> d_counts(counts), d_offsets(offsets), d_bias_ids(bias_ids), d_tokens(rows);
   d_tokens.Poison();
   SamplingInputs in;
+  in.max_ranked_chunks = max_ranked_chunks;
   in.logits = d_logits.get();
   in.params = d_params.get();
   in.uniforms = d_uniforms.get();
@@ -211,7 +217,7 @@ void RunCase(int64_t vocab, int rows, Logits kind, bool with_arrays, std::mt1993
   STRATA_ASSERT_OK(SampleTokens(in, rows, vocab, d_tokens.get(), nullptr));
   const std::vector<int32_t> tokens = d_tokens.Download();
   const std::vector<float> penalised = d_logits.Download();
-  int mismatches = 0;
+  int mismatches = 0, handed_back = 0;
   for (int r = 0; r < rows; ++r) {
     float* x = &logits[r * vocab];
     HostRow h = host[r];
@@ -221,11 +227,21 @@ void RunCase(int64_t vocab, int rows, Logits kind, bool with_arrays, std::mt1993
     EXPECT_EQ(std::memcmp(x, &penalised[r * vocab], vocab * sizeof(float)), 0)
         << name << " row " << r << ": penalised logits differ";
     const int32_t want = HostChoose(h.p, h.u, x, vocab);
+    if (tokens[r] == kSampleOnHost && max_ranked_chunks > 0) {
+      ++handed_back;
+      const bool one_chunk =
+          h.p.temperature <= 1e-5f || (h.p.top_k > 0 && h.p.top_k <= kSamplingChunk);
+      EXPECT_FALSE(one_chunk) << name << " row " << r << ": handed back a one-chunk row";
+      // The host's pick lies beyond the budget, or a cut decided there: either way the row's
+      // best max_ranked_chunks · 1024 tokens did not settle it.
+      continue;
+    }
     if (tokens[r] != want) ++mismatches;
     EXPECT_EQ(tokens[r], want) << name << " row " << r << " (kind " << r % 13 << ")";
   }
   std::printf("[relerr] kernel=SampleTokens case=%s relerr=%.3e tol=0.0e+00 %s\n", name.c_str(),
               static_cast<double>(mismatches) / rows, mismatches == 0 ? "ok" : "FAIL");
+  if (handed_back_rows != nullptr) *handed_back_rows = handed_back;
 }
 
 TEST(CudaSamplingTest, ChoosesTheSameTokensAsTheHostRules) {
@@ -242,6 +258,20 @@ TEST(CudaSamplingTest, ChoosesTheSameTokensAsTheHostRules) {
   const int64_t large_vocab = kEmulated ? 20011 : 163840;
   RunCase(large_vocab, 13, Logits::kPeaked, true, rng);
   RunCase(large_vocab, 13, Logits::kFlat, true, rng);
+}
+
+// With a one-chunk budget (what the CUDA executor uses) rows either get the host's token or
+// are handed back; over a flat distribution full-vocabulary draws are handed back, over a
+// peaked one they are settled on the device.
+TEST(CudaSamplingTest, RankBudgetHandsBackOnlyRowsThatNeedMoreRanks) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 43);
+  const int64_t vocab = kEmulated ? 20011 : 163840;
+  int handed_back = 0;
+  RunCase(vocab, 13, Logits::kFlat, false, rng, 1, &handed_back);
+  EXPECT_GT(handed_back, 0);
+  RunCase(vocab, 13, Logits::kPeaked, false, rng, 1);
+  RunCase(4099, 26, Logits::kTied, true, rng, 2);
 }
 
 TEST(CudaSamplingTest, RejectsBadArguments) {
