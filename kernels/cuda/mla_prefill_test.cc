@@ -160,6 +160,36 @@ Operands MakeOperands(std::mt19937& rng, const Batch& batch, int heads, int64_t 
   return o;
 }
 
+// A batch's operands on the device, as both varlen sweeps use them.
+struct DeviceOperands {
+  DeviceOperands(const Batch& batch, const Operands& ops)
+      : q(ops.q_bits),
+        w(ops.w_bits),
+        pool(batch.pool),
+        table(batch.block_table),
+        cu_q(batch.cu_q),
+        cu_k(batch.cu_k),
+        gate(ops.gate) {}
+  DeviceArray<uint16_t> q, w, pool;
+  DeviceArray<int32_t> table, cu_q, cu_k;
+  DeviceArray<float> gate;
+};
+
+// The sweeps' batch shapes: sequence i gets new_lens[i] new tokens after prefix
+// prefixes[(i + rotate) % size]; with `empty_third`, a sequence with nothing new (its context
+// is gathered but never queried) sits third.
+void VarlenShape(const std::vector<int>& new_lens, const std::vector<int>& prefixes, size_t rotate,
+                 bool empty_third, std::vector<int>* prefix, std::vector<int>* num_new) {
+  for (size_t i = 0; i < new_lens.size(); ++i) {
+    num_new->push_back(new_lens[i]);
+    prefix->push_back(prefixes[(i + rotate) % prefixes.size()]);
+  }
+  if (empty_third) {
+    num_new->insert(num_new->begin() + 2, 0);
+    prefix->insert(prefix->begin() + 2, 5);
+  }
+}
+
 TEST(CudaMlaPrefillTest, MatchesNonAbsorbedReferenceOnVarlenChunkedBatches) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 21);
@@ -171,27 +201,16 @@ TEST(CudaMlaPrefillTest, MatchesNonAbsorbedReferenceOnVarlenChunkedBatches) {
   for (size_t hc = 0; hc < head_counts.size(); ++hc) {
     const int heads = head_counts[hc];
     std::vector<int> prefix, num_new;
-    for (size_t i = 0; i < new_lens.size(); ++i) {
-      num_new.push_back(new_lens[i]);
-      prefix.push_back(prefixes[(i + hc) % prefixes.size()]);
-    }
-    if (hc == 1) {  // a sequence with nothing new (its context is gathered but never queried)
-      num_new.insert(num_new.begin() + 2, 0);
-      prefix.insert(prefix.begin() + 2, 5);
-    }
+    VarlenShape(new_lens, prefixes, hc, hc == 1, &prefix, &num_new);
     const Batch batch = MakeBatch(rng, prefix, num_new);
     const MlaPrefillParams params = ParamsFor(batch, heads);
     const int64_t tokens = params.total_new;
     const Operands ops = MakeOperands(rng, batch, heads, tokens);
-    const std::vector<float>& gate = ops.gate;
-    const std::vector<uint16_t>& q_bits = ops.q_bits;
-    const std::vector<uint16_t>& w_bits = ops.w_bits;
     const std::vector<float>& expected = ops.expected;
     const std::vector<float>& expected_gated = ops.expected_gated;
 
-    DeviceArray<uint16_t> d_q(q_bits), d_w(w_bits), d_pool(batch.pool);
-    DeviceArray<int32_t> d_table(batch.block_table), d_cu_q(batch.cu_q), d_cu_k(batch.cu_k);
-    DeviceArray<float> d_gate(gate), d_out(expected.size()), d_out_gated(expected.size());
+    DeviceOperands d(batch, ops);
+    DeviceArray<float> d_out(expected.size()), d_out_gated(expected.size());
     DeviceArray<uint16_t> d_out_bf16(expected.size());
     DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaPrefillWorkspaceBytes(params)));
     d_out.Poison();
@@ -199,14 +218,14 @@ TEST(CudaMlaPrefillTest, MatchesNonAbsorbedReferenceOnVarlenChunkedBatches) {
     d_out_bf16.Poison();
     d_ws.Poison();  // every scratch row the attention reads must have been written
     const int64_t ws_bytes = static_cast<int64_t>(d_ws.size());
-    STRATA_ASSERT_OK(MlaPrefillMha(handle->get(), d_q.get(), d_pool.get(), d_table.get(),
-                                   d_cu_q.get(), d_cu_k.get(), d_w.get(), nullptr, params,
+    STRATA_ASSERT_OK(MlaPrefillMha(handle->get(), d.q.get(), d.pool.get(), d.table.get(),
+                                   d.cu_q.get(), d.cu_k.get(), d.w.get(), nullptr, params,
                                    d_ws.get(), ws_bytes, d_out.get(), nullptr));
-    STRATA_ASSERT_OK(MlaPrefillMha(handle->get(), d_q.get(), d_pool.get(), d_table.get(),
-                                   d_cu_q.get(), d_cu_k.get(), d_w.get(), d_gate.get(), params,
+    STRATA_ASSERT_OK(MlaPrefillMha(handle->get(), d.q.get(), d.pool.get(), d.table.get(),
+                                   d.cu_q.get(), d.cu_k.get(), d.w.get(), d.gate.get(), params,
                                    d_ws.get(), ws_bytes, d_out_bf16.get(), nullptr));
     // Stage 2 alone on the scratch stage 1 left behind.
-    STRATA_ASSERT_OK(MlaPrefillAttention(d_q.get(), d_cu_q.get(), d_cu_k.get(), d_gate.get(),
+    STRATA_ASSERT_OK(MlaPrefillAttention(d.q.get(), d.cu_q.get(), d.cu_k.get(), d.gate.get(),
                                          params, d_ws.get(), ws_bytes, d_out_gated.get(), nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::string name = Name(batch, heads);
@@ -268,20 +287,16 @@ void CheckContextChunks(std::mt19937& rng, cublasHandle_t handle, int heads,
   const MlaPrefillParams whole = ParamsFor(batch, heads);
   const int64_t tokens = whole.total_new;
   const Operands ops = MakeOperands(rng, batch, heads, tokens);
-  const std::vector<float>& gate = ops.gate;
-  const std::vector<uint16_t>& q_bits = ops.q_bits;
-  const std::vector<uint16_t>& w_bits = ops.w_bits;
   const std::vector<float>& expected = ops.expected;
   const std::vector<float>& expected_gated = ops.expected_gated;
 
-  DeviceArray<uint16_t> d_q(q_bits), d_w(w_bits), d_pool(batch.pool);
-  DeviceArray<int32_t> d_table(batch.block_table), d_cu_q(batch.cu_q), d_cu_k(batch.cu_k);
-  DeviceArray<float> d_gate(gate), d_whole(expected.size());
+  DeviceOperands d(batch, ops);
+  DeviceArray<float> d_whole(expected.size());
   DeviceArray<unsigned char> d_ws_whole(static_cast<size_t>(MlaPrefillWorkspaceBytes(whole)));
   d_whole.Poison();
   d_ws_whole.Poison();
-  STRATA_ASSERT_OK(MlaPrefillMha(handle, d_q.get(), d_pool.get(), d_table.get(), d_cu_q.get(),
-                                 d_cu_k.get(), d_w.get(), nullptr, whole, d_ws_whole.get(),
+  STRATA_ASSERT_OK(MlaPrefillMha(handle, d.q.get(), d.pool.get(), d.table.get(), d.cu_q.get(),
+                                 d.cu_k.get(), d.w.get(), nullptr, whole, d_ws_whole.get(),
                                  static_cast<int64_t>(d_ws_whole.size()), d_whole.get(), nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> unchunked = d_whole.Download();
@@ -295,11 +310,11 @@ void CheckContextChunks(std::mt19937& rng, cublasHandle_t handle, int heads,
     d_out.Poison();
     d_out_bf16.Poison();
     const int64_t ws_bytes = static_cast<int64_t>(d_ws.size());
-    STRATA_ASSERT_OK(MlaPrefillMha(handle, d_q.get(), d_pool.get(), d_table.get(), d_cu_q.get(),
-                                   d_cu_k.get(), d_w.get(), nullptr, params, d_ws.get(), ws_bytes,
+    STRATA_ASSERT_OK(MlaPrefillMha(handle, d.q.get(), d.pool.get(), d.table.get(), d.cu_q.get(),
+                                   d.cu_k.get(), d.w.get(), nullptr, params, d_ws.get(), ws_bytes,
                                    d_out.get(), nullptr));
-    STRATA_ASSERT_OK(MlaPrefillMha(handle, d_q.get(), d_pool.get(), d_table.get(), d_cu_q.get(),
-                                   d_cu_k.get(), d_w.get(), d_gate.get(), params, d_ws.get(),
+    STRATA_ASSERT_OK(MlaPrefillMha(handle, d.q.get(), d.pool.get(), d.table.get(), d.cu_q.get(),
+                                   d.cu_k.get(), d.w.get(), d.gate.get(), params, d_ws.get(),
                                    ws_bytes, d_out_bf16.get(), nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::string name = absl::StrCat(Name(batch, heads), "_W", chunk);
@@ -331,14 +346,7 @@ TEST(CudaMlaPrefillTest, ContextChunksMatchReferenceAndUnchunked) {
   const int long_prefix = kEmulated ? 400 : 3000;
   for (size_t hc = 0; hc < head_counts.size(); ++hc) {
     std::vector<int> prefix, num_new;
-    for (size_t i = 0; i < new_lens.size(); ++i) {
-      num_new.push_back(new_lens[i]);
-      prefix.push_back(prefixes[(i + hc) % prefixes.size()]);
-    }
-    if (head_counts[hc] == 3) {  // a sequence with nothing new between two others
-      num_new.insert(num_new.begin() + 2, 0);
-      prefix.insert(prefix.begin() + 2, 5);
-    }
+    VarlenShape(new_lens, prefixes, hc, head_counts[hc] == 3, &prefix, &num_new);
     CheckContextChunks(rng, handle->get(), head_counts[hc], prefix, num_new, chunks);
   }
   CheckContextChunks(rng, handle->get(), 4, {long_prefix, 0, 41}, {130, 64, 1}, chunks);

@@ -222,10 +222,12 @@ void SwitchToScheduler(bool finished = false) {
   AsanFiberResumed(fake_stack);
 }
 
-void PerformCopies(Fiber& f, int below_group) {
+// Performs the thread's queued cp.async copies of the groups below `below_group` (and, with
+// `uncommitted`, those not yet in a group) and drops them from the queue.
+void PerformCopies(Fiber& f, int below_group, bool uncommitted = false) {
   size_t kept = 0;
   for (const PendingCopy& c : f.copies) {
-    if (c.group >= 0 && c.group < below_group) {
+    if (c.group >= 0 ? c.group < below_group : uncommitted) {
       if (c.src_bytes > 0) std::memcpy(c.dst, c.src, static_cast<size_t>(c.src_bytes));
       std::memset(c.dst + c.src_bytes, 0, static_cast<size_t>(c.cp_size - c.src_bytes));
     } else {
@@ -254,9 +256,8 @@ void CompleteBlockBarrier(GridRun& run) {
 void ThreadExited() {
   Fiber& f = Current();
   GridRun& run = *t_host.run;
-  PerformCopies(f, 1 << 30);  // uncommitted copies too: nothing can wait for them any more
-  for (PendingCopy& c : f.copies) c.group = 0;
-  PerformCopies(f, 1);
+  // Everything still queued, uncommitted copies too: nothing can wait for them any more.
+  PerformCopies(f, f.committed_groups, /*uncommitted=*/true);
   f.status = Status::kDone;
   --run.live;
   WarpState& w = run.warps[f.warp];

@@ -135,15 +135,7 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
   handle->stream = stream;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t* stream) {
-  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  *stream = handle->stream;
-  return CUBLAS_STATUS_SUCCESS;
-}
 cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void*, size_t) {
-  return handle == nullptr ? CUBLAS_STATUS_NOT_INITIALIZED : CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
   return handle == nullptr ? CUBLAS_STATUS_NOT_INITIALIZED : CUBLAS_STATUS_SUCCESS;
 }
 const char* cublasGetStatusName(cublasStatus_t status) {

@@ -379,7 +379,6 @@ cudaError_t cudaDeviceSynchronize() {
   strata_emu::FlushAll();
   return cudaSuccess;
 }
-cudaError_t cudaDeviceReset() { return cudaDeviceSynchronize(); }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   std::lock_guard<std::mutex> lock(R().mu);
   *total_bytes = R().memory_bytes;
@@ -393,7 +392,6 @@ cudaError_t cudaGetLastError() {
   strata_emu::t_last_error = cudaSuccess;
   return e;
 }
-cudaError_t cudaPeekAtLastError() { return strata_emu::t_last_error; }
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
     case cudaSuccess:
@@ -512,9 +510,6 @@ cudaError_t cudaFree(void* ptr) { return Release(ptr, true); }
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
   return Allocate(ptr, bytes, false, "cudaMallocHost");
 }
-cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
-  return Allocate(ptr, bytes, false, "cudaHostAlloc");
-}
 cudaError_t cudaFreeHost(void* ptr) { return Release(ptr, false); }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
@@ -630,13 +625,6 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-  // Work runs in submission order per stream; make the event's stream catch up first.
-  if (event != nullptr && event->stream != nullptr && event->stream != stream) {
-    strata_emu::Flush(event->stream);
-  }
-  return cudaSuccess;
-}
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
   if (stream == nullptr) {
     return Fail(cudaErrorStreamCaptureUnsupported, "the legacy default stream cannot capture");
@@ -668,14 +656,6 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   *graph = g;
   return cudaSuccess;
 }
-cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
-  std::lock_guard<std::mutex> lock(R().mu);
-  CUstream_st* s = strata_emu::Resolve(stream);
-  *status = !s->capturing        ? cudaStreamCaptureStatusNone
-            : s->capture_invalid ? cudaStreamCaptureStatusInvalidated
-                                 : cudaStreamCaptureStatusActive;
-  return cudaSuccess;
-}
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
   if (graph == nullptr) return Fail(cudaErrorInvalidValue);
   auto* e = new CUgraphExec_st();
@@ -704,9 +684,6 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
   *event = new CUevent_st();
   return cudaSuccess;
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-  return cudaEventCreate(event);
-}
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;
   return cudaSuccess;
@@ -725,7 +702,6 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event->stream != nullptr) strata_emu::Flush(event->stream);
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (start == nullptr || end == nullptr) return Fail(cudaErrorInvalidResourceHandle);
   if (!start->done || !end->done) return Fail(cudaErrorNotReady);

@@ -28,7 +28,6 @@ enum cublasComputeType_t {
   CUBLAS_COMPUTE_32F_FAST_16BF = 75,
 };
 enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 };
-enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1 };
 
 struct cublasContext;
 using cublasHandle_t = cublasContext*;
@@ -36,9 +35,7 @@ using cublasHandle_t = cublasContext*;
 cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
-cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t* stream);
 cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t bytes);
-cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 const char* cublasGetStatusName(cublasStatus_t status);
 const char* cublasGetStatusString(cublasStatus_t status);
 

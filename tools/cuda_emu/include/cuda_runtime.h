@@ -59,9 +59,6 @@ struct alignas(16) uint4 {
 };
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-inline int2 make_int2(int x, int y) { return int2{x, y}; }
-inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
-inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
 inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) {
   return uint4{x, y, z, w};
 }
@@ -98,11 +95,6 @@ enum cudaStreamCaptureMode {
   cudaStreamCaptureModeThreadLocal = 1,
   cudaStreamCaptureModeRelaxed = 2,
 };
-enum cudaStreamCaptureStatus {
-  cudaStreamCaptureStatusNone = 0,
-  cudaStreamCaptureStatusActive = 1,
-  cudaStreamCaptureStatusInvalidated = 2,
-};
 enum cudaFuncAttribute {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
   cudaFuncAttributePreferredSharedMemoryCarveout = 9,
@@ -118,9 +110,6 @@ enum cudaDeviceAttr {
 };
 inline constexpr unsigned int cudaStreamDefault = 0;
 inline constexpr unsigned int cudaStreamNonBlocking = 1;
-inline constexpr unsigned int cudaHostAllocDefault = 0;
-inline constexpr unsigned int cudaEventDefault = 0;
-inline constexpr unsigned int cudaEventDisableTiming = 2;
 
 struct cudaDeviceProp {
   char name[256];
@@ -157,18 +146,15 @@ cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaDeviceSynchronize();
-cudaError_t cudaDeviceReset();
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 
 cudaError_t cudaGetLastError();
-cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorString(cudaError_t error);
 const char* cudaGetErrorName(cudaError_t error);
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaMallocHost(void** ptr, size_t bytes);
-cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags);
 cudaError_t cudaFreeHost(void* ptr);
 template <typename T>
 cudaError_t cudaMalloc(T** ptr, size_t bytes) {
@@ -190,10 +176,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags = 0);
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
-cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
                                  unsigned long long flags = 0);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
@@ -201,11 +185,9 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 
 cudaError_t cudaEventCreate(cudaEvent_t* event);
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
-cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 cudaError_t cudaFuncSetAttributeImpl(const void* func, cudaFuncAttribute attr, int value);
@@ -326,12 +308,6 @@ unsigned int __match_any_sync(unsigned int mask, T value) {
 inline unsigned int __ballot_sync(unsigned int mask, int predicate) {
   return strata_emu::Ballot(mask, predicate != 0);
 }
-inline int __any_sync(unsigned int mask, int predicate) {
-  return strata_emu::Ballot(mask, predicate != 0) != 0;
-}
-inline int __all_sync(unsigned int mask, int predicate) {
-  return strata_emu::Ballot(mask, predicate != 0) == (mask & strata_emu::Ballot(mask, true));
-}
 
 // Atomics: the fibers of a launch share one host thread, but launches on different host
 // threads may run at once, so these are real atomics.
@@ -347,44 +323,15 @@ T atomicAdd(T* address, T value) {
     return __atomic_fetch_add(address, value, __ATOMIC_RELAXED);
   }
 }
-template <typename T>
-T atomicMax(T* address, T value) {
-  T old = __atomic_load_n(address, __ATOMIC_RELAXED);
-  while (old < value && !__atomic_compare_exchange_n(address, &old, value, false, __ATOMIC_RELAXED,
-                                                     __ATOMIC_RELAXED)) {
-  }
-  return old;
-}
-template <typename T>
-T atomicExch(T* address, T value) {
-  return __atomic_exchange_n(address, value, __ATOMIC_RELAXED);
-}
-template <typename T>
-T atomicCAS(T* address, T compare, T value) {
-  __atomic_compare_exchange_n(address, &compare, value, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-  return compare;
-}
 
 // ---- device math ----------------------------------------------------------------------------
 inline int __popc(unsigned int x) { return __builtin_popcount(x); }
-inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
-inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned int>(x)); }
-inline unsigned int __brev(unsigned int x) {
-  unsigned int r = 0;
-  for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
-  return r;
-}
 inline float __uint_as_float(unsigned int x) { return strata_emu::FromBits<float>(x); }
 inline unsigned int __float_as_uint(float x) {
   return static_cast<unsigned int>(strata_emu::ToBits(x));
 }
-inline float __int_as_float(int x) { return strata_emu::FromBits<float>(static_cast<uint32_t>(x)); }
-inline int __float_as_int(float x) { return static_cast<int>(strata_emu::ToBits(x)); }
 inline float __expf(float x) { return std::exp(x); }
-inline float __logf(float x) { return std::log(x); }
-inline float __fdividef(float a, float b) { return a / b; }
-inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
@@ -395,10 +342,6 @@ inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dsub_rn(double a, double b) { return a - b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __ddiv_rn(double a, double b) { return a / b; }
-template <typename T>
-T __ldg(const T* p) {
-  return *p;
-}
 inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
 
 // CUDA's global min/max overloads (integer pairs mix as the usual arithmetic conversions do).
