@@ -100,7 +100,7 @@ double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 Sampler::Sampler(SamplingParams params, uint64_t fallback_seed, const std::vector<int32_t>& prompt)
     : params_(std::move(params)), rng_(params_.seed.value_or(fallback_seed)) {
   if (params_.repetition_penalty != 1.0f) {
-    for (int32_t id : prompt) Record(id);  // output_counts_ is still empty: prompts only repeat
+    for (int32_t id : prompt) Record(id, /*output=*/false);
   }
 }
 
@@ -111,18 +111,23 @@ bool Sampler::ModifiesLogits() const {
 
 void Sampler::SizeForVocab(int64_t vocab) {
   const size_t n = static_cast<size_t>(vocab);
-  if ((params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) &&
-      output_counts_.size() < n) {
+  if (CountsOutputs() && output_counts_.size() < n) {
     output_counts_.resize(n, 0);
   }
   if (params_.repetition_penalty != 1.0f && seen_mask_.size() < n) seen_mask_.resize(n, 0);
 }
 
-void Sampler::Record(int32_t token) {
-  if (!output_counts_.empty()) ++output_counts_[static_cast<size_t>(token)];
-  if (params_.repetition_penalty == 1.0f) return;
-  if (static_cast<size_t>(token) >= seen_mask_.size()) seen_mask_.resize(token + 1, 0);
-  seen_mask_[static_cast<size_t>(token)] = 1;
+void Sampler::Record(int32_t token, bool output) {
+  const auto id = static_cast<size_t>(token);
+  const bool repetition = params_.repetition_penalty != 1.0f;
+  const bool counted = output && CountsOutputs();
+  if (!repetition && !counted) return;
+  if (repetition && seen_mask_.size() <= id) seen_mask_.resize(id + 1, 0);
+  if (counted && output_counts_.size() <= id) output_counts_.resize(id + 1, 0);
+  // A token joins the history the first time a penalty applies to it.
+  if (repetition ? seen_mask_[id] == 0 : output_counts_[id] == 0) penalized_ids_.push_back(token);
+  if (repetition) seen_mask_[id] = 1;
+  if (counted) ++output_counts_[id];
 }
 
 void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
@@ -133,7 +138,7 @@ void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
     kernels::cpu::ApplyRepetitionPenalty(logits, seen_mask_.data(), vocab,
                                          params_.repetition_penalty);
   }
-  if (!output_counts_.empty()) {
+  if (CountsOutputs()) {
     kernels::cpu::ApplyPresenceFrequencyPenalty(
         logits, output_counts_.data(), vocab, params_.presence_penalty, params_.frequency_penalty);
   }
@@ -150,7 +155,7 @@ int32_t Sampler::SampleWithUniform(float* logits, int64_t vocab, double u) {
   ApplyPenalties(logits, vocab);
   if (params_.greedy()) {
     const int32_t chosen = static_cast<int32_t>(kernels::cpu::Argmax(logits, vocab));
-    Record(chosen);
+    Record(chosen, /*output=*/true);
     return chosen;
   }
   const int64_t keep = params_.top_k > 0 && params_.top_k < vocab ? params_.top_k : vocab;
@@ -159,7 +164,7 @@ int32_t Sampler::SampleWithUniform(float* logits, int64_t vocab, double u) {
   for (;;) {
     const int32_t chosen = DrawFromBest(logits, vocab, keep, m, u);
     if (chosen >= 0) {
-      Record(chosen);
+      Record(chosen, /*output=*/true);
       return chosen;
     }
     m = std::min(keep, m * 16);

@@ -63,13 +63,21 @@ class Sampler {
   // Whether Sample changes logits before choosing (bias or penalties).
   bool ModifiesLogits() const;
 
-  // Sampling elsewhere (the CUDA executor's device sampler, kernels/cuda/sampling.h), for
-  // samplers with no bias or penalties (!ModifiesLogits(): no per-sequence state to ship):
-  // NextUniform() draws the uniform Sample would draw (none when greedy: returns 0), and
-  // Accept() records the token chosen with it. NextUniform + a device pick with the same rules
-  // + Accept leaves the sampler exactly as Sample would.
+  // Sampling elsewhere (the CUDA executor's device sampler, kernels/cuda/sampling.h):
+  // NextUniform() draws the uniform Sample would draw (none when greedy: returns 0), the
+  // device applies the penalties of PenaltyHistory() with the same rules, and Accept() records
+  // the token chosen with that uniform — leaving the sampler exactly as Sample would.
   double NextUniform();
-  void Accept(int32_t token) { Record(token); }
+  void Accept(int32_t token) { Record(token, /*output=*/true); }
+  // The tokens the penalties touch, each once, in the order they were first recorded: prompt
+  // and output tokens when repetition_penalty is on (it applies to every one), else the output
+  // tokens when presence / frequency penalties are on (empty when no penalty is on).
+  const std::vector<int32_t>& penalized_ids() const { return penalized_ids_; }
+  // How often `token` was generated (0 when presence / frequency penalties are off).
+  int32_t output_count(int32_t token) const {
+    const auto id = static_cast<size_t>(token);
+    return id < output_counts_.size() ? output_counts_[id] : 0;
+  }
   // Sample with the uniform a NextUniform() call already drew (a device pick handed back to
   // the host: its draw lay beyond the ranks the device looked at). Same token and state as
   // Sample; Sample(logits, vocab) is SampleWithUniform(logits, vocab, NextUniform()).
@@ -81,12 +89,18 @@ class Sampler {
   // A draw with uniform u from the `keep` best tokens, of which only the best m are ranked
   // (m ≤ keep); −1 when a cut or the draw lies beyond them (retry with a larger m).
   int32_t DrawFromBest(const float* logits, int64_t vocab, int64_t keep, int64_t m, double u) const;
-  void Record(int32_t token);
+  // Remembers a prompt (output = false) or generated token for the penalties.
+  void Record(int32_t token, bool output);
+  bool CountsOutputs() const {
+    return params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  }
 
   SamplingParams params_;
   Rng rng_;
-  std::vector<int32_t> output_counts_;  // [vocab] generated tokens (presence/frequency), or empty
-  std::vector<uint8_t> seen_mask_;      // [≥ vocab] prompt + output ids (repetition), or empty
+  std::vector<int32_t>
+      output_counts_;               // [≥ max id] generated tokens (presence/frequency), or empty
+  std::vector<uint8_t> seen_mask_;  // [≥ max id] prompt + output ids (repetition), or empty
+  std::vector<int32_t> penalized_ids_;  // see penalized_ids()
 };
 
 }  // namespace strata::engine

@@ -1,6 +1,8 @@
 #include "engine/sampling.h"
 
 #include <cmath>
+#include <cstring>
+#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -68,6 +70,53 @@ TEST(SamplingTest, NextUniformConsumesExactlyTheDrawSampleWould) {
         EXPECT_EQ(mixed.Sample(b.data(), 50), expected) << "T " << temperature << " step " << step;
       }
     }
+  }
+}
+
+// The history a device sampler is given (penalized_ids + output_count) reproduces Sample's
+// penalties when applied to the listed ids only: each id once, the repetition penalty on every
+// one, presence / frequency where the count is > 0 — and Accept keeps it as Sample does.
+TEST(SamplingTest, PenaltyHistoryReproducesThePenaltiesSparsely) {
+  constexpr int64_t kVocab = 61;
+  for (int mode = 0; mode < 4; ++mode) {
+    SamplingParams p;
+    p.seed = 5;
+    p.temperature = 0.9f;
+    if (mode == 0 || mode == 2) p.repetition_penalty = 1.3f;
+    if (mode == 1 || mode == 2) p.presence_penalty = 0.4f, p.frequency_penalty = -0.3f;
+    const std::vector<int32_t> prompt = {3, 9, 3, 60, 0};
+    Sampler sampler(p, 0, prompt), accepted(p, 0, prompt);
+    std::set<int32_t> generated;
+    for (int step = 0; step < 40; ++step) {
+      std::vector<float> logits(kVocab);
+      for (int64_t v = 0; v < kVocab; ++v) logits[v] = std::sin(static_cast<float>(v * 7 + step));
+      std::vector<float> sparse = logits;
+      const std::vector<int32_t>& ids = sampler.penalized_ids();
+      EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()).size(), ids.size()) << "duplicates";
+      for (int32_t id : ids) {
+        float& x = sparse[id];
+        if (p.repetition_penalty != 1.0f) {
+          x = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
+        }
+        const int32_t count = sampler.output_count(id);
+        if (count > 0) {
+          x -= std::fma(static_cast<float>(count), p.frequency_penalty, p.presence_penalty);
+        }
+      }
+      accepted.NextUniform();  // the device would draw with this uniform
+      const int32_t token = sampler.Sample(logits.data(), kVocab);
+      EXPECT_EQ(std::memcmp(sparse.data(), logits.data(), kVocab * sizeof(float)), 0)
+          << "mode " << mode << " step " << step;
+      accepted.Accept(token);
+      generated.insert(token);
+      EXPECT_EQ(accepted.penalized_ids(), sampler.penalized_ids());
+      for (int32_t id : ids) EXPECT_EQ(accepted.output_count(id), sampler.output_count(id));
+    }
+    std::set<int32_t> expected;
+    if (p.repetition_penalty != 1.0f) expected.insert(prompt.begin(), prompt.end());
+    if (mode != 3) expected.insert(generated.begin(), generated.end());
+    const std::vector<int32_t>& ids = sampler.penalized_ids();
+    EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()), expected) << "mode " << mode;
   }
 }
 

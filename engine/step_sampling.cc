@@ -10,11 +10,17 @@ namespace strata::engine {
 void StepSampler::Sample(const ScheduledSequence& seq, float* logits, int64_t vocab,
                          SampledToken* out) {
   CHECK(seq.sampler != nullptr) << "sequence " << seq.seq_id << " has no sampler";
+  SampleWithUniform(seq, logits, vocab, seq.sampler->NextUniform(), out);
+}
+
+void StepSampler::SampleWithUniform(const ScheduledSequence& seq, float* logits, int64_t vocab,
+                                    double u, SampledToken* out) {
+  CHECK(seq.sampler != nullptr) << "sequence " << seq.seq_id << " has no sampler";
   out->seq_id = seq.seq_id;
   out->logprob = 0.0f;
   out->top_logprobs.clear();
   if (seq.num_logprobs < 0) {
-    out->token_id = seq.sampler->Sample(logits, vocab);
+    out->token_id = seq.sampler->SampleWithUniform(logits, vocab, u);
     return;
   }
   const double log_z = kernels::cpu::LogSumExp(logits, vocab);
@@ -34,7 +40,7 @@ void StepSampler::Sample(const ScheduledSequence& seq, float* logits, int64_t vo
     std::memcpy(raw_logits_.data(), logits, static_cast<size_t>(vocab) * sizeof(float));
     raw = raw_logits_.data();
   }
-  out->token_id = seq.sampler->Sample(logits, vocab);
+  out->token_id = seq.sampler->SampleWithUniform(logits, vocab, u);
   out->logprob = static_cast<float>(double(raw[out->token_id]) - log_z);
 }
 

@@ -19,6 +19,10 @@ class StepSampler {
   // `out`, reusing out->top_logprobs' capacity. No heap allocation once the scratch has grown
   // to the largest vocab / logprob count seen.
   void Sample(const ScheduledSequence& seq, float* logits, int64_t vocab, SampledToken* out);
+  // The same with the uniform a seq.sampler->NextUniform() call already drew (a row a device
+  // sampler handed back); Sample draws it itself.
+  void SampleWithUniform(const ScheduledSequence& seq, float* logits, int64_t vocab, double u,
+                         SampledToken* out);
 
  private:
   std::vector<float> raw_logits_;  // a row before the sampler's penalties (for logprobs)

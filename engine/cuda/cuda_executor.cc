@@ -246,78 +246,220 @@ CudaExecutor::DecodeGraph* CudaExecutor::GraphFor(const GraphKey& key) {
   return graphs_.emplace(key, std::move(*g)).first->second.get();
 }
 
-// Which sampled tokens the device picks: sequences without log-probabilities whose samplers
-// carry no bias or penalties (Sampler::NextUniform). The device ranks one chunk of
-// kSamplingChunk tokens per row; a row whose cut or draw lies further down (a flat
-// full-vocabulary draw) comes back as kSampleOnHost and is sampled here with the same uniform.
+// Which sampled tokens the device picks: all, when device sampling is on, but those asking
+// for more than kSamplingChunk log-probabilities. Rows with log-probabilities or penalties keep
+// a raw copy of their logits row (RowLogprobs reads it; a hand-back sends it to the host).
 bool CudaExecutor::PlanDeviceSampling(const StepPlan& plan) {
+  DeviceSampling& d = device_sampling_plan_;
   const size_t n = step_.sampled_plan_index.size();
-  on_device_.assign(n, false);
+  d.on_device.assign(n, false);
+  d.raw_copy.assign(n, -1);
+  d.logprob_row.assign(n, -1);
+  d.num_raw = d.num_logprob_rows = d.max_top = 0;
   if (!device_sampling_) return false;
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
-    on_device_[i] = seq.num_logprobs < 0 && !seq.sampler->ModifiesLogits();
-    any = any || on_device_[i];
+    if (seq.num_logprobs > kc::kSamplingChunk) continue;
+    d.on_device[i] = any = true;
+    if (seq.num_logprobs >= 0) {
+      d.logprob_row[i] = d.num_logprob_rows++;
+      d.max_top = std::max(d.max_top, seq.num_logprobs);
+    }
+    if (seq.num_logprobs >= 0 || seq.sampler->ModifiesLogits()) d.raw_copy[i] = d.num_raw++;
   }
   return any;
 }
 
-// Enqueues the device sampler over all R logits rows with this step's per-row parameters.
-absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, int32_t** tokens) {
+namespace {
+
+// Byte offsets of the device sampler's arrays in one buffer (16-byte aligned): the inputs
+// (staged on the host, copied in one piece), then the outputs (copied back in one piece).
+struct SamplingBlock {
+  int64_t params, uniforms, bias_offsets, bias_ids, bias_values, history_offsets, history_ids,
+      history_counts, logprob_rows, inputs_end;
+  int64_t tokens, token_logprob, top_ids, top_logprobs, end;
+
+  SamplingBlock(int64_t rows, int64_t bias, int64_t history, int64_t logprob_rows_n,
+                int64_t max_top) {
+    int64_t at = 0;
+    auto take = [&at](int64_t bytes) {
+      const int64_t start = at;
+      at += (bytes + 15) / 16 * 16;
+      return start;
+    };
+    params = take(rows * static_cast<int64_t>(sizeof(kc::SamplingRowParams)));
+    uniforms = take(rows * 8);
+    bias_offsets = take((rows + 1) * 4);
+    bias_ids = take(bias * 4);
+    bias_values = take(bias * 4);
+    history_offsets = take((rows + 1) * 4);
+    history_ids = take(history * 4);
+    history_counts = take(history * 4);
+    logprob_rows = take(logprob_rows_n * static_cast<int64_t>(sizeof(kc::LogprobRow)));
+    inputs_end = at;
+    tokens = take(rows * 4);
+    token_logprob = take(logprob_rows_n * 4);
+    top_ids = take(logprob_rows_n * max_top * 4);
+    top_logprobs = take(logprob_rows_n * max_top * 4);
+    end = at;
+  }
+  int64_t outputs_bytes() const { return end - tokens; }
+};
+
+template <typename T>
+T* At(void* base, int64_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+}  // namespace
+
+// Enqueues the device sampler over all R logits rows with this step's per-row parameters,
+// uniforms, biases and penalty histories, then RowLogprobs over the raw copies. *outputs: the
+// device block the caller copies back (SamplingBlock::tokens onwards).
+absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, const char** outputs,
+                                          int64_t* outputs_bytes) {
+  const DeviceSampling& d = device_sampling_plan_;
   const int64_t rows = step_.num_logit_rows;
-  // [rows] parameters, then [rows] f64 uniforms (8-byte aligned), then [rows] picked tokens.
-  const int64_t param_bytes =
-      (rows * static_cast<int64_t>(sizeof(kc::SamplingRowParams)) + 15) / 16 * 16;
-  const int64_t bytes = param_bytes + rows * 8;
-  RETURN_IF_ERROR(Reserve(&sampling_staging_, bytes, "sampling parameters (host)"));
-  RETURN_IF_ERROR(Reserve(&sampling_device_, bytes + rows * 4, "sampling parameters"));
-  auto* params = sampling_staging_.as<kc::SamplingRowParams>();
-  auto* uniforms = reinterpret_cast<double*>(sampling_staging_.as<char>() + param_bytes);
+  const int64_t vocab = model_->config().vocab_size;
+  auto sampler_of = [&](size_t i) -> Sampler& {
+    return *plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])].sampler;
+  };
+  int64_t bias = 0, history = 0;
+  for (size_t i = 0; i < d.on_device.size(); ++i) {
+    if (!d.on_device[i]) continue;
+    bias += static_cast<int64_t>(sampler_of(i).params().logit_bias.size());
+    history += static_cast<int64_t>(sampler_of(i).penalized_ids().size());
+  }
+  const SamplingBlock block(rows, bias, history, d.num_logprob_rows, d.max_top);
+  RETURN_IF_ERROR(Reserve(&sampling_staging_, block.inputs_end, "sampling inputs (host)"));
+  RETURN_IF_ERROR(Reserve(&sampling_device_, block.end, "sampling inputs and outputs"));
+  void* host = sampling_staging_.get();
+  auto* params = At<kc::SamplingRowParams>(host, block.params);
+  auto* uniforms = At<double>(host, block.uniforms);
+  auto* bias_offsets = At<int32_t>(host, block.bias_offsets);
+  auto* bias_ids = At<int32_t>(host, block.bias_ids);
+  auto* bias_values = At<float>(host, block.bias_values);
+  auto* history_offsets = At<int32_t>(host, block.history_offsets);
+  auto* history_ids = At<int32_t>(host, block.history_ids);
+  auto* history_counts = At<int32_t>(host, block.history_counts);
+  auto* logprob_rows = At<kc::LogprobRow>(host, block.logprob_rows);
+  // Rows nobody samples here (host rows, padding) are greedy with no bias or history.
   row_uniform_.assign(static_cast<size_t>(rows), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     params[r] = kc::SamplingRowParams();
     params[r].temperature = 0.0f;
     uniforms[r] = 0.0;
   }
-  for (size_t i = 0; i < on_device_.size(); ++i) {
-    if (!on_device_[i]) continue;
-    Sampler& sampler = *plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])].sampler;
-    const SamplingParams& p = sampler.params();
-    const int64_t row = step_.sampled_logit_row[i];
-    params[row].temperature = p.temperature;
-    params[row].top_k = p.top_k;
-    params[row].top_p = p.top_p;
-    params[row].min_p = p.min_p;
-    uniforms[row] = sampler.NextUniform();
-    row_uniform_[static_cast<size_t>(row)] = uniforms[row];
+  // Bias and history entries are written in row order, so the CSR offsets are prefix sums.
+  std::vector<size_t>& by_row = sampled_by_row_;
+  by_row.assign(static_cast<size_t>(rows), d.on_device.size());
+  for (size_t i = 0; i < d.on_device.size(); ++i) {
+    if (d.on_device[i]) by_row[static_cast<size_t>(step_.sampled_logit_row[i])] = i;
   }
-  STRATA_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(sampling_device_.get(), sampling_staging_.get(), static_cast<size_t>(bytes),
-                      cudaMemcpyHostToDevice, stream_),
-      "sampling parameters cudaMemcpyAsync");
+  int32_t b = 0, h = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    bias_offsets[r] = b;
+    history_offsets[r] = h;
+    const size_t i = by_row[static_cast<size_t>(r)];
+    if (i == d.on_device.size()) continue;
+    Sampler& sampler = sampler_of(i);
+    const SamplingParams& p = sampler.params();
+    params[r].temperature = p.temperature;
+    params[r].top_k = p.top_k;
+    params[r].top_p = p.top_p;
+    params[r].min_p = p.min_p;
+    params[r].repetition_penalty = p.repetition_penalty;
+    params[r].presence_penalty = p.presence_penalty;
+    params[r].frequency_penalty = p.frequency_penalty;
+    uniforms[r] = sampler.NextUniform();
+    row_uniform_[static_cast<size_t>(r)] = uniforms[r];
+    for (const auto& [id, value] : p.logit_bias) {
+      bias_ids[b] = id;
+      bias_values[b++] = value;
+    }
+    for (int32_t id : sampler.penalized_ids()) {
+      history_ids[h] = id;
+      history_counts[h++] = sampler.output_count(id);
+    }
+    if (d.logprob_row[i] >= 0) {
+      const ScheduledSequence& seq =
+          plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
+      logprob_rows[d.logprob_row[i]] = {d.raw_copy[i], static_cast<int32_t>(r), seq.num_logprobs};
+    }
+  }
+  bias_offsets[rows] = b;
+  history_offsets[rows] = h;
+  void* dev = sampling_device_.get();
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, static_cast<size_t>(block.inputs_end),
+                                              cudaMemcpyHostToDevice, stream_),
+                              "sampling inputs cudaMemcpyAsync");
+  // Raw copies before the sampler applies bias and penalties in place.
+  if (d.num_raw > 0) {
+    RETURN_IF_ERROR(Reserve(&raw_logits_, d.num_raw * vocab * 4, "raw logits rows"));
+    for (size_t i = 0; i < d.on_device.size(); ++i) {
+      if (d.raw_copy[i] < 0) continue;
+      STRATA_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(raw_logits_.as<float>() + d.raw_copy[i] * vocab,
+                          logits + step_.sampled_logit_row[i] * vocab,
+                          static_cast<size_t>(vocab) * 4, cudaMemcpyDeviceToDevice, stream_),
+          "raw logits row cudaMemcpyAsync");
+    }
+  }
   kc::SamplingInputs in;
   in.logits = logits;
-  in.params = sampling_device_.as<kc::SamplingRowParams>();
-  in.uniforms = reinterpret_cast<const double*>(sampling_device_.as<char>() + param_bytes);
+  in.params = At<kc::SamplingRowParams>(dev, block.params);
+  in.uniforms = At<double>(dev, block.uniforms);
+  if (bias > 0) {
+    in.bias_offsets = At<int32_t>(dev, block.bias_offsets);
+    in.bias_ids = At<int32_t>(dev, block.bias_ids);
+    in.bias_values = At<float>(dev, block.bias_values);
+  }
+  if (history > 0) {
+    in.history_offsets = At<int32_t>(dev, block.history_offsets);
+    in.history_ids = At<int32_t>(dev, block.history_ids);
+    in.history_counts = At<int32_t>(dev, block.history_counts);
+  }
   in.max_ranked_chunks = 1;  // deeper draws come back (kSampleOnHost): the host ranks faster
-  *tokens = reinterpret_cast<int32_t*>(sampling_device_.as<char>() + bytes);
-  return kc::SampleTokens(in, rows, model_->config().vocab_size, *tokens, stream_);
+  int32_t* tokens = At<int32_t>(dev, block.tokens);
+  RETURN_IF_ERROR(kc::SampleTokens(in, rows, vocab, tokens, stream_));
+  if (d.num_logprob_rows > 0) {
+    const kc::LogprobInputs lin{raw_logits_.as<float>(), tokens,
+                                At<kc::LogprobRow>(dev, block.logprob_rows)};
+    const kc::LogprobOutputs lout{At<float>(dev, block.token_logprob),
+                                  At<int32_t>(dev, block.top_ids),
+                                  At<float>(dev, block.top_logprobs)};
+    RETURN_IF_ERROR(kc::RowLogprobs(lin, d.num_logprob_rows, vocab, d.max_top, lout, stream_));
+  }
+  sampled_outputs_ = {block.token_logprob - block.tokens, block.top_ids - block.tokens,
+                      block.top_logprobs - block.tokens};
+  *outputs = At<const char>(dev, block.tokens);
+  *outputs_bytes = block.outputs_bytes();
+  return absl::OkStatus();
 }
 
-absl::Status CudaExecutor::Sample(const StepPlan& plan, const int32_t* device_tokens,
+absl::Status CudaExecutor::Sample(const StepPlan& plan, const char* device_outputs,
                                   const float* logits, StepResult* result) {
+  const DeviceSampling& d = device_sampling_plan_;
   const int64_t vocab = model_->config().vocab_size;
   const size_t r = step_.sampled_plan_index.size();
   if (result->sampled.size() != r) result->sampled.resize(r);
-  // Rows the device handed back (their draw lay beyond its chunk): their logits rows come back
-  // in one round trip.
+  const auto* device_tokens = reinterpret_cast<const int32_t*>(device_outputs);
+  const auto* token_logprob =
+      reinterpret_cast<const float*>(device_outputs + sampled_outputs_.token_logprob);
+  const auto* top_ids = reinterpret_cast<const int32_t*>(device_outputs + sampled_outputs_.top_ids);
+  const auto* top_logprobs =
+      reinterpret_cast<const float*>(device_outputs + sampled_outputs_.top_logprobs);
+  // Rows the device handed back (their draw lay beyond its chunk): their raw logits rows come
+  // back in one round trip.
   bool any_handed_back = false;
   for (size_t i = 0; i < r; ++i) {
     const int64_t row = step_.sampled_logit_row[i];
-    if (!on_device_[i] || device_tokens[row] != kc::kSampleOnHost) continue;
+    if (!d.on_device[i] || device_tokens[row] != kc::kSampleOnHost) continue;
+    const float* raw =
+        d.raw_copy[i] >= 0 ? raw_logits_.as<float>() + d.raw_copy[i] * vocab : logits + row * vocab;
     STRATA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(outputs_host_.as<float>() + row * vocab, logits + row * vocab,
+        cudaMemcpyAsync(outputs_host_.as<float>() + row * vocab, raw,
                         static_cast<size_t>(vocab) * 4, cudaMemcpyDeviceToHost, stream_),
         "handed-back logits row cudaMemcpyAsync");
     any_handed_back = true;
@@ -330,23 +472,31 @@ absl::Status CudaExecutor::Sample(const StepPlan& plan, const int32_t* device_to
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
     const int64_t row = step_.sampled_logit_row[i];
     float* host_row = outputs_host_.as<float>() + row * vocab;
-    if (!on_device_[i]) {
-      sampler_.Sample(seq, host_row, vocab, &result->sampled[i]);
+    SampledToken& out = result->sampled[i];
+    if (!d.on_device[i]) {
+      sampler_.Sample(seq, host_row, vocab, &out);
       continue;
     }
-    SampledToken& out = result->sampled[i];
-    out.seq_id = seq.seq_id;
-    out.logprob = 0.0f;
-    out.top_logprobs.clear();
-    out.token_id = device_tokens[row];
-    if (out.token_id == kc::kSampleOnHost) {
-      out.token_id =
-          seq.sampler->SampleWithUniform(host_row, vocab, row_uniform_[static_cast<size_t>(row)]);
+    if (device_tokens[row] == kc::kSampleOnHost) {
+      sampler_.SampleWithUniform(seq, host_row, vocab, row_uniform_[static_cast<size_t>(row)],
+                                 &out);
       ++handed_back_rows_;
       continue;
     }
+    out.seq_id = seq.seq_id;
+    out.token_id = device_tokens[row];
     CHECK(out.token_id >= 0 && out.token_id < vocab) << "device sampler picked " << out.token_id;
     seq.sampler->Accept(out.token_id);
+    out.logprob = 0.0f;
+    out.top_logprobs.clear();
+    const int32_t lp = d.logprob_row[i];
+    if (lp < 0) continue;
+    out.logprob = token_logprob[lp];
+    const int64_t n = std::min<int64_t>(seq.num_logprobs, vocab);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t at = lp * d.max_top + k;
+      out.top_logprobs.push_back({top_ids[at], top_logprobs[at]});
+    }
   }
   return absl::OkStatus();
 }
@@ -390,20 +540,22 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   }
 
   // Sampling on the device where it can be (then only token ids come back).
-  int32_t* device_tokens = nullptr;
+  const char* device_outputs = nullptr;
+  int64_t device_outputs_bytes = 0;
   const bool device_sampling = PlanDeviceSampling(plan);
   if (device_sampling) {
-    RETURN_IF_ERROR(SampleOnDevice(plan, const_cast<float*>(logits), &device_tokens));
+    RETURN_IF_ERROR(
+        SampleOnDevice(plan, const_cast<float*>(logits), &device_outputs, &device_outputs_bytes));
   }
   // Outputs back to the host: the invalid-id count, the expert offsets, the device-sampled
   // tokens, and the logits rows the host samples (all rows when no row is sampled on device).
-  const int64_t rows = step_.num_logit_rows;
-  const int64_t out_bytes = logit_floats * 4 + 4 + offsets_ints * 4 + rows * 4;
+  const int64_t sampled_bytes = device_sampling ? device_outputs_bytes : 0;
+  const int64_t out_bytes = logit_floats * 4 + 4 + offsets_ints * 4 + sampled_bytes;
   RETURN_IF_ERROR(Reserve(&outputs_host_, out_bytes, "step outputs (host)"));
   float* logits_host = outputs_host_.as<float>();
   int32_t* invalid_host = reinterpret_cast<int32_t*>(logits_host + logit_floats);
   int32_t* offsets_host = invalid_host + 1;
-  int32_t* tokens_host = offsets_host + offsets_ints;
+  char* sampled_host = reinterpret_cast<char*>(offsets_host + offsets_ints);
   auto copy = [this](void* dst, const void* src, int64_t bytes) -> absl::Status {
     if (bytes == 0) return absl::OkStatus();
     return kc::CudaStatus(
@@ -413,9 +565,9 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   RETURN_IF_ERROR(copy(invalid_host, invalid_tokens, 4));
   RETURN_IF_ERROR(copy(offsets_host, expert_offsets, offsets_ints * 4));
   if (device_sampling) {
-    RETURN_IF_ERROR(copy(tokens_host, device_tokens, rows * 4));
-    for (size_t i = 0; i < on_device_.size(); ++i) {
-      if (on_device_[i]) continue;
+    RETURN_IF_ERROR(copy(sampled_host, device_outputs, sampled_bytes));
+    for (size_t i = 0; i < device_sampling_plan_.on_device.size(); ++i) {
+      if (device_sampling_plan_.on_device[i]) continue;
       const int64_t row = step_.sampled_logit_row[i];
       RETURN_IF_ERROR(copy(logits_host + row * vocab, logits + row * vocab, vocab * 4));
     }
@@ -437,7 +589,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   } else {
     result->expert_tokens.clear();
   }
-  RETURN_IF_ERROR(Sample(plan, tokens_host, logits, result));
+  RETURN_IF_ERROR(Sample(plan, sampled_host, logits, result));
   return scratch_.Reset();
 }
 

@@ -6,12 +6,13 @@
 // state and conv rows in f32, laid out by kvcache::CacheLayout from PlanMemory(
 // CudaCacheSpecFor(cfg))) is one device allocation made by AllocateCaches; the forward's
 // scratch is a device arena that grows to the largest step and then stays (device_arena.h).
-// Per step: one host→device copy of the step's index arrays; the device sampler picks the
-// tokens of sequences without log-probabilities, bias or penalties (with the uniform their own
-// sampler draws: the same tokens the host would pick) and only their ids come back; the other
-// rows' logits come back and are sampled on the host with the sequences' own samplers (so
-// penalties, seeds and log-probabilities are exactly the CPU executor's); the expert offsets of
-// every MoE layer come back in one small copy.
+// Per step: one host→device copy of the step's index arrays; the device sampler picks every
+// sampled token (with the uniform the sequence's own sampler draws, its bias and its penalty
+// history: the same token the host would pick) and computes the requested log-probabilities
+// (up to kSamplingChunk per token), so only ids and log-probabilities come back; a row whose
+// draw lies deeper than the device's one ranked chunk comes back raw and is sampled on the
+// host with the same uniform, as are rows asking for more log-probabilities; the expert offsets
+// of every MoE layer come back in one small copy.
 //
 // Decode steps (every sequence one token) run as CUDA graphs when the model's forward never
 // synchronises with the host (CudaModelOptions::own_grouped_gemm): the step is padded to a
@@ -122,11 +123,13 @@ class CudaExecutor : public StepExecutor {
   absl::Status InitSlots(const StepPlan& plan);
   absl::Status CopyStateRow(int32_t from_row, int32_t to_row);
   bool PlanDeviceSampling(const StepPlan& plan);
-  absl::Status SampleOnDevice(const StepPlan& plan, float* logits, int32_t** tokens);
-  // The step's tokens: device-picked ones from `device_tokens` (host copy, by logits row), the
-  // others sampled here from the host copy of their logits rows; rows the device handed back
-  // copy their row of `logits` (device) first.
-  absl::Status Sample(const StepPlan& plan, const int32_t* device_tokens, const float* logits,
+  absl::Status SampleOnDevice(const StepPlan& plan, float* logits, const char** outputs,
+                              int64_t* outputs_bytes);
+  // The step's tokens: device-picked ones (and their log-probabilities) from the host copy of
+  // the device sampler's outputs, the others sampled here from the host copy of their logits
+  // rows; rows the device handed back copy their raw row (device) first and are sampled here
+  // with the uniform the device was given.
+  absl::Status Sample(const StepPlan& plan, const char* device_outputs, const float* logits,
                       StepResult* result);
   char* arena() const { return caches_arena_.as<char>(); }
 
@@ -147,11 +150,25 @@ class CudaExecutor : public StepExecutor {
   kernels::cuda::DeviceBuffer cublas_workspace_;  // set once: cuBLAS allocates nothing in graphs
   bool graphs_enabled_ = true;
   bool device_sampling_ = true;
-  std::vector<bool> on_device_;      // per sampled token: picked on the device
-  std::vector<double> row_uniform_;  // by logits row: the uniform it was given
+  // This step's device sampling, by sampled token (StepLayout::sampled_plan_index order).
+  struct DeviceSampling {
+    std::vector<bool> on_device;       // picked on the device
+    std::vector<int32_t> raw_copy;     // ≥ 0: its raw logits row in raw_logits_
+    std::vector<int32_t> logprob_row;  // ≥ 0: its row of RowLogprobs' outputs
+    int32_t num_raw = 0, num_logprob_rows = 0, max_top = 0;
+  };
+  // Byte offsets of RowLogprobs' outputs from the start of the device sampler's outputs.
+  struct SampledOutputs {
+    int64_t token_logprob = 0, top_ids = 0, top_logprobs = 0;
+  };
+  DeviceSampling device_sampling_plan_;
+  SampledOutputs sampled_outputs_;
+  std::vector<double> row_uniform_;     // by logits row: the uniform it was given
+  std::vector<size_t> sampled_by_row_;  // by logits row: its sampled token (or the count)
   int64_t handed_back_rows_ = 0;
-  kernels::cuda::PinnedBuffer sampling_staging_;  // per-row parameters + uniforms (host)
-  kernels::cuda::DeviceBuffer sampling_device_;   // the same + the picked tokens
+  kernels::cuda::PinnedBuffer sampling_staging_;  // the device sampler's inputs (host)
+  kernels::cuda::DeviceBuffer sampling_device_;   // its inputs and outputs
+  kernels::cuda::DeviceBuffer raw_logits_;        // raw copies of rows it modifies
   std::map<GraphKey, std::unique_ptr<DecodeGraph>> graphs_;
   std::set<GraphKey> graph_failed_;
   int64_t graph_replays_ = 0;

@@ -293,11 +293,13 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
               static_cast<long long>(gpu_->graph_replays()));
 }
 
-// Device sampling picks the host sampler's token in every mode the executor sends to the
-// device (greedy, top-k, top-p, min-p, full-vocabulary draws at several temperatures), rows
-// handed back because their draw lay past the device's 1024 ranks included: two CUDA
-// executors, with and without device sampling, see the same logits and must agree token for
-// token, with identically seeded samplers, over a prefill and six decode steps.
+// Device sampling picks the host sampler's token in every mode (greedy, top-k, top-p, min-p,
+// full-vocabulary draws at several temperatures, logit bias, repetition / presence / frequency
+// penalties over prompt and output histories), rows handed back because their draw lay past
+// the device's 1024 ranks included, and its log-probabilities (chosen token and top n) match
+// the host's: two CUDA executors, with and without device sampling, see the same logits and
+// must agree token for token, with identically seeded samplers, over a prefill and six decode
+// steps. A row asking for more than 1024 log-probabilities is sampled on the host.
 TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   if (!kernels::cuda::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
   const std::string dir = testing::TempDir() + "/cuda_exec_sampling_" + std::to_string(getpid());
@@ -312,7 +314,7 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   auto model = Model::Load(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   const kvcache::CacheLayout layout = kvcache::LayoutWithPools(
-      CudaCacheSpecFor((*model)->config()), kBlockSize, kNumBlocks, /*num_slots=*/8, 0);
+      CudaCacheSpecFor((*model)->config()), kBlockSize, kNumBlocks, /*num_slots=*/16, 0);
   std::unique_ptr<CudaExecutor> executors[2];
   for (int e = 0; e < 2; ++e) {
     CudaExecutorOptions exec_options;
@@ -322,7 +324,9 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
     executors[e] = std::move(*created);
     ASSERT_TRUE(executors[e]->AllocateCaches(layout).ok());
   }
-  std::vector<SamplingParams> modes(8);
+  constexpr int kModes = 14;
+  std::vector<SamplingParams> modes(kModes);
+  std::vector<int> num_logprobs(kModes, -1);
   modes[0].temperature = 0.0f;  // greedy
   modes[1].temperature = 1.0f;  // the OpenAI default: a full-vocabulary draw
   modes[2].temperature = 3.0f;  // flat: draws far down the ranks (handed back)
@@ -331,22 +335,31 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   modes[5].top_p = 0.9f;
   modes[6].temperature = 1.5f, modes[6].min_p = 0.05f;
   modes[7].temperature = 2.0f, modes[7].top_k = 3000, modes[7].top_p = 0.95f;
+  // Bias, penalties (prompt and output histories) and log-probabilities on the device.
+  modes[8].repetition_penalty = 1.3f, modes[8].top_p = 0.9f;
+  modes[9].temperature = 0.8f, modes[9].presence_penalty = 0.5f, modes[9].frequency_penalty = 0.3f;
+  modes[9].logit_bias = {{5, 3.0f}, {17, -100.0f}, {5, 1.5f}};
+  modes[10].temperature = 0.0f, modes[10].repetition_penalty = 1.2f, num_logprobs[10] = 5;
+  num_logprobs[11] = 0;  // the chosen token's only; full-vocabulary draws (handed back)
+  modes[12].temperature = 3.0f, modes[12].frequency_penalty = 1.0f;  // penalised, handed back
+  modes[13].top_k = 20, modes[13].presence_penalty = -0.5f, num_logprobs[13] = 2000;  // host
   std::vector<std::shared_ptr<Sampler>> samplers[2];
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kModes; ++i) {
     std::vector<int32_t> prompt;
     for (int t = 0; t < 10 + i; ++t) prompt.push_back((t * 131 + i * 17 + 5) % 4099);
     prompts.push_back(prompt);
     for (auto& s : samplers) s.push_back(std::make_shared<Sampler>(modes[i], 100 + i, prompt));
   }
-  std::vector<int32_t> next(8);
-  std::vector<int64_t> ctx(8, 0);
+  std::vector<int32_t> next(kModes);
+  std::vector<int64_t> ctx(kModes, 0);
+  int logprob_rows = 0;
   for (int step = 0; step <= 6; ++step) {
-    std::vector<int32_t> tokens[2];
+    StepResult results[2];
     for (int e = 0; e < 2; ++e) {
       StepPlan plan;
       plan.step_id = step;
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < kModes; ++i) {
         ScheduledSequence s;
         s.seq_id = i + 1;
         s.token_ids = step == 0 ? prompts[i] : std::vector<int32_t>{next[i]};
@@ -356,22 +369,35 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
         s.slot_init = step == 0 ? SlotInit::kZero : SlotInit::kCarry;
         s.sample = true;
         s.sampler = samplers[e][i];
+        s.num_logprobs = num_logprobs[i];
         plan.sequences.push_back(std::move(s));
       }
-      const StepResult result = executors[e]->Execute(plan);
-      ASSERT_EQ(result.sampled.size(), 8u);
-      for (const SampledToken& t : result.sampled) tokens[e].push_back(t.token_id);
+      results[e] = executors[e]->Execute(plan);
+      ASSERT_EQ(results[e].sampled.size(), static_cast<size_t>(kModes));
     }
-    EXPECT_EQ(tokens[0], tokens[1]) << "step " << step;
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kModes; ++i) {
+      const SampledToken& dev = results[0].sampled[i];
+      const SampledToken& host = results[1].sampled[i];
+      EXPECT_EQ(dev.token_id, host.token_id) << "step " << step << " mode " << i;
+      if (num_logprobs[i] < 0) continue;
+      ++logprob_rows;
+      EXPECT_NEAR(dev.logprob, host.logprob, 1e-4) << "step " << step << " mode " << i;
+      ASSERT_EQ(dev.top_logprobs.size(), host.top_logprobs.size()) << "mode " << i;
+      for (size_t k = 0; k < dev.top_logprobs.size(); ++k) {
+        EXPECT_EQ(dev.top_logprobs[k].token_id, host.top_logprobs[k].token_id)
+            << "step " << step << " mode " << i << " rank " << k;
+        EXPECT_NEAR(dev.top_logprobs[k].logprob, host.top_logprobs[k].logprob, 1e-4);
+      }
+    }
+    for (int i = 0; i < kModes; ++i) {
       ctx[i] += step == 0 ? static_cast<int64_t>(prompts[i].size()) : 1;
-      next[i] = tokens[1][i];
+      next[i] = results[1].sampled[i].token_id;
     }
   }
   EXPECT_GT(executors[0]->handed_back_rows(), 0) << "no row exercised the hand-back";
   EXPECT_EQ(executors[1]->handed_back_rows(), 0);
-  std::printf("device sampling: %lld of %d rows handed back to the host\n",
-              static_cast<long long>(executors[0]->handed_back_rows()), 7 * 8);
+  std::printf("device sampling: %lld of %d rows handed back to the host (%d with logprobs)\n",
+              static_cast<long long>(executors[0]->handed_back_rows()), 7 * kModes, logprob_rows);
   std::filesystem::remove_all(dir);
 }
 

@@ -607,15 +607,17 @@ void BenchMxfp4(Bench& bench, const char* model, int64_t experts, int64_t n, int
 }
 
 // Sampling `rows` logits rows of `vocab`: GB/s counts one read of the logits (the radix passes
-// re-read them from L2, so this is far below the copy ceiling by design).
+// re-read them from L2, so this is far below the copy ceiling by design). `history` > 0: each
+// row carries a penalty history of that many distinct ids (the penalties change the logits,
+// which is harmless to the timing: every launch reads the same amount).
 void BenchSampling(Bench& bench, const char* what, int64_t rows, int64_t vocab,
-                   const SamplingRowParams& p, float spread) {
+                   const SamplingRowParams& p, float spread, int64_t history = 0) {
   const std::string kernel = "SampleTokens";
   if (!bench.Wants(kernel)) return;
   const std::string shape =
       std::string(what) + " B" + std::to_string(rows) + " V" + std::to_string(vocab);
   Buf logits(rows * vocab * 4), params(rows * static_cast<int64_t>(sizeof(SamplingRowParams))),
-      uniforms(rows * 8), tokens(rows * 4);
+      uniforms(rows * 8), tokens(rows * 4), history_buf(((rows + 1) + 2 * rows * history) * 4);
   BENCH_CHECK(bench, kernel, shape, bench.Fill(logits.as<float>(), rows * vocab, -spread, spread));
   const std::vector<SamplingRowParams> host_params(rows, p);
   std::vector<double> host_u(rows);
@@ -624,11 +626,50 @@ void BenchSampling(Bench& bench, const char* what, int64_t rows, int64_t vocab,
               CudaCopy(params.as<void>(), host_params.data(), rows * sizeof(SamplingRowParams)));
   BENCH_CHECK(bench, kernel, shape, CudaCopy(uniforms.as<void>(), host_u.data(), rows * 8));
   SamplingInputs in;
-  in.logits = logits.as<float>();  // no bias or penalties: launches leave the logits unchanged
+  in.logits = logits.as<float>();
   in.params = params.as<SamplingRowParams>();
   in.uniforms = uniforms.as<double>();
+  if (history > 0) {  // [rows + 1] offsets, then ids (every 37th id), then counts (1)
+    std::vector<int32_t> host_history;
+    for (int64_t r = 0; r <= rows; ++r) host_history.push_back(static_cast<int32_t>(r * history));
+    for (int64_t i = 0; i < rows * history; ++i) {
+      host_history.push_back(static_cast<int32_t>(i % history * 37 % vocab));
+    }
+    host_history.resize(host_history.size() + rows * history, 1);
+    BENCH_CHECK(bench, kernel, shape,
+                CudaCopy(history_buf.as<void>(), host_history.data(), host_history.size() * 4));
+    in.history_offsets = history_buf.as<int32_t>();
+    in.history_ids = in.history_offsets + rows + 1;
+    in.history_counts = in.history_ids + rows * history;
+  }
   bench.Time(kernel, shape, rows * vocab * 4.0, 0.0, false, "-",
              [&] { return SampleTokens(in, rows, vocab, tokens.as<int32_t>(), bench.stream); });
+}
+
+// Log-probabilities of `rows` raw rows (top `top`): GB/s counts one read of the logits.
+void BenchLogprobs(Bench& bench, int64_t rows, int64_t vocab, int top) {
+  const std::string kernel = "RowLogprobs";
+  if (!bench.Wants(kernel)) return;
+  const std::string shape =
+      "top " + std::to_string(top) + " B" + std::to_string(rows) + " V" + std::to_string(vocab);
+  Buf logits(rows * vocab * 4), tokens(rows * 4),
+      row_buf(rows * static_cast<int64_t>(sizeof(LogprobRow))), token_logprob(rows * 4),
+      top_ids(rows * top * 4), top_logprobs(rows * top * 4);
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(logits.as<float>(), rows * vocab, -8, 8));
+  std::vector<int32_t> host_tokens(rows);
+  std::vector<LogprobRow> host_rows(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    host_tokens[r] = static_cast<int32_t>(r * 997 % vocab);
+    host_rows[r] = {static_cast<int32_t>(r), static_cast<int32_t>(r), top};
+  }
+  BENCH_CHECK(bench, kernel, shape, CudaCopy(tokens.as<void>(), host_tokens.data(), rows * 4));
+  BENCH_CHECK(bench, kernel, shape,
+              CudaCopy(row_buf.as<void>(), host_rows.data(), rows * sizeof(LogprobRow)));
+  const LogprobInputs in{logits.as<float>(), tokens.as<int32_t>(), row_buf.as<LogprobRow>()};
+  const LogprobOutputs out{token_logprob.as<float>(), top_ids.as<int32_t>(),
+                           top_logprobs.as<float>()};
+  bench.Time(kernel, shape, rows * vocab * 4.0, 0.0, false, "-",
+             [&] { return RowLogprobs(in, rows, vocab, top, out, bench.stream); });
 }
 
 // `rows` routed rows spread uniformly at random (fixed seed) over `experts` experts: the
@@ -845,6 +886,12 @@ int Run(Bench& bench) {
     wide.top_p = 0.9f;
     BenchSampling(bench, "greedy", 64, 163840, greedy, 8.0f);
     BenchSampling(bench, "top-k 50 top-p .9", 64, 163840, nucleus, 8.0f);
+    SamplingRowParams penalised = nucleus;
+    penalised.repetition_penalty = 1.1f;
+    penalised.frequency_penalty = 0.2f;
+    BenchSampling(bench, "top-k 50 top-p .9 + 4096-id penalties", 64, 163840, penalised, 8.0f,
+                  4096);
+    BenchLogprobs(bench, 64, 163840, 20);
     if (all) {
       BenchSampling(bench, "top-p .9 peaked", 64, 163840, wide, 256.0f);
       BenchSampling(bench, "top-p .9 flat (chunk walk)", 8, 163840, wide, 1.0f);

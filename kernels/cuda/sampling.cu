@@ -1,5 +1,7 @@
 #include "kernels/cuda/sampling.h"
 
+#include <string>
+
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/launch.cuh"
 
@@ -61,6 +63,19 @@ __device__ void BlockBest(float& v, int& i, Shared& sh) {
     }
   }
   __syncthreads();
+}
+
+// The row's best (value, id) in every thread.
+__device__ void RowBest(const float* row, int vocab, float& v, int& i, Shared& sh) {
+  v = -INFINITY;
+  i = 0x7fffffff;
+  for (int c = threadIdx.x; c < vocab; c += kThreads) {
+    if (Better(row[c], c, v, i)) {
+      v = row[c];
+      i = c;
+    }
+  }
+  BlockBest(v, i, sh);
 }
 
 __device__ double BlockSum(double x, Shared& sh) {
@@ -162,21 +177,24 @@ __device__ void ApplyPenalties(const SamplingInputs& in, int64_t r, int vocab,
     }
   }
   __syncthreads();
-  const bool repetition = in.seen != nullptr && p.repetition_penalty != 1.0f;
-  const bool frequency =
-      in.counts != nullptr && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
-  if (repetition || frequency) {
-    for (int c = threadIdx.x; c < vocab; c += kThreads) {
-      float x = row[c];
-      if (repetition && in.seen[r * vocab + c] != 0) {
+  // The history lists each id once: its threads touch distinct logits.
+  const bool repetition = p.repetition_penalty != 1.0f;
+  const bool frequency = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  if (in.history_offsets != nullptr && (repetition || frequency)) {
+    for (int h = in.history_offsets[r] + static_cast<int>(threadIdx.x);
+         h < in.history_offsets[r + 1]; h += kThreads) {
+      const int id = in.history_ids[h];
+      if (id < 0 || id >= vocab) continue;
+      float x = row[id];
+      if (repetition) {
         x = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
       }
-      const int count = frequency ? in.counts[r * vocab + c] : 0;
-      if (count > 0) {
+      const int count = in.history_counts[h];
+      if (frequency && count > 0) {
         x = __fsub_rn(
             x, __fmaf_rn(static_cast<float>(count), p.frequency_penalty, p.presence_penalty));
       }
-      row[c] = x;
+      row[id] = x;
     }
   }
   __syncthreads();
@@ -224,15 +242,9 @@ __global__ void __launch_bounds__(kThreads)
   const SamplingRowParams p = in.params[r];
   float* row = in.logits + r * vocab;
   ApplyPenalties(in, r, vocab, p, row);
-  float best_v = -INFINITY;
-  int best_i = 0x7fffffff;
-  for (int c = threadIdx.x; c < vocab; c += kThreads) {
-    if (Better(row[c], c, best_v, best_i)) {
-      best_v = row[c];
-      best_i = c;
-    }
-  }
-  BlockBest(best_v, best_i, sh);
+  float best_v;
+  int best_i;
+  RowBest(row, vocab, best_v, best_i, sh);
   if (p.temperature <= 1e-5f) {  // SamplingParams::greedy()
     if (threadIdx.x == 0) tokens[r] = best_i;
     return;
@@ -315,6 +327,40 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) tokens[r] = sh.result != 0 ? sh.result : chosen;
 }
 
+// engine StepSampler: log_z = max + log Σ exp(x − max) (f64 here, any order), the chosen
+// token's x − log_z, the best n by rank key with theirs.
+__global__ void __launch_bounds__(kThreads)
+    LogprobKernel(LogprobInputs in, int vocab, int max_top, LogprobOutputs out) {
+  __shared__ Shared sh;
+  const int64_t r = blockIdx.x;
+  const LogprobRow lr = in.rows[r];
+  const float* row = in.logits + static_cast<int64_t>(lr.logits_row) * vocab;
+  float best_v;
+  int best_i;
+  RowBest(row, vocab, best_v, best_i, sh);
+  const double max_logit = best_v;
+  double part = 0.0;
+  for (int c = threadIdx.x; c < vocab; c += kThreads) {
+    part += exp(static_cast<double>(row[c]) - max_logit);
+  }
+  const double log_z = max_logit + log(BlockSum(part, sh));
+  if (threadIdx.x == 0) {
+    const int token = in.tokens[lr.token_row];
+    out.token_logprob[r] = token >= 0 && token < vocab
+                               ? static_cast<float>(static_cast<double>(row[token]) - log_z)
+                               : NAN;  // the caller computes it
+  }
+  const int n = min(min(lr.num_top, max_top), vocab);
+  if (n <= 0) return;  // uniform per block
+  const uint64_t hi = SelectKth(row, vocab, static_cast<unsigned int>(n), sh);
+  LoadChunk(row, vocab, false, 0, hi, max_logit, 1.0, sh);
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const int id = static_cast<int>(sh.keys[i] & 0xffffffffu);
+    out.top_ids[r * max_top + i] = id;
+    out.top_logprobs[r * max_top + i] = static_cast<float>(static_cast<double>(row[id]) - log_z);
+  }
+}
+
 }  // namespace
 
 absl::Status SampleTokens(const SamplingInputs& in, int64_t rows, int64_t vocab, int32_t* tokens,
@@ -328,10 +374,34 @@ absl::Status SampleTokens(const SamplingInputs& in, int64_t rows, int64_t vocab,
   if (in.bias_offsets != nullptr && (in.bias_ids == nullptr || in.bias_values == nullptr)) {
     return absl::InvalidArgumentError("SampleTokens: bias_offsets without ids/values");
   }
+  if (in.history_offsets != nullptr &&
+      (in.history_ids == nullptr || in.history_counts == nullptr)) {
+    return absl::InvalidArgumentError("SampleTokens: history_offsets without ids/counts");
+  }
   if (rows == 0) return absl::OkStatus();
   internal::LaunchKernel(SampleKernel, static_cast<unsigned>(rows), kThreads, 0, stream, in,
                          static_cast<int>(vocab), tokens);
   return LaunchStatus("SampleKernel launch");
+}
+
+absl::Status RowLogprobs(const LogprobInputs& in, int64_t rows, int64_t vocab, int max_top,
+                         const LogprobOutputs& out, cudaStream_t stream) {
+  if (rows < 0 || rows > 0x7fffffff || vocab < 1 || vocab >= 0x7fffffff) {
+    return absl::InvalidArgumentError("RowLogprobs: bad rows or vocab");
+  }
+  if (max_top < 0 || max_top > kSamplingChunk) {
+    return absl::InvalidArgumentError("RowLogprobs: max_top " + std::to_string(max_top) +
+                                      " outside [0, " + std::to_string(kSamplingChunk) + "]");
+  }
+  if (in.logits == nullptr || in.tokens == nullptr || in.rows == nullptr ||
+      out.token_logprob == nullptr ||
+      (max_top > 0 && (out.top_ids == nullptr || out.top_logprobs == nullptr))) {
+    return absl::InvalidArgumentError("RowLogprobs: null logits, tokens, rows or outputs");
+  }
+  if (rows == 0) return absl::OkStatus();
+  internal::LaunchKernel(LogprobKernel, static_cast<unsigned>(rows), kThreads, 0, stream, in,
+                         static_cast<int>(vocab), max_top, out);
+  return LaunchStatus("LogprobKernel launch");
 }
 
 }  // namespace strata::kernels::cuda

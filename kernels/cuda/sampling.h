@@ -2,8 +2,10 @@
 // rules of engine/sampling.cc (Sampler::Sample / DrawFromBest in its full-sort form), applied in
 // the same order:
 //   1. logit bias (CSR per row, added in list order);
-//   2. repetition penalty where seen[r, v] != 0 (logit > 0: divided, else multiplied);
-//   3. presence / frequency penalty where counts[r, v] > 0: logit −= fma(count, freq, presence);
+//   2. repetition penalty on every id of the row's penalty history (logit > 0: divided, else
+//      multiplied);
+//   3. presence / frequency penalty on the history ids with count > 0:
+//      logit −= fma(count, freq, presence);
 //   4. temperature ≤ 1e-5 → greedy argmax (lowest id on ties); else rank tokens by (logit
 //      descending, id ascending), p_i = exp((x_i − x_max)/T) in f64, top-k keeps the best k,
 //      top-p cuts at the first rank whose cumulative p_i/Σp reaches top_p, min-p cuts at the
@@ -23,7 +25,12 @@
 // (order-preserving logit bits, id) — 8 passes over the row — then the chunk is gathered and
 // bitonic-sorted in shared memory. Usually one chunk suffices (top-k ≤ 1024, or a top-p / min-p
 // cut inside the best 1024); flat distributions walk further chunks (slower, still exact), or,
-// with max_ranked_chunks, hand the row back to the host.
+// with max_ranked_chunks, hand the row back to the host. Penalties touch only the history ids
+// (engine Sampler::penalized_ids: what a sequence has seen), not the whole row.
+//
+// RowLogprobs: log-probabilities of a raw (unpenalised) row, as engine/step_sampling.h defines
+// them — log_z = log Σ exp(x) in f64, the chosen token's x − log_z, and the best n tokens by
+// (logit descending, id ascending) with theirs. One CTA per row, the same ranking machinery.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -52,10 +59,14 @@ struct SamplingInputs {
   float* logits = nullptr;                    // [rows, vocab], modified in place
   const SamplingRowParams* params = nullptr;  // [rows]
   const double* uniforms = nullptr;           // [rows] in [0, 1)
-  const uint8_t* seen = nullptr;              // [rows, vocab] prompt + output tokens, optional
-  const int32_t* counts = nullptr;            // [rows, vocab] output token counts, optional
-  const int32_t* bias_offsets = nullptr;      // [rows + 1] into bias_ids/values, optional
-  const int32_t* bias_ids = nullptr;          // ids outside [0, vocab) are ignored
+  // Penalty history (CSR, optional): per row the ids the penalties touch, each at most once —
+  // the repetition penalty applies to every listed id (list prompt + output tokens), presence
+  // / frequency where the id's count (times generated) is > 0. Ids outside [0, vocab) ignored.
+  const int32_t* history_offsets = nullptr;  // [rows + 1] into history_ids / history_counts
+  const int32_t* history_ids = nullptr;
+  const int32_t* history_counts = nullptr;
+  const int32_t* bias_offsets = nullptr;  // [rows + 1] into bias_ids/values, optional
+  const int32_t* bias_ids = nullptr;      // ids outside [0, vocab) are ignored
   const float* bias_values = nullptr;
   // > 0: rank at most this many chunks of kSamplingChunk tokens per row; a row whose top-p /
   // min-p cut or draw lies further down gets kSampleOnHost instead of a token (the caller
@@ -70,5 +81,31 @@ inline constexpr int32_t kSampleOnHost = -2;
 // only on an internal inconsistency (a bug).
 absl::Status SampleTokens(const SamplingInputs& in, int64_t rows, int64_t vocab, int32_t* tokens,
                           cudaStream_t stream);
+
+// Which raw row RowLogprobs reads, which token was chosen for it, and how many best tokens.
+struct LogprobRow {
+  int32_t logits_row = 0;  // into LogprobInputs::logits
+  int32_t token_row = 0;   // into LogprobInputs::tokens
+  int32_t num_top = 0;     // best tokens wanted; clamped to max_top and vocab
+};
+
+// Device pointers.
+struct LogprobInputs {
+  const float* logits = nullptr;     // [*, vocab] raw rows (before bias and penalties)
+  const int32_t* tokens = nullptr;   // chosen tokens; a negative one gets a NaN logprob
+  const LogprobRow* rows = nullptr;  // [rows]
+};
+
+// Outputs, device pointers: token_logprob [rows]; top_ids / top_logprobs [rows, max_top],
+// the first min(num_top, vocab) of a row written, best first.
+struct LogprobOutputs {
+  float* token_logprob = nullptr;
+  int32_t* top_ids = nullptr;
+  float* top_logprobs = nullptr;
+};
+
+// max_top ≤ kSamplingChunk.
+absl::Status RowLogprobs(const LogprobInputs& in, int64_t rows, int64_t vocab, int max_top,
+                         const LogprobOutputs& out, cudaStream_t stream);
 
 }  // namespace strata::kernels::cuda

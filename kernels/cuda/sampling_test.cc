@@ -174,12 +174,27 @@ void RunCase(int64_t vocab, int rows, Logits kind, bool with_arrays, std::mt1993
       max_ranked_chunks > 0 ? absl::StrCat("_budget", max_ranked_chunks) : "");
   std::vector<float> logits = MakeLogits(kind, rows * vocab, rng);
   const std::vector<HostRow> host = MakeRows(rows, vocab, rng);
+  // Penalty histories: ~5 % of the ids per row (half prompt-only, count 0), in shuffled order,
+  // plus one id outside the vocabulary (ignored); the dense seen / counts are the host's view.
   std::vector<uint8_t> seen(rows * vocab);
   std::vector<int32_t> counts(rows * vocab);
+  std::vector<int32_t> history_offsets = {0}, history_ids, history_counts;
   std::uniform_int_distribution<int> pct(0, 99);
-  for (size_t i = 0; i < seen.size(); ++i) {
-    seen[i] = pct(rng) < 5 ? 1 : 0;
-    counts[i] = pct(rng) < 5 ? 1 + pct(rng) % 3 : 0;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<int32_t> ids(vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int32_t id : ids) {
+      if (pct(rng) >= 5) continue;
+      const int32_t count = pct(rng) < 50 ? 0 : 1 + pct(rng) % 3;
+      seen[r * vocab + id] = 1;
+      counts[r * vocab + id] = count;
+      history_ids.push_back(id);
+      history_counts.push_back(count);
+    }
+    history_ids.push_back(r % 2 == 0 ? static_cast<int32_t>(vocab) : -1);
+    history_counts.push_back(2);
+    history_offsets.push_back(static_cast<int32_t>(history_ids.size()));
   }
   std::vector<SamplingRowParams> params;
   std::vector<double> uniforms;
@@ -199,8 +214,9 @@ void RunCase(int64_t vocab, int rows, Logits kind, bool with_arrays, std::mt1993
   DeviceArray<float> d_logits(logits), d_bias_values(bias_values);
   DeviceArray<SamplingRowParams> d_params(params);
   DeviceArray<double> d_uniforms(uniforms);
-  DeviceArray<uint8_t> d_seen(seen);
-  DeviceArray<int32_t> d_counts(counts), d_offsets(offsets), d_bias_ids(bias_ids), d_tokens(rows);
+  DeviceArray<int32_t> d_history_offsets(history_offsets), d_history_ids(history_ids),
+      d_history_counts(history_counts);
+  DeviceArray<int32_t> d_offsets(offsets), d_bias_ids(bias_ids), d_tokens(rows);
   d_tokens.Poison();
   SamplingInputs in;
   in.max_ranked_chunks = max_ranked_chunks;
@@ -208,8 +224,9 @@ void RunCase(int64_t vocab, int rows, Logits kind, bool with_arrays, std::mt1993
   in.params = d_params.get();
   in.uniforms = d_uniforms.get();
   if (with_arrays) {
-    in.seen = d_seen.get();
-    in.counts = d_counts.get();
+    in.history_offsets = d_history_offsets.get();
+    in.history_ids = d_history_ids.get();
+    in.history_counts = d_history_counts.get();
     in.bias_offsets = d_offsets.get();
     in.bias_ids = d_bias_ids.get();
     in.bias_values = d_bias_values.get();
@@ -274,6 +291,73 @@ TEST(CudaSamplingTest, RankBudgetHandsBackOnlyRowsThatNeedMoreRanks) {
   RunCase(4099, 26, Logits::kTied, true, rng, 2);
 }
 
+// RowLogprobs vs f64 on the host: log_z = max + log Σ exp(x − max); the chosen token's and the
+// best n tokens' x − log_z (ranked by logit descending, id ascending — ties exact); rows read
+// through the logits_row / token_row indirection; a handed-back token gives NaN.
+void RunLogprobCase(int64_t vocab, Logits kind, std::mt19937& rng) {
+  constexpr int kRows = 7, kMaxTop = kSamplingChunk;
+  const int num_tops[kRows] = {0, 1, 5, 20, kMaxTop, static_cast<int>(vocab) + 3, 2};
+  const std::vector<float> logits = MakeLogits(kind, (kRows + 1) * vocab, rng);  // one spare row
+  std::uniform_int_distribution<int32_t> any_id(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> tokens(kRows + 2);
+  for (int32_t& t : tokens) t = any_id(rng);
+  tokens[3] = kSampleOnHost;
+  std::vector<LogprobRow> rows(kRows);
+  for (int r = 0; r < kRows; ++r) rows[r] = {(r + 1) % (kRows + 1), r + 1, num_tops[r]};
+  DeviceArray<float> d_logits(logits), d_token_logprob(kRows), d_top_logprobs(kRows * kMaxTop);
+  DeviceArray<int32_t> d_tokens(tokens), d_top_ids(kRows * kMaxTop);
+  DeviceArray<LogprobRow> d_rows(rows);
+  d_token_logprob.Poison();
+  d_top_ids.Poison();
+  d_top_logprobs.Poison();
+  STRATA_ASSERT_OK(
+      RowLogprobs({d_logits.get(), d_tokens.get(), d_rows.get()}, kRows, vocab, kMaxTop,
+                  {d_token_logprob.get(), d_top_ids.get(), d_top_logprobs.get()}, nullptr));
+  const std::vector<float> token_logprob = d_token_logprob.Download();
+  const std::vector<int32_t> top_ids = d_top_ids.Download();
+  const std::vector<float> top_logprobs = d_top_logprobs.Download();
+  double worst = 0.0;
+  for (int r = 0; r < kRows; ++r) {
+    const float* x = &logits[rows[r].logits_row * vocab];
+    const double max_logit = *std::max_element(x, x + vocab);
+    double sum = 0.0;
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(x[v]) - max_logit);
+    const double log_z = max_logit + std::log(sum);
+    const int32_t token = tokens[rows[r].token_row];
+    if (token < 0) {
+      EXPECT_TRUE(std::isnan(token_logprob[r])) << "row " << r;
+    } else {
+      const double want = static_cast<double>(x[token]) - log_z;
+      worst = std::max(worst, std::fabs(token_logprob[r] - want));
+      EXPECT_NEAR(token_logprob[r], want, 1e-5) << "V" << vocab << " row " << r;
+    }
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(),
+              [&](int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+    const int n = std::min({num_tops[r], static_cast<int>(vocab), kMaxTop});
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(top_ids[r * kMaxTop + i], order[i])
+          << "V" << vocab << " row " << r << " rank " << i;
+      const double want = static_cast<double>(x[order[i]]) - log_z;
+      worst = std::max(worst, std::fabs(top_logprobs[r * kMaxTop + i] - want));
+      EXPECT_NEAR(top_logprobs[r * kMaxTop + i], want, 1e-5) << "row " << r << " rank " << i;
+    }
+  }
+  std::printf("[relerr] kernel=RowLogprobs case=V%lld_kind%d relerr=%.3e tol=1.0e-05 %s\n",
+              static_cast<long long>(vocab), static_cast<int>(kind), worst,
+              worst <= 1e-5 ? "ok" : "FAIL");
+}
+
+TEST(CudaSamplingTest, LogprobsMatchTheHostDefinition) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 47);
+  for (int64_t vocab : {1, 7, 1031, 4099}) {
+    for (Logits kind : {Logits::kPeaked, Logits::kTied}) RunLogprobCase(vocab, kind, rng);
+  }
+  RunLogprobCase(kEmulated ? 20011 : 163840, Logits::kFlat, rng);
+}
+
 TEST(CudaSamplingTest, RejectsBadArguments) {
   SamplingInputs in;
   int32_t token = 0;
@@ -285,6 +369,15 @@ TEST(CudaSamplingTest, RejectsBadArguments) {
   in.params = &p;
   in.uniforms = &u;
   EXPECT_FALSE(SampleTokens(in, 1, 0, &token, nullptr).ok());  // empty vocabulary
+  LogprobInputs lin;
+  LogprobOutputs lout;
+  EXPECT_FALSE(RowLogprobs(lin, 1, 10, 5, lout, nullptr).ok());  // null pointers
+  LogprobRow row;
+  float token_logprob = 0.0f;
+  lin = {&logit, &token, &row};
+  lout.token_logprob = &token_logprob;
+  EXPECT_FALSE(RowLogprobs(lin, 1, 10, kSamplingChunk + 1, lout, nullptr).ok());  // max_top
+  EXPECT_FALSE(RowLogprobs(lin, 1, 10, 5, lout, nullptr).ok());  // top outputs missing
 }
 
 }  // namespace
