@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest emu.serve_cuda_smoke: the GPU check's serving smoke test (gpu_serve_smoke.py:
 # `strata serve --device cuda --replicas 2`, a greedy completion, the same completion on both
-# replicas at once, a streamed chat completion, /metrics) against strata-emu, whose CUDA path
+# replicas at once, a streamed chat completion, /metrics, and the device sampler's
+# log-probabilities, logit bias and penalties through the API) against strata-emu, whose CUDA path
 # runs on the CPU emulator, on a small K3 checkpoint with the real MLA/KDA head shapes.
 # Usage: emu_serve_smoke_test.sh STRATA_EMU STRATA_MAKE_CHECKPOINT GPU_SERVE_SMOKE_PY
 set -euo pipefail

@@ -5,7 +5,10 @@ Starts `strata serve --device cuda --replicas 2 --model CKPT` on free local port
 whole-model replicas: on one GPU both share it), waits for /ready, then checks that a greedy
 completion, a streamed chat completion and /metrics answer, and that two greedy completions of
 the same prompt sent at once (so to both replicas) agree with the first (the CUDA path is
-deterministic). Prints one `RESULT ...` line (tokens/s of the first completion as the client
+deterministic). Then the device sampler's other paths: greedy log-probabilities (each token's
+equals the best of its top 5), a +100 logit bias (every token the biased one), and a seeded
+draw with repetition / presence / frequency penalties sent to both replicas at once (identical
+texts). Prints one `RESULT ...` line (tokens/s of the first completion as the client
 saw it) and exits 0 on success.
 
 Usage: gpu_serve_smoke.py STRATA CKPT [DEVICE]   (DEVICE: cuda, or cpu to try the script here)
@@ -33,6 +36,52 @@ def request(port, path, body=None, timeout=60):
         headers={"Content-Type": "application/json"} if data else {})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return resp.status, resp.read().decode()
+
+
+def completion(port, **fields):
+    body = {"model": "gpu-smoke", "prompt": "The quick brown fox", "ignore_eos": True}
+    body.update(fields)
+    return json.loads(request(port, "/v1/completions", body)[1])["choices"][0]
+
+
+def check_logprobs(port):
+    """Greedy with top-5 log-probabilities: the chosen token is the best, so its logprob is
+    the largest of its top 5 (all ≤ 0)."""
+    lp = completion(port, max_tokens=16, temperature=0, logprobs=5)["logprobs"]
+    ok = len(lp["token_logprobs"]) == 16
+    for chosen, top in zip(lp["token_logprobs"], lp["top_logprobs"]):
+        best = max(top.values()) if top else None
+        ok = ok and best is not None and abs(chosen - best) < 1e-4 and best <= 1e-6
+    print(f"greedy logprobs: chosen = best of top 5 at every token: {ok}")
+    return ok
+
+
+def check_logit_bias(port):
+    """A +100 bias on one token id makes it every token."""
+    lp = completion(port, max_tokens=8, temperature=0, logprobs=0,
+                    logit_bias={"300": 100})["logprobs"]
+    ok = len(lp["tokens"]) == 8 and len(set(lp["tokens"])) == 1
+    print(f"logit bias +100: every token the same: {ok} ({lp['tokens'][:3]})")
+    return ok
+
+
+def check_penalties(port):
+    """A seeded draw with penalties, sent to both replicas at once, gives one text."""
+    fields = dict(max_tokens=24, temperature=0.8, top_k=50, seed=5, repetition_penalty=1.3,
+                  presence_penalty=0.5, frequency_penalty=0.5)
+    texts = [None, None]
+
+    def run(i):
+        texts[i] = completion(port, **fields)["text"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ok = texts[0] is not None and texts[0] == texts[1]
+    print(f"seeded draw with penalties (concurrent, both replicas) identical: {ok}")
+    return ok
 
 
 def main():
@@ -92,11 +141,16 @@ def main():
         done = chunks and chunks[-1] == "data: [DONE]"
         print(f"streamed chat: {status}, {len(chunks)} events, done={bool(done)}")
 
+        logprobs_ok = check_logprobs(port)
+        bias_ok = check_logit_bias(port)
+        penalties_ok = check_penalties(port)
+
         status, metrics = request(port, "/metrics")
         series = sum(1 for line in metrics.splitlines() if line.startswith("strata:"))
         print(f"/metrics: {status}, {series} strata: samples")
 
-        ok = tokens == 48 and same and done and series > 0
+        ok = (tokens == 48 and same and done and series > 0 and logprobs_ok and bias_ok and
+              penalties_ok)
         print(f"RESULT {'ok' if ok else 'FAIL'}: {tokens / seconds:.1f} tokens/s single-stream "
               f"(client side, incl. HTTP), greedy repeat {'same' if same else 'DIFFERENT'}")
         return 0 if ok else 1
