@@ -59,12 +59,12 @@ ExpertParallelExchange::ExpertParallelExchange(Communicator* comm, ExpertPlaceme
   stats_.expert_tokens.assign(static_cast<size_t>(placement_.num_experts), 0);
 }
 
-void ExpertParallelExchange::Fail(const char* collective, int moe_layer,
-                                  const absl::Status& status) const {
+void ExitOnExchangeFailure(const Communicator& comm, const char* collective, int moe_layer,
+                           const absl::Status& status) {
   const std::string message =
-      absl::StrCat("expert exchange failed: ", collective, " on rank ", rank_, " of ", world_size_,
-                   " (", comm_->backend(), "), MoE layer ", moe_layer, ": ", status.message(),
-                   "; exiting with status ", kExpertExchangeFailureExitCode,
+      absl::StrCat("expert exchange failed: ", collective, " on rank ", comm.rank(), " of ",
+                   comm.world_size(), " (", comm.backend(), "), MoE layer ", moe_layer, ": ",
+                   status.message(), "; exiting with status ", kExpertExchangeFailureExitCode,
                    " so that the orchestrator restarts the group");
   if (log::Enabled(log::Level::kError)) {
     LOG_ERROR("dist", "{}", message);
@@ -74,6 +74,11 @@ void ExpertParallelExchange::Fail(const char* collective, int moe_layer,
   }
   std::fflush(stderr);
   std::_Exit(kExpertExchangeFailureExitCode);
+}
+
+void ExpertParallelExchange::Fail(const char* collective, int moe_layer,
+                                  const absl::Status& status) const {
+  ExitOnExchangeFailure(*comm_, collective, moe_layer, status);
 }
 
 template <typename Fn>

@@ -64,6 +64,12 @@ struct ExpertExchangeStats {
   std::vector<int64_t> expert_tokens;  // [num_experts] (row, slot) pairs each expert ran here
 };
 
+// Logs one error line naming the collective, this rank, the MoE layer and the communicator's
+// message, flushes the log and ends the process with kExpertExchangeFailureExitCode (see the
+// failure contract above; the CUDA exchange, engine/cuda/device_moe_dispatch.h, shares it).
+[[noreturn]] void ExitOnExchangeFailure(const Communicator& comm, const char* collective,
+                                        int moe_layer, const absl::Status& status);
+
 class ExpertParallelExchange : public engine::MoeExpertExchange {
  public:
   // `comm` must outlive the exchange; placement.world_size == comm->world_size() (CHECKed).

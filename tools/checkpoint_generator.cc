@@ -160,4 +160,10 @@ absl::StatusOr<GeneratedCheckpoint> GenerateCheckpoint(const GeneratorOptions& o
   return result;
 }
 
+std::map<std::string, std::string> CudaShapeOverrides() {
+  return {{"kda_head_dim", "128"},      {"kv_lora", "512"}, {"qk_rope", "64"},
+          {"qk_nope", "128"},           {"v_head", "128"},  {"hidden", "256"},
+          {"expert_intermediate", "64"}};
+}
+
 }  // namespace strata::tools

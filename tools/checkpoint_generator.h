@@ -43,4 +43,9 @@ struct GeneratedCheckpoint {
 absl::StatusOr<GeneratedCheckpoint> GenerateCheckpoint(const GeneratorOptions& options,
                                                        const std::string& out_dir);
 
+// Overrides that give a preset the head shapes the CUDA kernels take (MLA latent 512 + 64, KDA
+// head_dim 128) on a small hidden size (256; experts' intermediate 64): the CUDA tests'
+// checkpoints. Callers add layers, vocab, topk, ...
+std::map<std::string, std::string> CudaShapeOverrides();
+
 }  // namespace strata::tools

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "engine/cuda/expert_exchange.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/sampling.h"
@@ -78,7 +79,9 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
                                                    static_cast<size_t>(kCublasWorkspaceBytes)),
                                 "cublasSetWorkspace");
   ASSIGN_OR_RETURN(e->model_, CudaModel::Create(model, options.model));
-  e->graphs_enabled_ = options.cuda_graphs && options.model.own_grouped_gemm;
+  // Graphs need a forward that never waits for the host; the expert exchange does.
+  e->graphs_enabled_ = options.cuda_graphs && options.model.own_grouped_gemm &&
+                       options.model.expert_exchange == nullptr;
   e->device_sampling_ = options.device_sampling;
   return e;
 }
@@ -584,7 +587,9 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
   // As Model::Forward on the CPU: callers validate token ids, an invalid one is a bug.
   CHECK_EQ(*invalid_host, 0) << "token ids outside [0, " << vocab << ") reached the CUDA forward";
-  if (model_->num_moe_layers() > 0) {
+  if (model_->options().expert_exchange != nullptr) {
+    model_->options().expert_exchange->TakeExpertTokens(&result->expert_tokens);
+  } else if (model_->num_moe_layers() > 0) {
     model_->CountExpertTokens(offsets_host, &result->expert_tokens);
   } else {
     result->expert_tokens.clear();

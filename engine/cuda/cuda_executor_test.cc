@@ -82,16 +82,9 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
     options.preset = "tiny";
     options.seed = 5;
     options.mxfp4_experts = GetParam().mxfp4;
-    options.overrides = {{"kda_head_dim", "128"},
-                         {"kv_lora", "512"},
-                         {"qk_rope", "64"},
-                         {"qk_nope", "128"},
-                         {"v_head", "128"},
-                         {"hidden", "256"},
-                         {"layers", "4"},
-                         {"vocab", "1000"},
-                         {"expert_intermediate", "64"},
-                         {"topk", std::to_string(GetParam().topk)}};
+    options.overrides = tools::CudaShapeOverrides();
+    options.overrides.insert(
+        {{"layers", "4"}, {"vocab", "1000"}, {"topk", std::to_string(GetParam().topk)}});
     auto generated = tools::GenerateCheckpoint(options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     auto model = Model::Load(dir_);
@@ -307,9 +300,8 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   options.family = "k3";
   options.preset = "tiny";
   options.seed = 9;
-  options.overrides = {{"kda_head_dim", "128"}, {"kv_lora", "512"}, {"qk_rope", "64"},
-                       {"qk_nope", "128"},      {"v_head", "128"},  {"hidden", "256"},
-                       {"layers", "2"},         {"vocab", "4099"},  {"expert_intermediate", "64"}};
+  options.overrides = tools::CudaShapeOverrides();
+  options.overrides.insert({{"layers", "2"}, {"vocab", "4099"}});
   ASSERT_TRUE(tools::GenerateCheckpoint(options, dir).ok());
   auto model = Model::Load(dir);
   ASSERT_TRUE(model.ok()) << model.status();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "engine/cuda/expert_exchange.h"
 #include "engine/glu_ffn.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/embedding.h"
@@ -97,7 +98,10 @@ CudaModel::CudaModel(const Model& model, std::unique_ptr<DeviceWeights> weights)
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
                                                              const CudaModelOptions& options) {
   RETURN_IF_ERROR(CheckSupported(model.config()));
-  ASSIGN_OR_RETURN(std::unique_ptr<DeviceWeights> weights, DeviceWeights::Upload(model));
+  const std::vector<int>* local_experts =
+      options.expert_exchange != nullptr ? &options.expert_exchange->local_experts() : nullptr;
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceWeights> weights,
+                   DeviceWeights::Upload(model, local_experts));
   std::unique_ptr<CudaModel> m(new CudaModel(model, std::move(weights)));
   m->options_ = options;
   ASSIGN_OR_RETURN(m->expert_offsets_host_,
@@ -301,10 +305,9 @@ absl::Status CudaModel::Mlp(const DeviceMlp& w, const DeviceContext& ctx, const 
 }
 
 absl::Status CudaModel::RoutedExperts(const DeviceExperts& w, const DeviceContext& ctx,
-                                      const uint16_t* z, const Rows& rows, int32_t* ids,
-                                      const float* weights, float* routed,
+                                      const uint16_t* z, int64_t n, const int32_t* live_rows,
+                                      int32_t* ids, const float* weights, float* routed,
                                       int32_t* expert_offsets) {
-  const int64_t n = rows.n;
   const int top_k = config().moe.num_experts_per_token;
   const int num_experts = static_cast<int>(w.num_experts);
   const int64_t pairs = n * top_k;
@@ -314,13 +317,15 @@ absl::Status CudaModel::RoutedExperts(const DeviceExperts& w, const DeviceContex
   ASSIGN_OR_RETURN(int32_t * pair_row, Take<int32_t>(ctx, pairs));
   // Padding rows of a graph-replayed step route nowhere; the rows they leave in the permuted
   // order gather token 0 (never used: no expert covers them).
-  RETURN_IF_ERROR(kc::MaskPaddingRoutes(ids, n, top_k, rows.live_rows, ctx.stream));
+  if (live_rows != nullptr) {
+    RETURN_IF_ERROR(kc::MaskPaddingRoutes(ids, n, top_k, live_rows, ctx.stream));
+  }
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(permuted_token, 0, pairs * sizeof(int32_t), ctx.stream),
       "permuted rows cudaMemsetAsync");
   RETURN_IF_ERROR(kc::MoePermute(ids, n, top_k, num_experts, permute_ws, permute_bytes,
                                  expert_offsets, permuted_token, pair_row, ctx.stream));
-  // The router emits valid ids only, so all `pairs` rows are covered by some expert.
+  // Pairs routed nowhere (−1) leave rows past offsets[E] that no expert covers (never read).
   ASSIGN_OR_RETURN(uint16_t * x_perm, Take<uint16_t>(ctx, pairs * w.in_width));
   RETURN_IF_ERROR(kc::MoeGatherRows(z, permuted_token, pairs, w.in_width, x_perm, ctx.stream));
   ASSIGN_OR_RETURN(uint16_t * h, Take<uint16_t>(ctx, pairs * w.inter));
@@ -395,8 +400,22 @@ absl::Status CudaModel::CublasGroupedGemms(const DeviceExperts& w, const DeviceC
                             kc::GroupedGemmMode::kAuto, gemm_ws, gemm_bytes, nullptr, ctx.stream);
 }
 
-absl::Status CudaModel::Moe(const DeviceMoe& w, const DeviceContext& ctx, const Rows& rows,
-                            int32_t* expert_offsets) {
+absl::Status CudaModel::ExchangeExperts(const DeviceExperts& w, int moe_layer,
+                                        const DeviceContext& ctx, const uint16_t* z, int64_t n,
+                                        int32_t* ids, const float* weights, float* routed) {
+  const int top_k = config().moe.num_experts_per_token;
+  auto run = [&](const uint16_t* rz, int64_t rows, int32_t* rids, const float* rweights,
+                 float* out) -> absl::Status {
+    // Offsets of the local experts: scratch (the step's table is indexed by global expert).
+    ASSIGN_OR_RETURN(int32_t * offsets, Take<int32_t>(ctx, w.num_experts + 1));
+    return RoutedExperts(w, ctx, rz, rows, nullptr, rids, rweights, out, offsets);
+  };
+  return options_.expert_exchange->Exchange(moe_layer, z, n, w.in_width, top_k, ids, weights,
+                                            routed, ctx, run);
+}
+
+absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceContext& ctx,
+                            const Rows& rows, int32_t* expert_offsets) {
   const ModelConfig& cfg = config();
   const MoeConfig& m = cfg.moe;
   const int64_t n = rows.n, d = cfg.hidden_size, top_k = m.num_experts_per_token;
@@ -419,7 +438,12 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, const DeviceContext& ctx, const 
     z = latent;
     ASSIGN_OR_RETURN(routed, Take<float>(ctx, n * width));
   }
-  RETURN_IF_ERROR(RoutedExperts(w.experts, ctx, z, rows, ids, weights, routed, expert_offsets));
+  if (options_.expert_exchange != nullptr) {
+    RETURN_IF_ERROR(ExchangeExperts(w.experts, moe_layer, ctx, z, n, ids, weights, routed));
+  } else {
+    RETURN_IF_ERROR(
+        RoutedExperts(w.experts, ctx, z, n, rows.live_rows, ids, weights, routed, expert_offsets));
+  }
   if (m.is_latent()) {
     ASSIGN_OR_RETURN(uint16_t * routed_bf16, Take<uint16_t>(ctx, n * width));
     if (w.latent_norm != nullptr) {
@@ -450,9 +474,9 @@ absl::Status CudaModel::Ffn(int l, const DeviceContext& ctx, const Rows& rows,
                             int32_t* expert_offsets) {
   const DeviceLayer& lw = weights_->layer(l);
   if (lw.moe) {
-    const int64_t slot =
-        int64_t{moe_index_[static_cast<size_t>(l)]} * (config().moe.num_experts + 1);
-    return Moe(*lw.moe, ctx, rows, expert_offsets + slot);
+    const int moe_layer = moe_index_[static_cast<size_t>(l)];
+    const int64_t slot = int64_t{moe_layer} * (config().moe.num_experts + 1);
+    return Moe(*lw.moe, moe_layer, ctx, rows, expert_offsets + slot);
   }
   return Mlp(*lw.dense, ctx, rows.normed, rows.n, rows.out);
 }
@@ -528,6 +552,18 @@ absl::Status CudaModel::LayersAttnRes(const DeviceStep& step, const DeviceCaches
   return mix(weights_->output_res(), nullptr);
 }
 
+// A rank without rows still takes part in every MoE layer's exchange, in layer order.
+absl::Status CudaModel::EmptyStepExchanges(const DeviceContext& ctx) {
+  if (options_.expert_exchange == nullptr) return absl::OkStatus();
+  for (int l = 0; l < config().num_layers; ++l) {
+    const DeviceLayer& lw = weights_->layer(l);
+    if (!lw.moe) continue;
+    RETURN_IF_ERROR(ExchangeExperts(lw.moe->experts, moe_index_[static_cast<size_t>(l)], ctx,
+                                    nullptr, 0, nullptr, nullptr, nullptr));
+  }
+  return absl::OkStatus();
+}
+
 void CudaModel::CountExpertTokens(const int32_t* offsets_table,
                                   std::vector<int64_t>* expert_tokens) const {
   const int num_experts = config().moe.num_experts;
@@ -547,7 +583,7 @@ absl::Status CudaModel::Forward(const DeviceStep& step, const DeviceCaches& cach
   const int64_t d = cfg.hidden_size;
   Rows rows;
   rows.n = s.num_rows;
-  if (rows.n == 0) return absl::OkStatus();
+  if (rows.n == 0) return EmptyStepExchanges(ctx);
   ASSIGN_OR_RETURN(rows.h, Take<float>(ctx, rows.n * d));
   ASSIGN_OR_RETURN(rows.normed, Take<uint16_t>(ctx, rows.n * d));
   ASSIGN_OR_RETURN(rows.out, Take<float>(ctx, rows.n * d));

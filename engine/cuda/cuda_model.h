@@ -53,6 +53,8 @@ struct DeviceStep {
   const int32_t* at(int64_t offset) const { return ints + offset; }
 };
 
+class DeviceExpertExchange;  // expert_exchange.h
+
 struct CudaModelOptions {
   // MLA prefill rows in the MHA form (else always the absorbed form), expanding the context in
   // windows that fit `mha_prefill_scratch_bytes`; windows shorter than `min_mha_context_chunk`
@@ -69,6 +71,10 @@ struct CudaModelOptions {
   // dequantised in the load path: no host synchronisation, so steps can be graph-captured);
   // else cuBLAS's grouped GEMM (one host synchronisation per MoE layer).
   bool own_grouped_gemm = true;
+  // Non-null: the routed experts are spread over ranks (expert_exchange.h); this model holds
+  // only exchange->local_experts() and every MoE layer goes through the exchange. Must outlive
+  // the model.
+  DeviceExpertExchange* expert_exchange = nullptr;
 };
 
 class CudaModel {
@@ -84,7 +90,8 @@ class CudaModel {
   // logit rows, [R, vocab] f32, to `logits` (device), and each MoE layer's expert offsets
   // [E + 1] to `expert_offsets` (device, [num_moe_layers(), E + 1]: the tokens of expert e in
   // that layer are offsets[e + 1] − offsets[e]). With options.own_grouped_gemm it never
-  // synchronises with the host (graph-capturable). An empty step launches nothing.
+  // synchronises with the host (graph-capturable). An empty step launches nothing — with an
+  // expert exchange it still takes part in every MoE layer's exchange.
   absl::Status Forward(const DeviceStep& step, const DeviceCaches& caches, const DeviceContext& ctx,
                        float* logits, int32_t* expert_offsets);
   // Tokens routed to each expert, summed over layers, from a host copy of Forward's table.
@@ -119,11 +126,17 @@ class CudaModel {
                                  int64_t rows, const float* gate, uint16_t* o_gated);
   absl::Status Mlp(const DeviceMlp& w, const DeviceContext& ctx, const uint16_t* x, int64_t n,
                    float* out);
-  absl::Status Moe(const DeviceMoe& w, const DeviceContext& ctx, const Rows& rows,
+  absl::Status Moe(const DeviceMoe& w, int moe_layer, const DeviceContext& ctx, const Rows& rows,
                    int32_t* expert_offsets);
+  // routed [n] = the weighted sum of each row's experts among w's (ids index w's experts; −1:
+  // none; rows ≥ *live_rows route nowhere when live_rows is non-null).
   absl::Status RoutedExperts(const DeviceExperts& w, const DeviceContext& ctx, const uint16_t* z,
-                             const Rows& rows, int32_t* ids, const float* weights, float* routed,
-                             int32_t* expert_offsets);
+                             int64_t n, const int32_t* live_rows, int32_t* ids,
+                             const float* weights, float* routed, int32_t* expert_offsets);
+  // The routed experts of a MoE layer through the exchange (options_.expert_exchange).
+  absl::Status ExchangeExperts(const DeviceExperts& w, int moe_layer, const DeviceContext& ctx,
+                               const uint16_t* z, int64_t n, int32_t* ids, const float* weights,
+                               float* routed);
   absl::Status OwnGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
                                const uint16_t* x_perm, int64_t rows, const int32_t* offsets,
                                uint16_t* h, float* y);
@@ -137,6 +150,7 @@ class CudaModel {
   absl::Status Mixer(int l, const DeviceStep& step, const DeviceCaches& caches,
                      const DeviceContext& ctx, const Rows& rows);
   absl::Status Ffn(int l, const DeviceContext& ctx, const Rows& rows, int32_t* expert_offsets);
+  absl::Status EmptyStepExchanges(const DeviceContext& ctx);
 
   const Model& model_;
   CudaModelOptions options_;

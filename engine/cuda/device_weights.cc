@@ -106,6 +106,8 @@ class WeightUploader {
 
   absl::Status Experts(const MoeWeights& w, const ModelConfig& cfg, DeviceExperts* e,
                        const std::string& what);
+  // Routed experts to upload, by global id (all of them unless set).
+  std::vector<int> experts_;
   absl::Status Kda(const KdaWeights& w, DeviceKda* d, const std::string& what);
   absl::Status Mla(const MlaWeights& w, DeviceMla* d, const std::string& what);
   absl::Status Mlp(const MlpWeights& w, DeviceMlp* d, const std::string& what);
@@ -121,16 +123,17 @@ class WeightUploader {
 absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg, DeviceExperts* e,
                                      const std::string& what) {
   const MoeConfig& m = cfg.moe;
-  e->num_experts = m.num_experts;
+  e->num_experts = static_cast<int64_t>(experts_.size());
   e->inter = m.moe_intermediate_size;
   e->in_width = e->out_width = m.is_latent() ? m.routed_expert_hidden_size : cfg.hidden_size;
   e->mxfp4 = !w.experts.empty() && w.experts[0].w1.format == WeightFormat::kMxfp4;
   const int64_t gu_rows = 2 * e->inter, n = e->num_experts;
+  if (n == 0) return absl::OkStatus();  // a rank holding no expert
   if (!e->mxfp4) {
     ASSIGN_OR_RETURN(char* gu, Alloc(n * gu_rows * e->in_width * 2, what + " gate|up"));
     ASSIGN_OR_RETURN(char* down, Alloc(n * e->out_width * e->inter * 2, what + " down"));
     for (int64_t x = 0; x < n; ++x) {
-      const ExpertWeights& ew = w.experts[static_cast<size_t>(x)];
+      const ExpertWeights& ew = w.experts[static_cast<size_t>(experts_[static_cast<size_t>(x)])];
       auto* g = reinterpret_cast<uint16_t*>(gu) + x * gu_rows * e->in_width;
       RETURN_IF_ERROR(CopyBf16(ew.w1, g, what));
       RETURN_IF_ERROR(CopyBf16(ew.w3, g + e->inter * e->in_width, what));
@@ -149,7 +152,7 @@ absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg
   ASSIGN_OR_RETURN(char* d_p, Alloc(n * e->out_width * d_row_bytes, what + " down (MXFP4)"));
   ASSIGN_OR_RETURN(char* d_s, Alloc(n * e->out_width * d_row_scales, what + " down scales"));
   for (int64_t x = 0; x < n; ++x) {
-    const ExpertWeights& ew = w.experts[static_cast<size_t>(x)];
+    const ExpertWeights& ew = w.experts[static_cast<size_t>(experts_[static_cast<size_t>(x)])];
     for (const Linear* l : {&ew.w1, &ew.w3, &ew.w2}) {
       if (l->format != WeightFormat::kMxfp4) {
         return absl::InvalidArgumentError(what + ": experts mix MXFP4 and other formats");
@@ -247,11 +250,24 @@ absl::Status WeightUploader::Layer(const LayerWeights& w, const ModelConfig& cfg
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model& model) {
+absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(
+    const Model& model, const std::vector<int>* local_experts) {
   std::unique_ptr<DeviceWeights> out(new DeviceWeights());
   WeightUploader up(out.get());
   const ModelWeights& w = model.weights();
   const ModelConfig& cfg = model.config();
+  const int num_experts = cfg.moe.num_experts;
+  if (local_experts == nullptr) {
+    for (int e = 0; e < num_experts; ++e) up.experts_.push_back(e);
+  } else {
+    for (int e : *local_experts) {
+      if (e < 0 || e >= num_experts) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("local expert ", e, " is outside [0, ", num_experts, ")"));
+      }
+    }
+    up.experts_ = *local_experts;
+  }
   ASSIGN_OR_RETURN(out->embed_, up.Matrix(w.embed, "embedding"));
   if (cfg.tie_word_embeddings) {
     out->lm_head_ = out->embed_;
@@ -265,8 +281,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Model
   for (size_t l = 0; l < w.layers.size(); ++l) {
     RETURN_IF_ERROR(up.Layer(w.layers[l], cfg, static_cast<int>(l), &out->layers_[l]));
   }
-  LOG_INFO("cuda", "weights on the device: {:.2f} GiB in {} buffers",
-           static_cast<double>(out->bytes_) / (1 << 30), out->buffers_.size());
+  LOG_INFO("cuda", "weights on the device: {:.2f} GiB in {} buffers ({} of {} routed experts)",
+           static_cast<double>(out->bytes_) / (1 << 30), out->buffers_.size(), up.experts_.size(),
+           num_experts);
   return out;
 }
 

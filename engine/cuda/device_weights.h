@@ -26,7 +26,7 @@ struct DeviceMatrix {  // y = x · Wᵀ, W [out, in] bf16 bits
   bool empty() const { return w == nullptr; }
 };
 
-struct DeviceExperts {  // one MoE layer's routed experts
+struct DeviceExperts {  // one MoE layer's routed experts (this rank's, under expert parallelism)
   int64_t num_experts = 0;
   int64_t inter = 0;      // I
   int64_t in_width = 0;   // their input width (L_d with LatentMoE, else d)
@@ -87,9 +87,12 @@ struct DeviceLayer {
 
 class DeviceWeights {
  public:
-  // Uploads every weight of `model` (synchronously). Errors: device memory exhausted (naming
-  // the tensor group and the bytes), a weight format the device path does not take.
-  static absl::StatusOr<std::unique_ptr<DeviceWeights>> Upload(const Model& model);
+  // Uploads every weight of `model` (synchronously). `local_experts` (global ids, ascending;
+  // null: all): the routed experts this rank holds under expert parallelism — only these are
+  // uploaded, stacked in that order. Errors: device memory exhausted (naming the tensor group
+  // and the bytes), a weight format the device path does not take, an expert id out of range.
+  static absl::StatusOr<std::unique_ptr<DeviceWeights>> Upload(
+      const Model& model, const std::vector<int>* local_experts = nullptr);
 
   const DeviceMatrix& embed() const { return embed_; }
   const DeviceMatrix& lm_head() const { return lm_head_; }

@@ -23,17 +23,9 @@ absl::StatusOr<dist::ExpertPlacement> ReadPlacement(const ParallelOptions& p, in
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOptions& p,
-                                                              const engine::ModelConfig& config) {
-  auto ranks = std::make_unique<LocalRanks>();
-  const int num_experts = config.moe.num_experts;
-  if (num_experts > 0) {
-    ASSIGN_OR_RETURN(ranks->placement, ReadPlacement(p, num_experts));
-    LOG_INFO("serve", "expert placement over {} ranks: {}", p.world_size,
-             ranks->placement.DebugString());
-  } else if (!p.expert_placement_file.empty()) {
-    return absl::InvalidArgumentError("--expert-placement given but the model has no MoE layers");
-  }
+absl::StatusOr<std::vector<std::unique_ptr<dist::Communicator>>> ConnectEachLocalRank(
+    const ParallelOptions& p, const std::string& group, const std::string& what,
+    ConnectFn connect) {
   const size_t n = static_cast<size_t>(p.local_ranks);
   std::vector<absl::StatusOr<std::unique_ptr<dist::Communicator>>> connected;
   for (size_t i = 0; i < n; ++i) connected.emplace_back(absl::UnknownError("not connected"));
@@ -44,24 +36,47 @@ absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOpti
       o.world_size = p.world_size;
       o.rank = p.first_rank + static_cast<int>(i);
       o.coordinator = p.coordinator;
+      o.group = group;
       o.connect_timeout = p.rendezvous_timeout;
       o.timeout = p.collective_timeout;
-      connected[i] = dist::ConnectGloo(o);
+      connected[i] = connect(o, static_cast<int>(i));
     });
   }
   for (std::thread& t : threads) t.join();
+  std::vector<std::unique_ptr<dist::Communicator>> comms;
   for (size_t i = 0; i < n; ++i) {
     if (!connected[i].ok()) {
       return absl::Status(
           connected[i].status().code(),
-          absl::StrCat("rank ", p.first_rank + static_cast<int>(i), " could not join the group at ",
-                       p.coordinator, ": ", connected[i].status().message()));
+          absl::StrCat("rank ", p.first_rank + static_cast<int>(i), " could not join ", what,
+                       " at ", p.coordinator, ": ", connected[i].status().message()));
     }
-    ranks->comms.push_back(std::move(*connected[i]));
+    comms.push_back(std::move(*connected[i]));
+  }
+  return comms;
+}
+
+absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOptions& p,
+                                                              const engine::ModelConfig& config,
+                                                              bool cpu_exchanges) {
+  auto ranks = std::make_unique<LocalRanks>();
+  const int num_experts = config.moe.num_experts;
+  if (num_experts > 0) {
+    ASSIGN_OR_RETURN(ranks->placement, ReadPlacement(p, num_experts));
+    LOG_INFO("serve", "expert placement over {} ranks: {}", p.world_size,
+             ranks->placement.DebugString());
+  } else if (!p.expert_placement_file.empty()) {
+    return absl::InvalidArgumentError("--expert-placement given but the model has no MoE layers");
+  }
+  ASSIGN_OR_RETURN(ranks->comms,
+                   ConnectEachLocalRank(p, "strata", "the group",
+                                        [](const auto& o, int) { return dist::ConnectGloo(o); }));
+  for (size_t i = 0; i < ranks->comms.size(); ++i) {
     ranks->workspaces.push_back(std::make_unique<engine::Workspace>());
-    ranks->exchanges.push_back(num_experts > 0 ? std::make_unique<dist::ExpertParallelExchange>(
-                                                     ranks->comms.back().get(), ranks->placement)
-                                               : nullptr);
+    ranks->exchanges.push_back(num_experts > 0 && cpu_exchanges
+                                   ? std::make_unique<dist::ExpertParallelExchange>(
+                                         ranks->comms[i].get(), ranks->placement)
+                                   : nullptr);
   }
   LOG_INFO("serve", "ranks {}..{} of {} connected through {} ({} backend)", p.first_rank,
            p.first_rank + p.local_ranks - 1, p.world_size, p.coordinator,

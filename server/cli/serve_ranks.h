@@ -3,7 +3,9 @@
 // expert-parallel MoE exchange over it, and a forward workspace (local ranks share one Model).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,7 +20,8 @@ namespace strata::cli {
 
 struct LocalRanks {
   dist::ExpertPlacement placement;  // empty (num_experts 0) for a model without MoE layers
-  // [local_ranks] each; exchanges are null for a model without MoE layers.
+  // [local_ranks] each; exchanges are null for a model without MoE layers (or when the CUDA
+  // executor exchanges on the device).
   std::vector<std::unique_ptr<dist::Communicator>> comms;
   std::vector<std::unique_ptr<dist::ExpertParallelExchange>> exchanges;
   std::vector<std::unique_ptr<engine::Workspace>> workspaces;
@@ -27,7 +30,18 @@ struct LocalRanks {
 // Reads the placement (--expert-placement, else an even split), then connects every local rank
 // to the group at once (one thread each; the rendezvous waits for all ranks up to
 // `rendezvous_timeout`). Errors name the rank and the coordinator.
+// Connects every local rank at once, one thread each (the rendezvous waits for all ranks up to
+// `rendezvous_timeout`): connect(options with this rank, group and limits, local rank). Errors
+// name the rank, `what` it joins and the coordinator.
+using ConnectFn = std::function<absl::StatusOr<std::unique_ptr<dist::Communicator>>(
+    const dist::RendezvousOptions& options, int local_rank)>;
+absl::StatusOr<std::vector<std::unique_ptr<dist::Communicator>>> ConnectEachLocalRank(
+    const ParallelOptions& parallel, const std::string& group, const std::string& what,
+    ConnectFn connect);
+
+// `cpu_exchanges` false: no ExpertParallelExchange (the CUDA executor brings its own).
 absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOptions& parallel,
-                                                              const engine::ModelConfig& config);
+                                                              const engine::ModelConfig& config,
+                                                              bool cpu_exchanges = true);
 
 }  // namespace strata::cli

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -18,6 +19,10 @@
 #include <cuda_runtime.h>
 
 #include "engine/cuda/cuda_executor.h"
+#include "engine/cuda/device_moe_dispatch.h"
+#if !defined(STRATA_CUDA_EMU)
+#include "dist/nccl_communicator.h"
+#endif
 #endif
 
 #ifndef STRATA_VERSION
@@ -97,6 +102,11 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   plan.checkpoint_fraction = options.scheduler.enable_prefix_caching ? 0.1 : 0.0;
   plan.min_num_tokens = options.max_model_len;
   if (options.device == "cuda") {
+    // Expert parallelism: the group first (the executors hold only their ranks' experts).
+    if (options.parallel.multi_rank()) {
+      ASSIGN_OR_RETURN(local_ranks_,
+                       ConnectLocalRanks(options.parallel, cfg, /*cpu_exchanges=*/false));
+    }
     RETURN_IF_ERROR(PrepareCudaExecutor(options, plan));
   } else {
     ASSIGN_OR_RETURN(layout_, kvcache::PlanMemory(engine::CacheSpecFor(cfg), plan));
@@ -114,7 +124,7 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   scheduler_config_.has_kda_layers = layout_.num_kda_layers > 0;
   RETURN_IF_ERROR(scheduler::Scheduler::Create(scheduler_config_).status());
   first_rank_ = options.parallel.first_rank;
-  if (options.parallel.multi_rank()) {
+  if (options.parallel.multi_rank() && local_ranks_ == nullptr) {
     ASSIGN_OR_RETURN(local_ranks_, ConnectLocalRanks(options.parallel, cfg));
   }
   server::EngineLoopOptions engine_options = options.engine;
@@ -126,37 +136,81 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   return absl::OkStatus();
 }
 
+#if defined(STRATA_HAVE_CUDA)
+// The device-memory communicator of each local rank and its expert exchange. On GPUs: NCCL
+// (one GPU per rank; group "<coordinator group>-ep" of the same rendezvous). On the CPU
+// emulator device memory is host memory, so the rank's Gloo communicator serves.
+absl::StatusOr<std::vector<engine::cuda::DeviceExpertExchange*>>
+ModelRuntime::ConnectDeviceExchanges(const ServeOptions& options, int devices) {
+  const ParallelOptions& p = options.parallel;
+  const size_t n = static_cast<size_t>(p.local_ranks);
+  std::vector<dist::Communicator*> comms(n, nullptr);
+#if defined(STRATA_CUDA_EMU)
+  (void)devices;
+  for (size_t i = 0; i < n; ++i) comms[i] = local_ranks_->comms[i].get();
+#else
+  if (p.local_ranks > devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device cuda with expert parallelism runs one rank per GPU: --local-ranks ",
+                     p.local_ranks, " but ", devices, " GPU(s) visible"));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<dist::Communicator>> nccl,
+                   ConnectEachLocalRank(p, "strata-ep", "the NCCL group of the expert exchange",
+                                        [](const auto& o, int local_rank) {
+                                          return dist::ConnectNccl(o, local_rank);
+                                        }));
+  for (size_t i = 0; i < n; ++i) {
+    comms[i] = nccl[i].get();
+    device_exchange_owners_.push_back(std::shared_ptr<dist::Communicator>(std::move(nccl[i])));
+  }
+#endif
+  std::vector<engine::cuda::DeviceExpertExchange*> exchanges(n, nullptr);
+  if (model_->config().moe.num_experts == 0) return exchanges;
+  LOG_INFO("serve", "MoE rows exchanged in device memory through {}", comms[0]->backend());
+  for (size_t i = 0; i < n; ++i) {
+    auto exchange = std::make_shared<engine::cuda::DeviceExpertParallelExchange>(
+        comms[i], local_ranks_->placement);
+    exchanges[i] = exchange.get();
+    device_exchange_stats_.push_back([exchange] { return exchange->stats().all_to_all_seconds; });
+    device_exchange_owners_.push_back(std::move(exchange));
+  }
+  return exchanges;
+}
+#endif
+
 absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
                                                kvcache::PlannerOptions plan) {
 #if defined(STRATA_HAVE_CUDA)
-  if (options.parallel.multi_rank() || options.parallel.local_ranks != 1) {
-    return absl::InvalidArgumentError(
-        "--device cuda runs whole-model ranks (one per GPU, --replicas N); --world-size and "
-        "--local-ranks above 1 (expert parallelism) run on the CPU backend only for now");
-  }
   if (options.scheduler.block_size != 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device cuda needs --block-size 64 (the MLA kernels' page); got ",
                      options.scheduler.block_size));
   }
-  // One executor per replica, replica i on GPU i mod the device count; one cache layout for
-  // all (their schedulers share a configuration), sized by the device with the least room.
+  // One executor per replica, replica i on GPU i mod the device count — or, with several
+  // ranks, one per local rank on its own GPU; one cache layout for all (their schedulers share
+  // a configuration), sized by the device with the least room.
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     cudaGetLastError();
     return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
   }
+  const int num_executors = options.parallel.num_engine_ranks();
+  std::vector<engine::cuda::DeviceExpertExchange*> exchanges(static_cast<size_t>(num_executors),
+                                                             nullptr);
+  if (local_ranks_ != nullptr) {
+    ASSIGN_OR_RETURN(exchanges, ConnectDeviceExchanges(options, devices));
+  }
   std::vector<std::unique_ptr<engine::cuda::CudaExecutor>> executors;
   int64_t budget = options.kv_cache_memory_bytes;
-  for (int i = 0; i < options.parallel.replicas; ++i) {
+  for (int i = 0; i < num_executors; ++i) {
     engine::cuda::CudaExecutorOptions executor_options;
     executor_options.device = i % devices;
+    executor_options.model.expert_exchange = exchanges[static_cast<size_t>(i)];
     ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> executor,
                      engine::cuda::CudaExecutor::Create(*model_, executor_options));
     if (!options.kv_cache_memory_given) {
       // Replicas sharing a GPU split what the first left free.
-      const int sharing =
-          (options.parallel.replicas - executor_options.device + devices - 1) / devices;
+      const int sharing = (num_executors - executor_options.device + devices - 1) / devices;
       ASSIGN_OR_RETURN(int64_t free_budget, executor->DefaultCacheBudgetBytes(0.9));
       free_budget /= sharing;
       budget = i == 0 ? free_budget : std::min(budget, free_budget);
@@ -187,8 +241,18 @@ std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions&
   for (size_t i = 0; i < ranks.size(); ++i) {
     server::EngineRank& r = ranks[i];
     r.scheduler = std::make_unique<scheduler::Scheduler>(scheduler_config_);
-    if (!cuda_executors_.empty()) {  // one per replica (PrepareCudaExecutor)
+    if (!cuda_executors_.empty()) {  // one per replica or local rank (PrepareCudaExecutor)
       r.executor = std::move(cuda_executors_[i]);
+      if (local_ranks_ != nullptr) {
+        r.gate = std::make_unique<server::CommunicatorStepGate>(local_ranks_->comms[i].get());
+        if (i < device_exchange_stats_.size()) {
+          r.all_to_all_seconds_total = [seconds = device_exchange_stats_[i],
+                                        total = 0.0]() mutable {
+            total += seconds();
+            return total;
+          };
+        }
+      }
       continue;
     }
     auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,10 @@
 #include "server/engine_loop.h"
 #include "server/frontend/served_model.h"
 #include "server/http/http_server.h"
+
+namespace strata::engine::cuda {
+class DeviceExpertExchange;
+}  // namespace strata::engine::cuda
 
 namespace strata::cli {
 
@@ -69,6 +74,12 @@ class ModelRuntime {
   // plans the caches in device memory (from --kv-cache-memory, else 90% of what the weights
   // leave free, split among replicas sharing a GPU) and allocates them.
   absl::Status PrepareCudaExecutor(const ServeOptions& options, kvcache::PlannerOptions plan);
+#if defined(STRATA_HAVE_CUDA)
+  // Several ranks with --device cuda: each local rank's device-memory communicator and
+  // expert exchange (kept in device_exchange_owners_); null entries for a model without MoE.
+  absl::StatusOr<std::vector<engine::cuda::DeviceExpertExchange*>> ConnectDeviceExchanges(
+      const ServeOptions& options, int devices);
+#endif
 
   std::string dir_;
   std::unique_ptr<engine::Model> model_;
@@ -84,6 +95,11 @@ class ModelRuntime {
   // Communicators and MoE exchanges of the local ranks (several ranks only); declared before
   // engine_ so the loops stop before what they use goes away.
   std::unique_ptr<LocalRanks> local_ranks_;
+  // --device cuda with several ranks: the NCCL communicators and device expert exchanges
+  // (type-erased: this header does not see CUDA), and each exchange's all-to-all seconds since
+  // the previous call (for the metrics).
+  std::vector<std::shared_ptr<void>> device_exchange_owners_;
+  std::vector<std::function<double()>> device_exchange_stats_;
   std::unique_ptr<server::EngineLoop> engine_;
   frontend::ServedModel served_;
 };

@@ -14,8 +14,13 @@ expert-parallel MoE), against one process serving alone:
                collective timeout (plus slack) and its error names the dead rank and a collective
   hang         SIGSTOP one of 3 ranks of an idle group: the others' step all-reduce times out
                after the collective timeout and they exit non-zero naming the silent rank
+  cuda-ep      with --device cuda (run it with strata-emu, the CUDA path on the CPU emulator,
+               and --family k3cuda, real MLA/KDA head shapes): 2 processes and one process with
+               --local-ranks 2, each rank holding only its experts' weights and exchanging rows
+               on the device, equal one process alone
 
-usage: multirank_test.py CASE --strata BIN --make-checkpoint BIN --work DIR [--family k3|kl]
+usage: multirank_test.py CASE --strata BIN --make-checkpoint BIN --work DIR
+                         [--family k3|kl|k3cuda] [--device cpu|cuda]
 """
 import argparse
 import json
@@ -36,7 +41,12 @@ NUM_EXPERTS = 7
 VOCAB = 8192  # the demo tokenizer's size
 MAX_TOKENS = 10
 FAMILIES = {"k3": ["--family", "k3", "--seed", "31"],
-            "kl": ["--family", "kimi-linear", "--seed", "32"]}
+            "kl": ["--family", "kimi-linear", "--seed", "32"],
+            # The shapes the CUDA kernels take (MLA latent 512 + 64, KDA head_dim 128).
+            "k3cuda": ["--family", "k3", "--seed", "33", "--set", "kda_head_dim=128", "--set",
+                       "kv_lora=512", "--set", "qk_rope=64", "--set", "qk_nope=128", "--set",
+                       "v_head=128", "--set", "hidden=256", "--set", "layers=2", "--set",
+                       "expert_intermediate=64"]}
 
 
 def fail(message):
@@ -72,7 +82,7 @@ class Server:
         cmd = [args.strata, "serve", "--model", checkpoint_dir(args.work, args.family),
                "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", "0",
                "--kv-cache-memory", "32MiB", "--max-num-seqs", "8", "--http-threads", "1",
-               "--drain-timeout", "2"] + extra
+               "--drain-timeout", "2", "--device", args.device] + extra
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      env=server_env())
         self.port = None
@@ -375,6 +385,16 @@ def case_hang(args):
              "collective timeout")
 
 
+def case_cuda_ep(args):
+    if args.device != "cuda":
+        fail("cuda-ep runs with --device cuda")
+    reference = reference_tokens(args)
+    got = run_group(args, "two", 2)
+    compare(f"{args.family} on the device: 2 processes, 7 experts split 4/3", reference, got)
+    got = run_group(args, "local2", 2, local_ranks=2)
+    compare(f"{args.family} on the device: 1 process with --local-ranks 2", reference, got)
+
+
 def _ignore_errors(fn, *a):
     try:
         fn(*a)
@@ -384,11 +404,13 @@ def _ignore_errors(fn, *a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["setup", "equal", "local-ranks", "replicas", "kill", "hang"])
+    p.add_argument("case", choices=["setup", "equal", "local-ranks", "replicas", "kill", "hang",
+                                     "cuda-ep"])
     p.add_argument("--strata", required=True)
     p.add_argument("--make-checkpoint", required=True)
     p.add_argument("--work", required=True)
     p.add_argument("--family", choices=sorted(FAMILIES), default="k3")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = p.parse_args()
     if args.case != "setup":
         if not os.path.exists(checkpoint_dir(args.work, args.family)):
@@ -396,7 +418,8 @@ def main():
         args.work_case = os.path.join(args.work, f"{args.case}_{args.family}")
         os.makedirs(args.work_case, exist_ok=True)
     {"setup": case_setup, "equal": case_equal, "local-ranks": case_local_ranks,
-     "replicas": case_replicas, "kill": case_kill, "hang": case_hang}[args.case](args)
+     "replicas": case_replicas, "kill": case_kill, "hang": case_hang,
+     "cuda-ep": case_cuda_ep}[args.case](args)
 
 
 if __name__ == "__main__":
