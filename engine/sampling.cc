@@ -124,10 +124,26 @@ void Sampler::Record(int32_t token, bool output) {
   if (!repetition && !counted) return;
   if (repetition && seen_mask_.size() <= id) seen_mask_.resize(id + 1, 0);
   if (counted && output_counts_.size() <= id) output_counts_.resize(id + 1, 0);
-  // A token joins the history the first time a penalty applies to it.
-  if (repetition ? seen_mask_[id] == 0 : output_counts_[id] == 0) penalized_ids_.push_back(token);
+  // A token joins the list the first time a penalty applies to it.
+  if (track_penalized_ids_ && (repetition ? seen_mask_[id] == 0 : output_counts_[id] == 0)) {
+    penalized_ids_.push_back(token);
+  }
   if (repetition) seen_mask_[id] = 1;
   if (counted) ++output_counts_[id];
+}
+
+const std::vector<int32_t>& Sampler::penalized_ids() {
+  if (!track_penalized_ids_) {
+    track_penalized_ids_ = true;
+    const bool repetition = params_.repetition_penalty != 1.0f;
+    const size_t n = repetition ? seen_mask_.size() : output_counts_.size();
+    for (size_t id = 0; id < n; ++id) {
+      if (repetition ? seen_mask_[id] != 0 : output_counts_[id] > 0) {
+        penalized_ids_.push_back(static_cast<int32_t>(id));
+      }
+    }
+  }
+  return penalized_ids_;
 }
 
 void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {

@@ -69,10 +69,12 @@ class Sampler {
   // the token chosen with that uniform — leaving the sampler exactly as Sample would.
   double NextUniform();
   void Accept(int32_t token) { Record(token, /*output=*/true); }
-  // The tokens the penalties touch, each once, in the order they were first recorded: prompt
-  // and output tokens when repetition_penalty is on (it applies to every one), else the output
-  // tokens when presence / frequency penalties are on (empty when no penalty is on).
-  const std::vector<int32_t>& penalized_ids() const { return penalized_ids_; }
+  // The tokens the penalties touch, each once: prompt and output tokens when
+  // repetition_penalty is on (it applies to every one), else the output tokens when presence /
+  // frequency penalties are on (empty when no penalty is on). Kept only once asked for (the
+  // first call lists what the penalty arrays hold, later tokens are appended as recorded), so
+  // samplers used only on the host carry no list.
+  const std::vector<int32_t>& penalized_ids();
   // How often `token` was generated (0 when presence / frequency penalties are off).
   int32_t output_count(int32_t token) const {
     const auto id = static_cast<size_t>(token);
@@ -101,6 +103,7 @@ class Sampler {
       output_counts_;               // [≥ max id] generated tokens (presence/frequency), or empty
   std::vector<uint8_t> seen_mask_;  // [≥ max id] prompt + output ids (repetition), or empty
   std::vector<int32_t> penalized_ids_;  // see penalized_ids()
+  bool track_penalized_ids_ = false;
 };
 
 }  // namespace strata::engine
