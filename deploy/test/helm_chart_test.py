@@ -190,7 +190,9 @@ def check_multi_node(renderer, exported):
         labels = pod["metadata"]["labels"]
         check(labels["app.kubernetes.io/component"] == role, "%s label" % role)
         c = check_pod(pod["spec"], labels, "LWS " + role, gpus=8, expect_probe_type="grpc")
-        for flag in ("--world-size=$(LWS_GROUP_SIZE)", "--rank=$(LWS_WORKER_INDEX)",
+        # One rank per local GPU (expert parallelism on the devices), the group's pods as nodes.
+        for flag in ("--device=cuda", "--local-ranks=8", "--num-nodes=$(LWS_GROUP_SIZE)",
+                     "--node-rank=$(LWS_WORKER_INDEX)",
                      "--coordinator=$(LWS_LEADER_ADDRESS):29500"):
             check(flag in c["args"], "LWS %s: no %s in %s" % (role, flag, c["args"]))
         check({p["name"]: p["containerPort"] for p in c["ports"]}.get("coordinator") == 29500,

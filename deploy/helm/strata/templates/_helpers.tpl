@@ -49,7 +49,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 `strata serve` arguments (its flags: `strata serve --help`). gRPC listens on 50051 by default,
 so --grpc-port is passed only for another port. Multi-node pods add the rank flags: the process
 rank is the pod's index in its LeaderWorkerSet group and the world is the group (one process
-per node; each process runs one data-parallel rank per local GPU). Kubernetes expands $(VAR)
+per node; with GPUs each process runs one rank per local GPU: --local-ranks gpu.count, world
+size groupSize × gpu.count; without, one CPU rank per pod). Kubernetes expands $(VAR)
 from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 */}}
 {{- define "strata.args" -}}
@@ -69,7 +70,13 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 - --device=cuda
 - --replicas={{ .Values.gpu.count }}
 {{- end }}
-{{- if eq .Values.mode "multi" }}
+{{- if and (eq .Values.mode "multi") (gt (int .Values.gpu.count) 0) }}
+- --device=cuda
+- --local-ranks={{ .Values.gpu.count }}
+- --num-nodes=$(LWS_GROUP_SIZE)
+- --node-rank=$(LWS_WORKER_INDEX)
+- --coordinator=$(LWS_LEADER_ADDRESS):{{ .Values.multiNode.coordinatorPort }}
+{{- else if eq .Values.mode "multi" }}
 - --world-size=$(LWS_GROUP_SIZE)
 - --rank=$(LWS_WORKER_INDEX)
 - --coordinator=$(LWS_LEADER_ADDRESS):{{ .Values.multiNode.coordinatorPort }}
