@@ -31,8 +31,6 @@ for b in "$BUILD"/kernels/cuda/cuda_*_test "$BUILD"/kernels/cuda/cuda_gpu_bench 
   "$BUILD"/tools/strata-make-checkpoint "$BUILD"/strata; do
   [[ -x "$b" ]] || continue
   [[ $(basename "$b") == *_emu_* ]] && continue  # the CPU emulator's builds (tools/cuda_emu)
-  # Expert parallelism over NCCL needs a GPU per rank: the lent machine has one.
-  [[ $(basename "$b") == *expert_parallel* ]] && continue
   cp "$b" "$STAGE/bin/"
   strip --strip-unneeded "$STAGE/bin/$(basename "$b")" 2>/dev/null || true
   bins+=("$b")

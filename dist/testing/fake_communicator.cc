@@ -43,8 +43,8 @@ const char* KindName(int kind) {
   }
 }
 
-void Copy(void* dst, const void* src, int64_t bytes) {
-  if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+void HostCopy(void* dst, const void* src, int64_t bytes) {
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
 }
 
 template <typename T>
@@ -77,8 +77,8 @@ class FakeGroup::RankCommunicator : public Communicator {
         const Post& from = group_->posts_[static_cast<size_t>(s)];
         int64_t offset = 0;
         for (int r = 0; r < rank_; ++r) offset += from.send_bytes[r];
-        Copy(static_cast<char*>(recv) + at, static_cast<const char*>(from.send) + offset,
-             recv_bytes[s]);
+        group_->CopyBytes(static_cast<char*>(recv) + at,
+                          static_cast<const char*>(from.send) + offset, recv_bytes[s]);
         at += recv_bytes[s];
       }
     });
@@ -89,8 +89,9 @@ class FakeGroup::RankCommunicator : public Communicator {
     return Run(post, [&] {
       for (int s = 0; s < world_size(); ++s) {
         const Post& from = group_->posts_[static_cast<size_t>(s)];
-        Copy(static_cast<char*>(recv) + s * bytes_per_rank,
-             static_cast<const char*>(from.send) + rank_ * bytes_per_rank, bytes_per_rank);
+        group_->CopyBytes(static_cast<char*>(recv) + s * bytes_per_rank,
+                          static_cast<const char*>(from.send) + rank_ * bytes_per_rank,
+                          bytes_per_rank);
       }
     });
   }
@@ -106,8 +107,8 @@ class FakeGroup::RankCommunicator : public Communicator {
     Post post{.kind = kAllGather, .bytes = bytes, .send = send, .recv = recv};
     return Run(post, [&] {
       for (int s = 0; s < world_size(); ++s) {
-        Copy(static_cast<char*>(recv) + s * bytes, group_->posts_[static_cast<size_t>(s)].send,
-             bytes);
+        group_->CopyBytes(static_cast<char*>(recv) + s * bytes,
+                          group_->posts_[static_cast<size_t>(s)].send, bytes);
       }
     });
   }
@@ -115,7 +116,8 @@ class FakeGroup::RankCommunicator : public Communicator {
   absl::Status Broadcast(void* data, int64_t bytes, int root) override {
     Post post{.kind = kBroadcast, .bytes = bytes, .root = root, .recv = data};
     return Run(post, [&] {
-      if (rank_ != root) Copy(data, group_->posts_[static_cast<size_t>(root)].recv, bytes);
+      if (rank_ != root)
+        group_->CopyBytes(data, group_->posts_[static_cast<size_t>(root)].recv, bytes);
     });
   }
 
@@ -164,8 +166,8 @@ class FakeGroup::RankCommunicator : public Communicator {
   std::vector<float> scratch_f32_;
 };
 
-FakeGroup::FakeGroup(int world_size, std::chrono::milliseconds timeout)
-    : world_size_(world_size), timeout_(timeout) {
+FakeGroup::FakeGroup(int world_size, std::chrono::milliseconds timeout, CopyFn copy)
+    : world_size_(world_size), timeout_(timeout), copy_(copy != nullptr ? copy : HostCopy) {
   CHECK_GE(world_size, 1);
   posts_.resize(static_cast<size_t>(world_size));
   arrived_.assign(static_cast<size_t>(world_size), 0);

@@ -33,8 +33,14 @@ namespace strata::dist::testing {
 
 class FakeGroup {
  public:
+  // How bytes move between ranks' buffers. Default: memcpy (host buffers). A device copy (e.g.
+  // cudaMemcpy with cudaMemcpyDefault) lets all-to-all(-v), all-gather and broadcast take
+  // device buffers; all-reduce always reads and writes host memory.
+  using CopyFn = void (*)(void* dst, const void* src, int64_t bytes);
+
   explicit FakeGroup(int world_size,
-                     std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+                     std::chrono::milliseconds timeout = std::chrono::milliseconds(60000),
+                     CopyFn copy = nullptr);
   ~FakeGroup();
   FakeGroup(const FakeGroup&) = delete;
   FakeGroup& operator=(const FakeGroup&) = delete;
@@ -59,6 +65,9 @@ class FakeGroup {
     const int64_t* recv_bytes = nullptr;
   };
 
+  void CopyBytes(void* dst, const void* src, int64_t bytes) const {
+    if (bytes > 0) copy_(dst, src, bytes);
+  }
   // Waits until every rank arrived (ok) or the timeout passed (error naming the missing ranks).
   absl::Status Arrive(int rank, const char* collective, int64_t index);
   // After the first barrier: every rank posted a matching collective.
@@ -68,6 +77,7 @@ class FakeGroup {
 
   const int world_size_;
   const std::chrono::milliseconds timeout_;
+  const CopyFn copy_;
   std::vector<std::unique_ptr<RankCommunicator>> ranks_;
   std::vector<Post> posts_;  // [world_size]; rank r writes posts_[r] before its first barrier
 

@@ -1,7 +1,8 @@
 // CUDA expert parallelism (device_moe_dispatch.h) against one executor holding every expert.
-// The ranks are threads of one process. On the CPU emulator (device memory is host memory) they
-// are joined by the in-process communicator (dist/testing/fake_communicator.h); on GPUs by NCCL
-// over a loopback rendezvous, one GPU per rank (skipped with fewer GPUs than ranks). Each rank runs
+// The ranks are threads of one process joined by the in-process communicator
+// (dist/testing/fake_communicator.h) moving device buffers with cudaMemcpy, so one GPU (or the
+// CPU emulator) serves every rank; between GPUs and nodes the same exchange runs over NCCL, whose
+// own test is dist_nccl_communicator_test. Each rank runs
 // its own sequences and holds only its experts; every sequence must get the distribution the single
 // executor gives it, step by step (teacher forcing with the single executor's greedy tokens). The
 // exchange sums a row's destinations in slot order, which is the single-rank combine's order, so
@@ -12,6 +13,7 @@
 // width); 2 ranks with the even placement and 3 ranks with an uneven one plus replicas of a hot
 // expert; prefill crossing a page, decode steps, a step where one rank has no sequence (it still
 // runs every layer's exchange and its experts serve the others), a rank holding no expert.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -23,16 +25,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "core/check.h"
 #include "dist/expert_placement.h"
-#if defined(STRATA_CUDA_EMU)
 #include "dist/testing/fake_communicator.h"
-#else
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
-#include "dist/nccl_communicator.h"
-#endif
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/device_moe_dispatch.h"
 #include "engine/model.h"
@@ -70,12 +65,6 @@ class ExpertParallelTest : public testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     if (!kernels::cuda::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
-    int devices = 0;
-    if (!kernels::cuda::testing::kEmulated &&
-        (cudaGetDeviceCount(&devices) != cudaSuccess || devices < GetParam().world_size)) {
-      GTEST_SKIP() << "NCCL ranks need one GPU each: " << GetParam().world_size << " ranks, "
-                   << devices << " GPU(s)";
-    }
     dir_ = testing::TempDir() + "/cuda_ep_" + GetParam().name + "_" + std::to_string(getpid());
     tools::GeneratorOptions options;
     options.family = GetParam().family;
@@ -129,53 +118,12 @@ class ExpertParallelTest : public testing::TestWithParam<Case> {
   std::unique_ptr<Model> model_;
 };
 
-// The group's communicators (see the top of the file).
-#if defined(STRATA_CUDA_EMU)
-class Group {
- public:
-  explicit Group(int world) : fake_(world) {}
-  dist::Communicator* rank(int r) { return fake_.rank(r); }
-
- private:
-  dist::testing::FakeGroup fake_;
-};
-#else
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+// The group's communicator: ranks are threads; bytes move between their device buffers with
+// cudaMemcpy (on the emulator that is a host copy, on GPUs a device copy through unified
+// addressing).
+void DeviceCopy(void* dst, const void* src, int64_t bytes) {
+  CHECK_EQ(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault), cudaSuccess);
 }
-
-class Group {
- public:
-  explicit Group(int world) : comms_(static_cast<size_t>(world)) {
-    const std::string coordinator = "127.0.0.1:" + std::to_string(FreePort());
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r) {
-      threads.emplace_back([&, r] {
-        dist::RendezvousOptions o;
-        o.world_size = world;
-        o.rank = r;
-        o.coordinator = coordinator;
-        auto comm = dist::ConnectNccl(o, r);
-        EXPECT_TRUE(comm.ok()) << comm.status();
-        if (comm.ok()) comms_[static_cast<size_t>(r)] = std::move(*comm);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-  }
-  dist::Communicator* rank(int r) { return comms_[static_cast<size_t>(r)].get(); }
-
- private:
-  std::vector<std::unique_ptr<dist::Communicator>> comms_;
-};
-#endif
 
 std::vector<double> Probabilities(const SampledToken& t, int64_t vocab) {
   std::vector<double> p(static_cast<size_t>(vocab), 0.0);
@@ -194,7 +142,7 @@ TEST_P(ExpertParallelTest, RanksMatchOneExecutorHoldingEveryExpert) {
     ASSERT_TRUE(built.ok()) << built.status();
     placement = *built;
   }
-  Group group(world);
+  dist::testing::FakeGroup group(world, std::chrono::milliseconds(60000), DeviceCopy);
   std::vector<std::unique_ptr<DeviceExpertParallelExchange>> exchanges;
   std::vector<std::unique_ptr<CudaExecutor>> ranks;
   int devices = 0;
