@@ -61,10 +61,11 @@ struct CudaExecutorOptions {
   int device = 0;  // CUDA device index
   CudaModelOptions model;
   bool cuda_graphs = true;  // decode steps as CUDA graphs (when the forward allows it)
-  // Tokens of sequences without log-probabilities, bias or penalties picked on the device
-  // (kernels/cuda/sampling.h, the same rules and the sampler's own uniform): only their ids
-  // come back instead of vocab-sized logits rows — except rows whose cut or draw lies past
-  // the best 1024 tokens (flat full-vocabulary draws), whose rows come back to the host.
+  // Tokens picked on the device (kernels/cuda/sampling.h: the same rules, the sampler's own
+  // uniform, bias and penalty history; log-probabilities by RowLogprobs): only ids and
+  // log-probabilities come back instead of vocab-sized logits rows — except rows whose cut or
+  // draw lies past the best 1024 tokens (flat full-vocabulary draws) or that ask for more than
+  // 1024 log-probabilities, whose rows come back to the host.
   bool device_sampling = true;
 };
 
