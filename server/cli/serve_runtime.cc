@@ -1,5 +1,6 @@
 #include "server/cli/serve_runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -137,6 +138,17 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
 }
 
 #if defined(STRATA_HAVE_CUDA)
+namespace {
+
+// The GPU of local rank `local_rank` in a group: global rank mod the visible GPUs, so one
+// process per node driving every GPU (--local-ranks = GPUs) uses GPU i for local rank i, and
+// one process per GPU (--world-size N --rank R on a node) uses GPU R mod the count.
+int RankDevice(int first_rank, int local_rank, int devices) {
+  return (first_rank + local_rank) % devices;
+}
+
+}  // namespace
+
 // The device-memory communicator of each local rank and its expert exchange. On GPUs: NCCL
 // (one GPU per rank; group "<coordinator group>-ep" of the same rendezvous). On the CPU
 // emulator device memory is host memory, so the rank's Gloo communicator serves.
@@ -156,8 +168,10 @@ ModelRuntime::ConnectDeviceExchanges(const ServeOptions& options, int devices) {
   }
   ASSIGN_OR_RETURN(std::vector<std::unique_ptr<dist::Communicator>> nccl,
                    ConnectEachLocalRank(p, "strata-ep", "the NCCL group of the expert exchange",
-                                        [](const auto& o, int local_rank) {
-                                          return dist::ConnectNccl(o, local_rank);
+                                        [devices](const auto& o, int local_rank) {
+                                          return dist::ConnectNccl(
+                                              o,
+                                              RankDevice(o.rank - local_rank, local_rank, devices));
                                         }));
   for (size_t i = 0; i < n; ++i) {
     comms[i] = nccl[i].get();
@@ -200,17 +214,22 @@ absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
   if (local_ranks_ != nullptr) {
     ASSIGN_OR_RETURN(exchanges, ConnectDeviceExchanges(options, devices));
   }
+  std::vector<int> device_of(static_cast<size_t>(num_executors));
+  for (int i = 0; i < num_executors; ++i) {
+    device_of[static_cast<size_t>(i)] =
+        local_ranks_ != nullptr ? RankDevice(options.parallel.first_rank, i, devices) : i % devices;
+  }
   std::vector<std::unique_ptr<engine::cuda::CudaExecutor>> executors;
   int64_t budget = options.kv_cache_memory_bytes;
   for (int i = 0; i < num_executors; ++i) {
     engine::cuda::CudaExecutorOptions executor_options;
-    executor_options.device = i % devices;
+    executor_options.device = device_of[static_cast<size_t>(i)];
     executor_options.model.expert_exchange = exchanges[static_cast<size_t>(i)];
     ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> executor,
                      engine::cuda::CudaExecutor::Create(*model_, executor_options));
     if (!options.kv_cache_memory_given) {
-      // Replicas sharing a GPU split what the first left free.
-      const int sharing = (num_executors - executor_options.device + devices - 1) / devices;
+      // Executors sharing a GPU split what the first left free.
+      const auto sharing = std::count(device_of.begin(), device_of.end(), executor_options.device);
       ASSIGN_OR_RETURN(int64_t free_budget, executor->DefaultCacheBudgetBytes(0.9));
       free_budget /= sharing;
       budget = i == 0 ? free_budget : std::min(budget, free_budget);
