@@ -31,15 +31,6 @@ int32_t NextPowerOfTwo(int64_t v) {
   return p;
 }
 
-// Grows `buffer` to at least `bytes` (contents are not kept).
-template <typename Buffer>
-absl::Status Reserve(Buffer* buffer, int64_t bytes, const char* what) {
-  if (buffer->bytes() >= bytes) return absl::OkStatus();
-  *buffer = Buffer();  // free first: the old and new sizes need not fit together
-  ASSIGN_OR_RETURN(*buffer, Buffer::Allocate(std::max<int64_t>(bytes * 3 / 2, 4096), what));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 kvcache::ModelCacheSpec CudaCacheSpecFor(const ModelConfig& cfg) {
@@ -182,7 +173,7 @@ absl::Status CudaExecutor::InitSlots(const StepPlan& plan) {
 absl::Status CudaExecutor::Upload(kc::DeviceBuffer* ints) {
   const int64_t bytes = (static_cast<int64_t>(step_.ints.size()) + 1) * 4;
   if (ints->bytes() < bytes) return absl::InternalError("step input buffer too small");
-  RETURN_IF_ERROR(Reserve(&step_staging_, bytes, "step index arrays (host)"));
+  RETURN_IF_ERROR(step_staging_.Reserve(bytes, "step index arrays (host)"));
   int32_t* staging = step_staging_.as<int32_t>();
   std::memcpy(staging, step_.ints.data(), step_.ints.size() * 4);
   staging[step_.ints.size()] = 0;
@@ -335,8 +326,8 @@ absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, c
     history += static_cast<int64_t>(sampler_of(i).penalized_ids().size());
   }
   const SamplingBlock block(rows, bias, history, d.num_logprob_rows, d.max_top);
-  RETURN_IF_ERROR(Reserve(&sampling_staging_, block.inputs_end, "sampling inputs (host)"));
-  RETURN_IF_ERROR(Reserve(&sampling_device_, block.end, "sampling inputs and outputs"));
+  RETURN_IF_ERROR(sampling_staging_.Reserve(block.inputs_end, "sampling inputs (host)"));
+  RETURN_IF_ERROR(sampling_device_.Reserve(block.end, "sampling inputs and outputs"));
   void* host = sampling_staging_.get();
   auto* params = At<kc::SamplingRowParams>(host, block.params);
   auto* uniforms = At<double>(host, block.uniforms);
@@ -399,7 +390,7 @@ absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, c
                               "sampling inputs cudaMemcpyAsync");
   // Raw copies before the sampler applies bias and penalties in place.
   if (d.num_raw > 0) {
-    RETURN_IF_ERROR(Reserve(&raw_logits_, d.num_raw * vocab * 4, "raw logits rows"));
+    RETURN_IF_ERROR(raw_logits_.Reserve(d.num_raw * vocab * 4, "raw logits rows"));
     for (size_t i = 0; i < d.on_device.size(); ++i) {
       if (d.raw_copy[i] < 0) continue;
       STRATA_CUDA_RETURN_IF_ERROR(
@@ -526,8 +517,8 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     expert_offsets = graph->expert_offsets;
     invalid_tokens = graph->ints.as<int32_t>() + step_.ints.size();
   } else {
-    RETURN_IF_ERROR(Reserve(&step_ints_, (static_cast<int64_t>(step_.ints.size()) + 1) * 4,
-                            "step index arrays"));
+    RETURN_IF_ERROR(
+        step_ints_.Reserve((static_cast<int64_t>(step_.ints.size()) + 1) * 4, "step index arrays"));
     RETURN_IF_ERROR(Upload(&step_ints_));
     ASSIGN_OR_RETURN(float* eager_logits, scratch_.Take<float>(logit_floats));
     ASSIGN_OR_RETURN(int32_t * eager_offsets, scratch_.Take<int32_t>(offsets_ints));
@@ -554,7 +545,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   // tokens, and the logits rows the host samples (all rows when no row is sampled on device).
   const int64_t sampled_bytes = device_sampling ? device_outputs_bytes : 0;
   const int64_t out_bytes = logit_floats * 4 + 4 + offsets_ints * 4 + sampled_bytes;
-  RETURN_IF_ERROR(Reserve(&outputs_host_, out_bytes, "step outputs (host)"));
+  RETURN_IF_ERROR(outputs_host_.Reserve(out_bytes, "step outputs (host)"));
   float* logits_host = outputs_host_.as<float>();
   int32_t* invalid_host = reinterpret_cast<int32_t*>(logits_host + logit_floats);
   int32_t* offsets_host = invalid_host + 1;

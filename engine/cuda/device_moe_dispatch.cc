@@ -17,15 +17,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Grows a pinned buffer to at least `bytes` (contents are not kept).
-absl::Status Grow(kc::PinnedBuffer* buffer, int64_t bytes, const char* what) {
-  if (buffer->bytes() >= bytes) return absl::OkStatus();
-  *buffer = kc::PinnedBuffer();
-  ASSIGN_OR_RETURN(*buffer,
-                   kc::PinnedBuffer::Allocate(std::max<int64_t>(bytes * 3 / 2, 4096), what));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 DeviceExpertParallelExchange::DeviceExpertParallelExchange(dist::Communicator* comm,
@@ -127,7 +118,7 @@ absl::Status DeviceExpertParallelExchange::Exchange(int moe_layer, const uint16_
   cudaStream_t stream = ctx.stream;
   const int64_t pairs = rows * top_k;
   // 1. The routes to the host, then the records.
-  RETURN_IF_ERROR(Grow(&routes_host_, pairs * 8, "expert exchange routes (host)"));
+  RETURN_IF_ERROR(routes_host_.Reserve(pairs * 8, "expert exchange routes (host)"));
   auto* host_ids = routes_host_.as<int32_t>();
   auto* host_weights = reinterpret_cast<float*>(host_ids + pairs);
   if (rows > 0) {
@@ -140,8 +131,8 @@ absl::Status DeviceExpertParallelExchange::Exchange(int moe_layer, const uint16_
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "expert routes cudaStreamSynchronize");
   // Staging bound: every pair its own record.
-  RETURN_IF_ERROR(Grow(&staging_, (pairs + 2 * pairs * top_k + 2 * pairs) * 4,
-                       "expert exchange records (host)"));
+  RETURN_IF_ERROR(staging_.Reserve((pairs + 2 * pairs * top_k + 2 * pairs) * 4,
+                                   "expert exchange records (host)"));
   PlanRecords(host_ids, host_weights, rows, top_k);
   const int64_t staged_words = total_send_ * (1 + 2 * top_k) + 2 * pairs;
 

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,16 @@ absl::StatusOr<CudaMemory<kKind>> CudaMemory<kKind>::Allocate(int64_t bytes, con
   }
   m.bytes_ = bytes;
   return m;
+}
+
+template <MemoryKind kKind>
+absl::Status CudaMemory<kKind>::Reserve(int64_t bytes, const char* what) {
+  if (bytes_ >= bytes) return absl::OkStatus();
+  Free();  // first: the old and new sizes need not fit together
+  absl::StatusOr<CudaMemory> grown = Allocate(std::max<int64_t>(bytes * 3 / 2, 4096), what);
+  if (!grown.ok()) return grown.status();
+  *this = std::move(*grown);
+  return absl::OkStatus();
 }
 
 template <MemoryKind kKind>

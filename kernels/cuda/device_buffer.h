@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace strata::kernels::cuda {
@@ -17,6 +18,9 @@ class CudaMemory {
   CudaMemory() = default;
   // `what` names the allocation in the error ("the caches", "logits (host)").
   static absl::StatusOr<CudaMemory> Allocate(int64_t bytes, const char* what);
+  // Grows to at least `bytes` (with 50 % slack, at least 4 KiB) when smaller; the contents are
+  // not kept. Buffers reused every step grow to the largest step and then stop allocating.
+  absl::Status Reserve(int64_t bytes, const char* what);
   CudaMemory(CudaMemory&& other) noexcept;
   CudaMemory& operator=(CudaMemory&& other) noexcept;
   CudaMemory(const CudaMemory&) = delete;
