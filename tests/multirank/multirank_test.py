@@ -376,7 +376,8 @@ def case_kill(args):
     servers[1].proc.send_signal(signal.SIGKILL)
     # The collective timeout plus slack for a loaded machine.
     expect_survivors_fail(servers, servers[1], time.time(), timeout_s + 10,
-                          r"rank 1\b.*(closed|did not answer)|(all-to-all|all-reduce).*rank 1\b")
+                          r"rank 1\b.*(closed|did not answer)|(all-to-all|all-reduce).*rank 1\b",
+                          cascade=r"(all-to-all|all-reduce).*rank [02]\b.*(closed|did not answer)")
 
 
 def case_hang(args):
