@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/internal/simd_exp.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/reference/attn_res.h"
 
 namespace strata::kernels::cpu {
@@ -158,13 +159,8 @@ void AttnResMix(absl::Span<const float* const> sources, int64_t num_tokens, int6
     return;
   }
   const auto mix = isa >= Isa::kAvx512 ? MixToken<true> : MixToken<false>;
-  // No `omp parallel if (false)`: libgomp allocates a team even for one thread.
-  if (num_tokens > 1 && num_tokens * dim * n >= kParallelElements) {
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < num_tokens; ++t) mix(sources, t, dim, w_norm, w_proj, eps, out);
-  } else {
-    for (int64_t t = 0; t < num_tokens; ++t) mix(sources, t, dim, w_norm, w_proj, eps, out);
-  }
+  ParallelFor(num_tokens, num_tokens * dim * n >= kParallelElements,
+              [&](int64_t t) { mix(sources, t, dim, w_norm, w_proj, eps, out); });
 }
 
 }  // namespace strata::kernels::cpu

@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/cpu/internal/matmul_tiles.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace strata::kernels::cpu::internal {
 namespace {
@@ -112,11 +113,10 @@ void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y) {
                     static_cast<size_t>(rows * w.k), tile);
     } else {
       const auto* packed = static_cast<const uint8_t*>(w.data);
-#pragma omp parallel for schedule(static) if (rows * w.k >= (1 << 16))
-      for (int64_t r = 0; r < rows; ++r) {
+      ParallelFor(rows, rows * w.k >= (1 << 16), [&](int64_t r) {
         DecodeMxfp4(packed + (j0 + r) * (w.k / 2), w.scales + (j0 + r) * (w.k / kMxfp4BlockSize),
                     static_cast<size_t>(w.k), tile + r * w.k);
-      }
+      });
     }
     RunOneDnn(x, m, w.k, tile, rows, y + j0, w.n);
   }

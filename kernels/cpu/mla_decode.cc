@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/mla_tiles.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -72,8 +73,7 @@ void AbsorbAll(const mla::TileKernels& k, const MlaDims& d, const float* w_kvb,
   const int64_t lat_w = d.kv_lora_rank + d.qk_rope_head_dim,
                 q_w = d.qk_nope_head_dim + d.qk_rope_head_dim;
   const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int h = 0; h < heads; ++h) {
+  ParallelFor(heads, true, [&](int64_t h) {
     const float* w_uk = w_kvb + h * head_rows * d.kv_lora_rank;
     const float* q[kMaxQueries];
     float* out[kMaxQueries];
@@ -85,7 +85,7 @@ void AbsorbAll(const mla::TileKernels& k, const MlaDims& d, const float* w_kvb,
       }
       mla::Absorb(k, w_uk, d, q, n, out);
     }
-  }
+  });
 }
 
 // Phase 2: one (sequence, split) work item — online softmax of all heads over its rows.
@@ -145,8 +145,8 @@ void MergeAndProject(const mla::TileKernels& k, const MlaDims& d, const float* w
   const int heads = d.num_heads, batch = static_cast<int>(seqs.size());
   const int64_t lat_w = d.kv_lora_rank + d.qk_rope_head_dim, dv = d.v_head_dim;
   const int64_t head_rows = d.qk_nope_head_dim + dv;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int h = 0; h < heads; ++h) {
+  ParallelFor(heads, true, [&](int64_t h64) {
+    const int h = static_cast<int>(h64);
     const float* w_uv = w_kvb + (h * head_rows + d.qk_nope_head_dim) * d.kv_lora_rank;
     const float* x[kMaxQueries];
     const float* gate[kMaxQueries];
@@ -163,7 +163,7 @@ void MergeAndProject(const mla::TileKernels& k, const MlaDims& d, const float* w
       }
       mla::UpProject(k, w_uv, d, x, n, gate, o);
     }
-  }
+  });
 }
 
 // STRATA_ISA=scalar: the f64 reference on a gathered copy of the context (tests, debugging).
@@ -216,14 +216,13 @@ void MlaDecode(const MlaDims& dims, float scale, const float* w_kvb,
   AbsorbAll(k, dims, w_kvb, seqs, s.q_abs);
   const int64_t num_items = s.item_begin[batch];
   const int64_t lat_w = dims.kv_lora_rank + dims.qk_rope_head_dim;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t item = 0; item < num_items; ++item) {
+  ParallelFor(num_items, true, [&](int64_t item) {
     const int64_t b =
         std::upper_bound(s.item_begin, s.item_begin + batch + 1, item) - s.item_begin - 1;
     AttendSplit(k, dims, scale, seqs[b], item - s.item_begin[b], s.q_abs + b * heads * lat_w,
                 s.acc + item * heads * dims.kv_lora_rank, s.max + item * heads,
                 s.sum + item * heads);
-  }
+  });
   MergeAndProject(k, dims, w_kvb, seqs, s);
 }
 

@@ -10,6 +10,7 @@
 #include "core/cpu_features.h"
 #include "core/tensor.h"
 #include "kernels/cpu/mla_tiles.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -271,14 +272,13 @@ void MlaPrefill(const MlaDims& dims, float scale, const float* w_kvb,
             : MlaPrefillChooseForm(dims, s.context.num_tokens - s.num_new_tokens, s.num_new_tokens);
     item_begin[b + 1] = item_begin[b] + NumItems(s, forms[b], shape, dims.num_heads);
   }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t item = 0; item < item_begin[batch]; ++item) {
+  ParallelFor(item_begin[batch], true, [&](int64_t item) {
     const int64_t b = std::upper_bound(item_begin, item_begin + batch + 1, item) - item_begin - 1;
     const MlaPrefillSequence& seq = seqs[b];
     const int64_t local = item - item_begin[b];
     if (forms[b] == MlaPrefillForm::kExpanded) {
       RunExpandedItem(k, dims, scale, w_kvb, seq, static_cast<int>(local));
-      continue;
+      return;
     }
     // Last token tiles first: they attend the most rows (better load balance).
     const int64_t tiles = CeilDiv(seq.num_new_tokens, shape.tokens_per_item);
@@ -289,7 +289,7 @@ void MlaPrefill(const MlaDims& dims, float scale, const float* w_kvb,
     const int h0 = block * shape.heads_per_item;
     const int h1 = std::min(dims.num_heads, h0 + shape.heads_per_item);
     RunAbsorbedItem(k, dims, scale, w_kvb, seq, t0, t1, h0, h1);
-  }
+  });
 }
 
 }  // namespace strata::kernels::cpu

@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/internal/simd_exp.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/reference/rms_norm.h"
 
 namespace strata::kernels::cpu {
@@ -125,19 +126,13 @@ STRATA_TARGET_AVX512_EXP void Row512(float* h, const float* x, const float* a, i
   Scale512(xr, dim, weight, InvRms(sum_sq, dim, eps), y + r * dim);
 }
 
-// Rows of one ISA; OpenMP only when large. (An `omp parallel if (false)` region still builds a
-// one-thread team, and libgomp allocates and frees one per region: the branch keeps the small
-// decode-step calls off the heap.)
+// Rows of one ISA; spread over threads only when large.
 template <bool kAvx512>
 void Rows(float* h, const float* x, const float* a, int64_t rows, int64_t dim, const float* weight,
           float eps, float* y) {
   const auto row = kAvx512 ? Row512 : Row256;
-  if (rows > 1 && rows * dim >= kParallelElements) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) row(h, x, a, r, dim, weight, eps, y);
-  } else {
-    for (int64_t r = 0; r < rows; ++r) row(h, x, a, r, dim, weight, eps, y);
-  }
+  ParallelFor(rows, rows * dim >= kParallelElements,
+              [&](int64_t r) { row(h, x, a, r, dim, weight, eps, y); });
 }
 
 // h (may be null: no add), x = the rows read (h itself when adding), a (null: no add).

@@ -6,6 +6,7 @@
 #include "core/cpu_features.h"
 #include "kernels/cpu/internal/simd_exp.h"
 #include "kernels/cpu/sampling.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -166,13 +167,7 @@ void Route(const float* logits, int64_t num_tokens, const float* bias, const Rou
     RouteToken(logits + t * p.num_experts, bias, p, scoring, avx512, expert_ids + t * p.top_k,
                weights + t * p.top_k);
   };
-  // No `omp parallel if (false)`: libgomp allocates a team even for one thread.
-  if (num_tokens > kParallelTokens) {
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < num_tokens; ++t) token(t);
-  } else {
-    for (int64_t t = 0; t < num_tokens; ++t) token(t);
-  }
+  ParallelFor(num_tokens, num_tokens > kParallelTokens, token);
 }
 
 }  // namespace strata::kernels::cpu

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #include <linux/futex.h>
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -144,6 +145,7 @@ class Pool {
   }
 
   void WorkerLoop(int index) {
+    pthread_setname_np(pthread_self(), kWorkerName);
     in_pool_task = true;  // a ParallelFor inside a task runs inline
     uint64_t last_generation = Generation(job_.load(std::memory_order_acquire));
     int64_t idle_since = NowNanos();
