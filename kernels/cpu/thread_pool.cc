@@ -125,6 +125,8 @@ class Pool {
     while (static_cast<int>(workers_.size()) < count) {
       const int index = static_cast<int>(workers_.size());
       workers_.emplace_back([this, index] { WorkerLoop(index); });
+      // Named here, not by the worker: the name is set before this call returns.
+      pthread_setname_np(workers_.back().native_handle(), kWorkerName);
       workers_.back().detach();
     }
   }
@@ -145,7 +147,6 @@ class Pool {
   }
 
   void WorkerLoop(int index) {
-    pthread_setname_np(pthread_self(), kWorkerName);
     in_pool_task = true;  // a ParallelFor inside a task runs inline
     uint64_t last_generation = Generation(job_.load(std::memory_order_acquire));
     int64_t idle_since = NowNanos();
