@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: --model is required; prompt ≥ 1, gen ≥ 2, batch ≥ 1\n", argv[0]);
     return 2;
   }
-  auto model = engine::Model::Load(dir);
+  engine::ModelLoadOptions load;
+  load.copy_weights = false;  // uploaded to the device from the mapping
+  auto model = engine::Model::Load(dir, load);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 1;

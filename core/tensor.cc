@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -30,12 +32,17 @@ std::string ShapeToString(const Shape& shape) {
   return out + "]";
 }
 
-AlignedBuffer::AlignedBuffer(size_t num_bytes) : size_(num_bytes) {
+AlignedBuffer::AlignedBuffer(size_t num_bytes, Fill fill) : size_(num_bytes) {
   if (num_bytes == 0) return;
-  size_t rounded = (num_bytes + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, rounded);
+  const bool huge = num_bytes >= kHugePageBytes;
+  const size_t alignment = huge ? kHugePageBytes : kAlignment;
+  const size_t rounded = (num_bytes + alignment - 1) / alignment * alignment;
+  data_ = std::aligned_alloc(alignment, rounded);
   CHECK(data_ != nullptr) << "out of memory allocating " << num_bytes << " bytes";
-  std::memset(data_, 0, rounded);
+  // Before the first touch, so the pages are faulted in huge. Advice only: where transparent
+  // huge pages are off (or none is free) the buffer keeps 4 KiB pages.
+  if (huge) ::madvise(data_, rounded, MADV_HUGEPAGE);
+  if (fill == Fill::kZero) std::memset(data_, 0, rounded);
 }
 
 AlignedBuffer::~AlignedBuffer() { std::free(data_); }

@@ -1,6 +1,10 @@
 #include "core/tensor.h"
 
+#include <cctype>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -40,6 +44,47 @@ TEST(TensorTest, AlignedBufferIsAlignedZeroedAndMovable) {
   EXPECT_EQ(buffer.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty
   AlignedBuffer empty(0);
   EXPECT_EQ(empty.data(), nullptr);
+}
+
+// The "THPeligible:" line of the /proc/self/smaps entry holding p ("" when none).
+std::string ThpEligible(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    const size_t dash = line.find('-'), space = line.find(' ');
+    if (dash != std::string::npos && space != std::string::npos && dash < space &&
+        std::isxdigit(static_cast<unsigned char>(line[0]))) {
+      const uintptr_t begin = std::stoull(line.substr(0, dash), nullptr, 16);
+      const uintptr_t end = std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16);
+      inside = a >= begin && a < end;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+TEST(TensorTest, LargeAlignedBuffersSitOnHugePageBoundariesAndAreAdvised) {
+  const size_t bytes = 3 * AlignedBuffer::kHugePageBytes + 100;
+  AlignedBuffer buffer(bytes);
+  ASSERT_NE(buffer.data(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % AlignedBuffer::kHugePageBytes, 0u);
+  for (size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(buffer.as<uint8_t>()[i], 0) << i;
+  AlignedBuffer raw(bytes, AlignedBuffer::Fill::kUninitialized);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(raw.data()) % AlignedBuffer::kHugePageBytes, 0u);
+  std::memset(raw.data(), 7, bytes);  // all of it is writable
+
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(thp, mode);
+  if (mode.empty() || mode.find("[never]") != std::string::npos) {
+    GTEST_SKIP() << "transparent huge pages are off here ('" << mode << "')";
+  }
+  const std::string eligible = ThpEligible(buffer.as<char>() + AlignedBuffer::kHugePageBytes);
+  if (eligible.empty()) GTEST_SKIP() << "this kernel's smaps has no THPeligible line";
+  EXPECT_EQ(eligible.substr(eligible.find_last_of(' ') + 1), "1") << eligible;
 }
 
 TEST(TensorDeathTest, WrongTypedAccessIsAnInvariantFailure) {

@@ -6,8 +6,10 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/mixers.h"
+#include "engine/weight_copy.h"
 #include "kernels/cpu/attn_res.h"
 #include "kernels/cpu/rms_norm.h"
+#include "kvcache/memory_planner.h"
 
 namespace strata::engine {
 namespace {
@@ -63,62 +65,45 @@ class AttnResSources {
   bool partial_empty_ = true;
 };
 
-// Adds a linear's bytes and parameters; `active` when every token uses it.
-struct WeightCounter {
-  WeightStats stats;
-  void Add(const Linear& w, bool active = true) {
-    if (w.empty()) return;
-    stats.total_bytes += w.num_bytes();
-    if (active) stats.active_params_per_token += w.out_features * w.in_features;
-  }
-  void Add(const std::vector<float>& v) { stats.total_bytes += static_cast<int64_t>(v.size()) * 4; }
-};
-
 WeightStats CountWeights(const ModelConfig& cfg, const ModelWeights& w) {
-  WeightCounter c;
-  c.stats.total_bytes += w.embed.num_bytes();  // read one row per token: not "active"
-  if (!cfg.tie_word_embeddings)
-    c.Add(w.lm_head);
-  else
-    c.stats.active_params_per_token += w.lm_head.out_features * w.lm_head.in_features;
+  WeightStats stats;
+  auto params = [](const Linear& x) { return x.out_features * x.in_features; };
+  ForEachLinear(w, [&](const Linear& x, LinearRole role) {
+    if (x.empty()) return;
+    switch (role) {
+      case LinearRole::kEmbedding:  // one row read per token: not "active"
+        stats.total_bytes += x.num_bytes();
+        return;
+      case LinearRole::kLmHead:  // tied: the embedding's bytes, counted once
+        if (!cfg.tie_word_embeddings) stats.total_bytes += x.num_bytes();
+        stats.active_params_per_token += params(x);
+        return;
+      case LinearRole::kRoutedExpert:
+        stats.total_bytes += x.num_bytes();
+        return;
+      case LinearRole::kDense:
+        stats.total_bytes += x.num_bytes();
+        stats.active_params_per_token += params(x);
+        return;
+    }
+  });
   for (const LayerWeights& l : w.layers) {
-    if (l.kda) {
-      for (const Linear* x :
-           {&l.kda->q_proj, &l.kda->k_proj, &l.kda->v_proj, &l.kda->f_a_proj, &l.kda->f_b_proj,
-            &l.kda->b_proj, &l.kda->g_proj, &l.kda->g_a_proj, &l.kda->g_b_proj, &l.kda->o_proj}) {
-        c.Add(*x);
-      }
-    }
     if (l.mla) {
-      for (const Linear* x : {&l.mla->q_proj, &l.mla->q_a_proj, &l.mla->q_b_proj, &l.mla->kv_a_proj,
-                              &l.mla->g_proj, &l.mla->o_proj}) {
-        c.Add(*x);
-      }
-      c.Add(l.mla->kv_b_proj);
-      c.stats.active_params_per_token += static_cast<int64_t>(l.mla->kv_b_proj.size());
+      stats.total_bytes += static_cast<int64_t>(l.mla->kv_b_proj.size()) * 4;
+      stats.active_params_per_token += static_cast<int64_t>(l.mla->kv_b_proj.size());
     }
-    if (l.dense) {
-      c.Add(l.dense->gate_proj), c.Add(l.dense->up_proj), c.Add(l.dense->down_proj);
-    }
-    if (l.moe) {
-      c.Add(l.moe->router), c.Add(l.moe->latent_down), c.Add(l.moe->latent_up);
-      c.Add(l.moe->shared.gate_proj), c.Add(l.moe->shared.up_proj), c.Add(l.moe->shared.down_proj);
+    if (l.moe && !l.moe->experts.empty()) {
       int64_t expert_bytes = 0, expert_params = 0;
-      for (const ExpertWeights& e : l.moe->experts) {
-        for (const Linear* x : {&e.w1, &e.w3, &e.w2}) c.Add(*x, false);
+      const ExpertWeights& e = l.moe->experts[0];
+      for (const Linear* x : {&e.w1, &e.w3, &e.w2}) {
+        expert_bytes += x->num_bytes();
+        expert_params += params(*x);
       }
-      if (!l.moe->experts.empty()) {
-        const ExpertWeights& e = l.moe->experts[0];
-        for (const Linear* x : {&e.w1, &e.w3, &e.w2}) {
-          expert_bytes += x->num_bytes();
-          expert_params += x->out_features * x->in_features;
-        }
-      }
-      c.stats.routed_expert_bytes_per_layer_expert = expert_bytes;
-      c.stats.active_params_per_token += expert_params * cfg.moe.num_experts_per_token;
+      stats.routed_expert_bytes_per_layer_expert = expert_bytes;
+      stats.active_params_per_token += expert_params * cfg.moe.num_experts_per_token;
     }
   }
-  return c.stats;
+  return stats;
 }
 
 // h[row] = embedding of each new token, rows in batch order.
@@ -176,10 +161,13 @@ CacheGeometry GetCacheGeometry(const ModelConfig& cfg) {
   return g;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
+                                                   const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   ASSIGN_OR_RETURN(model->checkpoint_, Checkpoint::Open(dir));
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*model->checkpoint_));
+  const int64_t copied_bytes =
+      options.copy_weights ? CopyMappedLinears(model->weights_, &model->weight_copy_) : 0;
   const ModelConfig& cfg = model->config();
   model->geometry_ = GetCacheGeometry(cfg);
   model->weight_stats_ = CountWeights(cfg, model->weights_);
@@ -188,8 +176,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
     model->mixer_index_.push_back(cfg.IsKda(l) ? kda++ : mla++);
     model->moe_index_.push_back(model->weights_.layers[static_cast<size_t>(l)].moe ? moe++ : -1);
   }
-  LOG_INFO("engine", "loaded {}: {} layers ({} KDA, {} MLA), hidden {}, vocab {}", dir,
-           cfg.num_layers, kda, mla, cfg.hidden_size, cfg.vocab_size);
+  LOG_INFO("engine", "loaded {}: {} layers ({} KDA, {} MLA), hidden {}, vocab {}; weights {}", dir,
+           cfg.num_layers, kda, mla, cfg.hidden_size, cfg.vocab_size,
+           copied_bytes > 0 ? kvcache::FormatBytes(copied_bytes) + " copied to huge pages"
+                            : std::string("memory-mapped"));
   return model;
 }
 

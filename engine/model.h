@@ -56,9 +56,17 @@ struct ForwardContext {
   Workspace* workspace = nullptr;
 };
 
+struct ModelLoadOptions {
+  // Copy the weights a step streams out of the memory-mapped checkpoint into one buffer on
+  // transparent huge pages (engine/weight_copy.h): faster CPU decode, memory not shared with
+  // other processes. Off: they stay in the mapping (the CUDA backend uploads from there).
+  bool copy_weights = true;
+};
+
 class Model {
  public:
-  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
+                                                     const ModelLoadOptions& options = {});
 
   const ModelConfig& config() const { return checkpoint_->config(); }
   const CacheGeometry& geometry() const { return geometry_; }
@@ -77,6 +85,7 @@ class Model {
  private:
   Model() = default;
   std::unique_ptr<Checkpoint> checkpoint_;
+  AlignedBuffer weight_copy_;  // the Linears' bytes when copied out of the mapping
   ModelWeights weights_;
   CacheGeometry geometry_;
   WeightStats weight_stats_;

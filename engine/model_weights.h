@@ -82,6 +82,53 @@ struct ModelWeights {
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& ckpt);
 
+// What a Linear is to a decode step (weight statistics and memory placement differ by role).
+enum class LinearRole {
+  kEmbedding,     // one row read per token
+  kLmHead,        // a view of the embedding when the config ties them
+  kRoutedExpert,  // read when a token routes to it
+  kDense,         // every other projection: read by every token
+};
+
+// Calls fn(linear, role) on every Linear of `w` (const or not), empty ones included: embed,
+// lm_head, then layer by layer (mixer, dense MLP or MoE router, latent projections, shared
+// experts, routed experts in id order).
+template <typename Weights, typename Fn>
+void ForEachLinear(Weights& w, Fn&& fn) {
+  fn(w.embed, LinearRole::kEmbedding);
+  fn(w.lm_head, LinearRole::kLmHead);
+  for (auto& l : w.layers) {
+    if (l.kda) {
+      auto& k = *l.kda;
+      for (auto* x : {&k.q_proj, &k.k_proj, &k.v_proj, &k.f_a_proj, &k.f_b_proj, &k.b_proj,
+                      &k.g_proj, &k.g_a_proj, &k.g_b_proj, &k.o_proj}) {
+        fn(*x, LinearRole::kDense);
+      }
+    }
+    if (l.mla) {
+      auto& m = *l.mla;
+      for (auto* x : {&m.q_proj, &m.q_a_proj, &m.q_b_proj, &m.kv_a_proj, &m.g_proj, &m.o_proj}) {
+        fn(*x, LinearRole::kDense);
+      }
+    }
+    if (l.dense) {
+      for (auto* x : {&l.dense->gate_proj, &l.dense->up_proj, &l.dense->down_proj}) {
+        fn(*x, LinearRole::kDense);
+      }
+    }
+    if (l.moe) {
+      auto& m = *l.moe;
+      for (auto* x : {&m.router, &m.latent_down, &m.latent_up, &m.shared.gate_proj,
+                      &m.shared.up_proj, &m.shared.down_proj}) {
+        fn(*x, LinearRole::kDense);
+      }
+      for (auto& e : m.experts) {
+        for (auto* x : {&e.w1, &e.w3, &e.w2}) fn(*x, LinearRole::kRoutedExpert);
+      }
+    }
+  }
+}
+
 // Copies row `id` of the embedding table into `out` [d] as f32.
 void EmbeddingRow(const Linear& embed, int64_t id, float* out);
 

@@ -28,6 +28,8 @@ const std::vector<FlagSpec> kBenchFlags = {
     {"batch", true, "concurrent sequences (default 1)"},
     {"threads", true, "OpenMP threads (default: all cores)"},
     {"device", true, "cpu | cuda (default cpu)"},
+    {"mmap-weights", false,
+     "cpu: read the weights from the memory-mapped checkpoint instead of a copy on huge pages"},
     {"json", false, "print one JSON object instead of a table"},
 };
 
@@ -57,9 +59,11 @@ absl::Status RunBench(const std::vector<std::string>& args) {
   const bool json = flags.Has("json");
   if (json) log::SetLevel(log::Level::kWarn);
   ASSIGN_OR_RETURN(std::string dir, ResolveModelDir(flags.GetOr("model", "")));
-  ASSIGN_OR_RETURN(auto model, engine::Model::Load(dir));
-  ASSIGN_OR_RETURN(bench::EngineBackend backend,
-                   MakeBackend(flags.GetOr("device", "cpu"), *model, options));
+  const std::string device = flags.GetOr("device", "cpu");
+  engine::ModelLoadOptions load;
+  load.copy_weights = device == "cpu" && !flags.Has("mmap-weights");
+  ASSIGN_OR_RETURN(auto model, engine::Model::Load(dir, load));
+  ASSIGN_OR_RETURN(bench::EngineBackend backend, MakeBackend(device, *model, options));
   ASSIGN_OR_RETURN(nlohmann::ordered_json report,
                    bench::RunEngineBench(*model, dir, backend, options));
   if (json) {

@@ -38,6 +38,9 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"max-num-seqs", true, "sequences running at once (default 64)"},
     {"max-num-batched-tokens", true, "tokens per engine step (default 2048)"},
     {"device", true, "cpu | cuda (GPU i for replica i; default cpu)"},
+    {"mmap-weights", false,
+     "cpu: serve the weights from the memory-mapped checkpoint (shared with other processes, no "
+     "copy at load) instead of a copy on transparent huge pages (faster decode)"},
     {"kv-cache-memory", true,
      "bytes for all caches of each rank, e.g. 512MiB, 4GiB (default: cpu 1GiB, cuda 90% of the "
      "GPU memory the weights leave free)"},
@@ -126,6 +129,7 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   if (o.device != "cpu" && o.device != "cuda") {
     return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + o.device + "'");
   }
+  o.mmap_weights = flags.Has("mmap-weights");
   o.api_key = flags.GetOr("api-key", "");
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("STRATA_API_KEY"); env && *env) o.api_key = env;

@@ -298,7 +298,9 @@ std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions&
 absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOptions& options) {
   std::unique_ptr<ModelRuntime> rt(new ModelRuntime());
   ASSIGN_OR_RETURN(rt->dir_, ResolveModelDir(options.model_flag));
-  ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_));
+  engine::ModelLoadOptions load;  // the CUDA backend uploads from the mapping
+  load.copy_weights = options.device == "cpu" && !options.mmap_weights;
+  ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, load));
   RETURN_IF_ERROR(rt->LoadTokenizer());
   RETURN_IF_ERROR(rt->StartEngine(options));
   const engine::ModelConfig& cfg = rt->model_->config();

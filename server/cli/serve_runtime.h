@@ -38,6 +38,7 @@ struct ServeOptions {
   int64_t kv_cache_memory_bytes = int64_t{1} << 30;
   bool kv_cache_memory_given = false;    // --kv-cache-memory was set (else a per-device default)
   std::string device = "cpu";            // --device: cpu | cuda
+  bool mmap_weights = false;             // --mmap-weights (cpu): no copy to huge pages
   scheduler::SchedulerConfig scheduler;  // pool sizes filled from the memory plan
   server::EngineLoopOptions engine;
   http::HttpServerOptions http;

@@ -1,0 +1,98 @@
+#include "engine/weight_copy.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace strata::engine {
+namespace {
+
+struct Range {
+  const void* src = nullptr;
+  size_t bytes = 0;
+  size_t offset = 0;  // into the arena
+};
+
+size_t DataBytes(const Linear& w) {
+  const auto elements = static_cast<size_t>(w.out_features * w.in_features);
+  switch (w.format) {
+    case WeightFormat::kF32:
+      return elements * 4;
+    case WeightFormat::kBf16:
+      return elements * 2;
+    case WeightFormat::kMxfp4:
+      return elements / 2;
+  }
+  return 0;
+}
+
+size_t ScaleBytes(const Linear& w) {
+  return w.format == WeightFormat::kMxfp4
+             ? static_cast<size_t>(w.out_features * (w.in_features / kMxfp4BlockSize))
+             : 0;
+}
+
+// Drops this process's pages of the whole pages inside [p, p + bytes) of a read-only mapping.
+void ReleaseMappedPages(const void* p, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+}  // namespace
+
+int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena) {
+  absl::flat_hash_set<const void*> owned;  // converted at load: not in the mapping
+  ForEachLinear(weights, [&](const Linear& w, LinearRole) {
+    if (w.owned.size() > 0) owned.insert(w.data);
+  });
+  const void* lm_head_data = weights.lm_head.data;
+  auto moves = [&](const Linear& w, LinearRole role) {
+    return !w.empty() && !owned.contains(w.data) &&
+           (role != LinearRole::kEmbedding || w.data == lm_head_data);
+  };
+
+  std::vector<Range> ranges;
+  absl::flat_hash_map<const void*, size_t> range_of;  // mapped bytes → their range
+  auto add = [&](const void* src, size_t bytes) {
+    if (src == nullptr || bytes == 0 || range_of.contains(src)) return;
+    range_of[src] = ranges.size();
+    ranges.push_back({src, bytes, 0});
+  };
+  ForEachLinear(weights, [&](const Linear& w, LinearRole role) {
+    if (!moves(w, role)) return;
+    add(w.data, DataBytes(w));
+    add(w.scales, ScaleBytes(w));
+  });
+  size_t total = 0;
+  for (Range& r : ranges) {
+    r.offset = total;
+    total += (r.bytes + AlignedBuffer::kAlignment - 1) / AlignedBuffer::kAlignment *
+             AlignedBuffer::kAlignment;
+  }
+  if (total == 0) return 0;
+
+  *arena = AlignedBuffer(total, AlignedBuffer::Fill::kUninitialized);
+  char* base = arena->as<char>();
+  kernels::cpu::ParallelFor(static_cast<int64_t>(ranges.size()), true, [&](int64_t i) {
+    const Range& r = ranges[static_cast<size_t>(i)];
+    std::memcpy(base + r.offset, r.src, r.bytes);
+  });
+  auto copy_of = [&](const void* src) { return base + ranges[range_of.at(src)].offset; };
+  ForEachLinear(weights, [&](Linear& w, LinearRole role) {
+    if (!moves(w, role)) return;
+    w.data = copy_of(w.data);
+    if (w.scales != nullptr) w.scales = reinterpret_cast<const uint8_t*>(copy_of(w.scales));
+  });
+  for (const Range& r : ranges) ReleaseMappedPages(r.src, r.bytes);
+  return static_cast<int64_t>(total);
+}
+
+}  // namespace strata::engine
