@@ -84,6 +84,7 @@ int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena) {
   kernels::cpu::ParallelFor(static_cast<int64_t>(ranges.size()), true, [&](int64_t i) {
     const Range& r = ranges[static_cast<size_t>(i)];
     std::memcpy(base + r.offset, r.src, r.bytes);
+    ReleaseMappedPages(r.src, r.bytes);  // now, so the copy never holds both in full
   });
   auto copy_of = [&](const void* src) { return base + ranges[range_of.at(src)].offset; };
   ForEachLinear(weights, [&](Linear& w, LinearRole role) {
@@ -91,7 +92,6 @@ int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena) {
     w.data = copy_of(w.data);
     if (w.scales != nullptr) w.scales = reinterpret_cast<const uint8_t*>(copy_of(w.scales));
   });
-  for (const Range& r : ranges) ReleaseMappedPages(r.src, r.bytes);
   return static_cast<int64_t>(total);
 }
 
