@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/mixers.h"
@@ -161,13 +162,37 @@ CacheGeometry GetCacheGeometry(const ModelConfig& cfg) {
   return g;
 }
 
+namespace {
+
+// engine/weight_copy.h when options ask for it and the copy fits; returns the bytes copied.
+int64_t CopyWeightsIfTheyFit(const ModelLoadOptions& options, ModelWeights& weights,
+                             AlignedBuffer* arena) {
+  if (!options.copy_weights) return 0;
+  const int64_t bytes = MappedLinearBytes(weights);
+  std::optional<int64_t> limit;
+  if (options.max_copy_bytes >= 0) {
+    limit = options.max_copy_bytes;
+  } else if (std::optional<int64_t> available = AvailableHostMemoryBytes()) {
+    limit = *available - ModelLoadOptions::kCopyHeadroomBytes;
+  }
+  if (limit && bytes > *limit) {
+    LOG_WARN("engine",
+             "weights stay memory-mapped (read from the page cache, slower on the CPU): a copy "
+             "on huge pages needs {} and {} of memory is available for it",
+             kvcache::FormatBytes(bytes), kvcache::FormatBytes(std::max<int64_t>(0, *limit)));
+    return 0;
+  }
+  return CopyMappedLinears(weights, arena);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                                    const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   ASSIGN_OR_RETURN(model->checkpoint_, Checkpoint::Open(dir));
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*model->checkpoint_));
-  const int64_t copied_bytes =
-      options.copy_weights ? CopyMappedLinears(model->weights_, &model->weight_copy_) : 0;
+  const int64_t copied_bytes = CopyWeightsIfTheyFit(options, model->weights_, &model->weight_copy_);
   const ModelConfig& cfg = model->config();
   model->geometry_ = GetCacheGeometry(cfg);
   model->weight_stats_ = CountWeights(cfg, model->weights_);

@@ -61,6 +61,12 @@ struct ModelLoadOptions {
   // transparent huge pages (engine/weight_copy.h): faster CPU decode, memory not shared with
   // other processes. Off: they stay in the mapping (the CUDA backend uploads from there).
   bool copy_weights = true;
+  // The copy is made only when it fits in this many bytes, else the weights stay mapped (with
+  // a warning: the mapping pages from disk where RAM is short, a copy would be OOM-killed).
+  // −1: the host's available memory (core/host_memory.h) less kCopyHeadroomBytes for the
+  // caches and activations.
+  int64_t max_copy_bytes = -1;
+  static constexpr int64_t kCopyHeadroomBytes = int64_t{2} << 30;
 };
 
 class Model {

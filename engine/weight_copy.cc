@@ -46,37 +46,51 @@ void ReleaseMappedPages(const void* p, size_t bytes) {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-}  // namespace
-
-int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena) {
+// What CopyMappedLinears moves: the distinct mapped byte ranges, laid out in the arena.
+struct CopyPlan {
   absl::flat_hash_set<const void*> owned;  // converted at load: not in the mapping
-  ForEachLinear(weights, [&](const Linear& w, LinearRole) {
-    if (w.owned.size() > 0) owned.insert(w.data);
-  });
-  const void* lm_head_data = weights.lm_head.data;
-  auto moves = [&](const Linear& w, LinearRole role) {
-    return !w.empty() && !owned.contains(w.data) &&
-           (role != LinearRole::kEmbedding || w.data == lm_head_data);
-  };
-
+  const void* lm_head_data = nullptr;
   std::vector<Range> ranges;
   absl::flat_hash_map<const void*, size_t> range_of;  // mapped bytes → their range
+  size_t total = 0;
+
+  bool Moves(const Linear& w, LinearRole role) const {
+    return !w.empty() && !owned.contains(w.data) &&
+           (role != LinearRole::kEmbedding || w.data == lm_head_data);
+  }
+};
+
+CopyPlan PlanCopy(const ModelWeights& weights) {
+  CopyPlan plan;
+  ForEachLinear(weights, [&](const Linear& w, LinearRole) {
+    if (w.owned.size() > 0) plan.owned.insert(w.data);
+  });
+  plan.lm_head_data = weights.lm_head.data;
   auto add = [&](const void* src, size_t bytes) {
-    if (src == nullptr || bytes == 0 || range_of.contains(src)) return;
-    range_of[src] = ranges.size();
-    ranges.push_back({src, bytes, 0});
+    if (src == nullptr || bytes == 0 || plan.range_of.contains(src)) return;
+    plan.range_of[src] = plan.ranges.size();
+    plan.ranges.push_back({src, bytes, plan.total});
+    plan.total += (bytes + AlignedBuffer::kAlignment - 1) / AlignedBuffer::kAlignment *
+                  AlignedBuffer::kAlignment;
   };
   ForEachLinear(weights, [&](const Linear& w, LinearRole role) {
-    if (!moves(w, role)) return;
+    if (!plan.Moves(w, role)) return;
     add(w.data, DataBytes(w));
     add(w.scales, ScaleBytes(w));
   });
-  size_t total = 0;
-  for (Range& r : ranges) {
-    r.offset = total;
-    total += (r.bytes + AlignedBuffer::kAlignment - 1) / AlignedBuffer::kAlignment *
-             AlignedBuffer::kAlignment;
-  }
+  return plan;
+}
+
+}  // namespace
+
+int64_t MappedLinearBytes(const ModelWeights& weights) {
+  return static_cast<int64_t>(PlanCopy(weights).total);
+}
+
+int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena) {
+  const CopyPlan plan = PlanCopy(weights);
+  const std::vector<Range>& ranges = plan.ranges;
+  const size_t total = plan.total;
   if (total == 0) return 0;
 
   *arena = AlignedBuffer(total, AlignedBuffer::Fill::kUninitialized);
@@ -86,9 +100,9 @@ int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena) {
     std::memcpy(base + r.offset, r.src, r.bytes);
     ReleaseMappedPages(r.src, r.bytes);  // now, so the copy never holds both in full
   });
-  auto copy_of = [&](const void* src) { return base + ranges[range_of.at(src)].offset; };
+  auto copy_of = [&](const void* src) { return base + ranges[plan.range_of.at(src)].offset; };
   ForEachLinear(weights, [&](Linear& w, LinearRole role) {
-    if (!moves(w, role)) return;
+    if (!plan.Moves(w, role)) return;
     w.data = copy_of(w.data);
     if (w.scales != nullptr) w.scales = reinterpret_cast<const uint8_t*>(copy_of(w.scales));
   });

@@ -25,4 +25,7 @@ namespace strata::engine {
 // a later read through the mapping faults them back from the file). Returns the bytes copied.
 int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena);
 
+// The bytes CopyMappedLinears would copy (to check them against the memory available first).
+int64_t MappedLinearBytes(const ModelWeights& weights);
+
 }  // namespace strata::engine

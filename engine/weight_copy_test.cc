@@ -68,9 +68,10 @@ class WeightCopyTest : public testing::TestWithParam<Case> {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  std::unique_ptr<Model> Load(bool copy) {
+  std::unique_ptr<Model> Load(bool copy, int64_t max_copy_bytes = -1) {
     ModelLoadOptions options;
     options.copy_weights = copy;
+    options.max_copy_bytes = max_copy_bytes;
     auto model = Model::Load(dir_, options);
     EXPECT_TRUE(model.ok()) << model.status();
     return model.ok() ? std::move(*model) : nullptr;
@@ -90,7 +91,7 @@ std::vector<float> PromptLogits(const Model& model) {
 }
 
 TEST_P(WeightCopyTest, CopiesLeaveTheMappingWithTheSameBytesAndLogits) {
-  std::unique_ptr<Model> mapped = Load(false), copied = Load(true);
+  std::unique_ptr<Model> mapped = Load(false), copied = Load(true, int64_t{1} << 40);
   ASSERT_TRUE(mapped && copied);
   const auto mappings = SafetensorsMappings();
   ASSERT_FALSE(mappings.empty());
@@ -134,6 +135,21 @@ TEST_P(WeightCopyTest, CopiesLeaveTheMappingWithTheSameBytesAndLogits) {
   }
   EXPECT_EQ(copied->weight_stats().total_bytes, mapped->weight_stats().total_bytes);
   EXPECT_EQ(PromptLogits(*copied), PromptLogits(*mapped));  // bit for bit
+}
+
+// A copy larger than the memory allowed for it is not made: every weight stays mapped.
+TEST_P(WeightCopyTest, ACopyThatDoesNotFitLeavesTheWeightsMapped) {
+  std::unique_ptr<Model> model = Load(true, /*max_copy_bytes=*/4096);
+  ASSERT_TRUE(model);
+  const auto mappings = SafetensorsMappings();
+  int linears = 0;
+  ForEachLinear(model->weights(), [&](const Linear& w, LinearRole) {
+    if (w.empty()) return;
+    ++linears;
+    EXPECT_TRUE(InMapping(w.data, mappings));
+  });
+  EXPECT_GT(linears, 10);
+  EXPECT_GT(MappedLinearBytes(model->weights()), 4096);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, WeightCopyTest,
