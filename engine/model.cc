@@ -173,7 +173,7 @@ int64_t CopyWeightsIfTheyFit(const ModelLoadOptions& options, ModelWeights& weig
   if (options.max_copy_bytes >= 0) {
     limit = options.max_copy_bytes;
   } else if (std::optional<int64_t> available = AvailableHostMemoryBytes()) {
-    limit = *available - ModelLoadOptions::kCopyHeadroomBytes;
+    limit = *available - options.reserve_bytes - ModelLoadOptions::kCopySlackBytes;
   }
   if (limit && bytes > *limit) {
     LOG_WARN("engine",

@@ -63,10 +63,11 @@ struct ModelLoadOptions {
   bool copy_weights = true;
   // The copy is made only when it fits in this many bytes, else the weights stay mapped (with
   // a warning: the mapping pages from disk where RAM is short, a copy would be OOM-killed).
-  // −1: the host's available memory (core/host_memory.h) less kCopyHeadroomBytes for the
-  // caches and activations.
+  // −1: the host's available memory (core/host_memory.h) less `reserve_bytes` (what the
+  // caller allocates next: the caches) and kCopySlackBytes (activations, the rest).
   int64_t max_copy_bytes = -1;
-  static constexpr int64_t kCopyHeadroomBytes = int64_t{2} << 30;
+  int64_t reserve_bytes = int64_t{1} << 30;
+  static constexpr int64_t kCopySlackBytes = int64_t{1} << 30;
 };
 
 class Model {

@@ -300,6 +300,7 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   ASSIGN_OR_RETURN(rt->dir_, ResolveModelDir(options.model_flag));
   engine::ModelLoadOptions load;  // the CUDA backend uploads from the mapping
   load.copy_weights = options.device == "cpu" && !options.mmap_weights;
+  load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.num_engine_ranks();
   ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, load));
   RETURN_IF_ERROR(rt->LoadTokenizer());
   RETURN_IF_ERROR(rt->StartEngine(options));
