@@ -5,9 +5,9 @@
 // of the page cache those reads cross a 4 KiB page (a TLB miss, and the hardware prefetchers
 // stop) every 4 KiB; from 2 MiB pages they do not. Measured on the bench model (Kimi-Linear
 // shape, 1.3 GiB of bf16 weights, 2 threads, 4 interleaved runs each): decode 56.6 tokens/s
-// against 50.9 from the mapping (+11 %). The cost: a copy at load (about
-// a second per few GB) and memory no longer shared with other processes mapping the same files
-// (`strata serve --mmap-weights` keeps the mapping).
+// against 50.9 from the mapping (+11 %). The cost: a copy at load (+1.4 s for those 1.3 GiB on
+// that VM, mostly the kernel zeroing fresh huge pages) and memory no longer shared with other
+// processes mapping the same files (`strata serve --mmap-weights` keeps the mapping).
 #pragma once
 
 #include <cstdint>
