@@ -78,6 +78,8 @@ class Model {
   const ModelConfig& config() const { return checkpoint_->config(); }
   const CacheGeometry& geometry() const { return geometry_; }
   const WeightStats& weight_stats() const { return weight_stats_; }
+  // Bytes of weights copied to huge pages at load (0: every weight reads the mapping).
+  int64_t weight_copy_bytes() const { return static_cast<int64_t>(weight_copy_.size()); }
   // The loaded weights (host views; the CUDA backend uploads them, engine/cuda).
   const ModelWeights& weights() const { return weights_; }
 

@@ -338,7 +338,10 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
                    {"max_model_len", served_.max_model_len},
                    {"vocab_size", served_.vocab_size},
                    {"tokenizer_vocab_size", tokenizer_->vocab_size()},
-                   {"chat_template", chat_template_.has_value()}};
+                   {"chat_template", chat_template_.has_value()},
+                   {"weight_bytes", model_->weight_stats().total_bytes},
+                   {"weights_memory", model_->weight_copy_bytes() > 0 ? "huge_pages" : "mmap"},
+                   {"weight_copy_bytes", model_->weight_copy_bytes()}};
   const scheduler::SchedulerConfig& c = scheduler_config_;
   info["config"] = {
       {"host", options.http.host},

@@ -56,6 +56,14 @@ test("64 parallel requests all complete and the cache returns to empty", async (
   assert.equal(info.num_requests_in_flight, 0);
 });
 
+test("/server_info reports where the weights live", async () => {
+  const { model } = await server.info();
+  assert.ok(model.weight_bytes > 0, JSON.stringify(model));
+  // The CPU default copies them to huge pages (the demo model always fits in memory here).
+  assert.equal(model.weights_memory, "huge_pages", JSON.stringify(model));
+  assert.ok(model.weight_copy_bytes > 0, JSON.stringify(model));
+});
+
 // Reads SSE chunks until `enough(events)`, then aborts the request.
 async function readThenAbort(body, enough) {
   const controller = new AbortController();
