@@ -91,12 +91,16 @@ TEST(RendezvousTest, AllGatherAcrossProcessesAndGroups) {
         *in_b != std::vector<std::string>{"b0", "b1", "b2"}) {
       return "wrong values";
     }
-    // Rank 0 serves the store: it stays until the others have read everything.
+    // Rank 0 serves the store: it stays until the others have had the reply to their checked
+    // Set. Each sends "exit/<rank>" only after that reply arrived; rank 0 may exit before
+    // answering "exit/<rank>" itself, so that last Set is not checked (as below).
     if (rank != 0) {
-      return (*a)->Set(absl::StrCat("finished/", rank), "").ok() ? "" : "set failed";
+      if (!(*a)->Set(absl::StrCat("finished/", rank), "").ok()) return "set failed";
+      (*a)->Set(absl::StrCat("exit/", rank), "").IgnoreError();
+      return "";
     }
     for (int r = 1; r < 3; ++r) {
-      if (!(*a)->Get(absl::StrCat("finished/", r), milliseconds(5000)).ok()) return "finished";
+      if (!(*a)->Get(absl::StrCat("exit/", r), milliseconds(5000)).ok()) return "exit";
     }
     return "";
   }));
