@@ -8,16 +8,20 @@
 
 namespace strata::engine {
 
-int64_t Linear::num_bytes() const {
+int64_t Linear::data_bytes() const {
   switch (format) {
     case WeightFormat::kF32:
       return out_features * in_features * 4;
     case WeightFormat::kBf16:
       return out_features * in_features * 2;
     case WeightFormat::kMxfp4:
-      return out_features * (in_features / 2 + in_features / 32);
+      return out_features * (in_features / 2);
   }
   return 0;
+}
+
+int64_t Linear::scale_bytes() const {
+  return format == WeightFormat::kMxfp4 ? out_features * (in_features / kMxfp4BlockSize) : 0;
 }
 
 namespace {

@@ -27,7 +27,9 @@ struct Linear {
   AlignedBuffer owned;              // set when the checkpoint's dtype had to be converted
 
   bool empty() const { return data == nullptr; }
-  int64_t num_bytes() const;
+  int64_t data_bytes() const;   // the bytes `data` points to
+  int64_t scale_bytes() const;  // `scales` (MXFP4), else 0
+  int64_t num_bytes() const { return data_bytes() + scale_bytes(); }
 };
 
 // The kernels' view of the weight (no copy), for kernels beyond LinearForward (fused GLU,

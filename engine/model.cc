@@ -168,21 +168,21 @@ namespace {
 int64_t CopyWeightsIfTheyFit(const ModelLoadOptions& options, ModelWeights& weights,
                              AlignedBuffer* arena) {
   if (!options.copy_weights) return 0;
-  const int64_t bytes = MappedLinearBytes(weights);
   std::optional<int64_t> limit;
   if (options.max_copy_bytes >= 0) {
     limit = options.max_copy_bytes;
   } else if (std::optional<int64_t> available = AvailableHostMemoryBytes()) {
     limit = *available - options.reserve_bytes - ModelLoadOptions::kCopySlackBytes;
   }
-  if (limit && bytes > *limit) {
+  const WeightCopy copy = CopyMappedLinears(weights, limit, arena);
+  if (copy.copied_bytes < copy.needed_bytes) {
     LOG_WARN("engine",
              "weights stay memory-mapped (read from the page cache, slower on the CPU): a copy "
              "on huge pages needs {} and {} of memory is available for it",
-             kvcache::FormatBytes(bytes), kvcache::FormatBytes(std::max<int64_t>(0, *limit)));
-    return 0;
+             kvcache::FormatBytes(copy.needed_bytes),
+             kvcache::FormatBytes(std::max<int64_t>(0, limit.value_or(0))));
   }
-  return CopyMappedLinears(weights, arena);
+  return copy.copied_bytes;
 }
 
 }  // namespace

@@ -19,25 +19,6 @@ struct Range {
   size_t offset = 0;  // into the arena
 };
 
-size_t DataBytes(const Linear& w) {
-  const auto elements = static_cast<size_t>(w.out_features * w.in_features);
-  switch (w.format) {
-    case WeightFormat::kF32:
-      return elements * 4;
-    case WeightFormat::kBf16:
-      return elements * 2;
-    case WeightFormat::kMxfp4:
-      return elements / 2;
-  }
-  return 0;
-}
-
-size_t ScaleBytes(const Linear& w) {
-  return w.format == WeightFormat::kMxfp4
-             ? static_cast<size_t>(w.out_features * (w.in_features / kMxfp4BlockSize))
-             : 0;
-}
-
 // Drops this process's pages of the whole pages inside [p, p + bytes) of a read-only mapping.
 void ReleaseMappedPages(const void* p, size_t bytes) {
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -75,8 +56,8 @@ CopyPlan PlanCopy(const ModelWeights& weights) {
   };
   ForEachLinear(weights, [&](const Linear& w, LinearRole role) {
     if (!plan.Moves(w, role)) return;
-    add(w.data, DataBytes(w));
-    add(w.scales, ScaleBytes(w));
+    add(w.data, static_cast<size_t>(w.data_bytes()));
+    add(w.scales, static_cast<size_t>(w.scale_bytes()));
   });
   return plan;
 }
@@ -87,11 +68,13 @@ int64_t MappedLinearBytes(const ModelWeights& weights) {
   return static_cast<int64_t>(PlanCopy(weights).total);
 }
 
-int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena) {
+WeightCopy CopyMappedLinears(ModelWeights& weights, std::optional<int64_t> max_bytes,
+                             AlignedBuffer* arena) {
   const CopyPlan plan = PlanCopy(weights);
   const std::vector<Range>& ranges = plan.ranges;
   const size_t total = plan.total;
-  if (total == 0) return 0;
+  const WeightCopy none{static_cast<int64_t>(total), 0};
+  if (total == 0 || (max_bytes && static_cast<int64_t>(total) > *max_bytes)) return none;
 
   *arena = AlignedBuffer(total, AlignedBuffer::Fill::kUninitialized);
   char* base = arena->as<char>();
@@ -106,7 +89,7 @@ int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena) {
     w.data = copy_of(w.data);
     if (w.scales != nullptr) w.scales = reinterpret_cast<const uint8_t*>(copy_of(w.scales));
   });
-  return static_cast<int64_t>(total);
+  return {static_cast<int64_t>(total), static_cast<int64_t>(total)};
 }
 
 }  // namespace strata::engine

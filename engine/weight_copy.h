@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/tensor.h"
 #include "engine/model_weights.h"
@@ -22,10 +23,16 @@ namespace strata::engine {
 // and points the Linears at the copies. The embedding table stays mapped unless the LM head
 // shares it (a token reads one row of it). Views of the same bytes (tied LM head) get one
 // copy. The mapping's pages of copied weights are released from this process (MADV_DONTNEED;
-// a later read through the mapping faults them back from the file). Returns the bytes copied.
-int64_t CopyMappedLinears(ModelWeights& weights, AlignedBuffer* arena);
+// a later read through the mapping faults them back from the file). Copies nothing when the
+// copy needs more than `max_bytes` (nullopt: no limit).
+struct WeightCopy {
+  int64_t needed_bytes = 0;  // the copy's size
+  int64_t copied_bytes = 0;  // needed_bytes, or 0 when over the limit
+};
+WeightCopy CopyMappedLinears(ModelWeights& weights, std::optional<int64_t> max_bytes,
+                             AlignedBuffer* arena);
 
-// The bytes CopyMappedLinears would copy (to check them against the memory available first).
+// The bytes CopyMappedLinears would copy.
 int64_t MappedLinearBytes(const ModelWeights& weights);
 
 }  // namespace strata::engine
