@@ -99,13 +99,14 @@ double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
 Sampler::Sampler(SamplingParams params, uint64_t fallback_seed, const std::vector<int32_t>& prompt)
     : params_(std::move(params)), rng_(params_.seed.value_or(fallback_seed)) {
+  if (params_.constraint) matcher_ = params_.constraint->NewMatcher();
   if (params_.repetition_penalty != 1.0f) {
     for (int32_t id : prompt) Record(id, /*output=*/false);
   }
 }
 
 bool Sampler::ModifiesLogits() const {
-  return !params_.logit_bias.empty() || params_.repetition_penalty != 1.0f ||
+  return matcher_ != nullptr || !params_.logit_bias.empty() || params_.repetition_penalty != 1.0f ||
          params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
 }
 
@@ -118,6 +119,7 @@ void Sampler::SizeForVocab(int64_t vocab) {
 }
 
 void Sampler::Record(int32_t token, bool output) {
+  if (output && matcher_) matcher_->Accept(token);
   const auto id = static_cast<size_t>(token);
   const bool repetition = params_.repetition_penalty != 1.0f;
   const bool counted = output && CountsOutputs();
@@ -147,6 +149,7 @@ const std::vector<int32_t>& Sampler::penalized_ids() {
 }
 
 void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
+  if (matcher_) matcher_->MaskLogits(logits, vocab);
   for (const auto& [id, bias] : params_.logit_bias) {
     if (id < vocab) logits[id] += bias;
   }

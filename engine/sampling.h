@@ -1,4 +1,5 @@
 // Token sampling for one sequence (vLLM semantics, applied in this order):
+//   0. a constraint (structured output) sets the logits of tokens it forbids to −inf;
 //   1. logit_bias added;
 //   2. repetition_penalty over prompt + generated tokens (logit > 0: divided, else multiplied);
 //   3. presence / frequency penalties over generated tokens (logit −= presence·[count > 0] +
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -23,6 +25,25 @@
 #include "absl/status/status.h"
 
 namespace strata::engine {
+
+// Which tokens one sequence may generate next (structured output: engine/structured/). A
+// TokenConstraint is immutable and shared by every sequence compiled from one request; each
+// sequence walks its own TokenMatcher, which the sampler owns.
+class TokenMatcher {
+ public:
+  virtual ~TokenMatcher() = default;
+  // Sets logits[id] = −inf for every id in [0, vocab) that may not come next (at least one id
+  // is always left: the end-of-sequence ids when nothing else fits).
+  virtual void MaskLogits(float* logits, int64_t vocab) = 0;
+  // Advances past the generated token.
+  virtual void Accept(int32_t token) = 0;
+};
+
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual std::unique_ptr<TokenMatcher> NewMatcher() const = 0;
+};
 
 struct SamplingParams {
   float temperature = 1.0f;                           // 0 = greedy
@@ -34,6 +55,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;                     // [−2, 2]
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id → bias in [−100, 100]
   std::optional<uint64_t> seed;
+  std::shared_ptr<const TokenConstraint> constraint;  // null: any token
 
   bool greedy() const { return temperature <= 1e-5f; }
   // InvalidArgument naming the field and its allowed range.
@@ -60,8 +82,10 @@ class Sampler {
   // Picks the next token from `logits` [vocab] (modified in place) and records it.
   int32_t Sample(float* logits, int64_t vocab);
   const SamplingParams& params() const { return params_; }
-  // Whether Sample changes logits before choosing (bias or penalties).
+  // Whether Sample changes logits before choosing (constraint, bias or penalties).
   bool ModifiesLogits() const;
+  // Whether a constraint masks the logits (such rows are sampled on the host).
+  bool constrained() const { return matcher_ != nullptr; }
 
   // Sampling elsewhere (the CUDA executor's device sampler, kernels/cuda/sampling.h):
   // NextUniform() draws the uniform Sample would draw (none when greedy: returns 0), the
@@ -104,6 +128,7 @@ class Sampler {
   std::vector<uint8_t> seen_mask_;  // [≥ max id] prompt + output ids (repetition), or empty
   std::vector<int32_t> penalized_ids_;  // see penalized_ids()
   bool track_penalized_ids_ = false;
+  std::unique_ptr<TokenMatcher> matcher_;  // from params_.constraint, or null
 };
 
 }  // namespace strata::engine

@@ -241,8 +241,9 @@ CudaExecutor::DecodeGraph* CudaExecutor::GraphFor(const GraphKey& key) {
 }
 
 // Which sampled tokens the device picks: all, when device sampling is on, but those asking
-// for more than kSamplingChunk log-probabilities. Rows with log-probabilities or penalties keep
-// a raw copy of their logits row (RowLogprobs reads it; a hand-back sends it to the host).
+// for more than kSamplingChunk log-probabilities or under a constraint. Rows with log-probabilities
+// or penalties keep a raw copy of their logits row (RowLogprobs reads it; a hand-back sends it to
+// the host).
 bool CudaExecutor::PlanDeviceSampling(const StepPlan& plan) {
   DeviceSampling& d = device_sampling_plan_;
   const size_t n = step_.sampled_plan_index.size();
@@ -254,7 +255,9 @@ bool CudaExecutor::PlanDeviceSampling(const StepPlan& plan) {
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
-    if (seq.num_logprobs > kc::kSamplingChunk) continue;
+    // Rows with more log-probabilities than a chunk, or masked by a constraint (structured
+    // output walks its grammar on the host), are sampled on the host.
+    if (seq.num_logprobs > kc::kSamplingChunk || seq.sampler->constrained()) continue;
     d.on_device[i] = any = true;
     if (seq.num_logprobs >= 0) {
       d.logprob_row[i] = d.num_logprob_rows++;

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -51,6 +52,25 @@ constexpr double kRowTolerance = 0.1;
 constexpr double kMedianTolerance = 0.03;
 // With top-2 routing a flipped expert moves a row by a whole expert's output (measured: 0.42).
 constexpr double kFlippedRowTolerance = 0.6;
+
+// A constraint allowing only ids ≡ kResidue (mod kModulus): the executor must apply its mask
+// (on the host), whichever way it samples the other rows.
+class ResidueConstraint : public TokenConstraint {
+ public:
+  static constexpr int32_t kModulus = 7;
+  static constexpr int32_t kResidue = 3;
+  std::unique_ptr<TokenMatcher> NewMatcher() const override {
+    struct Matcher : TokenMatcher {
+      void MaskLogits(float* logits, int64_t vocab) override {
+        for (int64_t id = 0; id < vocab; ++id) {
+          if (id % kModulus != kResidue) logits[id] = -std::numeric_limits<float>::infinity();
+        }
+      }
+      void Accept(int32_t token) override { EXPECT_EQ(token % kModulus, kResidue); }
+    };
+    return std::make_unique<Matcher>();
+  }
+};
 
 struct Family {
   std::string name, family;
@@ -292,7 +312,8 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
 // the device's 1024 ranks included, and its log-probabilities (chosen token and top n) match
 // the host's: two CUDA executors, with and without device sampling, see the same logits and
 // must agree token for token, with identically seeded samplers, over a prefill and six decode
-// steps. A row asking for more than 1024 log-probabilities is sampled on the host.
+// steps. A row asking for more than 1024 log-probabilities, or under a constraint (structured
+// output), is sampled on the host.
 TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   if (!kernels::cuda::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
   const std::string dir = testing::TempDir() + "/cuda_exec_sampling_" + std::to_string(getpid());
@@ -316,7 +337,7 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
     executors[e] = std::move(*created);
     ASSERT_TRUE(executors[e]->AllocateCaches(layout).ok());
   }
-  constexpr int kModes = 14;
+  constexpr int kModes = 15;
   std::vector<SamplingParams> modes(kModes);
   std::vector<int> num_logprobs(kModes, -1);
   modes[0].temperature = 0.0f;  // greedy
@@ -335,6 +356,7 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   num_logprobs[11] = 0;  // the chosen token's only; full-vocabulary draws (handed back)
   modes[12].temperature = 3.0f, modes[12].frequency_penalty = 1.0f;  // penalised, handed back
   modes[13].top_k = 20, modes[13].presence_penalty = -0.5f, num_logprobs[13] = 2000;  // host
+  modes[14].temperature = 1.0f, modes[14].constraint = std::make_shared<ResidueConstraint>();
   std::vector<std::shared_ptr<Sampler>> samplers[2];
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < kModes; ++i) {
@@ -371,6 +393,9 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
       const SampledToken& dev = results[0].sampled[i];
       const SampledToken& host = results[1].sampled[i];
       EXPECT_EQ(dev.token_id, host.token_id) << "step " << step << " mode " << i;
+      if (modes[i].constraint) {
+        EXPECT_EQ(dev.token_id % ResidueConstraint::kModulus, ResidueConstraint::kResidue);
+      }
       if (num_logprobs[i] < 0) continue;
       ++logprob_rows;
       EXPECT_NEAR(dev.logprob, host.logprob, 1e-4) << "step " << step << " mode " << i;

@@ -301,8 +301,9 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   engine::ModelLoadOptions load;  // the CUDA backend uploads from the mapping
   load.copy_weights = options.device == "cpu" && !options.mmap_weights;
   load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.num_engine_ranks();
-  ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, load));
+  // The tokenizer first: a missing or bad one fails before the weights are read and copied.
   RETURN_IF_ERROR(rt->LoadTokenizer());
+  ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, load));
   RETURN_IF_ERROR(rt->StartEngine(options));
   const engine::ModelConfig& cfg = rt->model_->config();
   frontend::ServedModel& s = rt->served_;
@@ -319,6 +320,8 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   if (std::optional<int32_t> im_end = rt->tokenizer_->SpecialTokenId("<|im_end|>")) {
     if (*im_end != s.eos_token_id) s.chat_stop_token_ids.push_back(*im_end);
   }
+  s.token_vocab = frontend::ConstraintVocab(*rt->tokenizer_);
+  s.tool_call_tokens = frontend::ToolCallMarkers(*rt->tokenizer_);
   s.engine = rt->engine_.get();
   return rt;
 }

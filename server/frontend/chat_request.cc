@@ -1,5 +1,5 @@
-// ParseChatCompletionRequest (openai_request.h): messages, tools, tool_choice,
-// response_format, chat template options.
+// ParseChatCompletionRequest (openai_request.h): messages, tools, tool_choice, chat template
+// options.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -183,6 +183,52 @@ absl::Status ValidateTools(const Json& tools) {
   return absl::OkStatus();
 }
 
+// The function name a named tool_choice gives ({"type": "function", "function": {"name"}}).
+absl::StatusOr<std::string> NamedToolChoice(const Json& choice) {
+  FieldReader r(choice, "tool_choice.");
+  ASSIGN_OR_RETURN(auto type, r.String("type"));
+  if (type.value_or("function") != "function") {
+    return InvalidField("tool_choice.type", absl::StrCat("unsupported tool_choice type '", *type,
+                                                         "' (only 'function')"));
+  }
+  const Json* fn = r.Find("function");
+  if (!fn || !fn->is_object()) return InvalidType("tool_choice.function", "an object");
+  FieldReader f(*fn, "tool_choice.function.");
+  ASSIGN_OR_RETURN(auto name, f.String("name"));
+  if (!name) return MissingField("tool_choice.function.name");
+  return *name;
+}
+
+// required / named: each tool a call may name, with its parameters compiled (no parameters:
+// any object).
+absl::Status CompileForcedTools(ChatCompletionRequest* req, const std::string& only) {
+  for (size_t i = 0; i < req->tools.size(); ++i) {
+    const Json& fn = req->tools[i]["function"];
+    const std::string& name = fn["name"].get_ref<const std::string&>();
+    if (!only.empty() && name != only) continue;
+    structured::ToolSpec spec;
+    spec.name = name;
+    auto params = fn.find("parameters");
+    if (params == fn.end() || params->is_null()) {
+      spec.arguments =
+          std::make_shared<structured::JsonGrammar>(structured::AnyJsonObjectGrammar());
+    } else {
+      absl::StatusOr<structured::JsonGrammar> g = structured::CompileJsonSchema(*params);
+      if (!g.ok()) {
+        const std::string path = absl::StrCat("tools[", i, "].function.parameters");
+        return InvalidField(path, absl::StrCat(path, ": ", g.status().message()));
+      }
+      spec.arguments = std::make_shared<structured::JsonGrammar>(*std::move(g));
+    }
+    req->forced_tools.push_back(std::move(spec));
+  }
+  if (req->forced_tools.empty()) {
+    return InvalidField("tool_choice.function.name",
+                        absl::StrCat("tool_choice names '", only, "', which is not in 'tools'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadToolChoice(const Json& body, ChatCompletionRequest* req) {
   const bool has_tools = req->tools.is_array() && !req->tools.empty();
   auto it = body.find("tool_choice");
@@ -196,46 +242,30 @@ absl::Status ReadToolChoice(const Json& body, ChatCompletionRequest* req) {
       req->tool_choice = ToolChoice::kNone;
       return absl::OkStatus();
     }
+    if (choice != "auto" && choice != "required") {
+      return InvalidField("tool_choice", absl::StrCat("unknown tool_choice '", choice,
+                                                      "' (expected none, auto or required)"));
+    }
+    if (!has_tools) {
+      return InvalidField("tool_choice",
+                          absl::StrCat("'tool_choice' '", choice, "' requires 'tools' to be set"));
+    }
     if (choice == "auto") {
-      if (!has_tools) {
-        return InvalidField("tool_choice", "'tool_choice' 'auto' requires 'tools' to be set");
-      }
       req->tool_choice = ToolChoice::kAuto;
       return absl::OkStatus();
     }
-    if (choice == "required") {
-      return Unsupported("tool_choice",
-                         "tool_choice 'required' is not supported yet "
-                         "(use 'auto' or 'none')");
-    }
-    return InvalidField("tool_choice", absl::StrCat("unknown tool_choice '", choice,
-                                                    "' (expected none, auto or required)"));
+    req->tool_choice = ToolChoice::kRequired;
+    return CompileForcedTools(req, "");
   }
   if (it->is_object()) {
-    return Unsupported("tool_choice",
-                       "a named tool_choice is not supported yet "
-                       "(use 'auto' or 'none')");
+    ASSIGN_OR_RETURN(std::string name, NamedToolChoice(*it));
+    if (!has_tools) {
+      return InvalidField("tool_choice", "a named 'tool_choice' requires 'tools' to be set");
+    }
+    req->tool_choice = ToolChoice::kNamed;
+    return CompileForcedTools(req, name);
   }
   return InvalidType("tool_choice", "a string or an object");
-}
-
-absl::Status ReadResponseFormat(const Json& body) {
-  auto it = body.find("response_format");
-  if (it == body.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_object()) return InvalidType("response_format", "an object");
-  auto type_it = it->find("type");
-  if (type_it == it->end() || type_it->is_null()) return MissingField("response_format.type");
-  if (!type_it->is_string()) return InvalidType("response_format.type", "a string");
-  const std::string& type = type_it->get_ref<const std::string&>();
-  if (type == "text") return absl::OkStatus();
-  if (type == "json_object" || type == "json_schema") {
-    return Unsupported("response_format",
-                       absl::StrCat("response_format type '", type,
-                                    "' is not supported yet (structured output is planned)"));
-  }
-  return InvalidField("response_format.type",
-                      absl::StrCat("unknown response_format type '", type,
-                                   "' (expected text, json_object or json_schema)"));
 }
 
 }  // namespace
@@ -260,8 +290,14 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& bod
     if (!tools->empty()) req.tools = *tools;
   }
   RETURN_IF_ERROR(ReadToolChoice(body, &req));
-  RETURN_IF_ERROR(r.Bool("parallel_tool_calls").status());  // accepted, ignored
-  RETURN_IF_ERROR(ReadResponseFormat(body));
+  ASSIGN_OR_RETURN(auto parallel, r.Bool("parallel_tool_calls"));
+  req.parallel_tool_calls = parallel.value_or(true);
+  if (req.gen.json_grammar &&
+      (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed)) {
+    return Unsupported("response_format",
+                       "response_format together with a forced tool_choice (required or named) "
+                       "is not supported: the reply is the tool call");
+  }
   if (const Json* kwargs = r.Find("chat_template_kwargs")) {
     if (!kwargs->is_object()) return InvalidType("chat_template_kwargs", "an object");
     req.chat_template_kwargs = *kwargs;

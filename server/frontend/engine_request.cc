@@ -2,6 +2,9 @@
 #include "server/frontend/engine_request.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "engine/structured/json_constraint.h"
+#include "server/frontend/api_error.h"
 #include "server/frontend/generation_response.h"
 
 namespace strata::frontend {
@@ -25,7 +28,35 @@ scheduler::Request EngineRequest(const ServedModel& model, const GenerationField
   r.cache_salt = CacheSaltHash(gen.cache_salt);
   r.num_logprobs = gen.num_logprobs;
   r.fallback_seed = RandomSeed();
+  if (gen.json_grammar) {
+    CHECK(model.token_vocab != nullptr);
+    std::vector<int32_t> end_ids = r.stop_token_ids;
+    if (r.eos_token_id >= 0) end_ids.push_back(static_cast<int32_t>(r.eos_token_id));
+    r.sampling.constraint = std::make_shared<structured::JsonConstraint>(
+        gen.json_grammar, model.token_vocab, std::move(end_ids));
+  }
   return r;
+}
+
+absl::Status ForceToolCalls(const ServedModel& model, const ChatCompletionRequest& req,
+                            scheduler::Request* r) {
+  if (!model.tool_call_tokens || !model.token_vocab) {
+    return InvalidField("tool_choice",
+                        "a required or named tool_choice needs the model's tool-call tokens "
+                        "(<|tool_calls_section_begin|> and the others), which its tokenizer "
+                        "does not have",
+                        "unsupported_value");
+  }
+  structured::ToolCallOptions o;
+  o.tools = req.forced_tools;
+  o.max_calls =
+      req.tool_choice == ToolChoice::kRequired && req.parallel_tool_calls ? kMaxForcedToolCalls : 1;
+  o.markers = *model.tool_call_tokens;
+  o.end_ids = r->stop_token_ids;
+  if (r->eos_token_id >= 0) o.end_ids.push_back(static_cast<int32_t>(r->eos_token_id));
+  r->sampling.constraint =
+      std::make_shared<structured::ToolCallConstraint>(std::move(o), model.token_vocab);
+  return absl::OkStatus();
 }
 
 ChoiceOptions OptionsFor(const GenerationFields& gen, const scheduler::Request& r,

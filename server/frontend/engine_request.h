@@ -19,6 +19,13 @@ scheduler::Request EngineRequest(const ServedModel& model, const GenerationField
                                  const std::vector<int32_t>& prompt, int64_t max_tokens,
                                  const std::string& id, int i, bool chat);
 
+// tool_choice required / named: constrains `r` to the tool-call section (at most
+// kMaxForcedToolCalls calls for required, one without parallel_tool_calls or when named).
+// InvalidArgument when the model's tokenizer lacks the tool-call markers.
+absl::Status ForceToolCalls(const ServedModel& model, const ChatCompletionRequest& req,
+                            scheduler::Request* r);
+inline constexpr int kMaxForcedToolCalls = 16;
+
 // How the choice of `r` is decoded (stop strings, special tokens, hidden stop ids, logprobs).
 ChoiceOptions OptionsFor(const GenerationFields& gen, const scheduler::Request& r,
                          bool parse_tool_calls);

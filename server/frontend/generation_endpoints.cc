@@ -60,11 +60,14 @@ OpenAiService::Result OpenAiService::ChatCompletions(const http::HttpRequest& re
   GenerationSpec spec =
       SpecFor(ApiKind::kChat, req.gen, MetaFor(*model, "chatcmpl", req.gen.request_id));
   spec.group_prompt_tokens.push_back(static_cast<int64_t>(prompt.size()));
-  const bool tools_on = req.tools.is_array() && req.tool_choice == ToolChoice::kAuto;
+  const bool forced =
+      req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;
+  const bool tools_on = req.tools.is_array() && (req.tool_choice == ToolChoice::kAuto || forced);
   for (int i = 0; i < req.gen.n; ++i) {
     ChoiceSpec choice;
     choice.index = i;
     choice.request = EngineRequest(*model, req.gen, prompt, max_tokens, spec.meta.id, i, true);
+    if (forced) RETURN_IF_ERROR(ForceToolCalls(*model, req, &choice.request));
     choice.options = OptionsFor(req.gen, choice.request, tools_on);
     spec.choices.push_back(std::move(choice));
   }

@@ -178,6 +178,7 @@ absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
   RETURN_IF_ERROR(ReadLogprobs(r, limits, logprobs_style_chat, &g));
   RETURN_IF_ERROR(ReadStreamFields(r, &g));
   RETURN_IF_ERROR(ReadVllmExtras(r, &g));
+  RETURN_IF_ERROR(ReadResponseFormat(body, &g));
   return g;
 }
 

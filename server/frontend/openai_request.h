@@ -6,10 +6,12 @@
 // stream_options.include_usage, max_tokens / max_completion_tokens, temperature, top_p, top_k,
 // min_p, presence / frequency / repetition penalty, stop, stop_token_ids, seed, n, logit_bias,
 // ignore_eos, skip_special_tokens, include_stop_str_in_output, priority, request_id,
-// cache_salt, user (accepted, ignored). Unknown fields are ignored (and logged once per name).
+// cache_salt, response_format (text, json_object, json_schema), user (accepted, ignored). Unknown
+// fields are ignored (and logged once per name).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/sampling.h"
+#include "engine/structured/json_schema.h"
+#include "engine/structured/tool_call_constraint.h"
 
 namespace strata::frontend {
 
@@ -48,15 +52,24 @@ struct GenerationFields {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int num_logprobs = -1;       // >= 0: return logprobs with this many alternatives
+  // response_format json_object / json_schema: the output must be JSON this grammar accepts
+  // (compiled once per request, shared by its choices); null: free text.
+  std::shared_ptr<const structured::JsonGrammar> json_grammar;
 };
 
-enum class ToolChoice { kNone, kAuto };
+// none: tools are not called; auto: the model decides; required: at least one call (to any
+// tool); named: exactly one call to `tool_choice_name`. required and named are enforced by a
+// sampling constraint (engine/structured/tool_call_constraint.h).
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 struct ChatCompletionRequest {
   GenerationFields gen;
   Json messages = Json::array();  // validated; shapes as the chat template expects them
   Json tools;                     // null or a validated array of function tools
   ToolChoice tool_choice = ToolChoice::kAuto;
+  bool parallel_tool_calls = true;
+  // required / named: the tools a call may name, their parameters compiled (in `tools` order).
+  std::vector<structured::ToolSpec> forced_tools;
   bool add_generation_prompt = true;
   Json chat_template_kwargs;  // null or an object
 };
@@ -84,6 +97,10 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body,
 absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
                                                        const RequestLimits& limits,
                                                        bool logprobs_style_chat);
+
+// response_format: text (no constraint), json_object (any object) or json_schema (its schema
+// compiled; a schema the grammar cannot enforce is a 400 naming the keyword and where it is).
+absl::Status ReadResponseFormat(const Json& body, GenerationFields* g);
 
 // Parses the body text as JSON: 400 `invalid_json` naming the position, or `invalid_utf8`,
 // or `invalid_type` when the top level is not an object.

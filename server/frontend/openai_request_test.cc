@@ -151,10 +151,18 @@ TEST(ChatRequestTest, SamplingErrorsNameFieldAndLimit) {
 
 TEST(ChatRequestTest, ToolsAndFormatErrors) {
   const std::pair<std::string, ErrorCase> cases[] = {
-      {R"("response_format": {"type": "json_object"})",
-       {"", "unsupported_value", "response_format", "'json_object' is not supported yet"}},
-      {R"("response_format": {"type": "json_schema", "json_schema": {}})",
-       {"", "unsupported_value", "response_format", "'json_schema' is not supported yet"}},
+      {R"("response_format": {"type": "json_schema"})",
+       {"", "missing_required_parameter", "response_format.json_schema", "json_schema"}},
+      {R"("response_format": {"type": "json_schema", "json_schema": []})",
+       {"", "invalid_type", "response_format.json_schema", "object"}},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": 1}})",
+       {"", "invalid_type", "response_format.json_schema.name", "string"}},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema":
+          {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}}}})",
+       {"", "invalid_value", "response_format.json_schema.schema",
+        "schema at '#/properties/age': keyword 'minimum' is not supported"}},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"$ref": "#/x"}}})",
+       {"", "invalid_value", "response_format.json_schema.schema", "does not resolve"}},
       {R"("response_format": {"type": "xml"})",
        {"", "invalid_value", "response_format.type", "unknown response_format type"}},
       {R"("tools": {})", {"", "invalid_type", "tools", "array"}},
@@ -164,11 +172,18 @@ TEST(ChatRequestTest, ToolsAndFormatErrors) {
       {R"("tools": [{"type": "web"}])", {"", "invalid_value", "tools[0].type", "'web'"}},
       {R"("tools": [{"function": {"name": "f", "parameters": 3}}])",
        {"", "invalid_type", "tools[0].function.parameters", "JSON Schema"}},
-      {R"("tools": [{"function": {"name": "f"}}], "tool_choice": "required")",
-       {"", "unsupported_value", "tool_choice", "'required' is not supported yet"}},
+      {R"("tool_choice": "required")", {"", "invalid_value", "tool_choice", "requires 'tools'"}},
       {R"("tools": [{"function": {"name": "f"}}],
-          "tool_choice": {"type": "function", "function": {"name": "f"}})",
-       {"", "unsupported_value", "tool_choice", "named tool_choice"}},
+          "tool_choice": {"type": "function", "function": {"name": "g"}})",
+       {"", "invalid_value", "tool_choice.function.name", "'g', which is not in 'tools'"}},
+      {R"("tools": [{"function": {"name": "f"}}], "tool_choice": {"type": "function"})",
+       {"", "invalid_type", "tool_choice.function", "object"}},
+      {R"("tools": [{"function": {"name": "f", "parameters": {"type": "object",
+          "properties": {"x": {"type": "string", "pattern": "a+"}}}}}], "tool_choice": "required")",
+       {"", "invalid_value", "tools[0].function.parameters", "keyword 'pattern' is not supported"}},
+      {R"("tools": [{"function": {"name": "f"}}], "tool_choice": "required",
+          "response_format": {"type": "json_object"})",
+       {"", "unsupported_value", "response_format", "forced tool_choice"}},
       {R"("tool_choice": "auto")", {"", "invalid_value", "tool_choice", "requires 'tools'"}},
       {R"("tool_choice": "sometimes")", {"", "invalid_value", "tool_choice", "sometimes"}},
       {R"("chat_template_kwargs": [1])", {"", "invalid_type", "chat_template_kwargs", "object"}},
@@ -179,6 +194,64 @@ TEST(ChatRequestTest, ToolsAndFormatErrors) {
     with_body.body = body.c_str();
     ExpectError(ChatError(body), with_body);
   }
+}
+
+TEST(ChatRequestTest, ResponseFormatCompilesTheOutputGrammar) {
+  auto grammar_of =
+      [](const std::string& fields) -> std::shared_ptr<const structured::JsonGrammar> {
+    absl::StatusOr<ChatCompletionRequest> req =
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), Limits());
+    EXPECT_TRUE(req.ok()) << req.status();
+    return req.ok() ? req->gen.json_grammar : nullptr;
+  };
+  EXPECT_EQ(grammar_of(R"("response_format": {"type": "text"})"), nullptr);
+  auto object = grammar_of(R"("response_format": {"type": "json_object"})");
+  ASSERT_NE(object, nullptr);
+  EXPECT_EQ(object->nodes[static_cast<size_t>(object->root)].kind, structured::NodeKind::kObject);
+  auto schema = grammar_of(R"("response_format": {"type": "json_schema", "json_schema":
+      {"name": "person", "strict": true, "schema": {"type": "object",
+       "properties": {"name": {"type": "string"}}, "required": ["name"],
+       "additionalProperties": false}}})");
+  ASSERT_NE(schema, nullptr);
+  const structured::SchemaNode& root = schema->nodes[static_cast<size_t>(schema->root)];
+  ASSERT_EQ(root.properties.size(), 1u);
+  EXPECT_EQ(root.properties[0].key_text, "name\"");
+  EXPECT_TRUE(root.properties[0].required);
+  // Without a schema: any JSON value.
+  auto any =
+      grammar_of(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})");
+  ASSERT_NE(any, nullptr);
+  EXPECT_EQ(any->nodes[static_cast<size_t>(any->root)].kind, structured::NodeKind::kAny);
+}
+
+TEST(ChatRequestTest, ForcedToolChoicesCompileTheToolsTheyAllow) {
+  const std::string tools = R"("tools": [
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+       "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+      {"type": "function", "function": {"name": "now"}}])";
+  auto parse = [&](const std::string& fields) {
+    absl::StatusOr<ChatCompletionRequest> req =
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(tools + ", " + fields)), Limits());
+    EXPECT_TRUE(req.ok()) << req.status();
+    return req.ok() ? *std::move(req) : ChatCompletionRequest();
+  };
+  ChatCompletionRequest required = parse(R"("tool_choice": "required")");
+  EXPECT_EQ(required.tool_choice, ToolChoice::kRequired);
+  EXPECT_TRUE(required.parallel_tool_calls);
+  ASSERT_EQ(required.forced_tools.size(), 2u);
+  EXPECT_EQ(required.forced_tools[0].name, "get_weather");
+  EXPECT_EQ(required.forced_tools[1].name, "now");
+  // No parameters: any object.
+  const structured::JsonGrammar& any = *required.forced_tools[1].arguments;
+  EXPECT_EQ(any.nodes[static_cast<size_t>(any.root)].kind, structured::NodeKind::kObject);
+  ChatCompletionRequest named = parse(
+      R"("tool_choice": {"type": "function", "function": {"name": "now"}},
+         "parallel_tool_calls": false)");
+  EXPECT_EQ(named.tool_choice, ToolChoice::kNamed);
+  EXPECT_FALSE(named.parallel_tool_calls);
+  ASSERT_EQ(named.forced_tools.size(), 1u);
+  EXPECT_EQ(named.forced_tools[0].name, "now");
+  EXPECT_TRUE(parse(R"("tool_choice": "auto")").forced_tools.empty());
 }
 
 TEST(ChatRequestTest, EveryDocumentedFieldIsRead) {

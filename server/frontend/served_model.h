@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/structured/token_vocab.h"
+#include "engine/structured/tool_call_constraint.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/engine_loop.h"
@@ -25,7 +28,18 @@ struct ServedModel {
   const engine::ChatTemplate* chat_template_tools = nullptr;  // requests with tools
   int32_t eos_token_id = -1;                                  // < 0: none
   std::vector<int32_t> chat_stop_token_ids;  // end-of-turn ids that also end chat replies
+  // The tokenizer's vocabulary as bytes for structured output (ConstraintVocab).
+  std::shared_ptr<const structured::TokenVocab> token_vocab;
+  // Kimi's tool-call markers (ToolCallMarkers); absent: forced tool calls are refused.
+  std::optional<structured::ToolCallTokens> tool_call_tokens;
   server::EngineLoop* engine = nullptr;
 };
+
+// The vocabulary structured output masks: every id below the tokenizer's vocab_size with its
+// bytes; special tokens get none (a constraint never allows them but as an end id).
+std::shared_ptr<const structured::TokenVocab> ConstraintVocab(const engine::Tokenizer& tokenizer);
+
+// The special-token ids of the tool-call markers; nullopt unless the tokenizer has all five.
+std::optional<structured::ToolCallTokens> ToolCallMarkers(const engine::Tokenizer& tokenizer);
 
 }  // namespace strata::frontend

@@ -55,6 +55,15 @@ frontend::Json CompletionBodyFor(const v1::GenerateRequest& r) {
   if (r.priority() != 0) b["priority"] = r.priority();
   if (!r.request_id().empty()) b["request_id"] = r.request_id();
   if (!r.cache_salt().empty()) b["cache_salt"] = r.cache_salt();
+  if (!r.json_schema().empty()) {
+    // BuildGeneration refuses unparsable text first; here it would reach the compiler as a
+    // string, which it refuses too.
+    frontend::Json schema =
+        frontend::Json::parse(r.json_schema(), nullptr, /*allow_exceptions=*/false);
+    if (schema.is_discarded()) schema = r.json_schema();
+    b["response_format"] = {{"type", "json_schema"},
+                            {"json_schema", {{"name", "grpc"}, {"schema", std::move(schema)}}}};
+  }
   return b;
 }
 
@@ -63,6 +72,9 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
                                                const v1::GenerateRequest& request) {
   frontend::RequestLimits model_limits = limits;
   model_limits.vocab_size = model.vocab_size;
+  if (!request.json_schema().empty() && !frontend::Json::accept(request.json_schema())) {
+    return absl::InvalidArgumentError("json_schema is not valid JSON text");
+  }
   ASSIGN_OR_RETURN(frontend::CompletionRequest req,
                    frontend::ParseCompletionRequest(CompletionBodyFor(request), model_limits));
   if (!req.gen.model.empty() &&

@@ -308,6 +308,51 @@ TEST_F(GrpcServerTest, InvalidArgumentCarriesTheRestMessage) {
   EXPECT_NE(out.status.error_message().find("temperature"), std::string::npos);
 }
 
+TEST_F(GrpcServerTest, JsonSchemaConstrainsEveryChoice) {
+  GenerateRequest request = Request({5, 6, 7}, 200);
+  request.set_ignore_eos(false);
+  request.set_n(3);
+  request.mutable_sampling()->set_seed(4);
+  request.set_json_schema(R"({"type":"object","properties":{
+      "size":{"enum":["S","M","L"]},"count":{"type":"integer"},"hot":{"type":"boolean"}},
+      "required":["size","count","hot"],"additionalProperties":false})");
+  grpc::ClientContext context;
+  auto reader = Inference()->Generate(&context, request);
+  std::map<int, std::string> text;
+  GenerateResponse response;
+  int completes = 0;
+  while (reader->Read(&response)) {
+    if (response.has_chunk()) {
+      text[response.chunk().index()] += response.chunk().text();
+    } else {
+      ++completes;
+    }
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(completes, 3);
+  ASSERT_EQ(text.size(), 3u);
+  for (const auto& [index, t] : text) {
+    ASSERT_TRUE(nlohmann::json::accept(t)) << index << ": " << t;
+    const nlohmann::json v = nlohmann::json::parse(t);
+    ASSERT_TRUE(v.is_object()) << t;
+    EXPECT_EQ(v.size(), 3u) << t;
+    EXPECT_TRUE(v["size"] == "S" || v["size"] == "M" || v["size"] == "L") << t;
+    EXPECT_TRUE(v["count"].is_number_integer()) << t;
+    EXPECT_TRUE(v["hot"].is_boolean()) << t;
+  }
+  GenerateRequest bad = Request({5, 6}, 4);
+  bad.set_json_schema("{\"type\": ");
+  Outcome unparsable = Run(bad);
+  EXPECT_EQ(unparsable.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(unparsable.status.error_message().find("json_schema is not valid JSON"),
+            std::string::npos);
+  bad.set_json_schema(R"({"type":"string","pattern":"x"})");
+  Outcome unsupported = Run(bad);
+  EXPECT_EQ(unsupported.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(unsupported.status.error_message().find("'pattern' is not supported"),
+            std::string::npos);
+}
+
 TEST_F(GrpcServerTest, InvalidPromptsAreInvalidArgument) {
   Outcome empty = Run(Request({}, 4));
   EXPECT_EQ(empty.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

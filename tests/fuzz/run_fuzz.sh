@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of the checkpoint parsers (clang++, ASan + UBSan) into BUILD_DIR
+# Builds the libFuzzer targets of the checkpoint parsers and of response_format schemas
+# (clang++, ASan + UBSan) into BUILD_DIR
 # as a separate small project (tests/fuzz/CMakeLists.txt), writes a seed corpus, and runs each
 # target for SECONDS seconds. Exits non-zero when a target crashes or reports a sanitizer error;
 # the reproducer is left in BUILD_DIR/artifacts/.
@@ -22,14 +23,14 @@ echo "== configuring fuzz build in $build_dir"
 cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build_dir/configure.log" 2>&1 ||
   { cat "$build_dir/configure.log"; exit 1; }
-echo "== building safetensors_fuzz config_fuzz"
+echo "== building safetensors_fuzz config_fuzz json_schema_fuzz"
 cmake --build "$build_dir" -j 2 >"$build_dir/build.log" 2>&1 ||
   { cat "$build_dir/build.log"; exit 1; }
 
 # ---- seed corpus ------------------------------------------------------------------------------
 seeds=$build_dir/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds/safetensors" "$seeds/config" "$build_dir/artifacts"
+mkdir -p "$seeds/safetensors" "$seeds/config" "$seeds/json_schema" "$build_dir/artifacts"
 
 # A valid two-tensor file with metadata, and a minimal one, written like the reference writer.
 python3 - "$seeds/safetensors" <<'PY'
@@ -86,6 +87,11 @@ cat >"$seeds/config/kimi_k3.json" <<'JSON'
    "routed_expert_hidden_size": 32, "latent_moe_use_norm": true, "attn_res_block_size": 2}}
 JSON
 
+# Schema, NUL, document.
+printf '%s\0%s' '{"type":"object","properties":{"a":{"type":"integer"},"b":{"enum":["x",1]},"c":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"required":["a"],"additionalProperties":false,"$defs":{"n":{"anyOf":[{"type":"null"},{"type":"string","maxLength":3}]}}}' \
+  '{"a": -12, "b": "x", "c": [null, "\u00e9t"]}' >"$seeds/json_schema/person"
+printf '%s\0%s' '{}' '[1.5e3, {"k": true}]' >"$seeds/json_schema/any"
+
 # Dictionaries: the tokens a mutator would otherwise have to discover byte by byte.
 cat >"$build_dir/safetensors.dict" <<'DICT'
 "\"dtype\""
@@ -119,11 +125,30 @@ cat >"$build_dir/config.dict" <<'DICT'
 "false"
 DICT
 
+cat >"$build_dir/json_schema.dict" <<'DICT'
+"\"type\""
+"\"object\""
+"\"array\""
+"\"string\""
+"\"integer\""
+"\"properties\""
+"\"required\""
+"\"items\""
+"\"enum\""
+"\"anyOf\""
+"\"$ref\""
+"\"#/$defs/\""
+"\"maxLength\""
+"\"additionalProperties\""
+"\\u00"
+"\x00"
+DICT
+
 # ---- run --------------------------------------------------------------------------------------
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
-for target in safetensors config; do
+for target in safetensors config json_schema; do
   binary=$build_dir/${target}_fuzz
   corpus=$build_dir/corpus/$target
   log=$build_dir/${target}_fuzz.log

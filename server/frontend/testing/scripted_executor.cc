@@ -147,6 +147,8 @@ Fixture::Fixture(FixtureOptions options) : tokenizer_(MakeTestTokenizer()) {
   served_.chat_template = &*chat_template_;
   served_.chat_template_tools = &*chat_template_;
   served_.eos_token_id = kImEnd;
+  served_.token_vocab = ConstraintVocab(*tokenizer_);
+  served_.tool_call_tokens = ToolCallMarkers(*tokenizer_);
   served_.engine = engine_.get();
 }
 

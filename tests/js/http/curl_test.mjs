@@ -139,9 +139,11 @@ test("request errors: status, type, code and param on the wire", async () => {
               400, "invalid_value", "top_p");
   expectError(await curl("/v1/chat/completions", { data: chat({ n: 0 }) }),
               400, "invalid_value", "n");
-  expectError(await curl("/v1/chat/completions", { data: chat({
-    response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }) }),
-              400, "unsupported_value", "response_format");
+  const schema = expectError(await curl("/v1/chat/completions", { data: chat({
+    response_format: { type: "json_schema", json_schema: { name: "x", schema: {
+      type: "object", properties: { age: { type: "integer", minimum: 0 } } } } } }) }),
+              400, "invalid_value", "response_format.json_schema.schema");
+  assert.match(schema.message, /'#\/properties\/age': keyword 'minimum' is not supported/);
   const context = expectError(
     await curl("/v1/chat/completions", { data: JSON.stringify({
       messages: [{ role: "user", content: "a ".repeat(600) }] }) }),

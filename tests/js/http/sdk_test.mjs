@@ -177,6 +177,62 @@ test("tools are declared to the model and the reply has a valid shape", async ()
   assert.ok(followUp.usage.prompt_tokens > r.usage.prompt_tokens);
 });
 
+test("tool_choice required and named force schema-valid tool calls", async () => {
+  // The random weights call tools only because the constraint makes them.
+  const tools = [
+    { type: "function", function: { name: "get_weather", parameters: {
+      type: "object", properties: { city: { type: "string", maxLength: 10 },
+                                    unit: { enum: ["celsius", "fahrenheit"] } },
+      required: ["city"], additionalProperties: false } } },
+    { type: "function", function: { name: "add", parameters: {
+      type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } },
+      required: ["a", "b"], additionalProperties: false } } },
+  ];
+  const check = (call) => {
+    assert.equal(call.type, "function");
+    const args = JSON.parse(call.function.arguments);
+    if (call.function.name === "get_weather") {
+      assert.equal(typeof args.city, "string");
+      assert.ok([...args.city].length <= 10);
+      if ("unit" in args) assert.ok(["celsius", "fahrenheit"].includes(args.unit));
+    } else {
+      assert.equal(call.function.name, "add");
+      assert.ok(Number.isInteger(args.a) && Number.isInteger(args.b), call.function.arguments);
+    }
+  };
+  const required = await client.chat.completions.create({
+    model: MODEL, messages: hello, tools, tool_choice: "required", max_tokens: 1500,
+    temperature: 1, seed: 3, n: 3 });
+  for (const choice of required.choices) {
+    assert.equal(choice.finish_reason, "tool_calls");
+    assert.ok(choice.message.tool_calls.length >= 1);
+    choice.message.tool_calls.forEach(check);
+  }
+  const named = await client.chat.completions.create({
+    model: MODEL, messages: hello, tools, max_tokens: 1500, temperature: 1, seed: 4,
+    tool_choice: { type: "function", function: { name: "add" } } });
+  const calls = named.choices[0].message.tool_calls;
+  assert.equal(named.choices[0].finish_reason, "tool_calls");
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].function.name, "add");
+  assert.equal(calls[0].id, "functions.add:0");
+  check(calls[0]);
+  // Streaming: the same call arrives as tool-call deltas.
+  const stream = await client.chat.completions.create({
+    model: MODEL, messages: hello, tools, max_tokens: 1500, temperature: 1, seed: 4,
+    tool_choice: { type: "function", function: { name: "add" } }, stream: true });
+  let args = "";
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices) {
+      for (const d of choice.delta.tool_calls ?? []) args += d.function?.arguments ?? "";
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  assert.equal(finish, "tool_calls");
+  assert.equal(args, calls[0].function.arguments);
+});
+
 test("a repeated long prompt reports cached tokens", async () => {
   const long = Array.from({ length: 150 }, (_, i) => `item${i}`).join(" ");
   const messages = [{ role: "user", content: long }];
@@ -207,12 +263,98 @@ test("errors surface as the SDK's typed errors with code and param", async () =>
                                                      max_tokens: 100000000 }),
                     BadRequestError, 400, "context_length_exceeded", "max_tokens");
   await expectError(client.chat.completions.create({ model: MODEL, messages: hello,
-                                                     response_format: { type: "json_object" } }),
-                    BadRequestError, 400, "unsupported_value", "response_format");
+                                                     response_format: { type: "json_schema",
+                                                       json_schema: { name: "p", schema: {
+                                                         type: "string", pattern: "^a" } } } }),
+                    BadRequestError, 400, "invalid_value", "response_format.json_schema.schema");
   await expectError(client.chat.completions.create({ model: "gpt-4o", messages: hello }),
                     NotFoundError, 404, "model_not_found", "model");
   const stranger = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "wrong", maxRetries: 0 });
   await expectError(stranger.models.list(), AuthenticationError, 401, "invalid_api_key", null);
+});
+
+// Structured output: the demo model's weights are random, so only the constraint makes its
+// replies JSON. The schema bounds every part (strings, numbers, arrays; whitespace is bounded
+// by the matcher), so 1000 tokens always reach the end.
+const personFormat = {
+  type: "json_schema",
+  json_schema: {
+    name: "person", strict: true,
+    schema: {
+      type: "object",
+      properties: {
+        name: { type: "string", maxLength: 12 },
+        age: { type: "integer" },
+        tags: { type: "array", items: { enum: ["red", "green"] }, maxItems: 3 },
+        pet: { anyOf: [{ type: "null" }, { type: "object", properties: { kind: { const: "cat" } },
+                                             required: ["kind"], additionalProperties: false }] },
+        ok: { type: "boolean" },
+      },
+      required: ["name", "age", "ok"], additionalProperties: false,
+    },
+  },
+};
+
+function checkPerson(text) {
+  const p = JSON.parse(text);
+  assert.equal(typeof p, "object", text);
+  for (const key of Object.keys(p)) {
+    assert.ok(["name", "age", "tags", "pet", "ok"].includes(key), `unexpected key ${key}: ${text}`);
+  }
+  assert.equal(typeof p.name, "string", text);
+  assert.ok([...p.name].length <= 12, text);
+  assert.ok(Number.isInteger(p.age), text);
+  assert.equal(typeof p.ok, "boolean", text);
+  if ("tags" in p) {
+    assert.ok(p.tags.length <= 3 && p.tags.every((t) => t === "red" || t === "green"), text);
+  }
+  if ("pet" in p && p.pet !== null) assert.deepEqual(p.pet, { kind: "cat" }, text);
+}
+
+test("response_format json_schema: every choice is JSON that fits the schema", async () => {
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: hello, max_tokens: 1000, temperature: 1, seed: 5, n: 4,
+    response_format: personFormat });
+  assert.equal(r.choices.length, 4);
+  for (const choice of r.choices) {
+    assert.equal(choice.finish_reason, "stop", choice.message.content);
+    checkPerson(choice.message.content);
+  }
+  // Streaming gives the same text for the same seed.
+  const streamed = await streamText({ model: MODEL, messages: hello, max_tokens: 1000,
+                                      temperature: 1, seed: 5, response_format: personFormat });
+  assert.equal(streamed.finish, "stop");
+  checkPerson(streamed.text);
+  assert.equal(streamed.text, r.choices[0].message.content);
+  // Without the constraint the same request is not JSON (the weights are random).
+  const free = await client.chat.completions.create({ model: MODEL, messages: hello,
+                                                      max_tokens: 40, temperature: 1, seed: 5 });
+  assert.throws(() => JSON.parse(free.choices[0].message.content));
+});
+
+test("response_format on completions: json_object and json_schema", async () => {
+  // Any object: nothing bounds its size, so logit_bias on the closing bytes helps the random
+  // weights end it (the constraint still decides what is allowed).
+  const ids = async (text) => {
+    const r = await fetch(`${server.url}/tokenize`, {
+      method: "POST", headers: { "Content-Type": "application/json", Authorization: `Bearer ${KEY}` },
+      body: JSON.stringify({ model: MODEL, prompt: text, add_special_tokens: false }) });
+    return (await r.json()).tokens;
+  };
+  const [quote] = await ids("\"");
+  const [close] = await ids("}");
+  const r = await client.completions.create({
+    model: MODEL, prompt: "JSON:", max_tokens: 300, temperature: 1, seed: 9, n: 3,
+    logit_bias: { [quote]: 6, [close]: 6 }, response_format: { type: "json_object" } });
+  for (const choice of r.choices) {
+    assert.equal(choice.finish_reason, "stop", choice.text);
+    const value = JSON.parse(choice.text);
+    assert.ok(value !== null && typeof value === "object" && !Array.isArray(value), choice.text);
+  }
+  const p = await client.completions.create({ model: MODEL, prompt: "Person:", max_tokens: 1000,
+                                              temperature: 1, seed: 2, response_format: personFormat });
+  assert.equal(p.choices[0].finish_reason, "stop");
+  checkPerson(p.choices[0].text);
 });
 
 test("a full queue is a RateLimitError with Retry-After", async () => {

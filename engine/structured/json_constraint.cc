@@ -1,0 +1,126 @@
+// json_constraint.h: masks from a matcher state and the vocabulary tries.
+#include "engine/structured/json_constraint.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/check.h"
+
+namespace strata::structured {
+namespace {
+
+void SetBit(std::vector<uint64_t>* bits, int64_t id) {
+  (*bits)[static_cast<size_t>(id / 64)] |= uint64_t{1} << (id % 64);
+}
+
+}  // namespace
+
+JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar,
+                               std::shared_ptr<const TokenVocab> vocab,
+                               std::vector<int32_t> end_ids)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), end_ids_(std::move(end_ids)) {
+  CHECK(grammar_ != nullptr && vocab_ != nullptr);
+}
+
+std::unique_ptr<engine::TokenMatcher> JsonConstraint::NewMatcher() const {
+  return std::make_unique<JsonTokenMatcher>(this);
+}
+
+JsonTokenMatcher::JsonTokenMatcher(const JsonConstraint* constraint)
+    : constraint_(constraint), state_(JsonMatchState::Start(constraint->grammar())) {}
+
+JsonMatchState& JsonTokenMatcher::Depth(size_t depth) {
+  if (depth_states_.size() <= depth) depth_states_.resize(depth + 1);
+  return depth_states_[depth];
+}
+
+void JsonTokenMatcher::Walk(const TokenTrie& trie, int32_t n, size_t depth,
+                            std::vector<uint64_t>* bits) {
+  const JsonGrammar& grammar = constraint_->grammar();
+  const TokenTrie::Node node = trie.nodes[static_cast<size_t>(n)];
+  for (int32_t k = 0; k < node.num_children; ++k) {
+    const auto e = static_cast<size_t>(node.first_child + k);
+    const int32_t child = trie.children[e];
+    // The parent's state is Depth(depth) (the root's is state_); Depth() may reallocate, so
+    // take the child's slot first.
+    JsonMatchState& next = Depth(depth + 1);
+    const JsonMatchState& from = depth == 0 ? state_ : depth_states_[depth];
+    if (!from.Advance(grammar, trie.child_bytes[e], &next)) continue;
+    const int32_t token = trie.nodes[static_cast<size_t>(child)].token;
+    if (token >= 0) SetBit(bits, token);
+    Walk(trie, child, depth + 1, bits);
+  }
+}
+
+void JsonTokenMatcher::AllowedTokens(int64_t vocab, std::vector<uint64_t>* bits) {
+  const size_t words = static_cast<size_t>((vocab + 63) / 64);
+  bits->assign(words, 0);
+  const TokenVocab& v = constraint_->vocab();
+  if (!finished_) {
+    const JsonGrammar& grammar = constraint_->grammar();
+    const int64_t room = state_.PlainStringRoom(grammar);
+    if (room >= 0) {
+      const std::vector<uint64_t>& plain = v.plain_mask();
+      const size_t n = std::min(plain.size(), words);
+      if (room >= 255) {
+        std::copy_n(plain.begin(), n, bits->begin());
+      } else {
+        for (size_t w = 0; w < n; ++w) {
+          for (uint64_t word = plain[w]; word != 0; word &= word - 1) {
+            const auto id =
+                static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
+            if (v.plain_code_points(id) <= room) (*bits)[w] |= uint64_t{1} << (id % 64);
+          }
+        }
+      }
+      Walk(v.non_plain(), 0, 0, bits);
+    } else {
+      Walk(v.all(), 0, 0, bits);
+    }
+    // Ids the model has beyond the tokenizer's (padding rows) never come.
+    for (int64_t id = v.size(); id < static_cast<int64_t>(words) * 64; ++id) {
+      (*bits)[static_cast<size_t>(id / 64)] &= ~(uint64_t{1} << (id % 64));
+    }
+  }
+  bool any = false;
+  for (uint64_t w : *bits) any = any || w != 0;
+  if (finished_ || !any || state_.CanFinish()) {
+    for (int32_t id : constraint_->end_ids()) {
+      if (id >= 0 && id < vocab) SetBit(bits, id);
+    }
+  }
+}
+
+void JsonTokenMatcher::MaskLogits(float* logits, int64_t vocab) {
+  AllowedTokens(vocab, &bits_);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int64_t w = 0; w < static_cast<int64_t>(bits_.size()); ++w) {
+    const uint64_t word = bits_[static_cast<size_t>(w)];
+    if (word == ~uint64_t{0}) continue;
+    const int64_t end = std::min(vocab, (w + 1) * 64);
+    for (int64_t id = w * 64; id < end; ++id) {
+      if ((word >> (id % 64) & 1) == 0) logits[id] = kMasked;
+    }
+  }
+}
+
+void JsonTokenMatcher::Accept(int32_t token) {
+  if (finished_) return;
+  const std::vector<int32_t>& ends = constraint_->end_ids();
+  if (std::find(ends.begin(), ends.end(), token) != ends.end()) {
+    finished_ = true;
+    return;
+  }
+  const TokenVocab& v = constraint_->vocab();
+  if (token < 0 || token >= v.size() || v.bytes(token).empty()) {
+    finished_ = true;
+    return;
+  }
+  if (!state_.AdvanceBytes(constraint_->grammar(), v.bytes(token), &scratch_, &Depth(0))) {
+    finished_ = true;
+    return;
+  }
+  std::swap(state_, scratch_);
+}
+
+}  // namespace strata::structured

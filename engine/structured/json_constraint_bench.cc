@@ -1,0 +1,119 @@
+// Cost of structured output per decode step: one logits mask over a real vocabulary (a
+// tiktoken.model file: `json_constraint_bench PATH [iterations]`; the build makes o200k_base's
+// under build/<preset>/engine/tokenizer/js_peer/), from matcher states along a JSON document:
+// between tokens (full trie walk, pruned at the first byte), inside an unbounded string (the
+// plain-token fast path), inside a bounded string and a number (full walks). Prints the mask
+// time per state next to the vocabulary size, and the time of one vocabulary-sized logits pass
+// (the floor any mask costs).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "engine/structured/json_constraint.h"
+#include "engine/tokenizer/base64.h"
+
+namespace {
+
+using strata::structured::JsonConstraint;
+using strata::structured::JsonTokenMatcher;
+
+std::vector<std::string> LoadTiktoken(const char* path) {
+  std::ifstream in(path);
+  std::vector<std::string> bytes;
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t space = line.find(' ');
+    int64_t rank = 0;
+    if (space == std::string::npos || !absl::SimpleAtoi(line.substr(space + 1), &rank)) continue;
+    std::optional<std::string> b = strata::engine::Base64Decode(line.substr(0, space));
+    if (!b || rank < 0) continue;
+    if (static_cast<size_t>(rank) >= bytes.size()) bytes.resize(static_cast<size_t>(rank) + 1);
+    bytes[static_cast<size_t>(rank)] = *b;
+  }
+  return bytes;
+}
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s TIKTOKEN_MODEL [iterations]\n", argv[0]);
+    return 2;
+  }
+  const int iterations = argc > 2 ? std::atoi(argv[2]) : 20;
+  std::vector<std::string> bytes = LoadTiktoken(argv[1]);
+  if (bytes.empty()) {
+    std::fprintf(stderr, "no tokens read from %s\n", argv[1]);
+    return 1;
+  }
+  const auto end_id = static_cast<int32_t>(bytes.size());
+  bytes.emplace_back();  // the end id: no bytes
+  const int64_t vocab = static_cast<int64_t>(bytes.size());
+  auto t0 = std::chrono::steady_clock::now();
+  auto tokens = std::make_shared<strata::structured::TokenVocab>(std::move(bytes));
+  std::printf("vocabulary: %lld tokens, %zu trie nodes (%zu non-plain), built in %.1f ms\n",
+              static_cast<long long>(vocab), tokens->all().nodes.size(),
+              tokens->non_plain().nodes.size(), 1e3 * Seconds(t0));
+
+  const char* schema = R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":40},"bio":{"type":"string"},
+      "age":{"type":"integer"},"tags":{"type":"array","items":{"enum":["red","green","blue"]}}},
+      "required":["name","bio","age","tags"],"additionalProperties":false})";
+  auto grammar = std::make_shared<strata::structured::JsonGrammar>(
+      *strata::structured::CompileJsonSchema(strata::structured::Json::parse(schema)));
+  const JsonConstraint constraint(grammar, tokens, {end_id});
+  const std::string doc =
+      R"({"name": "Ada Lovelace", "bio": "Wrote the first program", "age": 36, "tags": ["red"]})";
+  struct Point {
+    const char* what;
+    size_t prefix;
+  };
+  const Point points[] = {
+      {"object start", 1},
+      {"key (declared)", doc.find("\"name") + 1},
+      {"bounded string", doc.find("Ada") + 3},
+      {"free string", doc.find("Wrote") + 5},
+      {"number", doc.find("36") + 1},
+      {"enum", doc.find("\"red") + 1},
+  };
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  for (float& x : logits) x = normal(rng);
+  t0 = std::chrono::steady_clock::now();
+  double sink = 0;
+  for (int i = 0; i < iterations; ++i) {
+    for (float x : logits) sink += x > 1e30f ? 1.0 : 0.0;
+  }
+  const double pass_ms = 1e3 * Seconds(t0) / iterations;
+  std::printf("one pass over %lld logits: %.3f ms%s\n", static_cast<long long>(vocab), pass_ms,
+              sink > 0 ? "" : " ");
+  std::printf("%-16s %10s %10s\n", "state", "mask ms", "allowed");
+  std::vector<uint64_t> bits;
+  std::vector<int32_t> byte_token(256, -1);
+  for (int32_t id = 0; id < tokens->size(); ++id) {
+    if (tokens->bytes(id).size() == 1) byte_token[static_cast<uint8_t>(tokens->bytes(id)[0])] = id;
+  }
+  for (const Point& p : points) {
+    // Feed the prefix byte by byte through single-byte tokens (every byte-level BPE has them).
+    auto matcher = constraint.NewMatcher();
+    auto* m = static_cast<JsonTokenMatcher*>(matcher.get());
+    for (size_t i = 0; i < p.prefix; ++i) m->Accept(byte_token[static_cast<uint8_t>(doc[i])]);
+    t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i) m->AllowedTokens(vocab, &bits);
+    const double ms = 1e3 * Seconds(t0) / iterations;
+    int64_t allowed = 0;
+    for (uint64_t w : bits) allowed += __builtin_popcountll(w);
+    std::printf("%-16s %10.3f %10lld\n", p.what, ms, static_cast<long long>(allowed));
+  }
+  return 0;
+}

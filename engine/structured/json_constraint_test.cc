@@ -1,0 +1,177 @@
+// The constraint's masks against brute force (every token's bytes fed to a fresh copy of the
+// matcher state), over random vocabularies and the states along valid documents; and sampling
+// under the constraint from random logits always yields text that parses and fits the schema.
+#include "engine/structured/json_constraint.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+
+namespace strata::structured {
+namespace {
+
+constexpr int32_t kEndId = 256;  // after the 256 byte tokens
+
+// Ids 0–255: single bytes; 256: the end id (no bytes); then `extra` random multi-byte tokens
+// over JSON-heavy pieces (some repeated: duplicates must be allowed only once).
+std::vector<std::string> RandomVocab(uint32_t seed, int extra) {
+  std::mt19937 rng(seed);
+  static const char* pieces[] = {"{",        "}",    "[",     "]",      "\"",   ":",   ",", " ",
+                                 "\n",       "\\",   "u",     "0",      "1",    "9",   "-", ".",
+                                 "e",        "true", "false", "null",   "name", "age", "a", "b",
+                                 "\xc3\xa9", "x y",  "\": ",  "\", \"", "\"}"};
+  std::vector<std::string> vocab(257);
+  for (int b = 0; b < 256; ++b)
+    vocab[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+  for (int i = 0; i < extra; ++i) {
+    std::string t;
+    const int n = std::uniform_int_distribution<int>(1, 4)(rng);
+    for (int k = 0; k < n; ++k) {
+      t += pieces[std::uniform_int_distribution<int>(0, std::size(pieces) - 1)(rng)];
+    }
+    vocab.push_back(t);
+  }
+  return vocab;
+}
+
+std::shared_ptr<const JsonGrammar> Grammar(const char* schema) {
+  if (schema == nullptr) return std::make_shared<JsonGrammar>(AnyJsonObjectGrammar());
+  absl::StatusOr<JsonGrammar> g = CompileJsonSchema(Json::parse(schema));
+  CHECK(g.ok());
+  return std::make_shared<JsonGrammar>(*std::move(g));
+}
+
+constexpr const char* kPersonSchema = R"({"type":"object","properties":{
+    "name":{"type":"string","maxLength":6},
+    "bio":{"type":"string"},
+    "age":{"type":"integer"},
+    "tags":{"type":"array","items":{"enum":["a","b","long tag"]},"maxItems":3},
+    "ok":{"type":"boolean"},
+    "pet":{"anyOf":[{"type":"null"},{"type":"object","properties":{"kind":{"const":"cat"}},
+                                     "required":["kind"],"additionalProperties":false}]}},
+  "required":["name","age","ok"],"additionalProperties":false})";
+
+bool Bit(const std::vector<uint64_t>& bits, int64_t id) {
+  return (bits[static_cast<size_t>(id / 64)] >> (id % 64) & 1) != 0;
+}
+
+// For each prefix of `doc`: the matcher's mask equals the brute-force mask.
+void CheckMasksAlong(const JsonConstraint& constraint, const std::string& doc) {
+  const JsonGrammar& g = constraint.grammar();
+  const TokenVocab& vocab = constraint.vocab();
+  const int64_t n = vocab.size() + 3;  // the model's rows may exceed the tokenizer's
+  auto matcher = constraint.NewMatcher();
+  auto* m = static_cast<JsonTokenMatcher*>(matcher.get());
+  JsonMatchState state = JsonMatchState::Start(g), next, scratch;
+  std::vector<uint64_t> bits;
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    m->AllowedTokens(n, &bits);
+    bool any = false;
+    for (int64_t id = 0; id < n; ++id) {
+      bool expected = false;
+      if (id < vocab.size() && !vocab.bytes(static_cast<int32_t>(id)).empty()) {
+        expected = state.AdvanceBytes(g, vocab.bytes(static_cast<int32_t>(id)), &next, &scratch);
+        // The lowest id among equal bytes only.
+        for (int32_t lower = 0; expected && lower < id; ++lower) {
+          expected = vocab.bytes(lower) != vocab.bytes(static_cast<int32_t>(id));
+        }
+      }
+      any = any || expected;
+      if (id == kEndId) continue;
+      ASSERT_EQ(Bit(bits, id), expected)
+          << "token " << id << " '" << vocab.bytes(static_cast<int32_t>(id)) << "' after '"
+          << doc.substr(0, i) << "'";
+    }
+    EXPECT_EQ(Bit(bits, kEndId), state.CanFinish() || !any) << doc.substr(0, i);
+    if (i == doc.size()) break;
+    m->Accept(static_cast<uint8_t>(doc[i]));  // byte tokens: id = byte
+    ASSERT_TRUE(state.Advance(g, static_cast<uint8_t>(doc[i]), &next)) << doc.substr(0, i + 1);
+    std::swap(state, next);
+  }
+  EXPECT_TRUE(m->complete());
+}
+
+TEST(JsonConstraintTest, MasksEqualBruteForceAlongValidDocuments) {
+  for (uint32_t seed : {1u, 2u}) {
+    auto vocab = std::make_shared<TokenVocab>(RandomVocab(seed, 1500));
+    const JsonConstraint any_object(Grammar(nullptr), vocab, {kEndId});
+    CheckMasksAlong(any_object, "{\"a\": [1, -2.5e3, {\"b\\u00e9\": null}], \"x y\": \"t\\\"\"}");
+    const JsonConstraint person(Grammar(kPersonSchema), vocab, {kEndId});
+    CheckMasksAlong(person, R"({"name":"Ann","bio":"x\ny","age":-3,"ok":true})");
+    CheckMasksAlong(person,
+                    "{ \"name\": \"\xc3\xa9t\xc3\xa9\", \"age\": 0, \"tags\": [\"long tag\", "
+                    "\"a\"], \"ok\": false, \"pet\": {\"kind\": \"cat\"} }");
+    const JsonConstraint number(Grammar(R"({"type":"number"})"), vocab, {kEndId});
+    CheckMasksAlong(number, "-12.5e+7");
+  }
+}
+
+TEST(JsonConstraintTest, SamplingFromRandomLogitsYieldsSchemaValidJson) {
+  auto vocab = std::make_shared<TokenVocab>(RandomVocab(3, 1500));
+  auto constraint =
+      std::make_shared<const JsonConstraint>(Grammar(kPersonSchema), vocab, std::vector{kEndId});
+  const int64_t n = vocab->size();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(static_cast<size_t>(n));
+  int finished = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    engine::SamplingParams params;
+    params.temperature = trial % 4 == 0 ? 0.0f : 1.0f;
+    params.constraint = constraint;
+    engine::Sampler sampler(params, 100 + trial, {});
+    ASSERT_TRUE(sampler.constrained());
+    std::string text;
+    bool ended = false;
+    for (int step = 0; step < 3000 && !ended; ++step) {
+      for (float& x : logits) x = normal(rng);
+      const int32_t id = sampler.Sample(logits.data(), n);
+      ASSERT_TRUE(std::isfinite(logits[static_cast<size_t>(id)])) << "a masked token was drawn";
+      if (id == kEndId) {
+        ended = true;
+      } else {
+        text += vocab->bytes(id);
+      }
+    }
+    if (!ended) continue;  // an unbounded "bio" string may outlast the step budget
+    ++finished;
+    ASSERT_TRUE(nlohmann::json::accept(text)) << text;
+    const nlohmann::json doc = nlohmann::json::parse(text);
+    ASSERT_TRUE(doc.is_object()) << text;
+    ASSERT_TRUE(doc.contains("name") && doc["name"].is_string()) << text;
+    EXPECT_LE(doc["name"].get<std::string>().size(), 12u) << text;  // ≤ 6 code points
+    ASSERT_TRUE(doc.contains("age") && doc["age"].is_number_integer()) << text;
+    ASSERT_TRUE(doc.contains("ok") && doc["ok"].is_boolean()) << text;
+    for (const auto& [key, value] : doc.items()) {
+      EXPECT_TRUE(key == "name" || key == "bio" || key == "age" || key == "tags" || key == "ok" ||
+                  key == "pet")
+          << text;
+    }
+    if (doc.contains("tags")) {
+      EXPECT_LE(doc["tags"].size(), 3u) << text;
+    }
+    if (doc.contains("pet") && !doc["pet"].is_null()) {
+      EXPECT_EQ(doc["pet"]["kind"], "cat") << text;
+    }
+  }
+  EXPECT_GE(finished, 20);
+}
+
+TEST(JsonConstraintTest, UnknownTokenEndsTheConstraint) {
+  auto vocab = std::make_shared<TokenVocab>(RandomVocab(4, 10));
+  const JsonConstraint c(Grammar(nullptr), vocab, {kEndId});
+  auto m = c.NewMatcher();
+  auto* jm = static_cast<JsonTokenMatcher*>(m.get());
+  m->Accept('x');  // cannot start an object
+  EXPECT_TRUE(jm->finished());
+  std::vector<uint64_t> bits;
+  jm->AllowedTokens(vocab->size(), &bits);
+  for (int64_t id = 0; id < vocab->size(); ++id) EXPECT_EQ(Bit(bits, id), id == kEndId) << id;
+}
+
+}  // namespace
+}  // namespace strata::structured

@@ -1,0 +1,577 @@
+// json_matcher.h: the byte-level JSON matcher.
+#include "engine/structured/json_matcher.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace strata::structured {
+namespace {
+
+// Literals of a kAny value, chosen by Frame::b.
+constexpr std::string_view kAnyLiterals[] = {"true", "false", "null"};
+
+constexpr uint8_t kKeyString = 1;  // Frame::flags of a string that is a free object key
+
+// kObject sub-states.
+enum ObjectSub : uint8_t { kObjOpen, kObjKeyNext, kObjColon, kObjValue, kObjAfterValue };
+// kArray sub-states.
+enum ArraySub : uint8_t { kArrOpen, kArrNext, kArrValue, kArrAfterItem };
+// kString sub-states.
+enum StringSub : uint8_t { kStrNormal, kStrEscape, kStrHex };
+// kNumber sub-states.
+enum NumberSub : uint8_t {
+  kNumStart,
+  kNumMinus,
+  kNumZero,
+  kNumInt,
+  kNumFracStart,
+  kNumFrac,
+  kNumExpStart,
+  kNumExpSign,
+  kNumExp
+};
+
+bool IsWhitespace(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+bool NumberCanEnd(uint8_t sub) {
+  return sub == kNumZero || sub == kNumInt || sub == kNumFrac || sub == kNumExp;
+}
+
+}  // namespace
+
+uint8_t Utf8Next(uint8_t state, uint8_t c) {
+  if (state == 0) {
+    if (c < 0x80) return 0;
+    if (c >= 0xC2 && c <= 0xDF) return 1 << 4;
+    if (c == 0xE0) return (2 << 4) | 1;  // next A0–BF (no overlongs)
+    if (c == 0xED) return (2 << 4) | 2;  // next 80–9F (no surrogates)
+    if (c >= 0xE1 && c <= 0xEF) return 2 << 4;
+    if (c == 0xF0) return (3 << 4) | 3;  // next 90–BF (no overlongs)
+    if (c == 0xF4) return (3 << 4) | 4;  // next 80–8F (≤ U+10FFFF)
+    if (c >= 0xF1 && c <= 0xF3) return 3 << 4;
+    return kUtf8Bad;
+  }
+  uint8_t lo = 0x80, hi = 0xBF;
+  switch (state & 0xF) {
+    case 1:
+      lo = 0xA0;
+      break;
+    case 2:
+      hi = 0x9F;
+      break;
+    case 3:
+      lo = 0x90;
+      break;
+    case 4:
+      hi = 0x8F;
+      break;
+    default:
+      break;
+  }
+  if (c < lo || c > hi) return kUtf8Bad;
+  return static_cast<uint8_t>(((state >> 4) - 1) << 4);
+}
+
+// Feeds bytes to the threads of one output state. Every function takes a thread index (the
+// thread vector may grow under it when a fork is added) and returns false when that thread
+// cannot take the byte.
+class Stepper {
+ public:
+  Stepper(const JsonGrammar& grammar, JsonMatchState* out) : g_(grammar), out_(out) {}
+
+  // Appends a copy of `thread` to the output and feeds it `byte`.
+  void FeedCopy(const MatchThread& thread, uint8_t byte) {
+    const size_t t = Add();
+    if (t == kNoThread) return;
+    Copy(thread, &out_->threads_[t]);
+    if (!Feed(t, byte)) out_->threads_[t].dead = true;
+  }
+
+ private:
+  static constexpr size_t kNoThread = static_cast<size_t>(-1);
+
+  MatchThread& T(size_t t) { return out_->threads_[t]; }
+  Frame& Top(size_t t) { return T(t).stack.back(); }
+  const SchemaNode& Node(int32_t n) const { return g_.nodes[static_cast<size_t>(n)]; }
+
+  static void Copy(const MatchThread& from, MatchThread* to) {
+    to->stack.assign(from.stack.begin(), from.stack.end());
+    to->ws_run = from.ws_run;
+    to->done = from.done;
+    to->dead = false;
+  }
+
+  // A new live thread slot (capacity reused); kNoThread past kMaxThreads.
+  size_t Add() {
+    if (out_->size_ >= kMaxThreads) return kNoThread;
+    if (out_->size_ == out_->threads_.size()) out_->threads_.emplace_back();
+    return out_->size_++;
+  }
+
+  // A copy of thread t, for a fork; kNoThread past kMaxThreads.
+  size_t Fork(size_t t) {
+    const size_t f = Add();
+    if (f != kNoThread) Copy(T(t), &T(f));
+    return f;
+  }
+
+  bool Push(size_t t, Frame frame) {
+    if (T(t).stack.size() >= kMaxDepth) return false;
+    T(t).stack.push_back(frame);
+    return true;
+  }
+
+  static Frame ValueFrame(int32_t node) {
+    Frame f;
+    f.kind = FrameKind::kValue;
+    f.node = node;
+    return f;
+  }
+
+  // Gap whitespace: allowed while the run stays within kMaxWhitespaceRun.
+  bool Whitespace(size_t t, int run) {
+    if (run >= kMaxWhitespaceRun) return false;
+    T(t).ws_run = run + 1;
+    return true;
+  }
+
+  bool Feed(size_t t, uint8_t c) {
+    MatchThread& th = T(t);
+    if (th.done) return false;
+    const int run = th.ws_run;
+    th.ws_run = 0;
+    switch (th.stack.back().kind) {
+      case FrameKind::kValue:
+        return FeedValue(t, c, run);
+      case FrameKind::kObject:
+        return FeedObject(t, c, run);
+      case FrameKind::kKey:
+        return FeedKey(t, c);
+      case FrameKind::kArray:
+        return FeedArray(t, c, run);
+      case FrameKind::kString:
+        return FeedString(t, c);
+      case FrameKind::kNumber:
+        return FeedNumber(t, c);
+      case FrameKind::kLiteral:
+        return FeedLiteral(t, c);
+    }
+    return false;
+  }
+
+  // The value on top is complete: pop it and advance its container.
+  bool ValueDone(size_t t) {
+    MatchThread& th = T(t);
+    th.stack.pop_back();
+    if (th.stack.empty()) {
+      th.done = true;
+      return true;
+    }
+    Frame& parent = th.stack.back();
+    if (parent.kind == FrameKind::kObject) {
+      parent.sub = kObjAfterValue;
+    } else {
+      CHECK(parent.kind == FrameKind::kArray);
+      ++parent.a;
+      parent.sub = kArrAfterItem;
+    }
+    return true;
+  }
+
+  bool FeedValue(size_t t, uint8_t c, int run) {
+    if (IsWhitespace(c)) {
+      if (T(t).stack.size() == 1 && !g_.root_whitespace) return false;
+      return Whitespace(t, run);
+    }
+    const int32_t node = Top(t).node;
+    const SchemaNode& n = Node(node);
+    if (n.kind == NodeKind::kAnyOf) {
+      // One thread per alternative, each fed this first byte (alternatives are never anyOf).
+      for (size_t i = 1; i < n.alternatives.size(); ++i) {
+        const size_t f = Fork(t);
+        if (f == kNoThread) break;
+        Top(f).node = n.alternatives[i];
+        if (!StartValue(f, c)) T(f).dead = true;
+      }
+      Top(t).node = n.alternatives[0];
+    }
+    return StartValue(t, c);
+  }
+
+  // Replaces the kValue frame on top by the frame its first byte `c` opens.
+  bool StartValue(size_t t, uint8_t c) {
+    Frame& f = Top(t);
+    const int32_t node = f.node;
+    const NodeKind kind = Node(node).kind;
+    const bool any = kind == NodeKind::kAny;
+    if (c == '{' && (any || kind == NodeKind::kObject)) {
+      f = Frame{FrameKind::kObject, kObjOpen, 0, node, 0, 0};
+      return true;
+    }
+    if (c == '[' && (any || kind == NodeKind::kArray)) {
+      f = Frame{FrameKind::kArray, kArrOpen, 0, node, 0, 0};
+      return true;
+    }
+    if (c == '"' && (any || kind == NodeKind::kString)) {
+      f = Frame{FrameKind::kString, kStrNormal, 0, any ? -1 : node, 0, 0};
+      return true;
+    }
+    if ((c == '-' || IsDigit(c)) &&
+        (any || kind == NodeKind::kNumber || kind == NodeKind::kInteger)) {
+      f = Frame{FrameKind::kNumber, kNumStart, 0, node, 0, 0};
+      return FeedNumber(t, c);
+    }
+    if (any) {
+      for (int32_t i = 0; i < 3; ++i) {
+        if (kAnyLiterals[i][0] == c) {
+          f = Frame{FrameKind::kLiteral, 0, 0, node, 1, i};
+          return true;
+        }
+      }
+      return false;
+    }
+    if (kind != NodeKind::kLiterals) return false;
+    // One thread per literal starting with c: forks copy t before t itself is fed the first.
+    const std::vector<std::string>& literals = Node(node).literals;
+    int32_t first = -1;
+    for (size_t i = 0; i < literals.size(); ++i) {
+      if (static_cast<uint8_t>(literals[i][0]) != c) continue;
+      if (first < 0) {
+        first = static_cast<int32_t>(i);
+        continue;
+      }
+      const size_t f = Fork(t);
+      if (f == kNoThread) break;
+      Top(f) = Frame{FrameKind::kLiteral, 0, 0, node, 0, static_cast<int32_t>(i)};
+      if (!FeedLiteral(f, c)) T(f).dead = true;
+    }
+    if (first < 0) return false;
+    Top(t) = Frame{FrameKind::kLiteral, 0, 0, node, 0, first};
+    return FeedLiteral(t, c);
+  }
+
+  std::string_view LiteralText(const Frame& f) const {
+    const SchemaNode& n = Node(f.node);
+    if (n.kind == NodeKind::kAny) return kAnyLiterals[f.b];
+    return n.literals[static_cast<size_t>(f.b)];
+  }
+
+  bool FeedLiteral(size_t t, uint8_t c) {
+    Frame& f = Top(t);
+    const std::string_view text = LiteralText(f);
+    if (static_cast<uint8_t>(text[static_cast<size_t>(f.a)]) != c) return false;
+    if (static_cast<size_t>(++f.a) == text.size()) return ValueDone(t);
+    return true;
+  }
+
+  // Object of node n: free keys (no declared properties) or the declared ones in order.
+  bool FreeKeys(const SchemaNode& n) const { return n.properties.empty(); }
+  int32_t FreeValueNode(int32_t node) const {
+    const SchemaNode& n = Node(node);
+    return n.kind == NodeKind::kAny ? node : n.additional;
+  }
+  bool CanClose(const Frame& f) const {
+    const auto& props = Node(f.node).properties;
+    for (size_t i = static_cast<size_t>(f.a); i < props.size(); ++i) {
+      if (props[i].required) return false;
+    }
+    return true;
+  }
+  bool MoreKeys(const Frame& f) const {
+    const SchemaNode& n = Node(f.node);
+    if (FreeKeys(n)) return FreeValueNode(f.node) >= 0;
+    return static_cast<size_t>(f.a) < n.properties.size();
+  }
+
+  bool FeedObject(size_t t, uint8_t c, int run) {
+    Frame& f = Top(t);
+    switch (f.sub) {
+      case kObjOpen:
+      case kObjKeyNext:
+        if (IsWhitespace(c)) return Whitespace(t, run);
+        if (c == '}' && f.sub == kObjOpen && CanClose(f)) return ValueDone(t);
+        if (c == '"') return StartKey(t);
+        return false;
+      case kObjColon:
+        if (IsWhitespace(c)) return Whitespace(t, run);
+        if (c != ':') return false;
+        f.sub = kObjValue;
+        return Push(t, ValueFrame(f.b >= 0 ? Node(f.node).properties[static_cast<size_t>(f.b)].value
+                                           : FreeValueNode(f.node)));
+      case kObjAfterValue:
+        if (IsWhitespace(c)) return Whitespace(t, run);
+        if (c == '}' && CanClose(f)) return ValueDone(t);
+        if (c == ',' && MoreKeys(f)) {
+          f.sub = kObjKeyNext;
+          return true;
+        }
+        return false;
+      default:
+        return false;
+    }
+  }
+
+  // After the opening quote of a key: a free key string, or one thread per declared property
+  // that may come next (from `a` up to and including the next required one).
+  bool StartKey(size_t t) {
+    const Frame obj = Top(t);
+    const SchemaNode& n = Node(obj.node);
+    if (FreeKeys(n)) {
+      if (FreeValueNode(obj.node) < 0) return false;
+      return Push(t, Frame{FrameKind::kString, kStrNormal, kKeyString, -1, 0, 0});
+    }
+    const size_t count = n.properties.size();
+    size_t last = static_cast<size_t>(obj.a);
+    while (last < count && !n.properties[last].required) ++last;
+    if (last == count) --last;
+    if (static_cast<size_t>(obj.a) > last || static_cast<size_t>(obj.a) >= count) return false;
+    for (size_t j = static_cast<size_t>(obj.a) + 1; j <= last; ++j) {
+      const size_t f = Fork(t);
+      if (f == kNoThread) break;
+      if (!Push(f, Frame{FrameKind::kKey, 0, 0, obj.node, 0, static_cast<int32_t>(j)})) {
+        T(f).dead = true;
+      }
+    }
+    return Push(t, Frame{FrameKind::kKey, 0, 0, obj.node, 0, obj.a});
+  }
+
+  // Key text matched to its closing quote: the object now expects ':'.
+  bool KeyDone(size_t t, int32_t property) {
+    MatchThread& th = T(t);
+    th.stack.pop_back();
+    Frame& obj = th.stack.back();
+    obj.sub = kObjColon;
+    obj.b = property;
+    if (property >= 0) obj.a = property + 1;
+    return true;
+  }
+
+  bool FeedKey(size_t t, uint8_t c) {
+    Frame& f = Top(t);
+    const std::string& text = Node(f.node).properties[static_cast<size_t>(f.b)].key_text;
+    if (static_cast<uint8_t>(text[static_cast<size_t>(f.a)]) != c) return false;
+    if (static_cast<size_t>(++f.a) == text.size()) return KeyDone(t, f.b);
+    return true;
+  }
+
+  bool FeedArray(size_t t, uint8_t c, int run) {
+    Frame& f = Top(t);
+    const SchemaNode& n = Node(f.node);
+    const int32_t items = n.kind == NodeKind::kAny ? f.node : n.items;
+    const int64_t min_items = n.kind == NodeKind::kAny ? 0 : n.min_items;
+    const int64_t max_items = n.kind == NodeKind::kAny ? -1 : n.max_items;
+    if (IsWhitespace(c) && f.sub != kArrValue) return Whitespace(t, run);
+    switch (f.sub) {
+      case kArrOpen:
+        if (c == ']') return min_items == 0 ? ValueDone(t) : false;
+        if (max_items == 0) return false;
+        [[fallthrough]];
+      case kArrNext:
+        f.sub = kArrValue;
+        if (!Push(t, ValueFrame(items))) return false;
+        return FeedValue(t, c, 0);
+      case kArrAfterItem:
+        if (c == ']' && f.a >= min_items) return ValueDone(t);
+        if (c == ',' && (max_items < 0 || f.a < max_items)) {
+          f.sub = kArrNext;
+          return true;
+        }
+        return false;
+      default:
+        return false;
+    }
+  }
+
+  bool FeedString(size_t t, uint8_t c) {
+    Frame& f = Top(t);
+    const int64_t min_length = f.node >= 0 ? Node(f.node).min_length : 0;
+    const int64_t max_length = f.node >= 0 ? Node(f.node).max_length : -1;
+    switch (f.sub) {
+      case kStrNormal: {
+        if (f.b != 0) {  // inside a multi-byte code point (b: the UTF-8 state)
+          const uint8_t next = Utf8Next(static_cast<uint8_t>(f.b), c);
+          if (next == kUtf8Bad) return false;
+          f.b = next;
+          return true;
+        }
+        if (c == '"') {
+          if (f.a < min_length) return false;
+          if (f.flags & kKeyString) return KeyDone(t, -1);
+          return ValueDone(t);
+        }
+        const uint8_t next = Utf8Next(0, c);
+        if (c < 0x20 || next == kUtf8Bad) return false;
+        if (max_length >= 0 && f.a >= max_length) return false;
+        ++f.a;
+        f.b = next;
+        if (c == '\\') f.sub = kStrEscape;
+        return true;
+      }
+      case kStrEscape:
+        if (c == 'u') {
+          f.sub = kStrHex;
+          f.b = 4;
+          return true;
+        }
+        if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
+            c == 't') {
+          f.sub = kStrNormal;
+          return true;
+        }
+        return false;
+      case kStrHex:
+        if (!IsHex(c)) return false;
+        if (--f.b == 0) f.sub = kStrNormal;
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  bool FeedNumber(size_t t, uint8_t c) {
+    Frame& f = Top(t);
+    const bool integer = Node(f.node).kind == NodeKind::kInteger;
+    uint8_t next = 0xFF;
+    switch (f.sub) {
+      case kNumStart:
+        if (c == '-') next = kNumMinus;
+        [[fallthrough]];
+      case kNumMinus:
+        if (c == '0') next = kNumZero;
+        if (c >= '1' && c <= '9') next = kNumInt;
+        break;
+      case kNumInt:
+        if (IsDigit(c)) next = kNumInt;
+        [[fallthrough]];
+      case kNumZero:
+        if (!integer && c == '.') next = kNumFracStart;
+        if (!integer && (c == 'e' || c == 'E')) next = kNumExpStart;
+        break;
+      case kNumFracStart:
+      case kNumFrac:
+        if (IsDigit(c)) next = kNumFrac;
+        if (f.sub == kNumFrac && (c == 'e' || c == 'E')) next = kNumExpStart;
+        break;
+      case kNumExpStart:
+        if (c == '+' || c == '-') next = kNumExpSign;
+        [[fallthrough]];
+      case kNumExpSign:
+      case kNumExp:
+        if (IsDigit(c)) next = kNumExp;
+        break;
+      default:
+        break;
+    }
+    if (next != 0xFF) {
+      if (f.a >= kMaxNumberBytes) return false;
+      if (c == '-' && f.sub == kNumStart) f.flags = 1;  // signed
+      if (integer && f.a - f.flags >= kMaxIntegerDigits) return false;
+      ++f.a;
+      f.sub = next;
+      return true;
+    }
+    // The number ends before c: c belongs to the container.
+    if (!NumberCanEnd(f.sub)) return false;
+    ValueDone(t);
+    return Feed(t, c);
+  }
+
+  const JsonGrammar& g_;
+  JsonMatchState* out_;
+};
+
+JsonMatchState JsonMatchState::Start(const JsonGrammar& grammar) {
+  CHECK(!grammar.nodes.empty());
+  JsonMatchState s;
+  s.threads_.emplace_back();
+  Frame root;
+  root.kind = FrameKind::kValue;
+  root.node = grammar.root;
+  s.threads_[0].stack.push_back(root);
+  s.size_ = 1;
+  return s;
+}
+
+bool JsonMatchState::Advance(const JsonGrammar& grammar, uint8_t byte, JsonMatchState* out) const {
+  CHECK(out != this);
+  out->size_ = 0;
+  Stepper stepper(grammar, out);
+  for (size_t i = 0; i < size_; ++i) stepper.FeedCopy(threads_[i], byte);
+  // Drop dead threads and duplicates, keeping the order (swaps keep every slot's capacity).
+  size_t live = 0;
+  for (size_t i = 0; i < out->size_; ++i) {
+    MatchThread& th = out->threads_[i];
+    if (th.dead) continue;
+    bool duplicate = false;
+    for (size_t j = 0; j < live && !duplicate; ++j) {
+      const MatchThread& o = out->threads_[j];
+      duplicate = o.done == th.done && o.ws_run == th.ws_run && o.stack == th.stack;
+    }
+    if (duplicate) continue;
+    if (i != live) std::swap(out->threads_[live], th);
+    ++live;
+  }
+  out->size_ = live;
+  return live > 0;
+}
+
+bool JsonMatchState::AdvanceBytes(const JsonGrammar& grammar, std::string_view bytes,
+                                  JsonMatchState* out, JsonMatchState* scratch) const {
+  if (bytes.empty()) {
+    out->size_ = 0;
+    for (size_t i = 0; i < size_; ++i) {
+      if (out->size_ == out->threads_.size()) out->threads_.emplace_back();
+      MatchThread& to = out->threads_[out->size_++];
+      to.stack.assign(threads_[i].stack.begin(), threads_[i].stack.end());
+      to.ws_run = threads_[i].ws_run;
+      to.done = threads_[i].done;
+      to.dead = false;
+    }
+    return size_ > 0;
+  }
+  // Alternate between *out and *scratch so that the last byte lands in *out.
+  JsonMatchState* bufs[2] = {out, scratch};
+  const JsonMatchState* from = this;
+  size_t which = (bytes.size() % 2 == 1) ? 0 : 1;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    JsonMatchState* to = bufs[which];
+    if (!from->Advance(grammar, static_cast<uint8_t>(bytes[i]), to)) {
+      out->size_ = 0;
+      return false;
+    }
+    from = to;
+    which ^= 1;
+  }
+  return true;
+}
+
+bool JsonMatchState::CanFinish() const {
+  for (size_t i = 0; i < size_; ++i) {
+    const MatchThread& th = threads_[i];
+    if (th.done) return true;
+    if (th.stack.size() == 1 && th.stack[0].kind == FrameKind::kNumber &&
+        NumberCanEnd(th.stack[0].sub)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t JsonMatchState::PlainStringRoom(const JsonGrammar& grammar) const {
+  if (size_ == 0) return -1;
+  int64_t room = -1;
+  for (size_t i = 0; i < size_; ++i) {
+    const MatchThread& th = threads_[i];
+    if (th.done || th.stack.empty()) return -1;
+    const Frame& f = th.stack.back();
+    if (f.kind != FrameKind::kString || f.sub != kStrNormal || f.b != 0) return -1;
+    const int64_t max_length =
+        f.node >= 0 ? grammar.nodes[static_cast<size_t>(f.node)].max_length : -1;
+    room = std::max(room, max_length < 0 ? kUnbounded : max_length - f.a);
+  }
+  return room;
+}
+
+}  // namespace strata::structured

@@ -1,0 +1,84 @@
+// A JSON Schema compiled into the grammar the structured-output matcher walks
+// (json_matcher.h): a graph of plain nodes, one per schema (sub)object, with $ref cycles kept
+// as node indices so recursive schemas work.
+//
+// Supported (the subset OpenAI's strict structured outputs and xgrammar's defaults cover):
+//   type (one name or a list), enum, const, properties + required, additionalProperties
+//   (false, or a schema/true on an object without properties), items, minItems, maxItems,
+//   minLength, maxLength, anyOf / oneOf (as anyOf), allOf with one member, $ref to "#",
+//   "#/$defs/…" or "#/definitions/…", boolean schemas (true = any value).
+// Ignored (annotations): title, description, default, examples, format, $schema, $id,
+//   $comment, deprecated, readOnly, writeOnly, and $defs / definitions themselves.
+// Anything else (pattern, minimum, …) is an InvalidArgument naming the keyword and its path:
+// a constraint the output would silently break is refused rather than ignored.
+//
+// Output shape the grammar fixes (as xgrammar's strict mode does): an object's properties come
+// in the order the schema lists them, optional ones may be left out, no others appear; enum and
+// const values are written in compact JSON (nlohmann's dump()).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+
+namespace strata::structured {
+
+using Json = nlohmann::ordered_json;
+
+enum class NodeKind : uint8_t {
+  kAny,       // any JSON value
+  kObject,    // properties (ordered) or free keys
+  kArray,     // items
+  kString,    // min/max length in code points
+  kNumber,    // any JSON number
+  kInteger,   // a JSON number without fraction or exponent
+  kLiterals,  // one of `literals` (compact JSON texts: enum, const, true/false/null)
+  kAnyOf,     // one of `alternatives`
+};
+
+struct SchemaProperty {
+  std::string key_text;  // the key as JSON text without the opening quote: `name"`
+  int32_t value = 0;     // node index
+  bool required = false;
+};
+
+struct SchemaNode {
+  NodeKind kind = NodeKind::kAny;
+  // kObject: with properties, exactly those (in order); without, free keys whose values match
+  // `additional` (−1: no keys at all, an empty object).
+  std::vector<SchemaProperty> properties;
+  int32_t additional = -1;
+  // kArray: item node (−1: any value); item counts.
+  int32_t items = -1;
+  int64_t min_items = 0;
+  int64_t max_items = -1;  // −1: unbounded
+  // kString: lengths in code points.
+  int64_t min_length = 0;
+  int64_t max_length = -1;            // −1: unbounded
+  std::vector<std::string> literals;  // kLiterals
+  std::vector<int32_t> alternatives;  // kAnyOf (never another kAnyOf: flattened)
+};
+
+struct JsonGrammar {
+  std::vector<SchemaNode> nodes;
+  int32_t root = 0;
+  bool root_whitespace = true;  // whitespace may precede the root value
+};
+
+// The grammar of any JSON object (response_format json_object).
+JsonGrammar AnyJsonObjectGrammar();
+
+// Compiles `schema`. Errors (InvalidArgument) name the JSON pointer of the offending part:
+// unsupported keyword, bad keyword value, unresolvable $ref, an empty enum, min > max, a
+// schema no value can satisfy, more than kMaxSchemaNodes nodes, nesting (schemas and enum /
+// const values together) deeper than kMaxSchemaDepth.
+absl::StatusOr<JsonGrammar> CompileJsonSchema(const Json& schema);
+
+inline constexpr int64_t kMaxSchemaNodes = 10000;
+inline constexpr int kMaxSchemaDepth = 128;
+
+}  // namespace strata::structured
