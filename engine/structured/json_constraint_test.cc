@@ -3,6 +3,7 @@
 // under the constraint from random logits always yields text that parses and fits the schema.
 #include "engine/structured/json_constraint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
+#include "engine/structured/reasoning_gate.h"
 
 namespace strata::structured {
 namespace {
@@ -159,6 +161,28 @@ TEST(JsonConstraintTest, SamplingFromRandomLogitsYieldsSchemaValidJson) {
     }
   }
   EXPECT_GE(finished, 20);
+}
+
+TEST(JsonConstraintTest, ReasoningGateConstrainsOnlyTheAnswer) {
+  auto vocab = std::make_shared<TokenVocab>(RandomVocab(5, 10));
+  constexpr int32_t kThinkEnd = 300;  // one of the random tokens stands for </think>
+  auto json = std::make_shared<const JsonConstraint>(Grammar(nullptr), vocab, std::vector{kEndId});
+  const ReasoningGate gate(json, kThinkEnd);
+  auto m = gate.NewMatcher();
+  std::vector<float> logits(static_cast<size_t>(vocab->size()), 0.0f);
+  auto num_allowed = [&] {
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    m->MaskLogits(logits.data(), vocab->size());
+    return std::count_if(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); });
+  };
+  EXPECT_EQ(num_allowed(), vocab->size());  // reasoning: anything
+  m->Accept('x');
+  EXPECT_EQ(num_allowed(), vocab->size());
+  m->Accept(kThinkEnd);
+  const auto answer = num_allowed();  // the answer: a JSON object's first bytes only
+  EXPECT_LT(answer, 50);
+  EXPECT_TRUE(std::isfinite(logits['{']));
+  EXPECT_FALSE(std::isfinite(logits['x']));
 }
 
 TEST(JsonConstraintTest, UnknownTokenEndsTheConstraint) {

@@ -322,6 +322,8 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   }
   s.token_vocab = frontend::ConstraintVocab(*rt->tokenizer_);
   s.tool_call_tokens = frontend::ToolCallMarkers(*rt->tokenizer_);
+  s.think_begin_id = rt->tokenizer_->SpecialTokenId("<think>").value_or(-1);
+  s.think_end_id = rt->tokenizer_->SpecialTokenId("</think>").value_or(-1);
   s.engine = rt->engine_.get();
   return rt;
 }

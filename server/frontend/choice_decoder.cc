@@ -36,10 +36,16 @@ std::vector<int> TokenBytes(const engine::Tokenizer& tokenizer, int32_t token_id
 }
 
 ChoiceDecoder::ChoiceDecoder(const engine::Tokenizer& tokenizer, ChoiceOptions options)
-    : options_(std::move(options)), detokenizer_(tokenizer, options_.detokenizer) {}
+    : options_(std::move(options)),
+      detokenizer_(tokenizer, options_.detokenizer),
+      in_reasoning_(options_.reasoning_open && options_.think_end_id >= 0) {}
 
 void ChoiceDecoder::AppendText(const std::string& text, ChoiceDelta* delta) {
   if (text.empty()) return;
+  if (in_reasoning_) {
+    delta->reasoning += text;
+    return;
+  }
   if (!options_.parse_tool_calls) {
     delta->text += text;
     return;
@@ -86,6 +92,17 @@ ChoiceDelta ChoiceDecoder::Apply(const server::StreamEvent& event) {
     if (last && stopped_by_token &&
         std::find(options_.hidden_stop_ids.begin(), options_.hidden_stop_ids.end(), id) !=
             options_.hidden_stop_ids.end()) {
+      continue;
+    }
+    // Reasoning markers switch where the text goes and are not shown.
+    const bool first = first_token_;
+    first_token_ = false;
+    if (first && id == options_.think_begin_id && options_.think_end_id >= 0) {
+      in_reasoning_ = true;
+      continue;
+    }
+    if (in_reasoning_ && id == options_.think_end_id) {
+      in_reasoning_ = false;
       continue;
     }
     absl::StatusOr<std::string> text = detokenizer_.Add(id);

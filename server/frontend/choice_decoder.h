@@ -30,6 +30,13 @@ struct ChoiceOptions {
   bool parse_tool_calls = false;           // needs detokenizer.skip_special_tokens == false
   bool logprobs = false;                   // collect TokenLogprobEntry per token
   std::vector<int32_t> hidden_stop_ids;    // EOS and stop token ids: not shown when they end it
+  // Reasoning (API.md: `<think>` … `</think>` returned as reasoning_content), split on the
+  // marker token ids (−1: the model has none). The reply reasons when the prompt opened
+  // `<think>` (`reasoning_open`) or when its first token is `<think>`; everything up to
+  // `</think>` (or the end) is reasoning, the rest content. The markers are never shown.
+  int32_t think_begin_id = -1;
+  int32_t think_end_id = -1;
+  bool reasoning_open = false;
 };
 
 struct TokenLogprobEntry {
@@ -40,13 +47,15 @@ struct TokenLogprobEntry {
 
 struct ChoiceDelta {
   std::string text;
+  std::string reasoning;                          // chat: reasoning_content
   std::vector<engine::ToolCallDelta> tool_calls;  // the first delta of a call has id and name
   std::vector<TokenLogprobEntry> logprobs;        // one per token consumed by this delta
   std::optional<std::string> finish_reason;
   absl::Status error;  // the engine rejected or failed the request
   bool stop_string_matched = false;
   bool empty() const {
-    return text.empty() && tool_calls.empty() && logprobs.empty() && !finish_reason && error.ok();
+    return text.empty() && reasoning.empty() && tool_calls.empty() && logprobs.empty() &&
+           !finish_reason && error.ok();
   }
 };
 
@@ -75,6 +84,8 @@ class ChoiceDecoder {
   engine::IncrementalDetokenizer detokenizer_;
   engine::KimiToolCallStreamParser tool_calls_;
   int num_tool_calls_ = 0;
+  bool in_reasoning_ = false;
+  bool first_token_ = true;
   bool finished_ = false;
   int64_t num_prompt_tokens_ = 0;
   int64_t num_cached_tokens_ = 0;

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "engine/structured/json_constraint.h"
+#include "engine/structured/reasoning_gate.h"
 #include "server/frontend/api_error.h"
 #include "server/frontend/generation_response.h"
 
@@ -57,6 +58,19 @@ absl::Status ForceToolCalls(const ServedModel& model, const ChatCompletionReques
   r->sampling.constraint =
       std::make_shared<structured::ToolCallConstraint>(std::move(o), model.token_vocab);
   return absl::OkStatus();
+}
+
+void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt,
+                    scheduler::Request* r, ChoiceOptions* options) {
+  if (model.think_end_id < 0) return;
+  options->think_begin_id = model.think_begin_id;
+  options->think_end_id = model.think_end_id;
+  options->reasoning_open =
+      model.think_begin_id >= 0 && !prompt.empty() && prompt.back() == model.think_begin_id;
+  if (options->reasoning_open && r->sampling.constraint) {
+    r->sampling.constraint = std::make_shared<structured::ReasoningGate>(
+        std::move(r->sampling.constraint), model.think_end_id);
+  }
 }
 
 ChoiceOptions OptionsFor(const GenerationFields& gen, const scheduler::Request& r,

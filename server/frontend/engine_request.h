@@ -26,6 +26,12 @@ absl::Status ForceToolCalls(const ServedModel& model, const ChatCompletionReques
                             scheduler::Request* r);
 inline constexpr int kMaxForcedToolCalls = 16;
 
+// Chat replies on a model with `<think>` / `</think>`: reasoning is split from the answer
+// (ChoiceOptions), and when the prompt opened `<think>` a constraint on `r` starts after
+// `</think>` (ReasoningGate).
+void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt,
+                    scheduler::Request* r, ChoiceOptions* options);
+
 // How the choice of `r` is decoded (stop strings, special tokens, hidden stop ids, logprobs).
 ChoiceOptions OptionsFor(const GenerationFields& gen, const scheduler::Request& r,
                          bool parse_tool_calls);

@@ -69,6 +69,7 @@ OpenAiService::Result OpenAiService::ChatCompletions(const http::HttpRequest& re
     choice.request = EngineRequest(*model, req.gen, prompt, max_tokens, spec.meta.id, i, true);
     if (forced) RETURN_IF_ERROR(ForceToolCalls(*model, req, &choice.request));
     choice.options = OptionsFor(req.gen, choice.request, tools_on);
+    ApplyReasoning(*model, prompt, &choice.request, &choice.options);
     spec.choices.push_back(std::move(choice));
   }
   return Generate(*model, std::move(spec));

@@ -143,6 +143,10 @@ void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::strin
   const int index = c.spec->index;
   const bool has_text = !d.text.empty() || !d.logprobs.empty();
   if (spec_.kind == ApiKind::kChat) {
+    if (!d.reasoning.empty()) {
+      *body += SseData(ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}},
+                                     nullptr, std::nullopt));
+    }
     if (has_text) {
       Json logprobs =
           spec_.logprobs ? ChatLogprobsJson(*model_.tokenizer, d.logprobs) : Json(nullptr);
@@ -175,6 +179,7 @@ void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::strin
 
 void GenerationResponse::Accumulate(Choice& c, ChoiceDelta&& d) const {
   c.final.text += d.text;
+  c.final.reasoning += d.reasoning;
   for (engine::ToolCallDelta& call : d.tool_calls) {
     if (call.index < 0) continue;
     if (static_cast<size_t>(call.index) >= c.final.tool_calls.size()) {

@@ -322,6 +322,44 @@ TEST_F(ServiceTest, ToolCallsAreParsedInBothModes) {
   EXPECT_EQ(none["choices"][0]["finish_reason"], "stop");
 }
 
+// {reasoning_content, content}.
+using Said = std::pair<std::string, std::string>;
+
+TEST_F(ServiceTest, ReasoningIsSplitFromTheAnswer) {
+  // Returns {reasoning_content, content} of a non-streamed reply and checks the streamed one
+  // says the same.
+  auto reply = [&](const std::string& fields) {
+    const Json j = Post(service_, "/v1/chat/completions", ChatBody(fields)).json();
+    const Json& message = j["choices"][0]["message"];
+    const std::string reasoning = message.value("reasoning_content", "");
+    const std::string content = message["content"].get<std::string>();
+    const std::string sep = fields.empty() ? "" : ", ";
+    Reply s = Post(service_, "/v1/chat/completions", ChatBody(fields + sep + R"("stream": true)"));
+    std::string streamed_reasoning, streamed_content;
+    for (const Json& e : SseEvents(s.body)) {
+      if (e == "[DONE]") continue;
+      const Json& delta = e["choices"][0]["delta"];
+      streamed_reasoning += delta.value("reasoning_content", "");
+      streamed_content += delta.value("content", "");
+    }
+    EXPECT_EQ(streamed_reasoning, reasoning);
+    EXPECT_EQ(streamed_content, content);
+    return Said(reasoning, content);
+  };
+  // The reply opens <think> itself.
+  ScriptText("<think>hello</think> world");
+  EXPECT_EQ(reply(""), Said("hello", " world"));
+  // The prompt opened it (thinking on): the reply starts inside the reasoning.
+  ScriptText("hello</think> world");
+  EXPECT_EQ(reply(R"("chat_template_kwargs": {"thinking": true})"), Said("hello", " world"));
+  // Cut off before </think>: all reasoning.
+  ScriptText("<think>hello");
+  EXPECT_EQ(reply(""), Said("hello", ""));
+  // Not opened: the markers are plain text of the answer.
+  ScriptText("hello</think> world");
+  EXPECT_EQ(reply(""), Said("", "hello</think> world"));
+}
+
 TEST_F(ServiceTest, CompletionsAcceptEveryPromptShape) {
   ScriptText(" world");
   const Json text =

@@ -94,6 +94,7 @@ Json ChatCompletionJson(const ResponseMeta& meta, const engine::Tokenizer& token
     } else {
       message["content"] = c.text;
     }
+    if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
     if (!c.tool_calls.empty()) message["tool_calls"] = ToolCallsJson(c.tool_calls);
     Json choice = Json::object();
     choice["index"] = c.index;

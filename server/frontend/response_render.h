@@ -42,6 +42,7 @@ struct Usage {
 struct FinalChoice {
   int index = 0;
   std::string text;
+  std::string reasoning;  // chat: reasoning_content (present in the message when not empty)
   std::vector<ToolCall> tool_calls;
   std::vector<TokenLogprobEntry> logprobs;
   bool logprobs_requested = false;

@@ -32,6 +32,9 @@ struct ServedModel {
   std::shared_ptr<const structured::TokenVocab> token_vocab;
   // Kimi's tool-call markers (ToolCallMarkers); absent: forced tool calls are refused.
   std::optional<structured::ToolCallTokens> tool_call_tokens;
+  // `<think>` / `</think>` token ids (−1: none): reasoning is split from the answer.
+  int32_t think_begin_id = -1;
+  int32_t think_end_id = -1;
   server::EngineLoop* engine = nullptr;
 };
 

@@ -111,6 +111,8 @@ std::unique_ptr<engine::Tokenizer> MakeTestTokenizer() {
                             "<|tool_call_argument_begin|>",
                             "<|tool_call_end|>"};
   for (int i = 0; i < 10; ++i) spec.special_tokens[kImEnd + i] = {specials[i], true};
+  spec.special_tokens[kThinkBegin] = {"<think>", false};
+  spec.special_tokens[kThinkEnd] = {"</think>", false};
   spec.eos_token = "<|im_end|>";
   absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
       engine::Tokenizer::Create(std::move(spec));
@@ -149,6 +151,8 @@ Fixture::Fixture(FixtureOptions options) : tokenizer_(MakeTestTokenizer()) {
   served_.eos_token_id = kImEnd;
   served_.token_vocab = ConstraintVocab(*tokenizer_);
   served_.tool_call_tokens = ToolCallMarkers(*tokenizer_);
+  served_.think_begin_id = tokenizer_->SpecialTokenId("<think>").value_or(-1);
+  served_.think_end_id = tokenizer_->SpecialTokenId("</think>").value_or(-1);
   served_.engine = engine_.get();
 }
 

@@ -71,10 +71,13 @@ inline constexpr int32_t kSectionEnd = 306;
 inline constexpr int32_t kCallBegin = 307;
 inline constexpr int32_t kArgumentBegin = 308;
 inline constexpr int32_t kCallEnd = 309;
-inline constexpr int32_t kTokenizerVocab = 310;
-inline constexpr int32_t kModelVocab = 320;  // ids 310..319 have no text
+inline constexpr int32_t kThinkBegin = 310;  // <think>, an added token that is not special
+inline constexpr int32_t kThinkEnd = 311;    // </think>, likewise
+inline constexpr int32_t kTokenizerVocab = 312;
+inline constexpr int32_t kModelVocab = 320;  // ids 312..319 have no text
 
-// Bytes, a few merges ("he", "ll", "hello", " w", "or", "ld"), Kimi specials; EOS <|im_end|>.
+// Bytes, a few merges ("he", "ll", "hello", " w", "or", "ld"), Kimi specials, <think> and
+// </think>; EOS <|im_end|>.
 std::unique_ptr<engine::Tokenizer> MakeTestTokenizer();
 
 struct FixtureOptions {

@@ -177,6 +177,34 @@ test("tools are declared to the model and the reply has a valid shape", async ()
   assert.ok(followUp.usage.prompt_tokens > r.usage.prompt_tokens);
 });
 
+test("thinking: reasoning_content first, then the constrained answer", async () => {
+  // chat_template_kwargs.thinking opens <think> in the prompt; the JSON constraint applies only
+  // after </think> (biased so the random weights close the reasoning soon).
+  const r = await fetch(`${server.url}/tokenize`, {
+    method: "POST", headers: { "Content-Type": "application/json", Authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ model: MODEL, prompt: "</think>", add_special_tokens: false }) });
+  const [thinkEnd] = (await r.json()).tokens;
+  const params = { model: MODEL, messages: hello, max_tokens: 1000, temperature: 1, seed: 8,
+                   chat_template_kwargs: { thinking: true }, logit_bias: { [thinkEnd]: 5 },
+                   response_format: personFormat };
+  const reply = await client.chat.completions.create(params);
+  const message = reply.choices[0].message;
+  assert.equal(reply.choices[0].finish_reason, "stop");
+  checkPerson(message.content);
+  assert.ok(!message.content.includes("</think>"));
+  const stream = await client.chat.completions.create({ ...params, stream: true });
+  let reasoning = "";
+  let content = "";
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices) {
+      reasoning += choice.delta.reasoning_content ?? "";
+      content += choice.delta.content ?? "";
+    }
+  }
+  assert.equal(content, message.content);
+  assert.equal(reasoning, message.reasoning_content ?? "");
+});
+
 test("tool_choice required and named force schema-valid tool calls", async () => {
   // The random weights call tools only because the constraint makes them.
   const tools = [
