@@ -117,6 +117,21 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("top_p", caught.exception.details())
 
+    def test_json_schema_makes_the_output_fit_it(self):
+        schema = {"type": "object", "properties": {"size": {"enum": ["S", "M", "L"]},
+                                                   "count": {"type": "integer"}},
+                  "required": ["size", "count"], "additionalProperties": False}
+        g = self.client.generate(prompt="Order:", max_tokens=200, temperature=1.0, seed=7,
+                                 json_schema=schema)
+        self.assertEqual(g.finish_reason, "stop")
+        value = json.loads(g.text)
+        self.assertIn(value["size"], ["S", "M", "L"])
+        self.assertIsInstance(value["count"], int)
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.client.generate(prompt="x", max_tokens=4, json_schema={"pattern": "a"})
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("'pattern' is not supported", caught.exception.details())
+
     def test_grpc_and_http_give_identical_output_for_the_same_seed(self):
         kwargs = dict(prompt_ids=[9, 8, 7, 6], max_tokens=12, temperature=0.8, seed=42,
                       ignore_eos=True, logprobs=0)

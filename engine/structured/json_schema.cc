@@ -421,6 +421,15 @@ JsonGrammar AnyJsonObjectGrammar() {
   return g;
 }
 
+JsonGrammar ExactTextGrammar(std::vector<std::string> texts) {
+  JsonGrammar g;
+  g.nodes.resize(1);
+  g.nodes[0].kind = NodeKind::kLiterals;
+  g.nodes[0].literals = std::move(texts);
+  g.root_whitespace = false;
+  return g;
+}
+
 absl::StatusOr<JsonGrammar> CompileJsonSchema(const Json& schema) { return Compiler(schema).Run(); }
 
 }  // namespace strata::structured

@@ -72,6 +72,10 @@ struct JsonGrammar {
 // The grammar of any JSON object (response_format json_object).
 JsonGrammar AnyJsonObjectGrammar();
 
+// The text is exactly one of `texts` (raw, not JSON; no whitespace around): vLLM's
+// guided_choice, and the call ids of forced tool calls.
+JsonGrammar ExactTextGrammar(std::vector<std::string> texts);
+
 // Compiles `schema`. Errors (InvalidArgument) name the JSON pointer of the offending part:
 // unsupported keyword, bad keyword value, unresolvable $ref, an empty enum, min > max, a
 // schema no value can satisfy, more than kMaxSchemaNodes nodes, nesting (schemas and enum /

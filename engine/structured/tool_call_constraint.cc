@@ -148,14 +148,10 @@ std::unique_ptr<engine::TokenMatcher> ToolCallConstraint::NewMatcher() const {
 }
 
 std::shared_ptr<const JsonGrammar> ToolCallConstraint::NameGrammar(int index) const {
-  auto g = std::make_shared<JsonGrammar>();
-  g->nodes.resize(1);
-  g->nodes[0].kind = NodeKind::kLiterals;
-  for (const ToolSpec& t : options_.tools) {
-    g->nodes[0].literals.push_back(absl::StrCat("functions.", t.name, ":", index));
-  }
-  g->root_whitespace = false;
-  return g;
+  std::vector<std::string> ids;
+  for (const ToolSpec& t : options_.tools)
+    ids.push_back(absl::StrCat("functions.", t.name, ":", index));
+  return std::make_shared<JsonGrammar>(ExactTextGrammar(std::move(ids)));
 }
 
 }  // namespace strata::structured

@@ -224,6 +224,48 @@ TEST(ChatRequestTest, ResponseFormatCompilesTheOutputGrammar) {
   EXPECT_EQ(any->nodes[static_cast<size_t>(any->root)].kind, structured::NodeKind::kAny);
 }
 
+TEST(ChatRequestTest, VllmGuidedFieldsAndStructuredOutputsConstrainTheOutputToo) {
+  auto root_of = [](const std::string& fields) {
+    absl::StatusOr<ChatCompletionRequest> req =
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), Limits());
+    EXPECT_TRUE(req.ok()) << fields << ": " << req.status();
+    EXPECT_TRUE(req.ok() && req->gen.json_grammar) << fields;
+    return req.ok() && req->gen.json_grammar
+               ? req->gen.json_grammar->nodes[static_cast<size_t>(req->gen.json_grammar->root)]
+               : structured::SchemaNode();
+  };
+  const structured::SchemaNode choice = root_of(R"("guided_choice": ["yes", "no"])");
+  EXPECT_EQ(choice.kind, structured::NodeKind::kLiterals);
+  EXPECT_EQ(choice.literals, (std::vector<std::string>{"yes", "no"}));  // raw text, not JSON
+  EXPECT_EQ(root_of(R"("structured_outputs": {"choice": ["a"]})").literals,
+            std::vector<std::string>{"a"});
+  EXPECT_EQ(root_of(R"("guided_json": {"type": "integer"})").kind, structured::NodeKind::kInteger);
+  EXPECT_EQ(root_of(R"("guided_json": "{\"type\": \"string\"}")").kind,
+            structured::NodeKind::kString);
+  EXPECT_EQ(root_of(R"("structured_outputs": {"json": {"type": "array"}})").kind,
+            structured::NodeKind::kArray);
+  EXPECT_EQ(root_of(R"("structured_outputs": {"json_object": true})").kind,
+            structured::NodeKind::kObject);
+  const std::pair<std::string, ErrorCase> errors[] = {
+      {R"("guided_choice": [])", {"", "invalid_type", "guided_choice", "non-empty array"}},
+      {R"("guided_choice": ["a", ""])", {"", "invalid_type", "guided_choice[1]", "non-empty"}},
+      {R"("guided_json": "{")", {"", "invalid_value", "guided_json", "not valid JSON"}},
+      {R"("guided_regex": "a+")", {"", "unsupported_value", "guided_regex", "not supported"}},
+      {R"("structured_outputs": {"regex": "a+"})",
+       {"", "unsupported_value", "structured_outputs.regex", "not supported"}},
+      {R"("structured_outputs": {"json": {}, "choice": ["a"]})",
+       {"", "invalid_value", "structured_outputs", "one of"}},
+      {R"("response_format": {"type": "json_object"}, "guided_choice": ["a"])",
+       {"", "invalid_value", "guided_choice", "'response_format' and 'guided_choice'"}},
+  };
+  for (const auto& [fields, c] : errors) {
+    ErrorCase with_body = c;
+    const std::string body = Chat(fields);
+    with_body.body = body.c_str();
+    ExpectError(ChatError(body), with_body);
+  }
+}
+
 TEST(ChatRequestTest, ForcedToolChoicesCompileTheToolsTheyAllow) {
   const std::string tools = R"("tools": [
       {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",

@@ -1,32 +1,65 @@
-// ReadResponseFormat (openai_request.h): response_format → the JSON grammar the output must
-// follow (engine/structured/).
+// ReadResponseFormat (openai_request.h): the output constraint a request asks for → the grammar
+// the output must follow (engine/structured/). OpenAI's response_format, and vLLM's extras for
+// the same thing: guided_json / guided_choice (older) and structured_outputs {json, choice}.
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
 #include "server/frontend/openai_request.h"
 
 namespace strata::frontend {
+namespace {
 
-absl::Status ReadResponseFormat(const Json& body, GenerationFields* g) {
-  auto it = body.find("response_format");
-  if (it == body.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_object()) return InvalidType("response_format", "an object");
-  auto type_it = it->find("type");
-  if (type_it == it->end() || type_it->is_null()) return MissingField("response_format.type");
+using GrammarPtr = std::shared_ptr<const structured::JsonGrammar>;
+
+// A JSON Schema (an object, or its JSON text as vLLM's guided_json also takes) at `param`.
+absl::StatusOr<GrammarPtr> SchemaGrammar(const Json& schema, const std::string& param) {
+  Json parsed;
+  const Json* s = &schema;
+  if (schema.is_string()) {
+    parsed = Json::parse(schema.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded())
+      return InvalidField(param, absl::StrCat("'", param, "' is not valid JSON"));
+    s = &parsed;
+  }
+  absl::StatusOr<structured::JsonGrammar> grammar = structured::CompileJsonSchema(*s);
+  if (!grammar.ok()) {
+    return InvalidField(param, absl::StrCat(param, ": ", grammar.status().message()));
+  }
+  return std::make_shared<structured::JsonGrammar>(*std::move(grammar));
+}
+
+// The output is exactly one of the strings at `param` (vLLM's guided_choice).
+absl::StatusOr<GrammarPtr> ChoiceGrammar(const Json& choices, const std::string& param) {
+  if (!choices.is_array() || choices.empty()) {
+    return InvalidType(param, "a non-empty array of strings");
+  }
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (!choices[i].is_string() || choices[i].get_ref<const std::string&>().empty()) {
+      return InvalidType(absl::StrCat(param, "[", i, "]"), "a non-empty string");
+    }
+    texts.push_back(choices[i].get<std::string>());
+  }
+  return std::make_shared<structured::JsonGrammar>(structured::ExactTextGrammar(texts));
+}
+
+absl::StatusOr<GrammarPtr> FromResponseFormat(const Json& format) {
+  if (!format.is_object()) return InvalidType("response_format", "an object");
+  auto type_it = format.find("type");
+  if (type_it == format.end() || type_it->is_null()) return MissingField("response_format.type");
   if (!type_it->is_string()) return InvalidType("response_format.type", "a string");
   const std::string& type = type_it->get_ref<const std::string&>();
-  if (type == "text") return absl::OkStatus();
+  if (type == "text") return GrammarPtr();
   if (type == "json_object") {
-    g->json_grammar = std::make_shared<structured::JsonGrammar>(structured::AnyJsonObjectGrammar());
-    return absl::OkStatus();
+    return std::make_shared<structured::JsonGrammar>(structured::AnyJsonObjectGrammar());
   }
   if (type != "json_schema") {
     return InvalidField("response_format.type",
                         absl::StrCat("unknown response_format type '", type,
                                      "' (expected text, json_object or json_schema)"));
   }
-  auto spec = it->find("json_schema");
-  if (spec == it->end() || spec->is_null()) return MissingField("response_format.json_schema");
+  auto spec = format.find("json_schema");
+  if (spec == format.end() || spec->is_null()) return MissingField("response_format.json_schema");
   if (!spec->is_object()) return InvalidType("response_format.json_schema", "an object");
   auto name = spec->find("name");
   if (name != spec->end() && !name->is_null() && !name->is_string()) {
@@ -38,15 +71,84 @@ absl::Status ReadResponseFormat(const Json& body, GenerationFields* g) {
   }
   // OpenAI makes `schema` optional: without one, any JSON value.
   auto schema = spec->find("schema");
-  const Json any_value = Json::object();
-  const Json& s = schema == spec->end() || schema->is_null() ? any_value : *schema;
-  absl::StatusOr<structured::JsonGrammar> grammar = structured::CompileJsonSchema(s);
-  if (!grammar.ok()) {
-    return InvalidField(
-        "response_format.json_schema.schema",
-        absl::StrCat("response_format.json_schema.schema: ", grammar.status().message()));
+  if (schema == spec->end() || schema->is_null()) {
+    return SchemaGrammar(Json::object(), "response_format.json_schema.schema");
   }
-  g->json_grammar = std::make_shared<structured::JsonGrammar>(*std::move(grammar));
+  if (!schema->is_object() && !schema->is_boolean()) {
+    return InvalidType("response_format.json_schema.schema", "a JSON Schema object");
+  }
+  return SchemaGrammar(*schema, "response_format.json_schema.schema");
+}
+
+absl::StatusOr<GrammarPtr> FromStructuredOutputs(const Json& so) {
+  if (!so.is_object()) return InvalidType("structured_outputs", "an object");
+  GrammarPtr grammar;
+  int kinds = 0;
+  for (const auto& [key, value] : so.items()) {
+    if (value.is_null()) continue;
+    if (key == "json") {
+      ++kinds;
+      ASSIGN_OR_RETURN(grammar, SchemaGrammar(value, "structured_outputs.json"));
+    } else if (key == "choice") {
+      ++kinds;
+      ASSIGN_OR_RETURN(grammar, ChoiceGrammar(value, "structured_outputs.choice"));
+    } else if (key == "json_object") {
+      if (!value.is_boolean()) return InvalidType("structured_outputs.json_object", "a boolean");
+      if (!value.get<bool>()) continue;
+      ++kinds;
+      grammar = std::make_shared<structured::JsonGrammar>(structured::AnyJsonObjectGrammar());
+    } else if (key == "regex" || key == "grammar" || key == "structural_tag") {
+      return InvalidField(absl::StrCat("structured_outputs.", key),
+                          absl::StrCat("structured_outputs.", key,
+                                       " is not supported (json, json_object and choice are)"),
+                          "unsupported_value");
+    }
+  }
+  if (kinds > 1) {
+    return InvalidField("structured_outputs",
+                        "structured_outputs takes one of json, json_object or choice");
+  }
+  return grammar;
+}
+
+}  // namespace
+
+absl::Status ReadResponseFormat(const Json& body, GenerationFields* g) {
+  // Each source that is present (and not "text"), in the order they are documented.
+  std::vector<std::pair<const char*, GrammarPtr>> found;
+  auto add = [&](const char* name, absl::StatusOr<GrammarPtr> grammar) -> absl::Status {
+    if (!grammar.ok()) return grammar.status();
+    if (*grammar) found.emplace_back(name, *std::move(grammar));
+    return absl::OkStatus();
+  };
+  auto present = [&](const char* key) -> const Json* {
+    auto it = body.find(key);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const Json* f = present("response_format"))
+    RETURN_IF_ERROR(add("response_format", FromResponseFormat(*f)));
+  if (const Json* s = present("structured_outputs")) {
+    RETURN_IF_ERROR(add("structured_outputs", FromStructuredOutputs(*s)));
+  }
+  if (const Json* j = present("guided_json"))
+    RETURN_IF_ERROR(add("guided_json", SchemaGrammar(*j, "guided_json")));
+  if (const Json* c = present("guided_choice")) {
+    RETURN_IF_ERROR(add("guided_choice", ChoiceGrammar(*c, "guided_choice")));
+  }
+  for (const char* unsupported : {"guided_regex", "guided_grammar"}) {
+    if (present(unsupported)) {
+      return InvalidField(unsupported,
+                          absl::StrCat(unsupported,
+                                       " is not supported (guided_json and "
+                                       "guided_choice are)"),
+                          "unsupported_value");
+    }
+  }
+  if (found.size() > 1) {
+    return InvalidField(found[1].first, absl::StrCat("'", found[0].first, "' and '", found[1].first,
+                                                     "' both constrain the output; give one"));
+  }
+  if (!found.empty()) g->json_grammar = std::move(found[0].second);
   return absl::OkStatus();
 }
 

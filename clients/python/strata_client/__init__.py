@@ -13,6 +13,7 @@ The stubs (strata/v1/*_pb2.py) are generated at build time by proto/CMakeLists.t
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Iterator, Optional, Sequence
 
 import grpc
@@ -37,8 +38,11 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
                   top_p: Optional[float] = None, top_k: Optional[int] = None,
                   seed: Optional[int] = None, n: Optional[int] = None,
                   stop: Sequence[str] = (), logprobs: Optional[int] = None,
-                  ignore_eos: bool = False, request_id: str = "") -> inference_pb2.GenerateRequest:
-    """A GenerateRequest; exactly one of `prompt` (text) and `prompt_ids` (token ids)."""
+                  ignore_eos: bool = False, request_id: str = "",
+                  json_schema=None) -> inference_pb2.GenerateRequest:
+    """A GenerateRequest; exactly one of `prompt` (text) and `prompt_ids` (token ids).
+
+    `json_schema` (a dict, or its JSON text) makes every choice JSON that fits it."""
     if (prompt is None) == (prompt_ids is None):
         raise ValueError("give exactly one of prompt and prompt_ids")
     req = inference_pb2.GenerateRequest(ignore_eos=ignore_eos, request_id=request_id,
@@ -54,6 +58,8 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
     for name, value in (("max_tokens", max_tokens), ("n", n), ("logprobs", logprobs)):
         if value is not None:
             setattr(req, name, value)
+    if json_schema is not None:
+        req.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
     return req
 
 

@@ -360,7 +360,7 @@ test("response_format json_schema: every choice is JSON that fits the schema", a
   assert.throws(() => JSON.parse(free.choices[0].message.content));
 });
 
-test("response_format on completions: json_object and json_schema", async () => {
+test("response_format and guided_choice on completions", async () => {
   // Any object: nothing bounds its size, so logit_bias on the closing bytes helps the random
   // weights end it (the constraint still decides what is allowed).
   const ids = async (text) => {
@@ -378,6 +378,14 @@ test("response_format on completions: json_object and json_schema", async () => 
     assert.equal(choice.finish_reason, "stop", choice.text);
     const value = JSON.parse(choice.text);
     assert.ok(value !== null && typeof value === "object" && !Array.isArray(value), choice.text);
+  }
+  // vLLM's guided_choice (an extra body field): the text is one of the choices.
+  const choice = await client.completions.create({
+    model: MODEL, prompt: "Answer:", max_tokens: 20, temperature: 1, seed: 4, n: 4,
+    guided_choice: ["yes", "no", "not sure"] });
+  for (const c of choice.choices) {
+    assert.ok(["yes", "no", "not sure"].includes(c.text), c.text);
+    assert.equal(c.finish_reason, "stop");
   }
   const p = await client.completions.create({ model: MODEL, prompt: "Person:", max_tokens: 1000,
                                               temperature: 1, seed: 2, response_format: personFormat });
