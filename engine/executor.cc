@@ -136,6 +136,7 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
     num_sampled += seq.sample && !seq.token_ids.empty() ? 1 : 0;
   }
   if (result->sampled.size() != num_sampled) result->sampled.resize(num_sampled);
+  PrepareConstraints(plan, vocab, /*parallel=*/true);
   size_t row = 0;
   for (const ScheduledSequence& seq : plan.sequences) {
     if (!seq.sample || seq.token_ids.empty()) continue;

@@ -32,6 +32,11 @@ namespace strata::engine {
 class TokenMatcher {
  public:
   virtual ~TokenMatcher() = default;
+  // Computes the mask of the next MaskLogits ahead of it (it depends only on the tokens
+  // accepted so far), so executors can build masks in parallel or while the device runs the
+  // forward. Optional: MaskLogits computes it itself when not prepared. Any one thread at a time
+  // per matcher.
+  virtual void Prepare(int64_t vocab) { (void)vocab; }
   // Sets logits[id] = −inf for every id in [0, vocab) that may not come next (at least one id
   // is always left: the end-of-sequence ids when nothing else fits).
   virtual void MaskLogits(float* logits, int64_t vocab) = 0;
@@ -86,6 +91,10 @@ class Sampler {
   bool ModifiesLogits() const;
   // Whether a constraint masks the logits (such rows are sampled on the host).
   bool constrained() const { return matcher_ != nullptr; }
+  // TokenMatcher::Prepare for the next draw (nothing without a constraint).
+  void PrepareConstraint(int64_t vocab) {
+    if (matcher_) matcher_->Prepare(vocab);
+  }
 
   // Sampling elsewhere (the CUDA executor's device sampler, kernels/cuda/sampling.h):
   // NextUniform() draws the uniform Sample would draw (none when greedy: returns 0), the

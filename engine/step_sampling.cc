@@ -4,8 +4,27 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace strata::engine {
+
+void PrepareConstraints(const StepPlan& plan, int64_t vocab, bool parallel) {
+  // Sequences are few and their masks uneven: one task each. (The list is the calling thread's;
+  // the tasks use it through a reference, never through the thread_local name.)
+  thread_local std::vector<Sampler*> scratch;
+  std::vector<Sampler*>& constrained = scratch;
+  constrained.clear();
+  for (const ScheduledSequence& seq : plan.sequences) {
+    if (seq.sample && !seq.token_ids.empty() && seq.sampler && seq.sampler->constrained()) {
+      constrained.push_back(seq.sampler.get());
+    }
+  }
+  if (constrained.empty()) return;
+  kernels::cpu::ParallelFor(static_cast<int64_t>(constrained.size()),
+                            parallel && constrained.size() > 1, [&constrained, vocab](int64_t i) {
+                              constrained[static_cast<size_t>(i)]->PrepareConstraint(vocab);
+                            });
+}
 
 void StepSampler::Sample(const ScheduledSequence& seq, float* logits, int64_t vocab,
                          SampledToken* out) {

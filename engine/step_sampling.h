@@ -13,6 +13,11 @@
 
 namespace strata::engine {
 
+// Prepares the constraint masks of every constrained sequence `plan` samples (Sampler::
+// PrepareConstraint), spread over kernels/cpu's thread pool when `parallel`. Executors call it
+// before sampling: the CPU one after the forward, the CUDA one while the device runs it.
+void PrepareConstraints(const StepPlan& plan, int64_t vocab, bool parallel);
+
 class StepSampler {
  public:
   // Samples `seq` from `logits` [vocab] (modified in place by the sampler's penalties) into

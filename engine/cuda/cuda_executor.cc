@@ -578,6 +578,8 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     RETURN_IF_ERROR(
         CopyStateRow(layout_.SlotRow(seq.slot), layout_.CheckpointRow(seq.save_checkpoint)));
   }
+  // Constraint masks (structured output) are built on the host while the device works.
+  PrepareConstraints(plan, vocab, /*parallel=*/true);
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
   // As Model::Forward on the CPU: callers validate token ids, an invalid one is a bug.
   CHECK_EQ(*invalid_host, 0) << "token ids outside [0, " << vocab << ") reached the CUDA forward";

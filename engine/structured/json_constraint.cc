@@ -91,8 +91,14 @@ void JsonTokenMatcher::AllowedTokens(int64_t vocab, std::vector<uint64_t>* bits)
   }
 }
 
-void JsonTokenMatcher::MaskLogits(float* logits, int64_t vocab) {
+void JsonTokenMatcher::Prepare(int64_t vocab) {
   AllowedTokens(vocab, &bits_);
+  prepared_vocab_ = vocab;
+}
+
+void JsonTokenMatcher::MaskLogits(float* logits, int64_t vocab) {
+  if (prepared_vocab_ != vocab) AllowedTokens(vocab, &bits_);
+  prepared_vocab_ = -1;
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int64_t w = 0; w < static_cast<int64_t>(bits_.size()); ++w) {
     const uint64_t word = bits_[static_cast<size_t>(w)];
@@ -105,6 +111,7 @@ void JsonTokenMatcher::MaskLogits(float* logits, int64_t vocab) {
 }
 
 void JsonTokenMatcher::Accept(int32_t token) {
+  prepared_vocab_ = -1;
   if (finished_) return;
   const std::vector<int32_t>& ends = constraint_->end_ids();
   if (std::find(ends.begin(), ends.end(), token) != ends.end()) {

@@ -42,6 +42,7 @@ class JsonTokenMatcher : public engine::TokenMatcher {
  public:
   explicit JsonTokenMatcher(const JsonConstraint* constraint);
 
+  void Prepare(int64_t vocab) override;
   void MaskLogits(float* logits, int64_t vocab) override;
   void Accept(int32_t token) override;
 
@@ -65,6 +66,7 @@ class JsonTokenMatcher : public engine::TokenMatcher {
   JsonMatchState scratch_;
   std::vector<JsonMatchState> depth_states_;  // [trie depth] walk states, reused
   std::vector<uint64_t> bits_;
+  int64_t prepared_vocab_ = -1;  // bits_ hold the mask of the next draw over this vocab
   bool finished_ = false;
 };
 

@@ -112,6 +112,28 @@ TEST(JsonConstraintTest, MasksEqualBruteForceAlongValidDocuments) {
   }
 }
 
+TEST(JsonConstraintTest, PreparedMasksEqualMasksComputedWhenSampling) {
+  auto vocab = std::make_shared<TokenVocab>(RandomVocab(6, 800));
+  const JsonConstraint c(Grammar(kPersonSchema), vocab, {kEndId});
+  auto prepared = c.NewMatcher();
+  auto lazy = c.NewMatcher();
+  const std::string doc = R"({"name":"Ann","bio":"x","age":7,"tags":["a"],"ok":true})";
+  std::vector<float> a(static_cast<size_t>(vocab->size())), b(a.size());
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    std::fill(a.begin(), a.end(), 1.0f);
+    std::fill(b.begin(), b.end(), 1.0f);
+    prepared->Prepare(vocab->size());
+    prepared->MaskLogits(a.data(), vocab->size());
+    lazy->MaskLogits(b.data(), vocab->size());
+    ASSERT_EQ(a, b) << doc.substr(0, i);
+    if (i == doc.size()) break;
+    // A mask prepared and then not used (the token came another way) must not linger.
+    prepared->Prepare(vocab->size());
+    prepared->Accept(static_cast<uint8_t>(doc[i]));
+    lazy->Accept(static_cast<uint8_t>(doc[i]));
+  }
+}
+
 TEST(JsonConstraintTest, SamplingFromRandomLogitsYieldsSchemaValidJson) {
   auto vocab = std::make_shared<TokenVocab>(RandomVocab(3, 1500));
   auto constraint =

@@ -11,6 +11,9 @@ class GateMatcher : public engine::TokenMatcher {
   GateMatcher(std::unique_ptr<engine::TokenMatcher> inner, int32_t think_end_id)
       : inner_(std::move(inner)), think_end_id_(think_end_id) {}
 
+  void Prepare(int64_t vocab) override {
+    if (answering_) inner_->Prepare(vocab);
+  }
   void MaskLogits(float* logits, int64_t vocab) override {
     if (answering_) inner_->MaskLogits(logits, vocab);
   }

@@ -35,6 +35,10 @@ class ToolCallMatcher : public engine::TokenMatcher {
  public:
   explicit ToolCallMatcher(const ToolCallConstraint* c) : c_(c) {}
 
+  void Prepare(int64_t vocab) override {
+    if (part_) part_->Prepare(vocab);
+  }
+
   void MaskLogits(float* logits, int64_t vocab) override {
     const ToolCallOptions& o = c_->options();
     const ToolCallTokens& m = o.markers;
