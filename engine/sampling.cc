@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "kernels/cpu/sampling.h"
@@ -66,6 +67,7 @@ absl::Status SamplingParams::Validate(int64_t vocab_size) const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
     return OutOfRange("frequency_penalty", frequency_penalty, "in [-2, 2]");
   }
+  if (min_tokens < 0) return OutOfRange("min_tokens", static_cast<float>(min_tokens), "≥ 0");
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0 || id >= vocab_size) {
       return absl::InvalidArgumentError("logit_bias token id " + std::to_string(id) +
@@ -106,8 +108,9 @@ Sampler::Sampler(SamplingParams params, uint64_t fallback_seed, const std::vecto
 }
 
 bool Sampler::ModifiesLogits() const {
-  return matcher_ != nullptr || !params_.logit_bias.empty() || params_.repetition_penalty != 1.0f ||
-         params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  return matcher_ != nullptr || !blocked_stop_ids().empty() || !params_.logit_bias.empty() ||
+         params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+         params_.frequency_penalty != 0.0f;
 }
 
 void Sampler::SizeForVocab(int64_t vocab) {
@@ -118,7 +121,15 @@ void Sampler::SizeForVocab(int64_t vocab) {
   if (params_.repetition_penalty != 1.0f && seen_mask_.size() < n) seen_mask_.resize(n, 0);
 }
 
+const std::vector<int32_t>& Sampler::blocked_stop_ids() const {
+  static const std::vector<int32_t> kNone;
+  // A constraint decides where its output may end (blocking its end ids could leave no token).
+  return num_generated_ < params_.min_tokens && matcher_ == nullptr ? params_.min_tokens_stop_ids
+                                                                    : kNone;
+}
+
 void Sampler::Record(int32_t token, bool output) {
+  if (output) ++num_generated_;
   if (output && matcher_) matcher_->Accept(token);
   const auto id = static_cast<size_t>(token);
   const bool repetition = params_.repetition_penalty != 1.0f;
@@ -150,6 +161,9 @@ const std::vector<int32_t>& Sampler::penalized_ids() {
 
 void Sampler::ApplyPenalties(float* logits, int64_t vocab) const {
   if (matcher_) matcher_->MaskLogits(logits, vocab);
+  for (int32_t id : blocked_stop_ids()) {
+    if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+  }
   for (const auto& [id, bias] : params_.logit_bias) {
     if (id < vocab) logits[id] += bias;
   }

@@ -1,5 +1,6 @@
 // Token sampling for one sequence (vLLM semantics, applied in this order):
-//   0. a constraint (structured output) sets the logits of tokens it forbids to −inf;
+//   0. a constraint (structured output) sets the logits of tokens it forbids to −inf, and so
+//      do min_tokens for the stop ids until that many tokens were generated;
 //   1. logit_bias added;
 //   2. repetition_penalty over prompt + generated tokens (logit > 0: divided, else multiplied);
 //   3. presence / frequency penalties over generated tokens (logit −= presence·[count > 0] +
@@ -61,6 +62,10 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id → bias in [−100, 100]
   std::optional<uint64_t> seed;
   std::shared_ptr<const TokenConstraint> constraint;  // null: any token
+  // vLLM's min_tokens: min_tokens_stop_ids (EOS and stop_token_ids) cannot be drawn before
+  // min_tokens tokens were generated.
+  int64_t min_tokens = 0;
+  std::vector<int32_t> min_tokens_stop_ids;
 
   bool greedy() const { return temperature <= 1e-5f; }
   // InvalidArgument naming the field and its allowed range.
@@ -91,6 +96,9 @@ class Sampler {
   bool ModifiesLogits() const;
   // Whether a constraint masks the logits (such rows are sampled on the host).
   bool constrained() const { return matcher_ != nullptr; }
+  // The ids the next draw may not pick because of min_tokens (empty once enough were drawn, and
+  // under a constraint, which decides itself where the output may end).
+  const std::vector<int32_t>& blocked_stop_ids() const;
   // TokenMatcher::Prepare for the next draw (nothing without a constraint).
   void PrepareConstraint(int64_t vocab) {
     if (matcher_) matcher_->Prepare(vocab);
@@ -138,6 +146,7 @@ class Sampler {
   std::vector<int32_t> penalized_ids_;  // see penalized_ids()
   bool track_penalized_ids_ = false;
   std::unique_ptr<TokenMatcher> matcher_;  // from params_.constraint, or null
+  int64_t num_generated_ = 0;
 };
 
 }  // namespace strata::engine

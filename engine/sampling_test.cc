@@ -195,6 +195,34 @@ TEST(SamplingTest, LogitBiasAndPenaltiesChangeLogitsAsSpecified) {
   EXPECT_FLOAT_EQ(l4[1], 0.9f);  // the prompt token is not penalised
 }
 
+TEST(SamplingTest, MinTokensKeepsStopIdsOutUntilThatManyWereGenerated) {
+  SamplingParams p = Greedy();
+  p.min_tokens = 3;
+  p.min_tokens_stop_ids = {0, 2};
+  Sampler s(p, 0, {});
+  for (int step = 0; step < 5; ++step) {
+    std::vector<float> logits = {9.0f, 1.0f, 8.0f, 0.5f};  // the stop ids lead
+    EXPECT_EQ(s.ModifiesLogits(), step < 3) << step;
+    const int32_t id = s.Sample(logits.data(), 4);
+    if (step < 3) {
+      EXPECT_EQ(id, 1) << step;
+      EXPECT_TRUE(std::isinf(logits[0]) && std::isinf(logits[2]));
+    } else {
+      EXPECT_EQ(id, 0) << step;
+      EXPECT_TRUE(s.blocked_stop_ids().empty());
+    }
+  }
+  // With temperature: 200 draws from a row where a stop id has almost all the mass.
+  p.temperature = 1.0f;
+  p.min_tokens = 200;
+  Sampler t(p, 7, {});
+  for (int step = 0; step < 200; ++step) {
+    std::vector<float> logits = {20.0f, 0.0f, 20.0f, 0.0f};
+    const int32_t id = t.Sample(logits.data(), 4);
+    ASSERT_TRUE(id == 1 || id == 3) << step;
+  }
+}
+
 TEST(SamplingTest, ValidateNamesTheFieldAndTheRange) {
   SamplingParams p;
   p.top_p = 0.0f;

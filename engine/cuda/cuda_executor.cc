@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -325,7 +326,8 @@ absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, c
   int64_t bias = 0, history = 0;
   for (size_t i = 0; i < d.on_device.size(); ++i) {
     if (!d.on_device[i]) continue;
-    bias += static_cast<int64_t>(sampler_of(i).params().logit_bias.size());
+    bias += static_cast<int64_t>(sampler_of(i).params().logit_bias.size() +
+                                 sampler_of(i).blocked_stop_ids().size());
     history += static_cast<int64_t>(sampler_of(i).penalized_ids().size());
   }
   const SamplingBlock block(rows, bias, history, d.num_logprob_rows, d.max_top);
@@ -374,6 +376,10 @@ absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, c
     for (const auto& [id, value] : p.logit_bias) {
       bias_ids[b] = id;
       bias_values[b++] = value;
+    }
+    for (int32_t id : sampler.blocked_stop_ids()) {  // min_tokens: not yet
+      bias_ids[b] = id;
+      bias_values[b++] = -std::numeric_limits<float>::infinity();
     }
     for (int32_t id : sampler.penalized_ids()) {
       history_ids[h] = id;

@@ -312,8 +312,8 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
 // the device's 1024 ranks included, and its log-probabilities (chosen token and top n) match
 // the host's: two CUDA executors, with and without device sampling, see the same logits and
 // must agree token for token, with identically seeded samplers, over a prefill and six decode
-// steps. A row asking for more than 1024 log-probabilities, or under a constraint (structured
-// output), is sampled on the host.
+// steps, min_tokens' blocked stop ids included. A row asking for more than 1024
+// log-probabilities, or under a constraint (structured output), is sampled on the host.
 TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   if (!kernels::cuda::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
   const std::string dir = testing::TempDir() + "/cuda_exec_sampling_" + std::to_string(getpid());
@@ -337,7 +337,7 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
     executors[e] = std::move(*created);
     ASSERT_TRUE(executors[e]->AllocateCaches(layout).ok());
   }
-  constexpr int kModes = 15;
+  constexpr int kModes = 16;
   std::vector<SamplingParams> modes(kModes);
   std::vector<int> num_logprobs(kModes, -1);
   modes[0].temperature = 0.0f;  // greedy
@@ -357,6 +357,9 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   modes[12].temperature = 3.0f, modes[12].frequency_penalty = 1.0f;  // penalised, handed back
   modes[13].top_k = 20, modes[13].presence_penalty = -0.5f, num_logprobs[13] = 2000;  // host
   modes[14].temperature = 1.0f, modes[14].constraint = std::make_shared<ResidueConstraint>();
+  // min_tokens: the likeliest ids of the first steps are blocked (−inf bias on the device).
+  modes[15].temperature = 0.0f, modes[15].min_tokens = 4;
+  for (int32_t id = 0; id < 4099; id += 2) modes[15].min_tokens_stop_ids.push_back(id);
   std::vector<std::shared_ptr<Sampler>> samplers[2];
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < kModes; ++i) {
@@ -395,6 +398,9 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
       EXPECT_EQ(dev.token_id, host.token_id) << "step " << step << " mode " << i;
       if (modes[i].constraint) {
         EXPECT_EQ(dev.token_id % ResidueConstraint::kModulus, ResidueConstraint::kResidue);
+      }
+      if (modes[i].min_tokens > step) {
+        EXPECT_EQ(dev.token_id % 2, 1) << "step " << step;
       }
       if (num_logprobs[i] < 0) continue;
       ++logprob_rows;

@@ -21,6 +21,7 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Add(int32_t id) {
     return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is out of range"));
   }
   if (stopped()) return std::string();
+  ++num_ids_;
   if (!(options_.skip_special_tokens && tokenizer_->IsSpecial(id))) {
     pending_.append(bytes->data(), bytes->size());
     DecodePending(/*flush=*/false);
@@ -52,7 +53,8 @@ void IncrementalDetokenizer::DecodePending(bool flush) {
 std::string IncrementalDetokenizer::Release(bool end_of_stream) {
   // Earliest occurrence of any stop string (ties: the one listed first).
   size_t best_pos = std::string::npos;
-  for (size_t k = 0; k < options_.stop.size(); ++k) {
+  const bool search = num_ids_ >= options_.min_tokens;
+  for (size_t k = 0; search && k < options_.stop.size(); ++k) {
     const size_t pos = held_.find(options_.stop[k]);
     if (pos < best_pos) {
       best_pos = pos;

@@ -29,6 +29,9 @@ struct DetokenizerOptions {
   bool skip_special_tokens = true;  // vLLM's default
   std::vector<std::string> stop;    // stop strings (empty strings are ignored)
   bool include_stop_str_in_output = false;
+  // vLLM's min_tokens: stop strings are not looked for until this many ids were added (a stop
+  // string completed by a later id is found even when it began earlier).
+  int64_t min_tokens = 0;
 };
 
 class IncrementalDetokenizer {
@@ -61,6 +64,7 @@ class IncrementalDetokenizer {
   std::string held_;     // decoded, not yet emitted
   std::string output_;
   std::optional<size_t> stop_index_;
+  int64_t num_ids_ = 0;
 };
 
 }  // namespace strata::engine

@@ -88,6 +88,18 @@ TEST(IncrementalDetokenizerTest, HeldBackPrefixIsReleasedWhenItDiverges) {
   EXPECT_FALSE(d.stopped());
 }
 
+TEST(IncrementalDetokenizerTest, MinTokensDefersStopStringsButFindsOneThatEndsAfter) {
+  auto tok = MakeTokenizer();
+  IncrementalDetokenizer d(*tok, {.stop = {"he"}, .min_tokens = 4});
+  EXPECT_EQ(*d.Add(256), "he");  // id 1: a whole stop string, not looked for yet
+  EXPECT_EQ(*d.Add('x'), "x");
+  EXPECT_EQ(*d.Add('h'), "");  // id 3: held back (it may begin a stop string)
+  EXPECT_FALSE(d.stopped());
+  EXPECT_EQ(*d.Add('e'), "");  // id 4: "he", begun before min_tokens, ends the stream
+  EXPECT_TRUE(d.stopped());
+  EXPECT_EQ(d.output(), "hex");
+}
+
 TEST(IncrementalDetokenizerTest, EarliestStopWins) {
   auto tok = MakeTokenizer();
   IncrementalDetokenizer d(*tok, {.stop = {"llo", "he"}});

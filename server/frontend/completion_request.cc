@@ -44,6 +44,7 @@ const std::vector<std::string_view> kCompletionFields = {"model",
                                                          "guided_grammar",
                                                          "structured_outputs",
                                                          "ignore_eos",
+                                                         "min_tokens",
                                                          "skip_special_tokens",
                                                          "include_stop_str_in_output"};
 

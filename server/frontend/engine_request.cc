@@ -29,6 +29,13 @@ scheduler::Request EngineRequest(const ServedModel& model, const GenerationField
   r.cache_salt = CacheSaltHash(gen.cache_salt);
   r.num_logprobs = gen.num_logprobs;
   r.fallback_seed = RandomSeed();
+  if (gen.min_tokens > 0) {
+    r.sampling.min_tokens = gen.min_tokens;
+    r.sampling.min_tokens_stop_ids = r.stop_token_ids;
+    if (r.eos_token_id >= 0 && !r.ignore_eos) {
+      r.sampling.min_tokens_stop_ids.push_back(static_cast<int32_t>(r.eos_token_id));
+    }
+  }
   if (gen.json_grammar) {
     CHECK(model.token_vocab != nullptr);
     std::vector<int32_t> end_ids = r.stop_token_ids;
@@ -79,6 +86,7 @@ ChoiceOptions OptionsFor(const GenerationFields& gen, const scheduler::Request& 
   o.detokenizer.skip_special_tokens = parse_tool_calls ? false : gen.skip_special_tokens;
   o.detokenizer.stop = gen.stop;
   o.detokenizer.include_stop_str_in_output = gen.include_stop_str_in_output;
+  o.detokenizer.min_tokens = gen.min_tokens;
   o.parse_tool_calls = parse_tool_calls;
   o.logprobs = gen.num_logprobs >= 0;
   o.hidden_stop_ids = r.stop_token_ids;

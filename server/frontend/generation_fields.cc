@@ -143,7 +143,9 @@ absl::Status ReadVllmExtras(const FieldReader& r, GenerationFields* g) {
   ASSIGN_OR_RETURN(auto priority, r.Integer("priority", INT32_MIN, INT32_MAX));
   ASSIGN_OR_RETURN(auto request_id, r.String("request_id"));
   ASSIGN_OR_RETURN(auto cache_salt, r.String("cache_salt"));
+  ASSIGN_OR_RETURN(auto min_tokens, r.Integer("min_tokens", 0, kMaxTokensLimit));
   RETURN_IF_ERROR(r.String("user").status());  // accepted, ignored
+  g->min_tokens = min_tokens.value_or(0);
   g->ignore_eos = ignore_eos.value_or(false);
   g->skip_special_tokens = skip.value_or(true);
   g->include_stop_str_in_output = include_stop.value_or(false);
@@ -179,6 +181,18 @@ absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
   RETURN_IF_ERROR(ReadStreamFields(r, &g));
   RETURN_IF_ERROR(ReadVllmExtras(r, &g));
   RETURN_IF_ERROR(ReadResponseFormat(body, &g));
+  if (g.max_tokens && g.min_tokens > *g.max_tokens) {
+    return InvalidField(
+        "min_tokens", absl::StrCat("'min_tokens' (", g.min_tokens, ") must be at most max_tokens (",
+                                   *g.max_tokens, ")"));
+  }
+  if (g.min_tokens > 0 && g.json_grammar) {
+    return InvalidField("min_tokens",
+                        "'min_tokens' together with a constrained output (response_format, "
+                        "guided_json, guided_choice, structured_outputs) is not supported: the "
+                        "constraint decides where the output ends",
+                        "unsupported_value");
+  }
   return g;
 }
 

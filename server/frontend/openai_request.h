@@ -5,7 +5,7 @@
 // Shared by /v1/chat/completions and /v1/completions (GenerationFields): stream,
 // stream_options.include_usage, max_tokens / max_completion_tokens, temperature, top_p, top_k,
 // min_p, presence / frequency / repetition penalty, stop, stop_token_ids, seed, n, logit_bias,
-// ignore_eos, skip_special_tokens, include_stop_str_in_output, priority, request_id,
+// ignore_eos, min_tokens, skip_special_tokens, include_stop_str_in_output, priority, request_id,
 // cache_salt, response_format (text, json_object, json_schema), user (accepted, ignored). Unknown
 // fields are ignored (and logged once per name).
 #pragma once
@@ -44,6 +44,7 @@ struct GenerationFields {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  int64_t min_tokens = 0;  // vLLM: no EOS, stop id or stop string before this many tokens
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
   int priority = 0;

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/types/span.h"
+
 #include "server/frontend/api_error.h"
 
 namespace strata::frontend {
@@ -59,6 +61,16 @@ constexpr char kMsg[] = R"("messages": [{"role": "user", "content": "hi"}])";
 
 std::string Chat(const std::string& fields) {
   return std::string("{") + kMsg + (fields.empty() ? "" : ", " + fields) + "}";
+}
+
+// Each case: the chat body with `fields` is refused as the case says.
+void ExpectChatErrors(absl::Span<const std::pair<std::string, ErrorCase>> cases) {
+  for (const auto& [fields, c] : cases) {
+    ErrorCase with_body = c;
+    const std::string body = Chat(fields);
+    with_body.body = body.c_str();
+    ExpectError(ChatError(body), with_body);
+  }
 }
 
 TEST(ChatRequestTest, BodyLevelErrorsHaveNoParam) {
@@ -141,12 +153,7 @@ TEST(ChatRequestTest, SamplingErrorsNameFieldAndLimit) {
       {R"("priority": "high")", {"", "invalid_type", "priority", "integer"}},
       {R"("model": 5)", {"", "invalid_type", "model", "string"}},
   };
-  for (const auto& [fields, c] : cases) {
-    ErrorCase with_body = c;
-    const std::string body = Chat(fields);
-    with_body.body = body.c_str();
-    ExpectError(ChatError(body), with_body);
-  }
+  ExpectChatErrors(cases);
 }
 
 TEST(ChatRequestTest, ToolsAndFormatErrors) {
@@ -188,12 +195,7 @@ TEST(ChatRequestTest, ToolsAndFormatErrors) {
       {R"("tool_choice": "sometimes")", {"", "invalid_value", "tool_choice", "sometimes"}},
       {R"("chat_template_kwargs": [1])", {"", "invalid_type", "chat_template_kwargs", "object"}},
   };
-  for (const auto& [fields, c] : cases) {
-    ErrorCase with_body = c;
-    const std::string body = Chat(fields);
-    with_body.body = body.c_str();
-    ExpectError(ChatError(body), with_body);
-  }
+  ExpectChatErrors(cases);
 }
 
 TEST(ChatRequestTest, ResponseFormatCompilesTheOutputGrammar) {
@@ -258,12 +260,22 @@ TEST(ChatRequestTest, VllmGuidedFieldsAndStructuredOutputsConstrainTheOutputToo)
       {R"("response_format": {"type": "json_object"}, "guided_choice": ["a"])",
        {"", "invalid_value", "guided_choice", "'response_format' and 'guided_choice'"}},
   };
-  for (const auto& [fields, c] : errors) {
-    ErrorCase with_body = c;
-    const std::string body = Chat(fields);
-    with_body.body = body.c_str();
-    ExpectError(ChatError(body), with_body);
-  }
+  ExpectChatErrors(errors);
+}
+
+TEST(ChatRequestTest, MinTokensIsReadAndChecked) {
+  absl::StatusOr<ChatCompletionRequest> req = ParseChatCompletionRequest(
+      *ParseJsonBody(Chat(R"("min_tokens": 5, "max_tokens": 5)")), Limits());
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->gen.min_tokens, 5);
+  const std::pair<std::string, ErrorCase> errors[] = {
+      {R"("min_tokens": -1)", {"", "invalid_value", "min_tokens", "[0, 2147483648]; got -1"}},
+      {R"("min_tokens": 6, "max_tokens": 5)",
+       {"", "invalid_value", "min_tokens", "at most max_tokens (5)"}},
+      {R"("min_tokens": 2, "guided_choice": ["a"])",
+       {"", "unsupported_value", "min_tokens", "constrained output"}},
+  };
+  ExpectChatErrors(errors);
 }
 
 TEST(ChatRequestTest, ForcedToolChoicesCompileTheToolsTheyAllow) {

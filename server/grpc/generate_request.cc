@@ -48,6 +48,7 @@ frontend::Json CompletionBodyFor(const v1::GenerateRequest& r) {
         std::vector<int32_t>(r.stop_token_ids().begin(), r.stop_token_ids().end());
   }
   if (r.ignore_eos()) b["ignore_eos"] = true;
+  if (r.min_tokens() != 0) b["min_tokens"] = r.min_tokens();
   if (r.has_skip_special_tokens()) b["skip_special_tokens"] = r.skip_special_tokens();
   if (r.include_stop_str_in_output()) b["include_stop_str_in_output"] = true;
   if (r.has_n()) b["n"] = r.n();

@@ -205,6 +205,23 @@ test("thinking: reasoning_content first, then the constrained answer", async () 
   assert.equal(reasoning, message.reasoning_content ?? "");
 });
 
+test("min_tokens keeps the end of turn out until that many tokens", async () => {
+  // A strong bias makes the end of turn the first choice; min_tokens holds it back.
+  const r = await fetch(`${server.url}/tokenize`, {
+    method: "POST", headers: { "Content-Type": "application/json", Authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ model: MODEL, prompt: "<|im_end|>", add_special_tokens: false }) });
+  const [imEnd] = (await r.json()).tokens;
+  const params = { model: MODEL, messages: hello, max_tokens: 50, temperature: 0,
+                   logit_bias: { [imEnd]: 100 } };
+  const quick = await client.chat.completions.create(params);
+  assert.equal(quick.choices[0].finish_reason, "stop");
+  assert.ok(quick.usage.completion_tokens <= 1, JSON.stringify(quick.usage));
+  const held = await client.chat.completions.create({ ...params, min_tokens: 12 });
+  assert.equal(held.choices[0].finish_reason, "stop");
+  assert.ok(held.usage.completion_tokens >= 12, JSON.stringify(held.usage));
+  assert.ok(held.usage.completion_tokens <= 13, JSON.stringify(held.usage));
+});
+
 test("tool_choice required and named force schema-valid tool calls", async () => {
   // The random weights call tools only because the constraint makes them.
   const tools = [
