@@ -73,17 +73,31 @@ int main(int argc, char** argv) {
   const JsonConstraint constraint(grammar, tokens, {end_id});
   const std::string doc =
       R"({"name": "Ada Lovelace", "bio": "Wrote the first program", "age": 36, "tags": ["red"]})";
+  // A wide object: 200 optional properties, so a key opens 200 matcher threads at once.
+  strata::structured::Json wide = {{"type", "object"}, {"additionalProperties", false}};
+  for (int i = 0; i < 200; ++i) {
+    wide["properties"]["field_" + std::to_string(i)] = {{"type", "integer"}};
+  }
+  auto wide_grammar = std::make_shared<strata::structured::JsonGrammar>(
+      *strata::structured::CompileJsonSchema(wide));
+  const JsonConstraint wide_constraint(wide_grammar, tokens, {end_id});
+  const std::string wide_doc = R"({"field_1)";
   struct Point {
     const char* what;
+    const JsonConstraint* c;
+    const std::string* doc;
     size_t prefix;
   };
   const Point points[] = {
-      {"object start", 1},
-      {"key (declared)", doc.find("\"name") + 1},
-      {"bounded string", doc.find("Ada") + 3},
-      {"free string", doc.find("Wrote") + 5},
-      {"number", doc.find("36") + 1},
-      {"enum", doc.find("\"red") + 1},
+      {"object start", &constraint, &doc, 1},
+      {"key (declared)", &constraint, &doc, doc.find("\"name") + 1},
+      {"bounded string", &constraint, &doc, doc.find("Ada") + 3},
+      {"free string", &constraint, &doc, doc.find("Wrote") + 5},
+      {"number", &constraint, &doc, doc.find("36") + 1},
+      {"enum", &constraint, &doc, doc.find("\"red") + 1},
+      {"200 keys: start", &wide_constraint, &wide_doc, 1},
+      {"200 keys: key", &wide_constraint, &wide_doc, 2},
+      {"200 keys: fiel", &wide_constraint, &wide_doc, 6},
   };
   std::vector<float> logits(static_cast<size_t>(vocab));
   std::mt19937 rng(1);
@@ -105,9 +119,11 @@ int main(int argc, char** argv) {
   }
   for (const Point& p : points) {
     // Feed the prefix byte by byte through single-byte tokens (every byte-level BPE has them).
-    auto matcher = constraint.NewMatcher();
+    auto matcher = p.c->NewMatcher();
     auto* m = static_cast<JsonTokenMatcher*>(matcher.get());
-    for (size_t i = 0; i < p.prefix; ++i) m->Accept(byte_token[static_cast<uint8_t>(doc[i])]);
+    for (size_t i = 0; i < p.prefix; ++i) {
+      m->Accept(byte_token[static_cast<uint8_t>((*p.doc)[i])]);
+    }
     t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iterations; ++i) m->AllowedTokens(vocab, &bits);
     const double ms = 1e3 * Seconds(t0) / iterations;

@@ -8,8 +8,37 @@
 namespace strata::structured {
 namespace {
 
-// Literals of a kAny value, chosen by Frame::b.
-constexpr std::string_view kAnyLiterals[] = {"true", "false", "null"};
+// Literals of a kAny value (sorted, as a kLiterals node's).
+constexpr std::string_view kAnyLiterals[] = {"false", "null", "true"};
+
+// Of the candidates [lo, hi) (sorted, all sharing their first `pos` bytes), those whose byte
+// `pos` is c: a sub-range, found by binary search. text(k) is candidate k's text.
+template <typename Text>
+std::pair<int32_t, int32_t> Narrow(const Text& text, int32_t lo, int32_t hi, size_t pos,
+                                   uint8_t c) {
+  if (lo < hi && text(lo).size() == pos) ++lo;  // the one that ends here sorts first
+  auto byte = [&](int32_t k) { return static_cast<uint8_t>(text(k)[pos]); };
+  int32_t a = lo, b = hi;
+  while (a < b) {
+    const int32_t m = a + (b - a) / 2;
+    if (byte(m) < c) {
+      a = m + 1;
+    } else {
+      b = m;
+    }
+  }
+  const int32_t first = a;
+  b = hi;
+  while (a < b) {
+    const int32_t m = a + (b - a) / 2;
+    if (byte(m) <= c) {
+      a = m + 1;
+    } else {
+      b = m;
+    }
+  }
+  return {first, a};
+}
 
 constexpr uint8_t kKeyString = 1;  // Frame::flags of a string that is a free object key
 
@@ -223,47 +252,34 @@ class Stepper {
       f = Frame{FrameKind::kNumber, kNumStart, 0, node, 0, 0};
       return FeedNumber(t, c);
     }
-    if (any) {
-      for (int32_t i = 0; i < 3; ++i) {
-        if (kAnyLiterals[i][0] == c) {
-          f = Frame{FrameKind::kLiteral, 0, 0, node, 1, i};
-          return true;
-        }
-      }
-      return false;
-    }
-    if (kind != NodeKind::kLiterals) return false;
-    // One thread per literal starting with c: forks copy t before t itself is fed the first.
-    const std::vector<std::string>& literals = Node(node).literals;
-    int32_t first = -1;
-    for (size_t i = 0; i < literals.size(); ++i) {
-      if (static_cast<uint8_t>(literals[i][0]) != c) continue;
-      if (first < 0) {
-        first = static_cast<int32_t>(i);
-        continue;
-      }
-      const size_t f = Fork(t);
-      if (f == kNoThread) break;
-      Top(f) = Frame{FrameKind::kLiteral, 0, 0, node, 0, static_cast<int32_t>(i)};
-      if (!FeedLiteral(f, c)) T(f).dead = true;
-    }
-    if (first < 0) return false;
-    Top(t) = Frame{FrameKind::kLiteral, 0, 0, node, 0, first};
+    if (kind != NodeKind::kLiterals && !any) return false;
+    const int32_t count = any ? 3 : static_cast<int32_t>(Node(node).literals.size());
+    f = Frame{FrameKind::kLiteral, 0, 0, node, 0, 0, count};
     return FeedLiteral(t, c);
   }
 
-  std::string_view LiteralText(const Frame& f) const {
-    const SchemaNode& n = Node(f.node);
-    if (n.kind == NodeKind::kAny) return kAnyLiterals[f.b];
-    return n.literals[static_cast<size_t>(f.b)];
+  std::string_view LiteralText(int32_t node, int32_t k) const {
+    const SchemaNode& n = Node(node);
+    if (n.kind == NodeKind::kAny) return kAnyLiterals[k];
+    return n.literals[static_cast<size_t>(k)];
   }
 
   bool FeedLiteral(size_t t, uint8_t c) {
     Frame& f = Top(t);
-    const std::string_view text = LiteralText(f);
-    if (static_cast<uint8_t>(text[static_cast<size_t>(f.a)]) != c) return false;
-    if (static_cast<size_t>(++f.a) == text.size()) return ValueDone(t);
-    return true;
+    const int32_t node = f.node;
+    auto text = [&](int32_t k) { return LiteralText(node, k); };
+    const auto [lo, hi] = Narrow(text, f.b, f.end, static_cast<size_t>(f.a), c);
+    if (lo == hi) return false;
+    f.b = lo;
+    f.end = hi;
+    ++f.a;
+    if (text(lo).size() != static_cast<size_t>(f.a)) return true;
+    // Literal lo is complete; longer ones (a number such as 10 after 1) go on in a fork.
+    if (hi - lo > 1) {
+      const size_t more = Fork(t);
+      if (more != kNoThread) Top(more).b = lo + 1;
+    }
+    return ValueDone(t);
   }
 
   // Object of node n: free keys (no declared properties) or the declared ones in order.
@@ -322,19 +338,18 @@ class Stepper {
       if (FreeValueNode(obj.node) < 0) return false;
       return Push(t, Frame{FrameKind::kString, kStrNormal, kKeyString, -1, 0, 0});
     }
-    const size_t count = n.properties.size();
-    size_t last = static_cast<size_t>(obj.a);
-    while (last < count && !n.properties[last].required) ++last;
-    if (last == count) --last;
-    if (static_cast<size_t>(obj.a) > last || static_cast<size_t>(obj.a) >= count) return false;
-    for (size_t j = static_cast<size_t>(obj.a) + 1; j <= last; ++j) {
-      const size_t f = Fork(t);
-      if (f == kNoThread) break;
-      if (!Push(f, Frame{FrameKind::kKey, 0, 0, obj.node, 0, static_cast<int32_t>(j)})) {
-        T(f).dead = true;
-      }
-    }
-    return Push(t, Frame{FrameKind::kKey, 0, 0, obj.node, 0, obj.a});
+    if (LastCandidate(n, obj.a) < obj.a) return false;
+    return Push(
+        t, Frame{FrameKind::kKey, 0, 0, obj.node, 0, 0, static_cast<int32_t>(n.properties.size())});
+  }
+
+  // The last declared property that may come next after property a − 1: up to and including
+  // the next required one (< a: none may).
+  static int32_t LastCandidate(const SchemaNode& n, int32_t a) {
+    const auto count = static_cast<int32_t>(n.properties.size());
+    int32_t last = a;
+    while (last < count && !n.properties[static_cast<size_t>(last)].required) ++last;
+    return last == count ? count - 1 : last;
   }
 
   // Key text matched to its closing quote: the object now expects ':'.
@@ -348,11 +363,30 @@ class Stepper {
     return true;
   }
 
+  // Narrows the key candidates by c; they must keep one that may come next (declared order).
   bool FeedKey(size_t t, uint8_t c) {
-    Frame& f = Top(t);
-    const std::string& text = Node(f.node).properties[static_cast<size_t>(f.b)].key_text;
-    if (static_cast<uint8_t>(text[static_cast<size_t>(f.a)]) != c) return false;
-    if (static_cast<size_t>(++f.a) == text.size()) return KeyDone(t, f.b);
+    MatchThread& th = T(t);
+    Frame& f = th.stack.back();
+    const Frame& obj = th.stack[th.stack.size() - 2];
+    const SchemaNode& n = Node(f.node);
+    auto text = [&](int32_t k) -> std::string_view {
+      return n.properties[static_cast<size_t>(n.keys_sorted[static_cast<size_t>(k)])].key_text;
+    };
+    const auto [lo, hi] = Narrow(text, f.b, f.end, static_cast<size_t>(f.a), c);
+    const int32_t first = obj.a, last = LastCandidate(n, obj.a);
+    bool any = false;
+    for (int32_t k = lo; k < hi && !any; ++k) {
+      const int32_t j = n.keys_sorted[static_cast<size_t>(k)];
+      any = j >= first && j <= last;
+    }
+    if (!any) return false;
+    f.b = lo;
+    f.end = hi;
+    ++f.a;
+    // Key texts end with their closing quote, so none is a prefix of another: a complete one
+    // is the only candidate left.
+    if (text(lo).size() == static_cast<size_t>(f.a))
+      return KeyDone(t, n.keys_sorted[static_cast<size_t>(lo)]);
     return true;
   }
 

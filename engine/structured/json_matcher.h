@@ -3,9 +3,10 @@
 // the vocabulary's bytes to mask the logits of each step.
 //
 // A state is a set of threads, each a stack of frames (a pushdown automaton per thread); an
-// anyOf forks one thread per alternative when the value's first byte arrives, an enum or an
-// object key forks one per candidate literal; threads that cannot take a byte die, identical
-// ones merge. A state is complete when one thread has closed its root value (a number at the
+// anyOf forks one thread per alternative when the value's first byte arrives; enum values and
+// declared keys are one thread each, a range of sorted candidates narrowed by every byte (only
+// a literal that is a prefix of another, a number, forks when it completes). Threads that
+// cannot take a byte die, identical ones merge. A state is complete when one thread has closed its root value (a number at the
 // root is complete once it can end).
 //
 // What the matcher allows beyond the schema, and its limits:
@@ -37,11 +38,11 @@ inline constexpr size_t kMaxThreads = 256;
 enum class FrameKind : uint8_t {
   kValue,    // a value of `node` is expected (whitespace may come first)
   kObject,   // inside {…} of `node`
-  kKey,      // inside a declared key: matching properties[b].key_text, `a` bytes so far
+  kKey,      // inside a declared key: keys_sorted[b, end) of `node` match `a` bytes so far
   kArray,    // inside […] of `node`, `a` items so far
   kString,   // inside "…", `a` code points so far (node −1: unbounded)
   kNumber,   // inside a number, `a` bytes so far
-  kLiteral,  // matching literal `b` of `node` (kAny node: true/false/null), `a` bytes so far
+  kLiteral,  // literals [b, end) of `node` (kAny: false/null/true) match `a` bytes so far
 };
 
 struct Frame {
@@ -52,6 +53,7 @@ struct Frame {
   int32_t node = -1;
   int32_t a = 0;
   int32_t b = 0;
+  int32_t end = 0;  // kKey, kLiteral: the candidate range [b, end)
   bool operator==(const Frame&) const = default;
 };
 

@@ -49,6 +49,20 @@ std::string PointerToken(std::string_view token) {
   return out;
 }
 
+// Sorts literals and indexes keys (the matcher narrows candidate ranges by binary search).
+void FinalizeNodes(JsonGrammar* g) {
+  for (SchemaNode& n : g->nodes) {
+    std::sort(n.literals.begin(), n.literals.end());
+    n.literals.erase(std::unique(n.literals.begin(), n.literals.end()), n.literals.end());
+    n.keys_sorted.resize(n.properties.size());
+    for (size_t i = 0; i < n.keys_sorted.size(); ++i) n.keys_sorted[i] = static_cast<int32_t>(i);
+    std::sort(n.keys_sorted.begin(), n.keys_sorted.end(), [&n](int32_t x, int32_t y) {
+      return n.properties[static_cast<size_t>(x)].key_text <
+             n.properties[static_cast<size_t>(y)].key_text;
+    });
+  }
+}
+
 // Nesting depth of `value` (a scalar is 0), counted without recursion; stops counting past
 // `limit`.
 int NestingDepth(const Json& value, int limit) {
@@ -72,6 +86,7 @@ class Compiler {
   absl::StatusOr<JsonGrammar> Run() {
     ASSIGN_OR_RETURN(grammar_.root, Compile(root_, ""));
     RETURN_IF_ERROR(FlattenAlternatives());
+    FinalizeNodes(&grammar_);
     return std::move(grammar_);
   }
 
@@ -427,6 +442,7 @@ JsonGrammar ExactTextGrammar(std::vector<std::string> texts) {
   g.nodes[0].kind = NodeKind::kLiterals;
   g.nodes[0].literals = std::move(texts);
   g.root_whitespace = false;
+  FinalizeNodes(&g);
   return g;
 }
 

@@ -59,10 +59,13 @@ struct SchemaNode {
   // kString: lengths in code points.
   int64_t min_length = 0;
   int64_t max_length = -1;            // −1: unbounded
-  std::vector<std::string> literals;  // kLiterals
+  std::vector<std::string> literals;  // kLiterals: sorted (bytewise), no duplicates
   std::vector<int32_t> alternatives;  // kAnyOf (never another kAnyOf: flattened)
+  std::vector<int32_t> keys_sorted;   // kObject: property indices by key_text, bytewise
 };
 
+// Grammars come from the functions below, which keep the SchemaNode invariants the matcher
+// relies on (sorted literals, keys_sorted).
 struct JsonGrammar {
   std::vector<SchemaNode> nodes;
   int32_t root = 0;

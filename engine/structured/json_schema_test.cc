@@ -52,6 +52,27 @@ TEST(JsonSchemaTest, ScalarsEnumsConstsAndTypeLists) {
                  {"-1.5e3", "0", "null", "true", "false"}, {R"("1")", "nul", "[]", "-", "1."});
 }
 
+TEST(JsonSchemaTest, LargeEnumsAndWideObjectsKeepEveryCandidate) {
+  // More candidates than matcher threads (kMaxThreads): each must stay reachable.
+  Json values = Json::array();
+  for (int i = 0; i < 1000; ++i) values.push_back(absl::StrCat("v", i));
+  values.push_back(7);
+  values.push_back(70);  // a number literal that extends another
+  absl::StatusOr<JsonGrammar> e = CompileJsonSchema(Json{{"enum", values}});
+  ASSERT_TRUE(e.ok()) << e.status();
+  ExpectVerdicts(*e, {R"("v0")", R"("v999")", R"("v500")", "7", "70"},
+                 {R"("v1000")", R"("v")", "700", "0"});
+  Json wide = {{"type", "object"}, {"additionalProperties", false}};
+  for (int i = 0; i < 600; ++i) wide["properties"][absl::StrCat("k", i)] = {{"type", "integer"}};
+  wide["required"] = {"k300"};
+  absl::StatusOr<JsonGrammar> w = CompileJsonSchema(wide);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ExpectVerdicts(*w, {R"({"k300":1})", R"({"k0":1,"k299":2,"k300":3,"k599":4})"},
+                 {R"({"k301":1})",             // skips the required k300
+                  R"({"k300":1,"k10":2})",     // out of order
+                  R"({"k300":1,"k300":2})"});  // twice
+}
+
 TEST(JsonSchemaTest, StringLengthsCountCodePoints) {
   ExpectVerdicts(MustCompile(R"({"type":"string","minLength":2,"maxLength":3})"),
                  {R"("ab")", "\"\xc3\xa9\xc3\xa9\xc3\xa9\"",  // three two-byte code points

@@ -238,7 +238,7 @@ TEST(ChatRequestTest, VllmGuidedFieldsAndStructuredOutputsConstrainTheOutputToo)
   };
   const structured::SchemaNode choice = root_of(R"("guided_choice": ["yes", "no"])");
   EXPECT_EQ(choice.kind, structured::NodeKind::kLiterals);
-  EXPECT_EQ(choice.literals, (std::vector<std::string>{"yes", "no"}));  // raw text, not JSON
+  EXPECT_EQ(choice.literals, (std::vector<std::string>{"no", "yes"}));  // raw text, sorted
   EXPECT_EQ(root_of(R"("structured_outputs": {"choice": ["a"]})").literals,
             std::vector<std::string>{"a"});
   EXPECT_EQ(root_of(R"("guided_json": {"type": "integer"})").kind, structured::NodeKind::kInteger);
