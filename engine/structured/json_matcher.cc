@@ -393,7 +393,11 @@ class Stepper {
   bool FeedArray(size_t t, uint8_t c, int run) {
     Frame& f = Top(t);
     const SchemaNode& n = Node(f.node);
-    const int32_t items = n.kind == NodeKind::kAny ? f.node : n.items;
+    // The node of item number f.a (the one a value would open now).
+    const int32_t items = n.kind == NodeKind::kAny ? f.node
+                          : static_cast<size_t>(f.a) < n.prefix_items.size()
+                              ? n.prefix_items[static_cast<size_t>(f.a)]
+                              : n.items;
     const int64_t min_items = n.kind == NodeKind::kAny ? 0 : n.min_items;
     const int64_t max_items = n.kind == NodeKind::kAny ? -1 : n.max_items;
     if (IsWhitespace(c) && f.sub != kArrValue) return Whitespace(t, run);
@@ -403,6 +407,7 @@ class Stepper {
         if (max_items == 0) return false;
         [[fallthrough]];
       case kArrNext:
+        if (items < 0) return false;
         f.sub = kArrValue;
         if (!Push(t, ValueFrame(items))) return false;
         return FeedValue(t, c, 0);

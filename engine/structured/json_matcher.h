@@ -6,8 +6,8 @@
 // anyOf forks one thread per alternative when the value's first byte arrives; enum values and
 // declared keys are one thread each, a range of sorted candidates narrowed by every byte (only
 // a literal that is a prefix of another, a number, forks when it completes). Threads that
-// cannot take a byte die, identical ones merge. A state is complete when one thread has closed its root value (a number at the
-// root is complete once it can end).
+// cannot take a byte die, identical ones merge. A state is complete when one thread has closed its
+// root value (a number at the root is complete once it can end).
 //
 // What the matcher allows beyond the schema, and its limits:
 //   - whitespace (space, tab, CR, LF) between tokens, at most kMaxWhitespaceRun bytes in a row,

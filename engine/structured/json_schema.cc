@@ -16,21 +16,21 @@ namespace strata::structured {
 namespace {
 
 constexpr char kSupported[] =
-    "type, enum, const, properties, required, additionalProperties, items, minItems, maxItems, "
-    "minLength, maxLength, anyOf, oneOf, allOf (one member), $ref, $defs";
+    "type, enum, const, properties, required, additionalProperties, items, prefixItems, "
+    "minItems, maxItems, minLength, maxLength, anyOf, oneOf, allOf (one member), $ref, $defs";
 
 const std::set<std::string_view>& KnownKeywords() {
   static const std::set<std::string_view> known = {
-      "type",  "enum",     "const",    "properties", "required",   "additionalProperties",
-      "items", "minItems", "maxItems", "minLength",  "maxLength",  "anyOf",
-      "oneOf", "allOf",    "$ref",     "$defs",      "definitions"};
+      "type",  "enum",        "const",    "properties", "required",  "additionalProperties",
+      "items", "prefixItems", "minItems", "maxItems",   "minLength", "maxLength",
+      "anyOf", "oneOf",       "allOf",    "$ref",       "$defs",     "definitions"};
   return known;
 }
 
 const std::set<std::string_view>& Annotations() {
   static const std::set<std::string_view> ignored = {
-      "title", "description", "default",    "examples", "format",   "$schema",
-      "$id",   "$comment",    "deprecated", "readOnly", "writeOnly"};
+      "title", "description", "default",    "examples", "format",    "$schema",
+      "$id",   "$comment",    "deprecated", "readOnly", "writeOnly", "discriminator"};
   return ignored;
 }
 
@@ -170,7 +170,8 @@ class Compiler {
         schema.contains("additionalProperties")) {
       return TypedAs(schema, "object", path);
     }
-    if (schema.contains("items") || schema.contains("minItems") || schema.contains("maxItems")) {
+    if (schema.contains("items") || schema.contains("prefixItems") || schema.contains("minItems") ||
+        schema.contains("maxItems")) {
       return TypedAs(schema, "array", path);
     }
     if (schema.contains("minLength") || schema.contains("maxLength")) {
@@ -370,17 +371,36 @@ class Compiler {
   }
 
   absl::Status Array(const Json& schema, const std::string& path, SchemaNode* node) {
-    if (schema.contains("items")) {
+    if (schema.contains("prefixItems")) {
+      const Json& prefix = schema["prefixItems"];
+      if (!prefix.is_array()) return Error(path, "'prefixItems' must be an array of schemas");
+      for (size_t i = 0; i < prefix.size(); ++i) {
+        ASSIGN_OR_RETURN(int32_t item, Compile(prefix[i], absl::StrCat(path, "/prefixItems/", i)));
+        node->prefix_items.push_back(item);
+      }
+    }
+    // Items after the prefix: `items` (absent or true: any value; false: none).
+    const bool closed =
+        schema.contains("items") && schema["items"].is_boolean() && !schema["items"].get<bool>();
+    if (closed) {
+      node->items = -1;
+      node->max_items = static_cast<int64_t>(node->prefix_items.size());
+    } else if (schema.contains("items")) {
       ASSIGN_OR_RETURN(node->items, Compile(schema["items"], absl::StrCat(path, "/items")));
+    } else {
+      ASSIGN_OR_RETURN(node->items, AddNode(path, SchemaNode{}));
     }
     if (schema.contains("minItems")) {
       ASSIGN_OR_RETURN(node->min_items, Count(schema, "minItems", path));
     }
     if (schema.contains("maxItems")) {
-      ASSIGN_OR_RETURN(node->max_items, Count(schema, "maxItems", path));
-      if (node->max_items < node->min_items) {
-        return Error(path, "'maxItems' is below 'minItems': no array satisfies both");
-      }
+      ASSIGN_OR_RETURN(int64_t max_items, Count(schema, "maxItems", path));
+      node->max_items = node->max_items < 0 ? max_items : std::min(node->max_items, max_items);
+    }
+    if (node->max_items >= 0 && node->max_items < node->min_items) {
+      return Error(path,
+                   "'maxItems' (or a closed 'prefixItems') is below 'minItems': no array "
+                   "satisfies both");
     }
     return absl::OkStatus();
   }

@@ -4,11 +4,13 @@
 //
 // Supported (the subset OpenAI's strict structured outputs and xgrammar's defaults cover):
 //   type (one name or a list), enum, const, properties + required, additionalProperties
-//   (false, or a schema/true on an object without properties), items, minItems, maxItems,
+//   (false, or a schema/true on an object without properties), items, prefixItems (tuples),
+//   minItems, maxItems,
 //   minLength, maxLength, anyOf / oneOf (as anyOf), allOf with one member, $ref to "#",
 //   "#/$defs/…" or "#/definitions/…", boolean schemas (true = any value).
 // Ignored (annotations): title, description, default, examples, format, $schema, $id,
-//   $comment, deprecated, readOnly, writeOnly, and $defs / definitions themselves.
+//   $comment, deprecated, readOnly, writeOnly, discriminator (OpenAPI / Pydantic tagged unions:
+//   their oneOf alternatives already fix the tag), and $defs / definitions themselves.
 // Anything else (pattern, minimum, …) is an InvalidArgument naming the keyword and its path:
 // a constraint the output would silently break is refused rather than ignored.
 //
@@ -52,7 +54,9 @@ struct SchemaNode {
   // `additional` (−1: no keys at all, an empty object).
   std::vector<SchemaProperty> properties;
   int32_t additional = -1;
-  // kArray: item node (−1: any value); item counts.
+  // kArray: the nodes of the first items (prefixItems), then `items` for the rest (−1: no
+  // more items; max_items then equals the prefix length); item counts.
+  std::vector<int32_t> prefix_items;
   int32_t items = -1;
   int64_t min_items = 0;
   int64_t max_items = -1;  // −1: unbounded

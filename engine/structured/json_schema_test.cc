@@ -90,6 +90,28 @@ TEST(JsonSchemaTest, ArraysBoundTheirItems) {
                   absl::StrCat("[-", digits, "9]")});
 }
 
+TEST(JsonSchemaTest, ArraysWithoutItemsTuplesAndClosedTuples) {
+  ExpectVerdicts(MustCompile(R"({"type":"array"})"), {"[]", R"([1,"a",{"b":[null]}])"},
+                 {"[1,]", "{}"});
+  // Pydantic's Tuple[int, str]: prefixItems, closed by min/maxItems.
+  ExpectVerdicts(MustCompile(R"({"type":"array","prefixItems":[{"type":"integer"},
+                               {"type":"string"}],"minItems":2,"maxItems":2})"),
+                 {R"([1,"a"])"}, {R"(["a",1])", "[1]", R"([1,"a",2])"});
+  // items: false closes the tuple after its prefix; items: a schema types the rest.
+  ExpectVerdicts(MustCompile(R"({"prefixItems":[{"type":"boolean"}],"items":false})"),
+                 {"[]", "[true]"}, {"[true,false]", "[1]"});
+  ExpectVerdicts(MustCompile(R"({"prefixItems":[{"type":"boolean"}],"items":{"type":"null"}})"),
+                 {"[true,null,null]"}, {"[true,true]", "[null]"});
+  // A Pydantic tagged union: discriminator is an annotation, the alternatives fix the tag.
+  ExpectVerdicts(MustCompile(R"({"oneOf":[
+                     {"type":"object","properties":{"kind":{"const":"cat"},"lives":{"type":"integer"}},
+                      "required":["kind","lives"]},
+                     {"type":"object","properties":{"kind":{"const":"dog"}},"required":["kind"]}],
+                   "discriminator":{"propertyName":"kind"}})"),
+                 {R"({"kind":"cat","lives":9})", R"({"kind":"dog"})"},
+                 {R"({"kind":"dog","lives":1})", R"({"kind":"cat"})"});
+}
+
 TEST(JsonSchemaTest, AnyOfRefsAndRecursion) {
   const JsonGrammar g = MustCompile(R"({
       "$defs":{"node":{"type":"object","properties":{
@@ -129,6 +151,8 @@ TEST(JsonSchemaTest, UnenforceableSchemasAreRefusedNamingTheKeywordAndPlace) {
   EXPECT_NE(CompileError(R"({"properties":{"a":{}},"required":["b"]})").find("'b'"),
             std::string::npos);
   EXPECT_NE(CompileError(R"({"type":"string","minLength":3,"maxLength":2})").find("below"),
+            std::string::npos);
+  EXPECT_NE(CompileError(R"({"prefixItems":[{}],"items":false,"minItems":2})").find("below"),
             std::string::npos);
   EXPECT_NE(CompileError(R"({"type":"date"})").find("unknown type 'date'"), std::string::npos);
   EXPECT_NE(CompileError("false").find("accepts no value"), std::string::npos);

@@ -91,6 +91,8 @@ JSON
 printf '%s\0%s' '{"type":"object","properties":{"a":{"type":"integer"},"b":{"enum":["x",1]},"c":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"required":["a"],"additionalProperties":false,"$defs":{"n":{"anyOf":[{"type":"null"},{"type":"string","maxLength":3}]}}}' \
   '{"a": -12, "b": "x", "c": [null, "\u00e9t"]}' >"$seeds/json_schema/person"
 printf '%s\0%s' '{}' '[1.5e3, {"k": true}]' >"$seeds/json_schema/any"
+printf '%s\0%s' '{"type":"array","prefixItems":[{"type":"boolean"},{"enum":[1,10]}]}' \
+  '[true, 10, "x"]' >"$seeds/json_schema/tuple"
 
 # Dictionaries: the tokens a mutator would otherwise have to discover byte by byte.
 cat >"$build_dir/safetensors.dict" <<'DICT'
@@ -134,6 +136,7 @@ cat >"$build_dir/json_schema.dict" <<'DICT'
 "\"properties\""
 "\"required\""
 "\"items\""
+"\"prefixItems\""
 "\"enum\""
 "\"anyOf\""
 "\"$ref\""
