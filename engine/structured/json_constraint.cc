@@ -15,6 +15,19 @@ void SetBit(std::vector<uint64_t>* bits, int64_t id) {
 
 }  // namespace
 
+void MaskLogitsOutside(const std::vector<uint64_t>& allowed, float* logits, int64_t vocab) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int64_t w = 0; w * 64 < vocab; ++w) {
+    const uint64_t word =
+        static_cast<size_t>(w) < allowed.size() ? allowed[static_cast<size_t>(w)] : 0;
+    if (word == ~uint64_t{0}) continue;
+    const int64_t end = std::min(vocab, (w + 1) * 64);
+    for (int64_t id = w * 64; id < end; ++id) {
+      if ((word >> (id % 64) & 1) == 0) logits[id] = kMasked;
+    }
+  }
+}
+
 JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar,
                                std::shared_ptr<const TokenVocab> vocab,
                                std::vector<int32_t> end_ids)
@@ -99,15 +112,7 @@ void JsonTokenMatcher::Prepare(int64_t vocab) {
 void JsonTokenMatcher::MaskLogits(float* logits, int64_t vocab) {
   if (prepared_vocab_ != vocab) AllowedTokens(vocab, &bits_);
   prepared_vocab_ = -1;
-  constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  for (int64_t w = 0; w < static_cast<int64_t>(bits_.size()); ++w) {
-    const uint64_t word = bits_[static_cast<size_t>(w)];
-    if (word == ~uint64_t{0}) continue;
-    const int64_t end = std::min(vocab, (w + 1) * 64);
-    for (int64_t id = w * 64; id < end; ++id) {
-      if ((word >> (id % 64) & 1) == 0) logits[id] = kMasked;
-    }
-  }
+  MaskLogitsOutside(bits_, logits, vocab);
 }
 
 void JsonTokenMatcher::Accept(int32_t token) {

@@ -21,6 +21,10 @@
 
 namespace strata::structured {
 
+// Sets logits[id] = −inf for every id in [0, vocab) whose bit in `allowed` (bit id % 64 of word
+// id / 64; missing words: not allowed) is clear.
+void MaskLogitsOutside(const std::vector<uint64_t>& allowed, float* logits, int64_t vocab);
+
 class JsonConstraint : public engine::TokenConstraint {
  public:
   // `end_ids`: the ids that end the sequence (EOS, chat end-of-turn, stop_token_ids).

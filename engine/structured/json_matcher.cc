@@ -559,15 +559,7 @@ bool JsonMatchState::Advance(const JsonGrammar& grammar, uint8_t byte, JsonMatch
 bool JsonMatchState::AdvanceBytes(const JsonGrammar& grammar, std::string_view bytes,
                                   JsonMatchState* out, JsonMatchState* scratch) const {
   if (bytes.empty()) {
-    out->size_ = 0;
-    for (size_t i = 0; i < size_; ++i) {
-      if (out->size_ == out->threads_.size()) out->threads_.emplace_back();
-      MatchThread& to = out->threads_[out->size_++];
-      to.stack.assign(threads_[i].stack.begin(), threads_[i].stack.end());
-      to.ws_run = threads_[i].ws_run;
-      to.done = threads_[i].done;
-      to.dead = false;
-    }
+    *out = *this;
     return size_ > 0;
   }
   // Alternate between *out and *scratch so that the last byte lands in *out.

@@ -1,9 +1,6 @@
 // tool_call_constraint.h: the forced tool-call section, phase by phase.
 #include "engine/structured/tool_call_constraint.h"
 
-#include <algorithm>
-#include <limits>
-
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 
@@ -19,18 +16,6 @@ enum class Phase : uint8_t {
   kDone,          // the section is closed: only end ids
 };
 
-void AllowOnly(float* logits, int64_t vocab, std::initializer_list<int32_t> ids,
-               const std::vector<int32_t>& more = {}) {
-  constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  auto allowed = [&](int64_t id) {
-    return std::find(ids.begin(), ids.end(), id) != ids.end() ||
-           std::find(more.begin(), more.end(), id) != more.end();
-  };
-  for (int64_t id = 0; id < vocab; ++id) {
-    if (!allowed(id)) logits[id] = kMasked;
-  }
-}
-
 class ToolCallMatcher : public engine::TokenMatcher {
  public:
   explicit ToolCallMatcher(const ToolCallConstraint* c) : c_(c) {}
@@ -44,15 +29,17 @@ class ToolCallMatcher : public engine::TokenMatcher {
     const ToolCallTokens& m = o.markers;
     switch (phase_) {
       case Phase::kSectionBegin:
-        return AllowOnly(logits, vocab, {m.section_begin});
+        return AllowOnly(logits, vocab, {m.section_begin}, {});
       case Phase::kCallBegin:
-        return AllowOnly(logits, vocab, {m.call_begin});
+        return AllowOnly(logits, vocab, {m.call_begin}, {});
       case Phase::kName:
       case Phase::kArguments:
         return part_->MaskLogits(logits, vocab);
       case Phase::kAfterCall:
-        if (calls_ < o.max_calls) return AllowOnly(logits, vocab, {m.call_begin, m.section_end});
-        return AllowOnly(logits, vocab, {m.section_end});
+        if (calls_ < o.max_calls) {
+          return AllowOnly(logits, vocab, {m.call_begin, m.section_end}, {});
+        }
+        return AllowOnly(logits, vocab, {m.section_end}, {});
       case Phase::kDone:
         return AllowOnly(logits, vocab, {}, o.end_ids);
     }
@@ -129,7 +116,21 @@ class ToolCallMatcher : public engine::TokenMatcher {
     StartPart(tool->arguments, c_->options().markers.call_end);
   }
 
+  // Masks every id but `ids` and `more` (markers and end ids), through the constraint's one
+  // mask routine; bits_ keeps its words from step to step.
+  void AllowOnly(float* logits, int64_t vocab, std::initializer_list<int32_t> ids,
+                 const std::vector<int32_t>& more) {
+    bits_.assign(static_cast<size_t>((vocab + 63) / 64), 0);
+    auto allow = [&](int32_t id) {
+      if (id >= 0 && id < vocab) bits_[static_cast<size_t>(id / 64)] |= uint64_t{1} << (id % 64);
+    };
+    for (int32_t id : ids) allow(id);
+    for (int32_t id : more) allow(id);
+    MaskLogitsOutside(bits_, logits, vocab);
+  }
+
   const ToolCallConstraint* c_;  // held by the sampler's params, which outlive this matcher
+  std::vector<uint64_t> bits_;
   Phase phase_ = Phase::kSectionBegin;
   int calls_ = 0;
   std::string name_text_;

@@ -219,12 +219,9 @@ absl::Status CompileForcedTools(ChatCompletionRequest* req, const std::string& o
       spec.arguments =
           std::make_shared<structured::JsonGrammar>(structured::AnyJsonObjectGrammar());
     } else {
-      absl::StatusOr<structured::JsonGrammar> g = structured::CompileJsonSchema(*params);
-      if (!g.ok()) {
-        const std::string path = absl::StrCat("tools[", i, "].function.parameters");
-        return InvalidField(path, absl::StrCat(path, ": ", g.status().message()));
-      }
-      spec.arguments = std::make_shared<structured::JsonGrammar>(*std::move(g));
+      ASSIGN_OR_RETURN(
+          spec.arguments,
+          CompileSchemaField(*params, absl::StrCat("tools[", i, "].function.parameters")));
     }
     req->forced_tools.push_back(std::move(spec));
   }

@@ -103,6 +103,11 @@ absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
 // compiled; a schema the grammar cannot enforce is a 400 naming the keyword and where it is).
 absl::Status ReadResponseFormat(const Json& body, GenerationFields* g);
 
+// A JSON Schema (an object, or its JSON text) at request field `param`, compiled; a 400 naming
+// `param` (and the schema's own JSON pointer) when it is not JSON or cannot be enforced.
+absl::StatusOr<std::shared_ptr<const structured::JsonGrammar>> CompileSchemaField(
+    const Json& schema, const std::string& param);
+
 // Parses the body text as JSON: 400 `invalid_json` naming the position, or `invalid_utf8`,
 // or `invalid_type` when the top level is not an object.
 absl::StatusOr<Json> ParseJsonBody(std::string_view body);

@@ -7,12 +7,10 @@
 #include "server/frontend/openai_request.h"
 
 namespace strata::frontend {
-namespace {
-
-using GrammarPtr = std::shared_ptr<const structured::JsonGrammar>;
 
 // A JSON Schema (an object, or its JSON text as vLLM's guided_json also takes) at `param`.
-absl::StatusOr<GrammarPtr> SchemaGrammar(const Json& schema, const std::string& param) {
+absl::StatusOr<std::shared_ptr<const structured::JsonGrammar>> CompileSchemaField(
+    const Json& schema, const std::string& param) {
   Json parsed;
   const Json* s = &schema;
   if (schema.is_string()) {
@@ -27,6 +25,10 @@ absl::StatusOr<GrammarPtr> SchemaGrammar(const Json& schema, const std::string& 
   }
   return std::make_shared<structured::JsonGrammar>(*std::move(grammar));
 }
+
+namespace {
+
+using GrammarPtr = std::shared_ptr<const structured::JsonGrammar>;
 
 // The output is exactly one of the strings at `param` (vLLM's guided_choice).
 absl::StatusOr<GrammarPtr> ChoiceGrammar(const Json& choices, const std::string& param) {
@@ -72,12 +74,12 @@ absl::StatusOr<GrammarPtr> FromResponseFormat(const Json& format) {
   // OpenAI makes `schema` optional: without one, any JSON value.
   auto schema = spec->find("schema");
   if (schema == spec->end() || schema->is_null()) {
-    return SchemaGrammar(Json::object(), "response_format.json_schema.schema");
+    return CompileSchemaField(Json::object(), "response_format.json_schema.schema");
   }
   if (!schema->is_object() && !schema->is_boolean()) {
     return InvalidType("response_format.json_schema.schema", "a JSON Schema object");
   }
-  return SchemaGrammar(*schema, "response_format.json_schema.schema");
+  return CompileSchemaField(*schema, "response_format.json_schema.schema");
 }
 
 absl::StatusOr<GrammarPtr> FromStructuredOutputs(const Json& so) {
@@ -88,7 +90,7 @@ absl::StatusOr<GrammarPtr> FromStructuredOutputs(const Json& so) {
     if (value.is_null()) continue;
     if (key == "json") {
       ++kinds;
-      ASSIGN_OR_RETURN(grammar, SchemaGrammar(value, "structured_outputs.json"));
+      ASSIGN_OR_RETURN(grammar, CompileSchemaField(value, "structured_outputs.json"));
     } else if (key == "choice") {
       ++kinds;
       ASSIGN_OR_RETURN(grammar, ChoiceGrammar(value, "structured_outputs.choice"));
@@ -131,7 +133,7 @@ absl::Status ReadResponseFormat(const Json& body, GenerationFields* g) {
     RETURN_IF_ERROR(add("structured_outputs", FromStructuredOutputs(*s)));
   }
   if (const Json* j = present("guided_json"))
-    RETURN_IF_ERROR(add("guided_json", SchemaGrammar(*j, "guided_json")));
+    RETURN_IF_ERROR(add("guided_json", CompileSchemaField(*j, "guided_json")));
   if (const Json* c = present("guided_choice")) {
     RETURN_IF_ERROR(add("guided_choice", ChoiceGrammar(*c, "guided_choice")));
   }
