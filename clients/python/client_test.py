@@ -128,9 +128,15 @@ class PythonClientTest(unittest.TestCase):
         self.assertIn(value["size"], ["S", "M", "L"])
         self.assertIsInstance(value["count"], int)
         with self.assertRaises(grpc.RpcError) as caught:
-            self.client.generate(prompt="x", max_tokens=4, json_schema={"pattern": "a"})
+            self.client.generate(prompt="x", max_tokens=4, json_schema={"multipleOf": 2})
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-        self.assertIn("'pattern' is not supported", caught.exception.details())
+        self.assertIn("'multipleOf' is not supported", caught.exception.details())
+
+    def test_regex_makes_the_whole_text_match(self):
+        g = self.client.generate(prompt="Code:", max_tokens=30, temperature=1.0, seed=3,
+                                 regex=r"[A-Z]{3}-\d{2,4}")
+        self.assertEqual(g.finish_reason, "stop")
+        self.assertRegex(g.text, r"^[A-Z]{3}-\d{2,4}$")
 
     def test_grpc_and_http_give_identical_output_for_the_same_seed(self):
         kwargs = dict(prompt_ids=[9, 8, 7, 6], max_tokens=12, temperature=0.8, seed=42,

@@ -13,6 +13,26 @@ void SetBit(std::vector<uint64_t>* bits, int64_t id) {
   (*bits)[static_cast<size_t>(id / 64)] |= uint64_t{1} << (id % 64);
 }
 
+// Sets the bits of the plain tokens under trie node n whose bytes the pattern takes from
+// `state` (the plain ones only: other bytes prune the walk).
+void WalkPattern(const TokenTrie& trie, int32_t n, int32_t state, const ByteDfa& dfa,
+                 const std::vector<uint64_t>& plain, std::vector<uint64_t>* bits) {
+  const TokenTrie::Node node = trie.nodes[static_cast<size_t>(n)];
+  for (int32_t k = 0; k < node.num_children; ++k) {
+    const auto e = static_cast<size_t>(node.first_child + k);
+    const uint8_t byte = trie.child_bytes[e];
+    if (!IsPlainStringByte(byte)) continue;
+    const int32_t next = dfa.Next(state, byte);
+    if (next == ByteDfa::kDead) continue;
+    const int32_t child = trie.children[e];
+    const int32_t token = trie.nodes[static_cast<size_t>(child)].token;
+    if (token >= 0 && (plain[static_cast<size_t>(token / 64)] >> (token % 64) & 1) != 0) {
+      SetBit(bits, token);
+    }
+    WalkPattern(trie, child, next, dfa, plain, bits);
+  }
+}
+
 }  // namespace
 
 void MaskLogitsOutside(const std::vector<uint64_t>& allowed, float* logits, int64_t vocab) {
@@ -37,6 +57,26 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar,
 
 std::unique_ptr<engine::TokenMatcher> JsonConstraint::NewMatcher() const {
   return std::make_unique<JsonTokenMatcher>(this);
+}
+
+const std::vector<uint64_t>& JsonConstraint::PatternPlainTokens(
+    int32_t pattern, int32_t pattern_state, std::vector<uint64_t>* scratch) const {
+  const auto key = std::make_pair(pattern, pattern_state);
+  {
+    std::lock_guard<std::mutex> lock(pattern_mu_);
+    if (auto it = pattern_masks_.find(key); it != pattern_masks_.end()) return *it->second;
+  }
+  // Computed outside the lock (two threads may both compute a state's set; one keeps it).
+  auto bits = std::make_unique<std::vector<uint64_t>>(vocab_->plain_mask().size(), 0);
+  WalkPattern(vocab_->all(), 0, pattern_state, grammar_->patterns[static_cast<size_t>(pattern)],
+              vocab_->plain_mask(), bits.get());
+  std::lock_guard<std::mutex> lock(pattern_mu_);
+  if (pattern_masks_.size() >= kMaxCachedPatternMasks && pattern_masks_.count(key) == 0) {
+    *scratch = std::move(*bits);
+    return *scratch;
+  }
+  auto [it, added] = pattern_masks_.try_emplace(key, std::move(bits));
+  return *it->second;
 }
 
 JsonTokenMatcher::JsonTokenMatcher(const JsonConstraint* constraint)
@@ -86,6 +126,12 @@ void JsonTokenMatcher::AllowedTokens(int64_t vocab, std::vector<uint64_t>* bits)
           }
         }
       }
+      Walk(v.non_plain(), 0, 0, bits);
+    } else if (int32_t pattern = -1, pattern_state = -1;
+               state_.PatternSpot(grammar, &pattern, &pattern_state)) {
+      const std::vector<uint64_t>& plain =
+          constraint_->PatternPlainTokens(pattern, pattern_state, &pattern_scratch_);
+      std::copy_n(plain.begin(), std::min(plain.size(), words), bits->begin());
       Walk(v.non_plain(), 0, 0, bits);
     } else {
       Walk(v.all(), 0, 0, bits);

@@ -6,12 +6,16 @@
 // stepping a byte per trie edge and pruning every subtree whose prefix no thread accepts. Inside
 // a string every plain token that fits its maxLength is allowed from a precomputed set and only
 // the trie of the others is walked (measured over o200k_base's 200k tokens: ≤ 0.25 ms a mask,
-// json_constraint_bench). Each sequence's matcher keeps one state per trie depth, so a step
+// json_constraint_bench); inside a string with a pattern the plain tokens come from a set
+// cached per automaton state. Each sequence's matcher keeps one state per trie depth, so a step
 // allocates nothing once they have grown.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "engine/sampling.h"
@@ -36,10 +40,21 @@ class JsonConstraint : public engine::TokenConstraint {
   const TokenVocab& vocab() const { return *vocab_; }
   const std::vector<int32_t>& end_ids() const { return end_ids_; }
 
+  // The plain tokens (TokenVocab::plain_mask) that pattern `pattern` takes from state
+  // `pattern_state`, as a bit set. Computed once per (pattern, state) and kept for the
+  // constraint's lifetime (up to kMaxCachedPatternMasks; past that computed into *scratch).
+  // Thread-safe: the CPU executor prepares masks in parallel.
+  const std::vector<uint64_t>& PatternPlainTokens(int32_t pattern, int32_t pattern_state,
+                                                  std::vector<uint64_t>* scratch) const;
+  static constexpr size_t kMaxCachedPatternMasks = 256;
+
  private:
   std::shared_ptr<const JsonGrammar> grammar_;
   std::shared_ptr<const TokenVocab> vocab_;
   std::vector<int32_t> end_ids_;
+  mutable std::mutex pattern_mu_;
+  mutable std::map<std::pair<int32_t, int32_t>, std::unique_ptr<const std::vector<uint64_t>>>
+      pattern_masks_;  // guarded by pattern_mu_; entries never change once added
 };
 
 class JsonTokenMatcher : public engine::TokenMatcher {
@@ -70,6 +85,7 @@ class JsonTokenMatcher : public engine::TokenMatcher {
   JsonMatchState scratch_;
   std::vector<JsonMatchState> depth_states_;  // [trie depth] walk states, reused
   std::vector<uint64_t> bits_;
+  std::vector<uint64_t> pattern_scratch_;
   int64_t prepared_vocab_ = -1;  // bits_ hold the mask of the next draw over this vocab
   bool finished_ = false;
 };

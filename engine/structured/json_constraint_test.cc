@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <regex>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -134,34 +135,40 @@ TEST(JsonConstraintTest, PreparedMasksEqualMasksComputedWhenSampling) {
   }
 }
 
+// Samples one text under `constraint` from random logits (greedy every fourth trial): whether
+// an end id came within `max_steps`. Fails the test if a masked token is ever drawn.
+bool SampleText(const std::shared_ptr<const JsonConstraint>& constraint, int trial,
+                std::mt19937* rng, int max_steps, std::string* text) {
+  const TokenVocab& vocab = constraint->vocab();
+  const int64_t n = vocab.size();
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(static_cast<size_t>(n));
+  engine::SamplingParams params;
+  params.temperature = trial % 4 == 0 ? 0.0f : 1.0f;
+  params.constraint = constraint;
+  engine::Sampler sampler(params, 100 + trial, {});
+  EXPECT_TRUE(sampler.constrained());
+  text->clear();
+  for (int step = 0; step < max_steps; ++step) {
+    for (float& x : logits) x = normal(*rng);
+    const int32_t id = sampler.Sample(logits.data(), n);
+    EXPECT_TRUE(std::isfinite(logits[static_cast<size_t>(id)])) << "a masked token was drawn";
+    if (id == kEndId) return true;
+    *text += vocab.bytes(id);
+  }
+  return false;
+}
+
 TEST(JsonConstraintTest, SamplingFromRandomLogitsYieldsSchemaValidJson) {
   auto vocab = std::make_shared<TokenVocab>(RandomVocab(3, 1500));
   auto constraint =
       std::make_shared<const JsonConstraint>(Grammar(kPersonSchema), vocab, std::vector{kEndId});
-  const int64_t n = vocab->size();
   std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<float> logits(static_cast<size_t>(n));
   int finished = 0;
   for (int trial = 0; trial < 40; ++trial) {
-    engine::SamplingParams params;
-    params.temperature = trial % 4 == 0 ? 0.0f : 1.0f;
-    params.constraint = constraint;
-    engine::Sampler sampler(params, 100 + trial, {});
-    ASSERT_TRUE(sampler.constrained());
     std::string text;
-    bool ended = false;
-    for (int step = 0; step < 3000 && !ended; ++step) {
-      for (float& x : logits) x = normal(rng);
-      const int32_t id = sampler.Sample(logits.data(), n);
-      ASSERT_TRUE(std::isfinite(logits[static_cast<size_t>(id)])) << "a masked token was drawn";
-      if (id == kEndId) {
-        ended = true;
-      } else {
-        text += vocab->bytes(id);
-      }
-    }
-    if (!ended) continue;  // an unbounded "bio" string may outlast the step budget
+    // An unbounded "bio" string may outlast the step budget.
+    if (!SampleText(constraint, trial, &rng, 3000, &text)) continue;
     ++finished;
     ASSERT_TRUE(nlohmann::json::accept(text)) << text;
     const nlohmann::json doc = nlohmann::json::parse(text);
@@ -183,6 +190,63 @@ TEST(JsonConstraintTest, SamplingFromRandomLogitsYieldsSchemaValidJson) {
     }
   }
   EXPECT_GE(finished, 20);
+}
+
+constexpr const char* kPatternSchema = R"({"type":"object","properties":{
+    "id":{"type":"string","pattern":"^[a-f0-9]{4}-x$"},
+    "when":{"type":"string","format":"date"},
+    "note":{"type":"string","pattern":"\\d\\n","maxLength":5},
+    "score":{"type":"number","minimum":-1,"maximum":1},
+    "n":{"type":"integer","exclusiveMinimum":9,"maximum":99}},
+  "required":["id","when","note","score","n"],"additionalProperties":false})";
+
+TEST(JsonConstraintTest, MasksEqualBruteForceWithPatternsAndBounds) {
+  auto vocab = std::make_shared<TokenVocab>(RandomVocab(8, 1500));
+  const JsonConstraint c(Grammar(kPatternSchema), vocab, {kEndId});
+  CheckMasksAlong(c, R"({"id":"ab12-x","when":"2026-11-30","note":"a1\nb","score":-0.25,"n":42})");
+  CheckMasksAlong(c, R"({ "id": "0000-x", "when": "1999-01-31", "note": "7\u000a", )"
+                     R"("score": 1, "n": 10 })");
+  const auto regex = std::make_shared<JsonGrammar>(
+      RegexTextGrammar(*CompileRegex("(yes|no)-[0-9]{2,3}", RegexAnchoring::kFullMatch)));
+  CheckMasksAlong(JsonConstraint(regex, vocab, {kEndId}), "no-123");
+}
+
+// Sampling never reaches a dead end: every text it ends is valid (patterns, formats, bounds).
+TEST(JsonConstraintTest, SamplingFromRandomLogitsFitsPatternsFormatsAndBounds) {
+  auto vocab = std::make_shared<TokenVocab>(RandomVocab(9, 1500));
+  auto constraint =
+      std::make_shared<const JsonConstraint>(Grammar(kPatternSchema), vocab, std::vector{kEndId});
+  std::mt19937 rng(12);
+  const std::regex date(R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))");
+  for (int trial = 0; trial < 30; ++trial) {
+    std::string text;
+    ASSERT_TRUE(SampleText(constraint, trial, &rng, 3000, &text)) << text;
+    ASSERT_TRUE(nlohmann::json::accept(text)) << text;
+    const nlohmann::json doc = nlohmann::json::parse(text);
+    ASSERT_EQ(doc.size(), 5u) << text;
+    EXPECT_TRUE(std::regex_match(doc["id"].get<std::string>(), std::regex("[a-f0-9]{4}-x")))
+        << text;
+    EXPECT_TRUE(std::regex_match(doc["when"].get<std::string>(), date)) << text;
+    const std::string note = doc["note"].get<std::string>();
+    EXPECT_TRUE(std::regex_search(note, std::regex("\\d\\n"))) << text;
+    EXPECT_LE(std::count_if(note.begin(), note.end(), [](char ch) { return (ch & 0xC0) != 0x80; }),
+              5)
+        << text;  // code points
+    EXPECT_TRUE(doc["score"].is_number() && doc["score"].get<double>() >= -1 &&
+                doc["score"].get<double>() <= 1)
+        << text;
+    EXPECT_TRUE(doc["n"].is_number_integer() && doc["n"].get<int>() > 9 &&
+                doc["n"].get<int>() <= 99)
+        << text;
+  }
+  const auto grammar = std::make_shared<JsonGrammar>(
+      RegexTextGrammar(*CompileRegex("(yes|no)-[0-9]{2,3}", RegexAnchoring::kFullMatch)));
+  auto regex = std::make_shared<const JsonConstraint>(grammar, vocab, std::vector{kEndId});
+  for (int trial = 0; trial < 20; ++trial) {
+    std::string text;
+    ASSERT_TRUE(SampleText(regex, trial, &rng, 100, &text)) << text;
+    EXPECT_TRUE(std::regex_match(text, std::regex("(yes|no)-[0-9]{2,3}"))) << text;
+  }
 }
 
 TEST(JsonConstraintTest, ReasoningGateConstrainsOnlyTheAnswer) {

@@ -47,7 +47,15 @@ enum ObjectSub : uint8_t { kObjOpen, kObjKeyNext, kObjColon, kObjValue, kObjAfte
 // kArray sub-states.
 enum ArraySub : uint8_t { kArrOpen, kArrNext, kArrValue, kArrAfterItem };
 // kString sub-states.
-enum StringSub : uint8_t { kStrNormal, kStrEscape, kStrHex };
+// kStrPair*: after a \u escape of a high surrogate, its low half (\uDC00–\uDFFF) must follow.
+enum StringSub : uint8_t {
+  kStrNormal,
+  kStrEscape,
+  kStrHex,
+  kStrPairBackslash,
+  kStrPairU,
+  kStrPairHex
+};
 // kNumber sub-states.
 enum NumberSub : uint8_t {
   kNumStart,
@@ -64,8 +72,78 @@ enum NumberSub : uint8_t {
 bool IsWhitespace(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+int HexValue(uint8_t c) { return IsDigit(c) ? c - '0' : (c | 0x20) - 'a' + 10; }
 bool NumberCanEnd(uint8_t sub) {
   return sub == kNumZero || sub == kNumInt || sub == kNumFrac || sub == kNumExp;
+}
+
+// kNumber flags.
+constexpr uint8_t kNumSigned = 1;
+constexpr uint8_t kNumBounded = 0x40;
+constexpr uint8_t kNumInRange = 0x80;
+constexpr int kNumFractionShift = 1;  // bits 1–4: fraction digits of a bounded number
+
+int64_t Pow10(int n) {
+  int64_t v = 1;
+  for (int i = 0; i < n; ++i) v *= 10;
+  return v;
+}
+
+// A number frame may end here: its syntax is complete and, with bounds, its value within them.
+bool NumberEnds(const Frame& f) {
+  return NumberCanEnd(f.sub) && (!(f.flags & kNumBounded) || (f.flags & kNumInRange));
+}
+
+// Bounded numbers: the digits so far as one integer (integer part, then fraction digits).
+int64_t BoundedDigits(const Frame& f) {
+  return static_cast<int64_t>((static_cast<uint64_t>(static_cast<uint32_t>(f.end)) << 32) |
+                              static_cast<uint32_t>(f.b));
+}
+void SetBoundedDigits(Frame* f, int64_t v) {
+  f->b = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v)));
+  f->end = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v) >> 32));
+}
+int FractionDigits(const Frame& f) { return (f.flags >> kNumFractionShift) & 0xF; }
+
+// Whether some number of bounded `node` starts with the text of f (and so whether f may go
+// on), and whether that text itself is such a number (*ends).
+bool BoundedViable(const SchemaNode& node, const Frame& f, bool* ends) {
+  const int scale = node.kind == NodeKind::kInteger ? 0 : kMaxBoundedFractionDigits;
+  const int max_int_digits = kMaxIntegerDigits - scale;
+  const bool negative = f.flags & kNumSigned;
+  const int64_t v = BoundedDigits(f);
+  const int n = FractionDigits(f);
+  // Some value whose magnitude (in units of 10^-scale) lies in [lo, hi] is within the bounds.
+  auto hits = [&](int64_t lo, int64_t hi) {
+    return negative ? (-hi <= node.max_scaled && -lo >= node.min_scaled)
+                    : (lo <= node.max_scaled && hi >= node.min_scaled);
+  };
+  *ends = false;
+  switch (f.sub) {
+    case kNumStart:
+    case kNumMinus:
+      return hits(0, Pow10(kMaxIntegerDigits) - 1);
+    case kNumZero:
+      *ends = hits(0, 0);
+      return hits(0, Pow10(scale) - 1);
+    case kNumInt: {
+      *ends = hits(v * Pow10(scale), v * Pow10(scale));
+      const int digits = f.a - (negative ? 1 : 0);
+      for (int j = 0; j + digits <= max_int_digits; ++j) {
+        const int64_t lo = v * Pow10(j) * Pow10(scale);
+        if (hits(lo, lo + Pow10(j + scale) - 1)) return true;
+      }
+      return false;
+    }
+    case kNumFracStart:
+    case kNumFrac: {
+      const int64_t lo = v * Pow10(scale - n);
+      if (f.sub == kNumFrac) *ends = hits(lo, lo);
+      return hits(lo, lo + Pow10(scale - n) - 1);
+    }
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -186,8 +264,20 @@ class Stepper {
         return FeedNumber(t, c);
       case FrameKind::kLiteral:
         return FeedLiteral(t, c);
+      case FrameKind::kText:
+        return FeedText(t, c);
     }
     return false;
+  }
+
+  bool FeedText(size_t t, uint8_t c) {
+    Frame& f = Top(t);
+    const ByteDfa& dfa = g_.patterns[static_cast<size_t>(Node(f.node).pattern)];
+    const int32_t next = dfa.Next(f.end, c);
+    if (next == ByteDfa::kDead) return false;
+    f.end = next;
+    f.a = dfa.Accepting(next) ? 1 : 0;
+    return true;
   }
 
   // The value on top is complete: pop it and advance its container.
@@ -244,12 +334,14 @@ class Stepper {
       return true;
     }
     if (c == '"' && (any || kind == NodeKind::kString)) {
-      f = Frame{FrameKind::kString, kStrNormal, 0, any ? -1 : node, 0, 0};
+      const ByteDfa* dfa = any ? nullptr : Pattern(node);
+      f = Frame{FrameKind::kString, kStrNormal, 0, any ? -1 : node, 0, 0, dfa ? dfa->start : 0};
       return true;
     }
     if ((c == '-' || IsDigit(c)) &&
         (any || kind == NodeKind::kNumber || kind == NodeKind::kInteger)) {
-      f = Frame{FrameKind::kNumber, kNumStart, 0, node, 0, 0};
+      const uint8_t flags = !any && Node(node).bounded ? kNumBounded : 0;
+      f = Frame{FrameKind::kNumber, kNumStart, flags, node, 0, 0};
       return FeedNumber(t, c);
     }
     if (kind != NodeKind::kLiterals && !any) return false;
@@ -423,20 +515,79 @@ class Stepper {
     }
   }
 
+  // The pattern of string node `node` (nullptr: none; node −1 is an unconstrained string).
+  const ByteDfa* Pattern(int32_t node) const {
+    if (node < 0) return nullptr;
+    const int32_t p = Node(node).pattern;
+    return p < 0 ? nullptr : &g_.patterns[static_cast<size_t>(p)];
+  }
+
+  // Steps string frame f's pattern by a decoded byte: false when the pattern cannot take it, or
+  // could then only match past maxLength or short of minLength (f.a already counts the byte's
+  // code point). With both lengths set, a pattern whose match lengths have gaps may still
+  // leave no length within them (not checked).
+  bool PatternStep(Frame* f, const ByteDfa& dfa, uint8_t byte) const {
+    const int32_t next = dfa.Next(f->end, byte);
+    if (next == ByteDfa::kDead) return false;
+    const SchemaNode& node = Node(f->node);
+    const auto at = static_cast<size_t>(next);
+    if (node.max_length >= 0 && f->a + dfa.min_code_points[at] > node.max_length) return false;
+    if (dfa.max_code_points[at] != ByteDfa::kUnbounded &&
+        f->a + dfa.max_code_points[at] < node.min_length) {
+      return false;
+    }
+    f->end = next;
+    return true;
+  }
+
+  // Whether the pattern takes one of the decoded bytes [lo, hi] (an escape may go on).
+  bool PatternTakesAny(const Frame& f, const ByteDfa& dfa, int lo, int hi) const {
+    for (int byte = lo; byte <= hi; ++byte) {
+      Frame probe = f;
+      if (PatternStep(&probe, dfa, static_cast<uint8_t>(byte))) return true;
+    }
+    return false;
+  }
+
+  // The byte a one-character JSON escape stands for (0: not an escape).
+  static uint8_t EscapedByte(uint8_t c) {
+    switch (c) {
+      case '"':
+      case '\\':
+      case '/':
+        return c;
+      case 'b':
+        return '\b';
+      case 'f':
+        return '\f';
+      case 'n':
+        return '\n';
+      case 'r':
+        return '\r';
+      case 't':
+        return '\t';
+      default:
+        return 0;
+    }
+  }
+
   bool FeedString(size_t t, uint8_t c) {
     Frame& f = Top(t);
     const int64_t min_length = f.node >= 0 ? Node(f.node).min_length : 0;
     const int64_t max_length = f.node >= 0 ? Node(f.node).max_length : -1;
+    const ByteDfa* dfa = Pattern(f.node);
     switch (f.sub) {
       case kStrNormal: {
         if (f.b != 0) {  // inside a multi-byte code point (b: the UTF-8 state)
           const uint8_t next = Utf8Next(static_cast<uint8_t>(f.b), c);
           if (next == kUtf8Bad) return false;
+          if (dfa && !PatternStep(&f, *dfa, c)) return false;
           f.b = next;
           return true;
         }
         if (c == '"') {
           if (f.a < min_length) return false;
+          if (dfa && !dfa->Accepting(f.end)) return false;
           if (f.flags & kKeyString) return KeyDone(t, -1);
           return ValueDone(t);
         }
@@ -444,26 +595,70 @@ class Stepper {
         if (c < 0x20 || next == kUtf8Bad) return false;
         if (max_length >= 0 && f.a >= max_length) return false;
         ++f.a;
+        if (c == '\\') {
+          // Escapes decode to '"', '\', '/' or a control character (with a pattern, \u
+          // escapes are taken only for those).
+          if (dfa && !PatternTakesAny(f, *dfa, 0, 0x1F) && !PatternTakesAny(f, *dfa, '"', '"') &&
+              !PatternTakesAny(f, *dfa, '/', '/') && !PatternTakesAny(f, *dfa, '\\', '\\')) {
+            return false;
+          }
+          f.sub = kStrEscape;
+          return true;
+        }
+        if (dfa && !PatternStep(&f, *dfa, c)) return false;
         f.b = next;
-        if (c == '\\') f.sub = kStrEscape;
         return true;
       }
       case kStrEscape:
         if (c == 'u') {
+          if (dfa && !PatternTakesAny(f, *dfa, 0, 0x1F)) return false;
           f.sub = kStrHex;
-          f.b = 4;
+          f.b = 4;  // hex digits still due | value so far << 4
           return true;
         }
-        if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
-            c == 't') {
+        if (const uint8_t byte = EscapedByte(c); byte != 0) {
+          if (dfa && !PatternStep(&f, *dfa, byte)) return false;
           f.sub = kStrNormal;
           return true;
         }
         return false;
+      case kStrPairBackslash:
+      case kStrPairU:
+        if (c != (f.sub == kStrPairBackslash ? '\\' : 'u')) return false;
+        f.sub = f.sub == kStrPairBackslash ? kStrPairU : kStrPairHex;
+        if (f.sub == kStrPairHex) f.b = 4;
+        return true;  // the pair is one code point: counted at its first half
       case kStrHex:
+      case kStrPairHex: {
         if (!IsHex(c)) return false;
-        if (--f.b == 0) f.sub = kStrNormal;
+        const int due = (f.b & 0xF) - 1;
+        const int value = (f.b >> 4) * 16 + HexValue(c);
+        // Surrogates (D800–DFFF) only as a pair: high (D800–DBFF), then low (DC00–DFFF).
+        if (due == 2) {
+          const bool low = value >= 0xDC && value <= 0xDF;
+          if (f.sub == kStrPairHex ? !low : low) return false;
+        } else if (due == 3 && f.sub == kStrPairHex && value != 0xD) {
+          return false;
+        }
+        if (dfa) {
+          // The code points this escape can still name: [value << 4·due, (value + 1) << 4·due).
+          const int lo = value << (4 * due), hi = ((value + 1) << (4 * due)) - 1;
+          if (lo > 0x1F) return false;
+          if (due == 0) {
+            if (!PatternStep(&f, *dfa, static_cast<uint8_t>(value))) return false;
+          } else if (!PatternTakesAny(f, *dfa, lo, std::min(hi, 0x1F))) {
+            return false;
+          }
+        }
+        if (due == 0) {
+          const bool high = f.sub == kStrHex && value >= 0xD800 && value <= 0xDBFF;
+          f.sub = high ? kStrPairBackslash : kStrNormal;
+          f.b = 0;
+        } else {
+          f.b = due | (value << 4);
+        }
         return true;
+      }
       default:
         return false;
     }
@@ -505,16 +700,43 @@ class Stepper {
     }
     if (next != 0xFF) {
       if (f.a >= kMaxNumberBytes) return false;
-      if (c == '-' && f.sub == kNumStart) f.flags = 1;  // signed
-      if (integer && f.a - f.flags >= kMaxIntegerDigits) return false;
+      if (c == '-' && f.sub == kNumStart) f.flags |= kNumSigned;
+      const int sign = f.flags & kNumSigned;
+      if (integer && f.a - sign >= kMaxIntegerDigits) return false;
+      if (f.flags & kNumBounded) return FeedBoundedNumber(&f, c, next);
       ++f.a;
       f.sub = next;
       return true;
     }
     // The number ends before c: c belongs to the container.
-    if (!NumberCanEnd(f.sub)) return false;
+    if (!NumberEnds(f)) return false;
     ValueDone(t);
     return Feed(t, c);
+  }
+
+  // A byte of a number with bounds (next: its sub-state): fixed point, and only while some
+  // value within the bounds starts with the text.
+  bool FeedBoundedNumber(Frame* f, uint8_t c, uint8_t next) {
+    const SchemaNode& node = Node(f->node);
+    const int scale = node.kind == NodeKind::kInteger ? 0 : kMaxBoundedFractionDigits;
+    if (next == kNumExpStart) return false;
+    if (IsDigit(c)) {
+      if (next == kNumFrac) {
+        const int n = FractionDigits(*f);
+        if (n >= scale) return false;
+        f->flags = static_cast<uint8_t>((f->flags & ~(0xF << kNumFractionShift)) |
+                                        ((n + 1) << kNumFractionShift));
+      } else if (f->a - (f->flags & kNumSigned) >= kMaxIntegerDigits - scale) {
+        return false;
+      }
+      SetBoundedDigits(f, BoundedDigits(*f) * 10 + (c - '0'));
+    }
+    ++f->a;
+    f->sub = next;
+    bool ends = false;
+    if (!BoundedViable(node, *f, &ends)) return false;
+    f->flags = static_cast<uint8_t>(ends ? f->flags | kNumInRange : f->flags & ~kNumInRange);
+    return true;
   }
 
   const JsonGrammar& g_;
@@ -528,6 +750,13 @@ JsonMatchState JsonMatchState::Start(const JsonGrammar& grammar) {
   Frame root;
   root.kind = FrameKind::kValue;
   root.node = grammar.root;
+  const SchemaNode& node = grammar.nodes[static_cast<size_t>(grammar.root)];
+  if (node.kind == NodeKind::kText) {  // raw text: no value to open
+    const ByteDfa& dfa = grammar.patterns[static_cast<size_t>(node.pattern)];
+    root.kind = FrameKind::kText;
+    root.end = dfa.start;
+    root.a = dfa.Accepting(dfa.start) ? 1 : 0;
+  }
   s.threads_[0].stack.push_back(root);
   s.size_ = 1;
   return s;
@@ -582,10 +811,10 @@ bool JsonMatchState::CanFinish() const {
   for (size_t i = 0; i < size_; ++i) {
     const MatchThread& th = threads_[i];
     if (th.done) return true;
-    if (th.stack.size() == 1 && th.stack[0].kind == FrameKind::kNumber &&
-        NumberCanEnd(th.stack[0].sub)) {
-      return true;
-    }
+    if (th.stack.size() != 1) continue;
+    const Frame& f = th.stack[0];
+    if (f.kind == FrameKind::kNumber && NumberEnds(f)) return true;
+    if (f.kind == FrameKind::kText && f.a == 1) return true;
   }
   return false;
 }
@@ -598,11 +827,36 @@ int64_t JsonMatchState::PlainStringRoom(const JsonGrammar& grammar) const {
     if (th.done || th.stack.empty()) return -1;
     const Frame& f = th.stack.back();
     if (f.kind != FrameKind::kString || f.sub != kStrNormal || f.b != 0) return -1;
+    if (f.node >= 0 && grammar.nodes[static_cast<size_t>(f.node)].pattern >= 0) return -1;
     const int64_t max_length =
         f.node >= 0 ? grammar.nodes[static_cast<size_t>(f.node)].max_length : -1;
     room = std::max(room, max_length < 0 ? kUnbounded : max_length - f.a);
   }
   return room;
+}
+
+}  // namespace strata::structured
+
+namespace strata::structured {
+
+bool JsonMatchState::PatternSpot(const JsonGrammar& grammar, int32_t* pattern,
+                                 int32_t* pattern_state) const {
+  if (size_ == 0) return false;
+  for (size_t i = 0; i < size_; ++i) {
+    const MatchThread& th = threads_[i];
+    if (th.done || th.stack.empty()) return false;
+    const Frame& f = th.stack.back();
+    if (f.kind != FrameKind::kString || f.sub != kStrNormal || f.b != 0 || f.node < 0) return false;
+    const SchemaNode& node = grammar.nodes[static_cast<size_t>(f.node)];
+    if (node.pattern < 0 || node.max_length >= 0) return false;
+    if (i == 0) {
+      *pattern = node.pattern;
+      *pattern_state = f.end;
+    } else if (node.pattern != *pattern || f.end != *pattern_state) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace strata::structured

@@ -13,7 +13,13 @@
 //   - whitespace (space, tab, CR, LF) between tokens, at most kMaxWhitespaceRun bytes in a row,
 //     none after the root value;
 //   - strings: well-formed UTF-8 without control bytes, `"` or `\` but in the JSON escapes
-//     (\uXXXX with hex digits); lengths count code points (an escape is one);
+//     (\uXXXX with hex digits; surrogates only as a high-low pair, as JSON parsers demand);
+//     lengths count code points (an escape is one, so is a surrogate pair); a string with a
+//     pattern steps its automaton over the decoded bytes and takes \u escapes only for control
+//     characters (\u0000–\u001F; other characters are written as themselves); a byte is taken
+//     only if the pattern can still match within maxLength;
+//   - numbers with bounds: fixed point (json_schema.h), a digit taken only if some value within
+//     the bounds still starts with the text;
 //   - numbers at most kMaxNumberBytes bytes, integers at most kMaxIntegerDigits digits (every
 //     one fits an int64, as consumers of "integer" expect), nesting at most kMaxDepth frames, at
 //     most kMaxThreads live threads (beyond: the later ones are dropped, which can only narrow what
@@ -43,17 +49,24 @@ enum class FrameKind : uint8_t {
   kString,   // inside "…", `a` code points so far (node −1: unbounded)
   kNumber,   // inside a number, `a` bytes so far
   kLiteral,  // literals [b, end) of `node` (kAny: false/null/true) match `a` bytes so far
+  kText,     // raw text of a kText root `node`: pattern state `end`, `a` = 1 where it may end
 };
 
 struct Frame {
   FrameKind kind = FrameKind::kValue;
-  uint8_t sub = 0;    // kind-specific sub-state
-  uint8_t flags = 0;  // kString: kKeyString; kNumber: 1 after a leading '-'
+  uint8_t sub = 0;  // kind-specific sub-state
+  // kString: kKeyString. kNumber: bit 0 after a leading '-'; with bounds (kNumBounded), the
+  // fraction digits so far in bits 1–4 and kNumInRange while the text so far is a value
+  // within them.
+  uint8_t flags = 0;
 
   int32_t node = -1;
   int32_t a = 0;
   int32_t b = 0;
-  int32_t end = 0;  // kKey, kLiteral: the candidate range [b, end)
+  // kKey, kLiteral: the candidate range [b, end). kString with a pattern: the pattern state in
+  // `end`. kNumber with bounds: the digits so far as one integer, high half in `end`, low in
+  // `b`.
+  int32_t end = 0;
   bool operator==(const Frame&) const = default;
 };
 
@@ -88,6 +101,11 @@ class JsonMatchState {
   // constraint's fast path. −1 otherwise.
   int64_t PlainStringRoom(const JsonGrammar& grammar) const;
   static constexpr int64_t kUnbounded = INT64_MAX;
+  // When every thread is inside a string with a pattern but no maxLength, between code points
+  // and outside an escape, all in the same pattern state: that pattern and state. A run of plain
+  // bytes is then accepted exactly when the pattern's automaton takes it from that state (the
+  // constraint caches those tokens per state). False otherwise.
+  bool PatternSpot(const JsonGrammar& grammar, int32_t* pattern, int32_t* pattern_state) const;
 
  private:
   friend class Stepper;

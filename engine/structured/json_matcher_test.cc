@@ -170,6 +170,24 @@ TEST(JsonMatcherTest, RootMustBeAnObjectWithNothingAfterIt) {
                   "{\"a\":\"\\x\"}"});  // an unknown escape
 }
 
+TEST(JsonMatcherTest, SurrogateEscapesComeOnlyAsPairs) {
+  // What JSON parsers accept (nlohmann refuses a lone half), as one code point.
+  const std::string pair = R"({"a":"\uD83D\ude00"})";
+  const std::string lone_high = R"({"a":"\uD83D"})";
+  const std::string lone_low = R"({"a":"\uDE00x"})";
+  const std::string high_then_text = R"({"a":"\uD83Dx"})";
+  const std::string two_highs = R"({"a":"\uD83D\uD83D"})";
+  ExpectVerdicts(AnyJsonObjectGrammar(), {pair}, {lone_high, lone_low, high_then_text, two_highs});
+  EXPECT_TRUE(nlohmann::json::accept(pair));
+  for (const std::string& bad : {lone_high, lone_low, high_then_text, two_highs}) {
+    EXPECT_FALSE(nlohmann::json::accept(bad)) << bad;
+  }
+  absl::StatusOr<JsonGrammar> one = CompileJsonSchema(Json::parse(R"({"maxLength":1})"));
+  ASSERT_TRUE(one.ok());
+  EXPECT_TRUE(Accepts(*one, R"("\uD83D\uDE00")"));
+  EXPECT_FALSE(Accepts(*one, R"("\uD83D\uDE00x")"));
+}
+
 TEST(JsonMatcherTest, LimitsBoundWhitespaceNumbersAndDepth) {
   const JsonGrammar g = AnyJsonObjectGrammar();
   auto wrap = [](const char* open, size_t n, char c, const char* close) {

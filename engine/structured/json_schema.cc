@@ -2,6 +2,7 @@
 #include "engine/structured/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string_view>
@@ -11,27 +12,84 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "engine/structured/json_matcher.h"
 
 namespace strata::structured {
 namespace {
 
 constexpr char kSupported[] =
     "type, enum, const, properties, required, additionalProperties, items, prefixItems, "
-    "minItems, maxItems, minLength, maxLength, anyOf, oneOf, allOf (one member), $ref, $defs";
+    "minItems, maxItems, minLength, maxLength, pattern, format, minimum, maximum, "
+    "exclusiveMinimum, exclusiveMaximum, anyOf, oneOf, allOf (one member), $ref, $defs";
 
 const std::set<std::string_view>& KnownKeywords() {
-  static const std::set<std::string_view> known = {
-      "type",  "enum",        "const",    "properties", "required",  "additionalProperties",
-      "items", "prefixItems", "minItems", "maxItems",   "minLength", "maxLength",
-      "anyOf", "oneOf",       "allOf",    "$ref",       "$defs",     "definitions"};
+  static const std::set<std::string_view> known = {"type",
+                                                   "enum",
+                                                   "const",
+                                                   "properties",
+                                                   "required",
+                                                   "additionalProperties",
+                                                   "items",
+                                                   "prefixItems",
+                                                   "minItems",
+                                                   "maxItems",
+                                                   "minLength",
+                                                   "maxLength",
+                                                   "pattern",
+                                                   "format",
+                                                   "minimum",
+                                                   "maximum",
+                                                   "exclusiveMinimum",
+                                                   "exclusiveMaximum",
+                                                   "anyOf",
+                                                   "oneOf",
+                                                   "allOf",
+                                                   "$ref",
+                                                   "$defs",
+                                                   "definitions"};
   return known;
 }
 
 const std::set<std::string_view>& Annotations() {
   static const std::set<std::string_view> ignored = {
-      "title", "description", "default",    "examples", "format",    "$schema",
-      "$id",   "$comment",    "deprecated", "readOnly", "writeOnly", "discriminator"};
+      "title",    "description", "default",  "examples",  "$schema",      "$id",
+      "$comment", "deprecated",  "readOnly", "writeOnly", "discriminator"};
   return ignored;
+}
+
+// The regular expression (full match) of each enforced format: RFC 3339 date, time
+// and date-time, RFC 4122 uuid text, an RFC 5321 dot-atom mailbox, dotted-quad IPv4, RFC 1123
+// host names.
+const char* FormatRegex(std::string_view format) {
+  if (format == "date") return R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+  if (format == "time") {
+    return R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d))";
+  }
+  if (format == "date-time") {
+    return R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt])"
+           R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d))";
+  }
+  if (format == "uuid") {
+    return "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
+  }
+  if (format == "email") {
+    return R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*)"
+           R"(@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+)";
+  }
+  if (format == "ipv4") {
+    return R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
+  }
+  if (format == "hostname") {
+    return R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*)";
+  }
+  return nullptr;
+}
+
+// 10^n for n in [0, 18].
+int64_t Pow10(int n) {
+  int64_t v = 1;
+  for (int i = 0; i < n; ++i) v *= 10;
+  return v;
 }
 
 // JSON Pointer escaping of one reference token (RFC 6901).
@@ -174,8 +232,13 @@ class Compiler {
         schema.contains("maxItems")) {
       return TypedAs(schema, "array", path);
     }
-    if (schema.contains("minLength") || schema.contains("maxLength")) {
+    if (schema.contains("minLength") || schema.contains("maxLength") ||
+        schema.contains("pattern")) {
       return TypedAs(schema, "string", path);
+    }
+    if (schema.contains("minimum") || schema.contains("maximum") ||
+        schema.contains("exclusiveMinimum") || schema.contains("exclusiveMaximum")) {
+      return TypedAs(schema, "number", path);
     }
     return AddNode(path, SchemaNode{});
   }
@@ -306,10 +369,13 @@ class Compiler {
           return Error(path, "'maxLength' is below 'minLength': no string satisfies both");
         }
       }
+      RETURN_IF_ERROR(StringPattern(schema, path, &node));
     } else if (type == "number") {
       node.kind = NodeKind::kNumber;
+      RETURN_IF_ERROR(NumberBounds(schema, path, &node));
     } else if (type == "integer") {
       node.kind = NodeKind::kInteger;
+      RETURN_IF_ERROR(NumberBounds(schema, path, &node));
     } else if (type == "boolean") {
       node.kind = NodeKind::kLiterals;
       node.literals = {"true", "false"};
@@ -322,6 +388,118 @@ class Compiler {
                                       "boolean or null)"));
     }
     return AddNode(path, std::move(node));
+  }
+
+  // `pattern` (search semantics, as JSON Schema's ECMA-262 regexes have) or an enforced
+  // `format` (whole string).
+  absl::Status StringPattern(const Json& schema, const std::string& path, SchemaNode* node) {
+    std::string regex;
+    RegexAnchoring anchoring = RegexAnchoring::kSearch;
+    if (schema.contains("pattern")) {
+      if (!schema["pattern"].is_string()) return Error(path, "'pattern' must be a string");
+      regex = schema["pattern"].get<std::string>();
+    }
+    if (schema.contains("format") && schema["format"].is_string()) {
+      if (const char* format = FormatRegex(schema["format"].get_ref<const std::string&>())) {
+        if (!regex.empty()) {
+          return Error(path, "'pattern' next to an enforced 'format' is not supported");
+        }
+        regex = format;
+        anchoring = RegexAnchoring::kFullMatch;
+      }
+    }
+    if (!schema.contains("pattern") && regex.empty()) return absl::OkStatus();
+    const std::string key = absl::StrCat(anchoring == RegexAnchoring::kSearch ? "s:" : "f:", regex);
+    if (auto it = patterns_.find(key); it != patterns_.end()) {
+      node->pattern = it->second;
+    } else {
+      absl::StatusOr<ByteDfa> dfa = CompileRegex(regex, anchoring);
+      if (!dfa.ok()) {
+        return Error(path, absl::StrCat(schema.contains("pattern") ? "'pattern'" : "'format'", ": ",
+                                        dfa.status().message()));
+      }
+      pattern_cells_ += dfa->next.size();
+      if (pattern_cells_ > kMaxPatternCells) {
+        return Error(path,
+                     absl::StrCat("the schema's patterns and formats need more than ",
+                                  kMaxPatternCells, " automaton transitions in all (the limit)"));
+      }
+      node->pattern = static_cast<int32_t>(grammar_.patterns.size());
+      grammar_.patterns.push_back(*std::move(dfa));
+      patterns_[key] = node->pattern;
+    }
+    // A pattern that needs more code points than maxLength allows matches nothing.
+    const ByteDfa& dfa = grammar_.patterns[static_cast<size_t>(node->pattern)];
+    if (node->max_length >= 0 &&
+        dfa.min_code_points[static_cast<size_t>(dfa.start)] > node->max_length) {
+      return Error(path, "no string of at most 'maxLength' code points matches the pattern");
+    }
+    const int32_t longest = dfa.max_code_points[static_cast<size_t>(dfa.start)];
+    if (longest != ByteDfa::kUnbounded && longest < node->min_length) {
+      return Error(path, "no string of at least 'minLength' code points matches the pattern");
+    }
+    return absl::OkStatus();
+  }
+
+  // One bound in units of 10^-scale: `up` rounds toward +inf (a lower bound), else toward
+  // -inf; `exclusive` moves an exact bound one unit inward. Clamped to what the fixed-point
+  // form can write.
+  absl::StatusOr<int64_t> ScaledBound(const Json& v, int scale, bool up, bool exclusive,
+                                      const std::string& path, const char* key) {
+    if (!v.is_number()) return Error(path, absl::StrCat("'", key, "' must be a number"));
+    const int64_t limit = Pow10(kMaxIntegerDigits) - 1;
+    const long double x = v.is_number_integer()    ? static_cast<long double>(v.get<int64_t>())
+                          : v.is_number_unsigned() ? static_cast<long double>(v.get<uint64_t>())
+                                                   : static_cast<long double>(v.get<double>());
+    const long double scaled = x * static_cast<long double>(Pow10(scale));
+    if (scaled > static_cast<long double>(limit)) return up ? limit + 1 : limit;
+    if (scaled < -static_cast<long double>(limit)) return up ? -limit : -limit - 1;
+    const long double nearest = std::nearbyint(scaled);
+    const bool exact = std::fabs(scaled - nearest) < 1e-4L;  // decimal bounds written exactly
+    int64_t b = static_cast<int64_t>(exact ? nearest : up ? std::ceil(scaled) : std::floor(scaled));
+    if (exact && exclusive) b += up ? 1 : -1;
+    return b;
+  }
+
+  absl::Status NumberBounds(const Json& schema, const std::string& path, SchemaNode* node) {
+    const bool integer = node->kind == NodeKind::kInteger;
+    const int scale = integer ? 0 : kMaxBoundedFractionDigits;
+    const int64_t limit = Pow10(kMaxIntegerDigits) - 1;  // in units of 10^-scale
+    int64_t lo = -limit, hi = limit;
+    // A lower (or upper) bound from `key` and its exclusive form `exclusive_key`.
+    auto bound = [&](const char* key, const char* exclusive_key, bool lower) -> absl::Status {
+      for (const char* k : {key, exclusive_key}) {
+        if (!schema.contains(k) || schema[k].is_boolean()) continue;
+        // Draft 4 writes the exclusive form as a boolean next to the bound.
+        const bool exclusive = k == exclusive_key || (schema.contains(exclusive_key) &&
+                                                      schema[exclusive_key].is_boolean() &&
+                                                      schema[exclusive_key].get<bool>());
+        ASSIGN_OR_RETURN(int64_t b, ScaledBound(schema[k], scale, lower, exclusive, path, k));
+        if (lower) {
+          lo = std::max(lo, b);
+        } else {
+          hi = std::min(hi, b);
+        }
+        node->bounded = true;
+      }
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(bound("minimum", "exclusiveMinimum", true));
+    RETURN_IF_ERROR(bound("maximum", "exclusiveMaximum", false));
+    if (!node->bounded) return absl::OkStatus();
+    if (lo > hi) {
+      return Error(path,
+                   absl::StrCat("no ", integer ? "integer" : "number",
+                                " satisfies the minimum and maximum bounds",
+                                integer ? ""
+                                        : absl::StrCat(" (numbers with bounds are written "
+                                                       "in fixed point: at most ",
+                                                       kMaxIntegerDigits - scale, " integer and ",
+                                                       scale, " fraction digits)")));
+    }
+    node->min_scaled = lo;
+    node->max_scaled = hi;
+    return absl::OkStatus();
   }
 
   absl::Status Object(const Json& schema, const std::string& path, SchemaNode* node) {
@@ -440,8 +618,10 @@ class Compiler {
 
   const Json& root_;
   JsonGrammar grammar_;
-  std::map<std::string, int32_t> refs_;  // "$ref" target → node
-  int depth_ = 0;                        // Compile calls open
+  std::map<std::string, int32_t> refs_;      // "$ref" target → node
+  std::map<std::string, int32_t> patterns_;  // anchoring + regex → index in grammar_.patterns
+  size_t pattern_cells_ = 0;                 // transitions of grammar_.patterns, all together
+  int depth_ = 0;                            // Compile calls open
 };
 
 }  // namespace
@@ -463,6 +643,16 @@ JsonGrammar ExactTextGrammar(std::vector<std::string> texts) {
   g.nodes[0].literals = std::move(texts);
   g.root_whitespace = false;
   FinalizeNodes(&g);
+  return g;
+}
+
+JsonGrammar RegexTextGrammar(ByteDfa dfa) {
+  JsonGrammar g;
+  g.nodes.resize(1);
+  g.nodes[0].kind = NodeKind::kText;
+  g.nodes[0].pattern = 0;
+  g.patterns.push_back(std::move(dfa));
+  g.root_whitespace = false;
   return g;
 }
 

@@ -6,13 +6,16 @@
 //   type (one name or a list), enum, const, properties + required, additionalProperties
 //   (false, or a schema/true on an object without properties), items, prefixItems (tuples),
 //   minItems, maxItems,
-//   minLength, maxLength, anyOf / oneOf (as anyOf), allOf with one member, $ref to "#",
+//   minLength, maxLength, pattern (regex.h), format (date, time, date-time, uuid, email, ipv4
+//   and hostname are enforced; other formats are annotations), minimum, maximum, exclusiveMinimum,
+//   exclusiveMaximum (numbers then have at most kMaxBoundedFractionDigits fraction digits and no
+//   exponent), anyOf / oneOf (as anyOf), allOf with one member, $ref to "#",
 //   "#/$defs/…" or "#/definitions/…", boolean schemas (true = any value).
-// Ignored (annotations): title, description, default, examples, format, $schema, $id,
+// Ignored (annotations): title, description, default, examples, $schema, $id,
 //   $comment, deprecated, readOnly, writeOnly, discriminator (OpenAPI / Pydantic tagged unions:
 //   their oneOf alternatives already fix the tag), and $defs / definitions themselves.
-// Anything else (pattern, minimum, …) is an InvalidArgument naming the keyword and its path:
-// a constraint the output would silently break is refused rather than ignored.
+// Anything else (multipleOf, propertyNames, …) is an InvalidArgument naming the keyword and its
+// path: a constraint the output would silently break is refused rather than ignored.
 //
 // Output shape the grammar fixes (as xgrammar's strict mode does): an object's properties come
 // in the order the schema lists them, optional ones may be left out, no others appear; enum and
@@ -26,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "engine/structured/regex.h"
 
 namespace strata::structured {
 
@@ -40,7 +44,13 @@ enum class NodeKind : uint8_t {
   kInteger,   // a JSON number without fraction or exponent
   kLiterals,  // one of `literals` (compact JSON texts: enum, const, true/false/null)
   kAnyOf,     // one of `alternatives`
+  kText,      // raw text (not JSON) matching `pattern`: the root of a regex grammar only
 };
+
+// Numbers with bounds are written in fixed point: this many fraction digits at most (integers
+// none), kMaxIntegerDigits − this many integer digits, no exponent. The bounds are exact in
+// units of 10^−kMaxBoundedFractionDigits.
+inline constexpr int kMaxBoundedFractionDigits = 9;
 
 struct SchemaProperty {
   std::string key_text;  // the key as JSON text without the opening quote: `name"`
@@ -60,9 +70,16 @@ struct SchemaNode {
   int32_t items = -1;
   int64_t min_items = 0;
   int64_t max_items = -1;  // −1: unbounded
-  // kString: lengths in code points.
+  // kString: lengths in code points; `pattern` (or `format`): index in JsonGrammar::patterns,
+  // which the decoded string must match (−1: none). kText: the pattern of the text.
   int64_t min_length = 0;
-  int64_t max_length = -1;            // −1: unbounded
+  int64_t max_length = -1;  // −1: unbounded
+  int32_t pattern = -1;
+  // kNumber, kInteger with bounds: min_scaled ≤ value × 10^scale ≤ max_scaled, where scale is 0
+  // for integers and kMaxBoundedFractionDigits for numbers.
+  bool bounded = false;
+  int64_t min_scaled = 0;
+  int64_t max_scaled = 0;
   std::vector<std::string> literals;  // kLiterals: sorted (bytewise), no duplicates
   std::vector<int32_t> alternatives;  // kAnyOf (never another kAnyOf: flattened)
   std::vector<int32_t> keys_sorted;   // kObject: property indices by key_text, bytewise
@@ -72,6 +89,7 @@ struct SchemaNode {
 // relies on (sorted literals, keys_sorted).
 struct JsonGrammar {
   std::vector<SchemaNode> nodes;
+  std::vector<ByteDfa> patterns;
   int32_t root = 0;
   bool root_whitespace = true;  // whitespace may precede the root value
 };
@@ -83,13 +101,19 @@ JsonGrammar AnyJsonObjectGrammar();
 // guided_choice, and the call ids of forced tool calls.
 JsonGrammar ExactTextGrammar(std::vector<std::string> texts);
 
+// The text matches the regular expression `dfa` (vLLM's guided_regex).
+JsonGrammar RegexTextGrammar(ByteDfa dfa);
+
 // Compiles `schema`. Errors (InvalidArgument) name the JSON pointer of the offending part:
 // unsupported keyword, bad keyword value, unresolvable $ref, an empty enum, min > max, a
 // schema no value can satisfy, more than kMaxSchemaNodes nodes, nesting (schemas and enum /
-// const values together) deeper than kMaxSchemaDepth.
+// const values together) deeper than kMaxSchemaDepth, a pattern the regex compiler refuses,
+// patterns beyond kMaxPatternCells in all.
 absl::StatusOr<JsonGrammar> CompileJsonSchema(const Json& schema);
 
 inline constexpr int64_t kMaxSchemaNodes = 10000;
+// Transitions of all the schema's pattern automata together (4 bytes each: 16 MiB).
+inline constexpr size_t kMaxPatternCells = size_t{1} << 22;
 inline constexpr int kMaxSchemaDepth = 128;
 
 }  // namespace strata::structured

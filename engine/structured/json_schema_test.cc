@@ -2,6 +2,7 @@
 // matcher), and the errors for schemas the grammar cannot enforce.
 #include "engine/structured/json_schema.h"
 
+#include <random>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -138,12 +139,138 @@ TEST(JsonSchemaTest, FreeObjectsAndEmptySchemas) {
                  {"\"2026-11-30\""}, {"2026"});
 }
 
+TEST(JsonSchemaTest, PatternsMatchTheDecodedString) {
+  ExpectVerdicts(MustCompile(R"({"type":"string","pattern":"^[a-z]+@[a-z]+\\.com$"})"),
+                 {R"("ab@cd.com")"},
+                 {R"("ab@cd")", R"("AB@cd.com")", R"("ab@cd.com ")",
+                  R"("ab@cd\u002ecom")"});  // \u escapes only for control characters
+  // JSON Schema patterns are not anchored unless they say so.
+  ExpectVerdicts(MustCompile(R"({"pattern":"ab"})"), {R"("xxabyy")", R"("ab")"},
+                 {R"("ba")", R"("")", "1"});
+  // Escapes step the pattern by the character they stand for.
+  ExpectVerdicts(MustCompile(R"({"type":"string","pattern":"^a\nb\"/\\\\$"})"),
+                 {R"("a\nb\"/\\")", R"("a\u000ab\"\/\\")", R"("a\u000Ab\"/\\")"},
+                 {R"("a\tb\"/\\")", R"("anb\"/\\")", R"("a\u0062")"});
+  // Lengths still count code points, and a byte is refused as soon as the pattern could only
+  // match past maxLength.
+  const JsonGrammar bounded = MustCompile(R"({"type":"string","pattern":"^a+b?$","maxLength":3})");
+  ExpectVerdicts(bounded, {R"("aaa")", R"("aab")", R"("a")"}, {R"("aaaa")", R"("")"});
+  JsonMatchState state;
+  EXPECT_TRUE(testing::Feed(bounded, R"("aa)", &state));
+  EXPECT_FALSE(testing::Feed(bounded, R"("aaab)", &state));
+  // minLength: a byte is refused as soon as the pattern could only match short of it.
+  const JsonGrammar at_least =
+      MustCompile(R"({"type":"string","pattern":"^(a|bbb)c?$","minLength":3})");
+  ExpectVerdicts(at_least, {R"("bbb")", R"("bbbc")"}, {R"("ac")", R"("a")"});
+  EXPECT_FALSE(testing::Feed(at_least, R"("a)", &state));
+  EXPECT_NE(CompileError(R"({"type":"string","pattern":"^a{1,2}$","minLength":3})")
+                .find("at least 'minLength'"),
+            std::string::npos);
+  ExpectVerdicts(MustCompile(R"({"type":"string","pattern":"^é+$","minLength":2})"),
+                 {"\"\xc3\xa9\xc3\xa9\""}, {"\"\xc3\xa9\"", "\"e\""});
+  // Only string values: keys and other types are untouched.
+  ExpectVerdicts(
+      MustCompile(R"({"type":"object","additionalProperties":{"type":["string","integer"],
+                                   "pattern":"^x"}})"),
+      {R"({"any key":"x1","k":7})"}, {R"({"k":"y"})"});
+}
+
+TEST(JsonSchemaTest, KnownFormatsAreEnforcedOthersAreAnnotations) {
+  ExpectVerdicts(MustCompile(R"({"type":"string","format":"date-time"})"),
+                 {R"("2026-11-30T14:05:00Z")", R"("2026-11-30t14:05:59.123+01:00")"},
+                 {R"("2026-13-30T14:05:00Z")", R"("2026-11-30 14:05:00Z")",
+                  R"("2026-11-30T24:00:00Z")", R"("2026-11-30")"});
+  ExpectVerdicts(MustCompile(R"({"type":"string","format":"date"})"), {R"("2026-02-28")"},
+                 {R"("2026-2-28")", R"("2026-02-32")"});
+  ExpectVerdicts(MustCompile(R"({"type":"string","format":"time"})"), {R"("23:59:60-08:00")"},
+                 {R"("23:59")"});
+  ExpectVerdicts(
+      MustCompile(R"({"type":"string","format":"uuid"})"),
+      {R"("123e4567-e89b-12d3-a456-426614174000")"},
+      {R"("123e4567-e89b-12d3-a456-42661417400")", R"("g23e4567-e89b-12d3-a456-426614174000")"});
+  ExpectVerdicts(MustCompile(R"({"type":"string","format":"email"})"),
+                 {R"("ann.lee+x@mail.example.com")"},
+                 {R"("ann@localhost")", R"("@x.com")", R"("a b@x.com")"});
+  ExpectVerdicts(MustCompile(R"({"type":"string","format":"ipv4"})"), {R"("10.0.0.255")"},
+                 {R"("256.1.1.1")", R"("1.2.3")", R"("01.2.3.4")"});
+  ExpectVerdicts(MustCompile(R"({"type":"string","format":"hostname"})"),
+                 {R"("api.example-1.com")", R"("localhost")"}, {R"("-x.com")", R"("a..b")"});
+  ExpectVerdicts(MustCompile(R"({"type":["string","null"],"format":"date"})"),
+                 {"null", R"("2026-11-30")"}, {R"("soon")"});
+  ExpectVerdicts(MustCompile(R"({"type":"string","format":"color"})"), {R"("any text")"}, {"1"});
+}
+
+TEST(JsonSchemaTest, NumberBoundsHoldForEveryValueWritten) {
+  ExpectVerdicts(MustCompile(R"({"type":"integer","minimum":0,"maximum":120})"),
+                 {"0", "7", "120", "-0"}, {"-1", "121", "1200", "1.0", "1e2"});
+  ExpectVerdicts(MustCompile(R"({"type":"integer","exclusiveMinimum":0})"), {"1", "99999"},
+                 {"0", "-5"});
+  ExpectVerdicts(MustCompile(R"({"type":"integer","minimum":5,"exclusiveMinimum":true})"), {"6"},
+                 {"5"});  // draft 4's boolean form
+  ExpectVerdicts(MustCompile(R"({"type":"integer","minimum":-2.5,"maximum":2.5})"), {"-2", "2"},
+                 {"-3", "3"});
+  ExpectVerdicts(MustCompile(R"({"type":"number","minimum":0,"maximum":1})"),
+                 {"0", "0.5", "1", "1.000", "0.999999999"},
+                 {"1.000000001", "1.5", "-0.1", "2", "1e0", "0.1234567891"});
+  ExpectVerdicts(MustCompile(R"({"type":"number","minimum":0.1,"exclusiveMaximum":1.5})"),
+                 {"0.1", "1.4999", "1"}, {"0.09", "1.5", "0.099999999"});
+  ExpectVerdicts(MustCompile(R"({"maximum":-3})"), {"-3", "-3.5", "-100"}, {"-2.9", "0"});
+  // Random values against the bounds as a consumer compares them (doubles).
+  const JsonGrammar ints = MustCompile(R"({"type":"integer","minimum":-17,"maximum":123})");
+  const JsonGrammar nums = MustCompile(R"({"type":"number","minimum":-2.5,"maximum":3.25})");
+  std::mt19937 rng(5);
+  for (int i = 0; i < 2000; ++i) {
+    const int v = std::uniform_int_distribution<int>(-300, 300)(rng);
+    EXPECT_EQ(testing::Accepts(ints, std::to_string(v)), v >= -17 && v <= 123) << v;
+    const int digits = std::uniform_int_distribution<int>(0, 4)(rng);
+    std::string text = std::to_string(std::uniform_int_distribution<int>(-4, 4)(rng));
+    if (text == "0" && rng() % 2) text = "-0";
+    if (digits > 0) {
+      text += '.';
+      for (int d = 0; d < digits; ++d) text += static_cast<char>('0' + rng() % 10);
+    }
+    const double x = std::stod(text);
+    EXPECT_EQ(testing::Accepts(nums, text), x >= -2.5 && x <= 3.25) << text;
+  }
+}
+
 TEST(JsonSchemaTest, UnenforceableSchemasAreRefusedNamingTheKeywordAndPlace) {
-  EXPECT_NE(CompileError(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})")
-                .find("'#/properties/age': keyword 'minimum' is not supported"),
+  EXPECT_NE(
+      CompileError(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":2}}})")
+          .find("'#/properties/age': keyword 'multipleOf' is not supported"),
+      std::string::npos);
+  EXPECT_NE(CompileError(R"js({"properties":{"a":{"type":"string","pattern":"(?=a)"}}})js")
+                .find("'#/properties/a': 'pattern': pattern at byte 0: lookaround"),
             std::string::npos);
-  EXPECT_NE(CompileError(R"({"type":"string","pattern":"^a"})").find("'pattern'"),
+  EXPECT_NE(CompileError(R"({"type":"string","pattern":"^a{5}$","maxLength":4})")
+                .find("at most 'maxLength'"),
             std::string::npos);
+  EXPECT_NE(CompileError(R"({"type":"string","pattern":"a","format":"uuid"})")
+                .find("'pattern' next to an enforced 'format'"),
+            std::string::npos);
+  EXPECT_NE(CompileError(R"({"type":"integer","minimum":1.2,"maximum":1.8})")
+                .find("no integer satisfies"),
+            std::string::npos);
+  EXPECT_NE(CompileError(R"({"type":"number","minimum":"1"})").find("'minimum' must be a number"),
+            std::string::npos);
+  // Many distinct large patterns: bounded in all, not only each.
+  // Each: ~2,080 states (the last 11 letters) times 64 byte classes (30 separated characters):
+  // ~133k transitions, so about 32 fit.
+  std::string letters;
+  for (char c : std::string("ACEGIKMOQSUWYcegikmoqsuwy02468")) {
+    absl::StrAppend(&letters, "|", std::string(1, c));
+  }
+  Json many = {{"type", "object"}};
+  for (int i = 0; i < 40; ++i) {
+    many["properties"][absl::StrCat("p", i)] = {
+        {"type", "string"},
+        {"pattern", absl::StrCat("^((a|b)*a(a|b){10}", std::string(static_cast<size_t>(i + 1), 'z'),
+                                 letters, ")$")}};
+  }
+  absl::StatusOr<JsonGrammar> too_many = CompileJsonSchema(many);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("automaton transitions in all"), std::string::npos)
+      << too_many.status();
   EXPECT_NE(CompileError(R"({"$ref":"#/$defs/missing"})").find("does not resolve"),
             std::string::npos);
   EXPECT_NE(CompileError(R"({"$ref":"http://x/schema"})").find("only local references"),

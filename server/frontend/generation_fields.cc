@@ -187,11 +187,12 @@ absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
                                    *g.max_tokens, ")"));
   }
   if (g.min_tokens > 0 && g.json_grammar) {
-    return InvalidField("min_tokens",
-                        "'min_tokens' together with a constrained output (response_format, "
-                        "guided_json, guided_choice, structured_outputs) is not supported: the "
-                        "constraint decides where the output ends",
-                        "unsupported_value");
+    return InvalidField(
+        "min_tokens",
+        "'min_tokens' together with a constrained output (response_format, "
+        "guided_json, guided_choice, guided_regex, structured_outputs) is not supported: the "
+        "constraint decides where the output ends",
+        "unsupported_value");
   }
   return g;
 }

@@ -1,6 +1,7 @@
 // ReadResponseFormat (openai_request.h): the output constraint a request asks for → the grammar
 // the output must follow (engine/structured/). OpenAI's response_format, and vLLM's extras for
-// the same thing: guided_json / guided_choice (older) and structured_outputs {json, choice}.
+// the same thing: guided_json / guided_choice / guided_regex (older) and structured_outputs
+// {json, json_object, choice, regex}.
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
@@ -43,6 +44,15 @@ absl::StatusOr<GrammarPtr> ChoiceGrammar(const Json& choices, const std::string&
     texts.push_back(choices[i].get<std::string>());
   }
   return std::make_shared<structured::JsonGrammar>(structured::ExactTextGrammar(texts));
+}
+
+// The whole output matches the regular expression at `param` (vLLM's guided_regex).
+absl::StatusOr<GrammarPtr> RegexGrammar(const Json& regex, const std::string& param) {
+  if (!regex.is_string()) return InvalidType(param, "a string (a regular expression)");
+  absl::StatusOr<structured::ByteDfa> dfa = structured::CompileRegex(
+      regex.get_ref<const std::string&>(), structured::RegexAnchoring::kFullMatch);
+  if (!dfa.ok()) return InvalidField(param, absl::StrCat(param, ": ", dfa.status().message()));
+  return std::make_shared<structured::JsonGrammar>(structured::RegexTextGrammar(*std::move(dfa)));
 }
 
 absl::StatusOr<GrammarPtr> FromResponseFormat(const Json& format) {
@@ -99,16 +109,20 @@ absl::StatusOr<GrammarPtr> FromStructuredOutputs(const Json& so) {
       if (!value.get<bool>()) continue;
       ++kinds;
       grammar = std::make_shared<structured::JsonGrammar>(structured::AnyJsonObjectGrammar());
-    } else if (key == "regex" || key == "grammar" || key == "structural_tag") {
+    } else if (key == "regex") {
+      ++kinds;
+      ASSIGN_OR_RETURN(grammar, RegexGrammar(value, "structured_outputs.regex"));
+    } else if (key == "grammar" || key == "structural_tag") {
       return InvalidField(absl::StrCat("structured_outputs.", key),
                           absl::StrCat("structured_outputs.", key,
-                                       " is not supported (json, json_object and choice are)"),
+                                       " is not supported (json, json_object, choice and regex "
+                                       "are)"),
                           "unsupported_value");
     }
   }
   if (kinds > 1) {
     return InvalidField("structured_outputs",
-                        "structured_outputs takes one of json, json_object or choice");
+                        "structured_outputs takes one of json, json_object, choice or regex");
   }
   return grammar;
 }
@@ -137,14 +151,14 @@ absl::Status ReadResponseFormat(const Json& body, GenerationFields* g) {
   if (const Json* c = present("guided_choice")) {
     RETURN_IF_ERROR(add("guided_choice", ChoiceGrammar(*c, "guided_choice")));
   }
-  for (const char* unsupported : {"guided_regex", "guided_grammar"}) {
-    if (present(unsupported)) {
-      return InvalidField(unsupported,
-                          absl::StrCat(unsupported,
-                                       " is not supported (guided_json and "
-                                       "guided_choice are)"),
-                          "unsupported_value");
-    }
+  if (const Json* r = present("guided_regex")) {
+    RETURN_IF_ERROR(add("guided_regex", RegexGrammar(*r, "guided_regex")));
+  }
+  if (present("guided_grammar")) {
+    return InvalidField("guided_grammar",
+                        "guided_grammar is not supported (guided_json, guided_choice and "
+                        "guided_regex are)",
+                        "unsupported_value");
   }
   if (found.size() > 1) {
     return InvalidField(found[1].first, absl::StrCat("'", found[0].first, "' and '", found[1].first,

@@ -65,6 +65,7 @@ frontend::Json CompletionBodyFor(const v1::GenerateRequest& r) {
     b["response_format"] = {{"type", "json_schema"},
                             {"json_schema", {{"name", "grpc"}, {"schema", std::move(schema)}}}};
   }
+  if (!r.regex().empty()) b["guided_regex"] = r.regex();
   return b;
 }
 

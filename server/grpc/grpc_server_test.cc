@@ -12,6 +12,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -346,11 +348,42 @@ TEST_F(GrpcServerTest, JsonSchemaConstrainsEveryChoice) {
   EXPECT_EQ(unparsable.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(unparsable.status.error_message().find("json_schema is not valid JSON"),
             std::string::npos);
-  bad.set_json_schema(R"({"type":"string","pattern":"x"})");
+  bad.set_json_schema(R"({"type":"integer","multipleOf":2})");
   Outcome unsupported = Run(bad);
   EXPECT_EQ(unsupported.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(unsupported.status.error_message().find("'pattern' is not supported"),
+  EXPECT_NE(unsupported.status.error_message().find("'multipleOf' is not supported"),
             std::string::npos);
+}
+
+TEST_F(GrpcServerTest, RegexConstrainsTheWholeText) {
+  GenerateRequest request = Request({5, 6, 7}, 40);
+  request.set_ignore_eos(false);
+  request.set_n(2);
+  request.mutable_sampling()->set_seed(8);
+  request.set_regex("(red|green)-[0-9]{2}");
+  grpc::ClientContext context;
+  auto reader = Inference()->Generate(&context, request);
+  std::map<int, std::string> text;
+  GenerateResponse response;
+  while (reader->Read(&response)) {
+    if (response.has_chunk()) text[response.chunk().index()] += response.chunk().text();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_EQ(text.size(), 2u);
+  for (const auto& [index, t] : text) {
+    EXPECT_TRUE(std::regex_match(t, std::regex("(red|green)-[0-9]{2}"))) << index << ": " << t;
+  }
+  GenerateRequest both = Request({5, 6}, 4);
+  both.set_regex("a");
+  both.set_json_schema("{}");
+  Outcome two = Run(both);
+  EXPECT_EQ(two.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(two.status.error_message().find("both constrain"), std::string::npos);
+  GenerateRequest lookahead = Request({5, 6}, 4);
+  lookahead.set_regex("a(?=b)");
+  Outcome refused = Run(lookahead);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.status.error_message().find("lookaround"), std::string::npos);
 }
 
 TEST_F(GrpcServerTest, InvalidPromptsAreInvalidArgument) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of the checkpoint parsers and of response_format schemas
+# Builds the libFuzzer targets of the checkpoint parsers, response_format schemas and regexes
 # (clang++, ASan + UBSan) into BUILD_DIR
 # as a separate small project (tests/fuzz/CMakeLists.txt), writes a seed corpus, and runs each
 # target for SECONDS seconds. Exits non-zero when a target crashes or reports a sanitizer error;
@@ -23,14 +23,15 @@ echo "== configuring fuzz build in $build_dir"
 cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build_dir/configure.log" 2>&1 ||
   { cat "$build_dir/configure.log"; exit 1; }
-echo "== building safetensors_fuzz config_fuzz json_schema_fuzz"
+echo "== building safetensors_fuzz config_fuzz json_schema_fuzz regex_fuzz"
 cmake --build "$build_dir" -j 2 >"$build_dir/build.log" 2>&1 ||
   { cat "$build_dir/build.log"; exit 1; }
 
 # ---- seed corpus ------------------------------------------------------------------------------
 seeds=$build_dir/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds/safetensors" "$seeds/config" "$seeds/json_schema" "$build_dir/artifacts"
+mkdir -p "$seeds/safetensors" "$seeds/config" "$seeds/json_schema" "$seeds/regex" \
+  "$build_dir/artifacts"
 
 # A valid two-tensor file with metadata, and a minimal one, written like the reference writer.
 python3 - "$seeds/safetensors" <<'PY'
@@ -93,6 +94,12 @@ printf '%s\0%s' '{"type":"object","properties":{"a":{"type":"integer"},"b":{"enu
 printf '%s\0%s' '{}' '[1.5e3, {"k": true}]' >"$seeds/json_schema/any"
 printf '%s\0%s' '{"type":"array","prefixItems":[{"type":"boolean"},{"enum":[1,10]}]}' \
   '[true, 10, "x"]' >"$seeds/json_schema/tuple"
+printf '%s\0%s' '{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]{2}\\d+$","maxLength":6},"d":{"type":"string","format":"date"},"x":{"type":"number","minimum":-1.5,"exclusiveMaximum":2}}}' \
+  '{"id": "ab12", "d": "2026-11-30", "x": -0.25}' >"$seeds/json_schema/checked"
+# Pattern, NUL, text.
+printf '%s\0%s' '^(ab|c[^d\s]){2,3}x?$' 'abcez' >"$seeds/regex/groups"
+{ printf '%s\0' '[\u00e9-\u{1F600}]+\.\d{2}|(?:q|r)*'; printf '\xc3\xa9\xf0\x9f\x98\x80.12'; } \
+  >"$seeds/regex/unicode"
 
 # Dictionaries: the tokens a mutator would otherwise have to discover byte by byte.
 cat >"$build_dir/safetensors.dict" <<'DICT'
@@ -145,13 +152,29 @@ cat >"$build_dir/json_schema.dict" <<'DICT'
 "\"additionalProperties\""
 "\\u00"
 "\x00"
+"\"pattern\""
+"\"format\""
+"\"minimum\""
+"\"exclusiveMaximum\""
+DICT
+cat >"$build_dir/regex.dict" <<'DICT'
+"(?:"
+"[^"
+"\\d"
+"\\s"
+"\\w"
+"\\u{"
+"{2,5}"
+"|"
+"*"
+"\xc3\xa9"
 DICT
 
 # ---- run --------------------------------------------------------------------------------------
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
-for target in safetensors config json_schema; do
+for target in safetensors config json_schema regex; do
   binary=$build_dir/${target}_fuzz
   corpus=$build_dir/corpus/$target
   log=$build_dir/${target}_fuzz.log

@@ -39,10 +39,11 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
                   seed: Optional[int] = None, n: Optional[int] = None,
                   stop: Sequence[str] = (), logprobs: Optional[int] = None,
                   ignore_eos: bool = False, request_id: str = "",
-                  json_schema=None) -> inference_pb2.GenerateRequest:
+                  json_schema=None, regex: Optional[str] = None) -> inference_pb2.GenerateRequest:
     """A GenerateRequest; exactly one of `prompt` (text) and `prompt_ids` (token ids).
 
-    `json_schema` (a dict, or its JSON text) makes every choice JSON that fits it."""
+    `json_schema` (a dict, or its JSON text) makes every choice JSON that fits it; `regex`
+    makes every choice's whole text match that regular expression."""
     if (prompt is None) == (prompt_ids is None):
         raise ValueError("give exactly one of prompt and prompt_ids")
     req = inference_pb2.GenerateRequest(ignore_eos=ignore_eos, request_id=request_id,
@@ -60,6 +61,8 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
             setattr(req, name, value)
     if json_schema is not None:
         req.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
+    if regex is not None:
+        req.regex = regex
     return req
 
 

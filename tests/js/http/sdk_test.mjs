@@ -310,7 +310,7 @@ test("errors surface as the SDK's typed errors with code and param", async () =>
   await expectError(client.chat.completions.create({ model: MODEL, messages: hello,
                                                      response_format: { type: "json_schema",
                                                        json_schema: { name: "p", schema: {
-                                                         type: "string", pattern: "^a" } } } }),
+                                                         type: "string", pattern: "(?=a)" } } } }),
                     BadRequestError, 400, "invalid_value", "response_format.json_schema.schema");
   await expectError(client.chat.completions.create({ model: "gpt-4o", messages: hello }),
                     NotFoundError, 404, "model_not_found", "model");
@@ -408,6 +408,38 @@ test("response_format and guided_choice on completions", async () => {
                                               temperature: 1, seed: 2, response_format: personFormat });
   assert.equal(p.choices[0].finish_reason, "stop");
   checkPerson(p.choices[0].text);
+});
+
+test("patterns, formats, number bounds and guided_regex hold on every choice", async () => {
+  const checked = {
+    type: "object", additionalProperties: false, required: ["id", "when", "score", "count"],
+    properties: {
+      id: { type: "string", pattern: "^[A-Z]{2}-\\d{3}$" },
+      when: { type: "string", format: "date" },
+      score: { type: "number", minimum: 0, maximum: 1 },
+      count: { type: "integer", minimum: 1, exclusiveMaximum: 10 },
+    },
+  };
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: hello, max_tokens: 300, temperature: 1, seed: 3, n: 3,
+    response_format: { type: "json_schema", json_schema: { name: "checked", schema: checked } } });
+  for (const choice of r.choices) {
+    const text = choice.message.content;
+    assert.equal(choice.finish_reason, "stop", text);
+    const v = JSON.parse(text);
+    assert.match(v.id, /^[A-Z]{2}-\d{3}$/, text);
+    assert.match(v.when, /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$/, text);
+    assert.ok(typeof v.score === "number" && v.score >= 0 && v.score <= 1, text);
+    assert.ok(Number.isInteger(v.count) && v.count >= 1 && v.count < 10, text);
+  }
+  // vLLM's guided_regex (an extra body field): the whole text matches.
+  const g = await client.completions.create({
+    model: MODEL, prompt: "Verdict:", max_tokens: 30, temperature: 1, seed: 6, n: 4,
+    guided_regex: "(yes|no), [0-9]{1,3} (items|points)" });
+  for (const c of g.choices) {
+    assert.match(c.text, /^(yes|no), [0-9]{1,3} (items|points)$/);
+    assert.equal(c.finish_reason, "stop");
+  }
 });
 
 test("a full queue is a RateLimitError with Retry-After", async () => {
