@@ -152,12 +152,13 @@ class Session : public std::enable_shared_from_this<Session> {
     std::lock_guard<std::mutex> lock(wake_target_->mu);
     wake_target_->alive = false;
   }
-  // Cancels the pending response once (it stays owned until the exchange ends).
+  // Cancels the pending response once (it stays owned until the exchange ends). Counted first,
+  // so that whoever sees the abort's effects (the engine's counters) also sees the count.
   void CancelPending() {
     if (!pending_ || pending_cancelled_) return;
     pending_cancelled_ = true;
-    pending_->Cancel();
     server_->num_cancelled_total++;
+    pending_->Cancel();
   }
 
   // Deadlines: a timer whose expiry cancels (read) or closes (write) the socket. The
