@@ -53,12 +53,28 @@ OpenAiService::Result OpenAiService::ChatCompletions(const http::HttpRequest& re
   ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
   ASSIGN_OR_RETURN(ChatCompletionRequest req,
                    ParseChatCompletionRequest(body, LimitsFor(options_, *model)));
-  ASSIGN_OR_RETURN(model, ModelFor(req.gen.model));
+  return GenerateChat(req, ApiKind::kChat, Json());
+}
+
+OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request) {
+  if (draining_) return Draining();
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
+  ASSIGN_OR_RETURN(ResponsesRequest req, ParseResponsesRequest(body, LimitsFor(options_, *model)));
+  return GenerateChat(req.chat, ApiKind::kResponses, std::move(req.echo));
+}
+
+OpenAiService::Result OpenAiService::GenerateChat(const ChatCompletionRequest& req, ApiKind kind,
+                                                  Json responses_echo) {
+  ASSIGN_OR_RETURN(const ServedModel* model, ModelFor(req.gen.model));
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ChatPromptIds(*model, req));
-  ASSIGN_OR_RETURN(int64_t max_tokens, ResolveMaxTokens(*model, static_cast<int64_t>(prompt.size()),
-                                                        req.gen.max_tokens, "messages"));
+  const bool responses = kind == ApiKind::kResponses;
+  ASSIGN_OR_RETURN(int64_t max_tokens,
+                   ResolveMaxTokens(*model, static_cast<int64_t>(prompt.size()), req.gen.max_tokens,
+                                    responses ? "input" : "messages"));
   GenerationSpec spec =
-      SpecFor(ApiKind::kChat, req.gen, MetaFor(*model, "chatcmpl", req.gen.request_id));
+      SpecFor(kind, req.gen, MetaFor(*model, responses ? "resp" : "chatcmpl", req.gen.request_id));
+  spec.responses_echo = std::move(responses_echo);
   spec.group_prompt_tokens.push_back(static_cast<int64_t>(prompt.size()));
   const bool forced =
       req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;

@@ -99,6 +99,10 @@ std::unique_ptr<GenerationResponse> GenerationResponse::FromStreams(
     choice.submit_seconds = submitted;
     choice.timing =
         std::make_unique<server::RequestTimingRecorder>(choice_spec.request.request_id, submitted);
+    if (response->spec_.kind == ApiKind::kResponses && response->spec_.stream) {
+      choice.responses = std::make_unique<ResponsesStreamWriter>(response->spec_.meta,
+                                                                 response->spec_.responses_echo);
+    }
     response->choices_.push_back(std::move(choice));
   }
   return response;
@@ -128,7 +132,9 @@ void GenerationResponse::Cancel() {
 
 void GenerationResponse::StreamStart(std::string* body) const {
   for (const Choice& c : choices_) {
-    if (spec_.kind == ApiKind::kChat) {
+    if (c.responses) {
+      *body += c.responses->Start();
+    } else if (spec_.kind == ApiKind::kChat) {
       Json delta = {{"role", "assistant"}, {"content", ""}};
       *body += SseData(
           ChatChunkJson(spec_.meta, c.spec->index, std::move(delta), nullptr, std::nullopt));
@@ -142,6 +148,10 @@ void GenerationResponse::StreamStart(std::string* body) const {
 void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::string* body) const {
   const int index = c.spec->index;
   const bool has_text = !d.text.empty() || !d.logprobs.empty();
+  if (c.responses) {
+    *body += c.responses->Delta(d);
+    return;
+  }
   if (spec_.kind == ApiKind::kChat) {
     if (!d.reasoning.empty()) {
       *body += SseData(ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}},
@@ -214,7 +224,9 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
   DetachAll();
   if (!error_.ok()) {
     ApiError error = ToApiError(error_);
-    if (spec_.stream) {
+    if (spec_.stream && spec_.kind == ApiKind::kResponses) {
+      out->body += choices_.at(0).responses->Error(error);
+    } else if (spec_.stream) {
       out->body += SseData(error.ToJson());
       out->body += kSseDone;
     } else {
@@ -224,6 +236,18 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
     return;
   }
   const Usage usage = TotalUsage();
+  if (spec_.kind == ApiKind::kResponses) {
+    // One choice (the Responses API has no n).
+    Choice& c = choices_.at(0);
+    if (spec_.stream) {
+      out->body += c.responses->Finish(c.final, usage);
+    } else {
+      out->status = 200;
+      out->body = ResponseObjectJson(spec_.meta, spec_.responses_echo, &c.final, &usage)
+                      .dump(-1, ' ', false, Json::error_handler_t::replace);
+    }
+    return;
+  }
   if (spec_.stream) {
     if (spec_.include_usage) {
       const char* object =
@@ -271,11 +295,9 @@ bool GenerationResponse::Poll(http::HttpResponse* out) {
         c.done = true;
         ChoiceEnded(c, *delta.finish_reason);
       }
-      if (spec_.stream) {
-        StreamDelta(c, delta, &out->body);
-      } else {
-        Accumulate(c, std::move(delta));
-      }
+      if (spec_.stream) StreamDelta(c, delta, &out->body);
+      // Streamed responses end with the whole response too.
+      if (!spec_.stream || c.responses) Accumulate(c, std::move(delta));
       if (c.done) break;
     }
     if (!error_.ok()) {

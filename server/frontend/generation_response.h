@@ -7,7 +7,8 @@
 // per choice first; then content / tool_calls chunks as text becomes final; each choice ends
 // with a chunk whose delta is {} and whose finish_reason is set; with include_usage a chunk
 // with `choices: []` and usage follows; then `data: [DONE]`. An error after the stream
-// started is sent as a `data:` event holding the error object, then [DONE].
+// started is sent as a `data:` event holding the error object, then [DONE]. /v1/responses
+// (one choice) streams its own events instead (responses_render.h).
 #pragma once
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "scheduler/request.h"
 #include "server/frontend/choice_decoder.h"
 #include "server/frontend/response_render.h"
+#include "server/frontend/responses_render.h"
 #include "server/frontend/served_model.h"
 #include "server/http/http_types.h"
 #include "server/metrics.h"
@@ -28,7 +30,7 @@
 
 namespace strata::frontend {
 
-enum class ApiKind { kChat, kCompletion };
+enum class ApiKind { kChat, kCompletion, kResponses };
 
 struct ChoiceSpec {
   int index = 0;  // the choice's index in the response
@@ -54,6 +56,7 @@ struct GenerationSpec {
   bool logprobs = false;
   std::vector<int64_t> group_prompt_tokens;  // per prompt
   std::vector<ChoiceSpec> choices;
+  Json responses_echo;  // kResponses: the request fields the Response object repeats
 };
 
 class GenerationResponse : public http::PendingResponse {
@@ -84,6 +87,7 @@ class GenerationResponse : public http::PendingResponse {
     FinalChoice final;
     int64_t text_offset = 0;  // completions stream logprobs: bytes of text sent so far
     std::unique_ptr<server::RequestTimingRecorder> timing;  // until the choice ends
+    std::unique_ptr<ResponsesStreamWriter> responses;       // kResponses streams
     double submit_seconds = 0.0;
     bool done = false;
   };

@@ -75,6 +75,13 @@ struct ChatCompletionRequest {
   Json chat_template_kwargs;  // null or an object
 };
 
+// /v1/responses (OpenAI's Responses API): the chat request it means, and the request fields
+// the Response object repeats (instructions, max_output_tokens, tools, text, ...).
+struct ResponsesRequest {
+  ChatCompletionRequest chat;
+  Json echo = Json::object();
+};
+
 // One prompt of /v1/completions: text or token ids.
 struct PromptInput {
   std::optional<std::string> text;
@@ -92,6 +99,12 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& bod
                                                                  const RequestLimits& limits);
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body,
                                                          const RequestLimits& limits);
+// input (a string or message / function_call / function_call_output items), instructions,
+// max_output_tokens, tools (function tools), tool_choice, text.format, reasoning.effort
+// (thinking on) and the sampling fields; previous_response_id, conversation and background
+// are 400s (nothing is stored). Errors name the Responses fields.
+absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
+                                                       const RequestLimits& limits);
 
 // The shared fields (exposed for tests). `logprobs_style_chat`: chat's `logprobs: bool` +
 // `top_logprobs: int`; else completions' `logprobs: int`.

@@ -273,6 +273,52 @@ TEST(ChatRequestTest, VllmGuidedFieldsAndStructuredOutputsConstrainTheOutputToo)
   ExpectChatErrors(errors);
 }
 
+TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
+  absl::StatusOr<Json> body = ParseJsonBody(R"({"instructions": "Be brief", "input": [
+      {"role": "developer", "content": "Use metric units"},
+      {"type": "message", "role": "user", "content": [
+          {"type": "input_text", "text": "Two cities?"}]},
+      {"type": "reasoning", "id": "rs_1", "summary": []},
+      {"role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+      {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+      {"type": "function_call", "call_id": "c2", "name": "w", "arguments": "{\"x\": 1}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "rain"},
+      {"type": "function_call_output", "call_id": "c2", "output": [
+          {"type": "input_text", "text": "sun"}]}],
+    "tools": [{"type": "function", "name": "w", "parameters": {"type": "object"}}],
+    "tool_choice": {"type": "function", "name": "w"}, "max_output_tokens": 7,
+    "reasoning": {"effort": "high"}, "store": true, "include": []})");
+  ASSERT_TRUE(body.ok());
+  absl::StatusOr<ResponsesRequest> req = ParseResponsesRequest(*body, Limits());
+  ASSERT_TRUE(req.ok()) << req.status();
+  const Json& m = req->chat.messages;
+  ASSERT_EQ(m.size(), 6u) << m.dump();
+  EXPECT_EQ(m[0]["role"], "system");
+  EXPECT_EQ(m[0]["content"], "Be brief");
+  EXPECT_EQ(m[1]["role"], "system");  // developer
+  EXPECT_EQ(m[2]["content"][0]["text"], "Two cities?");
+  EXPECT_EQ(m[3]["role"], "assistant");      // the reasoning item is dropped
+  EXPECT_EQ(m[3]["tool_calls"].size(), 2u);  // the calls join the assistant's turn
+  EXPECT_EQ(m[3]["tool_calls"][1]["function"]["arguments"], "{\"x\": 1}");
+  EXPECT_EQ(m[4]["role"], "tool");
+  EXPECT_EQ(m[4]["tool_call_id"], "c1");
+  EXPECT_EQ(m[5]["content"][0]["text"], "sun");
+  EXPECT_EQ(req->chat.tools[0]["function"]["name"], "w");
+  EXPECT_EQ(req->chat.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(req->chat.gen.max_tokens, 7);
+  EXPECT_EQ(req->chat.chat_template_kwargs["thinking"], true);
+  EXPECT_EQ(req->echo["store"], false);  // nothing is stored, whatever was asked
+  EXPECT_EQ(req->echo["max_output_tokens"], 7);
+  // Images go the chat way (refused the same way, naming the Responses field).
+  absl::StatusOr<ResponsesRequest> image =
+      ParseResponsesRequest(*ParseJsonBody(R"({"input": [{"role": "user", "content": [
+          {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]})"),
+                            Limits());
+  ASSERT_FALSE(image.ok());
+  EXPECT_EQ(ToApiError(image.status()).param.value_or(""), "input");
+  EXPECT_EQ(ToApiError(image.status()).code, "unsupported_value");
+}
+
 TEST(ChatRequestTest, MinTokensIsReadAndChecked) {
   absl::StatusOr<ChatCompletionRequest> req = ParseChatCompletionRequest(
       *ParseJsonBody(Chat(R"("min_tokens": 5, "max_tokens": 5)")), Limits());

@@ -26,6 +26,7 @@ constexpr RouteEntry kRoutes[] = {
     {"/v1/models", "GET"},
     {"/v1/chat/completions", "POST"},
     {"/v1/completions", "POST"},
+    {"/v1/responses", "POST"},
     {"/tokenize", "POST"},
     {"/detokenize", "POST"},
     {"/server_info", "GET"},
@@ -148,6 +149,7 @@ OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
   if (path == "/v1/models" || IsModelPath(path)) return Models(request);
   if (path == "/v1/chat/completions") return ChatCompletions(request);
   if (path == "/v1/completions") return Completions(request);
+  if (path == "/v1/responses") return Responses(request);
   if (path == "/tokenize") return Tokenize(request);
   if (path == "/detokenize") return Detokenize(request);
   if (path == "/server_info") return ServerInfo();

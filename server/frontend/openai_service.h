@@ -6,6 +6,7 @@
 //   GET  /v1/models, /v1/models/{id}   the served model (with max_model_len)
 //   POST /v1/chat/completions          chat (stream or not, n, logprobs, tools, ...)
 //   POST /v1/completions               text completion (string / ids / lists of either)
+//   POST /v1/responses                 OpenAI's Responses API, served as a chat completion
 //   POST /tokenize, /detokenize        vLLM shapes
 //   GET  /server_info, /metrics        from providers set by the process (404 when unset)
 // Errors are OpenAI error objects (api_error.h); an unknown path is 404, a known path with the
@@ -66,6 +67,9 @@ class OpenAiService : public http::HttpHandler {
   absl::StatusOr<const ServedModel*> ReadyModel() const;
 
   Result ChatCompletions(const http::HttpRequest& request);
+  Result Responses(const http::HttpRequest& request);
+  // Chat and Responses requests from here on: prompt, choices, submission.
+  Result GenerateChat(const ChatCompletionRequest& req, ApiKind kind, Json responses_echo);
   Result Completions(const http::HttpRequest& request);
   Result Tokenize(const http::HttpRequest& request);
   Result Detokenize(const http::HttpRequest& request);

@@ -578,5 +578,172 @@ TEST_F(AuthTest, BearerKeyGuardsV1Only) {
   EXPECT_EQ(Drive(service_, Request("GET", "/ready")).status, 200);
 }
 
+// ---- /v1/responses ----
+
+// "event: T\ndata: {json}\n\n" events of a Responses stream, checking that the event line names
+// the data's type and that sequence numbers count up from 0.
+std::vector<Json> ResponsesEvents(const std::string& body) {
+  std::vector<Json> events;
+  for (absl::string_view block : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    if (absl::StartsWith(block, ":")) continue;  // keep-alive ping
+    const size_t newline = block.find('\n');
+    EXPECT_NE(newline, absl::string_view::npos) << block;
+    const absl::string_view event_line = block.substr(0, newline);
+    absl::string_view data = block.substr(newline + 1);
+    EXPECT_TRUE(absl::StartsWith(data, "data: ")) << block;
+    data.remove_prefix(6);
+    Json e = Json::parse(std::string(data));
+    EXPECT_EQ(event_line, absl::StrCat("event: ", e["type"].get<std::string>()));
+    EXPECT_EQ(e["sequence_number"], events.size());
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+TEST_F(ServiceTest, ResponsesServeTheChatAsOutputItems) {
+  ScriptText("hello world");
+  Reply r = Post(service_, "/v1/responses",
+                 R"({"model": "test-model", "input": "Say hello", "instructions": "Be brief",
+                     "max_output_tokens": 50, "metadata": {"k": "v"}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json j = r.json();
+  EXPECT_TRUE(absl::StartsWith(j["id"].get<std::string>(), "resp-"));
+  EXPECT_EQ(j["object"], "response");
+  EXPECT_EQ(j["status"], "completed");
+  EXPECT_EQ(j["model"], "test-model");
+  EXPECT_EQ(j["instructions"], "Be brief");
+  EXPECT_EQ(j["max_output_tokens"], 50);
+  EXPECT_EQ(j["metadata"]["k"], "v");
+  EXPECT_EQ(j["store"], false);
+  ASSERT_EQ(j["output"].size(), 1u) << j.dump();
+  const Json& message = j["output"][0];
+  EXPECT_EQ(message["type"], "message");
+  EXPECT_EQ(message["role"], "assistant");
+  EXPECT_EQ(message["status"], "completed");
+  EXPECT_EQ(message["content"][0]["type"], "output_text");
+  EXPECT_EQ(message["content"][0]["text"], "hello world");
+  // The same prompt as the chat request it translates to (instructions = a system message).
+  const Json chat = Post(service_, "/v1/chat/completions",
+                         R"({"messages": [{"role": "system", "content": "Be brief"},
+                                          {"role": "user", "content": "Say hello"}]})")
+                        .json();
+  EXPECT_EQ(j["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+  EXPECT_EQ(j["usage"]["output_tokens"], chat["usage"]["completion_tokens"]);
+  EXPECT_EQ(j["usage"]["total_tokens"], chat["usage"]["total_tokens"]);
+  // Cut by max_output_tokens: incomplete.
+  const Json cut =
+      Post(service_, "/v1/responses", R"({"input": "Say hello", "max_output_tokens": 1})").json();
+  EXPECT_EQ(cut["status"], "incomplete");
+  EXPECT_EQ(cut["incomplete_details"]["reason"], "max_output_tokens");
+  EXPECT_EQ(cut["output"][0]["status"], "incomplete");
+}
+
+TEST_F(ServiceTest, ResponsesStreamEventsAddUpToTheResponse) {
+  ScriptText("<think>hmm</think>hello world, hello");
+  const Json whole = Post(service_, "/v1/responses", R"({"input": "Say hello"})").json();
+  ASSERT_EQ(whole["output"].size(), 2u) << whole.dump();
+  EXPECT_EQ(whole["output"][0]["type"], "reasoning");
+  EXPECT_EQ(whole["output"][0]["content"][0]["text"], "hmm");
+  Reply r = Post(service_, "/v1/responses", R"({"input": "Say hello", "stream": true})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "text/event-stream");
+  const std::vector<Json> events = ResponsesEvents(r.body);
+  ASSERT_GE(events.size(), 10u);
+  EXPECT_EQ(events[0]["type"], "response.created");
+  EXPECT_EQ(events[0]["response"]["status"], "in_progress");
+  EXPECT_EQ(events[1]["type"], "response.in_progress");
+  EXPECT_EQ(events.back()["type"], "response.completed");
+  std::string reasoning, text;
+  std::vector<std::string> items;
+  for (const Json& e : events) {
+    const std::string type = e["type"];
+    if (type == "response.reasoning_text.delta") reasoning += e["delta"].get<std::string>();
+    if (type == "response.output_text.delta") text += e["delta"].get<std::string>();
+    if (type == "response.output_item.added") items.push_back(e["item"]["type"]);
+    if (type == "response.output_item.done") {  // the item as the whole response shows it
+      EXPECT_EQ(e["item"], events.back()["response"]["output"][e["output_index"].get<size_t>()]);
+    }
+  }
+  EXPECT_EQ(items, (std::vector<std::string>{"reasoning", "message"}));
+  EXPECT_EQ(reasoning, "hmm");
+  EXPECT_EQ(text, "hello world, hello");
+  const Json& done = events.back()["response"];
+  EXPECT_EQ(done["output"][1]["content"][0]["text"], text);
+  EXPECT_EQ(done["usage"], whole["usage"]);
+}
+
+TEST_F(ServiceTest, ResponsesFunctionCallsRoundTrip) {
+  ScriptText(
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+      "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
+      "<|tool_calls_section_end|>");
+  const std::string tools = R"("tools": [{"type": "function", "name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}])";
+  const Json j =
+      Post(service_, "/v1/responses", absl::StrCat(R"({"input": "Weather?", )", tools, "}")).json();
+  ASSERT_EQ(j["output"].size(), 1u) << j.dump();
+  const Json& call = j["output"][0];
+  EXPECT_EQ(call["type"], "function_call");
+  EXPECT_EQ(call["call_id"], "functions.get_weather:0");
+  EXPECT_EQ(call["name"], "get_weather");
+  EXPECT_EQ(call["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_EQ(j["tools"][0]["name"], "get_weather");  // echoed as sent
+  // Streamed: one function_call item whose argument deltas add up.
+  Reply s = Post(service_, "/v1/responses",
+                 absl::StrCat(R"({"input": "Weather?", "stream": true, )", tools, "}"));
+  std::string arguments;
+  int calls = 0;
+  for (const Json& e : ResponsesEvents(s.body)) {
+    if (e["type"] == "response.output_item.added") calls += e["item"]["type"] == "function_call";
+    if (e["type"] == "response.function_call_arguments.delta") arguments += e["delta"];
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(arguments, "{\"city\": \"Paris\"}");
+  // The call and its output go back as input items: the next turn renders them as the chat
+  // template's tool call and tool message.
+  ScriptText("sunny");
+  const std::string next = absl::StrCat(R"({"input": [
+      {"role": "user", "content": "Weather?"},
+      {"type": "function_call", "call_id": "functions.get_weather:0", "name": "get_weather",
+       "arguments": "{\"city\": \"Paris\"}"},
+      {"type": "function_call_output", "call_id": "functions.get_weather:0",
+       "output": "{\"sky\": \"clear\"}"}], )",
+                                        tools, "}");
+  const Json answer = Post(service_, "/v1/responses", next).json();
+  EXPECT_EQ(answer["output"][0]["content"][0]["text"], "sunny") << answer.dump();
+  const Json chat_prompt = Post(service_, "/tokenize",
+                                absl::StrCat(R"({"messages": [
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "functions.get_weather:0",
+       "type": "function", "function": {"name": "get_weather",
+       "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "functions.get_weather:0",
+       "content": "{\"sky\": \"clear\"}"}], )",
+                                             R"("tools": [{"type": "function", "function":
+      {"name": "get_weather", "parameters": {"type": "object", "properties":
+      {"city": {"type": "string"}}}}}]})"))
+                               .json();
+  EXPECT_EQ(answer["usage"]["input_tokens"], chat_prompt["count"]);
+}
+
+TEST_F(ServiceTest, ResponsesRefuseWhatTheyCannotServeNamingTheField) {
+  ExpectError(Post(service_, "/v1/responses", R"({"input": "x", "previous_response_id": "r"})"),
+              400, "unsupported_value", "previous_response_id");
+  ExpectError(
+      Post(service_, "/v1/responses", R"({"input": "x", "tools": [{"type": "web_search"}]})"), 400,
+      "unsupported_value", "tools[0].type");
+  ExpectError(Post(service_, "/v1/responses", R"({"instructions": "x"})"), 400,
+              "missing_required_parameter", "input");
+  ExpectError(Post(service_, "/v1/responses", R"({"input": "x", "max_output_tokens": 0})"), 400,
+              "invalid_value", "max_output_tokens");
+  ExpectError(Post(service_, "/v1/responses",
+                   R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
+                       "schema": {"type": "integer", "multipleOf": 2}}}})"),
+              400, "invalid_value", "text.format.schema");
+  ExpectError(Post(service_, "/v1/responses",
+                   R"({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]})"),
+              400, "invalid_value", "input[0].content[0].type");
+}
+
 }  // namespace
 }  // namespace strata::frontend

@@ -442,6 +442,64 @@ test("patterns, formats, number bounds and guided_regex hold on every choice", a
   }
 });
 
+test("responses API: output_text, stream events, text.format and function calls", async () => {
+  const ask = { model: MODEL, input: "Say hello", instructions: "Be brief", max_output_tokens: 16,
+                temperature: 1, seed: 4 };
+  const r = await client.responses.create(ask);
+  assert.equal(r.object, "response");
+  assert.ok(["completed", "incomplete"].includes(r.status), r.status);
+  assert.equal(r.instructions, "Be brief");
+  assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0, JSON.stringify(r.usage));
+  assert.equal(typeof r.output_text, "string");
+  // Streamed with the same seed: the deltas add up to the same text and the same usage.
+  const stream = await client.responses.create({ ...ask, stream: true });
+  let text = "";
+  let last;
+  const types = [];
+  for await (const event of stream) {
+    types.push(event.type);
+    if (event.type === "response.output_text.delta") text += event.delta;
+    last = event;
+  }
+  assert.equal(types[0], "response.created");
+  assert.ok(["response.completed", "response.incomplete"].includes(last.type), last.type);
+  assert.equal(text, r.output_text);
+  assert.deepEqual(last.response.usage, r.usage);
+  // text.format json_schema: the message is JSON that fits.
+  const order = await client.responses.create({
+    model: MODEL, input: "An order", max_output_tokens: 300, temperature: 1, seed: 2,
+    text: { format: { type: "json_schema", name: "order", strict: true, schema: {
+      type: "object", additionalProperties: false, required: ["size", "count"],
+      properties: { size: { enum: ["S", "M", "L"] }, count: { type: "integer", minimum: 1, maximum: 9 } } } } } });
+  assert.equal(order.status, "completed", JSON.stringify(order.output));
+  const value = JSON.parse(order.output_text);
+  assert.ok(["S", "M", "L"].includes(value.size) && value.count >= 1 && value.count <= 9,
+            order.output_text);
+  // Function tools with tool_choice required: function_call items whose arguments fit.
+  const weather = { type: "function", name: "get_weather", strict: true, parameters: {
+    type: "object", additionalProperties: false, required: ["city"],
+    properties: { city: { type: "string", maxLength: 12 } } } };
+  const call = await client.responses.create({ model: MODEL, input: "Weather in Paris?",
+    tools: [weather], tool_choice: "required", max_output_tokens: 300, temperature: 1, seed: 1 });
+  const calls = call.output.filter((item) => item.type === "function_call");
+  assert.ok(calls.length >= 1, JSON.stringify(call.output));
+  for (const c of calls) {
+    assert.equal(c.name, "get_weather");
+    assert.equal(typeof JSON.parse(c.arguments).city, "string", c.arguments);
+  }
+  // The call and its output sent back as input items are a valid next turn.
+  const next = await client.responses.create({ model: MODEL, max_output_tokens: 8, tools: [weather],
+    input: [{ role: "user", content: "Weather in Paris?" },
+            { type: "function_call", call_id: calls[0].call_id, name: "get_weather",
+              arguments: calls[0].arguments },
+            { type: "function_call_output", call_id: calls[0].call_id, output: "sunny" }] });
+  assert.ok(next.usage.input_tokens > call.usage.input_tokens, JSON.stringify(next.usage));
+  await assert.rejects(
+    client.responses.create({ model: MODEL, input: "x", previous_response_id: "resp_1" }),
+    (e) => e instanceof BadRequestError && e.param === "previous_response_id" &&
+           e.code === "unsupported_value");
+});
+
 test("a full queue is a RateLimitError with Retry-After", async () => {
   const small = await Server.start(["--max-queued-requests", "1"]);
   try {

@@ -1,0 +1,222 @@
+// responses_render.h: Response objects and their stream events.
+#include "server/frontend/responses_render.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::frontend {
+namespace {
+
+// Item ids derive from the response id: "<kind>_<response id>_<output index>".
+std::string ItemId(const ResponseMeta& meta, absl::string_view kind, int index) {
+  return absl::StrCat(kind, "_", meta.id, "_", index);
+}
+
+Json ReasoningItem(const ResponseMeta& meta, int index, const std::string& text) {
+  return {{"id", ItemId(meta, "rs", index)},
+          {"type", "reasoning"},
+          {"summary", Json::array()},
+          {"content", {{{"type", "reasoning_text"}, {"text", text}}}}};
+}
+
+Json OutputText(const std::string& text) {
+  return {{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}};
+}
+
+Json MessageItem(const ResponseMeta& meta, int index, const std::string& text,
+                 std::string_view status) {
+  return {{"id", ItemId(meta, "msg", index)},
+          {"type", "message"},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", {OutputText(text)}}};
+}
+
+Json CallItem(const ResponseMeta& meta, int index, const ToolCall& call, std::string_view status) {
+  return {{"id", ItemId(meta, "fc", index)},
+          {"type", "function_call"},
+          {"status", status},
+          {"call_id", call.id},
+          {"name", call.name},
+          {"arguments", call.arguments}};
+}
+
+Json ResponsesUsageJson(const Usage& usage) {
+  return {{"input_tokens", usage.prompt_tokens},
+          {"input_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
+          {"output_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+}
+
+}  // namespace
+
+Json ResponseObjectJson(const ResponseMeta& meta, const Json& echo, const FinalChoice* choice,
+                        const Usage* usage) {
+  std::string status = "in_progress";
+  Json incomplete = nullptr;
+  Json output = Json::array();
+  if (choice != nullptr) {
+    status = "completed";
+    if (choice->finish_reason == "length") {
+      status = "incomplete";
+      incomplete = {{"reason", "max_output_tokens"}};
+    } else if (choice->finish_reason == "abort") {
+      status = "cancelled";
+    }
+    if (!choice->reasoning.empty()) {
+      output.push_back(ReasoningItem(meta, static_cast<int>(output.size()), choice->reasoning));
+    }
+    // A reply that is only tool calls has no message item.
+    if (!choice->text.empty() || choice->tool_calls.empty()) {
+      output.push_back(MessageItem(meta, static_cast<int>(output.size()), choice->text,
+                                   status == "incomplete" ? "incomplete" : "completed"));
+    }
+    for (const ToolCall& call : choice->tool_calls) {
+      output.push_back(CallItem(meta, static_cast<int>(output.size()), call, "completed"));
+    }
+  }
+  Json out = {{"id", meta.id},
+              {"object", "response"},
+              {"created_at", meta.created},
+              {"status", status},
+              {"error", nullptr},
+              {"incomplete_details", std::move(incomplete)},
+              {"model", meta.model},
+              {"output", std::move(output)}};
+  for (const auto& [key, value] : echo.items()) out[key] = value;
+  out["usage"] = usage != nullptr ? ResponsesUsageJson(*usage) : Json(nullptr);
+  return out;
+}
+
+ResponsesStreamWriter::ResponsesStreamWriter(ResponseMeta meta, Json echo)
+    : meta_(std::move(meta)), echo_(std::move(echo)) {}
+
+std::string ResponsesStreamWriter::Event(Json event) {
+  event["sequence_number"] = sequence_++;
+  const std::string type = event["type"].get<std::string>();
+  return absl::StrCat("event: ", type,
+                      "\ndata: ", event.dump(-1, ' ', false, Json::error_handler_t::replace),
+                      "\n\n");
+}
+
+std::string ResponsesStreamWriter::Start() {
+  const Json response = ResponseObjectJson(meta_, echo_, nullptr, nullptr);
+  std::string out = Event({{"type", "response.created"}, {"response", response}});
+  out += Event({{"type", "response.in_progress"}, {"response", response}});
+  return out;
+}
+
+void ResponsesStreamWriter::Open(Item kind, Json item, std::string* out) {
+  Close(out);
+  open_ = kind;
+  ++output_index_;
+  item_ = std::move(item);
+  text_.clear();
+  Json added = item_;
+  if (kind == Item::kReasoning) added["content"] = Json::array();
+  if (kind == Item::kMessage) added["content"] = Json::array();
+  *out += Event({{"type", "response.output_item.added"},
+                 {"output_index", output_index_},
+                 {"item", std::move(added)}});
+  if (kind == Item::kMessage) {
+    *out += Event({{"type", "response.content_part.added"},
+                   {"item_id", item_["id"]},
+                   {"output_index", output_index_},
+                   {"content_index", 0},
+                   {"part", OutputText("")}});
+  }
+}
+
+void ResponsesStreamWriter::Close(std::string* out) {
+  const Json id = item_.is_object() ? item_["id"] : Json();
+  switch (open_) {
+    case Item::kNone:
+      return;
+    case Item::kReasoning:
+      *out += Event({{"type", "response.reasoning_text.done"},
+                     {"item_id", id},
+                     {"output_index", output_index_},
+                     {"content_index", 0},
+                     {"text", text_}});
+      item_["content"][0]["text"] = text_;
+      break;
+    case Item::kMessage:
+      *out += Event({{"type", "response.output_text.done"},
+                     {"item_id", id},
+                     {"output_index", output_index_},
+                     {"content_index", 0},
+                     {"text", text_}});
+      *out += Event({{"type", "response.content_part.done"},
+                     {"item_id", id},
+                     {"output_index", output_index_},
+                     {"content_index", 0},
+                     {"part", OutputText(text_)}});
+      item_["content"][0]["text"] = text_;
+      item_["status"] = "completed";
+      break;
+    case Item::kCall:
+      *out += Event({{"type", "response.function_call_arguments.done"},
+                     {"item_id", id},
+                     {"output_index", output_index_},
+                     {"arguments", text_}});
+      item_["arguments"] = text_;
+      item_["status"] = "completed";
+      break;
+  }
+  *out += Event(
+      {{"type", "response.output_item.done"}, {"output_index", output_index_}, {"item", item_}});
+  open_ = Item::kNone;
+}
+
+std::string ResponsesStreamWriter::Delta(const ChoiceDelta& d) {
+  std::string out;
+  auto append = [&](Item kind, const char* event, const std::string& delta) {
+    text_ += delta;
+    Json e = {{"type", event}, {"item_id", item_["id"]}, {"output_index", output_index_}};
+    if (kind != Item::kCall) e["content_index"] = 0;
+    e["delta"] = delta;
+    out += Event(std::move(e));
+  };
+  if (!d.reasoning.empty()) {
+    if (open_ != Item::kReasoning) {
+      Open(Item::kReasoning, ReasoningItem(meta_, output_index_ + 1, ""), &out);
+    }
+    append(Item::kReasoning, "response.reasoning_text.delta", d.reasoning);
+  }
+  if (!d.text.empty()) {
+    if (open_ != Item::kMessage) {
+      Open(Item::kMessage, MessageItem(meta_, output_index_ + 1, "", "in_progress"), &out);
+    }
+    append(Item::kMessage, "response.output_text.delta", d.text);
+  }
+  for (const engine::ToolCallDelta& call : d.tool_calls) {
+    if (call.id || call.name || open_ != Item::kCall) {
+      ToolCall whole{call.id.value_or(""), call.name.value_or(""), ""};
+      Open(Item::kCall, CallItem(meta_, output_index_ + 1, whole, "in_progress"), &out);
+    }
+    if (!call.arguments.empty()) {
+      append(Item::kCall, "response.function_call_arguments.delta", call.arguments);
+    }
+  }
+  return out;
+}
+
+std::string ResponsesStreamWriter::Finish(const FinalChoice& choice, const Usage& usage) {
+  std::string out;
+  Close(&out);
+  Json response = ResponseObjectJson(meta_, echo_, &choice, &usage);
+  const bool incomplete = response["status"] == "incomplete";
+  out += Event({{"type", incomplete ? "response.incomplete" : "response.completed"},
+                {"response", std::move(response)}});
+  return out;
+}
+
+std::string ResponsesStreamWriter::Error(const ApiError& error) {
+  return Event({{"type", "error"},
+                {"code", error.code},
+                {"message", error.message},
+                {"param", error.param ? Json(*error.param) : Json()}});
+}
+
+}  // namespace strata::frontend

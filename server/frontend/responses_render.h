@@ -1,0 +1,56 @@
+// /v1/responses bodies (OpenAI's Responses API), rendered from the same plain structs as chat
+// (response_render.h). A response's `output` is a list of items: a `reasoning` item (the
+// `<think>` text, as reasoning_text), a `message` item (output_text) and one `function_call`
+// item per tool call, in the order the model wrote them.
+//
+// Stream: server-sent events with an `event:` line naming the type and a `sequence_number`:
+//   response.created, response.in_progress,
+//   per item: response.output_item.added, its deltas (response.reasoning_text.delta,
+//     response.content_part.added + response.output_text.delta, or
+//     response.function_call_arguments.delta), their .done events, response.output_item.done,
+//   then response.completed (or response.incomplete when max_output_tokens cut it) carrying
+//   the whole response; an error after the stream started is an `error` event.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "server/frontend/api_error.h"
+#include "server/frontend/choice_decoder.h"
+#include "server/frontend/response_render.h"
+
+namespace strata::frontend {
+
+// The Response object. `echo`: the request fields a response repeats (ResponsesRequest::echo);
+// `status`: "in_progress" (output and usage still empty) or the choice's outcome.
+Json ResponseObjectJson(const ResponseMeta& meta, const Json& echo, const FinalChoice* choice,
+                        const Usage* usage);
+
+// Writes one choice's stream (not thread-safe; one per streamed response).
+class ResponsesStreamWriter {
+ public:
+  ResponsesStreamWriter(ResponseMeta meta, Json echo);
+
+  std::string Start();
+  std::string Delta(const ChoiceDelta& delta);
+  // Closes the open item and sends the whole response (`choice` accumulated from the deltas).
+  std::string Finish(const FinalChoice& choice, const Usage& usage);
+  std::string Error(const ApiError& error);
+
+ private:
+  enum class Item { kNone, kReasoning, kMessage, kCall };
+  std::string Event(Json event);
+  void Open(Item kind, Json item, std::string* out);
+  void Close(std::string* out);
+
+  const ResponseMeta meta_;
+  const Json echo_;
+  int64_t sequence_ = 0;
+  int output_index_ = -1;
+  Item open_ = Item::kNone;
+  Json item_;         // the open item, as output_item.done will show it
+  std::string text_;  // its text (or arguments) so far
+};
+
+}  // namespace strata::frontend
