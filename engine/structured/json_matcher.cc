@@ -113,10 +113,13 @@ bool BoundedViable(const SchemaNode& node, const Frame& f, bool* ends) {
   const bool negative = f.flags & kNumSigned;
   const int64_t v = BoundedDigits(f);
   const int n = FractionDigits(f);
-  // Some value whose magnitude (in units of 10^-scale) lies in [lo, hi] is within the bounds.
+  // Some value whose magnitude (in units of 10^-scale) lies in [lo, hi] is within the bounds
+  // (and a multiple of multiple_scaled).
   auto hits = [&](int64_t lo, int64_t hi) {
-    return negative ? (-hi <= node.max_scaled && -lo >= node.min_scaled)
-                    : (lo <= node.max_scaled && hi >= node.min_scaled);
+    const int64_t a = std::max(negative ? -hi : lo, node.min_scaled);
+    const int64_t b = std::min(negative ? -lo : hi, node.max_scaled);
+    if (a > b) return false;
+    return node.multiple_scaled <= 1 || FirstMultipleAtLeast(a, node.multiple_scaled) <= b;
   };
   *ends = false;
   switch (f.sub) {

@@ -20,7 +20,8 @@ namespace {
 constexpr char kSupported[] =
     "type, enum, const, properties, required, additionalProperties, items, prefixItems, "
     "minItems, maxItems, minLength, maxLength, pattern, format, minimum, maximum, "
-    "exclusiveMinimum, exclusiveMaximum, anyOf, oneOf, allOf (one member), $ref, $defs";
+    "exclusiveMinimum, exclusiveMaximum, multipleOf, anyOf, oneOf, allOf (one member), $ref, "
+    "$defs";
 
 const std::set<std::string_view>& KnownKeywords() {
   static const std::set<std::string_view> known = {"type",
@@ -41,6 +42,7 @@ const std::set<std::string_view>& KnownKeywords() {
                                                    "maximum",
                                                    "exclusiveMinimum",
                                                    "exclusiveMaximum",
+                                                   "multipleOf",
                                                    "anyOf",
                                                    "oneOf",
                                                    "allOf",
@@ -237,7 +239,8 @@ class Compiler {
       return TypedAs(schema, "string", path);
     }
     if (schema.contains("minimum") || schema.contains("maximum") ||
-        schema.contains("exclusiveMinimum") || schema.contains("exclusiveMaximum")) {
+        schema.contains("exclusiveMinimum") || schema.contains("exclusiveMaximum") ||
+        schema.contains("multipleOf")) {
       return TypedAs(schema, "number", path);
     }
     return AddNode(path, SchemaNode{});
@@ -486,6 +489,25 @@ class Compiler {
     };
     RETURN_IF_ERROR(bound("minimum", "exclusiveMinimum", true));
     RETURN_IF_ERROR(bound("maximum", "exclusiveMaximum", false));
+    if (schema.contains("multipleOf")) {
+      // Exact in the fixed-point units, or refused (0.1 for numbers is 10^8 units; 2.5 for
+      // integers would need fractions).
+      const Json& m = schema["multipleOf"];
+      if (!m.is_number() || m.get<double>() <= 0) {
+        return Error(path, "'multipleOf' must be a number above 0");
+      }
+      const long double units =
+          static_cast<long double>(m.get<double>()) * static_cast<long double>(Pow10(scale));
+      const long double whole = std::nearbyint(units);
+      if (units > static_cast<long double>(limit) || whole < 1 ||
+          std::fabs(units - whole) > 1e-4L) {
+        return Error(path, absl::StrCat("'multipleOf' must be ",
+                                        integer ? "a whole number" : "a multiple of 1e-9",
+                                        " below 1e", kMaxIntegerDigits - scale));
+      }
+      node->multiple_scaled = static_cast<int64_t>(whole);
+      node->bounded = true;
+    }
     if (!node->bounded) return absl::OkStatus();
     if (lo > hi) {
       return Error(path,
@@ -499,6 +521,11 @@ class Compiler {
     }
     node->min_scaled = lo;
     node->max_scaled = hi;
+    if (node->multiple_scaled > 1) {
+      if (FirstMultipleAtLeast(lo, node->multiple_scaled) > hi) {
+        return Error(path, "no multiple of 'multipleOf' lies within the minimum and maximum");
+      }
+    }
     return absl::OkStatus();
   }
 

@@ -8,13 +8,13 @@
 //   minItems, maxItems,
 //   minLength, maxLength, pattern (regex.h), format (date, time, date-time, uuid, email, ipv4
 //   and hostname are enforced; other formats are annotations), minimum, maximum, exclusiveMinimum,
-//   exclusiveMaximum (numbers then have at most kMaxBoundedFractionDigits fraction digits and no
-//   exponent), anyOf / oneOf (as anyOf), allOf with one member, $ref to "#",
+//   exclusiveMaximum, multipleOf (numbers then have at most kMaxBoundedFractionDigits fraction
+//   digits and no exponent), anyOf / oneOf (as anyOf), allOf with one member, $ref to "#",
 //   "#/$defs/…" or "#/definitions/…", boolean schemas (true = any value).
 // Ignored (annotations): title, description, default, examples, $schema, $id,
 //   $comment, deprecated, readOnly, writeOnly, discriminator (OpenAPI / Pydantic tagged unions:
 //   their oneOf alternatives already fix the tag), and $defs / definitions themselves.
-// Anything else (multipleOf, propertyNames, …) is an InvalidArgument naming the keyword and its
+// Anything else (propertyNames, uniqueItems, …) is an InvalidArgument naming the keyword and its
 // path: a constraint the output would silently break is refused rather than ignored.
 //
 // Output shape the grammar fixes (as xgrammar's strict mode does): an object's properties come
@@ -75,11 +75,13 @@ struct SchemaNode {
   int64_t min_length = 0;
   int64_t max_length = -1;  // −1: unbounded
   int32_t pattern = -1;
-  // kNumber, kInteger with bounds: min_scaled ≤ value × 10^scale ≤ max_scaled, where scale is 0
-  // for integers and kMaxBoundedFractionDigits for numbers.
+  // kNumber, kInteger with bounds or multipleOf: min_scaled ≤ value × 10^scale ≤ max_scaled,
+  // and value × 10^scale a multiple of multiple_scaled (0: any), where scale is 0 for integers
+  // and kMaxBoundedFractionDigits for numbers.
   bool bounded = false;
   int64_t min_scaled = 0;
   int64_t max_scaled = 0;
+  int64_t multiple_scaled = 0;
   std::vector<std::string> literals;  // kLiterals: sorted (bytewise), no duplicates
   std::vector<int32_t> alternatives;  // kAnyOf (never another kAnyOf: flattened)
   std::vector<int32_t> keys_sorted;   // kObject: property indices by key_text, bytewise
@@ -100,6 +102,11 @@ JsonGrammar AnyJsonObjectGrammar();
 // The text is exactly one of `texts` (raw, not JSON; no whitespace around): vLLM's
 // guided_choice, and the call ids of forced tool calls.
 JsonGrammar ExactTextGrammar(std::vector<std::string> texts);
+
+// The least multiple of k (≥ 1) that is ≥ a.
+inline int64_t FirstMultipleAtLeast(int64_t a, int64_t k) {
+  return a >= 0 ? (a + k - 1) / k * k : -(-a / k * k);
+}
 
 // The text matches the regular expression `dfa` (vLLM's guided_regex).
 JsonGrammar RegexTextGrammar(ByteDfa dfa);

@@ -738,7 +738,7 @@ TEST_F(ServiceTest, ResponsesRefuseWhatTheyCannotServeNamingTheField) {
               "invalid_value", "max_output_tokens");
   ExpectError(Post(service_, "/v1/responses",
                    R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
-                       "schema": {"type": "integer", "multipleOf": 2}}}})"),
+                       "schema": {"type": "integer", "not": {"const": 2}}}}})"),
               400, "invalid_value", "text.format.schema");
   ExpectError(Post(service_, "/v1/responses",
                    R"({"input": [{"role": "user", "content": [{"type": "input_audio"}]}]})"),
