@@ -85,7 +85,8 @@ absl::Status ModelRuntime::LoadTokenizer() {
     absl::StatusOr<engine::ChatTemplate> t =
         engine::ChatTemplate::ForTokenizer(*tokenizer_, with_tools);
     if (!t.ok()) {
-      LOG_WARN("serve", "no usable chat template ({}); /v1/chat/completions answers 400",
+      LOG_WARN("serve",
+               "no usable chat template ({}); /v1/chat/completions and /v1/responses answer 400",
                std::string(t.status().message()));
       break;
     }
