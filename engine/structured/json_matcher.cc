@@ -83,12 +83,6 @@ constexpr uint8_t kNumBounded = 0x40;
 constexpr uint8_t kNumInRange = 0x80;
 constexpr int kNumFractionShift = 1;  // bits 1–4: fraction digits of a bounded number
 
-int64_t Pow10(int n) {
-  int64_t v = 1;
-  for (int i = 0; i < n; ++i) v *= 10;
-  return v;
-}
-
 // A number frame may end here: its syntax is complete and, with bounds, its value within them.
 bool NumberEnds(const Frame& f) {
   return NumberCanEnd(f.sub) && (!(f.flags & kNumBounded) || (f.flags & kNumInRange));

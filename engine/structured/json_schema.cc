@@ -87,13 +87,6 @@ const char* FormatRegex(std::string_view format) {
   return nullptr;
 }
 
-// 10^n for n in [0, 18].
-int64_t Pow10(int n) {
-  int64_t v = 1;
-  for (int i = 0; i < n; ++i) v *= 10;
-  return v;
-}
-
 // JSON Pointer escaping of one reference token (RFC 6901).
 std::string PointerToken(std::string_view token) {
   std::string out;

@@ -103,6 +103,30 @@ JsonGrammar AnyJsonObjectGrammar();
 // guided_choice, and the call ids of forced tool calls.
 JsonGrammar ExactTextGrammar(std::vector<std::string> texts);
 
+// 10^n for n in [0, 18] (a table: the matcher's bounded numbers use it per byte).
+inline int64_t Pow10(int n) {
+  static constexpr int64_t kPowers[] = {1,
+                                        10,
+                                        100,
+                                        1000,
+                                        10000,
+                                        100000,
+                                        1000000,
+                                        10000000,
+                                        100000000,
+                                        1000000000,
+                                        10000000000,
+                                        100000000000,
+                                        1000000000000,
+                                        10000000000000,
+                                        100000000000000,
+                                        1000000000000000,
+                                        10000000000000000,
+                                        100000000000000000,
+                                        1000000000000000000};
+  return kPowers[n];
+}
+
 // The least multiple of k (≥ 1) that is ≥ a.
 inline int64_t FirstMultipleAtLeast(int64_t a, int64_t k) {
   return a >= 0 ? (a + k - 1) / k * k : -(-a / k * k);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace strata::structured {
 namespace {
@@ -414,53 +415,18 @@ class Parser {
 
   // The UTF-8 code point at pos_.
   absl::StatusOr<uint32_t> ReadCodePoint() {
-    const auto b0 = static_cast<uint8_t>(p_[pos_]);
-    int len = b0 < 0x80 ? 1 : b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : 2;
-    uint32_t cp = len == 1 ? b0 : b0 & (0x3F >> (len - 1));
-    if ((b0 >= 0x80 && b0 < 0xC2) || b0 > 0xF4 || pos_ + static_cast<size_t>(len) > p_.size()) {
+    const engine::Utf8Step step = engine::DecodeUtf8Step(p_.substr(pos_));
+    if (step.status != engine::Utf8Status::kChar) {
       return Error("the pattern is not well-formed UTF-8");
     }
-    for (int i = 1; i < len; ++i) {
-      const auto b = static_cast<uint8_t>(p_[pos_ + static_cast<size_t>(i)]);
-      if ((b & 0xC0) != 0x80) return Error("the pattern is not well-formed UTF-8");
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    const uint32_t min_for_len[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_for_len[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return Error("the pattern is not well-formed UTF-8");
-    }
-    pos_ += static_cast<size_t>(len);
-    return cp;
+    pos_ += step.length;
+    return static_cast<uint32_t>(step.code_point);
   }
 
   std::string_view p_;
   size_t pos_ = 0;
   std::vector<Node> nodes_;
 };
-
-// UTF-8 encoding of cp into out; returns the length.
-int EncodeUtf8(uint32_t cp, uint8_t out[4]) {
-  if (cp < 0x80) {
-    out[0] = static_cast<uint8_t>(cp);
-    return 1;
-  }
-  if (cp < 0x800) {
-    out[0] = static_cast<uint8_t>(0xC0 | (cp >> 6));
-    out[1] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = static_cast<uint8_t>(0xE0 | (cp >> 12));
-    out[1] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = static_cast<uint8_t>(0xF0 | (cp >> 18));
-  out[1] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-  out[3] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-  return 4;
-}
 
 struct ByteRange {
   uint8_t lo = 0;
@@ -486,11 +452,14 @@ void SplitUtf8(uint32_t lo, uint32_t hi, std::vector<ByteSeq>* out) {
       return;
     }
   }
-  uint8_t a[4], b[4];
-  const int n = EncodeUtf8(lo, a);
-  CHECK_EQ(n, EncodeUtf8(hi, b));
-  ByteSeq seq(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) seq[static_cast<size_t>(i)] = {a[i], b[i]};
+  std::string a, b;
+  engine::AppendUtf8(lo, &a);
+  engine::AppendUtf8(hi, &b);
+  CHECK_EQ(a.size(), b.size());
+  ByteSeq seq(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    seq[i] = {static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i])};
+  }
   out->push_back(std::move(seq));
 }
 

@@ -243,8 +243,7 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
       out->body += c.responses->Finish(c.final, usage);
     } else {
       out->status = 200;
-      out->body = ResponseObjectJson(spec_.meta, spec_.responses_echo, &c.final, &usage)
-                      .dump(-1, ' ', false, Json::error_handler_t::replace);
+      out->body = JsonText(ResponseObjectJson(spec_.meta, spec_.responses_echo, &c.final, &usage));
     }
     return;
   }
@@ -270,7 +269,7 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
                   ? ChatCompletionJson(spec_.meta, *model_.tokenizer, finals, usage)
                   : CompletionJson(spec_.meta, *model_.tokenizer, finals, usage);
   out->status = 200;
-  out->body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+  out->body = JsonText(body);
 }
 
 bool GenerationResponse::Poll(http::HttpResponse* out) {

@@ -51,7 +51,7 @@ bool SameKey(std::string_view a, std::string_view b) {
 http::HttpResponse JsonResponse(const Json& json, int status) {
   http::HttpResponse response;
   response.status = status;
-  response.body = json.dump(-1, ' ', false, Json::error_handler_t::replace);
+  response.body = JsonText(json);
   return response;
 }
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 namespace strata::frontend {
 namespace {
 
@@ -184,11 +186,10 @@ Json UsageChunkJson(const ResponseMeta& meta, std::string_view object, const Usa
   return out;
 }
 
-std::string SseData(const Json& json) {
-  std::string out = "data: ";
-  out += json.dump(-1, ' ', false, Json::error_handler_t::replace);
-  out += "\n\n";
-  return out;
+std::string JsonText(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
+
+std::string SseData(const Json& json) { return absl::StrCat("data: ", JsonText(json), "\n\n"); }
 
 }  // namespace strata::frontend

@@ -80,6 +80,10 @@ Json CompletionChunkJson(const ResponseMeta& meta, int index, const std::string&
 // The usage chunk of a stream with include_usage: `choices: []` plus usage.
 Json UsageChunkJson(const ResponseMeta& meta, std::string_view object, const Usage& usage);
 
+// Compact JSON text of a body or event; ill-formed UTF-8 in strings (a token cut inside a
+// character) becomes U+FFFD instead of an exception.
+std::string JsonText(const Json& json);
+
 // ---- SSE framing ----
 std::string SseData(const Json& json);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";

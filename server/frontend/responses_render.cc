@@ -95,9 +95,7 @@ ResponsesStreamWriter::ResponsesStreamWriter(ResponseMeta meta, Json echo)
 std::string ResponsesStreamWriter::Event(Json event) {
   event["sequence_number"] = sequence_++;
   const std::string type = event["type"].get<std::string>();
-  return absl::StrCat("event: ", type,
-                      "\ndata: ", event.dump(-1, ' ', false, Json::error_handler_t::replace),
-                      "\n\n");
+  return absl::StrCat("event: ", type, "\ndata: ", JsonText(event), "\n\n");
 }
 
 std::string ResponsesStreamWriter::Start() {
@@ -120,50 +118,44 @@ void ResponsesStreamWriter::Open(Item kind, Json item, std::string* out) {
                  {"output_index", output_index_},
                  {"item", std::move(added)}});
   if (kind == Item::kMessage) {
-    *out += Event({{"type", "response.content_part.added"},
-                   {"item_id", item_["id"]},
-                   {"output_index", output_index_},
-                   {"content_index", 0},
-                   {"part", OutputText("")}});
+    Json part = ItemEvent("response.content_part.added");
+    part["part"] = OutputText("");
+    *out += Event(std::move(part));
   }
 }
 
+Json ResponsesStreamWriter::ItemEvent(std::string_view type) const {
+  Json e = {{"type", type}, {"item_id", item_["id"]}, {"output_index", output_index_}};
+  if (open_ != Item::kCall) e["content_index"] = 0;
+  return e;
+}
+
 void ResponsesStreamWriter::Close(std::string* out) {
-  const Json id = item_.is_object() ? item_["id"] : Json();
+  if (open_ == Item::kNone) return;
+  Json done;
   switch (open_) {
-    case Item::kNone:
-      return;
     case Item::kReasoning:
-      *out += Event({{"type", "response.reasoning_text.done"},
-                     {"item_id", id},
-                     {"output_index", output_index_},
-                     {"content_index", 0},
-                     {"text", text_}});
+      done = ItemEvent("response.reasoning_text.done");
+      done["text"] = text_;
       item_["content"][0]["text"] = text_;
       break;
     case Item::kMessage:
-      *out += Event({{"type", "response.output_text.done"},
-                     {"item_id", id},
-                     {"output_index", output_index_},
-                     {"content_index", 0},
-                     {"text", text_}});
-      *out += Event({{"type", "response.content_part.done"},
-                     {"item_id", id},
-                     {"output_index", output_index_},
-                     {"content_index", 0},
-                     {"part", OutputText(text_)}});
+      done = ItemEvent("response.output_text.done");
+      done["text"] = text_;
+      *out += Event(std::move(done));
+      done = ItemEvent("response.content_part.done");
+      done["part"] = OutputText(text_);
       item_["content"][0]["text"] = text_;
       item_["status"] = "completed";
       break;
-    case Item::kCall:
-      *out += Event({{"type", "response.function_call_arguments.done"},
-                     {"item_id", id},
-                     {"output_index", output_index_},
-                     {"arguments", text_}});
+    default:  // a function call
+      done = ItemEvent("response.function_call_arguments.done");
+      done["arguments"] = text_;
       item_["arguments"] = text_;
       item_["status"] = "completed";
       break;
   }
+  *out += Event(std::move(done));
   *out += Event(
       {{"type", "response.output_item.done"}, {"output_index", output_index_}, {"item", item_}});
   open_ = Item::kNone;
@@ -171,10 +163,9 @@ void ResponsesStreamWriter::Close(std::string* out) {
 
 std::string ResponsesStreamWriter::Delta(const ChoiceDelta& d) {
   std::string out;
-  auto append = [&](Item kind, const char* event, const std::string& delta) {
+  auto append = [&](const char* type, const std::string& delta) {
     text_ += delta;
-    Json e = {{"type", event}, {"item_id", item_["id"]}, {"output_index", output_index_}};
-    if (kind != Item::kCall) e["content_index"] = 0;
+    Json e = ItemEvent(type);
     e["delta"] = delta;
     out += Event(std::move(e));
   };
@@ -182,22 +173,20 @@ std::string ResponsesStreamWriter::Delta(const ChoiceDelta& d) {
     if (open_ != Item::kReasoning) {
       Open(Item::kReasoning, ReasoningItem(meta_, output_index_ + 1, ""), &out);
     }
-    append(Item::kReasoning, "response.reasoning_text.delta", d.reasoning);
+    append("response.reasoning_text.delta", d.reasoning);
   }
   if (!d.text.empty()) {
     if (open_ != Item::kMessage) {
       Open(Item::kMessage, MessageItem(meta_, output_index_ + 1, "", "in_progress"), &out);
     }
-    append(Item::kMessage, "response.output_text.delta", d.text);
+    append("response.output_text.delta", d.text);
   }
   for (const engine::ToolCallDelta& call : d.tool_calls) {
     if (call.id || call.name || open_ != Item::kCall) {
       ToolCall whole{call.id.value_or(""), call.name.value_or(""), ""};
       Open(Item::kCall, CallItem(meta_, output_index_ + 1, whole, "in_progress"), &out);
     }
-    if (!call.arguments.empty()) {
-      append(Item::kCall, "response.function_call_arguments.delta", call.arguments);
-    }
+    if (!call.arguments.empty()) append("response.function_call_arguments.delta", call.arguments);
   }
   return out;
 }

@@ -41,6 +41,9 @@ class ResponsesStreamWriter {
  private:
   enum class Item { kNone, kReasoning, kMessage, kCall };
   std::string Event(Json event);
+  // An event about the open item: type, item_id, output_index (and content_index 0 but for
+  // function calls).
+  Json ItemEvent(std::string_view type) const;
   void Open(Item kind, Json item, std::string* out);
   void Close(std::string* out);
 

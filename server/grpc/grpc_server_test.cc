@@ -35,6 +35,7 @@ struct Outcome {
   grpc::Status status;
   std::vector<int32_t> ids;  // choice 0
   std::string text;
+  std::map<int, std::string> texts;  // every choice's, by index
   std::vector<v1::Complete> completes;
   int num_chunks = 0;
 };
@@ -92,6 +93,7 @@ class GrpcServerTest : public testing::Test {
     GenerateResponse response;
     while (reader->Read(&response)) {
       if (response.has_chunk()) {
+        out.texts[response.chunk().index()] += response.chunk().text();
         if (response.chunk().index() == 0) {
           out.ids.insert(out.ids.end(), response.chunk().token_ids().begin(),
                          response.chunk().token_ids().end());
@@ -318,22 +320,11 @@ TEST_F(GrpcServerTest, JsonSchemaConstrainsEveryChoice) {
   request.set_json_schema(R"({"type":"object","properties":{
       "size":{"enum":["S","M","L"]},"count":{"type":"integer"},"hot":{"type":"boolean"}},
       "required":["size","count","hot"],"additionalProperties":false})");
-  grpc::ClientContext context;
-  auto reader = Inference()->Generate(&context, request);
-  std::map<int, std::string> text;
-  GenerateResponse response;
-  int completes = 0;
-  while (reader->Read(&response)) {
-    if (response.has_chunk()) {
-      text[response.chunk().index()] += response.chunk().text();
-    } else {
-      ++completes;
-    }
-  }
-  ASSERT_TRUE(reader->Finish().ok());
-  EXPECT_EQ(completes, 3);
-  ASSERT_EQ(text.size(), 3u);
-  for (const auto& [index, t] : text) {
+  const Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok());
+  EXPECT_EQ(out.completes.size(), 3u);
+  ASSERT_EQ(out.texts.size(), 3u);
+  for (const auto& [index, t] : out.texts) {
     ASSERT_TRUE(nlohmann::json::accept(t)) << index << ": " << t;
     const nlohmann::json v = nlohmann::json::parse(t);
     ASSERT_TRUE(v.is_object()) << t;
@@ -360,16 +351,10 @@ TEST_F(GrpcServerTest, RegexConstrainsTheWholeText) {
   request.set_n(2);
   request.mutable_sampling()->set_seed(8);
   request.set_regex("(red|green)-[0-9]{2}");
-  grpc::ClientContext context;
-  auto reader = Inference()->Generate(&context, request);
-  std::map<int, std::string> text;
-  GenerateResponse response;
-  while (reader->Read(&response)) {
-    if (response.has_chunk()) text[response.chunk().index()] += response.chunk().text();
-  }
-  ASSERT_TRUE(reader->Finish().ok());
-  ASSERT_EQ(text.size(), 2u);
-  for (const auto& [index, t] : text) {
+  const Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok());
+  ASSERT_EQ(out.texts.size(), 2u);
+  for (const auto& [index, t] : out.texts) {
     EXPECT_TRUE(std::regex_match(t, std::regex("(red|green)-[0-9]{2}"))) << index << ": " << t;
   }
   GenerateRequest both = Request({5, 6}, 4);

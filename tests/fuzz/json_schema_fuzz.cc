@@ -11,14 +11,12 @@
 #include "core/check.h"
 #include "engine/structured/json_matcher.h"
 #include "engine/structured/json_schema.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace ss = strata::structured;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view input(reinterpret_cast<const char*>(data), size);
-  const size_t split = input.find('\0');
-  const std::string_view schema_text = input.substr(0, split);
-  const std::string_view doc = split == std::string_view::npos ? "" : input.substr(split + 1);
+  const auto [schema_text, doc] = SplitAtNul(data, size);
   const ss::Json schema = ss::Json::parse(schema_text, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return 0;
   absl::StatusOr<ss::JsonGrammar> grammar = ss::CompileJsonSchema(schema);

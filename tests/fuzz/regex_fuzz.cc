@@ -10,14 +10,12 @@
 #include "core/check.h"
 #include "engine/structured/json_matcher.h"
 #include "engine/structured/regex.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace ss = strata::structured;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view input(reinterpret_cast<const char*>(data), size);
-  const size_t split = input.find('\0');
-  const std::string_view pattern = input.substr(0, split);
-  const std::string_view text = split == std::string_view::npos ? "" : input.substr(split + 1);
+  const auto [pattern, text] = SplitAtNul(data, size);
   for (ss::RegexAnchoring anchoring :
        {ss::RegexAnchoring::kSearch, ss::RegexAnchoring::kFullMatch}) {
     absl::StatusOr<ss::ByteDfa> dfa = ss::CompileRegex(pattern, anchoring);
