@@ -83,7 +83,11 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
     f.token_ids = seq.token_ids.data();
     f.num_new_tokens = static_cast<int64_t>(seq.token_ids.size());
     f.num_computed_tokens = seq.num_computed_tokens;
-    f.logits = seq.sample ? LogitsMode::kLast : LogitsMode::kNone;
+    CHECK_LE(seq.score_targets.size(), seq.token_ids.size()) << "sequence " << seq.seq_id;
+    // Scored rows need every new token's logits; the sampled row is then the last of them.
+    f.logits = !seq.score_targets.empty() ? LogitsMode::kAll
+               : seq.sample               ? LogitsMode::kLast
+                                          : LogitsMode::kNone;
     CHECK_GE(static_cast<int64_t>(seq.block_table.size()) * layout_.block_size,
              seq.num_computed_tokens + f.num_new_tokens)
         << "block table of sequence " << seq.seq_id << " is too short";
@@ -128,22 +132,31 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   if (context.workspace == nullptr) context.workspace = workspace_.get();
   model_.Forward(ForwardBatch(batch_.data(), plan.sequences.size()), &logits_, context);
 
-  // 3. Sampling, in plan order (one logits row per sampled sequence). Entries of `sampled` are
+  // 3. Scoring and sampling, in plan order. A sequence owns one logits row (kLast), or one per
+  // new token (kAll: scored rows first, the sampled row last). Entries of `sampled` are
   // overwritten in place so their top_logprobs keep their capacity.
   const int64_t vocab = model_.config().vocab_size;
-  size_t num_sampled = 0;
+  size_t num_sampled = 0, num_scored = 0;
   for (const ScheduledSequence& seq : plan.sequences) {
     num_sampled += seq.sample && !seq.token_ids.empty() ? 1 : 0;
+    num_scored += seq.score_targets.empty() ? 0 : 1;
   }
   if (result->sampled.size() != num_sampled) result->sampled.resize(num_sampled);
+  if (result->scored.size() != num_scored) result->scored.resize(num_scored);
   PrepareConstraints(plan, vocab, /*parallel=*/true);
-  size_t row = 0;
-  for (const ScheduledSequence& seq : plan.sequences) {
+  int64_t row = 0;
+  size_t sampled = 0, scored = 0;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const ScheduledSequence& seq = plan.sequences[i];
+    if (!seq.score_targets.empty()) {
+      ScoreTargets(seq, logits_.data() + row * vocab, vocab, &result->scored[scored++]);
+      row += static_cast<int64_t>(seq.token_ids.size()) - (seq.sample ? 1 : 0);
+    }
     if (!seq.sample || seq.token_ids.empty()) continue;
-    sampler_.Sample(seq, logits_.data() + static_cast<int64_t>(row) * vocab, vocab,
-                    &result->sampled[row]);
+    sampler_.Sample(seq, logits_.data() + row * vocab, vocab, &result->sampled[sampled++]);
     ++row;
   }
+  CHECK_EQ(row, NumLogitRows(ForwardBatch(batch_.data(), plan.sequences.size())));
 
   // 4. KDA checkpoints at the boundary this step ended on.
   for (const ScheduledSequence& seq : plan.sequences) {

@@ -41,6 +41,12 @@ struct ScheduledSequence {
   // (shared so a preempted sequence keeps its RNG and penalty state).
   std::shared_ptr<Sampler> sampler;
   int num_logprobs = -1;  // ≥ 0: also return log-probabilities (top n)
+  // Prompt scoring (vLLM's prompt_logprobs, completions' echo with logprobs): when not empty,
+  // new token i (i < score_targets.size() ≤ token_ids.size()) is scored: the log-probability
+  // and rank of score_targets[i] (the prompt token after it) under the raw logits of token i,
+  // and the top num_score_logprobs.
+  std::vector<int32_t> score_targets;
+  int num_score_logprobs = 0;
 };
 
 struct StepPlan {
@@ -65,9 +71,26 @@ struct SampledToken {
   std::vector<TokenLogprob> top_logprobs;  // when num_logprobs > 0
 };
 
+// One scored token: its log-probability under the raw logits of the position before it, its
+// rank there (how many tokens have a logit at least as high, itself included: 1 = the most
+// likely; vLLM's rank), and the most likely tokens.
+struct TokenScore {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  int64_t rank = 0;
+  std::vector<TokenLogprob> top;  // num_score_logprobs, most likely first (ties by id)
+};
+
+struct ScoredSequence {
+  SequenceId seq_id = 0;
+  std::vector<TokenScore> scores;  // one per score target, in order
+};
+
 struct StepResult {
   int64_t step_id = 0;
   std::vector<SampledToken> sampled;  // one per ScheduledSequence with sample == true, in order
+  // One per ScheduledSequence with score targets, in plan order (empty in most steps).
+  std::vector<ScoredSequence> scored;
   double forward_ms = 0.0;
   // [num_experts] tokens routed to each expert in this step, summed over MoE layers (empty for
   // models without MoE or executors that do not measure it).

@@ -26,6 +26,36 @@ void PrepareConstraints(const StepPlan& plan, int64_t vocab, bool parallel) {
                             });
 }
 
+void ScoreTargets(const ScheduledSequence& seq, const float* logits, int64_t vocab,
+                  ScoredSequence* out) {
+  const int64_t rows = static_cast<int64_t>(seq.score_targets.size());
+  const int64_t n = std::min<int64_t>(std::max(seq.num_score_logprobs, 0), vocab);
+  out->seq_id = seq.seq_id;
+  out->scores.resize(static_cast<size_t>(rows));
+  kernels::cpu::ParallelFor(rows, rows > 1, [&](int64_t i) {
+    const float* row = logits + i * vocab;
+    const int32_t target = seq.score_targets[static_cast<size_t>(i)];
+    CHECK(target >= 0 && target < vocab) << "score target " << target << " of " << seq.seq_id;
+    TokenScore& score = out->scores[static_cast<size_t>(i)];
+    const double log_z = kernels::cpu::LogSumExp(row, vocab);
+    const float x = row[target];
+    int64_t rank = 0;
+    for (int64_t j = 0; j < vocab; ++j) rank += row[j] >= x ? 1 : 0;
+    score.token_id = target;
+    score.logprob = static_cast<float>(double(x) - log_z);
+    score.rank = std::max<int64_t>(rank, 1);  // a NaN logit compares false everywhere
+    score.top.clear();
+    if (n == 0) return;
+    thread_local std::vector<kernels::cpu::ScoredId> scratch;
+    scratch.resize(static_cast<size_t>(kernels::cpu::TopKScratchSize(n)));
+    kernels::cpu::TopK(row, vocab, n, scratch.data());
+    for (int64_t k = 0; k < n; ++k) {
+      const kernels::cpu::ScoredId& c = scratch[static_cast<size_t>(k)];
+      score.top.push_back({c.id, static_cast<float>(double(c.value) - log_z)});
+    }
+  });
+}
+
 void StepSampler::Sample(const ScheduledSequence& seq, float* logits, int64_t vocab,
                          SampledToken* out) {
   CHECK(seq.sampler != nullptr) << "sequence " << seq.seq_id << " has no sampler";

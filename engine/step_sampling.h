@@ -18,6 +18,11 @@ namespace strata::engine {
 // before sampling: the CPU one after the forward, the CUDA one while the device runs it.
 void PrepareConstraints(const StepPlan& plan, int64_t vocab, bool parallel);
 
+// Scores seq.score_targets: row i of `logits` ([score_targets.size(), vocab], raw) scores
+// target i (TokenScore), rows spread over kernels/cpu's thread pool. Shared by the executors.
+void ScoreTargets(const ScheduledSequence& seq, const float* logits, int64_t vocab,
+                  ScoredSequence* out);
+
 class StepSampler {
  public:
   // Samples `seq` from `logits` [vocab] (modified in place by the sampler's penalties) into

@@ -14,6 +14,8 @@ namespace strata::scheduler {
 
 using engine::SequenceId;
 
+inline constexpr int kMaxPromptLogprobs = 1000;
+
 struct Request {
   std::string request_id;       // unique among live requests
   std::vector<int32_t> prompt;  // token ids, non-empty
@@ -22,9 +24,13 @@ struct Request {
   std::vector<int32_t> stop_token_ids;  // end the sequence (kStop) even with ignore_eos
   int64_t eos_token_id = -1;            // < 0: none
   bool ignore_eos = false;
-  int priority = 0;            // kPriority policy: lower is served first (vLLM)
-  uint64_t cache_salt = 0;     // prefix-cache namespace (tenant, media; block_hash.h)
-  int num_logprobs = -1;       // >= 0: return logprobs of the sampled token (+ top n)
+  int priority = 0;         // kPriority policy: lower is served first (vLLM)
+  uint64_t cache_salt = 0;  // prefix-cache namespace (tenant, media; block_hash.h)
+  int num_logprobs = -1;    // >= 0: return logprobs of the sampled token (+ top n)
+  // >= 0: score the prompt (vLLM's prompt_logprobs): every prompt token after the first gets
+  // its log-probability, rank and the top n (at most kMaxPromptLogprobs), delivered with the
+  // first output token. Such a request skips the prefix cache (every position is computed).
+  int prompt_logprobs = -1;
   uint64_t fallback_seed = 0;  // sampler seed when sampling.seed is absent
 };
 
@@ -43,6 +49,9 @@ struct SequenceEvent {
   std::optional<int32_t> token;  // the newly sampled token (absent on abort)
   float logprob = 0.0f;          // of `token`, when the request asked for logprobs
   std::vector<engine::TokenLogprob> top_logprobs;
+  // With the first output token of a request with prompt_logprobs >= 0: scores of prompt
+  // tokens 1 .. n−1 (token 0 has no context to be scored in).
+  std::vector<engine::TokenScore> prompt_scores;
   std::optional<FinishReason> finished;
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache at first admission

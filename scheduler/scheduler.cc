@@ -58,6 +58,11 @@ absl::Status ValidateRequest(const Request& request, const SchedulerConfig& conf
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens must be >= 1, got ", request.max_tokens));
   }
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > kMaxPromptLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt_logprobs must be in [-1, ",
+                                                   kMaxPromptLogprobs, "], got ",
+                                                   request.prompt_logprobs));
+  }
   if (prompt_len + request.max_tokens > config.max_model_len) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt (", prompt_len, " tokens) + max_tokens (", request.max_tokens, ") = ",
@@ -99,7 +104,7 @@ std::vector<SequenceEvent> Scheduler::Commit(const engine::StepResult& result) {
   std::vector<SequenceEvent> events = std::move(abort_events_);
   abort_events_.clear();
   events.reserve(events.size() + entries_.size());
-  size_t next = 0;
+  size_t next = 0, next_scored = 0;
   for (const Entry& entry : entries_) {
     const engine::SampledToken* sampled = nullptr;
     if (entry.sample) {
@@ -107,9 +112,17 @@ std::vector<SequenceEvent> Scheduler::Commit(const engine::StepResult& result) {
       sampled = &result.sampled[next++];
       CHECK_EQ(sampled->seq_id, entry.seq->id) << "sampled tokens out of plan order";
     }
-    CommitEntry(entry, sampled, &events);
+    const engine::ScoredSequence* scored = nullptr;
+    if (entry.num_scored > 0) {
+      CHECK_LT(next_scored, result.scored.size()) << "missing scores for seq " << entry.seq->id;
+      scored = &result.scored[next_scored++];
+      CHECK_EQ(scored->seq_id, entry.seq->id) << "scores out of plan order";
+      CHECK_EQ(static_cast<int64_t>(scored->scores.size()), entry.num_scored);
+    }
+    CommitEntry(entry, sampled, scored, &events);
   }
   CHECK_EQ(next, result.sampled.size()) << "more sampled tokens than sampling sequences";
+  CHECK_EQ(next_scored, result.scored.size()) << "more scores than scoring sequences";
   entries_.clear();
   in_flight_ = false;
 
@@ -125,10 +138,26 @@ std::vector<SequenceEvent> Scheduler::Commit(const engine::StepResult& result) {
   return events;
 }
 
+void Scheduler::CommitScores(const Entry& entry, const engine::ScoredSequence& scored) {
+  Sequence* seq = entry.seq;
+  // Target i is prompt token begin + 1 + i. A recomputed sequence (preempted while scoring)
+  // scores positions again: keep the first scores only.
+  const int64_t first = seq->num_computed_tokens + 1;
+  for (size_t i = 0; i < scored.scores.size(); ++i) {
+    const int64_t position = first + static_cast<int64_t>(i);
+    if (position <= seq->num_prompt_scored) continue;
+    CHECK_EQ(position, seq->num_prompt_scored + 1) << "prompt scores of " << seq->id;
+    seq->prompt_scores.push_back(scored.scores[i]);
+    seq->num_prompt_scored = position;
+  }
+}
+
 void Scheduler::CommitEntry(const Entry& entry, const engine::SampledToken* sampled,
+                            const engine::ScoredSequence* scored,
                             std::vector<SequenceEvent>* events) {
   Sequence* seq = entry.seq;
   seq->step_index = -1;
+  if (scored != nullptr && !seq->abort_requested) CommitScores(entry, *scored);
   seq->num_computed_tokens += entry.num_new_tokens;
   if (config_.enable_prefix_caching) RegisterFullBlocks(seq);  // before CommitCheckpoint
   if (entry.save_checkpoint >= 0) prefix_cache_.CommitCheckpoint(entry.save_checkpoint);
@@ -141,6 +170,8 @@ void Scheduler::CommitEntry(const Entry& entry, const engine::SampledToken* samp
     event.logprob = sampled->logprob;
     event.top_logprobs = sampled->top_logprobs;
   }
+  event.prompt_scores = std::move(seq->prompt_scores);  // empty after the first token
+  seq->prompt_scores.clear();
   if (std::optional<FinishReason> reason = seq->StopReason()) {
     event.finished = reason;
     ReleaseCaches(seq);

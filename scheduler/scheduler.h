@@ -13,6 +13,8 @@
 //   2. running sequences with more left (partial prefills, recomputes), in admission order;
 //   3. waiting requests in policy order (FCFS, or priority then arrival), each with a prefix
 //      cache lookup, while a slot, the blocks of its first chunk and budget are available.
+// Requests scoring their prompt (prompt_logprobs) skip the lookup, and their chunks also fit
+// the step's max_scored_tokens_per_step (each scored position costs a logits row).
 // A chunk is cut by the budget, by long_prefill_token_threshold and at the first KDA
 // checkpoint boundary inside it (PrefixCache::CheckpointBoundaries) so the executor can save
 // the state at the end of the step. When a running sequence needs a block and none is free,
@@ -110,6 +112,7 @@ class Scheduler {
     int64_t num_new_tokens = 0;
     bool sample = false;
     bool decode = false;
+    int64_t num_scored = 0;  // prompt positions scored (score targets) in this step
     kvcache::CheckpointId save_checkpoint = -1;
   };
 
@@ -142,7 +145,8 @@ class Scheduler {
 
   // Commit() helpers (scheduler.cc).
   void CommitEntry(const Entry& entry, const engine::SampledToken* sampled,
-                   std::vector<SequenceEvent>* events);
+                   const engine::ScoredSequence* scored, std::vector<SequenceEvent>* events);
+  void CommitScores(const Entry& entry, const engine::ScoredSequence& scored);
   void RegisterFullBlocks(Sequence* seq);
   void ReleaseCaches(Sequence* seq);
   void Retire(Sequence* seq);
@@ -164,6 +168,7 @@ class Scheduler {
   std::vector<Entry> entries_;
   engine::StepPlan plan_;  // built by Schedule(), read by the executor until the next one
   int64_t token_budget_ = 0;
+  int64_t score_budget_ = 0;  // prompt positions this step may still score
   bool in_flight_ = false;
   std::vector<Sequence*> scratch_;  // reused by ScheduleRunning and Commit (no per-step malloc)
 

@@ -30,7 +30,8 @@ absl::Status SchedulerConfig::Validate() const {
         positive("num_blocks", num_blocks), non_negative("num_slots", num_slots),
         non_negative("num_checkpoint_slots", num_checkpoint_slots),
         non_negative("checkpoint_every_n_blocks", checkpoint_every_n_blocks),
-        non_negative("long_prefill_token_threshold", long_prefill_token_threshold)}) {
+        non_negative("long_prefill_token_threshold", long_prefill_token_threshold),
+        positive("max_scored_tokens_per_step", max_scored_tokens_per_step)}) {
     if (!s.ok()) return s;
   }
   if (has_kda_layers && num_slots <= 0) {

@@ -32,6 +32,9 @@ struct SchedulerConfig {
   // > 0: at most this many prefill tokens per sequence per step, so one long prompt cannot
   // take the whole budget from the other prefills; 0: off.
   int64_t long_prefill_token_threshold = 0;
+  // Prompt positions scored (Request::prompt_logprobs) per step, over all sequences: each
+  // scored position needs a whole logits row (vocab floats) at once.
+  int64_t max_scored_tokens_per_step = 256;
 
   // InvalidArgument naming the field and its limit. Besides ranges it requires
   // max_num_batched_tokens >= max_num_seqs (every running sequence can decode in one step)

@@ -265,5 +265,51 @@ TEST(SchedulerPrefixTest, RecomputedSequenceHitsItsOwnCachedPrefix) {
   ExpectHealthy(d);
 }
 
+TEST(SchedulerPrefixTest, PromptScoringSkipsTheCacheAndFitsTheScoreBudget) {
+  SchedulerConfig c = PrefixConfig();
+  c.max_scored_tokens_per_step = 5;
+  Driver d(c, kVocab);
+  const std::vector<int32_t> shared = Prompt(16, 100);
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Concat(shared, {7, 8}), 1)).ok());
+  d.RunUntilIdle();
+  ASSERT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 2);
+
+  // Same prefix, but every position must be scored: no hit, chunks of at most 5 scored rows
+  // (the last chunk's final token only samples), targets are the next prompt tokens.
+  Request b = MakeRequest("b", Concat(shared, {900, 901}), 2);
+  b.prompt_logprobs = 3;
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  StepPlan p = d.Step();
+  EXPECT_THAT(Only(p), IsChunk(0, 5, -1, false));
+  EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kZero);
+  EXPECT_THAT(p.sequences[0].score_targets, ElementsAre(101, 102, 103, 104, 105));
+  EXPECT_EQ(p.sequences[0].num_score_logprobs, 3);
+  // Cut at the checkpoint boundaries 8 and 16 (a's checkpoints are there already: no save).
+  EXPECT_THAT(Only(d.Step()), IsChunk(5, 3, -1, false));
+  EXPECT_THAT(Only(d.Step()), IsChunk(8, 5, -1, false));
+  EXPECT_THAT(Only(d.Step()), IsChunk(13, 3, -1, false));
+  p = d.Step();
+  EXPECT_THAT(Only(p), IsChunk(16, 2, -1, true));  // scores 17 (901 after 900), samples
+  EXPECT_THAT(p.sequences[0].score_targets, ElementsAre(901));
+  ASSERT_EQ(d.last_events().size(), 1u);
+  EXPECT_EQ(d.last_events()[0].num_cached_tokens, 0);
+  const std::vector<engine::TokenScore>& scores = d.last_events()[0].prompt_scores;
+  const std::vector<engine::TokenScore> want = FakeExecutor::ExpectedPromptScores(b);
+  ASSERT_EQ(scores.size(), 17u);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(scores[i].token_id, want[i].token_id) << i;
+    EXPECT_EQ(scores[i].logprob, want[i].logprob) << i;
+    EXPECT_EQ(scores[i].top.size(), 3u) << i;
+  }
+  p = d.Step();  // the decode: no targets, no scores
+  EXPECT_THAT(Only(p), IsChunk(18, 1, -1, true));
+  EXPECT_TRUE(p.sequences[0].score_targets.empty());
+  ASSERT_EQ(d.last_events().size(), 1u);
+  EXPECT_TRUE(d.last_events()[0].prompt_scores.empty());
+  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.scheduler().stats().num_prefix_hits, 0);
+  ExpectHealthy(d);
+}
+
 }  // namespace
 }  // namespace strata::scheduler

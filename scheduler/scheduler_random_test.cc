@@ -5,7 +5,8 @@
 // free and referenced, no shared slot, ...) and the FakeExecutor's contract checks (block
 // tables, slot starts, checkpoint contents). Every emitted token must match what the fake
 // model defines for the request, so preemption, recompute and prefix hits can never corrupt
-// output. At the end everything is drained: each request ended exactly once and every block,
+// output, and prompt scores (prompt_logprobs) arrive whole with the first token. At the end
+// everything is drained: each request ended exactly once and every block,
 // slot and checkpoint reservation is back.
 #include <cstdint>
 #include <map>
@@ -100,6 +101,7 @@ class RandomOpsRun {
 
   const Scheduler& scheduler() const { return scheduler_; }
   int num_requests() const { return static_cast<int>(tracked_.size()); }
+  int num_scored_prompts() const { return num_scored_prompts_; }
 
  private:
   int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
@@ -120,6 +122,7 @@ class RandomOpsRun {
     if (Uniform(0, 9) < 2) r.stop_token_ids = {Uniform(0, kVocab - 1)};
     r.priority = Uniform(0, 2);
     r.cache_salt = Uniform(0, 9) == 0 ? 1 : 0;
+    if (Uniform(0, 4) == 0) r.prompt_logprobs = Uniform(0, 3);
     absl::StatusOr<SequenceId> id = scheduler_.Add(r);
     if (r.max_tokens > room) {
       ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
@@ -171,6 +174,20 @@ class RandomOpsRun {
       ASSERT_EQ(*e.token, t.expected[i]) << e.request_id << " token " << i;
       t.emitted.push_back(*e.token);
     }
+    // Prompt scores arrive whole with the first token, exactly as the fake model scores them.
+    if (e.token.has_value() && t.emitted.size() == 1 && t.request.prompt_logprobs >= 0) {
+      const std::vector<engine::TokenScore> want = FakeExecutor::ExpectedPromptScores(t.request);
+      ASSERT_EQ(e.prompt_scores.size(), want.size()) << e.request_id;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(e.prompt_scores[i].token_id, want[i].token_id) << e.request_id << " " << i;
+        ASSERT_EQ(e.prompt_scores[i].logprob, want[i].logprob) << e.request_id << " " << i;
+        ASSERT_EQ(e.prompt_scores[i].rank, want[i].rank) << e.request_id << " " << i;
+        ASSERT_EQ(e.prompt_scores[i].top.size(), want[i].top.size()) << e.request_id;
+      }
+      if (!want.empty()) ++num_scored_prompts_;
+    } else {
+      ASSERT_TRUE(e.prompt_scores.empty()) << e.request_id;
+    }
     ASSERT_EQ(e.num_output_tokens, static_cast<int64_t>(t.emitted.size())) << e.request_id;
     ASSERT_EQ(e.num_prompt_tokens, static_cast<int64_t>(t.request.prompt.size()));
     ASSERT_EQ(e.num_cached_tokens % config_.block_size, 0);
@@ -196,6 +213,7 @@ class RandomOpsRun {
   std::map<std::string, Tracked> tracked_;
   std::set<std::string> live_;
   int next_id_ = 0;
+  int num_scored_prompts_ = 0;
 };
 
 // (policy, has_kda_layers, enable_prefix_caching, long_prefill_token_threshold)
@@ -217,12 +235,13 @@ SchedulerConfig RandomConfig(const Params& p) {
   c.num_slots = 4;    // fewer than max_num_seqs: slot-limited admission too
   c.num_checkpoint_slots = 3;
   c.checkpoint_every_n_blocks = 2;
+  c.max_scored_tokens_per_step = 7;  // prompt scoring cuts chunks too
   return c;
 }
 
 TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
   const SchedulerConfig config = RandomConfig(GetParam());
-  int64_t preempted = 0, hits = 0, aborted = 0, finished = 0;
+  int64_t preempted = 0, hits = 0, aborted = 0, finished = 0, scored = 0;
   for (uint64_t seed : {1u, 2u, 3u}) {
     RandomOpsRun run(config, seed);
     run.RunRandomOps(2500);
@@ -233,12 +252,14 @@ TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
     hits += s.num_prefix_hits;
     aborted += s.num_aborted_total;
     finished += s.num_finished_total;
+    scored += run.num_scored_prompts();
     EXPECT_EQ(s.num_aborted_total + s.num_finished_total, run.num_requests());
   }
   // The run must have exercised the interesting paths.
   EXPECT_GT(preempted, 20);
   EXPECT_GT(aborted, 20);
   EXPECT_GT(finished, 100);
+  EXPECT_GT(scored, 20);
   if (config.enable_prefix_caching) {
     EXPECT_GT(hits, 10);
   } else {

@@ -23,6 +23,7 @@ const engine::StepPlan& Scheduler::Schedule() {
   ProcessAborts();
   entries_.clear();
   token_budget_ = config_.max_num_batched_tokens;
+  score_budget_ = config_.max_scored_tokens_per_step;
   ScheduleRunning(/*decodes=*/true);
   ScheduleRunning(/*decodes=*/false);
   AdmitWaiting();
@@ -93,7 +94,8 @@ bool Scheduler::TryAdmit(Sequence* seq) {
   if (config_.has_kda_layers && slot_pool_.num_free() == 0) return false;
   kvcache::PrefixMatch match;
   int64_t num_query_blocks = 0;
-  if (config_.enable_prefix_caching) {
+  const bool lookup = config_.enable_prefix_caching && !seq->scores_prompt();
+  if (lookup) {
     // Never match the last token: its logits must be computed.
     num_query_blocks = (seq->num_tokens() - 1) / config_.block_size;
     if (num_query_blocks == static_cast<int64_t>(seq->block_hashes.size())) {
@@ -127,7 +129,7 @@ bool Scheduler::TryAdmit(Sequence* seq) {
       match.checkpoint >= 0 ? engine::SlotInit::kFromCheckpoint : engine::SlotInit::kZero;
   seq->source_checkpoint = match.checkpoint;
 
-  if (config_.enable_prefix_caching) {
+  if (lookup) {
     ++counters_.num_prefix_queries;
     counters_.num_prefix_query_tokens += num_query_blocks * config_.block_size;
     if (num_matched > 0) {
@@ -152,6 +154,12 @@ int64_t Scheduler::ChunkSize(const Sequence& seq, int64_t begin) const {
     n = std::min(n, config_.long_prefill_token_threshold);
   }
   if (n <= 0) return 0;
+  if (seq.scores_prompt()) {
+    // Positions [begin, num_prompt − 1) are scored (each predicts the next prompt token).
+    const int64_t scored = std::clamp<int64_t>(seq.num_prompt_tokens - 1 - begin, 0, n);
+    if (scored > score_budget_) n = score_budget_;
+    if (n <= 0) return 0;
+  }
   if (n > 1 && checkpoints_enabled()) {
     // End the chunk at the first checkpoint boundary so the state there can be saved.
     std::vector<int64_t> boundaries =
@@ -169,6 +177,10 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
   entry.num_new_tokens = num_new_tokens;
   entry.sample = end == seq->num_tokens();
   entry.decode = num_new_tokens == 1 && entry.sample && begin >= seq->num_prompt_tokens;
+  if (seq->scores_prompt()) {
+    entry.num_scored = std::clamp<int64_t>(seq->num_prompt_tokens - 1 - begin, 0, num_new_tokens);
+    score_budget_ -= entry.num_scored;
+  }
   if (checkpoints_enabled() && prefix_cache_.ShouldCheckpoint(end, seq->num_prompt_tokens)) {
     kvcache::BlockHash boundary = seq->block_hashes[end / config_.block_size - 1];
     std::optional<kvcache::CheckpointId> id = prefix_cache_.ReserveCheckpoint(boundary);
@@ -192,6 +204,7 @@ void Scheduler::Preempt(Sequence* seq) {
   if (seq->step_index >= 0) {  // already placed in this step: take it out again
     Entry& entry = entries_[static_cast<size_t>(seq->step_index)];
     token_budget_ += entry.num_new_tokens;
+    score_budget_ += entry.num_scored;
     if (entry.save_checkpoint >= 0) prefix_cache_.CancelCheckpoint(entry.save_checkpoint);
     entry.seq = nullptr;
     seq->step_index = -1;
@@ -236,6 +249,10 @@ void Scheduler::BuildPlan() {
     out.sample = entry.sample;
     out.sampler = seq->sampler;
     out.num_logprobs = seq->request.num_logprobs;
+    // Target i of this step's token i: the prompt token after it.
+    out.score_targets.assign(seq->tokens.begin() + begin + 1,
+                             seq->tokens.begin() + begin + 1 + entry.num_scored);
+    out.num_score_logprobs = std::max(seq->request.prompt_logprobs, 0);
     seq->slot_init = engine::SlotInit::kCarry;
     seq->source_checkpoint = -1;
     (entry.decode ? counters_.num_decode_tokens : counters_.num_prefill_tokens) +=

@@ -217,11 +217,11 @@ void EngineLoop::AdmitPending(Rank& r) {
   for (const std::string& id : cancels) r.parts.scheduler->Abort(id);
 }
 
-void EngineLoop::Dispatch(Rank& r, const std::vector<scheduler::SequenceEvent>& events) {
+void EngineLoop::Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events) {
   std::vector<std::pair<std::shared_ptr<RequestStream>, StreamEvent>> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const scheduler::SequenceEvent& e : events) {
+    for (scheduler::SequenceEvent& e : events) {
       auto it = streams_.find(e.request_id);
       if (it == streams_.end()) continue;
       StreamEvent event;
@@ -230,6 +230,7 @@ void EngineLoop::Dispatch(Rank& r, const std::vector<scheduler::SequenceEvent>& 
         event.token_ids.push_back(*e.token);
         event.logprobs.push_back(e.logprob);
         event.top_logprobs.push_back(e.top_logprobs);
+        event.prompt_scores = std::move(e.prompt_scores);
       }
       if (e.finished) {
         switch (*e.finished) {

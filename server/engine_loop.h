@@ -117,7 +117,7 @@ class EngineLoop {
   void RunStep(Rank& r, bool has_work);
   bool StopGraceOver(const Rank& r, Clock::time_point stop_seen) const;
   void AdmitPending(Rank& r);
-  void Dispatch(Rank& r, const std::vector<scheduler::SequenceEvent>& events);
+  void Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events);
   void RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty);
 
   std::vector<std::unique_ptr<Rank>> ranks_;

@@ -28,6 +28,8 @@ struct StreamEvent {
   std::vector<int32_t> token_ids;
   std::vector<float> logprobs;  // per token, when requested
   std::vector<std::vector<engine::TokenLogprob>> top_logprobs;
+  // With the first token of a request scoring its prompt: prompt tokens 1 .. n−1 scored.
+  std::vector<engine::TokenScore> prompt_scores;
   std::optional<FinishReason> finish;
   absl::Status error;  // not ok: the request failed (e.g. rejected after submission)
   int64_t num_prompt_tokens = 0;

@@ -63,6 +63,14 @@ struct Sequence {
   // Index of this sequence's entry in the step being built / in flight, or -1.
   int32_t step_index = -1;
 
+  // Prompt scoring (request.prompt_logprobs >= 0): prompt tokens [1, num_prompt_scored] have
+  // been scored; their scores wait in prompt_scores for the first output token's event.
+  bool scores_prompt() const {
+    return request.prompt_logprobs >= 0 && num_prompt_scored < num_prompt_tokens - 1;
+  }
+  std::vector<engine::TokenScore> prompt_scores;
+  int64_t num_prompt_scored = 0;
+
   int64_t num_cached_tokens = 0;  // prefix-hit tokens at first admission
   bool admitted_once = false;
   int32_t num_preemptions = 0;

@@ -131,6 +131,7 @@ void FakeExecutor::RunSequence(const engine::ScheduledSequence& seq, engine::Ste
       ++slot->num_tokens;
     }
   }
+  if (!seq.score_targets.empty()) ScoreSequence(seq, context, result);
   if (seq.save_checkpoint >= 0) {
     if (end % block_size_ != 0) Error(who + "checkpoint not on a block boundary");
     if (slot == nullptr || seq.save_checkpoint >= static_cast<int32_t>(checkpoints_.size())) {
@@ -146,6 +147,42 @@ void FakeExecutor::RunSequence(const engine::ScheduledSequence& seq, engine::Ste
   for (int i = 0; i < seq.num_logprobs; ++i) {
     int32_t t = (out.token_id + i) % vocab_size_;
     out.top_logprobs.push_back({t, Logprob(t)});
+  }
+}
+
+engine::TokenScore FakeExecutor::Score(uint64_t context_hash, int32_t target, int n) {
+  engine::TokenScore score;
+  score.token_id = target;
+  const uint64_t h = Absorb(context_hash, target);
+  score.logprob = -static_cast<float>(h % 1000) / 100.0f;
+  score.rank = 1 + static_cast<int64_t>(h % 7);
+  for (int i = 0; i < n; ++i) score.top.push_back({i, -static_cast<float>(i)});
+  return score;
+}
+
+std::vector<engine::TokenScore> FakeExecutor::ExpectedPromptScores(const Request& request) {
+  std::vector<engine::TokenScore> out;
+  uint64_t context = kEmptyHash;
+  for (size_t p = 0; p + 1 < request.prompt.size(); ++p) {
+    context = Absorb(context, request.prompt[p]);
+    out.push_back(Score(context, request.prompt[p + 1], request.prompt_logprobs));
+  }
+  return out;
+}
+
+void FakeExecutor::ScoreSequence(const engine::ScheduledSequence& seq, uint64_t context,
+                                 engine::StepResult* result) {
+  const std::string who = absl::StrCat("seq ", seq.seq_id, ": ");
+  const size_t n = seq.token_ids.size();
+  if (seq.score_targets.size() > n) Error(who + "more score targets than tokens");
+  engine::ScoredSequence& out = result->scored.emplace_back();
+  out.seq_id = seq.seq_id;
+  for (size_t i = 0; i < seq.score_targets.size() && i < n; ++i) {
+    if (i + 1 < n && seq.score_targets[i] != seq.token_ids[i + 1]) {
+      Error(absl::StrCat(who, "score target ", i, " is not the next token"));
+    }
+    context = Absorb(context, seq.token_ids[i]);
+    out.scores.push_back(Score(context, seq.score_targets[i], seq.num_score_logprobs));
   }
 }
 

@@ -10,7 +10,8 @@
 //   2. per sequence: the block table must cover exactly [0, num_computed + new); the slot
 //      state (with KDA) must equal the context read back from the pages [0, num_computed);
 //      the new tokens are written to the pages and absorbed into the slot; when `sample`,
-//      the token is NextToken(hash of the pages [0, num_computed + new));
+//      the token is NextToken(hash of the pages [0, num_computed + new)); score target i gets
+//      Score(hash of the context through new token i, target);
 //   3. every save_checkpoint copies the slot (which must end on a block boundary).
 // So a sampled token depends on the whole context exactly as the caches hold it: a wrong
 // block, a stale checkpoint or a missing state carry changes the output. Violations of the
@@ -40,6 +41,10 @@ class FakeExecutor {
   static int32_t NextToken(uint64_t context_hash, int32_t vocab_size);
   // The fake logprob reported for `token`, and its top-n list (n = num_logprobs).
   static float Logprob(int32_t token);
+  // The fake score of prompt token `target` after a context with hash `context_hash` (top n),
+  // and the scores a request with prompt_logprobs >= 0 must receive (prompt tokens 1..).
+  static engine::TokenScore Score(uint64_t context_hash, int32_t target, int n);
+  static std::vector<engine::TokenScore> ExpectedPromptScores(const Request& request);
   // What a request must produce (run alone, to its stop condition).
   static std::vector<int32_t> ExpectedOutput(const Request& request, int32_t vocab_size);
 
@@ -54,6 +59,9 @@ class FakeExecutor {
 
   void InitSlots(const engine::StepPlan& plan);
   void RunSequence(const engine::ScheduledSequence& seq, engine::StepResult* result);
+  // Scores seq.score_targets; `context` hashes the tokens before the step's first.
+  void ScoreSequence(const engine::ScheduledSequence& seq, uint64_t context,
+                     engine::StepResult* result);
   // Hash of the first `n` tokens read back from the pages of `block_table`; false on a hole.
   bool ContextHash(const std::vector<int32_t>& block_table, int64_t n, uint64_t* hash);
   void Error(const std::string& message);

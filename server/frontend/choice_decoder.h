@@ -43,6 +43,7 @@ struct TokenLogprobEntry {
   int32_t token_id = 0;
   float logprob = 0.0f;
   std::vector<engine::TokenLogprob> top;  // most likely first
+  bool scored = true;  // false: an echoed prompt's first token (log-prob and top are null)
 };
 
 struct ChoiceDelta {

@@ -30,6 +30,7 @@ const std::vector<std::string_view> kCompletionFields = {"model",
                                                          "n",
                                                          "logprobs",
                                                          "logit_bias",
+                                                         "prompt_logprobs",
                                                          "response_format",
                                                          "echo",
                                                          "suffix",
@@ -126,6 +127,11 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body,
   FieldReader r(body);
   ASSIGN_OR_RETURN(auto echo, r.Bool("echo"));
   req.echo = echo.value_or(false);
+  if (req.gen.max_tokens == 0 && !req.echo) {
+    return InvalidField("max_tokens",
+                        "'max_tokens' must be at least 1 (0 only with 'echo': true, which scores "
+                        "the prompt alone)");
+  }
   ASSIGN_OR_RETURN(auto suffix, r.String("suffix"));
   if (suffix && !suffix->empty()) {
     return InvalidField("suffix", "'suffix' is not supported", "unsupported_value");

@@ -28,6 +28,7 @@ scheduler::Request EngineRequest(const ServedModel& model, const GenerationField
   r.priority = gen.priority;
   r.cache_salt = CacheSaltHash(gen.cache_salt);
   r.num_logprobs = gen.num_logprobs;
+  r.prompt_logprobs = gen.prompt_logprobs;
   r.fallback_seed = RandomSeed();
   if (gen.min_tokens > 0) {
     r.sampling.min_tokens = gen.min_tokens;

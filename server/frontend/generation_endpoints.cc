@@ -1,4 +1,5 @@
 // OpenAiService: /v1/chat/completions, /v1/completions, /tokenize, /detokenize.
+#include <algorithm>
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +43,7 @@ GenerationSpec SpecFor(ApiKind kind, const GenerationFields& gen, ResponseMeta m
   spec.stream = gen.stream;
   spec.include_usage = gen.include_usage;
   spec.logprobs = gen.num_logprobs >= 0;
+  spec.prompt_logprobs = gen.prompt_logprobs;
   return spec;
 }
 
@@ -98,12 +100,10 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
   ASSIGN_OR_RETURN(CompletionRequest req,
                    ParseCompletionRequest(body, LimitsFor(options_, *model)));
   ASSIGN_OR_RETURN(model, ModelFor(req.gen.model));
-  if (req.echo && req.gen.num_logprobs >= 0) {
-    return InvalidField("echo", "'echo' together with 'logprobs' is not supported yet",
-                        "unsupported_value");
-  }
   GenerationSpec spec =
       SpecFor(ApiKind::kCompletion, req.gen, MetaFor(*model, "cmpl", req.gen.request_id));
+  if (req.echo) spec.echo_logprobs = req.gen.num_logprobs;
+  const bool prompt_only = req.gen.max_tokens == 0;  // echo only (ParseCompletionRequest)
   const bool many = req.prompts.size() > 1;
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     const PromptInput& input = req.prompts[p];
@@ -115,6 +115,7 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
     ASSIGN_OR_RETURN(
         int64_t max_tokens,
         ResolveMaxTokens(*model, static_cast<int64_t>(prompt.size()), req.gen.max_tokens, param));
+    if (prompt_only) max_tokens = 1;  // the engine generates one token, the response drops it
     std::string echo_text;
     if (req.echo) {
       if (input.text) {
@@ -130,8 +131,11 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
       choice.group = static_cast<int>(p);
       choice.request =
           EngineRequest(*model, req.gen, prompt, max_tokens, spec.meta.id, choice.index, false);
+      // Echo with logprobs scores the prompt too (its tokens lead the logprobs).
+      choice.request.prompt_logprobs = std::max(choice.request.prompt_logprobs, spec.echo_logprobs);
       choice.options = OptionsFor(req.gen, choice.request, /*parse_tool_calls=*/false);
       choice.echo_text = echo_text;
+      choice.prompt_only = prompt_only;
       spec.choices.push_back(std::move(choice));
     }
   }

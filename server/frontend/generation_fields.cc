@@ -121,6 +121,18 @@ absl::Status ReadLogprobs(const FieldReader& r, const RequestLimits& limits, boo
   return absl::OkStatus();
 }
 
+absl::Status ReadPromptLogprobs(const FieldReader& r, const RequestLimits& limits,
+                                GenerationFields* g) {
+  ASSIGN_OR_RETURN(auto prompt, r.Integer("prompt_logprobs", 0, limits.max_logprobs));
+  if (!prompt) return absl::OkStatus();
+  if (g->stream) {
+    // As vLLM: stream chunks have no place for them.
+    return InvalidField("prompt_logprobs", "'prompt_logprobs' is not available with stream: true");
+  }
+  g->prompt_logprobs = static_cast<int>(*prompt);
+  return absl::OkStatus();
+}
+
 absl::Status ReadStreamFields(const FieldReader& r, GenerationFields* g) {
   ASSIGN_OR_RETURN(auto stream, r.Bool("stream"));
   g->stream = stream.value_or(false);
@@ -168,7 +180,9 @@ absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
   ASSIGN_OR_RETURN(auto model, r.String("model"));
   g.model = model.value_or("");
   RETURN_IF_ERROR(ReadSampling(r, limits, &g.sampling));
-  ASSIGN_OR_RETURN(auto max_tokens, r.Integer("max_tokens", 1, kMaxTokensLimit));
+  // Completions take max_tokens 0 with echo (checked by ParseCompletionRequest).
+  ASSIGN_OR_RETURN(auto max_tokens,
+                   r.Integer("max_tokens", logprobs_style_chat ? 1 : 0, kMaxTokensLimit));
   ASSIGN_OR_RETURN(auto max_completion, r.Integer("max_completion_tokens", 1, kMaxTokensLimit));
   g.max_tokens = max_completion ? max_completion : max_tokens;  // as vLLM: the newer name wins
   ASSIGN_OR_RETURN(auto n, r.Integer("n", 1, limits.max_n));
@@ -179,6 +193,7 @@ absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
   }
   RETURN_IF_ERROR(ReadLogprobs(r, limits, logprobs_style_chat, &g));
   RETURN_IF_ERROR(ReadStreamFields(r, &g));
+  RETURN_IF_ERROR(ReadPromptLogprobs(r, limits, &g));
   RETURN_IF_ERROR(ReadVllmExtras(r, &g));
   RETURN_IF_ERROR(ReadResponseFormat(body, &g));
   if (g.max_tokens && g.min_tokens > *g.max_tokens) {

@@ -138,10 +138,36 @@ void GenerationResponse::StreamStart(std::string* body) const {
       Json delta = {{"role", "assistant"}, {"content", ""}};
       *body += SseData(
           ChatChunkJson(spec_.meta, c.spec->index, std::move(delta), nullptr, std::nullopt));
-    } else if (!c.spec->echo_text.empty()) {
+    } else if (!c.spec->echo_text.empty() && spec_.echo_logprobs < 0) {
       *body += SseData(
           CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text, nullptr, std::nullopt));
     }
+  }
+}
+
+void GenerationResponse::StreamEcho(Choice& c, std::string* body) const {
+  c.echoed = true;
+  const std::vector<TokenLogprobEntry> entries =
+      PromptLogprobEntries(c.spec->request.prompt.at(0), c.prompt_scores, spec_.echo_logprobs);
+  Json logprobs = CompletionLogprobsJson(*model_.tokenizer, entries, c.text_offset);
+  for (const TokenLogprobEntry& e : entries) {
+    c.text_offset += static_cast<int64_t>(TokenText(*model_.tokenizer, e.token_id).size());
+  }
+  *body += SseData(CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text,
+                                       std::move(logprobs), std::nullopt));
+}
+
+void GenerationResponse::AddPromptScores(const Choice& c, FinalChoice* final) const {
+  if (spec_.echo_logprobs >= 0) {
+    std::vector<TokenLogprobEntry> entries =
+        PromptLogprobEntries(c.spec->request.prompt.at(0), c.prompt_scores, spec_.echo_logprobs);
+    entries.insert(entries.end(), std::make_move_iterator(final->logprobs.begin()),
+                   std::make_move_iterator(final->logprobs.end()));
+    final->logprobs = std::move(entries);
+  }
+  if (spec_.prompt_logprobs >= 0) {
+    final->prompt_logprobs =
+        PromptLogprobsJson(*model_.tokenizer, c.prompt_scores, spec_.prompt_logprobs);
   }
 }
 
@@ -208,7 +234,7 @@ Usage GenerationResponse::TotalUsage() const {
   Usage usage;
   std::vector<bool> counted(spec_.group_prompt_tokens.size(), false);
   for (const Choice& c : choices_) {
-    usage.completion_tokens += c.decoder->num_output_tokens();
+    if (!c.spec->prompt_only) usage.completion_tokens += c.decoder->num_output_tokens();
     const int group = c.spec->group;
     if (group >= 0 && group < static_cast<int>(counted.size()) && !counted[group]) {
       counted[group] = true;
@@ -261,6 +287,7 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
     if (spec_.kind == ApiKind::kCompletion && !c.spec->echo_text.empty()) {
       c.final.text = c.spec->echo_text + c.final.text;
     }
+    AddPromptScores(c, &c.final);
     finals.push_back(std::move(c.final));
   }
   std::sort(finals.begin(), finals.end(),
@@ -281,13 +308,22 @@ bool GenerationResponse::Poll(http::HttpResponse* out) {
   bool all_done = true;
   for (Choice& c : choices_) {
     if (c.done) continue;
-    for (const server::StreamEvent& event : c.stream->Drain()) {
+    for (server::StreamEvent& event : c.stream->Drain()) {
       if (c.timing) c.timing->OnEvent(event, server::RequestTimingRecorder::Now());
+      if (!event.prompt_scores.empty()) c.prompt_scores = std::move(event.prompt_scores);
       ChoiceDelta delta = c.decoder->Apply(event);
       if (!delta.error.ok()) {
         error_ = delta.error;
         ChoiceEnded(c, "error");
         break;
+      }
+      if (c.spec->prompt_only) {  // the token generated only because the engine needs one
+        delta.text.clear();
+        delta.logprobs.clear();
+        if (delta.finish_reason) delta.finish_reason = "length";
+      }
+      if (spec_.stream && spec_.echo_logprobs >= 0 && !c.echoed && !event.token_ids.empty()) {
+        StreamEcho(c, &out->body);
       }
       if (delta.stop_string_matched) model_.engine->Cancel(c.spec->request.request_id);
       if (delta.finish_reason) {

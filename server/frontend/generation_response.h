@@ -38,6 +38,9 @@ struct ChoiceSpec {
   scheduler::Request request;
   ChoiceOptions options;
   std::string echo_text;  // completions with echo: shown before the generated text
+  // Completions' echo with max_tokens 0: one token is generated (the engine needs one) and
+  // dropped; the choice ends with "length" and counts no completion tokens.
+  bool prompt_only = false;
 };
 
 // Process-wide observers of responses.
@@ -54,6 +57,11 @@ struct GenerationSpec {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  // Prompt scores (the engine requests ask for them): completions' echo with logprobs puts
+  // the prompt's tokens first in each choice's logprobs (top echo_logprobs); prompt_logprobs
+  // >= 0 renders vLLM's prompt_logprobs (that many alternatives).
+  int echo_logprobs = -1;
+  int prompt_logprobs = -1;
   std::vector<int64_t> group_prompt_tokens;  // per prompt
   std::vector<ChoiceSpec> choices;
   Json responses_echo;  // kResponses: the request fields the Response object repeats
@@ -86,6 +94,8 @@ class GenerationResponse : public http::PendingResponse {
     std::unique_ptr<ChoiceDecoder> decoder;
     FinalChoice final;
     int64_t text_offset = 0;  // completions stream logprobs: bytes of text sent so far
+    std::vector<engine::TokenScore> prompt_scores;  // from the first token's event
+    bool echoed = false;  // a stream with echo_logprobs sent the prompt's chunk
     std::unique_ptr<server::RequestTimingRecorder> timing;  // until the choice ends
     std::unique_ptr<ResponsesStreamWriter> responses;       // kResponses streams
     double submit_seconds = 0.0;
@@ -96,6 +106,10 @@ class GenerationResponse : public http::PendingResponse {
   void ChoiceEnded(Choice& choice, const std::string& finish_reason) const;
   void StreamStart(std::string* body) const;
   void StreamDelta(Choice& choice, const ChoiceDelta& delta, std::string* body) const;
+  // Completions stream with echo and logprobs: the prompt's chunk, once its scores are in.
+  void StreamEcho(Choice& choice, std::string* body) const;
+  // The prompt entries of a finished choice (echo logprobs, prompt_logprobs).
+  void AddPromptScores(const Choice& choice, FinalChoice* final) const;
   void Accumulate(Choice& choice, ChoiceDelta&& delta) const;
   Usage TotalUsage() const;
   void Finish(http::HttpResponse* out);

@@ -6,8 +6,8 @@
 // stream_options.include_usage, max_tokens / max_completion_tokens, temperature, top_p, top_k,
 // min_p, presence / frequency / repetition penalty, stop, stop_token_ids, seed, n, logit_bias,
 // ignore_eos, min_tokens, skip_special_tokens, include_stop_str_in_output, priority, request_id,
-// cache_salt, response_format (text, json_object, json_schema), user (accepted, ignored). Unknown
-// fields are ignored (and logged once per name).
+// cache_salt, prompt_logprobs, response_format (text, json_object, json_schema), user (accepted,
+// ignored). Unknown fields are ignored (and logged once per name).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +53,9 @@ struct GenerationFields {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int num_logprobs = -1;       // >= 0: return logprobs with this many alternatives
+  // vLLM's prompt_logprobs: >= 0 returns the log-probability and rank of every prompt token
+  // after the first, with this many alternatives (not with stream: true).
+  int prompt_logprobs = -1;
   // response_format json_object / json_schema: the output must be JSON this grammar accepts
   // (compiled once per request, shared by its choices); null: free text.
   std::shared_ptr<const structured::JsonGrammar> json_grammar;
@@ -91,6 +94,8 @@ struct PromptInput {
 struct CompletionRequest {
   GenerationFields gen;
   std::vector<PromptInput> prompts;  // one choice group per prompt (n choices each)
+  // The prompt is shown before the text; with logprobs, its tokens lead the logprobs (the
+  // first one null). max_tokens 0 is allowed with echo: the prompt alone is scored.
   bool echo = false;
 };
 

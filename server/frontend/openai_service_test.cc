@@ -446,9 +446,160 @@ TEST_F(ServiceTest, RoutingErrors) {
               "model_not_found", "model");
   EXPECT_EQ(Post(service_, "/v1/chat/completions", ChatBody(R"("model": "alias")")).status, 200);
   ExpectError(Post(service_, "/v1/chat/completions", "{"), 400, "invalid_json", nullptr);
-  ExpectError(Post(service_, "/v1/completions", R"({"prompt": "a", "echo": true,
-              "logprobs": 1})"),
-              400, "unsupported_value", "echo");
+}
+
+// Checks one prompt entry of a completions logprobs object against vLLM's prompt_logprobs
+// entry of the same position (the same scores in two shapes).
+void ExpectSameScore(const Json& echo, size_t i, const Json& vllm, int n) {
+  const std::string where = "position " + std::to_string(i);
+  const double logprob = echo["token_logprobs"][i].get<double>();
+  EXPECT_LE(logprob, 0.0) << where;
+  const Json& top = echo["top_logprobs"][i];
+  ASSERT_EQ(top.size(), static_cast<size_t>(n)) << where;
+  double best = -1e9;
+  for (const auto& [text, lp] : top.items()) best = std::max(best, lp.get<double>());
+  EXPECT_GE(best, logprob) << where;
+  // vLLM's entry: the prompt token first (its rank), then the top n with ranks 1..n.
+  ASSERT_TRUE(vllm.is_object()) << where;
+  auto it = vllm.begin();
+  EXPECT_DOUBLE_EQ(it.value()["logprob"].get<double>(), logprob) << where;
+  EXPECT_EQ(it.value()["decoded_token"], echo["tokens"][i]) << where;
+  const int64_t rank = it.value()["rank"].get<int64_t>();
+  EXPECT_GE(rank, 1) << where;
+  EXPECT_EQ(rank == 1, logprob == best) << where;
+  int64_t expected_rank = 1;
+  for (++it; it != vllm.end(); ++it) {
+    if (expected_rank == rank) ++expected_rank;  // the prompt token's own place
+    EXPECT_EQ(it.value()["rank"], expected_rank++) << where;
+    EXPECT_GE(best, it.value()["logprob"].get<double>()) << where;
+  }
+  EXPECT_GE(vllm.size(), static_cast<size_t>(n)) << where;
+}
+
+TEST_F(ServiceTest, CompletionEchoWithLogprobsScoresThePrompt) {
+  ScriptText("hello");
+  const std::string prompt = R"("prompt": "hello world, or ld he")";
+  const Json j = Post(service_, "/v1/completions",
+                      "{" + prompt + R"(, "echo": true, "logprobs": 2, "max_tokens": 5})")
+                     .json();
+  const Json& choice = j["choices"][0];
+  const Json& lp = choice["logprobs"];
+  const int64_t num_prompt = j["usage"]["prompt_tokens"].get<int64_t>();
+  ASSERT_EQ(lp["tokens"].size(), static_cast<size_t>(num_prompt + 2));  // + "hello", EOS
+  EXPECT_EQ(choice["text"], "hello world, or ld hehello");
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  std::string joined;
+  for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+    EXPECT_EQ(lp["text_offset"][i], joined.size()) << i;
+    joined += lp["tokens"][i].get<std::string>();
+  }
+  EXPECT_EQ(joined, "hello world, or ld hehello<|im_end|>");
+
+  // vLLM's prompt_logprobs: the same scores, one entry per prompt token, the first null.
+  const Json v = Post(service_, "/v1/completions",
+                      "{" + prompt + R"(, "prompt_logprobs": 2, "max_tokens": 5})")
+                     .json();
+  const Json& scores = v["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(scores.size(), static_cast<size_t>(num_prompt));
+  EXPECT_TRUE(scores[0].is_null());
+  for (int64_t i = 1; i < num_prompt; ++i)
+    ExpectSameScore(lp, static_cast<size_t>(i), scores[i], 2);
+  EXPECT_FALSE(v["choices"][0].contains("logprobs") && !v["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(v["choices"][0]["text"], "hello");
+}
+
+TEST_F(ServiceTest, EchoWithMaxTokensZeroScoresThePromptAlone) {
+  ScriptText("hello");
+  const Json j = Post(service_, "/v1/completions",
+                      R"({"prompt": "hello world", "echo": true, "max_tokens": 0, "logprobs": 0})")
+                     .json();
+  const Json& choice = j["choices"][0];
+  EXPECT_EQ(choice["text"], "hello world");
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  const Json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), j["usage"]["prompt_tokens"].get<size_t>());
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  for (size_t i = 1; i < lp["tokens"].size(); ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_TRUE(lp["top_logprobs"][i].empty());  // logprobs 0: no alternatives
+  }
+  // Token-id prompts too; a one-token prompt has only its null entry.
+  const Json one = Post(service_, "/v1/completions",
+                        R"({"prompt": [104], "echo": true, "max_tokens": 0, "logprobs": 1})")
+                       .json();
+  EXPECT_EQ(one["choices"][0]["text"], "h");
+  EXPECT_EQ(one["choices"][0]["logprobs"]["tokens"], Json::array({"h"}));
+  EXPECT_EQ(one["choices"][0]["logprobs"]["token_logprobs"], Json::array({nullptr}));
+}
+
+TEST_F(ServiceTest, StreamedEchoCarriesThePromptsLogprobsFirst) {
+  ScriptText("hello");
+  const std::string body =
+      R"({"prompt": "or ld he", "echo": true, "logprobs": 1, "max_tokens": 5, "n": 2)";
+  const Json whole = Post(service_, "/v1/completions", body + "}").json();
+  const std::vector<Json> events =
+      SseEvents(Post(service_, "/v1/completions", body + R"(, "stream": true})").body);
+  for (int index = 0; index < 2; ++index) {
+    std::string text;
+    Json tokens = Json::array(), logprobs = Json::array(), offsets = Json::array();
+    bool first = true;
+    for (const Json& e : events) {
+      if (e == "[DONE]" || e["choices"][0]["index"] != index) continue;
+      const Json& c = e["choices"][0];
+      if (first) {
+        EXPECT_EQ(c["text"], "or ld he");  // the prompt's chunk comes first, scored
+        first = false;
+      }
+      text += c["text"].get<std::string>();
+      if (c["logprobs"].is_null()) continue;
+      for (const Json& t : c["logprobs"]["tokens"]) tokens.push_back(t);
+      for (const Json& l : c["logprobs"]["token_logprobs"]) logprobs.push_back(l);
+      for (const Json& o : c["logprobs"]["text_offset"]) offsets.push_back(o);
+    }
+    const Json& want = whole["choices"][index];
+    EXPECT_EQ(text, want["text"]) << index;
+    EXPECT_EQ(tokens, want["logprobs"]["tokens"]) << index;
+    EXPECT_EQ(logprobs, want["logprobs"]["token_logprobs"]) << index;
+    EXPECT_EQ(offsets, want["logprobs"]["text_offset"]) << index;
+  }
+}
+
+TEST_F(ServiceTest, ChatPromptLogprobsCoverTheRenderedPrompt) {
+  ScriptText("hello");
+  const Json j =
+      Post(service_, "/v1/chat/completions", ChatBody(R"("prompt_logprobs": 0, "n": 2)")).json();
+  const Json& scores = j["prompt_logprobs"];
+  ASSERT_EQ(scores.size(), j["usage"]["prompt_tokens"].get<size_t>());
+  EXPECT_TRUE(scores[0].is_null());
+  for (size_t i = 1; i < scores.size(); ++i) {
+    ASSERT_EQ(scores[i].size(), 1u) << i;  // the prompt token alone (0 alternatives)
+    EXPECT_LE(scores[i].begin().value()["logprob"].get<double>(), 0.0);
+  }
+  // Position i scores the rendered prompt's token i (what /tokenize gives for these messages).
+  const Json rendered =
+      Post(service_, "/tokenize", ChatBody(R"("return_token_strs": true)")).json();
+  ASSERT_EQ(rendered["token_strs"].size(), scores.size());
+  for (size_t i = 1; i < scores.size(); ++i) {
+    EXPECT_EQ(scores[i].begin().key(), std::to_string(rendered["tokens"][i].get<int>())) << i;
+    EXPECT_EQ(scores[i].begin().value()["decoded_token"], rendered["token_strs"][i]) << i;
+  }
+  EXPECT_EQ(j["choices"][1]["message"]["content"], "hello");
+}
+
+TEST_F(ServiceTest, PromptScoringErrorsNameTheField) {
+  ExpectError(
+      Post(service_, "/v1/chat/completions", ChatBody(R"("prompt_logprobs": 1, "stream": true)")),
+      400, "invalid_value", "prompt_logprobs");
+  ExpectError(Post(service_, "/v1/completions", R"({"prompt": "a", "prompt_logprobs": 21})"), 400,
+              "invalid_value", "prompt_logprobs");
+  ExpectError(Post(service_, "/v1/completions", R"({"prompt": "a", "prompt_logprobs": -1})"), 400,
+              "invalid_value", "prompt_logprobs");
+  ExpectError(Post(service_, "/v1/completions", R"({"prompt": "a", "max_tokens": 0})"), 400,
+              "invalid_value", "max_tokens");
+  ExpectError(Post(service_, "/v1/chat/completions", ChatBody(R"("max_tokens": 0)")), 400,
+              "invalid_value", "max_tokens");
 }
 
 TEST_F(ServiceTest, HealthReadyAndDraining) {

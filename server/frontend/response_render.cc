@@ -1,5 +1,6 @@
 #include "server/frontend/response_render.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +30,48 @@ Json UsageJson(const Usage& usage) {
   out["completion_tokens"] = usage.completion_tokens;
   out["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   out["prompt_tokens_details"] = Json{{"cached_tokens", usage.cached_tokens}};
+  return out;
+}
+
+Json PromptLogprobsJson(const engine::Tokenizer& tokenizer,
+                        const std::vector<engine::TokenScore>& scores, int n) {
+  Json out = Json::array({nullptr});  // the first prompt token: no context scores it
+  for (const engine::TokenScore& score : scores) {
+    Json entry = Json::object();
+    auto add = [&](int32_t id, float logprob, int64_t rank) {
+      const std::string key = std::to_string(id);
+      if (entry.contains(key)) return;
+      entry[key] = Json{{"logprob", FiniteLogprob(logprob)},
+                        {"rank", rank},
+                        {"decoded_token", TokenText(tokenizer, id)}};
+    };
+    add(score.token_id, score.logprob, score.rank);
+    const size_t top = std::min(score.top.size(), static_cast<size_t>(std::max(n, 0)));
+    for (size_t i = 0; i < top; ++i) {
+      add(score.top[i].token_id, score.top[i].logprob, static_cast<int64_t>(i) + 1);
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+std::vector<TokenLogprobEntry> PromptLogprobEntries(int32_t first_token,
+                                                    const std::vector<engine::TokenScore>& scores,
+                                                    int n) {
+  std::vector<TokenLogprobEntry> out;
+  out.reserve(scores.size() + 1);
+  TokenLogprobEntry first;
+  first.token_id = first_token;
+  first.scored = false;
+  out.push_back(std::move(first));
+  for (const engine::TokenScore& score : scores) {
+    TokenLogprobEntry e;
+    e.token_id = score.token_id;
+    e.logprob = score.logprob;
+    const size_t top = std::min(score.top.size(), static_cast<size_t>(std::max(n, 0)));
+    e.top.assign(score.top.begin(), score.top.begin() + static_cast<std::ptrdiff_t>(top));
+    out.push_back(std::move(e));
+  }
   return out;
 }
 
@@ -107,6 +150,10 @@ Json ChatCompletionJson(const ResponseMeta& meta, const engine::Tokenizer& token
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);
+  // vLLM: one list for the request (every choice shares the prompt).
+  if (!choices.empty() && !choices.front().prompt_logprobs.is_null()) {
+    out["prompt_logprobs"] = choices.front().prompt_logprobs;
+  }
   out["usage"] = UsageJson(usage);
   return out;
 }
@@ -132,12 +179,17 @@ Json CompletionLogprobsJson(const engine::Tokenizer& tokenizer,
   for (const TokenLogprobEntry& e : entries) {
     const std::string text = TokenText(tokenizer, e.token_id);
     tokens.push_back(text);
-    token_logprobs.push_back(FiniteLogprob(e.logprob));
-    Json top = Json::object();
-    for (const engine::TokenLogprob& t : e.top) {
-      top[TokenText(tokenizer, t.token_id)] = FiniteLogprob(t.logprob);
+    if (!e.scored) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+    } else {
+      token_logprobs.push_back(FiniteLogprob(e.logprob));
+      Json top = Json::object();
+      for (const engine::TokenLogprob& t : e.top) {
+        top[TokenText(tokenizer, t.token_id)] = FiniteLogprob(t.logprob);
+      }
+      top_logprobs.push_back(std::move(top));
     }
-    top_logprobs.push_back(std::move(top));
     offsets.push_back(text_offset);
     text_offset += static_cast<int64_t>(text.size());
   }
@@ -160,6 +212,7 @@ Json CompletionJson(const ResponseMeta& meta, const engine::Tokenizer& tokenizer
     choice["logprobs"] =
         c.logprobs_requested ? CompletionLogprobsJson(tokenizer, c.logprobs, 0) : Json(nullptr);
     choice["finish_reason"] = c.finish_reason;
+    if (!c.prompt_logprobs.is_null()) choice["prompt_logprobs"] = c.prompt_logprobs;
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);

@@ -41,6 +41,7 @@ struct Usage {
 // A finished choice of a non-streamed response.
 struct FinalChoice {
   int index = 0;
+  Json prompt_logprobs;  // PromptLogprobsJson when prompt_logprobs was asked for, else null
   std::string text;
   std::string reasoning;  // chat: reasoning_content (present in the message when not empty)
   std::vector<ToolCall> tool_calls;
@@ -51,6 +52,18 @@ struct FinalChoice {
 
 Json UsageJson(const Usage& usage);
 
+// ---- prompt scores (vLLM's prompt_logprobs, completions' echo with logprobs) ----
+// vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], one
+// entry per prompt token; each object holds the prompt token first, then the top `n` (those
+// not the prompt token; rank = place among the most likely). `scores` are of prompt tokens 1...
+Json PromptLogprobsJson(const engine::Tokenizer& tokenizer,
+                        const std::vector<engine::TokenScore>& scores, int n);
+// The echoed prompt as logprobs entries: the first token unscored, the others with their
+// score and top `n`.
+std::vector<TokenLogprobEntry> PromptLogprobEntries(int32_t first_token,
+                                                    const std::vector<engine::TokenScore>& scores,
+                                                    int n);
+
 // ---- /v1/chat/completions ----
 // {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}
 Json ChatLogprobsJson(const engine::Tokenizer& tokenizer,
@@ -60,6 +73,7 @@ Json ToolCallsJson(const std::vector<ToolCall>& calls);
 // delta.tool_calls of a chunk: {"index", then on a call's first delta "id", "type", and
 // "function": {"name", "arguments"}; later deltas only {"index", "function": {"arguments"}}}.
 Json ToolCallDeltasJson(const std::vector<engine::ToolCallDelta>& deltas);
+// With prompt_logprobs, the first choice's become the response's `prompt_logprobs` (vLLM).
 Json ChatCompletionJson(const ResponseMeta& meta, const engine::Tokenizer& tokenizer,
                         const std::vector<FinalChoice>& choices, const Usage& usage);
 // One "chat.completion.chunk" with one choice. `delta` is an object ({"role": ...},
@@ -69,7 +83,8 @@ Json ChatChunkJson(const ResponseMeta& meta, int index, Json delta, Json logprob
 
 // ---- /v1/completions ----
 // {"tokens", "token_logprobs", "top_logprobs" (token text -> logprob), "text_offset"};
-// offsets start at `text_offset` and advance by each token's text length.
+// offsets start at `text_offset` and advance by each token's text length. An unscored entry
+// (an echoed prompt's first token) has null log-prob and top_logprobs.
 Json CompletionLogprobsJson(const engine::Tokenizer& tokenizer,
                             const std::vector<TokenLogprobEntry>& entries, int64_t text_offset);
 Json CompletionJson(const ResponseMeta& meta, const engine::Tokenizer& tokenizer,

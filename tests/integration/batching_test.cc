@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@ namespace {
 struct Output {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  std::vector<engine::TokenScore> prompt_scores;
   int64_t cached_tokens = 0;
   bool finished = false;
 };
@@ -101,6 +103,11 @@ class BatchingTest : public testing::TestWithParam<std::string> {
           o.tokens.push_back(*e.token);
           o.logprobs.push_back(e.logprob);
         }
+        if (!e.prompt_scores.empty()) {
+          EXPECT_TRUE(o.prompt_scores.empty()) << e.request_id << ": scores delivered twice";
+          EXPECT_EQ(o.tokens.size(), 1u) << e.request_id << ": scores after the first token";
+          o.prompt_scores = e.prompt_scores;
+        }
         o.cached_tokens = e.num_cached_tokens;
         if (e.finished) o.finished = true;
       }
@@ -171,6 +178,71 @@ TEST_P(BatchingTest, BatchedWithChunkingAndPreemptionEqualsEachRequestAlone) {
     }
   }
   EXPECT_EQ(sched.stats().num_running, 0);
+  EXPECT_TRUE(sched.CheckInvariants().ok());
+}
+
+// Prompt scores (prompt_logprobs) of requests batched with chunking (a score budget of 10
+// positions a step), preemption and shared prefixes equal the log-softmax of the whole prompt's
+// logits from one forward (`strata logits`' path), computed here in double.
+TEST_P(BatchingTest, PromptScoresEqualTheWholePromptsLogits) {
+  std::mt19937 rng(23);
+  std::vector<scheduler::Request> requests;
+  const std::vector<int> lengths = {1, 7, 37, 50, 12};
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    std::vector<int32_t> prompt;
+    if (i == 4) prompt = requests[3].prompt;  // shares a cached prefix, must not use it
+    for (int32_t t : RandomPrompt(rng, lengths[i])) prompt.push_back(t);
+    scheduler::Request r = Greedy("s" + std::to_string(i), prompt, 6);
+    r.prompt_logprobs = i == 1 ? 0 : 3;
+    requests.push_back(r);
+  }
+  requests.push_back(Greedy("plain", RandomPrompt(rng, 30), 20));  // decodes beside the scoring
+  const kvcache::CacheLayout small = Layout(16, 8, 4, 4);
+  scheduler::SchedulerConfig config = Config(small, 4, 24, 128);
+  config.max_scored_tokens_per_step = 10;
+  scheduler::Scheduler sched(config);
+  engine::CpuExecutor exec(*model_, small);
+  int64_t preemptions = 0;
+  auto out = Drive(sched, exec, requests, &preemptions);
+  EXPECT_GT(preemptions, 0) << "the cache was meant to force preemption";
+
+  const int64_t vocab = model_->config().vocab_size;
+  for (const scheduler::Request& r : requests) {
+    const Output& o = out[r.request_id];
+    ASSERT_TRUE(o.finished) << r.request_id;
+    EXPECT_EQ(o.tokens, Solo(r.prompt, r.max_tokens)) << r.request_id;
+    if (r.prompt_logprobs < 0) {
+      EXPECT_TRUE(o.prompt_scores.empty());
+      continue;
+    }
+    ASSERT_EQ(o.prompt_scores.size(), r.prompt.size() - 1) << r.request_id;
+    EXPECT_EQ(o.cached_tokens, 0) << r.request_id << ": scoring skips the prefix cache";
+    auto logits = engine::PromptLogits(*model_, r.prompt, static_cast<int64_t>(r.prompt.size()));
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    for (size_t p = 0; p + 1 < r.prompt.size(); ++p) {
+      const float* row = logits->data() + static_cast<int64_t>(p) * vocab;
+      const int32_t target = r.prompt[p + 1];
+      double max = row[0], sum = 0.0;
+      for (int64_t j = 0; j < vocab; ++j) max = std::max<double>(max, row[j]);
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(double(row[j]) - max);
+      const double log_z = max + std::log(sum);
+      int64_t rank = 0;
+      for (int64_t j = 0; j < vocab; ++j) rank += row[j] >= row[target] ? 1 : 0;
+      std::vector<int32_t> order(static_cast<size_t>(vocab));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [row](int32_t a, int32_t b) { return row[a] > row[b]; });
+      const engine::TokenScore& got = o.prompt_scores[p];
+      const std::string where = r.request_id + " position " + std::to_string(p + 1);
+      EXPECT_EQ(got.token_id, target) << where;
+      EXPECT_NEAR(got.logprob, double(row[target]) - log_z, 1e-4) << where;
+      EXPECT_NEAR(static_cast<double>(got.rank), static_cast<double>(rank), 1.0) << where;
+      ASSERT_EQ(got.top.size(), static_cast<size_t>(r.prompt_logprobs)) << where;
+      for (size_t k = 0; k < got.top.size(); ++k) {
+        EXPECT_NEAR(got.top[k].logprob, double(row[order[k]]) - log_z, 1e-4) << where;
+      }
+    }
+  }
   EXPECT_TRUE(sched.CheckInvariants().ok());
 }
 

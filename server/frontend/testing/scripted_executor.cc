@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "engine/step_sampling.h"
 #include "scheduler/scheduler.h"
 
 namespace strata::frontend::testing {
@@ -88,9 +89,30 @@ engine::StepResult ScriptedExecutor::Execute(const engine::StepPlan& plan) {
     if (seq.num_computed_tokens == 0) state = SeqState();
     state.context.resize(seq.num_computed_tokens);
     state.context.insert(state.context.end(), seq.token_ids.begin(), seq.token_ids.end());
+    if (!seq.score_targets.empty()) result.scored.push_back(Score(seq, state));
     if (seq.sample) result.sampled.push_back(Sample(seq, state));
   }
   return result;
+}
+
+engine::ScoredSequence ScriptedExecutor::Score(const engine::ScheduledSequence& seq,
+                                               const SeqState& state) const {
+  // Row i: noise from the hash of the context through new token i; scored as the executors do.
+  const size_t rows = seq.score_targets.size();
+  std::vector<float> logits(rows * static_cast<size_t>(vocab_size_));
+  std::vector<int32_t> context(state.context.begin(),
+                               state.context.begin() + seq.num_computed_tokens);
+  for (size_t i = 0; i < rows; ++i) {
+    context.push_back(seq.token_ids[i]);
+    const uint64_t base = Mix(HashIds(context));
+    for (int32_t v = 0; v < vocab_size_; ++v) {
+      logits[i * static_cast<size_t>(vocab_size_) + static_cast<size_t>(v)] =
+          static_cast<float>(Mix(base ^ static_cast<uint64_t>(v)) % 2001) / 1000.0f - 1.0f;
+    }
+  }
+  engine::ScoredSequence out;
+  engine::ScoreTargets(seq, logits.data(), vocab_size_, &out);
+  return out;
 }
 
 std::unique_ptr<engine::Tokenizer> MakeTestTokenizer() {

@@ -7,7 +7,9 @@
 // position, that token's logit gets +40, so every sampler setting picks it. Logits then go
 // through the sequence's real Sampler (seeds, temperature, penalties behave as in production)
 // and log-probabilities are those of the raw logits. With no script the output is "noise"
-// that depends on the prompt and, when sampling, on the seed.
+// that depends on the prompt and, when sampling, on the seed. Prompt positions it scores
+// (prompt_logprobs) get noise logits from the hash of the context through them, scored by
+// engine::ScoreTargets.
 #pragma once
 
 #include <atomic>
@@ -51,6 +53,7 @@ class ScriptedExecutor : public engine::StepExecutor {
     int64_t num_sampled = 0;
   };
   engine::SampledToken Sample(const engine::ScheduledSequence& seq, SeqState& state);
+  engine::ScoredSequence Score(const engine::ScheduledSequence& seq, const SeqState& state) const;
 
   const int32_t vocab_size_;
   std::mutex mu_;
