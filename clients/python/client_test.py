@@ -153,6 +153,29 @@ class PythonClientTest(unittest.TestCase):
         for a, b in zip(g.logprobs, http["logprobs"]["token_logprobs"]):
             self.assertAlmostEqual(a, b, places=4)
 
+    def test_prompt_logprobs_equal_the_echoed_prompts_logprobs_over_http(self):
+        ids = [31, 41, 59, 26, 53, 58, 97]
+        g = self.client.generate(prompt_ids=ids, max_tokens=2, temperature=0.0,
+                                 prompt_logprobs=1)
+        self.assertEqual([lp.token_id for lp in g.prompt_logprobs], ids[1:])
+        body = json.dumps({"prompt": ids, "max_tokens": 0, "echo": True,
+                           "logprobs": 1}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.server.http_port}/v1/completions",
+                                     data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            http = json.loads(r.read())["choices"][0]
+        self.assertEqual(http["finish_reason"], "length")
+        echoed = http["logprobs"]["token_logprobs"]
+        self.assertEqual(len(echoed), len(ids))
+        self.assertIsNone(echoed[0])
+        tops = http["logprobs"]["top_logprobs"]
+        for i, lp in enumerate(g.prompt_logprobs, start=1):
+            self.assertAlmostEqual(lp.logprob, echoed[i], places=4)
+            self.assertGreaterEqual(lp.rank, 1)
+            self.assertEqual(len(lp.top), 1)
+            self.assertEqual(len(tops[i]), 1)
+            self.assertAlmostEqual(lp.top[0].logprob, list(tops[i].values())[0], places=4)
+
     def test_cpp_client_prints_the_same_ids(self):
         g = self.client.generate(prompt_ids=[3, 1, 4, 1, 5], max_tokens=9, temperature=0.7,
                                  seed=7)

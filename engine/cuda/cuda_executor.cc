@@ -186,7 +186,7 @@ absl::Status CudaExecutor::Upload(kc::DeviceBuffer* ints) {
 
 bool CudaExecutor::PadForGraph(GraphKey* key) {
   if (!graphs_enabled_ || step_.num_prefill() > 0 || step_.num_decode == 0 ||
-      step_.num_decode > kMaxGraphBatch) {
+      step_.num_decode > kMaxGraphBatch || step_.num_scored_rows > 0) {
     return false;
   }
   *key = {NextPowerOfTwo(step_.num_decode),
@@ -318,7 +318,7 @@ T* At(void* base, int64_t offset) {
 absl::Status CudaExecutor::SampleOnDevice(const StepPlan& plan, float* logits, const char** outputs,
                                           int64_t* outputs_bytes) {
   const DeviceSampling& d = device_sampling_plan_;
-  const int64_t rows = step_.num_logit_rows;
+  const int64_t rows = step_.num_sampled_rows();  // the scored rows after them stay raw
   const int64_t vocab = model_->config().vocab_size;
   auto sampler_of = [&](size_t i) -> Sampler& {
     return *plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])].sampler;
@@ -574,6 +574,10 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
       const int64_t row = step_.sampled_logit_row[i];
       RETURN_IF_ERROR(copy(logits_host + row * vocab, logits + row * vocab, vocab * 4));
     }
+    // Scored prompt rows (the last ones): scored on the host.
+    const int64_t first_scored = step_.num_sampled_rows();
+    RETURN_IF_ERROR(copy(logits_host + first_scored * vocab, logits + first_scored * vocab,
+                         step_.num_scored_rows * vocab * 4));
   } else {
     RETURN_IF_ERROR(copy(logits_host, logits, logit_floats * 4));
   }
@@ -597,6 +601,12 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     result->expert_tokens.clear();
   }
   RETURN_IF_ERROR(Sample(plan, sampled_host, logits, result));
+  result->scored.resize(step_.scored_plan_index.size());
+  for (size_t j = 0; j < step_.scored_plan_index.size(); ++j) {
+    ScoreTargets(plan.sequences[static_cast<size_t>(step_.scored_plan_index[j])],
+                 logits_host + int64_t{step_.scored_logit_row[j]} * vocab, vocab,
+                 &result->scored[j]);
+  }
   return scratch_.Reset();
 }
 

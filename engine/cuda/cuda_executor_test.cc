@@ -52,6 +52,12 @@ constexpr double kRowTolerance = 0.1;
 constexpr double kMedianTolerance = 0.03;
 // With top-2 routing a flipped expert moves a row by a whole expert's output (measured: 0.42).
 constexpr double kFlippedRowTolerance = 0.6;
+// |log-probability| differences of scored prompt tokens (bf16 activations, as the rows above;
+// measured on the emulator: median 6e-3..1.4e-2, worst 0.23 with every expert routed, 1.66
+// where top-2 routing flips an expert).
+constexpr double kScoreTolerance = 0.4;
+constexpr double kFlippedScoreTolerance = 2.5;
+constexpr double kMedianScoreTolerance = 0.03;
 
 // A constraint allowing only ids ≡ kResidue (mod kModulus): the executor must apply its mask
 // (on the host), whichever way it samples the other rows.
@@ -304,6 +310,56 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
   }
   std::printf("%s: %d CUDA graphs, %lld replays\n", GetParam().name.c_str(), gpu_->num_graphs(),
               static_cast<long long>(gpu_->graph_replays()));
+}
+
+// Prompt scoring (prompt_logprobs): a prompt chunk scoring every next token while it samples
+// its last, a one-token chunk scored without sampling (an execution "decode" row, so the step
+// is not padded into a graph), beside a plain prefill: the scores match the CPU executor's
+// (targets, log-probabilities within the bf16 tolerance, top alternatives) and the sampled
+// rows still match.
+TEST_P(CudaExecutorTest, PromptScoresMatchTheCpuExecutor) {
+  const std::vector<int32_t> a = Prompt(41, 4), b = Prompt(3, 5);
+  StepPlan plan;
+  plan.sequences.push_back(Seq(1, a, 0, {6}, 0, SlotInit::kZero));
+  plan.sequences[0].score_targets.assign(a.begin() + 1, a.end());
+  plan.sequences[0].num_score_logprobs = 3;
+  ScheduledSequence first_of_b = Seq(2, {b[0]}, 0, {7}, 1, SlotInit::kZero);
+  first_of_b.sample = false;
+  first_of_b.score_targets = {b[1]};
+  plan.sequences.push_back(std::move(first_of_b));
+  plan.sequences.push_back(Seq(3, Prompt(20, 6), 0, {8}, 2, SlotInit::kZero));
+  const StepResult cpu = cpu_->Execute(plan);
+  const StepResult gpu = gpu_->Execute(plan);
+  ASSERT_EQ(cpu.scored.size(), 2u);
+  ASSERT_EQ(gpu.scored.size(), 2u);
+  std::vector<double> diffs;
+  const double tolerance = GetParam().topk == 8 ? kScoreTolerance : kFlippedScoreTolerance;
+  for (size_t j = 0; j < 2; ++j) {
+    const ScoredSequence& c = cpu.scored[j];
+    const ScoredSequence& g = gpu.scored[j];
+    EXPECT_EQ(c.seq_id, g.seq_id);
+    ASSERT_EQ(c.scores.size(), g.scores.size());
+    for (size_t i = 0; i < c.scores.size(); ++i) {
+      EXPECT_EQ(c.scores[i].token_id, g.scores[i].token_id);
+      ASSERT_EQ(g.scores[i].top.size(), c.scores[i].top.size());
+      diffs.push_back(std::fabs(c.scores[i].logprob - g.scores[i].logprob));
+      EXPECT_LE(diffs.back(), tolerance) << "seq " << c.seq_id << " target " << i;
+      for (size_t k = 0; k < c.scores[i].top.size(); ++k) {
+        diffs.push_back(std::fabs(c.scores[i].top[k].logprob - g.scores[i].top[k].logprob));
+        EXPECT_LE(diffs.back(), tolerance) << "seq " << c.seq_id << " target " << i;
+      }
+    }
+  }
+  std::sort(diffs.begin(), diffs.end());
+  std::printf(
+      "[relerr] kernel=CudaExecutor_%s case=prompt_scores median |dlogprob| %.3e worst "
+      "%.3e over %zu targets\n",
+      GetParam().name.c_str(), diffs[diffs.size() / 2], diffs.back(), diffs.size());
+  EXPECT_LE(diffs[diffs.size() / 2], kMedianScoreTolerance);
+  ASSERT_EQ(gpu.sampled.size(), 2u);  // sequences 1 and 3
+  EXPECT_EQ(gpu.sampled[0].seq_id, 1);
+  EXPECT_EQ(gpu.sampled[1].seq_id, 3);
+  EXPECT_EQ(cpu.sampled[0].token_id, gpu.sampled[0].token_id);
 }
 
 // Device sampling picks the host sampler's token in every mode (greedy, top-k, top-p, min-p,

@@ -83,10 +83,22 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
     }
   }
   out->num_logit_rows = static_cast<int64_t>(out->sampled_plan_index.size());
+  out->scored_plan_index.clear();
+  out->scored_logit_row.clear();
+  out->num_scored_rows = 0;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const ScheduledSequence& seq = plan.sequences[i];
+    if (seq.score_targets.empty()) continue;
+    CHECK_LE(seq.score_targets.size(), seq.token_ids.size()) << "sequence " << seq.seq_id;
+    out->scored_plan_index.push_back(static_cast<int32_t>(i));
+    out->scored_logit_row.push_back(static_cast<int32_t>(out->num_logit_rows));
+    out->num_logit_rows += static_cast<int64_t>(seq.score_targets.size());
+    out->num_scored_rows += static_cast<int64_t>(seq.score_targets.size());
+  }
   AssignOffsets(out);
 
   int32_t* ints = out->ints.data();
-  std::vector<int64_t> last_row(plan.sequences.size(), -1);
+  std::vector<int64_t> first_row(plan.sequences.size(), -1), last_row(plan.sequences.size(), -1);
   int64_t prefill_row = 0;
   ints[out->prefill_cu] = 0;
   ints[out->prefill_cu_k] = 0;
@@ -105,6 +117,7 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
         ++prefill_row;
       }
     }
+    first_row[static_cast<size_t>(out->plan_index[s])] = first;
     last_row[static_cast<size_t>(out->plan_index[s])] = first + count - 1;
     const int64_t context = seq.num_computed_tokens + count;
     const int64_t blocks = (context + bs - 1) / bs;
@@ -127,14 +140,22 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
     }
   }
   ints[out->live_rows] = static_cast<int32_t>(out->num_rows);
-  for (int64_t r = 0; r < out->num_logit_rows; ++r) {
+  for (int64_t r = 0; r < out->num_sampled_rows(); ++r) {
     ints[out->logit_rows + r] =
         static_cast<int32_t>(last_row[static_cast<size_t>(out->sampled_plan_index[r])]);
+  }
+  for (size_t j = 0; j < out->scored_plan_index.size(); ++j) {
+    const size_t i = static_cast<size_t>(out->scored_plan_index[j]);
+    const int64_t targets = static_cast<int64_t>(plan.sequences[i].score_targets.size());
+    for (int64_t t = 0; t < targets; ++t) {
+      ints[out->logit_rows + out->scored_logit_row[j] + t] = static_cast<int32_t>(first_row[i] + t);
+    }
   }
 }
 
 void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepLayout* step) {
   CHECK_EQ(step->num_prefill(), 0) << "only decode steps are padded";
+  CHECK_EQ(step->num_scored_rows, 0) << "steps that score prompt tokens are not padded";
   CHECK_GE(batch, step->num_decode);
   CHECK_GE(table_width, step->max_blocks_per_seq);
   const StepLayout real = *step;  // the unpadded arrays (copied: `step` is rebuilt in place)

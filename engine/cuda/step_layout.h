@@ -25,7 +25,9 @@
 //   live_rows     [1]       rows that are real tokens (N, or fewer in a padded step: the MoE
 //                           router ignores the padding rows)
 // Host side: sampled_plan_index[i] is the plan sequence of the i-th sampled token, whose logits
-// are row sampled_logit_row[i] of the step's logits.
+// are row sampled_logit_row[i] of the step's logits. After the sampled rows come the scored rows
+// (ScheduledSequence::score_targets): plan sequence scored_plan_index[j]'s rows for its targets
+// start at logits row scored_logit_row[j], one per target, in order.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,8 @@ struct StepLayout {
   std::vector<int32_t> plan_index;          // [S] plan.sequences index of each execution sequence
   std::vector<int32_t> sampled_plan_index;  // plan.sequences index of each sampled token
   std::vector<int32_t> sampled_logit_row;   // its row among the R logits rows
+  std::vector<int32_t> scored_plan_index;   // plan.sequences index of each scoring sequence
+  std::vector<int32_t> scored_logit_row;    // the logits row of its first target
   std::vector<int64_t> row_offset;          // [S + 1] first row of each execution sequence
 
   std::vector<int32_t> ints;  // the packed arrays below, back to back
@@ -58,7 +62,9 @@ struct StepLayout {
 
   int32_t num_prefill() const { return num_sequences - num_decode; }
   int64_t num_prefill_rows() const { return num_rows - num_decode; }
-  int64_t num_logit_rows = 0;  // R
+  int64_t num_logit_rows = 0;   // R
+  int64_t num_scored_rows = 0;  // the last rows of R (none in a padded step)
+  int64_t num_sampled_rows() const { return num_logit_rows - num_scored_rows; }
 };
 
 // Fills `out` from `plan` (vectors keep their capacity from step to step). CHECKs the plan's

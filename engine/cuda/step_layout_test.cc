@@ -100,6 +100,22 @@ TEST(StepLayoutTest, SlotsAndLogitRowsFollowPlanOrder) {
   EXPECT_EQ(Slice(s, s.logit_rows, 2), (std::vector<int32_t>{6, 0}));
 }
 
+TEST(StepLayoutTest, ScoredRowsFollowTheSampledRows) {
+  // A (plan 0) scores its first 4 tokens and samples its last (rows 2..6); D (plan 3, a decode
+  // row at execution row 1) scores its one token without sampling.
+  StepPlan plan = MixedPlan();
+  plan.sequences[0].score_targets = {2, 3, 4, 5};
+  plan.sequences[3].score_targets = {9};
+  StepLayout s;
+  BuildStepLayout(plan, Layout(1), &s);
+  EXPECT_EQ(s.num_logit_rows, 2 + 4 + 1);
+  EXPECT_EQ(s.num_scored_rows, 5);
+  EXPECT_EQ(s.num_sampled_rows(), 2);
+  EXPECT_EQ(s.scored_plan_index, (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(s.scored_logit_row, (std::vector<int32_t>{2, 6}));
+  EXPECT_EQ(Slice(s, s.logit_rows, 7), (std::vector<int32_t>{6, 0, 2, 3, 4, 5, 1}));
+}
+
 TEST(StepLayoutTest, WithoutKdaLayersSlotsAreMinusOne) {
   StepLayout s;
   StepPlan plan = MixedPlan();

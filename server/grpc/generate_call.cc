@@ -156,6 +156,17 @@ bool GenerateCall::Apply(ChoiceRun& choice, const server::StreamEvent& event, ab
         }
       }
     }
+    for (const engine::TokenScore& score : event.prompt_scores) {
+      v1::TokenLogprob* lp = chunk->add_prompt_logprobs();
+      lp->set_token_id(score.token_id);
+      lp->set_logprob(score.logprob);
+      lp->set_rank(score.rank);
+      for (const engine::TokenLogprob& top : score.top) {
+        v1::TokenLogprob* t = lp->add_top();
+        t->set_token_id(top.token_id);
+        t->set_logprob(top.logprob);
+      }
+    }
     chunk->mutable_usage()->set_prompt_tokens(choice.decoder->num_prompt_tokens());
     chunk->mutable_usage()->set_completion_tokens(choice.decoder->num_output_tokens());
     chunk->mutable_usage()->set_cached_tokens(choice.decoder->num_cached_tokens());

@@ -53,6 +53,7 @@ frontend::Json CompletionBodyFor(const v1::GenerateRequest& r) {
   if (r.include_stop_str_in_output()) b["include_stop_str_in_output"] = true;
   if (r.has_n()) b["n"] = r.n();
   if (r.has_logprobs()) b["logprobs"] = r.logprobs();
+  if (r.has_prompt_logprobs()) b["prompt_logprobs"] = r.prompt_logprobs();
   if (r.priority() != 0) b["priority"] = r.priority();
   if (!r.request_id().empty()) b["request_id"] = r.request_id();
   if (!r.cache_salt().empty()) b["cache_salt"] = r.cache_salt();

@@ -38,6 +38,9 @@ struct Outcome {
   std::map<int, std::string> texts;  // every choice's, by index
   std::vector<v1::Complete> completes;
   int num_chunks = 0;
+  // Choice 0's prompt scores, and the chunk (0-based) that carried them.
+  std::vector<v1::TokenLogprob> prompt_logprobs;
+  int prompt_logprobs_chunk = -1;
 };
 
 class GrpcServerTest : public testing::Test {
@@ -95,6 +98,12 @@ class GrpcServerTest : public testing::Test {
       if (response.has_chunk()) {
         out.texts[response.chunk().index()] += response.chunk().text();
         if (response.chunk().index() == 0) {
+          if (response.chunk().prompt_logprobs_size() > 0) {
+            EXPECT_EQ(out.prompt_logprobs_chunk, -1) << "prompt scores sent twice";
+            out.prompt_logprobs_chunk = out.num_chunks;
+            out.prompt_logprobs.assign(response.chunk().prompt_logprobs().begin(),
+                                       response.chunk().prompt_logprobs().end());
+          }
           out.ids.insert(out.ids.end(), response.chunk().token_ids().begin(),
                          response.chunk().token_ids().end());
           out.text += response.chunk().text();
@@ -230,6 +239,37 @@ TEST_F(GrpcServerTest, TextPromptStreamsTextDeltasThatDetokenizeTheIds) {
   v1::DetokenizeResponse text;
   ASSERT_TRUE(Inference()->Detokenize(&context, detok, &text).ok());
   EXPECT_EQ(out.text, text.text());
+}
+
+TEST_F(GrpcServerTest, PromptLogprobsComeWithTheFirstChunk) {
+  const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10, 11};
+  GenerateRequest request = Request(prompt, 4);
+  request.set_prompt_logprobs(2);
+  request.mutable_sampling()->set_temperature(0.0f);
+  Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.prompt_logprobs_chunk, 0);
+  ASSERT_EQ(out.prompt_logprobs.size(), prompt.size() - 1);
+  for (size_t i = 0; i < out.prompt_logprobs.size(); ++i) {
+    const v1::TokenLogprob& lp = out.prompt_logprobs[i];
+    EXPECT_EQ(lp.token_id(), prompt[i + 1]);
+    EXPECT_LE(lp.logprob(), 0.0f);
+    EXPECT_GE(lp.rank(), 1);
+    ASSERT_EQ(lp.top_size(), 2);
+    EXPECT_GE(lp.top(0).logprob(), lp.top(1).logprob());
+    EXPECT_GE(lp.top(0).logprob(), lp.logprob());
+    EXPECT_EQ(lp.rank() == 1, lp.top(0).token_id() == lp.token_id()) << i;
+  }
+  // Greedy: the same output as without scoring.
+  request.clear_prompt_logprobs();
+  Outcome plain = Run(request);
+  EXPECT_EQ(plain.ids, out.ids);
+  EXPECT_TRUE(plain.prompt_logprobs.empty());
+  request.set_prompt_logprobs(21);
+  Outcome bad = Run(request);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.status.error_message().find("prompt_logprobs"), std::string::npos)
+      << bad.status.error_message();
 }
 
 TEST_F(GrpcServerTest, StopTokenIdEndsTheChoiceAndIsReported) {

@@ -31,6 +31,8 @@ class Generation:
     finish_reason: str
     logprobs: list            # the sampled tokens' log probabilities (with logprobs=...)
     complete: object          # the strata.v1.Complete message (usage, timings, matched stop)
+    # With prompt_logprobs=k: strata.v1.TokenLogprob of prompt tokens 1.. (logprob, rank, top k)
+    prompt_logprobs: list = dataclasses.field(default_factory=list)
 
 
 def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[int]] = None,
@@ -39,11 +41,13 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
                   seed: Optional[int] = None, n: Optional[int] = None,
                   stop: Sequence[str] = (), logprobs: Optional[int] = None,
                   ignore_eos: bool = False, request_id: str = "",
-                  json_schema=None, regex: Optional[str] = None) -> inference_pb2.GenerateRequest:
+                  json_schema=None, regex: Optional[str] = None,
+                  prompt_logprobs: Optional[int] = None) -> inference_pb2.GenerateRequest:
     """A GenerateRequest; exactly one of `prompt` (text) and `prompt_ids` (token ids).
 
     `json_schema` (a dict, or its JSON text) makes every choice JSON that fits it; `regex`
-    makes every choice's whole text match that regular expression."""
+    makes every choice's whole text match that regular expression; `prompt_logprobs=k` scores
+    the prompt (each token's log probability and rank, with the k most likely alternatives)."""
     if (prompt is None) == (prompt_ids is None):
         raise ValueError("give exactly one of prompt and prompt_ids")
     req = inference_pb2.GenerateRequest(ignore_eos=ignore_eos, request_id=request_id,
@@ -56,7 +60,8 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
                         ("seed", seed)):
         if value is not None:
             setattr(req.sampling, name, value)
-    for name, value in (("max_tokens", max_tokens), ("n", n), ("logprobs", logprobs)):
+    for name, value in (("max_tokens", max_tokens), ("n", n), ("logprobs", logprobs),
+                        ("prompt_logprobs", prompt_logprobs)):
         if value is not None:
             setattr(req, name, value)
     if json_schema is not None:
@@ -97,6 +102,7 @@ class Client:
                 g.token_ids.extend(c.token_ids)
                 g.text += c.text
                 g.logprobs.extend(lp.logprob for lp in c.logprobs)
+                g.prompt_logprobs.extend(c.prompt_logprobs)
             else:
                 done = response.complete
                 g = choices.setdefault(done.index, Generation([], "", "", [], None))

@@ -152,6 +152,46 @@ test("completions: string and token-id prompts, echo, stream == non-stream", asy
   assert.equal(Object.keys(lp.choices[0].logprobs.top_logprobs[0]).length >= 1, true);
 });
 
+test("scoring as lm-evaluation-harness does: echo + logprobs, max_tokens 0, prompt_logprobs",
+     async () => {
+  // Two contexts + continuations in one request, as token ids; the continuation's log-likelihood
+  // is the sum of its tokens' echoed log-probabilities.
+  const prompts = [[11, 12, 13, 14, 15, 16], [21, 22, 23, 24]];
+  const scored = await client.completions.create({ model: MODEL, prompt: prompts, max_tokens: 1,
+                                                   logprobs: 1, echo: true, temperature: 0 });
+  assert.equal(scored.choices.length, 2);
+  const alone = await client.completions.create({ model: MODEL, prompt: prompts, max_tokens: 0,
+                                                  logprobs: 1, echo: true });
+  const vllm = await client.completions.create({ model: MODEL, prompt: prompts, max_tokens: 1,
+                                                 prompt_logprobs: 1 });
+  for (let i = 0; i < 2; ++i) {
+    const lp = scored.choices[i].logprobs;
+    assert.equal(lp.tokens.length, prompts[i].length + 1);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    const only = alone.choices[i];
+    assert.equal(only.finish_reason, "length");
+    assert.equal(only.logprobs.tokens.length, prompts[i].length);
+    const entries = vllm.choices[i].prompt_logprobs;
+    assert.equal(entries.length, prompts[i].length);
+    assert.equal(entries[0], null);
+    for (let t = 1; t < prompts[i].length; ++t) {
+      assert.ok(lp.token_logprobs[t] <= 0);
+      assert.ok(Math.abs(lp.token_logprobs[t] - only.logprobs.token_logprobs[t]) < 1e-4);
+      const mine = entries[t][String(prompts[i][t])];
+      assert.ok(Math.abs(mine.logprob - lp.token_logprobs[t]) < 1e-4);
+      assert.ok(mine.rank >= 1);
+      // is_greedy as the harness computes it: the token's logprob is the top one's.
+      const best = Math.max(...Object.values(lp.top_logprobs[t]));
+      assert.equal(mine.rank === 1, lp.token_logprobs[t] === best);
+    }
+  }
+  assert.equal(alone.usage.completion_tokens, 0);
+  await assert.rejects(
+    client.completions.create({ model: MODEL, prompt: "x", prompt_logprobs: 1, stream: true }),
+    (e) => e instanceof BadRequestError && e.param === "prompt_logprobs");
+});
+
 test("tools are declared to the model and the reply has a valid shape", async () => {
   const tools = [{ type: "function", function: {
     name: "get_weather", description: "Weather of a city",
