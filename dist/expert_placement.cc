@@ -1,14 +1,13 @@
 #include "dist/expert_placement.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/check.h"
+#include "core/file.h"
 #include "core/status.h"
 
 namespace strata::dist {
@@ -205,11 +204,12 @@ absl::StatusOr<ExpertPlacement> ParsePlacement(const std::string& json_text,
 
 absl::StatusOr<ExpertPlacement> LoadPlacement(const std::string& path, int num_experts,
                                               int world_size) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the placement file"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParsePlacement(text.str(), path, num_experts, world_size);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat(path, ": cannot read the placement file"));
+  }
+  return ParsePlacement(*text, path, num_experts, world_size);
 }
 
 std::string PlacementToJson(const ExpertPlacement& placement) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -10,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "core/file.h"
 #include "core/status.h"
 
 namespace strata::engine {
@@ -575,15 +575,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
+  if (!FileExists(path)) {
     return absl::NotFoundError(
         Cat("config.json not found in checkpoint directory ", dir, " (", path, ")"));
   }
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad()) return absl::DataLossError(Cat("error reading ", path));
-  return ParseModelConfig(text.str(), path);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  return ParseModelConfig(*text, path);
 }
 
 }  // namespace strata::engine

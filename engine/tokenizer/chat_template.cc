@@ -77,12 +77,14 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string_view source,
   return ct;
 }
 
-absl::StatusOr<ChatTemplate> ChatTemplate::ForTokenizer(const Tokenizer& tokenizer,
-                                                        bool with_tools) {
+absl::StatusOr<ChatTemplate> ChatTemplate::ForTokenizer(const Tokenizer& tokenizer, bool with_tools,
+                                                        std::optional<std::string_view> given) {
   const TokenizerConfig& config = tokenizer.config();
   const auto& templates = config.chat_templates;
   std::string_view source = BuiltinKimiChatTemplate();
-  if (with_tools && templates.count("tool_use")) {
+  if (given) {
+    source = *given;
+  } else if (with_tools && templates.count("tool_use")) {
     source = templates.at("tool_use");
   } else if (templates.count("default")) {
     source = templates.at("default");

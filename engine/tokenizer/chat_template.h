@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -52,8 +53,12 @@ class ChatTemplate {
                                              ChatTemplateOptions options = {});
 
   // The tokenizer's template: "tool_use" when `with_tools` and present, else "default", else
-  // the only one; the built-in Kimi template when the checkpoint has none.
-  static absl::StatusOr<ChatTemplate> ForTokenizer(const Tokenizer& tokenizer, bool with_tools);
+  // the only one; the built-in Kimi template when the checkpoint has none. `source`, when
+  // given, replaces all of them (strata serve --chat-template), with the tokenizer's special
+  // tokens and options.
+  static absl::StatusOr<ChatTemplate> ForTokenizer(
+      const Tokenizer& tokenizer, bool with_tools,
+      std::optional<std::string_view> source = std::nullopt);
 
   absl::StatusOr<std::string> Render(const ChatTemplateInputs& inputs) const;
 

@@ -1,9 +1,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "core/file.h"
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/known_encodings.h"
 #include "engine/tokenizer/sha256.h"
@@ -15,17 +13,6 @@ namespace {
 constexpr size_t kKimiMaxChunkChars = 400'000;
 constexpr size_t kKimiMaxRunChars = 25'000;
 constexpr int32_t kKimiNumReservedSpecials = 256;
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return buffer.str();
-}
-
-bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
 
 }  // namespace
 
@@ -97,7 +84,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerSpec spec)
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadFromDir(const std::string& dir) {
-  absl::StatusOr<std::string> vocab_text = ReadFile(dir + "/tiktoken.model");
+  absl::StatusOr<std::string> vocab_text = ReadFileToString(dir + "/tiktoken.model");
   if (!vocab_text.ok()) return vocab_text.status();
   absl::StatusOr<std::shared_ptr<const BpeVocab>> vocab = BpeVocab::FromTiktoken(*vocab_text);
   if (!vocab.ok()) {
@@ -107,14 +94,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadFromDir(const std::str
   TokenizerConfig config;
   const std::string config_path = dir + "/tokenizer_config.json";
   if (FileExists(config_path)) {
-    absl::StatusOr<std::string> text = ReadFile(config_path);
+    absl::StatusOr<std::string> text = ReadFileToString(config_path);
     if (!text.ok()) return text.status();
     absl::StatusOr<TokenizerConfig> parsed = ParseTokenizerConfig(*text);
     if (!parsed.ok()) return parsed.status();
     config = std::move(*parsed);
   }
   if (FileExists(dir + "/chat_template.jinja")) {
-    absl::StatusOr<std::string> text = ReadFile(dir + "/chat_template.jinja");
+    absl::StatusOr<std::string> text = ReadFileToString(dir + "/chat_template.jinja");
     if (!text.ok()) return text.status();
     config.chat_templates["default"] = std::move(*text);
   }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "scheduler/request.h"
 #include "server/cli/flags.h"
 #include "server/cli/parallel_flags.h"
 #include "server/cli/serve_runtime.h"
@@ -54,6 +55,17 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"idle-timeout", true, "seconds an idle keep-alive connection stays open (default 75)"},
     {"ping-interval", true, "seconds of stream silence before an SSE ping (default 10)"},
     {"drain-timeout", true, "seconds to finish requests after SIGTERM (default 30)"},
+    {"generation-config", true,
+     "request sampling defaults: auto (the model's generation_config.json), vllm (none), or a "
+     "directory with a generation_config.json (default auto)"},
+    {"chat-template", true,
+     "Jinja chat template file (or the template itself) replacing the tokenizer's"},
+    {"max-logprobs", true,
+     "most log-probabilities a request may ask for (logprobs, top_logprobs, prompt_logprobs; "
+     "default 20)"},
+    {"long-prefill-token-threshold", true,
+     "prefill tokens of one sequence per step at most, so long prompts share steps (default 0: "
+     "off)"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
     {"log-format", true, "text | json (one JSON object per line; default text)"},
 };
@@ -85,6 +97,8 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
     return absl::InvalidArgumentError("--scheduling-policy must be fcfs or priority");
   }
   s.policy = policy == "fcfs" ? scheduler::Policy::kFcfs : scheduler::Policy::kPriority;
+  ASSIGN_OR_RETURN(s.long_prefill_token_threshold,
+                   flags.GetInt("long-prefill-token-threshold", 0, 0, int64_t{1} << 30));
   ASSIGN_OR_RETURN(o->max_model_len, flags.GetInt("max-model-len", 0, 0, int64_t{1} << 31));
   ASSIGN_OR_RETURN(o->engine.max_queued_requests,
                    flags.GetInt("max-queued-requests", 1024, 1, int64_t{1} << 30));
@@ -134,6 +148,11 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("STRATA_API_KEY"); env && *env) o.api_key = env;
   }
+  o.generation_config = flags.GetOr("generation-config", "auto");
+  o.chat_template = flags.GetOr("chat-template", "");
+  ASSIGN_OR_RETURN(int64_t max_logprobs,
+                   flags.GetInt("max-logprobs", 20, 0, scheduler::kMaxPromptLogprobs));
+  o.max_logprobs = static_cast<int>(max_logprobs);
   RETURN_IF_ERROR(ReadSchedulerFlags(flags, &o));
   RETURN_IF_ERROR(ReadHttpFlags(flags, &o));
   ASSIGN_OR_RETURN(o.parallel, ParallelOptionsFromFlags(flags));
@@ -217,9 +236,11 @@ void Drain(frontend::OpenAiService& service, rpc::GrpcServer& grpc_server, const
 // The gRPC server (listening, not yet serving): --grpc-port, else 50051, or any free port when
 // the HTTP port is "any" (so test servers never collide on 50051).
 absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> StartGrpc(const Flags& flags,
-                                                           const std::string& host, bool any_port) {
+                                                           const std::string& host, bool any_port,
+                                                           const frontend::RequestLimits& limits) {
   rpc::GrpcServerOptions options;
   options.host = host;
+  options.limits = limits;
   ASSIGN_OR_RETURN(int64_t port, flags.GetInt("grpc-port", any_port ? 0 : 50051, 0, 65535));
   options.port = static_cast<int>(port);
   options.version = STRATA_VERSION;
@@ -273,6 +294,7 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   std::atomic<server::Metrics*> metrics_ptr{nullptr};
   frontend::ServiceOptions service_options;
   service_options.api_key = options.api_key;
+  service_options.limits.max_logprobs = options.max_logprobs;
   service_options.on_choice_finished = [&metrics_ptr](const server::RequestTimings& t) {
     if (server::Metrics* m = metrics_ptr.load()) m->OnRequestFinished(t);
     server::LogRequestFinished(t);
@@ -280,8 +302,9 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   frontend::OpenAiService service(service_options);
   ASSIGN_OR_RETURN(std::unique_ptr<http::HttpServer> server,
                    http::HttpServer::Start(options.http, &service));
-  ASSIGN_OR_RETURN(std::unique_ptr<rpc::GrpcServer> grpc_server,
-                   StartGrpc(flags, options.http.host, options.http.port == 0));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<rpc::GrpcServer> grpc_server,
+      StartGrpc(flags, options.http.host, options.http.port == 0, service_options.limits));
   options.http.port = server->port();
   LOG_INFO("serve", "listening on {}:{} (loading the model)", options.http.host, server->port());
   ASSIGN_OR_RETURN(std::unique_ptr<ModelRuntime> runtime, ModelRuntime::Load(options));

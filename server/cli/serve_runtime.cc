@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/executor.h"
@@ -72,7 +73,25 @@ ModelRuntime::~ModelRuntime() {
   if (engine_) engine_->Stop();
 }
 
-absl::Status ModelRuntime::LoadTokenizer() {
+namespace {
+
+// --chat-template: a file's text, or (vLLM's single-line form) the template itself.
+absl::StatusOr<std::optional<std::string>> ChatTemplateFlag(const std::string& flag) {
+  if (flag.empty()) return std::nullopt;
+  if (FileExists(flag)) {
+    absl::StatusOr<std::string> text = ReadFileToString(flag);
+    if (!text.ok()) return text.status();
+    return *text;
+  }
+  if (flag.find("{{") != std::string::npos || flag.find("{%") != std::string::npos) return flag;
+  return absl::NotFoundError(
+      absl::StrCat("--chat-template: cannot open '", flag,
+                   "' (give a Jinja template file, or the template itself containing {{ or {%)"));
+}
+
+}  // namespace
+
+absl::Status ModelRuntime::LoadTokenizer(const ServeOptions& options) {
   absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
       engine::Tokenizer::LoadFromDir(dir_);
   if (!tokenizer.ok()) {
@@ -81,9 +100,14 @@ absl::Status ModelRuntime::LoadTokenizer() {
         absl::StrCat("cannot load the tokenizer of ", dir_, ": ", tokenizer.status().message()));
   }
   tokenizer_ = std::move(*tokenizer);
+  ASSIGN_OR_RETURN(std::optional<std::string> given, ChatTemplateFlag(options.chat_template));
   for (bool with_tools : {false, true}) {
-    absl::StatusOr<engine::ChatTemplate> t =
-        engine::ChatTemplate::ForTokenizer(*tokenizer_, with_tools);
+    absl::StatusOr<engine::ChatTemplate> t = engine::ChatTemplate::ForTokenizer(
+        *tokenizer_, with_tools, given ? std::optional<std::string_view>(*given) : std::nullopt);
+    if (!t.ok() && given) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--chat-template: ", std::string(t.status().message())));
+    }
     if (!t.ok()) {
       LOG_WARN("serve",
                "no usable chat template ({}); /v1/chat/completions and /v1/responses answer 400",
@@ -91,6 +115,22 @@ absl::Status ModelRuntime::LoadTokenizer() {
       break;
     }
     (with_tools ? chat_template_tools_ : chat_template_) = std::move(*t);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRuntime::LoadGenerationConfig(const ServeOptions& options) {
+  if (options.generation_config == "vllm") return absl::OkStatus();
+  const bool model_dir = options.generation_config == "auto";
+  const std::string dir = model_dir ? dir_ : options.generation_config;
+  if (!model_dir && !FileExists(dir + "/generation_config.json")) {
+    return absl::NotFoundError(absl::StrCat("--generation-config: no generation_config.json in '",
+                                            dir, "' (give auto, vllm or such a directory)"));
+  }
+  ASSIGN_OR_RETURN(generation_config_, frontend::LoadGenerationConfig(dir));
+  if (!generation_config_.source.empty()) {
+    LOG_INFO("serve", "request defaults from {}: {} (fields a request sets keep its values)",
+             generation_config_.source, frontend::DescribeGenerationConfig(generation_config_));
   }
   return absl::OkStatus();
 }
@@ -303,7 +343,8 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   load.copy_weights = options.device == "cpu" && !options.mmap_weights;
   load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.num_engine_ranks();
   // The tokenizer first: a missing or bad one fails before the weights are read and copied.
-  RETURN_IF_ERROR(rt->LoadTokenizer());
+  RETURN_IF_ERROR(rt->LoadTokenizer(options));
+  RETURN_IF_ERROR(rt->LoadGenerationConfig(options));
   ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, load));
   RETURN_IF_ERROR(rt->StartEngine(options));
   const engine::ModelConfig& cfg = rt->model_->config();
@@ -320,6 +361,14 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
       rt->tokenizer_->eos_id() ? *rt->tokenizer_->eos_id() : static_cast<int32_t>(cfg.eos_token_id);
   if (std::optional<int32_t> im_end = rt->tokenizer_->SpecialTokenId("<|im_end|>")) {
     if (*im_end != s.eos_token_id) s.chat_stop_token_ids.push_back(*im_end);
+  }
+  s.generation_config = rt->generation_config_;
+  for (int32_t eos : s.generation_config.eos_token_ids) {
+    if (eos >= cfg.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(s.generation_config.source, ": eos_token_id ",
+                                                     eos, " is outside the model's vocabulary [0, ",
+                                                     cfg.vocab_size, ")"));
+    }
   }
   s.token_vocab = frontend::ConstraintVocab(*rt->tokenizer_);
   s.tool_call_tokens = frontend::ToolCallMarkers(*rt->tokenizer_);
@@ -339,15 +388,19 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
   info["version"] = STRATA_VERSION;
   info["build"] = {
       {"compiler", __VERSION__}, {"cplusplus", __cplusplus}, {"backend", options.device}};
-  info["model"] = {{"names", served_.names},
-                   {"root", dir_},
-                   {"max_model_len", served_.max_model_len},
-                   {"vocab_size", served_.vocab_size},
-                   {"tokenizer_vocab_size", tokenizer_->vocab_size()},
-                   {"chat_template", chat_template_.has_value()},
-                   {"weight_bytes", model_->weight_stats().total_bytes},
-                   {"weights_memory", model_->weight_copy_bytes() > 0 ? "huge_pages" : "mmap"},
-                   {"weight_copy_bytes", model_->weight_copy_bytes()}};
+  info["model"] = {
+      {"names", served_.names},
+      {"root", dir_},
+      {"max_model_len", served_.max_model_len},
+      {"vocab_size", served_.vocab_size},
+      {"tokenizer_vocab_size", tokenizer_->vocab_size()},
+      {"chat_template", chat_template_.has_value()},
+      {"generation_config", generation_config_.source.empty()
+                                ? Json(nullptr)
+                                : Json(frontend::DescribeGenerationConfig(generation_config_))},
+      {"weight_bytes", model_->weight_stats().total_bytes},
+      {"weights_memory", model_->weight_copy_bytes() > 0 ? "huge_pages" : "mmap"},
+      {"weight_copy_bytes", model_->weight_copy_bytes()}};
   const scheduler::SchedulerConfig& c = scheduler_config_;
   info["config"] = {
       {"host", options.http.host},

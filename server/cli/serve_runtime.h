@@ -44,6 +44,11 @@ struct ServeOptions {
   http::HttpServerOptions http;
   double drain_timeout_s = 30.0;
   ParallelOptions parallel;  // world size, this process's ranks, rendezvous (MULTIRANK.md)
+  // --generation-config: "auto" (the model directory's generation_config.json), "vllm" (none:
+  // OpenAI's defaults) or a directory holding one.
+  std::string generation_config = "auto";
+  std::string chat_template;  // --chat-template: a Jinja file, or the template itself
+  int max_logprobs = 20;      // --max-logprobs
 };
 
 class ModelRuntime {
@@ -68,7 +73,8 @@ class ModelRuntime {
 
  private:
   ModelRuntime() = default;
-  absl::Status LoadTokenizer();
+  absl::Status LoadTokenizer(const ServeOptions& options);
+  absl::Status LoadGenerationConfig(const ServeOptions& options);
   absl::Status StartEngine(const ServeOptions& options);
   std::vector<server::EngineRank> MakeLocalRanks(const ServeOptions& options);
   // --device cuda: uploads the weights (per replica, replica i on GPU i mod the device count),
@@ -87,6 +93,7 @@ class ModelRuntime {
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   std::optional<engine::ChatTemplate> chat_template_;
   std::optional<engine::ChatTemplate> chat_template_tools_;
+  frontend::GenerationConfig generation_config_;
   kvcache::CacheLayout layout_;
   // --device cuda: the executors (one per replica), made before the schedulers (the cache plan
   // depends on the device memory the weights leave); MakeLocalRanks hands them to the engine.

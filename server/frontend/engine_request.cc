@@ -1,6 +1,8 @@
 // engine_request.h: the engine request and decoding options of one choice.
 #include "server/frontend/engine_request.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "engine/structured/json_constraint.h"
@@ -20,8 +22,19 @@ scheduler::Request EngineRequest(const ServedModel& model, const GenerationField
   if (r.sampling.seed) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(i);
   r.max_tokens = max_tokens;
   r.stop_token_ids = gen.stop_token_ids;
-  if (chat && !gen.ignore_eos) {
-    for (int32_t stop : model.chat_stop_token_ids) r.stop_token_ids.push_back(stop);
+  if (!gen.ignore_eos) {
+    auto add_stop = [&r, &model](int32_t id) {
+      if (id == model.eos_token_id) return;
+      if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), id) !=
+          r.stop_token_ids.end()) {
+        return;
+      }
+      r.stop_token_ids.push_back(id);
+    };
+    if (chat) {
+      for (int32_t stop : model.chat_stop_token_ids) add_stop(stop);
+    }
+    for (int32_t eos : model.generation_config.eos_token_ids) add_stop(eos);
   }
   r.eos_token_id = model.eos_token_id;
   r.ignore_eos = gen.ignore_eos;

@@ -23,6 +23,7 @@ absl::Status Draining() {
 RequestLimits LimitsFor(const ServiceOptions& options, const ServedModel& model) {
   RequestLimits limits = options.limits;
   limits.vocab_size = model.vocab_size;
+  limits.defaults = model.generation_config.defaults;
   return limits;
 }
 

@@ -94,13 +94,15 @@ absl::Status ReadSampling(const FieldReader& r, const RequestLimits& limits,
   ASSIGN_OR_RETURN(auto frequency, r.Number("frequency_penalty", -2, 2));
   ASSIGN_OR_RETURN(auto repetition, r.Number("repetition_penalty", 0, 2, /*min_exclusive=*/true));
   ASSIGN_OR_RETURN(auto seed, r.Integer("seed", INT64_MIN, INT64_MAX));
-  s->temperature = static_cast<float>(temperature.value_or(1.0));
-  s->top_p = static_cast<float>(top_p.value_or(1.0));
-  s->top_k = static_cast<int>(top_k.value_or(0));
-  s->min_p = static_cast<float>(min_p.value_or(0.0));
+  const GenerationDefaults& d = limits.defaults;
+  s->temperature = temperature ? static_cast<float>(*temperature) : d.temperature.value_or(1.0f);
+  s->top_p = top_p ? static_cast<float>(*top_p) : d.top_p.value_or(1.0f);
+  s->top_k = top_k ? static_cast<int>(*top_k) : d.top_k.value_or(0);
+  s->min_p = min_p ? static_cast<float>(*min_p) : d.min_p.value_or(0.0f);
   s->presence_penalty = static_cast<float>(presence.value_or(0.0));
   s->frequency_penalty = static_cast<float>(frequency.value_or(0.0));
-  s->repetition_penalty = static_cast<float>(repetition.value_or(1.0));
+  s->repetition_penalty =
+      repetition ? static_cast<float>(*repetition) : d.repetition_penalty.value_or(1.0f);
   if (seed) s->seed = static_cast<uint64_t>(*seed);
   return ReadLogitBias(r, limits.vocab_size, s);
 }

@@ -27,10 +27,22 @@ namespace strata::frontend {
 
 using Json = nlohmann::ordered_json;
 
+// Sampling defaults for the fields a request leaves out (vLLM's --generation-config: the
+// model's generation_config.json, generation_config.h); absent ones are OpenAI's defaults.
+struct GenerationDefaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+  std::optional<int64_t> max_tokens;  // max_new_tokens: capped by the context left
+};
+
 // Limits that depend on the served model and the server's flags.
 struct RequestLimits {
   int64_t vocab_size = 0;  // token ids (stop_token_ids, logit_bias, prompts) are < this
-  int max_logprobs = 20;   // top_logprobs / completions logprobs at most
+  int max_logprobs = 20;   // top_logprobs / logprobs / prompt_logprobs at most (--max-logprobs)
+  GenerationDefaults defaults;  // the served model's (ServedModel::generation_config)
   int max_n = 128;
   int max_stop_strings = 64;
   int max_stop_chars = 1024;  // per stop string

@@ -255,6 +255,43 @@ TEST_F(ServiceTest, SameSeedSameOutputAndNChoicesDiffer) {
   EXPECT_EQ(other["choices"][0]["message"], a["choices"][1]["message"]);
 }
 
+// generation_config.json's defaults (as vLLM applies them): fields a request leaves out take
+// them, fields it sets keep its values; max_new_tokens caps the default max_tokens; its eos
+// ids end every reply unless ignore_eos.
+TEST_F(ServiceTest, GenerationConfigDefaultsApplyToFieldsARequestLeavesOut) {
+  GenerationConfig& config = fixture_.mutable_served().generation_config;
+  config.defaults.temperature = 0.0f;
+  config.defaults.max_tokens = 6;
+  config.eos_token_ids = {testing::kImUser};
+  // Noise (no script): greedy by default, so two unseeded requests agree.
+  const std::string prompt = R"({"prompt": "hello", "ignore_eos": true)";
+  const Json a = Post(service_, "/v1/completions", prompt + "}").json();
+  const Json b = Post(service_, "/v1/completions", prompt + "}").json();
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(a["usage"]["completion_tokens"], 6);  // max_new_tokens
+  EXPECT_EQ(a["choices"][0]["finish_reason"], "length");
+  // A request's own temperature and max_tokens win.
+  const Json c =
+      Post(service_, "/v1/completions", prompt + R"(, "temperature": 1, "n": 2, "max_tokens": 9})")
+          .json();
+  EXPECT_EQ(c["usage"]["completion_tokens"], 18);
+  EXPECT_NE(c["choices"][0]["text"], c["choices"][1]["text"]);
+  // The config's eos id ends a reply (and is not shown), unless ignore_eos.
+  std::vector<int32_t> script = fixture_.Ids("he");
+  script.push_back(testing::kImUser);
+  for (int32_t id : fixture_.Ids("llo")) script.push_back(id);
+  fixture_.executor().SetScript([script](const std::vector<int32_t>&) { return script; });
+  const Json stopped =
+      Post(service_, "/v1/completions", R"({"prompt": "x", "max_tokens": 5})").json();
+  EXPECT_EQ(stopped["choices"][0]["text"], "he");
+  EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+  const Json ignored = Post(service_, "/v1/completions",
+                            R"({"prompt": "x", "max_tokens": 4, "ignore_eos": true,
+                                "skip_special_tokens": false})")
+                           .json();
+  EXPECT_EQ(ignored["choices"][0]["text"], "he<|im_user|>llo");
+}
+
 TEST_F(ServiceTest, ChatLogprobsListEveryTokenWithTopAlternatives) {
   ScriptText("hello");
   const Json j =

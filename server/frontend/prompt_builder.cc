@@ -1,5 +1,7 @@
 #include "server/frontend/prompt_builder.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
@@ -74,7 +76,11 @@ absl::StatusOr<int64_t> ResolveMaxTokens(const ServedModel& model, int64_t num_p
                                      "token). Please reduce the length of the prompt."),
                         "context_length_exceeded");
   }
-  if (!max_tokens) return limit - num_prompt_tokens;
+  if (!max_tokens) {
+    // Up to the context left, or the model's max_new_tokens (generation_config.json) if less.
+    return std::min(limit - num_prompt_tokens,
+                    model.generation_config.defaults.max_tokens.value_or(limit));
+  }
   if (num_prompt_tokens + *max_tokens > limit) {
     return InvalidField(
         "max_tokens",

@@ -14,6 +14,7 @@
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/engine_loop.h"
+#include "server/frontend/generation_config.h"
 
 namespace strata::frontend {
 
@@ -28,6 +29,9 @@ struct ServedModel {
   const engine::ChatTemplate* chat_template_tools = nullptr;  // requests with tools
   int32_t eos_token_id = -1;                                  // < 0: none
   std::vector<int32_t> chat_stop_token_ids;  // end-of-turn ids that also end chat replies
+  // generation_config.json (--generation-config): request defaults, and eos ids that end
+  // every reply (unless ignore_eos).
+  GenerationConfig generation_config;
   // The tokenizer's vocabulary as bytes for structured output (ConstraintVocab).
   std::shared_ptr<const structured::TokenVocab> token_vocab;
   // Kimi's tool-call markers (ToolCallMarkers); absent: forced tool calls are refused.

@@ -75,6 +75,7 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
                                                const v1::GenerateRequest& request) {
   frontend::RequestLimits model_limits = limits;
   model_limits.vocab_size = model.vocab_size;
+  model_limits.defaults = model.generation_config.defaults;
   if (!request.json_schema().empty() && !frontend::Json::accept(request.json_schema())) {
     return absl::InvalidArgumentError("json_schema is not valid JSON text");
   }

@@ -98,6 +98,8 @@ class Fixture {
   ~Fixture();
 
   const ServedModel& served() const { return served_; }
+  // Before the first request (e.g. to give the model a generation_config).
+  ServedModel& mutable_served() { return served_; }
   ScriptedExecutor& executor() { return *executor_; }
   server::EngineLoop& engine() { return *engine_; }
   const engine::Tokenizer& tokenizer() const { return *tokenizer_; }

@@ -244,3 +244,59 @@ test("a full queue is 429 with Retry-After", async () => {
     assert.equal((await small.stop()).code, 0);
   }
 });
+
+test("--generation-config, --chat-template and --max-logprobs, as vLLM's", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "strata-genconfig-"));
+  writeFileSync(join(dir, "generation_config.json"),
+                JSON.stringify({ temperature: 0.0, max_new_tokens: 4, top_k: 50 }));
+  const template = "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}";
+  const custom = await Server.start(["--generation-config", dir, "--chat-template", template,
+                                     "--max-logprobs", "30"]);
+  try {
+    const post = async (path, body) => {
+      const r = await fetch(`${custom.url}${path}`, {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      return { status: r.status, json: await r.json() };
+    };
+    // Greedy and 4 tokens unless the request says otherwise (top_k 50 is transformers' own
+    // default, so it is not one).
+    const a = await post("/v1/completions", { prompt: "Strata", ignore_eos: true });
+    const b = await post("/v1/completions", { prompt: "Strata", ignore_eos: true });
+    assert.equal(a.json.usage.completion_tokens, 4);
+    assert.equal(a.json.choices[0].text, b.json.choices[0].text);
+    const longer = await post("/v1/completions", { prompt: "Strata", max_tokens: 7,
+                                                   ignore_eos: true });
+    assert.equal(longer.json.usage.completion_tokens, 7);
+    const info = await custom.info();
+    assert.equal(info.model.generation_config, "temperature 0, max_tokens 4");
+    // The chat template given on the command line renders the prompt.
+    const t = await post("/tokenize", { messages: [{ role: "user", content: "hi" }],
+                                        return_token_strs: true });
+    assert.equal(t.json.token_strs.join(""), "[user]hi");
+    // --max-logprobs 30: 30 alternatives are allowed, 31 is a 400 naming the limit.
+    const many = await post("/v1/chat/completions", {
+      messages: [{ role: "user", content: "hi" }], max_tokens: 1, logprobs: true,
+      top_logprobs: 30 });
+    assert.equal(many.status, 200);
+    assert.equal(many.json.choices[0].logprobs.content[0].top_logprobs.length, 30);
+    const tooMany = await post("/v1/completions", { prompt: "x", max_tokens: 1, logprobs: 31 });
+    assert.equal(tooMany.status, 400);
+    assert.equal(tooMany.json.error.param, "logprobs");
+    assert.match(tooMany.json.error.message, /\[0, 30\]/);
+  } finally {
+    assert.equal((await custom.stop()).code, 0);
+    rmSync(dir, { recursive: true, force: true });
+  }
+  // Bad values stop the start-up with one line naming the flag.
+  for (const [flags, message] of [
+    [["--generation-config", "/nonexistent-dir"], /--generation-config: no generation_config\.json/],
+    [["--chat-template", "/nonexistent.jinja"], /--chat-template: cannot open/],
+    [["--chat-template", "{% if %}"], /--chat-template: /],
+  ]) {
+    await assert.rejects(
+      run(process.env.STRATA_BIN, ["serve", "--port", "0", "--log-level", "warn", ...flags]),
+      (e) => { assert.match(e.stderr, message); return e.code !== 0; });
+  }
+});
