@@ -174,7 +174,7 @@ int64_t CopyWeightsIfTheyFit(const ModelLoadOptions& options, ModelWeights& weig
   } else if (std::optional<int64_t> available = AvailableHostMemoryBytes()) {
     limit = *available - options.reserve_bytes - ModelLoadOptions::kCopySlackBytes;
   }
-  const WeightCopy copy = CopyMappedLinears(weights, limit, arena);
+  const WeightCopy copy = CopyMappedLinears(weights, limit, arena, options.routed_experts);
   if (copy.copied_bytes < copy.needed_bytes) {
     LOG_WARN("engine",
              "weights stay memory-mapped (read from the page cache, slower on the CPU): a copy "

@@ -68,6 +68,9 @@ struct ModelLoadOptions {
   int64_t max_copy_bytes = -1;
   int64_t reserve_bytes = int64_t{1} << 30;
   static constexpr int64_t kCopySlackBytes = int64_t{1} << 30;
+  // Expert parallelism: the routed experts this process runs (empty: all). Only those are
+  // copied; the others stay mapped and are never read here, so a process holds its share.
+  std::vector<bool> routed_experts;
 };
 
 class Model {

@@ -29,23 +29,36 @@ void ReleaseMappedPages(const void* p, size_t bytes) {
 
 // What CopyMappedLinears moves: the distinct mapped byte ranges, laid out in the arena.
 struct CopyPlan {
-  absl::flat_hash_set<const void*> owned;  // converted at load: not in the mapping
+  absl::flat_hash_set<const void*> owned;   // converted at load: not in the mapping
+  absl::flat_hash_set<const void*> unused;  // routed experts this process never runs
   const void* lm_head_data = nullptr;
   std::vector<Range> ranges;
   absl::flat_hash_map<const void*, size_t> range_of;  // mapped bytes → their range
   size_t total = 0;
 
   bool Moves(const Linear& w, LinearRole role) const {
-    return !w.empty() && !owned.contains(w.data) &&
+    return !w.empty() && !owned.contains(w.data) && !unused.contains(w.data) &&
            (role != LinearRole::kEmbedding || w.data == lm_head_data);
   }
 };
 
-CopyPlan PlanCopy(const ModelWeights& weights) {
+CopyPlan PlanCopy(const ModelWeights& weights, const std::vector<bool>& routed_experts) {
   CopyPlan plan;
   ForEachLinear(weights, [&](const Linear& w, LinearRole) {
     if (w.owned.size() > 0) plan.owned.insert(w.data);
   });
+  if (!routed_experts.empty()) {
+    for (const LayerWeights& layer : weights.layers) {
+      if (!layer.moe) continue;
+      for (size_t e = 0; e < layer.moe->experts.size(); ++e) {
+        if (e < routed_experts.size() && routed_experts[e]) continue;
+        const ExpertWeights& x = layer.moe->experts[e];
+        for (const Linear* w : {&x.w1, &x.w3, &x.w2}) {
+          if (!w->empty()) plan.unused.insert(w->data);
+        }
+      }
+    }
+  }
   plan.lm_head_data = weights.lm_head.data;
   auto add = [&](const void* src, size_t bytes) {
     if (src == nullptr || bytes == 0 || plan.range_of.contains(src)) return;
@@ -64,13 +77,13 @@ CopyPlan PlanCopy(const ModelWeights& weights) {
 
 }  // namespace
 
-int64_t MappedLinearBytes(const ModelWeights& weights) {
-  return static_cast<int64_t>(PlanCopy(weights).total);
+int64_t MappedLinearBytes(const ModelWeights& weights, const std::vector<bool>& routed_experts) {
+  return static_cast<int64_t>(PlanCopy(weights, routed_experts).total);
 }
 
 WeightCopy CopyMappedLinears(ModelWeights& weights, std::optional<int64_t> max_bytes,
-                             AlignedBuffer* arena) {
-  const CopyPlan plan = PlanCopy(weights);
+                             AlignedBuffer* arena, const std::vector<bool>& routed_experts) {
+  const CopyPlan plan = PlanCopy(weights, routed_experts);
   const std::vector<Range>& ranges = plan.ranges;
   const size_t total = plan.total;
   const WeightCopy none{static_cast<int64_t>(total), 0};

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "core/tensor.h"
 #include "engine/model_weights.h"
@@ -25,14 +26,19 @@ namespace strata::engine {
 // copy. The mapping's pages of copied weights are released from this process (MADV_DONTNEED;
 // a later read through the mapping faults them back from the file). Copies nothing when the
 // copy needs more than `max_bytes` (nullopt: no limit).
+//
+// `routed_experts` (empty: all): with expert parallelism a process runs only its ranks'
+// experts, so only routed experts e with routed_experts[e] are copied; the others stay mapped
+// and are never read (their pages are never faulted in).
 struct WeightCopy {
   int64_t needed_bytes = 0;  // the copy's size
   int64_t copied_bytes = 0;  // needed_bytes, or 0 when over the limit
 };
 WeightCopy CopyMappedLinears(ModelWeights& weights, std::optional<int64_t> max_bytes,
-                             AlignedBuffer* arena);
+                             AlignedBuffer* arena, const std::vector<bool>& routed_experts = {});
 
 // The bytes CopyMappedLinears would copy.
-int64_t MappedLinearBytes(const ModelWeights& weights);
+int64_t MappedLinearBytes(const ModelWeights& weights,
+                          const std::vector<bool>& routed_experts = {});
 
 }  // namespace strata::engine

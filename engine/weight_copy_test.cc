@@ -152,6 +152,46 @@ TEST_P(WeightCopyTest, ACopyThatDoesNotFitLeavesTheWeightsMapped) {
   EXPECT_GT(MappedLinearBytes(model->weights()), 4096);
 }
 
+// Expert parallelism: a process copies only the routed experts it runs; the others stay in the
+// mapping (never read there), everything else is copied as before.
+TEST_P(WeightCopyTest, OnlyTheProcesssRoutedExpertsAreCopied) {
+  ModelLoadOptions options;
+  options.max_copy_bytes = int64_t{1} << 40;
+  std::unique_ptr<Model> all = Load(true, options.max_copy_bytes);
+  ASSERT_TRUE(all);
+  const int num_experts = all->config().moe.num_experts;
+  ASSERT_GT(num_experts, 1);
+  options.routed_experts.assign(static_cast<size_t>(num_experts), false);
+  for (int e = 0; e < num_experts; e += 2) options.routed_experts[static_cast<size_t>(e)] = true;
+  auto loaded = Model::Load(dir_, options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const Model& half = **loaded;
+  const auto mappings = SafetensorsMappings();
+  int kept = 0, left = 0;
+  int64_t left_bytes = 0;  // what the copy skipped: the unrun experts, each range aligned
+  auto aligned = [](int64_t bytes) {
+    const int64_t a = AlignedBuffer::kAlignment;
+    return (bytes + a - 1) / a * a;
+  };
+  for (const LayerWeights& layer : half.weights().layers) {
+    if (!layer.moe) continue;
+    EXPECT_FALSE(InMapping(layer.moe->router.data, mappings));
+    for (int e = 0; e < num_experts; ++e) {
+      const ExpertWeights& x = layer.moe->experts[static_cast<size_t>(e)];
+      const bool runs = options.routed_experts[static_cast<size_t>(e)];
+      for (const Linear* w : {&x.w1, &x.w3, &x.w2}) {
+        EXPECT_EQ(InMapping(w->data, mappings), !runs) << "expert " << e;
+        (runs ? kept : left) += 1;
+        if (!runs) left_bytes += aligned(w->data_bytes()) + aligned(w->scale_bytes());
+      }
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(left, 0);
+  EXPECT_EQ(half.weight_copy_bytes(), all->weight_copy_bytes() - left_bytes);
+  EXPECT_EQ(PromptLogits(half), PromptLogits(*all));  // the mapped experts hold the same bytes
+}
+
 INSTANTIATE_TEST_SUITE_P(Checkpoints, WeightCopyTest,
                          testing::Values(Case{"k3", "k3"}, Case{"k3_mxfp4", "k3", true},
                                          Case{"kimi_linear_tied", "kimi-linear", false, true}),

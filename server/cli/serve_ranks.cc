@@ -84,4 +84,13 @@ absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOpti
   return ranks;
 }
 
+absl::StatusOr<std::vector<bool>> ProcessRoutedExperts(const ParallelOptions& p, int num_experts) {
+  ASSIGN_OR_RETURN(dist::ExpertPlacement placement, ReadPlacement(p, num_experts));
+  std::vector<bool> held(static_cast<size_t>(num_experts), false);
+  for (int r = p.first_rank; r < p.first_rank + p.local_ranks; ++r) {
+    for (int e : placement.local[static_cast<size_t>(r)]) held[static_cast<size_t>(e)] = true;
+  }
+  return held;
+}
+
 }  // namespace strata::cli

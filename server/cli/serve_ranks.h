@@ -27,9 +27,6 @@ struct LocalRanks {
   std::vector<std::unique_ptr<engine::Workspace>> workspaces;
 };
 
-// Reads the placement (--expert-placement, else an even split), then connects every local rank
-// to the group at once (one thread each; the rendezvous waits for all ranks up to
-// `rendezvous_timeout`). Errors name the rank and the coordinator.
 // Connects every local rank at once, one thread each (the rendezvous waits for all ranks up to
 // `rendezvous_timeout`): connect(options with this rank, group and limits, local rank). Errors
 // name the rank, `what` it joins and the coordinator.
@@ -39,9 +36,17 @@ absl::StatusOr<std::vector<std::unique_ptr<dist::Communicator>>> ConnectEachLoca
     const ParallelOptions& parallel, const std::string& group, const std::string& what,
     ConnectFn connect);
 
-// `cpu_exchanges` false: no ExpertParallelExchange (the CUDA executor brings its own).
+// Reads the placement (--expert-placement, else an even split), then connects every local rank
+// to the group (ConnectEachLocalRank). `cpu_exchanges` false: no ExpertParallelExchange (the
+// CUDA executor brings its own).
 absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOptions& parallel,
                                                               const engine::ModelConfig& config,
                                                               bool cpu_exchanges = true);
+
+// The routed experts held by this process's local ranks under the placement ConnectLocalRanks
+// will read: [num_experts], true for those this process runs (its weight copy needs only them,
+// ModelLoadOptions::routed_experts). Errors: those of --expert-placement.
+absl::StatusOr<std::vector<bool>> ProcessRoutedExperts(const ParallelOptions& parallel,
+                                                       int num_experts);
 
 }  // namespace strata::cli

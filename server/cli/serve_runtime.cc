@@ -342,6 +342,19 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   engine::ModelLoadOptions load;  // the CUDA backend uploads from the mapping
   load.copy_weights = options.device == "cpu" && !options.mmap_weights;
   load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.num_engine_ranks();
+  if (load.copy_weights && options.parallel.multi_rank()) {
+    // Expert parallelism: this process copies only its ranks' experts.
+    ASSIGN_OR_RETURN(const engine::ModelConfig config, engine::LoadModelConfig(rt->dir_));
+    if (config.moe.num_experts > 0) {
+      ASSIGN_OR_RETURN(load.routed_experts,
+                       ProcessRoutedExperts(options.parallel, config.moe.num_experts));
+      LOG_INFO("serve", "ranks {}..{} run {} of {} routed experts: only those are copied",
+               options.parallel.first_rank,
+               options.parallel.first_rank + options.parallel.local_ranks - 1,
+               std::count(load.routed_experts.begin(), load.routed_experts.end(), true),
+               config.moe.num_experts);
+    }
+  }
   // The tokenizer first: a missing or bad one fails before the weights are read and copied.
   RETURN_IF_ERROR(rt->LoadTokenizer(options));
   RETURN_IF_ERROR(rt->LoadGenerationConfig(options));

@@ -207,12 +207,37 @@ def compare(label, reference, got):
           flush=True)
 
 
+def weight_copy_bytes(port):
+    info = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info").read())
+    return info["model"]["weight_copy_bytes"]
+
+
+# Bytes of the weights one process alone copies to huge pages (set by reference_tokens).
+single_copy_bytes = None
+
+
 def reference_tokens(args):
+    global single_copy_bytes
     servers = start_group(args, "single", 1)
     try:
+        single_copy_bytes = weight_copy_bytes(servers[0].port)
         return generate_all(servers)
     finally:
         stop_group(servers)
+
+
+def check_expert_share(servers, label):
+    """Each process of a group copies only its ranks' routed experts: less than one process
+    alone (the dense weights, router and embedding are the same everywhere)."""
+    if single_copy_bytes is None:
+        return
+    copied = [weight_copy_bytes(s.port) for s in servers]
+    for node, got in enumerate(copied):
+        if not 0 < got < single_copy_bytes:
+            fail(f"{label}: process {node} copied {got} bytes of weights, one process alone "
+                 f"{single_copy_bytes}: it should hold only its ranks' experts")
+    print(f"ok   {label}: the processes copy {copied} bytes of weights, one alone "
+          f"{single_copy_bytes}", flush=True)
 
 
 def metric_sum(text, name, rank):
@@ -243,6 +268,8 @@ def check_rank_metrics(port, ranks):
 
 def run_group(args, label, world, local_ranks=1, placement=None):
     servers = start_group(args, label, world, local_ranks, placement)
+    if world // local_ranks > 1:
+        check_expert_share(servers, label)
     got = generate_all(servers)
     for node, s in enumerate(servers):
         check_rank_metrics(s.port, range(node * local_ranks, (node + 1) * local_ranks))
