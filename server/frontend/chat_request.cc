@@ -49,7 +49,30 @@ const std::vector<std::string_view> kChatFields = {"model",
                                                    "skip_special_tokens",
                                                    "include_stop_str_in_output",
                                                    "chat_template_kwargs",
-                                                   "add_generation_prompt"};
+                                                   "add_generation_prompt",
+                                                   "continue_final_message"};
+
+// The text of the final message (a string, or its text parts joined), for
+// continue_final_message.
+absl::StatusOr<std::string> FinalMessageText(const Json& messages) {
+  const std::string path = absl::StrCat("messages[", messages.size() - 1, "].content");
+  const Json& content = messages.back().contains("content") ? messages.back()["content"] : Json();
+  std::string text;
+  if (content.is_string()) {
+    text = content.get<std::string>();
+  } else if (content.is_array()) {
+    for (const Json& part : content) {
+      if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+          part["text"].is_string()) {
+        text += part["text"].get<std::string>();
+      }
+    }
+  }
+  if (text.empty()) {
+    return InvalidField(path, "continue_final_message needs a final message with text to continue");
+  }
+  return text;
+}
 
 absl::Status Unsupported(std::string_view param, std::string_view message) {
   return InvalidField(param, message, "unsupported_value");
@@ -307,7 +330,17 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& bod
     req.chat_template_kwargs = *kwargs;
   }
   ASSIGN_OR_RETURN(auto add_generation_prompt, r.Bool("add_generation_prompt"));
-  req.add_generation_prompt = add_generation_prompt.value_or(true);
+  ASSIGN_OR_RETURN(auto continue_final, r.Bool("continue_final_message"));
+  req.continue_final_message = continue_final.value_or(false);
+  if (req.continue_final_message) {
+    if (add_generation_prompt.value_or(false)) {
+      return InvalidField("continue_final_message",
+                          "'continue_final_message' and 'add_generation_prompt' cannot both be "
+                          "true: the reply continues the final message instead of starting one");
+    }
+    ASSIGN_OR_RETURN(req.final_message_text, FinalMessageText(req.messages));
+  }
+  req.add_generation_prompt = add_generation_prompt.value_or(!req.continue_final_message);
   NoteUnknownFields(body, kChatFields);
   return req;
 }

@@ -159,9 +159,7 @@ OpenAiService::Result OpenAiService::Tokenize(const http::HttpRequest& request) 
     chat.erase("return_token_strs");
     ASSIGN_OR_RETURN(ChatCompletionRequest req,
                      ParseChatCompletionRequest(chat, LimitsFor(options_, *model)));
-    ASSIGN_OR_RETURN(std::string text,
-                     RenderChat(*model, req.messages, req.tools, req.add_generation_prompt,
-                                req.chat_template_kwargs));
+    ASSIGN_OR_RETURN(std::string text, RenderChat(*model, req));
     ids = TextPromptIds(*model, text, add_special.value_or(false));
   } else {
     ASSIGN_OR_RETURN(auto prompt, r.String("prompt"));

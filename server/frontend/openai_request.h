@@ -87,6 +87,10 @@ struct ChatCompletionRequest {
   // required / named: the tools a call may name, their parameters compiled (in `tools` order).
   std::vector<structured::ToolSpec> forced_tools;
   bool add_generation_prompt = true;
+  // vLLM's continue_final_message: the prompt ends inside the final message (no end-of-turn,
+  // no generation prompt) and the reply continues it; final_message_text is its content.
+  bool continue_final_message = false;
+  std::string final_message_text;
   Json chat_template_kwargs;  // null or an object
 };
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "server/frontend/testing/scripted_executor.h"
 
@@ -290,6 +291,45 @@ TEST_F(ServiceTest, GenerationConfigDefaultsApplyToFieldsARequestLeavesOut) {
                                 "skip_special_tokens": false})")
                            .json();
   EXPECT_EQ(ignored["choices"][0]["text"], "he<|im_user|>llo");
+}
+
+// vLLM's continue_final_message: the prompt ends with the final (assistant) message's text, no
+// end of turn and no generation prompt, and the reply continues it.
+TEST_F(ServiceTest, ContinueFinalMessageEndsThePromptInsideIt) {
+  ScriptText("ld!");
+  const std::string messages =
+      R"("messages": [{"role": "user", "content": "Say hello"},
+                      {"role": "assistant", "content": "hello wor"}])";
+  const Json open =
+      Post(service_, "/tokenize", "{" + messages + R"(, "continue_final_message": true,
+                                             "return_token_strs": true})")
+          .json();
+  std::string rendered;
+  for (const Json& t : open["token_strs"]) rendered += t.get<std::string>();
+  EXPECT_TRUE(absl::EndsWith(rendered, "<|im_middle|>hello wor")) << rendered;
+  const Json closed =
+      Post(service_, "/tokenize",
+           "{" + messages + R"(, "add_generation_prompt": false, "return_token_strs": true})")
+          .json();
+  std::string whole;
+  for (const Json& t : closed["token_strs"]) whole += t.get<std::string>();
+  EXPECT_TRUE(absl::StartsWith(whole, rendered));
+  EXPECT_GT(whole.size(), rendered.size()) << "the closed turn ends with its end-of-turn";
+
+  const Json reply = Post(service_, "/v1/chat/completions",
+                          "{" + messages + R"(, "continue_final_message": true})")
+                         .json();
+  EXPECT_EQ(reply["choices"][0]["message"]["content"], "ld!");
+  EXPECT_EQ(reply["usage"]["prompt_tokens"], open["count"]);
+
+  ExpectError(
+      Post(service_, "/v1/chat/completions",
+           "{" + messages + R"(, "continue_final_message": true, "add_generation_prompt": true})"),
+      400, "invalid_value", "continue_final_message");
+  ExpectError(Post(service_, "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": ""}],
+                       "continue_final_message": true})"),
+              400, "invalid_value", "messages[0].content");
 }
 
 TEST_F(ServiceTest, ChatLogprobsListEveryTokenWithTopAlternatives) {

@@ -8,10 +8,9 @@
 
 namespace strata::frontend {
 
-absl::StatusOr<std::string> RenderChat(const ServedModel& model, const Json& messages,
-                                       const Json& tools, bool add_generation_prompt,
-                                       const Json& chat_template_kwargs) {
-  const bool with_tools = tools.is_array() && !tools.empty();
+absl::StatusOr<std::string> RenderChat(const ServedModel& model,
+                                       const ChatCompletionRequest& request) {
+  const bool with_tools = request.tools.is_array() && !request.tools.empty();
   const engine::ChatTemplate* chat_template =
       with_tools ? model.chat_template_tools : model.chat_template;
   if (chat_template == nullptr) {
@@ -19,23 +18,31 @@ absl::StatusOr<std::string> RenderChat(const ServedModel& model, const Json& mes
                         "unsupported_value");
   }
   engine::ChatTemplateInputs inputs;
-  inputs.messages = messages;
-  if (with_tools) inputs.tools = tools;
-  inputs.add_generation_prompt = add_generation_prompt;
-  inputs.kwargs = chat_template_kwargs;
+  inputs.messages = request.messages;
+  if (with_tools) inputs.tools = request.tools;
+  inputs.add_generation_prompt = request.add_generation_prompt;
+  inputs.kwargs = request.chat_template_kwargs;
   absl::StatusOr<std::string> text = chat_template->Render(inputs);
   if (!text.ok()) {
     return InvalidField("messages",
                         absl::StrCat("cannot render the chat template: ", text.status().message()));
   }
+  if (!request.continue_final_message) return text;
+  // Cut after the final message's content, wherever the template put it last.
+  const std::string& content = request.final_message_text;
+  const size_t at = text->rfind(content);
+  if (content.empty() || at == std::string::npos) {
+    return InvalidField("continue_final_message",
+                        "the chat template does not show the final message's content verbatim, "
+                        "so it cannot be continued");
+  }
+  text->resize(at + content.size());
   return text;
 }
 
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const ChatCompletionRequest& request) {
-  ASSIGN_OR_RETURN(std::string text,
-                   RenderChat(model, request.messages, request.tools, request.add_generation_prompt,
-                              request.chat_template_kwargs));
+  ASSIGN_OR_RETURN(std::string text, RenderChat(model, request));
   engine::EncodeOptions options;
   options.parse_special = true;  // the template writes its markers as special-token text
   std::vector<int32_t> ids = model.tokenizer->Encode(text, options);

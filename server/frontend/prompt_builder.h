@@ -17,11 +17,13 @@
 
 namespace strata::frontend {
 
-// Renders the messages (tools declared when `tools` is an array) with the generation prompt
-// and tokenizes the text, special-token text becoming special tokens.
-absl::StatusOr<std::string> RenderChat(const ServedModel& model, const Json& messages,
-                                       const Json& tools, bool add_generation_prompt,
-                                       const Json& chat_template_kwargs);
+// Renders the request's messages with the chat template (tools declared when it has any), with
+// the generation prompt unless add_generation_prompt is false; with continue_final_message the
+// text ends right after the final message's content (its end-of-turn markers cut), so the
+// model continues that message (vLLM). ChatPromptIds tokenizes the text, special-token text
+// becoming special tokens.
+absl::StatusOr<std::string> RenderChat(const ServedModel& model,
+                                       const ChatCompletionRequest& request);
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const ChatCompletionRequest& request);
 
