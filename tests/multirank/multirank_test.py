@@ -229,7 +229,7 @@ def reference_tokens(args):
 def check_expert_share(servers, label):
     """Each process of a group copies only its ranks' routed experts: less than one process
     alone (the dense weights, router and embedding are the same everywhere)."""
-    if single_copy_bytes is None:
+    if not single_copy_bytes:  # not measured, or --device cuda (no host copy at all)
         return
     copied = [weight_copy_bytes(s.port) for s in servers]
     for node, got in enumerate(copied):
