@@ -101,7 +101,10 @@ double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
 Sampler::Sampler(SamplingParams params, uint64_t fallback_seed, const std::vector<int32_t>& prompt)
     : params_(std::move(params)), rng_(params_.seed.value_or(fallback_seed)) {
-  if (params_.constraint) matcher_ = params_.constraint->NewMatcher();
+  if (params_.constraint) {
+    matcher_ = params_.constraint->NewMatcher();
+    matcher_decides_end_ = params_.constraint->DecidesEnd();
+  }
   if (params_.repetition_penalty != 1.0f) {
     for (int32_t id : prompt) Record(id, /*output=*/false);
   }
@@ -123,9 +126,9 @@ void Sampler::SizeForVocab(int64_t vocab) {
 
 const std::vector<int32_t>& Sampler::blocked_stop_ids() const {
   static const std::vector<int32_t> kNone;
-  // A constraint decides where its output may end (blocking its end ids could leave no token).
-  return num_generated_ < params_.min_tokens && matcher_ == nullptr ? params_.min_tokens_stop_ids
-                                                                    : kNone;
+  // A grammar decides where its output may end (blocking its end ids could leave no token).
+  return num_generated_ < params_.min_tokens && !matcher_decides_end_ ? params_.min_tokens_stop_ids
+                                                                      : kNone;
 }
 
 void Sampler::Record(int32_t token, bool output) {

@@ -49,6 +49,9 @@ class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
   virtual std::unique_ptr<TokenMatcher> NewMatcher() const = 0;
+  // Whether it decides where the output may end (a grammar offers its end ids only once the
+  // output is complete: min_tokens is then not applied on top); token filters do not.
+  virtual bool DecidesEnd() const { return true; }
 };
 
 struct SamplingParams {
@@ -97,7 +100,7 @@ class Sampler {
   // Whether a constraint masks the logits (such rows are sampled on the host).
   bool constrained() const { return matcher_ != nullptr; }
   // The ids the next draw may not pick because of min_tokens (empty once enough were drawn, and
-  // under a constraint, which decides itself where the output may end).
+  // under a constraint that decides itself where the output may end).
   const std::vector<int32_t>& blocked_stop_ids() const;
   // TokenMatcher::Prepare for the next draw (nothing without a constraint).
   void PrepareConstraint(int64_t vocab) {
@@ -146,6 +149,7 @@ class Sampler {
   std::vector<int32_t> penalized_ids_;  // see penalized_ids()
   bool track_penalized_ids_ = false;
   std::unique_ptr<TokenMatcher> matcher_;  // from params_.constraint, or null
+  bool matcher_decides_end_ = false;       // params_.constraint->DecidesEnd()
   int64_t num_generated_ = 0;
 };
 

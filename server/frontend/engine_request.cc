@@ -3,12 +3,15 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "engine/structured/json_constraint.h"
 #include "engine/structured/reasoning_gate.h"
+#include "engine/token_filters.h"
 #include "server/frontend/api_error.h"
 #include "server/frontend/generation_response.h"
+#include "server/frontend/prompt_builder.h"
 
 namespace strata::frontend {
 
@@ -92,6 +95,28 @@ void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt
     r->sampling.constraint = std::make_shared<structured::ReasoningGate>(
         std::move(r->sampling.constraint), model.think_end_id);
   }
+}
+
+void ApplyTokenFilters(const ServedModel& model, const GenerationFields& gen,
+                       scheduler::Request* r) {
+  if (gen.allowed_token_ids.empty() && gen.bad_words.empty()) return;
+  std::vector<std::shared_ptr<const engine::TokenConstraint>> parts = {r->sampling.constraint};
+  if (!gen.allowed_token_ids.empty()) {
+    parts.push_back(engine::AllowedTokensConstraint(gen.allowed_token_ids));
+  }
+  std::vector<std::vector<int32_t>> words;
+  for (const std::string& word : gen.bad_words) {
+    const std::string bare(absl::StripLeadingAsciiWhitespace(word));
+    if (bare.empty()) continue;
+    std::vector<int32_t> plain = TextPromptIds(model, bare, /*add_special_tokens=*/false);
+    std::vector<int32_t> spaced = TextPromptIds(model, " " + bare, /*add_special_tokens=*/false);
+    const bool spaced_differs =
+        !spaced.empty() && spaced.size() == plain.size() && spaced.front() != plain.front();
+    if (!plain.empty()) words.push_back(std::move(plain));
+    if (spaced_differs) words.push_back(std::move(spaced));
+  }
+  if (!words.empty()) parts.push_back(engine::BadWordsConstraint(std::move(words)));
+  r->sampling.constraint = engine::CombineConstraints(std::move(parts));
 }
 
 ChoiceOptions OptionsFor(const GenerationFields& gen, const scheduler::Request& r,

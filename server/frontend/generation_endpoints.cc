@@ -89,6 +89,7 @@ OpenAiService::Result OpenAiService::GenerateChat(const ChatCompletionRequest& r
     if (forced) RETURN_IF_ERROR(ForceToolCalls(*model, req, &choice.request));
     choice.options = OptionsFor(req.gen, choice.request, tools_on);
     ApplyReasoning(*model, prompt, &choice.request, &choice.options);
+    ApplyTokenFilters(*model, req.gen, &choice.request);
     spec.choices.push_back(std::move(choice));
   }
   return Generate(*model, std::move(spec));
@@ -135,6 +136,7 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
       // Echo with logprobs scores the prompt too (its tokens lead the logprobs).
       choice.request.prompt_logprobs = std::max(choice.request.prompt_logprobs, spec.echo_logprobs);
       choice.options = OptionsFor(req.gen, choice.request, /*parse_tool_calls=*/false);
+      ApplyTokenFilters(*model, req.gen, &choice.request);
       choice.echo_text = echo_text;
       choice.prompt_only = prompt_only;
       spec.choices.push_back(std::move(choice));

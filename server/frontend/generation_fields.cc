@@ -16,30 +16,33 @@ namespace {
 
 constexpr int64_t kMaxTokensLimit = int64_t{1} << 31;
 
-absl::Status ReadStop(const FieldReader& r, const RequestLimits& limits, GenerationFields* g) {
-  const Json* stop = r.Find("stop");
-  if (!stop) return absl::OkStatus();
-  if (stop->is_string()) {
-    if (!stop->get_ref<const std::string&>().empty()) g->stop.push_back(stop->get<std::string>());
-  } else if (stop->is_array()) {
-    if (static_cast<int>(stop->size()) > limits.max_stop_strings) {
-      return InvalidField("stop", absl::StrCat("'stop' has ", stop->size(), " strings; at most ",
-                                               limits.max_stop_strings, " are allowed"));
+// A list of non-empty strings at `param` (or one string, with `single`): at most `max_count` of
+// at most `max_bytes` each; empty strings are dropped.
+absl::Status ReadStringList(const FieldReader& r, const std::string& param, bool single,
+                            int max_count, int max_bytes, std::vector<std::string>* out) {
+  const Json* list = r.Find(param);
+  if (!list) return absl::OkStatus();
+  if (single && list->is_string()) {
+    if (!list->get_ref<const std::string&>().empty()) out->push_back(list->get<std::string>());
+  } else if (list->is_array()) {
+    if (static_cast<int>(list->size()) > max_count) {
+      return InvalidField(param, absl::StrCat("'", param, "' has ", list->size(),
+                                              " strings; at most ", max_count, " are allowed"));
     }
-    for (size_t i = 0; i < stop->size(); ++i) {
-      if (!(*stop)[i].is_string()) {
-        return InvalidType(absl::StrCat("stop[", i, "]"), "a string");
+    for (size_t i = 0; i < list->size(); ++i) {
+      if (!(*list)[i].is_string()) {
+        return InvalidType(absl::StrCat(param, "[", i, "]"), "a string");
       }
-      const std::string& s = (*stop)[i].get_ref<const std::string&>();
-      if (!s.empty()) g->stop.push_back(s);
+      const std::string& s = (*list)[i].get_ref<const std::string&>();
+      if (!s.empty()) out->push_back(s);
     }
   } else {
-    return InvalidType("stop", "a string or an array of strings");
+    return InvalidType(param, single ? "a string or an array of strings" : "an array of strings");
   }
-  for (size_t i = 0; i < g->stop.size(); ++i) {
-    if (static_cast<int>(g->stop[i].size()) > limits.max_stop_chars) {
-      return InvalidField("stop", absl::StrCat("stop string ", i, " has ", g->stop[i].size(),
-                                               " bytes; the limit is ", limits.max_stop_chars));
+  for (size_t i = 0; i < out->size(); ++i) {
+    if (static_cast<int>((*out)[i].size()) > max_bytes) {
+      return InvalidField(param, absl::StrCat(param, " string ", i, " has ", (*out)[i].size(),
+                                              " bytes; the limit is ", max_bytes));
     }
   }
   return absl::OkStatus();
@@ -189,10 +192,21 @@ absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
   g.max_tokens = max_completion ? max_completion : max_tokens;  // as vLLM: the newer name wins
   ASSIGN_OR_RETURN(auto n, r.Integer("n", 1, limits.max_n));
   g.n = static_cast<int>(n.value_or(1));
-  RETURN_IF_ERROR(ReadStop(r, limits, &g));
+  RETURN_IF_ERROR(ReadStringList(r, "stop", /*single=*/true, limits.max_stop_strings,
+                                 limits.max_stop_chars, &g.stop));
   if (const Json* ids = r.Find("stop_token_ids")) {
     RETURN_IF_ERROR(ReadTokenIdList(*ids, "stop_token_ids", limits.vocab_size, &g.stop_token_ids));
   }
+  // vLLM's token filters: sampling only among allowed_token_ids; bad_words never completed.
+  if (const Json* ids = r.Find("allowed_token_ids"); ids && !ids->is_null()) {
+    RETURN_IF_ERROR(
+        ReadTokenIdList(*ids, "allowed_token_ids", limits.vocab_size, &g.allowed_token_ids));
+    if (g.allowed_token_ids.empty()) {
+      return InvalidField("allowed_token_ids", "'allowed_token_ids' must not be empty");
+    }
+  }
+  RETURN_IF_ERROR(ReadStringList(r, "bad_words", /*single=*/false, limits.max_stop_strings,
+                                 limits.max_stop_chars, &g.bad_words));
   RETURN_IF_ERROR(ReadLogprobs(r, limits, logprobs_style_chat, &g));
   RETURN_IF_ERROR(ReadStreamFields(r, &g));
   RETURN_IF_ERROR(ReadPromptLogprobs(r, limits, &g));

@@ -6,8 +6,8 @@
 // stream_options.include_usage, max_tokens / max_completion_tokens, temperature, top_p, top_k,
 // min_p, presence / frequency / repetition penalty, stop, stop_token_ids, seed, n, logit_bias,
 // ignore_eos, min_tokens, skip_special_tokens, include_stop_str_in_output, priority, request_id,
-// cache_salt, prompt_logprobs, response_format (text, json_object, json_schema), user (accepted,
-// ignored). Unknown fields are ignored (and logged once per name).
+// cache_salt, prompt_logprobs, allowed_token_ids, bad_words, response_format (text, json_object,
+// json_schema), user (accepted, ignored). Unknown fields are ignored (and logged once per name).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +55,8 @@ struct GenerationFields {
   int n = 1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
+  std::vector<int32_t> allowed_token_ids;  // vLLM: non-empty = sample only these
+  std::vector<std::string> bad_words;      // vLLM: never complete these (ApplyTokenFilters)
   bool ignore_eos = false;
   int64_t min_tokens = 0;  // vLLM: no EOS, stop id or stop string before this many tokens
   bool skip_special_tokens = true;

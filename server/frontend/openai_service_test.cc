@@ -332,6 +332,44 @@ TEST_F(ServiceTest, ContinueFinalMessageEndsThePromptInsideIt) {
               400, "invalid_value", "messages[0].content");
 }
 
+// vLLM's allowed_token_ids and bad_words, alone and beside a scripted (forced) reply.
+TEST_F(ServiceTest, AllowedTokenIdsAndBadWordsFilterTheSampledTokens) {
+  // Noise: every sampled token is one of the allowed ids ('h' and 'i').
+  const Json only = Post(service_, "/v1/completions",
+                         R"({"prompt": "x", "max_tokens": 12, "ignore_eos": true, "seed": 5,
+                             "allowed_token_ids": [104, 105], "logprobs": 0})")
+                        .json();
+  const std::string text = only["choices"][0]["text"];
+  EXPECT_EQ(text.size(), 12u);
+  EXPECT_EQ(text.find_first_not_of("hi"), std::string::npos) << text;
+  // The script writes "hello world": with "world" banned its last token cannot follow
+  // " w" "or", so the reply leaves the script there.
+  ScriptText("hello world");
+  const Json free = Post(service_, "/v1/completions", R"({"prompt": "x", "max_tokens": 6})").json();
+  EXPECT_EQ(free["choices"][0]["text"], "hello world");
+  const Json banned = Post(service_, "/v1/completions",
+                           R"({"prompt": "x", "max_tokens": 6, "seed": 1,
+                               "bad_words": ["world", "zzz"]})")
+                          .json();
+  const std::string b = banned["choices"][0]["text"];
+  EXPECT_TRUE(absl::StartsWith(b, "hello wor")) << b;
+  EXPECT_EQ(b.find("world"), std::string::npos) << b;
+  // A one-token bad word is never sampled, even where the script wants it.
+  const Json no_hello = Post(service_, "/v1/completions",
+                             R"({"prompt": "x", "max_tokens": 3, "seed": 2,
+                                 "bad_words": ["hello"]})")
+                            .json();
+  EXPECT_FALSE(absl::StartsWith(no_hello["choices"][0]["text"].get<std::string>(), "hello"));
+
+  ExpectError(Post(service_, "/v1/completions", R"({"prompt": "x", "allowed_token_ids": []})"), 400,
+              "invalid_value", "allowed_token_ids");
+  ExpectError(
+      Post(service_, "/v1/completions", R"({"prompt": "x", "allowed_token_ids": [1, 999999]})"),
+      400, "invalid_value", "allowed_token_ids[1]");
+  ExpectError(Post(service_, "/v1/chat/completions", ChatBody(R"("bad_words": "x")")), 400,
+              "invalid_type", "bad_words");
+}
+
 TEST_F(ServiceTest, ChatLogprobsListEveryTokenWithTopAlternatives) {
   ScriptText("hello");
   const Json j =

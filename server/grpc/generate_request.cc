@@ -54,6 +54,13 @@ frontend::Json CompletionBodyFor(const v1::GenerateRequest& r) {
   if (r.has_n()) b["n"] = r.n();
   if (r.has_logprobs()) b["logprobs"] = r.logprobs();
   if (r.has_prompt_logprobs()) b["prompt_logprobs"] = r.prompt_logprobs();
+  if (r.allowed_token_ids_size() > 0) {
+    b["allowed_token_ids"] =
+        std::vector<int32_t>(r.allowed_token_ids().begin(), r.allowed_token_ids().end());
+  }
+  if (r.bad_words_size() > 0) {
+    b["bad_words"] = std::vector<std::string>(r.bad_words().begin(), r.bad_words().end());
+  }
   if (r.priority() != 0) b["priority"] = r.priority();
   if (!r.request_id().empty()) b["request_id"] = r.request_id();
   if (!r.cache_salt().empty()) b["cache_salt"] = r.cache_salt();
@@ -102,6 +109,7 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
     choice.request = frontend::EngineRequest(model, req.gen, prompt, max_tokens, g.request_id, i,
                                              /*chat=*/false);
     choice.options = frontend::OptionsFor(req.gen, choice.request, /*parse_tool_calls=*/false);
+    frontend::ApplyTokenFilters(model, req.gen, &choice.request);
     g.choices.push_back(std::move(choice));
   }
   return g;

@@ -272,6 +272,21 @@ TEST_F(GrpcServerTest, PromptLogprobsComeWithTheFirstChunk) {
       << bad.status.error_message();
 }
 
+TEST_F(GrpcServerTest, AllowedTokenIdsAndBadWordsFilterTheOutput) {
+  GenerateRequest request = Request({5, 6, 7}, 16);
+  request.mutable_sampling()->set_temperature(1.0f);
+  request.mutable_sampling()->set_seed(3);
+  for (int32_t id : {40, 41, 42}) request.add_allowed_token_ids(id);
+  request.add_bad_words("x");  // tokenizes to ids outside the allowed three anyway
+  Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  ASSERT_EQ(out.ids.size(), 16u);
+  for (int32_t id : out.ids) EXPECT_TRUE(id >= 40 && id <= 42) << id;
+  request.add_allowed_token_ids(runtime_->served().vocab_size);
+  Outcome bad = Run(request);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(GrpcServerTest, StopTokenIdEndsTheChoiceAndIsReported) {
   GenerateRequest greedy = Request({21, 22, 23}, 12);
   greedy.mutable_sampling()->set_temperature(0.0f);
