@@ -12,7 +12,6 @@
 namespace strata::frontend {
 namespace {
 
-
 // A number field within [min, max] (min exclusive when asked); nullopt when absent or null.
 absl::StatusOr<std::optional<double>> Number(const Json& root, const std::string& path,
                                              const char* key, double min, double max,

@@ -43,6 +43,7 @@ GenerationSpec SpecFor(ApiKind kind, const GenerationFields& gen, ResponseMeta m
   spec.meta = std::move(meta);
   spec.stream = gen.stream;
   spec.include_usage = gen.include_usage;
+  spec.continuous_usage = gen.continuous_usage;
   spec.logprobs = gen.num_logprobs >= 0;
   spec.prompt_logprobs = gen.prompt_logprobs;
   return spec;
@@ -113,6 +114,7 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
     std::vector<int32_t> prompt =
         input.text ? TextPromptIds(*model, *input.text, /*add_special_tokens=*/true)
                    : input.token_ids;
+    RETURN_IF_ERROR(TruncatePrompt(*model, req.gen.truncate_prompt_tokens, &prompt));
     RETURN_IF_ERROR(CheckPromptIds(*model, prompt, param));
     ASSIGN_OR_RETURN(
         int64_t max_tokens,
@@ -120,7 +122,7 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
     if (prompt_only) max_tokens = 1;  // the engine generates one token, the response drops it
     std::string echo_text;
     if (req.echo) {
-      if (input.text) {
+      if (input.text && !req.gen.truncate_prompt_tokens) {  // truncated: what is left
         echo_text = *input.text;
       } else {
         echo_text = model->tokenizer->Decode(prompt).value_or("");

@@ -149,6 +149,8 @@ absl::Status ReadStreamFields(const FieldReader& r, GenerationFields* g) {
     FieldReader o(*options, "stream_options.");
     ASSIGN_OR_RETURN(auto usage, o.Bool("include_usage"));
     g->include_usage = usage.value_or(false);
+    ASSIGN_OR_RETURN(auto continuous, o.Bool("continuous_usage_stats"));
+    g->continuous_usage = continuous.value_or(false);
   }
   return absl::OkStatus();
 }
@@ -161,6 +163,12 @@ absl::Status ReadVllmExtras(const FieldReader& r, GenerationFields* g) {
   ASSIGN_OR_RETURN(auto request_id, r.String("request_id"));
   ASSIGN_OR_RETURN(auto cache_salt, r.String("cache_salt"));
   ASSIGN_OR_RETURN(auto min_tokens, r.Integer("min_tokens", 0, kMaxTokensLimit));
+  ASSIGN_OR_RETURN(g->truncate_prompt_tokens,
+                   r.Integer("truncate_prompt_tokens", -1, kMaxTokensLimit));
+  if (g->truncate_prompt_tokens == 0) {
+    return InvalidField("truncate_prompt_tokens",
+                        "'truncate_prompt_tokens' must be -1 (as many as fit) or at least 1");
+  }
   RETURN_IF_ERROR(r.String("user").status());  // accepted, ignored
   g->min_tokens = min_tokens.value_or(0);
   g->ignore_eos = ignore_eos.value_or(false);

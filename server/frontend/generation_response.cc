@@ -100,8 +100,9 @@ std::unique_ptr<GenerationResponse> GenerationResponse::FromStreams(
     choice.timing =
         std::make_unique<server::RequestTimingRecorder>(choice_spec.request.request_id, submitted);
     if (response->spec_.kind == ApiKind::kResponses && response->spec_.stream) {
-      choice.responses = std::make_unique<ResponsesStreamWriter>(response->spec_.meta,
-                                                                 response->spec_.responses_echo);
+      choice.responses = std::make_unique<ResponsesStreamWriter>(
+          response->spec_.meta, response->spec_.responses_echo,
+          response->spec_.logprobs ? model.tokenizer : nullptr);
     }
     response->choices_.push_back(std::move(choice));
   }
@@ -136,13 +137,27 @@ void GenerationResponse::StreamStart(std::string* body) const {
       *body += c.responses->Start();
     } else if (spec_.kind == ApiKind::kChat) {
       Json delta = {{"role", "assistant"}, {"content", ""}};
-      *body += SseData(
-          ChatChunkJson(spec_.meta, c.spec->index, std::move(delta), nullptr, std::nullopt));
+      *body += ChunkEvent(
+          c, ChatChunkJson(spec_.meta, c.spec->index, std::move(delta), nullptr, std::nullopt));
     } else if (!c.spec->echo_text.empty() && spec_.echo_logprobs < 0) {
-      *body += SseData(
-          CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text, nullptr, std::nullopt));
+      *body += ChunkEvent(c, CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text,
+                                                 nullptr, std::nullopt));
     }
   }
+}
+
+std::string GenerationResponse::ChunkEvent(const Choice& c, Json chunk) const {
+  if (spec_.continuous_usage) {
+    Usage usage;
+    const size_t group = static_cast<size_t>(c.spec->group);
+    usage.prompt_tokens = group < spec_.group_prompt_tokens.size()
+                              ? spec_.group_prompt_tokens[group]
+                              : c.decoder->num_prompt_tokens();
+    usage.completion_tokens = c.spec->prompt_only ? 0 : c.decoder->num_output_tokens();
+    usage.cached_tokens = c.decoder->num_cached_tokens();
+    chunk["usage"] = UsageJson(usage);
+  }
+  return SseData(chunk);
 }
 
 void GenerationResponse::StreamEcho(Choice& c, std::string* body) const {
@@ -153,8 +168,8 @@ void GenerationResponse::StreamEcho(Choice& c, std::string* body) const {
   for (const TokenLogprobEntry& e : entries) {
     c.text_offset += static_cast<int64_t>(TokenText(*model_.tokenizer, e.token_id).size());
   }
-  *body += SseData(CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text,
-                                       std::move(logprobs), std::nullopt));
+  *body += ChunkEvent(c, CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text,
+                                             std::move(logprobs), std::nullopt));
 }
 
 void GenerationResponse::AddPromptScores(const Choice& c, FinalChoice* final) const {
@@ -180,21 +195,24 @@ void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::strin
   }
   if (spec_.kind == ApiKind::kChat) {
     if (!d.reasoning.empty()) {
-      *body += SseData(ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}},
-                                     nullptr, std::nullopt));
+      *body +=
+          ChunkEvent(c, ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}},
+                                      nullptr, std::nullopt));
     }
     if (has_text) {
       Json logprobs =
           spec_.logprobs ? ChatLogprobsJson(*model_.tokenizer, d.logprobs) : Json(nullptr);
-      *body += SseData(ChatChunkJson(spec_.meta, index, Json{{"content", d.text}},
-                                     std::move(logprobs), std::nullopt));
+      *body += ChunkEvent(c, ChatChunkJson(spec_.meta, index, Json{{"content", d.text}},
+                                           std::move(logprobs), std::nullopt));
     }
     if (!d.tool_calls.empty()) {
       Json delta = {{"tool_calls", ToolCallDeltasJson(d.tool_calls)}};
-      *body += SseData(ChatChunkJson(spec_.meta, index, std::move(delta), nullptr, std::nullopt));
+      *body +=
+          ChunkEvent(c, ChatChunkJson(spec_.meta, index, std::move(delta), nullptr, std::nullopt));
     }
     if (d.finish_reason) {
-      *body += SseData(ChatChunkJson(spec_.meta, index, Json::object(), nullptr, d.finish_reason));
+      *body +=
+          ChunkEvent(c, ChatChunkJson(spec_.meta, index, Json::object(), nullptr, d.finish_reason));
     }
     return;
   }
@@ -205,11 +223,11 @@ void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::strin
     for (const TokenLogprobEntry& e : d.logprobs) {
       c.text_offset += static_cast<int64_t>(TokenText(*model_.tokenizer, e.token_id).size());
     }
-    *body +=
-        SseData(CompletionChunkJson(spec_.meta, index, d.text, std::move(logprobs), std::nullopt));
+    *body += ChunkEvent(
+        c, CompletionChunkJson(spec_.meta, index, d.text, std::move(logprobs), std::nullopt));
   }
   if (d.finish_reason) {
-    *body += SseData(CompletionChunkJson(spec_.meta, index, "", nullptr, d.finish_reason));
+    *body += ChunkEvent(c, CompletionChunkJson(spec_.meta, index, "", nullptr, d.finish_reason));
   }
 }
 
@@ -225,6 +243,9 @@ void GenerationResponse::Accumulate(Choice& c, ChoiceDelta&& d) const {
     if (call.id) whole.id = *call.id;
     if (call.name) whole.name = *call.name;
     whole.arguments += call.arguments;
+  }
+  if (spec_.kind == ApiKind::kResponses && !d.text.empty()) {
+    c.final.text_logprobs.insert(c.final.text_logprobs.end(), d.logprobs.begin(), d.logprobs.end());
   }
   for (TokenLogprobEntry& e : d.logprobs) c.final.logprobs.push_back(std::move(e));
   if (d.finish_reason) c.final.finish_reason = *d.finish_reason;
@@ -269,7 +290,8 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
       out->body += c.responses->Finish(c.final, usage);
     } else {
       out->status = 200;
-      out->body = JsonText(ResponseObjectJson(spec_.meta, spec_.responses_echo, &c.final, &usage));
+      out->body = JsonText(
+          ResponseObjectJson(spec_.meta, spec_.responses_echo, &c.final, &usage, model_.tokenizer));
     }
     return;
   }

@@ -56,6 +56,7 @@ struct GenerationSpec {
   ResponseMeta meta;
   bool stream = false;
   bool include_usage = false;
+  bool continuous_usage = false;  // every chunk carries its choice's usage so far (vLLM)
   bool logprobs = false;
   // Prompt scores (the engine requests ask for them): completions' echo with logprobs puts
   // the prompt's tokens first in each choice's logprobs (top echo_logprobs); prompt_logprobs
@@ -106,6 +107,9 @@ class GenerationResponse : public http::PendingResponse {
   void ChoiceEnded(Choice& choice, const std::string& finish_reason) const;
   void StreamStart(std::string* body) const;
   void StreamDelta(Choice& choice, const ChoiceDelta& delta, std::string* body) const;
+  // One chat / completions chunk of `choice` as an SSE event (with its usage so far when
+  // continuous_usage).
+  std::string ChunkEvent(const Choice& choice, Json chunk) const;
   // Completions stream with echo and logprobs: the prompt's chunk, once its scores are in.
   void StreamEcho(Choice& choice, std::string* body) const;
   // The prompt entries of a finished choice (echo logprobs, prompt_logprobs).

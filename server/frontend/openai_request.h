@@ -6,7 +6,8 @@
 // stream_options.include_usage, max_tokens / max_completion_tokens, temperature, top_p, top_k,
 // min_p, presence / frequency / repetition penalty, stop, stop_token_ids, seed, n, logit_bias,
 // ignore_eos, min_tokens, skip_special_tokens, include_stop_str_in_output, priority, request_id,
-// cache_salt, prompt_logprobs, allowed_token_ids, bad_words, response_format (text, json_object,
+// cache_salt, prompt_logprobs, allowed_token_ids, bad_words, truncate_prompt_tokens,
+// stream_options.continuous_usage_stats, response_format (text, json_object,
 // json_schema), user (accepted, ignored). Unknown fields are ignored (and logged once per name).
 #pragma once
 
@@ -66,7 +67,12 @@ struct GenerationFields {
   std::string cache_salt;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  int num_logprobs = -1;       // >= 0: return logprobs with this many alternatives
+  // vLLM's stream_options.continuous_usage_stats: every chunk carries its choice's usage so far.
+  bool continuous_usage = false;
+  // vLLM's truncate_prompt_tokens: keep only the last k prompt tokens (−1: as many as the
+  // context allows, leaving room for one output token). Absent: a prompt too long is a 400.
+  std::optional<int64_t> truncate_prompt_tokens;
+  int num_logprobs = -1;  // >= 0: return logprobs with this many alternatives
   // vLLM's prompt_logprobs: >= 0 returns the log-probability and rank of every prompt token
   // after the first, with this many alternatives (not with stream: true).
   int prompt_logprobs = -1;

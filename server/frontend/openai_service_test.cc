@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "server/frontend/testing/scripted_executor.h"
 
@@ -368,6 +369,61 @@ TEST_F(ServiceTest, AllowedTokenIdsAndBadWordsFilterTheSampledTokens) {
       400, "invalid_value", "allowed_token_ids[1]");
   ExpectError(Post(service_, "/v1/chat/completions", ChatBody(R"("bad_words": "x")")), 400,
               "invalid_type", "bad_words");
+}
+
+// vLLM's stream_options.continuous_usage_stats and truncate_prompt_tokens.
+TEST_F(ServiceTest, ContinuousUsageAndPromptTruncation) {
+  ScriptText("hello world");
+  const std::vector<Json> events =
+      SseEvents(Post(service_, "/v1/chat/completions",
+                     ChatBody(R"("stream": true, "stream_options": {"continuous_usage_stats": true,
+                       "include_usage": true})"))
+                    .body);
+  int64_t last = -1, chunks = 0;
+  for (const Json& e : events) {
+    if (e == "[DONE]" || e["choices"].empty()) continue;
+    ASSERT_TRUE(e.contains("usage")) << e.dump();
+    const int64_t done = e["usage"]["completion_tokens"].get<int64_t>();
+    EXPECT_GE(done, last);
+    last = done;
+    ++chunks;
+    EXPECT_EQ(e["usage"]["total_tokens"], e["usage"]["prompt_tokens"].get<int64_t>() + done);
+  }
+  EXPECT_GE(chunks, 3);
+  EXPECT_EQ(last, events[events.size() - 2]["usage"]["completion_tokens"]);  // the usage chunk
+
+  // Keep the last 5 of 12 prompt ids; -1 keeps what fits; echo shows what is left.
+  const Json cut = Post(service_, "/v1/completions",
+                        R"({"prompt": [104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100, 33],
+                            "max_tokens": 1, "truncate_prompt_tokens": 5, "echo": true})")
+                       .json();
+  EXPECT_EQ(cut["usage"]["prompt_tokens"], 5);
+  EXPECT_TRUE(absl::StartsWith(cut["choices"][0]["text"].get<std::string>(), "orld!"))
+      << cut.dump();
+  const Json text_cut = Post(service_, "/v1/completions",
+                             R"({"prompt": "hello world", "max_tokens": 1,
+                                 "truncate_prompt_tokens": 1, "echo": true})")
+                            .json();
+  EXPECT_EQ(text_cut["usage"]["prompt_tokens"], 1);
+  EXPECT_TRUE(absl::StartsWith(text_cut["choices"][0]["text"].get<std::string>(), "ld"))
+      << text_cut.dump();
+  const Json chat = Post(service_, "/v1/chat/completions",
+                         ChatBody(R"("truncate_prompt_tokens": 4, "max_tokens": 2)"))
+                        .json();
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], 4);
+  const int64_t limit = fixture_.served().max_model_len;
+  const Json all =
+      Post(service_, "/v1/completions",
+           absl::StrCat(R"({"prompt": [)",
+                        absl::StrJoin(std::vector<int>(static_cast<size_t>(limit + 10), 104), ","),
+                        R"(], "max_tokens": 1, "truncate_prompt_tokens": -1})"))
+          .json();
+  EXPECT_EQ(all["usage"]["prompt_tokens"], limit - 1) << all.dump().substr(0, 300);
+  ExpectError(Post(service_, "/v1/completions", R"({"prompt": "x", "truncate_prompt_tokens": 0})"),
+              400, "invalid_value", "truncate_prompt_tokens");
+  ExpectError(Post(service_, "/v1/completions",
+                   absl::StrCat(R"({"prompt": "x", "truncate_prompt_tokens": )", limit, "}")),
+              400, "invalid_value", "truncate_prompt_tokens");
 }
 
 TEST_F(ServiceTest, ChatLogprobsListEveryTokenWithTopAlternatives) {
@@ -936,6 +992,48 @@ TEST_F(ServiceTest, ResponsesStreamEventsAddUpToTheResponse) {
   const Json& done = events.back()["response"];
   EXPECT_EQ(done["output"][1]["content"][0]["text"], text);
   EXPECT_EQ(done["usage"], whole["usage"]);
+}
+
+// include ["message.output_text.logprobs"] + top_logprobs: the message's output_text lists the
+// text's tokens (not the reasoning's) with chat's entries; the stream's deltas carry the same.
+TEST_F(ServiceTest, ResponsesOutputTextCarriesLogprobsWhenAskedFor) {
+  ScriptText("<think>hmm</think>hello world");
+  const std::string body = R"({"input": "Say hello", "top_logprobs": 2,
+                               "include": ["message.output_text.logprobs"])";
+  const Json whole = Post(service_, "/v1/responses", body + "}").json();
+  ASSERT_EQ(whole["output"].size(), 2u) << whole.dump();
+  const Json& text = whole["output"][1]["content"][0];
+  EXPECT_EQ(text["text"], "hello world");
+  std::string joined;
+  for (const Json& entry : text["logprobs"]) {
+    joined += entry["token"].get<std::string>();
+    EXPECT_LE(entry["logprob"].get<double>(), 0.0);
+    EXPECT_EQ(entry["top_logprobs"].size(), 2u);
+  }
+  EXPECT_TRUE(absl::StartsWith(joined, "hello world")) << joined;  // + the hidden end of turn
+  EXPECT_EQ(whole["top_logprobs"], 2);
+  // Streamed: the deltas' logprobs add up to the final list; without asking, lists are empty.
+  Json streamed = Json::array();
+  for (const Json& e :
+       ResponsesEvents(Post(service_, "/v1/responses", body + R"(, "stream": true})").body)) {
+    if (e["type"] == "response.output_text.delta") {
+      for (const Json& entry : e["logprobs"]) streamed.push_back(entry);
+    }
+    if (e["type"] == "response.output_text.done") {
+      EXPECT_EQ(e["logprobs"], text["logprobs"]);
+    }
+  }
+  EXPECT_EQ(streamed, text["logprobs"]);
+  const Json plain = Post(service_, "/v1/responses", R"({"input": "Say hello"})").json();
+  EXPECT_EQ(plain["output"][1]["content"][0]["logprobs"], Json::array());
+  for (const Json& e :
+       ResponsesEvents(Post(service_, "/v1/responses", R"({"input": "x", "stream": true})").body)) {
+    if (e["type"] == "response.output_text.delta") {
+      EXPECT_EQ(e["logprobs"], Json::array());
+    }
+  }
+  ExpectError(Post(service_, "/v1/responses", R"({"input": "x", "top_logprobs": 21})"), 400,
+              "invalid_value", "top_logprobs");
 }
 
 TEST_F(ServiceTest, ResponsesFunctionCallsRoundTrip) {

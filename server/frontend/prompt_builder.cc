@@ -46,6 +46,7 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
   engine::EncodeOptions options;
   options.parse_special = true;  // the template writes its markers as special-token text
   std::vector<int32_t> ids = model.tokenizer->Encode(text, options);
+  RETURN_IF_ERROR(TruncatePrompt(model, request.gen.truncate_prompt_tokens, &ids));
   RETURN_IF_ERROR(CheckPromptIds(model, ids, "messages"));
   return ids;
 }
@@ -56,6 +57,22 @@ std::vector<int32_t> TextPromptIds(const ServedModel& model, std::string_view te
   options.add_special_tokens = add_special_tokens;
   options.parse_special = true;
   return model.tokenizer->Encode(text, options);
+}
+
+absl::Status TruncatePrompt(const ServedModel& model, std::optional<int64_t> keep,
+                            std::vector<int32_t>* ids) {
+  if (!keep) return absl::OkStatus();
+  const int64_t most = model.max_model_len - 1;
+  if (*keep > most) {
+    return InvalidField("truncate_prompt_tokens",
+                        absl::StrCat("'truncate_prompt_tokens' (", *keep,
+                                     ") must be at most the context length less one output "
+                                     "token (",
+                                     most, "); -1 keeps as many as fit"));
+  }
+  const size_t n = static_cast<size_t>(*keep < 0 ? most : *keep);
+  if (ids->size() > n) ids->erase(ids->begin(), ids->end() - static_cast<std::ptrdiff_t>(n));
+  return absl::OkStatus();
 }
 
 absl::Status CheckPromptIds(const ServedModel& model, const std::vector<int32_t>& ids,

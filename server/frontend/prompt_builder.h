@@ -32,6 +32,11 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
 std::vector<int32_t> TextPromptIds(const ServedModel& model, std::string_view text,
                                    bool add_special_tokens);
 
+// vLLM's truncate_prompt_tokens: keeps the last `keep` ids (−1: max_model_len − 1, room for
+// one output token). 400 naming it when `keep` exceeds the context (max_model_len − 1).
+absl::Status TruncatePrompt(const ServedModel& model, std::optional<int64_t> keep,
+                            std::vector<int32_t>* ids);
+
 // 400 naming `param` for an empty prompt or an id outside the model's vocabulary.
 absl::Status CheckPromptIds(const ServedModel& model, const std::vector<int32_t>& ids,
                             std::string_view param);

@@ -46,6 +46,9 @@ struct FinalChoice {
   std::string reasoning;  // chat: reasoning_content (present in the message when not empty)
   std::vector<ToolCall> tool_calls;
   std::vector<TokenLogprobEntry> logprobs;
+  // The entries of the tokens that wrote `text` (not reasoning or tool calls): /v1/responses'
+  // output_text.logprobs.
+  std::vector<TokenLogprobEntry> text_logprobs;
   bool logprobs_requested = false;
   std::string finish_reason;
 };

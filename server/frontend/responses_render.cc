@@ -20,17 +20,27 @@ Json ReasoningItem(const ResponseMeta& meta, int index, const std::string& text)
           {"content", {{{"type", "reasoning_text"}, {"text", text}}}}};
 }
 
-Json OutputText(const std::string& text) {
-  return {{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}};
+Json OutputText(const std::string& text, Json logprobs = Json::array()) {
+  return {{"type", "output_text"},
+          {"text", text},
+          {"annotations", Json::array()},
+          {"logprobs", std::move(logprobs)}};
 }
 
 Json MessageItem(const ResponseMeta& meta, int index, const std::string& text,
-                 std::string_view status) {
+                 std::string_view status, Json logprobs = Json::array()) {
   return {{"id", ItemId(meta, "msg", index)},
           {"type", "message"},
           {"status", status},
           {"role", "assistant"},
-          {"content", {OutputText(text)}}};
+          {"content", {OutputText(text, std::move(logprobs))}}};
+}
+
+// Chat's logprobs entries ({token, logprob, bytes, top_logprobs}) as a Responses list.
+Json LogprobsList(const engine::Tokenizer* tokenizer,
+                  const std::vector<TokenLogprobEntry>& entries) {
+  if (tokenizer == nullptr) return Json::array();
+  return ChatLogprobsJson(*tokenizer, entries)["content"];
 }
 
 Json CallItem(const ResponseMeta& meta, int index, const ToolCall& call, std::string_view status) {
@@ -52,7 +62,7 @@ Json ResponsesUsageJson(const Usage& usage) {
 }  // namespace
 
 Json ResponseObjectJson(const ResponseMeta& meta, const Json& echo, const FinalChoice* choice,
-                        const Usage* usage) {
+                        const Usage* usage, const engine::Tokenizer* tokenizer) {
   std::string status = "in_progress";
   Json incomplete = nullptr;
   Json output = Json::array();
@@ -69,8 +79,10 @@ Json ResponseObjectJson(const ResponseMeta& meta, const Json& echo, const FinalC
     }
     // A reply that is only tool calls has no message item.
     if (!choice->text.empty() || choice->tool_calls.empty()) {
-      output.push_back(MessageItem(meta, static_cast<int>(output.size()), choice->text,
-                                   status == "incomplete" ? "incomplete" : "completed"));
+      output.push_back(MessageItem(
+          meta, static_cast<int>(output.size()), choice->text,
+          status == "incomplete" ? "incomplete" : "completed",
+          LogprobsList(choice->logprobs_requested ? tokenizer : nullptr, choice->text_logprobs)));
     }
     for (const ToolCall& call : choice->tool_calls) {
       output.push_back(CallItem(meta, static_cast<int>(output.size()), call, "completed"));
@@ -89,8 +101,9 @@ Json ResponseObjectJson(const ResponseMeta& meta, const Json& echo, const FinalC
   return out;
 }
 
-ResponsesStreamWriter::ResponsesStreamWriter(ResponseMeta meta, Json echo)
-    : meta_(std::move(meta)), echo_(std::move(echo)) {}
+ResponsesStreamWriter::ResponsesStreamWriter(ResponseMeta meta, Json echo,
+                                             const engine::Tokenizer* logprobs_tokenizer)
+    : meta_(std::move(meta)), echo_(std::move(echo)), logprobs_tokenizer_(logprobs_tokenizer) {}
 
 std::string ResponsesStreamWriter::Event(Json event) {
   event["sequence_number"] = sequence_++;
@@ -111,6 +124,7 @@ void ResponsesStreamWriter::Open(Item kind, Json item, std::string* out) {
   ++output_index_;
   item_ = std::move(item);
   text_.clear();
+  text_logprobs_ = Json::array();
   Json added = item_;
   if (kind == Item::kReasoning) added["content"] = Json::array();
   if (kind == Item::kMessage) added["content"] = Json::array();
@@ -142,10 +156,11 @@ void ResponsesStreamWriter::Close(std::string* out) {
     case Item::kMessage:
       done = ItemEvent("response.output_text.done");
       done["text"] = text_;
+      done["logprobs"] = text_logprobs_;
       *out += Event(std::move(done));
       done = ItemEvent("response.content_part.done");
-      done["part"] = OutputText(text_);
-      item_["content"][0]["text"] = text_;
+      done["part"] = OutputText(text_, text_logprobs_);
+      item_["content"][0] = OutputText(text_, text_logprobs_);
       item_["status"] = "completed";
       break;
     default:  // a function call
@@ -163,10 +178,11 @@ void ResponsesStreamWriter::Close(std::string* out) {
 
 std::string ResponsesStreamWriter::Delta(const ChoiceDelta& d) {
   std::string out;
-  auto append = [&](const char* type, const std::string& delta) {
+  auto append = [&](const char* type, const std::string& delta, Json logprobs = nullptr) {
     text_ += delta;
     Json e = ItemEvent(type);
     e["delta"] = delta;
+    if (!logprobs.is_null()) e["logprobs"] = std::move(logprobs);
     out += Event(std::move(e));
   };
   if (!d.reasoning.empty()) {
@@ -179,7 +195,9 @@ std::string ResponsesStreamWriter::Delta(const ChoiceDelta& d) {
     if (open_ != Item::kMessage) {
       Open(Item::kMessage, MessageItem(meta_, output_index_ + 1, "", "in_progress"), &out);
     }
-    append("response.output_text.delta", d.text);
+    Json logprobs = LogprobsList(logprobs_tokenizer_, d.logprobs);
+    for (const Json& entry : logprobs) text_logprobs_.push_back(entry);
+    append("response.output_text.delta", d.text, std::move(logprobs));
   }
   for (const engine::ToolCallDelta& call : d.tool_calls) {
     if (call.id || call.name || open_ != Item::kCall) {
@@ -194,7 +212,7 @@ std::string ResponsesStreamWriter::Delta(const ChoiceDelta& d) {
 std::string ResponsesStreamWriter::Finish(const FinalChoice& choice, const Usage& usage) {
   std::string out;
   Close(&out);
-  Json response = ResponseObjectJson(meta_, echo_, &choice, &usage);
+  Json response = ResponseObjectJson(meta_, echo_, &choice, &usage, logprobs_tokenizer_);
   const bool incomplete = response["status"] == "incomplete";
   out += Event({{"type", incomplete ? "response.incomplete" : "response.completed"},
                 {"response", std::move(response)}});

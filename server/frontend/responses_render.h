@@ -23,14 +23,19 @@
 namespace strata::frontend {
 
 // The Response object. `echo`: the request fields a response repeats (ResponsesRequest::echo);
-// `status`: "in_progress" (output and usage still empty) or the choice's outcome.
+// `status`: "in_progress" (output and usage still empty) or the choice's outcome. The message's
+// output_text carries `logprobs` (chat's entries of the tokens that wrote the text) when the
+// choice asked for them; `tokenizer` renders them.
 Json ResponseObjectJson(const ResponseMeta& meta, const Json& echo, const FinalChoice* choice,
-                        const Usage* usage);
+                        const Usage* usage, const engine::Tokenizer* tokenizer = nullptr);
 
 // Writes one choice's stream (not thread-safe; one per streamed response).
 class ResponsesStreamWriter {
  public:
-  ResponsesStreamWriter(ResponseMeta meta, Json echo);
+  // `logprobs_tokenizer`: non-null when the request asked for log-probabilities (every
+  // output_text delta and done event carries them; an empty list otherwise).
+  ResponsesStreamWriter(ResponseMeta meta, Json echo,
+                        const engine::Tokenizer* logprobs_tokenizer = nullptr);
 
   std::string Start();
   std::string Delta(const ChoiceDelta& delta);
@@ -49,6 +54,8 @@ class ResponsesStreamWriter {
 
   const ResponseMeta meta_;
   const Json echo_;
+  const engine::Tokenizer* logprobs_tokenizer_;
+  Json text_logprobs_ = Json::array();  // the open message's, so far
   int64_t sequence_ = 0;
   int output_index_ = -1;
   Item open_ = Item::kNone;

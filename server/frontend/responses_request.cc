@@ -235,10 +235,21 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
   if (body.contains("background") && body["background"] == true) {
     return Unsupported("background", "responses are generated while the request is open");
   }
-  if (auto it = body.find("top_logprobs"); it != body.end() && !it->is_null() && *it != 0) {
-    return Unsupported("top_logprobs", "use /v1/chat/completions for log probabilities");
-  }
   Json chat = Json::object();
+  // Log probabilities of the message's text: include "message.output_text.logprobs" (with
+  // top_logprobs alternatives, 0 by default), or top_logprobs alone.
+  bool logprobs = false;
+  if (auto it = body.find("include"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return InvalidType("include", "an array of strings");
+    for (const Json& item : *it) {
+      if (item == "message.output_text.logprobs") logprobs = true;
+    }
+  }
+  if (auto it = body.find("top_logprobs"); it != body.end() && !it->is_null()) {
+    chat["top_logprobs"] = *it;
+    logprobs = true;
+  }
+  if (logprobs) chat["logprobs"] = true;
   ASSIGN_OR_RETURN(chat["messages"], ChatMessages(body));
   for (std::string_view key : kSameAsChat) {
     if (auto it = body.find(key); it != body.end()) chat[std::string(key)] = *it;
@@ -300,6 +311,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
               {"text", body.value("text", Json{{"format", {{"type", "text"}}}})},
               {"tool_choice", body.value("tool_choice", Json("auto"))},
               {"tools", body.value("tools", Json::array())},
+              {"top_logprobs", body.value("top_logprobs", Json())},
               {"top_p", body.value("top_p", Json(1.0))},
               {"truncation", body.value("truncation", Json("disabled"))},
               {"user", body.value("user", Json())}};

@@ -498,8 +498,21 @@ test("responses API: output_text, stream events, text.format and function calls"
   const types = [];
   for await (const event of stream) {
     types.push(event.type);
-    if (event.type === "response.output_text.delta") text += event.delta;
+    if (event.type === "response.output_text.delta") {
+      text += event.delta;
+      assert.deepEqual(event.logprobs, []);  // required by the SDK's type; none asked for
+    }
     last = event;
+  }
+  // Log probabilities of the message's text, with alternatives.
+  const scored = await client.responses.create({ ...ask, top_logprobs: 2,
+                                                 include: ["message.output_text.logprobs"] });
+  const part = scored.output.find((item) => item.type === "message").content[0];
+  assert.ok(part.logprobs.length > 0);
+  for (const entry of part.logprobs) {
+    assert.equal(typeof entry.token, "string");
+    assert.ok(entry.logprob <= 0);
+    assert.equal(entry.top_logprobs.length, 2);
   }
   assert.equal(types[0], "response.created");
   assert.ok(["response.completed", "response.incomplete"].includes(last.type), last.type);
