@@ -76,7 +76,8 @@ bool PrefixCache::ShouldCheckpoint(int64_t num_tokens_after_step, int64_t prompt
   if (num_tokens_after_step <= 0 || num_tokens_after_step % block_size_ != 0) return false;
   int64_t num_blocks = num_tokens_after_step / block_size_;
   if (every_n_blocks_ > 0 && num_blocks % every_n_blocks_ == 0) return true;
-  return num_blocks == prompt_len / block_size_;
+  return num_blocks == prompt_len / block_size_ ||
+         (prompt_len > 0 && num_blocks == (prompt_len - 1) / block_size_);
 }
 
 std::vector<int64_t> PrefixCache::CheckpointBoundaries(int64_t begin_tokens, int64_t end_tokens,
@@ -89,11 +90,15 @@ std::vector<int64_t> PrefixCache::CheckpointBoundaries(int64_t begin_tokens, int
       boundaries.push_back(b);
     }
   }
-  int64_t prompt_end = prompt_len / block_size_ * block_size_;
-  if (prompt_end > begin_tokens && prompt_end <= end_tokens && prompt_end > 0 &&
-      !std::binary_search(boundaries.begin(), boundaries.end(), prompt_end)) {
-    boundaries.insert(std::lower_bound(boundaries.begin(), boundaries.end(), prompt_end),
-                      prompt_end);
+  // The prompt's last block boundary, and the last one before its last token (they differ for
+  // a block-aligned prompt: the same prompt again can only match up to the latter).
+  for (int64_t prompt_end : {prompt_len / block_size_ * block_size_,
+                             prompt_len > 0 ? (prompt_len - 1) / block_size_ * block_size_ : 0}) {
+    if (prompt_end > begin_tokens && prompt_end <= end_tokens && prompt_end > 0 &&
+        !std::binary_search(boundaries.begin(), boundaries.end(), prompt_end)) {
+      boundaries.insert(std::lower_bound(boundaries.begin(), boundaries.end(), prompt_end),
+                        prompt_end);
+    }
   }
   return boundaries;
 }

@@ -13,7 +13,10 @@
 // Checkpoint placement (ShouldCheckpoint): a boundary of b tokens (b % block_size == 0, b > 0)
 // is a checkpoint point when b is a multiple of checkpoint_every_n_blocks blocks (0 = never) or
 // b is the last block boundary inside the prompt, floor(prompt_len / block_size) * block_size
-// (so the next turn of a conversation finds the state at the end of this turn's prompt).
+// (so the next turn of a conversation finds the state at the end of this turn's prompt), or the
+// last one before its last token, floor((prompt_len − 1) / block_size) * block_size (the most
+// the same prompt can match, as n > 1 choices and repeated requests do: it differs from the
+// former only for a block-aligned prompt).
 //
 // Checkpoints live in `num_checkpoint_slots` slots under their own byte budget (the memory
 // planner's share), keyed by the boundary's block hash. States of a checkpoint slot:

@@ -63,6 +63,18 @@ TEST(PrefixCacheTest, EveryNZeroCheckpointsOnlyPromptEnds) {
   EXPECT_TRUE(cache.ShouldCheckpoint(16, 17));
 }
 
+// A block-aligned prompt also gets the boundary before its last token: the same prompt again
+// (n > 1 choices, a repeated request) can match at most up to there.
+TEST(PrefixCacheTest, BlockAlignedPromptsAlsoCheckpointBeforeTheirLastToken) {
+  BlockPool pool(8);
+  PrefixCache cache(&pool, 4, /*checkpoint_every_n_blocks=*/0, kBlockSize);
+  EXPECT_EQ(cache.CheckpointBoundaries(0, 40, 16), (std::vector<int64_t>{12, 16}));
+  EXPECT_TRUE(cache.ShouldCheckpoint(12, 16));
+  EXPECT_TRUE(cache.ShouldCheckpoint(16, 16));
+  EXPECT_FALSE(cache.ShouldCheckpoint(8, 16));
+  EXPECT_EQ(cache.CheckpointBoundaries(0, 40, 4), (std::vector<int64_t>{4}));  // 0 is no point
+}
+
 TEST(PrefixCacheTest, NoCheckpointsWithoutBudgetOrWithoutKda) {
   BlockPool pool(8);
   PrefixCache no_budget(&pool, 0, 1, kBlockSize);

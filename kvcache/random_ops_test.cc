@@ -202,7 +202,8 @@ class Harness {
     if (b <= 0 || b % config_.block_size != 0) return false;
     int64_t blocks = b / config_.block_size;
     if (config_.every_n_blocks > 0 && blocks % config_.every_n_blocks == 0) return true;
-    return b == prompt_len / config_.block_size * config_.block_size;
+    return b == prompt_len / config_.block_size * config_.block_size ||
+           (prompt_len > 0 && b == (prompt_len - 1) / config_.block_size * config_.block_size);
   }
 
   void ScheduleStep(Seq& seq) {

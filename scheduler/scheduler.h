@@ -13,6 +13,8 @@
 //   2. running sequences with more left (partial prefills, recomputes), in admission order;
 //   3. waiting requests in policy order (FCFS, or priority then arrival), each with a prefix
 //      cache lookup, while a slot, the blocks of its first chunk and budget are available.
+//      A request sharing whole blocks with a running sequence that has not computed them yet
+//      steps aside until they are cached (the next request may be admitted before it).
 // Requests scoring their prompt (prompt_logprobs) skip the lookup, and their chunks also fit
 // the step's max_scored_tokens_per_step (each scored position costs a logits row).
 // A chunk is cut by the budget, by long_prefill_token_threshold and at the first KDA
@@ -125,6 +127,10 @@ class Scheduler {
   // Places the next chunk of a running sequence, preempting others (or itself) for blocks.
   void ScheduleOne(Sequence* seq);
   void AdmitWaiting();
+  // Whether a running sequence is still computing a prefix `seq` shares (whole blocks): `seq`
+  // then waits for it to be cached rather than computing it a second time (n > 1 choices,
+  // requests with the same long system prompt arriving together).
+  bool WaitsForSharedPrefix(const Sequence& seq) const;
   bool TryAdmit(Sequence* seq);
   int64_t ChunkSize(const Sequence& seq, int64_t begin) const;
   void Place(Sequence* seq, int64_t num_new_tokens);

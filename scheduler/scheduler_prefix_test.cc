@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/scheduler.h"
@@ -308,6 +309,57 @@ TEST(SchedulerPrefixTest, PromptScoringSkipsTheCacheAndFitsTheScoreBudget) {
   EXPECT_TRUE(d.last_events()[0].prompt_scores.empty());
   EXPECT_EQ(d.output("b"), Expected(b));
   EXPECT_EQ(d.scheduler().stats().num_prefix_hits, 0);
+  ExpectHealthy(d);
+}
+
+// n > 1 choices (or requests with the same long system prompt) arriving together: the first
+// computes the shared prefix, the others wait for it to be cached, then start from its
+// checkpoint instead of computing it again; a request with another prompt is not held up.
+TEST(SchedulerPrefixTest, RequestsSharingAPrefixWaitForItInsteadOfRecomputingIt) {
+  SchedulerConfig c = PrefixConfig();
+  c.max_num_batched_tokens = 32;
+  c.max_model_len = 64;
+  c.num_blocks = 40;
+  Driver d(c, kVocab);
+  const std::vector<int32_t> prompt = Prompt(18, 100);  // checkpoints at 8 and 16
+  std::vector<Request> requests;
+  for (int i = 0; i < 3; ++i) {
+    requests.push_back(MakeRequest(absl::StrCat("n", i), prompt, 3));
+    ASSERT_TRUE(d.scheduler().Add(requests.back()).ok());
+  }
+  const Request other = MakeRequest("other", Prompt(10, 500), 2);
+  ASSERT_TRUE(d.scheduler().Add(other).ok());
+  // Step 1: the first chunks (cut at the checkpoint boundary 8) of n0 and `other`; n1, n2 wait.
+  StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 2u);
+  EXPECT_EQ(p.sequences[0].token_ids.size(), 8u);
+  EXPECT_EQ(p.sequences[1].token_ids.size(), 8u);
+  EXPECT_EQ(d.scheduler().num_waiting(), 2);
+  d.RunUntilIdle();
+  for (const Request& r : requests) EXPECT_EQ(d.output(r.request_id), Expected(r)) << r.request_id;
+  EXPECT_EQ(d.output("other"), Expected(other));
+  const SchedulerStats st = d.scheduler().stats();
+  EXPECT_GT(st.num_prefix_waits, 0);
+  EXPECT_EQ(st.num_prefix_hits, 2);
+  EXPECT_EQ(st.num_prefix_hit_tokens, 2 * 16);  // each sibling computes only 2 of 18
+  // 18 + 2 + 2 prompt tokens and 10 of `other`'s, against 3 × 18 + 10 without waiting.
+  EXPECT_EQ(st.num_prefill_tokens_total, 18 + 2 + 2 + 10);
+  ExpectHealthy(d);
+}
+
+TEST(SchedulerPrefixTest, ABlockAlignedPromptAgainHitsUpToItsLastBlock) {
+  Driver d(PrefixConfig(), kVocab);
+  const Request a = MakeRequest("a", Prompt(16, 100), 1);  // 4 whole blocks
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  d.RunUntilIdle();
+  const Request again = MakeRequest("again", Prompt(16, 100), 2);
+  ASSERT_TRUE(d.scheduler().Add(again).ok());
+  const StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kFromCheckpoint);
+  EXPECT_EQ(p.sequences[0].num_computed_tokens, 12);  // all but the block of its last token
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("again"), Expected(again));
   ExpectHealthy(d);
 }
 

@@ -40,6 +40,8 @@ struct SchedulerStats {
   int64_t num_prefix_query_tokens = 0;  // tokens of the full blocks looked up
   int64_t num_prefix_hits = 0;          // admissions that reused >= 1 block
   int64_t num_prefix_hit_tokens = 0;
+  // Admissions put off because a running sequence was still computing a shared prefix.
+  int64_t num_prefix_waits = 0;
 };
 
 }  // namespace strata::scheduler

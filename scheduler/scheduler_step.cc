@@ -84,10 +84,32 @@ void Scheduler::ScheduleOne(Sequence* seq) {
 }
 
 void Scheduler::AdmitWaiting() {
-  while (!waiting_.empty() && token_budget_ > 0 &&
+  auto it = waiting_.begin();
+  while (it != waiting_.end() && token_budget_ > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
-    if (!TryAdmit(waiting_.begin()->second)) return;  // head-of-line: keep the order
+    Sequence* seq = it->second;
+    ++it;  // TryAdmit erases seq's entry
+    if (WaitsForSharedPrefix(*seq)) {
+      ++counters_.num_prefix_waits;
+      continue;  // steps aside until the prefix is cached; the next request may go first
+    }
+    if (!TryAdmit(seq)) return;  // head-of-line: keep the order
   }
+}
+
+bool Scheduler::WaitsForSharedPrefix(const Sequence& seq) const {
+  if (!config_.enable_prefix_caching || seq.scores_prompt()) return false;
+  // Blocks a lookup could match (never the last token's).
+  const size_t query = static_cast<size_t>((seq.num_tokens() - 1) / config_.block_size);
+  for (const Sequence* r : running_) {
+    // Hashes are chained: equal at block j means the prefixes through j are equal.
+    size_t shared = std::min(query, r->block_hashes.size());
+    while (shared > 0 && r->block_hashes[shared - 1] != seq.block_hashes[shared - 1]) --shared;
+    if (shared > 0 && r->num_computed_tokens < static_cast<int64_t>(shared) * config_.block_size) {
+      return true;
+    }
+  }
+  return false;
 }
 
 bool Scheduler::TryAdmit(Sequence* seq) {
@@ -141,7 +163,7 @@ bool Scheduler::TryAdmit(Sequence* seq) {
     seq->admitted_once = true;
     seq->num_cached_tokens = begin;
   }
-  waiting_.erase(waiting_.begin());
+  waiting_.erase(KeyOf(*seq));
   seq->status = SequenceStatus::kRunning;
   running_.push_back(seq);
   Place(seq, n);

@@ -77,6 +77,7 @@ void AddStats(const EngineStats& b, EngineStats& a) {
   s.num_prefix_query_tokens += t.num_prefix_query_tokens;
   s.num_prefix_hits += t.num_prefix_hits;
   s.num_prefix_hit_tokens += t.num_prefix_hit_tokens;
+  s.num_prefix_waits += t.num_prefix_waits;
   s.block_usage = s.num_blocks > 0 ? 1.0 - double(s.num_free_blocks) / s.num_blocks : 0.0;
   s.slot_usage = s.num_slots > 0 ? 1.0 - double(s.num_free_slots) / s.num_slots : 0.0;
 }

@@ -477,7 +477,8 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
                     {"num_finished_total", sch.num_finished_total},
                     {"num_aborted_total", sch.num_aborted_total},
                     {"num_preempted_total", sch.num_preempted_total},
-                    {"num_prefix_hit_tokens", sch.num_prefix_hit_tokens}};
+                    {"num_prefix_hit_tokens", sch.num_prefix_hit_tokens},
+                    {"num_prefix_waits", sch.num_prefix_waits}};
   info["http"] = {{"num_connections", http_stats.num_connections},
                   {"num_exchanges", http_stats.num_exchanges},
                   {"num_requests_total", http_stats.num_requests_total},
