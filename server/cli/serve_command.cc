@@ -25,6 +25,10 @@
 #include "server/request_timing_recorder.h"
 #include "server/scheduler_step_stats.h"
 
+#ifndef STRATA_VERSION
+#define STRATA_VERSION "unknown"
+#endif
+
 namespace strata::cli {
 namespace {
 
@@ -295,6 +299,7 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   frontend::ServiceOptions service_options;
   service_options.api_key = options.api_key;
   service_options.limits.max_logprobs = options.max_logprobs;
+  service_options.version = STRATA_VERSION;
   service_options.on_choice_finished = [&metrics_ptr](const server::RequestTimings& t) {
     if (server::Metrics* m = metrics_ptr.load()) m->OnRequestFinished(t);
     server::LogRequestFinished(t);

@@ -21,6 +21,9 @@ struct RouteEntry {
 // Every route (for 404 vs 405 and the Allow header).
 constexpr RouteEntry kRoutes[] = {
     {"/health", "GET"},
+    {"/ping", "GET"},
+    {"/ping", "POST"},
+    {"/version", "GET"},
     {"/ready", "GET"},
     {"/v1/health/ready", "GET"},
     {"/v1/models", "GET"},
@@ -144,7 +147,13 @@ OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
     return ApiErrorStatus(absl::StatusCode::kFailedPrecondition,
                           absl::StrCat("method ", method, " is not allowed for ", path));
   }
-  if (path == "/health") return http::HandlerResult{JsonResponse({{"status", "ok"}}), nullptr};
+  // /ping: vLLM's (SageMaker's) liveness probe, as /health.
+  if (path == "/health" || path == "/ping") {
+    return http::HandlerResult{JsonResponse({{"status", "ok"}}), nullptr};
+  }
+  if (path == "/version") {
+    return http::HandlerResult{JsonResponse({{"version", options_.version}}), nullptr};
+  }
   if (path == "/ready" || path == "/v1/health/ready") return Ready();
   if (path == "/v1/models" || IsModelPath(path)) return Models(request);
   if (path == "/v1/chat/completions") return ChatCompletions(request);

@@ -1,7 +1,8 @@
 // The OpenAI-compatible REST surface (API.md): routing, auth, readiness and draining, and the
 // endpoints. Implements http::HttpHandler, so it is tested without sockets.
 //
-//   GET  /health                       200 while the process runs (also while loading)
+//   GET  /health, GET|POST /ping        200 while the process runs (also while loading)
+//   GET  /version                      {"version": ...}
 //   GET  /ready, /v1/health/ready      200 when a model is set and not draining, else 503
 //   GET  /v1/models, /v1/models/{id}   the served model (with max_model_len)
 //   POST /v1/chat/completions          chat (stream or not, n, logprobs, tools, ...)
@@ -32,6 +33,7 @@ struct ServiceOptions {
   std::string api_key;          // empty: no authentication
   RequestLimits limits;         // vocab_size is taken from the model
   int retry_after_seconds = 1;  // on 429
+  std::string version = "unknown";  // GET /version
   // Per finished choice (metrics, request log); may be empty.
   std::function<void(const server::RequestTimings&)> on_choice_finished;
 };

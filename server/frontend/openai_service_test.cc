@@ -775,6 +775,9 @@ TEST_F(ServiceTest, PromptScoringErrorsNameTheField) {
 
 TEST_F(ServiceTest, HealthReadyAndDraining) {
   EXPECT_EQ(Drive(service_, Request("GET", "/health")).status, 200);
+  EXPECT_EQ(Drive(service_, Request("GET", "/ping")).status, 200);
+  EXPECT_EQ(Drive(service_, Request("POST", "/ping")).status, 200);
+  EXPECT_EQ(Drive(service_, Request("GET", "/version")).json()["version"], "unknown");
   EXPECT_EQ(Drive(service_, Request("GET", "/ready")).status, 200);
   EXPECT_EQ(Drive(service_, Request("GET", "/v1/health/ready")).status, 200);
   service_.StartDraining();
