@@ -102,10 +102,18 @@ bool Scheduler::WaitsForSharedPrefix(const Sequence& seq) const {
   // Blocks a lookup could match (never the last token's).
   const size_t query = static_cast<size_t>((seq.num_tokens() - 1) / config_.block_size);
   for (const Sequence* r : running_) {
-    // Hashes are chained: equal at block j means the prefixes through j are equal.
-    size_t shared = std::min(query, r->block_hashes.size());
-    while (shared > 0 && r->block_hashes[shared - 1] != seq.block_hashes[shared - 1]) --shared;
-    if (shared > 0 && r->num_computed_tokens < static_cast<int64_t>(shared) * config_.block_size) {
+    // Hashes are chained: equal at block j means the prefixes through j are equal, so the shared
+    // blocks are a prefix of both lists, found by a binary search (O(log n) per pair).
+    size_t lo = 0, hi = std::min(query, r->block_hashes.size());  // shared ∈ [lo, hi]
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo + 1) / 2;
+      if (r->block_hashes[mid - 1] == seq.block_hashes[mid - 1]) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    if (lo > 0 && r->num_computed_tokens < static_cast<int64_t>(lo) * config_.block_size) {
       return true;
     }
   }
