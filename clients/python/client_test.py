@@ -176,6 +176,13 @@ class PythonClientTest(unittest.TestCase):
             self.assertEqual(len(tops[i]), 1)
             self.assertAlmostEqual(lp.top[0].logprob, list(tops[i].values())[0], places=4)
 
+    def test_token_filters_restrict_the_output(self):
+        g = self.client.generate(prompt_ids=[1, 2, 3], max_tokens=12, temperature=1.0, seed=9,
+                                 ignore_eos=True, allowed_token_ids=[300, 301, 302],
+                                 bad_words=["zz"])
+        self.assertEqual(len(g.token_ids), 12)
+        self.assertTrue(set(g.token_ids) <= {300, 301, 302}, g.token_ids)
+
     def test_cpp_client_prints_the_same_ids(self):
         g = self.client.generate(prompt_ids=[3, 1, 4, 1, 5], max_tokens=9, temperature=0.7,
                                  seed=7)
