@@ -38,7 +38,8 @@ constexpr std::string_view kSameAsChat[] = {"model",
                                             "ignore_eos"};
 
 // Every Responses field read here or accepted and ignored (store: nothing is stored anyway;
-// include, truncation, service_tier: no effect on what this server returns).
+// include: only "message.output_text.logprobs" changes anything; truncation, service_tier: no
+// effect on what this server returns).
 const std::vector<std::string_view>& ResponsesFields() {
   static const std::vector<std::string_view> fields = [] {
     std::vector<std::string_view> f(std::begin(kSameAsChat), std::end(kSameAsChat));
