@@ -170,8 +170,10 @@ void Scheduler::CommitEntry(const Entry& entry, const engine::SampledToken* samp
     event.logprob = sampled->logprob;
     event.top_logprobs = sampled->top_logprobs;
   }
-  event.prompt_scores = std::move(seq->prompt_scores);  // empty after the first token
-  seq->prompt_scores.clear();
+  if (!seq->prompt_scores.empty()) {  // only with the first token of a scoring request
+    event.prompt_scores = std::move(seq->prompt_scores);
+    seq->prompt_scores.clear();
+  }
   if (std::optional<FinishReason> reason = seq->StopReason()) {
     event.finished = reason;
     ReleaseCaches(seq);

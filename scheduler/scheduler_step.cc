@@ -99,8 +99,7 @@ void Scheduler::AdmitWaiting() {
 
 bool Scheduler::WaitsForSharedPrefix(const Sequence& seq) const {
   if (!config_.enable_prefix_caching || seq.scores_prompt()) return false;
-  // Blocks a lookup could match (never the last token's).
-  const size_t query = static_cast<size_t>((seq.num_tokens() - 1) / config_.block_size);
+  const size_t query = static_cast<size_t>(seq.num_matchable_blocks(config_.block_size));
   for (const Sequence* r : running_) {
     // Hashes are chained: equal at block j means the prefixes through j are equal, so the shared
     // blocks are a prefix of both lists, found by a binary search (O(log n) per pair).
@@ -126,8 +125,7 @@ bool Scheduler::TryAdmit(Sequence* seq) {
   int64_t num_query_blocks = 0;
   const bool lookup = config_.enable_prefix_caching && !seq->scores_prompt();
   if (lookup) {
-    // Never match the last token: its logits must be computed.
-    num_query_blocks = (seq->num_tokens() - 1) / config_.block_size;
+    num_query_blocks = seq->num_matchable_blocks(config_.block_size);
     if (num_query_blocks == static_cast<int64_t>(seq->block_hashes.size())) {
       match = prefix_cache_.Lookup(seq->block_hashes);
     } else {

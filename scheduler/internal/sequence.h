@@ -31,6 +31,9 @@ struct Sequence {
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  // Whole blocks a prefix-cache lookup may match: never the last token's (its logits must be
+  // computed).
+  int64_t num_matchable_blocks(int block) const { return (num_tokens() - 1) / block; }
   // Tokens not yet in the caches (>= 1 for a running sequence between steps).
   int64_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
 

@@ -97,10 +97,9 @@ void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt
   }
 }
 
-void ApplyTokenFilters(const ServedModel& model, const GenerationFields& gen,
-                       scheduler::Request* r) {
-  if (gen.allowed_token_ids.empty() && gen.bad_words.empty()) return;
-  std::vector<std::shared_ptr<const engine::TokenConstraint>> parts = {r->sampling.constraint};
+std::shared_ptr<const engine::TokenConstraint> TokenFilters(const ServedModel& model,
+                                                            const GenerationFields& gen) {
+  std::vector<std::shared_ptr<const engine::TokenConstraint>> parts;
   if (!gen.allowed_token_ids.empty()) {
     parts.push_back(engine::AllowedTokensConstraint(gen.allowed_token_ids));
   }
@@ -116,7 +115,13 @@ void ApplyTokenFilters(const ServedModel& model, const GenerationFields& gen,
     if (spaced_differs) words.push_back(std::move(spaced));
   }
   if (!words.empty()) parts.push_back(engine::BadWordsConstraint(std::move(words)));
-  r->sampling.constraint = engine::CombineConstraints(std::move(parts));
+  return engine::CombineConstraints(std::move(parts));
+}
+
+void AddTokenFilters(std::shared_ptr<const engine::TokenConstraint> filters,
+                     scheduler::Request* r) {
+  if (filters == nullptr) return;
+  r->sampling.constraint = engine::CombineConstraints({r->sampling.constraint, std::move(filters)});
 }
 
 ChoiceOptions OptionsFor(const GenerationFields& gen, const scheduler::Request& r,

@@ -32,11 +32,13 @@ inline constexpr int kMaxForcedToolCalls = 16;
 void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt,
                     scheduler::Request* r, ChoiceOptions* options);
 
-// vLLM's token filters, last (after tool-call and reasoning constraints, which they combine
-// with): allowed_token_ids, and bad_words tokenized as vLLM does (each word as written and,
-// when that tokenizes to as many tokens with a different first one, after a space).
-void ApplyTokenFilters(const ServedModel& model, const GenerationFields& gen,
-                       scheduler::Request* r);
+// vLLM's token filters (allowed_token_ids; bad_words tokenized as vLLM does: each word as
+// written and, when that tokenizes to as many tokens with a different first one, after a
+// space), built once per request; null when it has none. Each choice combines them with its
+// own constraint last (after tool-call and reasoning constraints): AddTokenFilters.
+std::shared_ptr<const engine::TokenConstraint> TokenFilters(const ServedModel& model,
+                                                            const GenerationFields& gen);
+void AddTokenFilters(std::shared_ptr<const engine::TokenConstraint> filters, scheduler::Request* r);
 
 // How the choice of `r` is decoded (stop strings, special tokens, hidden stop ids, logprobs).
 ChoiceOptions OptionsFor(const GenerationFields& gen, const scheduler::Request& r,

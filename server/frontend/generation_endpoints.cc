@@ -83,6 +83,7 @@ OpenAiService::Result OpenAiService::GenerateChat(const ChatCompletionRequest& r
   const bool forced =
       req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;
   const bool tools_on = req.tools.is_array() && (req.tool_choice == ToolChoice::kAuto || forced);
+  const auto filters = TokenFilters(*model, req.gen);
   for (int i = 0; i < req.gen.n; ++i) {
     ChoiceSpec choice;
     choice.index = i;
@@ -90,7 +91,7 @@ OpenAiService::Result OpenAiService::GenerateChat(const ChatCompletionRequest& r
     if (forced) RETURN_IF_ERROR(ForceToolCalls(*model, req, &choice.request));
     choice.options = OptionsFor(req.gen, choice.request, tools_on);
     ApplyReasoning(*model, prompt, &choice.request, &choice.options);
-    ApplyTokenFilters(*model, req.gen, &choice.request);
+    AddTokenFilters(filters, &choice.request);
     spec.choices.push_back(std::move(choice));
   }
   return Generate(*model, std::move(spec));
@@ -107,6 +108,7 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
       SpecFor(ApiKind::kCompletion, req.gen, MetaFor(*model, "cmpl", req.gen.request_id));
   if (req.echo) spec.echo_logprobs = req.gen.num_logprobs;
   const bool prompt_only = req.gen.max_tokens == 0;  // echo only (ParseCompletionRequest)
+  const auto filters = TokenFilters(*model, req.gen);
   const bool many = req.prompts.size() > 1;
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     const PromptInput& input = req.prompts[p];
@@ -138,7 +140,7 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
       // Echo with logprobs scores the prompt too (its tokens lead the logprobs).
       choice.request.prompt_logprobs = std::max(choice.request.prompt_logprobs, spec.echo_logprobs);
       choice.options = OptionsFor(req.gen, choice.request, /*parse_tool_calls=*/false);
-      ApplyTokenFilters(*model, req.gen, &choice.request);
+      AddTokenFilters(filters, &choice.request);
       choice.echo_text = echo_text;
       choice.prompt_only = prompt_only;
       spec.choices.push_back(std::move(choice));

@@ -57,7 +57,7 @@ struct GenerationFields {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   std::vector<int32_t> allowed_token_ids;  // vLLM: non-empty = sample only these
-  std::vector<std::string> bad_words;      // vLLM: never complete these (ApplyTokenFilters)
+  std::vector<std::string> bad_words;      // vLLM: never complete these (TokenFilters)
   bool ignore_eos = false;
   int64_t min_tokens = 0;  // vLLM: no EOS, stop id or stop string before this many tokens
   bool skip_special_tokens = true;

@@ -103,13 +103,14 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
   GrpcGeneration g;
   g.request_id = req.gen.request_id.empty() ? frontend::NewResponseId("grpc") : req.gen.request_id;
   g.detokenize = !request.has_detokenize() || request.detokenize();
+  const auto filters = frontend::TokenFilters(model, req.gen);
   for (int i = 0; i < req.gen.n; ++i) {
     GrpcChoice choice;
     choice.index = i;
     choice.request = frontend::EngineRequest(model, req.gen, prompt, max_tokens, g.request_id, i,
                                              /*chat=*/false);
     choice.options = frontend::OptionsFor(req.gen, choice.request, /*parse_tool_calls=*/false);
-    frontend::ApplyTokenFilters(model, req.gen, &choice.request);
+    frontend::AddTokenFilters(filters, &choice.request);
     g.choices.push_back(std::move(choice));
   }
   return g;
