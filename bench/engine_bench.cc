@@ -100,7 +100,7 @@ absl::StatusOr<EngineBackend> CpuEngineBackend(const engine::Model& model,
                                                const EngineBenchOptions& options) {
   EngineBackend b;
   b.device = "cpu";
-  b.layout = EngineBenchLayout(engine::CacheSpecFor(model.config()), options);
+  b.layout = EngineBenchLayout(engine::CacheSpecFor(model.config(), options.latent_dtype), options);
   b.executor = std::make_unique<engine::CpuExecutor>(model, b.layout);
   b.read_bytes_per_s = MeasureReadBandwidth();
   b.peak_flops = MeasurePeakF32Flops();
@@ -143,6 +143,7 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
       {"batch", o.batch},
       {"prompt_tokens", o.prompt_tokens},
       {"gen_tokens", o.gen_tokens},
+      {"kv_cache_dtype", std::string(LatentDTypeName(backend.layout.latent_dtype))},
       {"prefill_tokens_per_s", prefill_tps},
       {"decode_tokens_per_s", decode_tps},
       {"prefill_floor_tokens_per_s", prefill_floor_tps},

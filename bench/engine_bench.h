@@ -24,6 +24,7 @@ struct EngineBenchOptions {
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 128;
   int batch = 1;
+  LatentDType latent_dtype = LatentDType::kF32;  // --kv-cache-dtype (the CPU backend's rows)
 };
 
 // An executor over caches sized for the run, and the ceilings its floors divide by.

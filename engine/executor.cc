@@ -9,12 +9,13 @@
 
 namespace strata::engine {
 
-kvcache::ModelCacheSpec CacheSpecFor(const ModelConfig& cfg) {
+kvcache::ModelCacheSpec CacheSpecFor(const ModelConfig& cfg, LatentDType latent_dtype) {
   const CacheGeometry g = GetCacheGeometry(cfg);
   kvcache::ModelCacheSpec spec;
   spec.num_mla_layers = g.num_mla_layers;
   spec.latent_dim = g.latent_dim;
-  spec.latent_dtype = kvcache::LatentDType::kF32;
+  spec.rope_dim = g.rope_dim;
+  spec.latent_dtype = latent_dtype;
   spec.num_kda_layers = g.num_kda_layers;
   spec.kda_state_bytes_per_layer = g.kda_state_floats * 4;
   spec.kda_conv_bytes_per_layer = g.kda_conv_floats * 4;
@@ -24,10 +25,12 @@ kvcache::ModelCacheSpec CacheSpecFor(const ModelConfig& cfg) {
 CpuExecutor::CpuExecutor(const Model& model, const kvcache::CacheLayout& layout)
     : model_(model), layout_(layout), arena_(static_cast<size_t>(layout.TotalBytes())) {
   const CacheGeometry& g = model.geometry();
-  CHECK(layout.latent_dtype == kvcache::LatentDType::kF32) << "the CPU executor keeps f32 latents";
   CHECK_EQ(layout.num_mla_layers, g.num_mla_layers);
   CHECK_EQ(layout.num_kda_layers, g.num_kda_layers);
-  if (g.num_mla_layers > 0) CHECK_EQ(layout.latent_dim, g.latent_dim);
+  if (g.num_mla_layers > 0) {
+    CHECK_EQ(layout.latent_dim, g.latent_dim);
+    CHECK_EQ(layout.rope_dim, g.rope_dim);
+  }
   if (g.num_kda_layers > 0) {
     CHECK_EQ(layout.kda_state_bytes_per_layer, g.kda_state_floats * 4);
     CHECK_EQ(layout.kda_conv_bytes_per_layer, g.kda_conv_floats * 4);
@@ -94,11 +97,12 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
     f.cache.block_table = seq.block_table.data();
     f.cache.block_size = layout_.block_size;
     f.cache.mla_pages.clear();
+    f.cache.latent_dtype = layout_.latent_dtype;
+    f.cache.rope_dim = layout_.rope_dim;
     f.cache.kda_state.clear();
     f.cache.kda_conv.clear();
     for (int j = 0; j < layout_.num_mla_layers; ++j) {
-      f.cache.mla_pages.push_back(
-          reinterpret_cast<float*>(arena_.as<char>() + layout_.MlaLayerOffset(j)));
+      f.cache.mla_pages.push_back(arena_.as<std::byte>() + layout_.MlaLayerOffset(j));
     }
     if (seq.slot >= 0) {
       for (int j = 0; j < layout_.num_kda_layers; ++j) {

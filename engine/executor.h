@@ -31,9 +31,11 @@ class StepExecutor {
   virtual void ExecuteInto(const StepPlan& plan, StepResult* result) { *result = Execute(plan); }
 };
 
-// What the caches of `cfg` need per token and per sequence (latents and states in f32: the
-// CPU backend computes in f32).
-kvcache::ModelCacheSpec CacheSpecFor(const ModelConfig& cfg);
+// What the caches of `cfg` need per token and per sequence: KDA states in f32 (the CPU backend
+// computes in f32), latent rows in `latent_dtype` (f32 exact; bf16 / fp8 hold 2× / 3.5× the
+// tokens in the same bytes, and the MLA kernels read that much less).
+kvcache::ModelCacheSpec CacheSpecFor(const ModelConfig& cfg,
+                                     LatentDType latent_dtype = LatentDType::kF32);
 
 class CpuExecutor : public StepExecutor {
  public:

@@ -10,14 +10,17 @@
 //     kda_state[j]  [H, D, D] f32 recurrent state S (key channel major); zeros for a new sequence
 //     kda_conv[j]   [3, K-1, P] f32 last K-1 pre-conv inputs of q, k, v (oldest first)
 //   MLA layer j:
-//     mla_pages[j]  [num_blocks, block_size, latent_dim] f32 page pool of that layer; row of
-//                   token position t: block_table[t / block_size] * block_size + t % block_size
+//     mla_pages[j]  [num_blocks, block_size, latent row] page pool of that layer, rows in
+//                   latent_dtype's format (core/latent_row.h: f32, bf16 or fp8); row of token
+//                   position t: block_table[t / block_size] * block_size + t % block_size
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
+#include "core/latent_row.h"
 
 namespace strata::engine {
 
@@ -30,7 +33,9 @@ enum class LogitsMode : uint8_t {
 struct SequenceCacheView {
   std::vector<float*> kda_state;
   std::vector<float*> kda_conv;
-  std::vector<float*> mla_pages;
+  std::vector<std::byte*> mla_pages;
+  LatentDType latent_dtype = LatentDType::kF32;
+  int rope_dim = 0;                      // the latent rows' rope part (bf16 / fp8 layouts)
   const int32_t* block_table = nullptr;  // covers positions [0, num_computed + num_new)
   int block_size = 0;
 };

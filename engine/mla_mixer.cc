@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "engine/mixers.h"
+#include "kernels/cpu/latent_codec.h"
 #include "kernels/cpu/mla_decode.h"
 #include "kernels/cpu/mla_prefill.h"
 #include "kernels/cpu/rms_norm.h"
@@ -13,8 +14,12 @@ namespace {
 constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (MODEL.md §4.1)
 
 kernels::cpu::PagedLatent Context(const ForwardSequence& seq, int mla_index, int64_t num_tokens) {
-  return {seq.cache.mla_pages[static_cast<size_t>(mla_index)], seq.cache.block_table,
-          seq.cache.block_size, num_tokens};
+  return {seq.cache.mla_pages[static_cast<size_t>(mla_index)],
+          seq.cache.block_table,
+          seq.cache.block_size,
+          num_tokens,
+          seq.cache.latent_dtype,
+          seq.cache.rope_dim};
 }
 
 // q [num_rows, H·(dn+dr)] from x (through the q LoRA when the model has one).
@@ -31,25 +36,33 @@ void ComputeQueries(const MlaConfig& m, const MlaWeights& w, const float* x, int
   LinearForward(w.q_b_proj, cq, num_rows, q);
 }
 
-// κ = [RMSNorm(c) ; k_pe] for every new token, written straight into its cache row (only the
-// latent part is normalised, MODEL.md §9.1 #7).
+// κ = [RMSNorm(c) ; k_pe] for every new token (only the latent part is normalised, MODEL.md
+// §9.1 #7), encoded into its cache row in the cache's format (in place for f32).
 void WriteLatents(const MlaConfig& m, const MlaWeights& w, const float* x, int64_t num_rows,
                   ForwardBatch batch, absl::Span<const RowSpan> rows, int mla_index,
                   Workspace& ws) {
   WorkspaceScope scope(ws);
   const int latent_dim = m.latent_dim();
   float* kv = ws.Floats(num_rows * latent_dim);
+  float* normed = ws.Floats(latent_dim);
   LinearForward(w.kv_a_proj, x, num_rows, kv);
   for (size_t s = 0; s < batch.size(); ++s) {
     const ForwardSequence& seq = batch[s];
-    float* pages = seq.cache.mla_pages[static_cast<size_t>(mla_index)];
+    const LatentDType dtype = seq.cache.latent_dtype;
+    const int64_t row_bytes = LatentBytesPerToken(dtype, latent_dim, m.qk_rope_head_dim);
+    std::byte* pages = seq.cache.mla_pages[static_cast<size_t>(mla_index)];
     for (int64_t i = 0; i < rows[s].count; ++i) {
       const int64_t pos = seq.num_computed_tokens + i;
       const int64_t block = seq.cache.block_table[pos / seq.cache.block_size];
-      float* row = pages + (block * seq.cache.block_size + pos % seq.cache.block_size) * latent_dim;
+      std::byte* row =
+          pages + (block * seq.cache.block_size + pos % seq.cache.block_size) * row_bytes;
+      float* kappa = dtype == LatentDType::kF32 ? reinterpret_cast<float*>(row) : normed;
       const float* src = kv + (rows[s].offset + i) * latent_dim;
-      kernels::cpu::RmsNorm(src, 1, m.kv_lora_rank, w.kv_a_norm.data(), kLatentNormEps, row);
-      std::memcpy(row + m.kv_lora_rank, src + m.kv_lora_rank, sizeof(float) * m.qk_rope_head_dim);
+      kernels::cpu::RmsNorm(src, 1, m.kv_lora_rank, w.kv_a_norm.data(), kLatentNormEps, kappa);
+      std::memcpy(kappa + m.kv_lora_rank, src + m.kv_lora_rank, sizeof(float) * m.qk_rope_head_dim);
+      if (dtype != LatentDType::kF32) {
+        kernels::cpu::EncodeLatentRow(dtype, kappa, latent_dim, m.qk_rope_head_dim, row);
+      }
     }
   }
 }

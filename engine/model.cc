@@ -159,6 +159,7 @@ CacheGeometry GetCacheGeometry(const ModelConfig& cfg) {
   g.kda_state_floats = int64_t{cfg.kda.num_heads} * cfg.kda.head_dim * cfg.kda.head_dim;
   g.kda_conv_floats = 3 * int64_t{std::max(cfg.kda.conv_kernel_size - 1, 0)} * p;
   g.latent_dim = cfg.mla.latent_dim();
+  g.rope_dim = cfg.mla.qk_rope_head_dim;
   return g;
 }
 
@@ -308,7 +309,7 @@ SequenceCache::SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, 
   }
   for (int j = 0; j < geometry.num_mla_layers; ++j) {
     buffers_.emplace_back(static_cast<size_t>(num_blocks * block_size * geometry.latent_dim) * 4);
-    view_.mla_pages.push_back(buffers_.back().as<float>());
+    view_.mla_pages.push_back(buffers_.back().as<std::byte>());
   }
   for (int64_t b = 0; b < num_blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));
   view_.block_table = block_table_.data();

@@ -28,6 +28,7 @@ struct CacheGeometry {
   int64_t kda_state_floats = 0;  // per KDA layer: H·D·D
   int64_t kda_conv_floats = 0;   // per KDA layer: 3·(K−1)·P
   int latent_dim = 0;            // per MLA layer and token: r_kv + d_r
+  int rope_dim = 0;              // d_r (the latent row's rope part)
 
   int64_t state_bytes_per_sequence() const {
     return num_kda_layers * (kda_state_floats + kda_conv_floats) * 4;

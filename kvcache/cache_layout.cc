@@ -5,35 +5,6 @@
 
 namespace strata::kvcache {
 
-std::string_view LatentDTypeName(LatentDType dtype) {
-  switch (dtype) {
-    case LatentDType::kF32:
-      return "f32";
-    case LatentDType::kBF16:
-      return "bf16";
-    case LatentDType::kFP8:
-      return "fp8";
-  }
-  return "?";
-}
-
-int64_t LatentBytesPerToken(LatentDType dtype, int32_t latent_dim) {
-  CHECK_GT(latent_dim, 0);
-  switch (dtype) {
-    case LatentDType::kF32:
-      return int64_t{4} * latent_dim;
-    case LatentDType::kBF16:
-      return int64_t{2} * latent_dim;
-    case LatentDType::kFP8: {
-      int64_t nope = latent_dim - kRopeDims;
-      CHECK(nope > 0 && nope % 128 == 0)
-          << "fp8 latent needs (latent_dim - 64) % 128 == 0, got " << latent_dim;
-      return nope + nope / 128 * 4 + int64_t{2} * kRopeDims;
-    }
-  }
-  return 0;
-}
-
 int64_t CacheLayout::MlaLayerOffset(int32_t mla_layer) const {
   CHECK(mla_layer >= 0 && mla_layer < num_mla_layers) << "MLA layer " << mla_layer;
   return AlignRegion(mla_layer_bytes()) * mla_layer;
@@ -65,15 +36,10 @@ absl::Status CacheLayout::Validate() const {
   if (block_size <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("cache layout: block_size ", block_size));
   }
-  if (latent_dim <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cache layout: latent_dim ", latent_dim, " must be > 0"));
-  }
-  // Only the fp8 layout splits a row into a quantised latent part and a 64-wide rope part.
-  if (latent_dtype == LatentDType::kFP8 &&
-      (latent_dim <= kRopeDims || (latent_dim - kRopeDims) % 128 != 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cache layout: fp8 latent needs (latent_dim - 64) % 128 == 0, got ", latent_dim));
+  if (!LatentDimSupported(latent_dtype, latent_dim, rope_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat("cache layout: latent_dim ", latent_dim,
+                                                   " and rope_dim ", rope_dim,
+                                                   " need 0 <= rope_dim < latent_dim"));
   }
   if (num_kda_layers > 0 && kda_state_bytes_per_layer <= 0) {
     return absl::InvalidArgumentError("cache layout: KDA layers need kda_state_bytes_per_layer");

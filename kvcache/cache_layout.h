@@ -17,11 +17,8 @@
 // Layer indices count MLA layers (resp. KDA layers) only, in model order, not model layer ids.
 // BlockId b is page b in every MLA layer's region (the FlashMLA layout [num_blocks, 64, 576]).
 //
-// Latent row (one token of one MLA layer), latent_dim = kv_lora_rank + 64 (576 in releases):
-//   kF32, kBF16  [latent_dim] values: [0, latent_dim - 64) normalised latent c_kv, then the
-//                64 key dims (latent_dim * 4 or * 2 bytes)
-//   kFP8         FlashMLA fp8: [latent_dim - 64] e4m3 | [(latent_dim - 64) / 128] f32 scales |
-//                [64] bf16 key dims = 512 + 16 + 128 = 656 bytes at latent_dim 576
+// Latent row (one token of one MLA layer): core/latent_row.h (f32, bf16, or FlashMLA's 656-byte
+// fp8 layout at latent_dim 576).
 //
 // State rows: row r in [0, num_slots) is live slot r (SlotId); row num_slots + c is
 // checkpoint c (CheckpointId). A prefix hit copies row CheckpointRow(c) -> SlotRow(s), and
@@ -34,25 +31,22 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "core/latent_row.h"
 #include "kvcache/ids.h"
 
 namespace strata::kvcache {
 
-enum class LatentDType : uint8_t { kF32, kBF16, kFP8 };
-
-// "f32", "bf16", "fp8".
-std::string_view LatentDTypeName(LatentDType dtype);
-// Bytes of one token's latent row in one MLA layer (see the table above). For kFP8,
-// latent_dim - 64 must be a positive multiple of 128.
-int64_t LatentBytesPerToken(LatentDType dtype, int32_t latent_dim);
+using strata::LatentBytesPerToken;
+using strata::LatentDType;
+using strata::LatentDTypeName;
 
 inline constexpr int64_t kRegionAlignmentBytes = 256;
-inline constexpr int32_t kRopeDims = 64;  // the key dims at the end of a latent row
 
 struct CacheLayout {
   int32_t num_mla_layers = 0;
-  int32_t latent_dim = 576;
-  int32_t block_size = 64;  // tokens per page
+  int32_t latent_dim = 576;  // kv_lora_rank + rope_dim
+  int32_t rope_dim = 64;     // qk_rope_head_dim
+  int32_t block_size = 64;   // tokens per page
   int32_t num_blocks = 0;
   LatentDType latent_dtype = LatentDType::kBF16;
 
@@ -63,7 +57,9 @@ struct CacheLayout {
   int32_t num_checkpoints = 0;
 
   // ---- derived sizes (bytes unless named otherwise) ----
-  int64_t latent_bytes_per_token() const { return LatentBytesPerToken(latent_dtype, latent_dim); }
+  int64_t latent_bytes_per_token() const {
+    return LatentBytesPerToken(latent_dtype, latent_dim, rope_dim);
+  }
   int64_t page_bytes() const { return latent_bytes_per_token() * block_size; }
   int64_t mla_layer_bytes() const { return page_bytes() * num_blocks; }
   // Latent bytes of one token over all MLA layers.

@@ -7,9 +7,9 @@ namespace strata::kvcache {
 namespace {
 
 TEST(CacheLayoutTest, LatentRowBytesPerDtype) {
-  EXPECT_EQ(LatentBytesPerToken(LatentDType::kF32, 576), 2304);
-  EXPECT_EQ(LatentBytesPerToken(LatentDType::kBF16, 576), 1152);
-  EXPECT_EQ(LatentBytesPerToken(LatentDType::kFP8, 576), 656);  // 512 + 4 * 4 + 64 * 2
+  EXPECT_EQ(LatentBytesPerToken(LatentDType::kF32, 576, 64), 2304);
+  EXPECT_EQ(LatentBytesPerToken(LatentDType::kBF16, 576, 64), 1152);
+  EXPECT_EQ(LatentBytesPerToken(LatentDType::kFP8, 576, 64), 656);  // 512 + 4 * 4 + 64 * 2
 }
 
 TEST(CacheLayoutTest, K3SizesMatchTheModelNotes) {
@@ -60,7 +60,7 @@ TEST(CacheLayoutTest, ValidateRejectsBadShapes) {
   EXPECT_FALSE(layout.Validate().ok());
   layout.block_size = 64;
   layout.latent_dtype = LatentDType::kFP8;
-  layout.latent_dim = 576 + 8;
+  layout.latent_dim = 64;  // nothing left for the latent part besides the 64 rope dims
   EXPECT_FALSE(layout.Validate().ok());
   layout.latent_dim = 576;
   EXPECT_TRUE(layout.Validate().ok());
@@ -68,17 +68,19 @@ TEST(CacheLayoutTest, ValidateRejectsBadShapes) {
   EXPECT_FALSE(layout.Validate().ok());  // no state size
 }
 
-TEST(CacheLayoutTest, SmallLatentsAreFineUnlessTheyAreFp8) {
+TEST(CacheLayoutTest, SmallLatentsFitEveryFormat) {
   CacheLayout layout;
   layout.block_size = 16;
   layout.num_mla_layers = 1;
   layout.num_blocks = 2;
   layout.latent_dim = 40;  // tiny test models: kv_lora 32 + rope 8
+  layout.rope_dim = 8;
   layout.latent_dtype = LatentDType::kF32;
   EXPECT_TRUE(layout.Validate().ok());
   EXPECT_EQ(layout.TotalBytes(), 2 * 16 * 40 * 4);
-  layout.latent_dtype = LatentDType::kFP8;  // fp8 splits off a 64-wide rope part
-  EXPECT_FALSE(layout.Validate().ok());
+  layout.latent_dtype = LatentDType::kFP8;  // 32 codes, one scale, 8 bf16 rope values
+  EXPECT_TRUE(layout.Validate().ok());
+  EXPECT_EQ(layout.TotalBytes(), 1792);  // 2 * 16 * 52 = 1664 bytes, regions 256-aligned
   layout.latent_dtype = LatentDType::kF32;
   layout.latent_dim = 0;
   EXPECT_FALSE(layout.Validate().ok());

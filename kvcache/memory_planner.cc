@@ -32,6 +32,7 @@ absl::Status ValidateInputs(const ModelCacheSpec& spec, const PlannerOptions& op
   CacheLayout shape;
   shape.num_mla_layers = spec.num_mla_layers;
   shape.latent_dim = spec.latent_dim;
+  shape.rope_dim = spec.rope_dim;
   shape.latent_dtype = spec.latent_dtype;
   shape.block_size = options.block_size;
   shape.num_kda_layers = spec.num_kda_layers;
@@ -47,6 +48,7 @@ CacheLayout LayoutWithPools(const ModelCacheSpec& spec, int block_size, int32_t 
   CacheLayout layout;
   layout.num_mla_layers = spec.num_mla_layers;
   layout.latent_dim = spec.latent_dim;
+  layout.rope_dim = spec.rope_dim;
   layout.latent_dtype = spec.latent_dtype;
   layout.block_size = block_size;
   layout.num_blocks = num_blocks;

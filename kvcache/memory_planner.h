@@ -27,7 +27,8 @@ namespace strata::kvcache {
 // Cache shapes of one model on one rank. Plain data; the engine fills it from the config.
 struct ModelCacheSpec {
   int32_t num_mla_layers = 0;
-  int32_t latent_dim = 576;  // kv_lora_rank + 64
+  int32_t latent_dim = 576;  // kv_lora_rank + rope_dim
+  int32_t rope_dim = 64;     // qk_rope_head_dim (core/latent_row.h)
   LatentDType latent_dtype = LatentDType::kBF16;
   int32_t num_kda_layers = 0;
   int64_t kda_state_bytes_per_layer = 0;  // KdaStateBytes(...)

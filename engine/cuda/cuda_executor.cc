@@ -35,8 +35,8 @@ int32_t NextPowerOfTwo(int64_t v) {
 }  // namespace
 
 kvcache::ModelCacheSpec CudaCacheSpecFor(const ModelConfig& cfg) {
-  kvcache::ModelCacheSpec spec = CacheSpecFor(cfg);  // f32 state and conv rows, as on the CPU
-  spec.latent_dtype = kvcache::LatentDType::kBF16;
+  // f32 state and conv rows, as on the CPU; bf16 latent rows.
+  kvcache::ModelCacheSpec spec = CacheSpecFor(cfg, LatentDType::kBF16);
   return spec;
 }
 

@@ -8,6 +8,8 @@
 //            read, % of read_GBps, GFLOP/s, % of f32_GFLOPs and pct_roof = floor / time with
 //            floor = max(bytes / read, flops / peak) (the kernel is compute-bound at these head
 //            counts: 96 heads do ~96 FLOP per cache byte, the machine ~5-10).
+//   dtypes   decode batch 8 at Kimi-Linear (32) and 16 heads over f32, bf16 and fp8 caches
+//            (--kv-cache-dtype): ms and the speed-up over f32 measured in the same run.
 //   prefill  both forms (absorbed / expanded, mla_prefill.h) on a 512-token prompt and on a
 //            128-token chunk after 2K cached tokens, then a 4K-token prompt in one chunk with
 //            the automatic choice: tokens/s, GFLOP/s of the form's FLOPs and % of f32_GFLOPs.
@@ -32,6 +34,7 @@
 #include "bench/roofline.h"
 #include "core/cpu_features.h"
 #include "core/tensor.h"
+#include "kernels/cpu/latent_codec.h"
 #include "kernels/cpu/mla_decode.h"
 #include "kernels/cpu/mla_prefill.h"
 
@@ -52,13 +55,17 @@ void PrintCeilings(const char* when, const Ceilings& c) {
               c.read_bps * 1e-9, c.flops * 1e-9, omp_get_max_threads(), IsaName(ActiveIsa()));
 }
 
-// A paged latent pool of `num_seqs` × `len` tokens, blocks shuffled, filled in parallel.
+// A paged latent pool of `num_seqs` × `len` tokens, blocks shuffled, filled in parallel; rows
+// in `dtype` (the f32 values encoded).
 struct Pool {
   AlignedBuffer pages;
   std::vector<std::vector<int32_t>> tables;
+  LatentDType dtype = LatentDType::kF32;
   static constexpr int kBlockSize = 64;
+  static constexpr int kRopeDim = 64;
 
-  Pool(int num_seqs, int64_t len, int lat_w) {
+  Pool(int num_seqs, int64_t len, int lat_w, LatentDType row_dtype = LatentDType::kF32)
+      : dtype(row_dtype) {
     const int64_t blocks_per_seq = (len + kBlockSize - 1) / kBlockSize;
     const int64_t num_blocks = blocks_per_seq * num_seqs;
     const int64_t floats = num_blocks * kBlockSize * lat_w;
@@ -74,9 +81,18 @@ struct Pool {
     for (int s = 0; s < num_seqs; ++s) {
       tables.emplace_back(ids.begin() + s * blocks_per_seq, ids.begin() + (s + 1) * blocks_per_seq);
     }
+    if (dtype == LatentDType::kF32) return;
+    const int64_t row_bytes = LatentBytesPerToken(dtype, lat_w, kRopeDim);
+    AlignedBuffer encoded(static_cast<size_t>(num_blocks * kBlockSize * row_bytes));
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < num_blocks * kBlockSize; ++row) {
+      EncodeLatentRow(dtype, p + row * lat_w, lat_w, kRopeDim,
+                      encoded.as<std::byte>() + row * row_bytes);
+    }
+    pages = std::move(encoded);
   }
   PagedLatent View(int s, int64_t len) const {
-    return {pages.as<float>(), tables[static_cast<size_t>(s)].data(), kBlockSize, len};
+    return {pages.data(), tables[static_cast<size_t>(s)].data(), kBlockSize, len, dtype, kRopeDim};
   }
 };
 
@@ -109,10 +125,12 @@ Timing Time(int reps, Fn&& fn) {
   return t;
 }
 
-void Decode(const char* name, int heads, int batch, int64_t len, int reps) {
+// Returns the best time in seconds.
+double Decode(const char* name, int heads, int batch, int64_t len, int reps,
+              LatentDType dtype = LatentDType::kF32) {
   const MlaDims d = Dims(heads);
   const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
-  Pool pool(batch, len, lat_w);
+  Pool pool(batch, len, lat_w, dtype);
   const std::vector<float> w = Random(int64_t{heads} * 256 * 512, 1.0f / std::sqrt(512.0f), 2);
   const std::vector<float> q = Random(int64_t{batch} * heads * 192, 1.0f, 3);
   const std::vector<float> g = Random(int64_t{batch} * heads * 128, 1.0f, 4);
@@ -127,18 +145,20 @@ void Decode(const char* name, int heads, int batch, int64_t len, int reps) {
   const Ceilings c = Measure();
   MlaDecode(d, scale, w.data(), seqs, scratch.data());  // warm-up (page faults, scratch)
   const Timing t = Time(reps, [&] { MlaDecode(d, scale, w.data(), seqs, scratch.data()); });
-  const double cache_bytes = 4.0 * batch * len * lat_w;
+  const double cache_bytes =
+      double(batch) * double(len) * double(LatentBytesPerToken(dtype, lat_w, Pool::kRopeDim));
   const double weight_bytes = 4.0 * w.size();
   const double flops = 2.0 * batch * heads * (len * (lat_w + d.kv_lora_rank) + 2.0 * 128 * 512);
   const double floor_s = std::max((cache_bytes + weight_bytes) / c.read_bps, flops / c.flops);
   std::printf(
-      "decode %-11s heads %2d batch %d ctx %6lld: %8.2f ms (mean %8.2f)  cache %6.1f GB/s = "
-      "%5.1f%% of read  %6.1f GFLOP/s = %5.1f%% of f32  pct_roof %5.1f%% (best) "
+      "decode %-11s %-4s heads %2d batch %d ctx %6lld: %8.2f ms (mean %8.2f)  cache %6.1f GB/s "
+      "= %5.1f%% of read  %6.1f GFLOP/s = %5.1f%% of f32  pct_roof %5.1f%% (best) "
       "%5.1f%% (mean)\n",
-      name, heads, batch, static_cast<long long>(len), t.best_s * 1e3, t.mean_s * 1e3,
-      cache_bytes / t.best_s * 1e-9, 100.0 * cache_bytes / t.best_s / c.read_bps,
-      flops / t.best_s * 1e-9, 100.0 * flops / t.best_s / c.flops, 100.0 * floor_s / t.best_s,
-      100.0 * floor_s / t.mean_s);
+      name, std::string(LatentDTypeName(dtype)).c_str(), heads, batch, static_cast<long long>(len),
+      t.best_s * 1e3, t.mean_s * 1e3, cache_bytes / t.best_s * 1e-9,
+      100.0 * cache_bytes / t.best_s / c.read_bps, flops / t.best_s * 1e-9,
+      100.0 * flops / t.best_s / c.flops, 100.0 * floor_s / t.best_s, 100.0 * floor_s / t.mean_s);
+  return t.best_s;
 }
 
 // FLOPs of the form (per README): P = attended (query, row) pairs.
@@ -198,6 +218,15 @@ int main(int argc, char** argv) {
   for (int batch : {1, 8}) {
     Decode("k3", 96, batch, ctx, 3);
     Decode("kimi-linear", 32, batch, ctx, 3);
+  }
+  // The cache formats, each against f32 in the same run.
+  for (int heads : {32, 16}) {
+    const double f32_s = Decode("dtypes", heads, 8, ctx, 3, strata::LatentDType::kF32);
+    for (strata::LatentDType dtype : {strata::LatentDType::kBF16, strata::LatentDType::kFP8}) {
+      const double s = Decode("dtypes", heads, 8, ctx, 3, dtype);
+      std::printf("  %s over f32 at %d heads: %.2fx\n",
+                  std::string(strata::LatentDTypeName(dtype)).c_str(), heads, f32_s / s);
+    }
   }
   // Both forms on the same chunks (the rule's calibration), then the 4K prompt as kAuto runs it.
   for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {

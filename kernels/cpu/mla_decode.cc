@@ -104,7 +104,7 @@ void AttendSplit(const mla::TileKernels& k, const MlaDims& d, float scale,
   const float* rows[kTileRows];
   for (int64_t row0 = begin; row0 < end; row0 += kTileRows) {
     const int num_rows = static_cast<int>(std::min<int64_t>(kTileRows, end - row0));
-    for (int j = 0; j < num_rows; ++j) rows[j] = seq.context.Row(row0 + j, lat_w);
+    GatherRows(seq.context, row0, num_rows, lat_w, rows);
     for (int h0 = 0; h0 < heads; h0 += block) {
       mla::QueryBlock qb;
       qb.q = q_abs + int64_t{h0} * lat_w;
@@ -174,9 +174,7 @@ void DecodeWithReference(const MlaDims& d, float scale, const float* w_kvb,
   for (const MlaDecodeSequence& s : seqs) {
     const int64_t len = s.context.num_tokens;
     context.resize(static_cast<size_t>(len * lat_w));
-    for (int64_t t = 0; t < len; ++t) {
-      std::memcpy(context.data() + t * lat_w, s.context.Row(t, lat_w), lat_w * sizeof(float));
-    }
+    CopyRowsF32(s.context, lat_w, context.data());
     MlaAttentionAbsorbedReference(s.q, context.data(), len, 1, w_kvb, d, scale, s.o);
     if (s.gate == nullptr) continue;
     for (int64_t c = 0; c < int64_t{d.num_heads} * d.v_head_dim; ++c) {

@@ -103,7 +103,7 @@ void RunAbsorbedItem(const mla::TileKernels& k, const MlaDims& d, float scale, c
   const int64_t end = first_pos + t1;  // the last token's causal limit
   for (int64_t row0 = 0; row0 < end; row0 += kTileRows) {
     const int num_rows = static_cast<int>(std::min<int64_t>(kTileRows, end - row0));
-    for (int j = 0; j < num_rows; ++j) rows[j] = seq.context.Row(row0 + j, lat_w);
+    GatherRows(seq.context, row0, num_rows, lat_w, rows);
     k.attend_tile(qb, rows, num_rows, row0, lat_w, 0, r, scale);
   }
   // ō = acc / l into the q̃ rows, then o = W_UV,h ō (⊙ gate) per head.
@@ -136,8 +136,9 @@ void ExpandRows(const mla::TileKernels& k, const MlaDims& d, const PagedLatent& 
   const int r = d.kv_lora_rank, lat_w = r + dr, width = dn + dr + dv;
   const float* latent[kExpandRows];
   float* out[kExpandRows];
+  static_assert(kExpandRows <= kMaxGatherRows);
+  GatherRows(ctx, row0, n, lat_w, latent);
   for (int i = 0; i < n; ++i) {
-    latent[i] = ctx.Row(row0 + i, lat_w);
     std::memcpy(kv + int64_t{i} * width + dn, latent[i] + r, sizeof(float) * dr);
   }
   constexpr int kWeightChunk = 64;
@@ -216,9 +217,7 @@ void PrefillWithReference(const MlaDims& d, float scale, const float* w_kvb,
   for (const MlaPrefillSequence& s : seqs) {
     const int64_t len = s.context.num_tokens;
     context.resize(static_cast<size_t>(len * lat_w));
-    for (int64_t t = 0; t < len; ++t) {
-      std::memcpy(context.data() + t * lat_w, s.context.Row(t, lat_w), lat_w * sizeof(float));
-    }
+    CopyRowsF32(s.context, lat_w, context.data());
     MlaAttentionReference(s.q, context.data(), len, s.num_new_tokens, w_kvb, d, scale, s.o);
     if (s.gate == nullptr) continue;
     for (int64_t c = 0; c < s.num_new_tokens * d.num_heads * d.v_head_dim; ++c) {

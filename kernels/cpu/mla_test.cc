@@ -15,9 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/cpu_features.h"
+#include "kernels/cpu/latent_codec.h"
 #include "kernels/cpu/mla_decode.h"
 #include "kernels/cpu/mla_prefill.h"
+#include "kernels/reference/latent_codec.h"
 #include "kernels/reference/mla.h"
 
 namespace strata::kernels::cpu {
@@ -55,12 +58,42 @@ struct PagedPool {
   std::vector<float> pages;
   std::vector<std::vector<int32_t>> tables;
   std::vector<std::vector<float>> contexts;  // contiguous copies, for the reference
+  // EncodePool: the same rows in a compressed format, and whether View shows them.
+  std::vector<std::byte> encoded;
+  LatentDType dtype = LatentDType::kF32;
+  int rope_dim = 0;
+  bool use_encoded = false;
 
   PagedLatent View(size_t seq) const {
-    return {pages.data(), tables[seq].data(), block_size,
-            static_cast<int64_t>(contexts[seq].size() / lat_w)};
+    const int64_t len = static_cast<int64_t>(contexts[seq].size() / lat_w);
+    if (use_encoded) return {encoded.data(), tables[seq].data(), block_size, len, dtype, rope_dim};
+    return {pages.data(), tables[seq].data(), block_size, len};
   }
 };
+
+// Adds a copy of every sequence's rows encoded in `dtype` (rows no sequence owns are 0xFF bytes:
+// NaN codes, scales and bf16 values) and replaces the f32 rows and the reference contexts by the
+// values the encoded rows read back as (the reference decoder).
+void EncodePool(PagedPool& pool, LatentDType dtype, int rope_dim) {
+  const int64_t row_bytes = LatentBytesPerToken(dtype, pool.lat_w, rope_dim);
+  pool.encoded.assign(pool.pages.size() / pool.lat_w * row_bytes, std::byte{0xFF});
+  pool.dtype = dtype;
+  pool.rope_dim = rope_dim;
+  for (size_t s = 0; s < pool.contexts.size(); ++s) {
+    pool.use_encoded = false;
+    const PagedLatent f32 = pool.View(s);
+    pool.use_encoded = true;
+    const PagedLatent enc = pool.View(s);
+    for (int64_t t = 0; t < f32.num_tokens; ++t) {
+      auto* row = const_cast<float*>(f32.Row(t, pool.lat_w));
+      auto* bytes = const_cast<std::byte*>(enc.RawRow(t, pool.lat_w));
+      EncodeLatentRow(dtype, row, pool.lat_w, rope_dim, bytes);
+      DecodeLatentRowReference(dtype, bytes, pool.lat_w, rope_dim, row);
+      std::memcpy(pool.contexts[s].data() + t * pool.lat_w, row, sizeof(float) * pool.lat_w);
+    }
+  }
+  pool.use_encoded = false;
+}
 
 PagedPool MakePool(const std::vector<int64_t>& lengths, int block_size, int lat_w,
                    std::mt19937& rng) {
@@ -361,6 +394,42 @@ TEST_P(MlaKernelTest, PrefillIsBitIdenticalWhateverTheChunkingAndTheBatch) {
   }
 }
 
+// A bf16 or fp8 cache is read as exactly the values it stores: the kernels' outputs over it are
+// bit-identical to their outputs over an f32 cache holding the decoded rows, in decode and in
+// both prefill forms (so every accuracy property above carries over), and close to the
+// reference on those rows.
+TEST_P(MlaKernelTest, CompressedCachesReadAsTheirDecodedValuesBitForBit) {
+  std::mt19937 rng(8);
+  for (LatentDType dtype : {LatentDType::kBF16, LatentDType::kFP8}) {
+    for (const MlaDims& d : {WithHeads(kOddDims, 3), WithHeads(kModelDims, 2)}) {
+      const std::string what =
+          absl::StrCat(std::string(LatentDTypeName(dtype)), " r=", d.kv_lora_rank);
+      DecodeCase dc(d, {1, 63, 257, 1000}, 16, true, rng);
+      EncodePool(dc.pool, dtype, d.qk_rope_head_dim);
+      dc.RunAll();
+      const auto over_f32 = dc.o;
+      dc.pool.use_encoded = true;
+      dc.RunAll();
+      for (size_t s = 0; s < dc.q.size(); ++s) {
+        EXPECT_EQ(dc.o[s], over_f32[s]) << what << " decode sequence " << s;
+        EXPECT_TRUE(Close(dc.o[s], dc.Reference(s))) << what << " decode sequence " << s;
+      }
+      for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {
+        PrefillCase pc(d, {{0, 17}, {300, 5}, {46, 64}}, 16, true, rng);
+        EncodePool(pc.pool, dtype, d.qk_rope_head_dim);
+        pc.RunAll(form);
+        const auto prefill_f32 = pc.o;
+        pc.pool.use_encoded = true;
+        pc.RunAll(form);
+        for (size_t s = 0; s < pc.q.size(); ++s) {
+          EXPECT_EQ(pc.o[s], prefill_f32[s]) << what << " " << FormName(form) << " sequence " << s;
+          EXPECT_TRUE(Close(pc.o[s], pc.Reference(s))) << what << " " << FormName(form);
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(mla, MlaKernelTest, ::testing::ValuesIn(SupportedIsas()),
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(IsaName(info.param));
@@ -373,9 +442,15 @@ TEST(MlaScalarIsaTest, FallsBackToTheReference) {
   d.RunAll();
   PrefillCase p(WithHeads(kSmallDims, 3), {{3, 5}}, 16, true, rng);
   p.RunAll();
+  // The reference path reads a compressed cache through the same decoding.
+  DecodeCase fp8(WithHeads(kOddDims, 2), {9, 40}, 16, true, rng);
+  EncodePool(fp8.pool, LatentDType::kFP8, kOddDims.qk_rope_head_dim);
+  fp8.pool.use_encoded = true;
+  fp8.RunAll();
   ClearIsaOverride();
   for (size_t s = 0; s < d.q.size(); ++s) EXPECT_TRUE(Close(d.o[s], d.Reference(s)));
   EXPECT_TRUE(Close(p.o[0], p.Reference(0)));
+  for (size_t s = 0; s < fp8.q.size(); ++s) EXPECT_TRUE(Close(fp8.o[s], fp8.Reference(s)));
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ const std::vector<FlagSpec> kBenchFlags = {
     {"batch", true, "concurrent sequences (default 1)"},
     {"threads", true, "OpenMP threads (default: all cores)"},
     {"device", true, "cpu | cuda (default cpu)"},
+    {"kv-cache-dtype", true, kKvCacheDTypeHelp},
     {"mmap-weights", false,
      "cpu: read the weights from the memory-mapped checkpoint instead of a copy on huge pages"},
     {"json", false, "print one JSON object instead of a table"},
@@ -60,6 +61,8 @@ absl::Status RunBench(const std::vector<std::string>& args) {
   if (json) log::SetLevel(log::Level::kWarn);
   ASSIGN_OR_RETURN(std::string dir, ResolveModelDir(flags.GetOr("model", "")));
   const std::string device = flags.GetOr("device", "cpu");
+  ASSIGN_OR_RETURN(options.latent_dtype,
+                   ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), device));
   engine::ModelLoadOptions load;
   load.copy_weights = device == "cpu" && !flags.Has("mmap-weights");
   ASSIGN_OR_RETURN(auto model, engine::Model::Load(dir, load));

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
@@ -109,6 +110,25 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const 
     ids.push_back(static_cast<int32_t>(value));
   }
   return ids;
+}
+
+absl::StatusOr<LatentDType> ParseKvCacheDType(const std::string& value, const std::string& device) {
+  const bool cuda = device == "cuda";
+  if (value == "auto") return cuda ? LatentDType::kBF16 : LatentDType::kF32;
+  const std::optional<LatentDType> dtype = LatentDTypeFromName(value);
+  if (!dtype) {
+    return absl::InvalidArgumentError(
+        "--kv-cache-dtype must be auto, f32, bf16 or fp8 (or float32, bfloat16, fp8_e4m3, "
+        "fp8_ds_mla), got '" +
+        value + "'");
+  }
+  if (cuda && *dtype != LatentDType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-dtype ", value,
+                     ": --device cuda stores latent rows in bf16 only (its MLA "
+                     "kernels read bf16 pages; fp8 is a CPU option for now)"));
+  }
+  return *dtype;
 }
 
 }  // namespace strata::cli

@@ -40,5 +40,20 @@ TEST(FlagsTest, ParsesIdListsAndNamesTheBadEntry) {
   EXPECT_FALSE(ParseIdList("99999999999", "--ids").ok());
 }
 
+TEST(FlagsTest, KvCacheDTypeResolvesAutoPerDeviceAndNamesWhatIsNotServed) {
+  EXPECT_EQ(*ParseKvCacheDType("auto", "cpu"), LatentDType::kF32);
+  EXPECT_EQ(*ParseKvCacheDType("auto", "cuda"), LatentDType::kBF16);
+  EXPECT_EQ(*ParseKvCacheDType("fp8", "cpu"), LatentDType::kFP8);
+  EXPECT_EQ(*ParseKvCacheDType("fp8_ds_mla", "cpu"), LatentDType::kFP8);  // vLLM's spelling
+  EXPECT_EQ(*ParseKvCacheDType("bfloat16", "cuda"), LatentDType::kBF16);
+  const absl::Status bad = ParseKvCacheDType("int4", "cpu").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("'int4'"), std::string::npos) << bad;
+  const absl::Status gpu_fp8 = ParseKvCacheDType("fp8", "cuda").status();
+  EXPECT_EQ(gpu_fp8.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gpu_fp8.message().find("bf16 only"), std::string::npos) << gpu_fp8;
+  EXPECT_FALSE(ParseKvCacheDType("f32", "cuda").ok());
+}
+
 }  // namespace
 }  // namespace strata::cli

@@ -49,6 +49,7 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"kv-cache-memory", true,
      "bytes for all caches of each rank, e.g. 512MiB, 4GiB (default: cpu 1GiB, cuda 90% of the "
      "GPU memory the weights leave free)"},
+    {"kv-cache-dtype", true, kKvCacheDTypeHelp},
     {"block-size", true, "tokens per latent cache page (default 64)"},
     {"no-prefix-caching", false, "disable prefix caching"},
     {"scheduling-policy", true, "fcfs | priority (default fcfs)"},
@@ -110,6 +111,8 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
     ASSIGN_OR_RETURN(o->kv_cache_memory_bytes, ParseBytes(*bytes, "kv-cache-memory"));
     o->kv_cache_memory_given = true;
   }
+  ASSIGN_OR_RETURN(o->latent_dtype,
+                   ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), o->device));
   return absl::OkStatus();
 }
 

@@ -151,7 +151,8 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
     }
     RETURN_IF_ERROR(PrepareCudaExecutor(options, plan));
   } else {
-    ASSIGN_OR_RETURN(layout_, kvcache::PlanMemory(engine::CacheSpecFor(cfg), plan));
+    ASSIGN_OR_RETURN(layout_,
+                     kvcache::PlanMemory(engine::CacheSpecFor(cfg, options.latent_dtype), plan));
   }
   int64_t max_model_len = options.max_model_len;
   if (max_model_len == 0) {
@@ -436,6 +437,7 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"drain_timeout_s", options.drain_timeout_s}};
   info["memory_plan"] = {
       {"description", kvcache::DescribePlan(layout_)},
+      {"kv_cache_dtype", std::string(LatentDTypeName(layout_.latent_dtype))},
       {"num_blocks", layout_.num_blocks},
       {"block_size", layout_.block_size},
       {"num_tokens", layout_.num_tokens()},

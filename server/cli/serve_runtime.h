@@ -36,10 +36,11 @@ struct ServeOptions {
   std::string api_key;                    // --api-key or $STRATA_API_KEY
   int64_t max_model_len = 0;              // 0: min(config, what the cache holds)
   int64_t kv_cache_memory_bytes = int64_t{1} << 30;
-  bool kv_cache_memory_given = false;    // --kv-cache-memory was set (else a per-device default)
-  std::string device = "cpu";            // --device: cpu | cuda
-  bool mmap_weights = false;             // --mmap-weights (cpu): no copy to huge pages
-  scheduler::SchedulerConfig scheduler;  // pool sizes filled from the memory plan
+  bool kv_cache_memory_given = false;  // --kv-cache-memory was set (else a per-device default)
+  std::string device = "cpu";          // --device: cpu | cuda
+  LatentDType latent_dtype = LatentDType::kF32;  // --kv-cache-dtype, resolved for the device
+  bool mmap_weights = false;                     // --mmap-weights (cpu): no copy to huge pages
+  scheduler::SchedulerConfig scheduler;          // pool sizes filled from the memory plan
   server::EngineLoopOptions engine;
   http::HttpServerOptions http;
   double drain_timeout_s = 30.0;

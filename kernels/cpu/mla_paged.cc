@@ -1,0 +1,34 @@
+#include "kernels/cpu/mla_paged.h"
+
+#include <cstring>
+
+#include "core/check.h"
+#include "core/tensor.h"
+#include "kernels/cpu/latent_codec.h"
+
+namespace strata::kernels::cpu {
+
+void GatherRows(const PagedLatent& ctx, int64_t row0, int n, int lat_w, const float** rows) {
+  DCHECK(n >= 0 && n <= kMaxGatherRows);
+  if (ctx.dtype == LatentDType::kF32) {
+    for (int j = 0; j < n; ++j) rows[j] = ctx.Row(row0 + j, lat_w);
+    return;
+  }
+  thread_local AlignedBuffer buffer;
+  const size_t bytes = sizeof(float) * kMaxGatherRows * static_cast<size_t>(lat_w);
+  if (buffer.size() < bytes) buffer = AlignedBuffer(bytes);
+  float* decoded = buffer.as<float>();
+  for (int j = 0; j < n; ++j) {
+    float* row = decoded + int64_t{j} * lat_w;
+    DecodeLatentRow(ctx.dtype, ctx.RawRow(row0 + j, lat_w), lat_w, ctx.rope_dim, row);
+    rows[j] = row;
+  }
+}
+
+void CopyRowsF32(const PagedLatent& ctx, int lat_w, float* out) {
+  for (int64_t t = 0; t < ctx.num_tokens; ++t) {
+    DecodeLatentRow(ctx.dtype, ctx.RawRow(t, lat_w), lat_w, ctx.rope_dim, out + t * lat_w);
+  }
+}
+
+}  // namespace strata::kernels::cpu
