@@ -100,7 +100,9 @@ absl::StatusOr<EngineBackend> CpuEngineBackend(const engine::Model& model,
                                                const EngineBenchOptions& options) {
   EngineBackend b;
   b.device = "cpu";
-  b.layout = EngineBenchLayout(engine::CacheSpecFor(model.config(), options.latent_dtype), options);
+  b.layout = EngineBenchLayout(
+      engine::CacheSpecFor(model.config(), options.latent_dtype.value_or(LatentDType::kF32)),
+      options);
   b.executor = std::make_unique<engine::CpuExecutor>(model, b.layout);
   b.read_bytes_per_s = MeasureReadBandwidth();
   b.peak_flops = MeasurePeakF32Flops();
@@ -159,11 +161,12 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
 }
 
 void PrintEngineBenchTable(const nlohmann::ordered_json& r, const EngineBackend& backend) {
-  std::printf("model %s, %s, %d threads, batch %d, prompt %lld, gen %lld\n",
+  std::printf("model %s, %s, %d threads, batch %d, prompt %lld, gen %lld, %s latent cache\n",
               r["model"].get<std::string>().c_str(), backend.device.c_str(),
               r["threads"].get<int>(), r["batch"].get<int>(),
               static_cast<long long>(r["prompt_tokens"].get<int64_t>()),
-              static_cast<long long>(r["gen_tokens"].get<int64_t>()));
+              static_cast<long long>(r["gen_tokens"].get<int64_t>()),
+              r["kv_cache_dtype"].get<std::string>().c_str());
   std::printf("ceilings: %s\n", backend.ceilings.c_str());
   std::printf("%-8s %14s %18s %8s\n", "phase", "tokens/s", "roofline tokens/s", "% floor");
   std::printf("%-8s %14.1f %18.1f %7.1f%%\n", "prefill", r["prefill_tokens_per_s"].get<double>(),

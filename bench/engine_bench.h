@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,7 +25,8 @@ struct EngineBenchOptions {
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 128;
   int batch = 1;
-  LatentDType latent_dtype = LatentDType::kF32;  // --kv-cache-dtype (the CPU backend's rows)
+  // --kv-cache-dtype; nullopt: the device's default (cpu f32, cuda bf16).
+  std::optional<LatentDType> latent_dtype;
 };
 
 // An executor over caches sized for the run, and the ceilings its floors divide by.

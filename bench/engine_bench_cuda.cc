@@ -11,7 +11,10 @@ absl::StatusOr<EngineBackend> CudaEngineBackend(const engine::Model& model,
                                                 const EngineBenchOptions& options) {
   EngineBackend b;
   b.device = "cuda";
-  b.layout = EngineBenchLayout(engine::cuda::CudaCacheSpecFor(model.config()), options);
+  b.layout =
+      EngineBenchLayout(engine::cuda::CudaCacheSpecFor(
+                            model.config(), options.latent_dtype.value_or(LatentDType::kBF16)),
+                        options);
   ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> e,
                    engine::cuda::CudaExecutor::Create(model));
   RETURN_IF_ERROR(e->AllocateCaches(b.layout));

@@ -34,9 +34,9 @@ int32_t NextPowerOfTwo(int64_t v) {
 
 }  // namespace
 
-kvcache::ModelCacheSpec CudaCacheSpecFor(const ModelConfig& cfg) {
-  // f32 state and conv rows, as on the CPU; bf16 latent rows.
-  kvcache::ModelCacheSpec spec = CacheSpecFor(cfg, LatentDType::kBF16);
+kvcache::ModelCacheSpec CudaCacheSpecFor(const ModelConfig& cfg, LatentDType latent_dtype) {
+  // f32 state and conv rows, as on the CPU; bf16 or fp8 latent rows.
+  kvcache::ModelCacheSpec spec = CacheSpecFor(cfg, latent_dtype);
   return spec;
 }
 
@@ -108,8 +108,11 @@ absl::Status CudaExecutor::AllocateCaches(const kvcache::CacheLayout& layout) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device cuda needs --block-size 64 (the MLA kernels' page), got ", layout.block_size));
   }
-  if (layout.num_mla_layers > 0 && layout.latent_dtype != kvcache::LatentDType::kBF16) {
-    return absl::InvalidArgumentError("--device cuda keeps the latent cache in bf16");
+  if (layout.num_mla_layers > 0 && layout.latent_dtype != LatentDType::kBF16 &&
+      layout.latent_dtype != LatentDType::kFP8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device cuda keeps the latent cache in bf16 or fp8, not ",
+                     std::string(LatentDTypeName(layout.latent_dtype))));
   }
   if (layout.num_tokens() >= (int64_t{1} << 31)) {
     return absl::InvalidArgumentError(
@@ -122,8 +125,9 @@ absl::Status CudaExecutor::AllocateCaches(const kvcache::CacheLayout& layout) {
       cudaMemset(caches_arena_.get(), 0, static_cast<size_t>(layout.TotalBytes())),
       "cache arena cudaMemset");
   caches_ = DeviceCaches();
+  caches_.latent_dtype = layout.latent_dtype;
   for (int j = 0; j < layout.num_mla_layers; ++j) {
-    caches_.mla_pages.push_back(reinterpret_cast<uint16_t*>(arena() + layout.MlaLayerOffset(j)));
+    caches_.mla_pages.push_back(arena() + layout.MlaLayerOffset(j));
   }
   for (int j = 0; j < layout.num_kda_layers; ++j) {
     caches_.kda_state.push_back(reinterpret_cast<float*>(arena() + layout.KdaStateOffset(j)));

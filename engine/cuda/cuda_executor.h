@@ -2,8 +2,8 @@
 // the same contract as CpuExecutor (engine/executor.h) — slot starts, one forward over the
 // ragged batch, sampling, KDA checkpoints — on caches in device memory.
 //
-// Memory: the weights are uploaded once at Create; the cache arena (latent pages in bf16, KDA
-// state and conv rows in f32, laid out by kvcache::CacheLayout from PlanMemory(
+// Memory: the weights are uploaded once at Create; the cache arena (latent pages in bf16 or fp8,
+// KDA state and conv rows in f32, laid out by kvcache::CacheLayout from PlanMemory(
 // CudaCacheSpecFor(cfg))) is one device allocation made by AllocateCaches; the forward's
 // scratch is a device arena that grows to the largest step and then stays (device_arena.h).
 // Per step: one host→device copy of the step's index arrays; the device sampler picks every
@@ -48,8 +48,10 @@
 
 namespace strata::engine::cuda {
 
-// What the caches of `cfg` need on the device: bf16 latent rows, f32 KDA state and conv rows.
-kvcache::ModelCacheSpec CudaCacheSpecFor(const ModelConfig& cfg);
+// What the caches of `cfg` need on the device: bf16 (or fp8) latent rows, f32 KDA state and conv
+// rows.
+kvcache::ModelCacheSpec CudaCacheSpecFor(const ModelConfig& cfg,
+                                         LatentDType latent_dtype = LatentDType::kBF16);
 
 // The device's ceilings measured on the executor's stream (kernels/cuda/ceilings.h).
 struct DeviceCeilings {

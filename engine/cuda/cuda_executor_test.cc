@@ -89,6 +89,10 @@ struct Family {
   // Routed experts per token. 8 (all): routing cannot flip. 2: the model's own sparsity (empty
   // experts, uneven groups); near-tied experts may flip, so rows are only bounded loosely.
   int topk = 8;
+  // The latent cache of both executors: bf16 on the GPU against the CPU's exact f32, or fp8 on
+  // both (each quantizing the rows it computed).
+  LatentDType latent = LatentDType::kBF16;
+  LatentDType CpuLatent() const { return latent == LatentDType::kFP8 ? latent : LatentDType::kF32; }
   double RowTolerance() const { return topk == 8 ? kRowTolerance : kFlippedRowTolerance; }
 };
 
@@ -116,7 +120,8 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
     auto model = Model::Load(dir_);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = std::move(*model);
-    cpu_ = std::make_unique<CpuExecutor>(*model_, LayoutFor(CacheSpecFor(model_->config())));
+    cpu_ = std::make_unique<CpuExecutor>(
+        *model_, LayoutFor(CacheSpecFor(model_->config(), GetParam().CpuLatent())));
     CudaExecutorOptions exec_options;
     exec_options.model.mha_prefill = GetParam().mha_prefill;
     if (GetParam().mha_windows) exec_options.model.mha_context_chunk = 48;
@@ -125,7 +130,9 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
     auto gpu = CudaExecutor::Create(*model_, exec_options);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = std::move(*gpu);
-    ASSERT_TRUE(gpu_->AllocateCaches(LayoutFor(CudaCacheSpecFor(model_->config()))).ok());
+    ASSERT_TRUE(
+        gpu_->AllocateCaches(LayoutFor(CudaCacheSpecFor(model_->config(), GetParam().latent)))
+            .ok());
   }
   void TearDown() override {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
@@ -487,7 +494,12 @@ INSTANTIATE_TEST_SUITE_P(
                     Family{"k3_mxfp4", "k3", true},
                     Family{"k3_cublas_absorbed_serial", "k3", false, false, false, false},
                     Family{"k3_top2", "k3", false, true, true, true, false, 2},
-                    Family{"kimi_linear_top2", "kimi-linear", false, true, true, true, false, 2}),
+                    Family{"kimi_linear_top2", "kimi-linear", false, true, true, true, false, 2},
+                    Family{"k3_fp8", "k3", false, true, true, true, false, 8, LatentDType::kFP8},
+                    Family{"k3_fp8_absorbed", "k3", false, false, true, true, false, 8,
+                           LatentDType::kFP8},
+                    Family{"kimi_linear_fp8_windows", "kimi-linear", false, true, true, true, true,
+                           8, LatentDType::kFP8}),
     [](const testing::TestParamInfo<Family>& info) { return info.param.name; });
 
 }  // namespace

@@ -198,9 +198,10 @@ absl::Status CudaModel::MlaMixer(const DeviceMla& w, int mla_index, const Device
   }
   ASSIGN_OR_RETURN(float* kv, Take<float>(ctx, n * m.latent_dim()));
   RETURN_IF_ERROR(Gemm(ctx, w.kv_a, rows.normed, n, kv));
-  uint16_t* pages = caches.mla_pages[static_cast<size_t>(mla_index)];
+  void* pages = caches.mla_pages[static_cast<size_t>(mla_index)];
   RETURN_IF_ERROR(kc::MlaWriteLatents(kv, n, m.kv_lora_rank, m.qk_rope_head_dim, w.kv_a_norm,
-                                      kLatentNormEps, step.at(s.slot_mapping), pages, ctx.stream));
+                                      kLatentNormEps, step.at(s.slot_mapping), pages,
+                                      caches.latent_dtype, ctx.stream));
 
   const float* gate = nullptr;  // logits [n, H·dv]; the attention epilogues apply σ
   if (!w.g.empty()) {
@@ -224,6 +225,7 @@ absl::Status CudaModel::MlaMixer(const DeviceMla& w, int mla_index, const Device
   mha.total_context = s.total_prefill_context;
   mha.total_new = s.num_prefill_rows();
   mha.scale = scale;
+  mha.cache_dtype = caches.latent_dtype;
   int64_t window = options_.mha_context_chunk;
   if (window <= 0) {  // 0: the whole context fits; −1: not even the accumulators fit
     window = s.num_prefill_rows() > 0
@@ -238,7 +240,8 @@ absl::Status CudaModel::MlaMixer(const DeviceMla& w, int mla_index, const Device
                         (window > 0 && window == options_.mha_context_chunk));
   const int64_t absorbed_rows = use_mha ? d : n;
   if (absorbed_rows > 0) {
-    RETURN_IF_ERROR(AbsorbedAttention(m, w, step, pages, ctx, q, absorbed_rows, gate, o_gated));
+    RETURN_IF_ERROR(AbsorbedAttention(m, w, step, pages, caches.latent_dtype, ctx, q, absorbed_rows,
+                                      gate, o_gated));
   }
   if (use_mha) {
     const int64_t bytes = kc::MlaPrefillWorkspaceBytes(mha);
@@ -256,9 +259,10 @@ absl::Status CudaModel::MlaMixer(const DeviceMla& w, int mla_index, const Device
 // kernel and, when rows > num_decode, the prefill rows through the paged prefill; then W_UV and
 // the output gate into o_gated (bf16).
 absl::Status CudaModel::AbsorbedAttention(const MlaConfig& m, const DeviceMla& w,
-                                          const DeviceStep& step, const uint16_t* pages,
-                                          const DeviceContext& ctx, const uint16_t* q, int64_t rows,
-                                          const float* gate, uint16_t* o_gated) {
+                                          const DeviceStep& step, const void* pages,
+                                          LatentDType cache_dtype, const DeviceContext& ctx,
+                                          const uint16_t* q, int64_t rows, const float* gate,
+                                          uint16_t* o_gated) {
   const StepLayout& s = *step.host;
   const int64_t heads = m.num_heads, dv = m.v_head_dim, d = s.num_decode;
   const kc::MlaHeadDims dims{m.num_heads, m.qk_nope_head_dim, m.v_head_dim};
@@ -270,6 +274,7 @@ absl::Status CudaModel::AbsorbedAttention(const MlaConfig& m, const DeviceMla& w
   params.num_heads = m.num_heads;
   params.max_blocks_per_seq = s.max_blocks_per_seq;
   params.scale = 1.0f / std::sqrt(static_cast<float>(m.qk_head_dim()));
+  params.cache_dtype = cache_dtype;
   if (d > 0) {
     params.batch = static_cast<int>(d);
     params.max_context = static_cast<int>(s.max_decode_context);

@@ -39,9 +39,11 @@ struct DeviceContext {
 
 // Device views of the cache arena (kvcache::CacheLayout regions), per layer of each kind.
 struct DeviceCaches {
-  std::vector<uint16_t*> mla_pages;  // [num_blocks · block_size, latent_dim] bf16
-  std::vector<float*> kda_state;     // [state rows, H, 128, 128] f32
-  std::vector<float*> kda_conv;      // [state rows, K − 1, 3P] f32
+  // [num_blocks · block_size] latent rows: bf16 [latent_dim], or fp8 (core/latent_row.h)
+  std::vector<void*> mla_pages;
+  LatentDType latent_dtype = LatentDType::kBF16;
+  std::vector<float*> kda_state;  // [state rows, H, 128, 128] f32
+  std::vector<float*> kda_conv;   // [state rows, K − 1, 3P] f32
 };
 
 // The step's index arrays on the device (a copy of StepLayout::ints) and a device counter of
@@ -122,8 +124,9 @@ class CudaModel {
   absl::Status MlaMixer(const DeviceMla& w, int mla_index, const DeviceStep& step,
                         const DeviceCaches& caches, const DeviceContext& ctx, const Rows& rows);
   absl::Status AbsorbedAttention(const MlaConfig& m, const DeviceMla& w, const DeviceStep& step,
-                                 const uint16_t* pages, const DeviceContext& ctx, const uint16_t* q,
-                                 int64_t rows, const float* gate, uint16_t* o_gated);
+                                 const void* pages, LatentDType cache_dtype,
+                                 const DeviceContext& ctx, const uint16_t* q, int64_t rows,
+                                 const float* gate, uint16_t* o_gated);
   absl::Status Mlp(const DeviceMlp& w, const DeviceContext& ctx, const uint16_t* x, int64_t n,
                    float* out);
   absl::Status Moe(const DeviceMoe& w, int moe_layer, const DeviceContext& ctx, const Rows& rows,

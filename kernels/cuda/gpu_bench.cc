@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/cuda_status.h"
@@ -153,17 +154,46 @@ std::string Ctx(int tokens) {
   return tokens % 1024 == 0 ? std::to_string(tokens / 1024) + "K" : std::to_string(tokens);
 }
 
-// MLA paged decode: `batch` sequences of `ctx` tokens each, pages scattered over the pool.
-void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bool simple) {
-  const std::string kernel = simple ? "MlaPagedDecodeSimple" : "MlaPagedDecode";
+// `blocks` pages of valid fp8 latent rows (core/latent_row.h): one page of random codes (never
+// the NaN code), scales and bf16 rope values built on the host, then doubled on the device.
+absl::Status FillFp8Pages(uint8_t* cache, int64_t blocks) {
+  constexpr int64_t kRowBytes = 656, kPageBytes = kMlaPageSize * kRowBytes;
+  std::vector<uint8_t> page(kPageBytes);
+  std::mt19937 rng(11);
+  for (int64_t r = 0; r < kMlaPageSize; ++r) {
+    uint8_t* row = page.data() + r * kRowBytes;
+    for (int i = 0; i < 512; ++i) row[i] = static_cast<uint8_t>(rng() % 0x7F) | (rng() & 0x80);
+    const float scale = 1.0f / 448.0f;
+    for (int g = 0; g < 4; ++g) std::memcpy(row + 512 + 4 * g, &scale, 4);
+    for (int i = 0; i < 64; ++i) {
+      const uint16_t bits = F32ToBf16(static_cast<float>(rng() % 2001) / 1000.0f - 1.0f);
+      std::memcpy(row + 528 + 2 * i, &bits, 2);
+    }
+  }
+  RETURN_IF_ERROR(CudaCopy(cache, page.data(), kPageBytes));
+  for (int64_t done = 1; done < blocks; done *= 2) {
+    const int64_t n = std::min(done, blocks - done);
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(cache + done * kPageBytes, cache, n * kPageBytes, cudaMemcpyDeviceToDevice),
+        "FillFp8Pages cudaMemcpy");
+  }
+  return absl::OkStatus();
+}
+
+// MLA paged decode: `batch` sequences of `ctx` tokens each, pages scattered over the pool;
+// bf16 cache rows (1,152 bytes), or fp8 (656 bytes, --kv-cache-dtype fp8).
+void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bool simple,
+              bool fp8 = false) {
+  const std::string kernel =
+      std::string(simple ? "MlaPagedDecodeSimple" : "MlaPagedDecode") + (fp8 ? "_fp8" : "");
   if (!bench.Wants(kernel)) return;
   const std::string shape = std::string(model) + " H" + std::to_string(heads) + " B" +
                             std::to_string(batch) + " ctx" + Ctx(ctx);
   const int pages = (ctx + kMlaPageSize - 1) / kMlaPageSize;
   const int64_t blocks = static_cast<int64_t>(batch) * pages;
-  Buf cache(blocks * kMlaPageSize * kMlaLatentDim * 2),
-      q(int64_t{batch} * heads * kMlaLatentDim * 2), table(blocks * 4), lens(int64_t{batch} * 4),
-      out(int64_t{batch} * heads * kMlaValueDim * 4);
+  const int64_t row_bytes = fp8 ? 656 : kMlaLatentDim * 2;
+  Buf cache(blocks * kMlaPageSize * row_bytes), q(int64_t{batch} * heads * kMlaLatentDim * 2),
+      table(blocks * 4), lens(int64_t{batch} * 4), out(int64_t{batch} * heads * kMlaValueDim * 4);
   if (!cache.ok() || !q.ok() || !table.ok() || !out.ok()) {
     return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
   }
@@ -171,8 +201,12 @@ void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bo
   std::iota(host_table.begin(), host_table.end(), 0);
   std::shuffle(host_table.begin(), host_table.end(), std::mt19937(7));
   const std::vector<int32_t> host_lens(batch, ctx);
-  BENCH_CHECK(bench, kernel, shape,
-              bench.Fill(cache.as<uint16_t>(), blocks * kMlaPageSize * kMlaLatentDim, -1, 1));
+  if (fp8) {
+    BENCH_CHECK(bench, kernel, shape, FillFp8Pages(cache.as<uint8_t>(), blocks));
+  } else {
+    BENCH_CHECK(bench, kernel, shape,
+                bench.Fill(cache.as<uint16_t>(), blocks * kMlaPageSize * kMlaLatentDim, -1, 1));
+  }
   BENCH_CHECK(bench, kernel, shape,
               bench.Fill(q.as<uint16_t>(), int64_t{batch} * heads * kMlaLatentDim, -1, 1));
   BENCH_CHECK(bench, kernel, shape, CudaCopy(table.as<int32_t>(), host_table.data(), blocks * 4));
@@ -183,8 +217,9 @@ void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bo
   p.max_blocks_per_seq = pages;
   p.max_context = ctx;
   p.scale = 0.0721688f;
+  p.cache_dtype = fp8 ? LatentDType::kFP8 : LatentDType::kBF16;
   Buf ws(MlaDecodeWorkspaceBytes(p));
-  const double bytes = static_cast<double>(batch) * ctx * kMlaLatentDim * 2 +
+  const double bytes = static_cast<double>(batch) * ctx * row_bytes +
                        static_cast<double>(batch) * heads * (kMlaLatentDim + kMlaValueDim) * 2;
   const double flops =
       2.0 * batch * heads * static_cast<double>(ctx) * (kMlaLatentDim + kMlaValueDim);
@@ -192,10 +227,10 @@ void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bo
       shape + (simple ? "" : " splits" + std::to_string(MlaDecodeNumSplits(p)));
   bench.Time(kernel, full_shape, bytes, flops, false, simple ? "-" : ">=80% copy", [&] {
     if (simple) {
-      return MlaPagedDecodeSimple(q.as<uint16_t>(), cache.as<uint16_t>(), table.as<int32_t>(),
+      return MlaPagedDecodeSimple(q.as<uint16_t>(), cache.as<void>(), table.as<int32_t>(),
                                   lens.as<int32_t>(), p, out.as<float>(), bench.stream);
     }
-    return MlaPagedDecode(q.as<uint16_t>(), cache.as<uint16_t>(), table.as<int32_t>(),
+    return MlaPagedDecode(q.as<uint16_t>(), cache.as<void>(), table.as<int32_t>(),
                           lens.as<int32_t>(), p, ws.as<void>(), MlaDecodeWorkspaceBytes(p),
                           reinterpret_cast<uint16_t*>(out.as<float>()), bench.stream);
   });
@@ -827,6 +862,7 @@ int Run(Bench& bench) {
   std::printf("copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", *copy, *gemm);
   const bool all = !bench.quick;
   BenchMla(bench, "K-L", 32, 64, 32768, false);
+  BenchMla(bench, "K-L", 32, 64, 32768, false, /*fp8=*/true);
   if (all) {
     BenchMla(bench, "K-L", 32, 8, 131072, false);
     BenchMla(bench, "K3", 96, 32, 32768, false);

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/status.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/latent_fp8.cuh"
 #include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mma.cuh"
 
@@ -16,6 +18,10 @@ using internal::CpAsync16;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWait;
 using internal::FloatToBf16Bits;
+using internal::Fp8RowChunkToBf16;
+using internal::Fp8RowValue;
+using internal::kFp8RowBytes;
+using internal::kFp8RowChunks;
 using internal::LdMatrixX4;
 using internal::LdMatrixX4Trans;
 using internal::MmaBf16;
@@ -38,11 +44,18 @@ constexpr int kPageBytes = kMlaPageSize * kRowStride * 2;
 constexpr int kScoreBytes = kHeadsPerCta * kScoreStride * 4;
 constexpr int kProbBytes = kHeadsPerCta * kProbStride * 2;
 constexpr int kStatBytes = 3 * kHeadsPerCta * 4;
-constexpr int kSmemBytes = kQBytes + 2 * kPageBytes + kScoreBytes + kProbBytes + kStatBytes;
+// An fp8 cache (core/latent_row.h) stages raw 656-byte rows, double-buffered with cp.async, and
+// dequantizes each page into one bf16 page buffer before the tensor-core phases read it.
+constexpr int kStageBytes = kMlaPageSize * kFp8RowBytes;
+template <bool kFp8>
+constexpr int kPageBufferBytes = kFp8 ? kPageBytes + 2 * kStageBytes : 2 * kPageBytes;
+template <bool kFp8>
+constexpr int kSmemBytes = kQBytes + kPageBufferBytes<kFp8> + kScoreBytes + kProbBytes + kStatBytes;
 static_assert(kQBytes % 16 == 0 && kPageBytes % 16 == 0 && kScoreBytes % 16 == 0 &&
-                  kProbBytes % 16 == 0,
+                  kProbBytes % 16 == 0 && kStageBytes % 16 == 0,
               "shared regions must stay 16-byte aligned");
-static_assert(kSmemBytes <= 227 * 1024, "exceeds the sm_90 shared-memory limit");
+static_assert(kSmemBytes<false> <= 227 * 1024 && kSmemBytes<true> <= 227 * 1024,
+              "exceeds the sm_90 shared-memory limit");
 
 // Starts the copy of one 64-token page into shared memory; rows ≥ valid_tokens are zero-filled
 // (their P is 0, and 0 · garbage could be NaN).
@@ -59,22 +72,55 @@ __device__ __forceinline__ void LoadPage(uint16_t* dst, const uint16_t* kv_cache
   }
 }
 
+// Starts the copy of one 64-token page of fp8 rows into a staging buffer; rows ≥ valid_tokens
+// are zero-filled.
+__device__ __forceinline__ void LoadStage(uint8_t* dst, const uint8_t* kv_cache, int32_t block,
+                                          int valid_tokens) {
+  if (block < 0) valid_tokens = 0;
+  constexpr int kChunks = kFp8RowBytes / 16;
+  const uint8_t* src = kv_cache + static_cast<int64_t>(block < 0 ? 0 : block) * kStageBytes;
+  for (int c = threadIdx.x; c < kMlaPageSize * kChunks; c += kThreads) {
+    const int row = c / kChunks, col = (c % kChunks) * 16;
+    const bool valid = row < valid_tokens;
+    CpAsync16(dst + row * kFp8RowBytes + col, valid ? src + row * kFp8RowBytes + col : kv_cache,
+              valid);
+  }
+}
+
+// The staged fp8 page as bf16 rows in the page buffer (rows ≥ valid_tokens zero).
+__device__ __forceinline__ void DequantizeStage(uint16_t* dst, const uint8_t* stage,
+                                                int valid_tokens) {
+  for (int c = threadIdx.x; c < kMlaPageSize * kFp8RowChunks; c += kThreads) {
+    const int row = c / kFp8RowChunks, chunk = c % kFp8RowChunks;
+    *reinterpret_cast<uint4*>(dst + row * kRowStride + chunk * 8) =
+        row < valid_tokens ? Fp8RowChunkToBf16(stage + row * kFp8RowBytes, chunk)
+                           : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
 // Grid (head groups, splits, batch). Writes the split's normalised ō rows into o_part
 // [batch, splits, H, 512] and its log2-domain LSE into lse_part [batch, splits, H].
+// kv_cache: bf16 rows, or fp8 rows when kFp8.
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
-    MlaDecodeKernel(const uint16_t* __restrict__ q_abs, const uint16_t* __restrict__ kv_cache,
+    MlaDecodeKernel(const uint16_t* __restrict__ q_abs, const void* __restrict__ kv_cache,
                     const int32_t* __restrict__ block_table, const int32_t* __restrict__ query_seq,
                     const int32_t* __restrict__ seq_lens, int num_heads, int max_blocks_per_seq,
                     int pages_per_split, int num_splits, float scale_log2,
                     float* __restrict__ o_part, float* __restrict__ lse_part) {
   STRATA_DYNAMIC_SHARED(smem);
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
+  // bf16: two page buffers; fp8: one page buffer and two staging buffers.
   uint16_t* kv_s0 = reinterpret_cast<uint16_t*>(smem + kQBytes);
   uint16_t* kv_s1 = reinterpret_cast<uint16_t*>(smem + kQBytes + kPageBytes);
-  float* s_s = reinterpret_cast<float*>(smem + kQBytes + 2 * kPageBytes);
-  uint16_t* p_s = reinterpret_cast<uint16_t*>(smem + kQBytes + 2 * kPageBytes + kScoreBytes);
-  float* row_m =
-      reinterpret_cast<float*>(smem + kQBytes + 2 * kPageBytes + kScoreBytes + kProbBytes);
+  uint8_t* stage0 = reinterpret_cast<uint8_t*>(smem + kQBytes + kPageBytes);
+  uint8_t* stage1 = stage0 + kStageBytes;
+  constexpr int kBuffers = kPageBufferBytes<kFp8>;
+  float* s_s = reinterpret_cast<float*>(smem + kQBytes + kBuffers);
+  uint16_t* p_s = reinterpret_cast<uint16_t*>(smem + kQBytes + kBuffers + kScoreBytes);
+  float* row_m = reinterpret_cast<float*>(smem + kQBytes + kBuffers + kScoreBytes + kProbBytes);
+  const auto* cache16 = static_cast<const uint16_t*>(kv_cache);
+  const auto* cache8 = static_cast<const uint8_t*>(kv_cache);
   float* row_l = row_m + kHeadsPerCta;
   float* row_alpha = row_l + kHeadsPerCta;
 
@@ -106,7 +152,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const int64_t table_row = query_seq != nullptr ? query_seq[b] : b;
   const int32_t* table = block_table + table_row * max_blocks_per_seq;
-  LoadPage(kv_s0, kv_cache, table[page_begin], min(kMlaPageSize, seq_len - page_begin * 64));
+  const int first_valid = min(kMlaPageSize, seq_len - page_begin * kMlaPageSize);
+  if constexpr (kFp8) {
+    LoadStage(stage0, cache8, table[page_begin], first_valid);
+  } else {
+    LoadPage(kv_s0, cache16, table[page_begin], first_valid);
+  }
   CpAsyncCommit();
   if (tid < kHeadsPerCta) {
     row_m[tid] = -INFINITY;
@@ -122,16 +173,25 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int p = page_begin; p < page_end; ++p) {
     const int it = p - page_begin;
-    const uint16_t* kv_cur = (it & 1) ? kv_s1 : kv_s0;
+    const uint16_t* kv_cur = (it & 1) && !kFp8 ? kv_s1 : kv_s0;
     if (p + 1 < page_end) {
-      LoadPage((it & 1) ? kv_s0 : kv_s1, kv_cache, table[p + 1],
-               min(kMlaPageSize, seq_len - (p + 1) * kMlaPageSize));
+      const int next_valid = min(kMlaPageSize, seq_len - (p + 1) * kMlaPageSize);
+      if constexpr (kFp8) {
+        LoadStage((it & 1) ? stage0 : stage1, cache8, table[p + 1], next_valid);
+      } else {
+        LoadPage((it & 1) ? kv_s0 : kv_s1, cache16, table[p + 1], next_valid);
+      }
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
     }
     __syncthreads();
+    if constexpr (kFp8) {  // the previous page's phases are done (barrier at the loop's end)
+      DequantizeStage(kv_s0, (it & 1) ? stage1 : stage0,
+                      min(kMlaPageSize, seq_len - p * kMlaPageSize));
+      __syncthreads();
+    }
 
     // Phase 1: S[16 heads, 16 tokens] = Q · Kᵀ over the 576 latent dims.
     float sacc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -263,10 +323,24 @@ __global__ void MlaCombineKernel(const float* __restrict__ o_part,
   StoreOut(dst + 3, acc.w * inv);
 }
 
+// Latent values d and d + 1 (d even) of cache row `row_index`: bf16, or fp8 decoded in f32.
+template <bool kFp8>
+__device__ __forceinline__ float2 LatentPair(const void* kv_cache, int64_t row_index, int d) {
+  if constexpr (kFp8) {
+    const uint8_t* row = static_cast<const uint8_t*>(kv_cache) + row_index * kFp8RowBytes;
+    return make_float2(Fp8RowValue(row, d), Fp8RowValue(row, d + 1));
+  } else {
+    const uint32_t pair = *reinterpret_cast<const uint32_t*>(
+        static_cast<const uint16_t*>(kv_cache) + row_index * kMlaLatentDim + d);
+    return make_float2(Bf16BitsToFloat(pair & 0xffffu), Bf16BitsToFloat(pair >> 16));
+  }
+}
+
 // Grid (H, batch), 8 warps. Warp w takes tokens w, w+8, ...; lane owns latent dims
 // 2·lane + 64·i. Per-warp online softmax, merged through shared memory at the end.
+template <bool kFp8>
 __global__ void __launch_bounds__(256)
-    MlaDecodeSimpleKernel(const uint16_t* __restrict__ q_abs, const uint16_t* __restrict__ kv_cache,
+    MlaDecodeSimpleKernel(const uint16_t* __restrict__ q_abs, const void* __restrict__ kv_cache,
                           const int32_t* __restrict__ block_table,
                           const int32_t* __restrict__ seq_lens, int num_heads,
                           int max_blocks_per_seq, float scale_log2, float* __restrict__ out) {
@@ -285,14 +359,13 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
   for (int i = 0; i < 16; ++i) acc[i] = 0.0f;
   for (int j = warp; j < seq_len; j += 8) {
-    const int64_t block = table[j / kMlaPageSize];
-    const uint16_t* row = kv_cache + (block * kMlaPageSize + j % kMlaPageSize) * kMlaLatentDim;
+    const int64_t row = table[j / kMlaPageSize] * kMlaPageSize + j % kMlaPageSize;
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMlaLatentDim / 64; ++i) {
       const int d = 2 * lane + 64 * i;
-      const uint32_t pair = *reinterpret_cast<const uint32_t*>(row + d);
-      s += q_s[d] * Bf16BitsToFloat(pair & 0xffffu) + q_s[d + 1] * Bf16BitsToFloat(pair >> 16);
+      const float2 v = LatentPair<kFp8>(kv_cache, row, d);
+      s += q_s[d] * v.x + q_s[d + 1] * v.y;
     }
     s = WarpSum(s) * scale_log2;
     const float m_new = fmaxf(m, s);
@@ -300,9 +373,9 @@ __global__ void __launch_bounds__(256)
     l = l * alpha + pj;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t pair = *reinterpret_cast<const uint32_t*>(row + 2 * lane + 64 * i);
-      acc[2 * i] = acc[2 * i] * alpha + pj * Bf16BitsToFloat(pair & 0xffffu);
-      acc[2 * i + 1] = acc[2 * i + 1] * alpha + pj * Bf16BitsToFloat(pair >> 16);
+      const float2 v = LatentPair<kFp8>(kv_cache, row, 2 * lane + 64 * i);
+      acc[2 * i] = acc[2 * i] * alpha + pj * v.x;
+      acc[2 * i + 1] = acc[2 * i + 1] * alpha + pj * v.y;
     }
     m = m_new;
   }
@@ -362,11 +435,19 @@ int PagesPerSplit(const MlaDecodeParams& p, int splits) {
   return (MaxPages(p) + splits - 1) / splits;
 }
 
+absl::Status CheckCacheDType(const MlaDecodeParams& p) {
+  if (p.cache_dtype != LatentDType::kBF16 && p.cache_dtype != LatentDType::kFP8) {
+    return absl::InvalidArgumentError("MlaPagedDecode: the cache must hold bf16 or fp8 rows");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckParams(const MlaDecodeParams& p, const void* workspace, int64_t ws_bytes) {
   if (p.batch < 0 || p.batch > 65535 || p.num_heads <= 0 || p.max_blocks_per_seq <= 0 ||
       p.max_context < 0 || p.num_splits < 0) {
     return absl::InvalidArgumentError("MlaPagedDecode: bad params");
   }
+  RETURN_IF_ERROR(CheckCacheDType(p));
   if (static_cast<int64_t>(p.max_blocks_per_seq) * kMlaPageSize < p.max_context) {
     return absl::InvalidArgumentError("MlaPagedDecode: max_context exceeds the block table");
   }
@@ -376,29 +457,43 @@ absl::Status CheckParams(const MlaDecodeParams& p, const void* workspace, int64_
   return absl::OkStatus();
 }
 
+template <bool kFp8, typename OutT>
+absl::Status LaunchDecode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
+                          const int32_t* query_seq, const int32_t* seq_lens,
+                          const MlaDecodeParams& p, int splits, float* o_part, float* lse_part,
+                          OutT* out, cudaStream_t stream) {
+  const int head_groups = (p.num_heads + kHeadsPerCta - 1) / kHeadsPerCta;
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(MlaDecodeKernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kSmemBytes<kFp8>),
+      "MlaPagedDecode cudaFuncSetAttribute");
+  const dim3 grid(head_groups, splits, p.batch);
+  internal::LaunchKernel(MlaDecodeKernel<kFp8>, grid, kThreads, kSmemBytes<kFp8>, stream, q_abs,
+                         kv_cache, block_table, query_seq, seq_lens, p.num_heads,
+                         p.max_blocks_per_seq, PagesPerSplit(p, splits), splits, p.scale * kLog2e,
+                         o_part, lse_part);
+  STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MlaDecodeKernel launch");
+  internal::LaunchKernel(MlaCombineKernel<OutT>, dim3(p.num_heads, p.batch), kMlaValueDim / 4, 0,
+                         stream, o_part, lse_part, p.num_heads, splits, out);
+  return LaunchStatus("MlaCombineKernel launch");
+}
+
 template <typename OutT>
-absl::Status Decode(const uint16_t* q_abs, const uint16_t* kv_cache, const int32_t* block_table,
+absl::Status Decode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
                     const int32_t* query_seq, const int32_t* seq_lens, const MlaDecodeParams& p,
                     void* workspace, int64_t workspace_bytes, OutT* out, cudaStream_t stream) {
   absl::Status status = CheckParams(p, workspace, workspace_bytes);
   if (!status.ok()) return status;
   if (p.batch == 0) return absl::OkStatus();
   const int splits = MlaDecodeNumSplits(p);
-  const int head_groups = (p.num_heads + kHeadsPerCta - 1) / kHeadsPerCta;
   float* o_part = static_cast<float*>(workspace);
   float* lse_part = o_part + static_cast<int64_t>(p.batch) * splits * p.num_heads * kMlaValueDim;
-  STRATA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(MlaDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kSmemBytes),
-      "MlaPagedDecode cudaFuncSetAttribute");
-  const dim3 grid(head_groups, splits, p.batch);
-  internal::LaunchKernel(MlaDecodeKernel, grid, kThreads, kSmemBytes, stream, q_abs, kv_cache,
-                         block_table, query_seq, seq_lens, p.num_heads, p.max_blocks_per_seq,
-                         PagesPerSplit(p, splits), splits, p.scale * kLog2e, o_part, lse_part);
-  STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MlaDecodeKernel launch");
-  internal::LaunchKernel(MlaCombineKernel<OutT>, dim3(p.num_heads, p.batch), kMlaValueDim / 4, 0,
-                         stream, o_part, lse_part, p.num_heads, splits, out);
-  return LaunchStatus("MlaCombineKernel launch");
+  if (p.cache_dtype == LatentDType::kFP8) {
+    return LaunchDecode<true>(q_abs, kv_cache, block_table, query_seq, seq_lens, p, splits, o_part,
+                              lse_part, out, stream);
+  }
+  return LaunchDecode<false>(q_abs, kv_cache, block_table, query_seq, seq_lens, p, splits, o_part,
+                             lse_part, out, stream);
 }
 
 }  // namespace
@@ -431,23 +526,21 @@ int64_t MlaDecodeWorkspaceBytes(const MlaDecodeParams& p) {
   return rows * (kMlaValueDim + 1) * static_cast<int64_t>(sizeof(float));
 }
 
-absl::Status MlaPagedDecode(const uint16_t* q_abs, const uint16_t* kv_cache,
-                            const int32_t* block_table, const int32_t* seq_lens,
-                            const MlaDecodeParams& params, void* workspace, int64_t workspace_bytes,
-                            float* out, cudaStream_t stream) {
+absl::Status MlaPagedDecode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
+                            const int32_t* seq_lens, const MlaDecodeParams& params, void* workspace,
+                            int64_t workspace_bytes, float* out, cudaStream_t stream) {
   return Decode(q_abs, kv_cache, block_table, nullptr, seq_lens, params, workspace, workspace_bytes,
                 out, stream);
 }
 
-absl::Status MlaPagedDecode(const uint16_t* q_abs, const uint16_t* kv_cache,
-                            const int32_t* block_table, const int32_t* seq_lens,
-                            const MlaDecodeParams& params, void* workspace, int64_t workspace_bytes,
-                            uint16_t* out, cudaStream_t stream) {
+absl::Status MlaPagedDecode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
+                            const int32_t* seq_lens, const MlaDecodeParams& params, void* workspace,
+                            int64_t workspace_bytes, uint16_t* out, cudaStream_t stream) {
   return Decode(q_abs, kv_cache, block_table, nullptr, seq_lens, params, workspace, workspace_bytes,
                 out, stream);
 }
 
-absl::Status MlaPagedPrefill(const uint16_t* q_abs, const uint16_t* kv_cache,
+absl::Status MlaPagedPrefill(const uint16_t* q_abs, const void* kv_cache,
                              const int32_t* block_table, const int32_t* query_seq,
                              const int32_t* seq_lens, const MlaDecodeParams& params,
                              void* workspace, int64_t workspace_bytes, uint16_t* out,
@@ -457,16 +550,24 @@ absl::Status MlaPagedPrefill(const uint16_t* q_abs, const uint16_t* kv_cache,
                 workspace_bytes, out, stream);
 }
 
-absl::Status MlaPagedDecodeSimple(const uint16_t* q_abs, const uint16_t* kv_cache,
+absl::Status MlaPagedDecodeSimple(const uint16_t* q_abs, const void* kv_cache,
                                   const int32_t* block_table, const int32_t* seq_lens,
                                   const MlaDecodeParams& p, float* out, cudaStream_t stream) {
   if (p.batch < 0 || p.num_heads <= 0 || p.max_blocks_per_seq <= 0) {
     return absl::InvalidArgumentError("MlaPagedDecodeSimple: bad params");
   }
+  RETURN_IF_ERROR(CheckCacheDType(p));
   if (p.batch == 0) return absl::OkStatus();
-  internal::LaunchKernel(MlaDecodeSimpleKernel, dim3(p.num_heads, p.batch), 256, 0, stream, q_abs,
-                         kv_cache, block_table, seq_lens, p.num_heads, p.max_blocks_per_seq,
-                         p.scale * kLog2e, out);
+  const dim3 grid(p.num_heads, p.batch);
+  if (p.cache_dtype == LatentDType::kFP8) {
+    internal::LaunchKernel(MlaDecodeSimpleKernel<true>, grid, 256, 0, stream, q_abs, kv_cache,
+                           block_table, seq_lens, p.num_heads, p.max_blocks_per_seq,
+                           p.scale * kLog2e, out);
+  } else {
+    internal::LaunchKernel(MlaDecodeSimpleKernel<false>, grid, 256, 0, stream, q_abs, kv_cache,
+                           block_table, seq_lens, p.num_heads, p.max_blocks_per_seq,
+                           p.scale * kLog2e, out);
+  }
   return LaunchStatus("MlaDecodeSimpleKernel launch");
 }
 

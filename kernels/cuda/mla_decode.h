@@ -2,7 +2,11 @@
 //
 // Fixed dims (all released Kimi / DeepSeek MLA checkpoints): latent row κ = [c (512) ; k_pe (64)]
 // = 576 bf16 values, value width 512, pages of 64 tokens:
-//   kv_cache     [num_blocks, 64, 576] bf16 bits (kvcache/cache_layout.h, LatentDType::kBF16)
+//   kv_cache     [num_blocks, 64, 576] bf16 bits (kvcache/cache_layout.h, LatentDType::kBF16), or
+//                [num_blocks, 64] fp8 rows of 656 bytes (LatentDType::kFP8, core/latent_row.h):
+//                params.cache_dtype says which. An fp8 page is staged raw (cp.async) and
+//                dequantized to bf16(code · scale) in shared memory, so the result equals the
+//                kernel's over a bf16 cache holding those values, bit for bit.
 //   block_table  [batch, max_blocks_per_seq] int32: page p of sequence b is block_table[b][p]
 //   seq_lens     [batch] int32 ≥ 1: context length of sequence b INCLUDING the new token
 //   q_abs        [batch, num_heads, 576] bf16: q̃_h = [W_UK,hᵀ q_nope,h ; q_pe,h]
@@ -29,6 +33,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/latent_row.h"
 
 namespace strata::kernels::cuda {
 
@@ -44,6 +49,7 @@ struct MlaDecodeParams {
   int max_context = 0;         // host-side upper bound of seq_lens (sizes the split-K grid)
   float scale = 0.0f;          // softmax scale ((dn + dr)^-1/2 for Kimi)
   int num_splits = 0;          // 0: chosen from the shape and the SM count; else forced (≥ 1)
+  LatentDType cache_dtype = LatentDType::kBF16;  // kv_cache rows: kBF16 or kFP8
 };
 
 // Split count MlaPagedDecode will use for `params` on the current device.
@@ -51,14 +57,12 @@ int MlaDecodeNumSplits(const MlaDecodeParams& params);
 // Bytes of workspace MlaPagedDecode needs (partial ō and LSE per split).
 int64_t MlaDecodeWorkspaceBytes(const MlaDecodeParams& params);
 
-absl::Status MlaPagedDecode(const uint16_t* q_abs, const uint16_t* kv_cache,
-                            const int32_t* block_table, const int32_t* seq_lens,
-                            const MlaDecodeParams& params, void* workspace, int64_t workspace_bytes,
-                            float* out, cudaStream_t stream);
-absl::Status MlaPagedDecode(const uint16_t* q_abs, const uint16_t* kv_cache,
-                            const int32_t* block_table, const int32_t* seq_lens,
-                            const MlaDecodeParams& params, void* workspace, int64_t workspace_bytes,
-                            uint16_t* out, cudaStream_t stream);
+absl::Status MlaPagedDecode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
+                            const int32_t* seq_lens, const MlaDecodeParams& params, void* workspace,
+                            int64_t workspace_bytes, float* out, cudaStream_t stream);
+absl::Status MlaPagedDecode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
+                            const int32_t* seq_lens, const MlaDecodeParams& params, void* workspace,
+                            int64_t workspace_bytes, uint16_t* out, cudaStream_t stream);
 
 // Prefill (and multi-token decode) on the same kernel: every new token is one "query" with its
 // own causal length. params.batch = total new tokens; query b reads block-table row
@@ -66,13 +70,13 @@ absl::Status MlaPagedDecode(const uint16_t* q_abs, const uint16_t* kv_cache,
 // position + 1; the new tokens' rows must already be in the cache). Absorbed form, so it
 // costs (576 + 512)/(192 + 128) ≈ 3.4× the FLOPs of the non-absorbed MHA prefill and re-reads
 // the prefix per query (from L2 mostly): correct and simple, not the fast long-prompt path.
-absl::Status MlaPagedPrefill(const uint16_t* q_abs, const uint16_t* kv_cache,
+absl::Status MlaPagedPrefill(const uint16_t* q_abs, const void* kv_cache,
                              const int32_t* block_table, const int32_t* query_seq,
                              const int32_t* seq_lens, const MlaDecodeParams& params,
                              void* workspace, int64_t workspace_bytes, uint16_t* out,
                              cudaStream_t stream);
 
-absl::Status MlaPagedDecodeSimple(const uint16_t* q_abs, const uint16_t* kv_cache,
+absl::Status MlaPagedDecodeSimple(const uint16_t* q_abs, const void* kv_cache,
                                   const int32_t* block_table, const int32_t* seq_lens,
                                   const MlaDecodeParams& params, float* out, cudaStream_t stream);
 

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/latent_fp8.cuh"
 #include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mma.cuh"
 #include "kernels/cuda/mla_decode.h"
@@ -52,12 +53,25 @@ static_assert(kMlaQkHeadDim == kMlaQkNopeDim + kMlaRopeDim, "q head = [nope ; ro
 // ---------------------------------------------------------------------------------------------
 // Stage 1: gather.
 
+// 16-byte chunk `chunk` of the bf16 row `row_index` of the cache: copied from a bf16 cache,
+// dequantized from an fp8 one (internal/latent_fp8.cuh: 72 chunks per row either way).
+template <bool kFp8>
+__device__ __forceinline__ uint4 LatentChunk(const void* kv_cache, int64_t row_index, int chunk) {
+  if constexpr (kFp8) {
+    return internal::Fp8RowChunkToBf16(
+        static_cast<const uint8_t*>(kv_cache) + row_index * internal::kFp8RowBytes, chunk);
+  } else {
+    return reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(kv_cache) +
+                                          row_index * kMlaLatentDim)[chunk];
+  }
+}
+
 // Grid (pages, num_seqs), 256 threads: copies the valid rows of page p of sequence b to rows
-// cu_seqlens_k[b] + 64p + i of `latent` [total_context, 576] (one contiguous 16-byte-chunk copy;
-// a negative block id yields zero rows).
+// cu_seqlens_k[b] + 64p + i of `latent` [total_context, 576] (16-byte chunks; a negative block
+// id yields zero rows).
+template <bool kFp8>
 __global__ void __launch_bounds__(256)
-    GatherLatentKernel(const uint16_t* __restrict__ kv_cache,
-                       const int32_t* __restrict__ block_table,
+    GatherLatentKernel(const void* __restrict__ kv_cache, const int32_t* __restrict__ block_table,
                        const int32_t* __restrict__ cu_seqlens_k, int max_blocks_per_seq,
                        uint16_t* __restrict__ latent) {
   const int p = blockIdx.x, b = blockIdx.y;
@@ -72,16 +86,19 @@ __global__ void __launch_bounds__(256)
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = make_uint4(0u, 0u, 0u, 0u);
     return;
   }
-  const uint4* src = reinterpret_cast<const uint4*>(kv_cache + static_cast<int64_t>(block) *
-                                                                   kMlaPageSize * kMlaLatentDim);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  const int64_t row0 = static_cast<int64_t>(block) * kMlaPageSize;
+  constexpr int kChunks = kMlaLatentDim / 8;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    dst[i] = LatentChunk<kFp8>(kv_cache, row0 + i / kChunks, i % kChunks);
+  }
 }
 
 // Grid (⌈rows / 8⌉), 256 threads: warp w of CTA x copies row win_begin + 8x + w of the
 // concatenated context (its sequence found by binary search of cu_seqlens_k) from its page to
 // row 8x + w of `latent` [rows, 576] (a negative block id yields a zero row).
+template <bool kFp8>
 __global__ void __launch_bounds__(256)
-    GatherLatentWindowKernel(const uint16_t* __restrict__ kv_cache,
+    GatherLatentWindowKernel(const void* __restrict__ kv_cache,
                              const int32_t* __restrict__ block_table,
                              const int32_t* __restrict__ cu_seqlens_k, int num_seqs,
                              int max_blocks_per_seq, int64_t win_begin, int rows,
@@ -107,9 +124,8 @@ __global__ void __launch_bounds__(256)
     for (int i = lane; i < kChunks; i += 32) dst[i] = make_uint4(0u, 0u, 0u, 0u);
     return;
   }
-  const uint4* src = reinterpret_cast<const uint4*>(
-      kv_cache + (static_cast<int64_t>(block) * kMlaPageSize + pos % kMlaPageSize) * kMlaLatentDim);
-  for (int i = lane; i < kChunks; i += 32) dst[i] = src[i];
+  const int64_t row = static_cast<int64_t>(block) * kMlaPageSize + pos % kMlaPageSize;
+  for (int i = lane; i < kChunks; i += 32) dst[i] = LatentChunk<kFp8>(kv_cache, row, i);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -525,6 +541,9 @@ absl::Status CheckParams(const MlaPrefillParams& p, const void* workspace, int64
   if (p.max_blocks_per_seq <= 0) {
     return Invalid(what, absl::StrCat("max_blocks_per_seq ", p.max_blocks_per_seq, " < 1"));
   }
+  if (p.cache_dtype != LatentDType::kBF16 && p.cache_dtype != LatentDType::kFP8) {
+    return Invalid(what, "the cache must hold bf16 or fp8 rows");
+  }
   if (p.max_context < 0 ||
       p.max_context > static_cast<int64_t>(p.max_blocks_per_seq) * kMlaPageSize) {
     return Invalid(
@@ -599,7 +618,7 @@ absl::Status Attention(const uint16_t* q, const int32_t* cu_seqlens_q, const int
 }
 
 // One context window [w0, w0 + rows): gather, expand, attend and merge into the accumulators.
-absl::Status MhaWindow(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
+absl::Status MhaWindow(cublasHandle_t handle, const uint16_t* q, const void* kv_cache,
                        const int32_t* block_table, const int32_t* cu_seqlens_q,
                        const int32_t* cu_seqlens_k, const uint16_t* w_kvb,
                        const MlaPrefillParams& p, unsigned char* base, int64_t w0, int rows,
@@ -608,9 +627,15 @@ absl::Status MhaWindow(cublasHandle_t handle, const uint16_t* q, const uint16_t*
   auto* kv = reinterpret_cast<uint16_t*>(base + LatentBytes(p));
   auto* o_acc = reinterpret_cast<float*>(base + LatentBytes(p) + ExpandedBytes(p));
   auto* ml = reinterpret_cast<float*>(base + LatentBytes(p) + ExpandedBytes(p) + OAccBytes(p));
-  internal::LaunchKernel(GatherLatentWindowKernel, (rows + 7) / 8, 256, 0, stream, kv_cache,
-                         block_table, cu_seqlens_k, p.num_seqs, p.max_blocks_per_seq, w0, rows,
-                         latent);
+  if (p.cache_dtype == LatentDType::kFP8) {
+    internal::LaunchKernel(GatherLatentWindowKernel<true>, (rows + 7) / 8, 256, 0, stream, kv_cache,
+                           block_table, cu_seqlens_k, p.num_seqs, p.max_blocks_per_seq, w0, rows,
+                           latent);
+  } else {
+    internal::LaunchKernel(GatherLatentWindowKernel<false>, (rows + 7) / 8, 256, 0, stream,
+                           kv_cache, block_table, cu_seqlens_k, p.num_seqs, p.max_blocks_per_seq,
+                           w0, rows, latent);
+  }
   RETURN_IF_ERROR(LaunchStatus("MlaPrefillMha GatherLatentWindowKernel launch"));
   const int64_t n = static_cast<int64_t>(p.num_heads) * kMlaKvbRowsPerHead;
   RETURN_IF_ERROR(
@@ -625,7 +650,7 @@ absl::Status MhaWindow(cublasHandle_t handle, const uint16_t* q, const uint16_t*
 // MlaPrefillMha with max_context_chunk < total_context: zeroed accumulators, one MhaWindow per
 // window of the concatenated context, then MlaPrefillFinalizeKernel (normalise, gate, store).
 template <typename OutT>
-absl::Status ChunkedMha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
+absl::Status ChunkedMha(cublasHandle_t handle, const uint16_t* q, const void* kv_cache,
                         const int32_t* block_table, const int32_t* cu_seqlens_q,
                         const int32_t* cu_seqlens_k, const uint16_t* w_kvb, const float* gate,
                         const MlaPrefillParams& p, void* workspace, int64_t workspace_bytes,
@@ -665,7 +690,7 @@ absl::Status ChunkedMha(cublasHandle_t handle, const uint16_t* q, const uint16_t
 }
 
 template <typename OutT>
-absl::Status Mha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
+absl::Status Mha(cublasHandle_t handle, const uint16_t* q, const void* kv_cache,
                  const int32_t* block_table, const int32_t* cu_seqlens_q,
                  const int32_t* cu_seqlens_k, const uint16_t* w_kvb, const float* gate,
                  const MlaPrefillParams& p, void* workspace, int64_t workspace_bytes, OutT* out,
@@ -704,7 +729,7 @@ int64_t MlaPrefillContextChunkFor(const MlaPrefillParams& params, int64_t budget
   return -1;
 }
 
-absl::Status MlaPrefillExpand(cublasHandle_t handle, const uint16_t* kv_cache,
+absl::Status MlaPrefillExpand(cublasHandle_t handle, const void* kv_cache,
                               const int32_t* block_table, const int32_t* cu_seqlens_k,
                               const uint16_t* w_kvb, const MlaPrefillParams& p, void* workspace,
                               int64_t workspace_bytes, cudaStream_t stream) {
@@ -721,8 +746,13 @@ absl::Status MlaPrefillExpand(cublasHandle_t handle, const uint16_t* kv_cache,
   auto* latent = reinterpret_cast<uint16_t*>(base);
   auto* kv = reinterpret_cast<uint16_t*>(base + LatentBytes(p));
   const int pages = (p.max_context + kMlaPageSize - 1) / kMlaPageSize;
-  internal::LaunchKernel(GatherLatentKernel, dim3(pages, p.num_seqs), 256, 0, stream, kv_cache,
-                         block_table, cu_seqlens_k, p.max_blocks_per_seq, latent);
+  if (p.cache_dtype == LatentDType::kFP8) {
+    internal::LaunchKernel(GatherLatentKernel<true>, dim3(pages, p.num_seqs), 256, 0, stream,
+                           kv_cache, block_table, cu_seqlens_k, p.max_blocks_per_seq, latent);
+  } else {
+    internal::LaunchKernel(GatherLatentKernel<false>, dim3(pages, p.num_seqs), 256, 0, stream,
+                           kv_cache, block_table, cu_seqlens_k, p.max_blocks_per_seq, latent);
+  }
   const absl::Status launch = LaunchStatus("MlaPrefillExpand GatherLatentKernel launch");
   if (!launch.ok()) return launch;
   // KV [total_context, H·256] = L[:, :512] · W_kvbᵀ (row stride 576 skips k_pe).
@@ -747,7 +777,7 @@ absl::Status MlaPrefillAttention(const uint16_t* q, const int32_t* cu_seqlens_q,
                    stream);
 }
 
-absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
+absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const void* kv_cache,
                            const int32_t* block_table, const int32_t* cu_seqlens_q,
                            const int32_t* cu_seqlens_k, const uint16_t* w_kvb, const float* gate,
                            const MlaPrefillParams& params, void* workspace, int64_t workspace_bytes,
@@ -756,7 +786,7 @@ absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const uint1
              workspace, workspace_bytes, out, stream);
 }
 
-absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
+absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const void* kv_cache,
                            const int32_t* block_table, const int32_t* cu_seqlens_q,
                            const int32_t* cu_seqlens_k, const uint16_t* w_kvb, const float* gate,
                            const MlaPrefillParams& params, void* workspace, int64_t workspace_bytes,

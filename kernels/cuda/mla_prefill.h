@@ -58,6 +58,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/latent_row.h"
 
 namespace strata::kernels::cuda {
 
@@ -78,6 +79,8 @@ struct MlaPrefillParams {
   // Rows of the dense expansion per context window (see "Context chunking"); 0 = the whole
   // context in one pass. ≥ 0.
   int64_t max_context_chunk = 0;
+  // kv_cache rows: bf16, or fp8 (core/latent_row.h) dequantized to bf16 as they are gathered.
+  LatentDType cache_dtype = LatentDType::kBF16;
 };
 
 // Bytes of workspace MlaPrefillExpand / MlaPrefillAttention / MlaPrefillMha need.
@@ -92,7 +95,7 @@ int64_t MlaPrefillContextChunkFor(const MlaPrefillParams& params, int64_t budget
 // Stage 1: gather the context rows from the pages and expand them through W_kvb into
 // `workspace` (layout private to this file; MlaPrefillAttention reads it). Both stages cover the
 // whole context: params with 0 < max_context_chunk < total_context are InvalidArgument here.
-absl::Status MlaPrefillExpand(cublasHandle_t handle, const uint16_t* kv_cache,
+absl::Status MlaPrefillExpand(cublasHandle_t handle, const void* kv_cache,
                               const int32_t* block_table, const int32_t* cu_seqlens_k,
                               const uint16_t* w_kvb, const MlaPrefillParams& params,
                               void* workspace, int64_t workspace_bytes, cudaStream_t stream);
@@ -112,12 +115,12 @@ absl::Status MlaPrefillAttention(const uint16_t* q, const int32_t* cu_seqlens_q,
 // Both stages: out = gated non-absorbed causal MLA attention of the new tokens, over context
 // windows when 0 < params.max_context_chunk < total_context (see "Context chunking"). Rows of a
 // sequence with C_b < new_b are left unwritten in both modes.
-absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
+absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const void* kv_cache,
                            const int32_t* block_table, const int32_t* cu_seqlens_q,
                            const int32_t* cu_seqlens_k, const uint16_t* w_kvb, const float* gate,
                            const MlaPrefillParams& params, void* workspace, int64_t workspace_bytes,
                            float* out, cudaStream_t stream);
-absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const uint16_t* kv_cache,
+absl::Status MlaPrefillMha(cublasHandle_t handle, const uint16_t* q, const void* kv_cache,
                            const int32_t* block_table, const int32_t* cu_seqlens_q,
                            const int32_t* cu_seqlens_k, const uint16_t* w_kvb, const float* gate,
                            const MlaPrefillParams& params, void* workspace, int64_t workspace_bytes,

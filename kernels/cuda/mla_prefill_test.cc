@@ -17,9 +17,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/dtype.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/testing.h"
+#include "kernels/reference/latent_codec.h"
 #include "kernels/reference/mla.h"
 
 namespace strata::kernels::cuda {
@@ -235,6 +237,67 @@ TEST(CudaMlaPrefillTest, MatchesNonAbsorbedReferenceOnVarlenChunkedBatches) {
                          expected_gated, 1.2e-2);
     STRATA_EXPECT_RELERR("MlaPrefillAttention_f32_gated", name, d_out_gated.Download(),
                          expected_gated, 1e-2);
+  }
+}
+
+// An fp8 copy of `batch`'s pages (rows encoded by the reference codec, unused blocks 0xFF) and
+// the bf16 pages those rows read as (bf16 of each decoded value).
+void EncodeFp8(const Batch& batch, std::vector<uint8_t>* fp8, std::vector<uint16_t>* as_bf16) {
+  const int64_t row_bytes = LatentBytesPerToken(LatentDType::kFP8, kMlaLatentDim, kMlaRopeDim);
+  fp8->assign(batch.pool.size() / kMlaLatentDim * row_bytes, 0xFF);
+  *as_bf16 = batch.pool;
+  std::vector<float> values(kMlaLatentDim);
+  for (size_t b = 0; b < batch.prefix.size(); ++b) {
+    for (int t = 0; t < batch.prefix[b] + batch.num_new[b]; ++t) {
+      const int64_t block = batch.block_table[b * batch.max_blocks_per_seq + t / kMlaPageSize];
+      const int64_t row = block * kMlaPageSize + t % kMlaPageSize;
+      const float* src = batch.latent_rows.data() + (batch.seq_offset[b] + t) * kMlaLatentDim;
+      uint8_t* bytes = fp8->data() + row * row_bytes;
+      EncodeLatentRowReference(LatentDType::kFP8, src, kMlaLatentDim, kMlaRopeDim, bytes);
+      DecodeLatentRowReference(LatentDType::kFP8, bytes, kMlaLatentDim, kMlaRopeDim, values.data());
+      for (int d = 0; d < kMlaLatentDim; ++d) {
+        (*as_bf16)[row * kMlaLatentDim + d] = F32ToBf16(values[d]);
+      }
+    }
+  }
+}
+
+// The MHA prefill gathers fp8 rows as their dequantized bf16 values: outputs bit-identical to
+// the same prefill over the bf16 cache of those values, whole-context and in context windows.
+TEST(CudaMlaPrefillTest, Fp8CacheGathersAsItsDequantizedValues) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 29);
+  absl::StatusOr<CublasHandle> handle = CublasHandle::Create();
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  const Batch batch = MakeBatch(rng, {0, 130, 5}, {17, 65, 1});
+  const int heads = 3;
+  MlaPrefillParams params = ParamsFor(batch, heads);
+  const Operands ops = MakeOperands(rng, batch, heads, params.total_new);
+  std::vector<uint8_t> fp8;
+  std::vector<uint16_t> as_bf16;
+  EncodeFp8(batch, &fp8, &as_bf16);
+  DeviceOperands d(batch, ops);
+  DeviceArray<uint8_t> d_fp8(fp8);
+  DeviceArray<uint16_t> d_bf16(as_bf16);
+  for (int64_t window : {int64_t{0}, int64_t{64}}) {
+    params.max_context_chunk = window;
+    DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaPrefillWorkspaceBytes(params)));
+    const int64_t ws_bytes = static_cast<int64_t>(d_ws.size());
+    DeviceArray<float> d_ref(ops.expected.size()), d_out(ops.expected.size());
+    d_out.Poison();
+    params.cache_dtype = LatentDType::kBF16;
+    STRATA_ASSERT_OK(MlaPrefillMha(handle->get(), d.q.get(), d_bf16.get(), d.table.get(),
+                                   d.cu_q.get(), d.cu_k.get(), d.w.get(), d.gate.get(), params,
+                                   d_ws.get(), ws_bytes, d_ref.get(), nullptr));
+    params.cache_dtype = LatentDType::kFP8;
+    STRATA_ASSERT_OK(MlaPrefillMha(handle->get(), d.q.get(), d_fp8.get(), d.table.get(),
+                                   d.cu_q.get(), d.cu_k.get(), d.w.get(), d.gate.get(), params,
+                                   d_ws.get(), ws_bytes, d_out.get(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(d_out.Download(), d_ref.Download()) << "window " << window;
+    // And close to the reference on the original (unquantized) rows: fp8's rounding.
+    STRATA_EXPECT_RELERR("MlaPrefillMha_fp8", absl::StrCat("window", window), d_out.Download(),
+                         ops.expected_gated, 0.1);
   }
 }
 

@@ -11,9 +11,11 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "core/dtype.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/testing.h"
+#include "kernels/reference/latent_codec.h"
 #include "kernels/reference/mla.h"
 
 namespace strata::kernels::cuda {
@@ -115,6 +117,17 @@ std::string Name(const CoreCase& c) {
   return s;
 }
 
+MlaDecodeParams ParamsFor(const CoreCase& tc, const PagedCache& cache) {
+  MlaDecodeParams params;
+  params.batch = static_cast<int>(tc.lens.size());
+  params.num_heads = tc.heads;
+  params.max_blocks_per_seq = cache.max_blocks_per_seq;
+  params.max_context = *std::max_element(tc.lens.begin(), tc.lens.end());
+  params.scale = kScale;
+  params.num_splits = tc.forced_splits;
+  return params;
+}
+
 TEST(CudaMlaDecodeTest, BothKernelsMatchHostAttentionOnOddShapes) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed());
@@ -136,13 +149,7 @@ TEST(CudaMlaDecodeTest, BothKernelsMatchHostAttentionOnOddShapes) {
     const std::vector<uint16_t> q_bits = ToBf16InPlace(q);
     const std::vector<float> expected = HostAttention(q, cache, tc.lens, tc.heads);
 
-    MlaDecodeParams params;
-    params.batch = batch;
-    params.num_heads = tc.heads;
-    params.max_blocks_per_seq = cache.max_blocks_per_seq;
-    params.max_context = *std::max_element(tc.lens.begin(), tc.lens.end());
-    params.scale = kScale;
-    params.num_splits = tc.forced_splits;
+    MlaDecodeParams params = ParamsFor(tc, cache);
 
     DeviceArray<uint16_t> d_q(q_bits), d_pool(cache.pool);
     DeviceArray<int32_t> d_table(cache.block_table), d_lens(tc.lens);
@@ -286,6 +293,81 @@ TEST(CudaMlaDecodeTest, PagedPrefillMatchesNonAbsorbedReference) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   STRATA_EXPECT_RELERR("MlaPagedPrefill", absl::StrCat("H", heads, "_T", tokens), d_o.Download(),
                        expected, 2e-2);
+}
+
+// An fp8 cache (core/latent_row.h) of the same pages: rows encoded by the reference codec, and
+// the bf16 cache those rows read as (bf16 of each decoded value). Unused fp8 blocks are 0xFF
+// bytes (NaN codes and scales), as unused bf16 blocks are NaN.
+struct Fp8Pages {
+  std::vector<uint8_t> fp8;       // [num_blocks, 64, 656]
+  std::vector<uint16_t> as_bf16;  // [num_blocks, 64, 576]
+  std::vector<float> decoded;     // per sequence [len, 576], f32 decoded values
+};
+
+Fp8Pages EncodeFp8(const PagedCache& c, const std::vector<int>& lens) {
+  const int64_t kRowBytes = LatentBytesPerToken(LatentDType::kFP8, kMlaLatentDim, kMlaRopeDim);
+  Fp8Pages f;
+  const size_t rows = c.pool.size() / kMlaLatentDim;
+  f.fp8.assign(rows * kRowBytes, 0xFF);
+  f.as_bf16 = c.pool;
+  f.decoded = c.latent_rows;
+  for (size_t b = 0; b < lens.size(); ++b) {
+    for (int t = 0; t < lens[b]; ++t) {
+      const int64_t block = c.block_table[b * c.max_blocks_per_seq + t / kMlaPageSize];
+      const int64_t row = block * kMlaPageSize + t % kMlaPageSize;
+      float* values = f.decoded.data() + (c.seq_offset[b] + t) * kMlaLatentDim;
+      uint8_t* bytes = f.fp8.data() + row * kRowBytes;
+      EncodeLatentRowReference(LatentDType::kFP8, values, kMlaLatentDim, kMlaRopeDim, bytes);
+      DecodeLatentRowReference(LatentDType::kFP8, bytes, kMlaLatentDim, kMlaRopeDim, values);
+      for (int d = 0; d < kMlaLatentDim; ++d) {
+        f.as_bf16[row * kMlaLatentDim + d] = F32ToBf16(values[d]);
+      }
+    }
+  }
+  return f;
+}
+
+// Both decode kernels read an fp8 cache: the tensor-core kernel exactly as the bf16 cache of its
+// dequantized values (bit-identical outputs: the dequantization is the only difference), the
+// f32 kernel within f32 rounding of host attention over the decoded values.
+TEST(CudaMlaDecodeTest, Fp8CacheReadsAsItsDequantizedValues) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 5);
+  const std::vector<CoreCase> cases = {{5, {63}, 0}, {33, {1000, 7, 129}, 0}, {12, {1, 640}, 3}};
+  for (const CoreCase& tc : cases) {
+    const int batch = static_cast<int>(tc.lens.size());
+    const PagedCache cache = MakeCache(rng, tc.lens);
+    const Fp8Pages fp8 = EncodeFp8(cache, tc.lens);
+    PagedCache decoded = cache;
+    decoded.latent_rows = fp8.decoded;
+    std::vector<float> q =
+        Uniform(rng, static_cast<size_t>(batch) * tc.heads * kMlaLatentDim, -2, 2);
+    const std::vector<uint16_t> q_bits = ToBf16InPlace(q);
+    const std::vector<float> expected = HostAttention(q, decoded, tc.lens, tc.heads);
+
+    MlaDecodeParams params = ParamsFor(tc, cache);
+    DeviceArray<uint16_t> d_q(q_bits), d_bf16(fp8.as_bf16);
+    DeviceArray<uint8_t> d_fp8(fp8.fp8);
+    DeviceArray<int32_t> d_table(cache.block_table), d_lens(tc.lens);
+    DeviceArray<float> d_ref(expected.size()), d_out(expected.size()), d_simple(expected.size());
+    DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaDecodeWorkspaceBytes(params)));
+    d_out.Poison();
+    d_simple.Poison();
+    STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_bf16.get(), d_table.get(), d_lens.get(), params,
+                                    d_ws.get(), static_cast<int64_t>(d_ws.size()), d_ref.get(),
+                                    nullptr));
+    params.cache_dtype = LatentDType::kFP8;
+    STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_fp8.get(), d_table.get(), d_lens.get(), params,
+                                    d_ws.get(), static_cast<int64_t>(d_ws.size()), d_out.get(),
+                                    nullptr));
+    STRATA_ASSERT_OK(MlaPagedDecodeSimple(d_q.get(), d_fp8.get(), d_table.get(), d_lens.get(),
+                                          params, d_simple.get(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::string name = Name(tc);
+    EXPECT_EQ(d_out.Download(), d_ref.Download()) << name;
+    STRATA_EXPECT_RELERR("MlaPagedDecode_fp8", name, d_out.Download(), expected, 5e-3);
+    STRATA_EXPECT_RELERR("MlaPagedDecodeSimple_fp8", name, d_simple.Download(), expected, 1e-4);
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/latent_fp8.cuh"
 #include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
@@ -10,6 +11,7 @@ namespace {
 using internal::BlockSum;
 using internal::FloatToBf16Bits;
 using internal::SigmoidF;
+using internal::WarpMax;
 
 constexpr int kThreads = 256;
 
@@ -66,6 +68,55 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// One token per CTA, fp8 rows (core/latent_row.h): warp w quantizes scale groups w, w + 8, ...
+// (amax over the group's normalised values, scale = amax / 448, codes = e4m3(x / scale) as the
+// CPU codec rounds them); the rope part goes out as bf16. Rows need not be 4-byte aligned (any
+// rank): scales and rope values are stored byte by byte.
+__global__ void __launch_bounds__(kThreads)
+    MlaWriteLatentsFp8Kernel(const float* __restrict__ kv, int rank, int rope,
+                             const float* __restrict__ w, float eps,
+                             const int32_t* __restrict__ slot_mapping,
+                             uint8_t* __restrict__ pages) {
+  __shared__ float red[32];
+  const int32_t slot = slot_mapping[blockIdx.x];
+  if (slot < 0) return;  // uniform across the CTA: no barrier is skipped by part of it
+  constexpr int kGroup = 128;
+  const int groups = (rank + kGroup - 1) / kGroup;
+  const int64_t row_bytes = rank + 4 * groups + 2 * rope;
+  const float* src = kv + static_cast<int64_t>(blockIdx.x) * (rank + rope);
+  uint8_t* dst = pages + static_cast<int64_t>(slot) * row_bytes;
+  float sq = 0.0f;
+  for (int c = threadIdx.x; c < rank; c += kThreads) sq += src[c] * src[c];
+  const float inv = 1.0f / sqrtf(BlockSum(sq, red) / static_cast<float>(rank) + eps);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int g = warp; g < groups; g += kThreads / 32) {
+    const int begin = g * kGroup, end = min(rank, begin + kGroup);
+    float x[kGroup / 32];
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kGroup / 32; ++k) {
+      const int c = begin + lane + 32 * k;
+      x[k] = c < end ? src[c] * inv * w[c] : 0.0f;
+      amax = fmaxf(amax, fabsf(x[k]));
+    }
+    amax = WarpMax(amax);
+    const float scale = amax > 0.0f ? amax / internal::kFp8Max : 1.0f;
+#pragma unroll
+    for (int k = 0; k < kGroup / 32; ++k) {
+      const int c = begin + lane + 32 * k;
+      if (c < end) dst[c] = internal::FloatToE4M3(x[k] / scale);
+    }
+    if (lane < 4)
+      dst[rank + 4 * g + lane] = static_cast<uint8_t>(__float_as_uint(scale) >> (8 * lane));
+  }
+  uint8_t* rope_dst = dst + rank + 4 * groups;
+  for (int c = threadIdx.x; c < rope; c += kThreads) {
+    const uint16_t bits = FloatToBf16Bits(src[rank + c]);
+    rope_dst[2 * c] = static_cast<uint8_t>(bits & 0xFFu);
+    rope_dst[2 * c + 1] = static_cast<uint8_t>(bits >> 8);
+  }
+}
+
 }  // namespace
 
 absl::Status AddInPlace(float* y, const float* x, int64_t count, cudaStream_t stream) {
@@ -95,14 +146,24 @@ absl::Status MaskPaddingRoutes(int32_t* ids, int64_t rows, int top_k, const int3
 
 absl::Status MlaWriteLatents(const float* kv, int64_t rows, int kv_lora_rank, int rope_dim,
                              const float* norm_weight, float eps, const int32_t* slot_mapping,
-                             uint16_t* pages, cudaStream_t stream) {
+                             void* pages, LatentDType dtype, cudaStream_t stream) {
   if (rows < 0 || rows > 0x7fffffff || kv_lora_rank <= 0 || rope_dim < 0) {
     return absl::InvalidArgumentError(
         "MlaWriteLatents: rows must be in [0, 2^31), kv_lora_rank > 0, rope_dim >= 0");
   }
+  if (dtype != LatentDType::kBF16 && dtype != LatentDType::kFP8) {
+    return absl::InvalidArgumentError("MlaWriteLatents: the cache must hold bf16 or fp8 rows");
+  }
   if (rows == 0) return absl::OkStatus();
+  if (dtype == LatentDType::kFP8) {
+    internal::LaunchKernel(MlaWriteLatentsFp8Kernel, static_cast<unsigned>(rows), kThreads, 0,
+                           stream, kv, kv_lora_rank, rope_dim, norm_weight, eps, slot_mapping,
+                           static_cast<uint8_t*>(pages));
+    return LaunchStatus("MlaWriteLatentsFp8Kernel launch");
+  }
   internal::LaunchKernel(MlaWriteLatentsKernel, static_cast<unsigned>(rows), kThreads, 0, stream,
-                         kv, kv_lora_rank, rope_dim, norm_weight, eps, slot_mapping, pages);
+                         kv, kv_lora_rank, rope_dim, norm_weight, eps, slot_mapping,
+                         static_cast<uint16_t*>(pages));
   return LaunchStatus("MlaWriteLatentsKernel launch");
 }
 

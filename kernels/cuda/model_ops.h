@@ -5,8 +5,9 @@
 //                    o_proj; plain f32 → bf16 GEMM-operand conversion)
 //   MaskPaddingRoutes ids[r, ·] = −1 for rows r ≥ *live_rows (padding rows of a graph-replayed
 //                    step: MoePermute then drops them)
-//   MlaWriteLatents  κ = [RMSNorm(c; w, eps) ; k_pe] of each new token, rounded to bf16 and written
-//                    to its latent cache row (MODEL.md §4.1: only the latent part is normalised)
+//   MlaWriteLatents  κ = [RMSNorm(c; w, eps) ; k_pe] of each new token, rounded to bf16 (or
+//                    quantized to the fp8 row layout, core/latent_row.h) and written to its latent
+//                    cache row (MODEL.md §4.1: only the latent part is normalised)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "core/latent_row.h"
 
 namespace strata::kernels::cuda {
 
@@ -28,9 +30,10 @@ absl::Status MaskPaddingRoutes(int32_t* ids, int64_t rows, int top_k, const int3
 
 // kv [rows, kv_lora_rank + rope_dim] f32 (kv_a_proj output); norm_weight [kv_lora_rank];
 // slot_mapping [rows] int32 cache row of each token (negative: skipped);
-// pages [cache rows, kv_lora_rank + rope_dim] bf16 bits.
+// pages [cache rows, kv_lora_rank + rope_dim] bf16 bits (dtype kBF16), or [cache rows] fp8 rows
+// of LatentBytesPerToken(kFP8, kv_lora_rank + rope_dim, rope_dim) bytes (dtype kFP8).
 absl::Status MlaWriteLatents(const float* kv, int64_t rows, int kv_lora_rank, int rope_dim,
                              const float* norm_weight, float eps, const int32_t* slot_mapping,
-                             uint16_t* pages, cudaStream_t stream);
+                             void* pages, LatentDType dtype, cudaStream_t stream);
 
 }  // namespace strata::kernels::cuda

@@ -1,6 +1,8 @@
 // AddInPlace / GateToBf16 / MlaWriteLatents on the GPU vs host computations (kernels/reference
 // RmsNorm for the latent rows).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -12,6 +14,7 @@
 #include "core/dtype.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/testing.h"
+#include "kernels/reference/latent_codec.h"
 #include "kernels/reference/rms_norm.h"
 
 namespace strata::kernels::cuda {
@@ -92,11 +95,60 @@ TEST(CudaModelOpsTest, MlaWriteLatentsNormalisesTheLatentPartIntoItsCacheRow) {
     DeviceArray<uint16_t> d_pages(cache_rows * width);
     ASSERT_EQ(cudaMemset(d_pages.get(), 0, cache_rows * width * 2), cudaSuccess);
     STRATA_ASSERT_OK(MlaWriteLatents(d_kv.get(), rows, rank, rope, d_w.get(), 1e-6f, d_slots.get(),
-                                     d_pages.get(), nullptr));
+                                     d_pages.get(), LatentDType::kBF16, nullptr));
     const std::vector<float> got = FromBf16(d_pages.Download());
     STRATA_EXPECT_RELERR("MlaWriteLatents", absl::StrCat(rank, "+", rope), got, expected, 4e-3);
     for (int64_t row : {1, 2, 3, 5, 6, 7, 8}) {  // rows no token maps to stay untouched
       for (int c = 0; c < width; ++c) ASSERT_EQ(got[row * width + c], 0.0f) << row;
+    }
+  }
+}
+
+// fp8 rows (core/latent_row.h): each group's scale is its largest normalised magnitude / 448 and
+// every value reads back (kernels/reference/latent_codec.h) within the format's rounding; rows
+// of odd byte lengths (rank 7: 11-byte rows) and short last groups (rank 300) included.
+TEST(CudaModelOpsTest, MlaWriteLatentsQuantizesFp8RowsWithinTheFormatsRounding) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 4);
+  for (auto [rank, rope] :
+       std::vector<std::pair<int, int>>{{512, 64}, {300, 64}, {32, 8}, {7, 0}}) {
+    const int width = rank + rope;
+    const int64_t row_bytes = LatentBytesPerToken(LatentDType::kFP8, width, rope);
+    const int64_t rows = 5, cache_rows = 11;
+    const std::vector<float> kv = Uniform(rng, rows * width, -2, 2);
+    const std::vector<float> w = Uniform(rng, rank, 0.5f, 1.5f);
+    const std::vector<int32_t> slots = {9, 0, -1, 4, 10};
+    DeviceArray<float> d_kv(kv), d_w(w);
+    DeviceArray<int32_t> d_slots(slots);
+    DeviceArray<uint8_t> d_pages(cache_rows * row_bytes);
+    ASSERT_EQ(cudaMemset(d_pages.get(), 0, cache_rows * row_bytes), cudaSuccess);
+    STRATA_ASSERT_OK(MlaWriteLatents(d_kv.get(), rows, rank, rope, d_w.get(), 1e-6f, d_slots.get(),
+                                     d_pages.get(), LatentDType::kFP8, nullptr));
+    const std::vector<uint8_t> pages = d_pages.Download();
+    const std::string shape = absl::StrCat(rank, "+", rope);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (slots[r] < 0) continue;
+      std::vector<float> want(width), got(width);
+      RmsNormReference(kv.data() + r * width, 1, rank, w.data(), 1e-6f, want.data());
+      for (int c = rank; c < width; ++c) want[c] = kv[r * width + c];
+      const uint8_t* row = pages.data() + slots[r] * row_bytes;
+      DecodeLatentRowReference(LatentDType::kFP8, row, width, rope, got.data());
+      for (int g = 0; g * 128 < rank; ++g) {
+        float amax = 0.0f, scale = 0.0f;
+        for (int c = g * 128; c < std::min(rank, g * 128 + 128); ++c) {
+          amax = std::max(amax, std::fabs(want[c]));
+        }
+        std::memcpy(&scale, row + rank + 4 * g, 4);
+        EXPECT_NEAR(scale, amax / 448.0f, amax / 448.0f * 1e-5f) << shape << " group " << g;
+        for (int c = g * 128; c < std::min(rank, g * 128 + 128); ++c) {
+          const float bound = std::max(std::fabs(want[c]) / 16.0f, std::ldexp(scale, -10));
+          EXPECT_LE(std::fabs(got[c] - want[c]), bound * 1.001f + 1e-6f) << shape << " " << c;
+        }
+      }
+      for (int c = rank; c < width; ++c) EXPECT_EQ(got[c], Bf16ToF32(F32ToBf16(want[c]))) << c;
+    }
+    for (int64_t row : {1, 2, 3, 5, 6, 7, 8}) {  // rows no token maps to stay untouched
+      for (int64_t b = 0; b < row_bytes; ++b) ASSERT_EQ(pages[row * row_bytes + b], 0) << row;
     }
   }
 }

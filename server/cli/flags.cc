@@ -122,11 +122,9 @@ absl::StatusOr<LatentDType> ParseKvCacheDType(const std::string& value, const st
         "fp8_ds_mla), got '" +
         value + "'");
   }
-  if (cuda && *dtype != LatentDType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv-cache-dtype ", value,
-                     ": --device cuda stores latent rows in bf16 only (its MLA "
-                     "kernels read bf16 pages; fp8 is a CPU option for now)"));
+  if (cuda && *dtype == LatentDType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-cache-dtype ", value, ": --device cuda stores latent rows in bf16 or fp8"));
   }
   return *dtype;
 }

@@ -48,13 +48,13 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const 
 
 // --kv-cache-dtype for `device` ("cpu" | "cuda"): "auto" is f32 on the CPU (exact) and bf16 on a
 // GPU; otherwise a name core/latent_row.h knows, if the device stores that format (the CPU reads
-// all three, the CUDA kernels bf16 pages only). InvalidArgument naming the flag, the value and
-// the choices.
+// all three, the CUDA kernels bf16 and fp8). InvalidArgument naming the flag, the value and the
+// choices.
 absl::StatusOr<LatentDType> ParseKvCacheDType(const std::string& value, const std::string& device);
 
 inline constexpr char kKvCacheDTypeHelp[] =
-    "MLA latent cache rows: auto | f32 | bf16 | fp8 (FlashMLA's 656-byte rows: 3.5x the tokens "
-    "of f32; cpu only); vLLM's float32, bfloat16, fp8_e4m3, fp8_ds_mla too (default auto: cpu "
-    "f32, cuda bf16)";
+    "MLA latent cache rows: auto | f32 | bf16 | fp8 (FlashMLA's 656-byte rows: 1.76x the tokens "
+    "of bf16, 3.5x f32; f32 cpu only); vLLM's float32, bfloat16, fp8_e4m3, fp8_ds_mla too "
+    "(default auto: cpu f32, cuda bf16)";
 
 }  // namespace strata::cli

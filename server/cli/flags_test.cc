@@ -49,10 +49,10 @@ TEST(FlagsTest, KvCacheDTypeResolvesAutoPerDeviceAndNamesWhatIsNotServed) {
   const absl::Status bad = ParseKvCacheDType("int4", "cpu").status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("'int4'"), std::string::npos) << bad;
-  const absl::Status gpu_fp8 = ParseKvCacheDType("fp8", "cuda").status();
-  EXPECT_EQ(gpu_fp8.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(gpu_fp8.message().find("bf16 only"), std::string::npos) << gpu_fp8;
-  EXPECT_FALSE(ParseKvCacheDType("f32", "cuda").ok());
+  EXPECT_EQ(*ParseKvCacheDType("fp8_e4m3", "cuda"), LatentDType::kFP8);
+  const absl::Status gpu_f32 = ParseKvCacheDType("f32", "cuda").status();
+  EXPECT_EQ(gpu_f32.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gpu_f32.message().find("bf16 or fp8"), std::string::npos) << gpu_f32;
 }
 
 }  // namespace

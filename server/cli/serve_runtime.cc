@@ -151,8 +151,10 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
     }
     RETURN_IF_ERROR(PrepareCudaExecutor(options, plan));
   } else {
-    ASSIGN_OR_RETURN(layout_,
-                     kvcache::PlanMemory(engine::CacheSpecFor(cfg, options.latent_dtype), plan));
+    ASSIGN_OR_RETURN(
+        layout_,
+        kvcache::PlanMemory(
+            engine::CacheSpecFor(cfg, options.latent_dtype.value_or(LatentDType::kF32)), plan));
   }
   int64_t max_model_len = options.max_model_len;
   if (max_model_len == 0) {
@@ -279,8 +281,11 @@ absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
     executors.push_back(std::move(executor));
   }
   plan.memory_budget_bytes = budget;
-  ASSIGN_OR_RETURN(layout_,
-                   kvcache::PlanMemory(engine::cuda::CudaCacheSpecFor(model_->config()), plan));
+  ASSIGN_OR_RETURN(
+      layout_,
+      kvcache::PlanMemory(engine::cuda::CudaCacheSpecFor(
+                              model_->config(), options.latent_dtype.value_or(LatentDType::kBF16)),
+                          plan));
   for (auto& executor : executors) {
     RETURN_IF_ERROR(executor->AllocateCaches(layout_));
     cuda_executors_.push_back(std::move(executor));

@@ -38,9 +38,10 @@ struct ServeOptions {
   int64_t kv_cache_memory_bytes = int64_t{1} << 30;
   bool kv_cache_memory_given = false;  // --kv-cache-memory was set (else a per-device default)
   std::string device = "cpu";          // --device: cpu | cuda
-  LatentDType latent_dtype = LatentDType::kF32;  // --kv-cache-dtype, resolved for the device
-  bool mmap_weights = false;                     // --mmap-weights (cpu): no copy to huge pages
-  scheduler::SchedulerConfig scheduler;          // pool sizes filled from the memory plan
+  // --kv-cache-dtype resolved for the device; nullopt: the device's default (cpu f32, cuda bf16).
+  std::optional<LatentDType> latent_dtype;
+  bool mmap_weights = false;             // --mmap-weights (cpu): no copy to huge pages
+  scheduler::SchedulerConfig scheduler;  // pool sizes filled from the memory plan
   server::EngineLoopOptions engine;
   http::HttpServerOptions http;
   double drain_timeout_s = 30.0;
