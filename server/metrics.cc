@@ -122,6 +122,12 @@ Metrics::Metrics(std::string model_name, int rank, MetricsOptions options,
       r, "strata:expert_load_imbalance",
       "Max over mean of per-expert routed tokens over the recent step window (1 = balanced).", l);
   h.expert_load_imbalance->Set(1.0);
+  if (!options_.cache_config.empty()) {
+    Labels info = l;
+    for (const auto& [key, value] : options_.cache_config) info[key] = value;
+    AddGauge(r, "strata:cache_config_info", "Cache configuration (as labels; value 1).", info)
+        .Set(1.0);
+  }
 
   h.prompt_tokens_total =
       &AddCounter(r, "strata:prompt_tokens_total", "Number of prefill tokens processed.", l);

@@ -7,7 +7,9 @@
 //               strata:kv_cache_usage_perc (MLA pages, 0..1), strata:state_slot_usage_perc
 //               (KDA slots, 0..1), strata:kda_checkpoints, strata:kda_checkpoint_bytes,
 //               strata:expert_load_imbalance (max/mean of per-expert routed tokens over the
-//               last `expert_window_steps` steps; 1 = balanced or idle)
+//               last `expert_window_steps` steps; 1 = balanced or idle),
+//               strata:cache_config_info (always 1; the cache configuration as labels, as
+//               vLLM's cache_config_info: block_size, cache_dtype, num_gpu_blocks, ...)
 //   counters    strata:prompt_tokens_total, strata:generation_tokens_total,
 //               strata:iteration_tokens_total, strata:request_success_total{finished_reason},
 //               strata:prefix_cache_queries_total, strata:prefix_cache_hits_total (tokens),
@@ -34,6 +36,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace prometheus {
@@ -48,6 +51,9 @@ namespace strata::server {
 struct MetricsOptions {
   int num_experts = 0;           // routed experts (global ids); 0: no per-expert series
   int expert_window_steps = 64;  // steps averaged by strata:expert_load_imbalance, >= 1
+  // Labels of strata:cache_config_info besides model_name and rank (e.g. {"cache_dtype",
+  // "fp8"}); empty: the series is not exported.
+  std::vector<std::pair<std::string, std::string>> cache_config;
 };
 
 // What one engine step did and the cache state after it. Counts are for this step only

@@ -21,6 +21,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // One sample line of the text format: name{k="v",...} value.
 struct Sample {
@@ -111,6 +112,19 @@ TEST(MetricsTest, ExposesEveryApiMetricWithModelAndRankLabels) {
                   {{"model_name", "kimi-k3"}, {"rank", "3"}, {"expert", "3"}}),
             0.0);
   EXPECT_FALSE(Value(text, "strata:expert_routed_tokens_total", {{"expert", "4"}}).has_value());
+}
+
+TEST(MetricsTest, CacheConfigInfoCarriesTheConfigurationAsLabels) {
+  EXPECT_THAT(Metrics("m", 0).Serialize(), Not(HasSubstr("strata:cache_config_info")));
+  Metrics metrics("m", 1,
+                  {.cache_config = {{"block_size", "64"}, {"cache_dtype", "fp8"},
+                                    {"num_gpu_blocks", "8607"}}});
+  const std::string text = metrics.Serialize();
+  EXPECT_THAT(text, HasSubstr("# TYPE strata:cache_config_info gauge\n"));
+  EXPECT_EQ(Value(text, "strata:cache_config_info",
+                  {{"model_name", "m"}, {"rank", "1"}, {"block_size", "64"},
+                   {"cache_dtype", "fp8"}, {"num_gpu_blocks", "8607"}}),
+            1.0);
 }
 
 TEST(MetricsTest, LatencyBucketsSpanOneMillisecondToMinutes) {

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "kernels/cpu/mla_tiles.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -33,11 +34,13 @@ int64_t NumSplits(int64_t num_tokens) {
 // Scratch regions (each 64-byte aligned):
 //   item_begin [B + 1]            first work item of each sequence (prefix sums of splits)
 //   q_abs      [B, H, lat_w]      absorbed queries; after attention, the merged ō (r wide)
+//   q_bf16     [B, H, lat_w]      the absorbed queries rounded to bf16 (bf16 caches only)
 //   acc        [items, H, r]      per split: unnormalised Σ p_j c_j
 //   max, sum   [items, H]         per split: running max and Σ exp(s − max)
 struct Scratch {
   int64_t* item_begin = nullptr;
   float* q_abs = nullptr;
+  uint16_t* q_bf16 = nullptr;
   float* acc = nullptr;
   float* max = nullptr;
   float* sum = nullptr;
@@ -59,6 +62,7 @@ Scratch LayOut(const MlaDims& d, absl::Span<const MlaDecodeSequence> seqs, void*
   Scratch s;
   s.item_begin = reinterpret_cast<int64_t*>(take(sizeof(int64_t) * (batch + 1)));
   s.q_abs = reinterpret_cast<float*>(take(sizeof(float) * batch * heads * lat_w));
+  s.q_bf16 = reinterpret_cast<uint16_t*>(take(sizeof(uint16_t) * batch * heads * lat_w));
   s.acc = reinterpret_cast<float*>(take(sizeof(float) * items * heads * d.kv_lora_rank));
   s.max = reinterpret_cast<float*>(take(sizeof(float) * items * heads));
   s.sum = reinterpret_cast<float*>(take(sizeof(float) * items * heads));
@@ -88,10 +92,11 @@ void AbsorbAll(const mla::TileKernels& k, const MlaDims& d, const float* w_kvb,
   });
 }
 
-// Phase 2: one (sequence, split) work item — online softmax of all heads over its rows.
+// Phase 2: one (sequence, split) work item — online softmax of all heads over its rows. With
+// `q_bf16` (a bf16 cache and an AVX512-BF16 CPU) the rows are read in place as bf16 pairs.
 void AttendSplit(const mla::TileKernels& k, const MlaDims& d, float scale,
-                 const MlaDecodeSequence& seq, int64_t split, const float* q_abs, float* acc,
-                 float* max, float* sum) {
+                 const MlaDecodeSequence& seq, int64_t split, const float* q_abs,
+                 const uint16_t* q_bf16, float* acc, float* max, float* sum) {
   const int heads = d.num_heads, r = d.kv_lora_rank, lat_w = r + d.qk_rope_head_dim;
   const int64_t len = seq.context.num_tokens, split_rows = MlaDecodeSplitRows(len);
   const int64_t begin = split * split_rows, end = std::min(len, begin + split_rows);
@@ -102,9 +107,16 @@ void AttendSplit(const mla::TileKernels& k, const MlaDims& d, float scale,
   const int num_blocks = static_cast<int>(CeilDiv(heads, kMaxQueries));
   const int block = static_cast<int>(CeilDiv(heads, num_blocks));
   const float* rows[kTileRows];
+  const uint16_t* rows_bf16[kTileRows];
   for (int64_t row0 = begin; row0 < end; row0 += kTileRows) {
     const int num_rows = static_cast<int>(std::min<int64_t>(kTileRows, end - row0));
-    GatherRows(seq.context, row0, num_rows, lat_w, rows);
+    if (q_bf16 != nullptr) {
+      for (int j = 0; j < num_rows; ++j) {
+        rows_bf16[j] = reinterpret_cast<const uint16_t*>(seq.context.RawRow(row0 + j, lat_w));
+      }
+    } else {
+      GatherRows(seq.context, row0, num_rows, lat_w, rows);
+    }
     for (int h0 = 0; h0 < heads; h0 += block) {
       mla::QueryBlock qb;
       qb.q = q_abs + int64_t{h0} * lat_w;
@@ -114,7 +126,12 @@ void AttendSplit(const mla::TileKernels& k, const MlaDims& d, float scale,
       qb.max = max + h0;
       qb.sum = sum + h0;
       qb.n = std::min(block, heads - h0);
-      k.attend_tile(qb, rows, num_rows, row0, lat_w, 0, r, scale);
+      if (q_bf16 != nullptr) {
+        qb.q_bf16 = q_bf16 + int64_t{h0} * lat_w;
+        k.attend_tile_bf16(qb, rows_bf16, num_rows, row0, lat_w, 0, r, scale);
+      } else {
+        k.attend_tile(qb, rows, num_rows, row0, lat_w, 0, r, scale);
+      }
     }
   }
 }
@@ -214,10 +231,16 @@ void MlaDecode(const MlaDims& dims, float scale, const float* w_kvb,
   AbsorbAll(k, dims, w_kvb, seqs, s.q_abs);
   const int64_t num_items = s.item_begin[batch];
   const int64_t lat_w = dims.kv_lora_rank + dims.qk_rope_head_dim;
+  // A bf16 cache (one cache: every sequence's rows share the format) on an AVX512-BF16 CPU:
+  // vdpbf16ps straight from the pages, the queries rounded to bf16 once.
+  const bool bf16_rows =
+      k.attend_tile_bf16 != nullptr && seqs[0].context.dtype == LatentDType::kBF16;
+  if (bf16_rows) ConvertF32ToBf16(s.q_abs, static_cast<size_t>(batch * heads * lat_w), s.q_bf16);
   ParallelFor(num_items, true, [&](int64_t item) {
     const int64_t b =
         std::upper_bound(s.item_begin, s.item_begin + batch + 1, item) - s.item_begin - 1;
     AttendSplit(k, dims, scale, seqs[b], item - s.item_begin[b], s.q_abs + b * heads * lat_w,
+                bf16_rows ? s.q_bf16 + b * heads * lat_w : nullptr,
                 s.acc + item * heads * dims.kv_lora_rank, s.max + item * heads,
                 s.sum + item * heads);
   });

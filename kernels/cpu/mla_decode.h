@@ -15,6 +15,9 @@
 // sequence's context length, and every value is computed by the same instruction sequence
 // whatever else is in the batch and whatever the thread count: a sequence's output is
 // bit-identical alone or in any batch (on one ISA path; AVX-512 and AVX2 differ by rounding).
+// Exception, by design: over a bf16 cache on an AVX512-BF16 CPU the tiles multiply bf16 pairs
+// (vdpbf16ps: q̃ and P rounded to bf16, rows read in place, twice the multiply-adds per
+// instruction; mla_tiles_bf16_impl.h) — still batch- and thread-invariant, f32 accumulation.
 //
 // Thread-safety: may be called concurrently with distinct scratch buffers.
 #pragma once

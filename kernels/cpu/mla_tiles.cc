@@ -8,6 +8,7 @@
 
 #include "core/avx512_intrinsics.h"
 #include "core/check.h"
+#include "core/tensor.h"
 #include "kernels/cpu/internal/simd_exp.h"
 
 namespace strata::kernels::cpu::mla {
@@ -79,6 +80,7 @@ struct V {
 };
 
 #include "kernels/cpu/mla_tiles_impl.h"  // NOLINT(build/include)
+#include "kernels/cpu/mla_tiles_bf16_impl.h"  // NOLINT(build/include)
 
 #undef MLA_TARGET
 
@@ -143,6 +145,7 @@ struct V {
 
 const TileKernels& TileKernelsFor(Isa isa) {
   CHECK(isa != Isa::kScalar) << "the MLA tile kernels need AVX2";
+  if (isa >= Isa::kAvx512Bf16) return avx512::kTileKernelsBf16;
   return isa >= Isa::kAvx512 ? avx512::kTileKernels : avx2::kTileKernels;
 }
 

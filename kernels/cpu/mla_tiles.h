@@ -35,6 +35,7 @@ struct QueryBlock {
   float* sum = nullptr;            // [n] running Σ exp(s − max)
   const int64_t* limit = nullptr;  // [n] query i sees rows with index < limit[i]; nullptr: all
   int n = 0;                       // ≤ kMaxQueries
+  const uint16_t* q_bf16 = nullptr;  // attend_tile_bf16: the queries rounded to bf16 (q_stride)
 };
 
 struct TileKernels {
@@ -53,6 +54,12 @@ struct TileKernels {
                       int key_width, int value_offset, int value_width, float scale);
   // o[c] *= sigmoid(g[c]) for c < n.
   void (*gate)(float* o, const float* g, int64_t n);
+  // attend_tile over bf16 rows (a bf16 latent cache read in place) with qb.q_bf16 as the queries:
+  // vdpbf16ps products, P rounded to bf16 (mla_tiles_bf16_impl.h). nullptr where the ISA has no
+  // AVX512-BF16.
+  void (*attend_tile_bf16)(const QueryBlock& qb, const uint16_t* const* rows, int num_rows,
+                           int64_t row0, int key_width, int value_offset, int value_width,
+                           float scale) = nullptr;
 };
 
 inline constexpr int kMaxSources = 64;

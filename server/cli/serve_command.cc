@@ -319,7 +319,8 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   for (int i = 0; i < runtime->engine().num_ranks(); ++i) {
     metrics.push_back(std::make_unique<server::Metrics>(
         ServedNames(options)[0], runtime->global_rank(i),
-        server::MetricsOptions{.num_experts = runtime->num_routed_experts()},
+        server::MetricsOptions{.num_experts = runtime->num_routed_experts(),
+                               .cache_config = runtime->CacheConfigLabels()},
         i == 0 ? nullptr : metrics[0]->registry()));
   }
   metrics_ptr.store(metrics[0].get());

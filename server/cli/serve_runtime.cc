@@ -397,6 +397,15 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   return rt;
 }
 
+std::vector<std::pair<std::string, std::string>> ModelRuntime::CacheConfigLabels() const {
+  return {{"block_size", std::to_string(layout_.block_size)},
+          {"cache_dtype", std::string(LatentDTypeName(layout_.latent_dtype))},
+          {"num_gpu_blocks", std::to_string(layout_.num_blocks)},
+          {"num_state_slots", std::to_string(layout_.num_slots)},
+          {"num_kda_checkpoints", std::to_string(layout_.num_checkpoints)},
+          {"enable_prefix_caching", scheduler_config_.enable_prefix_caching ? "True" : "False"}};
+}
+
 std::string ModelRuntime::DescribeMemory() const { return kvcache::DescribePlan(layout_); }
 
 Json ModelRuntime::ServerInfo(const ServeOptions& options,

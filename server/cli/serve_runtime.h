@@ -70,6 +70,8 @@ class ModelRuntime {
   // Bytes of one KDA checkpoint (all KDA layers), for the metrics.
   int64_t checkpoint_bytes() const { return layout_.state_bytes_per_sequence(); }
   int num_routed_experts() const { return model_->config().moe.num_experts; }
+  // strata:cache_config_info's labels: the memory plan and the cache options (vLLM's names).
+  std::vector<std::pair<std::string, std::string>> CacheConfigLabels() const;
   // Global rank of local rank `i` (metrics label the series with it).
   int global_rank(int local_rank) const { return first_rank_ + local_rank; }
 
