@@ -116,14 +116,17 @@ TEST(MetricsTest, ExposesEveryApiMetricWithModelAndRankLabels) {
 
 TEST(MetricsTest, CacheConfigInfoCarriesTheConfigurationAsLabels) {
   EXPECT_THAT(Metrics("m", 0).Serialize(), Not(HasSubstr("strata:cache_config_info")));
-  Metrics metrics("m", 1,
-                  {.cache_config = {{"block_size", "64"}, {"cache_dtype", "fp8"},
-                                    {"num_gpu_blocks", "8607"}}});
+  Metrics metrics(
+      "m", 1,
+      {.cache_config = {{"block_size", "64"}, {"cache_dtype", "fp8"}, {"num_gpu_blocks", "8607"}}});
   const std::string text = metrics.Serialize();
   EXPECT_THAT(text, HasSubstr("# TYPE strata:cache_config_info gauge\n"));
   EXPECT_EQ(Value(text, "strata:cache_config_info",
-                  {{"model_name", "m"}, {"rank", "1"}, {"block_size", "64"},
-                   {"cache_dtype", "fp8"}, {"num_gpu_blocks", "8607"}}),
+                  {{"model_name", "m"},
+                   {"rank", "1"},
+                   {"block_size", "64"},
+                   {"cache_dtype", "fp8"},
+                   {"num_gpu_blocks", "8607"}}),
             1.0);
 }
 

@@ -450,8 +450,8 @@ TEST(MlaBf16PairTest, DecodeIsWithinBf16RoundingAndBatchInvariant) {
   std::mt19937 rng(9);
   // Measured worst error: 3.4e-3 of the output scale; q̃ and P carry 2^-9 each.
   constexpr double kBf16RelTol = 1e-2;
-  for (const MlaDims& d : {WithHeads(kOddDims, 5), WithHeads(kSmallDims, 1),
-                           WithHeads(kModelDims, 3)}) {
+  for (const MlaDims& d :
+       {WithHeads(kOddDims, 5), WithHeads(kSmallDims, 1), WithHeads(kModelDims, 3)}) {
     DecodeCase c(d, {1, 2, 17, 63, 64, 65, 1000}, 16, true, rng);
     EncodePool(c.pool, LatentDType::kBF16, d.qk_rope_head_dim);
     c.pool.use_encoded = true;

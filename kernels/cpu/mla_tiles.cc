@@ -80,6 +80,8 @@ struct V {
 };
 
 #include "kernels/cpu/mla_tiles_impl.h"  // NOLINT(build/include)
+
+// After mla_tiles_impl.h: uses its V, SoftmaxStep and kernels.
 #include "kernels/cpu/mla_tiles_bf16_impl.h"  // NOLINT(build/include)
 
 #undef MLA_TARGET

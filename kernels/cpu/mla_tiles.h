@@ -27,14 +27,14 @@ inline constexpr int kMaxQueries = 64;  // queries per AttendTile call (stack-si
 
 // Online-softmax state of a block of queries (all pointers owned by the caller).
 struct QueryBlock {
-  const float* q = nullptr;        // [n, q_stride] absorbed queries q̃ (lat_w wide, unscaled)
-  int64_t q_stride = 0;            // floats
-  float* acc = nullptr;            // [n, acc_stride] unnormalised Σ p_j c_j (r wide)
-  int64_t acc_stride = 0;          // floats
-  float* max = nullptr;            // [n] running max of the scaled scores (−inf: no row yet)
-  float* sum = nullptr;            // [n] running Σ exp(s − max)
-  const int64_t* limit = nullptr;  // [n] query i sees rows with index < limit[i]; nullptr: all
-  int n = 0;                       // ≤ kMaxQueries
+  const float* q = nullptr;          // [n, q_stride] absorbed queries q̃ (lat_w wide, unscaled)
+  int64_t q_stride = 0;              // floats
+  float* acc = nullptr;              // [n, acc_stride] unnormalised Σ p_j c_j (r wide)
+  int64_t acc_stride = 0;            // floats
+  float* max = nullptr;              // [n] running max of the scaled scores (−inf: no row yet)
+  float* sum = nullptr;              // [n] running Σ exp(s − max)
+  const int64_t* limit = nullptr;    // [n] query i sees rows with index < limit[i]; nullptr: all
+  int n = 0;                         // ≤ kMaxQueries
   const uint16_t* q_bf16 = nullptr;  // attend_tile_bf16: the queries rounded to bf16 (q_stride)
 };
 

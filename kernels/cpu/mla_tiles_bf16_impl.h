@@ -18,7 +18,8 @@ MLA_TARGET_BF16 inline void DotTileBf16(const uint16_t* const* a, const uint16_t
 #pragma GCC unroll 16
   for (int e = 0; e < 16; ++e) acc[e / 4][e % 4] = _mm512_setzero_ps();
   for (int k = 0; k < width; k += 32) {
-    const __mmask32 mask = width - k >= 32 ? ~__mmask32{0} : _cvtu32_mask32((1u << (width - k)) - 1);
+    const __mmask32 mask =
+        width - k >= 32 ? ~__mmask32{0} : _cvtu32_mask32((1u << (width - k)) - 1);
     __m512bh bv[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) bv[j] = (__m512bh)_mm512_maskz_loadu_epi16(mask, b[j] + k);
@@ -33,8 +34,8 @@ MLA_TARGET_BF16 inline void DotTileBf16(const uint16_t* const* a, const uint16_t
 }
 
 // out[i][j] = a[i] · b[j] for i < na, j < kTileRows; partial tiles padded with the last operand.
-MLA_TARGET_BF16 void DotsBf16(const uint16_t* const* a, int na, const uint16_t* const* b,
-                              int width, float* const* out) {
+MLA_TARGET_BF16 void DotsBf16(const uint16_t* const* a, int na, const uint16_t* const* b, int width,
+                              float* const* out) {
   alignas(64) float sums[16];
   for (int i0 = 0; i0 < na; i0 += 4) {
     const uint16_t* ap[4];
@@ -53,12 +54,12 @@ MLA_TARGET_BF16 void DotsBf16(const uint16_t* const* a, int na, const uint16_t* 
 // the padding columns are zero).
 MLA_TARGET_BF16 void InterleaveRowPairs(const uint16_t* const* rows, int width, int stride,
                                         uint16_t* pairs) {
-  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
-                                         16, 0);
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int p = 0; p < kTileRows / 2; ++p) {
     for (int c = 0; c < width; c += 16) {
-      const __mmask16 mask = width - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (width - c)) - 1);
+      const __mmask16 mask =
+          width - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (width - c)) - 1);
       const __m256i lo = _mm256_maskz_loadu_epi16(mask, rows[2 * p] + c);
       const __m256i hi = _mm256_maskz_loadu_epi16(mask, rows[2 * p + 1] + c);
       const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -108,14 +109,16 @@ MLA_TARGET_BF16 inline void AxpyPairsColumns(float* const* acc, const float* alp
                                              const uint32_t (*p2)[kTileRows / 2],
                                              const uint16_t* pairs, int stride, int width) {
   int c0 = 0;
-  for (; c0 + 64 <= width; c0 += 64) AxpyPairsTile<MQ, 4, false>(acc, alpha, p2, pairs, stride, c0, 0);
-  for (; c0 + 16 <= width; c0 += 16) AxpyPairsTile<MQ, 1, false>(acc, alpha, p2, pairs, stride, c0, 0);
+  for (; c0 + 64 <= width; c0 += 64)
+    AxpyPairsTile<MQ, 4, false>(acc, alpha, p2, pairs, stride, c0, 0);
+  for (; c0 + 16 <= width; c0 += 16)
+    AxpyPairsTile<MQ, 1, false>(acc, alpha, p2, pairs, stride, c0, 0);
   if (c0 < width) AxpyPairsTile<MQ, 1, true>(acc, alpha, p2, pairs, stride, c0, width - c0);
 }
 
-MLA_TARGET_BF16 void AttendTileBf16(const QueryBlock& qb, const uint16_t* const* rows,
-                                    int num_rows, int64_t row0, int key_width, int value_offset,
-                                    int value_width, float scale) {
+MLA_TARGET_BF16 void AttendTileBf16(const QueryBlock& qb, const uint16_t* const* rows, int num_rows,
+                                    int64_t row0, int key_width, int value_offset, int value_width,
+                                    float scale) {
   alignas(64) float s[kMaxQueries][kTileRows];
   alignas(64) uint32_t p2[kMaxQueries][kTileRows / 2];
   float alpha[kMaxQueries];
