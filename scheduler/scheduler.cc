@@ -218,6 +218,15 @@ SequenceEvent Scheduler::MakeEvent(const Sequence& seq) const {
   return event;
 }
 
+Scheduler::PrefixCacheReset Scheduler::ResetPrefixCache() {
+  CHECK(!in_flight_) << "ResetPrefixCache during a step";
+  const int32_t checkpoints_before = prefix_cache_.num_checkpoints();
+  PrefixCacheReset reset;
+  reset.blocks = block_pool_.DropCachedFreeBlocks();
+  reset.checkpoints = checkpoints_before - prefix_cache_.num_checkpoints();
+  return reset;
+}
+
 bool Scheduler::HasWork() const {
   return !waiting_.empty() || !running_.empty() || !pending_aborts_.empty() ||
          !abort_events_.empty();

@@ -83,6 +83,16 @@ class Scheduler {
   // step: aborts processed by the last Schedule() first, then one event per sampled token.
   std::vector<SequenceEvent> Commit(const engine::StepResult& result);
 
+  // Forgets every cached prefix no sequence holds (vLLM's reset_prefix_cache, e.g. between
+  // benchmark runs): free cached blocks are uncached, and the KDA checkpoints at their
+  // boundaries go with them; blocks running sequences hold keep their hashes. Between steps
+  // only (CHECK: not while a step is in flight).
+  struct PrefixCacheReset {
+    int32_t blocks = 0;       // cached blocks forgotten
+    int32_t checkpoints = 0;  // KDA checkpoints dropped with them
+  };
+  PrefixCacheReset ResetPrefixCache();
+
   // Whether Schedule() has anything to do (waiting, running or aborted requests).
   bool HasWork() const;
   SchedulerStats stats() const;

@@ -145,6 +145,42 @@ TEST(SchedulerPrefixTest, SecondRequestStartsFromTheSharedPrefixCheckpoint) {
   ExpectHealthy(d);
 }
 
+// ResetPrefixCache forgets what no sequence holds: the finished request's cached blocks and
+// the checkpoints at their boundaries, so the same prefix misses afterwards; a running
+// sequence's blocks keep their hashes.
+TEST(SchedulerPrefixTest, ResetPrefixCacheForgetsWhatNoSequenceHolds) {
+  Driver d(PrefixConfig(), kVocab);
+  const std::vector<int32_t> shared = Prompt(16, 100);
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Concat(shared, {7, 8}), 1)).ok());
+  d.RunUntilIdle();
+  ASSERT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 2);
+  ASSERT_EQ(d.scheduler().block_pool().num_cached(), 4);
+  // A running sequence holding a cached block of its own: long prompt, many tokens to go.
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("runner", Prompt(9, 600), 8)).ok());
+  d.Step();
+  d.Step();
+  const int32_t held_cached = d.scheduler().block_pool().num_cached() - 4;
+  const int32_t held_checkpoints = d.scheduler().prefix_cache().num_checkpoints() - 2;
+  ASSERT_GT(held_cached, 0);
+
+  const Scheduler::PrefixCacheReset reset = d.scheduler().ResetPrefixCache();
+  EXPECT_EQ(reset.blocks, 4);       // a's four full blocks
+  EXPECT_EQ(reset.checkpoints, 2);  // and its checkpoints at 8 and 16
+  EXPECT_EQ(d.scheduler().block_pool().num_cached(), held_cached);
+  // The runner's own checkpoint sits on a block it holds: still valid, kept.
+  EXPECT_EQ(d.scheduler().prefix_cache().num_checkpoints(), held_checkpoints);
+  ExpectHealthy(d);
+
+  Request b = MakeRequest("b", Concat(shared, {900, 901}), 2);
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  const int64_t hits_before = d.scheduler().stats().num_prefix_hit_tokens;
+  d.RunUntilIdle();
+  EXPECT_EQ(d.scheduler().stats().num_prefix_hit_tokens, hits_before);  // b missed
+  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.output("runner"), Expected(MakeRequest("runner", Prompt(9, 600), 8)));
+  ExpectHealthy(d);
+}
+
 TEST(SchedulerPrefixTest, SharedBlocksAreReferencedByBothSequences) {
   Driver d(PrefixConfig(), kVocab);
   const std::vector<int32_t> shared = Prompt(8, 100);

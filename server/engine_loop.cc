@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/log.h"
 
@@ -17,6 +18,8 @@ struct EngineLoop::Rank {
   std::condition_variable cv;
   std::deque<std::pair<scheduler::Request, std::shared_ptr<RequestStream>>> pending;
   std::vector<std::string> cancels;
+  // Work for the rank's thread between steps (ResetPrefixCache).
+  std::vector<std::function<void(scheduler::Scheduler&)>> controls;
   int64_t num_unfinished = 0;  // requests submitted here and not finished
   EngineStats stats;
   engine::StepResult result;  // of the latest step (rank thread)
@@ -181,6 +184,39 @@ void EngineLoop::Cancel(const std::string& request_id) {
   target->cv.notify_all();
 }
 
+absl::StatusOr<std::vector<scheduler::Scheduler::PrefixCacheReset>> EngineLoop::ResetPrefixCache(
+    std::chrono::milliseconds timeout) {
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<scheduler::Scheduler::PrefixCacheReset> results;
+    size_t done = 0;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->results.resize(ranks_.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopping_) return absl::UnavailableError("the engine is not running");
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      ranks_[i]->controls.push_back([shared, i](scheduler::Scheduler& scheduler) {
+        const scheduler::Scheduler::PrefixCacheReset reset = scheduler.ResetPrefixCache();
+        std::lock_guard<std::mutex> done_lock(shared->mu);
+        shared->results[i] = reset;
+        ++shared->done;
+        shared->cv.notify_all();
+      });
+    }
+  }
+  for (const auto& rank : ranks_) rank->cv.notify_all();
+  std::unique_lock<std::mutex> lock(shared->mu);
+  if (!shared->cv.wait_for(lock, timeout, [&] { return shared->done == ranks_.size(); })) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the prefix cache reset did not run within ", timeout.count(),
+                     " ms (a long step); it still happens at the next step boundary"));
+  }
+  return shared->results;
+}
+
 EngineStats EngineLoop::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (ranks_.size() == 1) return ranks_[0]->stats;
@@ -199,11 +235,14 @@ EngineStats EngineLoop::rank_stats(int local_rank) const {
 void EngineLoop::AdmitPending(Rank& r) {
   std::deque<std::pair<scheduler::Request, std::shared_ptr<RequestStream>>> pending;
   std::vector<std::string> cancels;
+  std::vector<std::function<void(scheduler::Scheduler&)>> controls;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending.swap(r.pending);
     cancels.swap(r.cancels);
+    controls.swap(r.controls);
   }
+  for (const auto& control : controls) control(*r.parts.scheduler);
   for (auto& [request, stream] : pending) {
     std::string id = request.request_id;
     absl::StatusOr<engine::SequenceId> added = r.parts.scheduler->Add(std::move(request));
@@ -307,7 +346,7 @@ void EngineLoop::Run(Rank& r) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       r.cv.wait(lock, [&] {
-        return stopping_ || !r.pending.empty() || !r.cancels.empty() ||
+        return stopping_ || !r.pending.empty() || !r.cancels.empty() || !r.controls.empty() ||
                r.parts.scheduler->HasWork();
       });
       if (stopping_) break;

@@ -102,6 +102,13 @@ class EngineLoop {
   // freed at the next step and its stream ends with finish = abort.
   void Cancel(const std::string& request_id);
 
+  // Scheduler::ResetPrefixCache on every local rank, each on its own thread between two of its
+  // steps; the results in local-rank order once all ran (thread-safe). DeadlineExceeded when
+  // they did not within `timeout` (a long step; the resets still happen), Unavailable when the
+  // loop is not running.
+  absl::StatusOr<std::vector<scheduler::Scheduler::PrefixCacheReset>> ResetPrefixCache(
+      std::chrono::milliseconds timeout);
+
   // All local ranks together, and one local rank (0 ≤ local_rank < num_ranks()).
   EngineStats stats() const;
   EngineStats rank_stats(int local_rank) const;

@@ -212,6 +212,15 @@ class PythonClientTest(unittest.TestCase):
         g = self.client.generate(prompt_ids=[2, 7, 1, 8], max_tokens=5, seed=3, temperature=0.5)
         self.assertEqual(ids, g.token_ids)
 
+    def test_reset_prefix_cache_forgets_a_finished_prompt(self):
+        prompt = [7 + i % 50 for i in range(200)]  # 3 full 64-token blocks
+        self.client.generate(prompt_ids=prompt, max_tokens=2, ignore_eos=True)
+        wait_empty(self.client)
+        first = self.client.reset_prefix_cache()
+        self.assertEqual(first.num_ranks, 1)
+        self.assertGreaterEqual(first.num_blocks_dropped, 3)
+        self.assertEqual(self.client.reset_prefix_cache().num_blocks_dropped, 0)
+
     def test_tokenize_round_trips(self):
         ids = self.client.tokenize("hello there", add_special_tokens=False)
         self.assertTrue(ids)

@@ -328,6 +328,8 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   std::thread poller([&] { PollEngineMetrics(*runtime, metrics, stop_poller); });
   service.SetMetricsProvider([&metrics] { return metrics[0]->Serialize(); });
   service.SetServerInfoProvider([&] { return runtime->ServerInfo(options, server->stats()); });
+  service.SetPrefixCacheResetter(
+      [&] { return runtime->engine().ResetPrefixCache(std::chrono::seconds(30)); });
   grpc_server->SetServerInfoProvider(
       [&] { return runtime->ServerInfo(options, server->stats()).dump(); });
   service.SetModel(&runtime->served());

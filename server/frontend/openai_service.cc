@@ -34,6 +34,7 @@ constexpr RouteEntry kRoutes[] = {
     {"/detokenize", "POST"},
     {"/server_info", "GET"},
     {"/metrics", "GET"},
+    {"/reset_prefix_cache", "POST"},
 };
 
 bool IsModelPath(std::string_view path) {
@@ -109,7 +110,9 @@ http::HandlerResult OpenAiService::Handle(http::HttpRequest request) {
 }
 
 absl::Status OpenAiService::CheckAuth(const http::HttpRequest& request) const {
-  if (options_.api_key.empty() || !absl::StartsWith(request.path, "/v1/")) {
+  // /v1/* and the admin route need the key.
+  if (options_.api_key.empty() ||
+      (!absl::StartsWith(request.path, "/v1/") && request.path != "/reset_prefix_cache")) {
     return absl::OkStatus();
   }
   const std::string* header = request.FindHeader("authorization");
@@ -162,6 +165,7 @@ OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
   if (path == "/tokenize") return Tokenize(request);
   if (path == "/detokenize") return Detokenize(request);
   if (path == "/server_info") return ServerInfo();
+  if (path == "/reset_prefix_cache") return ResetPrefixCache();
   return Metrics();
 }
 
@@ -226,6 +230,25 @@ OpenAiService::Result OpenAiService::ServerInfo() const {
   info["draining"] = draining_.load();
   info["num_requests_in_flight"] = in_flight_->load();
   return http::HandlerResult{JsonResponse(info), nullptr};
+}
+
+OpenAiService::Result OpenAiService::ResetPrefixCache() const {
+  if (!prefix_cache_resetter_) {
+    return ApiErrorStatus(absl::StatusCode::kNotFound, "prefix cache reset is not enabled", {},
+                          "unknown_url");
+  }
+  ASSIGN_OR_RETURN(const std::vector<scheduler::Scheduler::PrefixCacheReset> ranks,
+                   prefix_cache_resetter_());
+  int64_t blocks = 0, checkpoints = 0;
+  for (const scheduler::Scheduler::PrefixCacheReset& r : ranks) {
+    blocks += r.blocks;
+    checkpoints += r.checkpoints;
+  }
+  return http::HandlerResult{JsonResponse({{"status", "ok"},
+                                           {"num_ranks", ranks.size()},
+                                           {"num_blocks_dropped", blocks},
+                                           {"num_checkpoints_dropped", checkpoints}}),
+                             nullptr};
 }
 
 OpenAiService::Result OpenAiService::Metrics() const {

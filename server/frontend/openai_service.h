@@ -10,6 +10,8 @@
 //   POST /v1/responses                 OpenAI's Responses API, served as a chat completion
 //   POST /tokenize, /detokenize        vLLM shapes
 //   GET  /server_info, /metrics        from providers set by the process (404 when unset)
+//   POST /reset_prefix_cache           vLLM's: forget the cached prefixes no request holds
+//                                      (between benchmark runs); needs the API key when set
 // Errors are OpenAI error objects (api_error.h); an unknown path is 404, a known path with the
 // wrong method 405 (with Allow). With an API key, /v1/* needs `Authorization: Bearer KEY`.
 // Thread-safe: Handle runs concurrently on the I/O threads.
@@ -20,8 +22,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "scheduler/scheduler.h"
 #include "server/frontend/generation_response.h"
 #include "server/frontend/openai_request.h"
 #include "server/frontend/served_model.h"
@@ -30,9 +34,9 @@
 namespace strata::frontend {
 
 struct ServiceOptions {
-  std::string api_key;          // empty: no authentication
-  RequestLimits limits;         // vocab_size is taken from the model
-  int retry_after_seconds = 1;  // on 429
+  std::string api_key;              // empty: no authentication
+  RequestLimits limits;             // vocab_size is taken from the model
+  int retry_after_seconds = 1;      // on 429
   std::string version = "unknown";  // GET /version
   // Per finished choice (metrics, request log); may be empty.
   std::function<void(const server::RequestTimings&)> on_choice_finished;
@@ -55,6 +59,12 @@ class OpenAiService : public http::HttpHandler {
   void SetServerInfoProvider(std::function<Json()> provider) { server_info_ = std::move(provider); }
   // Prometheus text for /metrics.
   void SetMetricsProvider(std::function<std::string()> provider) { metrics_ = std::move(provider); }
+  // POST /reset_prefix_cache (404 when unset): one result per rank of the process.
+  using PrefixCacheResetter =
+      std::function<absl::StatusOr<std::vector<scheduler::Scheduler::PrefixCacheReset>>()>;
+  void SetPrefixCacheResetter(PrefixCacheResetter resetter) {
+    prefix_cache_resetter_ = std::move(resetter);
+  }
 
   http::HandlerResult Handle(http::HttpRequest request) override;
   http::HttpResponse ProtocolError(int status, std::string_view code,
@@ -78,6 +88,7 @@ class OpenAiService : public http::HttpHandler {
   Result Models(const http::HttpRequest& request) const;
   Result Ready() const;
   Result ServerInfo() const;
+  Result ResetPrefixCache() const;
   Result Metrics() const;
   Result Generate(const ServedModel& model, GenerationSpec spec);
 
@@ -87,6 +98,7 @@ class OpenAiService : public http::HttpHandler {
   std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::function<Json()> server_info_;
   std::function<std::string()> metrics_;
+  PrefixCacheResetter prefix_cache_resetter_;
 };
 
 // An HttpResponse holding `json` (status 200 unless given).

@@ -806,6 +806,44 @@ TEST_F(ServiceTest, ServerInfoAndMetricsComeFromProviders) {
   EXPECT_EQ(info["draining"], false);
 }
 
+// POST /reset_prefix_cache: the finished request's cached blocks are forgotten on the engine's
+// thread, the reply counts them; 404 until the process enables it.
+class PrefixCachingServiceTest : public ServiceTest {
+ protected:
+  PrefixCachingServiceTest() : ServiceTest(testing::FixtureOptions{512, 1024, 16, true}) {}
+};
+
+TEST_F(PrefixCachingServiceTest, ResetPrefixCacheForgetsCachedBlocks) {
+  ExpectError(Post(service_, "/reset_prefix_cache", "{}"), 404, "unknown_url", nullptr);
+  service_.SetPrefixCacheResetter(
+      [this] { return fixture_.engine().ResetPrefixCache(std::chrono::seconds(10)); });
+  ScriptText("hello world");
+  const std::string body = R"({"prompt": ")" + std::string(200, 'y') + R"(", "max_tokens": 2})";
+  auto cached_tokens = [](const Reply& r) {
+    return r.json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+  };
+  Reply cold = Post(service_, "/v1/completions", body);
+  ASSERT_EQ(cold.status, 200) << cold.body;
+  WaitIdle();
+  Reply warm = Post(service_, "/v1/completions", body);
+  ASSERT_EQ(warm.status, 200) << warm.body;
+  EXPECT_GT(cached_tokens(warm), 0) << "the repeated prompt was meant to hit";
+  WaitIdle();
+  const int64_t cached_blocks = fixture_.engine().stats().scheduler.num_cached_blocks;
+  ASSERT_GT(cached_blocks, 0);
+
+  Reply reset = Post(service_, "/reset_prefix_cache", "");
+  ASSERT_EQ(reset.status, 200) << reset.body;
+  EXPECT_EQ(reset.json()["status"], "ok");
+  EXPECT_EQ(reset.json()["num_ranks"], 1);
+  EXPECT_EQ(reset.json()["num_blocks_dropped"], cached_blocks);
+  Reply after = Post(service_, "/v1/completions", body);
+  ASSERT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(cached_tokens(after), 0) << "the reset was meant to forget the prompt";
+  ExpectError(Drive(service_, Request("GET", "/reset_prefix_cache")), 405, "method_not_allowed",
+              nullptr);
+}
+
 TEST_F(ServiceTest, ContextLengthErrorsCountTokens) {
   std::string long_text(600, 'x');  // 600 tokens of one byte each (no merges for "xx")
   Reply prompt = Post(service_, "/v1/chat/completions",
@@ -890,7 +928,7 @@ class AuthTest : public ServiceTest {
   AuthTest() : ServiceTest({}, "sk-test") {}
 };
 
-TEST_F(AuthTest, BearerKeyGuardsV1Only) {
+TEST_F(AuthTest, BearerKeyGuardsV1AndTheAdminRoute) {
   ExpectError(Drive(service_, Request("GET", "/v1/models")), 401, "invalid_api_key", nullptr);
   ExpectError(Drive(service_, Request("GET", "/v1/models", "", {{"authorization", "Bearer no"}})),
               401, "invalid_api_key", nullptr);
@@ -901,6 +939,8 @@ TEST_F(AuthTest, BearerKeyGuardsV1Only) {
             200);
   EXPECT_EQ(Drive(service_, Request("GET", "/health")).status, 200);
   EXPECT_EQ(Drive(service_, Request("GET", "/ready")).status, 200);
+  // The admin route is guarded too (it changes what every client's requests cost).
+  ExpectError(Post(service_, "/reset_prefix_cache", ""), 401, "invalid_api_key", nullptr);
 }
 
 // ---- /v1/responses ----

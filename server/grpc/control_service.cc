@@ -1,6 +1,8 @@
 // control_service.h.
 #include "server/grpc/control_service.h"
 
+#include <chrono>
+
 #include "server/grpc/generate_request.h"
 
 namespace strata::rpc {
@@ -51,6 +53,21 @@ grpc::Status ControlService::GetLoads(grpc::ServerContext* /*context*/,
   response->set_block_usage(stats.scheduler.block_usage);
   response->set_num_steps(stats.num_steps);
   response->set_num_aborted_total(stats.scheduler.num_aborted_total);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::ResetPrefixCache(grpc::ServerContext* /*context*/,
+                                              const v1::ResetPrefixCacheRequest* /*request*/,
+                                              v1::ResetPrefixCacheResponse* response) {
+  absl::StatusOr<const frontend::ServedModel*> model = state_.LoadedModel();
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  const auto ranks = (*model)->engine->ResetPrefixCache(std::chrono::seconds(30));
+  if (!ranks.ok()) return ToGrpcStatus(ranks.status());
+  response->set_num_ranks(static_cast<int32_t>(ranks->size()));
+  for (const scheduler::Scheduler::PrefixCacheReset& r : *ranks) {
+    response->set_num_blocks_dropped(response->num_blocks_dropped() + r.blocks);
+    response->set_num_checkpoints_dropped(response->num_checkpoints_dropped() + r.checkpoints);
+  }
   return grpc::Status::OK;
 }
 

@@ -1,4 +1,4 @@
-// strata.v1.Control: Abort, GetModelInfo, GetServerInfo, GetLoads.
+// strata.v1.Control: Abort, GetModelInfo, GetServerInfo, GetLoads, ResetPrefixCache.
 #pragma once
 
 #include <string>
@@ -21,6 +21,9 @@ class ControlService final : public v1::Control::Service {
                              v1::ServerInfo* response) override;
   grpc::Status GetLoads(grpc::ServerContext* context, const v1::GetLoadsRequest* request,
                         v1::Loads* response) override;
+  grpc::Status ResetPrefixCache(grpc::ServerContext* context,
+                                const v1::ResetPrefixCacheRequest* request,
+                                v1::ResetPrefixCacheResponse* response) override;
 
  private:
   ServiceState& state_;

@@ -594,6 +594,25 @@ TEST_F(GrpcServerTest, ReflectionListsTheServices) {
   EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
 }
 
+// Control.ResetPrefixCache forgets the cached blocks of finished requests: a 200-token prompt
+// leaves 3 full 64-token blocks cached; a second reset finds nothing left.
+TEST_F(GrpcServerTest, ResetPrefixCacheForgetsFinishedPrompts) {
+  std::vector<int32_t> prompt(200);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(7 + i % 50);
+  ASSERT_TRUE(Run(Request(prompt, 2)).status.ok());
+  WaitForEmptyCache();
+  grpc::ClientContext c1;
+  v1::ResetPrefixCacheResponse first;
+  ASSERT_TRUE(Control()->ResetPrefixCache(&c1, v1::ResetPrefixCacheRequest(), &first).ok());
+  EXPECT_EQ(first.num_ranks(), 1);
+  EXPECT_GE(first.num_blocks_dropped(), 3);
+  grpc::ClientContext c2;
+  v1::ResetPrefixCacheResponse second;
+  ASSERT_TRUE(Control()->ResetPrefixCache(&c2, v1::ResetPrefixCacheRequest(), &second).ok());
+  EXPECT_EQ(second.num_blocks_dropped(), 0);
+  EXPECT_EQ(second.num_checkpoints_dropped(), 0);
+}
+
 TEST_F(GrpcServerTest, ModelAndServerInfo) {
   grpc::ClientContext c1;
   v1::ModelInfo model;

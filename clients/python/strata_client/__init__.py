@@ -131,6 +131,10 @@ class Client:
     def loads(self):
         return self.control.GetLoads(control_pb2.GetLoadsRequest())
 
+    def reset_prefix_cache(self):
+        """Forgets the cached prefixes no request holds (e.g. between benchmark runs)."""
+        return self.control.ResetPrefixCache(control_pb2.ResetPrefixCacheRequest())
+
     def abort(self, *request_ids: str) -> int:
         request = control_pb2.AbortRequest(request_ids=list(request_ids))
         return self.control.Abort(request).num_aborted
