@@ -5,12 +5,15 @@
 //   row κ_t = [ c_t (kv_lora_rank, post-norm) ; k_pe,t (qk_rope_head_dim) ], lat_w = 576 values
 //
 // The kernels read f32 rows in place through the block table; bf16 and fp8 rows are decoded a
-// tile at a time into a per-thread buffer (GatherRows) — the rest of each kernel is the same.
+// tile at a time into a per-thread buffer (GatherRows) — the rest of each kernel is the same —
+// except decode over bf16 rows on an AVX512-BF16 CPU, which reads them in place as bf16 pairs
+// (mla_decode.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "core/check.h"
 #include "core/latent_row.h"
 
 namespace strata::kernels::cpu {
@@ -31,6 +34,7 @@ struct PagedLatent {
   }
   // The row of position `pos` in place; f32 caches only.
   const float* Row(int64_t pos, int lat_w) const {
+    DCHECK(dtype == LatentDType::kF32);
     return reinterpret_cast<const float*>(RawRow(pos, lat_w));
   }
 };
