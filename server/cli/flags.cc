@@ -3,10 +3,12 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::cli {
 
@@ -127,6 +129,29 @@ absl::StatusOr<LatentDType> ParseKvCacheDType(const std::string& value, const st
         "--kv-cache-dtype ", value, ": --device cuda stores latent rows in bf16 or fp8"));
   }
   return *dtype;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseStringList(const std::string& text,
+                                                         const std::string& what) {
+  std::vector<std::string> items;
+  const absl::string_view trimmed = absl::StripAsciiWhitespace(text);
+  if (absl::StartsWith(trimmed, "[")) {
+    const nlohmann::json list = nlohmann::json::parse(trimmed, nullptr, /*allow_exceptions=*/false);
+    if (!list.is_array()) {
+      return absl::InvalidArgumentError(what + " is not a valid JSON array: " + text);
+    }
+    for (const nlohmann::json& item : list) {
+      if (!item.is_string()) {
+        return absl::InvalidArgumentError(what + " must list strings, got " + item.dump());
+      }
+      items.push_back(item.get<std::string>());
+    }
+    return items;
+  }
+  for (absl::string_view item : absl::StrSplit(trimmed, ',', absl::SkipWhitespace())) {
+    items.emplace_back(absl::StripAsciiWhitespace(item));
+  }
+  return items;
 }
 
 }  // namespace strata::cli

@@ -43,6 +43,11 @@ class Flags {
 // "--model DIR  the checkpoint directory" lines for a usage message.
 std::string FlagsHelp(const std::vector<FlagSpec>& specs);
 
+// A list flag as vLLM writes it, a JSON array of strings ('["https://a.example", "*"]'), or
+// comma separated (a,b). InvalidArgument naming `what` for malformed JSON or non-strings.
+absl::StatusOr<std::vector<std::string>> ParseStringList(const std::string& text,
+                                                         const std::string& what);
+
 // Parses "1,2,3" (spaces allowed) into ids; InvalidArgument naming `what` on bad input.
 absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& what);
 

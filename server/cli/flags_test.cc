@@ -40,6 +40,17 @@ TEST(FlagsTest, ParsesIdListsAndNamesTheBadEntry) {
   EXPECT_FALSE(ParseIdList("99999999999", "--ids").ok());
 }
 
+TEST(FlagsTest, StringListsAreJsonArraysOrCommaSeparated) {
+  EXPECT_EQ(*ParseStringList(R"(["https://a.example", "*"])", "--allowed-origins"),
+            (std::vector<std::string>{"https://a.example", "*"}));
+  EXPECT_EQ(*ParseStringList("GET, POST", "--allowed-methods"),
+            (std::vector<std::string>{"GET", "POST"}));
+  EXPECT_EQ(*ParseStringList("[]", "--allowed-origins"), std::vector<std::string>{});
+  EXPECT_EQ(ParseStringList("[1, 2]", "--allowed-origins").status().message(),
+            "--allowed-origins must list strings, got 1");
+  EXPECT_FALSE(ParseStringList("[\"a\"", "--allowed-origins").ok());
+}
+
 TEST(FlagsTest, KvCacheDTypeResolvesAutoPerDeviceAndNamesWhatIsNotServed) {
   EXPECT_EQ(*ParseKvCacheDType("auto", "cpu"), LatentDType::kF32);
   EXPECT_EQ(*ParseKvCacheDType("auto", "cuda"), LatentDType::kBF16);

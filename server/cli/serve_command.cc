@@ -60,6 +60,11 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"idle-timeout", true, "seconds an idle keep-alive connection stays open (default 75)"},
     {"ping-interval", true, "seconds of stream silence before an SSE ping (default 10)"},
     {"drain-timeout", true, "seconds to finish requests after SIGTERM (default 30)"},
+    {"allowed-origins", true,
+     "CORS origins browsers may call from, a JSON list or comma separated (default [\"*\"])"},
+    {"allowed-methods", true, "CORS methods (default [\"*\"])"},
+    {"allowed-headers", true, "CORS request headers (default [\"*\"])"},
+    {"allow-credentials", false, "CORS: allow credentials (cookies, Authorization)"},
     {"generation-config", true,
      "request sampling defaults: auto (the model's generation_config.json), vllm (none), or a "
      "directory with a generation_config.json (default auto)"},
@@ -135,6 +140,18 @@ absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
   ASSIGN_OR_RETURN(h.ping_interval, seconds("ping-interval", 10));
   ASSIGN_OR_RETURN(std::optional<double> drain, flags.GetDouble("drain-timeout", 0, 86400.0));
   o->drain_timeout_s = drain.value_or(30.0);
+  // CORS, with vLLM's flag names and defaults (any origin, method and header).
+  http::CorsOptions& cors = h.cors;
+  if (auto v = flags.Get("allowed-origins")) {
+    ASSIGN_OR_RETURN(cors.allowed_origins, ParseStringList(*v, "--allowed-origins"));
+  }
+  if (auto v = flags.Get("allowed-methods")) {
+    ASSIGN_OR_RETURN(cors.allowed_methods, ParseStringList(*v, "--allowed-methods"));
+  }
+  if (auto v = flags.Get("allowed-headers")) {
+    ASSIGN_OR_RETURN(cors.allowed_headers, ParseStringList(*v, "--allowed-headers"));
+  }
+  cors.allow_credentials = flags.Has("allow-credentials");
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -197,6 +198,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool stop_watching_ = false;
   std::unique_ptr<PendingResponse> pending_;
   bool pending_cancelled_ = false;
+  std::vector<Header> cors_headers_;  // of the exchange in progress (cors.h)
   std::shared_ptr<WakeTarget> wake_target_;
 };
 
@@ -301,6 +303,7 @@ awaitable<bool> Session::WriteResponse(const HttpResponse& response, bool keep_a
   res.set(bhttp::field::server, "strata");
   res.set(bhttp::field::content_type, response.content_type);
   for (const Header& h : response.headers) res.set(h.name, h.value);
+  for (const Header& h : cors_headers_) res.set(h.name, h.value);
   res.keep_alive(keep_alive);
   res.body() = response.body;
   res.prepare_payload();
@@ -378,6 +381,7 @@ awaitable<bool> Session::Stream(const HttpResponse& head, bool keep_alive) {
   res.set(bhttp::field::server, "strata");
   res.set(bhttp::field::content_type, head.content_type);
   for (const Header& h : head.headers) res.set(h.name, h.value);
+  for (const Header& h : cors_headers_) res.set(h.name, h.value);
   res.keep_alive(keep_alive);
   res.chunked(true);
   bhttp::response_serializer<bhttp::empty_body> serializer(res);
@@ -436,9 +440,18 @@ awaitable<bool> Session::AwaitWhole(bool keep_alive) {
 
 awaitable<bool> Session::Exchange(bhttp::request<bhttp::string_body>&& msg) {
   bool keep_alive = msg.keep_alive();
+  HttpRequest request = ToRequest(std::move(msg));
+  // CORS: a preflight is answered here; other responses carry the allow-origin headers.
+  const CorsOptions& cors = server_->options.cors;
+  if (std::optional<HttpResponse> preflight = CorsPreflight(cors, request)) {
+    cors_headers_.clear();
+    co_return co_await WriteResponse(*preflight, keep_alive) && keep_alive;
+  }
+  const std::string* origin = request.FindHeader("origin");
+  cors_headers_ = origin != nullptr ? CorsResponseHeaders(cors, *origin) : std::vector<Header>();
   HandlerResult result;
   try {
-    result = server_->handler->Handle(ToRequest(std::move(msg)));
+    result = server_->handler->Handle(std::move(request));
   } catch (const std::exception& e) {  // our code throws nothing; a library might
     LOG_ERROR("http", "handler threw: {}", e.what());
     result.pending.reset();
@@ -469,6 +482,7 @@ awaitable<bool> Session::Exchange(bhttp::request<bhttp::string_body>&& msg) {
 awaitable<void> Session::Run(std::shared_ptr<Session> self) {
   while (!self->closed_) {
     bhttp::request_parser<bhttp::string_body> parser;
+    self->cors_headers_.clear();  // a protocol error answered while reading carries none
     if (!co_await self->ReadRequest(parser)) break;
     self->server_->num_requests_total++;
     self->server_->num_exchanges++;

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/http/cors.h"
 #include "server/http/http_types.h"
 
 namespace strata::http {
@@ -33,6 +34,7 @@ struct HttpServerOptions {
   absl::Duration idle_timeout = absl::Seconds(75);
   absl::Duration write_timeout = absl::Seconds(60);
   absl::Duration ping_interval = absl::Seconds(10);
+  CorsOptions cors;  // browser clients (cors.h): any origin by default, as vLLM
 };
 
 struct HttpServerStats {

@@ -25,6 +25,7 @@ namespace strata::http {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using Clock = std::chrono::steady_clock;
 
@@ -310,6 +311,32 @@ TEST_F(HttpServerTest, StreamWritesChunksPingsWhenSilentAndEnds) {
   c.received().clear();
   c.Send(kGet);
   EXPECT_THAT(c.ReadUntil("x-thing"), StartsWith("HTTP/1.1 200"));
+}
+
+// CORS on the wire: a preflight is answered without the handler; plain and streamed responses
+// to a cross-origin request carry Access-Control-Allow-Origin, others do not.
+TEST_F(HttpServerTest, CorsPreflightAndAllowOriginOnEveryResponseKind) {
+  StartServer();
+  Client c(server_->port());
+  c.Send(
+      "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: a\r\nOrigin: https://ui.example\r\n"
+      "Access-Control-Request-Method: POST\r\n"
+      "Access-Control-Request-Headers: content-type\r\n\r\n");
+  const std::string preflight = c.ReadUntil("OK");
+  EXPECT_THAT(preflight, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(preflight, HasSubstr("Access-Control-Allow-Origin: *\r\n"));
+  EXPECT_THAT(preflight, HasSubstr("Access-Control-Allow-Headers: content-type\r\n"));
+  c.received().clear();
+  c.Send("GET /echo HTTP/1.1\r\nHost: a\r\nOrigin: https://ui.example\r\n\r\n");
+  EXPECT_THAT(c.ReadUntil("origin=https"), HasSubstr("Access-Control-Allow-Origin: *\r\n"));
+  c.received().clear();
+  c.Send(kGet);  // same connection, no Origin: no CORS header left over
+  EXPECT_THAT(c.ReadUntil("x-thing=Yes;"), Not(HasSubstr("Access-Control")));
+  c.received().clear();
+  c.Send("GET /stream HTTP/1.1\r\nHost: a\r\nOrigin: https://ui.example\r\n\r\n");
+  EXPECT_THAT(c.ReadUntil("\r\n\r\n"), HasSubstr("Access-Control-Allow-Origin: *\r\n"));
+  handler_.script->Push("data: [DONE]\n\n", /*last=*/true);
+  EXPECT_THAT(c.ReadUntil("0\r\n\r\n"), HasSubstr("data: [DONE]"));
 }
 
 TEST_F(HttpServerTest, ClientCloseMidStreamCancels) {
