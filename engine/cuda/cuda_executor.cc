@@ -103,6 +103,21 @@ absl::StatusOr<int64_t> CudaExecutor::DefaultCacheBudgetBytes(double fraction) c
   return usable;
 }
 
+absl::StatusOr<int64_t> CudaExecutor::CacheBudgetForUtilization(double utilization) const {
+  ASSIGN_OR_RETURN(kc::DeviceMemoryInfo info, kc::QueryDeviceMemory());
+  const int64_t in_use = info.total_bytes - info.free_bytes;  // weights, context, others
+  const int64_t usable = static_cast<int64_t>(static_cast<double>(info.total_bytes) * utilization) -
+                         in_use - kScratchReserveBytes;
+  if (usable <= 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("--gpu-memory-utilization ", utilization,
+                     " leaves no room for the caches: ", in_use, " of ", info.total_bytes,
+                     " device bytes are in use (the weights take ", model_->weight_bytes(),
+                     ") and ", kScratchReserveBytes, " are kept for the forward's scratch"));
+  }
+  return usable;
+}
+
 absl::Status CudaExecutor::AllocateCaches(const kvcache::CacheLayout& layout) {
   if (layout.num_mla_layers > 0 && layout.block_size != 64) {
     return absl::InvalidArgumentError(absl::StrCat(

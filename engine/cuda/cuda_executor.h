@@ -83,6 +83,10 @@ class CudaExecutor : public StepExecutor {
   // A cache budget when the user gave none: `fraction` of the device memory still free after
   // the weights, less a reserve for the forward's scratch and cuBLAS.
   absl::StatusOr<int64_t> DefaultCacheBudgetBytes(double fraction) const;
+  // vLLM's --gpu-memory-utilization: the caches get what keeps this process (and whatever else
+  // already uses the device) within `utilization` of the device's total memory, less the
+  // scratch reserve. ResourceExhausted naming the numbers when nothing is left.
+  absl::StatusOr<int64_t> CacheBudgetForUtilization(double utilization) const;
   // Allocates (and zeroes) the cache arena. `layout` must come from
   // PlanMemory(CudaCacheSpecFor(cfg), ...) with block_size 64 (the MLA kernels' page).
   absl::Status AllocateCaches(const kvcache::CacheLayout& layout);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -80,10 +81,28 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"log-format", true, "text | json (one JSON object per line; default text)"},
 };
 
-// The serve flags and the multi-rank ones (parallel_flags.h).
+// vLLM's `serve` flags a ported command line (a model card's) carries, with their meaning here,
+// or refused naming why (ReadVllmFlags).
+const std::vector<FlagSpec> kVllmServeFlags = {
+    {"gpu-memory-utilization", true,
+     "cuda: fraction of the device memory this server may use, weights included (vLLM's; "
+     "default: the caches take 90% of what the weights leave free)"},
+    {"enforce-eager", false, "cuda: decode steps without CUDA graphs"},
+    {"enable-prefix-caching", false, "prefix caching on (the default)"},
+    {"no-enable-prefix-caching", false, "prefix caching off (as --no-prefix-caching)"},
+    {"trust-remote-code", false, "accepted: Strata runs no code from the checkpoint"},
+    {"enable-auto-tool-choice", false, "accepted: tool_choice auto is always served"},
+    {"tool-call-parser", true, "kimi_k2 (Kimi's tool-call tokens; the only format)"},
+    {"dtype", true, "auto | bfloat16 (the checkpoint's weights; bf16 on a GPU)"},
+    {"tensor-parallel-size", true,
+     "1: Strata spreads experts over ranks instead of splitting tensors (--world-size)"},
+};
+
+// The serve flags, vLLM's that it understands, and the multi-rank ones (parallel_flags.h).
 const std::vector<FlagSpec>& ServeFlags() {
   static const std::vector<FlagSpec> flags = [] {
     std::vector<FlagSpec> all = kBaseServeFlags;
+    all.insert(all.end(), kVllmServeFlags.begin(), kVllmServeFlags.end());
     const std::vector<FlagSpec>& parallel = ParallelFlagSpecs();
     all.insert(all.end(), parallel.begin(), parallel.end());
     return all;
@@ -101,7 +120,8 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
                    flags.GetInt("max-num-batched-tokens", 2048, 1, int64_t{1} << 30));
   ASSIGN_OR_RETURN(int64_t block, flags.GetInt("block-size", 64, 1, 1 << 16));
   s.block_size = static_cast<int>(block);
-  s.enable_prefix_caching = !flags.Has("no-prefix-caching");
+  s.enable_prefix_caching =
+      !flags.Has("no-prefix-caching") && !flags.Has("no-enable-prefix-caching");
   const std::string policy = flags.GetOr("scheduling-policy", "fcfs");
   if (policy != "fcfs" && policy != "priority") {
     return absl::InvalidArgumentError("--scheduling-policy must be fcfs or priority");
@@ -118,6 +138,53 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
   }
   ASSIGN_OR_RETURN(o->latent_dtype,
                    ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), o->device));
+  return absl::OkStatus();
+}
+
+absl::Status ReadVllmFlags(const Flags& flags, ServeOptions* o) {
+  if (flags.Has("enable-prefix-caching") &&
+      (flags.Has("no-prefix-caching") || flags.Has("no-enable-prefix-caching"))) {
+    return absl::InvalidArgumentError(
+        "--enable-prefix-caching contradicts --no-prefix-caching / --no-enable-prefix-caching");
+  }
+  ASSIGN_OR_RETURN(std::optional<double> utilization,
+                   flags.GetDouble("gpu-memory-utilization", 0.01, 1.0));
+  if (utilization && o->device != "cuda") {
+    return absl::InvalidArgumentError(
+        "--gpu-memory-utilization sizes GPU memory (--device cuda); on the CPU give the caches "
+        "bytes with --kv-cache-memory");
+  }
+  if (utilization && o->kv_cache_memory_given) {
+    return absl::InvalidArgumentError(
+        "--gpu-memory-utilization and --kv-cache-memory both size the caches: give one");
+  }
+  o->gpu_memory_utilization = utilization;
+  o->cuda_graphs = !flags.Has("enforce-eager");
+  const std::string parser = flags.GetOr("tool-call-parser", "kimi_k2");
+  if (parser != "kimi_k2") {
+    return absl::InvalidArgumentError(
+        "--tool-call-parser: Strata parses Kimi's tool-call tokens "
+        "(kimi_k2), the format of the models it serves; got '" +
+        parser + "'");
+  }
+  const std::string dtype = flags.GetOr("dtype", "auto");
+  if (dtype != "auto" && dtype != "bfloat16" && dtype != "bf16") {
+    return absl::InvalidArgumentError(
+        "--dtype must be auto or bfloat16 (Strata computes with the checkpoint's bf16 weights: "
+        "f32 math on the CPU, bf16 tensor cores on a GPU), got '" +
+        dtype + "'");
+  }
+  ASSIGN_OR_RETURN(int64_t tp, flags.GetInt("tensor-parallel-size", 1, 1, 1 << 16));
+  if (tp != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tensor-parallel-size ", tp,
+                     ": Strata does not split tensors across GPUs; it spreads "
+                     "the experts over data-parallel ranks (--world-size ",
+                     tp, " --local-ranks ", tp, " on one node; server/MULTIRANK.md)"));
+  }
+  if (flags.Has("trust-remote-code")) {
+    LOG_INFO("serve", "--trust-remote-code: not needed, Strata runs no code from the checkpoint");
+  }
   return absl::OkStatus();
 }
 
@@ -179,6 +246,7 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   o.max_logprobs = static_cast<int>(max_logprobs);
   RETURN_IF_ERROR(ReadSchedulerFlags(flags, &o));
   RETURN_IF_ERROR(ReadHttpFlags(flags, &o));
+  RETURN_IF_ERROR(ReadVllmFlags(flags, &o));
   ASSIGN_OR_RETURN(o.parallel, ParallelOptionsFromFlags(flags));
   if (auto level_text = flags.Get("log-level")) {
     log::Level level;

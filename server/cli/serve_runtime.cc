@@ -269,12 +269,16 @@ absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
     engine::cuda::CudaExecutorOptions executor_options;
     executor_options.device = device_of[static_cast<size_t>(i)];
     executor_options.model.expert_exchange = exchanges[static_cast<size_t>(i)];
+    executor_options.cuda_graphs = options.cuda_graphs;
     ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> executor,
                      engine::cuda::CudaExecutor::Create(*model_, executor_options));
     if (!options.kv_cache_memory_given) {
       // Executors sharing a GPU split what the first left free.
       const auto sharing = std::count(device_of.begin(), device_of.end(), executor_options.device);
-      ASSIGN_OR_RETURN(int64_t free_budget, executor->DefaultCacheBudgetBytes(0.9));
+      ASSIGN_OR_RETURN(int64_t free_budget,
+                       options.gpu_memory_utilization
+                           ? executor->CacheBudgetForUtilization(*options.gpu_memory_utilization)
+                           : executor->DefaultCacheBudgetBytes(0.9));
       free_budget /= sharing;
       budget = i == 0 ? free_budget : std::min(budget, free_budget);
     }

@@ -40,8 +40,10 @@ struct ServeOptions {
   std::string device = "cpu";          // --device: cpu | cuda
   // --kv-cache-dtype resolved for the device; nullopt: the device's default (cpu f32, cuda bf16).
   std::optional<LatentDType> latent_dtype;
-  bool mmap_weights = false;             // --mmap-weights (cpu): no copy to huge pages
-  scheduler::SchedulerConfig scheduler;  // pool sizes filled from the memory plan
+  bool mmap_weights = false;                     // --mmap-weights (cpu): no copy to huge pages
+  std::optional<double> gpu_memory_utilization;  // --gpu-memory-utilization (cuda), (0, 1]
+  bool cuda_graphs = true;                       // false: --enforce-eager
+  scheduler::SchedulerConfig scheduler;          // pool sizes filled from the memory plan
   server::EngineLoopOptions engine;
   http::HttpServerOptions http;
   double drain_timeout_s = 30.0;

@@ -1,0 +1,83 @@
+// A vLLM command line ported to `strata serve`: the flags a model card passes are understood (or
+// refused naming what to use instead), a browser origin gets CORS headers, and the prefix cache
+// can be reset between benchmark runs — all against a real server with the demo model.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { after, before, test } from "node:test";
+
+import { Server, strataBin } from "./common.mjs";
+
+let server;
+
+before(async () => {
+  server = await Server.start([
+    "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k2",
+    "--dtype", "auto", "--tensor-parallel-size", "1", "--kv-cache-dtype", "bf16",
+    "--allowed-origins", '["https://ui.example"]',
+  ]);
+});
+
+after(async () => {
+  const { code } = await server.stop();
+  assert.equal(code, 0, server.stderr);
+});
+
+test("the vLLM flags take effect: a bf16 latent cache, prefix caching on", async () => {
+  const info = await server.info();
+  assert.equal(info.memory_plan.kv_cache_dtype, "bf16", JSON.stringify(info.memory_plan));
+  assert.equal(info.config.enable_prefix_caching, true, JSON.stringify(info.config));
+  const metrics = await (await fetch(`${server.url}/metrics`)).text();
+  assert.match(metrics, /strata:cache_config_info\{[^}]*cache_dtype="bf16"[^}]*\} 1/);
+});
+
+test("flags Strata cannot honour stop the start naming the alternative", () => {
+  const refused = (flags) => spawnSync(strataBin(), ["serve", "--port", "0", ...flags],
+                                       { encoding: "utf8", timeout: 60000 });
+  const tp = refused(["--tensor-parallel-size", "4"]);
+  assert.notEqual(tp.status, 0);
+  assert.match(tp.stderr, /--tensor-parallel-size 4: .*--world-size 4/);
+  const gpu = refused(["--gpu-memory-utilization", "0.9"]);
+  assert.notEqual(gpu.status, 0);
+  assert.match(gpu.stderr, /--gpu-memory-utilization .*--kv-cache-memory/);
+  const parser = refused(["--tool-call-parser", "hermes"]);
+  assert.notEqual(parser.status, 0);
+  assert.match(parser.stderr, /kimi_k2/);
+  const fp16 = refused(["--dtype", "float16"]);
+  assert.notEqual(fp16.status, 0);
+  assert.match(fp16.stderr, /--dtype must be auto or bfloat16/);
+});
+
+test("a browser origin gets a preflight answer and CORS headers; others do not", async () => {
+  const preflight = await fetch(`${server.url}/v1/chat/completions`, {
+    method: "OPTIONS",
+    headers: { Origin: "https://ui.example", "Access-Control-Request-Method": "POST",
+               "Access-Control-Request-Headers": "content-type" },
+  });
+  assert.equal(preflight.status, 200);
+  assert.equal(preflight.headers.get("access-control-allow-origin"), "https://ui.example");
+  assert.match(preflight.headers.get("access-control-allow-methods"), /POST/);
+  const models = await fetch(`${server.url}/v1/models`, { headers: { Origin: "https://ui.example" } });
+  assert.equal(models.headers.get("access-control-allow-origin"), "https://ui.example");
+  const other = await fetch(`${server.url}/v1/models`, { headers: { Origin: "https://evil.example" } });
+  assert.equal(other.status, 200);
+  assert.equal(other.headers.get("access-control-allow-origin"), null);
+});
+
+test("/reset_prefix_cache makes a repeated prompt miss the cache again", async () => {
+  const body = { prompt: "x ".repeat(300), max_tokens: 1 };
+  const complete = async () => {
+    const r = await fetch(`${server.url}/v1/completions`, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+    assert.equal(r.status, 200);
+    return (await r.json()).usage.prompt_tokens_details.cached_tokens;
+  };
+  await complete();
+  assert.ok(await complete() > 0, "the repeated prompt was meant to hit the prefix cache");
+  const reset = await fetch(`${server.url}/reset_prefix_cache`, { method: "POST" });
+  assert.equal(reset.status, 200);
+  const counts = await reset.json();
+  assert.equal(counts.status, "ok");
+  assert.ok(counts.num_blocks_dropped > 0, JSON.stringify(counts));
+  assert.equal(await complete(), 0);
+});
