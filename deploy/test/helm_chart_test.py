@@ -156,6 +156,8 @@ def check_default(renderer):
     c = check_pod(pod["spec"], labels, "default deployment", gpus=8)
     check(not any("--rank" in a or "--coordinator" in a for a in c["args"]),
           "single-node pod has rank flags")
+    check(not any(a.startswith("--kv-cache-dtype") for a in c["args"]),
+          "kvCacheDtype auto is the server's default and is not passed: %s" % c["args"])
     check("--device=cuda" in c["args"] and "--replicas=8" in c["args"],
           "single-node GPU pod does not serve one replica per GPU: %s" % c["args"])
     check(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "prod-strata-models",
@@ -235,6 +237,7 @@ def check_cpu(renderer):
     check(not any(e["name"].startswith("NCCL_") for e in c["env"]), "cpu: NCCL env left")
     check(not any(a.startswith("--device") or a.startswith("--replicas") for a in c["args"]),
           "cpu: GPU flags in %s" % c["args"])
+    check("--kv-cache-dtype=bf16" in c["args"], "cpu: server.kvCacheDtype not passed: %s" % c["args"])
     check("replicas" not in d["spec"], "Deployment replicas set while the HPA scales it")
     hpa = docs.get("HorizontalPodAutoscaler")
     if check(hpa, "cpu: no HPA"):

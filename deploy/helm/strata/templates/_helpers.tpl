@@ -63,6 +63,9 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 - --grpc-port={{ .Values.server.grpcPort }}
 {{- end }}
 - --log-level={{ .Values.server.logLevel }}
+{{- if ne .Values.server.kvCacheDtype "auto" }}
+- --kv-cache-dtype={{ .Values.server.kvCacheDtype }}
+{{- end }}
 {{- if .Values.server.jsonLogs }}
 - --log-format=json
 {{- end }}
