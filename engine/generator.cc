@@ -63,7 +63,7 @@ absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
   if (options.max_tokens == 0) return output;
 
   const int64_t prompt_len = static_cast<int64_t>(prompt.size());
-  SequenceCache cache(model.geometry(), prompt_len + options.max_tokens);
+  SequenceCache cache(model.geometry(), prompt_len + options.max_tokens, 64, options.latent_dtype);
   std::vector<float> logits;
   Prefill(model, cache, prompt, 0, options.prefill_chunk_tokens, LogitsMode::kLast, &logits);
   Sampler sampler(options.sampling, options.fallback_seed, prompt);
@@ -87,12 +87,13 @@ absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
 
 absl::StatusOr<std::vector<float>> PromptLogits(const Model& model,
                                                 const std::vector<int32_t>& prompt,
-                                                int64_t prefill_chunk_tokens) {
+                                                int64_t prefill_chunk_tokens,
+                                                LatentDType latent_dtype) {
   RETURN_IF_ERROR(ValidatePromptIds(prompt, model.config().vocab_size));
   if (prefill_chunk_tokens < 1) {
     return absl::InvalidArgumentError("prefill chunk size must be >= 1");
   }
-  SequenceCache cache(model.geometry(), static_cast<int64_t>(prompt.size()));
+  SequenceCache cache(model.geometry(), static_cast<int64_t>(prompt.size()), 64, latent_dtype);
   std::vector<float> logits;
   Prefill(model, cache, prompt, 0, prefill_chunk_tokens, LogitsMode::kAll, &logits);
   return logits;

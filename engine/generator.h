@@ -20,6 +20,7 @@ struct GenerateOptions {
   int64_t prefill_chunk_tokens = 512;
   SamplingParams sampling;  // default temperature 1; set temperature 0 for greedy
   uint64_t fallback_seed = 0;
+  LatentDType latent_dtype = LatentDType::kF32;  // the latent cache's rows (--kv-cache-dtype)
 };
 
 // Rejects an empty prompt or an id outside [0, vocab) with an InvalidArgument naming the
@@ -32,9 +33,10 @@ absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
                                               const GenerateOptions& options);
 
 // Logits [prompt.size(), vocab] for every prompt position, through the normal chunked
-// prefill path.
+// prefill path, over a latent cache of `latent_dtype` rows.
 absl::StatusOr<std::vector<float>> PromptLogits(const Model& model,
                                                 const std::vector<int32_t>& prompt,
-                                                int64_t prefill_chunk_tokens);
+                                                int64_t prefill_chunk_tokens,
+                                                LatentDType latent_dtype = LatentDType::kF32);
 
 }  // namespace strata::engine

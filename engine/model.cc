@@ -297,7 +297,8 @@ void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
   FinalNormAndLmHead(cfg, weights_, batch, rows, h, ws, logits);
 }
 
-SequenceCache::SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, int block_size)
+SequenceCache::SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, int block_size,
+                             LatentDType latent_dtype)
     : max_tokens_(max_tokens) {
   CHECK_GT(block_size, 0);
   const int64_t num_blocks = (max_tokens + block_size - 1) / block_size;
@@ -308,12 +309,16 @@ SequenceCache::SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, 
     view_.kda_conv.push_back(buffers_.back().as<float>());
   }
   for (int j = 0; j < geometry.num_mla_layers; ++j) {
-    buffers_.emplace_back(static_cast<size_t>(num_blocks * block_size * geometry.latent_dim) * 4);
+    buffers_.emplace_back(static_cast<size_t>(
+        num_blocks * block_size *
+        LatentBytesPerToken(latent_dtype, geometry.latent_dim, geometry.rope_dim)));
     view_.mla_pages.push_back(buffers_.back().as<std::byte>());
   }
   for (int64_t b = 0; b < num_blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));
   view_.block_table = block_table_.data();
   view_.block_size = block_size;
+  view_.latent_dtype = latent_dtype;
+  view_.rope_dim = geometry.rope_dim;
 }
 
 }  // namespace strata::engine

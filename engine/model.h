@@ -111,7 +111,9 @@ class Model {
 // `max_tokens` positions, laid out as one contiguous page run (block table 0, 1, 2, ...).
 class SequenceCache {
  public:
-  SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, int block_size = 64);
+  // Latent rows in `latent_dtype` (core/latent_row.h; f32 exact by default).
+  SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, int block_size = 64,
+                LatentDType latent_dtype = LatentDType::kF32);
   const SequenceCacheView& view() const { return view_; }
   int64_t max_tokens() const { return max_tokens_; }
 

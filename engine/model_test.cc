@@ -110,6 +110,36 @@ TEST_P(ModelTest, ChunkedPrefillEqualsOneShotPrefill) {
   }
 }
 
+// PromptLogits over a bf16 or fp8 latent cache: the logits move by the format's rounding (and do
+// move: the format is in use), and chunking the prompt changes them by f32 rounding amplified
+// through the format at most (a value near a rounding boundary may land on either side).
+// Sizes as RMS over all positions and the vocabulary, relative to the exact logits' RMS.
+TEST_P(ModelTest, CompressedLatentCachesMoveTheLogitsByTheirRounding) {
+  if (model_->geometry().num_mla_layers == 0) GTEST_SKIP() << "no MLA layers";
+  auto rms = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double sum = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) sum += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    return std::sqrt(sum / double(a.size()));
+  };
+  const std::vector<int32_t> prompt = Prompt(100, 3);
+  auto exact = PromptLogits(*model_, prompt, 1000);
+  ASSERT_TRUE(exact.ok());
+  const double scale = rms(*exact, std::vector<float>(exact->size(), 0.0f));
+  for (LatentDType dtype : {LatentDType::kBF16, LatentDType::kFP8}) {
+    auto whole = PromptLogits(*model_, prompt, 1000, dtype);
+    auto chunked = PromptLogits(*model_, prompt, 16, dtype);
+    ASSERT_TRUE(whole.ok() && chunked.ok());
+    const double moved = rms(*whole, *exact) / scale;
+    const double chunking = rms(*whole, *chunked) / scale;
+    std::printf("%s: logits moved %.2e (relative RMS), chunking %.2e\n",
+                std::string(LatentDTypeName(dtype)).c_str(), moved, chunking);
+    // Measured on the tiny checkpoints: bf16 0.9-1.9e-3, fp8 4.7-6.9e-2; chunking <= 4.5e-6.
+    EXPECT_GT(moved, 0.0) << LatentDTypeName(dtype);
+    EXPECT_LT(moved, dtype == LatentDType::kBF16 ? 0.01 : 0.15) << LatentDTypeName(dtype);
+    EXPECT_LT(chunking, 1e-3) << LatentDTypeName(dtype);
+  }
+}
+
 TEST_P(ModelTest, DecodeAfterPrefillEqualsPrefillOfTheLongerSequence) {
   const std::vector<int32_t> prompt = Prompt(40, 1);
   GenerateOptions options;

@@ -75,6 +75,7 @@ const std::vector<FlagSpec> kGenerateFlags = {
     {"stop-ids", true, "extra token ids that end generation, comma separated"},
     {"ignore-eos", false, "do not stop at the end-of-sequence token"},
     {"prefill-chunk", true, "prefill chunk size in tokens (default 512)"},
+    {"kv-cache-dtype", true, "latent cache rows: f32 (default, exact) | bf16 | fp8"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
@@ -82,6 +83,8 @@ absl::StatusOr<engine::GenerateOptions> GenerateOptionsFromFlags(const Flags& fl
   engine::GenerateOptions options;
   ASSIGN_OR_RETURN(options.max_tokens, flags.GetInt("max-tokens", 16, 0, 1 << 20));
   ASSIGN_OR_RETURN(options.prefill_chunk_tokens, flags.GetInt("prefill-chunk", 512, 1, 1 << 20));
+  ASSIGN_OR_RETURN(options.latent_dtype,
+                   ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), "cpu"));
   options.ignore_eos = flags.Has("ignore-eos");
   engine::SamplingParams& s = options.sampling;
   ASSIGN_OR_RETURN(auto temperature, flags.GetDouble("temperature", 0, 100));
@@ -137,6 +140,8 @@ const std::vector<FlagSpec> kLogitsFlags = {
     {"ids-file", true, "JSON array of prompt token ids (required)"},
     {"out", true, "output .npy file: float32 [num_positions, vocab] (required)"},
     {"prefill-chunk", true, "prefill chunk size in tokens (default 512)"},
+    {"kv-cache-dtype", true,
+     "latent cache rows: f32 (default, exact) | bf16 | fp8 (to measure what a format costs)"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
@@ -149,7 +154,10 @@ absl::Status RunLogits(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(int64_t chunk, flags.GetInt("prefill-chunk", 512, 1, 1 << 20));
   ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadIdsFile(*ids_file));
   ASSIGN_OR_RETURN(auto model, LoadModel(flags));
-  ASSIGN_OR_RETURN(std::vector<float> logits, engine::PromptLogits(*model, ids, chunk));
+  ASSIGN_OR_RETURN(LatentDType latent_dtype,
+                   ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), "cpu"));
+  ASSIGN_OR_RETURN(std::vector<float> logits,
+                   engine::PromptLogits(*model, ids, chunk, latent_dtype));
   const int64_t vocab = model->config().vocab_size;
   return WriteNpyF32(*out, logits.data(), {static_cast<int64_t>(ids.size()), vocab});
 }
