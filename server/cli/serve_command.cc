@@ -69,6 +69,9 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"generation-config", true,
      "request sampling defaults: auto (the model's generation_config.json), vllm (none), or a "
      "directory with a generation_config.json (default auto)"},
+    {"override-generation-config", true,
+     "JSON object of request sampling defaults set over the generation config, e.g. "
+     "'{\"temperature\": 0.6}' (vLLM's)"},
     {"chat-template", true,
      "Jinja chat template file (or the template itself) replacing the tokenizer's"},
     {"max-logprobs", true,
@@ -241,6 +244,7 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   }
   o.generation_config = flags.GetOr("generation-config", "auto");
   o.chat_template = flags.GetOr("chat-template", "");
+  o.override_generation_config = flags.GetOr("override-generation-config", "");
   ASSIGN_OR_RETURN(int64_t max_logprobs,
                    flags.GetInt("max-logprobs", 20, 0, scheduler::kMaxPromptLogprobs));
   o.max_logprobs = static_cast<int>(max_logprobs);

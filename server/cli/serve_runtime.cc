@@ -120,14 +120,19 @@ absl::Status ModelRuntime::LoadTokenizer(const ServeOptions& options) {
 }
 
 absl::Status ModelRuntime::LoadGenerationConfig(const ServeOptions& options) {
-  if (options.generation_config == "vllm") return absl::OkStatus();
-  const bool model_dir = options.generation_config == "auto";
-  const std::string dir = model_dir ? dir_ : options.generation_config;
-  if (!model_dir && !FileExists(dir + "/generation_config.json")) {
-    return absl::NotFoundError(absl::StrCat("--generation-config: no generation_config.json in '",
-                                            dir, "' (give auto, vllm or such a directory)"));
+  if (options.generation_config != "vllm") {
+    const bool model_dir = options.generation_config == "auto";
+    const std::string dir = model_dir ? dir_ : options.generation_config;
+    if (!model_dir && !FileExists(dir + "/generation_config.json")) {
+      return absl::NotFoundError(absl::StrCat("--generation-config: no generation_config.json in '",
+                                              dir, "' (give auto, vllm or such a directory)"));
+    }
+    ASSIGN_OR_RETURN(generation_config_, frontend::LoadGenerationConfig(dir));
   }
-  ASSIGN_OR_RETURN(generation_config_, frontend::LoadGenerationConfig(dir));
+  if (!options.override_generation_config.empty()) {
+    RETURN_IF_ERROR(
+        frontend::ApplyGenerationOverride(options.override_generation_config, generation_config_));
+  }
   if (!generation_config_.source.empty()) {
     LOG_INFO("serve", "request defaults from {}: {} (fields a request sets keep its values)",
              generation_config_.source, frontend::DescribeGenerationConfig(generation_config_));

@@ -51,8 +51,9 @@ struct ServeOptions {
   // --generation-config: "auto" (the model directory's generation_config.json), "vllm" (none:
   // OpenAI's defaults) or a directory holding one.
   std::string generation_config = "auto";
-  std::string chat_template;  // --chat-template: a Jinja file, or the template itself
-  int max_logprobs = 20;      // --max-logprobs
+  std::string chat_template;               // --chat-template: a Jinja file, or the template itself
+  std::string override_generation_config;  // --override-generation-config: JSON, set on top
+  int max_logprobs = 20;                   // --max-logprobs
 };
 
 class ModelRuntime {

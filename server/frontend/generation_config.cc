@@ -1,5 +1,6 @@
 #include "server/frontend/generation_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/file.h"
+#include "core/status.h"
 
 namespace strata::frontend {
 namespace {
@@ -46,6 +48,37 @@ absl::StatusOr<std::vector<int32_t>> EosIds(const Json& root, const std::string&
   return ids;
 }
 
+// The sampling fields of `root` into `d`. With `skip_transformers_defaults` (a file), a field
+// equal to transformers' own default is not a default (vLLM reads to_diff_dict()); an explicit
+// override takes every field it names.
+absl::Status ReadSamplingFields(const Json& root, const std::string& path,
+                                bool skip_transformers_defaults, GenerationDefaults& d) {
+  auto take = [&](std::optional<double> x, double transformers_default) {
+    return x.has_value() && (!skip_transformers_defaults || *x != transformers_default);
+  };
+  absl::StatusOr<std::optional<double>> v = Number(root, path, "temperature", 0, 2);
+  if (!v.ok()) return v.status();
+  if (take(*v, 1.0)) d.temperature = static_cast<float>(**v);
+  if (!(v = Number(root, path, "top_p", 0, 1, /*min_exclusive=*/true)).ok()) return v.status();
+  if (take(*v, 1.0)) d.top_p = static_cast<float>(**v);
+  if (!(v = Number(root, path, "top_k", -1, INT32_MAX)).ok()) return v.status();
+  if (v->has_value() && std::trunc(**v) != **v) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": 'top_k' must be an integer"));
+  }
+  if (take(*v, 50.0)) d.top_k = static_cast<int>(**v);
+  if (!(v = Number(root, path, "min_p", 0, 1)).ok()) return v.status();
+  if (take(*v, 0.0)) d.min_p = static_cast<float>(**v);
+  if (!(v = Number(root, path, "repetition_penalty", 0, 2, /*min_exclusive=*/true)).ok()) {
+    return v.status();
+  }
+  if (take(*v, 1.0)) d.repetition_penalty = static_cast<float>(**v);
+  if (!(v = Number(root, path, "max_new_tokens", 1, double(int64_t{1} << 31))).ok()) {
+    return v.status();
+  }
+  if (v->has_value()) d.max_tokens = static_cast<int64_t>(**v);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir) {
@@ -59,36 +92,34 @@ absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   }
   config.source = path;
-  GenerationDefaults& d = config.defaults;
-  // transformers' GenerationConfig defaults (temperature 1, top_p 1, top_k 50, repetition 1)
-  // are not defaults here: vLLM only takes the fields that differ from them.
-  auto differs = [](std::optional<double> x, double transformers_default) {
-    return x.has_value() && *x != transformers_default;
-  };
-  absl::StatusOr<std::optional<double>> v = Number(root, path, "temperature", 0, 2);
-  if (!v.ok()) return v.status();
-  if (differs(*v, 1.0)) d.temperature = static_cast<float>(**v);
-  if (!(v = Number(root, path, "top_p", 0, 1, /*min_exclusive=*/true)).ok()) return v.status();
-  if (differs(*v, 1.0)) d.top_p = static_cast<float>(**v);
-  if (!(v = Number(root, path, "top_k", -1, INT32_MAX)).ok()) return v.status();
-  if (v->has_value() && std::trunc(**v) != **v) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": 'top_k' must be an integer"));
-  }
-  if (differs(*v, 50.0)) d.top_k = static_cast<int>(**v);
-  if (!(v = Number(root, path, "min_p", 0, 1)).ok()) return v.status();
-  if (differs(*v, 0.0)) d.min_p = static_cast<float>(**v);
-  if (!(v = Number(root, path, "repetition_penalty", 0, 2, /*min_exclusive=*/true)).ok()) {
-    return v.status();
-  }
-  if (differs(*v, 1.0)) d.repetition_penalty = static_cast<float>(**v);
-  if (!(v = Number(root, path, "max_new_tokens", 1, double(int64_t{1} << 31))).ok()) {
-    return v.status();
-  }
-  if (v->has_value()) d.max_tokens = static_cast<int64_t>(**v);
+  RETURN_IF_ERROR(
+      ReadSamplingFields(root, path, /*skip_transformers_defaults=*/true, config.defaults));
   absl::StatusOr<std::vector<int32_t>> eos = EosIds(root, path);
   if (!eos.ok()) return eos.status();
   config.eos_token_ids = std::move(*eos);
   return config;
+}
+
+absl::Status ApplyGenerationOverride(const std::string& json_text, GenerationConfig& config) {
+  constexpr const char* kWhat = "--override-generation-config";
+  constexpr const char* kKeys[] = {"temperature",        "top_p",         "top_k", "min_p",
+                                   "repetition_penalty", "max_new_tokens"};
+  const Json root = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": not a JSON object, e.g. '{\"temperature\": 0.6}'"));
+  }
+  for (const auto& [key, value] : root.items()) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kWhat, ": unknown field '", key, "' (known: ", absl::StrJoin(kKeys, ", "), ")"));
+    }
+  }
+  RETURN_IF_ERROR(
+      ReadSamplingFields(root, kWhat, /*skip_transformers_defaults=*/false, config.defaults));
+  config.source =
+      config.source.empty() ? std::string(kWhat) : absl::StrCat(config.source, " + ", kWhat);
+  return absl::OkStatus();
 }
 
 std::string DescribeGenerationConfig(const GenerationConfig& config) {

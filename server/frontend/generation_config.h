@@ -29,6 +29,12 @@ struct GenerationConfig {
 // the file, the field and the range.
 absl::StatusOr<GenerationConfig> LoadGenerationConfig(const std::string& dir);
 
+// vLLM's --override-generation-config: a JSON object of sampling fields (temperature, top_p,
+// top_k, min_p, repetition_penalty, max_new_tokens) set over `config` — every field it names,
+// transformers' defaults included. InvalidArgument naming the flag and the field (unknown,
+// wrong type, out of range).
+absl::Status ApplyGenerationOverride(const std::string& json_text, GenerationConfig& config);
+
 // One line for the start-up log: "temperature 0.6, top_p 0.95, eos ids [163586]" ("none").
 std::string DescribeGenerationConfig(const GenerationConfig& config);
 

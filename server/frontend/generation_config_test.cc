@@ -88,5 +88,35 @@ TEST_F(GenerationConfigTest, BadFilesNameTheFieldAndTheRange) {
   }
 }
 
+// vLLM's --override-generation-config: every named field is set over the file's (transformers'
+// defaults included), unknown or bad fields name the flag.
+TEST_F(GenerationConfigTest, OverrideSetsNamedFieldsOverTheFile) {
+  Write(R"({"temperature": 0.6, "top_p": 0.95, "eos_token_id": [7, 9]})");
+  absl::StatusOr<GenerationConfig> c = LoadGenerationConfig(dir_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(
+      ApplyGenerationOverride(R"({"temperature": 1.0, "top_k": 20, "max_new_tokens": 64})", *c)
+          .ok());
+  EXPECT_EQ(c->defaults.temperature, 1.0f);  // set, although transformers' default
+  EXPECT_EQ(c->defaults.top_p, 0.95f);       // kept from the file
+  EXPECT_EQ(c->defaults.top_k, 20);
+  EXPECT_EQ(c->defaults.max_tokens, 64);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{7, 9}));
+  EXPECT_EQ(c->source, dir_ + "/generation_config.json + --override-generation-config");
+
+  GenerationConfig empty;  // --generation-config vllm: the override alone
+  ASSERT_TRUE(ApplyGenerationOverride(R"({"min_p": 0.05})", empty).ok());
+  EXPECT_EQ(empty.defaults.min_p, 0.05f);
+  EXPECT_EQ(empty.source, "--override-generation-config");
+
+  GenerationConfig bad;
+  EXPECT_EQ(ApplyGenerationOverride(R"({"temprature": 0.5})", bad).message(),
+            "--override-generation-config: unknown field 'temprature' (known: temperature, "
+            "top_p, top_k, min_p, repetition_penalty, max_new_tokens)");
+  EXPECT_EQ(ApplyGenerationOverride(R"({"top_p": 0})", bad).message(),
+            "--override-generation-config: 'top_p' must be in (0, 1]; got 0");
+  EXPECT_FALSE(ApplyGenerationOverride("[1]", bad).ok());
+}
+
 }  // namespace
 }  // namespace strata::frontend
