@@ -209,6 +209,15 @@ def caches():
                target(f"max(strata:kv_cache_usage_perc{{{s}}}) * 100", "max latent usage %"),
                target(f"max(strata:state_slot_usage_perc{{{s}}}) * 100", "max slot usage %")],
               12, 33, 12, 8),
+        row("Configuration", 41),
+        panel("table", "Cache configuration per rank",
+              [target(f"strata:cache_config_info{{{s}}}", "", fmt="table")], 0, 42, 24, 6,
+              description="--kv-cache-dtype, --block-size and the memory plan's pools "
+                          "(strata:cache_config_info labels).",
+              options={"showHeader": True},
+              transformations=[{"id": "labelsToFields", "options": {"mode": "columns"}},
+                               {"id": "organize", "options": {"excludeByName": {
+                                   "Time": True, "Value": True, "__name__": True}}}]),
     ])
 
 

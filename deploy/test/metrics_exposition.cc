@@ -13,7 +13,9 @@
 int main() {
   using strata::server::Metrics;
   auto registry = std::make_shared<prometheus::Registry>();
-  const strata::server::MetricsOptions options = {.num_experts = 8};
+  const strata::server::MetricsOptions options = {
+      .num_experts = 8,
+      .cache_config = {{"block_size", "64"}, {"cache_dtype", "bf16"}, {"num_gpu_blocks", "4096"}}};
   std::vector<std::unique_ptr<Metrics>> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     ranks.push_back(std::make_unique<Metrics>("strata-demo", rank, options, registry));
