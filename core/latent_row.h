@@ -18,6 +18,8 @@
 #include <optional>
 #include <string_view>
 
+#include "core/check.h"
+
 namespace strata {
 
 enum class LatentDType : uint8_t { kF32, kBF16, kFP8 };
@@ -33,12 +35,29 @@ std::string_view LatentDTypeName(LatentDType dtype);
 std::optional<LatentDType> LatentDTypeFromName(std::string_view name);
 // Whether a row of latent_dim values ending in rope_dim rope values has a layout in `dtype`
 // (0 ≤ rope_dim < latent_dim).
-bool LatentDimSupported(LatentDType dtype, int32_t latent_dim, int32_t rope_dim);
-// Bytes of one token's row in one MLA layer (the table above). CHECKs LatentDimSupported.
-int64_t LatentBytesPerToken(LatentDType dtype, int32_t latent_dim, int32_t rope_dim);
+inline bool LatentDimSupported(LatentDType /*dtype*/, int32_t latent_dim, int32_t rope_dim) {
+  return latent_dim > 0 && rope_dim >= 0 && rope_dim < latent_dim;  // the same for every format
+}
 // fp8: number of scales of a row (ceil((latent_dim - rope_dim) / 128)).
 inline int32_t Fp8NumGroups(int32_t latent_dim, int32_t rope_dim) {
   return (latent_dim - rope_dim + kFp8GroupSize - 1) / kFp8GroupSize;
+}
+// Bytes of one token's row in one MLA layer (the table above). CHECKs LatentDimSupported.
+// Inline: the kernels compute row addresses with it.
+inline int64_t LatentBytesPerToken(LatentDType dtype, int32_t latent_dim, int32_t rope_dim) {
+  CHECK(LatentDimSupported(dtype, latent_dim, rope_dim))
+      << "latent rows need 0 <= rope_dim < latent_dim, got rope_dim " << rope_dim
+      << ", latent_dim " << latent_dim;
+  switch (dtype) {
+    case LatentDType::kF32:
+      return int64_t{4} * latent_dim;
+    case LatentDType::kBF16:
+      return int64_t{2} * latent_dim;
+    case LatentDType::kFP8:
+      return int64_t{latent_dim - rope_dim} + int64_t{4} * Fp8NumGroups(latent_dim, rope_dim) +
+             int64_t{2} * rope_dim;
+  }
+  return 0;
 }
 
 }  // namespace strata

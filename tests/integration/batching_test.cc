@@ -306,8 +306,14 @@ TEST_P(BatchingTest, TwoHundredRandomRequestsThroughASmallCacheAllFinishCorrectl
     }
     EXPECT_EQ(static_cast<int64_t>(tokens.size()), requests[i].max_tokens) << i;
   }
-  // All memory back: wait for the loop's stats of the final step.
-  for (int i = 0; i < 100 && loop->stats().num_unfinished > 0; ++i) {
+  // All memory back: wait for the loop's stats of the final step (the streams end in the step's
+  // dispatch, its scheduler stats are recorded just after: wait for both).
+  auto settled = [&] {
+    const server::EngineStats st = loop->stats();
+    return st.num_unfinished == 0 && st.scheduler.num_running == 0 &&
+           st.scheduler.num_waiting == 0;
+  };
+  for (int i = 0; i < 500 && !settled(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   server::EngineStats stats = loop->stats();
