@@ -12,6 +12,7 @@
 // bad usage.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,7 +34,9 @@ constexpr char kUsage[] =
     "         [--max-tokens N] [--stream] [--temperature T] [--top-p P] [--top-k K]\n"
     "         [--seed S] [--n N] [--stop STR] [--request-id ID] [--timeout SECONDS]\n"
     "       strata-client tokenize --target HOST:PORT --text TEXT\n"
-    "       strata-client info --target HOST:PORT\n";
+    "       strata-client info --target HOST:PORT\n"
+    "       (every command: [--api-key KEY] for a server run with --api-key; default "
+    "$STRATA_API_KEY)\n";
 
 int RpcError(const grpc::Status& status) {
   std::fprintf(stderr, "strata-client: rpc error %d: %s\n", static_cast<int>(status.error_code()),
@@ -49,6 +52,15 @@ int UsageError(const absl::Status& status) {
 std::shared_ptr<grpc::Channel> Connect(const ClientFlags& flags) {
   return grpc::CreateChannel(flags.Get("target").value_or("localhost:50051"),
                              grpc::InsecureChannelCredentials());
+}
+
+// `authorization: Bearer KEY` metadata from --api-key or $STRATA_API_KEY (none when neither).
+void Authorize(const ClientFlags& flags, grpc::ClientContext* context) {
+  std::string key = flags.Get("api-key").value_or("");
+  if (key.empty()) {
+    if (const char* env = std::getenv("STRATA_API_KEY"); env != nullptr) key = env;
+  }
+  if (!key.empty()) context->AddMetadata("authorization", "Bearer " + key);
 }
 
 absl::StatusOr<v1::GenerateRequest> GenerateRequestFrom(const ClientFlags& flags) {
@@ -93,6 +105,7 @@ int Generate(const ClientFlags& flags) {
   const bool stream = flags.Has("stream");
   auto stub = v1::Inference::NewStub(Connect(flags));
   grpc::ClientContext context;
+  Authorize(flags, &context);
   if (*timeout) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::milliseconds(static_cast<int64_t>(**timeout * 1000)));
@@ -141,6 +154,7 @@ int Generate(const ClientFlags& flags) {
 int Tokenize(const ClientFlags& flags) {
   auto stub = v1::Inference::NewStub(Connect(flags));
   grpc::ClientContext context;
+  Authorize(flags, &context);
   v1::TokenizeRequest request;
   request.set_text(flags.Get("text").value_or(""));
   v1::TokenizeResponse response;
@@ -155,9 +169,11 @@ int Info(const ClientFlags& flags) {
   v1::ModelInfo model;
   v1::Loads loads;
   grpc::ClientContext c1;
+  Authorize(flags, &c1);
   grpc::Status status = stub->GetModelInfo(&c1, v1::GetModelInfoRequest(), &model);
   if (!status.ok()) return RpcError(status);
   grpc::ClientContext c2;
+  Authorize(flags, &c2);
   status = stub->GetLoads(&c2, v1::GetLoadsRequest(), &loads);
   if (!status.ok()) return RpcError(status);
   std::fprintf(stdout,
@@ -180,7 +196,7 @@ int Main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   const std::set<std::string> values = {
       "target", "prompt", "prompt-ids", "max-tokens", "temperature", "top-p", "top-k",
-      "seed",   "n",      "stop",       "request-id", "timeout",     "text"};
+      "seed",   "n",      "stop",       "request-id", "timeout",     "text",  "api-key"};
   absl::StatusOr<ClientFlags> flags = ClientFlags::Parse(args, values, {"stream"});
   if (!flags.ok()) return UsageError(flags.status());
   if (command == "generate") return Generate(*flags);

@@ -221,6 +221,27 @@ class PythonClientTest(unittest.TestCase):
         self.assertGreaterEqual(first.num_blocks_dropped, 3)
         self.assertEqual(self.client.reset_prefix_cache().num_blocks_dropped, 0)
 
+    def test_api_key_is_sent_as_metadata(self):
+        server = Server("--api-key", "sk-py")
+        try:
+            with Client(server.target) as anonymous:
+                with self.assertRaises(grpc.RpcError) as caught:
+                    anonymous.loads()
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            with Client(server.target, api_key="sk-py") as client:
+                self.assertGreater(client.loads().num_blocks, 0)
+                result = client.generate(prompt_ids=[1, 2, 3], max_tokens=3, ignore_eos=True)
+                self.assertEqual(len(result.token_ids), 3)
+            cli = [os.environ["STRATA_CLIENT_BIN"], "info", "--target", server.target]
+            refused = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(refused.returncode, 0)
+            self.assertIn("missing API key", refused.stderr)
+            allowed = subprocess.run(cli + ["--api-key", "sk-py"], capture_output=True, text=True,
+                                     timeout=60)
+            self.assertEqual(allowed.returncode, 0, allowed.stderr)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_tokenize_round_trips(self):
         ids = self.client.tokenize("hello there", add_special_tokens=False)
         self.assertTrue(ids)

@@ -333,9 +333,11 @@ void Drain(frontend::OpenAiService& service, rpc::GrpcServer& grpc_server, const
 // the HTTP port is "any" (so test servers never collide on 50051).
 absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> StartGrpc(const Flags& flags,
                                                            const std::string& host, bool any_port,
-                                                           const frontend::RequestLimits& limits) {
+                                                           const frontend::RequestLimits& limits,
+                                                           const std::string& api_key) {
   rpc::GrpcServerOptions options;
   options.host = host;
+  options.api_key = api_key;
   options.limits = limits;
   ASSIGN_OR_RETURN(int64_t port, flags.GetInt("grpc-port", any_port ? 0 : 50051, 0, 65535));
   options.port = static_cast<int>(port);
@@ -399,9 +401,9 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   frontend::OpenAiService service(service_options);
   ASSIGN_OR_RETURN(std::unique_ptr<http::HttpServer> server,
                    http::HttpServer::Start(options.http, &service));
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<rpc::GrpcServer> grpc_server,
-      StartGrpc(flags, options.http.host, options.http.port == 0, service_options.limits));
+  ASSIGN_OR_RETURN(std::unique_ptr<rpc::GrpcServer> grpc_server,
+                   StartGrpc(flags, options.http.host, options.http.port == 0,
+                             service_options.limits, options.api_key));
   options.http.port = server->port();
   LOG_INFO("serve", "listening on {}:{} (loading the model)", options.http.host, server->port());
   ASSIGN_OR_RETURN(std::unique_ptr<ModelRuntime> runtime, ModelRuntime::Load(options));

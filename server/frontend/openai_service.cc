@@ -2,6 +2,8 @@
 // and tokenizer endpoints are in generation_endpoints.cc).
 #include "server/frontend/openai_service.h"
 
+#include "server/frontend/api_key.h"
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,15 +41,6 @@ constexpr RouteEntry kRoutes[] = {
 
 bool IsModelPath(std::string_view path) {
   return path.size() > 11 && path.substr(0, 11) == "/v1/models/";
-}
-
-// Constant-time comparison (the key is a secret).
-bool SameKey(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
 }
 
 }  // namespace
@@ -120,12 +113,11 @@ absl::Status OpenAiService::CheckAuth(const http::HttpRequest& request) const {
     return ApiErrorStatus(absl::StatusCode::kUnauthenticated,
                           "missing API key: send 'Authorization: Bearer <key>'");
   }
-  absl::string_view value = *header;
-  if (!absl::ConsumePrefix(&value, "Bearer ") && !absl::ConsumePrefix(&value, "bearer ")) {
+  if (!absl::StartsWith(*header, "Bearer ") && !absl::StartsWith(*header, "bearer ")) {
     return ApiErrorStatus(absl::StatusCode::kUnauthenticated,
                           "the Authorization header must be 'Bearer <key>'");
   }
-  if (!SameKey(std::string_view(value.data(), value.size()), options_.api_key)) {
+  if (!BearerMatches(*header, options_.api_key)) {
     return ApiErrorStatus(absl::StatusCode::kUnauthenticated, "incorrect API key provided");
   }
   return absl::OkStatus();

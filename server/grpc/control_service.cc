@@ -7,16 +7,18 @@
 
 namespace strata::rpc {
 
-grpc::Status ControlService::Abort(grpc::ServerContext* /*context*/,
-                                   const v1::AbortRequest* request, v1::AbortResponse* response) {
+grpc::Status ControlService::Abort(grpc::ServerContext* context, const v1::AbortRequest* request,
+                                   v1::AbortResponse* response) {
+  if (grpc::Status auth = state_.CheckAuth(context); !auth.ok()) return auth;
   std::vector<std::string> ids(request->request_ids().begin(), request->request_ids().end());
   response->set_num_aborted(state_.Abort(ids));
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::GetModelInfo(grpc::ServerContext* /*context*/,
+grpc::Status ControlService::GetModelInfo(grpc::ServerContext* context,
                                           const v1::GetModelInfoRequest* /*request*/,
                                           v1::ModelInfo* response) {
+  if (grpc::Status auth = state_.CheckAuth(context); !auth.ok()) return auth;
   absl::StatusOr<const frontend::ServedModel*> model = state_.LoadedModel();
   if (!model.ok()) return ToGrpcStatus(model.status());
   for (const std::string& name : (*model)->names) response->add_names(name);
@@ -27,9 +29,10 @@ grpc::Status ControlService::GetModelInfo(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::GetServerInfo(grpc::ServerContext* /*context*/,
+grpc::Status ControlService::GetServerInfo(grpc::ServerContext* context,
                                            const v1::GetServerInfoRequest* /*request*/,
                                            v1::ServerInfo* response) {
+  if (grpc::Status auth = state_.CheckAuth(context); !auth.ok()) return auth;
   response->set_version(version_);
   response->set_ready(state_.ready());
   response->set_draining(state_.draining());
@@ -38,8 +41,9 @@ grpc::Status ControlService::GetServerInfo(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::GetLoads(grpc::ServerContext* /*context*/,
+grpc::Status ControlService::GetLoads(grpc::ServerContext* context,
                                       const v1::GetLoadsRequest* /*request*/, v1::Loads* response) {
+  if (grpc::Status auth = state_.CheckAuth(context); !auth.ok()) return auth;
   absl::StatusOr<const frontend::ServedModel*> model = state_.LoadedModel();
   if (!model.ok()) return ToGrpcStatus(model.status());
   const server::EngineStats stats = (*model)->engine->stats();
@@ -56,9 +60,10 @@ grpc::Status ControlService::GetLoads(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::ResetPrefixCache(grpc::ServerContext* /*context*/,
+grpc::Status ControlService::ResetPrefixCache(grpc::ServerContext* context,
                                               const v1::ResetPrefixCacheRequest* /*request*/,
                                               v1::ResetPrefixCacheResponse* response) {
+  if (grpc::Status auth = state_.CheckAuth(context); !auth.ok()) return auth;
   absl::StatusOr<const frontend::ServedModel*> model = state_.LoadedModel();
   if (!model.ok()) return ToGrpcStatus(model.status());
   const auto ranks = (*model)->engine->ResetPrefixCache(std::chrono::seconds(30));

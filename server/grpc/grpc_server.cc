@@ -18,7 +18,9 @@ namespace strata::rpc {
 
 struct GrpcServer::Impl {
   explicit Impl(const GrpcServerOptions& options)
-      : state(options.limits), inference(&state), control(&state, options.version) {}
+      : state(options.limits, options.api_key),
+        inference(&state),
+        control(&state, options.version) {}
 
   void SetServing(bool serving) {
     grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();

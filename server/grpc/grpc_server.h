@@ -20,6 +20,7 @@ struct GrpcServerOptions {
   int port = 50051;                // 0: any free port (see GrpcServer::port)
   frontend::RequestLimits limits;  // vocab_size is taken from the model
   std::string version;             // reported by GetServerInfo
+  std::string api_key;             // --api-key: required as `authorization: Bearer` metadata
 };
 
 class GrpcServer {

@@ -542,6 +542,40 @@ TEST_F(GrpcServerTest, NChoicesEachStreamAndComplete) {
   EXPECT_EQ(seen, std::vector<bool>(3, true));
 }
 
+// With an API key (--api-key) every Inference and Control call needs `authorization: Bearer KEY`
+// metadata, as REST's header; health stays open for probes.
+TEST_F(GrpcServerTest, ApiKeyGuardsInferenceAndControl) {
+  GrpcServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.api_key = "sk-test";
+  auto server = GrpcServer::Start(options);
+  ASSERT_TRUE(server.ok());
+  (*server)->SetModel(&runtime_->served());
+  const int port = (*server)->port();
+  grpc::ClientContext none;
+  const Outcome refused = Run(Request({1, 2}, 2), &none, nullptr, port);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(refused.status.error_message().find("missing API key"), std::string::npos);
+  grpc::ClientContext wrong;
+  wrong.AddMetadata("authorization", "Bearer nope");
+  EXPECT_EQ(Run(Request({1, 2}, 2), &wrong, nullptr, port).status.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  grpc::ClientContext right;
+  right.AddMetadata("authorization", "Bearer sk-test");
+  EXPECT_TRUE(Run(Request({1, 2}, 2), &right, nullptr, port).status.ok());
+  auto control = v1::Control::NewStub(Channel(port));
+  grpc::ClientContext c1;
+  v1::ResetPrefixCacheResponse reset;
+  EXPECT_EQ(control->ResetPrefixCache(&c1, v1::ResetPrefixCacheRequest(), &reset).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  grpc::ClientContext c2;
+  c2.AddMetadata("authorization", "Bearer sk-test");
+  v1::Loads loads;
+  EXPECT_TRUE(control->GetLoads(&c2, v1::GetLoadsRequest(), &loads).ok());
+  EXPECT_EQ(HealthStatus(port), kServing);
+}
+
 TEST_F(GrpcServerTest, HealthIsServingOnlyWhileReady) {
   GrpcServerOptions options;
   options.host = "127.0.0.1";

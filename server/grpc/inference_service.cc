@@ -26,12 +26,14 @@ absl::StatusOr<const frontend::ServedModel*> Resolve(const ServiceState& state,
 grpc::Status InferenceService::Generate(grpc::ServerContext* context,
                                         const v1::GenerateRequest* request,
                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (grpc::Status auth = state_.CheckAuth(context); !auth.ok()) return auth;
   return RunGenerate(state_, context, *request, writer, absl::Now());
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext* /*context*/,
+grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
                                         const v1::TokenizeRequest* request,
                                         v1::TokenizeResponse* response) {
+  if (grpc::Status auth = state_.CheckAuth(context); !auth.ok()) return auth;
   absl::StatusOr<const frontend::ServedModel*> model = Resolve(state_, request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
   const bool add_special = !request->has_add_special_tokens() || request->add_special_tokens();
@@ -44,9 +46,10 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Detokenize(grpc::ServerContext* /*context*/,
+grpc::Status InferenceService::Detokenize(grpc::ServerContext* context,
                                           const v1::DetokenizeRequest* request,
                                           v1::DetokenizeResponse* response) {
+  if (grpc::Status auth = state_.CheckAuth(context); !auth.ok()) return auth;
   absl::StatusOr<const frontend::ServedModel*> model = Resolve(state_, request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
   const engine::Tokenizer& tokenizer = *(*model)->tokenizer;

@@ -1,6 +1,8 @@
 // service_state.h: readiness, running calls and aborts.
 #include "server/grpc/service_state.h"
 
+#include "server/frontend/api_key.h"
+
 #include "absl/strings/str_cat.h"
 
 namespace strata::rpc {
@@ -54,6 +56,20 @@ int64_t ServiceState::num_in_flight() const {
 void ServiceState::SetServerInfoProvider(std::function<std::string()> provider) {
   std::lock_guard<std::mutex> lock(mu_);
   server_info_ = std::move(provider);
+}
+
+grpc::Status ServiceState::CheckAuth(const grpc::ServerContext* context) const {
+  if (api_key_.empty()) return grpc::Status::OK;
+  const auto& metadata = context->client_metadata();
+  const auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing API key: send 'authorization: Bearer <key>' metadata");
+  }
+  if (!frontend::BearerMatches(std::string_view(it->second.data(), it->second.size()), api_key_)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "incorrect API key provided");
+  }
+  return grpc::Status::OK;
 }
 
 std::string ServiceState::ServerInfoJson() const {

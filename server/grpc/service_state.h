@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/server_context.h>
+
 #include "absl/status/statusor.h"
 #include "server/frontend/openai_request.h"
 #include "server/frontend/served_model.h"
@@ -19,7 +21,12 @@ namespace strata::rpc {
 
 class ServiceState {
  public:
-  explicit ServiceState(frontend::RequestLimits limits) : limits_(limits) {}
+  ServiceState(frontend::RequestLimits limits, std::string api_key)
+      : limits_(limits), api_key_(std::move(api_key)) {}
+
+  // With an API key, every Inference and Control call needs `authorization: Bearer KEY`
+  // metadata (as REST's header): UNAUTHENTICATED otherwise. Health and reflection stay open.
+  grpc::Status CheckAuth(const grpc::ServerContext* context) const;
 
   const frontend::RequestLimits& limits() const { return limits_; }
   void SetModel(const frontend::ServedModel* model) { model_ = model; }
@@ -45,6 +52,7 @@ class ServiceState {
 
  private:
   const frontend::RequestLimits limits_;
+  const std::string api_key_;
   std::atomic<const frontend::ServedModel*> model_{nullptr};
   std::atomic<bool> draining_{false};
   mutable std::mutex mu_;

@@ -76,11 +76,30 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
     return req
 
 
-class Client:
-    """A channel to one server with the Inference and Control stubs."""
+class _ApiKey(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds `authorization: Bearer KEY` metadata to every call (a server run with --api-key)."""
 
-    def __init__(self, target: str = "localhost:50051"):
+    def __init__(self, api_key: str):
+        self._header = ("authorization", "Bearer " + api_key)
+
+    def _with_key(self, details):
+        return details._replace(metadata=list(details.metadata or []) + [self._header])
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_key(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_key(details), request)
+
+
+class Client:
+    """A channel to one server with the Inference and Control stubs; `api_key` for a server run
+    with --api-key (sent as `authorization: Bearer` metadata on every call)."""
+
+    def __init__(self, target: str = "localhost:50051", api_key: Optional[str] = None):
         self.channel = grpc.insecure_channel(target)
+        if api_key:
+            self.channel = grpc.intercept_channel(self.channel, _ApiKey(api_key))
         self.inference = inference_pb2_grpc.InferenceStub(self.channel)
         self.control = control_pb2_grpc.ControlStub(self.channel)
 
