@@ -108,11 +108,12 @@ void AttendSplit(const mla::TileKernels& k, const MlaDims& d, float scale,
   const int block = static_cast<int>(CeilDiv(heads, num_blocks));
   const float* rows[kTileRows];
   const uint16_t* rows_bf16[kTileRows];
+  const int64_t row_bytes = seq.context.RowBytes(lat_w);
   for (int64_t row0 = begin; row0 < end; row0 += kTileRows) {
     const int num_rows = static_cast<int>(std::min<int64_t>(kTileRows, end - row0));
     if (q_bf16 != nullptr) {
       for (int j = 0; j < num_rows; ++j) {
-        rows_bf16[j] = reinterpret_cast<const uint16_t*>(seq.context.RawRow(row0 + j, lat_w));
+        rows_bf16[j] = reinterpret_cast<const uint16_t*>(seq.context.RowAt(row0 + j, row_bytes));
       }
     } else {
       GatherRows(seq.context, row0, num_rows, lat_w, rows);

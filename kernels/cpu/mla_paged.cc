@@ -10,8 +10,11 @@ namespace strata::kernels::cpu {
 
 void GatherRows(const PagedLatent& ctx, int64_t row0, int n, int lat_w, const float** rows) {
   DCHECK(n >= 0 && n <= kMaxGatherRows);
+  const int64_t row_bytes = ctx.RowBytes(lat_w);
   if (ctx.dtype == LatentDType::kF32) {
-    for (int j = 0; j < n; ++j) rows[j] = ctx.Row(row0 + j, lat_w);
+    for (int j = 0; j < n; ++j) {
+      rows[j] = reinterpret_cast<const float*>(ctx.RowAt(row0 + j, row_bytes));
+    }
     return;
   }
   thread_local AlignedBuffer buffer;
@@ -20,14 +23,15 @@ void GatherRows(const PagedLatent& ctx, int64_t row0, int n, int lat_w, const fl
   float* decoded = buffer.as<float>();
   for (int j = 0; j < n; ++j) {
     float* row = decoded + int64_t{j} * lat_w;
-    DecodeLatentRow(ctx.dtype, ctx.RawRow(row0 + j, lat_w), lat_w, ctx.rope_dim, row);
+    DecodeLatentRow(ctx.dtype, ctx.RowAt(row0 + j, row_bytes), lat_w, ctx.rope_dim, row);
     rows[j] = row;
   }
 }
 
 void CopyRowsF32(const PagedLatent& ctx, int lat_w, float* out) {
+  const int64_t row_bytes = ctx.RowBytes(lat_w);
   for (int64_t t = 0; t < ctx.num_tokens; ++t) {
-    DecodeLatentRow(ctx.dtype, ctx.RawRow(t, lat_w), lat_w, ctx.rope_dim, out + t * lat_w);
+    DecodeLatentRow(ctx.dtype, ctx.RowAt(t, row_bytes), lat_w, ctx.rope_dim, out + t * lat_w);
   }
 }
 

@@ -26,12 +26,15 @@ struct PagedLatent {
   LatentDType dtype = LatentDType::kF32;
   int rope_dim = 0;  // the rows' rope part (qk_rope_head_dim); only bf16/fp8 layouts need it
 
-  // The encoded row of position `pos`.
-  const std::byte* RawRow(int64_t pos, int lat_w) const {
+  // Bytes of one row (hoist it out of loops over rows).
+  int64_t RowBytes(int lat_w) const { return LatentBytesPerToken(dtype, lat_w, rope_dim); }
+  // The encoded row of position `pos`, rows being `row_bytes` long.
+  const std::byte* RowAt(int64_t pos, int64_t row_bytes) const {
     const int64_t block = block_table[pos / block_size];
     return static_cast<const std::byte*>(pages) +
-           (block * block_size + pos % block_size) * LatentBytesPerToken(dtype, lat_w, rope_dim);
+           (block * block_size + pos % block_size) * row_bytes;
   }
+  const std::byte* RawRow(int64_t pos, int lat_w) const { return RowAt(pos, RowBytes(lat_w)); }
   // The row of position `pos` in place; f32 caches only.
   const float* Row(int64_t pos, int lat_w) const {
     DCHECK(dtype == LatentDType::kF32);
