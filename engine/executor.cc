@@ -64,7 +64,7 @@ void CpuExecutor::InitSlot(const ScheduledSequence& seq) {
   const int32_t row = layout_.SlotRow(seq.slot);
   switch (seq.slot_init) {
     case SlotInit::kCarry:
-      return;
+      break;
     case SlotInit::kZero:
       for (int j = 0; j < layout_.num_kda_layers; ++j) {
         std::memset(StatePtr(j, row), 0, layout_.kda_state_bytes_per_layer);
@@ -74,7 +74,12 @@ void CpuExecutor::InitSlot(const ScheduledSequence& seq) {
     case SlotInit::kFromCheckpoint:
       CHECK(seq.source_checkpoint >= 0 && seq.source_checkpoint < layout_.num_checkpoints);
       CopyRow(layout_.CheckpointRow(seq.source_checkpoint), row);
-      return;
+      break;
+  }
+  if (seq.snapshot_slot >= 0) {  // the state before the drafts, for a rollback
+    CHECK_LT(seq.snapshot_slot, layout_.num_slots);
+    CHECK_NE(seq.snapshot_slot, seq.slot);
+    CopyRow(row, layout_.SlotRow(seq.snapshot_slot));
   }
 }
 
@@ -91,6 +96,10 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
     f.logits = !seq.score_targets.empty() ? LogitsMode::kAll
                : seq.sample               ? LogitsMode::kLast
                                           : LogitsMode::kNone;
+    CHECK(seq.num_draft_tokens == 0 ||
+          (seq.sample && seq.score_targets.empty() && seq.num_draft_tokens < f.num_new_tokens))
+        << "drafts of sequence " << seq.seq_id;
+    f.num_last_logits = 1 + seq.num_draft_tokens;
     CHECK_GE(static_cast<int64_t>(seq.block_table.size()) * layout_.block_size,
              seq.num_computed_tokens + f.num_new_tokens)
         << "block table of sequence " << seq.seq_id << " is too short";
@@ -140,12 +149,12 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   // new token (kAll: scored rows first, the sampled row last). Entries of `sampled` are
   // overwritten in place so their top_logprobs keep their capacity.
   const int64_t vocab = model_.config().vocab_size;
-  size_t num_sampled = 0, num_scored = 0;
+  size_t num_sampled = 0, num_scored = 0;  // at most: drafts may be rejected
   for (const ScheduledSequence& seq : plan.sequences) {
-    num_sampled += seq.sample && !seq.token_ids.empty() ? 1 : 0;
+    num_sampled += seq.sample && !seq.token_ids.empty() ? 1 + seq.num_draft_tokens : 0;
     num_scored += seq.score_targets.empty() ? 0 : 1;
   }
-  if (result->sampled.size() != num_sampled) result->sampled.resize(num_sampled);
+  if (result->sampled.size() < num_sampled) result->sampled.resize(num_sampled);
   if (result->scored.size() != num_scored) result->scored.resize(num_scored);
   PrepareConstraints(plan, vocab, /*parallel=*/true);
   int64_t row = 0;
@@ -157,9 +166,16 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
       row += static_cast<int64_t>(seq.token_ids.size()) - (seq.sample ? 1 : 0);
     }
     if (!seq.sample || seq.token_ids.empty()) continue;
-    sampler_.Sample(seq, logits_.data() + row * vocab, vocab, &result->sampled[sampled++]);
-    ++row;
+    // Row j predicts the token after new token n − 1 − k + j; draft j is new token n − k + j.
+    const int32_t* drafts = seq.token_ids.data() + seq.token_ids.size() - seq.num_draft_tokens;
+    for (int32_t j = 0; j <= seq.num_draft_tokens; ++j) {
+      SampledToken& out = result->sampled[sampled++];
+      sampler_.Sample(seq, logits_.data() + (row + j) * vocab, vocab, &out);
+      if (j == seq.num_draft_tokens || out.token_id != drafts[j]) break;
+    }
+    row += 1 + seq.num_draft_tokens;
   }
+  result->sampled.resize(sampled);  // shrinks only: entries keep their capacity
   CHECK_EQ(row, NumLogitRows(ForwardBatch(batch_.data(), plan.sequences.size())));
 
   // 4. KDA checkpoints at the boundary this step ended on.

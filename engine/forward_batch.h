@@ -26,7 +26,7 @@ namespace strata::engine {
 
 enum class LogitsMode : uint8_t {
   kNone,  // an intermediate prefill chunk: nothing is sampled
-  kLast,  // the last new token only (generation)
+  kLast,  // the last num_last_logits new tokens (generation; several to verify drafts)
   kAll,   // every new token (scoring, `strata logits`)
 };
 
@@ -46,13 +46,15 @@ struct ForwardSequence {
   int64_t num_computed_tokens = 0;  // tokens already in the caches (their position offset)
   SequenceCacheView cache;
   LogitsMode logits = LogitsMode::kLast;
+  int64_t num_last_logits = 1;  // with kLast: rows of the last min(n, num_new_tokens) tokens
 };
 
 // A batch as the model sees it (a view: callers keep reusable storage, e.g. a vector that only
 // grows, so building a step allocates nothing).
 using ForwardBatch = absl::Span<const ForwardSequence>;
 
-// Logits rows, in sequence order: kLast adds one row, kAll num_new_tokens rows, kNone none.
+// Logits rows, in sequence order: kLast adds min(num_last_logits, num_new_tokens) rows, kAll
+// num_new_tokens rows, kNone none.
 int64_t NumLogitRows(ForwardBatch batch);
 
 }  // namespace strata::engine

@@ -130,7 +130,9 @@ void FinalNormAndLmHead(const ModelConfig& cfg, const ModelWeights& weights, For
   for (size_t s = 0; s < batch.size(); ++s) {
     const int64_t t = rows[s].count;
     if (t == 0 || batch[s].logits == LogitsMode::kNone) continue;
-    const int64_t first = batch[s].logits == LogitsMode::kAll ? 0 : t - 1;
+    const int64_t first = batch[s].logits == LogitsMode::kAll
+                              ? 0
+                              : t - std::clamp<int64_t>(batch[s].num_last_logits, 1, t);
     kernels::cpu::RmsNorm(h + (rows[s].offset + first) * d, t - first, d, weights.final_norm.data(),
                           cfg.rms_norm_eps, selected + r * d);
     r += t - first;
@@ -145,7 +147,9 @@ void FinalNormAndLmHead(const ModelConfig& cfg, const ModelWeights& weights, For
 int64_t NumLogitRows(ForwardBatch batch) {
   int64_t rows = 0;
   for (const ForwardSequence& s : batch) {
-    if (s.logits == LogitsMode::kLast) rows += s.num_new_tokens > 0 ? 1 : 0;
+    if (s.logits == LogitsMode::kLast && s.num_new_tokens > 0) {
+      rows += std::clamp<int64_t>(s.num_last_logits, 1, s.num_new_tokens);
+    }
     if (s.logits == LogitsMode::kAll) rows += s.num_new_tokens;
   }
   return rows;

@@ -37,6 +37,16 @@ struct ScheduledSequence {
   int32_t source_checkpoint = -1;  // with kFromCheckpoint
   int32_t save_checkpoint = -1;    // ≥ 0: copy the slot into this checkpoint after the step
   bool sample = false;             // the last new token's logits are sampled
+  // Speculative decoding (sample == true): the last num_draft_tokens of token_ids are proposed
+  // continuations, not yet accepted. The executor samples the row of the token before the
+  // first draft and, while the sampled token equals the next draft, the following rows: it
+  // returns 1 + (accepted drafts) SampledTokens, the last one being the first token that differs
+  // from its draft (or the token after the last draft). That is exactly what sampling one token
+  // per step would give — the same distribution and, with a seed, the same draws.
+  int32_t num_draft_tokens = 0;
+  // ≥ 0 (with drafts on a model with KDA layers): the executor copies `slot` here before the
+  // step, so the scheduler can restore the state of num_computed_tokens if a draft is rejected.
+  int32_t snapshot_slot = -1;
   // The sampler of this sequence, created by the scheduler at admission; the executor calls it
   // (shared so a preempted sequence keeps its RNG and penalty state).
   std::shared_ptr<Sampler> sampler;
@@ -88,7 +98,9 @@ struct ScoredSequence {
 
 struct StepResult {
   int64_t step_id = 0;
-  std::vector<SampledToken> sampled;  // one per ScheduledSequence with sample == true, in order
+  // One per ScheduledSequence with sample == true, in plan order; a sequence with drafts has
+  // 1 + (accepted drafts) consecutive entries.
+  std::vector<SampledToken> sampled;
   // One per ScheduledSequence with score targets, in plan order (empty in most steps).
   std::vector<ScoredSequence> scored;
   double forward_ms = 0.0;

@@ -106,11 +106,19 @@ std::vector<SequenceEvent> Scheduler::Commit(const engine::StepResult& result) {
   events.reserve(events.size() + entries_.size());
   size_t next = 0, next_scored = 0;
   for (const Entry& entry : entries_) {
-    const engine::SampledToken* sampled = nullptr;
+    absl::Span<const engine::SampledToken> sampled;
     if (entry.sample) {
       CHECK_LT(next, result.sampled.size()) << "missing sampled token for seq " << entry.seq->id;
-      sampled = &result.sampled[next++];
-      CHECK_EQ(sampled->seq_id, entry.seq->id) << "sampled tokens out of plan order";
+      CHECK_EQ(result.sampled[next].seq_id, entry.seq->id) << "sampled tokens out of plan order";
+      size_t count = 1;  // 1 + accepted drafts
+      while (next + count < result.sampled.size() &&
+             result.sampled[next + count].seq_id == entry.seq->id) {
+        ++count;
+      }
+      CHECK_LE(count, static_cast<size_t>(1 + entry.num_drafts))
+          << "more sampled tokens than drafts + 1 for seq " << entry.seq->id;
+      sampled = absl::MakeConstSpan(&result.sampled[next], count);
+      next += count;
     }
     const engine::ScoredSequence* scored = nullptr;
     if (entry.num_scored > 0) {
@@ -152,35 +160,85 @@ void Scheduler::CommitScores(const Entry& entry, const engine::ScoredSequence& s
   }
 }
 
-void Scheduler::CommitEntry(const Entry& entry, const engine::SampledToken* sampled,
+bool Scheduler::CommitDrafts(const Entry& entry, absl::Span<const engine::SampledToken> sampled) {
+  Sequence* seq = entry.seq;
+  const int64_t accepted = std::max<int64_t>(static_cast<int64_t>(sampled.size()) - 1, 0);
+  for (int64_t i = 0; i < accepted; ++i) {
+    CHECK_EQ(sampled[static_cast<size_t>(i)].token_id, seq->draft[static_cast<size_t>(i)])
+        << "seq " << seq->id << ": a token sampled after a rejected draft";
+  }
+  ++counters_.num_spec_drafts_total;
+  counters_.num_spec_draft_tokens_total += entry.num_drafts;
+  counters_.num_spec_accepted_tokens_total += accepted;
+  if (accepted == entry.num_drafts) {  // the state after the last draft is right: keep it
+    if (entry.snapshot_slot >= 0) slot_pool_.Free(entry.snapshot_slot);
+    return false;
+  }
+  // The slot holds the state after rejected tokens: continue from the snapshot instead (the
+  // blocks only this step reached go back in CommitEntry).
+  if (entry.snapshot_slot >= 0) {
+    slot_pool_.Free(seq->slot);
+    seq->slot = entry.snapshot_slot;
+  }
+  return true;
+}
+
+void Scheduler::CommitEntry(const Entry& entry, absl::Span<const engine::SampledToken> sampled,
                             const engine::ScoredSequence* scored,
                             std::vector<SequenceEvent>* events) {
   Sequence* seq = entry.seq;
   seq->step_index = -1;
   if (scored != nullptr && !seq->abort_requested) CommitScores(entry, *scored);
-  seq->num_computed_tokens += entry.num_new_tokens;
+  // A rejected draft leaves num_computed_tokens where the step began (CommitDrafts).
+  const bool rolled_back = entry.num_drafts > 0 && CommitDrafts(entry, sampled);
+  if (!rolled_back) seq->num_computed_tokens += entry.num_new_tokens + entry.num_drafts;
+
+  // The tokens first (they extend block_hashes), up to the first that ends the sequence; then
+  // the cache commits; then one event per token.
+  size_t emitted = 0;
+  std::optional<FinishReason> reason;
+  if (!seq->abort_requested) {
+    while (emitted < sampled.size() && !reason.has_value()) {
+      seq->AppendToken(sampled[emitted++].token_id);
+      reason = seq->StopReason();
+    }
+  }
+  // A draft that ended the sequence (or an abort) leaves computed drafts past its last token;
+  // a rollback leaves blocks past the computed tokens: they go back.
+  seq->num_computed_tokens = std::min(seq->num_computed_tokens, seq->num_tokens());
+  if (entry.num_drafts > 0) {
+    const size_t keep =
+        static_cast<size_t>(kvcache::NumBlocksFor(seq->num_computed_tokens, config_.block_size));
+    if (seq->block_table.size() > keep) {
+      block_pool_.Free(
+          std::vector<kvcache::BlockId>(seq->block_table.begin() + keep, seq->block_table.end()));
+      seq->block_table.resize(keep);
+    }
+  }
   if (config_.enable_prefix_caching) RegisterFullBlocks(seq);  // before CommitCheckpoint
   if (entry.save_checkpoint >= 0) prefix_cache_.CommitCheckpoint(entry.save_checkpoint);
-  if (sampled == nullptr || seq->abort_requested) return;
 
-  seq->AppendToken(sampled->token_id);
-  SequenceEvent event = MakeEvent(*seq);
-  event.token = sampled->token_id;
-  if (seq->request.num_logprobs >= 0) {
-    event.logprob = sampled->logprob;
-    event.top_logprobs = sampled->top_logprobs;
+  for (size_t i = 0; i < emitted; ++i) {
+    const engine::SampledToken& token = sampled[i];
+    SequenceEvent event = MakeEvent(*seq);
+    event.num_output_tokens -= static_cast<int64_t>(emitted - 1 - i);
+    event.token = token.token_id;
+    if (seq->request.num_logprobs >= 0) {
+      event.logprob = token.logprob;
+      event.top_logprobs = token.top_logprobs;
+    }
+    if (!seq->prompt_scores.empty()) {  // only with the first token of a scoring request
+      event.prompt_scores = std::move(seq->prompt_scores);
+      seq->prompt_scores.clear();
+    }
+    events->push_back(std::move(event));
   }
-  if (!seq->prompt_scores.empty()) {  // only with the first token of a scoring request
-    event.prompt_scores = std::move(seq->prompt_scores);
-    seq->prompt_scores.clear();
-  }
-  if (std::optional<FinishReason> reason = seq->StopReason()) {
-    event.finished = reason;
+  if (reason.has_value()) {
+    events->back().finished = reason;
     ReleaseCaches(seq);
     seq->status = SequenceStatus::kFinished;
     ++counters_.num_finished_total;
   }
-  events->push_back(std::move(event));
 }
 
 void Scheduler::RegisterFullBlocks(Sequence* seq) {

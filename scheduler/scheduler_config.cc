@@ -34,6 +34,17 @@ absl::Status SchedulerConfig::Validate() const {
         positive("max_scored_tokens_per_step", max_scored_tokens_per_step)}) {
     if (!s.ok()) return s;
   }
+  if (num_speculative_tokens < 0 || num_speculative_tokens > kMaxSpeculativeTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("num_speculative_tokens must be in [0, ",
+                                                   kMaxSpeculativeTokens, "], got ",
+                                                   num_speculative_tokens));
+  }
+  if (prompt_lookup_min < 1 || prompt_lookup_min > prompt_lookup_max ||
+      prompt_lookup_max > kMaxPromptLookup) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt_lookup_min (", prompt_lookup_min, ") and prompt_lookup_max (", prompt_lookup_max,
+        ") must satisfy 1 <= prompt_lookup_min <= prompt_lookup_max <= ", kMaxPromptLookup));
+  }
   if (has_kda_layers && num_slots <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_slots must be > 0 for a model with KDA layers, got ", num_slots));

@@ -17,6 +17,9 @@ enum class Policy : uint8_t {
 
 const char* PolicyName(Policy policy);
 
+inline constexpr int kMaxSpeculativeTokens = 16;
+inline constexpr int kMaxPromptLookup = 64;
+
 struct SchedulerConfig {
   int32_t max_num_seqs = 64;              // running sequences at once
   int64_t max_num_batched_tokens = 2048;  // token budget of one step (prefill + decode)
@@ -35,11 +38,19 @@ struct SchedulerConfig {
   // Prompt positions scored (Request::prompt_logprobs) per step, over all sequences: each
   // scored position needs a whole logits row (vocab floats) at once.
   int64_t max_scored_tokens_per_step = 256;
+  // Speculative decoding by prompt lookup (vLLM's "ngram" method; ngram_proposer.h): a
+  // decoding sequence proposes up to num_speculative_tokens tokens that followed an earlier
+  // occurrence of its last n tokens, n in [prompt_lookup_min, prompt_lookup_max], and the step
+  // verifies them at once. 0: off.
+  int num_speculative_tokens = 0;
+  int prompt_lookup_min = 2;
+  int prompt_lookup_max = 5;
 
   // InvalidArgument naming the field and its limit. Besides ranges it requires
   // max_num_batched_tokens >= max_num_seqs (every running sequence can decode in one step)
   // and num_blocks * block_size >= max_model_len (a sequence alone always fits, so
-  // preemption always makes progress).
+  // preemption always makes progress); num_speculative_tokens in [0, kMaxSpeculativeTokens],
+  // 1 <= prompt_lookup_min <= prompt_lookup_max <= kMaxPromptLookup.
   absl::Status Validate() const;
 };
 

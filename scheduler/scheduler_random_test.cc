@@ -7,8 +7,11 @@
 // model defines for the request, so preemption, recompute and prefix hits can never corrupt
 // output, and prompt scores (prompt_logprobs) arrive whole with the first token. At the end
 // everything is drained: each request ended exactly once and every block,
-// slot and checkpoint reservation is back.
+// slot and checkpoint reservation is back. With speculative decoding the fake model has a
+// 4-token vocabulary, so prompt-lookup drafts are often accepted and often rejected: outputs
+// must still be exactly the model's, and every rollback must leave caches and slots intact.
 #include <cstdint>
+#include <iostream>
 #include <map>
 #include <random>
 #include <set>
@@ -29,6 +32,8 @@ using testing::FakeExecutor;
 
 constexpr int32_t kVocab = 24;
 constexpr int32_t kEos = 5;
+constexpr int32_t kSpecVocab = 4;  // with speculative decoding: drafts often right
+constexpr int32_t kSpecEos = 3;
 
 struct Tracked {
   Request request;
@@ -42,11 +47,13 @@ class RandomOpsRun {
  public:
   RandomOpsRun(const SchedulerConfig& config, uint64_t seed)
       : config_(config),
+        vocab_(config.num_speculative_tokens > 0 ? kSpecVocab : kVocab),
+        eos_(config.num_speculative_tokens > 0 ? kSpecEos : kEos),
         rng_(seed),
         scheduler_(config),
         executor_(config.num_blocks, config.block_size,
                   config.has_kda_layers ? config.num_slots : 0, config.num_checkpoint_slots,
-                  kVocab) {
+                  vocab_) {
     for (auto& base : bases_) {
       for (int i = 0; i < 28; ++i) base.push_back(Uniform(0, 2 * kVocab));
     }
@@ -117,9 +124,9 @@ class RandomOpsRun {
     const int64_t room = config_.max_model_len - static_cast<int64_t>(r.prompt.size());
     r.max_tokens = Uniform(1, 12);
     if (Uniform(0, 19) == 0) r.max_tokens = room + 1;  // invalid: too long
-    r.eos_token_id = Uniform(0, 9) < 3 ? kEos : -1;
+    r.eos_token_id = Uniform(0, 9) < 3 ? eos_ : -1;
     r.ignore_eos = Uniform(0, 9) < 2;
-    if (Uniform(0, 9) < 2) r.stop_token_ids = {Uniform(0, kVocab - 1)};
+    if (Uniform(0, 9) < 2) r.stop_token_ids = {Uniform(0, vocab_ - 1)};
     r.priority = Uniform(0, 2);
     r.cache_salt = Uniform(0, 9) == 0 ? 1 : 0;
     if (Uniform(0, 4) == 0) r.prompt_logprobs = Uniform(0, 3);
@@ -130,7 +137,7 @@ class RandomOpsRun {
     }
     ASSERT_TRUE(id.ok()) << id.status();
     Tracked& t = tracked_[r.request_id];
-    t.expected = FakeExecutor::ExpectedOutput(r, kVocab);
+    t.expected = FakeExecutor::ExpectedOutput(r, vocab_);
     t.request = std::move(r);
     live_.insert(t.request.request_id);
   }
@@ -206,6 +213,8 @@ class RandomOpsRun {
   }
 
   SchedulerConfig config_;
+  const int32_t vocab_;
+  const int32_t eos_;
   std::mt19937_64 rng_;
   Scheduler scheduler_;
   FakeExecutor executor_;
@@ -216,8 +225,9 @@ class RandomOpsRun {
   int num_scored_prompts_ = 0;
 };
 
-// (policy, has_kda_layers, enable_prefix_caching, long_prefill_token_threshold)
-using Params = std::tuple<Policy, bool, bool, int>;
+// (policy, has_kda_layers, enable_prefix_caching, long_prefill_token_threshold,
+//  num_speculative_tokens)
+using Params = std::tuple<Policy, bool, bool, int, int>;
 
 class SchedulerRandomTest : public ::testing::TestWithParam<Params> {};
 
@@ -236,12 +246,16 @@ SchedulerConfig RandomConfig(const Params& p) {
   c.num_checkpoint_slots = 3;
   c.checkpoint_every_n_blocks = 2;
   c.max_scored_tokens_per_step = 7;  // prompt scoring cuts chunks too
+  c.num_speculative_tokens = std::get<4>(p);
+  c.prompt_lookup_min = 1;
+  c.prompt_lookup_max = 3;
   return c;
 }
 
 TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
   const SchedulerConfig config = RandomConfig(GetParam());
   int64_t preempted = 0, hits = 0, aborted = 0, finished = 0, scored = 0;
+  int64_t drafts = 0, draft_tokens = 0, accepted = 0;
   for (uint64_t seed : {1u, 2u, 3u}) {
     RandomOpsRun run(config, seed);
     run.RunRandomOps(2500);
@@ -253,6 +267,9 @@ TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
     aborted += s.num_aborted_total;
     finished += s.num_finished_total;
     scored += run.num_scored_prompts();
+    drafts += s.num_spec_drafts_total;
+    draft_tokens += s.num_spec_draft_tokens_total;
+    accepted += s.num_spec_accepted_tokens_total;
     EXPECT_EQ(s.num_aborted_total + s.num_finished_total, run.num_requests());
   }
   // The run must have exercised the interesting paths.
@@ -265,17 +282,27 @@ TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
   } else {
     EXPECT_EQ(hits, 0);
   }
+  if (config.num_speculative_tokens > 0) {  // both accepted and rejected drafts, many times
+    EXPECT_GT(drafts, 200);
+    EXPECT_GT(accepted, 100);
+    EXPECT_GT(draft_tokens - accepted, 100);
+  } else {
+    EXPECT_EQ(drafts, 0);
+  }
+  std::cout << "preempted " << preempted << ", prefix hits " << hits << ", drafts " << drafts
+            << " (" << accepted << "/" << draft_tokens << " tokens accepted)\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, SchedulerRandomTest,
                          ::testing::Combine(::testing::Values(Policy::kFcfs, Policy::kPriority),
                                             ::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Values(0, 5)),
+                                            ::testing::Values(0, 5), ::testing::Values(0, 4)),
                          [](const ::testing::TestParamInfo<Params>& info) {
                            return absl::StrCat(PolicyName(std::get<0>(info.param)),
                                                std::get<1>(info.param) ? "_kda" : "_mla",
                                                std::get<2>(info.param) ? "_prefix" : "_noprefix",
-                                               "_threshold", std::get<3>(info.param));
+                                               "_threshold", std::get<3>(info.param),
+                                               std::get<4>(info.param) > 0 ? "_spec" : "");
                          });
 
 }  // namespace

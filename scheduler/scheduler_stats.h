@@ -23,6 +23,11 @@ struct SchedulerStats {
   int64_t num_decode_tokens_total = 0;
   int64_t num_finished_total = 0;  // stop or length
   int64_t num_aborted_total = 0;
+  // Speculative decoding (vLLM's spec_decode counters): steps in which a sequence verified
+  // drafts, the draft tokens proposed, and those accepted (each saves a step).
+  int64_t num_spec_drafts_total = 0;
+  int64_t num_spec_draft_tokens_total = 0;
+  int64_t num_spec_accepted_tokens_total = 0;
 
   // Caches, now.
   int32_t num_blocks = 0;

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "kvcache/ids.h"
+#include "scheduler/ngram_proposer.h"
 #include "scheduler/scheduler.h"
 
 namespace strata::scheduler {
@@ -27,6 +28,7 @@ const engine::StepPlan& Scheduler::Schedule() {
   ScheduleRunning(/*decodes=*/true);
   ScheduleRunning(/*decodes=*/false);
   AdmitWaiting();
+  AttachDrafts();
   BuildPlan();
   in_flight_ = true;
   return plan_;
@@ -204,7 +206,8 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
   entry.seq = seq;
   entry.num_new_tokens = num_new_tokens;
   entry.sample = end == seq->num_tokens();
-  entry.decode = num_new_tokens == 1 && entry.sample && begin >= seq->num_prompt_tokens;
+  // Past the prompt: one token, or the tokens a rejected draft rolled back (recomputed here).
+  entry.decode = entry.sample && begin >= seq->num_prompt_tokens;
   if (seq->scores_prompt()) {
     entry.num_scored = std::clamp<int64_t>(seq->num_prompt_tokens - 1 - begin, 0, num_new_tokens);
     score_budget_ -= entry.num_scored;
@@ -217,6 +220,49 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
   seq->step_index = static_cast<int32_t>(entries_.size());
   entries_.push_back(entry);
   token_budget_ -= num_new_tokens;
+}
+
+void Scheduler::AttachDrafts() {
+  const int k_max = config_.num_speculative_tokens;
+  if (k_max == 0) return;
+  for (Entry& entry : entries_) {
+    Sequence* seq = entry.seq;
+    if (token_budget_ <= 0) return;
+    // Only past the prompt (a rejection recomputes the step's tokens: never a prompt chunk), and
+    // not where the step ends on a KDA checkpoint (the state saved must not include drafts).
+    if (seq == nullptr || !entry.sample || entry.num_scored > 0 || entry.save_checkpoint >= 0 ||
+        seq->num_computed_tokens < seq->num_prompt_tokens) {
+      continue;
+    }
+    // Every draft accepted plus the token after them stay within max_tokens (hence within
+    // max_model_len).
+    int64_t k = std::min<int64_t>(
+        {k_max, token_budget_, seq->request.max_tokens - seq->num_output_tokens() - 1});
+    const int64_t end = seq->num_computed_tokens + entry.num_new_tokens;
+    const int64_t room = (static_cast<int64_t>(seq->block_table.size()) + block_pool_.num_free()) *
+                             config_.block_size -
+                         end;
+    k = std::min(k, room);
+    if (k <= 0) continue;
+    if (config_.has_kda_layers && slot_pool_.num_free() == 0) return;
+    const int n = ProposeNgramDraft(seq->tokens, config_.prompt_lookup_min,
+                                    config_.prompt_lookup_max, static_cast<int>(k), &seq->draft);
+    if (n == 0) continue;
+    const int32_t need = kvcache::NumBlocksFor(end + n, config_.block_size) -
+                         static_cast<int32_t>(seq->block_table.size());
+    if (need > 0) {
+      std::optional<std::vector<kvcache::BlockId>> blocks = block_pool_.Allocate(need);
+      CHECK(blocks.has_value());
+      seq->block_table.insert(seq->block_table.end(), blocks->begin(), blocks->end());
+    }
+    if (config_.has_kda_layers) {
+      std::optional<kvcache::SlotId> snapshot = slot_pool_.Allocate();
+      CHECK(snapshot.has_value());
+      entry.snapshot_slot = *snapshot;
+    }
+    entry.num_drafts = n;
+    token_budget_ -= n;
+  }
 }
 
 Scheduler::Sequence* Scheduler::PickVictim() const {
@@ -268,6 +314,10 @@ void Scheduler::BuildPlan() {
     out.seq_id = seq->id;
     out.token_ids.assign(seq->tokens.begin() + begin,
                          seq->tokens.begin() + begin + entry.num_new_tokens);
+    out.token_ids.insert(out.token_ids.end(), seq->draft.begin(),
+                         seq->draft.begin() + entry.num_drafts);
+    out.num_draft_tokens = entry.num_drafts;
+    out.snapshot_slot = entry.snapshot_slot;
     out.num_computed_tokens = begin;
     out.block_table.assign(seq->block_table.begin(), seq->block_table.end());
     out.slot = seq->slot;
@@ -284,7 +334,7 @@ void Scheduler::BuildPlan() {
     seq->slot_init = engine::SlotInit::kCarry;
     seq->source_checkpoint = -1;
     (entry.decode ? counters_.num_decode_tokens : counters_.num_prefill_tokens) +=
-        entry.num_new_tokens;
+        entry.num_new_tokens + entry.num_drafts;
   }
   counters_.num_scheduled_seqs = static_cast<int32_t>(entries_.size());
   counters_.num_prefill_tokens_total += counters_.num_prefill_tokens;

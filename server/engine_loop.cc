@@ -69,6 +69,9 @@ void AddStats(const EngineStats& b, EngineStats& a) {
   s.num_decode_tokens_total += t.num_decode_tokens_total;
   s.num_finished_total += t.num_finished_total;
   s.num_aborted_total += t.num_aborted_total;
+  s.num_spec_drafts_total += t.num_spec_drafts_total;
+  s.num_spec_draft_tokens_total += t.num_spec_draft_tokens_total;
+  s.num_spec_accepted_tokens_total += t.num_spec_accepted_tokens_total;
   s.num_blocks += t.num_blocks;
   s.num_free_blocks += t.num_free_blocks;
   s.num_cached_blocks += t.num_cached_blocks;

@@ -77,6 +77,9 @@ struct Metrics::Handles {
   prometheus::Counter* prefix_cache_queries_total;
   prometheus::Counter* prefix_cache_hits_total;
   prometheus::Counter* num_preemptions_total;
+  prometheus::Counter* spec_decode_num_drafts_total;
+  prometheus::Counter* spec_decode_num_draft_tokens_total;
+  prometheus::Counter* spec_decode_num_accepted_tokens_total;
   prometheus::Family<prometheus::Counter>* request_success_family;
   std::array<prometheus::Counter*, kKnownFinishReasons.size()> request_success;
   std::vector<prometheus::Counter*> expert_routed_tokens;  // [num_experts]
@@ -142,6 +145,17 @@ Metrics::Metrics(std::string model_name, int rank, MetricsOptions options,
                                           "Prefix cache hits, in prompt tokens found.", l);
   h.num_preemptions_total =
       &AddCounter(r, "strata:num_preemptions_total", "Cumulative number of preemptions.", l);
+  // vLLM's spec_decode counters: acceptance rate = accepted / draft tokens, mean accepted
+  // length = 1 + accepted / drafts.
+  h.spec_decode_num_drafts_total =
+      &AddCounter(r, "strata:spec_decode_num_drafts_total",
+                  "Speculative decoding: sequence steps that verified drafts.", l);
+  h.spec_decode_num_draft_tokens_total =
+      &AddCounter(r, "strata:spec_decode_num_draft_tokens_total",
+                  "Speculative decoding: draft tokens proposed.", l);
+  h.spec_decode_num_accepted_tokens_total =
+      &AddCounter(r, "strata:spec_decode_num_accepted_tokens_total",
+                  "Speculative decoding: draft tokens accepted.", l);
 
   h.request_success_family = &prometheus::BuildCounter()
                                   .Name("strata:request_success_total")
@@ -214,6 +228,10 @@ void Metrics::OnStep(const StepStats& step) {
   h.prefix_cache_queries_total->Increment(static_cast<double>(step.num_prefix_query_tokens));
   h.prefix_cache_hits_total->Increment(static_cast<double>(step.num_prefix_hit_tokens));
   h.num_preemptions_total->Increment(static_cast<double>(step.num_preemptions));
+  h.spec_decode_num_drafts_total->Increment(static_cast<double>(step.num_spec_drafts));
+  h.spec_decode_num_draft_tokens_total->Increment(static_cast<double>(step.num_spec_draft_tokens));
+  h.spec_decode_num_accepted_tokens_total->Increment(
+      static_cast<double>(step.num_spec_accepted_tokens));
 
   h.iteration_tokens->Observe(static_cast<double>(step_tokens));
   h.step_duration->Observe(step.step_seconds);

@@ -13,7 +13,9 @@
 //   counters    strata:prompt_tokens_total, strata:generation_tokens_total,
 //               strata:iteration_tokens_total, strata:request_success_total{finished_reason},
 //               strata:prefix_cache_queries_total, strata:prefix_cache_hits_total (tokens),
-//               strata:num_preemptions_total, strata:expert_routed_tokens_total{expert}
+//               strata:num_preemptions_total, strata:expert_routed_tokens_total{expert},
+//               strata:spec_decode_num_drafts_total, strata:spec_decode_num_draft_tokens_total,
+//               strata:spec_decode_num_accepted_tokens_total
 //   histograms  (seconds) strata:time_to_first_token_seconds, strata:inter_token_latency_seconds,
 //               strata:e2e_request_latency_seconds, strata:request_queue_time_seconds,
 //               strata:request_prefill_time_seconds, strata:request_decode_time_seconds,
@@ -66,6 +68,9 @@ struct StepStats {
   double kv_cache_usage = 0.0;               // now: fraction of MLA latent pages held, [0, 1]
   double state_slot_usage = 0.0;             // now: fraction of KDA state slots held, [0, 1]
   int64_t num_preemptions = 0;               // sequences preempted
+  int64_t num_spec_drafts = 0;               // sequences that verified drafts
+  int64_t num_spec_draft_tokens = 0;         // draft tokens verified
+  int64_t num_spec_accepted_tokens = 0;      // of those, accepted
   int64_t num_prefix_query_tokens = 0;       // prompt tokens looked up in the prefix cache
   int64_t num_prefix_hit_tokens = 0;         // of those, tokens found
   int64_t num_kda_checkpoints = 0;           // now: KDA checkpoints held

@@ -82,10 +82,15 @@ TEST(MetricsTest, ExposesEveryApiMetricWithModelAndRankLabels) {
       "strata:num_requests_running",  "strata:num_requests_waiting", "strata:kv_cache_usage_perc",
       "strata:state_slot_usage_perc", "strata:kda_checkpoints",      "strata:kda_checkpoint_bytes",
       "strata:expert_load_imbalance"};
-  const std::vector<std::string> counters = {
-      "strata:prompt_tokens_total",     "strata:generation_tokens_total",
-      "strata:iteration_tokens_total",  "strata:prefix_cache_queries_total",
-      "strata:prefix_cache_hits_total", "strata:num_preemptions_total"};
+  const std::vector<std::string> counters = {"strata:prompt_tokens_total",
+                                             "strata:generation_tokens_total",
+                                             "strata:iteration_tokens_total",
+                                             "strata:prefix_cache_queries_total",
+                                             "strata:prefix_cache_hits_total",
+                                             "strata:num_preemptions_total",
+                                             "strata:spec_decode_num_drafts_total",
+                                             "strata:spec_decode_num_draft_tokens_total",
+                                             "strata:spec_decode_num_accepted_tokens_total"};
   const std::vector<std::string> histograms = {
       "strata:time_to_first_token_seconds",  "strata:inter_token_latency_seconds",
       "strata:e2e_request_latency_seconds",  "strata:request_queue_time_seconds",
@@ -150,6 +155,9 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   step.kv_cache_usage = 0.25;
   step.state_slot_usage = 0.5;
   step.num_preemptions = 1;
+  step.num_spec_drafts = 3;
+  step.num_spec_draft_tokens = 12;
+  step.num_spec_accepted_tokens = 5;
   step.num_prefix_query_tokens = 128;
   step.num_prefix_hit_tokens = 64;
   step.num_kda_checkpoints = 3;
@@ -173,6 +181,9 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   EXPECT_EQ(Value(text, "strata:generation_tokens_total"), 10.0);
   EXPECT_EQ(Value(text, "strata:iteration_tokens_total"), 110.0);
   EXPECT_EQ(Value(text, "strata:num_preemptions_total"), 2.0);
+  EXPECT_EQ(Value(text, "strata:spec_decode_num_drafts_total"), 6.0);
+  EXPECT_EQ(Value(text, "strata:spec_decode_num_draft_tokens_total"), 24.0);
+  EXPECT_EQ(Value(text, "strata:spec_decode_num_accepted_tokens_total"), 10.0);
   EXPECT_EQ(Value(text, "strata:prefix_cache_queries_total"), 256.0);
   EXPECT_EQ(Value(text, "strata:prefix_cache_hits_total"), 128.0);
   // Steps of 105 and 5 tokens.

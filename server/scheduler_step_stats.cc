@@ -13,6 +13,10 @@ StepStats StepStatsFromScheduler(const scheduler::SchedulerStats& before,
   s.kv_cache_usage = after.block_usage;
   s.state_slot_usage = after.slot_usage;
   s.num_preemptions = after.num_preempted_total - before.num_preempted_total;
+  s.num_spec_drafts = after.num_spec_drafts_total - before.num_spec_drafts_total;
+  s.num_spec_draft_tokens = after.num_spec_draft_tokens_total - before.num_spec_draft_tokens_total;
+  s.num_spec_accepted_tokens =
+      after.num_spec_accepted_tokens_total - before.num_spec_accepted_tokens_total;
   s.num_prefix_query_tokens = after.num_prefix_query_tokens - before.num_prefix_query_tokens;
   s.num_prefix_hit_tokens = after.num_prefix_hit_tokens - before.num_prefix_hit_tokens;
   s.num_kda_checkpoints = after.num_checkpoints;

@@ -20,6 +20,9 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   after.num_prefill_tokens_total = 1512;
   after.num_decode_tokens_total = 53;
   after.num_preempted_total = 3;
+  after.num_spec_drafts_total = 4;
+  after.num_spec_draft_tokens_total = 16;
+  after.num_spec_accepted_tokens_total = 7;
   after.num_prefix_query_tokens = 704;
   after.num_prefix_hit_tokens = 192;
   after.block_usage = 0.5;
@@ -32,6 +35,9 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   EXPECT_EQ(s.num_prefill_tokens, 512);
   EXPECT_EQ(s.num_decode_tokens, 3);
   EXPECT_EQ(s.num_preemptions, 1);
+  EXPECT_EQ(s.num_spec_drafts, 4);
+  EXPECT_EQ(s.num_spec_draft_tokens, 16);
+  EXPECT_EQ(s.num_spec_accepted_tokens, 7);
   EXPECT_EQ(s.num_prefix_query_tokens, 64);
   EXPECT_EQ(s.num_prefix_hit_tokens, 64);
   EXPECT_EQ(s.kv_cache_usage, 0.5);

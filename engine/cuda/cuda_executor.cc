@@ -166,6 +166,10 @@ absl::Status CudaExecutor::CopyStateRow(int32_t from_row, int32_t to_row) {
 }
 
 absl::Status CudaExecutor::InitSlots(const StepPlan& plan) {
+  for (const ScheduledSequence& seq : plan.sequences) {
+    // The server refuses speculative decoding with --device cuda (serve_command.cc).
+    CHECK_EQ(seq.num_draft_tokens, 0) << "the CUDA executor does not verify drafts";
+  }
   if (layout_.num_kda_layers == 0) return absl::OkStatus();
   for (const ScheduledSequence& seq : plan.sequences) {
     if (seq.slot < 0 || seq.slot_init == SlotInit::kCarry) continue;

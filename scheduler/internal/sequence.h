@@ -62,6 +62,7 @@ struct Sequence {
   engine::SlotInit slot_init = engine::SlotInit::kZero;  // how the next scheduled step starts
   kvcache::CheckpointId source_checkpoint = -1;          // with kFromCheckpoint
   int32_t num_registered_blocks = 0;  // block_table[0, n) passed to CacheFullBlock
+  std::vector<int32_t> draft;         // speculative tokens of the step in flight (capacity reused)
 
   // Index of this sequence's entry in the step being built / in flight, or -1.
   int32_t step_index = -1;

@@ -94,6 +94,14 @@ void FakeExecutor::InitSlots(const engine::StepPlan& plan) {
       }
       slot = checkpoints_[static_cast<size_t>(seq.source_checkpoint)];
     }
+    if (seq.snapshot_slot >= 0) {
+      if (seq.snapshot_slot >= static_cast<int32_t>(slots_.size()) ||
+          !slots_seen.insert(seq.snapshot_slot).second) {
+        Error(absl::StrCat("seq ", seq.seq_id, " bad snapshot slot ", seq.snapshot_slot));
+        continue;
+      }
+      slots_[static_cast<size_t>(seq.snapshot_slot)] = slot;
+    }
   }
 }
 
@@ -138,15 +146,27 @@ void FakeExecutor::RunSequence(const engine::ScheduledSequence& seq, engine::Ste
       Error(who + "bad checkpoint save");
     }
   }
+  if (seq.num_draft_tokens > 0 && (!seq.sample || seq.num_draft_tokens >= end - begin)) {
+    Error(who + "drafts without sampling or without a token before them");
+    return;
+  }
   if (!seq.sample) return;
-  if (!ContextHash(seq.block_table, end, &context)) Error(who + "reads an unwritten position");
-  engine::SampledToken& out = result->sampled.emplace_back();
-  out.seq_id = seq.seq_id;
-  out.token_id = NextToken(context, vocab_size_);
-  out.logprob = Logprob(out.token_id);
-  for (int i = 0; i < seq.num_logprobs; ++i) {
-    int32_t t = (out.token_id + i) % vocab_size_;
-    out.top_logprobs.push_back({t, Logprob(t)});
+  // Row j is sampled after the context through the token before draft j; the next row only
+  // while the sampled token equals its draft.
+  const int64_t k = seq.num_draft_tokens;
+  for (int64_t j = 0; j <= k; ++j) {
+    if (!ContextHash(seq.block_table, end - k + j, &context)) {
+      Error(who + "reads an unwritten position");
+    }
+    engine::SampledToken& out = result->sampled.emplace_back();
+    out.seq_id = seq.seq_id;
+    out.token_id = NextToken(context, vocab_size_);
+    out.logprob = Logprob(out.token_id);
+    for (int i = 0; i < seq.num_logprobs; ++i) {
+      int32_t t = (out.token_id + i) % vocab_size_;
+      out.top_logprobs.push_back({t, Logprob(t)});
+    }
+    if (j == k || out.token_id != seq.token_ids[static_cast<size_t>(end - begin - k + j)]) break;
   }
 }
 

@@ -1,7 +1,9 @@
 #include "server/cli/flags.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <iterator>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -152,6 +154,58 @@ absl::StatusOr<std::vector<std::string>> ParseStringList(const std::string& text
     items.emplace_back(absl::StripAsciiWhitespace(item));
   }
   return items;
+}
+
+absl::Status ParseSpeculativeConfig(const std::string& text, scheduler::SchedulerConfig* config) {
+  const nlohmann::json spec = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!spec.is_object()) {
+    return absl::InvalidArgumentError("--speculative-config is not a JSON object: " + text);
+  }
+  const std::string method = spec.value("method", std::string());
+  if (method != "ngram") {
+    return absl::InvalidArgumentError(
+        "--speculative-config: method must be \"ngram\" (drafts by prompt lookup; Strata has "
+        "no draft model, EAGLE or MTP head), got " +
+        (spec.contains("method") ? spec["method"].dump() : std::string("none")));
+  }
+  int values[3] = {-1, 5, -1};  // num_speculative_tokens, prompt_lookup_max, prompt_lookup_min
+  const char* keys[3] = {"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"};
+  for (const auto& [key, value] : spec.items()) {
+    if (key == "method") continue;
+    const auto* known =
+        std::find_if(std::begin(keys), std::end(keys), [&](const char* k) { return key == k; });
+    if (known == std::end(keys)) {
+      return absl::InvalidArgumentError(
+          "--speculative-config: unknown key \"" + key +
+          "\" (known: method, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)");
+    }
+    if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
+        value.get<int64_t>() > scheduler::kMaxPromptLookup) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--speculative-config: ", key, " must be an integer in [1, ",
+                       scheduler::kMaxPromptLookup, "], got ", value.dump()));
+    }
+    values[known - std::begin(keys)] = static_cast<int>(value.get<int64_t>());
+  }
+  if (values[0] < 0) {
+    return absl::InvalidArgumentError(
+        "--speculative-config: num_speculative_tokens is required (drafted tokens per step)");
+  }
+  if (values[0] > scheduler::kMaxSpeculativeTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculative-config: num_speculative_tokens must be in [1, ",
+                     scheduler::kMaxSpeculativeTokens, "], got ", values[0]));
+  }
+  const int lookup_min = values[2] >= 0 ? values[2] : std::min(2, values[1]);
+  if (lookup_min > values[1]) {
+    return absl::InvalidArgumentError(absl::StrCat("--speculative-config: prompt_lookup_min (",
+                                                   lookup_min, ") exceeds prompt_lookup_max (",
+                                                   values[1], ")"));
+  }
+  config->num_speculative_tokens = values[0];
+  config->prompt_lookup_max = values[1];
+  config->prompt_lookup_min = lookup_min;
+  return absl::OkStatus();
 }
 
 }  // namespace strata::cli

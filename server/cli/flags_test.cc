@@ -1,5 +1,6 @@
 #include "server/cli/flags.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace strata::cli {
@@ -49,6 +50,43 @@ TEST(FlagsTest, StringListsAreJsonArraysOrCommaSeparated) {
   EXPECT_EQ(ParseStringList("[1, 2]", "--allowed-origins").status().message(),
             "--allowed-origins must list strings, got 1");
   EXPECT_FALSE(ParseStringList("[\"a\"", "--allowed-origins").ok());
+}
+
+TEST(FlagsTest, SpeculativeConfigTakesVllmsNgramJsonAndNamesWhatIsWrong) {
+  scheduler::SchedulerConfig c;
+  ASSERT_TRUE(ParseSpeculativeConfig(
+                  R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})", &c)
+                  .ok());
+  EXPECT_EQ(c.num_speculative_tokens, 5);
+  EXPECT_EQ(c.prompt_lookup_max, 4);
+  EXPECT_EQ(c.prompt_lookup_min, 2);  // min(2, max) when absent
+  ASSERT_TRUE(ParseSpeculativeConfig(
+                  R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 1})", &c)
+                  .ok());
+  EXPECT_EQ(c.prompt_lookup_min, 1);
+  auto error = [](const std::string& text) {
+    scheduler::SchedulerConfig untouched;
+    absl::Status s = ParseSpeculativeConfig(text, &untouched);
+    EXPECT_EQ(untouched.num_speculative_tokens, 0) << text;
+    return std::string(s.message());
+  };
+  EXPECT_THAT(error(R"({"method": "eagle", "num_speculative_tokens": 3})"),
+              testing::HasSubstr("method must be \"ngram\""));
+  EXPECT_THAT(error(R"({"num_speculative_tokens": 3})"), testing::HasSubstr("got none"));
+  EXPECT_THAT(error(R"({"method": "ngram"})"),
+              testing::HasSubstr("num_speculative_tokens is required"));
+  EXPECT_THAT(error(R"({"method": "ngram", "num_speculative_tokens": 17})"),
+              testing::HasSubstr("must be in [1, 16], got 17"));
+  EXPECT_THAT(error(R"({"method": "ngram", "num_speculative_tokens": 0})"),
+              testing::HasSubstr("num_speculative_tokens must be an integer in [1, 64], got 0"));
+  EXPECT_THAT(error(R"({"method": "ngram", "num_speculative_tokens": "4"})"),
+              testing::HasSubstr("got \"4\""));
+  EXPECT_THAT(error(R"({"method": "ngram", "num_speculative_tokens": 4, "model": "x"})"),
+              testing::HasSubstr("unknown key \"model\""));
+  EXPECT_THAT(error(R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 6,
+                        "prompt_lookup_max": 3})"),
+              testing::HasSubstr("prompt_lookup_min (6) exceeds prompt_lookup_max (3)"));
+  EXPECT_THAT(error("ngram"), testing::HasSubstr("not a JSON object"));
 }
 
 TEST(FlagsTest, KvCacheDTypeResolvesAutoPerDeviceAndNamesWhatIsNotServed) {

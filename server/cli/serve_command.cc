@@ -77,6 +77,7 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"max-logprobs", true,
      "most log-probabilities a request may ask for (logprobs, top_logprobs, prompt_logprobs; "
      "default 20)"},
+    {"speculative-config", true, kSpeculativeConfigHelp},
     {"long-prefill-token-threshold", true,
      "prefill tokens of one sequence per step at most, so long prompts share steps (default 0: "
      "off)"},
@@ -132,6 +133,14 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
   s.policy = policy == "fcfs" ? scheduler::Policy::kFcfs : scheduler::Policy::kPriority;
   ASSIGN_OR_RETURN(s.long_prefill_token_threshold,
                    flags.GetInt("long-prefill-token-threshold", 0, 0, int64_t{1} << 30));
+  if (auto spec = flags.Get("speculative-config")) {
+    if (o->device == "cuda") {
+      return absl::InvalidArgumentError(
+          "--speculative-config: drafts are verified by the CPU executor only; the CUDA executor "
+          "does not verify drafts yet (drop the flag for --device cuda)");
+    }
+    RETURN_IF_ERROR(ParseSpeculativeConfig(*spec, &s));
+  }
   ASSIGN_OR_RETURN(o->max_model_len, flags.GetInt("max-model-len", 0, 0, int64_t{1} << 31));
   ASSIGN_OR_RETURN(o->engine.max_queued_requests,
                    flags.GetInt("max-queued-requests", 1024, 1, int64_t{1} << 30));

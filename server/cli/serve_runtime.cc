@@ -449,6 +449,12 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"block_size", c.block_size},
       {"enable_prefix_caching", c.enable_prefix_caching},
       {"policy", std::string(scheduler::PolicyName(c.policy))},
+      {"speculative_config", c.num_speculative_tokens > 0
+                                 ? Json{{"method", "ngram"},
+                                        {"num_speculative_tokens", c.num_speculative_tokens},
+                                        {"prompt_lookup_max", c.prompt_lookup_max},
+                                        {"prompt_lookup_min", c.prompt_lookup_min}}
+                                 : Json(nullptr)},
       {"device", options.device},
       {"kv_cache_memory_bytes",
        options.kv_cache_memory_given
@@ -503,7 +509,10 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
                     {"num_aborted_total", sch.num_aborted_total},
                     {"num_preempted_total", sch.num_preempted_total},
                     {"num_prefix_hit_tokens", sch.num_prefix_hit_tokens},
-                    {"num_prefix_waits", sch.num_prefix_waits}};
+                    {"num_prefix_waits", sch.num_prefix_waits},
+                    {"num_spec_drafts_total", sch.num_spec_drafts_total},
+                    {"num_spec_draft_tokens_total", sch.num_spec_draft_tokens_total},
+                    {"num_spec_accepted_tokens_total", sch.num_spec_accepted_tokens_total}};
   info["http"] = {{"num_connections", http_stats.num_connections},
                   {"num_exchanges", http_stats.num_exchanges},
                   {"num_requests_total", http_stats.num_requests_total},

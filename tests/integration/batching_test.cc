@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -310,8 +311,7 @@ TEST_P(BatchingTest, TwoHundredRandomRequestsThroughASmallCacheAllFinishCorrectl
   // dispatch, its scheduler stats are recorded just after: wait for both).
   auto settled = [&] {
     const server::EngineStats st = loop->stats();
-    return st.num_unfinished == 0 && st.scheduler.num_running == 0 &&
-           st.scheduler.num_waiting == 0;
+    return st.num_unfinished == 0 && st.scheduler.num_running == 0 && st.scheduler.num_waiting == 0;
   };
   for (int i = 0; i < 500 && !settled(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -400,6 +400,69 @@ TEST_P(BatchingTest, CompressedLatentCachesBatchExactlyAndScoreCloseToF32) {
       EXPECT_GT(sum_diff, 0.0) << LatentDTypeName(dtype);
     }
   }
+}
+
+// Speculative decoding (prompt lookup) through the real executor: drafts verified in the
+// forward, a rejection rolled back to the snapshot of the KDA state and recomputed in the next
+// step. Greedy and seeded sampled requests — batched, chunked, preempted, drafts accepted and
+// rejected — give exactly the tokens of plain decoding (the sampler draws the same uniforms),
+// with logprobs within f32 rounding. A random-weight model rarely repeats itself, so each
+// request biases two or three tokens (logit_bias): its output then mostly walks among them as
+// the model's logits choose, and lookup drafts are often right and often wrong.
+TEST_P(BatchingTest, SpeculativeDecodingGivesThePlainDecodingTokens) {
+  std::mt19937 rng(31);
+  std::vector<scheduler::Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    // A phrase said four times: lookup drafts from the first decode step on.
+    const std::vector<int32_t> phrase = RandomPrompt(rng, 3 + i);
+    std::vector<int32_t> prompt;
+    for (int r = 0; r < 4; ++r) prompt.insert(prompt.end(), phrase.begin(), phrase.end());
+    scheduler::Request r = Greedy("s" + std::to_string(i), prompt, 40);
+    for (int b = 0; b < 2 + i % 2; ++b) r.sampling.logit_bias.push_back({phrase[b], 8.0f});
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.7f;
+      r.sampling.top_p = 0.9f;
+      r.sampling.seed = 100 + i;
+    }
+    requests.push_back(r);
+  }
+  // 20 blocks of 8 = 160 positions for 4 running sequences of up to 72: preemption happens.
+  const kvcache::CacheLayout layout = Layout(20, 8, 8, 4);
+  const scheduler::SchedulerConfig plain = Config(layout, 4, 32, 128);
+  scheduler::SchedulerConfig spec = plain;
+  spec.num_speculative_tokens = 4;
+  spec.prompt_lookup_min = 1;
+  spec.prompt_lookup_max = 3;
+
+  scheduler::Scheduler plain_sched(plain);
+  engine::CpuExecutor plain_exec(*model_, layout);
+  auto want = Drive(plain_sched, plain_exec, requests);
+  scheduler::Scheduler spec_sched(spec);
+  engine::CpuExecutor spec_exec(*model_, layout);
+  int64_t preemptions = 0;
+  auto got = Drive(spec_sched, spec_exec, requests, &preemptions);
+
+  for (const auto& r : requests) {
+    const Output& g = got[r.request_id];
+    const Output& w = want[r.request_id];
+    ASSERT_TRUE(g.finished) << r.request_id;
+    EXPECT_EQ(g.tokens, w.tokens) << r.request_id;
+    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << r.request_id;
+    for (size_t i = 0; i < g.logprobs.size(); ++i) {
+      EXPECT_NEAR(g.logprobs[i], w.logprobs[i], 1e-4f) << r.request_id << " token " << i;
+    }
+  }
+  const scheduler::SchedulerStats st = spec_sched.stats();
+  std::printf("drafts %lld, %lld of %lld draft tokens accepted, %lld preemptions\n",
+              static_cast<long long>(st.num_spec_drafts_total),
+              static_cast<long long>(st.num_spec_accepted_tokens_total),
+              static_cast<long long>(st.num_spec_draft_tokens_total),
+              static_cast<long long>(preemptions));
+  EXPECT_GT(st.num_spec_accepted_tokens_total, 0) << "no draft was ever accepted";
+  EXPECT_GT(st.num_spec_draft_tokens_total, st.num_spec_accepted_tokens_total)
+      << "no draft was ever rejected";
+  EXPECT_EQ(spec_sched.block_pool().num_free(), layout.num_blocks);
+  EXPECT_EQ(spec_sched.slot_pool().num_free(), layout.num_slots);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchingTest, testing::Values("k3", "kimi-linear"),
