@@ -33,8 +33,8 @@ int ProposeNgramDraft(absl::Span<const int32_t> tokens, int min_n, int max_n, in
   const int64_t from = best_end + 1;
   for (int64_t i = 0; i < max_draft; ++i) {
     const int64_t at = from + i;
-    const int32_t token = at < len ? tokens[static_cast<size_t>(at)]
-                                   : (*draft)[static_cast<size_t>(at - len)];
+    const int32_t token =
+        at < len ? tokens[static_cast<size_t>(at)] : (*draft)[static_cast<size_t>(at - len)];
     draft->push_back(token);
   }
   return max_draft;

@@ -170,6 +170,9 @@ bool Scheduler::CommitDrafts(const Entry& entry, absl::Span<const engine::Sample
   ++counters_.num_spec_drafts_total;
   counters_.num_spec_draft_tokens_total += entry.num_drafts;
   counters_.num_spec_accepted_tokens_total += accepted;
+  seq->draft_cap = static_cast<int32_t>(accepted + 1);
+  seq->draft_pause = accepted > 0 ? 0 : std::clamp(2 * seq->draft_pause, 1, kMaxDraftPause);
+  seq->draft_skip = seq->draft_pause;
   if (accepted == entry.num_drafts) {  // the state after the last draft is right: keep it
     if (entry.snapshot_slot >= 0) slot_pool_.Free(entry.snapshot_slot);
     return false;

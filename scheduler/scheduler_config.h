@@ -19,6 +19,8 @@ const char* PolicyName(Policy policy);
 
 inline constexpr int kMaxSpeculativeTokens = 16;
 inline constexpr int kMaxPromptLookup = 64;
+// Longest pause (eligible steps without a draft) after drafts that were rejected outright.
+inline constexpr int kMaxDraftPause = 16;
 
 struct SchedulerConfig {
   int32_t max_num_seqs = 64;              // running sequences at once

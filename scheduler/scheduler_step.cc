@@ -243,7 +243,12 @@ void Scheduler::AttachDrafts() {
                              config_.block_size -
                          end;
     k = std::min(k, room);
+    if (seq->draft_cap > 0) k = std::min<int64_t>(k, seq->draft_cap);
     if (k <= 0) continue;
+    if (seq->draft_skip > 0) {
+      --seq->draft_skip;
+      continue;
+    }
     if (config_.has_kda_layers && slot_pool_.num_free() == 0) return;
     const int n = ProposeNgramDraft(seq->tokens, config_.prompt_lookup_min,
                                     config_.prompt_lookup_max, static_cast<int>(k), &seq->draft);

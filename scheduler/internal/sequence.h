@@ -63,6 +63,13 @@ struct Sequence {
   kvcache::CheckpointId source_checkpoint = -1;          // with kFromCheckpoint
   int32_t num_registered_blocks = 0;  // block_table[0, n) passed to CacheFullBlock
   std::vector<int32_t> draft;         // speculative tokens of the step in flight (capacity reused)
+  // Adaptive drafting: a draft is at most one token longer than the last one's accepted run
+  // (draft_cap, 0: num_speculative_tokens), and after a draft with nothing accepted the next
+  // draft_skip eligible steps draft nothing (the pause doubles per such draft, up to
+  // kMaxDraftPause): where lookup guesses wrong, drafts cost ever less.
+  int32_t draft_cap = 0;
+  int32_t draft_skip = 0;
+  int32_t draft_pause = 0;
 
   // Index of this sequence's entry in the step being built / in flight, or -1.
   int32_t step_index = -1;
