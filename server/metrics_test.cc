@@ -377,7 +377,7 @@ TEST(MetricsTest, OutputPassesPromtoolCheckMetricsExceptTheColonPrefix) {
     EXPECT_THAT(line,
                 ::testing::MatchesRegex("strata:[a-z0-9_]+ metric names should not contain ':'"));
   }
-  EXPECT_EQ(num_findings, 26);  // one per family
+  EXPECT_EQ(num_findings, 29);  // one per family
 }
 
 }  // namespace

@@ -156,6 +156,21 @@ def overview():
               [target(f"histogram_quantile({q}, sum by (le) (rate(strata:request_{kind}_tokens_bucket{{{s}}}[{RATE}])))",
                       f"{kind} p{int(q * 100)}") for kind in ("prompt", "generation") for q in (0.5, 0.99)],
               12, 56, 12, 8),
+        row("Speculative decoding (--speculative-config)", 64),
+        panel("timeseries", "Draft acceptance rate",
+              [target(f"sum by (rank) (rate(strata:spec_decode_num_accepted_tokens_total{{{s}}}[{RATE}])) / "
+                      f"sum by (rank) (rate(strata:spec_decode_num_draft_tokens_total{{{s}}}[{RATE}]))",
+                      "rank {{rank}}")],
+              0, 65, 12, 8, unit="percentunit",
+              description="Draft tokens accepted / proposed (prompt lookup)."),
+        panel("timeseries", "Tokens per verifying step",
+              [target(f"1 + sum(rate(strata:spec_decode_num_accepted_tokens_total{{{s}}}[{RATE}])) / "
+                      f"sum(rate(strata:spec_decode_num_drafts_total{{{s}}}[{RATE}]))",
+                      "mean accepted length"),
+               target(f"sum(rate(strata:spec_decode_num_drafts_total{{{s}}}[{RATE}]))", "drafts/s")],
+              12, 65, 12, 8,
+              description="1 + accepted drafts per sequence step that verified drafts, and how "
+                          "often sequences draft (adaptive: rejected drafts pause drafting)."),
     ])
 
 

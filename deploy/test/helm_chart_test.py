@@ -6,6 +6,7 @@ and checks probes, ports, volumes, resources, LeaderWorkerSet fields, scaling an
 usage: helm_chart_test.py EXPOSITION_BINARY WORKDIR
 Exits 77 (skipped) when Go or the Debian Go sources are missing.
 """
+import json
 import os
 import re
 import shutil
@@ -238,6 +239,21 @@ def check_cpu(renderer):
     check(not any(a.startswith("--device") or a.startswith("--replicas") for a in c["args"]),
           "cpu: GPU flags in %s" % c["args"])
     check("--kv-cache-dtype=bf16" in c["args"], "cpu: server.kvCacheDtype not passed: %s" % c["args"])
+    check(not any(a.startswith("--speculative-config") for a in c["args"]),
+          "cpu: speculative decoding on by default: %s" % c["args"])
+    # As a YAML map (--set parses the flow map) or as JSON text (a quoted string): one argument
+    # holding that JSON object either way.
+    want = {"method": "ngram", "num_speculative_tokens": 4}
+    for value in ('{"method": "ngram", "num_speculative_tokens": 4}',
+                  '\'{"method": "ngram", "num_speculative_tokens": 4}\''):
+        docs = render_docs(renderer, "-f", os.path.join(HELM, "examples", "cpu.yaml"), "--set",
+                           "server.speculativeConfig=" + value)
+        if not docs.get("Deployment"):
+            continue
+        args = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+        spec = [a for a in args if a.startswith("--speculative-config=")]
+        check(len(spec) == 1 and json.loads(spec[0].split("=", 1)[1]) == want,
+              "cpu: server.speculativeConfig %s passed as %s" % (value, spec))
     check("replicas" not in d["spec"], "Deployment replicas set while the HPA scales it")
     hpa = docs.get("HorizontalPodAutoscaler")
     if check(hpa, "cpu: no HPA"):
@@ -254,7 +270,9 @@ def check_rejections(renderer):
                           (["--set", "model.servedName="], "model.servedName is required"),
                           (["--set", "model.source=nfs"], "model.source must be"),
                           (["--set", "autoscaling.enabled=true", "--set", "autoscaling.type=x"],
-                           "autoscaling.type must be")):
+                           "autoscaling.type must be"),
+                          (["--set", "server.speculativeConfig={\"method\": \"ngram\"}"],
+                           "verified by the CPU backend only")):
         rc, _, err = render(renderer, *args)
         check(rc != 0 and message in err, "%s: expected failure %r, got rc %d %s"
               % (args, message, rc, err))
