@@ -31,7 +31,8 @@ absl::Status SchedulerConfig::Validate() const {
         non_negative("num_checkpoint_slots", num_checkpoint_slots),
         non_negative("checkpoint_every_n_blocks", checkpoint_every_n_blocks),
         non_negative("long_prefill_token_threshold", long_prefill_token_threshold),
-        positive("max_scored_tokens_per_step", max_scored_tokens_per_step)}) {
+        positive("max_scored_tokens_per_step", max_scored_tokens_per_step),
+        non_negative("speculative_disable_by_batch_size", speculative_disable_by_batch_size)}) {
     if (!s.ok()) return s;
   }
   if (num_speculative_tokens < 0 || num_speculative_tokens > kMaxSpeculativeTokens) {

@@ -225,6 +225,10 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
 void Scheduler::AttachDrafts() {
   const int k_max = config_.num_speculative_tokens;
   if (k_max == 0) return;
+  if (config_.speculative_disable_by_batch_size > 0 &&
+      num_running() >= config_.speculative_disable_by_batch_size) {
+    return;
+  }
   for (Entry& entry : entries_) {
     Sequence* seq = entry.seq;
     if (token_budget_ <= 0) return;

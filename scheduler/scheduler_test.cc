@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/ngram_proposer.h"
 #include "scheduler/testing/driver.h"
 #include "scheduler/testing/fake_executor.h"
 
@@ -470,6 +471,59 @@ TEST(SchedulerTest, CommitRejectsResultOfAnotherStep) {
   engine::StepResult wrong;
   wrong.step_id = p.step_id + 1;
   EXPECT_DEATH(s.Commit(wrong), "another step");
+}
+
+// Speculative decoding on a 2-token fake model (lookup drafts are plentiful): no drafts on a
+// prompt chunk; a decode step carries the proposer's draft after its token and a snapshot slot;
+// outputs stay the model's; disable_by_batch_size turns drafting off for large batches.
+TEST(SchedulerTest, SpeculativeDraftsFollowPromptLookupAndStopAtLargeBatches) {
+  SchedulerConfig c = TinyConfig();
+  c.num_speculative_tokens = 3;
+  c.prompt_lookup_min = 1;
+  c.prompt_lookup_max = 2;
+  Driver d(c, /*vocab_size=*/2);
+  const Request a = MakeRequest("a", {0, 1, 0, 1, 0, 1}, 12);
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  StepPlan prefill = d.Step();
+  ASSERT_EQ(prefill.sequences.size(), 1u);
+  EXPECT_EQ(prefill.sequences[0].num_draft_tokens, 0);
+  EXPECT_EQ(prefill.sequences[0].snapshot_slot, -1);
+  const int32_t first = d.output("a").at(0);
+  std::vector<int32_t> context = a.prompt;
+  context.push_back(first);
+  std::vector<int32_t> draft;
+  ASSERT_EQ(ProposeNgramDraft(context, 1, 2, 3, &draft), 3);
+  StepPlan decode = d.Step();
+  ASSERT_EQ(decode.sequences.size(), 1u);
+  const engine::ScheduledSequence& s = decode.sequences[0];
+  EXPECT_EQ(s.num_draft_tokens, 3);
+  EXPECT_EQ(s.token_ids, (std::vector<int32_t>{first, draft[0], draft[1], draft[2]}));
+  EXPECT_GE(s.snapshot_slot, 0);
+  EXPECT_NE(s.snapshot_slot, s.slot);
+  EXPECT_EQ(s.num_computed_tokens, 6);
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("a"), FakeExecutor::ExpectedOutput(a, 2));
+  EXPECT_GT(d.scheduler().stats().num_spec_drafts_total, 0);
+  ExpectHealthy(d);
+
+  for (int threshold : {2, 3}) {
+    c.speculative_disable_by_batch_size = threshold;
+    Driver two(c, /*vocab_size=*/2);
+    const Request x = MakeRequest("x", {0, 1, 0, 1, 0, 1}, 10);
+    const Request y = MakeRequest("y", {1, 0, 1, 0, 1, 0}, 10);
+    ASSERT_TRUE(two.scheduler().Add(x).ok());
+    ASSERT_TRUE(two.scheduler().Add(y).ok());
+    two.RunUntilIdle();
+    EXPECT_EQ(two.output("x"), FakeExecutor::ExpectedOutput(x, 2));
+    EXPECT_EQ(two.output("y"), FakeExecutor::ExpectedOutput(y, 2));
+    const int64_t drafts = two.scheduler().stats().num_spec_drafts_total;
+    if (threshold == 2) {
+      EXPECT_EQ(drafts, 0) << "two running sequences reach disable_by_batch_size 2";
+    } else {
+      EXPECT_GT(drafts, 0) << "two running sequences stay under disable_by_batch_size 3";
+    }
+    ExpectHealthy(two);
+  }
 }
 
 }  // namespace

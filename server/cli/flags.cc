@@ -168,8 +168,10 @@ absl::Status ParseSpeculativeConfig(const std::string& text, scheduler::Schedule
         "no draft model, EAGLE or MTP head), got " +
         (spec.contains("method") ? spec["method"].dump() : std::string("none")));
   }
-  int values[3] = {-1, 5, -1};  // num_speculative_tokens, prompt_lookup_max, prompt_lookup_min
-  const char* keys[3] = {"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"};
+  // num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, disable_by_batch_size
+  int values[4] = {-1, 5, -1, 0};
+  const char* keys[4] = {"num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min",
+                         "disable_by_batch_size"};
   for (const auto& [key, value] : spec.items()) {
     if (key == "method") continue;
     const auto* known =
@@ -177,13 +179,15 @@ absl::Status ParseSpeculativeConfig(const std::string& text, scheduler::Schedule
     if (known == std::end(keys)) {
       return absl::InvalidArgumentError(
           "--speculative-config: unknown key \"" + key +
-          "\" (known: method, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min)");
+          "\" (known: method, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
+          "disable_by_batch_size)");
     }
-    if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
-        value.get<int64_t>() > scheduler::kMaxPromptLookup) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--speculative-config: ", key, " must be an integer in [1, ",
-                       scheduler::kMaxPromptLookup, "], got ", value.dump()));
+    const int64_t limit =
+        key == "disable_by_batch_size" ? int64_t{1} << 16 : scheduler::kMaxPromptLookup;
+    if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > limit) {
+      return absl::InvalidArgumentError(absl::StrCat("--speculative-config: ", key,
+                                                     " must be an integer in [1, ", limit,
+                                                     "], got ", value.dump()));
     }
     values[known - std::begin(keys)] = static_cast<int>(value.get<int64_t>());
   }
@@ -205,6 +209,7 @@ absl::Status ParseSpeculativeConfig(const std::string& text, scheduler::Schedule
   config->num_speculative_tokens = values[0];
   config->prompt_lookup_max = values[1];
   config->prompt_lookup_min = lookup_min;
+  config->speculative_disable_by_batch_size = values[3];
   return absl::OkStatus();
 }
 

@@ -59,7 +59,8 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const 
 absl::StatusOr<LatentDType> ParseKvCacheDType(const std::string& value, const std::string& device);
 
 // --speculative-config, vLLM's JSON object: {"method": "ngram", "num_speculative_tokens": k,
-// "prompt_lookup_max": M, "prompt_lookup_min": m} (M defaults to 5, m to min(2, M)) into
+// "prompt_lookup_max": M, "prompt_lookup_min": m, "disable_by_batch_size": b} (M defaults to 5,
+// m to min(2, M), b to none) into
 // `config`'s speculative fields. InvalidArgument naming the key and its limit for malformed
 // JSON, another method (draft models, EAGLE, MTP: Strata has none), unknown keys or values out
 // of range (scheduler_config.h).
@@ -67,8 +68,8 @@ absl::Status ParseSpeculativeConfig(const std::string& text, scheduler::Schedule
 
 inline constexpr char kSpeculativeConfigHelp[] =
     "speculative decoding by prompt lookup, vLLM's JSON: '{\"method\": \"ngram\", "
-    "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 5, \"prompt_lookup_min\": 2}' "
-    "(cpu; default off)";
+    "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 5, \"prompt_lookup_min\": 2, "
+    "\"disable_by_batch_size\": 8}' (cpu; default off)";
 
 inline constexpr char kKvCacheDTypeHelp[] =
     "MLA latent cache rows: auto | f32 | bf16 | fp8 (FlashMLA's 656-byte rows: 1.76x the tokens "

@@ -60,10 +60,13 @@ TEST(FlagsTest, SpeculativeConfigTakesVllmsNgramJsonAndNamesWhatIsWrong) {
   EXPECT_EQ(c.num_speculative_tokens, 5);
   EXPECT_EQ(c.prompt_lookup_max, 4);
   EXPECT_EQ(c.prompt_lookup_min, 2);  // min(2, max) when absent
-  ASSERT_TRUE(ParseSpeculativeConfig(
-                  R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 1})", &c)
+  EXPECT_EQ(c.speculative_disable_by_batch_size, 0);
+  ASSERT_TRUE(ParseSpeculativeConfig(R"({"method": "ngram", "num_speculative_tokens": 3,
+                                         "prompt_lookup_max": 1, "disable_by_batch_size": 8})",
+                                     &c)
                   .ok());
   EXPECT_EQ(c.prompt_lookup_min, 1);
+  EXPECT_EQ(c.speculative_disable_by_batch_size, 8);
   auto error = [](const std::string& text) {
     scheduler::SchedulerConfig untouched;
     absl::Status s = ParseSpeculativeConfig(text, &untouched);

@@ -453,7 +453,10 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
                                  ? Json{{"method", "ngram"},
                                         {"num_speculative_tokens", c.num_speculative_tokens},
                                         {"prompt_lookup_max", c.prompt_lookup_max},
-                                        {"prompt_lookup_min", c.prompt_lookup_min}}
+                                        {"prompt_lookup_min", c.prompt_lookup_min},
+                  {"disable_by_batch_size", c.speculative_disable_by_batch_size > 0
+                                                ? Json(c.speculative_disable_by_batch_size)
+                                                : Json(nullptr)}}
                                  : Json(nullptr)},
       {"device", options.device},
       {"kv_cache_memory_bytes",
