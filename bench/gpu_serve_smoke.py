@@ -2,13 +2,14 @@
 """Serving smoke test for a lent GPU machine (bench/gpu_check.sh; standard library only).
 
 Starts `strata serve --device cuda --replicas 2 --model CKPT` on free local ports (two
-whole-model replicas: on one GPU both share it), waits for /ready, then checks that a greedy
+whole-model replicas: on one GPU both share it; speculative decoding by prompt lookup on, which
+must change no output), waits for /ready, then checks that a greedy
 completion, a streamed chat completion and /metrics answer, and that two greedy completions of
 the same prompt sent at once (so to both replicas) agree with the first (the CUDA path is
 deterministic). Then the device sampler's other paths: greedy log-probabilities (each token's
 equals the best of its top 5), a +100 logit bias (every token the biased one), and a seeded
 draw with repetition / presence / frequency penalties sent to both replicas at once (identical
-texts). Prints one `RESULT ...` line (tokens/s of the first completion as the client
+texts); the biased completion repeats itself, so drafts must have been accepted. Prints one `RESULT ...` line (tokens/s of the first completion as the client
 saw it) and exits 0 on success.
 
 Usage: gpu_serve_smoke.py STRATA CKPT [DEVICE]   (DEVICE: cuda, or cpu to try the script here)
@@ -93,7 +94,8 @@ def main():
     port, grpc_port = free_port(), free_port()
     cmd = [strata, "serve", "--device", device, "--model", ckpt, "--port", str(port),
            "--grpc-port", str(grpc_port), "--served-model-name", "gpu-smoke",
-           "--max-model-len", "2048", "--replicas", "2"]
+           "--max-model-len", "2048", "--replicas", "2",
+           "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
     print("$", " ".join(cmd), flush=True)
     server = subprocess.Popen(cmd, stdout=sys.stdout, stderr=subprocess.STDOUT)
     try:
@@ -144,13 +146,18 @@ def main():
         logprobs_ok = check_logprobs(port)
         bias_ok = check_logit_bias(port)
         penalties_ok = check_penalties(port)
+        engine = json.loads(request(port, "/server_info")[1])["engine"]
+        accepted = engine.get("num_spec_accepted_tokens_total", 0)
+        spec_ok = accepted > 0
+        print(f"speculative decoding: {engine.get('num_spec_drafts_total')} drafts, {accepted} of "
+              f"{engine.get('num_spec_draft_tokens_total')} draft tokens accepted: {spec_ok}")
 
         status, metrics = request(port, "/metrics")
         series = sum(1 for line in metrics.splitlines() if line.startswith("strata:"))
         print(f"/metrics: {status}, {series} strata: samples")
 
         ok = (tokens == 48 and same and done and series > 0 and logprobs_ok and bias_ok and
-              penalties_ok)
+              penalties_ok and spec_ok)
         print(f"RESULT {'ok' if ok else 'FAIL'}: {tokens / seconds:.1f} tokens/s single-stream "
               f"(client side, incl. HTTP), greedy repeat {'same' if same else 'DIFFERENT'}")
         return 0 if ok else 1

@@ -270,9 +270,7 @@ def check_rejections(renderer):
                           (["--set", "model.servedName="], "model.servedName is required"),
                           (["--set", "model.source=nfs"], "model.source must be"),
                           (["--set", "autoscaling.enabled=true", "--set", "autoscaling.type=x"],
-                           "autoscaling.type must be"),
-                          (["--set", "server.speculativeConfig={\"method\": \"ngram\"}"],
-                           "verified by the CPU backend only")):
+                           "autoscaling.type must be")):
         rc, _, err = render(renderer, *args)
         check(rc != 0 and message in err, "%s: expected failure %r, got rc %d %s"
               % (args, message, rc, err))

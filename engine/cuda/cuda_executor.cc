@@ -166,28 +166,29 @@ absl::Status CudaExecutor::CopyStateRow(int32_t from_row, int32_t to_row) {
 }
 
 absl::Status CudaExecutor::InitSlots(const StepPlan& plan) {
-  for (const ScheduledSequence& seq : plan.sequences) {
-    // The server refuses speculative decoding with --device cuda (serve_command.cc).
-    CHECK_EQ(seq.num_draft_tokens, 0) << "the CUDA executor does not verify drafts";
-  }
   if (layout_.num_kda_layers == 0) return absl::OkStatus();
   for (const ScheduledSequence& seq : plan.sequences) {
-    if (seq.slot < 0 || seq.slot_init == SlotInit::kCarry) continue;
+    if (seq.slot < 0) continue;
     CHECK_LT(seq.slot, layout_.num_slots);
     const int32_t row = layout_.SlotRow(seq.slot);
     if (seq.slot_init == SlotInit::kFromCheckpoint) {
       CHECK(seq.source_checkpoint >= 0 && seq.source_checkpoint < layout_.num_checkpoints);
       RETURN_IF_ERROR(CopyStateRow(layout_.CheckpointRow(seq.source_checkpoint), row));
-      continue;
-    }
-    for (int j = 0; j < layout_.num_kda_layers; ++j) {
-      for (auto [offset, bytes] :
-           {std::pair{layout_.KdaStateOffset(j), layout_.kda_state_bytes_per_layer},
-            std::pair{layout_.KdaConvOffset(j), layout_.kda_conv_bytes_per_layer}}) {
-        STRATA_CUDA_RETURN_IF_ERROR(
-            cudaMemsetAsync(arena() + offset + row * bytes, 0, static_cast<size_t>(bytes), stream_),
-            "state row cudaMemsetAsync");
+    } else if (seq.slot_init == SlotInit::kZero) {
+      for (int j = 0; j < layout_.num_kda_layers; ++j) {
+        for (auto [offset, bytes] :
+             {std::pair{layout_.KdaStateOffset(j), layout_.kda_state_bytes_per_layer},
+              std::pair{layout_.KdaConvOffset(j), layout_.kda_conv_bytes_per_layer}}) {
+          STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(arena() + offset + row * bytes, 0,
+                                                      static_cast<size_t>(bytes), stream_),
+                                      "state row cudaMemsetAsync");
+        }
       }
+    }
+    if (seq.snapshot_slot >= 0) {  // the state before the drafts, for a rollback
+      CHECK_LT(seq.snapshot_slot, layout_.num_slots);
+      CHECK_NE(seq.snapshot_slot, seq.slot);
+      RETURN_IF_ERROR(CopyStateRow(row, layout_.SlotRow(seq.snapshot_slot)));
     }
   }
   return absl::OkStatus();
@@ -279,9 +280,13 @@ bool CudaExecutor::PlanDeviceSampling(const StepPlan& plan) {
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
-    // Rows with more log-probabilities than a chunk, or masked by a constraint (structured
-    // output walks its grammar on the host), are sampled on the host.
-    if (seq.num_logprobs > kc::kSamplingChunk || seq.sampler->constrained()) continue;
+    // Rows with more log-probabilities than a chunk, masked by a constraint (structured
+    // output walks its grammar on the host) or verifying drafts (each row is sampled only if
+    // the previous one matched its draft) are sampled on the host.
+    if (seq.num_logprobs > kc::kSamplingChunk || seq.sampler->constrained() ||
+        seq.num_draft_tokens > 0) {
+      continue;
+    }
     d.on_device[i] = any = true;
     if (seq.num_logprobs >= 0) {
       d.logprob_row[i] = d.num_logprob_rows++;
@@ -468,8 +473,9 @@ absl::Status CudaExecutor::Sample(const StepPlan& plan, const char* device_outpu
                                   const float* logits, StepResult* result) {
   const DeviceSampling& d = device_sampling_plan_;
   const int64_t vocab = model_->config().vocab_size;
-  const size_t r = step_.sampled_plan_index.size();
-  if (result->sampled.size() != r) result->sampled.resize(r);
+  const size_t r = step_.sampled_plan_index.size();  // rows: at least the tokens sampled
+  if (result->sampled.size() < r) result->sampled.resize(r);
+  size_t num_out = 0;
   const auto* device_tokens = reinterpret_cast<const int32_t*>(device_outputs);
   const auto* token_logprob =
       reinterpret_cast<const float*>(device_outputs + sampled_outputs_.token_logprob);
@@ -498,9 +504,12 @@ absl::Status CudaExecutor::Sample(const StepPlan& plan, const char* device_outpu
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(step_.sampled_plan_index[i])];
     const int64_t row = step_.sampled_logit_row[i];
     float* host_row = outputs_host_.as<float>() + row * vocab;
-    SampledToken& out = result->sampled[i];
+    SampledToken& out = result->sampled[num_out++];
     if (!d.on_device[i]) {
       sampler_.Sample(seq, host_row, vocab, &out);
+      // Drafts: the row before draft j is followed by the next row only if it sampled draft j.
+      const int32_t back = step_.sampled_rows_back[i];
+      if (back > 0 && out.token_id != seq.token_ids[seq.token_ids.size() - back]) i += back;
       continue;
     }
     if (device_tokens[row] == kc::kSampleOnHost) {
@@ -524,6 +533,7 @@ absl::Status CudaExecutor::Sample(const StepPlan& plan, const char* device_outpu
       out.top_logprobs.push_back({top_ids[at], top_logprobs[at]});
     }
   }
+  result->sampled.resize(num_out);  // shrinks only: entries keep their capacity
   return absl::OkStatus();
 }
 

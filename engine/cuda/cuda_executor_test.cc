@@ -319,6 +319,56 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
               static_cast<long long>(gpu_->graph_replays()));
 }
 
+// Speculative decoding: a sequence with drafts is sampled at the row before each draft for as
+// long as the previous row drew its draft. A logit_bias makes every draw unambiguous (x after
+// any context): drafts [x, x, y] give x, x accepted, y rejected, x drawn — three tokens on both
+// executors, beside a plain decode. The snapshot slot then holds the state before the step:
+// recomputing the step from it (the scheduler's rollback) matches the CPU executor's too.
+TEST_P(CudaExecutorTest, DraftsAreVerifiedAndRolledBackAsOnTheCpuExecutor) {
+  const int32_t x = 17, y = 29;
+  auto biased = [&](ScheduledSequence s) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.logit_bias = {{x, 30.0f}};
+    s.sampler = std::make_shared<Sampler>(p, 1, s.token_ids);
+    return s;
+  };
+  const std::vector<int32_t> a = Prompt(20, 6);
+  StepPlan plan;
+  plan.sequences.push_back(biased(Seq(1, a, 0, {6}, 0, SlotInit::kZero)));
+  plan.sequences.push_back(Seq(2, Prompt(9, 7), 0, {7}, 1, SlotInit::kZero));
+  std::map<SequenceId, int32_t> next = RunBoth(plan, "draft_prefill");
+  ASSERT_EQ(next[1], x);
+
+  StepPlan verify;
+  verify.step_id = 1;
+  ScheduledSequence drafting = biased(Seq(1, {x, x, x, y}, 20, {6}, 0, SlotInit::kCarry));
+  drafting.num_draft_tokens = 3;
+  drafting.snapshot_slot = has_kda() ? 2 : -1;
+  verify.sequences.push_back(std::move(drafting));
+  verify.sequences.push_back(Seq(2, {next[2]}, 9, {7}, 1, SlotInit::kCarry));
+  const StepResult cpu = cpu_->Execute(verify);
+  const StepResult gpu = gpu_->Execute(verify);
+  for (const StepResult* r : {&cpu, &gpu}) {
+    ASSERT_EQ(r->sampled.size(), 4u) << (r == &cpu ? "cpu" : "gpu");
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(r->sampled[static_cast<size_t>(i)].seq_id, 1);
+      EXPECT_EQ(r->sampled[static_cast<size_t>(i)].token_id, x);
+    }
+    EXPECT_EQ(r->sampled[3].seq_id, 2);
+  }
+  EXPECT_EQ(cpu.sampled[3].token_id, gpu.sampled[3].token_id);
+
+  // The rollback: the step's first token and the accepted drafts again, from the snapshot (its
+  // slot now the sequence's), and the correction sampled at the end.
+  StepPlan again;
+  again.step_id = 2;
+  again.sequences.push_back(
+      biased(Seq(1, {x, x, x, x}, 20, {6}, has_kda() ? 2 : 0, SlotInit::kCarry)));
+  next = RunBoth(again, "draft_rollback");
+  EXPECT_EQ(next[1], x);
+}
+
 // Prompt scoring (prompt_logprobs): a prompt chunk scoring every next token while it samples
 // its last, a one-token chunk scored without sampling (an execution "decode" row, so the step
 // is not padded into a graph), beside a plain prefill: the scores match the CPU executor's

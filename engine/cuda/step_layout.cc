@@ -75,11 +75,17 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
   CHECK_LT(out->total_prefill_context, int64_t{1} << 31) << "prefill contexts of one step";
   out->sampled_plan_index.clear();
   out->sampled_logit_row.clear();
+  out->sampled_rows_back.clear();
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const ScheduledSequence& seq = plan.sequences[i];
-    if (seq.sample && !seq.token_ids.empty()) {
+    if (!seq.sample || seq.token_ids.empty()) continue;
+    CHECK(seq.num_draft_tokens >= 0 &&
+          seq.num_draft_tokens < static_cast<int64_t>(seq.token_ids.size()))
+        << "drafts of sequence " << seq.seq_id;
+    for (int32_t back = seq.num_draft_tokens; back >= 0; --back) {  // the row before each draft
       out->sampled_logit_row.push_back(static_cast<int32_t>(out->sampled_plan_index.size()));
       out->sampled_plan_index.push_back(static_cast<int32_t>(i));
+      out->sampled_rows_back.push_back(back);
     }
   }
   out->num_logit_rows = static_cast<int64_t>(out->sampled_plan_index.size());
@@ -142,7 +148,8 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
   ints[out->live_rows] = static_cast<int32_t>(out->num_rows);
   for (int64_t r = 0; r < out->num_sampled_rows(); ++r) {
     ints[out->logit_rows + r] =
-        static_cast<int32_t>(last_row[static_cast<size_t>(out->sampled_plan_index[r])]);
+        static_cast<int32_t>(last_row[static_cast<size_t>(out->sampled_plan_index[r])] -
+                             out->sampled_rows_back[static_cast<size_t>(r)]);
   }
   for (size_t j = 0; j < out->scored_plan_index.size(); ++j) {
     const size_t i = static_cast<size_t>(out->scored_plan_index[j]);

@@ -24,8 +24,11 @@
 //   logit_rows    [R]       the rows whose logits are computed
 //   live_rows     [1]       rows that are real tokens (N, or fewer in a padded step: the MoE
 //                           router ignores the padding rows)
-// Host side: sampled_plan_index[i] is the plan sequence of the i-th sampled token, whose logits
-// are row sampled_logit_row[i] of the step's logits. After the sampled rows come the scored rows
+// Host side: sampled_plan_index[i] is the plan sequence of the i-th sampled row, whose logits
+// are row sampled_logit_row[i] of the step's logits: one per sampling sequence, or 1 + k for a
+// sequence with k drafts (consecutive: the rows before each draft, then the last row;
+// sampled_rows_back[i] counts the rows from it to the sequence's last). After the sampled rows
+// come the scored rows
 // (ScheduledSequence::score_targets): plan sequence scored_plan_index[j]'s rows for its targets
 // start at logits row scored_logit_row[j], one per target, in order.
 #pragma once
@@ -51,6 +54,7 @@ struct StepLayout {
   std::vector<int32_t> plan_index;          // [S] plan.sequences index of each execution sequence
   std::vector<int32_t> sampled_plan_index;  // plan.sequences index of each sampled token
   std::vector<int32_t> sampled_logit_row;   // its row among the R logits rows
+  std::vector<int32_t> sampled_rows_back;   // its distance from the sequence's last row
   std::vector<int32_t> scored_plan_index;   // plan.sequences index of each scoring sequence
   std::vector<int32_t> scored_logit_row;    // the logits row of its first target
   std::vector<int64_t> row_offset;          // [S + 1] first row of each execution sequence

@@ -100,6 +100,20 @@ TEST(StepLayoutTest, SlotsAndLogitRowsFollowPlanOrder) {
   EXPECT_EQ(Slice(s, s.logit_rows, 2), (std::vector<int32_t>{6, 0}));
 }
 
+TEST(StepLayoutTest, DraftingSequencesSampleTheRowBeforeEachDraftAndTheLast) {
+  // A (plan 0, rows 2..6) carries drafts 4, 5: the rows of its tokens 3, 4 and 5 are sampled
+  // (execution rows 4, 5, 6), then B's.
+  StepPlan plan = MixedPlan();
+  plan.sequences[0].num_draft_tokens = 2;
+  StepLayout s;
+  BuildStepLayout(plan, Layout(1), &s);
+  EXPECT_EQ(s.sampled_plan_index, (std::vector<int32_t>{0, 0, 0, 1}));
+  EXPECT_EQ(s.sampled_rows_back, (std::vector<int32_t>{2, 1, 0, 0}));
+  EXPECT_EQ(s.sampled_logit_row, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(s.num_logit_rows, 4);
+  EXPECT_EQ(Slice(s, s.logit_rows, 4), (std::vector<int32_t>{4, 5, 6, 0}));
+}
+
 TEST(StepLayoutTest, ScoredRowsFollowTheSampledRows) {
   // A (plan 0) scores its first 4 tokens and samples its last (rows 2..6); D (plan 3, a decode
   // row at execution row 1) scores its one token without sampling.

@@ -69,7 +69,7 @@ absl::Status ParseSpeculativeConfig(const std::string& text, scheduler::Schedule
 inline constexpr char kSpeculativeConfigHelp[] =
     "speculative decoding by prompt lookup, vLLM's JSON: '{\"method\": \"ngram\", "
     "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 5, \"prompt_lookup_min\": 2, "
-    "\"disable_by_batch_size\": 8}' (cpu; default off)";
+    "\"disable_by_batch_size\": 8}' (default off)";
 
 inline constexpr char kKvCacheDTypeHelp[] =
     "MLA latent cache rows: auto | f32 | bf16 | fp8 (FlashMLA's 656-byte rows: 1.76x the tokens "

@@ -134,11 +134,6 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
   ASSIGN_OR_RETURN(s.long_prefill_token_threshold,
                    flags.GetInt("long-prefill-token-threshold", 0, 0, int64_t{1} << 30));
   if (auto spec = flags.Get("speculative-config")) {
-    if (o->device == "cuda") {
-      return absl::InvalidArgumentError(
-          "--speculative-config: drafts are verified by the CPU executor only; the CUDA executor "
-          "does not verify drafts yet (drop the flag for --device cuda)");
-    }
     RETURN_IF_ERROR(ParseSpeculativeConfig(*spec, &s));
   }
   ASSIGN_OR_RETURN(o->max_model_len, flags.GetInt("max-model-len", 0, 0, int64_t{1} << 31));

@@ -67,9 +67,6 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 - --kv-cache-dtype={{ .Values.server.kvCacheDtype }}
 {{- end }}
 {{- with .Values.server.speculativeConfig }}
-{{- if gt (int $.Values.gpu.count) 0 }}
-{{- fail "server.speculativeConfig: drafts are verified by the CPU backend only (gpu.count 0)" }}
-{{- end }}
 - {{ printf "--speculative-config=%s" (kindIs "string" . | ternary . (toJson .)) | quote }}
 {{- end }}
 {{- if .Values.server.jsonLogs }}
