@@ -1,6 +1,7 @@
 #include "scheduler/ngram_proposer.h"
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -55,6 +56,48 @@ TEST(NgramProposerTest, ReusesTheDraftsCapacity) {
   const int32_t* storage = draft.data();
   EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{1, 2, 1, 2}, 1, 2, 8, &draft), 8);
   EXPECT_EQ(draft.data(), storage);
+}
+
+// The index against the full scan, on sequences growing a token at a time (as a decoding
+// sequence's do, in calls after one or several appended tokens), over small vocabularies where
+// n-grams repeat constantly: the same drafts whenever the suffix's min_n-gram occurred at most
+// kMaxCandidates times before (always here but for the longest 2-token runs).
+TEST(NgramProposerTest, IndexProposesWhatTheFullScanProposes) {
+  std::mt19937 rng(7);
+  int compared = 0, drafted = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int vocab = 2 + trial % 5;
+    const int min_n = 1 + trial % 3;
+    const int max_n = min_n + trial % 4;
+    const int k = 1 + trial % 6;
+    std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 3; ++i) tokens.push_back(token(rng));
+    NgramIndex index(min_n, max_n);
+    std::vector<int32_t> want, got;
+    while (tokens.size() < 160) {
+      for (int add = 1 + static_cast<int>(rng() % 3); add > 0; --add) {
+        tokens.push_back(token(rng));
+      }
+      const int n_got = index.Propose(tokens, k, &got);
+      const int n_want = ProposeNgramDraft(tokens, min_n, max_n, k, &want);
+      int occurrences = 0;  // earlier ends of the suffix's min_n-gram
+      for (size_t e = static_cast<size_t>(min_n) - 1; e + 1 < tokens.size(); ++e) {
+        bool same = true;
+        for (int i = 0; i < min_n && same; ++i) {
+          same = tokens[e - static_cast<size_t>(i)] == tokens[tokens.size() - 1 - i];
+        }
+        occurrences += same ? 1 : 0;
+      }
+      if (occurrences > NgramIndex::kMaxCandidates) continue;
+      ++compared;
+      drafted += n_want > 0 ? 1 : 0;
+      ASSERT_EQ(n_got, n_want) << "trial " << trial << " at " << tokens.size();
+      ASSERT_EQ(got, want) << "trial " << trial << " at " << tokens.size();
+    }
+  }
+  EXPECT_GT(compared, 3000);
+  EXPECT_GT(drafted, compared / 2);
 }
 
 }  // namespace

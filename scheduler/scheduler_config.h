@@ -48,8 +48,8 @@ struct SchedulerConfig {
   int prompt_lookup_min = 2;
   int prompt_lookup_max = 5;
   // > 0: no drafts in a step with at least this many running sequences, this step's admissions
-  // included (vLLM's disable_by_batch_size): a large batch already keeps the weights busy, and drafts there
-  // cost more than they save.
+  // included (vLLM's disable_by_batch_size): a large batch already keeps the weights busy, and
+  // drafts there cost more than they save.
   int32_t speculative_disable_by_batch_size = 0;
 
   // InvalidArgument naming the field and its limit. Besides ranges it requires

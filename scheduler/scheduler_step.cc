@@ -1,6 +1,7 @@
 // Scheduler::Schedule() and its phases: aborts, running decodes, running prefills, admissions,
 // preemption, and the plan.
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "core/check.h"
@@ -254,8 +255,11 @@ void Scheduler::AttachDrafts() {
       continue;
     }
     if (config_.has_kda_layers && slot_pool_.num_free() == 0) return;
-    const int n = ProposeNgramDraft(seq->tokens, config_.prompt_lookup_min,
-                                    config_.prompt_lookup_max, static_cast<int>(k), &seq->draft);
+    if (seq->ngram_index == nullptr) {
+      seq->ngram_index =
+          std::make_unique<NgramIndex>(config_.prompt_lookup_min, config_.prompt_lookup_max);
+    }
+    const int n = seq->ngram_index->Propose(seq->tokens, static_cast<int>(k), &seq->draft);
     if (n == 0) continue;
     const int32_t need = kvcache::NumBlocksFor(end + n, config_.block_size) -
                          static_cast<int32_t>(seq->block_table.size());

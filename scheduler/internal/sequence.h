@@ -18,6 +18,7 @@
 #include "engine/sampling.h"
 #include "engine/step.h"
 #include "kvcache/ids.h"
+#include "scheduler/ngram_proposer.h"
 #include "scheduler/request.h"
 
 namespace strata::scheduler::internal {
@@ -63,6 +64,7 @@ struct Sequence {
   kvcache::CheckpointId source_checkpoint = -1;          // with kFromCheckpoint
   int32_t num_registered_blocks = 0;  // block_table[0, n) passed to CacheFullBlock
   std::vector<int32_t> draft;         // speculative tokens of the step in flight (capacity reused)
+  std::unique_ptr<NgramIndex> ngram_index;  // built at the first draft, then kept up to date
   // Adaptive drafting: a draft is at most one token longer than the last one's accepted run
   // (draft_cap, 0: num_speculative_tokens), and after a draft with nothing accepted the next
   // draft_skip eligible steps draft nothing (the pause doubles per such draft, up to
