@@ -166,12 +166,11 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
       row += static_cast<int64_t>(seq.token_ids.size()) - (seq.sample ? 1 : 0);
     }
     if (!seq.sample || seq.token_ids.empty()) continue;
-    // Row j predicts the token after new token n − 1 − k + j; draft j is new token n − k + j.
-    const int32_t* drafts = seq.token_ids.data() + seq.token_ids.size() - seq.num_draft_tokens;
+    // Rows of the last 1 + k new tokens; row j is num_draft_tokens − j rows before the last.
     for (int32_t j = 0; j <= seq.num_draft_tokens; ++j) {
       SampledToken& out = result->sampled[sampled++];
       sampler_.Sample(seq, logits_.data() + (row + j) * vocab, vocab, &out);
-      if (j == seq.num_draft_tokens || out.token_id != drafts[j]) break;
+      if (EndsDraftVerification(seq, seq.num_draft_tokens - j, out.token_id)) break;
     }
     row += 1 + seq.num_draft_tokens;
   }

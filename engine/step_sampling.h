@@ -23,6 +23,13 @@ void PrepareConstraints(const StepPlan& plan, int64_t vocab, bool parallel);
 void ScoreTargets(const ScheduledSequence& seq, const float* logits, int64_t vocab,
                   ScoredSequence* out);
 
+// Speculative decoding (ScheduledSequence::num_draft_tokens): whether `token`, sampled at the
+// row `back` rows before the sequence's last, ends its verification — the last row, or a token
+// other than the draft that row verifies (new token n − back). The rows after it are not sampled.
+inline bool EndsDraftVerification(const ScheduledSequence& seq, int32_t back, int32_t token) {
+  return back == 0 || token != seq.token_ids[seq.token_ids.size() - static_cast<size_t>(back)];
+}
+
 class StepSampler {
  public:
   // Samples `seq` from `logits` [vocab] (modified in place by the sampler's penalties) into

@@ -40,7 +40,7 @@ std::optional<std::vector<BlockId>> BlockPool::Allocate(int32_t n) {
   return blocks;
 }
 
-void BlockPool::Free(const std::vector<BlockId>& blocks) {
+void BlockPool::Free(absl::Span<const BlockId> blocks) {
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
     BlockId b = *it;
     CheckId(b);

@@ -33,6 +33,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "kvcache/ids.h"
 #include "kvcache/internal/index_list.h"
 
@@ -57,7 +58,7 @@ class BlockPool {
 
   // Drops one reference to each block (a sequence's block table, in sequence order). Blocks
   // reaching 0 are queued as described above, processing `blocks` from last to first.
-  void Free(const std::vector<BlockId>& blocks);
+  void Free(absl::Span<const BlockId> blocks);
 
   // A prefix hit: one more reference to each block; a free block leaves the free queue. A free
   // block must be cached (an uncached free block holds nothing valid).

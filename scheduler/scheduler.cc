@@ -213,8 +213,7 @@ void Scheduler::CommitEntry(const Entry& entry, absl::Span<const engine::Sampled
     const size_t keep =
         static_cast<size_t>(kvcache::NumBlocksFor(seq->num_computed_tokens, config_.block_size));
     if (seq->block_table.size() > keep) {
-      block_pool_.Free(
-          std::vector<kvcache::BlockId>(seq->block_table.begin() + keep, seq->block_table.end()));
+      block_pool_.Free(absl::MakeConstSpan(seq->block_table).subspan(keep));
       seq->block_table.resize(keep);
     }
   }

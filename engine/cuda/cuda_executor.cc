@@ -507,9 +507,9 @@ absl::Status CudaExecutor::Sample(const StepPlan& plan, const char* device_outpu
     SampledToken& out = result->sampled[num_out++];
     if (!d.on_device[i]) {
       sampler_.Sample(seq, host_row, vocab, &out);
-      // Drafts: the row before draft j is followed by the next row only if it sampled draft j.
+      // Drafts: the rows after a rejected one are skipped.
       const int32_t back = step_.sampled_rows_back[i];
-      if (back > 0 && out.token_id != seq.token_ids[seq.token_ids.size() - back]) i += back;
+      if (EndsDraftVerification(seq, back, out.token_id)) i += back;
       continue;
     }
     if (device_tokens[row] == kc::kSampleOnHost) {
