@@ -76,15 +76,11 @@ void CpuExecutor::InitSlot(const ScheduledSequence& seq) {
       CopyRow(layout_.CheckpointRow(seq.source_checkpoint), row);
       break;
   }
-  if (seq.snapshot_slot >= 0) {  // the state before the drafts, for a rollback
-    CHECK_LT(seq.snapshot_slot, layout_.num_slots);
-    CHECK_NE(seq.snapshot_slot, seq.slot);
-    CopyRow(row, layout_.SlotRow(seq.snapshot_slot));
-  }
 }
 
 void CpuExecutor::BuildBatch(const StepPlan& plan) {
   if (batch_.size() < plan.sequences.size()) batch_.resize(plan.sequences.size());
+  int64_t draft_rows = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const ScheduledSequence& seq = plan.sequences[i];
     ForwardSequence& f = batch_[i];
@@ -100,6 +96,12 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
           (seq.sample && seq.score_targets.empty() && seq.num_draft_tokens < f.num_new_tokens))
         << "drafts of sequence " << seq.seq_id;
     f.num_last_logits = 1 + seq.num_draft_tokens;
+    // KDA caches advance only by the tokens the sampler keeps (replayed after sampling).
+    f.kda_draft_row = -1;
+    if (seq.num_draft_tokens > 0 && layout_.num_kda_layers > 0) {
+      f.kda_draft_row = draft_rows;
+      draft_rows += f.num_new_tokens;
+    }
     CHECK_GE(static_cast<int64_t>(seq.block_table.size()) * layout_.block_size,
              seq.num_computed_tokens + f.num_new_tokens)
         << "block table of sequence " << seq.seq_id << " is too short";
@@ -122,6 +124,7 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
       CHECK_EQ(layout_.num_kda_layers, 0) << "sequence " << seq.seq_id << " has no slot";
     }
   }
+  if (draft_rows > 0) kda_drafts_.Reserve(model_.config(), draft_rows);
 }
 
 StepResult CpuExecutor::Execute(const StepPlan& plan) {
@@ -143,6 +146,7 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   ForwardContext context = forward_context_;  // set_forward_context: exchange, workspace
   context.expert_tokens = &result->expert_tokens;
   if (context.workspace == nullptr) context.workspace = workspace_.get();
+  context.kda_drafts = &kda_drafts_;
   model_.Forward(ForwardBatch(batch_.data(), plan.sequences.size()), &logits_, context);
 
   // 3. Scoring and sampling, in plan order. A sequence owns one logits row (kLast), or one per
@@ -159,6 +163,7 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   PrepareConstraints(plan, vocab, /*parallel=*/true);
   int64_t row = 0;
   size_t sampled = 0, scored = 0;
+  replays_.clear();
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const ScheduledSequence& seq = plan.sequences[i];
     if (!seq.score_targets.empty()) {
@@ -167,15 +172,24 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
     }
     if (!seq.sample || seq.token_ids.empty()) continue;
     // Rows of the last 1 + k new tokens; row j is num_draft_tokens − j rows before the last.
+    int32_t accepted = 0;
     for (int32_t j = 0; j <= seq.num_draft_tokens; ++j) {
       SampledToken& out = result->sampled[sampled++];
       sampler_.Sample(seq, logits_.data() + (row + j) * vocab, vocab, &out);
       if (EndsDraftVerification(seq, seq.num_draft_tokens - j, out.token_id)) break;
+      ++accepted;
     }
     row += 1 + seq.num_draft_tokens;
+    const ForwardSequence& f = batch_[i];
+    if (f.kda_draft_row >= 0) {
+      replays_.push_back(
+          {&f.cache, f.kda_draft_row, f.num_new_tokens - seq.num_draft_tokens + accepted});
+    }
   }
   result->sampled.resize(sampled);  // shrinks only: entries keep their capacity
   CHECK_EQ(row, NumLogitRows(ForwardBatch(batch_.data(), plan.sequences.size())));
+  // The kept tokens (those before the drafts and the accepted drafts) into the KDA caches.
+  model_.ReplayKdaDrafts(kda_drafts_, replays_, context.workspace);
 
   // 4. KDA checkpoints at the boundary this step ended on.
   for (const ScheduledSequence& seq : plan.sequences) {

@@ -4,7 +4,9 @@
 // Per step, in this order (kvcache/README.md): checkpoint → slot copies and slot zeroing for
 // sequences that start, the forward (MLA pages through block tables, KDA state per slot; no
 // padding token ever touches a state), sampling of the sequences that asked for it (with
-// log-probabilities of the raw model distribution when requested), slot → checkpoint copies.
+// log-probabilities of the raw model distribution when requested), the replay of the kept
+// tokens of sequences that verified drafts into their KDA caches (kda_drafts.h), slot →
+// checkpoint copies.
 // Weights are applied once per step to all rows of the batch.
 #pragma once
 
@@ -76,6 +78,8 @@ class CpuExecutor : public StepExecutor {
   // Storage reused from step to step (sizes only grow).
   std::vector<ForwardSequence> batch_;
   std::vector<float> logits_;
+  KdaDraftRows kda_drafts_;
+  std::vector<KdaReplay> replays_;
   StepSampler sampler_;
 };
 

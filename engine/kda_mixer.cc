@@ -6,6 +6,8 @@
 // both kernels compute each (sequence, head) on one thread in a fixed order, so a sequence's
 // output does not depend on what else is in the batch.
 #include "engine/mixers.h"
+
+#include "core/check.h"
 #include "kernels/cpu/kda_chunk.h"
 #include "kernels/cpu/kda_decode.h"
 #include "kernels/cpu/kda_layer.h"
@@ -37,8 +39,8 @@ kernels::cpu::KdaLayerParams LayerParams(const ModelConfig& cfg, const KdaWeight
 }  // namespace
 
 void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x, int64_t num_rows,
-                     ForwardBatch batch, absl::Span<const RowSpan> rows, int kda_index, float* out,
-                     Workspace& ws) {
+                     ForwardBatch batch, absl::Span<const RowSpan> rows, int kda_index,
+                     KdaDraftRows* drafts, float* out, Workspace& ws) {
   const KdaConfig& k = cfg.kda;
   const int64_t p = k.projection_size(), hd = k.head_dim, heads = k.num_heads;
   WorkspaceScope scope(ws);
@@ -64,6 +66,7 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
     LinearForward(w.g_b_proj, low, num_rows, gate);
   }
 
+  const kernels::cpu::KdaRows kda_rows{q_raw, k_raw, v_raw, f, b, gate};
   const size_t index = static_cast<size_t>(kda_index);
   const auto num_seqs = static_cast<int64_t>(batch.size());
   auto* decode = ws.Array<kernels::cpu::KdaSequence>(num_seqs);
@@ -71,9 +74,13 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
   int64_t num_decode = 0, num_prefill = 0;
   for (size_t s = 0; s < batch.size(); ++s) {
     if (rows[s].count == 0) continue;
-    const kernels::cpu::KdaSequence seq{rows[s].offset, rows[s].count,
-                                        batch[s].cache.kda_state[index],
-                                        batch[s].cache.kda_conv[index]};
+    kernels::cpu::KdaSequence seq{rows[s].offset, rows[s].count, batch[s].cache.kda_state[index],
+                                  batch[s].cache.kda_conv[index]};
+    if (batch[s].kda_draft_row >= 0) {  // verifying drafts: replayed once they are judged
+      CHECK(drafts != nullptr && seq.num_tokens > 1) << "draft rows of sequence " << s;
+      drafts->Save(kda_index, batch[s].kda_draft_row, kda_rows, seq.row_offset, seq.num_tokens);
+      seq.update_caches = false;
+    }
     if (seq.num_tokens == 1) {
       decode[num_decode++] = seq;
     } else {
@@ -81,11 +88,38 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
     }
   }
   const kernels::cpu::KdaLayerParams params = LayerParams(cfg, w);
-  const kernels::cpu::KdaRows kda_rows{q_raw, k_raw, v_raw, f, b, gate};
   kernels::cpu::KdaDecode(params, decode, num_decode, kda_rows, y);
   kernels::cpu::KdaPrefill(params, prefill, num_prefill, kda_rows,
                            kernels::cpu::kKdaDefaultChunkSize, y);
   LinearForward(w.o_proj, y, num_rows, out);
+}
+
+// The kept tokens through the layer's kernels, chosen by token count as in a forward (one token:
+// the decode kernel), from the caches the verifying forward left unchanged; outputs discarded.
+void KdaReplayLayer(const ModelConfig& cfg, const KdaWeights& w, const KdaDraftRows& drafts,
+                    absl::Span<const KdaReplay> sequences, int kda_index, Workspace& ws) {
+  WorkspaceScope scope(ws);
+  const size_t index = static_cast<size_t>(kda_index);
+  const auto num_seqs = static_cast<int64_t>(sequences.size());
+  auto* decode = ws.Array<kernels::cpu::KdaSequence>(num_seqs);
+  auto* prefill = ws.Array<kernels::cpu::KdaSequence>(num_seqs);
+  int64_t num_decode = 0, num_prefill = 0;
+  for (const KdaReplay& r : sequences) {
+    CHECK(r.num_tokens >= 1 && r.draft_row + r.num_tokens <= drafts.num_rows());
+    const kernels::cpu::KdaSequence seq{r.draft_row, r.num_tokens, r.cache->kda_state[index],
+                                        r.cache->kda_conv[index]};
+    if (seq.num_tokens == 1) {
+      decode[num_decode++] = seq;
+    } else {
+      prefill[num_prefill++] = seq;
+    }
+  }
+  float* y = ws.Floats(drafts.num_rows() * cfg.kda.projection_size());
+  const kernels::cpu::KdaLayerParams params = LayerParams(cfg, w);
+  const kernels::cpu::KdaRows rows = drafts.Layer(kda_index);
+  kernels::cpu::KdaDecode(params, decode, num_decode, rows, y);
+  kernels::cpu::KdaPrefill(params, prefill, num_prefill, rows, kernels::cpu::kKdaDefaultChunkSize,
+                           y);
 }
 
 }  // namespace strata::engine

@@ -8,6 +8,7 @@
 
 #include "absl/types/span.h"
 #include "engine/forward_batch.h"
+#include "engine/kda_drafts.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
 #include "engine/workspace.h"
@@ -21,9 +22,15 @@ struct RowSpan {
 };
 
 // KDA (MODEL.md §3). `kda_index`: this layer's ordinal among KDA layers (cache slot index).
+// Sequences verifying drafts (kda_draft_row ≥ 0) leave their caches and save their rows in
+// `drafts` (kda_drafts.h).
 void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x, int64_t num_rows,
-                     ForwardBatch batch, absl::Span<const RowSpan> rows, int kda_index, float* out,
-                     Workspace& ws);
+                     ForwardBatch batch, absl::Span<const RowSpan> rows, int kda_index,
+                     KdaDraftRows* drafts, float* out, Workspace& ws);
+
+// The replay of saved draft rows through one KDA layer (Model::ReplayKdaDrafts).
+void KdaReplayLayer(const ModelConfig& cfg, const KdaWeights& w, const KdaDraftRows& drafts,
+                    absl::Span<const KdaReplay> sequences, int kda_index, Workspace& ws);
 
 // Gated MLA, NoPE (MODEL.md §4). `mla_index`: this layer's ordinal among MLA layers.
 void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x, int64_t num_rows,

@@ -244,7 +244,8 @@ void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
     const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
     const int index = mixer_index_[static_cast<size_t>(l)];
     if (lw.kda) {
-      KdaMixerForward(cfg, *lw.kda, normed, num_rows, batch, rows, index, out, ws);
+      KdaMixerForward(cfg, *lw.kda, normed, num_rows, batch, rows, index, context.kda_drafts, out,
+                      ws);
     } else {
       MlaMixerForward(cfg, *lw.mla, normed, num_rows, batch, rows, index, out, ws);
     }
@@ -299,6 +300,18 @@ void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
     }
   }
   FinalNormAndLmHead(cfg, weights_, batch, rows, h, ws, logits);
+}
+
+void Model::ReplayKdaDrafts(const KdaDraftRows& drafts, absl::Span<const KdaReplay> sequences,
+                            Workspace* workspace) const {
+  if (sequences.empty()) return;
+  Workspace& ws = workspace != nullptr ? *workspace : *workspace_;
+  const ModelConfig& cfg = config();
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
+    if (!lw.kda) continue;
+    KdaReplayLayer(cfg, *lw.kda, drafts, sequences, mixer_index_[static_cast<size_t>(l)], ws);
+  }
 }
 
 SequenceCache::SequenceCache(const CacheGeometry& geometry, int64_t max_tokens, int block_size,

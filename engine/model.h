@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "engine/checkpoint.h"
 #include "engine/forward_batch.h"
+#include "engine/kda_drafts.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
 #include "engine/moe.h"
@@ -55,6 +57,8 @@ struct ForwardContext {
   // Scratch for this call; null uses the model's own (one caller at a time). Engines that share
   // one Model across threads pass one workspace each.
   Workspace* workspace = nullptr;
+  // Where KDA layers keep the rows of sequences with kda_draft_row ≥ 0 (sized by the caller).
+  KdaDraftRows* kda_drafts = nullptr;
 };
 
 struct ModelLoadOptions {
@@ -94,6 +98,12 @@ class Model {
   void Forward(ForwardBatch batch, std::vector<float>* logits,
                std::vector<int64_t>* expert_tokens = nullptr) const;
   void Forward(ForwardBatch batch, std::vector<float>* logits, const ForwardContext& context) const;
+
+  // After a forward that verified drafts: advances each sequence's KDA caches by the first
+  // num_tokens of its saved rows, through every KDA layer (no weights read). `workspace` may
+  // be null (the model's own).
+  void ReplayKdaDrafts(const KdaDraftRows& drafts, absl::Span<const KdaReplay> sequences,
+                       Workspace* workspace = nullptr) const;
 
  private:
   Model() = default;

@@ -42,11 +42,11 @@ struct ScheduledSequence {
   // first draft and, while the sampled token equals the next draft, the following rows: it
   // returns 1 + (accepted drafts) SampledTokens, the last one being the first token that differs
   // from its draft (or the token after the last draft). That is exactly what sampling one token
-  // per step would give — the same distribution and, with a seed, the same draws.
+  // per step would give — the same distribution and, with a seed, the same draws. The caches
+  // then hold the tokens before the drafts and the accepted drafts, nothing after: the KDA
+  // state is advanced by exactly those (engine/kda_drafts.h); MLA rows of rejected drafts may
+  // have been written past them (the scheduler frees or overwrites them).
   int32_t num_draft_tokens = 0;
-  // ≥ 0 (with drafts on a model with KDA layers): the executor copies `slot` here before the
-  // step, so the scheduler can restore the state of num_computed_tokens if a draft is rejected.
-  int32_t snapshot_slot = -1;
   // The sampler of this sequence, created by the scheduler at admission; the executor calls it
   // (shared so a preempted sequence keeps its RNG and penalty state).
   std::shared_ptr<Sampler> sampler;

@@ -160,7 +160,8 @@ void Scheduler::CommitScores(const Entry& entry, const engine::ScoredSequence& s
   }
 }
 
-bool Scheduler::CommitDrafts(const Entry& entry, absl::Span<const engine::SampledToken> sampled) {
+int64_t Scheduler::CommitDrafts(const Entry& entry,
+                                absl::Span<const engine::SampledToken> sampled) {
   Sequence* seq = entry.seq;
   const int64_t accepted = std::max<int64_t>(static_cast<int64_t>(sampled.size()) - 1, 0);
   for (int64_t i = 0; i < accepted; ++i) {
@@ -173,17 +174,7 @@ bool Scheduler::CommitDrafts(const Entry& entry, absl::Span<const engine::Sample
   seq->draft_cap = static_cast<int32_t>(accepted + 1);
   seq->draft_pause = accepted > 0 ? 0 : std::clamp(2 * seq->draft_pause, 1, kMaxDraftPause);
   seq->draft_skip = seq->draft_pause;
-  if (accepted == entry.num_drafts) {  // the state after the last draft is right: keep it
-    if (entry.snapshot_slot >= 0) slot_pool_.Free(entry.snapshot_slot);
-    return false;
-  }
-  // The slot holds the state after rejected tokens: continue from the snapshot instead (the
-  // blocks only this step reached go back in CommitEntry).
-  if (entry.snapshot_slot >= 0) {
-    slot_pool_.Free(seq->slot);
-    seq->slot = entry.snapshot_slot;
-  }
-  return true;
+  return accepted;
 }
 
 void Scheduler::CommitEntry(const Entry& entry, absl::Span<const engine::SampledToken> sampled,
@@ -192,9 +183,9 @@ void Scheduler::CommitEntry(const Entry& entry, absl::Span<const engine::Sampled
   Sequence* seq = entry.seq;
   seq->step_index = -1;
   if (scored != nullptr && !seq->abort_requested) CommitScores(entry, *scored);
-  // A rejected draft leaves num_computed_tokens where the step began (CommitDrafts).
-  const bool rolled_back = entry.num_drafts > 0 && CommitDrafts(entry, sampled);
-  if (!rolled_back) seq->num_computed_tokens += entry.num_new_tokens + entry.num_drafts;
+  // The executor advanced the caches by the step's tokens and the accepted drafts only.
+  const int64_t accepted = entry.num_drafts > 0 ? CommitDrafts(entry, sampled) : 0;
+  seq->num_computed_tokens += entry.num_new_tokens + accepted;
 
   // The tokens first (they extend block_hashes), up to the first that ends the sequence; then
   // the cache commits; then one event per token.
@@ -207,7 +198,7 @@ void Scheduler::CommitEntry(const Entry& entry, absl::Span<const engine::Sampled
     }
   }
   // A draft that ended the sequence (or an abort) leaves computed drafts past its last token;
-  // a rollback leaves blocks past the computed tokens: they go back.
+  // rejected drafts leave blocks past the computed tokens: they go back.
   seq->num_computed_tokens = std::min(seq->num_computed_tokens, seq->num_tokens());
   if (entry.num_drafts > 0) {
     const size_t keep =

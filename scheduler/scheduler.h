@@ -18,10 +18,9 @@
 // Requests scoring their prompt (prompt_logprobs) skip the lookup, and their chunks also fit
 // the step's max_scored_tokens_per_step (each scored position costs a logits row).
 //   4. with speculative decoding, drafts (ngram_proposer.h) for sequences sampling past their
-//      prompt, from the budget, blocks and state slots left: the executor verifies them in the
-//      same forward; a rejected draft rolls the sequence back to the step's start (its KDA state
-//      from the snapshot slot taken before the step), and the next step recomputes the accepted
-//      tokens with the new ones — a rejection costs tokens in a step, never a step.
+//      prompt, from the budget and blocks left: the executor verifies them in the same forward
+//      and advances the caches by the accepted ones only (the KDA state by a replay of their
+//      saved rows, engine/kda_drafts.h); the rows of rejected drafts are overwritten later.
 // A chunk is cut by the budget, by long_prefill_token_threshold and at the first KDA
 // checkpoint boundary inside it (PrefixCache::CheckpointBoundaries) so the executor can save
 // the state at the end of the step. When a running sequence needs a block and none is free,
@@ -132,8 +131,7 @@ class Scheduler {
     bool decode = false;
     int64_t num_scored = 0;  // prompt positions scored (score targets) in this step
     kvcache::CheckpointId save_checkpoint = -1;
-    int32_t num_drafts = 0;              // seq->draft, after the new tokens
-    kvcache::SlotId snapshot_slot = -1;  // with drafts and KDA layers: the state before the step
+    int32_t num_drafts = 0;  // seq->draft, after the new tokens
   };
 
   QueueKey KeyOf(const Sequence& seq) const;
@@ -164,7 +162,6 @@ class Scheduler {
     std::vector<uint8_t> slot_owned;  // [num_slots]
     int32_t num_running = 0;
     int32_t num_waiting = 0;
-    int32_t num_snapshots = 0;  // snapshot slots of the step in flight
   };
   absl::Status CheckSequence(const Sequence& seq, InvariantTally* tally) const;
   absl::Status CheckQueues(const InvariantTally& tally) const;
@@ -174,9 +171,9 @@ class Scheduler {
   // `sampled`: the entry's tokens (one, or 1 + accepted drafts), empty when it samples none.
   void CommitEntry(const Entry& entry, absl::Span<const engine::SampledToken> sampled,
                    const engine::ScoredSequence* scored, std::vector<SequenceEvent>* events);
-  // Speculative bookkeeping of an entry with drafts: counters, and on a rejection the rollback
-  // to the step's start (the snapshot slot replaces the slot). Returns whether it rolled back.
-  bool CommitDrafts(const Entry& entry, absl::Span<const engine::SampledToken> sampled);
+  // Speculative bookkeeping of an entry with drafts (counters, adaptive drafting). Returns the
+  // number of drafts accepted.
+  int64_t CommitDrafts(const Entry& entry, absl::Span<const engine::SampledToken> sampled);
   void CommitScores(const Entry& entry, const engine::ScoredSequence& scored);
   void RegisterFullBlocks(Sequence* seq);
   void ReleaseCaches(Sequence* seq);

@@ -54,7 +54,6 @@ absl::Status Scheduler::CheckSequence(const Sequence& seq, InvariantTally* tally
   }
   ++tally->num_running;
   int64_t in_flight = 0, drafts = 0;
-  kvcache::SlotId snapshot = -1;
   if (seq.step_index >= 0) {
     const size_t index = static_cast<size_t>(seq.step_index);
     if (index >= entries_.size() || entries_[index].seq != &seq) {
@@ -62,16 +61,14 @@ absl::Status Scheduler::CheckSequence(const Sequence& seq, InvariantTally* tally
     }
     in_flight = entries_[index].num_new_tokens;
     drafts = entries_[index].num_drafts;
-    snapshot = entries_[index].snapshot_slot;
   }
   const int64_t covered = seq.num_computed_tokens + in_flight;
   if (covered > seq.num_tokens()) {
     return Broken("sequence ", id, " computes ", covered, " of ", seq.num_tokens(), " tokens");
   }
   if (drafts > 0 &&
-      (covered != seq.num_tokens() || static_cast<int64_t>(seq.draft.size()) < drafts ||
-       (config_.has_kda_layers != (snapshot >= 0)))) {
-    return Broken("sequence ", id, " verifies ", drafts, " drafts without sampling or snapshot");
+      (covered != seq.num_tokens() || static_cast<int64_t>(seq.draft.size()) < drafts)) {
+    return Broken("sequence ", id, " verifies ", drafts, " drafts without sampling");
   }
   if (static_cast<int64_t>(seq.block_table.size()) !=
       kvcache::NumBlocksFor(covered + drafts, config_.block_size)) {
@@ -91,13 +88,6 @@ absl::Status Scheduler::CheckSequence(const Sequence& seq, InvariantTally* tally
   }
   if (tally->slot_owned[static_cast<size_t>(seq.slot)]++) {
     return Broken("slot ", seq.slot, " is shared by two live sequences");
-  }
-  if (snapshot >= 0) {
-    if (snapshot >= slot_pool_.num_slots() || !slot_pool_.is_allocated(snapshot) ||
-        tally->slot_owned[static_cast<size_t>(snapshot)]++) {
-      return Broken("snapshot slot ", snapshot, " of sequence ", id, " is not its own");
-    }
-    ++tally->num_snapshots;
   }
   return absl::OkStatus();
 }
@@ -138,9 +128,9 @@ absl::Status Scheduler::CheckCacheCounts(const InvariantTally& tally) const {
     return Broken("free ", block_pool_.num_free(), " + held ", num_referenced, " != total ",
                   block_pool_.num_blocks());
   }
-  if (config_.has_kda_layers && slot_pool_.num_held() != tally.num_running + tally.num_snapshots) {
+  if (config_.has_kda_layers && slot_pool_.num_held() != tally.num_running) {
     return Broken(slot_pool_.num_held(), " slots held by ", tally.num_running,
-                  " running sequences and ", tally.num_snapshots, " snapshots");
+                  " running sequences");
   }
   int32_t num_reserved = 0;
   for (const Entry& entry : entries_) num_reserved += entry.save_checkpoint >= 0 ? 1 : 0;

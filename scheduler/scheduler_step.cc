@@ -207,7 +207,7 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
   entry.seq = seq;
   entry.num_new_tokens = num_new_tokens;
   entry.sample = end == seq->num_tokens();
-  // Past the prompt: one token, or the tokens a rejected draft rolled back (recomputed here).
+  // Past the prompt: one token (more only where a preempted sequence is recomputed).
   entry.decode = entry.sample && begin >= seq->num_prompt_tokens;
   if (seq->scores_prompt()) {
     entry.num_scored = std::clamp<int64_t>(seq->num_prompt_tokens - 1 - begin, 0, num_new_tokens);
@@ -233,8 +233,8 @@ void Scheduler::AttachDrafts() {
   for (Entry& entry : entries_) {
     Sequence* seq = entry.seq;
     if (token_budget_ <= 0) return;
-    // Only past the prompt (a rejection recomputes the step's tokens: never a prompt chunk), and
-    // not where the step ends on a KDA checkpoint (the state saved must not include drafts).
+    // Only past the prompt, and not where the step ends on a KDA checkpoint (the executor
+    // saves the checkpoint from the state after the whole step).
     if (seq == nullptr || !entry.sample || entry.num_scored > 0 || entry.save_checkpoint >= 0 ||
         seq->num_computed_tokens < seq->num_prompt_tokens) {
       continue;
@@ -254,7 +254,6 @@ void Scheduler::AttachDrafts() {
       --seq->draft_skip;
       continue;
     }
-    if (config_.has_kda_layers && slot_pool_.num_free() == 0) return;
     if (seq->ngram_index == nullptr) {
       seq->ngram_index =
           std::make_unique<NgramIndex>(config_.prompt_lookup_min, config_.prompt_lookup_max);
@@ -267,11 +266,6 @@ void Scheduler::AttachDrafts() {
       std::optional<std::vector<kvcache::BlockId>> blocks = block_pool_.Allocate(need);
       CHECK(blocks.has_value());
       seq->block_table.insert(seq->block_table.end(), blocks->begin(), blocks->end());
-    }
-    if (config_.has_kda_layers) {
-      std::optional<kvcache::SlotId> snapshot = slot_pool_.Allocate();
-      CHECK(snapshot.has_value());
-      entry.snapshot_slot = *snapshot;
     }
     entry.num_drafts = n;
     token_budget_ -= n;
@@ -330,7 +324,6 @@ void Scheduler::BuildPlan() {
     out.token_ids.insert(out.token_ids.end(), seq->draft.begin(),
                          seq->draft.begin() + entry.num_drafts);
     out.num_draft_tokens = entry.num_drafts;
-    out.snapshot_slot = entry.snapshot_slot;
     out.num_computed_tokens = begin;
     out.block_table.assign(seq->block_table.begin(), seq->block_table.end());
     out.slot = seq->slot;

@@ -474,8 +474,10 @@ TEST(SchedulerTest, CommitRejectsResultOfAnotherStep) {
 }
 
 // Speculative decoding on a 2-token fake model (lookup drafts are plentiful): no drafts on a
-// prompt chunk; a decode step carries the proposer's draft after its token and a snapshot slot;
-// outputs stay the model's; disable_by_batch_size turns drafting off for large batches.
+// prompt chunk; a decode step carries the proposer's draft after its token; the next step
+// starts after the accepted drafts (nothing is recomputed, the executor kept only those);
+// drafting needs no spare state slot; outputs stay the model's; disable_by_batch_size turns
+// drafting off for large batches.
 TEST(SchedulerTest, SpeculativeDraftsFollowPromptLookupAndStopAtLargeBatches) {
   SchedulerConfig c = TinyConfig();
   c.num_speculative_tokens = 3;
@@ -487,7 +489,6 @@ TEST(SchedulerTest, SpeculativeDraftsFollowPromptLookupAndStopAtLargeBatches) {
   StepPlan prefill = d.Step();
   ASSERT_EQ(prefill.sequences.size(), 1u);
   EXPECT_EQ(prefill.sequences[0].num_draft_tokens, 0);
-  EXPECT_EQ(prefill.sequences[0].snapshot_slot, -1);
   const int32_t first = d.output("a").at(0);
   std::vector<int32_t> context = a.prompt;
   context.push_back(first);
@@ -498,13 +499,28 @@ TEST(SchedulerTest, SpeculativeDraftsFollowPromptLookupAndStopAtLargeBatches) {
   const engine::ScheduledSequence& s = decode.sequences[0];
   EXPECT_EQ(s.num_draft_tokens, 3);
   EXPECT_EQ(s.token_ids, (std::vector<int32_t>{first, draft[0], draft[1], draft[2]}));
-  EXPECT_GE(s.snapshot_slot, 0);
-  EXPECT_NE(s.snapshot_slot, s.slot);
   EXPECT_EQ(s.num_computed_tokens, 6);
+  const auto accepted = static_cast<int64_t>(d.output("a").size()) - 2;
+  ASSERT_GE(accepted, 0);
+  StepPlan next = d.Step();
+  ASSERT_EQ(next.sequences.size(), 1u);
+  EXPECT_EQ(next.sequences[0].num_computed_tokens, 7 + accepted);
+  EXPECT_EQ(next.sequences[0].token_ids.size(), 1u + next.sequences[0].num_draft_tokens);
+  EXPECT_EQ(next.sequences[0].token_ids.at(0), d.output("a").at(static_cast<size_t>(accepted + 1)));
   d.RunUntilIdle();
   EXPECT_EQ(d.output("a"), FakeExecutor::ExpectedOutput(a, 2));
   EXPECT_GT(d.scheduler().stats().num_spec_drafts_total, 0);
   ExpectHealthy(d);
+
+  SchedulerConfig one_slot = c;
+  one_slot.num_slots = 1;
+  one_slot.max_num_seqs = 1;
+  Driver full(one_slot, /*vocab_size=*/2);
+  ASSERT_TRUE(full.scheduler().Add(a).ok());
+  full.RunUntilIdle();
+  EXPECT_EQ(full.output("a"), FakeExecutor::ExpectedOutput(a, 2));
+  EXPECT_GT(full.scheduler().stats().num_spec_drafts_total, 0) << "every slot is in use";
+  ExpectHealthy(full);
 
   for (int threshold : {2, 3}) {
     c.speculative_disable_by_batch_size = threshold;

@@ -185,11 +185,6 @@ absl::Status CudaExecutor::InitSlots(const StepPlan& plan) {
         }
       }
     }
-    if (seq.snapshot_slot >= 0) {  // the state before the drafts, for a rollback
-      CHECK_LT(seq.snapshot_slot, layout_.num_slots);
-      CHECK_NE(seq.snapshot_slot, seq.slot);
-      RETURN_IF_ERROR(CopyStateRow(row, layout_.SlotRow(seq.snapshot_slot)));
-    }
   }
   return absl::OkStatus();
 }
@@ -475,6 +470,7 @@ absl::Status CudaExecutor::Sample(const StepPlan& plan, const char* device_outpu
   const int64_t vocab = model_->config().vocab_size;
   const size_t r = step_.sampled_plan_index.size();  // rows: at least the tokens sampled
   if (result->sampled.size() < r) result->sampled.resize(r);
+  num_sampled_by_plan_.assign(plan.sequences.size(), 0);
   size_t num_out = 0;
   const auto* device_tokens = reinterpret_cast<const int32_t*>(device_outputs);
   const auto* token_logprob =
@@ -505,6 +501,7 @@ absl::Status CudaExecutor::Sample(const StepPlan& plan, const char* device_outpu
     const int64_t row = step_.sampled_logit_row[i];
     float* host_row = outputs_host_.as<float>() + row * vocab;
     SampledToken& out = result->sampled[num_out++];
+    ++num_sampled_by_plan_[static_cast<size_t>(step_.sampled_plan_index[i])];
     if (!d.on_device[i]) {
       sampler_.Sample(seq, host_row, vocab, &out);
       // Drafts: the rows after a rejected one are skipped.
@@ -537,6 +534,48 @@ absl::Status CudaExecutor::Sample(const StepPlan& plan, const char* device_outpu
   return absl::OkStatus();
 }
 
+absl::StatusOr<DeviceKdaDrafts> CudaExecutor::ReserveKdaDrafts() {
+  DeviceKdaDrafts kept;
+  if (step_.num_drafting == 0 || layout_.num_kda_layers == 0) return kept;
+  const KdaConfig& k = model_->config().kda;
+  kept.num_rows = step_.num_rows - step_.first_draft_row;
+  kept.width = k.projection_size();
+  kept.heads = k.num_heads;
+  kept.layer_floats = DeviceKdaDrafts::LayerFloats(kept.num_rows, kept.width, kept.heads);
+  ASSIGN_OR_RETURN(kept.base, scratch_.Take<float>(layout_.num_kda_layers * kept.layer_floats));
+  return kept;
+}
+
+absl::Status CudaExecutor::ReplayKdaDrafts(const StepPlan& plan, const DeviceStep& step) {
+  if (step.kda_drafts.base == nullptr) return absl::OkStatus();
+  // Drafting sequence n keeps its rows [cu[n], ends[n]): the tokens before its drafts and the
+  // accepted drafts (one fewer than the tokens it sampled).
+  const int32_t n = step_.num_drafting, first = step_.num_sequences - n;
+  RETURN_IF_ERROR(step_staging_.Reserve((2 * int64_t{n} + 1) * 4, "KDA replay arrays (host)"));
+  int32_t* cu = step_staging_.as<int32_t>();
+  int32_t* ends = cu + n + 1;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t index = step_.plan_index[static_cast<size_t>(first + i)];
+    const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(index)];
+    const int32_t sampled = num_sampled_by_plan_[static_cast<size_t>(index)];
+    CHECK_GE(sampled, 1) << "sequence " << seq.seq_id << " verified drafts without a token";
+    cu[i] = static_cast<int32_t>(step_.row_offset[static_cast<size_t>(first + i)] -
+                                 step_.first_draft_row);
+    const auto kept =
+        static_cast<int32_t>(seq.token_ids.size()) - seq.num_draft_tokens + (sampled - 1);
+    ends[i] = cu[i] + kept;
+  }
+  cu[n] = static_cast<int32_t>(step_.num_rows - step_.first_draft_row);
+  ASSIGN_OR_RETURN(int32_t * device, scratch_.Take<int32_t>(2 * int64_t{n} + 1));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, cu, (2 * static_cast<size_t>(n) + 1) * 4,
+                                              cudaMemcpyHostToDevice, stream_),
+                              "KDA replay arrays cudaMemcpyAsync");
+  const DeviceContext ctx{stream_, cublas_->get(), &scratch_};
+  RETURN_IF_ERROR(model_->ReplayKdaDrafts(step, caches_, ctx, device, device + n + 1));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "KDA replay cudaStreamSynchronize");
+  return absl::OkStatus();
+}
+
 absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
   BuildStepLayout(plan, layout_, &step_);
@@ -551,7 +590,10 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   const float* logits = nullptr;
   const int32_t* expert_offsets = nullptr;
   const int32_t* invalid_tokens = nullptr;
+  DeviceStep step;  // the eager step (steps verifying drafts are never graphs: multi-token)
+  step.host = &step_;
   if (graph != nullptr) {
+    CHECK_EQ(step_.num_drafting, 0);
     RETURN_IF_ERROR(Upload(&graph->ints));
     STRATA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph->exec, stream_), "cudaGraphLaunch");
     ++graph_replays_;
@@ -564,8 +606,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     RETURN_IF_ERROR(Upload(&step_ints_));
     ASSIGN_OR_RETURN(float* eager_logits, scratch_.Take<float>(logit_floats));
     ASSIGN_OR_RETURN(int32_t * eager_offsets, scratch_.Take<int32_t>(offsets_ints));
-    DeviceStep step;
-    step.host = &step_;
+    ASSIGN_OR_RETURN(step.kda_drafts, ReserveKdaDrafts());
     step.ints = step_ints_.as<int32_t>();
     step.invalid_tokens = step_ints_.as<int32_t>() + step_.ints.size();
     const DeviceContext ctx{stream_, cublas_->get(), &scratch_};
@@ -634,6 +675,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     result->expert_tokens.clear();
   }
   RETURN_IF_ERROR(Sample(plan, sampled_host, logits, result));
+  RETURN_IF_ERROR(ReplayKdaDrafts(plan, step));
   result->scored.resize(step_.scored_plan_index.size());
   for (size_t j = 0; j < step_.scored_plan_index.size(); ++j) {
     ScoreTargets(plan.sequences[static_cast<size_t>(step_.scored_plan_index[j])],

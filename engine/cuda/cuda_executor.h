@@ -138,6 +138,11 @@ class CudaExecutor : public StepExecutor {
   // with the uniform the device was given.
   absl::Status Sample(const StepPlan& plan, const char* device_outputs, const float* logits,
                       StepResult* result);
+  // Device memory for the step's KDA draft rows (from scratch_), when it verifies drafts.
+  absl::StatusOr<DeviceKdaDrafts> ReserveKdaDrafts();
+  // After sampling: the kept tokens of the sequences that verified drafts into their KDA
+  // caches (CudaModel::ReplayKdaDrafts), then a synchronisation (the replay reads scratch_).
+  absl::Status ReplayKdaDrafts(const StepPlan& plan, const DeviceStep& step);
   char* arena() const { return caches_arena_.as<char>(); }
 
   int device_ = 0;
@@ -170,8 +175,9 @@ class CudaExecutor : public StepExecutor {
   };
   DeviceSampling device_sampling_plan_;
   SampledOutputs sampled_outputs_;
-  std::vector<double> row_uniform_;     // by logits row: the uniform it was given
-  std::vector<size_t> sampled_by_row_;  // by logits row: its sampled token (or the count)
+  std::vector<double> row_uniform_;           // by logits row: the uniform it was given
+  std::vector<size_t> sampled_by_row_;        // by logits row: its sampled token (or the count)
+  std::vector<int32_t> num_sampled_by_plan_;  // tokens Sample() returned per plan sequence
   int64_t handed_back_rows_ = 0;
   kernels::cuda::PinnedBuffer sampling_staging_;  // the device sampler's inputs (host)
   kernels::cuda::DeviceBuffer sampling_device_;   // its inputs and outputs

@@ -322,9 +322,10 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
 // Speculative decoding: a sequence with drafts is sampled at the row before each draft for as
 // long as the previous row drew its draft. A logit_bias makes every draw unambiguous (x after
 // any context): drafts [x, x, y] give x, x accepted, y rejected, x drawn — three tokens on both
-// executors, beside a plain decode. The snapshot slot then holds the state before the step:
-// recomputing the step from it (the scheduler's rollback) matches the CPU executor's too.
-TEST_P(CudaExecutorTest, DraftsAreVerifiedAndRolledBackAsOnTheCpuExecutor) {
+// executors, beside a plain decode. Both keep only the step's first token and the two accepted
+// drafts in the KDA state (a replay of their saved rows): the next step, from 23 tokens,
+// matches the CPU executor's.
+TEST_P(CudaExecutorTest, DraftsAreVerifiedAndOnlyTheAcceptedOnesKeptAsOnTheCpuExecutor) {
   const int32_t x = 17, y = 29;
   auto biased = [&](ScheduledSequence s) {
     SamplingParams p;
@@ -344,7 +345,6 @@ TEST_P(CudaExecutorTest, DraftsAreVerifiedAndRolledBackAsOnTheCpuExecutor) {
   verify.step_id = 1;
   ScheduledSequence drafting = biased(Seq(1, {x, x, x, y}, 20, {6}, 0, SlotInit::kCarry));
   drafting.num_draft_tokens = 3;
-  drafting.snapshot_slot = has_kda() ? 2 : -1;
   verify.sequences.push_back(std::move(drafting));
   verify.sequences.push_back(Seq(2, {next[2]}, 9, {7}, 1, SlotInit::kCarry));
   const StepResult cpu = cpu_->Execute(verify);
@@ -359,13 +359,13 @@ TEST_P(CudaExecutorTest, DraftsAreVerifiedAndRolledBackAsOnTheCpuExecutor) {
   }
   EXPECT_EQ(cpu.sampled[3].token_id, gpu.sampled[3].token_id);
 
-  // The rollback: the step's first token and the accepted drafts again, from the snapshot (its
-  // slot now the sequence's), and the correction sampled at the end.
-  StepPlan again;
-  again.step_id = 2;
-  again.sequences.push_back(
-      biased(Seq(1, {x, x, x, x}, 20, {6}, has_kda() ? 2 : 0, SlotInit::kCarry)));
-  next = RunBoth(again, "draft_rollback");
+  // The next step: the token drawn after the rejected draft, on 20 + 1 + 2 cached tokens (the
+  // MLA rows past them, written for the rejected draft, are overwritten), beside B.
+  StepPlan after;
+  after.step_id = 2;
+  after.sequences.push_back(biased(Seq(1, {x}, 23, {6}, 0, SlotInit::kCarry)));
+  after.sequences.push_back(Seq(2, {cpu.sampled[3].token_id}, 10, {7}, 1, SlotInit::kCarry));
+  next = RunBoth(after, "after_drafts");
   EXPECT_EQ(next[1], x);
 }
 

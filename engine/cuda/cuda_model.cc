@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -110,6 +111,48 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
   return m;
 }
 
+namespace {
+
+kc::KdaDecodeParams KdaParams(const ModelConfig& cfg) {
+  kc::KdaDecodeParams params;
+  params.num_heads = cfg.kda.num_heads;
+  params.head_dim = cfg.kda.head_dim;
+  params.conv_size = cfg.kda.conv_kernel_size;
+  params.has_lower_bound = cfg.kda.has_gate_lower_bound;
+  params.lower_bound = cfg.kda.gate_lower_bound;
+  params.norm_eps = cfg.rms_norm_eps;
+  params.l2_eps = kL2NormEps;
+  return params;
+}
+
+kc::KdaDecodeInputs KdaInputs(const DeviceKda& w, const float* qkv, const float* f, const float* b,
+                              const float* g, const int32_t* slots) {
+  kc::KdaDecodeInputs in;
+  in.qkv_raw = qkv;
+  in.f = f;
+  in.b_raw = b;
+  in.g_raw = g;
+  in.conv_w = w.conv_w;
+  in.a_log = w.a_log;
+  in.dt_bias = w.dt_bias;
+  in.o_norm_w = w.o_norm;
+  in.slots = slots;
+  return in;
+}
+
+}  // namespace
+
+absl::Status CudaModel::KdaMultiToken(const kc::KdaDecodeInputs& in, const int32_t* cu_seqlens,
+                                      float* state, float* conv, const kc::KdaDecodeParams& params,
+                                      uint16_t* y, cudaStream_t stream) const {
+  // K3's bounded gate: the chunked tensor-core form; else (Kimi-Linear) the exact serial one.
+  const bool chunked = options_.chunked_kda_prefill && params.has_lower_bound &&
+                       params.lower_bound >= kc::kKdaChunkedMinLowerBound &&
+                       params.lower_bound < 0.0f;
+  return chunked ? kc::KdaPrefillChunked(in, cu_seqlens, state, conv, params, y, stream)
+                 : kc::KdaPrefillRecurrent(in, cu_seqlens, state, conv, params, y, stream);
+}
+
 absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const DeviceStep& step,
                                  const DeviceCaches& caches, const DeviceContext& ctx,
                                  const Rows& rows) {
@@ -134,49 +177,73 @@ absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const Device
     RETURN_IF_ERROR(Gemm(ctx, w.g_b, low, n, g));
   }
 
-  kc::KdaDecodeParams params;
-  params.num_heads = static_cast<int>(heads);
-  params.head_dim = static_cast<int>(dk);
-  params.conv_size = cfg.kda.conv_kernel_size;
-  params.has_lower_bound = cfg.kda.has_gate_lower_bound;
-  params.lower_bound = cfg.kda.gate_lower_bound;
-  params.norm_eps = cfg.rms_norm_eps;
-  params.l2_eps = kL2NormEps;
-  kc::KdaDecodeInputs in;
-  in.qkv_raw = qkv;
-  in.f = f;
-  in.b_raw = b;
-  in.g_raw = g;
-  in.conv_w = w.conv_w;
-  in.a_log = w.a_log;
-  in.dt_bias = w.dt_bias;
-  in.o_norm_w = w.o_norm;
-  in.slots = step.at(s.kda_slots);
+  kc::KdaDecodeParams params = KdaParams(cfg);
   float* state = caches.kda_state[static_cast<size_t>(kda_index)];
   float* conv = caches.kda_conv[static_cast<size_t>(kda_index)];
   const int64_t d = s.num_decode;
   if (d > 0) {
     params.batch = static_cast<int>(d);
-    RETURN_IF_ERROR(kc::KdaDecodeStep(in, state, conv, params, y, ctx.stream));
+    RETURN_IF_ERROR(kc::KdaDecodeStep(KdaInputs(w, qkv, f, b, g, step.at(s.kda_slots)), state, conv,
+                                      params, y, ctx.stream));
   }
-  if (s.num_prefill() > 0) {
-    // The prefill sequences' rows follow the decode rows (step_layout.h).
-    in.qkv_raw = qkv + d * 3 * p;
-    in.f = f + d * p;
-    in.b_raw = b + d * heads;
-    in.g_raw = g + d * p;
-    in.slots = step.at(s.kda_slots) + d;
-    params.batch = s.num_prefill();
-    // K3's bounded gate: the chunked tensor-core form; else (Kimi-Linear) the exact serial one.
-    const bool chunked = options_.chunked_kda_prefill && params.has_lower_bound &&
-                         params.lower_bound >= kc::kKdaChunkedMinLowerBound &&
-                         params.lower_bound < 0.0f;
-    RETURN_IF_ERROR(chunked ? kc::KdaPrefillChunked(in, step.at(s.prefill_cu), state, conv, params,
-                                                    y + d * p, ctx.stream)
-                            : kc::KdaPrefillRecurrent(in, step.at(s.prefill_cu), state, conv,
-                                                      params, y + d * p, ctx.stream));
+  // The prefill sequences' rows follow the decode rows (step_layout.h); the last num_drafting
+  // of them verify drafts: their caches are read, not written, and their rows kept for the
+  // replay of the tokens the sampler keeps (ReplayKdaDrafts).
+  const int32_t drafting = s.num_drafting;
+  const int32_t plain = s.num_prefill() - drafting;
+  const kc::KdaDecodeInputs in =
+      KdaInputs(w, qkv + d * 3 * p, f + d * p, b + d * heads, g + d * p, step.at(s.kda_slots) + d);
+  if (plain > 0) {
+    params.batch = plain;
+    RETURN_IF_ERROR(
+        KdaMultiToken(in, step.at(s.prefill_cu), state, conv, params, y + d * p, ctx.stream));
+  }
+  if (drafting > 0) {
+    const DeviceKdaDrafts& kept = step.kda_drafts;
+    const int64_t first = s.first_draft_row, count = n - first;
+    if (kept.base == nullptr || kept.num_rows != count) {
+      return absl::InternalError("KDA draft rows not reserved for the step");
+    }
+    for (auto [dst, src, width] :
+         {std::tuple{kept.qkv(kda_index), qkv, 3 * p}, std::tuple{kept.f(kda_index), f, p},
+          std::tuple{kept.b(kda_index), b, heads}}) {
+      STRATA_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dst, src + first * width, static_cast<size_t>(count * width) * 4,
+                          cudaMemcpyDeviceToDevice, ctx.stream),
+          "KDA draft rows cudaMemcpyAsync");
+    }
+    kc::KdaDecodeInputs verify = in;
+    verify.slots += plain;
+    params.batch = drafting;
+    params.update_caches = false;
+    RETURN_IF_ERROR(KdaMultiToken(verify, step.at(s.prefill_cu) + plain, state, conv, params,
+                                  y + d * p, ctx.stream));
   }
   return Gemm(ctx, w.o, y, n, rows.out);
+}
+
+absl::Status CudaModel::ReplayKdaDrafts(const DeviceStep& step, const DeviceCaches& caches,
+                                        const DeviceContext& ctx, const int32_t* cu,
+                                        const int32_t* ends) {
+  const StepLayout& s = *step.host;
+  const DeviceKdaDrafts& kept = step.kda_drafts;
+  if (s.num_drafting == 0 || kept.base == nullptr) return absl::OkStatus();
+  kc::KdaDecodeParams params = KdaParams(config());
+  params.batch = s.num_drafting;
+  ASSIGN_OR_RETURN(uint16_t * y, Take<uint16_t>(ctx, kept.num_rows * kept.width));  // discarded
+  const int32_t* slots = step.at(s.kda_slots) + (s.num_sequences - s.num_drafting);
+  for (int l = 0; l < config().num_layers; ++l) {
+    const DeviceLayer& lw = weights_->layer(l);
+    if (!lw.kda) continue;
+    const int j = mixer_index_[static_cast<size_t>(l)];
+    // The output gate only has to be readable: y is discarded.
+    kc::KdaDecodeInputs in =
+        KdaInputs(*lw.kda, kept.qkv(j), kept.f(j), kept.b(j), kept.f(j), slots);
+    in.seq_ends = ends;
+    RETURN_IF_ERROR(KdaMultiToken(in, cu, caches.kda_state[static_cast<size_t>(j)],
+                                  caches.kda_conv[static_cast<size_t>(j)], params, y, ctx.stream));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaModel::MlaMixer(const DeviceMla& w, int mla_index, const DeviceStep& step,

@@ -28,6 +28,7 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/step_layout.h"
 #include "engine/model.h"
+#include "kernels/cuda/kda_decode.h"
 
 namespace strata::engine::cuda {
 
@@ -46,12 +47,32 @@ struct DeviceCaches {
   std::vector<float*> kda_conv;   // [state rows, K − 1, 3P] f32
 };
 
+// The projected KDA inputs of the step's rows that verify drafts (StepLayout::first_draft_row
+// on), kept from the forward for the replay of the kept tokens (engine/kda_drafts.h has the
+// why): per KDA layer qkv [R, 3P], f [R, P], b [R, H], the layers layer_floats apart.
+struct DeviceKdaDrafts {
+  float* base = nullptr;  // null: the step verifies no drafts
+  int64_t num_rows = 0;   // R
+  int64_t width = 0;      // P
+  int64_t heads = 0;      // H
+  int64_t layer_floats = 0;
+
+  // A multiple of 64 floats, so every plane stays 16-byte aligned (the kernels' loads).
+  static int64_t LayerFloats(int64_t num_rows, int64_t width, int64_t heads) {
+    return (num_rows * (4 * width + heads) + 63) / 64 * 64;
+  }
+  float* qkv(int kda_index) const { return base + kda_index * layer_floats; }
+  float* f(int kda_index) const { return qkv(kda_index) + num_rows * 3 * width; }
+  float* b(int kda_index) const { return f(kda_index) + num_rows * width; }
+};
+
 // The step's index arrays on the device (a copy of StepLayout::ints) and a device counter of
 // out-of-range token ids (zeroed by the caller).
 struct DeviceStep {
   const StepLayout* host = nullptr;
   const int32_t* ints = nullptr;
   int32_t* invalid_tokens = nullptr;
+  DeviceKdaDrafts kda_drafts;  // with StepLayout::num_drafting > 0 on a model with KDA layers
   const int32_t* at(int64_t offset) const { return ints + offset; }
 };
 
@@ -96,6 +117,12 @@ class CudaModel {
   // expert exchange it still takes part in every MoE layer's exchange.
   absl::Status Forward(const DeviceStep& step, const DeviceCaches& caches, const DeviceContext& ctx,
                        float* logits, int32_t* expert_offsets);
+  // After a Forward whose last step.host->num_drafting sequences verified drafts (their KDA
+  // caches untouched, their rows in step.kda_drafts): advances those caches by the kept tokens,
+  // drafting sequence n by rows [cu[n], ends[n]) of the kept rows (device int32 arrays of
+  // num_drafting + 1 and num_drafting). Stream-ordered, no host synchronisation.
+  absl::Status ReplayKdaDrafts(const DeviceStep& step, const DeviceCaches& caches,
+                               const DeviceContext& ctx, const int32_t* cu, const int32_t* ends);
   // Tokens routed to each expert, summed over layers, from a host copy of Forward's table.
   void CountExpertTokens(const int32_t* offsets_table, std::vector<int64_t>* expert_tokens) const;
 
@@ -121,6 +148,11 @@ class CudaModel {
   };
   absl::Status KdaMixer(const DeviceKda& w, int kda_index, const DeviceStep& step,
                         const DeviceCaches& caches, const DeviceContext& ctx, const Rows& rows);
+  // The multi-token KDA kernel this model's gate takes (chunked for K3's bounded gate).
+  absl::Status KdaMultiToken(const kernels::cuda::KdaDecodeInputs& in, const int32_t* cu_seqlens,
+                             float* state, float* conv,
+                             const kernels::cuda::KdaDecodeParams& params, uint16_t* y,
+                             cudaStream_t stream) const;
   absl::Status MlaMixer(const DeviceMla& w, int mla_index, const DeviceStep& step,
                         const DeviceCaches& caches, const DeviceContext& ctx, const Rows& rows);
   absl::Status AbsorbedAttention(const MlaConfig& m, const DeviceMla& w, const DeviceStep& step,

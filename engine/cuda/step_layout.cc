@@ -7,16 +7,20 @@
 namespace strata::engine::cuda {
 namespace {
 
-// Execution order: decode sequences, then prefill sequences, each in plan order.
+// Execution order: decode sequences, prefill sequences, prefill sequences verifying drafts,
+// each in plan order.
 void OrderSequences(const StepPlan& plan, StepLayout* out) {
   out->plan_index.clear();
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < 3; ++pass) {
+    const size_t before = out->plan_index.size();
     for (size_t i = 0; i < plan.sequences.size(); ++i) {
       const size_t n = plan.sequences[i].token_ids.size();
-      if (n == 0 || (pass == 0) != (n == 1)) continue;
+      const int kind = n == 1 ? 0 : plan.sequences[i].num_draft_tokens > 0 ? 2 : 1;
+      if (n == 0 || kind != pass) continue;
       out->plan_index.push_back(static_cast<int32_t>(i));
     }
     if (pass == 0) out->num_decode = static_cast<int32_t>(out->plan_index.size());
+    if (pass == 2) out->num_drafting = static_cast<int32_t>(out->plan_index.size() - before);
   }
   out->num_sequences = static_cast<int32_t>(out->plan_index.size());
 }
@@ -72,6 +76,8 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
     }
   }
   out->num_rows = out->row_offset.back();
+  out->first_draft_row =
+      out->row_offset[static_cast<size_t>(out->num_sequences - out->num_drafting)];
   CHECK_LT(out->total_prefill_context, int64_t{1} << 31) << "prefill contexts of one step";
   out->sampled_plan_index.clear();
   out->sampled_logit_row.clear();
@@ -169,7 +175,7 @@ void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepL
   const int32_t b = real.num_decode;
   auto at = [&real](int64_t offset, int64_t i) { return real.ints[offset + i]; };
   step->num_sequences = step->num_decode = batch;
-  step->num_rows = batch;
+  step->num_rows = step->first_draft_row = batch;
   step->max_blocks_per_seq = table_width;
   step->max_decode_context = int64_t{table_width} * block_size;
   step->num_logit_rows = batch;

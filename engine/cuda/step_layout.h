@@ -2,10 +2,12 @@
 // read, packed into one int32 buffer so a step costs one host→device copy.
 //
 // Execution order: every one-token (decode) sequence first, in plan order, then the multi-token
-// (prefill chunk) sequences, in plan order; sequences with no new tokens are left out. So the
-// decode rows are rows [0, num_decode) of every activation, and the decode kernels (KDA fused
-// step, MLA paged decode) run over a prefix of the batch while the prefill kernels run over the
-// rest. Row r of the step is token `r` in that order.
+// (prefill chunk) sequences, in plan order — those verifying drafts last (num_drafting of
+// them, rows from first_draft_row on: their KDA rows are kept for a replay, engine/kda_drafts.h);
+// sequences with no new tokens are left out. So the decode rows are rows [0, num_decode) of
+// every activation, and the decode kernels (KDA fused step, MLA paged decode) run over a prefix
+// of the batch while the prefill kernels run over the rest. Row r of the step is token `r` in
+// that order.
 //
 // Arrays (int32, element offsets into `ints`; S = sequences, N = rows, D = num_decode,
 // P = S − D prefill sequences, R = logits rows):
@@ -44,6 +46,8 @@ namespace strata::engine::cuda {
 struct StepLayout {
   int32_t num_sequences = 0;
   int32_t num_decode = 0;
+  int32_t num_drafting = 0;     // the last sequences, multi-token, verifying drafts
+  int64_t first_draft_row = 0;  // their first row (num_rows when none)
   int64_t num_rows = 0;
   int32_t max_blocks_per_seq = 1;
   int64_t max_decode_context = 0;     // max seq_lens over the decode sequences

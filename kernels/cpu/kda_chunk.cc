@@ -396,6 +396,7 @@ KDA_INLINE void PrefillTask(const KdaLayerParams& p, int h, const KdaSequence& s
                   static_cast<size_t>(d) * sizeof(float));
     }
   }
+  if (!seq.update_caches) return;
   StoreState(b.s, dp, d, state);
   UpdateConvCache(p, seq, rows, h);
 }

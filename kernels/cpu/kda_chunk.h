@@ -31,6 +31,7 @@ constexpr int kKdaDefaultChunkSize = 16;
 // The whole layer step for sequences of any num_tokens ≥ 1 (contract of KdaDecode in
 // kda_decode.h): conv with the carried conv cache, norms, gates, the chunked recurrence from
 // each sequence's state, and the gated RMS norm into y[row, P]. chunk_size: 16, 32, 48 or 64.
+// A sequence with update_caches == false gets the same y and keeps its caches unchanged.
 void KdaPrefill(const KdaLayerParams& p, const KdaSequence* seqs, int64_t num_seqs,
                 const KdaRows& rows, int chunk_size, float* y);
 

@@ -192,7 +192,10 @@ void KdaDecode(const KdaLayerParams& p, const KdaSequence* seqs, int64_t num_seq
   CHECK(p.head_dim > 0 && p.head_dim <= kKdaMaxHeadDim) << "head_dim " << p.head_dim;
   CHECK(p.conv_kernel_size >= 1 && p.conv_kernel_size <= kKdaMaxConvKernel);
   CHECK(!p.has_gate_lower_bound || p.gate_lower_bound < 0.0f);
-  for (int64_t s = 0; s < num_seqs; ++s) CHECK_EQ(seqs[s].num_tokens, 1);
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    CHECK_EQ(seqs[s].num_tokens, 1);
+    CHECK(seqs[s].update_caches) << "KdaDecode updates the caches in place";
+  }
   if (num_seqs == 0) return;
   // About 4 tasks per thread: whole heads when there are enough, else heads × sequence blocks.
   const int64_t heads = p.num_heads;

@@ -53,6 +53,10 @@ struct KdaSequence {
   int64_t num_tokens = 0;
   float* state = nullptr;  // [H, D, D]
   float* conv = nullptr;   // [3, K−1, P]
+  // false (KdaPrefill only): the outputs are computed from the caches, which are left as they
+  // were — a forward verifying speculative drafts, whose accepted tokens are replayed into the
+  // caches once the sampler has judged them (MODEL.md §3.7 rule 6).
+  bool update_caches = true;
 };
 
 }  // namespace strata::kernels::cpu

@@ -403,6 +403,55 @@ TEST_P(KdaCpuTest, PrefillThenDecodeEqualsTheReferenceOfTheWholeSequence) {
   EXPECT_EQ(run.conv[0], ref.conv[0]);
 }
 
+// Speculative decoding's verifying forward (update_caches = false) gives the outputs of an
+// updating run bit for bit and leaves the caches as they were; replaying the first j rows (the
+// accepted ones) then equals a run that only ever saw those j tokens.
+TEST_P(KdaCpuTest, AVerifyingRunLeavesTheCachesAndAReplayOfItsPrefixEqualsThatPrefix) {
+  Rng rng(16);
+  const std::vector<int64_t> lengths = {2, 5, 17};
+  for (int dim : {7, 128}) {
+    for (Gate gate : {Gate::kBounded, Gate::kUnboundedLarge}) {
+      const Layer l = MakeLayer(3, dim, gate, rng);
+      const std::string what = Describe(l, GetParam());
+      const Batch before = MakeBatch(l, lengths, rng);
+      Batch updating = before, verifying = before;
+      const size_t rows = static_cast<size_t>(before.num_rows * l.width());
+      std::vector<float> y_updating(rows), y_verifying(rows, -7.0f);
+      std::vector<KdaSequence> seqs = updating.Sequences();
+      KdaPrefill(l.Params(), seqs.data(), 3, updating.Rows(), kKdaDefaultChunkSize,
+                 y_updating.data());
+      seqs = verifying.Sequences();
+      for (KdaSequence& s : seqs) s.update_caches = false;
+      KdaPrefill(l.Params(), seqs.data(), 3, verifying.Rows(), kKdaDefaultChunkSize,
+                 y_verifying.data());
+      EXPECT_EQ(y_verifying, y_updating) << what;
+      for (size_t s = 0; s < lengths.size(); ++s) {
+        EXPECT_EQ(verifying.state[s], before.state[s]) << what << " seq " << s;
+        EXPECT_EQ(verifying.conv[s], before.conv[s]) << what << " seq " << s;
+      }
+      // Replay j = 1 .. T rows of sequence 2 from its untouched caches (one row through the
+      // decode kernel, as the engine does) against the prefix alone through the reference.
+      for (int64_t j = 1; j <= lengths[2]; ++j) {
+        Batch replay = verifying, ref = before;
+        KdaSequence seq{lengths[0] + lengths[1], j, replay.state[2].data(), replay.conv[2].data()};
+        std::vector<float> y(rows), y_ref(static_cast<size_t>(j * l.width()));
+        if (j == 1) {
+          KdaDecode(l.Params(), &seq, 1, replay.Rows(), y.data());
+        } else {
+          KdaPrefill(l.Params(), &seq, 1, replay.Rows(), kKdaDefaultChunkSize, y.data());
+        }
+        ReferenceStep(l, ref, seq.row_offset, j, ref.state[2].data(), ref.conv[2].data(),
+                      y_ref.data());
+        EXPECT_LE(NormwiseError(replay.state[2].data(), ref.state[2].data(),
+                                static_cast<int64_t>(ref.state[2].size())),
+                  kTolerance)
+            << what << " replay of " << j;
+        EXPECT_EQ(replay.conv[2], ref.conv[2]) << what << " replay of " << j;
+      }
+    }
+  }
+}
+
 // The vector math of kda_simd.h against f64 libm, over its whole input range (8 lanes in this
 // baseline-compiled file; the kernels use the same source at 16 lanes). 1 ulp = 2^-24 relative.
 TEST(KdaMathTest, ExpLog1pSoftplusSigmoidAreWithinThreeUlpsOfF64) {

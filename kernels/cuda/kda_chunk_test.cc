@@ -58,6 +58,21 @@ struct Inputs {
   std::vector<float> qkv, f, b_raw, g_raw, conv_w, a_log, dt_bias, o_norm_w;
 };
 
+// Random layer parameters and projected rows for `tokens` tokens.
+Inputs RandomInputs(const ChunkCase& tc, int tokens, std::mt19937& rng) {
+  const int hd = tc.heads * kD, channels = 3 * hd;
+  Inputs x;
+  x.conv_w = Uniform(rng, static_cast<size_t>(channels) * tc.conv_size, -0.6f, 0.6f);
+  x.a_log = Uniform(rng, tc.heads, -1.0f, 0.5f);
+  x.dt_bias = Uniform(rng, hd, -1, 1);
+  x.o_norm_w = Uniform(rng, kD, 0.5f, 1.5f);
+  x.qkv = Uniform(rng, static_cast<size_t>(tokens) * channels, -2, 2);
+  x.f = Uniform(rng, static_cast<size_t>(tokens) * hd, tc.f_lo, tc.f_hi);
+  x.b_raw = Uniform(rng, static_cast<size_t>(tokens) * tc.heads, -3, 3);
+  x.g_raw = Uniform(rng, static_cast<size_t>(tokens) * hd, -3, 3);
+  return x;
+}
+
 // The host reference for token t on state row `slot` (f32 state, carried in place).
 void ReferenceToken(const ChunkCase& tc, const Inputs& x, int64_t t, int slot,
                     std::vector<float>& state, std::vector<float>& conv, std::vector<float>& y) {
@@ -98,15 +113,7 @@ void RunCase(const ChunkCase& tc, std::mt19937& rng) {
   const std::vector<uint16_t> state_bits = ToBf16InPlace(state);  // both runs start from these
   std::vector<float> conv =
       Uniform(rng, static_cast<size_t>(rows) * (tc.conv_size - 1) * channels, -1, 1);
-  Inputs x;
-  x.conv_w = Uniform(rng, static_cast<size_t>(channels) * tc.conv_size, -0.6f, 0.6f);
-  x.a_log = Uniform(rng, tc.heads, -1.0f, 0.5f);
-  x.dt_bias = Uniform(rng, hd, -1, 1);
-  x.o_norm_w = Uniform(rng, kD, 0.5f, 1.5f);
-  x.qkv = Uniform(rng, static_cast<size_t>(tokens) * channels, -2, 2);
-  x.f = Uniform(rng, static_cast<size_t>(tokens) * hd, tc.f_lo, tc.f_hi);
-  x.b_raw = Uniform(rng, static_cast<size_t>(tokens) * tc.heads, -3, 3);
-  x.g_raw = Uniform(rng, static_cast<size_t>(tokens) * hd, -3, 3);
+  const Inputs x = RandomInputs(tc, tokens, rng);
 
   DeviceArray<float> d_qkv(x.qkv), d_f(x.f), d_b(x.b_raw), d_g(x.g_raw), d_conv_w(x.conv_w),
       d_a_log(x.a_log), d_dt_bias(x.dt_bias), d_o_norm_w(x.o_norm_w);
@@ -208,6 +215,70 @@ TEST(CudaKdaChunkTest, VarlenPrefillMatchesReferenceAndRecurrentKernel) {
   for (const ChunkCase& tc : cases) {
     RunCase(tc, rng);
     if (HasFatalFailure()) return;
+  }
+}
+
+// Speculative decoding on both multi-token kernels: a verifying run (update_caches = false)
+// gives the updating run's y bit for bit and leaves the state and conv rows untouched; a replay
+// of the kept part of each sequence (seq_ends) then advances the caches by exactly those tokens
+// (reference chain, token by token).
+TEST(CudaKdaChunkTest, VerifyingRunKeepsTheCachesAndSeqEndsReplayTheKeptTokens) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 37);
+  const ChunkCase tc{2, 4, -5.0f, -3.0f, 3.0f, false, false, {5, 17, 2}};
+  const std::vector<int32_t> cu = {0, 5, 22, 24}, kept = {3, 17, 1}, slots = {2, 0, 3};
+  const int hd = tc.heads * kD, channels = 3 * hd, rows = 4, tokens = cu.back();
+  std::vector<float> state =
+      Uniform(rng, static_cast<size_t>(rows) * tc.heads * kD * kD, -0.3f, 0.3f);
+  std::vector<float> conv =
+      Uniform(rng, static_cast<size_t>(rows) * (tc.conv_size - 1) * channels, -1, 1);
+  const Inputs x = RandomInputs(tc, tokens, rng);
+  std::vector<float> want_state = state, want_conv = conv, y_ref(static_cast<size_t>(tokens) * hd);
+  std::vector<int32_t> ends;
+  for (size_t n = 0; n < slots.size(); ++n) {
+    ends.push_back(cu[n] + kept[n]);
+    for (int t = cu[n]; t < ends.back(); ++t) {
+      ReferenceToken(tc, x, t, slots[n], want_state, want_conv, y_ref);
+    }
+  }
+  DeviceArray<float> d_qkv(x.qkv), d_f(x.f), d_b(x.b_raw), d_g(x.g_raw), d_conv_w(x.conv_w),
+      d_a_log(x.a_log), d_dt_bias(x.dt_bias), d_o_norm_w(x.o_norm_w);
+  DeviceArray<int32_t> d_slots(slots), d_cu(cu), d_ends(ends);
+  KdaDecodeInputs in =
+      KdaDeviceInputs(d_qkv, d_f, d_b, d_g, d_conv_w, d_a_log, d_dt_bias, d_o_norm_w, d_slots);
+  KdaDecodeParams params;
+  params.batch = 3;
+  params.num_heads = tc.heads;
+  params.conv_size = tc.conv_size;
+  params.has_lower_bound = true;
+  params.lower_bound = tc.lower_bound;
+  for (const bool chunked : {true, false}) {
+    const std::string name = chunked ? "chunked" : "recurrent";
+    auto run = [&](const KdaDecodeInputs& i, const KdaDecodeParams& p, DeviceArray<float>& s,
+                   DeviceArray<float>& c, DeviceArray<float>& y) {
+      return chunked ? KdaPrefillChunked(i, d_cu.get(), s.get(), c.get(), p, y.get(), nullptr)
+                     : KdaPrefillRecurrent(i, d_cu.get(), s.get(), c.get(), p, y.get(), nullptr);
+    };
+    DeviceArray<float> d_state(state), d_conv(conv), d_y(y_ref.size()), d_y_verify(y_ref.size());
+    d_y.Poison();
+    d_y_verify.Poison();
+    KdaDecodeParams verify = params;
+    verify.update_caches = false;
+    STRATA_ASSERT_OK(run(in, verify, d_state, d_conv, d_y_verify));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(d_state.Download(), state) << name << ": a verifying run wrote the state";
+    EXPECT_EQ(d_conv.Download(), conv) << name << ": a verifying run wrote the conv cache";
+    DeviceArray<float> d_state_u(state), d_conv_u(conv);
+    STRATA_ASSERT_OK(run(in, params, d_state_u, d_conv_u, d_y));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(d_y_verify.Download(), d_y.Download()) << name;
+
+    KdaDecodeInputs replay = in;
+    replay.seq_ends = d_ends.get();
+    STRATA_ASSERT_OK(run(replay, params, d_state, d_conv, d_y));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    STRATA_EXPECT_RELERR("KdaReplay_state", name, d_state.Download(), want_state, 1e-2);
+    EXPECT_EQ(d_conv.Download(), want_conv) << name;
   }
 }
 

@@ -177,12 +177,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     KdaRecurrentKernel(KdaDecodeInputs in, const int32_t* __restrict__ cu_seqlens,
                        StateT* __restrict__ state, float* __restrict__ conv_state, int num_heads,
                        int conv_size, bool has_lower_bound, float lower_bound, float norm_eps,
-                       float l2_eps, OutT* __restrict__ y) {
+                       float l2_eps, bool update_caches, OutT* __restrict__ y) {
   __shared__ Shared sh;
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int hd = num_heads * kD;
   const int64_t t_begin = cu_seqlens != nullptr ? cu_seqlens[b] : b;
-  const int64_t t_end = cu_seqlens != nullptr ? cu_seqlens[b + 1] : b + 1;
+  const int64_t t_end = cu_seqlens == nullptr    ? b + 1
+                        : in.seq_ends != nullptr ? in.seq_ends[b]
+                                                 : cu_seqlens[b + 1];
   const int slot = in.slots[b];
   if (slot < 0) {  // padding: outputs 0, no state touched
     for (int64_t t = t_begin; t < t_end; ++t) {
@@ -207,6 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
     RecurrentToken(in, t, h, num_heads, norm_eps, l2_eps, s, sh, y);
   }
+  if (!update_caches) return;
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) Store4(s_ptr + (row0 + r) * kD + col, s[r]);
   for (int task = tid; task < 3 * kD; task += kThreads) {
@@ -227,7 +230,8 @@ absl::Status Launch(const KdaDecodeInputs& in, const int32_t* cu_seqlens, StateT
   if (p.batch > 65535) return absl::InvalidArgumentError("KdaDecodeStep: batch > 65535");
   internal::LaunchKernel(KdaRecurrentKernel<StateT, OutT>, dim3(p.num_heads, p.batch), kThreads, 0,
                          stream, in, cu_seqlens, state, conv_state, p.num_heads, p.conv_size,
-                         p.has_lower_bound, p.lower_bound, p.norm_eps, p.l2_eps, y);
+                         p.has_lower_bound, p.lower_bound, p.norm_eps, p.l2_eps,
+                         p.update_caches || cu_seqlens == nullptr, y);
   return LaunchStatus("KdaRecurrentKernel launch");
 }
 

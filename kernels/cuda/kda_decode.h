@@ -38,6 +38,9 @@ struct KdaDecodeParams {
   float lower_bound = -5.0f;
   float norm_eps = 1e-5f;  // o_norm
   float l2_eps = 1e-6f;    // q/k L2 norm
+  // false (multi-token forms): y is computed from the state and conv rows, which are left as
+  // they were — a forward verifying speculative drafts (engine/kda_drafts.h).
+  bool update_caches = true;
 };
 
 struct KdaDecodeInputs {
@@ -50,6 +53,9 @@ struct KdaDecodeInputs {
   const float* dt_bias = nullptr;
   const float* o_norm_w = nullptr;
   const int32_t* slots = nullptr;
+  // Multi-token forms, may be null: sequence n stops at token seq_ends[n] ≤ cu_seqlens[n + 1]
+  // (the replay of the kept part of a verified run: engine/kda_drafts.h).
+  const int32_t* seq_ends = nullptr;
 };
 
 absl::Status KdaDecodeStep(const KdaDecodeInputs& in, float* state, float* conv_state,

@@ -83,6 +83,7 @@ struct ChunkArgs {
   float lower_bound;
   float norm_eps;
   float l2_eps;
+  bool update_caches;
 };
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
@@ -423,7 +424,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   Shared& sh = *reinterpret_cast<Shared*>(smem_raw);
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x, lane = tid & 31;
   const int64_t hd = static_cast<int64_t>(a.num_heads) * kD;
-  const int64_t t_begin = a.cu_seqlens[b], t_end = a.cu_seqlens[b + 1];
+  const int64_t t_begin = a.cu_seqlens[b];
+  const int64_t t_end = a.in.seq_ends != nullptr ? a.in.seq_ends[b] : a.cu_seqlens[b + 1];
   const int slot = a.in.slots[b];
   if (slot < 0) {  // padding: outputs 0, no state touched
     for (int64_t t = t_begin; t < t_end; ++t) {
@@ -465,6 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     GatedNormOut(w, t0, n, h, hd, a.norm_eps, cur, sh, y);
   }
+  if (!a.update_caches) return;
   {
     const int warp = tid >> 5, g = lane >> 2, c2 = (lane & 3) * 2, i0 = 16 * warp + g;
 #pragma unroll
@@ -526,8 +529,8 @@ absl::Status Launch(const KdaDecodeInputs& in, const int32_t* cu_seqlens, StateT
       cudaFuncSetAttribute(KdaChunkKernel<StateT, OutT>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
       "KdaPrefillChunked cudaFuncSetAttribute");
-  const ChunkArgs args{in,         cu_seqlens, p.num_heads, p.conv_size, p.lower_bound,
-                       p.norm_eps, p.l2_eps};
+  const ChunkArgs args{in,         cu_seqlens, p.num_heads,    p.conv_size, p.lower_bound,
+                       p.norm_eps, p.l2_eps,   p.update_caches};
   internal::LaunchKernel(KdaChunkKernel<StateT, OutT>, dim3(p.num_heads, p.batch), kThreads,
                          kSmemBytes, stream, args, state, conv_state, y);
   return LaunchStatus("KdaChunkKernel launch");

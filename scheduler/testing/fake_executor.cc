@@ -94,14 +94,6 @@ void FakeExecutor::InitSlots(const engine::StepPlan& plan) {
       }
       slot = checkpoints_[static_cast<size_t>(seq.source_checkpoint)];
     }
-    if (seq.snapshot_slot >= 0) {
-      if (seq.snapshot_slot >= static_cast<int32_t>(slots_.size()) ||
-          !slots_seen.insert(seq.snapshot_slot).second) {
-        Error(absl::StrCat("seq ", seq.seq_id, " bad snapshot slot ", seq.snapshot_slot));
-        continue;
-      }
-      slots_[static_cast<size_t>(seq.snapshot_slot)] = slot;
-    }
   }
 }
 
@@ -130,15 +122,20 @@ void FakeExecutor::RunSequence(const engine::ScheduledSequence& seq, engine::Ste
                          " tokens that differ from the cached context"));
     }
   }
+  // The slot absorbs the tokens before the drafts now, the accepted drafts after sampling.
+  const int64_t k = seq.num_draft_tokens;
+  auto absorb = [&](int64_t from, int64_t to) {
+    for (int64_t p = from; p < to && slot != nullptr; ++p) {
+      slot->hash = Absorb(slot->hash, seq.token_ids[static_cast<size_t>(p - begin)]);
+      ++slot->num_tokens;
+    }
+  };
   for (int64_t p = begin; p < end; ++p) {
     int32_t token = seq.token_ids[static_cast<size_t>(p - begin)];
     pages_[static_cast<size_t>(seq.block_table[static_cast<size_t>(p / block_size_)])]
           [static_cast<size_t>(p % block_size_)] = token;
-    if (slot != nullptr) {
-      slot->hash = Absorb(slot->hash, token);
-      ++slot->num_tokens;
-    }
   }
+  absorb(begin, end - std::max<int64_t>(k, 0));
   if (!seq.score_targets.empty()) ScoreSequence(seq, context, result);
   if (seq.save_checkpoint >= 0) {
     if (end % block_size_ != 0) Error(who + "checkpoint not on a block boundary");
@@ -153,7 +150,6 @@ void FakeExecutor::RunSequence(const engine::ScheduledSequence& seq, engine::Ste
   if (!seq.sample) return;
   // Row j is sampled after the context through the token before draft j; the next row only
   // while the sampled token equals its draft.
-  const int64_t k = seq.num_draft_tokens;
   for (int64_t j = 0; j <= k; ++j) {
     if (!ContextHash(seq.block_table, end - k + j, &context)) {
       Error(who + "reads an unwritten position");
@@ -167,6 +163,7 @@ void FakeExecutor::RunSequence(const engine::ScheduledSequence& seq, engine::Ste
       out.top_logprobs.push_back({t, Logprob(t)});
     }
     if (j == k || out.token_id != seq.token_ids[static_cast<size_t>(end - begin - k + j)]) break;
+    absorb(end - k + j, end - k + j + 1);  // draft j accepted
   }
 }
 

@@ -11,8 +11,9 @@
 //      state (with KDA) must equal the context read back from the pages [0, num_computed);
 //      the new tokens are written to the pages and absorbed into the slot; when `sample`,
 //      the token is NextToken(hash of the pages [0, num_computed + new)) — with drafts, the
-//      row before each draft is sampled while the previous row's token equals its draft (a
-//      snapshot_slot gets the slot's state before the step); score target i gets
+//      row before each draft is sampled while the previous row's token equals its draft, and
+//      the slot absorbs only the tokens before the drafts and the accepted drafts; score
+//      target i gets
 //      Score(hash of the context through new token i, target);
 //   3. every save_checkpoint copies the slot (which must end on a block boundary).
 // So a sampled token depends on the whole context exactly as the caches hold it: a wrong
