@@ -35,6 +35,9 @@ CpuExecutor::CpuExecutor(const Model& model, const kvcache::CacheLayout& layout)
     CHECK_EQ(layout.kda_state_bytes_per_layer, g.kda_state_floats * 4);
     CHECK_EQ(layout.kda_conv_bytes_per_layer, g.kda_conv_floats * 4);
   }
+  kda_snapshot_bytes_ =
+      layout.num_kda_layers * (layout.kda_state_bytes_per_layer + layout.kda_conv_bytes_per_layer);
+  kda_snapshot_budget_ = layout.TotalBytes() / 8;
 }
 
 float* CpuExecutor::StatePtr(int kda_layer, int32_t row) const {
@@ -55,6 +58,18 @@ void CpuExecutor::CopyRow(int32_t from_row, int32_t to_row) {
   for (int j = 0; j < layout_.num_kda_layers; ++j) {
     std::memcpy(StatePtr(j, to_row), StatePtr(j, from_row), layout_.kda_state_bytes_per_layer);
     std::memcpy(ConvPtr(j, to_row), ConvPtr(j, from_row), layout_.kda_conv_bytes_per_layer);
+  }
+}
+
+void CpuExecutor::SnapshotCopy(int32_t row, int32_t snapshot, bool restore) {
+  char* copy = kda_snapshots_.as<char>() + snapshot * kda_snapshot_bytes_;
+  for (int j = 0; j < layout_.num_kda_layers; ++j) {
+    for (auto [cache, bytes] :
+         {std::pair{reinterpret_cast<char*>(StatePtr(j, row)), layout_.kda_state_bytes_per_layer},
+          std::pair{reinterpret_cast<char*>(ConvPtr(j, row)), layout_.kda_conv_bytes_per_layer}}) {
+      std::memcpy(restore ? cache : copy, restore ? copy : cache, static_cast<size_t>(bytes));
+      copy += bytes;
+    }
   }
 }
 
@@ -80,7 +95,9 @@ void CpuExecutor::InitSlot(const ScheduledSequence& seq) {
 
 void CpuExecutor::BuildBatch(const StepPlan& plan) {
   if (batch_.size() < plan.sequences.size()) batch_.resize(plan.sequences.size());
+  snapshot_of_.assign(plan.sequences.size(), -1);
   int64_t draft_rows = 0;
+  int32_t num_snapshots = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const ScheduledSequence& seq = plan.sequences[i];
     ForwardSequence& f = batch_[i];
@@ -98,9 +115,14 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
     f.num_last_logits = 1 + seq.num_draft_tokens;
     // KDA caches advance only by the tokens the sampler keeps (replayed after sampling).
     f.kda_draft_row = -1;
+    f.kda_update_caches = false;
     if (seq.num_draft_tokens > 0 && layout_.num_kda_layers > 0) {
       f.kda_draft_row = draft_rows;
       draft_rows += f.num_new_tokens;
+      if ((num_snapshots + 1) * kda_snapshot_bytes_ <= kda_snapshot_budget_) {
+        snapshot_of_[i] = num_snapshots++;
+        f.kda_update_caches = true;
+      }
     }
     CHECK_GE(static_cast<int64_t>(seq.block_table.size()) * layout_.block_size,
              seq.num_computed_tokens + f.num_new_tokens)
@@ -125,6 +147,10 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
     }
   }
   if (draft_rows > 0) kda_drafts_.Reserve(model_.config(), draft_rows);
+  const auto snapshot_bytes = static_cast<size_t>(num_snapshots * kda_snapshot_bytes_);
+  if (kda_snapshots_.size() < snapshot_bytes) {
+    kda_snapshots_ = AlignedBuffer(snapshot_bytes, AlignedBuffer::Fill::kUninitialized);
+  }
 }
 
 StepResult CpuExecutor::Execute(const StepPlan& plan) {
@@ -139,8 +165,13 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   // 1. Slots that start this step (zeroed, or copied from a prefix-cache checkpoint).
   for (const ScheduledSequence& seq : plan.sequences) InitSlot(seq);
 
-  // 2. One forward over the ragged batch.
+  // 2. One forward over the ragged batch (the KDA caches of sequences verifying drafts in place
+  // copied aside first).
   BuildBatch(plan);
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    if (snapshot_of_[i] < 0) continue;
+    SnapshotCopy(layout_.SlotRow(plan.sequences[i].slot), snapshot_of_[i], /*restore=*/false);
+  }
   // Forward resizes expert_tokens (new entries zero) and counts into it.
   result->expert_tokens.clear();
   ForwardContext context = forward_context_;  // set_forward_context: exchange, workspace
@@ -180,11 +211,14 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
       ++accepted;
     }
     row += 1 + seq.num_draft_tokens;
+    // The KDA caches end up holding the tokens before the drafts and the accepted drafts.
     const ForwardSequence& f = batch_[i];
-    if (f.kda_draft_row >= 0) {
-      replays_.push_back(
-          {&f.cache, f.kda_draft_row, f.num_new_tokens - seq.num_draft_tokens + accepted});
+    const int64_t kept = f.num_new_tokens - seq.num_draft_tokens + accepted;
+    if (f.kda_draft_row < 0 || (f.kda_update_caches && kept == f.num_new_tokens)) continue;
+    if (f.kda_update_caches) {  // a rejection after an update in place: from the copy
+      SnapshotCopy(layout_.SlotRow(seq.slot), snapshot_of_[i], /*restore=*/true);
     }
+    replays_.push_back({&f.cache, f.kda_draft_row, kept});
   }
   result->sampled.resize(sampled);  // shrinks only: entries keep their capacity
   CHECK_EQ(row, NumLogitRows(ForwardBatch(batch_.data(), plan.sequences.size())));

@@ -7,6 +7,14 @@
 // log-probabilities of the raw model distribution when requested), the replay of the kept
 // tokens of sequences that verified drafts into their KDA caches (kda_drafts.h), slot →
 // checkpoint copies.
+//
+// Speculative drafts on the CPU: the replay costs about what the KDA layers spent on those
+// tokens in the forward (compute, no weights), the one part of a verifying step that a
+// snapshot saves when every draft is accepted — the common case where lookup drafts at all.
+// So while the copies fit in an eighth of the cache arena's bytes, a drafting sequence's KDA
+// caches are copied aside before the step and updated in place by the forward: all accepted,
+// nothing more to do; a rejection restores the copy and replays the kept tokens. Past that
+// budget sequences verify without updating and always replay.
 // Weights are applied once per step to all rows of the batch.
 #pragma once
 
@@ -56,6 +64,10 @@ class CpuExecutor : public StepExecutor {
   // exchange, Execute must run in lockstep on every rank, an empty plan included.
   void set_forward_context(const ForwardContext& context) { forward_context_ = context; }
 
+  // Bytes for copies of drafting sequences' KDA caches (default: an eighth of the arena; 0:
+  // every drafting sequence verifies without updating and replays).
+  void set_kda_snapshot_budget(int64_t bytes) { kda_snapshot_budget_ = bytes; }
+
   const kvcache::CacheLayout& layout() const { return layout_; }
   // Bytes of one KDA layer's state row (tests compare slots and checkpoints).
   const float* StateRow(int kda_layer, int32_t row) const;
@@ -65,6 +77,8 @@ class CpuExecutor : public StepExecutor {
   float* ConvPtr(int kda_layer, int32_t row) const;
   void InitSlot(const ScheduledSequence& seq);
   void CopyRow(int32_t from_row, int32_t to_row);
+  // Copies the KDA caches of state row `row` to copy `snapshot` (or back, `restore`).
+  void SnapshotCopy(int32_t row, int32_t snapshot, bool restore);
   // Fills batch_[0, plan.sequences.size()) from the plan.
   void BuildBatch(const StepPlan& plan);
 
@@ -80,6 +94,10 @@ class CpuExecutor : public StepExecutor {
   std::vector<float> logits_;
   KdaDraftRows kda_drafts_;
   std::vector<KdaReplay> replays_;
+  AlignedBuffer kda_snapshots_;       // [n][KDA layers][state, conv] from before the step
+  std::vector<int32_t> snapshot_of_;  // by plan index: its copy in kda_snapshots_, or −1
+  int64_t kda_snapshot_bytes_ = 0;    // one sequence's copy
+  int64_t kda_snapshot_budget_ = 0;   // bytes
   StepSampler sampler_;
 };
 

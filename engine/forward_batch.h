@@ -47,12 +47,15 @@ struct ForwardSequence {
   SequenceCacheView cache;
   LogitsMode logits = LogitsMode::kLast;
   int64_t num_last_logits = 1;  // with kLast: rows of the last min(n, num_new_tokens) tokens
-  // ≥ 0: the new tokens end in speculative drafts. KDA layers compute from the caches without
-  // changing them and keep the projected rows at rows [kda_draft_row, + num_new_tokens) of
-  // ForwardContext::kda_drafts, from which Model::ReplayKdaDrafts advances the caches by the
-  // tokens the sampler kept (engine/kda_drafts.h). MLA rows are written as usual: those of
-  // rejected drafts lie past the kept tokens and are overwritten later.
+  // ≥ 0: the new tokens end in speculative drafts. KDA layers keep the projected rows at rows
+  // [kda_draft_row, + num_new_tokens) of ForwardContext::kda_drafts, from which
+  // Model::ReplayKdaDrafts advances the caches by the tokens the sampler kept
+  // (engine/kda_drafts.h), and leave the caches as they were — unless kda_update_caches, when
+  // the caller keeps a copy of them from before the step to restore and replay from if a draft
+  // is rejected. MLA rows are written as usual: those of rejected drafts lie past the kept
+  // tokens and are overwritten later.
   int64_t kda_draft_row = -1;
+  bool kda_update_caches = false;
 };
 
 // A batch as the model sees it (a view: callers keep reusable storage, e.g. a vector that only

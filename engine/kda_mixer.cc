@@ -79,7 +79,7 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
     if (batch[s].kda_draft_row >= 0) {  // verifying drafts: replayed once they are judged
       CHECK(drafts != nullptr && seq.num_tokens > 1) << "draft rows of sequence " << s;
       drafts->Save(kda_index, batch[s].kda_draft_row, kda_rows, seq.row_offset, seq.num_tokens);
-      seq.update_caches = false;
+      seq.update_caches = batch[s].kda_update_caches;
     }
     if (seq.num_tokens == 1) {
       decode[num_decode++] = seq;

@@ -403,10 +403,11 @@ TEST_P(BatchingTest, CompressedLatentCachesBatchExactlyAndScoreCloseToF32) {
 }
 
 // Speculative decoding (prompt lookup) through the real executor: drafts verified in the
-// forward, a rejection rolled back to the snapshot of the KDA state and recomputed in the next
-// step. Greedy and seeded sampled requests — batched, chunked, preempted, drafts accepted and
-// rejected — give exactly the tokens of plain decoding (the sampler draws the same uniforms),
-// with logprobs within f32 rounding. A random-weight model rarely repeats itself, so each
+// forward, the KDA caches advanced by the kept tokens only — updated in place from a copy
+// restored on a rejection, or (no copy budget) left untouched and replayed. Greedy and seeded
+// sampled requests — batched, chunked, preempted, drafts accepted and rejected — give exactly
+// the tokens of plain decoding (the sampler draws the same uniforms), with logprobs within f32
+// rounding, both ways. A random-weight model rarely repeats itself, so each
 // request biases two or three tokens (logit_bias): its output then mostly walks among them as
 // the model's logits choose, and lookup drafts are often right and often wrong.
 TEST_P(BatchingTest, SpeculativeDecodingGivesThePlainDecodingTokens) {
@@ -437,32 +438,36 @@ TEST_P(BatchingTest, SpeculativeDecodingGivesThePlainDecodingTokens) {
   scheduler::Scheduler plain_sched(plain);
   engine::CpuExecutor plain_exec(*model_, layout);
   auto want = Drive(plain_sched, plain_exec, requests);
-  scheduler::Scheduler spec_sched(spec);
-  engine::CpuExecutor spec_exec(*model_, layout);
-  int64_t preemptions = 0;
-  auto got = Drive(spec_sched, spec_exec, requests, &preemptions);
+  for (const bool copies : {true, false}) {
+    const std::string how = copies ? "in place" : "replayed";
+    scheduler::Scheduler spec_sched(spec);
+    engine::CpuExecutor spec_exec(*model_, layout);
+    spec_exec.set_kda_snapshot_budget(copies ? layout.TotalBytes() : 0);
+    int64_t preemptions = 0;
+    auto got = Drive(spec_sched, spec_exec, requests, &preemptions);
 
-  for (const auto& r : requests) {
-    const Output& g = got[r.request_id];
-    const Output& w = want[r.request_id];
-    ASSERT_TRUE(g.finished) << r.request_id;
-    EXPECT_EQ(g.tokens, w.tokens) << r.request_id;
-    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << r.request_id;
-    for (size_t i = 0; i < g.logprobs.size(); ++i) {
-      EXPECT_NEAR(g.logprobs[i], w.logprobs[i], 1e-4f) << r.request_id << " token " << i;
+    for (const auto& r : requests) {
+      const Output& g = got[r.request_id];
+      const Output& w = want[r.request_id];
+      ASSERT_TRUE(g.finished) << r.request_id << " " << how;
+      EXPECT_EQ(g.tokens, w.tokens) << r.request_id << " " << how;
+      ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << r.request_id;
+      for (size_t i = 0; i < g.logprobs.size(); ++i) {
+        EXPECT_NEAR(g.logprobs[i], w.logprobs[i], 1e-4f) << r.request_id << " token " << i;
+      }
     }
+    const scheduler::SchedulerStats st = spec_sched.stats();
+    std::printf("%s: drafts %lld, %lld of %lld draft tokens accepted, %lld preemptions\n",
+                how.c_str(), static_cast<long long>(st.num_spec_drafts_total),
+                static_cast<long long>(st.num_spec_accepted_tokens_total),
+                static_cast<long long>(st.num_spec_draft_tokens_total),
+                static_cast<long long>(preemptions));
+    EXPECT_GT(st.num_spec_accepted_tokens_total, 0) << "no draft was ever accepted";
+    EXPECT_GT(st.num_spec_draft_tokens_total, st.num_spec_accepted_tokens_total)
+        << "no draft was ever rejected";
+    EXPECT_EQ(spec_sched.block_pool().num_free(), layout.num_blocks);
+    EXPECT_EQ(spec_sched.slot_pool().num_free(), layout.num_slots);
   }
-  const scheduler::SchedulerStats st = spec_sched.stats();
-  std::printf("drafts %lld, %lld of %lld draft tokens accepted, %lld preemptions\n",
-              static_cast<long long>(st.num_spec_drafts_total),
-              static_cast<long long>(st.num_spec_accepted_tokens_total),
-              static_cast<long long>(st.num_spec_draft_tokens_total),
-              static_cast<long long>(preemptions));
-  EXPECT_GT(st.num_spec_accepted_tokens_total, 0) << "no draft was ever accepted";
-  EXPECT_GT(st.num_spec_draft_tokens_total, st.num_spec_accepted_tokens_total)
-      << "no draft was ever rejected";
-  EXPECT_EQ(spec_sched.block_pool().num_free(), layout.num_blocks);
-  EXPECT_EQ(spec_sched.slot_pool().num_free(), layout.num_slots);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchingTest, testing::Values("k3", "kimi-linear"),
