@@ -1,13 +1,13 @@
 // KdaDraftRows: the projected KDA inputs of tokens a forward verifies as speculative drafts,
 // kept until the sampler has judged the drafts (MODEL.md §3.7 rule 6).
 //
-// A verifying forward cannot know which of its tokens will be kept, so its KDA layers compute
-// from each sequence's caches without changing them (kernels/cpu/kda_layer.h, update_caches)
-// and save the rows here; Model::ReplayKdaDrafts then runs the first 1 + accepted of them
-// through the same kernels from the untouched caches. The replay reads no weights (the rows are
-// already projected) and touches each state once, where snapshotting the state before the
-// step and recomputing the accepted tokens in a later forward would cost a copy of every
-// state plus a forward pass over them.
+// A verifying forward cannot know which of its tokens will be kept, so its KDA layers save the
+// rows here and either compute from each sequence's caches without changing them
+// (kernels/cpu/kda_layer.h, update_caches) or update them while the caller holds a copy from
+// before the step; Model::ReplayKdaDrafts then runs the first 1 + accepted rows through the
+// same kernels from the untouched (or restored) caches. The replay reads no weights (the rows
+// are already projected) and touches each state once, where recomputing the accepted tokens
+// in a later forward would cost a forward pass over them (CpuExecutor chooses per sequence).
 //
 // Layout: per KDA layer, q, k, v, f [num_rows, P] and b [num_rows, H] (P = H·D), a sequence's
 // rows at its ForwardSequence::kda_draft_row.
