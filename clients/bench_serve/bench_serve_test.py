@@ -58,7 +58,7 @@ class Scripted(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        cls = Scripted
+        cls = type(self)
         with cls.lock:
             cls.bodies.append(body)
             cls.count += 1
@@ -93,14 +93,24 @@ class Scripted(BaseHTTPRequestHandler):
         self.chunk(b"")
 
 
+def scripted_server():
+    """A scripted server on a free port, with its own request log and counters."""
+    handler = type("ScriptedRun", (Scripted,), {"lock": threading.Lock(), "bodies": [],
+                                                "active": 0, "max_active": 0, "count": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.handle_error = lambda request, address: None  # clients that timed out and left
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, handler
+
+
 def run_bench(*args, timeout=240):
     return subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=timeout)
 
 
 class ScriptedServerTest(unittest.TestCase):
     def test_timing_concurrency_failures_and_request_bodies(self):
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server, handler = scripted_server()
         out = tempfile.mkdtemp()
         try:
             r = run_bench("--base-url", f"http://127.0.0.1:{server.server_port}",
@@ -134,10 +144,11 @@ class ScriptedServerTest(unittest.TestCase):
         for itls in j["itls"]:
             self.assertIn(len(itls), (0, 5))  # 6 chunks: 5 gaps (none for the refused)
         # Two at a time: 6 streams of ≥ 0.8 s each ≥ 2.4 s.
-        self.assertLessEqual(Scripted.max_active, 2)
+        self.assertLessEqual(handler.max_active, 2)
         self.assertGreaterEqual(j["duration"], 2.4)
         self.assertAlmostEqual(j["request_throughput"], 6 / j["duration"], places=6)
-        for body in Scripted.bodies:
+        self.assertEqual(len(handler.bodies), 9)
+        for body in handler.bodies:
             self.assertTrue(body["stream"])
             self.assertEqual(body["stream_options"], {"include_usage": True})
             self.assertEqual(body["max_tokens"], 6)
@@ -146,6 +157,24 @@ class ScriptedServerTest(unittest.TestCase):
             self.assertEqual(body["model"], "scripted")
             self.assertEqual(len(body["prompt"]), 8)
             self.assertTrue(all(0 <= t < VOCAB for t in body["prompt"]))
+
+
+    def test_request_timeout_fails_slow_requests_naming_the_limit(self):
+        server, _ = scripted_server()
+        try:
+            start = time.time()
+            r = run_bench("--base-url", f"http://127.0.0.1:{server.server_port}",
+                          "--num-prompts", "4", "--random-input-len", "4",
+                          "--random-output-len", "3", "--request-timeout", "0.15")
+            elapsed = time.time() - start
+        finally:
+            server.shutdown()
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"Successful requests:\s+0\n")
+        self.assertRegex(r.stdout, r"Failed requests:\s+4\n")
+        self.assertTrue("no complete response within --request-timeout 0.15 s" in r.stderr
+                        or "HTTP 400" in r.stderr, r.stderr)
+        self.assertLess(elapsed, 10)
 
 
 class BadInputTest(unittest.TestCase):

@@ -108,6 +108,21 @@ Chunk ReadChunk(const std::string& data) {
   return c;
 }
 
+using Buffer = std::array<char, 16384>;
+
+// One read from the socket into the reader, then the end of the stream when the peer closed
+// it. Errors: a malformed response, a socket error (`ec` tells which).
+asio::awaitable<absl::Status> ReadInto(tcp::socket& socket, HttpResponseReader& reader,
+                                       Buffer& buffer, boost::system::error_code& ec) {
+  const size_t n = co_await socket.async_read_some(asio::buffer(buffer),
+                                                   asio::redirect_error(asio::use_awaitable, ec));
+  absl::Status s = n > 0 ? reader.Feed(absl::string_view(buffer.data(), n)) : absl::OkStatus();
+  if (s.ok() && ec) {
+    s = ec == asio::error::eof ? reader.Close() : absl::UnavailableError(ec.message());
+  }
+  co_return s;
+}
+
 struct Run {
   const LoadOptions& options;
   const std::vector<BenchRequest>& requests;
@@ -144,18 +159,14 @@ asio::awaitable<void> SendOne(Run& run, size_t i) {
                                asio::redirect_error(asio::use_awaitable, ec));
   }
   HttpResponseReader reader;
-  std::array<char, 16384> buffer;
+  Buffer buffer;
   Clock::time_point last{};
   int64_t chunks = 0;
   bool done = false;
   std::string error = ec ? absl::StrCat("cannot send the request: ", ec.message()) : "";
   while (error.empty() && !done) {
-    const size_t n = co_await socket.async_read_some(asio::buffer(buffer),
-                                                     asio::redirect_error(asio::use_awaitable, ec));
+    const absl::Status s = co_await ReadInto(socket, reader, buffer, ec);
     const Clock::time_point now = Clock::now();
-    absl::Status s = n > 0 ? reader.Feed(absl::string_view(buffer.data(), n)) : absl::OkStatus();
-    if (s.ok() && ec)
-      s = ec == asio::error::eof ? reader.Close() : absl::UnavailableError(ec.message());
     if (!s.ok()) {
       error = run.options.request_timeout_s > 0 && ec == asio::error::operation_aborted
                   ? absl::StrCat("no complete response within --request-timeout ",
@@ -280,17 +291,11 @@ absl::StatusOr<HttpReply> HttpCall(const Target& target, const std::string& meth
     co_await asio::async_write(socket, asio::buffer(text),
                                asio::redirect_error(asio::use_awaitable, e));
     HttpResponseReader reader;
-    std::array<char, 16384> buffer;
+    Buffer buffer;
     while (!e && !reader.complete()) {
-      const size_t n = co_await socket.async_read_some(
-          asio::buffer(buffer), asio::redirect_error(asio::use_awaitable, e));
-      absl::Status s = n > 0 ? reader.Feed(absl::string_view(buffer.data(), n)) : absl::OkStatus();
-      if (s.ok() && e) {
-        s = e == asio::error::eof
-                ? reader.Close()
-                : absl::UnavailableError(absl::StrCat(method, " ", path, ": ", e.message()));
-      }
-      if (!s.ok()) co_return s;
+      const absl::Status s = co_await ReadInto(socket, reader, buffer, e);
+      if (!s.ok())
+        co_return absl::Status(s.code(), absl::StrCat(method, " ", path, ": ", s.message()));
     }
     reply.status = reader.status();
     reply.body = reader.body();
