@@ -58,6 +58,8 @@ TEST(StepLayoutTest, DecodeSequencesComeFirstAndEmptyOnesAreLeftOut) {
   EXPECT_EQ(s.num_decode, 2);
   EXPECT_EQ(s.num_prefill(), 2);
   EXPECT_EQ(s.num_rows, 10);
+  EXPECT_EQ(s.num_drafting, 0);
+  EXPECT_EQ(s.first_draft_row, 10);
   EXPECT_EQ(s.row_offset, (std::vector<int64_t>{0, 1, 2, 7, 10}));
   EXPECT_EQ(Slice(s, s.token_ids, 10), (std::vector<int32_t>{6, 8, 1, 2, 3, 4, 5, 20, 21, 22}));
   EXPECT_EQ(s.ints[s.live_rows], 10);
@@ -100,18 +102,25 @@ TEST(StepLayoutTest, SlotsAndLogitRowsFollowPlanOrder) {
   EXPECT_EQ(Slice(s, s.logit_rows, 2), (std::vector<int32_t>{6, 0}));
 }
 
-TEST(StepLayoutTest, DraftingSequencesSampleTheRowBeforeEachDraftAndTheLast) {
-  // A (plan 0, rows 2..6) carries drafts 4, 5: the rows of its tokens 3, 4 and 5 are sampled
-  // (execution rows 4, 5, 6), then B's.
+TEST(StepLayoutTest, DraftingSequencesRunLastAndSampleTheRowBeforeEachDraftAndTheLast) {
+  // A (plan 0) carries drafts 4, 5: it runs after the other prefill sequence E (its KDA rows
+  // are kept for a replay: a contiguous tail of the step), so its rows are 5..9 and the rows of
+  // its tokens 3, 4 and 5 are sampled (execution rows 7, 8, 9), then B's.
   StepPlan plan = MixedPlan();
   plan.sequences[0].num_draft_tokens = 2;
   StepLayout s;
   BuildStepLayout(plan, Layout(1), &s);
+  EXPECT_EQ(s.plan_index, (std::vector<int32_t>{1, 3, 4, 0}));
+  EXPECT_EQ(s.num_drafting, 1);
+  EXPECT_EQ(s.first_draft_row, 5);
+  EXPECT_EQ(s.row_offset, (std::vector<int64_t>{0, 1, 2, 5, 10}));
+  EXPECT_EQ(Slice(s, s.prefill_cu, 3), (std::vector<int32_t>{0, 3, 8}));
+  EXPECT_EQ(Slice(s, s.kda_slots, 4), (std::vector<int32_t>{0, 6, 2, 3}));
   EXPECT_EQ(s.sampled_plan_index, (std::vector<int32_t>{0, 0, 0, 1}));
   EXPECT_EQ(s.sampled_rows_back, (std::vector<int32_t>{2, 1, 0, 0}));
   EXPECT_EQ(s.sampled_logit_row, (std::vector<int32_t>{0, 1, 2, 3}));
   EXPECT_EQ(s.num_logit_rows, 4);
-  EXPECT_EQ(Slice(s, s.logit_rows, 4), (std::vector<int32_t>{4, 5, 6, 0}));
+  EXPECT_EQ(Slice(s, s.logit_rows, 4), (std::vector<int32_t>{7, 8, 9, 0}));
 }
 
 TEST(StepLayoutTest, ScoredRowsFollowTheSampledRows) {
