@@ -93,11 +93,11 @@ class Scripted(BaseHTTPRequestHandler):
         self.chunk(b"")
 
 
-def scripted_server():
-    """A scripted server on a free port, with its own request log and counters."""
+def scripted_server(port=0):
+    """A scripted server (on a free port by default), with its own request log and counters."""
     handler = type("ScriptedRun", (Scripted,), {"lock": threading.Lock(), "bodies": [],
                                                 "active": 0, "max_active": 0, "count": 0})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.daemon_threads = True
     server.handle_error = lambda request, address: None  # clients that timed out and left
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -175,6 +175,26 @@ class ScriptedServerTest(unittest.TestCase):
         self.assertTrue("no complete response within --request-timeout 0.15 s" in r.stderr
                         or "HTTP 400" in r.stderr, r.stderr)
         self.assertLess(elapsed, 10)
+
+
+    def test_ready_check_waits_for_a_server_that_starts_late(self):
+        import socket
+        with socket.socket() as probe:  # a free port, listened on only later
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        bench = subprocess.Popen(
+            [BENCH, "--base-url", f"http://127.0.0.1:{port}", "--num-prompts", "2",
+             "--random-input-len", "4", "--random-output-len", "2", "--ready-check-timeout-sec",
+             "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        self.assertIsNone(bench.poll(), "gave up before the server started")
+        server, _ = scripted_server(port)
+        try:
+            out, err = bench.communicate(timeout=120)
+        finally:
+            server.shutdown()
+        self.assertEqual(bench.returncode, 0, out + err)
+        self.assertRegex(out, r"Successful requests:\s+2\n")
 
 
 class BadInputTest(unittest.TestCase):

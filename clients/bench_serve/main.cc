@@ -3,6 +3,7 @@
 // ITL and end-to-end latency percentiles, request / token throughput and goodput under an SLO,
 // printed as a table and saved as JSON. Flags and JSON fields follow vLLM's `bench serve`, so a
 // run against Strata and one against another server compare directly.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,6 +54,7 @@ constexpr char kUsage[] = R"(usage: strata-bench-serve [flags]
   --percentile-metrics LIST  of ttft,tpot,itl,e2el to print (default ttft,tpot,itl)
   --metric-percentiles LIST  e.g. 50,90,99 (default)
   --request-timeout S        a request still running after S seconds fails (default: none)
+  --ready-check-timeout-sec S  wait up to S seconds for the server to answer (default 0)
   --save-result              write the result JSON (--result-dir, --result-filename)
 Exit status: 0 when every request succeeded, 1 when some failed, 2 on bad flags or no server.
 )";
@@ -122,6 +125,7 @@ struct Config {
   std::vector<double> percents = {50, 90, 99};
   bool save = false;
   std::string result_dir = ".", result_filename;
+  double ready_timeout_s = 0;  // wait this long for the server to answer /v1/models
 };
 
 absl::StatusOr<Config> ParseConfig(const client::ClientFlags& f) {
@@ -189,7 +193,8 @@ absl::StatusOr<Config> ParseConfig(const client::ClientFlags& f) {
         get_int("max-concurrency", &c.load.max_concurrency, 1), get_int("seed", &seed, 0),
         get_double("random-range-ratio", &c.random.range_ratio),
         get_double("burstiness", &c.burstiness),
-        get_double("request-timeout", &c.load.request_timeout_s)}) {
+        get_double("request-timeout", &c.load.request_timeout_s),
+        get_double("ready-check-timeout-sec", &c.ready_timeout_s)}) {
     if (!s.ok()) return s;
   }
   if (!(c.random.range_ratio >= 0 && c.random.range_ratio < 1)) {
@@ -247,11 +252,22 @@ absl::StatusOr<Config> ParseConfig(const client::ClientFlags& f) {
   return c;
 }
 
+// Waits until GET /v1/models answers 200 (a server still loading its model answers 503), at
+// most `timeout_s`; the last error after that.
+absl::StatusOr<Json> WaitForModels(const Target& target, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    absl::StatusOr<Json> models = GetJson(target, "GET", "/v1/models");
+    if (models.ok() || std::chrono::steady_clock::now() >= deadline) return models;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
 // The model name and, for the random dataset, the vocabulary, asked from the server.
 absl::Status Discover(Config& c) {
+  absl::StatusOr<Json> models = WaitForModels(c.target, c.ready_timeout_s);
+  if (!models.ok()) return models.status();
   if (c.load.model.empty()) {
-    absl::StatusOr<Json> models = GetJson(c.target, "GET", "/v1/models");
-    if (!models.ok()) return models.status();
     const Json& data = (*models)["data"];
     if (!data.is_array() || data.empty() || !data[0].contains("id")) {
       return absl::FailedPreconditionError("GET /v1/models lists no model: pass --model");
@@ -329,7 +345,8 @@ int Main(const std::vector<std::string>& args) {
                                                    "metric-percentiles",
                                                    "request-timeout",
                                                    "result-dir",
-                                                   "result-filename"};
+                                                   "result-filename",
+                                                   "ready-check-timeout-sec"};
   static const std::set<std::string> kSwitches = {"ignore-eos", "save-result", "help"};
   absl::StatusOr<client::ClientFlags> flags =
       client::ClientFlags::Parse(args, kWithValue, kSwitches);
