@@ -208,6 +208,9 @@ class BadInputTest(unittest.TestCase):
             (["--endpoint", "/v1/chat/completions"], "/v1/completions"),
             (["--base-url", "https://x:1"], "https is not supported"),
             (["--frobnicate"], "unknown flag --frobnicate"),
+            (["--backend", "tgi"], "openai, vllm or openai-chat"),
+            # openai-chat means the chat endpoint, which the random (token-id) dataset cannot use
+            (["--backend", "openai-chat"], "use --endpoint /v1/completions"),
             (["--base-url", "http://127.0.0.1:9"], "cannot connect"),
         ]:
             r = run_bench(*args, timeout=60)
@@ -292,7 +295,7 @@ class StrataServeTest(unittest.TestCase):
                  for i in range(3)]
         with open(path, "w") as f:
             json.dump(convs, f)
-        r = run_bench("--base-url", self.url, "--endpoint", "/v1/chat/completions",
+        r = run_bench("--base-url", self.url, "--backend", "openai-chat",  # the chat endpoint
                       "--dataset-name", "sharegpt", "--dataset-path", path,
                       "--num-prompts", "3", "--sharegpt-output-len", "5", "--ignore-eos")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

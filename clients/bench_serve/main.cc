@@ -33,6 +33,7 @@ using Json = nlohmann::json;
 constexpr char kUsage[] = R"(usage: strata-bench-serve [flags]
   --base-url URL             the server (default http://127.0.0.1:8000; or --host / --port)
   --endpoint PATH            /v1/completions (default) or /v1/chat/completions
+  --backend NAME             openai or vllm (completions), openai-chat (chat): vLLM's names
   --model NAME               default: the first model of /v1/models
   --api-key KEY              Authorization: Bearer KEY (default $OPENAI_API_KEY)
   --dataset-name NAME        random (default) or sharegpt
@@ -163,7 +164,16 @@ absl::StatusOr<Config> ParseConfig(const client::ClientFlags& f) {
   const char* env_key = std::getenv("OPENAI_API_KEY");
   c.target.api_key = f.Get("api-key").value_or(env_key != nullptr ? env_key : "");
   c.load.target = c.target;
-  c.load.endpoint = f.Get("endpoint").value_or("/v1/completions");
+  // vLLM's --backend picks the default endpoint: vllm / openai → completions, openai-chat →
+  // chat completions (all speak the OpenAI API here).
+  const std::string backend = f.Get("backend").value_or("openai");
+  if (backend != "openai" && backend != "vllm" && backend != "openai-chat") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend must be openai, vllm or openai-chat, got ", backend));
+  }
+  c.load.endpoint =
+      f.Get("endpoint")
+          .value_or(backend == "openai-chat" ? "/v1/chat/completions" : "/v1/completions");
   if (c.load.endpoint != "/v1/completions" && c.load.endpoint != "/v1/chat/completions") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--endpoint must be /v1/completions or /v1/chat/completions, got ", c.load.endpoint));
@@ -346,7 +356,8 @@ int Main(const std::vector<std::string>& args) {
                                                    "request-timeout",
                                                    "result-dir",
                                                    "result-filename",
-                                                   "ready-check-timeout-sec"};
+                                                   "ready-check-timeout-sec",
+                                                   "backend"};
   static const std::set<std::string> kSwitches = {"ignore-eos", "save-result", "help"};
   absl::StatusOr<client::ClientFlags> flags =
       client::ClientFlags::Parse(args, kWithValue, kSwitches);
