@@ -116,7 +116,8 @@ class ScriptedServerTest(unittest.TestCase):
             r = run_bench("--base-url", f"http://127.0.0.1:{server.server_port}",
                           "--num-prompts", "9", "--max-concurrency", "2",
                           "--random-input-len", "8", "--random-output-len", "6",
-                          "--ignore-eos", "--temperature", "0.5", "--goodput", "ttft:250",
+                          "--ignore-eos", "--temperature", "0.5",
+                          "--goodput", "ttft:250", "e2el:60000",  # vLLM's form: one word each
                           "--metric-percentiles", "50,99", "--percentile-metrics",
                           "ttft,tpot,itl,e2el", "--save-result", "--result-dir", out,
                           "--result-filename", "r.json")

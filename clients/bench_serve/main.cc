@@ -51,7 +51,8 @@ constexpr char kUsage[] = R"(usage: strata-bench-serve [flags]
   --seed S                   dataset and arrivals (default 0)
   --ignore-eos               generate max_tokens tokens whatever the model says
   --temperature T, --top-p P, --top-k K   sampling (default: the server's)
-  --goodput ttft:MS,tpot:MS,e2el:MS      the SLO for request_goodput
+  --goodput ttft:MS,tpot:MS,e2el:MS      the SLO for request_goodput (or vLLM's
+                             space-separated form: --goodput ttft:MS tpot:MS)
   --percentile-metrics LIST  of ttft,tpot,itl,e2el to print (default ttft,tpot,itl)
   --metric-percentiles LIST  e.g. 50,90,99 (default)
   --request-timeout S        a request still running after S seconds fails (default: none)
@@ -327,7 +328,22 @@ std::string Timestamp() {
   return text;
 }
 
-int Main(const std::vector<std::string>& args) {
+// vLLM takes `--goodput ttft:500 tpot:50` (several words): joined into one comma-separated value
+// so ported command lines parse.
+std::vector<std::string> JoinGoodputWords(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    out.push_back(args[i]);
+    if (args[i] != "--goodput") continue;
+    std::vector<std::string> words;
+    while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) words.push_back(args[++i]);
+    if (!words.empty()) out.push_back(absl::StrJoin(words, ","));
+  }
+  return out;
+}
+
+int Main(const std::vector<std::string>& raw_args) {
+  const std::vector<std::string> args = JoinGoodputWords(raw_args);
   static const std::set<std::string> kWithValue = {"base-url",
                                                    "host",
                                                    "port",
