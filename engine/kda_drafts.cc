@@ -1,7 +1,6 @@
 #include "engine/kda_drafts.h"
 
 #include <cstring>
-#include <utility>
 
 #include "core/check.h"
 
@@ -16,17 +15,13 @@ void KdaDraftRows::Reserve(const ModelConfig& cfg, int64_t num_rows) {
   if (data_.size() < floats) data_.resize(floats);
 }
 
-const float* KdaDraftRows::LayerBase(int kda_index) const {
+size_t KdaDraftRows::LayerOffset(int kda_index) const {
   CHECK(kda_index >= 0 && kda_index < num_layers_);
-  return data_.data() + kda_index * num_rows_ * (4 * width_ + heads_);
-}
-
-float* KdaDraftRows::LayerBase(int kda_index) {
-  return const_cast<float*>(std::as_const(*this).LayerBase(kda_index));
+  return static_cast<size_t>(kda_index * num_rows_ * (4 * width_ + heads_));
 }
 
 kernels::cpu::KdaRows KdaDraftRows::Layer(int kda_index) const {
-  const float* base = LayerBase(kda_index);
+  const float* base = data_.data() + LayerOffset(kda_index);
   const int64_t plane = num_rows_ * width_;
   kernels::cpu::KdaRows rows;
   rows.q = base;
@@ -42,7 +37,7 @@ void KdaDraftRows::Save(int kda_index, int64_t row, const kernels::cpu::KdaRows&
                         int64_t from_row, int64_t count) {
   CHECK(row >= 0 && count >= 0 && row + count <= num_rows_)
       << "draft rows [" << row << ", " << row + count << ") of " << num_rows_;
-  float* to = LayerBase(kda_index);
+  float* to = data_.data() + LayerOffset(kda_index);
   auto copy = [&](const float* src, int64_t width) {
     std::memcpy(to + row * width, src + from_row * width,
                 static_cast<size_t>(count * width) * sizeof(float));

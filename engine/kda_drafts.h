@@ -38,8 +38,8 @@ class KdaDraftRows {
   kernels::cpu::KdaRows Layer(int kda_index) const;
 
  private:
-  float* LayerBase(int kda_index);
-  const float* LayerBase(int kda_index) const;
+  // Index in data_ of layer `kda_index`'s first plane.
+  size_t LayerOffset(int kda_index) const;
   int64_t num_rows_ = 0, width_ = 0, heads_ = 0, num_layers_ = 0;
   std::vector<float> data_;
 };

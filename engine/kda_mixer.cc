@@ -36,6 +36,29 @@ kernels::cpu::KdaLayerParams LayerParams(const ModelConfig& cfg, const KdaWeight
   return p;
 }
 
+// Every one-token sequence through KdaDecode, every longer one through KdaPrefill (which kernel a
+// sequence takes depends only on its own token count: batch invariance, and a replay of one
+// kept token takes the kernel plain decoding would).
+void RunKdaKernels(const kernels::cpu::KdaLayerParams& params,
+                   absl::Span<const kernels::cpu::KdaSequence> seqs,
+                   const kernels::cpu::KdaRows& rows, float* y, Workspace& ws) {
+  WorkspaceScope scope(ws);
+  const auto n = static_cast<int64_t>(seqs.size());
+  auto* decode = ws.Array<kernels::cpu::KdaSequence>(n);
+  auto* prefill = ws.Array<kernels::cpu::KdaSequence>(n);
+  int64_t num_decode = 0, num_prefill = 0;
+  for (const kernels::cpu::KdaSequence& seq : seqs) {
+    if (seq.num_tokens == 1) {
+      decode[num_decode++] = seq;
+    } else {
+      prefill[num_prefill++] = seq;
+    }
+  }
+  kernels::cpu::KdaDecode(params, decode, num_decode, rows, y);
+  kernels::cpu::KdaPrefill(params, prefill, num_prefill, rows, kernels::cpu::kKdaDefaultChunkSize,
+                           y);
+}
+
 }  // namespace
 
 void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x, int64_t num_rows,
@@ -68,29 +91,20 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
 
   const kernels::cpu::KdaRows kda_rows{q_raw, k_raw, v_raw, f, b, gate};
   const size_t index = static_cast<size_t>(kda_index);
-  const auto num_seqs = static_cast<int64_t>(batch.size());
-  auto* decode = ws.Array<kernels::cpu::KdaSequence>(num_seqs);
-  auto* prefill = ws.Array<kernels::cpu::KdaSequence>(num_seqs);
-  int64_t num_decode = 0, num_prefill = 0;
+  auto* seqs = ws.Array<kernels::cpu::KdaSequence>(static_cast<int64_t>(batch.size()));
+  size_t num_seqs = 0;
   for (size_t s = 0; s < batch.size(); ++s) {
     if (rows[s].count == 0) continue;
-    kernels::cpu::KdaSequence seq{rows[s].offset, rows[s].count, batch[s].cache.kda_state[index],
-                                  batch[s].cache.kda_conv[index]};
+    kernels::cpu::KdaSequence& seq = seqs[num_seqs++];
+    seq = {rows[s].offset, rows[s].count, batch[s].cache.kda_state[index],
+           batch[s].cache.kda_conv[index]};
     if (batch[s].kda_draft_row >= 0) {  // verifying drafts: replayed once they are judged
       CHECK(drafts != nullptr && seq.num_tokens > 1) << "draft rows of sequence " << s;
       drafts->Save(kda_index, batch[s].kda_draft_row, kda_rows, seq.row_offset, seq.num_tokens);
       seq.update_caches = batch[s].kda_update_caches;
     }
-    if (seq.num_tokens == 1) {
-      decode[num_decode++] = seq;
-    } else {
-      prefill[num_prefill++] = seq;
-    }
   }
-  const kernels::cpu::KdaLayerParams params = LayerParams(cfg, w);
-  kernels::cpu::KdaDecode(params, decode, num_decode, kda_rows, y);
-  kernels::cpu::KdaPrefill(params, prefill, num_prefill, kda_rows,
-                           kernels::cpu::kKdaDefaultChunkSize, y);
+  RunKdaKernels(LayerParams(cfg, w), absl::MakeConstSpan(seqs, num_seqs), kda_rows, y, ws);
   LinearForward(w.o_proj, y, num_rows, out);
 }
 
@@ -100,26 +114,15 @@ void KdaReplayLayer(const ModelConfig& cfg, const KdaWeights& w, const KdaDraftR
                     absl::Span<const KdaReplay> sequences, int kda_index, Workspace& ws) {
   WorkspaceScope scope(ws);
   const size_t index = static_cast<size_t>(kda_index);
-  const auto num_seqs = static_cast<int64_t>(sequences.size());
-  auto* decode = ws.Array<kernels::cpu::KdaSequence>(num_seqs);
-  auto* prefill = ws.Array<kernels::cpu::KdaSequence>(num_seqs);
-  int64_t num_decode = 0, num_prefill = 0;
-  for (const KdaReplay& r : sequences) {
+  auto* seqs = ws.Array<kernels::cpu::KdaSequence>(static_cast<int64_t>(sequences.size()));
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const KdaReplay& r = sequences[i];
     CHECK(r.num_tokens >= 1 && r.draft_row + r.num_tokens <= drafts.num_rows());
-    const kernels::cpu::KdaSequence seq{r.draft_row, r.num_tokens, r.cache->kda_state[index],
-                                        r.cache->kda_conv[index]};
-    if (seq.num_tokens == 1) {
-      decode[num_decode++] = seq;
-    } else {
-      prefill[num_prefill++] = seq;
-    }
+    seqs[i] = {r.draft_row, r.num_tokens, r.cache->kda_state[index], r.cache->kda_conv[index]};
   }
   float* y = ws.Floats(drafts.num_rows() * cfg.kda.projection_size());
-  const kernels::cpu::KdaLayerParams params = LayerParams(cfg, w);
-  const kernels::cpu::KdaRows rows = drafts.Layer(kda_index);
-  kernels::cpu::KdaDecode(params, decode, num_decode, rows, y);
-  kernels::cpu::KdaPrefill(params, prefill, num_prefill, rows, kernels::cpu::kKdaDefaultChunkSize,
-                           y);
+  RunKdaKernels(LayerParams(cfg, w), absl::MakeConstSpan(seqs, sequences.size()),
+                drafts.Layer(kda_index), y, ws);
 }
 
 }  // namespace strata::engine
