@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -340,6 +341,8 @@ std::string Promtool(const std::string& exposition, int* rc) {
   std::ifstream log(path + ".out");
   std::stringstream findings;
   findings << log.rdbuf();
+  std::remove(path.c_str());
+  std::remove((path + ".out").c_str());
   return findings.str();
 }
 
