@@ -79,6 +79,7 @@ ChoiceDelta ChoiceDecoder::Apply(const server::StreamEvent& event) {
     return delta;
   }
   const bool stopped_by_token = event.finish == server::FinishReason::kStop;
+  delta.num_tokens = static_cast<int>(event.token_ids.size());
   for (size_t i = 0; i < event.token_ids.size(); ++i) {
     const int32_t id = event.token_ids[i];
     if (options_.logprobs) {

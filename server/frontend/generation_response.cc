@@ -188,7 +188,11 @@ void GenerationResponse::AddPromptScores(const Choice& c, FinalChoice* final) co
 
 void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::string* body) const {
   const int index = c.spec->index;
-  const bool has_text = !d.text.empty() || !d.logprobs.empty();
+  // A step whose tokens show nothing yet still gets its (empty) text chunk, unless the finish
+  // chunk follows anyway: one chunk per engine step, as vLLM streams.
+  const bool silent_step =
+      d.num_tokens > 0 && !d.finish_reason && d.reasoning.empty() && d.tool_calls.empty();
+  const bool has_text = !d.text.empty() || !d.logprobs.empty() || silent_step;
   if (c.responses) {
     *body += c.responses->Delta(d);
     return;
@@ -342,6 +346,7 @@ bool GenerationResponse::Poll(http::HttpResponse* out) {
       if (c.spec->prompt_only) {  // the token generated only because the engine needs one
         delta.text.clear();
         delta.logprobs.clear();
+        delta.num_tokens = 0;
         if (delta.finish_reason) delta.finish_reason = "length";
       }
       if (spec_.stream && spec_.echo_logprobs >= 0 && !c.echoed && !event.token_ids.empty()) {

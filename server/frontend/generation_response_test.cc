@@ -138,5 +138,45 @@ TEST(GenerationResponseTest, CancelReportsAbortedChoicesOnce) {
   EXPECT_EQ(h.finished[1].finished_reason, "abort");
 }
 
+// Every engine step is a chunk, as vLLM streams, even when its token shows no text yet (here the
+// first bytes of a three-byte character): clients and load generators see each step's timing.
+TEST(GenerationResponseTest, StreamSendsAChunkPerStepEvenWhenItsTokenShowsNothingYet) {
+  for (ApiKind kind : {ApiKind::kCompletion, ApiKind::kChat}) {
+    Harness h;
+    auto response = h.Make(kind, /*stream=*/true, 1);
+    const std::vector<int32_t> ids = h.fixture.Ids("\xe2\x82\xac");  // U+20AC, one id per byte
+    ASSERT_EQ(ids.size(), 3u);
+    std::vector<std::string> texts;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const bool last = i + 1 == ids.size();
+      h.streams[0]->Push(Event({ids[i]}, static_cast<int64_t>(i + 1), 0,
+                               last ? std::optional(server::FinishReason::kLength) : std::nullopt));
+      http::HttpResponse out;
+      EXPECT_EQ(response->Poll(&out), last);
+      for (const std::string& e : Events(out.body)) {
+        if (e == "data: [DONE]") continue;
+        const Json chunk = Json::parse(e.substr(6));
+        if (chunk["choices"].empty()) continue;  // usage
+        const Json& choice = chunk["choices"][0];
+        if (kind == ApiKind::kCompletion) {
+          texts.push_back(choice["text"].get<std::string>() + "|" +
+                          (choice["finish_reason"].is_null() ? "" : "end"));
+        } else if (choice["delta"].contains("role")) {
+          continue;  // the opening chunk
+        } else if (choice["delta"].contains("content")) {
+          texts.push_back(choice["delta"]["content"].get<std::string>());
+        } else if (!choice["finish_reason"].is_null()) {
+          texts.push_back("end");
+        }
+      }
+    }
+    if (kind == ApiKind::kCompletion) {
+      EXPECT_THAT(texts, ElementsAre("|", "|", "\xe2\x82\xac|", "|end"));
+    } else {
+      EXPECT_THAT(texts, ElementsAre("", "", "\xe2\x82\xac", "end"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::frontend
