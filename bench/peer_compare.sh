@@ -35,28 +35,13 @@ for f in "$build/strata" "$build/tools/strata-make-checkpoint" "$peer/hf2gguf.py
   [[ -e $f ]] || { echo "peer_compare: missing $f" >&2; exit 2; }
 done
 
-# 1. llama.cpp through node-llama-cpp's prebuilt binary (CPU build).
-nlc_version=3.22.1
-if [[ ! -d $scratch/node_modules/node-llama-cpp ]]; then
-  (cd "$scratch" && [[ -f package.json ]] || npm init -y >/dev/null
-   cd "$scratch" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm i -E "node-llama-cpp@$nlc_version" \
-     --no-audit --no-fund >/dev/null)
-fi
-export NODE_LLAMA_CPP_DIR="$scratch/node_modules/node-llama-cpp"
-llama_release=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["release"])' \
-  "$NODE_LLAMA_CPP_DIR/llama/binariesGithubRelease.json" 2>/dev/null || echo unknown)
+# 1. llama.cpp through node-llama-cpp's prebuilt binary (CPU build); one checkpoint, two formats.
+source "$(dirname "${BASH_SOURCE[0]}")/peer_setup.sh"
+peer_setup "$build" "$scratch"
+model=$peer_model
+gguf=$peer_gguf
 
-# 2. One checkpoint, two formats.
-model=$scratch/bench_model
-if [[ ! -f $model/config.json ]]; then
-  "$build/tools/strata-make-checkpoint" --preset bench --out "$model" >/dev/null
-fi
-gguf=$scratch/bench.gguf
-if [[ ! -f $gguf || $gguf -ot $model/config.json ]]; then
-  /usr/bin/python3 "$peer/hf2gguf.py" "$model" "$gguf" >/dev/null
-fi
-
-# 3. Alternating rounds.
+# 2. Alternating rounds.
 results=$scratch/results.jsonl
 : >"$results"
 for ((r = 1; r <= rounds; ++r)); do
@@ -72,7 +57,7 @@ for ((r = 1; r <= rounds; ++r)); do
     "$scratch/llama_round.json" >>"$results"
 done
 
-# 4. Table.
+# 3. Table.
 python3 - "$results" "$llama_release" "$nlc_version" "$threads" "$pp" "$tg" <<'EOF'
 import datetime, json, statistics, sys
 

@@ -1,0 +1,32 @@
+# Sourced by the llama.cpp comparisons (peer_compare.sh, peer_serve_compare.sh): one checkpoint in
+# two formats and the peer's runtime, made once in a scratch directory.
+#
+#   peer_setup BUILD_DIR SCRATCH
+#
+# Sets: peer_model (official-layout checkpoint: the `bench` preset of strata-make-checkpoint,
+# Kimi-Linear shape, 0.74B parameters, bf16, with the demo tokenizer so `strata serve` can load
+# it), peer_gguf (the same weights as a bf16 GGUF by the peer's converter, $peer/hf2gguf.py),
+# nlc_version, llama_release; exports NODE_LLAMA_CPP_DIR (node-llama-cpp's prebuilt CPU llama.cpp,
+# installed from the npm registry into SCRATCH on first use). Needs $peer (the peer's scripts).
+peer_setup() {
+  local build=$1 scratch=$2
+  nlc_version=3.22.1
+  if [[ ! -d $scratch/node_modules/node-llama-cpp ]]; then
+    (cd "$scratch" && { [[ -f package.json ]] || npm init -y >/dev/null; } &&
+     NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm i -E "node-llama-cpp@$nlc_version" \
+       --no-audit --no-fund >/dev/null)
+  fi
+  export NODE_LLAMA_CPP_DIR="$scratch/node_modules/node-llama-cpp"
+  llama_release=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["release"])' \
+    "$NODE_LLAMA_CPP_DIR/llama/binariesGithubRelease.json" 2>/dev/null || echo unknown)
+
+  peer_model=$scratch/bench_model
+  if [[ ! -f $peer_model/config.json || ! -f $peer_model/tokenizer_config.json ]]; then
+    "$build/tools/strata-make-checkpoint" --preset bench --out "$peer_model" --demo-tokenizer \
+      >/dev/null
+  fi
+  peer_gguf=$scratch/bench.gguf
+  if [[ ! -f $peer_gguf || $peer_gguf -ot $peer_model/config.json ]]; then
+    /usr/bin/python3 "$peer/hf2gguf.py" "$peer_model" "$peer_gguf" >/dev/null
+  fi
+}
