@@ -133,16 +133,21 @@ void GenerationResponse::Cancel() {
 
 void GenerationResponse::StreamStart(std::string* body) const {
   for (const Choice& c : choices_) {
-    if (c.responses) {
-      *body += c.responses->Start();
-    } else if (spec_.kind == ApiKind::kChat) {
-      Json delta = {{"role", "assistant"}, {"content", ""}};
-      *body += ChunkEvent(
-          c, ChatChunkJson(spec_.meta, c.spec->index, std::move(delta), nullptr, std::nullopt));
-    } else if (!c.spec->echo_text.empty() && spec_.echo_logprobs < 0) {
-      *body += ChunkEvent(c, CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text,
-                                                 nullptr, std::nullopt));
-    }
+    if (c.responses) *body += c.responses->Start();
+  }
+}
+
+void GenerationResponse::StreamOpenChoice(Choice& c, std::string* body) const {
+  if (c.opened) return;
+  c.opened = true;
+  if (c.responses) return;
+  if (spec_.kind == ApiKind::kChat) {
+    Json delta = {{"role", "assistant"}, {"content", ""}};
+    *body += ChunkEvent(
+        c, ChatChunkJson(spec_.meta, c.spec->index, std::move(delta), nullptr, std::nullopt));
+  } else if (!c.spec->echo_text.empty() && spec_.echo_logprobs < 0) {
+    *body += ChunkEvent(c, CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text,
+                                               nullptr, std::nullopt));
   }
 }
 
@@ -336,6 +341,7 @@ bool GenerationResponse::Poll(http::HttpResponse* out) {
     if (c.done) continue;
     for (server::StreamEvent& event : c.stream->Drain()) {
       if (c.timing) c.timing->OnEvent(event, server::RequestTimingRecorder::Now());
+      if (spec_.stream) StreamOpenChoice(c, &out->body);
       if (!event.prompt_scores.empty()) c.prompt_scores = std::move(event.prompt_scores);
       ChoiceDelta delta = c.decoder->Apply(event);
       if (!delta.error.ok()) {

@@ -97,6 +97,7 @@ class GenerationResponse : public http::PendingResponse {
     int64_t text_offset = 0;  // completions stream logprobs: bytes of text sent so far
     std::vector<engine::TokenScore> prompt_scores;  // from the first token's event
     bool echoed = false;  // a stream with echo_logprobs sent the prompt's chunk
+    bool opened = false;  // a stream sent the choice's opening chunk (role, or echoed prompt)
     std::unique_ptr<server::RequestTimingRecorder> timing;  // until the choice ends
     std::unique_ptr<ResponsesStreamWriter> responses;       // kResponses streams
     double submit_seconds = 0.0;
@@ -105,7 +106,12 @@ class GenerationResponse : public http::PendingResponse {
 
   GenerationResponse(const ServedModel& model, GenerationSpec spec, ResponseHooks hooks);
   void ChoiceEnded(Choice& choice, const std::string& finish_reason) const;
+  // Streams open when the response starts (the Responses API's response.created) and each
+  // chat / completions choice opens with its first event (the role chunk, or the echoed
+  // prompt), as vLLM streams: the first chunk a client sees comes with the first token, so
+  // clients that time the first chunk (vLLM's benchmark) measure the real time to first token.
   void StreamStart(std::string* body) const;
+  void StreamOpenChoice(Choice& choice, std::string* body) const;
   void StreamDelta(Choice& choice, const ChoiceDelta& delta, std::string* body) const;
   // One chat / completions chunk of `choice` as an SSE event (with its usage so far when
   // continuous_usage).

@@ -178,5 +178,21 @@ TEST(GenerationResponseTest, StreamSendsAChunkPerStepEvenWhenItsTokenShowsNothin
   }
 }
 
+// A choice's opening chunk (chat's role) comes with its first token, not before it: vLLM's
+// benchmark and similar clients time the first chunk as the time to first token.
+TEST(GenerationResponseTest, ChatRoleChunkComesWithTheFirstToken) {
+  Harness h;
+  auto response = h.Make(ApiKind::kChat, /*stream=*/true, 1);
+  http::HttpResponse out;
+  EXPECT_FALSE(response->Poll(&out));
+  EXPECT_EQ(out.body, "");  // prefilling: nothing to show yet
+  h.streams[0]->Push(Event(h.fixture.Ids("hi"), 1));
+  EXPECT_FALSE(response->Poll(&out));
+  const std::vector<std::string> events = Events(out.body);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_NE(events[0].find("\"role\":\"assistant\""), std::string::npos);
+  EXPECT_NE(events[1].find("\"content\":\"hi\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata::frontend
