@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "clients/bench_serve/http_response_reader.h"
+#include "clients/bench_serve/stream_chunk.h"
 
 namespace strata::bench_serve {
 namespace {
@@ -47,65 +48,6 @@ std::string RequestText(const Target& target, const std::string& method, const s
   }
   absl::StrAppend(&out, "\r\n", body);
   return out;
-}
-
-// The message of an OpenAI-style error body ({"error": {"message": …}}), else its start.
-std::string ErrorMessage(const std::string& body) {
-  const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
-      j["error"].contains("message") && j["error"]["message"].is_string()) {
-    return j["error"]["message"].get<std::string>();
-  }
-  return body.substr(0, 300);
-}
-
-// One streamed chunk: whether it carries generated text, and the usage when it has one.
-struct Chunk {
-  bool tokens = false;
-  std::optional<std::string> error;
-  std::optional<int64_t> prompt_tokens, completion_tokens;
-};
-
-Chunk ReadChunk(const std::string& data) {
-  Chunk c;
-  const Json j = Json::parse(data, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) {
-    c.error = absl::StrCat("an event that is not a JSON object: ", data.substr(0, 200));
-    return c;
-  }
-  if (j.contains("error")) {
-    c.error = absl::StrCat("error event: ", ErrorMessage(data));
-    return c;
-  }
-  if (j.contains("choices") && j["choices"].is_array()) {
-    for (const Json& choice : j["choices"]) {
-      if (!choice.is_object()) continue;
-      for (const Json* field :
-           {choice.contains("text") ? &choice["text"] : nullptr,
-            choice.contains("delta") && choice["delta"].is_object() ? &choice["delta"] : nullptr}) {
-        if (field == nullptr) continue;
-        if (field->is_string() && !field->get<std::string>().empty()) c.tokens = true;
-        if (!field->is_object()) continue;
-        for (const char* key : {"content", "reasoning_content"}) {
-          if (field->contains(key) && (*field)[key].is_string() &&
-              !(*field)[key].get<std::string>().empty()) {
-            c.tokens = true;
-          }
-        }
-        if (field->contains("tool_calls")) c.tokens = true;
-      }
-    }
-  }
-  if (j.contains("usage") && j["usage"].is_object()) {
-    const Json& u = j["usage"];
-    if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer()) {
-      c.prompt_tokens = u["prompt_tokens"].get<int64_t>();
-    }
-    if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer()) {
-      c.completion_tokens = u["completion_tokens"].get<int64_t>();
-    }
-  }
-  return c;
 }
 
 using Buffer = std::array<char, 16384>;
@@ -185,12 +127,12 @@ asio::awaitable<void> SendOne(Run& run, size_t i) {
         done = true;
         continue;
       }
-      const Chunk c = ReadChunk(event);
+      const StreamChunk c = ParseStreamChunk(event);
       if (c.error) {
         error = *c.error;
         break;
       }
-      if (c.tokens) {
+      if (c.step) {
         if (chunks++ == 0) {
           rec.ttft_s = Seconds(now - sent);
         } else {
