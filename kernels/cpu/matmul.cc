@@ -9,6 +9,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/check.h"
 #include "core/cpu_features.h"
@@ -72,7 +73,19 @@ void MatmulReferenceFallback(const MatmulWeights& w, const float* x, int64_t m, 
   }
 }
 
+std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kF32};
+
 }  // namespace
+
+void SetMatmulPrecision(MatmulPrecision precision) {
+  g_precision.store(precision, std::memory_order_relaxed);
+}
+
+MatmulPrecision GetMatmulPrecision() { return g_precision.load(std::memory_order_relaxed); }
+
+bool Bf16MatmulSupported() { return ActiveIsa() == Isa::kAvx512Bf16; }
+
+bool Bf16MatmulUsesAmx() { return internal::OneDnnBf16UsesAmx(); }
 
 bool MatmulAlgoSupported(MatmulAlgo algo, WeightFormat format) {
   switch (algo) {
@@ -82,6 +95,7 @@ bool MatmulAlgoSupported(MatmulAlgo algo, WeightFormat format) {
     case MatmulAlgo::kStreaming:
       return ActiveIsa() != Isa::kScalar;
     case MatmulAlgo::kBf16DotLossy:
+    case MatmulAlgo::kOneDnnBf16:
       return format == WeightFormat::kBf16 && ActiveIsa() == Isa::kAvx512Bf16;
   }
   return false;
@@ -101,8 +115,14 @@ void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int
     internal::MatmulOneDnn(w, x, m, y);
     return;
   }
-  const KernelSet kernels =
-      internal::SelectKernels(ActiveIsa(), w.format, algo == MatmulAlgo::kBf16DotLossy);
+  const Isa isa = ActiveIsa();
+  const bool auto_bf16 = algo == MatmulAlgo::kAuto && internal::UseBf16Products(isa, w.format, m);
+  if (algo == MatmulAlgo::kOneDnnBf16 || (auto_bf16 && internal::OneDnnBf16UsesAmx())) {
+    internal::MatmulOneDnnBf16(w, x, m, y);
+    return;
+  }
+  const bool bf16_products = algo == MatmulAlgo::kBf16DotLossy || auto_bf16;
+  const KernelSet kernels = internal::SelectKernels(isa, w.format, bf16_products);
   if (kernels.tiles == nullptr) {
     MatmulReferenceFallback(w, x, m, y);
     return;

@@ -6,7 +6,9 @@
 // of x-row · W-row, accumulated in fixed 1024-wide k blocks in a fixed order, so
 //   * the result does not depend on the thread count or on m (row i of a batch is bit-identical
 //     to the same row computed alone: batching never changes a sequence's logits), and
-//   * it depends only on the ISA path (AVX-512 vs AVX2 use different vector widths).
+//   * it depends only on the ISA path (AVX-512 vs AVX2 use different vector widths)
+// — at the default MatmulPrecision::kF32. With kBf16 (below, opt-in) calls of many rows round x
+// to bf16, so a row's result depends on how many rows its call had.
 // Weights are never converted to a second copy: bf16 is widened to f32 in registers
 // (x << 16 / x & 0xFFFF0000, exact) and MXFP4 is decoded in registers (vpermps over the E2M1
 // table, scaled by the block's E8M0 power of two, exact) — or, when m spans several register
@@ -36,6 +38,27 @@ struct MatmulWeights {
 // y[m, n] = x[m, k] · Wᵀ (overwrites y; y must not alias x).
 void Matmul(const MatmulWeights& w, const float* x, int64_t m, float* y);
 
+// How products with bf16 weights over many rows (prefill chunks, big decode batches) multiply,
+// process-wide: Matmul, MatmulGluGrouped and MatmulScatterAddGrouped follow it.
+//   kF32 (default): x stays f32 and the weights are widened exactly — the results above.
+//   kBf16: calls (or expert groups) of at least kBf16MinRows rows round x to bf16 and multiply
+//     with vdpbf16ps, f32 accumulation — as GPU engines and llama.cpp compute bf16 models: ~2× the
+//     FLOP/s of the f32 tiles on AMD Zen 4/5, and on CPUs with AMX (Intel Xeon since Sapphire
+//     Rapids) Matmul runs them on AMX tiles through oneDNN (several times more; the grouped expert
+//     products keep vdpbf16ps, whose rate there is the f32 one). x keeps 8 significant bits
+//     (relative error ≤ 2⁻⁹ per product). Only on CPUs with AVX512_BF16; elsewhere, and for
+//     f32 / MXFP4 weights, kF32 applies. Fewer rows stay f32: those calls are bandwidth-bound,
+//     rounding buys nothing there.
+// Set it before the products run (at start-up); reading it is a relaxed atomic load.
+enum class MatmulPrecision { kF32, kBf16 };
+inline constexpr int64_t kBf16MinRows = 16;
+void SetMatmulPrecision(MatmulPrecision precision);
+MatmulPrecision GetMatmulPrecision();
+// True when kBf16 takes effect on this CPU (AVX512_BF16 at the current ISA cap).
+bool Bf16MatmulSupported();
+// True when kBf16's Matmul products run on AMX tiles here (oneDNN picked AMX; probed once).
+bool Bf16MatmulUsesAmx();
+
 // Which implementation to use; kAuto is what Matmul() does. The others exist for tests and
 // benchmarks (and to compare the options the choice was made from).
 enum class MatmulAlgo {
@@ -43,7 +66,9 @@ enum class MatmulAlgo {
   kStreaming,     // our kernels (the default for every m, see README.md for the measurements)
   kOneDnn,        // oneDNN f32 matmul on weights widened to f32 per 256-row tile
   kBf16DotLossy,  // bf16 weights only: vdpbf16ps with x rounded to bf16 (needs AVX512_BF16).
-                  // ~3 significant digits: measured for comparison, never chosen by kAuto.
+                  // ~3 significant digits: kAuto's bf16 products (MatmulPrecision::kBf16).
+  kOneDnnBf16,    // bf16 weights only: oneDNN with x rounded to bf16 (needs AVX512_BF16); on AMX
+                  // CPUs kAuto's bf16 products (MatmulPrecision::kBf16).
 };
 void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int64_t m, float* y);
 

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <memory>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
@@ -235,6 +237,8 @@ const char* AlgoName(MatmulAlgo a) {
       return "onednn";
     case MatmulAlgo::kBf16DotLossy:
       return "bf16dot_lossy";
+    case MatmulAlgo::kOneDnnBf16:
+      return "onednn_bf16";
   }
   return "?";
 }
@@ -273,10 +277,20 @@ WeightCopies MakeCopies(const Case& c) {
     const int64_t data_bytes = c.format == WeightFormat::kMxfp4 ? c.n * c.k / 2 : bytes;
     AlignedBuffer d(static_cast<size_t>(data_bytes));
     uint8_t* p = d.as<uint8_t>();
+    // Weights as a checkpoint has them (|w| ≤ 0.1, no subnormals): random bit patterns put
+    // subnormal weights and products in the f32 FMAs, which cost Intel CPUs a microcode assist
+    // each (measured: the f32 and bf16 tiles 15-18x slower there; vdpbf16ps flushes them).
     for (int64_t b = 0; b < data_bytes; b += 4) {
       uint32_t v = next();
-      if (c.format == WeightFormat::kBf16) v &= 0xBFFFBFFFu;  // |w| < 2: finite
-      if (c.format == WeightFormat::kF32) v &= 0xBFFFFFFFu;
+      const auto weight = [&next] {
+        return (static_cast<float>(next() >> 8) * (1.0f / 8388608.0f) - 1.0f) * 0.1f;
+      };
+      if (c.format == WeightFormat::kBf16)
+        v = F32ToBf16(weight()) | (uint32_t{F32ToBf16(weight())} << 16);
+      if (c.format == WeightFormat::kF32) {
+        const float f = weight();
+        std::memcpy(&v, &f, sizeof(v));
+      }
       std::copy_n(reinterpret_cast<const uint8_t*>(&v), std::min<int64_t>(4, data_bytes - b),
                   p + b);
     }
@@ -326,7 +340,9 @@ void RunCase(benchmark::State& state, Case c) {
   const double per_call = seconds / iterations;
   const double bytes = static_cast<double>(WeightBytes(c.format, c.n, c.k) + 4 * c.m * (c.k + c.n));
   const double flops = 2.0 * c.m * c.n * c.k;
-  const Rate& peak = c.algo == MatmulAlgo::kBf16DotLossy ? local.bf16 : local.fma;
+  const Rate& peak = c.algo == MatmulAlgo::kBf16DotLossy || c.algo == MatmulAlgo::kOneDnnBf16
+                         ? local.bf16
+                         : local.fma;
   const double floor_s = std::max(bytes / local.read.wall, flops / peak.wall);
   const double floor_cpu_s = std::max(bytes / local.read.cpu, flops / peak.cpu);
   state.counters["ms"] = per_call * 1e3;
@@ -378,7 +394,8 @@ void RegisterCases() {
   cases.push_back({"prefill", WeightFormat::kF32, 512, 4096, 1024, MatmulAlgo::kStreaming, best});
   cases.push_back({"prefill", WeightFormat::kF32, 512, 4096, 1024, MatmulAlgo::kOneDnn, best});
   for (auto [n, k] : prefill_shapes) {
-    for (MatmulAlgo a : {MatmulAlgo::kStreaming, MatmulAlgo::kOneDnn, MatmulAlgo::kBf16DotLossy}) {
+    for (MatmulAlgo a : {MatmulAlgo::kStreaming, MatmulAlgo::kOneDnn, MatmulAlgo::kBf16DotLossy,
+                         MatmulAlgo::kOneDnnBf16}) {
       cases.push_back({"prefill", WeightFormat::kBf16, 512, n, k, a, best});
     }
     cases.push_back(

@@ -58,6 +58,15 @@ int GroupRows(const MatmulWeights& a, const MatmulWeights* b, int64_t j, int g, 
 
 }  // namespace
 
+bool UseBf16Products(Isa isa, WeightFormat format, int64_t m) {
+  return m >= kBf16MinRows && format == WeightFormat::kBf16 && isa == Isa::kAvx512Bf16 &&
+         GetMatmulPrecision() == MatmulPrecision::kBf16;
+}
+
+bool UseBf16Tiles(Isa isa, WeightFormat format, int64_t m) {
+  return UseBf16Products(isa, format, m) && !OneDnnBf16UsesAmx();
+}
+
 KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16) {
   const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16;
   if (isa == Isa::kScalar) return {};

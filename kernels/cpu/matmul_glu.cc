@@ -86,7 +86,8 @@ Totals PlanGroups(const GluGroup* groups, int64_t num_groups, Isa isa, GroupPlan
     p.first_task = t.tasks;
     p.first_pack_task = t.pack_tasks;
     if (!Active(g)) continue;
-    p.kernels = internal::SelectKernels(isa, g.gate.format, false);
+    p.kernels = internal::SelectKernels(isa, g.gate.format,
+                                        internal::UseBf16Tiles(isa, g.gate.format, g.m));
     const internal::TileKernels& own = *p.kernels.tiles;
     p.x.ldx = internal::PackedRowElements(own, g.gate.k);
     p.x_offset = t.packed_bytes;
@@ -143,6 +144,29 @@ void CheckGroup(const GluGroup& g) {
   CHECK(g.m == 0 || g.gate.n == 0 || g.h != nullptr);
 }
 
+// True for a group whose bf16 products run on AMX through oneDNN (matmul_driver.h).
+bool OnAmx(const GluGroup& g, Isa isa) {
+  return Active(g) && internal::UseBf16Products(isa, g.gate.format, g.m) &&
+         internal::OneDnnBf16UsesAmx();
+}
+
+// One group on AMX: its rows gathered, gate and up products through oneDNN, then the activation.
+void RunGroupOnAmx(const GluGroup& g, const GluParams& act, internal::GluActFn act_fn) {
+  const int64_t k = g.gate.k, n = g.gate.n;
+  thread_local std::vector<float> gathered, gate, up;
+  const float* x = g.x;
+  if (g.rows != nullptr) {
+    gathered.resize(static_cast<size_t>(g.m * k));
+    for (int64_t i = 0; i < g.m; ++i) std::copy_n(g.x + g.rows[i] * k, k, &gathered[i * k]);
+    x = gathered.data();
+  }
+  gate.resize(static_cast<size_t>(g.m * n));
+  up.resize(gate.size());
+  internal::MatmulOneDnnBf16(g.gate, x, g.m, gate.data());
+  internal::MatmulOneDnnBf16(g.up, x, g.m, up.data());
+  for (int64_t i = 0; i < g.m; ++i) act_fn(&gate[i * n], &up[i * n], n, act, g.h + i * n);
+}
+
 }  // namespace
 
 void MatmulGluGrouped(const GluGroup* groups, int64_t num_groups, const GluParams& act) {
@@ -157,6 +181,24 @@ void MatmulGluGrouped(const GluGroup* groups, int64_t num_groups, const GluParam
   if (isa == Isa::kScalar || num_groups == 0) return;
   const bool avx512 = isa >= Isa::kAvx512;
   const internal::GluActFn act_fn = avx512 ? &internal::GluActAvx512 : &internal::GluActAvx2;
+  // Groups of bf16 products on AMX (--cpu-matmul-precision bf16) run one by one through oneDNN;
+  // the others below, together.
+  bool any_on_amx = false;
+  for (int64_t gi = 0; gi < num_groups; ++gi) any_on_amx = any_on_amx || OnAmx(groups[gi], isa);
+  if (any_on_amx) {
+    thread_local std::vector<GluGroup> rest;
+    rest.clear();
+    for (int64_t gi = 0; gi < num_groups; ++gi) {
+      if (OnAmx(groups[gi], isa)) {
+        RunGroupOnAmx(groups[gi], act, act_fn);
+      } else {
+        rest.push_back(groups[gi]);
+      }
+    }
+    if (rest.empty()) return;
+    groups = rest.data();
+    num_groups = static_cast<int64_t>(rest.size());
+  }
 
   GroupPlan* plans = PlanStorage(static_cast<size_t>(num_groups)).data();
   const Totals totals = PlanGroups(groups, num_groups, isa, plans);

@@ -150,6 +150,66 @@ TEST(CpuMatmulGluTest, ActivationMatchesReferenceOverTheWholeRange) {
   }
 }
 
+// MatmulPrecision::kBf16: a group of at least kBf16MinRows rows of bf16 experts multiplies
+// with bf16 products (the GLU of the bf16 gate and up products, to the activation's few ulps;
+// not the f32 result); a smaller group keeps the exact result bit for bit. On AMX CPUs the
+// bf16 products are oneDNN's (matmul_driver.h).
+TEST(CpuMatmulGluTest, Bf16PrecisionUsesBf16ProductsForGroupsOfMinRows) {
+  if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
+  const int64_t min_rows = kBf16MinRows;
+  const MatmulAlgo bf16_algo =
+      Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy;
+  Rng rng(16);
+  const int64_t n = 45, k = 1056;
+  const TestWeights gate = MakeWeights(WeightFormat::kBf16, n, k, rng);
+  const TestWeights up = MakeWeights(WeightFormat::kBf16, n, k, rng);
+  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{40}}) {
+    const std::vector<float> x = rng.Normal(m * k);
+    std::vector<float> exact(static_cast<size_t>(m * n)), h(exact.size());
+    MatmulGlu(gate.view, up.view, kSitu, x.data(), m, exact.data());
+    {
+      testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+      MatmulGlu(gate.view, up.view, kSitu, x.data(), m, h.data());
+    }
+    if (m < min_rows) {
+      EXPECT_EQ(h, exact) << "m=" << m;
+      continue;
+    }
+    EXPECT_NE(h, exact) << "m=" << m;
+    std::vector<float> g(exact.size()), u(exact.size()), expected(exact.size());
+    MatmulWithAlgo(bf16_algo, gate.view, x.data(), m, g.data());
+    MatmulWithAlgo(bf16_algo, up.view, x.data(), m, u.data());
+    GluReference(g.data(), u.data(), m * n, kSitu, expected.data());
+    for (int64_t e = 0; e < m * n; ++e) {
+      EXPECT_NEAR(h[e], expected[e], 4e-6 * std::fabs(expected[e]) + 1e-30)
+          << "m=" << m << " e=" << e;
+    }
+  }
+}
+
+// Under bf16 products, a group over gathered rows (repeats, any order) gives what MatmulGlu
+// gives on the explicitly gathered x.
+TEST(CpuMatmulGluTest, Bf16PrecisionGroupWithGatheredRowsEqualsGatheredProduct) {
+  if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
+  testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+  Rng rng(17);
+  const int64_t n = 64, k = 1024, rows_in_x = 9, m = 40;
+  const TestWeights gate = MakeWeights(WeightFormat::kBf16, n, k, rng);
+  const TestWeights up = MakeWeights(WeightFormat::kBf16, n, k, rng);
+  const std::vector<float> x = rng.Normal(rows_in_x * k);
+  std::vector<int64_t> rows;
+  std::vector<float> gathered;
+  for (int64_t i = 0; i < m; ++i) {
+    rows.push_back((i * 7 + 3) % rows_in_x);
+    gathered.insert(gathered.end(), x.begin() + rows.back() * k, x.begin() + (rows.back() + 1) * k);
+  }
+  std::vector<float> expected(static_cast<size_t>(m * n)), h(expected.size());
+  MatmulGlu(gate.view, up.view, kSitu, gathered.data(), m, expected.data());
+  const GluGroup group{gate.view, up.view, x.data(), rows.data(), m, h.data()};
+  MatmulGluGrouped(&group, 1, kSitu);
+  EXPECT_EQ(h, expected);
+}
+
 // Batching must not change a row: m = 67 spans two chunks and, for MXFP4, the scratch path.
 TEST(CpuMatmulGluTest, RowOfBatchIsBitIdenticalToRowAloneAndThreadCountDoesNotMatter) {
   const int saved = omp_get_max_threads();

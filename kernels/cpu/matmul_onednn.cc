@@ -1,21 +1,30 @@
-// The oneDNN path: f32 × f32 → f32 dnnl::matmul. bf16 and MXFP4 weights are widened to f32 one
-// tile of kTileRows rows at a time (a per-thread buffer, no second copy of the model); f32
-// weights are used in place. oneDNN 2.6 has no f32-activation × bf16-weight matmul, and a
-// bf16 × bf16 one would round the activations (see README.md), so this is the accurate option.
+// The oneDNN paths.
+//   MatmulOneDnn: f32 × f32 → f32 dnnl::matmul. bf16 and MXFP4 weights are widened to f32 one
+//     tile of kTileRows rows at a time (a per-thread buffer, no second copy of the model); f32
+//     weights are used in place. oneDNN 2.6 has no f32-activation × bf16-weight matmul, so this
+//     is the accurate option (kept for comparison).
+//   MatmulOneDnnBf16: x rounded to bf16 × the bf16 weights in place → f32, which oneDNN runs on
+//     AMX tiles where the CPU has them (brgemm avx512_core_amx): the bf16 products of
+//     MatmulPrecision::kBf16 on such CPUs (several times the vdpbf16ps rate). m is cut into
+//     pieces of kBf16PieceRows rows and the last piece padded to a multiple of 16 rows, so a
+//     weight shape needs at most 1 + kBf16PieceRows / 16 primitives whatever the prompt lengths.
 //
-// Primitives are built once per (m, tile rows, k, y stride) and kept (oneDNN primitives are
-// immutable and may run concurrently; the scratchpad is ours, per thread).
+// Primitives are built once per shape and kept (oneDNN primitives are immutable and may run
+// concurrently; the scratchpad is ours, per thread).
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "core/check.h"
 #include "core/convert_simd.h"
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "kernels/cpu/internal/matmul_driver.h"
 #include "kernels/cpu/internal/matmul_tiles.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -24,11 +33,15 @@ namespace {
 
 constexpr int64_t kTileRows = 256;
 
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;  // m, n, k, ldy
+constexpr int64_t kBf16PieceRows = 256;
+
+using Key =
+    std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t>;  // bf16, m, n, k, ldx, ldy
 
 struct Primitive {
   dnnl::matmul matmul;
   size_t scratchpad_bytes = 0;
+  std::string implementation;  // oneDNN's name for it, e.g. "brg:avx512_core_amx_bf16"
 };
 
 class PrimitiveCache {
@@ -37,20 +50,22 @@ class PrimitiveCache {
 
   const dnnl::engine& engine() const { return engine_; }
 
-  // y[m, n] (row stride ldy) = x[m, k] · W[n, k]ᵀ as one matmul.
-  const Primitive& Get(int64_t m, int64_t n, int64_t k, int64_t ldy) {
+  // y[m, n] (row stride ldy) = x[m, k] (row stride ldx) · W[n, k]ᵀ as one matmul; x and W in
+  // bf16 when `bf16`, else f32; y f32.
+  const Primitive& Get(bool bf16, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
     std::lock_guard<std::mutex> lock(mu_);
-    const Key key{m, n, k, ldy};
+    const Key key{bf16, m, n, k, ldx, ldy};
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     using dt = dnnl::memory::data_type;
-    const dnnl::memory::desc src({m, k}, dt::f32, dnnl::memory::dims{k, 1});
-    const dnnl::memory::desc weights({k, n}, dt::f32, dnnl::memory::dims{1, k});
+    const dt in = bf16 ? dt::bf16 : dt::f32;
+    const dnnl::memory::desc src({m, k}, in, dnnl::memory::dims{ldx, 1});
+    const dnnl::memory::desc weights({k, n}, in, dnnl::memory::dims{1, k});
     const dnnl::memory::desc dst({m, n}, dt::f32, dnnl::memory::dims{ldy, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, engine_);
-    Primitive p{dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
+    Primitive p{dnnl::matmul(pd), pd.scratchpad_desc().get_size(), pd.impl_info_str()};
     return cache_.emplace(key, std::move(p)).first->second;
   }
 
@@ -70,17 +85,18 @@ void* Scratch(AlignedBuffer& buffer, size_t num_bytes) {
   return buffer.data();
 }
 
-void RunOneDnn(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
-               int64_t ldy) {
+// One matmul of the cache's primitive for (bf16, m, n, k, ldx, ldy) over raw pointers.
+void RunOneDnn(bool bf16, const void* x, int64_t m, int64_t k, int64_t ldx, const void* w,
+               int64_t n, float* y, int64_t ldy) {
   thread_local AlignedBuffer scratchpad;
   PrimitiveCache& cache = Cache();
   try {
-    const Primitive& p = cache.Get(m, n, k, ldy);
+    const Primitive& p = cache.Get(bf16, m, n, k, ldx, ldy);
     using dt = dnnl::memory::data_type;
+    const dt in = bf16 ? dt::bf16 : dt::f32;
     const dnnl::engine& engine = cache.engine();
-    dnnl::memory src({{m, k}, dt::f32, dnnl::memory::dims{k, 1}}, engine, const_cast<float*>(x));
-    dnnl::memory weights({{k, n}, dt::f32, dnnl::memory::dims{1, k}}, engine,
-                         const_cast<float*>(w));
+    dnnl::memory src({{m, k}, in, dnnl::memory::dims{ldx, 1}}, engine, const_cast<void*>(x));
+    dnnl::memory weights({{k, n}, in, dnnl::memory::dims{1, k}}, engine, const_cast<void*>(w));
     dnnl::memory dst({{m, n}, dt::f32, dnnl::memory::dims{ldy, 1}}, engine, y);
     dnnl::memory pad({{static_cast<int64_t>(p.scratchpad_bytes)}, dt::u8, dnnl::memory::dims{1}},
                      engine, Scratch(scratchpad, std::max<size_t>(p.scratchpad_bytes, 64)));
@@ -99,7 +115,7 @@ void RunOneDnn(const float* x, int64_t m, int64_t k, const float* w, int64_t n, 
 
 void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y) {
   if (w.format == WeightFormat::kF32) {
-    RunOneDnn(x, m, w.k, static_cast<const float*>(w.data), w.n, y, w.n);
+    RunOneDnn(false, x, m, w.k, w.k, w.data, w.n, y, w.n);
     return;
   }
   thread_local AlignedBuffer tile_buffer;
@@ -118,7 +134,45 @@ void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y) {
                     static_cast<size_t>(w.k), tile + r * w.k);
       });
     }
-    RunOneDnn(x, m, w.k, tile, rows, y + j0, w.n);
+    RunOneDnn(false, x, m, w.k, w.k, tile, rows, y + j0, w.n);
+  }
+}
+
+bool OneDnnBf16UsesAmx() {
+  static const bool amx = [] {
+    if (ActiveIsa() != Isa::kAvx512Bf16) return false;
+    try {
+      const Primitive& p = Cache().Get(true, 16, 64, 64, 64, 64);
+      return p.implementation.find("amx") != std::string::npos;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return amx && ActiveIsa() == Isa::kAvx512Bf16;
+}
+
+void MatmulOneDnnBf16(const MatmulWeights& w, const float* x, int64_t m, float* y) {
+  CHECK(w.format == WeightFormat::kBf16) << "MatmulOneDnnBf16 takes bf16 weights";
+  const TileKernels& bf16_rows = Bf16DotLossyTilesAvx512Bf16();  // its packing: x → bf16 rows
+  const int64_t ldx = PackedRowElements(bf16_rows, w.k);
+  thread_local AlignedBuffer x_buffer, y_buffer;
+  for (int64_t i0 = 0; i0 < m; i0 += kBf16PieceRows) {
+    const int64_t rows = std::min(kBf16PieceRows, m - i0);
+    const int64_t padded = (rows + 15) / 16 * 16;
+    auto* xb = static_cast<uint16_t*>(
+        Scratch(x_buffer, static_cast<size_t>(padded * ldx) * sizeof(uint16_t)));
+    ParallelFor((rows + 15) / 16, rows * w.k >= (int64_t{1} << 16), [&](int64_t t) {
+      PackRows(bf16_rows, x + i0 * w.k, w.k, nullptr, t * 16, std::min(rows, (t + 1) * 16), xb);
+    });
+    std::fill(xb + rows * ldx, xb + padded * ldx, uint16_t{0});
+    if (padded == rows) {
+      RunOneDnn(true, xb, rows, w.k, ldx, w.data, w.n, y + i0 * w.n, w.n);
+      continue;
+    }
+    auto* yb =
+        static_cast<float*>(Scratch(y_buffer, static_cast<size_t>(padded * w.n) * sizeof(float)));
+    RunOneDnn(true, xb, padded, w.k, ldx, w.data, w.n, yb, w.n);
+    std::copy_n(yb, rows * w.n, y + i0 * w.n);
   }
 }
 

@@ -80,6 +80,25 @@ void ScatterAddReference(const ScatterAddGroup* groups, int64_t num_groups, int6
   }
 }
 
+// True for a group whose bf16 products run on AMX through oneDNN (matmul_driver.h).
+bool OnAmx(const ScatterAddGroup& g, Isa isa) {
+  return g.m > 0 && g.w.k > 0 && internal::UseBf16Products(isa, g.w.format, g.m) &&
+         internal::OneDnnBf16UsesAmx();
+}
+
+// One group on AMX: the product through oneDNN, then each row added in place with its scale.
+void AddGroupOnAmx(const ScatterAddGroup& g, int64_t n, float* y) {
+  thread_local std::vector<float> product;
+  product.resize(static_cast<size_t>(g.m * n));
+  internal::MatmulOneDnnBf16(g.w, g.x, g.m, product.data());
+  for (int64_t i = 0; i < g.m; ++i) {
+    const float s = g.scale != nullptr ? g.scale[i] : 1.0f;
+    float* out = y + (g.rows != nullptr ? g.rows[i] : i) * n;
+    const float* p = &product[i * n];
+    for (int64_t j = 0; j < n; ++j) out[j] = std::fma(s, p[j], out[j]);
+  }
+}
+
 }  // namespace
 
 void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, int64_t n,
@@ -96,6 +115,20 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
     ScatterAddReference(groups, num_groups, n, y);
     return;
   }
+  // Bf16 products on AMX (--cpu-matmul-precision bf16): every group one by one, in order (each
+  // element still sees the groups in the given order), those on AMX through oneDNN.
+  bool any_on_amx = false;
+  for (int64_t gi = 0; gi < num_groups; ++gi) any_on_amx = any_on_amx || OnAmx(groups[gi], isa);
+  if (any_on_amx) {
+    for (int64_t gi = 0; gi < num_groups; ++gi) {
+      if (OnAmx(groups[gi], isa)) {
+        AddGroupOnAmx(groups[gi], n, y);
+      } else {
+        MatmulScatterAddGrouped(&groups[gi], 1, n, y);
+      }
+    }
+    return;
+  }
   GroupPlan* plans = PlanStorage(static_cast<size_t>(num_groups)).data();
   size_t packed_bytes = 0;
   int64_t weight_bytes = 0, macs = 0;
@@ -104,7 +137,8 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
     GroupPlan& p = plans[gi];
     p = GroupPlan{};
     if (!Active(g)) continue;
-    p.kernels = internal::SelectKernels(isa, g.w.format, false);
+    p.kernels =
+        internal::SelectKernels(isa, g.w.format, internal::UseBf16Tiles(isa, g.w.format, g.m));
     p.x.ldx = internal::PackedRowElements(*p.kernels.tiles, g.w.k);
     p.x_offset = packed_bytes;
     packed_bytes +=

@@ -71,6 +71,73 @@ Problem MakeProblem(int64_t n, Rng& rng) {
   return p;
 }
 
+// MatmulPrecision::kBf16: a group of at least kBf16MinRows rows of bf16 weights adds exactly
+// the bf16 product (oneDNN's on AMX CPUs, else the lossy tiles'); a smaller group, the f32 one.
+TEST(CpuMatmulScatterAddTest, Bf16PrecisionFollowsMatmulPerGroupSize) {
+  if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
+  Rng rng(31);
+  const int64_t n = 70, k = 1056;
+  const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
+  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{33}}) {
+    const std::vector<float> x = rng.Normal(m * k);
+    std::vector<float> exact(static_cast<size_t>(m * n)), lossy(exact.size());
+    Matmul(w.view, x.data(), m, exact.data());
+    MatmulWithAlgo(Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy,
+                   w.view, x.data(), m, lossy.data());
+    std::vector<float> y(exact.size(), 0.0f);
+    const ScatterAddGroup group{w.view, x.data(), m, nullptr, nullptr};
+    {
+      testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+      MatmulScatterAddGrouped(&group, 1, n, y.data());
+    }
+    EXPECT_EQ(y, m >= kBf16MinRows ? lossy : exact) << "m=" << m;
+    EXPECT_NE(exact, lossy) << "m=" << m;
+  }
+}
+
+// Bf16 products with gathered rows, scales and groups of both sizes mixed: each group adds, in
+// the given order, its own product (bf16 from kBf16MinRows rows, f32 below) times its scales.
+TEST(CpuMatmulScatterAddTest, Bf16PrecisionMixedGroupsAddInOrder) {
+  if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
+  const MatmulAlgo bf16_algo =
+      Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy;
+  Rng rng(32);
+  const int64_t n = 48, k = 256, y_rows = 11;
+  const int64_t sizes[] = {20, 3, 18};
+  std::vector<TestWeights> ws;
+  std::vector<std::vector<float>> xs, scales;
+  std::vector<std::vector<int64_t>> rows;
+  std::vector<ScatterAddGroup> groups;
+  for (int64_t m : sizes) {
+    ws.push_back(MakeWeights(WeightFormat::kBf16, n, k, rng));
+    xs.push_back(rng.Normal(m * k));
+    scales.push_back(rng.Normal(m));
+    rows.emplace_back();
+    for (int64_t i = 0; i < m; ++i) rows.back().push_back((i * 5 + m) % y_rows);
+  }
+  for (size_t g = 0; g < ws.size(); ++g) {
+    groups.push_back({ws[g].view, xs[g].data(), sizes[g], rows[g].data(), scales[g].data()});
+  }
+  const std::vector<float> y0 = rng.Normal(y_rows * n);
+  std::vector<float> expected = y0;
+  for (size_t g = 0; g < ws.size(); ++g) {
+    const int64_t m = sizes[g];
+    std::vector<float> p(static_cast<size_t>(m * n));
+    MatmulWithAlgo(m >= kBf16MinRows ? bf16_algo : MatmulAlgo::kAuto, ws[g].view, xs[g].data(), m,
+                   p.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        float& out = expected[rows[g][i] * n + j];
+        out = std::fma(scales[g][i], p[i * n + j], out);
+      }
+    }
+  }
+  std::vector<float> y = y0;
+  testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+  MatmulScatterAddGrouped(groups.data(), static_cast<int64_t>(groups.size()), n, y.data());
+  EXPECT_EQ(y, expected);
+}
+
 TEST(CpuMatmulScatterAddTest, MatchesReferenceOnEveryIsa) {
   for (Isa isa : SupportedIsas()) {
     IsaCap cap(isa);

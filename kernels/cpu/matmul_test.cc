@@ -175,6 +175,66 @@ TEST(CpuMatmulTest, LossyBf16DotIsWithinBf16ActivationTolerance) {
   }
 }
 
+// MatmulPrecision::kBf16 (opt-in): bf16 weights and at least kBf16MinRows rows take the bf16
+// products (exactly the oneDNN bf16 result on AMX CPUs, else the lossy tiles': within the
+// bf16-activation bound, not the f32 result); fewer rows, f32 / MXFP4 weights and CPUs without
+// AVX512_BF16 keep the exact path.
+TEST(CpuMatmulTest, Bf16PrecisionRoundsActivationsFromMinRowsOnly) {
+  if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
+  Rng rng(21);
+  const int64_t n = 97, k = 1056;
+  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+    const TestWeights w = MakeWeights(format, n, k, rng);
+    for (int64_t m : {int64_t{1}, kBf16MinRows - 1, kBf16MinRows, int64_t{67}}) {
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> exact(static_cast<size_t>(m * n)), y(exact.size()), lossy(exact.size());
+      Matmul(w.view, x.data(), m, exact.data());
+      {
+        testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+        Matmul(w.view, x.data(), m, y.data());
+      }
+      const std::string what =
+          "format " + std::to_string(static_cast<int>(format)) + " m=" + std::to_string(m);
+      if (format == WeightFormat::kBf16 && m >= kBf16MinRows) {
+        MatmulWithAlgo(Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy,
+                       w.view, x.data(), m, lossy.data());
+        EXPECT_EQ(y, lossy) << what;
+        EXPECT_NE(y, exact) << what;
+        EXPECT_TRUE(CloseToReference(y, w, x, m, kBf16Activations)) << what;
+      } else {
+        EXPECT_EQ(y, exact) << what;
+      }
+    }
+  }
+  IsaCap cap(Isa::kAvx512);  // no BF16 instructions: exact whatever the precision
+  const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
+  const std::vector<float> x = rng.Normal(32 * k);
+  std::vector<float> exact(static_cast<size_t>(32 * n)), y(exact.size());
+  Matmul(w.view, x.data(), 32, exact.data());
+  testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+  Matmul(w.view, x.data(), 32, y.data());
+  EXPECT_EQ(y, exact);
+}
+
+// oneDNN's bf16 products (AMX where present) over odd shapes and m across its pieces: 1, primes,
+// a multiple of 16, one row past a 256-row piece, several pieces with a padded last one.
+TEST(CpuMatmulTest, OneDnnBf16IsWithinBf16ActivationToleranceOnOddShapes) {
+  if (!MatmulAlgoSupported(MatmulAlgo::kOneDnnBf16, WeightFormat::kBf16)) {
+    GTEST_SKIP() << "no AVX512_BF16 here";
+  }
+  Rng rng(22);
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {31, 33}, {97, 1000}, {257, 31}}) {
+    const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
+    for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{257}, int64_t{531}}) {
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+      MatmulWithAlgo(MatmulAlgo::kOneDnnBf16, w.view, x.data(), m, y.data());
+      EXPECT_TRUE(CloseToReference(y, w, x, m, kBf16Activations))
+          << "m=" << m << " n=" << n << " k=" << k;
+    }
+  }
+}
+
 TEST(CpuMatmulTest, ScalarIsaFallsBackToTheReference) {
   IsaCap cap(Isa::kScalar);
   Rng rng(9);

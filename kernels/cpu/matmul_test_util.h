@@ -30,6 +30,15 @@ struct Tolerance {
 constexpr Tolerance kF32Accumulation{0.0, 1e-6};
 constexpr Tolerance kBf16Activations{4e-3, 1e-6};
 
+// Sets the process-wide MatmulPrecision for a scope, restoring the default (kF32) after it.
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(MatmulPrecision p) { SetMatmulPrecision(p); }
+  ~PrecisionScope() { SetMatmulPrecision(MatmulPrecision::kF32); }
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+};
+
 class Rng {
  public:
   explicit Rng(uint32_t seed) : engine_(seed) {}

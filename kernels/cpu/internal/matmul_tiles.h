@@ -96,5 +96,11 @@ const float* E8M0Table();
 
 // The oneDNN path (kernels/cpu/matmul_onednn.cc).
 void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y);
+// x rounded to bf16 × bf16 W → f32 through oneDNN (AMX tiles where the CPU has them); bf16
+// weights only, AVX512_BF16 CPUs only.
+void MatmulOneDnnBf16(const MatmulWeights& w, const float* x, int64_t m, float* y);
+// True when oneDNN runs bf16 matmuls on AMX tiles here (probed once; false below the AVX512_BF16
+// ISA cap).
+bool OneDnnBf16UsesAmx();
 
 }  // namespace strata::kernels::cpu::internal
