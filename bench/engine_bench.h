@@ -35,8 +35,10 @@ struct EngineBackend {
   std::unique_ptr<engine::StepExecutor> executor;
   kvcache::CacheLayout layout;
   double read_bytes_per_s = 0.0;
-  double peak_flops = 0.0;  // f32 on the CPU, bf16 tensor cores on a GPU
-  std::string ceilings;     // one line for the report
+  double peak_flops = 0.0;  // f32 (or bf16 dot products) on the CPU, bf16 tensor cores on a GPU
+  std::string peak_name = "f32";         // which peak: "f32" | "bf16"
+  std::string matmul_precision = "f32";  // products: "f32" | "bf16" | "bf16-amx" (GPU: "bf16")
+  std::string ceilings;                  // one line for the report
 };
 
 // Pages for every sequence's prompt and output, one slot each, no checkpoints.

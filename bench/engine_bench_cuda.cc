@@ -22,6 +22,8 @@ absl::StatusOr<EngineBackend> CudaEngineBackend(const engine::Model& model,
   // A copy's GB/s counts bytes read plus written; DRAM streams reads at about that rate.
   b.read_bytes_per_s = c.copy_gb_s * 1e9;
   b.peak_flops = c.bf16_tflop_s * 1e12;
+  b.peak_name = "bf16";
+  b.matmul_precision = "bf16";
   char text[128];
   std::snprintf(text, sizeof(text), "device copy %.0f GB/s, cuBLAS bf16 GEMM %.0f TFLOP/s",
                 c.copy_gb_s, c.bf16_tflop_s);

@@ -29,6 +29,7 @@ const std::vector<FlagSpec> kBenchFlags = {
     {"threads", true, "OpenMP threads (default: all cores)"},
     {"device", true, "cpu | cuda (default cpu)"},
     {"kv-cache-dtype", true, kKvCacheDTypeHelp},
+    {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
     {"mmap-weights", false,
      "cpu: read the weights from the memory-mapped checkpoint instead of a copy on huge pages"},
     {"json", false, "print one JSON object instead of a table"},
@@ -59,6 +60,7 @@ absl::Status RunBench(const std::vector<std::string>& args) {
   if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
   const bool json = flags.Has("json");
   if (json) log::SetLevel(log::Level::kWarn);
+  RETURN_IF_ERROR(ApplyCpuMatmulPrecision(flags.GetOr("cpu-matmul-precision", "f32")));
   ASSIGN_OR_RETURN(std::string dir, ResolveModelDir(flags.GetOr("model", "")));
   const std::string device = flags.GetOr("device", "cpu");
   ASSIGN_OR_RETURN(options.latent_dtype,

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/log.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::cli {
@@ -114,6 +115,31 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const 
     ids.push_back(static_cast<int32_t>(value));
   }
   return ids;
+}
+
+absl::Status ApplyCpuMatmulPrecision(const std::string& value) {
+  using kernels::cpu::MatmulPrecision;
+  if (value != "f32" && value != "bf16") {
+    return absl::InvalidArgumentError("--cpu-matmul-precision must be f32 or bf16, got '" + value +
+                                      "'");
+  }
+  const MatmulPrecision precision =
+      value == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32;
+  if (precision == MatmulPrecision::kBf16 && !kernels::cpu::Bf16MatmulSupported()) {
+    LOG_WARN("engine",
+             "--cpu-matmul-precision bf16: this CPU has no AVX512_BF16, the f32 "
+             "products run");
+  }
+  kernels::cpu::SetMatmulPrecision(precision);
+  return absl::OkStatus();
+}
+
+std::string CpuMatmulPrecisionName() {
+  if (kernels::cpu::GetMatmulPrecision() != kernels::cpu::MatmulPrecision::kBf16 ||
+      !kernels::cpu::Bf16MatmulSupported()) {
+    return "f32";
+  }
+  return kernels::cpu::Bf16MatmulUsesAmx() ? "bf16-amx" : "bf16";
 }
 
 absl::StatusOr<LatentDType> ParseKvCacheDType(const std::string& value, const std::string& device) {

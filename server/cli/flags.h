@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/latent_row.h"
+#include "kernels/cpu/matmul.h"
 #include "scheduler/scheduler_config.h"
 
 namespace strata::cli {
@@ -70,6 +71,20 @@ inline constexpr char kSpeculativeConfigHelp[] =
     "speculative decoding by prompt lookup, vLLM's JSON: '{\"method\": \"ngram\", "
     "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 5, \"prompt_lookup_min\": 2, "
     "\"disable_by_batch_size\": 8}' (default off)";
+
+// --cpu-matmul-precision: f32 (the default) or bf16, set process-wide (kernels/cpu/matmul.h
+// MatmulPrecision). InvalidArgument naming the flag and the choices; a warning, not an error,
+// when bf16 is asked for on a CPU without AVX512_BF16 (the f32 products then run).
+absl::Status ApplyCpuMatmulPrecision(const std::string& value);
+// What the CPU products do now: "bf16-amx" / "bf16" when bf16 products are in effect here (on AMX
+// tiles / vdpbf16ps), else "f32".
+std::string CpuMatmulPrecisionName();
+
+inline constexpr char kCpuMatmulPrecisionHelp[] =
+    "cpu: products with bf16 weights over >= 16 rows (prefill chunks, large batches): f32 "
+    "(default: activations stay f32, exact) | bf16 (activations rounded to bf16, vdpbf16ps with "
+    "f32 sums, as llama.cpp and GPU engines compute: about twice the matrix FLOP/s, 8 significant "
+    "bits per activation; CPUs with AVX512_BF16 only)";
 
 inline constexpr char kKvCacheDTypeHelp[] =
     "MLA latent cache rows: auto | f32 | bf16 | fp8 (FlashMLA's 656-byte rows: 1.76x the tokens "

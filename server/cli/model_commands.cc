@@ -76,6 +76,7 @@ const std::vector<FlagSpec> kGenerateFlags = {
     {"ignore-eos", false, "do not stop at the end-of-sequence token"},
     {"prefill-chunk", true, "prefill chunk size in tokens (default 512)"},
     {"kv-cache-dtype", true, "latent cache rows: f32 (default, exact) | bf16 | fp8"},
+    {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
@@ -85,6 +86,7 @@ absl::StatusOr<engine::GenerateOptions> GenerateOptionsFromFlags(const Flags& fl
   ASSIGN_OR_RETURN(options.prefill_chunk_tokens, flags.GetInt("prefill-chunk", 512, 1, 1 << 20));
   ASSIGN_OR_RETURN(options.latent_dtype,
                    ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), "cpu"));
+  RETURN_IF_ERROR(ApplyCpuMatmulPrecision(flags.GetOr("cpu-matmul-precision", "f32")));
   options.ignore_eos = flags.Has("ignore-eos");
   engine::SamplingParams& s = options.sampling;
   ASSIGN_OR_RETURN(auto temperature, flags.GetDouble("temperature", 0, 100));
@@ -142,6 +144,7 @@ const std::vector<FlagSpec> kLogitsFlags = {
     {"prefill-chunk", true, "prefill chunk size in tokens (default 512)"},
     {"kv-cache-dtype", true,
      "latent cache rows: f32 (default, exact) | bf16 | fp8 (to measure what a format costs)"},
+    {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
@@ -152,6 +155,7 @@ absl::Status RunLogits(const std::vector<std::string>& args) {
   auto out = flags.Get("out");
   if (!ids_file || !out) return absl::InvalidArgumentError("--ids-file and --out are required");
   ASSIGN_OR_RETURN(int64_t chunk, flags.GetInt("prefill-chunk", 512, 1, 1 << 20));
+  RETURN_IF_ERROR(ApplyCpuMatmulPrecision(flags.GetOr("cpu-matmul-precision", "f32")));
   ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadIdsFile(*ids_file));
   ASSIGN_OR_RETURN(auto model, LoadModel(flags));
   ASSIGN_OR_RETURN(LatentDType latent_dtype,

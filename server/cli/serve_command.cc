@@ -51,6 +51,7 @@ const std::vector<FlagSpec> kBaseServeFlags = {
      "bytes for all caches of each rank, e.g. 512MiB, 4GiB (default: cpu 1GiB, cuda 90% of the "
      "GPU memory the weights leave free)"},
     {"kv-cache-dtype", true, kKvCacheDTypeHelp},
+    {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
     {"block-size", true, "tokens per latent cache page (default 64)"},
     {"no-prefix-caching", false, "disable prefix caching"},
     {"scheduling-policy", true, "fcfs | priority (default fcfs)"},
@@ -242,6 +243,7 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
     return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + o.device + "'");
   }
   o.mmap_weights = flags.Has("mmap-weights");
+  RETURN_IF_ERROR(ApplyCpuMatmulPrecision(flags.GetOr("cpu-matmul-precision", "f32")));
   o.api_key = flags.GetOr("api-key", "");
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("STRATA_API_KEY"); env && *env) o.api_key = env;

@@ -449,15 +449,16 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"block_size", c.block_size},
       {"enable_prefix_caching", c.enable_prefix_caching},
       {"policy", std::string(scheduler::PolicyName(c.policy))},
-      {"speculative_config", c.num_speculative_tokens > 0
-                                 ? Json{{"method", "ngram"},
-                                        {"num_speculative_tokens", c.num_speculative_tokens},
-                                        {"prompt_lookup_max", c.prompt_lookup_max},
-                                        {"prompt_lookup_min", c.prompt_lookup_min},
+      {"speculative_config",
+       c.num_speculative_tokens > 0
+           ? Json{{"method", "ngram"},
+                  {"num_speculative_tokens", c.num_speculative_tokens},
+                  {"prompt_lookup_max", c.prompt_lookup_max},
+                  {"prompt_lookup_min", c.prompt_lookup_min},
                   {"disable_by_batch_size", c.speculative_disable_by_batch_size > 0
                                                 ? Json(c.speculative_disable_by_batch_size)
                                                 : Json(nullptr)}}
-                                 : Json(nullptr)},
+           : Json(nullptr)},
       {"device", options.device},
       {"kv_cache_memory_bytes",
        options.kv_cache_memory_given
@@ -470,6 +471,7 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
   info["memory_plan"] = {
       {"description", kvcache::DescribePlan(layout_)},
       {"kv_cache_dtype", std::string(LatentDTypeName(layout_.latent_dtype))},
+      {"cpu_matmul_precision", CpuMatmulPrecisionName()},
       {"num_blocks", layout_.num_blocks},
       {"block_size", layout_.block_size},
       {"num_tokens", layout_.num_tokens()},
