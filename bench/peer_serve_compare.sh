@@ -14,8 +14,10 @@
 # SCRATCH:   a directory this script may write (node-llama-cpp, the checkpoint, its GGUF, results).
 #
 # Only one server runs at a time (an idle one would still hold memory and threads); rounds
-# alternate the engines so both see the same machine, and each figure is the median over rounds.
+# alternate the engines so all see the same machine, and each figure is the median over rounds.
 # Prints a Markdown table: per rate, request and output throughput, TTFT, TPOT and ITL.
+# ENGINES (default "strata llama.cpp") may add strata-bf16: Strata with
+# --cpu-matmul-precision bf16 (activations rounded to bf16 in the big products, as llama.cpp does).
 set -euo pipefail
 
 if [[ $# -lt 3 ]]; then
@@ -58,10 +60,13 @@ trap stop_server EXIT
 
 start_server() {  # engine log
   case $1 in
-    strata)
+    strata | strata-bf16)
+      local precision=f32
+      [[ $1 == strata-bf16 ]] && precision=bf16
       OMP_NUM_THREADS=$threads "$build/strata" serve --model "$peer_model" \
         --served-model-name bench --host 127.0.0.1 --port "$port" --grpc-port 0 \
-        --max-num-seqs "$parallel" --max-model-len "$ctx" --log-level warn >"$2" 2>&1 &
+        --max-num-seqs "$parallel" --max-model-len "$ctx" --cpu-matmul-precision "$precision" \
+        --log-level warn >"$2" 2>&1 &
       ;;
     llama.cpp)
       node "$here/peer_server.mjs" --model "$peer_gguf" --name bench --port "$port" \
@@ -74,7 +79,7 @@ start_server() {  # engine log
 results=$scratch/serve_results.jsonl
 : >"$results"
 for ((r = 1; r <= rounds; ++r)); do
-  for engine in strata llama.cpp; do
+  for engine in ${ENGINES:-strata llama.cpp}; do
     echo "round $r/$rounds: $engine" >&2
     start_server "$engine" "$scratch/serve_$engine.log"
     "$build/strata-bench-serve" --base-url "http://127.0.0.1:$port" --model bench \
@@ -110,20 +115,22 @@ print(f"### Serving: Strata vs llama.cpp ({datetime.date.today()}, llama.cpp {re
       f"{parallel} concurrent sequences each; {prompts} random prompts of {input_len} tokens, "
       f"{output_len} generated; median of {max(r['round'] for r in rows)} alternating rounds)")
 print()
+engines = list(dict.fromkeys(r["engine"] for r in rows))
 print("| rate (req/s) | engine | req/s | output tok/s | TTFT median / p99 (ms) | TPOT median (ms) | ITL median (ms) |")
 print("|---|---|---|---|---|---|---|")
 for rate in rates:
-    for engine in ("strata", "llama.cpp"):
+    for engine in engines:
         print(f"| {rate} | {engine} | {med(engine, rate, 'request_throughput'):.2f} | "
               f"{med(engine, rate, 'output_throughput'):.1f} | "
               f"{med(engine, rate, 'median_ttft_ms'):.0f} / {med(engine, rate, 'p99_ttft_ms'):.0f} | "
               f"{med(engine, rate, 'median_tpot_ms'):.1f} | {med(engine, rate, 'median_itl_ms'):.1f} |")
 print()
-print("| rate (req/s) | output tok/s, Strata / llama.cpp | TTFT median, llama.cpp / Strata | TPOT median, llama.cpp / Strata |")
-print("|---|---|---|---|")
+print("| rate (req/s) | engine | output tok/s vs llama.cpp | TTFT median, llama.cpp / it | TPOT median, llama.cpp / it |")
+print("|---|---|---|---|---|")
 for rate in rates:
     ratio = lambda key, a, b: med(a, rate, key) / med(b, rate, key)
-    print(f"| {rate} | {ratio('output_throughput', 'strata', 'llama.cpp'):.2f}x | "
-          f"{ratio('median_ttft_ms', 'llama.cpp', 'strata'):.2f}x | "
-          f"{ratio('median_tpot_ms', 'llama.cpp', 'strata'):.2f}x |")
+    for engine in (e for e in engines if e != "llama.cpp"):
+        print(f"| {rate} | {engine} | {ratio('output_throughput', engine, 'llama.cpp'):.2f}x | "
+              f"{ratio('median_ttft_ms', 'llama.cpp', engine):.2f}x | "
+              f"{ratio('median_tpot_ms', 'llama.cpp', engine):.2f}x |")
 PY
