@@ -116,12 +116,14 @@ void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int
     return;
   }
   const Isa isa = ActiveIsa();
-  const bool auto_bf16 = algo == MatmulAlgo::kAuto && internal::UseBf16Products(isa, w.format, m);
-  if (algo == MatmulAlgo::kOneDnnBf16 || (auto_bf16 && internal::OneDnnBf16UsesAmx())) {
+  if (algo == MatmulAlgo::kOneDnnBf16 ||
+      (algo == MatmulAlgo::kAuto && internal::UseAmxProducts(isa, w.format, m))) {
     internal::MatmulOneDnnBf16(w, x, m, y);
     return;
   }
-  const bool bf16_products = algo == MatmulAlgo::kBf16DotLossy || auto_bf16;
+  const bool bf16_products =
+      algo == MatmulAlgo::kBf16DotLossy ||
+      (algo == MatmulAlgo::kAuto && internal::UseBf16Tiles(isa, w.format, m));
   const KernelSet kernels = internal::SelectKernels(isa, w.format, bf16_products);
   if (kernels.tiles == nullptr) {
     MatmulReferenceFallback(w, x, m, y);

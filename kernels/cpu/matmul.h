@@ -43,15 +43,19 @@ void Matmul(const MatmulWeights& w, const float* x, int64_t m, float* y);
 //   kF32 (default): x stays f32 and the weights are widened exactly — the results above.
 //   kBf16: calls (or expert groups) of at least kBf16MinRows rows round x to bf16 and multiply
 //     with vdpbf16ps, f32 accumulation — as GPU engines and llama.cpp compute bf16 models: ~2× the
-//     FLOP/s of the f32 tiles on AMD Zen 4/5, and on CPUs with AMX (Intel Xeon since Sapphire
-//     Rapids) Matmul runs them on AMX tiles through oneDNN (several times more; the grouped expert
-//     products keep vdpbf16ps, whose rate there is the f32 one). x keeps 8 significant bits
-//     (relative error ≤ 2⁻⁹ per product). Only on CPUs with AVX512_BF16; elsewhere, and for
-//     f32 / MXFP4 weights, kF32 applies. Fewer rows stay f32: those calls are bandwidth-bound,
-//     rounding buys nothing there.
+//     FLOP/s of the f32 tiles on AMD Zen 4/5; on CPUs with AMX (Intel Xeon since Sapphire
+//     Rapids) products of at least kBf16AmxMinRows rows run on AMX tiles through oneDNN (several
+//     times more) and smaller ones stay f32 (vdpbf16ps runs at the FMA rate there). x keeps 8
+//     significant bits (relative error ≤ 2⁻⁹ per product). Only on CPUs with AVX512_BF16;
+//     elsewhere, and for f32 / MXFP4 weights, kF32 applies. Fewer rows stay f32: those calls are
+//     bandwidth-bound, rounding buys nothing there.
 // Set it before the products run (at start-up); reading it is a relaxed atomic load.
 enum class MatmulPrecision { kF32, kBf16 };
 inline constexpr int64_t kBf16MinRows = 16;
+// On AMX CPUs the bf16 products need this many rows: oneDNN reorders the weights on every call
+// (about three passes over them), which only pays once the product is compute-bound; below it
+// the f32 tiles run (measured at 32 rows: decode 2x slower through oneDNN).
+inline constexpr int64_t kBf16AmxMinRows = 64;
 void SetMatmulPrecision(MatmulPrecision precision);
 MatmulPrecision GetMatmulPrecision();
 // True when kBf16 takes effect on this CPU (AVX512_BF16 at the current ISA cap).

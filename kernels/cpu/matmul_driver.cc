@@ -63,6 +63,10 @@ bool UseBf16Products(Isa isa, WeightFormat format, int64_t m) {
          GetMatmulPrecision() == MatmulPrecision::kBf16;
 }
 
+bool UseAmxProducts(Isa isa, WeightFormat format, int64_t m) {
+  return m >= kBf16AmxMinRows && UseBf16Products(isa, format, m) && OneDnnBf16UsesAmx();
+}
+
 bool UseBf16Tiles(Isa isa, WeightFormat format, int64_t m) {
   return UseBf16Products(isa, format, m) && !OneDnnBf16UsesAmx();
 }

@@ -146,8 +146,7 @@ void CheckGroup(const GluGroup& g) {
 
 // True for a group whose bf16 products run on AMX through oneDNN (matmul_driver.h).
 bool OnAmx(const GluGroup& g, Isa isa) {
-  return Active(g) && internal::UseBf16Products(isa, g.gate.format, g.m) &&
-         internal::OneDnnBf16UsesAmx();
+  return Active(g) && internal::UseAmxProducts(isa, g.gate.format, g.m);
 }
 
 // One group on AMX: its rows gathered, gate and up products through oneDNN, then the activation.

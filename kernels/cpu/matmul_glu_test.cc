@@ -153,17 +153,17 @@ TEST(CpuMatmulGluTest, ActivationMatchesReferenceOverTheWholeRange) {
 // MatmulPrecision::kBf16: a group of at least kBf16MinRows rows of bf16 experts multiplies
 // with bf16 products (the GLU of the bf16 gate and up products, to the activation's few ulps;
 // not the f32 result); a smaller group keeps the exact result bit for bit. On AMX CPUs the
-// bf16 products are oneDNN's (matmul_driver.h).
+// bf16 products are oneDNN's, from kBf16AmxMinRows rows (matmul_driver.h).
 TEST(CpuMatmulGluTest, Bf16PrecisionUsesBf16ProductsForGroupsOfMinRows) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
-  const int64_t min_rows = kBf16MinRows;
+  const int64_t min_rows = Bf16MatmulUsesAmx() ? kBf16AmxMinRows : kBf16MinRows;
   const MatmulAlgo bf16_algo =
       Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy;
   Rng rng(16);
   const int64_t n = 45, k = 1056;
   const TestWeights gate = MakeWeights(WeightFormat::kBf16, n, k, rng);
   const TestWeights up = MakeWeights(WeightFormat::kBf16, n, k, rng);
-  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{40}}) {
+  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{40}, kBf16AmxMinRows, int64_t{70}}) {
     const std::vector<float> x = rng.Normal(m * k);
     std::vector<float> exact(static_cast<size_t>(m * n)), h(exact.size());
     MatmulGlu(gate.view, up.view, kSitu, x.data(), m, exact.data());
@@ -193,7 +193,7 @@ TEST(CpuMatmulGluTest, Bf16PrecisionGroupWithGatheredRowsEqualsGatheredProduct) 
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
   testing::PrecisionScope bf16(MatmulPrecision::kBf16);
   Rng rng(17);
-  const int64_t n = 64, k = 1024, rows_in_x = 9, m = 40;
+  const int64_t n = 64, k = 1024, rows_in_x = 9, m = 70;
   const TestWeights gate = MakeWeights(WeightFormat::kBf16, n, k, rng);
   const TestWeights up = MakeWeights(WeightFormat::kBf16, n, k, rng);
   const std::vector<float> x = rng.Normal(rows_in_x * k);

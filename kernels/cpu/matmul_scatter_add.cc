@@ -82,8 +82,7 @@ void ScatterAddReference(const ScatterAddGroup* groups, int64_t num_groups, int6
 
 // True for a group whose bf16 products run on AMX through oneDNN (matmul_driver.h).
 bool OnAmx(const ScatterAddGroup& g, Isa isa) {
-  return g.m > 0 && g.w.k > 0 && internal::UseBf16Products(isa, g.w.format, g.m) &&
-         internal::OneDnnBf16UsesAmx();
+  return g.m > 0 && g.w.k > 0 && internal::UseAmxProducts(isa, g.w.format, g.m);
 }
 
 // One group on AMX: the product through oneDNN, then each row added in place with its scale.

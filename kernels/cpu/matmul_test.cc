@@ -176,16 +176,18 @@ TEST(CpuMatmulTest, LossyBf16DotIsWithinBf16ActivationTolerance) {
 }
 
 // MatmulPrecision::kBf16 (opt-in): bf16 weights and at least kBf16MinRows rows take the bf16
-// products (exactly the oneDNN bf16 result on AMX CPUs, else the lossy tiles': within the
-// bf16-activation bound, not the f32 result); fewer rows, f32 / MXFP4 weights and CPUs without
-// AVX512_BF16 keep the exact path.
+// products (the lossy tiles' result: within the bf16-activation bound, not the f32 result) — on
+// AMX CPUs from kBf16AmxMinRows rows, exactly oneDNN's bf16 result; fewer rows, f32 / MXFP4
+// weights and CPUs without AVX512_BF16 keep the exact path.
 TEST(CpuMatmulTest, Bf16PrecisionRoundsActivationsFromMinRowsOnly) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
   Rng rng(21);
   const int64_t n = 97, k = 1056;
   for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
     const TestWeights w = MakeWeights(format, n, k, rng);
-    for (int64_t m : {int64_t{1}, kBf16MinRows - 1, kBf16MinRows, int64_t{67}}) {
+    const int64_t min_rows = Bf16MatmulUsesAmx() ? kBf16AmxMinRows : kBf16MinRows;
+    for (int64_t m : {int64_t{1}, kBf16MinRows - 1, kBf16MinRows, kBf16AmxMinRows - 1,
+                      kBf16AmxMinRows, int64_t{67}}) {
       const std::vector<float> x = rng.Normal(m * k);
       std::vector<float> exact(static_cast<size_t>(m * n)), y(exact.size()), lossy(exact.size());
       Matmul(w.view, x.data(), m, exact.data());
@@ -195,7 +197,7 @@ TEST(CpuMatmulTest, Bf16PrecisionRoundsActivationsFromMinRowsOnly) {
       }
       const std::string what =
           "format " + std::to_string(static_cast<int>(format)) + " m=" + std::to_string(m);
-      if (format == WeightFormat::kBf16 && m >= kBf16MinRows) {
+      if (format == WeightFormat::kBf16 && m >= min_rows) {
         MatmulWithAlgo(Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy,
                        w.view, x.data(), m, lossy.data());
         EXPECT_EQ(y, lossy) << what;

@@ -34,6 +34,9 @@ KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16);
 // AVX512_BF16, m ≥ kBf16MinRows, precision kBf16). Matmul then runs them on AMX through oneDNN
 // where the CPU has AMX, else on the vdpbf16ps tiles.
 bool UseBf16Products(Isa isa, WeightFormat format, int64_t m);
+// Whether a product of m rows runs on AMX through oneDNN: UseBf16Products, an AMX CPU, and
+// m ≥ kBf16AmxMinRows.
+bool UseAmxProducts(Isa isa, WeightFormat format, int64_t m);
 // The `lossy_bf16` of SelectKernels: bf16 products on CPUs without AMX. With AMX the bf16
 // products go to oneDNN (Matmul, and the grouped products group by group), never to the tiles:
 // vdpbf16ps runs at the FMA rate there, measured slower than the f32 tiles (28.9 vs 24.4 ms,
