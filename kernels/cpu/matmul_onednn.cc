@@ -139,8 +139,8 @@ void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y) {
 }
 
 bool OneDnnBf16UsesAmx() {
-  static const bool amx = [] {
-    if (ActiveIsa() != Isa::kAvx512Bf16) return false;
+  static const bool amx = [] {  // what the CPU has, whatever the ISA cap of the first caller
+    if (!GetCpuFeatures().avx512bf16) return false;
     try {
       const Primitive& p = Cache().Get(true, 16, 64, 64, 64, 64);
       return p.implementation.find("amx") != std::string::npos;

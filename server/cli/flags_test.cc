@@ -107,5 +107,22 @@ TEST(FlagsTest, KvCacheDTypeResolvesAutoPerDeviceAndNamesWhatIsNotServed) {
   EXPECT_NE(gpu_f32.message().find("bf16 or fp8"), std::string::npos) << gpu_f32;
 }
 
+TEST(FlagsTest, CpuMatmulPrecisionSetsTheProcessWidePrecisionAndNamesBadValues) {
+  const absl::Status bad = ApplyCpuMatmulPrecision("fp16");
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()),
+              ::testing::HasSubstr("--cpu-matmul-precision must be f32 or bf16, got 'fp16'"));
+  EXPECT_EQ(kernels::cpu::GetMatmulPrecision(), kernels::cpu::MatmulPrecision::kF32);
+  EXPECT_EQ(CpuMatmulPrecisionName(), "f32");
+  ASSERT_TRUE(ApplyCpuMatmulPrecision("bf16").ok());
+  EXPECT_EQ(kernels::cpu::GetMatmulPrecision(), kernels::cpu::MatmulPrecision::kBf16);
+  const std::string expected = !kernels::cpu::Bf16MatmulSupported() ? "f32"
+                               : kernels::cpu::Bf16MatmulUsesAmx()  ? "bf16-amx"
+                                                                    : "bf16";
+  EXPECT_EQ(CpuMatmulPrecisionName(), expected);
+  ASSERT_TRUE(ApplyCpuMatmulPrecision("f32").ok());
+  EXPECT_EQ(kernels::cpu::GetMatmulPrecision(), kernels::cpu::MatmulPrecision::kF32);
+}
+
 }  // namespace
 }  // namespace strata::cli
