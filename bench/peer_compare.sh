@@ -15,28 +15,18 @@
 # rounds. Decode is measured after the prompt on both sides (llama_bench --tg-after-pp): the
 # same context depth. Prints a Markdown table (date, llama.cpp version, tokens/s, ratios).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/peer_setup.sh"
 
-if [[ $# -lt 3 ]]; then
-  sed -n '2,16p' "$0" >&2
-  exit 2
-fi
-build=$(cd "$1" && pwd)
-peer=$(cd "$2" && pwd)
-scratch=$3
+(($# >= 3)) || peer_usage "$0"
+peer_dirs "$1" "$2" "$3"
 threads=${4:-2}
 rounds=${5:-3}
 pp=${6:-512}
 tg=${7:-128}
-mkdir -p "$scratch"
-scratch=$(cd "$scratch" && pwd)
-
-for f in "$build/strata" "$build/tools/strata-make-checkpoint" "$peer/hf2gguf.py" \
-         "$peer/llama_bench.mjs"; do
-  [[ -e $f ]] || { echo "peer_compare: missing $f" >&2; exit 2; }
-done
+peer_require "$0" "$build/strata" "$build/tools/strata-make-checkpoint" "$peer/hf2gguf.py" \
+  "$peer/llama_bench.mjs"
 
 # 1. llama.cpp through node-llama-cpp's prebuilt binary (CPU build); one checkpoint, two formats.
-source "$(dirname "${BASH_SOURCE[0]}")/peer_setup.sh"
 peer_setup "$build" "$scratch"
 model=$peer_model
 gguf=$peer_gguf

@@ -19,14 +19,11 @@
 # ENGINES (default "strata llama.cpp") may add strata-bf16: Strata with
 # --cpu-matmul-precision bf16 (activations rounded to bf16 in the big products, as llama.cpp does).
 set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/peer_setup.sh"
 
-if [[ $# -lt 3 ]]; then
-  sed -n '2,17p' "$0" >&2
-  exit 2
-fi
-build=$(cd "$1" && pwd)
-peer=$(cd "$2" && pwd)
-scratch=$3
+(($# >= 3)) || peer_usage "$0"
+peer_dirs "$1" "$2" "$3"
 threads=${4:-2}
 parallel=${5:-8}
 rounds=${6:-2}
@@ -34,16 +31,8 @@ rates=${7:-0.5,1,2,inf}
 input_len=${8:-256}
 output_len=${9:-64}
 prompts=${10:-24}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-mkdir -p "$scratch"
-scratch=$(cd "$scratch" && pwd)
-
-for f in "$build/strata" "$build/strata-bench-serve" "$build/tools/strata-make-checkpoint" \
-         "$peer/hf2gguf.py"; do
-  [[ -e $f ]] || { echo "peer_serve_compare: missing $f" >&2; exit 2; }
-done
-
-source "$here/peer_setup.sh"
+peer_require "$0" "$build/strata" "$build/strata-bench-serve" \
+  "$build/tools/strata-make-checkpoint" "$peer/hf2gguf.py"
 peer_setup "$build" "$scratch"
 
 port=${STRATA_BENCH_PORT:-8190}

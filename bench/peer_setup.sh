@@ -1,6 +1,11 @@
-# Sourced by the llama.cpp comparisons (peer_compare.sh, peer_serve_compare.sh): one checkpoint in
-# two formats and the peer's runtime, made once in a scratch directory.
+# Sourced by the llama.cpp comparisons (peer_compare.sh, peer_serve_compare.sh): their common
+# arguments, and one checkpoint in two formats and the peer's runtime, made once in a scratch
+# directory.
 #
+#   peer_usage SCRIPT                 prints SCRIPT's leading comment block, exits 2
+#   peer_dirs BUILD_DIR PEER_DIR SCRATCH
+#                                     sets build, peer, scratch (absolute; SCRATCH created)
+#   peer_require SCRIPT FILE...       exits 2 naming the first FILE that is missing
 #   peer_setup BUILD_DIR SCRATCH
 #
 # Sets: peer_model (official-layout checkpoint: the `bench` preset of strata-make-checkpoint,
@@ -8,6 +13,26 @@
 # it), peer_gguf (the same weights as a bf16 GGUF by the peer's converter, $peer/hf2gguf.py),
 # nlc_version, llama_release; exports NODE_LLAMA_CPP_DIR (node-llama-cpp's prebuilt CPU llama.cpp,
 # installed from the npm registry into SCRATCH on first use). Needs $peer (the peer's scripts).
+peer_usage() {
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1" >&2
+  exit 2
+}
+
+peer_dirs() {
+  build=$(cd "$1" && pwd)
+  peer=$(cd "$2" && pwd)
+  mkdir -p "$3"
+  scratch=$(cd "$3" && pwd)
+}
+
+peer_require() {
+  local script=$1 f
+  shift
+  for f in "$@"; do
+    [[ -e $f ]] || { echo "$(basename "$script" .sh): missing $f" >&2; exit 2; }
+  done
+}
+
 peer_setup() {
   local build=$1 scratch=$2
   nlc_version=3.22.1
