@@ -149,20 +149,16 @@ bool OnAmx(const GluGroup& g, Isa isa) {
   return Active(g) && internal::UseAmxProducts(isa, g.gate.format, g.m);
 }
 
-// One group on AMX: its rows gathered, gate and up products through oneDNN, then the activation.
+// One group on AMX: its rows packed to bf16 once (gathered on the way), gate and up products
+// through oneDNN, then the activation.
 void RunGroupOnAmx(const GluGroup& g, const GluParams& act, internal::GluActFn act_fn) {
-  const int64_t k = g.gate.k, n = g.gate.n;
-  thread_local std::vector<float> gathered, gate, up;
-  const float* x = g.x;
-  if (g.rows != nullptr) {
-    gathered.resize(static_cast<size_t>(g.m * k));
-    for (int64_t i = 0; i < g.m; ++i) std::copy_n(g.x + g.rows[i] * k, k, &gathered[i * k]);
-    x = gathered.data();
-  }
+  const int64_t n = g.gate.n;
+  thread_local std::vector<float> gate, up;
   gate.resize(static_cast<size_t>(g.m * n));
   up.resize(gate.size());
-  internal::MatmulOneDnnBf16(g.gate, x, g.m, gate.data());
-  internal::MatmulOneDnnBf16(g.up, x, g.m, up.data());
+  const uint16_t* xb = internal::PackBf16ForOneDnn(g.x, g.gate.k, g.rows, g.m);
+  internal::MatmulOneDnnBf16Packed(g.gate, xb, g.m, gate.data());
+  internal::MatmulOneDnnBf16Packed(g.up, xb, g.m, up.data());
   for (int64_t i = 0; i < g.m; ++i) act_fn(&gate[i * n], &up[i * n], n, act, g.h + i * n);
 }
 

@@ -151,29 +151,40 @@ bool OneDnnBf16UsesAmx() {
   return amx && ActiveIsa() == Isa::kAvx512Bf16;
 }
 
-void MatmulOneDnnBf16(const MatmulWeights& w, const float* x, int64_t m, float* y) {
-  CHECK(w.format == WeightFormat::kBf16) << "MatmulOneDnnBf16 takes bf16 weights";
+const uint16_t* PackBf16ForOneDnn(const float* x, int64_t k, const int64_t* rows, int64_t m) {
   const TileKernels& bf16_rows = Bf16DotLossyTilesAvx512Bf16();  // its packing: x → bf16 rows
-  const int64_t ldx = PackedRowElements(bf16_rows, w.k);
-  thread_local AlignedBuffer x_buffer, y_buffer;
+  const int64_t ldx = PackedRowElements(bf16_rows, k);
+  const int64_t padded = (m + 15) / 16 * 16;
+  thread_local AlignedBuffer buffer;
+  auto* xb =
+      static_cast<uint16_t*>(Scratch(buffer, static_cast<size_t>(padded * ldx) * sizeof(uint16_t)));
+  ParallelFor((m + 15) / 16, m * k >= (int64_t{1} << 16), [&](int64_t t) {
+    PackRows(bf16_rows, x, k, rows, t * 16, std::min(m, (t + 1) * 16), xb);
+  });
+  std::fill(xb + m * ldx, xb + padded * ldx, uint16_t{0});
+  return xb;
+}
+
+void MatmulOneDnnBf16Packed(const MatmulWeights& w, const uint16_t* xb, int64_t m, float* y) {
+  CHECK(w.format == WeightFormat::kBf16) << "MatmulOneDnnBf16 takes bf16 weights";
+  const int64_t ldx = PackedRowElements(Bf16DotLossyTilesAvx512Bf16(), w.k);
+  thread_local AlignedBuffer y_buffer;
   for (int64_t i0 = 0; i0 < m; i0 += kBf16PieceRows) {
     const int64_t rows = std::min(kBf16PieceRows, m - i0);
-    const int64_t padded = (rows + 15) / 16 * 16;
-    auto* xb = static_cast<uint16_t*>(
-        Scratch(x_buffer, static_cast<size_t>(padded * ldx) * sizeof(uint16_t)));
-    ParallelFor((rows + 15) / 16, rows * w.k >= (int64_t{1} << 16), [&](int64_t t) {
-      PackRows(bf16_rows, x + i0 * w.k, w.k, nullptr, t * 16, std::min(rows, (t + 1) * 16), xb);
-    });
-    std::fill(xb + rows * ldx, xb + padded * ldx, uint16_t{0});
+    const int64_t padded = (rows + 15) / 16 * 16;  // the rows past m are the packing's zeros
     if (padded == rows) {
-      RunOneDnn(true, xb, rows, w.k, ldx, w.data, w.n, y + i0 * w.n, w.n);
+      RunOneDnn(true, xb + i0 * ldx, rows, w.k, ldx, w.data, w.n, y + i0 * w.n, w.n);
       continue;
     }
     auto* yb =
         static_cast<float*>(Scratch(y_buffer, static_cast<size_t>(padded * w.n) * sizeof(float)));
-    RunOneDnn(true, xb, padded, w.k, ldx, w.data, w.n, yb, w.n);
+    RunOneDnn(true, xb + i0 * ldx, padded, w.k, ldx, w.data, w.n, yb, w.n);
     std::copy_n(yb, rows * w.n, y + i0 * w.n);
   }
+}
+
+void MatmulOneDnnBf16(const MatmulWeights& w, const float* x, int64_t m, float* y) {
+  MatmulOneDnnBf16Packed(w, PackBf16ForOneDnn(x, w.k, nullptr, m), m, y);
 }
 
 }  // namespace strata::kernels::cpu::internal

@@ -114,20 +114,19 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
     ScatterAddReference(groups, num_groups, n, y);
     return;
   }
-  // Bf16 products on AMX (--cpu-matmul-precision bf16): every group one by one, in order (each
-  // element still sees the groups in the given order), those on AMX through oneDNN.
-  bool any_on_amx = false;
-  for (int64_t gi = 0; gi < num_groups; ++gi) any_on_amx = any_on_amx || OnAmx(groups[gi], isa);
-  if (any_on_amx) {
-    for (int64_t gi = 0; gi < num_groups; ++gi) {
-      if (OnAmx(groups[gi], isa)) {
-        AddGroupOnAmx(groups[gi], n, y);
-      } else {
-        MatmulScatterAddGrouped(&groups[gi], 1, n, y);
-      }
-    }
-    return;
+  // Bf16 products on AMX (--cpu-matmul-precision bf16): those groups through oneDNN, the runs of
+  // groups between them together below, all in the given order (each element still sees the
+  // groups in that order).
+  int64_t start = 0;  // the first group not added yet
+  for (int64_t gi = 0; gi < num_groups; ++gi) {
+    if (!OnAmx(groups[gi], isa)) continue;
+    MatmulScatterAddGrouped(groups + start, gi - start, n, y);
+    AddGroupOnAmx(groups[gi], n, y);
+    start = gi + 1;
   }
+  groups += start;
+  num_groups -= start;
+  if (num_groups == 0) return;
   GroupPlan* plans = PlanStorage(static_cast<size_t>(num_groups)).data();
   size_t packed_bytes = 0;
   int64_t weight_bytes = 0, macs = 0;

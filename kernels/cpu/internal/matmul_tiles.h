@@ -99,6 +99,11 @@ void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y);
 // x rounded to bf16 × bf16 W → f32 through oneDNN (AMX tiles where the CPU has them); bf16
 // weights only, AVX512_BF16 CPUs only.
 void MatmulOneDnnBf16(const MatmulWeights& w, const float* x, int64_t m, float* y);
+// Its two steps, so products sharing x pack it once: x rows (row i = x + rows[i]·k, or row i
+// when rows is null) rounded to bf16 into this thread's buffer, zero rows up to a multiple of
+// 16 (valid until the thread packs again); then the product over them.
+const uint16_t* PackBf16ForOneDnn(const float* x, int64_t k, const int64_t* rows, int64_t m);
+void MatmulOneDnnBf16Packed(const MatmulWeights& w, const uint16_t* xb, int64_t m, float* y);
 // True when oneDNN runs bf16 matmuls on AMX tiles here (probed once; false below the AVX512_BF16
 // ISA cap).
 bool OneDnnBf16UsesAmx();
