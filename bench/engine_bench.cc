@@ -110,21 +110,21 @@ absl::StatusOr<EngineBackend> CpuEngineBackend(const engine::Model& model,
   // f32 FMA peak: at the vdpbf16ps rate (AMD Zen 4/5: about twice) or on AMX tiles (not measured
   // here). The compute ceiling is then the higher of the two measured peaks; attention, the KDA
   // recurrence and (with AMX) the whole AMX speed-up are not in it, so the % of floor can pass 100.
-  const bool bf16 = kernels::cpu::GetMatmulPrecision() == kernels::cpu::MatmulPrecision::kBf16 &&
-                    kernels::cpu::Bf16MatmulSupported();
+  b.matmul_precision = kernels::cpu::MatmulPrecisionInEffect();
   const double f32_peak = MeasurePeakF32Flops();
-  const double bf16_peak = bf16 ? MeasurePeakBf16DotFlops() : 0.0;
+  const double bf16_peak = b.matmul_precision == "bf16" ? MeasurePeakBf16DotFlops() : 0.0;
   b.peak_flops = std::max(f32_peak, bf16_peak);
   b.peak_name = bf16_peak > f32_peak ? "bf16" : "f32";
   char text[192];
-  std::snprintf(text, sizeof(text), "read bandwidth %.1f GB/s, f32 peak %.1f GFLOP/s%s",
-                b.read_bytes_per_s / 1e9, f32_peak / 1e9,
-                !bf16 ? ""
-                : kernels::cpu::Bf16MatmulUsesAmx()
-                    ? " (bf16 products on AMX: their ceiling is not measured)"
-                    : (std::string(", bf16 dot peak ") + std::to_string(bf16_peak / 1e9)).c_str());
+  std::snprintf(text, sizeof(text), "read bandwidth %.1f GB/s, f32 peak %.1f GFLOP/s",
+                b.read_bytes_per_s / 1e9, f32_peak / 1e9);
   b.ceilings = text;
-  b.matmul_precision = !bf16 ? "f32" : kernels::cpu::Bf16MatmulUsesAmx() ? "bf16-amx" : "bf16";
+  if (bf16_peak > 0) {
+    std::snprintf(text, sizeof(text), ", bf16 dot peak %.1f GFLOP/s", bf16_peak / 1e9);
+    b.ceilings += text;
+  } else if (b.matmul_precision == "bf16-amx") {
+    b.ceilings += " (bf16 products on AMX: their ceiling is not measured)";
+  }
   return b;
 }
 

@@ -87,6 +87,11 @@ bool Bf16MatmulSupported() { return ActiveIsa() == Isa::kAvx512Bf16; }
 
 bool Bf16MatmulUsesAmx() { return internal::OneDnnBf16UsesAmx(); }
 
+const char* MatmulPrecisionInEffect() {
+  if (GetMatmulPrecision() != MatmulPrecision::kBf16 || !Bf16MatmulSupported()) return "f32";
+  return Bf16MatmulUsesAmx() ? "bf16-amx" : "bf16";
+}
+
 bool MatmulAlgoSupported(MatmulAlgo algo, WeightFormat format) {
   switch (algo) {
     case MatmulAlgo::kAuto:

@@ -62,6 +62,9 @@ MatmulPrecision GetMatmulPrecision();
 bool Bf16MatmulSupported();
 // True when kBf16's Matmul products run on AMX tiles here (oneDNN picked AMX; probed once).
 bool Bf16MatmulUsesAmx();
+// What the products with bf16 weights do now, for reports: "f32", "bf16" (vdpbf16ps tiles) or
+// "bf16-amx".
+const char* MatmulPrecisionInEffect();
 
 // Which implementation to use; kAuto is what Matmul() does. The others exist for tests and
 // benchmarks (and to compare the options the choice was made from).

@@ -134,14 +134,6 @@ absl::Status ApplyCpuMatmulPrecision(const std::string& value) {
   return absl::OkStatus();
 }
 
-std::string CpuMatmulPrecisionName() {
-  if (kernels::cpu::GetMatmulPrecision() != kernels::cpu::MatmulPrecision::kBf16 ||
-      !kernels::cpu::Bf16MatmulSupported()) {
-    return "f32";
-  }
-  return kernels::cpu::Bf16MatmulUsesAmx() ? "bf16-amx" : "bf16";
-}
-
 absl::StatusOr<LatentDType> ParseKvCacheDType(const std::string& value, const std::string& device) {
   const bool cuda = device == "cuda";
   if (value == "auto") return cuda ? LatentDType::kBF16 : LatentDType::kF32;

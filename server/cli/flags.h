@@ -76,9 +76,6 @@ inline constexpr char kSpeculativeConfigHelp[] =
 // MatmulPrecision). InvalidArgument naming the flag and the choices; a warning, not an error,
 // when bf16 is asked for on a CPU without AVX512_BF16 (the f32 products then run).
 absl::Status ApplyCpuMatmulPrecision(const std::string& value);
-// What the CPU products do now: "bf16-amx" / "bf16" when bf16 products are in effect here (on AMX
-// tiles / vdpbf16ps), else "f32".
-std::string CpuMatmulPrecisionName();
 
 inline constexpr char kCpuMatmulPrecisionHelp[] =
     "cpu: products with bf16 weights over >= 16 rows (prefill chunks, large batches): f32 "

@@ -113,13 +113,13 @@ TEST(FlagsTest, CpuMatmulPrecisionSetsTheProcessWidePrecisionAndNamesBadValues) 
   EXPECT_THAT(std::string(bad.message()),
               ::testing::HasSubstr("--cpu-matmul-precision must be f32 or bf16, got 'fp16'"));
   EXPECT_EQ(kernels::cpu::GetMatmulPrecision(), kernels::cpu::MatmulPrecision::kF32);
-  EXPECT_EQ(CpuMatmulPrecisionName(), "f32");
+  EXPECT_STREQ(kernels::cpu::MatmulPrecisionInEffect(), "f32");
   ASSERT_TRUE(ApplyCpuMatmulPrecision("bf16").ok());
   EXPECT_EQ(kernels::cpu::GetMatmulPrecision(), kernels::cpu::MatmulPrecision::kBf16);
   const std::string expected = !kernels::cpu::Bf16MatmulSupported() ? "f32"
                                : kernels::cpu::Bf16MatmulUsesAmx()  ? "bf16-amx"
                                                                     : "bf16";
-  EXPECT_EQ(CpuMatmulPrecisionName(), expected);
+  EXPECT_EQ(kernels::cpu::MatmulPrecisionInEffect(), expected);
   ASSERT_TRUE(ApplyCpuMatmulPrecision("f32").ok());
   EXPECT_EQ(kernels::cpu::GetMatmulPrecision(), kernels::cpu::MatmulPrecision::kF32);
 }

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/executor.h"
+#include "kernels/cpu/matmul.h"
 #include "kvcache/memory_planner.h"
 #include "scheduler/scheduler.h"
 #include "server/cli/default_model.h"
@@ -471,7 +472,7 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
   info["memory_plan"] = {
       {"description", kvcache::DescribePlan(layout_)},
       {"kv_cache_dtype", std::string(LatentDTypeName(layout_.latent_dtype))},
-      {"cpu_matmul_precision", CpuMatmulPrecisionName()},
+      {"cpu_matmul_precision", kernels::cpu::MatmulPrecisionInEffect()},
       {"num_blocks", layout_.num_blocks},
       {"block_size", layout_.block_size},
       {"num_tokens", layout_.num_tokens()},
