@@ -36,7 +36,7 @@ struct EngineBackend {
   kvcache::CacheLayout layout;
   double read_bytes_per_s = 0.0;
   double peak_flops = 0.0;  // f32 (or bf16 dot products) on the CPU, bf16 tensor cores on a GPU
-  std::string peak_name = "f32";         // which peak: "f32" | "bf16"
+  std::string peak_name = "f32";         // which peak: "f32" | "bf16" | "amx_bf16"
   std::string matmul_precision = "f32";  // products: "f32" | "bf16" | "bf16-amx" (GPU: "bf16")
   std::string ceilings;                  // one line for the report
 };

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/amx.h"
 #include "core/cpu_features.h"
 
 namespace strata::bench {
@@ -77,6 +78,28 @@ double PeakOverThreads(Chains chains, long iterations, double flops_per_iteratio
 
 }  // namespace
 
+__attribute__((target("amx-tile,amx-bf16"))) float AmxBf16Chains(long iterations) {
+  alignas(64) uint16_t operand[16 * 32];
+  std::fill(operand, operand + 16 * 32, uint16_t{0x3380});  // bf16 6e-8: sums stay finite
+  alignas(64) float out[16 * 16];
+  ConfigureAmxTiles16x64();
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  for (long it = 0; it < iterations; ++it) {
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 5);
+    _tile_dpbf16ps(2, 4, 5);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(3, out, 64);
+  _tile_release();
+  return out[0];
+}
+
 double MeasureReadBandwidth(long bytes) {
   const long n = bytes / static_cast<long>(sizeof(float));
   float* data = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4));
@@ -100,6 +123,11 @@ double MeasurePeakF32Flops() {
     return PeakOverThreads([](long n) { return FmaChainsAvx512(n); }, 20'000'000, 2.0 * 12 * 16);
   }
   return PeakOverThreads([](long n) { return FmaChainsAvx2(n); }, 20'000'000, 2.0 * 10 * 8);
+}
+
+double MeasurePeakAmxBf16Flops() {
+  if (!GetCpuFeatures().amx_bf16 || ActiveIsa() != Isa::kAvx512Bf16) return 0.0;
+  return PeakOverThreads([](long n) { return AmxBf16Chains(n); }, 200'000, kAmxBf16ChainFlops);
 }
 
 double MeasurePeakBf16DotFlops() {

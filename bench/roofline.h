@@ -1,5 +1,6 @@
 // Machine ceilings measured in the same run as a benchmark (PERF.md): streaming read
-// bandwidth over all threads, peak f32 FMA and bf16 dot throughput. Each takes well under a second.
+// bandwidth over all threads, peak f32 FMA, bf16 dot and AMX bf16 throughput. Each takes well under
+// a second.
 #pragma once
 
 namespace strata::bench {
@@ -11,5 +12,14 @@ double MeasurePeakF32Flops();
 // FLOP/s of vdpbf16ps chains over all threads (the ceiling of bf16 products,
 // --cpu-matmul-precision bf16); 0 on CPUs without AVX512_BF16.
 double MeasurePeakBf16DotFlops();
+// FLOP/s of AMX tdpbf16ps chains over all threads (the ceiling of bf16 products on AMX CPUs); 0
+// without AMX-BF16 (CpuFeatures::amx_bf16) or below the AVX512_BF16 ISA cap.
+double MeasurePeakAmxBf16Flops();
+
+// One thread's AMX ceiling loop: tdpbf16ps on four accumulator tiles from two resident operand
+// tiles (16 × 32 bf16), kAmxBf16ChainFlops per iteration; returns a sum to keep. Needs
+// CpuFeatures::amx_bf16.
+inline constexpr double kAmxBf16ChainFlops = 4.0 * 16 * 16 * 32 * 2;
+float AmxBf16Chains(long iterations);
 
 }  // namespace strata::bench

@@ -4,8 +4,27 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace strata {
 namespace {
+
+#if defined(__x86_64__)
+// CPUID.(7, 0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE), then Linux's permission for the tile
+// data (XFEATURE_XTILEDATA = 18); GCC 12's __builtin_cpu_supports does not report AMX.
+bool DetectAmxBf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  if (((edx >> 22) & 1) == 0 || ((edx >> 24) & 1) == 0) return false;
+  constexpr int kArchReqXcompPerm = 0x1023;
+  constexpr int kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+#endif
 
 CpuFeatures Detect() {
   CpuFeatures f;
@@ -22,6 +41,7 @@ CpuFeatures Detect() {
 #if defined(__GNUC__) && __GNUC__ >= 12
   f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
 #endif
+  f.amx_bf16 = f.avx512bf16 && DetectAmxBf16();
 #endif
   return f;
 }
@@ -91,7 +111,8 @@ std::string DescribeCpu() {
                                                 {"avx512bw", f.avx512bw},
                                                 {"avx512vl", f.avx512vl},
                                                 {"avx512bf16", f.avx512bf16},
-                                                {"avx512vnni", f.avx512vnni}};
+                                                {"avx512vnni", f.avx512vnni},
+                                                {"amx-bf16", f.amx_bf16}};
   bool first = true;
   for (auto [name, on] : flags) {
     if (!on) continue;

@@ -19,6 +19,10 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512bf16 = false;
   bool avx512vnni = false;
+  // AMX-BF16 tiles usable: the CPU has AMX-TILE and AMX-BF16 and Linux granted this process the
+  // tile data state (asked once, at detection: arch_prctl ARCH_REQ_XCOMP_PERM; the grant covers
+  // every thread of the process).
+  bool amx_bf16 = false;
 };
 
 enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };

@@ -85,7 +85,7 @@ MatmulPrecision GetMatmulPrecision() { return g_precision.load(std::memory_order
 
 bool Bf16MatmulSupported() { return ActiveIsa() == Isa::kAvx512Bf16; }
 
-bool Bf16MatmulUsesAmx() { return internal::OneDnnBf16UsesAmx(); }
+bool Bf16MatmulUsesAmx() { return internal::AmxBf16Usable(); }
 
 const char* MatmulPrecisionInEffect() {
   if (GetMatmulPrecision() != MatmulPrecision::kBf16 || !Bf16MatmulSupported()) return "f32";
@@ -102,6 +102,8 @@ bool MatmulAlgoSupported(MatmulAlgo algo, WeightFormat format) {
     case MatmulAlgo::kBf16DotLossy:
     case MatmulAlgo::kOneDnnBf16:
       return format == WeightFormat::kBf16 && ActiveIsa() == Isa::kAvx512Bf16;
+    case MatmulAlgo::kAmxBf16:
+      return format == WeightFormat::kBf16 && internal::AmxBf16Usable();
   }
   return false;
 }
@@ -121,9 +123,13 @@ void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int
     return;
   }
   const Isa isa = ActiveIsa();
-  if (algo == MatmulAlgo::kOneDnnBf16 ||
-      (algo == MatmulAlgo::kAuto && internal::UseAmxProducts(isa, w.format, m))) {
+  if (algo == MatmulAlgo::kOneDnnBf16) {
     internal::MatmulOneDnnBf16(w, x, m, y);
+    return;
+  }
+  if (algo == MatmulAlgo::kAmxBf16 ||
+      (algo == MatmulAlgo::kAuto && internal::UseAmxProducts(isa, w.format, m))) {
+    internal::MatmulAmxBf16(w, x, m, y);
     return;
   }
   const bool bf16_products =

@@ -42,25 +42,21 @@ void Matmul(const MatmulWeights& w, const float* x, int64_t m, float* y);
 // process-wide: Matmul, MatmulGluGrouped and MatmulScatterAddGrouped follow it.
 //   kF32 (default): x stays f32 and the weights are widened exactly — the results above.
 //   kBf16: calls (or expert groups) of at least kBf16MinRows rows round x to bf16 and multiply
-//     with vdpbf16ps, f32 accumulation — as GPU engines and llama.cpp compute bf16 models: ~2× the
-//     FLOP/s of the f32 tiles on AMD Zen 4/5; on CPUs with AMX (Intel Xeon since Sapphire
-//     Rapids) products of at least kBf16AmxMinRows rows run on AMX tiles through oneDNN (several
-//     times more) and smaller ones stay f32 (vdpbf16ps runs at the FMA rate there). x keeps 8
-//     significant bits (relative error ≤ 2⁻⁹ per product). Only on CPUs with AVX512_BF16;
-//     elsewhere, and for f32 / MXFP4 weights, kF32 applies. Fewer rows stay f32: those calls are
-//     bandwidth-bound, rounding buys nothing there.
+//     with f32 sums — as GPU engines and llama.cpp compute bf16 models: on CPUs with AMX (Intel
+//     Xeon since Sapphire Rapids) on AMX tiles, our own kernel reading the weights in place
+//     (matmul_amx.cc: 1.6–5.6× the exact tiles from 16 rows, measured); elsewhere with vdpbf16ps
+//     (~2× the FLOP/s of the f32 tiles on AMD Zen 4/5). x keeps 8 significant bits (relative
+//     error ≤ 2⁻⁹ per product). Only on CPUs with AVX512_BF16; elsewhere, and for f32 / MXFP4
+//     weights, kF32 applies. Fewer rows stay f32: those calls are bandwidth-bound, rounding buys
+//     nothing there.
 // Set it before the products run (at start-up); reading it is a relaxed atomic load.
 enum class MatmulPrecision { kF32, kBf16 };
 inline constexpr int64_t kBf16MinRows = 16;
-// On AMX CPUs the bf16 products need this many rows: oneDNN reorders the weights on every call
-// (about three passes over them), which only pays once the product is compute-bound; below it
-// the f32 tiles run (measured at 32 rows: decode 2x slower through oneDNN).
-inline constexpr int64_t kBf16AmxMinRows = 64;
 void SetMatmulPrecision(MatmulPrecision precision);
 MatmulPrecision GetMatmulPrecision();
 // True when kBf16 takes effect on this CPU (AVX512_BF16 at the current ISA cap).
 bool Bf16MatmulSupported();
-// True when kBf16's Matmul products run on AMX tiles here (oneDNN picked AMX; probed once).
+// True when kBf16's products run on AMX tiles here (CpuFeatures::amx_bf16 at the AVX512_BF16 cap).
 bool Bf16MatmulUsesAmx();
 // What the products with bf16 weights do now, for reports: "f32", "bf16" (vdpbf16ps tiles) or
 // "bf16-amx".
@@ -74,8 +70,9 @@ enum class MatmulAlgo {
   kOneDnn,        // oneDNN f32 matmul on weights widened to f32 per 256-row tile
   kBf16DotLossy,  // bf16 weights only: vdpbf16ps with x rounded to bf16 (needs AVX512_BF16).
                   // ~3 significant digits: kAuto's bf16 products (MatmulPrecision::kBf16).
-  kOneDnnBf16,    // bf16 weights only: oneDNN with x rounded to bf16 (needs AVX512_BF16); on AMX
-                  // CPUs kAuto's bf16 products (MatmulPrecision::kBf16).
+  kOneDnnBf16,    // bf16 weights only: oneDNN with x rounded to bf16 (needs AVX512_BF16).
+  kAmxBf16,       // bf16 weights only: our AMX tiles with x rounded to bf16 (needs AMX-BF16); on
+                  // AMX CPUs kAuto's bf16 products (MatmulPrecision::kBf16).
 };
 void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int64_t m, float* y);
 

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/roofline.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -61,7 +62,7 @@ struct Rate {
 };
 
 struct Ceilings {
-  Rate read, triad, fma, bf16;  // bytes/s and FLOP/s
+  Rate read, triad, fma, bf16, amx;  // bytes/s and FLOP/s
 };
 Rate ReadBandwidth(const float* data, size_t count) {
   Rate best;
@@ -185,6 +186,11 @@ Ceilings MeasureCeilings(size_t read_bytes, int64_t fma_iters) {
   if (GetCpuFeatures().avx512bf16) {
     c.bf16 = PeakFlops(Bf16DotThread, 12 * 32 * 2, fma_iters);
   }
+  if (GetCpuFeatures().amx_bf16) {
+    c.amx = PeakFlops(
+        [](int64_t iters) { benchmark::DoNotOptimize(strata::bench::AmxBf16Chains(iters)); },
+        strata::bench::kAmxBf16ChainFlops, fma_iters / 25);
+  }
   return c;
 }
 
@@ -198,10 +204,12 @@ std::string LoadAverage() {
 void PrintCeilings(const char* when, const Ceilings& c) {
   std::printf(
       "ceilings (%s, %d threads, isa %s, loadavg %s): read %.1f GB/s, triad %.1f GB/s, "
-      "f32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s; per CPU-second: read %.1f GB, "
+      "f32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s, AMX bf16 %.1f GFLOP/s; per CPU-second: read "
+      "%.1f GB, "
       "f32 FMA %.1f GFLOP\n",
       when, omp_get_max_threads(), IsaName(ActiveIsa()), LoadAverage().c_str(), c.read.wall / 1e9,
-      c.triad.wall / 1e9, c.fma.wall / 1e9, c.bf16.wall / 1e9, c.read.cpu / 1e9, c.fma.cpu / 1e9);
+      c.triad.wall / 1e9, c.fma.wall / 1e9, c.bf16.wall / 1e9, c.amx.wall / 1e9, c.read.cpu / 1e9,
+      c.fma.cpu / 1e9);
   std::fflush(stdout);
 }
 
@@ -239,6 +247,8 @@ const char* AlgoName(MatmulAlgo a) {
       return "bf16dot_lossy";
     case MatmulAlgo::kOneDnnBf16:
       return "onednn_bf16";
+    case MatmulAlgo::kAmxBf16:
+      return "amx_bf16";
   }
   return "?";
 }
@@ -340,7 +350,10 @@ void RunCase(benchmark::State& state, Case c) {
   const double per_call = seconds / iterations;
   const double bytes = static_cast<double>(WeightBytes(c.format, c.n, c.k) + 4 * c.m * (c.k + c.n));
   const double flops = 2.0 * c.m * c.n * c.k;
-  const Rate& peak = c.algo == MatmulAlgo::kBf16DotLossy || c.algo == MatmulAlgo::kOneDnnBf16
+  const bool amx = c.algo == MatmulAlgo::kAmxBf16 ||
+                   (c.algo == MatmulAlgo::kOneDnnBf16 && GetCpuFeatures().amx_bf16);
+  const Rate& peak = amx ? local.amx
+                     : c.algo == MatmulAlgo::kBf16DotLossy || c.algo == MatmulAlgo::kOneDnnBf16
                          ? local.bf16
                          : local.fma;
   const double floor_s = std::max(bytes / local.read.wall, flops / peak.wall);
@@ -375,6 +388,15 @@ void RegisterCases() {
     }
     cases.push_back({"decode", WeightFormat::kBf16, 16, n, k, MatmulAlgo::kOneDnn, best});
   }
+  // Decode batches and short prefill chunks: the exact tiles against bf16 products on AMX
+  // (--cpu-matmul-precision bf16 on AMX CPUs from kBf16MinRows rows).
+  for (auto [n, k] : prefill_shapes) {
+    for (int64_t m : {16, 32, 64, 128}) {
+      for (MatmulAlgo a : {MatmulAlgo::kStreaming, MatmulAlgo::kAmxBf16}) {
+        cases.push_back({"batch", WeightFormat::kBf16, m, n, k, a, best});
+      }
+    }
+  }
   for (auto [n, k] : expert_shapes) {
     for (int64_t m : {1, 4, 16}) {
       cases.push_back({"decode", WeightFormat::kMxfp4, m, n, k, MatmulAlgo::kStreaming, best});
@@ -395,7 +417,7 @@ void RegisterCases() {
   cases.push_back({"prefill", WeightFormat::kF32, 512, 4096, 1024, MatmulAlgo::kOneDnn, best});
   for (auto [n, k] : prefill_shapes) {
     for (MatmulAlgo a : {MatmulAlgo::kStreaming, MatmulAlgo::kOneDnn, MatmulAlgo::kBf16DotLossy,
-                         MatmulAlgo::kOneDnnBf16}) {
+                         MatmulAlgo::kOneDnnBf16, MatmulAlgo::kAmxBf16}) {
       cases.push_back({"prefill", WeightFormat::kBf16, 512, n, k, a, best});
     }
     cases.push_back(

@@ -64,11 +64,11 @@ bool UseBf16Products(Isa isa, WeightFormat format, int64_t m) {
 }
 
 bool UseAmxProducts(Isa isa, WeightFormat format, int64_t m) {
-  return m >= kBf16AmxMinRows && UseBf16Products(isa, format, m) && OneDnnBf16UsesAmx();
+  return UseBf16Products(isa, format, m) && AmxBf16Usable();
 }
 
 bool UseBf16Tiles(Isa isa, WeightFormat format, int64_t m) {
-  return UseBf16Products(isa, format, m) && !OneDnnBf16UsesAmx();
+  return UseBf16Products(isa, format, m) && !AmxBf16Usable();
 }
 
 KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16) {

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/cpu_features.h"
+#include "core/tensor.h"
 #include "kernels/cpu/internal/glu_act.h"
 #include "kernels/cpu/internal/matmul_driver.h"
 #include "kernels/cpu/thread_pool.h"
@@ -144,22 +145,51 @@ void CheckGroup(const GluGroup& g) {
   CHECK(g.m == 0 || g.gate.n == 0 || g.h != nullptr);
 }
 
-// True for a group whose bf16 products run on AMX through oneDNN (matmul_driver.h).
+// True for a group whose bf16 products run on AMX tiles (matmul_driver.h).
 bool OnAmx(const GluGroup& g, Isa isa) {
   return Active(g) && internal::UseAmxProducts(isa, g.gate.format, g.m);
 }
 
-// One group on AMX: its rows packed to bf16 once (gathered on the way), gate and up products
-// through oneDNN, then the activation.
-void RunGroupOnAmx(const GluGroup& g, const GluParams& act, internal::GluActFn act_fn) {
-  const int64_t n = g.gate.n;
-  thread_local std::vector<float> gate, up;
-  gate.resize(static_cast<size_t>(g.m * n));
-  up.resize(gate.size());
-  const uint16_t* xb = internal::PackBf16ForOneDnn(g.x, g.gate.k, g.rows, g.m);
-  internal::MatmulOneDnnBf16Packed(g.gate, xb, g.m, gate.data());
-  internal::MatmulOneDnnBf16Packed(g.up, xb, g.m, up.data());
-  for (int64_t i = 0; i < g.m; ++i) act_fn(&gate[i * n], &up[i * n], n, act, g.h + i * n);
+// The groups on AMX together: each group's rows packed to bf16 once (gathered on the way) and
+// shared by its gate and up products, all products in one parallel loop, then the activation.
+void RunGroupsOnAmx(const GluGroup* groups, int64_t num_groups, Isa isa, const GluParams& act,
+                    internal::GluActFn act_fn) {
+  thread_local std::vector<int64_t> on_amx;
+  thread_local AlignedBuffer packed;
+  thread_local std::vector<float> out;  // per group: gate [m, n] then up [m, n]
+  thread_local std::vector<internal::AmxProduct> products;
+  on_amx.clear();
+  int64_t words = 0, floats = 0;
+  for (int64_t gi = 0; gi < num_groups; ++gi) {
+    const GluGroup& g = groups[gi];
+    if (!OnAmx(g, isa)) continue;
+    on_amx.push_back(gi);
+    words += internal::PackedXForAmxWords(g.gate.k, g.m);
+    floats += 2 * g.m * g.gate.n;
+  }
+  const size_t bytes = static_cast<size_t>(words) * sizeof(uint32_t);
+  if (packed.size() < bytes) packed = AlignedBuffer(bytes, AlignedBuffer::Fill::kUninitialized);
+  out.resize(static_cast<size_t>(floats));
+  products.clear();
+  auto* xp = static_cast<uint32_t*>(packed.data());
+  float* y = out.data();
+  for (int64_t gi : on_amx) {
+    const GluGroup& g = groups[gi];
+    internal::PackXForAmxInto(g.x, g.gate.k, g.rows, g.m, xp);
+    const int64_t mn = g.m * g.gate.n;
+    products.push_back({g.gate, xp, g.m, y});
+    products.push_back({g.up, xp, g.m, y + mn});
+    xp += internal::PackedXForAmxWords(g.gate.k, g.m);
+    y += 2 * mn;
+  }
+  internal::MatmulAmxBf16Batch(products.data(), static_cast<int64_t>(products.size()));
+  for (size_t q = 0; q < on_amx.size(); ++q) {
+    const GluGroup& g = groups[on_amx[q]];
+    const int64_t n = g.gate.n;
+    const float* gate = products[2 * q].y;
+    const float* up = products[2 * q + 1].y;
+    for (int64_t i = 0; i < g.m; ++i) act_fn(&gate[i * n], &up[i * n], n, act, g.h + i * n);
+  }
 }
 
 }  // namespace
@@ -176,19 +206,16 @@ void MatmulGluGrouped(const GluGroup* groups, int64_t num_groups, const GluParam
   if (isa == Isa::kScalar || num_groups == 0) return;
   const bool avx512 = isa >= Isa::kAvx512;
   const internal::GluActFn act_fn = avx512 ? &internal::GluActAvx512 : &internal::GluActAvx2;
-  // Groups of bf16 products on AMX (--cpu-matmul-precision bf16) run one by one through oneDNN;
+  // Groups of bf16 products on AMX (--cpu-matmul-precision bf16) run together on the AMX tiles;
   // the others below, together.
   bool any_on_amx = false;
   for (int64_t gi = 0; gi < num_groups; ++gi) any_on_amx = any_on_amx || OnAmx(groups[gi], isa);
   if (any_on_amx) {
+    RunGroupsOnAmx(groups, num_groups, isa, act, act_fn);
     thread_local std::vector<GluGroup> rest;
     rest.clear();
     for (int64_t gi = 0; gi < num_groups; ++gi) {
-      if (OnAmx(groups[gi], isa)) {
-        RunGroupOnAmx(groups[gi], act, act_fn);
-      } else {
-        rest.push_back(groups[gi]);
-      }
+      if (!OnAmx(groups[gi], isa)) rest.push_back(groups[gi]);
     }
     if (rest.empty()) return;
     groups = rest.data();

@@ -153,17 +153,15 @@ TEST(CpuMatmulGluTest, ActivationMatchesReferenceOverTheWholeRange) {
 // MatmulPrecision::kBf16: a group of at least kBf16MinRows rows of bf16 experts multiplies
 // with bf16 products (the GLU of the bf16 gate and up products, to the activation's few ulps;
 // not the f32 result); a smaller group keeps the exact result bit for bit. On AMX CPUs the
-// bf16 products are oneDNN's, from kBf16AmxMinRows rows (matmul_driver.h).
+// bf16 products are the AMX tiles' (matmul_driver.h).
 TEST(CpuMatmulGluTest, Bf16PrecisionUsesBf16ProductsForGroupsOfMinRows) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
-  const int64_t min_rows = Bf16MatmulUsesAmx() ? kBf16AmxMinRows : kBf16MinRows;
-  const MatmulAlgo bf16_algo =
-      Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy;
+  const MatmulAlgo bf16_algo = testing::Bf16ProductsAlgo();
   Rng rng(16);
   const int64_t n = 45, k = 1056;
   const TestWeights gate = MakeWeights(WeightFormat::kBf16, n, k, rng);
   const TestWeights up = MakeWeights(WeightFormat::kBf16, n, k, rng);
-  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{40}, kBf16AmxMinRows, int64_t{70}}) {
+  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{40}, int64_t{64}, int64_t{70}}) {
     const std::vector<float> x = rng.Normal(m * k);
     std::vector<float> exact(static_cast<size_t>(m * n)), h(exact.size());
     MatmulGlu(gate.view, up.view, kSitu, x.data(), m, exact.data());
@@ -171,7 +169,7 @@ TEST(CpuMatmulGluTest, Bf16PrecisionUsesBf16ProductsForGroupsOfMinRows) {
       testing::PrecisionScope bf16(MatmulPrecision::kBf16);
       MatmulGlu(gate.view, up.view, kSitu, x.data(), m, h.data());
     }
-    if (m < min_rows) {
+    if (m < kBf16MinRows) {
       EXPECT_EQ(h, exact) << "m=" << m;
       continue;
     }
@@ -208,6 +206,37 @@ TEST(CpuMatmulGluTest, Bf16PrecisionGroupWithGatheredRowsEqualsGatheredProduct) 
   const GluGroup group{gate.view, up.view, x.data(), rows.data(), m, h.data()};
   MatmulGluGrouped(&group, 1, kSitu);
   EXPECT_EQ(h, expected);
+}
+
+// Under bf16 products, one call with several groups (experts of different sizes, some below
+// kBf16MinRows, odd widths; on AMX CPUs the big ones run as one batch) gives each group exactly
+// what it gives alone.
+TEST(CpuMatmulGluTest, Bf16PrecisionManyGroupsEqualEachGroupAlone) {
+  if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
+  testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+  Rng rng(18);
+  const int64_t n = 37, k = 288;
+  const int64_t sizes[] = {16, 3, 40, 17, 0, 70};
+  std::vector<TestWeights> gates, ups;
+  std::vector<std::vector<float>> xs, hs, alone;
+  for (int64_t m : sizes) {
+    gates.push_back(MakeWeights(WeightFormat::kBf16, n, k, rng));
+    ups.push_back(MakeWeights(WeightFormat::kBf16, n, k, rng));
+    xs.push_back(rng.Normal(m * k));
+    hs.emplace_back(static_cast<size_t>(m * n), -1.0f);
+    alone.emplace_back(static_cast<size_t>(m * n), -2.0f);
+  }
+  std::vector<GluGroup> groups;
+  for (size_t g = 0; g < xs.size(); ++g) {
+    groups.push_back({gates[g].view, ups[g].view, xs[g].data(), nullptr, sizes[g], hs[g].data()});
+  }
+  MatmulGluGrouped(groups.data(), static_cast<int64_t>(groups.size()), kSitu);
+  for (size_t g = 0; g < xs.size(); ++g) {
+    GluGroup one = groups[g];
+    one.h = alone[g].data();
+    MatmulGluGrouped(&one, 1, kSitu);
+    EXPECT_EQ(hs[g], alone[g]) << "group " << g << " of " << sizes[g] << " rows";
+  }
 }
 
 // Batching must not change a row: m = 67 spans two chunks and, for MXFP4, the scratch path.

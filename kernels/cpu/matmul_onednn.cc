@@ -4,8 +4,8 @@
 //     weights are used in place. oneDNN 2.6 has no f32-activation × bf16-weight matmul, so this
 //     is the accurate option (kept for comparison).
 //   MatmulOneDnnBf16: x rounded to bf16 × the bf16 weights in place → f32, which oneDNN runs on
-//     AMX tiles where the CPU has them (brgemm avx512_core_amx): the bf16 products of
-//     MatmulPrecision::kBf16 on such CPUs (several times the vdpbf16ps rate). m is cut into
+//     AMX tiles where the CPU has them (brgemm avx512_core_amx); for comparison with our AMX
+//     tiles (matmul_amx.cc), which replaced it: oneDNN reorders all of W per call. m is cut into
 //     pieces of kBf16PieceRows rows and the last piece padded to a multiple of 16 rows, so a
 //     weight shape needs at most 1 + kBf16PieceRows / 16 primitives whatever the prompt lengths.
 //
@@ -16,12 +16,10 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <string>
 #include <tuple>
 
 #include "core/check.h"
 #include "core/convert_simd.h"
-#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/cpu/internal/matmul_driver.h"
@@ -41,7 +39,6 @@ using Key =
 struct Primitive {
   dnnl::matmul matmul;
   size_t scratchpad_bytes = 0;
-  std::string implementation;  // oneDNN's name for it, e.g. "brg:avx512_core_amx_bf16"
 };
 
 class PrimitiveCache {
@@ -65,7 +62,7 @@ class PrimitiveCache {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, engine_);
-    Primitive p{dnnl::matmul(pd), pd.scratchpad_desc().get_size(), pd.impl_info_str()};
+    Primitive p{dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
     return cache_.emplace(key, std::move(p)).first->second;
   }
 
@@ -138,20 +135,11 @@ void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y) {
   }
 }
 
-bool OneDnnBf16UsesAmx() {
-  static const bool amx = [] {  // what the CPU has, whatever the ISA cap of the first caller
-    if (!GetCpuFeatures().avx512bf16) return false;
-    try {
-      const Primitive& p = Cache().Get(true, 16, 64, 64, 64, 64);
-      return p.implementation.find("amx") != std::string::npos;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return amx && ActiveIsa() == Isa::kAvx512Bf16;
-}
+namespace {
 
-const uint16_t* PackBf16ForOneDnn(const float* x, int64_t k, const int64_t* rows, int64_t m) {
+// x rounded to bf16 rows (the lossy tiles' packing) in this thread's buffer, zero rows up to a
+// multiple of 16.
+const uint16_t* PackBf16ForOneDnn(const float* x, int64_t k, int64_t m) {
   const TileKernels& bf16_rows = Bf16DotLossyTilesAvx512Bf16();  // its packing: x → bf16 rows
   const int64_t ldx = PackedRowElements(bf16_rows, k);
   const int64_t padded = (m + 15) / 16 * 16;
@@ -159,7 +147,7 @@ const uint16_t* PackBf16ForOneDnn(const float* x, int64_t k, const int64_t* rows
   auto* xb =
       static_cast<uint16_t*>(Scratch(buffer, static_cast<size_t>(padded * ldx) * sizeof(uint16_t)));
   ParallelFor((m + 15) / 16, m * k >= (int64_t{1} << 16), [&](int64_t t) {
-    PackRows(bf16_rows, x, k, rows, t * 16, std::min(m, (t + 1) * 16), xb);
+    PackRows(bf16_rows, x, k, nullptr, t * 16, std::min(m, (t + 1) * 16), xb);
   });
   std::fill(xb + m * ldx, xb + padded * ldx, uint16_t{0});
   return xb;
@@ -183,8 +171,10 @@ void MatmulOneDnnBf16Packed(const MatmulWeights& w, const uint16_t* xb, int64_t 
   }
 }
 
+}  // namespace
+
 void MatmulOneDnnBf16(const MatmulWeights& w, const float* x, int64_t m, float* y) {
-  MatmulOneDnnBf16Packed(w, PackBf16ForOneDnn(x, w.k, nullptr, m), m, y);
+  MatmulOneDnnBf16Packed(w, PackBf16ForOneDnn(x, w.k, m), m, y);
 }
 
 }  // namespace strata::kernels::cpu::internal

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/cpu_features.h"
+#include "core/tensor.h"
 #include "kernels/cpu/internal/matmul_driver.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -80,22 +81,41 @@ void ScatterAddReference(const ScatterAddGroup* groups, int64_t num_groups, int6
   }
 }
 
-// True for a group whose bf16 products run on AMX through oneDNN (matmul_driver.h).
+// True for a group whose bf16 products run on AMX tiles (matmul_driver.h).
 bool OnAmx(const ScatterAddGroup& g, Isa isa) {
   return g.m > 0 && g.w.k > 0 && internal::UseAmxProducts(isa, g.w.format, g.m);
 }
 
-// One group on AMX: the product through oneDNN, then each row added in place with its scale.
-void AddGroupOnAmx(const ScatterAddGroup& g, int64_t n, float* y) {
-  thread_local std::vector<float> product;
-  product.resize(static_cast<size_t>(g.m * n));
-  internal::MatmulOneDnnBf16(g.w, g.x, g.m, product.data());
-  for (int64_t i = 0; i < g.m; ++i) {
-    const float s = g.scale != nullptr ? g.scale[i] : 1.0f;
-    float* out = y + (g.rows != nullptr ? g.rows[i] : i) * n;
-    const float* p = &product[i * n];
-    for (int64_t j = 0; j < n; ++j) out[j] = std::fma(s, p[j], out[j]);
+// The products of the groups on AMX, all in one parallel loop: product q (of the q-th such group
+// in order) lands in `out` at products[q].y.
+const std::vector<internal::AmxProduct>& AmxProducts(const ScatterAddGroup* groups,
+                                                     int64_t num_groups, int64_t n, Isa isa) {
+  thread_local AlignedBuffer packed;
+  thread_local std::vector<float> out;
+  thread_local std::vector<internal::AmxProduct> products;
+  int64_t words = 0, floats = 0;
+  for (int64_t gi = 0; gi < num_groups; ++gi) {
+    const ScatterAddGroup& g = groups[gi];
+    if (!OnAmx(g, isa)) continue;
+    words += internal::PackedXForAmxWords(g.w.k, g.m);
+    floats += g.m * n;
   }
+  const size_t bytes = static_cast<size_t>(words) * sizeof(uint32_t);
+  if (packed.size() < bytes) packed = AlignedBuffer(bytes, AlignedBuffer::Fill::kUninitialized);
+  out.resize(static_cast<size_t>(floats));
+  products.clear();
+  auto* xp = static_cast<uint32_t*>(packed.data());
+  float* y = out.data();
+  for (int64_t gi = 0; gi < num_groups; ++gi) {
+    const ScatterAddGroup& g = groups[gi];
+    if (!OnAmx(g, isa)) continue;
+    internal::PackXForAmxInto(g.x, g.w.k, nullptr, g.m, xp);
+    products.push_back({g.w, xp, g.m, y});
+    xp += internal::PackedXForAmxWords(g.w.k, g.m);
+    y += g.m * n;
+  }
+  internal::MatmulAmxBf16Batch(products.data(), static_cast<int64_t>(products.size()));
+  return products;
 }
 
 }  // namespace
@@ -114,19 +134,25 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
     ScatterAddReference(groups, num_groups, n, y);
     return;
   }
-  // Bf16 products on AMX (--cpu-matmul-precision bf16): those groups through oneDNN, the runs of
-  // groups between them together below, all in the given order (each element still sees the
-  // groups in that order).
-  int64_t start = 0;  // the first group not added yet
-  for (int64_t gi = 0; gi < num_groups; ++gi) {
-    if (!OnAmx(groups[gi], isa)) continue;
-    MatmulScatterAddGrouped(groups + start, gi - start, n, y);
-    AddGroupOnAmx(groups[gi], n, y);
-    start = gi + 1;
+  // Bf16 products on AMX (--cpu-matmul-precision bf16): those groups' products first, together on
+  // the AMX tiles; then, in the given order, each added and the runs of groups between them added
+  // together below (each element still sees the groups in that order).
+  bool any_on_amx = false;
+  for (int64_t gi = 0; gi < num_groups; ++gi) any_on_amx = any_on_amx || OnAmx(groups[gi], isa);
+  if (any_on_amx) {
+    const std::vector<internal::AmxProduct>& products = AmxProducts(groups, num_groups, n, isa);
+    size_t q = 0;
+    int64_t start = 0;  // the first group not added yet
+    for (int64_t gi = 0; gi < num_groups; ++gi) {
+      if (!OnAmx(groups[gi], isa)) continue;
+      MatmulScatterAddGrouped(groups + start, gi - start, n, y);
+      AddRows(groups[gi], 0, groups[gi].m, products[q++].y, n, 0, n, y);
+      start = gi + 1;
+    }
+    groups += start;
+    num_groups -= start;
+    if (num_groups == 0) return;
   }
-  groups += start;
-  num_groups -= start;
-  if (num_groups == 0) return;
   GroupPlan* plans = PlanStorage(static_cast<size_t>(num_groups)).data();
   size_t packed_bytes = 0;
   int64_t weight_bytes = 0, macs = 0;

@@ -72,42 +72,36 @@ Problem MakeProblem(int64_t n, Rng& rng) {
 }
 
 // MatmulPrecision::kBf16: a group of at least kBf16MinRows rows of bf16 weights adds exactly
-// the bf16 product (the lossy tiles'; on AMX CPUs oneDNN's, from kBf16AmxMinRows rows); a smaller
-// group, the f32 one.
+// the bf16 product (the lossy tiles'; on AMX CPUs the AMX tiles'); a smaller group, the f32 one.
 TEST(CpuMatmulScatterAddTest, Bf16PrecisionFollowsMatmulPerGroupSize) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
   Rng rng(31);
   const int64_t n = 70, k = 1056;
   const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
-  const int64_t min_rows = Bf16MatmulUsesAmx() ? kBf16AmxMinRows : kBf16MinRows;
-  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{33}, kBf16AmxMinRows}) {
+  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{33}, int64_t{64}}) {
     const std::vector<float> x = rng.Normal(m * k);
     std::vector<float> exact(static_cast<size_t>(m * n)), lossy(exact.size());
     Matmul(w.view, x.data(), m, exact.data());
-    MatmulWithAlgo(Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy,
-                   w.view, x.data(), m, lossy.data());
+    MatmulWithAlgo(testing::Bf16ProductsAlgo(), w.view, x.data(), m, lossy.data());
     std::vector<float> y(exact.size(), 0.0f);
     const ScatterAddGroup group{w.view, x.data(), m, nullptr, nullptr};
     {
       testing::PrecisionScope bf16(MatmulPrecision::kBf16);
       MatmulScatterAddGrouped(&group, 1, n, y.data());
     }
-    EXPECT_EQ(y, m >= min_rows ? lossy : exact) << "m=" << m;
+    EXPECT_EQ(y, m >= kBf16MinRows ? lossy : exact) << "m=" << m;
     EXPECT_NE(exact, lossy) << "m=" << m;
   }
 }
 
 // Bf16 products with gathered rows, scales and groups of both sizes mixed: each group adds, in
-// the given order, its own product (bf16 from kBf16MinRows rows — kBf16AmxMinRows on AMX CPUs —
-// f32 below) times its scales.
+// the given order, its own product (bf16 from kBf16MinRows rows, f32 below) times its scales.
 TEST(CpuMatmulScatterAddTest, Bf16PrecisionMixedGroupsAddInOrder) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
-  const MatmulAlgo bf16_algo =
-      Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy;
+  const MatmulAlgo bf16_algo = testing::Bf16ProductsAlgo();
   Rng rng(32);
   const int64_t n = 48, k = 256, y_rows = 11;
   const int64_t sizes[] = {70, 3, 18};
-  const int64_t min_rows = Bf16MatmulUsesAmx() ? kBf16AmxMinRows : kBf16MinRows;
   std::vector<TestWeights> ws;
   std::vector<std::vector<float>> xs, scales;
   std::vector<std::vector<int64_t>> rows;
@@ -127,7 +121,7 @@ TEST(CpuMatmulScatterAddTest, Bf16PrecisionMixedGroupsAddInOrder) {
   for (size_t g = 0; g < ws.size(); ++g) {
     const int64_t m = sizes[g];
     std::vector<float> p(static_cast<size_t>(m * n));
-    MatmulWithAlgo(m >= min_rows ? bf16_algo : MatmulAlgo::kAuto, ws[g].view, xs[g].data(), m,
+    MatmulWithAlgo(m >= kBf16MinRows ? bf16_algo : MatmulAlgo::kAuto, ws[g].view, xs[g].data(), m,
                    p.data());
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {

@@ -176,18 +176,16 @@ TEST(CpuMatmulTest, LossyBf16DotIsWithinBf16ActivationTolerance) {
 }
 
 // MatmulPrecision::kBf16 (opt-in): bf16 weights and at least kBf16MinRows rows take the bf16
-// products (the lossy tiles' result: within the bf16-activation bound, not the f32 result) — on
-// AMX CPUs from kBf16AmxMinRows rows, exactly oneDNN's bf16 result; fewer rows, f32 / MXFP4
-// weights and CPUs without AVX512_BF16 keep the exact path.
+// products (the AMX tiles' result on AMX CPUs, else the lossy tiles': within the bf16-activation
+// bound, not the f32 result); fewer rows, f32 / MXFP4 weights and CPUs without AVX512_BF16 keep
+// the exact path.
 TEST(CpuMatmulTest, Bf16PrecisionRoundsActivationsFromMinRowsOnly) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
   Rng rng(21);
   const int64_t n = 97, k = 1056;
   for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
     const TestWeights w = MakeWeights(format, n, k, rng);
-    const int64_t min_rows = Bf16MatmulUsesAmx() ? kBf16AmxMinRows : kBf16MinRows;
-    for (int64_t m : {int64_t{1}, kBf16MinRows - 1, kBf16MinRows, kBf16AmxMinRows - 1,
-                      kBf16AmxMinRows, int64_t{67}}) {
+    for (int64_t m : {int64_t{1}, kBf16MinRows - 1, kBf16MinRows, int64_t{63}, int64_t{67}}) {
       const std::vector<float> x = rng.Normal(m * k);
       std::vector<float> exact(static_cast<size_t>(m * n)), y(exact.size()), lossy(exact.size());
       Matmul(w.view, x.data(), m, exact.data());
@@ -197,9 +195,8 @@ TEST(CpuMatmulTest, Bf16PrecisionRoundsActivationsFromMinRowsOnly) {
       }
       const std::string what =
           "format " + std::to_string(static_cast<int>(format)) + " m=" + std::to_string(m);
-      if (format == WeightFormat::kBf16 && m >= min_rows) {
-        MatmulWithAlgo(Bf16MatmulUsesAmx() ? MatmulAlgo::kOneDnnBf16 : MatmulAlgo::kBf16DotLossy,
-                       w.view, x.data(), m, lossy.data());
+      if (format == WeightFormat::kBf16 && m >= kBf16MinRows) {
+        MatmulWithAlgo(testing::Bf16ProductsAlgo(), w.view, x.data(), m, lossy.data());
         EXPECT_EQ(y, lossy) << what;
         EXPECT_NE(y, exact) << what;
         EXPECT_TRUE(CloseToReference(y, w, x, m, kBf16Activations)) << what;
@@ -235,6 +232,62 @@ TEST(CpuMatmulTest, OneDnnBf16IsWithinBf16ActivationToleranceOnOddShapes) {
           << "m=" << m << " n=" << n << " k=" << k;
     }
   }
+}
+
+// The AMX tiles over odd shapes: n, k of 1, primes and non-multiples of the tile (16 rows, 32 k),
+// m across the 32-row blocks.
+// Against the f64 product of x rounded to bf16 within f32 accumulation's bound (a missing or
+// doubled product fails it); nothing written outside y.
+TEST(CpuMatmulTest, AmxBf16EqualsBf16RoundedProductOnOddShapes) {
+  if (!MatmulAlgoSupported(MatmulAlgo::kAmxBf16, WeightFormat::kBf16)) {
+    GTEST_SKIP() << "no AMX-BF16 here";
+  }
+  Rng rng(23);
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1},
+                      {31, 33},
+                      {33, 256},
+                      {97, 1000},
+                      {257, 31},
+                      {48, 2304}}) {
+    const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
+    for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{33}, int64_t{257},
+                      int64_t{1031}}) {
+      if (m * n * k > (int64_t{1} << 27)) continue;  // the f64 reference's time
+      std::vector<float> x = rng.Normal(m * k);
+      for (float& v : x) v = Bf16ToF32(F32ToBf16(v));  // the rounding the product applies
+      const float guard = 12345.0f;
+      std::vector<float> y(static_cast<size_t>((m + 1) * n), guard);
+      MatmulWithAlgo(MatmulAlgo::kAmxBf16, w.view, x.data(), m, y.data());
+      const std::vector<float> tail(y.begin() + m * n, y.end());
+      y.resize(static_cast<size_t>(m * n));
+      EXPECT_TRUE(CloseToReference(y, w, x, m, kF32Accumulation))
+          << "m=" << m << " n=" << n << " k=" << k;
+      EXPECT_EQ(tail, std::vector<float>(static_cast<size_t>(n), guard)) << "m=" << m;
+    }
+  }
+}
+
+// A product big enough for every thread (many 32-row blocks of W, ~1 ms of AMX work) gives the
+// same bits on one thread and on three.
+TEST(CpuMatmulTest, AmxBf16ResultDoesNotDependOnThreadCount) {
+  if (!MatmulAlgoSupported(MatmulAlgo::kAmxBf16, WeightFormat::kBf16)) {
+    GTEST_SKIP() << "no AMX-BF16 here";
+  }
+  const int saved = omp_get_max_threads();
+  Rng rng(24);
+  const int64_t m = 515, n = 2021, k = 1000;
+  const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
+  const std::vector<float> x = rng.Normal(m * k);
+  std::vector<float> one(static_cast<size_t>(m * n)), many(one.size());
+  omp_set_num_threads(1);
+  MatmulWithAlgo(MatmulAlgo::kAmxBf16, w.view, x.data(), m, one.data());
+  for (int threads : {2, 3, 2, 3}) {  // repeated: whether a worker wakes in time varies
+    omp_set_num_threads(threads);
+    std::fill(many.begin(), many.end(), -1.0f);
+    MatmulWithAlgo(MatmulAlgo::kAmxBf16, w.view, x.data(), m, many.data());
+    EXPECT_EQ(one, many) << threads << " threads";
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(CpuMatmulTest, ScalarIsaFallsBackToTheReference) {

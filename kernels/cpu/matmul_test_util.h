@@ -30,6 +30,12 @@ struct Tolerance {
 constexpr Tolerance kF32Accumulation{0.0, 1e-6};
 constexpr Tolerance kBf16Activations{4e-3, 1e-6};
 
+// The products MatmulPrecision::kBf16 runs from kBf16MinRows rows: our AMX tiles on AMX CPUs,
+// else the vdpbf16ps tiles.
+inline MatmulAlgo Bf16ProductsAlgo() {
+  return Bf16MatmulUsesAmx() ? MatmulAlgo::kAmxBf16 : MatmulAlgo::kBf16DotLossy;
+}
+
 // Sets the process-wide MatmulPrecision for a scope, restoring the default (kF32) after it.
 class PrecisionScope {
  public:

@@ -31,16 +31,15 @@ struct KernelSet {
 
 KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16);
 // Whether a product of m rows multiplies in bf16 under GetMatmulPrecision() (bf16 weights,
-// AVX512_BF16, m ≥ kBf16MinRows, precision kBf16). Matmul then runs them on AMX through oneDNN
-// where the CPU has AMX, else on the vdpbf16ps tiles.
+// AVX512_BF16, m ≥ kBf16MinRows, precision kBf16). Matmul then runs them on AMX tiles
+// (matmul_amx.cc) where the CPU has AMX, else on the vdpbf16ps tiles.
 bool UseBf16Products(Isa isa, WeightFormat format, int64_t m);
-// Whether a product of m rows runs on AMX through oneDNN: UseBf16Products, an AMX CPU, and
-// m ≥ kBf16AmxMinRows.
+// Whether a product of m rows runs on AMX tiles: UseBf16Products and an AMX CPU.
 bool UseAmxProducts(Isa isa, WeightFormat format, int64_t m);
 // The `lossy_bf16` of SelectKernels: bf16 products on CPUs without AMX. With AMX the bf16
-// products go to oneDNN (Matmul, and the grouped products group by group), never to the tiles:
-// vdpbf16ps runs at the FMA rate there, measured slower than the f32 tiles (28.9 vs 24.4 ms,
-// 512×4096×1024) against 8.4 ms for oneDNN on AMX.
+// products go to the AMX tiles (Matmul, and the grouped products group by group), never to the
+// vdpbf16ps tiles: vdpbf16ps runs at the FMA rate there, measured slower than the f32 tiles
+// (28.9 vs 24.4 ms, 512×4096×1024).
 bool UseBf16Tiles(Isa isa, WeightFormat format, int64_t m);
 
 // Checks a weight view's invariants (CHECK): n, k ≥ 0, data present, MXFP4 k % 32 == 0.

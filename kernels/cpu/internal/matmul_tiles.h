@@ -96,16 +96,31 @@ const float* E8M0Table();
 
 // The oneDNN path (kernels/cpu/matmul_onednn.cc).
 void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y);
-// x rounded to bf16 × bf16 W → f32 through oneDNN (AMX tiles where the CPU has them); bf16
-// weights only, AVX512_BF16 CPUs only.
+// x rounded to bf16 × bf16 W → f32 through oneDNN (AMX tiles where the CPU has them; for
+// comparison); bf16 weights only, AVX512_BF16 CPUs only.
 void MatmulOneDnnBf16(const MatmulWeights& w, const float* x, int64_t m, float* y);
+
+// The AMX path (kernels/cpu/matmul_amx.cc): x rounded to bf16 × bf16 W → f32 on AMX tiles, W read
+// in place (no reorder, any n and k). AmxBf16Usable: the CPU has AMX-BF16, the OS granted tile
+// data (asked once) and the ISA cap is AVX512_BF16.
+bool AmxBf16Usable();
+void MatmulAmxBf16(const MatmulWeights& w, const float* x, int64_t m, float* y);
 // Its two steps, so products sharing x pack it once: x rows (row i = x + rows[i]·k, or row i
-// when rows is null) rounded to bf16 into this thread's buffer, zero rows up to a multiple of
-// 16 (valid until the thread packs again); then the product over them.
-const uint16_t* PackBf16ForOneDnn(const float* x, int64_t k, const int64_t* rows, int64_t m);
-void MatmulOneDnnBf16Packed(const MatmulWeights& w, const uint16_t* xb, int64_t m, float* y);
-// True when oneDNN runs bf16 matmuls on AMX tiles here (probed once; false below the AVX512_BF16
-// ISA cap).
-bool OneDnnBf16UsesAmx();
+// when rows is null) rounded to bf16 into this thread's buffer in the tiles' layout (valid until
+// the thread packs again); then the product over them.
+const uint32_t* PackXForAmx(const float* x, int64_t k, const int64_t* rows, int64_t m);
+void MatmulAmxBf16Packed(const MatmulWeights& w, const uint32_t* xp, int64_t m, float* y);
+// The same packing into a caller's buffer of PackedXForAmxWords(k, m) words (64-byte aligned).
+int64_t PackedXForAmxWords(int64_t k, int64_t m);
+void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp);
+// Several products in one parallel loop over all their weight blocks (the expert groups of a
+// grouped product: each alone may be too small to share between threads).
+struct AmxProduct {
+  MatmulWeights w;               // bf16
+  const uint32_t* xp = nullptr;  // packed x rows (PackXForAmxInto)
+  int64_t m = 0;
+  float* y = nullptr;  // [m, w.n]
+};
+void MatmulAmxBf16Batch(const AmxProduct* products, int64_t count);
 
 }  // namespace strata::kernels::cpu::internal
