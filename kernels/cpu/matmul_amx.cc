@@ -216,14 +216,13 @@ STRATA_TARGET_AMX void RunGroup(const MatmulWeights& w, const uint32_t* xp, int6
   _tile_release();
 }
 
-}  // namespace
-
-bool AmxBf16Usable() { return GetCpuFeatures().amx_bf16 && ActiveIsa() == Isa::kAvx512Bf16; }
-
+// uint32 words of PackXForAmxInto's output for m rows of k.
 int64_t PackedXForAmxWords(int64_t k, int64_t m) {
   return RoundUp(m, kBlockRows) * RoundUp(std::max<int64_t>(k, 1), kStepK) / 2;
 }
 
+// x rows (row i = x + rows[i]·k, or row i) rounded to bf16 into xp in the B operand's layout:
+// 32-row multiples of 16-row blocks, zero rows past m.
 void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp) {
   CHECK(AmxBf16Usable()) << "PackXForAmx needs AMX-BF16";
   const int64_t kp = RoundUp(std::max<int64_t>(k, 1), kStepK);
@@ -236,15 +235,7 @@ void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, 
   });
 }
 
-const uint32_t* PackXForAmx(const float* x, int64_t k, const int64_t* rows, int64_t m) {
-  thread_local AlignedBuffer buffer;
-  const size_t bytes = static_cast<size_t>(PackedXForAmxWords(k, m)) * sizeof(uint32_t);
-  if (buffer.size() < bytes) buffer = AlignedBuffer(bytes, AlignedBuffer::Fill::kUninitialized);
-  auto* xp = static_cast<uint32_t*>(buffer.data());
-  PackXForAmxInto(x, k, rows, m, xp);
-  return xp;
-}
-
+// Every product's weight block groups as the tasks of one parallel loop.
 void MatmulAmxBf16Batch(const AmxProduct* products, int64_t count) {
   CHECK(AmxBf16Usable()) << "MatmulAmxBf16 needs AMX-BF16";
   // Task t of product p covers its W block group t − first_task[p].
@@ -278,13 +269,48 @@ void MatmulAmxBf16Batch(const AmxProduct* products, int64_t count) {
   });
 }
 
-void MatmulAmxBf16Packed(const MatmulWeights& w, const uint32_t* xp, int64_t m, float* y) {
-  const AmxProduct product{w, xp, m, y};
-  MatmulAmxBf16Batch(&product, 1);
+}  // namespace
+
+bool AmxBf16Usable() { return GetCpuFeatures().amx_bf16 && ActiveIsa() == Isa::kAvx512Bf16; }
+
+const std::vector<AmxProduct>& MatmulAmxBf16Groups(const AmxGroup* groups, int64_t count) {
+  thread_local AlignedBuffer packed;
+  thread_local std::vector<float> out;
+  thread_local std::vector<AmxProduct> products;
+  int64_t words = 0, floats = 0;
+  for (int64_t gi = 0; gi < count; ++gi) {
+    const AmxGroup& g = groups[gi];
+    words += PackedXForAmxWords(g.k, g.m);
+    for (int q = 0; q < g.num_weights; ++q) floats += g.m * g.weights[q].n;
+  }
+  const size_t bytes = static_cast<size_t>(words) * sizeof(uint32_t);
+  if (packed.size() < bytes) packed = AlignedBuffer(bytes, AlignedBuffer::Fill::kUninitialized);
+  out.resize(static_cast<size_t>(floats));
+  products.clear();
+  auto* xp = static_cast<uint32_t*>(packed.data());
+  float* y = out.data();
+  for (int64_t gi = 0; gi < count; ++gi) {
+    const AmxGroup& g = groups[gi];
+    PackXForAmxInto(g.x, g.k, g.rows, g.m, xp);
+    for (int q = 0; q < g.num_weights; ++q) {
+      CHECK_EQ(g.weights[q].k, g.k) << "every weight of an AMX group multiplies its x";
+      products.push_back({g.weights[q], xp, g.m, y});
+      y += g.m * g.weights[q].n;
+    }
+    xp += PackedXForAmxWords(g.k, g.m);
+  }
+  MatmulAmxBf16Batch(products.data(), static_cast<int64_t>(products.size()));
+  return products;
 }
 
 void MatmulAmxBf16(const MatmulWeights& w, const float* x, int64_t m, float* y) {
-  MatmulAmxBf16Packed(w, PackXForAmx(x, w.k, nullptr, m), m, y);
+  thread_local AlignedBuffer buffer;
+  const size_t bytes = static_cast<size_t>(PackedXForAmxWords(w.k, m)) * sizeof(uint32_t);
+  if (buffer.size() < bytes) buffer = AlignedBuffer(bytes, AlignedBuffer::Fill::kUninitialized);
+  auto* xp = static_cast<uint32_t*>(buffer.data());
+  PackXForAmxInto(x, w.k, nullptr, m, xp);
+  const AmxProduct product{w, xp, m, y};
+  MatmulAmxBf16Batch(&product, 1);
 }
 
 }  // namespace strata::kernels::cpu::internal

@@ -7,7 +7,6 @@
 
 #include "core/check.h"
 #include "core/cpu_features.h"
-#include "core/tensor.h"
 #include "kernels/cpu/internal/glu_act.h"
 #include "kernels/cpu/internal/matmul_driver.h"
 #include "kernels/cpu/thread_pool.h"
@@ -154,37 +153,20 @@ bool OnAmx(const GluGroup& g, Isa isa) {
 // shared by its gate and up products, all products in one parallel loop, then the activation.
 void RunGroupsOnAmx(const GluGroup* groups, int64_t num_groups, Isa isa, const GluParams& act,
                     internal::GluActFn act_fn) {
-  thread_local std::vector<int64_t> on_amx;
-  thread_local AlignedBuffer packed;
-  thread_local std::vector<float> out;  // per group: gate [m, n] then up [m, n]
-  thread_local std::vector<internal::AmxProduct> products;
+  thread_local std::vector<const GluGroup*> on_amx;
+  thread_local std::vector<internal::AmxGroup> specs;
   on_amx.clear();
-  int64_t words = 0, floats = 0;
+  specs.clear();
   for (int64_t gi = 0; gi < num_groups; ++gi) {
     const GluGroup& g = groups[gi];
     if (!OnAmx(g, isa)) continue;
-    on_amx.push_back(gi);
-    words += internal::PackedXForAmxWords(g.gate.k, g.m);
-    floats += 2 * g.m * g.gate.n;
+    on_amx.push_back(&g);
+    specs.push_back({g.x, g.gate.k, g.rows, g.m, {g.gate, g.up}, 2});
   }
-  const size_t bytes = static_cast<size_t>(words) * sizeof(uint32_t);
-  if (packed.size() < bytes) packed = AlignedBuffer(bytes, AlignedBuffer::Fill::kUninitialized);
-  out.resize(static_cast<size_t>(floats));
-  products.clear();
-  auto* xp = static_cast<uint32_t*>(packed.data());
-  float* y = out.data();
-  for (int64_t gi : on_amx) {
-    const GluGroup& g = groups[gi];
-    internal::PackXForAmxInto(g.x, g.gate.k, g.rows, g.m, xp);
-    const int64_t mn = g.m * g.gate.n;
-    products.push_back({g.gate, xp, g.m, y});
-    products.push_back({g.up, xp, g.m, y + mn});
-    xp += internal::PackedXForAmxWords(g.gate.k, g.m);
-    y += 2 * mn;
-  }
-  internal::MatmulAmxBf16Batch(products.data(), static_cast<int64_t>(products.size()));
+  const std::vector<internal::AmxProduct>& products =
+      internal::MatmulAmxBf16Groups(specs.data(), static_cast<int64_t>(specs.size()));
   for (size_t q = 0; q < on_amx.size(); ++q) {
-    const GluGroup& g = groups[on_amx[q]];
+    const GluGroup& g = *on_amx[q];
     const int64_t n = g.gate.n;
     const float* gate = products[2 * q].y;
     const float* up = products[2 * q + 1].y;

@@ -8,7 +8,6 @@
 
 #include "core/check.h"
 #include "core/cpu_features.h"
-#include "core/tensor.h"
 #include "kernels/cpu/internal/matmul_driver.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -86,36 +85,17 @@ bool OnAmx(const ScatterAddGroup& g, Isa isa) {
   return g.m > 0 && g.w.k > 0 && internal::UseAmxProducts(isa, g.w.format, g.m);
 }
 
-// The products of the groups on AMX, all in one parallel loop: product q (of the q-th such group
-// in order) lands in `out` at products[q].y.
+// The products of the groups on AMX, all in one parallel loop: the q-th such group's (in order)
+// at products[q].y.
 const std::vector<internal::AmxProduct>& AmxProducts(const ScatterAddGroup* groups,
-                                                     int64_t num_groups, int64_t n, Isa isa) {
-  thread_local AlignedBuffer packed;
-  thread_local std::vector<float> out;
-  thread_local std::vector<internal::AmxProduct> products;
-  int64_t words = 0, floats = 0;
+                                                     int64_t num_groups, Isa isa) {
+  thread_local std::vector<internal::AmxGroup> specs;
+  specs.clear();
   for (int64_t gi = 0; gi < num_groups; ++gi) {
     const ScatterAddGroup& g = groups[gi];
-    if (!OnAmx(g, isa)) continue;
-    words += internal::PackedXForAmxWords(g.w.k, g.m);
-    floats += g.m * n;
+    if (OnAmx(g, isa)) specs.push_back({g.x, g.w.k, nullptr, g.m, {g.w, {}}, 1});
   }
-  const size_t bytes = static_cast<size_t>(words) * sizeof(uint32_t);
-  if (packed.size() < bytes) packed = AlignedBuffer(bytes, AlignedBuffer::Fill::kUninitialized);
-  out.resize(static_cast<size_t>(floats));
-  products.clear();
-  auto* xp = static_cast<uint32_t*>(packed.data());
-  float* y = out.data();
-  for (int64_t gi = 0; gi < num_groups; ++gi) {
-    const ScatterAddGroup& g = groups[gi];
-    if (!OnAmx(g, isa)) continue;
-    internal::PackXForAmxInto(g.x, g.w.k, nullptr, g.m, xp);
-    products.push_back({g.w, xp, g.m, y});
-    xp += internal::PackedXForAmxWords(g.w.k, g.m);
-    y += g.m * n;
-  }
-  internal::MatmulAmxBf16Batch(products.data(), static_cast<int64_t>(products.size()));
-  return products;
+  return internal::MatmulAmxBf16Groups(specs.data(), static_cast<int64_t>(specs.size()));
 }
 
 }  // namespace
@@ -140,7 +120,7 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
   bool any_on_amx = false;
   for (int64_t gi = 0; gi < num_groups; ++gi) any_on_amx = any_on_amx || OnAmx(groups[gi], isa);
   if (any_on_amx) {
-    const std::vector<internal::AmxProduct>& products = AmxProducts(groups, num_groups, n, isa);
+    const std::vector<internal::AmxProduct>& products = AmxProducts(groups, num_groups, isa);
     size_t q = 0;
     int64_t start = 0;  // the first group not added yet
     for (int64_t gi = 0; gi < num_groups; ++gi) {

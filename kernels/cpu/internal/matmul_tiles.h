@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/cpu_features.h"
 #include "kernels/cpu/matmul.h"
@@ -105,22 +106,26 @@ void MatmulOneDnnBf16(const MatmulWeights& w, const float* x, int64_t m, float* 
 // data (asked once) and the ISA cap is AVX512_BF16.
 bool AmxBf16Usable();
 void MatmulAmxBf16(const MatmulWeights& w, const float* x, int64_t m, float* y);
-// Its two steps, so products sharing x pack it once: x rows (row i = x + rows[i]·k, or row i
-// when rows is null) rounded to bf16 into this thread's buffer in the tiles' layout (valid until
-// the thread packs again); then the product over them.
-const uint32_t* PackXForAmx(const float* x, int64_t k, const int64_t* rows, int64_t m);
-void MatmulAmxBf16Packed(const MatmulWeights& w, const uint32_t* xp, int64_t m, float* y);
-// The same packing into a caller's buffer of PackedXForAmxWords(k, m) words (64-byte aligned).
-int64_t PackedXForAmxWords(int64_t k, int64_t m);
-void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp);
-// Several products in one parallel loop over all their weight blocks (the expert groups of a
-// grouped product: each alone may be too small to share between threads).
+// A product of MatmulAmxBf16Groups: y[m, w.n] from packed x rows.
 struct AmxProduct {
-  MatmulWeights w;               // bf16
-  const uint32_t* xp = nullptr;  // packed x rows (PackXForAmxInto)
+  MatmulWeights w;  // bf16
+  const uint32_t* xp = nullptr;
   int64_t m = 0;
-  float* y = nullptr;  // [m, w.n]
+  float* y = nullptr;
 };
-void MatmulAmxBf16Batch(const AmxProduct* products, int64_t count);
+// Groups of products sharing an x (an expert's gate and up): each group's x rows (row i =
+// x + rows[i]·k, or row i) packed once, then every group's products in one parallel loop over
+// all their weight blocks (an expert alone may be too small to share between threads). Returns the
+// products in order (group by group, weights in order), outputs in this thread's buffer (valid
+// until the thread calls again).
+struct AmxGroup {
+  const float* x = nullptr;
+  int64_t k = 0;
+  const int64_t* rows = nullptr;
+  int64_t m = 0;
+  MatmulWeights weights[2];
+  int num_weights = 1;
+};
+const std::vector<AmxProduct>& MatmulAmxBf16Groups(const AmxGroup* groups, int64_t count);
 
 }  // namespace strata::kernels::cpu::internal
