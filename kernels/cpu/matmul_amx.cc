@@ -21,17 +21,15 @@
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "core/tensor.h"
+#include "kernels/cpu/internal/amx_tiles.h"
 #include "kernels/cpu/internal/matmul_tiles.h"
 #include "kernels/cpu/thread_pool.h"
-
-#define STRATA_TARGET_AMX \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")))
 
 namespace strata::kernels::cpu::internal {
 namespace {
 
-constexpr int kTile = 16;           // tile rows (W rows of A, x rows of B)
-constexpr int kStepK = 32;          // k per tile product (16 pairs)
+constexpr int kTile = kAmxTile;     // tile rows (W rows of A, x rows of B)
+constexpr int kStepK = kAmxStepK;   // k per tile product (16 pairs)
 constexpr int64_t kBlockRows = 32;  // W rows and x rows of a 2 × 2 block of tiles
 // Below both, one thread: waking the other costs ~10–20 µs (matmul_driver.cc); the tiles do a
 // product of 2²⁵ MACs in about that time.
@@ -40,36 +38,6 @@ constexpr int64_t kParallelMinMacs = int64_t{1} << 25;
 
 int64_t RoundUp(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
-}
-
-// r[i] (16 lanes) ← column i of the 16 × 16 matrix whose rows are r[0..15] (32-bit elements).
-STRATA_TARGET_AMX inline void Transpose16x16(__m512 (&r)[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-  }
-  // r[4i + q]: rows 4i .. 4i + 3, element q of every 128-bit lane; now gather the lanes.
-  for (int i = 0; i < 2; ++i) {
-    for (int q = 0; q < 4; ++q) {
-      t[8 * i + q] = _mm512_shuffle_f32x4(r[8 * i + q], r[8 * i + 4 + q], 0x88);
-      t[8 * i + 4 + q] = _mm512_shuffle_f32x4(r[8 * i + q], r[8 * i + 4 + q], 0xdd);
-    }
-  }
-  for (int q = 0; q < 4; ++q) {
-    r[q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0x88);
-    r[q + 8] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0xdd);
-    r[q + 4] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0x88);
-    r[q + 12] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0xdd);
-  }
 }
 
 // x rows [i0, i0 + 16) (row i = x + rows[i]·k, or row i; rows ≥ m are zeros) rounded to bf16 into
@@ -216,25 +184,6 @@ STRATA_TARGET_AMX void RunGroup(const MatmulWeights& w, const uint32_t* xp, int6
   _tile_release();
 }
 
-// uint32 words of PackXForAmxInto's output for m rows of k.
-int64_t PackedXForAmxWords(int64_t k, int64_t m) {
-  return RoundUp(m, kBlockRows) * RoundUp(std::max<int64_t>(k, 1), kStepK) / 2;
-}
-
-// x rows (row i = x + rows[i]·k, or row i) rounded to bf16 into xp in the B operand's layout:
-// 32-row multiples of 16-row blocks, zero rows past m.
-void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp) {
-  CHECK(AmxBf16Usable()) << "PackXForAmx needs AMX-BF16";
-  const int64_t kp = RoundUp(std::max<int64_t>(k, 1), kStepK);
-  ParallelFor(RoundUp(m, kBlockRows) / kTile, m * k >= (int64_t{1} << 16), [&](int64_t b) {
-    thread_local AlignedBuffer rows_buffer;
-    const size_t row_bytes = static_cast<size_t>(kTile * kp) * sizeof(uint16_t);
-    if (rows_buffer.size() < row_bytes) rows_buffer = AlignedBuffer(row_bytes);
-    PackXBlock(x, k, rows, b * kTile, m, kp, static_cast<uint16_t*>(rows_buffer.data()),
-               xp + b * kp / 2 * kTile);
-  });
-}
-
 // Every product's weight block groups as the tasks of one parallel loop.
 void MatmulAmxBf16Batch(const AmxProduct* products, int64_t count) {
   CHECK(AmxBf16Usable()) << "MatmulAmxBf16 needs AMX-BF16";
@@ -270,6 +219,22 @@ void MatmulAmxBf16Batch(const AmxProduct* products, int64_t count) {
 }
 
 }  // namespace
+
+int64_t PackedXForAmxWords(int64_t k, int64_t m) {
+  return RoundUp(m, kBlockRows) * RoundUp(std::max<int64_t>(k, 1), kStepK) / 2;
+}
+
+void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp) {
+  CHECK(ActiveIsa() == Isa::kAvx512Bf16) << "PackXForAmxInto needs AVX512-BF16";
+  const int64_t kp = RoundUp(std::max<int64_t>(k, 1), kStepK);
+  ParallelFor(RoundUp(m, kBlockRows) / kTile, m * k >= (int64_t{1} << 16), [&](int64_t b) {
+    thread_local AlignedBuffer rows_buffer;
+    const size_t row_bytes = static_cast<size_t>(kTile * kp) * sizeof(uint16_t);
+    if (rows_buffer.size() < row_bytes) rows_buffer = AlignedBuffer(row_bytes);
+    PackXBlock(x, k, rows, b * kTile, m, kp, static_cast<uint16_t*>(rows_buffer.data()),
+               xp + b * kp / 2 * kTile);
+  });
+}
 
 bool AmxBf16Usable() { return GetCpuFeatures().amx_bf16 && ActiveIsa() == Isa::kAvx512Bf16; }
 

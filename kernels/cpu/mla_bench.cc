@@ -35,6 +35,7 @@
 #include "core/cpu_features.h"
 #include "core/tensor.h"
 #include "kernels/cpu/latent_codec.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mla_decode.h"
 #include "kernels/cpu/mla_prefill.h"
 
@@ -179,8 +180,8 @@ const char* FormName(MlaPrefillForm f) {
 }
 
 // A chunk of `tokens` new tokens after `cached` ones, in one call.
-void Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaPrefillForm form,
-             int reps) {
+double Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaPrefillForm form,
+               int reps) {
   const MlaDims d = Dims(heads);
   const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
   const int64_t len = cached + tokens;
@@ -199,12 +200,23 @@ void Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaPre
     MlaPrefill(d, scale, w.data(), {&seq, 1}, scratch.data(), form);
   });
   const double flops = PrefillFlops(d, cached, tokens, used);
+  // The expanded form under --cpu-matmul-precision bf16 runs bf16 products (AMX tiles, else
+  // vdpbf16ps): its ceiling is theirs.
+  const bool bf16 = used == MlaPrefillForm::kExpanded &&
+                    GetMatmulPrecision() == MatmulPrecision::kBf16 && Bf16MatmulSupported();
+  const bool amx = bf16 && Bf16MatmulUsesAmx();
+  const double peak = amx    ? bench::MeasurePeakAmxBf16Flops()
+                      : bf16 ? bench::MeasurePeakBf16DotFlops()
+                             : c.flops;
+  const char* precision = amx ? "bf16-amx" : bf16 ? "bf16" : "f32";
+  const char* peak_name = amx ? "amx_bf16" : bf16 ? "bf16_dot" : "f32";
   std::printf(
-      "prefill %-11s heads %2d cached %5lld new %5lld %-8s(%s): %8.1f ms (mean %8.1f)  %8.0f "
-      "tokens/s  %6.1f GFLOP/s = %5.1f%% of f32\n",
+      "prefill %-11s heads %2d cached %5lld new %5lld %-8s(%s) %-8s: %8.1f ms (mean %8.1f)  %8.0f "
+      "tokens/s  %6.1f GFLOP/s = %5.1f%% of %s\n",
       name, heads, static_cast<long long>(cached), static_cast<long long>(tokens), FormName(form),
-      FormName(used), t.best_s * 1e3, t.mean_s * 1e3, tokens / t.best_s, flops / t.best_s * 1e-9,
-      100.0 * flops / t.best_s / c.flops);
+      FormName(used), precision, t.best_s * 1e3, t.mean_s * 1e3, tokens / t.best_s,
+      flops / t.best_s * 1e-9, 100.0 * flops / t.best_s / peak, peak_name);
+  return t.best_s;
 }
 
 }  // namespace
@@ -235,6 +247,27 @@ int main(int argc, char** argv) {
   }
   Prefill("k3", 96, 0, prompt, MlaPrefillForm::kAuto, 1);
   Prefill("kimi-linear", 32, 0, prompt, MlaPrefillForm::kAuto, 1);
+  // --cpu-matmul-precision bf16: the expanded form's bf16 products against f32, alternating.
+  SetMatmulPrecision(MatmulPrecision::kBf16);
+  if (Bf16MatmulSupported()) {
+    for (int64_t tokens : {prompt / 8, prompt / 2}) {
+      double f32_s = 1e30, bf16_s = 1e30;
+      for (int round = 0; round < 2; ++round) {
+        SetMatmulPrecision(MatmulPrecision::kF32);
+        f32_s =
+            std::min(f32_s, Prefill("kimi-linear", 32, 0, tokens, MlaPrefillForm::kExpanded, 1));
+        SetMatmulPrecision(MatmulPrecision::kBf16);
+        bf16_s =
+            std::min(bf16_s, Prefill("kimi-linear", 32, 0, tokens, MlaPrefillForm::kExpanded, 1));
+      }
+      std::printf("  %s over f32, %lld-token prompt: %.2fx\n", MatmulPrecisionInEffect(),
+                  static_cast<long long>(tokens), f32_s / bf16_s);
+    }
+    Prefill("kimi-linear", 32, prompt / 2, prompt / 32, MlaPrefillForm::kExpanded, 2);
+  } else {
+    std::printf("bf16 prefill: not measured (no AVX512-BF16 here)\n");
+  }
+  SetMatmulPrecision(MatmulPrecision::kF32);
   PrintCeilings("end", Measure());
   return 0;
 }

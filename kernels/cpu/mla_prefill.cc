@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "core/tensor.h"
+#include "kernels/cpu/internal/mla_prefill_bf16.h"
 #include "kernels/cpu/mla_tiles.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -228,7 +229,8 @@ void PrefillWithReference(const MlaDims& d, float scale, const float* w_kvb,
 
 }  // namespace
 
-MlaPrefillForm MlaPrefillChooseForm(const MlaDims& d, int64_t num_cached, int64_t num_new) {
+MlaPrefillForm MlaPrefillChooseForm(const MlaDims& d, int64_t num_cached, int64_t num_new,
+                                    double expanded_speedup) {
   // FLOPs per head / 2. Both forms run on the same dot and axpy tiles at similar efficiency
   // (README: measured), so fewer FLOPs is faster.
   const double pairs = static_cast<double>(num_new) * num_cached + num_new * (num_new + 1) / 2.0;
@@ -237,7 +239,8 @@ MlaPrefillForm MlaPrefillChooseForm(const MlaDims& d, int64_t num_cached, int64_
   const double absorbed = pairs * (2 * r + dr) + num_new * (dn + dv) * r;
   const double expanded =
       static_cast<double>(num_cached + num_new) * (dn + dv) * r + pairs * (dn + dr + dv);
-  return expanded < absorbed ? MlaPrefillForm::kExpanded : MlaPrefillForm::kAbsorbed;
+  return expanded / expanded_speedup < absorbed ? MlaPrefillForm::kExpanded
+                                                : MlaPrefillForm::kAbsorbed;
 }
 
 size_t MlaPrefillScratchBytes(const MlaDims& /*dims*/, absl::Span<const MlaPrefillSequence> seqs) {
@@ -258,6 +261,9 @@ void MlaPrefill(const MlaDims& dims, float scale, const float* w_kvb,
   }
   const mla::TileKernels& k = mla::TileKernelsFor(isa);
   const ItemShape shape = ShapeFor(dims);
+  const bool bf16 = internal::MlaPrefillUsesBf16();
+  // bf16 products speed up the expanded form only (README: measured on vdpbf16ps; AMX more).
+  const double expanded_speedup = bf16 ? 2.0 : 1.0;
   const int64_t batch = static_cast<int64_t>(seqs.size());
   // Scratch: item_begin [B + 1] (first work item of each sequence), forms [B].
   int64_t* item_begin = static_cast<int64_t*>(scratch);
@@ -265,10 +271,10 @@ void MlaPrefill(const MlaDims& dims, float scale, const float* w_kvb,
   item_begin[0] = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const MlaPrefillSequence& s = seqs[b];
-    forms[b] =
-        form != MlaPrefillForm::kAuto
-            ? form
-            : MlaPrefillChooseForm(dims, s.context.num_tokens - s.num_new_tokens, s.num_new_tokens);
+    forms[b] = form != MlaPrefillForm::kAuto
+                   ? form
+                   : MlaPrefillChooseForm(dims, s.context.num_tokens - s.num_new_tokens,
+                                          s.num_new_tokens, expanded_speedup);
     item_begin[b + 1] = item_begin[b] + NumItems(s, forms[b], shape, dims.num_heads);
   }
   ParallelFor(item_begin[batch], true, [&](int64_t item) {
@@ -276,7 +282,11 @@ void MlaPrefill(const MlaDims& dims, float scale, const float* w_kvb,
     const MlaPrefillSequence& seq = seqs[b];
     const int64_t local = item - item_begin[b];
     if (forms[b] == MlaPrefillForm::kExpanded) {
-      RunExpandedItem(k, dims, scale, w_kvb, seq, static_cast<int>(local));
+      if (bf16) {
+        internal::RunExpandedItemBf16(dims, scale, w_kvb, seq, static_cast<int>(local));
+      } else {
+        RunExpandedItem(k, dims, scale, w_kvb, seq, static_cast<int>(local));
+      }
       return;
     }
     // Last token tiles first: they attend the most rows (better load balance).

@@ -13,11 +13,14 @@
 // kAuto picks the form with fewer FLOPs for the chunk (MlaPrefillChooseForm): absorbing T
 // queries costs as much as expanding T rows, so expanded wins whenever the cached context C is
 // small next to T, and absorbed only for short chunks after a long context (at model shapes,
-// C ≫ T: T below ~170).
+// C ≫ T: T below ~170; ~60 with bf16 products).
 //
 // Numerics: f32; query (t, h) always sees context tiles starting at row 0 in the same order, so
 // for a given form its output does not depend on the batch, on the chunking of the prompt or on
 // the thread count (on one ISA path). The form depends only on the sequence's own (C, T).
+// Under MatmulPrecision::kBf16 on an AMX CPU the expanded form runs its products on AMX tiles
+// with q, k, v and the softmax weights rounded to bf16 (internal/mla_prefill_amx.h; ~2⁻⁸
+// relative error), with the same invariances.
 //
 // Thread-safety: may be called concurrently with distinct scratch buffers.
 #pragma once
@@ -41,8 +44,11 @@ struct MlaPrefillSequence {
 
 enum class MlaPrefillForm { kAuto, kAbsorbed, kExpanded };
 
-// The form kAuto uses for a chunk of `num_new` tokens after `num_cached` cached ones.
-MlaPrefillForm MlaPrefillChooseForm(const MlaDims& dims, int64_t num_cached, int64_t num_new);
+// The form kAuto uses for a chunk of `num_new` tokens after `num_cached` cached ones, the
+// expanded form's FLOPs running `expanded_speedup` times as fast as the absorbed form's (1 in
+// f32; 2 with bf16 products, whose expanded form runs them: measured 2.1–2.9× on vdpbf16ps).
+MlaPrefillForm MlaPrefillChooseForm(const MlaDims& dims, int64_t num_cached, int64_t num_new,
+                                    double expanded_speedup = 1.0);
 
 size_t MlaPrefillScratchBytes(const MlaDims& dims, absl::Span<const MlaPrefillSequence> seqs);
 
