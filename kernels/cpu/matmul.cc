@@ -100,10 +100,11 @@ bool MatmulAlgoSupported(MatmulAlgo algo, WeightFormat format) {
     case MatmulAlgo::kStreaming:
       return ActiveIsa() != Isa::kScalar;
     case MatmulAlgo::kBf16DotLossy:
+      return format != WeightFormat::kF32 && ActiveIsa() == Isa::kAvx512Bf16;
     case MatmulAlgo::kOneDnnBf16:
       return format == WeightFormat::kBf16 && ActiveIsa() == Isa::kAvx512Bf16;
     case MatmulAlgo::kAmxBf16:
-      return format == WeightFormat::kBf16 && internal::AmxBf16Usable();
+      return format != WeightFormat::kF32 && internal::AmxBf16Usable();
   }
   return false;
 }

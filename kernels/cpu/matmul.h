@@ -38,17 +38,17 @@ struct MatmulWeights {
 // y[m, n] = x[m, k] · Wᵀ (overwrites y; y must not alias x).
 void Matmul(const MatmulWeights& w, const float* x, int64_t m, float* y);
 
-// How products with bf16 weights over many rows (prefill chunks, big decode batches) multiply,
-// process-wide: Matmul, MatmulGluGrouped and MatmulScatterAddGrouped follow it.
+// How products with bf16 or MXFP4 weights over many rows (prefill chunks, big decode batches)
+// multiply, process-wide: Matmul, MatmulGluGrouped and MatmulScatterAddGrouped follow it.
 //   kF32 (default): x stays f32 and the weights are widened exactly — the results above.
 //   kBf16: calls (or expert groups) of at least kBf16MinRows rows round x to bf16 and multiply
 //     with f32 sums — as GPU engines and llama.cpp compute bf16 models: on CPUs with AMX (Intel
 //     Xeon since Sapphire Rapids) on AMX tiles, our own kernel reading the weights in place
 //     (matmul_amx.cc: 1.6–5.6× the exact tiles from 16 rows, measured); elsewhere with vdpbf16ps
 //     (~2× the FLOP/s of the f32 tiles on AMD Zen 4/5). x keeps 8 significant bits (relative
-//     error ≤ 2⁻⁹ per product). Only on CPUs with AVX512_BF16; elsewhere, and for f32 / MXFP4
-//     weights, kF32 applies. Fewer rows stay f32: those calls are bandwidth-bound, rounding buys
-//     nothing there.
+//     error ≤ 2⁻⁹ per product). MXFP4 weights are decoded to bf16 (exactly) and multiplied the
+//     same way. Only on CPUs with AVX512_BF16; elsewhere, and for f32 weights, kF32 applies.
+//     Fewer rows stay f32: those calls are bandwidth-bound, rounding buys nothing there.
 // Set it before the products run (at start-up); reading it is a relaxed atomic load.
 enum class MatmulPrecision { kF32, kBf16 };
 inline constexpr int64_t kBf16MinRows = 16;
@@ -68,10 +68,10 @@ enum class MatmulAlgo {
   kAuto,
   kStreaming,     // our kernels (the default for every m, see README.md for the measurements)
   kOneDnn,        // oneDNN f32 matmul on weights widened to f32 per 256-row tile
-  kBf16DotLossy,  // bf16 weights only: vdpbf16ps with x rounded to bf16 (needs AVX512_BF16).
+  kBf16DotLossy,  // bf16 / MXFP4 weights: vdpbf16ps with x rounded to bf16 (needs AVX512_BF16).
                   // ~3 significant digits: kAuto's bf16 products (MatmulPrecision::kBf16).
   kOneDnnBf16,    // bf16 weights only: oneDNN with x rounded to bf16 (needs AVX512_BF16).
-  kAmxBf16,       // bf16 weights only: our AMX tiles with x rounded to bf16 (needs AMX-BF16); on
+  kAmxBf16,       // bf16 / MXFP4 weights: our AMX tiles with x rounded to bf16 (needs AMX-BF16); on
                   // AMX CPUs kAuto's bf16 products (MatmulPrecision::kBf16).
 };
 void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int64_t m, float* y);

@@ -20,6 +20,7 @@
 #include "core/avx512_intrinsics.h"
 #include "core/check.h"
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/cpu/internal/amx_tiles.h"
 #include "kernels/cpu/internal/matmul_tiles.h"
@@ -92,6 +93,25 @@ STRATA_TARGET_AMX void PackWSlice(const uint16_t* w, int64_t n, int64_t k, int64
   }
 }
 
+// The same slice of MXFP4 rows, decoded to bf16 (exact): one 32-element block per k step.
+static_assert(kStepK == kMxfp4BlockSize);
+void PackWSliceMxfp4(const MatmulWeights& w, int64_t j0, int64_t k0, int64_t k1, uint16_t* slice) {
+  const int64_t blocks = (std::min(k1, w.k) - k0) / kStepK;
+  const auto* packed = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < kBlockRows; ++r) {
+    uint16_t* dst = slice + r * kStepK;
+    if (j0 + r >= w.n) {
+      for (int64_t b = 0; b < (k1 - k0) / kStepK; ++b) {
+        std::fill(dst + b * kBlockRows * kStepK, dst + b * kBlockRows * kStepK + kStepK, 0);
+      }
+      continue;
+    }
+    DecodeMxfp4RowBf16(packed + (j0 + r) * (w.k / 2) + k0 / 2,
+                       w.scales + (j0 + r) * (w.k / kStepK) + k0 / kStepK, blocks,
+                       kBlockRows * kStepK, dst);
+  }
+}
+
 // The four tiles of a 2 × 2 block (tile q: W rows 16·(q / 2) .., x rows 16·(q % 2) ..) stored
 // transposed into y: `rows` x rows × `cols` W rows from yb (row stride ldy).
 struct PendingStore {
@@ -132,7 +152,11 @@ STRATA_TARGET_AMX void RunGroup(const MatmulWeights& w, const uint32_t* xp, int6
   auto* a = static_cast<uint16_t*>(packed_w.data());
   const auto* wd = static_cast<const uint16_t*>(w.data);
   for (int64_t g = 0; g < blocks; ++g) {
-    PackWSlice(wd, w.n, w.k, j0 + g * kBlockRows, 0, kp, a + g * block_elems);
+    if (w.format == WeightFormat::kMxfp4) {
+      PackWSliceMxfp4(w, j0 + g * kBlockRows, 0, kp, a + g * block_elems);
+    } else {
+      PackWSlice(wd, w.n, w.k, j0 + g * kBlockRows, 0, kp, a + g * block_elems);
+    }
   }
   // A finished 2 × 2 block waits in `out` until the next block's products run: its transposes
   // (AVX-512) then overlap those (AMX) instead of stalling the tile unit.
@@ -194,7 +218,7 @@ void MatmulAmxBf16Batch(const AmxProduct* products, int64_t count) {
   int64_t weight_bytes = 0, macs = 0;
   for (int64_t p = 0; p < count; ++p) {
     const AmxProduct& q = products[p];
-    CHECK(q.w.format == WeightFormat::kBf16) << "MatmulAmxBf16 takes bf16 weights";
+    CHECK(q.w.format != WeightFormat::kF32) << "MatmulAmxBf16 takes bf16 or MXFP4 weights";
     int64_t tasks = 0;
     if (q.m > 0 && q.w.n > 0) {
       const int64_t kp = RoundUp(std::max<int64_t>(q.w.k, 1), kStepK);

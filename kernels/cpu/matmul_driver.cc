@@ -59,8 +59,8 @@ int GroupRows(const MatmulWeights& a, const MatmulWeights* b, int64_t j, int g, 
 }  // namespace
 
 bool UseBf16Products(Isa isa, WeightFormat format, int64_t m) {
-  return m >= kBf16MinRows && format == WeightFormat::kBf16 && isa == Isa::kAvx512Bf16 &&
-         GetMatmulPrecision() == MatmulPrecision::kBf16;
+  return m >= kBf16MinRows && (format == WeightFormat::kBf16 || format == WeightFormat::kMxfp4) &&
+         isa == Isa::kAvx512Bf16 && GetMatmulPrecision() == MatmulPrecision::kBf16;
 }
 
 bool UseAmxProducts(Isa isa, WeightFormat format, int64_t m) {
@@ -75,8 +75,10 @@ KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16) {
   const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16;
   if (isa == Isa::kScalar) return {};
   if (lossy_bf16) {
-    CHECK(isa == Isa::kAvx512Bf16 && format == WeightFormat::kBf16);
-    return {&Bf16DotLossyTilesAvx512Bf16()};
+    CHECK(isa == Isa::kAvx512Bf16 && format != WeightFormat::kF32);
+    const TileKernels* dot = &Bf16DotLossyTilesAvx512Bf16();
+    if (format == WeightFormat::kBf16) return {dot};
+    return {dot, dot, &DecodeMxfp4TileBf16Avx512, true};  // MXFP4 rows decoded to bf16 first
   }
   switch (format) {
     case WeightFormat::kF32:
@@ -150,7 +152,8 @@ int64_t ChunkRows(const TileKernels& tiles, int64_t ldx) {
 }
 
 bool DecodeToScratch(const KernelSet& kernels, WeightFormat format, int64_t chunk_rows) {
-  return format == WeightFormat::kMxfp4 && chunk_rows > kernels.tiles->mr_max;
+  return format == WeightFormat::kMxfp4 &&
+         (kernels.always_decode || chunk_rows > kernels.tiles->mr_max);
 }
 
 void RunBlock(const KernelSet& kernels, bool decode_to_scratch, const MatmulWeights& a,

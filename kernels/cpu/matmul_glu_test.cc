@@ -159,28 +159,31 @@ TEST(CpuMatmulGluTest, Bf16PrecisionUsesBf16ProductsForGroupsOfMinRows) {
   const MatmulAlgo bf16_algo = testing::Bf16ProductsAlgo();
   Rng rng(16);
   const int64_t n = 45, k = 1056;
-  const TestWeights gate = MakeWeights(WeightFormat::kBf16, n, k, rng);
-  const TestWeights up = MakeWeights(WeightFormat::kBf16, n, k, rng);
-  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{40}, int64_t{64}, int64_t{70}}) {
-    const std::vector<float> x = rng.Normal(m * k);
-    std::vector<float> exact(static_cast<size_t>(m * n)), h(exact.size());
-    MatmulGlu(gate.view, up.view, kSitu, x.data(), m, exact.data());
-    {
-      testing::PrecisionScope bf16(MatmulPrecision::kBf16);
-      MatmulGlu(gate.view, up.view, kSitu, x.data(), m, h.data());
-    }
-    if (m < kBf16MinRows) {
-      EXPECT_EQ(h, exact) << "m=" << m;
-      continue;
-    }
-    EXPECT_NE(h, exact) << "m=" << m;
-    std::vector<float> g(exact.size()), u(exact.size()), expected(exact.size());
-    MatmulWithAlgo(bf16_algo, gate.view, x.data(), m, g.data());
-    MatmulWithAlgo(bf16_algo, up.view, x.data(), m, u.data());
-    GluReference(g.data(), u.data(), m * n, kSitu, expected.data());
-    for (int64_t e = 0; e < m * n; ++e) {
-      EXPECT_NEAR(h[e], expected[e], 4e-6 * std::fabs(expected[e]) + 1e-30)
-          << "m=" << m << " e=" << e;
+  for (WeightFormat format : {WeightFormat::kBf16, WeightFormat::kMxfp4}) {  // MXFP4: decoded
+    const TestWeights gate = MakeWeights(format, n, k, rng);
+    const TestWeights up = MakeWeights(format, n, k, rng);
+    for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{40}, int64_t{64}, int64_t{70}}) {
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> exact(static_cast<size_t>(m * n)), h(exact.size());
+      MatmulGlu(gate.view, up.view, kSitu, x.data(), m, exact.data());
+      {
+        testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+        MatmulGlu(gate.view, up.view, kSitu, x.data(), m, h.data());
+      }
+      const std::string what =
+          "format " + std::to_string(static_cast<int>(format)) + " m=" + std::to_string(m);
+      if (m < kBf16MinRows) {
+        EXPECT_EQ(h, exact) << what;
+        continue;
+      }
+      EXPECT_NE(h, exact) << what;
+      std::vector<float> g(exact.size()), u(exact.size()), expected(exact.size());
+      MatmulWithAlgo(bf16_algo, gate.view, x.data(), m, g.data());
+      MatmulWithAlgo(bf16_algo, up.view, x.data(), m, u.data());
+      GluReference(g.data(), u.data(), m * n, kSitu, expected.data());
+      for (int64_t e = 0; e < m * n; ++e) {
+        EXPECT_NEAR(h[e], expected[e], 4e-6 * std::fabs(expected[e]) + 1e-30) << what << " e=" << e;
+      }
     }
   }
 }

@@ -169,6 +169,27 @@ STRATA_TARGET_AVX512 void DecodeMxfp4TileAvx512(const uint8_t* const* packed,
   }
 }
 
+STRATA_TARGET_AVX512 void DecodeMxfp4RowBf16(const uint8_t* packed, const uint8_t* scales,
+                                             int64_t blocks, int64_t block_stride, uint16_t* dst) {
+  const float* e8m0 = E8M0Table();
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const Decoded512 d = DecodeBlock512(packed + b * kBlock / 2, e8m0[scales[b]]);
+    // Word l = (element 2l, element 2l + 1): the upper halves of the exact f32 values.
+    const __m512i words = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(d.even), 16),
+                                          _mm512_and_si512(_mm512_castps_si512(d.odd), high));
+    _mm512_storeu_si512(dst + b * block_stride, words);
+  }
+}
+
+void DecodeMxfp4TileBf16Avx512(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                               int64_t kc, float* dst) {
+  for (int r = 0; r < nr; ++r) {
+    DecodeMxfp4RowBf16(packed[r], scales[r], kc / kBlock, kBlock,
+                       reinterpret_cast<uint16_t*>(dst + r * kc));
+  }
+}
+
 void DecodeMxfp4TileAvx2(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
                          int64_t kc, float* dst) {
   const float* e8m0 = E8M0Table();

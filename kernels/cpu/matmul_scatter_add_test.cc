@@ -71,26 +71,30 @@ Problem MakeProblem(int64_t n, Rng& rng) {
   return p;
 }
 
-// MatmulPrecision::kBf16: a group of at least kBf16MinRows rows of bf16 weights adds exactly
-// the bf16 product (the lossy tiles'; on AMX CPUs the AMX tiles'); a smaller group, the f32 one.
+// MatmulPrecision::kBf16: a group of at least kBf16MinRows rows of bf16 or MXFP4 weights adds
+// exactly the bf16 product (the lossy tiles'; on AMX CPUs the AMX tiles'); a smaller group, the
+// f32 one.
 TEST(CpuMatmulScatterAddTest, Bf16PrecisionFollowsMatmulPerGroupSize) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
   Rng rng(31);
   const int64_t n = 70, k = 1056;
-  const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
-  for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{33}, int64_t{64}}) {
-    const std::vector<float> x = rng.Normal(m * k);
-    std::vector<float> exact(static_cast<size_t>(m * n)), lossy(exact.size());
-    Matmul(w.view, x.data(), m, exact.data());
-    MatmulWithAlgo(testing::Bf16ProductsAlgo(), w.view, x.data(), m, lossy.data());
-    std::vector<float> y(exact.size(), 0.0f);
-    const ScatterAddGroup group{w.view, x.data(), m, nullptr, nullptr};
-    {
-      testing::PrecisionScope bf16(MatmulPrecision::kBf16);
-      MatmulScatterAddGrouped(&group, 1, n, y.data());
+  for (WeightFormat format : {WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+    const TestWeights w = MakeWeights(format, n, k, rng);
+    for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{33}, int64_t{64}}) {
+      const std::vector<float> x = rng.Normal(m * k);
+      std::vector<float> exact(static_cast<size_t>(m * n)), lossy(exact.size());
+      Matmul(w.view, x.data(), m, exact.data());
+      MatmulWithAlgo(testing::Bf16ProductsAlgo(), w.view, x.data(), m, lossy.data());
+      std::vector<float> y(exact.size(), 0.0f);
+      const ScatterAddGroup group{w.view, x.data(), m, nullptr, nullptr};
+      {
+        testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+        MatmulScatterAddGrouped(&group, 1, n, y.data());
+      }
+      const int f = static_cast<int>(format);
+      EXPECT_EQ(y, m >= kBf16MinRows ? lossy : exact) << "format " << f << " m=" << m;
+      EXPECT_NE(exact, lossy) << "format " << f << " m=" << m;
     }
-    EXPECT_EQ(y, m >= kBf16MinRows ? lossy : exact) << "m=" << m;
-    EXPECT_NE(exact, lossy) << "m=" << m;
   }
 }
 

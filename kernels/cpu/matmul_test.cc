@@ -158,27 +158,35 @@ TEST(CpuMatmulTest, OneDnnPathMatchesReference) {
   }
 }
 
+// bf16 weights read in place, MXFP4 weights decoded to bf16 rows first (m = 1 and 7 too: the
+// decode is not only for many rows here).
 TEST(CpuMatmulTest, LossyBf16DotIsWithinBf16ActivationTolerance) {
   if (!MatmulAlgoSupported(MatmulAlgo::kBf16DotLossy, WeightFormat::kBf16)) {
     GTEST_SKIP() << "no AVX512_BF16 here";
   }
   Rng rng(8);
-  for (auto [n, k] : kShapesNK) {
-    const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
-    for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{64}}) {
-      const std::vector<float> x = rng.Normal(m * k);
-      std::vector<float> y(static_cast<size_t>(m * n));
-      MatmulWithAlgo(MatmulAlgo::kBf16DotLossy, w.view, x.data(), m, y.data());
-      EXPECT_TRUE(CloseToReference(y, w, x, m, kBf16Activations))
-          << "m=" << m << " n=" << n << " k=" << k;
+  for (WeightFormat format : {WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+    const bool mxfp4 = format == WeightFormat::kMxfp4;
+    const auto* shapes = mxfp4 ? kMxfp4ShapesNK : kShapesNK;
+    const size_t num_shapes = mxfp4 ? std::size(kMxfp4ShapesNK) : std::size(kShapesNK);
+    for (size_t s = 0; s < num_shapes; ++s) {
+      const int64_t n = shapes[s][0], k = shapes[s][1];
+      const TestWeights w = MakeWeights(format, n, k, rng);
+      for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{64}}) {
+        const std::vector<float> x = rng.Normal(m * k);
+        std::vector<float> y(static_cast<size_t>(m * n));
+        MatmulWithAlgo(MatmulAlgo::kBf16DotLossy, w.view, x.data(), m, y.data());
+        EXPECT_TRUE(CloseToReference(y, w, x, m, kBf16Activations))
+            << "mxfp4 " << mxfp4 << " m=" << m << " n=" << n << " k=" << k;
+      }
     }
   }
 }
 
-// MatmulPrecision::kBf16 (opt-in): bf16 weights and at least kBf16MinRows rows take the bf16
-// products (the AMX tiles' result on AMX CPUs, else the lossy tiles': within the bf16-activation
-// bound, not the f32 result); fewer rows, f32 / MXFP4 weights and CPUs without AVX512_BF16 keep
-// the exact path.
+// MatmulPrecision::kBf16 (opt-in): bf16 and MXFP4 weights and at least kBf16MinRows rows take
+// the bf16 products (the AMX tiles' result on AMX CPUs, else the lossy tiles': within the
+// bf16-activation bound, not the f32 result); fewer rows, f32 weights and CPUs without
+// AVX512_BF16 keep the exact path.
 TEST(CpuMatmulTest, Bf16PrecisionRoundsActivationsFromMinRowsOnly) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
   Rng rng(21);
@@ -195,7 +203,7 @@ TEST(CpuMatmulTest, Bf16PrecisionRoundsActivationsFromMinRowsOnly) {
       }
       const std::string what =
           "format " + std::to_string(static_cast<int>(format)) + " m=" + std::to_string(m);
-      if (format == WeightFormat::kBf16 && m >= kBf16MinRows) {
+      if (format != WeightFormat::kF32 && m >= kBf16MinRows) {
         MatmulWithAlgo(testing::Bf16ProductsAlgo(), w.view, x.data(), m, lossy.data());
         EXPECT_EQ(y, lossy) << what;
         EXPECT_NE(y, exact) << what;
@@ -243,13 +251,17 @@ TEST(CpuMatmulTest, AmxBf16EqualsBf16RoundedProductOnOddShapes) {
     GTEST_SKIP() << "no AMX-BF16 here";
   }
   Rng rng(23);
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1},
-                      {31, 33},
-                      {33, 256},
-                      {97, 1000},
-                      {257, 31},
-                      {48, 2304}}) {
-    const TestWeights w = MakeWeights(WeightFormat::kBf16, n, k, rng);
+  // MXFP4 rows are decoded to bf16 (exactly) into the tile buffer: k a multiple of 32 there.
+  for (auto [format, n, k] : {std::tuple<WeightFormat, int64_t, int64_t>{WeightFormat::kBf16, 1, 1},
+                              {WeightFormat::kBf16, 31, 33},
+                              {WeightFormat::kBf16, 33, 256},
+                              {WeightFormat::kBf16, 97, 1000},
+                              {WeightFormat::kBf16, 257, 31},
+                              {WeightFormat::kBf16, 48, 2304},
+                              {WeightFormat::kMxfp4, 1, 32},
+                              {WeightFormat::kMxfp4, 33, 96},
+                              {WeightFormat::kMxfp4, 97, 1056}}) {
+    const TestWeights w = MakeWeights(format, n, k, rng);
     for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{33}, int64_t{257},
                       int64_t{1031}}) {
       if (m * n * k > (int64_t{1} << 27)) continue;  // the f64 reference's time
@@ -261,7 +273,7 @@ TEST(CpuMatmulTest, AmxBf16EqualsBf16RoundedProductOnOddShapes) {
       const std::vector<float> tail(y.begin() + m * n, y.end());
       y.resize(static_cast<size_t>(m * n));
       EXPECT_TRUE(CloseToReference(y, w, x, m, kF32Accumulation))
-          << "m=" << m << " n=" << n << " k=" << k;
+          << "format " << static_cast<int>(format) << " m=" << m << " n=" << n << " k=" << k;
       EXPECT_EQ(tail, std::vector<float>(static_cast<size_t>(n), guard)) << "m=" << m;
     }
   }

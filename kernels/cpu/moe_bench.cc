@@ -17,7 +17,9 @@
 // experts + shared + router), GB/s and % of the read ceiling (decode), GFLOP/s and % of the f32
 // FMA ceiling (prefill), and the speed-up of new over old/omp.
 //
-// Run: kernels_cpu_moe_bench [--layers N] [--seconds S] [--mxfp4]   (not run by ctest)
+// Run: kernels_cpu_moe_bench [--layers N] [--seconds S] [--mxfp4] [--bf16]   (not run by ctest)
+// --bf16: MatmulPrecision::kBf16 (--cpu-matmul-precision bf16); the prefill's ceiling is then the
+// bf16 products' (AMX tiles, else vdpbf16ps).
 #include <omp.h>
 
 #include <algorithm>
@@ -60,6 +62,7 @@ struct Options {
   int layers = 4;
   double seconds = 1.5;  // per case and implementation
   bool mxfp4 = false;
+  bool bf16 = false;  // --cpu-matmul-precision bf16
 };
 
 engine::ModelConfig BenchConfig(bool mxfp4) {
@@ -229,7 +232,15 @@ void RunCase(const engine::ModelConfig& cfg, const std::vector<std::unique_ptr<M
              int64_t rows, const Options& opt) {
   const bool prefill = rows > 64;
   const double read_bw = bench::MeasureReadBandwidth(int64_t{512} << 20);
-  const double peak = prefill ? bench::MeasurePeakF32Flops() : 0.0;
+  // Under bf16 products the prefill's ceiling is theirs (AMX tiles, else vdpbf16ps).
+  const bool bf16 = kernels::cpu::GetMatmulPrecision() == kernels::cpu::MatmulPrecision::kBf16 &&
+                    kernels::cpu::Bf16MatmulSupported();
+  const bool amx = bf16 && kernels::cpu::Bf16MatmulUsesAmx();
+  const char* peak_name = amx ? "amx_bf16" : bf16 ? "bf16 dot" : "f32";
+  const double peak = !prefill ? 0.0
+                      : amx    ? bench::MeasurePeakAmxBf16Flops()
+                      : bf16   ? bench::MeasurePeakBf16DotFlops()
+                               : bench::MeasurePeakF32Flops();
   const int64_t d = cfg.hidden_size;
   std::vector<float> x(static_cast<size_t>(rows * d)), out(x.size()), ref(x.size());
   uint32_t state = 777 + static_cast<uint32_t>(rows);
@@ -285,9 +296,9 @@ void RunCase(const engine::ModelConfig& cfg, const std::vector<std::unique_ptr<M
       const double flops = Flops(cfg, rows);
       std::printf(
           "prefill rows=%-4lld %-9s %8.3f ms (best %8.3f, cpu %8.3f)  %6.1f GFLOP/s  %5.1f%% of "
-          "f32 peak %.1f GFLOP/s (best call %5.1f%%)\n",
+          "%s peak %.1f GFLOP/s (best call %5.1f%%)\n",
           static_cast<long long>(rows), v.name, t.Mean() * 1e3, t.best * 1e3, t.CpuMean() * 1e3,
-          flops / t.Mean() / 1e9, 100.0 * flops / t.Mean() / peak, peak / 1e9,
+          flops / t.Mean() / 1e9, 100.0 * flops / t.Mean() / peak, peak_name, peak / 1e9,
           100.0 * flops / t.best / peak);
     } else {
       std::printf(
@@ -317,8 +328,11 @@ int Main(int argc, char** argv) {
       opt.seconds = std::atof(argv[++i]);
     } else if (arg == "--mxfp4") {
       opt.mxfp4 = true;
+    } else if (arg == "--bf16") {
+      opt.bf16 = true;
+      kernels::cpu::SetMatmulPrecision(kernels::cpu::MatmulPrecision::kBf16);
     } else {
-      std::fprintf(stderr, "usage: %s [--layers N] [--seconds S] [--mxfp4]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--layers N] [--seconds S] [--mxfp4] [--bf16]\n", argv[0]);
       return 2;
     }
   }
@@ -333,10 +347,10 @@ int Main(int argc, char** argv) {
   }
   std::printf(
       "MoE bench shape: hidden %d, %d experts top-%d × %d (%s), 1 shared; %d layers, "
-      "%.0f MB of experts; %d threads; loadavg %s\n",
+      "%.0f MB of experts; %d threads; products %s; loadavg %s\n",
       cfg.hidden_size, cfg.moe.num_experts, cfg.moe.num_experts_per_token,
       cfg.moe.moe_intermediate_size, opt.mxfp4 ? "mxfp4" : "bf16", opt.layers, total / 1e6,
-      omp_get_max_threads(), LoadAverage().c_str());
+      omp_get_max_threads(), kernels::cpu::MatmulPrecisionInEffect(), LoadAverage().c_str());
   for (int64_t rows : {1, 8, 32, 512}) RunCase(cfg, layers, rows, opt);
   return 0;
 }

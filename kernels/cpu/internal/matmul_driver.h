@@ -27,12 +27,14 @@ struct KernelSet {
   const TileKernels* tiles = nullptr;      // the format's own tiles; null: use the reference
   const TileKernels* f32_tiles = nullptr;  // MXFP4 scratch path
   DecodeFn decode = nullptr;               // MXFP4 scratch path
+  bool always_decode = false;              // `tiles` cannot read MXFP4 rows (bf16 products)
 };
 
 KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16);
-// Whether a product of m rows multiplies in bf16 under GetMatmulPrecision() (bf16 weights,
-// AVX512_BF16, m ≥ kBf16MinRows, precision kBf16). Matmul then runs them on AMX tiles
-// (matmul_amx.cc) where the CPU has AMX, else on the vdpbf16ps tiles.
+// Whether a product of m rows multiplies in bf16 under GetMatmulPrecision() (bf16 or MXFP4
+// weights — MXFP4 decoded to bf16 exactly —, AVX512_BF16, m ≥ kBf16MinRows, precision kBf16).
+// Matmul then runs them on AMX tiles (matmul_amx.cc) where the CPU has AMX, else on the vdpbf16ps
+// tiles.
 bool UseBf16Products(Isa isa, WeightFormat format, int64_t m);
 // Whether a product of m rows runs on AMX tiles: UseBf16Products and an AMX CPU.
 bool UseAmxProducts(Isa isa, WeightFormat format, int64_t m);

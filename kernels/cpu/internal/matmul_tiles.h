@@ -85,6 +85,14 @@ void DecodeMxfp4TileAvx512(const uint8_t* const* packed, const uint8_t* const* s
                            int64_t kc, float* dst);
 void DecodeMxfp4TileAvx2(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
                          int64_t kc, float* dst);
+// MXFP4 rows as bf16 in natural order, for the bf16 products (MatmulPrecision::kBf16): exact, an
+// E2M1 value times 2^e having at most 2 significant bits. DecodeMxfp4RowBf16 writes block b (32
+// values) of one row at dst + b·block_stride; DecodeMxfp4TileBf16Avx512 is a DecodeFn whose row r
+// is the bf16 row at (uint16_t*)(dst + r·kc) (AVX-512 both).
+void DecodeMxfp4RowBf16(const uint8_t* packed, const uint8_t* scales, int64_t blocks,
+                        int64_t block_stride, uint16_t* dst);
+void DecodeMxfp4TileBf16Avx512(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                               int64_t kc, float* dst);
 
 // Row packers (kernels/cpu/matmul_pack_x.cc): kEvenOdd with 32- and 16-element blocks, and kBf16
 // (round to nearest even, 32-element blocks).
