@@ -78,11 +78,11 @@ inline constexpr char kSpeculativeConfigHelp[] =
 absl::Status ApplyCpuMatmulPrecision(const std::string& value);
 
 inline constexpr char kCpuMatmulPrecisionHelp[] =
-    "cpu: products with bf16 weights over >= 16 rows (prefill chunks, large batches) and the "
-    "MLA prefill attention: f32 (default: activations stay f32, exact) | bf16 (activations "
-    "rounded to bf16 with f32 sums, as llama.cpp and GPU engines compute: on AMX tiles where the "
-    "CPU has them, prefill 2-2.5x; else vdpbf16ps, about twice the matrix FLOP/s; 8 significant "
-    "bits per activation; CPUs with AVX512_BF16 only)";
+    "cpu: products with bf16 or MXFP4 weights over >= 16 rows (prefill chunks, large batches) "
+    "and the MLA prefill attention: f32 (default: activations stay f32, exact) | bf16 "
+    "(activations rounded to bf16 with f32 sums, as llama.cpp and GPU engines compute: on AMX "
+    "tiles where the CPU has them, prefill 2-2.5x; else vdpbf16ps, about twice the matrix "
+    "FLOP/s; 8 significant bits per activation; CPUs with AVX512_BF16 only)";
 
 inline constexpr char kKvCacheDTypeHelp[] =
     "MLA latent cache rows: auto | f32 | bf16 | fp8 (FlashMLA's 656-byte rows: 1.76x the tokens "
