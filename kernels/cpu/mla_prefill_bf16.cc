@@ -450,12 +450,13 @@ STRATA_TARGET_AMX void RunItem(const MlaDims& dims, float scale, const float* w_
     PackContext(s, rows, n, n_pad, b);
     Expand<Tiles>(s, n_pad, b);
     for (int64_t qb = 0; qb < s.t_pad / kQueries; ++qb) {
-      // Rows a query of the block sees end at the block's last query's limit.
+      // Rows a query of the block sees end at the block's last query's limit; rows past it are
+      // not computed (their P would be exactly 0: skipping them changes no bit).
       const int64_t end =
           std::min(row0 + n, s.first_pos + std::min(s.num_new, (qb + 1) * kQueries));
       for (int64_t j0 = row0; j0 < end; j0 += kStepRows) {
         AttendStep<Tiles>(s, scale, b, qb, row0, j0,
-                          static_cast<int>(std::min<int64_t>(kStepRows, row0 + n - j0)));
+                          static_cast<int>(std::min<int64_t>(kStepRows, end - j0)));
       }
     }
   }
