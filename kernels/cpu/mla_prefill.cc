@@ -261,7 +261,7 @@ void MlaPrefill(const MlaDims& dims, float scale, const float* w_kvb,
   }
   const mla::TileKernels& k = mla::TileKernelsFor(isa);
   const ItemShape shape = ShapeFor(dims);
-  const bool bf16 = internal::MlaPrefillUsesBf16();
+  const bool bf16 = internal::MlaPrefillUsesBf16(dims);
   // bf16 products speed up the expanded form only (README: measured on vdpbf16ps; AMX more).
   const double expanded_speedup = bf16 ? 2.0 : 1.0;
   const int64_t batch = static_cast<int64_t>(seqs.size());

@@ -234,8 +234,9 @@ STRATA_TARGET_AMX __m512i Bf16x32(const float* src, int64_t count) {
 // of the key rows (k_pe,j at columns [dn, dn + dr), zeros past it; k_nope comes from Expand).
 STRATA_TARGET_AMX void PackContext(const Shape& s, const float* const* rows, int n, int n_pad,
                                    const Buffers& b) {
-  alignas(64) float key_row[kStepK * 32];
-  CHECK_LE(s.q_steps, 32) << "key width " << s.q_w;
+  alignas(64) float key_row[kMlaBf16MaxKeyWidth];
+  static_assert(kMlaBf16MaxKeyWidth % kStepK == 0);
+  CHECK_LE(s.q_steps * kStepK, kMlaBf16MaxKeyWidth) << "key width " << s.q_w;
   for (int j = 0; j < n_pad; ++j) {
     const int jb = j / kTile, ji = j % kTile;
     uint16_t* latent = b.latent + int64_t{jb} * s.r_steps * kTileBf16 + ji * kStepK;
@@ -466,8 +467,9 @@ STRATA_TARGET_AMX void RunItem(const MlaDims& dims, float scale, const float* w_
 
 }  // namespace
 
-bool MlaPrefillUsesBf16() {
-  return GetMatmulPrecision() == MatmulPrecision::kBf16 && Bf16MatmulSupported();
+bool MlaPrefillUsesBf16(const MlaDims& dims) {
+  return GetMatmulPrecision() == MatmulPrecision::kBf16 && Bf16MatmulSupported() &&
+         dims.qk_nope_head_dim + dims.qk_rope_head_dim <= kMlaBf16MaxKeyWidth;
 }
 
 void RunExpandedItemBf16(const MlaDims& dims, float scale, const float* w_kvb,

@@ -552,6 +552,17 @@ TEST_F(MlaBf16PrefillTest, ExpandedFormIsBitIdenticalWhateverTheChunkingTheBatch
   }
 }
 
+// Keys wider than the bf16 form takes (no released model has them) keep the f32 form, bit for bit.
+TEST_F(MlaBf16PrefillTest, WideKeysKeepTheF32Form) {
+  std::mt19937 rng(13);
+  PrefillCase c(WithHeads(MlaDims{1, 1000, 30, 8, 16}, 2), {{0, 5}, {3, 4}}, 16, true, rng);
+  c.RunAll(MlaPrefillForm::kExpanded);
+  const auto bf16 = c.o;
+  SetMatmulPrecision(MatmulPrecision::kF32);
+  c.RunAll(MlaPrefillForm::kExpanded);
+  EXPECT_EQ(bf16, c.o);
+}
+
 TEST(MlaScalarIsaTest, FallsBackToTheReference) {
   SetIsaOverride(Isa::kScalar);
   std::mt19937 rng(7);

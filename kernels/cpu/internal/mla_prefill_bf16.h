@@ -19,8 +19,10 @@
 namespace strata::kernels::cpu::internal {
 
 // True when MlaPrefill's expanded items run here: kBf16 precision where it takes effect
-// (Bf16MatmulSupported: AVX512-BF16 at the ISA cap).
-bool MlaPrefillUsesBf16();
+// (Bf16MatmulSupported: AVX512-BF16 at the ISA cap) and a key (dn + dr) of at most
+// kMlaBf16MaxKeyWidth values; wider keys (no released model) keep the f32 form.
+inline constexpr int kMlaBf16MaxKeyWidth = 1024;
+bool MlaPrefillUsesBf16(const MlaDims& dims);
 
 // The expanded work item of head h of `seq` (all its new tokens): writes seq.o's columns of h.
 void RunExpandedItemBf16(const MlaDims& dims, float scale, const float* w_kvb,
