@@ -46,8 +46,8 @@ inline int32_t Fp8NumGroups(int32_t latent_dim, int32_t rope_dim) {
 // Inline: the kernels compute row addresses with it.
 inline int64_t LatentBytesPerToken(LatentDType dtype, int32_t latent_dim, int32_t rope_dim) {
   CHECK(LatentDimSupported(dtype, latent_dim, rope_dim))
-      << "latent rows need 0 <= rope_dim < latent_dim, got rope_dim " << rope_dim
-      << ", latent_dim " << latent_dim;
+      << "latent rows need 0 <= rope_dim < latent_dim, got rope_dim " << rope_dim << ", latent_dim "
+      << latent_dim;
   switch (dtype) {
     case LatentDType::kF32:
       return int64_t{4} * latent_dim;

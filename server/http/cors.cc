@@ -15,7 +15,7 @@ namespace {
 constexpr char kAnyMethods[] = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT";
 // Always allowed (CORS-safelisted request headers).
 constexpr absl::string_view kSafelistedHeaders[] = {"accept", "accept-language", "content-language",
-                                                   "content-type"};
+                                                    "content-type"};
 
 bool Contains(const std::vector<std::string>& list, absl::string_view value, bool ignore_case) {
   return std::any_of(list.begin(), list.end(), [&](const std::string& item) {
