@@ -46,12 +46,6 @@ int64_t RoundUp(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-// Lane mask of the first `count` lanes (any count; ≤ 0: none).
-__mmask16 Lanes(int64_t count) {
-  if (count <= 0) return 0;
-  return static_cast<__mmask16>(count >= 16 ? 0xFFFF : (1u << count) - 1);
-}
-
 struct Shape {
   int dn, dr, dv, r, heads;
   int64_t q_w;      // dn + dr: a query's (and a key's) width
@@ -225,8 +219,8 @@ struct DotTiles {
 
 // 32 values (src[0, count), zeros past it) rounded to bf16.
 STRATA_TARGET_AMX __m512i Bf16x32(const float* src, int64_t count) {
-  const __m512 lo = _mm512_maskz_loadu_ps(Lanes(count), src);
-  const __m512 hi = _mm512_maskz_loadu_ps(Lanes(count - 16), src + 16);
+  const __m512 lo = _mm512_maskz_loadu_ps(FirstLanes512(count), src);
+  const __m512 hi = _mm512_maskz_loadu_ps(FirstLanes512(count - 16), src + 16);
   return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
@@ -264,7 +258,7 @@ STRATA_TARGET_AMX void PackContext(const Shape& s, const float* const* rows, int
 
 // k_nope columns [c0, c0 + 16) of rows jb·16 .. (tile t[j][c]) into the key rows, c < dn only.
 STRATA_TARGET_AMX void StoreKeys(const Shape& s, const float* t, int jb, int c0, uint16_t* keys) {
-  const __mmask16 mask = Lanes(s.dn - c0);
+  const __mmask16 mask = FirstLanes512(s.dn - c0);
   uint16_t* dst = keys + (int64_t{jb} * s.q_steps + c0 / kStepK) * kTileBf16 + c0 % kStepK;
   for (int i = 0; i < kTile; ++i) {
     const __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(t + i * kTile));
@@ -410,7 +404,7 @@ STRATA_TARGET_AMX void WriteOutputs(const Shape& s, const Buffers& b, const MlaP
         r[d] = _mm512_mul_ps(_mm512_load_ps(o + (vb * kTile + d) * kQueries), inv);
       }
       Transpose16x16(r);
-      const __mmask16 mask = Lanes(s.dv - vb * kTile);
+      const __mmask16 mask = FirstLanes512(s.dv - vb * kTile);
       for (int i = 0; i < nq; ++i) {
         const int64_t at = ((t0 + i) * s.heads + h) * s.dv + vb * kTile;
         __m512 v = r[i];

@@ -253,6 +253,27 @@ struct PrefillCase {
   }
 };
 
+// The case of `whole` (one prompt of T tokens) split: sequence 0 is `other` (its own random
+// inputs), sequence 1 the same prompt as `cached` cached tokens + T − cached new ones — same
+// rows, weights, queries and gates.
+PrefillCase SplitOf(const PrefillCase& whole, std::pair<int64_t, int64_t> other, int64_t cached,
+                    std::mt19937& rng) {
+  const MlaDims& d = whole.dims;
+  const int64_t len = whole.num_new[0];
+  const int64_t qw = d.num_heads * (d.qk_nope_head_dim + d.qk_rope_head_dim);
+  const int64_t ow = d.num_heads * d.v_head_dim;
+  PrefillCase split(d, {other, {cached, len - cached}}, whole.pool.block_size, true, rng);
+  split.pool.contexts[1] = whole.pool.contexts[0];
+  for (int64_t t = 0; t < len; ++t) {
+    std::memcpy(const_cast<float*>(split.pool.View(1).Row(t, LatW(d))),
+                whole.pool.contexts[0].data() + t * LatW(d), sizeof(float) * LatW(d));
+  }
+  split.w_kvb = whole.w_kvb;
+  split.q[1].assign(whole.q[0].begin() + cached * qw, whole.q[0].end());
+  split.gate[1].assign(whole.gate[0].begin() + cached * ow, whole.gate[0].end());
+  return split;
+}
+
 std::vector<Isa> SupportedIsas() {
   ClearIsaOverride();
   const Isa best = ActiveIsa();
@@ -378,20 +399,11 @@ TEST_P(MlaKernelTest, PrefillIsBitIdenticalWhateverTheChunkingAndTheBatch) {
   // The same 96-token prompt: one chunk, or 40 cached + 56 new, next to another sequence.
   std::mt19937 rng(6);
   const MlaDims d = WithHeads(kOddDims, 3);
-  const int64_t qw = d.num_heads * (d.qk_nope_head_dim + d.qk_rope_head_dim);
   const int64_t ow = d.num_heads * d.v_head_dim;
   for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {
     PrefillCase whole(d, {{0, 96}}, 16, true, rng);
     whole.RunAll(form);
-    PrefillCase split(d, {{7, 9}, {40, 56}}, 16, true, rng);
-    split.pool.contexts[1] = whole.pool.contexts[0];
-    for (int64_t t = 0; t < 96; ++t) {
-      std::memcpy(const_cast<float*>(split.pool.View(1).Row(t, LatW(d))),
-                  whole.pool.contexts[0].data() + t * LatW(d), sizeof(float) * LatW(d));
-    }
-    split.w_kvb = whole.w_kvb;
-    split.q[1].assign(whole.q[0].begin() + 40 * qw, whole.q[0].end());
-    split.gate[1].assign(whole.gate[0].begin() + 40 * ow, whole.gate[0].end());
+    PrefillCase split = SplitOf(whole, {7, 9}, 40, rng);
     const int saved = omp_get_max_threads();
     omp_set_num_threads(3);
     split.RunAll(form);
@@ -528,18 +540,10 @@ TEST_F(MlaBf16PrefillTest, ExpandedFormIsWithinBf16RoundingOfTheReference) {
 TEST_F(MlaBf16PrefillTest, ExpandedFormIsBitIdenticalWhateverTheChunkingTheBatchAndTheThreads) {
   std::mt19937 rng(12);
   for (const MlaDims& d : {WithHeads(kOddDims, 3), WithHeads(kModelDims, 2)}) {
-    const int64_t qw = d.num_heads * (d.qk_nope_head_dim + d.qk_rope_head_dim);
     const int64_t ow = d.num_heads * d.v_head_dim;
     PrefillCase whole(d, {{0, 520}}, 16, true, rng);
     whole.RunAll(MlaPrefillForm::kExpanded);
-    PrefillCase split(d, {{7, 40}, {200, 320}}, 16, true, rng);
-    for (int64_t t = 0; t < 520; ++t) {
-      std::memcpy(const_cast<float*>(split.pool.View(1).Row(t, LatW(d))),
-                  whole.pool.contexts[0].data() + t * LatW(d), sizeof(float) * LatW(d));
-    }
-    split.w_kvb = whole.w_kvb;
-    split.q[1].assign(whole.q[0].begin() + 200 * qw, whole.q[0].end());
-    split.gate[1].assign(whole.gate[0].begin() + 200 * ow, whole.gate[0].end());
+    PrefillCase split = SplitOf(whole, {7, 40}, 200, rng);
     const std::vector<float> tail(whole.o[0].begin() + 200 * ow, whole.o[0].end());
     const int saved = omp_get_max_threads();
     for (int threads : {1, 3}) {

@@ -55,8 +55,9 @@ inline __m256i FirstLanes256(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), lane);
 }
 
-// Lane mask for the first `count` (0..16) of 16 lanes.
+// Lane mask for the first `count` of 16 lanes (count ≤ 0: none, ≥ 16: all).
 inline __mmask16 FirstLanes512(int64_t count) {
+  if (count <= 0) return 0;
   return static_cast<__mmask16>(count >= 16 ? 0xFFFF : (1u << count) - 1);
 }
 
