@@ -111,13 +111,13 @@ void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x
     const absl::Span<const kernels::cpu::MlaDecodeSequence> seqs(decode, num_decode);
     void* scratch =
         ws.Array<char>(static_cast<int64_t>(kernels::cpu::MlaDecodeScratchBytes(dims, seqs)));
-    kernels::cpu::MlaDecode(dims, scale, w.kv_b_proj.data(), seqs, scratch);
+    kernels::cpu::MlaDecode(dims, scale, KernelWeights(w.kv_b_proj), seqs, scratch);
   }
   if (num_prefill > 0) {
     const absl::Span<const kernels::cpu::MlaPrefillSequence> seqs(prefill, num_prefill);
     void* scratch =
         ws.Array<char>(static_cast<int64_t>(kernels::cpu::MlaPrefillScratchBytes(dims, seqs)));
-    kernels::cpu::MlaPrefill(dims, scale, w.kv_b_proj.data(), seqs, scratch);
+    kernels::cpu::MlaPrefill(dims, scale, KernelWeights(w.kv_b_proj), seqs, scratch);
   }
   LinearForward(w.o_proj, o, num_rows, out);
 }

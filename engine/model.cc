@@ -89,10 +89,6 @@ WeightStats CountWeights(const ModelConfig& cfg, const ModelWeights& w) {
     }
   });
   for (const LayerWeights& l : w.layers) {
-    if (l.mla) {
-      stats.total_bytes += static_cast<int64_t>(l.mla->kv_b_proj.size()) * 4;
-      stats.active_params_per_token += static_cast<int64_t>(l.mla->kv_b_proj.size());
-    }
     if (l.moe && !l.moe->experts.empty()) {
       int64_t expert_bytes = 0, expert_params = 0;
       const ExpertWeights& e = l.moe->experts[0];

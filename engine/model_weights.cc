@@ -114,8 +114,8 @@ absl::StatusOr<std::unique_ptr<MlaWeights>> Loader::Mla(const std::string& base)
   }
   ASSIGN_OR_RETURN(w->kv_a_proj, Lin(base + "kv_a_proj_with_mqa.weight", m.latent_dim(), d));
   ASSIGN_OR_RETURN(w->kv_a_norm, Vec(base + "kv_a_layernorm.weight", {m.kv_lora_rank}));
-  ASSIGN_OR_RETURN(w->kv_b_proj, Vec(base + "kv_b_proj.weight",
-                                     {h * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}));
+  ASSIGN_OR_RETURN(w->kv_b_proj, Lin(base + "kv_b_proj.weight",
+                                     h * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank));
   if (m.use_output_gate) {
     ASSIGN_OR_RETURN(w->g_proj, Lin(base + "g_proj.weight", h * m.v_head_dim, d));
   }

@@ -35,7 +35,7 @@ struct MlaWeights {
   Linear q_b_proj;               // [H·(dn+dr), r_q]
   Linear kv_a_proj;              // [r_kv + dr, d]
   std::vector<float> kv_a_norm;  // [r_kv]
-  std::vector<float> kv_b_proj;  // [H·(dn+dv), r_kv] f32 (used inside attention)
+  Linear kv_b_proj;              // [H·(dn+dv), r_kv] (read inside attention: f32 or bf16)
   Linear g_proj;                 // [H·dv, d] or empty
   Linear o_proj;                 // [d, H·dv]
 };
@@ -107,7 +107,8 @@ void ForEachLinear(Weights& w, Fn&& fn) {
     }
     if (l.mla) {
       auto& m = *l.mla;
-      for (auto* x : {&m.q_proj, &m.q_a_proj, &m.q_b_proj, &m.kv_a_proj, &m.g_proj, &m.o_proj}) {
+      for (auto* x : {&m.q_proj, &m.q_a_proj, &m.q_b_proj, &m.kv_a_proj, &m.kv_b_proj, &m.g_proj,
+                      &m.o_proj}) {
         fn(*x, LinearRole::kDense);
       }
     }

@@ -95,15 +95,6 @@ class WeightUploader {
     return reinterpret_cast<const float*>(base);
   }
 
-  absl::StatusOr<const uint16_t*> FloatsAsBf16(const std::vector<float>& v,
-                                               const std::string& what) {
-    staging_.resize(v.size());
-    ConvertF32ToBf16(v.data(), v.size(), staging_.data());
-    ASSIGN_OR_RETURN(char* base, Alloc(static_cast<int64_t>(v.size()) * 2, what));
-    RETURN_IF_ERROR(Copy(base, staging_.data(), static_cast<int64_t>(v.size()) * 2));
-    return reinterpret_cast<const uint16_t*>(base);
-  }
-
   absl::Status Experts(const MoeWeights& w, const ModelConfig& cfg, DeviceExperts* e,
                        const std::string& what);
   // Routed experts to upload, by global id (all of them unless set).
@@ -202,7 +193,8 @@ absl::Status WeightUploader::Mla(const MlaWeights& w, DeviceMla* d, const std::s
   ASSIGN_OR_RETURN(d->o, Matrix(w.o_proj, what + " o"));
   ASSIGN_OR_RETURN(d->q_a_norm, Floats({&w.q_a_norm}, what + " q_a_norm"));
   ASSIGN_OR_RETURN(d->kv_a_norm, Floats({&w.kv_a_norm}, what + " kv_a_norm"));
-  ASSIGN_OR_RETURN(d->kv_b, FloatsAsBf16(w.kv_b_proj, what + " kv_b"));
+  ASSIGN_OR_RETURN(DeviceMatrix kv_b, Matrix(w.kv_b_proj, what + " kv_b"));
+  d->kv_b = kv_b.w;
   return absl::OkStatus();
 }
 

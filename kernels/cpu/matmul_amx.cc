@@ -41,15 +41,26 @@ int64_t RoundUp(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-// x rows [i0, i0 + 16) (row i = x + rows[i]·k, or row i; rows ≥ m are zeros) rounded to bf16 into
-// one block of the B layout: for each k pair p, 16 × (x[i][2p], x[i][2p + 1]) as 32-bit words.
-STRATA_TARGET_AMX void PackXBlock(const float* x, int64_t k, const int64_t* rows, int64_t i0,
-                                  int64_t m, int64_t kp, uint16_t* row_buffer, uint32_t* block) {
+// One row of k values as bf16 into dst, zeros after it to a multiple of 32: f32 rounded to
+// nearest even, bf16 bits copied.
+STRATA_TARGET_AMX void Bf16RowInto(const float* src, int64_t k, int64_t /*kp*/, uint16_t* dst) {
+  PackBf16Row(src, k, dst);
+}
+STRATA_TARGET_AMX void Bf16RowInto(const uint16_t* src, int64_t k, int64_t kp, uint16_t* dst) {
+  std::copy(src, src + k, dst);
+  std::fill(dst + k, dst + kp, uint16_t{0});
+}
+
+// x rows [i0, i0 + 16) (row i = x + rows[i]·k, or row i; rows ≥ m are zeros) as bf16 into one
+// block of the B layout: for each k pair p, 16 × (x[i][2p], x[i][2p + 1]) as 32-bit words.
+template <typename T>
+STRATA_TARGET_AMX void PackXBlock(const T* x, int64_t k, const int64_t* rows, int64_t i0, int64_t m,
+                                  int64_t kp, uint16_t* row_buffer, uint32_t* block) {
   for (int r = 0; r < kTile; ++r) {
     uint16_t* dst = row_buffer + r * kp;
     const int64_t i = i0 + r;
     if (i < m) {
-      PackBf16Row(x + (rows != nullptr ? rows[i] : i) * k, k, dst);  // zeros to a multiple of 32
+      Bf16RowInto(x + (rows != nullptr ? rows[i] : i) * k, k, kp, dst);
     } else {
       std::fill(dst, dst + kp, uint16_t{0});
     }
@@ -248,7 +259,10 @@ int64_t PackedXForAmxWords(int64_t k, int64_t m) {
   return RoundUp(m, kBlockRows) * RoundUp(std::max<int64_t>(k, 1), kStepK) / 2;
 }
 
-void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp) {
+namespace {
+
+template <typename T>
+void PackXForAmxRows(const T* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp) {
   CHECK(ActiveIsa() == Isa::kAvx512Bf16) << "PackXForAmxInto needs AVX512-BF16";
   const int64_t kp = RoundUp(std::max<int64_t>(k, 1), kStepK);
   ParallelFor(RoundUp(m, kBlockRows) / kTile, m * k >= (int64_t{1} << 16), [&](int64_t b) {
@@ -258,6 +272,16 @@ void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, 
     PackXBlock(x, k, rows, b * kTile, m, kp, static_cast<uint16_t*>(rows_buffer.data()),
                xp + b * kp / 2 * kTile);
   });
+}
+
+}  // namespace
+
+void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp) {
+  PackXForAmxRows(x, k, rows, m, xp);
+}
+
+void PackXForAmxInto(const uint16_t* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp) {
+  PackXForAmxRows(x, k, rows, m, xp);
 }
 
 bool AmxBf16Usable() { return GetCpuFeatures().amx_bf16 && ActiveIsa() == Isa::kAvx512Bf16; }

@@ -8,6 +8,8 @@
 //            read, % of read_GBps, GFLOP/s, % of f32_GFLOPs and pct_roof = floor / time with
 //            floor = max(bytes / read, flops / peak) (the kernel is compute-bound at these head
 //            counts: 96 heads do ~96 FLOP per cache byte, the machine ~5-10).
+//   kv_b     decode batch 1 over a 512-token context with kv_b_proj in bf16 (read in place, as
+//            models load it; every other case too) against its f32 copy, alternating.
 //   dtypes   decode batch 8 at Kimi-Linear (32) and 16 heads over f32, bf16 and fp8 caches
 //            (--kv-cache-dtype): ms and the speed-up over f32 measured in the same run.
 //   prefill  both forms (absorbed / expanded, mla_prefill.h) on a 512-token prompt and on a
@@ -33,6 +35,7 @@
 
 #include "bench/roofline.h"
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/cpu/latent_codec.h"
 #include "kernels/cpu/matmul.h"
@@ -107,6 +110,22 @@ std::vector<float> Random(int64_t n, float scale, uint32_t seed) {
 
 MlaDims Dims(int heads) { return {heads, 128, 64, 128, 512}; }
 
+// kv_b_proj [heads·256, 512] as a bf16 checkpoint holds it, and its exact f32 copy.
+struct Kvb {
+  std::vector<uint16_t> bf16;
+  std::vector<float> f32;
+  explicit Kvb(int heads) : f32(Random(int64_t{heads} * 256 * 512, 1.0f / std::sqrt(512.0f), 2)) {
+    bf16.resize(f32.size());
+    ConvertF32ToBf16(f32.data(), f32.size(), bf16.data());
+    for (size_t i = 0; i < f32.size(); ++i) f32[i] = Bf16ToF32(bf16[i]);
+  }
+  MatmulWeights View(bool in_bf16) const {
+    const int64_t rows = static_cast<int64_t>(f32.size()) / 512;
+    if (in_bf16) return {WeightFormat::kBf16, rows, 512, bf16.data(), nullptr};
+    return {WeightFormat::kF32, rows, 512, f32.data(), nullptr};
+  }
+};
+
 struct Timing {
   double best_s = 1e30, mean_s = 0;
 };
@@ -126,13 +145,14 @@ Timing Time(int reps, Fn&& fn) {
   return t;
 }
 
-// Returns the best time in seconds.
+// Returns the best time in seconds. kv_b_proj in bf16 (as models load it) unless f32_kvb.
 double Decode(const char* name, int heads, int batch, int64_t len, int reps,
-              LatentDType dtype = LatentDType::kF32) {
+              LatentDType dtype = LatentDType::kF32, bool f32_kvb = false) {
   const MlaDims d = Dims(heads);
   const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
   Pool pool(batch, len, lat_w, dtype);
-  const std::vector<float> w = Random(int64_t{heads} * 256 * 512, 1.0f / std::sqrt(512.0f), 2);
+  const Kvb kvb(heads);
+  const MatmulWeights w = kvb.View(!f32_kvb);
   const std::vector<float> q = Random(int64_t{batch} * heads * 192, 1.0f, 3);
   const std::vector<float> g = Random(int64_t{batch} * heads * 128, 1.0f, 4);
   std::vector<float> o(static_cast<size_t>(batch) * heads * 128);
@@ -144,19 +164,19 @@ double Decode(const char* name, int heads, int batch, int64_t len, int reps,
   AlignedBuffer scratch(MlaDecodeScratchBytes(d, seqs));
   const float scale = 1.0f / std::sqrt(192.0f);
   const Ceilings c = Measure();
-  MlaDecode(d, scale, w.data(), seqs, scratch.data());  // warm-up (page faults, scratch)
-  const Timing t = Time(reps, [&] { MlaDecode(d, scale, w.data(), seqs, scratch.data()); });
+  MlaDecode(d, scale, w, seqs, scratch.data());  // warm-up (page faults, scratch)
+  const Timing t = Time(reps, [&] { MlaDecode(d, scale, w, seqs, scratch.data()); });
   const double cache_bytes =
       double(batch) * double(len) * double(LatentBytesPerToken(dtype, lat_w, Pool::kRopeDim));
-  const double weight_bytes = 4.0 * w.size();
+  const double weight_bytes = (f32_kvb ? 4.0 : 2.0) * static_cast<double>(kvb.f32.size());
   const double flops = 2.0 * batch * heads * (len * (lat_w + d.kv_lora_rank) + 2.0 * 128 * 512);
   const double floor_s = std::max((cache_bytes + weight_bytes) / c.read_bps, flops / c.flops);
   std::printf(
-      "decode %-11s %-4s heads %2d batch %d ctx %6lld: %8.2f ms (mean %8.2f)  cache %6.1f GB/s "
-      "= %5.1f%% of read  %6.1f GFLOP/s = %5.1f%% of f32  pct_roof %5.1f%% (best) "
+      "decode %-11s %-4s kv_b %-4s heads %2d batch %d ctx %6lld: %8.2f ms (mean %8.2f)  cache "
+      "%6.1f GB/s = %5.1f%% of read  %6.1f GFLOP/s = %5.1f%% of f32  pct_roof %5.1f%% (best) "
       "%5.1f%% (mean)\n",
-      name, std::string(LatentDTypeName(dtype)).c_str(), heads, batch, static_cast<long long>(len),
-      t.best_s * 1e3, t.mean_s * 1e3, cache_bytes / t.best_s * 1e-9,
+      name, std::string(LatentDTypeName(dtype)).c_str(), f32_kvb ? "f32" : "bf16", heads, batch,
+      static_cast<long long>(len), t.best_s * 1e3, t.mean_s * 1e3, cache_bytes / t.best_s * 1e-9,
       100.0 * cache_bytes / t.best_s / c.read_bps, flops / t.best_s * 1e-9,
       100.0 * flops / t.best_s / c.flops, 100.0 * floor_s / t.best_s, 100.0 * floor_s / t.mean_s);
   return t.best_s;
@@ -186,7 +206,8 @@ double Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaP
   const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
   const int64_t len = cached + tokens;
   Pool pool(1, len, lat_w);
-  const std::vector<float> w = Random(int64_t{heads} * 256 * 512, 1.0f / std::sqrt(512.0f), 2);
+  const Kvb kvb(heads);
+  const MatmulWeights w = kvb.View(true);
   const std::vector<float> q = Random(tokens * heads * 192, 1.0f, 3);
   const std::vector<float> g = Random(tokens * heads * 128, 1.0f, 4);
   std::vector<float> o(static_cast<size_t>(tokens * heads * 128));
@@ -196,9 +217,7 @@ double Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaP
   const MlaPrefillForm used =
       form == MlaPrefillForm::kAuto ? MlaPrefillChooseForm(d, cached, tokens) : form;
   const Ceilings c = Measure();
-  const Timing t = Time(reps, [&] {
-    MlaPrefill(d, scale, w.data(), {&seq, 1}, scratch.data(), form);
-  });
+  const Timing t = Time(reps, [&] { MlaPrefill(d, scale, w, {&seq, 1}, scratch.data(), form); });
   const double flops = PrefillFlops(d, cached, tokens, used);
   // The expanded form under --cpu-matmul-precision bf16 runs bf16 products (AMX tiles, else
   // vdpbf16ps): its ceiling is theirs.
@@ -239,6 +258,17 @@ int main(int argc, char** argv) {
       std::printf("  %s over f32 at %d heads: %.2fx\n",
                   std::string(strata::LatentDTypeName(dtype)).c_str(), heads, f32_s / s);
     }
+  }
+  // kv_b_proj read as bf16 in place against its f32 copy, where its bytes count: batch 1 over a
+  // short context (alternating rounds, best of each).
+  for (int heads : {32, 16}) {
+    double f32_s = 1e30, bf16_s = 1e30;
+    for (int round = 0; round < 3; ++round) {
+      f32_s = std::min(f32_s, Decode("kv_b", heads, 1, 512, 20, strata::LatentDType::kF32, true));
+      bf16_s = std::min(bf16_s, Decode("kv_b", heads, 1, 512, 20));
+    }
+    std::printf("  bf16 kv_b over f32 at %d heads, batch 1, 512-token context: %.2fx\n", heads,
+                f32_s / bf16_s);
   }
   // Both forms on the same chunks (the rule's calibration), then the 4K prompt as kAuto runs it.
   for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {

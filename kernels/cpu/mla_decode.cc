@@ -71,14 +71,12 @@ Scratch LayOut(const MlaDims& d, absl::Span<const MlaDecodeSequence> seqs, void*
 }
 
 // Phase 1: q̃ for every (sequence, head); each thread reads W_UK,h once for the whole batch.
-void AbsorbAll(const mla::TileKernels& k, const MlaDims& d, const float* w_kvb,
+void AbsorbAll(const mla::TileKernels& k, const MlaDims& d, const MatmulWeights& w_kvb,
                absl::Span<const MlaDecodeSequence> seqs, float* q_abs) {
   const int heads = d.num_heads, batch = static_cast<int>(seqs.size());
   const int64_t lat_w = d.kv_lora_rank + d.qk_rope_head_dim,
                 q_w = d.qk_nope_head_dim + d.qk_rope_head_dim;
-  const int64_t head_rows = d.qk_nope_head_dim + d.v_head_dim;
   ParallelFor(heads, true, [&](int64_t h) {
-    const float* w_uk = w_kvb + h * head_rows * d.kv_lora_rank;
     const float* q[kMaxQueries];
     float* out[kMaxQueries];
     for (int b0 = 0; b0 < batch; b0 += kMaxQueries) {
@@ -87,7 +85,7 @@ void AbsorbAll(const mla::TileKernels& k, const MlaDims& d, const float* w_kvb,
         q[i] = seqs[b0 + i].q + h * q_w;
         out[i] = q_abs + ((b0 + i) * int64_t{heads} + h) * lat_w;
       }
-      mla::Absorb(k, w_uk, d, q, n, out);
+      mla::Absorb(k, w_kvb, static_cast<int>(h), d, q, n, out);
     }
   });
 }
@@ -158,14 +156,12 @@ void MergeSplits(const mla::TileKernels& k, const MlaDims& d, const Scratch& s, 
 }
 
 // Phase 3: merge, up-project and gate; each thread reads W_UV,h once for the whole batch.
-void MergeAndProject(const mla::TileKernels& k, const MlaDims& d, const float* w_kvb,
+void MergeAndProject(const mla::TileKernels& k, const MlaDims& d, const MatmulWeights& w_kvb,
                      absl::Span<const MlaDecodeSequence> seqs, const Scratch& s) {
   const int heads = d.num_heads, batch = static_cast<int>(seqs.size());
   const int64_t lat_w = d.kv_lora_rank + d.qk_rope_head_dim, dv = d.v_head_dim;
-  const int64_t head_rows = d.qk_nope_head_dim + dv;
   ParallelFor(heads, true, [&](int64_t h64) {
     const int h = static_cast<int>(h64);
-    const float* w_uv = w_kvb + (h * head_rows + d.qk_nope_head_dim) * d.kv_lora_rank;
     const float* x[kMaxQueries];
     const float* gate[kMaxQueries];
     float* o[kMaxQueries];
@@ -179,21 +175,22 @@ void MergeAndProject(const mla::TileKernels& k, const MlaDims& d, const float* w
         gate[i] = seqs[b].gate != nullptr ? seqs[b].gate + h * dv : nullptr;
         o[i] = seqs[b].o + h * dv;
       }
-      mla::UpProject(k, w_uv, d, x, n, gate, o);
+      mla::UpProject(k, w_kvb, h, d, x, n, gate, o);
     }
   });
 }
 
 // STRATA_ISA=scalar: the f64 reference on a gathered copy of the context (tests, debugging).
-void DecodeWithReference(const MlaDims& d, float scale, const float* w_kvb,
+void DecodeWithReference(const MlaDims& d, float scale, const MatmulWeights& w_kvb,
                          absl::Span<const MlaDecodeSequence> seqs) {
   const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
+  const std::vector<float> w = mla::KvbAsF32(w_kvb);
   std::vector<float> context;
   for (const MlaDecodeSequence& s : seqs) {
     const int64_t len = s.context.num_tokens;
     context.resize(static_cast<size_t>(len * lat_w));
     CopyRowsF32(s.context, lat_w, context.data());
-    MlaAttentionAbsorbedReference(s.q, context.data(), len, 1, w_kvb, d, scale, s.o);
+    MlaAttentionAbsorbedReference(s.q, context.data(), len, 1, w.data(), d, scale, s.o);
     if (s.gate == nullptr) continue;
     for (int64_t c = 0; c < int64_t{d.num_heads} * d.v_head_dim; ++c) {
       s.o[c] = static_cast<float>(s.o[c] / (1.0 + std::exp(-static_cast<double>(s.gate[c]))));
@@ -212,7 +209,7 @@ size_t MlaDecodeScratchBytes(const MlaDims& dims, absl::Span<const MlaDecodeSequ
   return LayOut(dims, seqs, nullptr).bytes;
 }
 
-void MlaDecode(const MlaDims& dims, float scale, const float* w_kvb,
+void MlaDecode(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
                absl::Span<const MlaDecodeSequence> seqs, void* scratch) {
   static_assert(kMaxSplits <= mla::kMaxSources);
   if (seqs.empty()) return;

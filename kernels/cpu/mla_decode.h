@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mla_paged.h"
 #include "kernels/reference/mla.h"
 
@@ -41,9 +42,11 @@ struct MlaDecodeSequence {
 // Bytes of scratch MlaDecode needs for this batch (64-byte aligned regions inside).
 size_t MlaDecodeScratchBytes(const MlaDims& dims, absl::Span<const MlaDecodeSequence> seqs);
 
-// Writes every seqs[i].o. `w_kvb`: kv_b_proj [H·(dn + dv), r] f32 (rows of head h: W_UK,h then
-// W_UV,h). `scratch`: MlaDecodeScratchBytes(dims, seqs) bytes, 64-byte aligned.
-void MlaDecode(const MlaDims& dims, float scale, const float* w_kvb,
+// Writes every seqs[i].o. `w_kvb`: kv_b_proj [H·(dn + dv), r] (rows of head h: W_UK,h then
+// W_UV,h), f32 or bf16 — bf16 rows are read in place and widened exactly, so the output is
+// bit-identical to the f32 copy's (half the weight bytes per step). `scratch`:
+// MlaDecodeScratchBytes(dims, seqs) bytes, 64-byte aligned.
+void MlaDecode(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
                absl::Span<const MlaDecodeSequence> seqs, void* scratch);
 
 // Rows per split for a context of `num_tokens` (a multiple of 16; exposed for tests/benches).

@@ -78,11 +78,11 @@ ItemBuffers ThreadBuffers(int lat_w, int r) {
 }
 
 // Absorbed work item: tokens [t0, t1) × heads [h0, h1) of `seq`; query i = (t − t0)·nh + h − h0.
-void RunAbsorbedItem(const mla::TileKernels& k, const MlaDims& d, float scale, const float* w_kvb,
-                     const MlaPrefillSequence& seq, int64_t t0, int64_t t1, int h0, int h1) {
+void RunAbsorbedItem(const mla::TileKernels& k, const MlaDims& d, float scale,
+                     const MatmulWeights& w_kvb, const MlaPrefillSequence& seq, int64_t t0,
+                     int64_t t1, int h0, int h1) {
   const int heads = d.num_heads, r = d.kv_lora_rank, lat_w = r + d.qk_rope_head_dim;
   const int64_t q_w = d.qk_nope_head_dim + d.qk_rope_head_dim, dv = d.v_head_dim;
-  const int64_t head_rows = d.qk_nope_head_dim + dv;
   const int nt = static_cast<int>(t1 - t0), nh = h1 - h0, n = nt * nh;
   const int64_t first_pos = seq.context.num_tokens - seq.num_new_tokens;  // C
   const ItemBuffers buf = ThreadBuffers(lat_w, r);
@@ -93,7 +93,7 @@ void RunAbsorbedItem(const mla::TileKernels& k, const MlaDims& d, float scale, c
       q[t] = seq.q + ((t0 + t) * heads + h) * q_w;
       out[t] = buf.q_abs + (int64_t{t} * nh + h - h0) * lat_w;
     }
-    mla::Absorb(k, w_kvb + h * head_rows * r, d, q, nt, out);
+    mla::Absorb(k, w_kvb, h, d, q, nt, out);
   }
   std::fill(buf.acc, buf.acc + int64_t{n} * r, 0.0f);
   std::fill(buf.max, buf.max + n, -std::numeric_limits<float>::infinity());
@@ -125,14 +125,14 @@ void RunAbsorbedItem(const mla::TileKernels& k, const MlaDims& d, float scale, c
       gate[t] = seq.gate != nullptr ? seq.gate + col : nullptr;
       o[t] = seq.o + col;
     }
-    mla::UpProject(k, w_kvb + (h * head_rows + d.qk_nope_head_dim) * r, d, x, nt, gate, o);
+    mla::UpProject(k, w_kvb, h, d, x, nt, gate, o);
   }
 }
 
 // [k_nope (dn) ; k_pe (dr) ; v (dv)] of context rows [row0, row0 + n) for one head into kv
 // [n, dn + dr + dv]: k_nope = W_UK,h c, v = W_UV,h c (dot tiles over r), k_pe copied.
 void ExpandRows(const mla::TileKernels& k, const MlaDims& d, const PagedLatent& ctx, int64_t row0,
-                int n, const float* w_head, float* kv) {
+                int n, const MatmulWeights& w_kvb, int h, float* kv) {
   const int dn = d.qk_nope_head_dim, dr = d.qk_rope_head_dim, dv = d.v_head_dim;
   const int r = d.kv_lora_rank, lat_w = r + dr, width = dn + dr + dv;
   const float* latent[kExpandRows];
@@ -142,25 +142,23 @@ void ExpandRows(const mla::TileKernels& k, const MlaDims& d, const PagedLatent& 
   for (int i = 0; i < n; ++i) {
     std::memcpy(kv + int64_t{i} * width + dn, latent[i] + r, sizeof(float) * dr);
   }
-  constexpr int kWeightChunk = 64;
-  const float* w_rows[kWeightChunk];
-  for (int c0 = 0; c0 < dn + dv; c0 += kWeightChunk) {
-    const int nc = std::min(kWeightChunk, dn + dv - c0);
-    for (int c = 0; c < nc; ++c) w_rows[c] = w_head + int64_t{c0 + c} * r;
+  const int64_t first_row = int64_t{h} * (dn + dv);
+  for (int c0 = 0; c0 < dn + dv; c0 += mla::kMaxSources) {
+    const int nc = std::min(mla::kMaxSources, dn + dv - c0);
     // Weight rows [0, dn) are W_UK (→ column c), [dn, dn + dv) W_UV (→ column dr + c).
     for (int c = 0; c < nc;) {
       const int col = c0 + c, split = col < dn ? std::min(nc, dn - c0) : nc;
       const int out_col = col < dn ? col : col + dr;
       for (int i = 0; i < n; ++i) out[i] = kv + int64_t{i} * width + out_col;
-      k.dots(latent, n, w_rows + c, split - c, r, out);
+      mla::DotsWeightRows(k, latent, n, w_kvb, first_row + col, split - c, out);
       c = split;
     }
   }
 }
 
 // Expanded work item: every new token of `seq` for head h.
-void RunExpandedItem(const mla::TileKernels& k, const MlaDims& d, float scale, const float* w_kvb,
-                     const MlaPrefillSequence& seq, int h) {
+void RunExpandedItem(const mla::TileKernels& k, const MlaDims& d, float scale,
+                     const MatmulWeights& w_kvb, const MlaPrefillSequence& seq, int h) {
   const int dn = d.qk_nope_head_dim, dr = d.qk_rope_head_dim, dv = d.v_head_dim;
   const int key_w = dn + dr, width = key_w + dv, heads = d.num_heads;
   const int64_t num_new = seq.num_new_tokens, len = seq.context.num_tokens;
@@ -177,11 +175,10 @@ void RunExpandedItem(const mla::TileKernels& k, const MlaDims& d, float scale, c
   std::fill(max, max + num_new, -std::numeric_limits<float>::infinity());
   std::fill(sum, sum + num_new, 0.0f);
   for (int64_t t = 0; t < num_new; ++t) limit[t] = first_pos + t + 1;
-  const float* w_head = w_kvb + int64_t{h} * (dn + dv) * d.kv_lora_rank;
   const float* rows[kTileRows];
   for (int64_t block = 0; block < len; block += kExpandRows) {
     const int n = static_cast<int>(std::min<int64_t>(kExpandRows, len - block));
-    ExpandRows(k, d, seq.context, block, n, w_head, kv);
+    ExpandRows(k, d, seq.context, block, n, w_kvb, h, kv);
     for (int64_t t0 = 0; t0 < num_new; t0 += kMaxQueries) {
       const int64_t t1 = std::min(num_new, t0 + kMaxQueries);
       const int64_t end = std::min(block + n, first_pos + t1);
@@ -211,15 +208,16 @@ void RunExpandedItem(const mla::TileKernels& k, const MlaDims& d, float scale, c
 }
 
 // STRATA_ISA=scalar: the f64 reference on a gathered copy of the context.
-void PrefillWithReference(const MlaDims& d, float scale, const float* w_kvb,
+void PrefillWithReference(const MlaDims& d, float scale, const MatmulWeights& w_kvb,
                           absl::Span<const MlaPrefillSequence> seqs) {
   const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
+  const std::vector<float> w = mla::KvbAsF32(w_kvb);
   std::vector<float> context;
   for (const MlaPrefillSequence& s : seqs) {
     const int64_t len = s.context.num_tokens;
     context.resize(static_cast<size_t>(len * lat_w));
     CopyRowsF32(s.context, lat_w, context.data());
-    MlaAttentionReference(s.q, context.data(), len, s.num_new_tokens, w_kvb, d, scale, s.o);
+    MlaAttentionReference(s.q, context.data(), len, s.num_new_tokens, w.data(), d, scale, s.o);
     if (s.gate == nullptr) continue;
     for (int64_t c = 0; c < s.num_new_tokens * d.num_heads * d.v_head_dim; ++c) {
       s.o[c] = static_cast<float>(s.o[c] / (1.0 + std::exp(-static_cast<double>(s.gate[c]))));
@@ -247,7 +245,7 @@ size_t MlaPrefillScratchBytes(const MlaDims& /*dims*/, absl::Span<const MlaPrefi
   return sizeof(int64_t) * (seqs.size() + 1) + sizeof(MlaPrefillForm) * seqs.size() + 64;
 }
 
-void MlaPrefill(const MlaDims& dims, float scale, const float* w_kvb,
+void MlaPrefill(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
                 absl::Span<const MlaPrefillSequence> seqs, void* scratch, MlaPrefillForm form) {
   if (seqs.empty()) return;
   for (const MlaPrefillSequence& s : seqs) {

@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mla_paged.h"
 #include "kernels/reference/mla.h"
 
@@ -54,7 +55,7 @@ size_t MlaPrefillScratchBytes(const MlaDims& dims, absl::Span<const MlaPrefillSe
 
 // Writes every seqs[i].o; `w_kvb` as in MlaDecode; `scratch`: MlaPrefillScratchBytes bytes,
 // 64-byte aligned. Per-thread tile buffers are thread-local and only grow.
-void MlaPrefill(const MlaDims& dims, float scale, const float* w_kvb,
+void MlaPrefill(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
                 absl::Span<const MlaPrefillSequence> seqs, void* scratch,
                 MlaPrefillForm form = MlaPrefillForm::kAuto);
 

@@ -419,13 +419,23 @@ STRATA_TARGET_AMX void WriteOutputs(const Shape& s, const Buffers& b, const MlaP
 }
 
 template <class Tiles>
-STRATA_TARGET_AMX void RunItem(const MlaDims& dims, float scale, const float* w_kvb,
+STRATA_TARGET_AMX void RunItem(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
                                const MlaPrefillSequence& seq, int h) {
   const Shape s = ShapeOf(dims, seq);
   const Buffers b = ThreadBuffers(s);
-  const float* w_head = w_kvb + int64_t{h} * (s.dn + s.dv) * s.r;
-  PackXForAmxInto(w_head, s.r, nullptr, s.dn, b.w_nope);
-  PackXForAmxInto(w_head + int64_t{s.dn} * s.r, s.r, nullptr, s.dv, b.w_v);
+  // W_UK,h and W_UV,h as bf16 in the B layout (bf16 rows copied, f32 rows rounded: same bits).
+  const int64_t head_row = int64_t{h} * (s.dn + s.dv);
+  auto pack_head = [&](const auto* w) {
+    const auto* w_head = w + head_row * s.r;
+    PackXForAmxInto(w_head, s.r, nullptr, s.dn, b.w_nope);
+    PackXForAmxInto(w_head + int64_t{s.dn} * s.r, s.r, nullptr, s.dv, b.w_v);
+  };
+  if (w_kvb.format == WeightFormat::kBf16) {
+    pack_head(static_cast<const uint16_t*>(w_kvb.data));
+  } else {
+    CHECK(w_kvb.format == WeightFormat::kF32) << "kv_b_proj in f32 or bf16";
+    pack_head(static_cast<const float*>(w_kvb.data));
+  }
   for (int64_t t = 0; t < s.num_new; ++t) b.q_rows[t] = t * s.heads + h;
   PackXForAmxInto(seq.q, s.q_w, b.q_rows, s.num_new, b.q);
   std::fill(b.o, b.o + s.t_pad * s.v_blocks * kTile, 0.0f);
@@ -466,7 +476,7 @@ bool MlaPrefillUsesBf16(const MlaDims& dims) {
          dims.qk_nope_head_dim + dims.qk_rope_head_dim <= kMlaBf16MaxKeyWidth;
 }
 
-void RunExpandedItemBf16(const MlaDims& dims, float scale, const float* w_kvb,
+void RunExpandedItemBf16(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
                          const MlaPrefillSequence& seq, int h) {
   CHECK(Bf16MatmulSupported()) << "RunExpandedItemBf16 needs AVX512-BF16";
   if (AmxBf16Usable()) {

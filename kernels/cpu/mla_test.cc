@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "kernels/cpu/latent_codec.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mla_decode.h"
@@ -124,11 +125,26 @@ PagedPool MakePool(const std::vector<int64_t>& lengths, int block_size, int lat_
   return pool;
 }
 
-// kv_b_proj with entries ~ N(0, 1/fan_in), so q̃ and o have unit-scale entries.
-std::vector<float> MakeWkvb(const MlaDims& d, std::mt19937& rng) {
-  return Normal(rng, int64_t{d.num_heads} * (d.qk_nope_head_dim + d.v_head_dim) * d.kv_lora_rank,
-                1.0f / std::sqrt(static_cast<float>(d.kv_lora_rank)));
-}
+// kv_b_proj with entries ~ N(0, 1/fan_in), so q̃ and o have unit-scale entries, rounded to bf16
+// values: the same matrix exists exactly as f32 and as bf16 bits (as a bf16 checkpoint's).
+struct Kvb {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+
+  Kvb(const MlaDims& d, std::mt19937& rng)
+      : f32(Normal(rng, int64_t{d.num_heads} * (d.qk_nope_head_dim + d.v_head_dim) * d.kv_lora_rank,
+                   1.0f / std::sqrt(static_cast<float>(d.kv_lora_rank)))),
+        bf16(f32.size()) {
+    ConvertF32ToBf16(f32.data(), f32.size(), bf16.data());
+    for (size_t i = 0; i < f32.size(); ++i) f32[i] = Bf16ToF32(bf16[i]);
+  }
+  // The kernels' view: the f32 copy, or the bf16 bits read in place.
+  MatmulWeights View(const MlaDims& d, bool in_bf16) const {
+    const int64_t rows = static_cast<int64_t>(f32.size()) / d.kv_lora_rank;
+    if (in_bf16) return {WeightFormat::kBf16, rows, d.kv_lora_rank, bf16.data(), nullptr};
+    return {WeightFormat::kF32, rows, d.kv_lora_rank, f32.data(), nullptr};
+  }
+};
 
 float Scale(const MlaDims& d) {
   return 1.0f / std::sqrt(static_cast<float>(d.qk_nope_head_dim + d.qk_rope_head_dim));
@@ -162,12 +178,13 @@ void GateReference(const std::vector<float>& gate, std::vector<float>& o) {
 struct DecodeCase {
   MlaDims dims;
   PagedPool pool;
-  std::vector<float> w_kvb;
+  Kvb w_kvb;
+  bool bf16_weights = false;  // run over the bf16 bits of w_kvb instead of its f32 copy
   std::vector<std::vector<float>> q, gate, o;
 
   DecodeCase(const MlaDims& d, const std::vector<int64_t>& lengths, int block_size, bool gated,
              std::mt19937& rng)
-      : dims(d), pool(MakePool(lengths, block_size, LatW(d), rng)), w_kvb(MakeWkvb(d, rng)) {
+      : dims(d), pool(MakePool(lengths, block_size, LatW(d), rng)), w_kvb(d, rng) {
     const int64_t qw = int64_t{d.num_heads} * (d.qk_nope_head_dim + d.qk_rope_head_dim);
     const int64_t ow = int64_t{d.num_heads} * d.v_head_dim;
     for (size_t s = 0; s < lengths.size(); ++s) {
@@ -188,7 +205,7 @@ struct DecodeCase {
     std::vector<char> scratch(MlaDecodeScratchBytes(dims, seqs) + 64);
     void* aligned =
         reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-    MlaDecode(dims, Scale(dims), w_kvb.data(), seqs, aligned);
+    MlaDecode(dims, Scale(dims), w_kvb.View(dims, bf16_weights), seqs, aligned);
   }
   void RunAll() {
     std::vector<size_t> all(q.size());
@@ -199,8 +216,8 @@ struct DecodeCase {
   std::vector<float> Reference(size_t s) const {
     std::vector<float> ref(o[s].size());
     const int64_t len = static_cast<int64_t>(pool.contexts[s].size() / LatW(dims));
-    MlaAttentionAbsorbedReference(q[s].data(), pool.contexts[s].data(), len, 1, w_kvb.data(), dims,
-                                  Scale(dims), ref.data());
+    MlaAttentionAbsorbedReference(q[s].data(), pool.contexts[s].data(), len, 1, w_kvb.f32.data(),
+                                  dims, Scale(dims), ref.data());
     if (!gate[s].empty()) GateReference(gate[s], ref);
     return ref;
   }
@@ -210,13 +227,14 @@ struct DecodeCase {
 struct PrefillCase {
   MlaDims dims;
   PagedPool pool;
-  std::vector<float> w_kvb;
+  Kvb w_kvb;
+  bool bf16_weights = false;  // as in DecodeCase
   std::vector<int64_t> num_new;
   std::vector<std::vector<float>> q, gate, o;
 
   PrefillCase(const MlaDims& d, const std::vector<std::pair<int64_t, int64_t>>& chunks,
               int block_size, bool gated, std::mt19937& rng)
-      : dims(d), pool(MakePool(Totals(chunks), block_size, LatW(d), rng)), w_kvb(MakeWkvb(d, rng)) {
+      : dims(d), pool(MakePool(Totals(chunks), block_size, LatW(d), rng)), w_kvb(d, rng) {
     const int64_t qw = int64_t{d.num_heads} * (d.qk_nope_head_dim + d.qk_rope_head_dim);
     const int64_t ow = int64_t{d.num_heads} * d.v_head_dim;
     for (const auto& [cached, fresh] : chunks) {
@@ -239,15 +257,15 @@ struct PrefillCase {
                       gate[s].empty() ? nullptr : gate[s].data(), o[s].data()});
     }
     std::vector<int64_t> scratch(MlaPrefillScratchBytes(dims, seqs) / sizeof(int64_t) + 1);
-    MlaPrefill(dims, Scale(dims), w_kvb.data(), seqs, scratch.data(), form);
+    MlaPrefill(dims, Scale(dims), w_kvb.View(dims, bf16_weights), seqs, scratch.data(), form);
   }
 
   // The non-absorbed ("MHA mode") reference: an independent formulation of the same attention.
   std::vector<float> Reference(size_t s) const {
     std::vector<float> ref(o[s].size());
     const int64_t len = static_cast<int64_t>(pool.contexts[s].size() / LatW(dims));
-    MlaAttentionReference(q[s].data(), pool.contexts[s].data(), len, num_new[s], w_kvb.data(), dims,
-                          Scale(dims), ref.data());
+    MlaAttentionReference(q[s].data(), pool.contexts[s].data(), len, num_new[s], w_kvb.f32.data(),
+                          dims, Scale(dims), ref.data());
     if (!gate[s].empty()) GateReference(gate[s], ref);
     return ref;
   }
@@ -413,6 +431,35 @@ TEST_P(MlaKernelTest, PrefillIsBitIdenticalWhateverTheChunkingAndTheBatch) {
   }
 }
 
+// kv_b_proj kept in the checkpoint's bf16 (read in place, half the bytes per decode step) gives
+// the outputs of its f32 copy bit for bit — decode and both prefill forms, at odd widths (the
+// partial-vector loads), one to five heads and the model's shape.
+TEST_P(MlaKernelTest, Bf16KvbGivesTheF32KvbResultsBitForBit) {
+  std::mt19937 rng(8);
+  for (const MlaDims& base : {kOddDims, kSmallDims, kModelDims}) {
+    for (int heads : {1, 5}) {
+      const MlaDims d = WithHeads(base, heads);
+      DecodeCase dc(d, {1, 17, 300}, 16, heads != 1, rng);
+      dc.RunAll();
+      const auto f32_out = dc.o;
+      dc.bf16_weights = true;
+      for (auto& o : dc.o) std::fill(o.begin(), o.end(), -1.0f);
+      dc.RunAll();
+      EXPECT_EQ(dc.o, f32_out) << "decode r=" << d.kv_lora_rank << " heads=" << heads;
+      for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {
+        PrefillCase pc(d, {{0, 1}, {0, 33}, {70, 9}}, 16, heads != 1, rng);
+        pc.RunAll(form);
+        const auto f32_prefill = pc.o;
+        pc.bf16_weights = true;
+        for (auto& o : pc.o) std::fill(o.begin(), o.end(), -1.0f);
+        pc.RunAll(form);
+        EXPECT_EQ(pc.o, f32_prefill)
+            << FormName(form) << " r=" << d.kv_lora_rank << " heads=" << heads;
+      }
+    }
+  }
+}
+
 // A bf16 or fp8 cache is read as exactly the values it stores: the kernels' outputs over it are
 // bit-identical to their outputs over an f32 cache holding the decoded rows, in decode and in
 // both prefill forms (so every accuracy property above carries over), and close to the
@@ -556,6 +603,20 @@ TEST_F(MlaBf16PrefillTest, ExpandedFormIsBitIdenticalWhateverTheChunkingTheBatch
   }
 }
 
+// The bf16 form packs bf16 kv_b_proj rows as they are (the f32 copy is rounded to the same bits).
+TEST_F(MlaBf16PrefillTest, Bf16KvbGivesTheF32KvbResultsBitForBit) {
+  std::mt19937 rng(14);
+  for (const MlaDims& d : {WithHeads(kOddDims, 3), WithHeads(kModelDims, 2)}) {
+    PrefillCase c(d, {{0, 40}, {130, 129}}, 16, true, rng);
+    c.RunAll(MlaPrefillForm::kExpanded);
+    const auto f32_out = c.o;
+    c.bf16_weights = true;
+    for (auto& o : c.o) std::fill(o.begin(), o.end(), -1.0f);
+    c.RunAll(MlaPrefillForm::kExpanded);
+    EXPECT_EQ(c.o, f32_out) << "r=" << d.kv_lora_rank;
+  }
+}
+
 // Keys wider than the bf16 form takes (no released model has them) keep the f32 form, bit for bit.
 TEST_F(MlaBf16PrefillTest, WideKeysKeepTheF32Form) {
   std::mt19937 rng(13);
@@ -573,6 +634,7 @@ TEST(MlaScalarIsaTest, FallsBackToTheReference) {
   DecodeCase d(WithHeads(kSmallDims, 3), {5, 70}, 16, true, rng);
   d.RunAll();
   PrefillCase p(WithHeads(kSmallDims, 3), {{3, 5}}, 16, true, rng);
+  p.bf16_weights = true;  // widened for the reference
   p.RunAll();
   // The reference path reads a compressed cache through the same decoding.
   DecodeCase fp8(WithHeads(kOddDims, 2), {9, 40}, 16, true, rng);

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "core/avx512_intrinsics.h"
 #include "core/check.h"
+#include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/cpu/internal/simd_exp.h"
 
@@ -35,6 +38,15 @@ struct V {
   MLA_TARGET static Vec Load(const float* p) { return _mm512_loadu_ps(p); }
   MLA_TARGET static Vec LoadPartial(const float* p, int n) {
     return _mm512_maskz_loadu_ps(Mask(n), p);
+  }
+  // bf16 bits widened exactly (the bits become the top half of the f32).
+  MLA_TARGET static Vec Load(const uint16_t* p) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  }
+  MLA_TARGET static Vec LoadPartial(const uint16_t* p, int n) {
+    const __m256i bits = _mm256_maskz_loadu_epi16(Mask(n), p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   }
   MLA_TARGET static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   MLA_TARGET static void StorePartial(float* p, Vec v, int n) {
@@ -104,6 +116,16 @@ struct V {
   static Vec Zero() { return _mm256_setzero_ps(); }
   static Vec Load(const float* p) { return _mm256_loadu_ps(p); }
   static Vec LoadPartial(const float* p, int n) { return _mm256_maskload_ps(p, Mask(n)); }
+  // bf16 bits widened exactly (the bits become the top half of the f32).
+  static Vec Load(const uint16_t* p) {
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+  }
+  static Vec LoadPartial(const uint16_t* p, int n) {
+    alignas(16) uint16_t bits[kWidth] = {};
+    std::memcpy(bits, p, sizeof(uint16_t) * static_cast<size_t>(n));
+    return Load(bits);
+  }
   static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static void StorePartial(float* p, Vec v, int n) { _mm256_maskstore_ps(p, Mask(n), v); }
   static Vec Set1(float x) { return _mm256_set1_ps(x); }
@@ -151,20 +173,82 @@ const TileKernels& TileKernelsFor(Isa isa) {
   return isa >= Isa::kAvx512 ? avx512::kTileKernels : avx2::kTileKernels;
 }
 
-void Absorb(const TileKernels& k, const float* w_uk, const MlaDims& d, const float* const* q, int n,
-            float* const* out) {
+namespace {
+
+// A set of lambdas as one overloaded callable (one per row type below).
+template <class... Fns>
+struct Overloaded : Fns... {
+  using Fns::operator()...;
+};
+
+void CheckKvbFormat(const MatmulWeights& w) {
+  CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBf16)
+      << "the MLA kernels read kv_b_proj in f32 or bf16";
+}
+
+// Calls fn(rows) with rows[j] = row first_row + j of w, j < count ≤ kMaxSources, as
+// const float* (f32) or const uint16_t* (bf16 bits).
+template <typename Fn>
+void WithWeightRows(const MatmulWeights& w, int64_t first_row, int count, Fn&& fn) {
+  CHECK_LE(count, kMaxSources);
+  CheckKvbFormat(w);
+  auto call = [&](const auto* base) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(base)>>;
+    const T* rows[kMaxSources];
+    for (int j = 0; j < count; ++j) rows[j] = base + (first_row + j) * w.k;
+    fn(rows);
+  };
+  if (w.format == WeightFormat::kBf16) {
+    call(static_cast<const uint16_t*>(w.data));
+  } else {
+    call(static_cast<const float*>(w.data));
+  }
+}
+
+}  // namespace
+
+void DotsWeightRows(const TileKernels& k, const float* const* a, int na, const MatmulWeights& w,
+                    int64_t first_row, int nb, float* const* out) {
+  const int width = static_cast<int>(w.k);
+  WithWeightRows(
+      w, first_row, nb,
+      Overloaded{[&](const float* const* b) { k.dots(a, na, b, nb, width, out); },
+                 [&](const uint16_t* const* b) { k.dots_bf16w(a, na, b, nb, width, out); }});
+}
+
+void AxpyWeightRows(const TileKernels& k, float* const* out, int n, const float* init,
+                    const float* const* coef, const MatmulWeights& w, int64_t first_row, int nsrc) {
+  const int width = static_cast<int>(w.k);
+  WithWeightRows(
+      w, first_row, nsrc,
+      Overloaded{
+          [&](const float* const* src) { k.axpy(out, n, init, coef, src, nsrc, width); },
+          [&](const uint16_t* const* src) { k.axpy_bf16w(out, n, init, coef, src, nsrc, width); }});
+}
+
+std::vector<float> KvbAsF32(const MatmulWeights& w_kvb) {
+  CheckKvbFormat(w_kvb);
+  const size_t count = static_cast<size_t>(w_kvb.n * w_kvb.k);
+  std::vector<float> out(count);
+  ConvertToF32(w_kvb.format == WeightFormat::kBf16 ? DType::kBF16 : DType::kF32, w_kvb.data, count,
+               out.data());
+  return out;
+}
+
+void Absorb(const TileKernels& k, const MatmulWeights& w_kvb, int h, const MlaDims& d,
+            const float* const* q, int n, float* const* out) {
   CHECK_LE(n, kMaxQueries);
   const int dn = d.qk_nope_head_dim, r = d.kv_lora_rank;
+  CHECK_EQ(w_kvb.k, r);
+  const int64_t first_row = int64_t{h} * (dn + d.v_head_dim);
   // W_UK rows in chunks of kMaxSources; the accumulator round-trips through `out` exactly.
-  const float* src[kMaxSources];
   const float* coef[kMaxQueries];
   float ones[kMaxQueries];
   std::fill(ones, ones + n, 1.0f);
   for (int a0 = 0; a0 < dn; a0 += kMaxSources) {
     const int na = std::min(kMaxSources, dn - a0);
-    for (int a = 0; a < na; ++a) src[a] = w_uk + static_cast<int64_t>(a0 + a) * r;
     for (int i = 0; i < n; ++i) coef[i] = q[i] + a0;
-    k.axpy(out, n, a0 == 0 ? nullptr : ones, coef, src, na, r);
+    AxpyWeightRows(k, out, n, a0 == 0 ? nullptr : ones, coef, w_kvb, first_row + a0, na);
   }
   if (dn == 0) {
     for (int i = 0; i < n; ++i) std::fill(out[i], out[i] + r, 0.0f);
@@ -174,18 +258,17 @@ void Absorb(const TileKernels& k, const float* w_uk, const MlaDims& d, const flo
   }
 }
 
-void UpProject(const TileKernels& k, const float* w_uv, const MlaDims& d, const float* const* x,
-               int n, const float* const* gate, float* const* o) {
+void UpProject(const TileKernels& k, const MatmulWeights& w_kvb, int h, const MlaDims& d,
+               const float* const* x, int n, const float* const* gate, float* const* o) {
   CHECK_LE(n, kMaxQueries);
-  const int dv = d.v_head_dim, r = d.kv_lora_rank;
-  constexpr int kRowChunk = 64;
-  const float* rows[kRowChunk];
+  const int dn = d.qk_nope_head_dim, dv = d.v_head_dim;
+  CHECK_EQ(w_kvb.k, d.kv_lora_rank);
+  const int64_t first_row = int64_t{h} * (dn + dv) + dn;
   float* out[kMaxQueries];
-  for (int c0 = 0; c0 < dv; c0 += kRowChunk) {
-    const int nc = std::min(kRowChunk, dv - c0);
-    for (int c = 0; c < nc; ++c) rows[c] = w_uv + static_cast<int64_t>(c0 + c) * r;
+  for (int c0 = 0; c0 < dv; c0 += kMaxSources) {
+    const int nc = std::min(kMaxSources, dv - c0);
     for (int i = 0; i < n; ++i) out[i] = o[i] + c0;
-    k.dots(x, n, rows, nc, r, out);
+    DotsWeightRows(k, x, n, w_kvb, first_row + c0, nc, out);
   }
   for (int i = 0; i < n; ++i) {
     if (gate[i] != nullptr) k.gate(o[i], gate[i], dv);

@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/reference/mla.h"
 
 namespace strata::kernels::cpu::mla {
@@ -60,21 +62,39 @@ struct TileKernels {
   void (*attend_tile_bf16)(const QueryBlock& qb, const uint16_t* const* rows, int num_rows,
                            int64_t row0, int key_width, int value_offset, int value_width,
                            float scale) = nullptr;
+  // dots and axpy with bf16 `b` / `src` rows (weights kept in the checkpoint's bf16), widened
+  // exactly: bit-identical to dots / axpy over the same values in f32.
+  void (*dots_bf16w)(const float* const* a, int na, const uint16_t* const* b, int nb, int width,
+                     float* const* out) = nullptr;
+  void (*axpy_bf16w)(float* const* out, int n, const float* init, const float* const* coef,
+                     const uint16_t* const* src, int nsrc, int width) = nullptr;
 };
 
 inline constexpr int kMaxSources = 64;
 
+// k.dots / k.dots_bf16w with b[j] = row first_row + j of `w` (f32 or bf16), j < nb ≤ kMaxSources.
+void DotsWeightRows(const TileKernels& k, const float* const* a, int na, const MatmulWeights& w,
+                    int64_t first_row, int nb, float* const* out);
+// k.axpy / k.axpy_bf16w with src[j] = row first_row + j of `w`, j < nsrc ≤ kMaxSources.
+void AxpyWeightRows(const TileKernels& k, float* const* out, int n, const float* init,
+                    const float* const* coef, const MatmulWeights& w, int64_t first_row, int nsrc);
+
 // The kernels of `isa` (kAvx2 or kAvx512 and above; CHECK-fails on kScalar).
 const TileKernels& TileKernelsFor(Isa isa);
 
-// Query absorption for n ≤ kMaxQueries queries of one head, W_UK = w_uk [dn, r]:
-//   out[i] = [W_UKᵀ q[i][0, dn) (r) ; q[i][dn, dn + dr)]      (lat_w floats)
-void Absorb(const TileKernels& k, const float* w_uk, const MlaDims& d, const float* const* q, int n,
-            float* const* out);
+// kv_b_proj widened to f32 (the scalar-ISA reference paths).
+std::vector<float> KvbAsF32(const MatmulWeights& w_kvb);
 
-// Up-projection and output gate for n ≤ kMaxQueries queries of one head, W_UV = w_uv [dv, r]:
+// Query absorption for n ≤ kMaxQueries queries of head h, W_UK,h = rows [h·(dn + dv), +dn) of
+// w_kvb (kv_b_proj, f32 or bf16):
+//   out[i] = [W_UKᵀ q[i][0, dn) (r) ; q[i][dn, dn + dr)]      (lat_w floats)
+void Absorb(const TileKernels& k, const MatmulWeights& w_kvb, int h, const MlaDims& d,
+            const float* const* q, int n, float* const* out);
+
+// Up-projection and output gate for n ≤ kMaxQueries queries of head h, W_UV,h = rows
+// [h·(dn + dv) + dn, +dv) of w_kvb:
 //   o[i] = W_UV x[i] (dv floats), then o[i] ⊙= sigmoid(gate[i]) when gate[i] != nullptr.
-void UpProject(const TileKernels& k, const float* w_uv, const MlaDims& d, const float* const* x,
-               int n, const float* const* gate, float* const* o);
+void UpProject(const TileKernels& k, const MatmulWeights& w_kvb, int h, const MlaDims& d,
+               const float* const* x, int n, const float* const* gate, float* const* o);
 
 }  // namespace strata::kernels::cpu::mla

@@ -6,12 +6,13 @@
 // V provides: Vec, kWidth (f32 lanes), the dot tile kDotRows × kDotCols (queries × rows), the
 // axpy tile kAxpyQueries × kAxpyVectors, Zero/Load/LoadPartial/Store/StorePartial/Set1/Add/Sub/
 // Mul/Fma, KeepFirst (zero lanes ≥ count), ReduceAdd, Exp, and ReduceTile (the dot tile's
-// accumulators to kDotRows × kDotCols sums, row-major).
+// accumulators to kDotRows × kDotCols sums, row-major). Load/LoadPartial also take bf16 bits
+// (const uint16_t*), widened exactly: `b` of Dots and `src` of Axpy may be weight rows in bf16,
+// and then every sum is bit-identical to the one over the same values in f32.
 
-// sums[i * NR + j] = a[i] · b[j] over `width` floats.
-template <int MR, int NR>
-MLA_TARGET inline void DotTile(const float* const* a, const float* const* b, int width,
-                               float* sums) {
+// sums[i * NR + j] = a[i] · b[j] over `width` values (TB: float, or uint16_t bf16 bits).
+template <int MR, int NR, typename TB>
+MLA_TARGET inline void DotTile(const float* const* a, const TB* const* b, int width, float* sums) {
   typename V::Vec acc[MR][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
@@ -44,7 +45,8 @@ MLA_TARGET inline void DotTile(const float* const* a, const float* const* b, int
 
 // Partial tiles are padded with copies of the last operand row and their sums dropped, so every
 // output goes through the one full-tile instruction sequence.
-MLA_TARGET void Dots(const float* const* a, int na, const float* const* b, int nb, int width,
+template <typename TB>
+MLA_TARGET void Dots(const float* const* a, int na, const TB* const* b, int nb, int width,
                      float* const* out) {
   constexpr int MR = V::kDotRows, NR = V::kDotCols;
   alignas(64) float sums[MR * NR];
@@ -52,9 +54,9 @@ MLA_TARGET void Dots(const float* const* a, int na, const float* const* b, int n
     const float* ap[MR];
     for (int i = 0; i < MR; ++i) ap[i] = a[std::min(i0 + i, na - 1)];
     for (int j0 = 0; j0 < nb; j0 += NR) {
-      const float* bp[NR];
+      const TB* bp[NR];
       for (int j = 0; j < NR; ++j) bp[j] = b[std::min(j0 + j, nb - 1)];
-      DotTile<MR, NR>(ap, bp, width, sums);
+      DotTile<MR, NR, TB>(ap, bp, width, sums);
       for (int i = 0; i < MR && i0 + i < na; ++i) {
         for (int j = 0; j < NR && j0 + j < nb; ++j) out[i0 + i][j0 + j] = sums[i * NR + j];
       }
@@ -62,10 +64,11 @@ MLA_TARGET void Dots(const float* const* a, int na, const float* const* b, int n
   }
 }
 
-// MQ outputs × NV vectors starting at column c0 (kPartial: one vector of `rem` lanes).
-template <int MQ, int NV, bool kPartial>
+// MQ outputs × NV vectors starting at column c0 (kPartial: one vector of `rem` lanes); TS: float,
+// or uint16_t bf16 bits.
+template <int MQ, int NV, bool kPartial, typename TS>
 MLA_TARGET inline void AxpyTile(float* const* out, const float* init, const float* const* coef,
-                                const float* const* src, int nsrc, int c0, int rem) {
+                                const TS* const* src, int nsrc, int c0, int rem) {
   typename V::Vec acc[MQ][NV];
 #pragma GCC unroll 4
   for (int q = 0; q < MQ; ++q) {
@@ -84,7 +87,7 @@ MLA_TARGET inline void AxpyTile(float* const* out, const float* init, const floa
     typename V::Vec sv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      const float* p = src[j] + c0 + v * V::kWidth;
+      const TS* p = src[j] + c0 + v * V::kWidth;
       sv[v] = kPartial ? V::LoadPartial(p, rem) : V::Load(p);
     }
 #pragma GCC unroll 4
@@ -108,35 +111,36 @@ MLA_TARGET inline void AxpyTile(float* const* out, const float* init, const floa
   }
 }
 
-template <int MQ>
+template <int MQ, typename TS>
 MLA_TARGET inline void AxpyColumns(float* const* out, const float* init, const float* const* coef,
-                                   const float* const* src, int nsrc, int width) {
+                                   const TS* const* src, int nsrc, int width) {
   constexpr int NV = V::kAxpyVectors, W = V::kWidth;
   int c0 = 0;
   for (; c0 + NV * W <= width; c0 += NV * W) {
-    AxpyTile<MQ, NV, false>(out, init, coef, src, nsrc, c0, 0);
+    AxpyTile<MQ, NV, false, TS>(out, init, coef, src, nsrc, c0, 0);
   }
-  for (; c0 + W <= width; c0 += W) AxpyTile<MQ, 1, false>(out, init, coef, src, nsrc, c0, 0);
-  if (c0 < width) AxpyTile<MQ, 1, true>(out, init, coef, src, nsrc, c0, width - c0);
+  for (; c0 + W <= width; c0 += W) AxpyTile<MQ, 1, false, TS>(out, init, coef, src, nsrc, c0, 0);
+  if (c0 < width) AxpyTile<MQ, 1, true, TS>(out, init, coef, src, nsrc, c0, width - c0);
 }
 
+template <typename TS>
 MLA_TARGET void Axpy(float* const* out, int n, const float* init, const float* const* coef,
-                     const float* const* src, int nsrc, int width) {
+                     const TS* const* src, int nsrc, int width) {
   static_assert(V::kAxpyQueries == 4);
   for (int q0 = 0; q0 < n; q0 += 4) {
     const float* init_q = init != nullptr ? init + q0 : nullptr;
     switch (std::min(4, n - q0)) {
       case 4:
-        AxpyColumns<4>(out + q0, init_q, coef + q0, src, nsrc, width);
+        AxpyColumns<4, TS>(out + q0, init_q, coef + q0, src, nsrc, width);
         break;
       case 3:
-        AxpyColumns<3>(out + q0, init_q, coef + q0, src, nsrc, width);
+        AxpyColumns<3, TS>(out + q0, init_q, coef + q0, src, nsrc, width);
         break;
       case 2:
-        AxpyColumns<2>(out + q0, init_q, coef + q0, src, nsrc, width);
+        AxpyColumns<2, TS>(out + q0, init_q, coef + q0, src, nsrc, width);
         break;
       default:
-        AxpyColumns<1>(out + q0, init_q, coef + q0, src, nsrc, width);
+        AxpyColumns<1, TS>(out + q0, init_q, coef + q0, src, nsrc, width);
         break;
     }
   }
@@ -193,13 +197,13 @@ MLA_TARGET void AttendTile(const QueryBlock& qb, const float* const* rows, int n
     p_ptr[i] = s[i];
     acc_ptr[i] = qb.acc + i * qb.acc_stride;
   }
-  Dots(q_ptr, qb.n, row_ptr, kTileRows, key_width, s_ptr);
+  Dots<float>(q_ptr, qb.n, row_ptr, kTileRows, key_width, s_ptr);
   for (int i = 0; i < qb.n; ++i) {
     int64_t valid = num_rows;
     if (qb.limit != nullptr) valid = std::clamp<int64_t>(qb.limit[i] - row0, 0, num_rows);
     alpha[i] = SoftmaxStep(s[i], static_cast<int>(valid), scale, qb.max + i, qb.sum + i);
   }
-  Axpy(acc_ptr, qb.n, alpha, p_ptr, value_ptr, num_rows, value_width);
+  Axpy<float>(acc_ptr, qb.n, alpha, p_ptr, value_ptr, num_rows, value_width);
 }
 
 // o[c] *= 1 / (1 + exp(−g[c])).
@@ -217,4 +221,5 @@ MLA_TARGET void Gate(float* o, const float* g, int64_t n) {
   }
 }
 
-constexpr TileKernels kTileKernels{&Dots, &Axpy, &AttendTile, &Gate};
+constexpr TileKernels kTileKernels{&Dots<float>, &Axpy<float>,    &AttendTile,    &Gate,
+                                   nullptr,      &Dots<uint16_t>, &Axpy<uint16_t>};

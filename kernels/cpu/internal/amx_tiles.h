@@ -57,5 +57,7 @@ int64_t PackedXForAmxWords(int64_t k, int64_t m);
 // Needs AVX512-BF16 (no AMX). Runs on this thread's pool (ParallelFor) when the rows are many;
 // serially inside a task.
 void PackXForAmxInto(const float* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp);
+// The same from rows of bf16 bits (copied, not rounded).
+void PackXForAmxInto(const uint16_t* x, int64_t k, const int64_t* rows, int64_t m, uint32_t* xp);
 
 }  // namespace strata::kernels::cpu::internal

@@ -25,7 +25,7 @@ inline constexpr int kMlaBf16MaxKeyWidth = 1024;
 bool MlaPrefillUsesBf16(const MlaDims& dims);
 
 // The expanded work item of head h of `seq` (all its new tokens): writes seq.o's columns of h.
-void RunExpandedItemBf16(const MlaDims& dims, float scale, const float* w_kvb,
+void RunExpandedItemBf16(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
                          const MlaPrefillSequence& seq, int h);
 
 }  // namespace strata::kernels::cpu::internal
