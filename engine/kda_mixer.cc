@@ -71,23 +71,24 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
   float* q_raw = ws.Floats(num_rows * p);
   float* k_raw = ws.Floats(num_rows * p);
   float* v_raw = ws.Floats(num_rows * p);
-  float* low = ws.Floats(num_rows * hd);  // f_a output, then g_a output
+  float* low_f = ws.Floats(num_rows * hd);  // f_a output
+  float* low_g = ws.Floats(num_rows * hd);  // g_a output
   float* f = ws.Floats(num_rows * p);
   float* b = ws.Floats(num_rows * heads);
   float* gate = ws.Floats(num_rows * p);
   float* y = ws.Floats(num_rows * p);
-  LinearForward(w.q_proj, x, num_rows, q_raw);
-  LinearForward(w.k_proj, x, num_rows, k_raw);
-  LinearForward(w.v_proj, x, num_rows, v_raw);
-  LinearForward(w.f_a_proj, x, num_rows, low);
-  LinearForward(w.f_b_proj, low, num_rows, f);
-  LinearForward(w.b_proj, x, num_rows, b);
-  if (!w.g_proj.empty()) {
-    LinearForward(w.g_proj, x, num_rows, gate);
-  } else {
-    LinearForward(w.g_a_proj, x, num_rows, low);
-    LinearForward(w.g_b_proj, low, num_rows, gate);
-  }
+  // Every projection of x in one kernel call, then the low-rank ones' second halves in another.
+  const bool full_rank_gate = !w.g_proj.empty();
+  const LinearProduct of_x[] = {
+      {&w.q_proj, x, q_raw},
+      {&w.k_proj, x, k_raw},
+      {&w.v_proj, x, v_raw},
+      {&w.f_a_proj, x, low_f},
+      {&w.b_proj, x, b},
+      full_rank_gate ? LinearProduct{&w.g_proj, x, gate} : LinearProduct{&w.g_a_proj, x, low_g}};
+  LinearForwardAll(of_x, num_rows);
+  const LinearProduct of_low[] = {{&w.f_b_proj, low_f, f}, {&w.g_b_proj, low_g, gate}};
+  LinearForwardAll(absl::MakeConstSpan(of_low, full_rank_gate ? 1 : 2), num_rows);
 
   const kernels::cpu::KdaRows kda_rows{q_raw, k_raw, v_raw, f, b, gate};
   const size_t index = static_cast<size_t>(kda_index);

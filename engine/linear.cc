@@ -49,6 +49,17 @@ void LinearForward(const Linear& w, const float* x, int64_t m, float* y) {
   kernels::cpu::Matmul(KernelWeights(w), x, m, y);
 }
 
+void LinearForwardAll(absl::Span<const LinearProduct> products, int64_t m) {
+  constexpr size_t kMaxProducts = 8;
+  CHECK_LE(products.size(), kMaxProducts);
+  kernels::cpu::MatmulProduct kernel_products[kMaxProducts];
+  for (size_t p = 0; p < products.size(); ++p) {
+    CHECK(!products[p].w->empty());
+    kernel_products[p] = {KernelWeights(*products[p].w), products[p].x, products[p].y};
+  }
+  kernels::cpu::MatmulProducts(kernel_products, static_cast<int64_t>(products.size()), m);
+}
+
 absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,
                                   int64_t in) {
   ASSIGN_OR_RETURN(

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/tensor.h"
 #include "engine/checkpoint.h"
 #include "kernels/cpu/matmul.h"
@@ -38,6 +39,15 @@ kernels::cpu::MatmulWeights KernelWeights(const Linear& w);
 
 // y[m, out] = x[m, in] · Wᵀ (overwrites y).
 void LinearForward(const Linear& w, const float* x, int64_t m, float* y);
+
+// Several layers over the same m rows in one kernel call (one fork/join; an x shared by several
+// is packed once), each y exactly as LinearForward gives it: a layer's projections of its input.
+struct LinearProduct {
+  const Linear* w = nullptr;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+void LinearForwardAll(absl::Span<const LinearProduct> products, int64_t m);
 
 // Loads `name` with shape [out, in] (bf16/f32 used in place; f16/f64 widened).
 absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,

@@ -22,30 +22,14 @@ kernels::cpu::PagedLatent Context(const ForwardSequence& seq, int mla_index, int
           seq.cache.rope_dim};
 }
 
-// q [num_rows, H·(dn+dr)] from x (through the q LoRA when the model has one).
-void ComputeQueries(const MlaConfig& m, const MlaWeights& w, const float* x, int64_t num_rows,
-                    float* q, Workspace& ws) {
-  if (m.q_lora_rank == 0) {
-    LinearForward(w.q_proj, x, num_rows, q);
-    return;
-  }
-  WorkspaceScope scope(ws);
-  float* cq = ws.Floats(num_rows * m.q_lora_rank);
-  LinearForward(w.q_a_proj, x, num_rows, cq);
-  kernels::cpu::RmsNorm(cq, num_rows, m.q_lora_rank, w.q_a_norm.data(), kLatentNormEps, cq);
-  LinearForward(w.q_b_proj, cq, num_rows, q);
-}
-
 // κ = [RMSNorm(c) ; k_pe] for every new token (only the latent part is normalised, MODEL.md
-// §9.1 #7), encoded into its cache row in the cache's format (in place for f32).
-void WriteLatents(const MlaConfig& m, const MlaWeights& w, const float* x, int64_t num_rows,
-                  ForwardBatch batch, absl::Span<const RowSpan> rows, int mla_index,
-                  Workspace& ws) {
+// §9.1 #7), encoded into its cache row in the cache's format (in place for f32). kv: the rows'
+// kv_a_proj outputs [c ; k_pe].
+void WriteLatents(const MlaConfig& m, const MlaWeights& w, const float* kv, ForwardBatch batch,
+                  absl::Span<const RowSpan> rows, int mla_index, Workspace& ws) {
   WorkspaceScope scope(ws);
   const int latent_dim = m.latent_dim();
-  float* kv = ws.Floats(num_rows * latent_dim);
   float* normed = ws.Floats(latent_dim);
-  LinearForward(w.kv_a_proj, x, num_rows, kv);
   for (size_t s = 0; s < batch.size(); ++s) {
     const ForwardSequence& seq = batch[s];
     const LatentDType dtype = seq.cache.latent_dtype;
@@ -79,14 +63,22 @@ void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x
   const MlaConfig& m = cfg.mla;
   const int64_t heads = m.num_heads, qk = m.qk_head_dim(), dv = m.v_head_dim;
 
+  // Every projection of x in one kernel call: the queries (or their LoRA input c_q), the
+  // latents [c ; k_pe] and the gate logits (the kernels apply the sigmoid).
   float* q = ws.Floats(num_rows * heads * qk);
-  ComputeQueries(m, w, x, num_rows, q, ws);
-  WriteLatents(m, w, x, num_rows, batch, rows, mla_index, ws);
-  float* gate = nullptr;  // gate logits; the kernels apply the sigmoid
-  if (!w.g_proj.empty()) {
-    gate = ws.Floats(num_rows * heads * dv);
-    LinearForward(w.g_proj, x, num_rows, gate);
+  float* kv = ws.Floats(num_rows * m.latent_dim());
+  float* cq = m.q_lora_rank > 0 ? ws.Floats(num_rows * m.q_lora_rank) : nullptr;
+  float* gate = !w.g_proj.empty() ? ws.Floats(num_rows * heads * dv) : nullptr;
+  LinearProduct of_x[3] = {
+      cq != nullptr ? LinearProduct{&w.q_a_proj, x, cq} : LinearProduct{&w.q_proj, x, q},
+      {&w.kv_a_proj, x, kv}};
+  if (gate != nullptr) of_x[2] = {&w.g_proj, x, gate};
+  LinearForwardAll(absl::MakeConstSpan(of_x, gate != nullptr ? 3 : 2), num_rows);
+  if (cq != nullptr) {  // q through the q LoRA
+    kernels::cpu::RmsNorm(cq, num_rows, m.q_lora_rank, w.q_a_norm.data(), kLatentNormEps, cq);
+    LinearForward(w.q_b_proj, cq, num_rows, q);
   }
+  WriteLatents(m, w, kv, batch, rows, mla_index, ws);
 
   float* o = ws.Floats(num_rows * heads * dv);
   auto* decode = ws.Array<kernels::cpu::MlaDecodeSequence>(static_cast<int64_t>(batch.size()));

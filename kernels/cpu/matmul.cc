@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cpu_features.h"
@@ -25,37 +27,97 @@ using internal::KernelSet;
 using internal::PackedX;
 using internal::ScratchSlot;
 
-// x packed in the calling thread's scratch (rows in parallel when there are many).
-PackedX PrepareX(const internal::TileKernels& tiles, const float* x, int64_t m, int64_t k) {
-  if (tiles.x_layout == internal::XLayout::kNatural) return {x, k};
-  const int64_t ldx = internal::PackedRowElements(tiles, k);
-  void* out = internal::ThreadScratch(
-      ScratchSlot::kPackedX, static_cast<size_t>(m * ldx) * internal::PackedElementBytes(tiles));
+// Rows [0, m) of x packed into dst in the tiles' layout (rows in parallel when there are many).
+void PackX(const internal::TileKernels& tiles, const float* x, int64_t m, int64_t k, void* dst) {
   constexpr int64_t kRowsPerTask = 16;
   ParallelFor((m + kRowsPerTask - 1) / kRowsPerTask, m * k >= (int64_t{1} << 18), [&](int64_t t) {
     internal::PackRows(tiles, x, k, nullptr, t * kRowsPerTask, std::min(m, (t + 1) * kRowsPerTask),
-                       out);
+                       dst);
   });
-  return {out, ldx};
 }
 
-void RunTiles(const MatmulWeights& w, const KernelSet& kernels, const float* x, int64_t m,
-              float* y) {
-  const internal::TileKernels& own = *kernels.tiles;
-  const PackedX px = PrepareX(own, x, m, w.k);
-  const int64_t chunk_rows = internal::ChunkRows(own, px.ldx);
-  const bool scratch = internal::DecodeToScratch(kernels, w.format, std::min(m, chunk_rows));
-  const int64_t num_chunks = (m + chunk_rows - 1) / chunk_rows;
-  const int64_t row_bytes = std::max<int64_t>(internal::WeightRowBytes(w), 1);
-  const int64_t block_cols =
-      internal::BlockColumns(w.n, row_bytes, num_chunks, 4 * int64_t{MaxThreads()}, own.nr_max);
-  const int64_t num_blocks = (w.n + block_cols - 1) / block_cols;
-  const bool parallel = internal::WorthParallel(w.n * row_bytes, m * w.n * w.k);
-  ParallelFor(num_chunks * num_blocks, parallel, [&](int64_t task) {
-    const int64_t c = task % num_chunks, b = task / num_chunks;
-    const int64_t i0 = c * chunk_rows, j0 = b * block_cols;
-    internal::RunBlock(kernels, scratch, w, nullptr, px, i0, std::min(m, i0 + chunk_rows), j0,
-                       std::min(w.n, j0 + block_cols), y + i0 * w.n + j0, w.n);
+bool SameXLayout(const internal::TileKernels& a, const internal::TileKernels& b) {
+  return a.x_layout == b.x_layout && a.x_block == b.x_block && a.pack_row == b.pack_row;
+}
+
+// One product's share of the task loop (task = a chunk of x rows × a block of W rows).
+struct TilePlan {
+  KernelSet kernels;
+  PackedX x;
+  size_t packed_at = SIZE_MAX;  // byte offset of its packed x in the scratch; SIZE_MAX: x as is
+  bool packs = false;           // the first product over this packed x packs it
+  bool scratch = false;
+  int64_t chunk_rows = 0, num_chunks = 0, block_cols = 0, first_task = 0;
+};
+
+// Where each product's x goes: x as is (kNatural), a slot of its own, or the slot of an earlier
+// product over the same x, k and layout. Returns the scratch bytes.
+size_t PlaceX(const MatmulProduct* products, const KernelSet* kernels, int64_t count, int64_t m,
+              TilePlan* plans) {
+  size_t bytes = 0;
+  for (int64_t p = 0; p < count; ++p) {
+    const internal::TileKernels& own = *kernels[p].tiles;
+    const MatmulProduct& q = products[p];
+    if (own.x_layout == internal::XLayout::kNatural) continue;
+    for (int64_t e = 0; e < p && plans[p].packed_at == SIZE_MAX; ++e) {
+      if (plans[e].packed_at != SIZE_MAX && products[e].x == q.x && products[e].w.k == q.w.k &&
+          SameXLayout(*kernels[e].tiles, own)) {
+        plans[p].packed_at = plans[e].packed_at;
+      }
+    }
+    if (plans[p].packed_at != SIZE_MAX) continue;
+    plans[p].packed_at = bytes;
+    plans[p].packs = true;
+    bytes += static_cast<size_t>(m * internal::PackedRowElements(own, q.w.k)) *
+             internal::PackedElementBytes(own);
+    bytes = (bytes + 63) / 64 * 64;
+  }
+  return bytes;
+}
+
+// Products whose kernels are tiles (kernels[p].tiles set; n, k > 0), as one task loop: x packed
+// once per distinct (x, k, layout), then every product's tasks in one ParallelFor. A single
+// product gets exactly the split Matmul always had (≥ 4 tasks per thread).
+void RunTiles(const MatmulProduct* products, const KernelSet* kernels, int64_t count, int64_t m) {
+  thread_local std::vector<TilePlan> storage;  // grows only; the workers use the caller's
+  storage.assign(static_cast<size_t>(count), TilePlan{});
+  TilePlan* plans = storage.data();
+  const size_t packed_bytes = PlaceX(products, kernels, count, m, plans);
+  char* packed = static_cast<char*>(internal::ThreadScratch(ScratchSlot::kPackedX, packed_bytes));
+  const int64_t min_tasks = (4 * int64_t{MaxThreads()} + count - 1) / count;
+  int64_t tasks = 0, weight_bytes = 0, macs = 0;
+  for (int64_t p = 0; p < count; ++p) {
+    const MatmulProduct& q = products[p];
+    const internal::TileKernels& own = *kernels[p].tiles;
+    TilePlan& plan = plans[p];
+    plan.kernels = kernels[p];
+    plan.x = {q.x, q.w.k};
+    if (plan.packed_at != SIZE_MAX) {
+      plan.x = {packed + plan.packed_at, internal::PackedRowElements(own, q.w.k)};
+      if (plan.packs) PackX(own, q.x, m, q.w.k, packed + plan.packed_at);
+    }
+    plan.chunk_rows = internal::ChunkRows(own, plan.x.ldx);
+    plan.scratch = internal::DecodeToScratch(kernels[p], q.w.format, std::min(m, plan.chunk_rows));
+    plan.num_chunks = (m + plan.chunk_rows - 1) / plan.chunk_rows;
+    const int64_t row_bytes = std::max<int64_t>(internal::WeightRowBytes(q.w), 1);
+    plan.block_cols =
+        internal::BlockColumns(q.w.n, row_bytes, plan.num_chunks, min_tasks, own.nr_max);
+    plan.first_task = tasks;
+    tasks += plan.num_chunks * ((q.w.n + plan.block_cols - 1) / plan.block_cols);
+    weight_bytes += q.w.n * row_bytes;
+    macs += m * q.w.n * q.w.k;
+  }
+  ParallelFor(tasks, internal::WorthParallel(weight_bytes, macs), [&](int64_t task) {
+    const int64_t p =
+        internal::OwnerOf(task, count, [&](int64_t i) { return plans[i].first_task; });
+    const TilePlan& plan = plans[p];
+    const MatmulWeights& w = products[p].w;
+    const int64_t local = task - plan.first_task;
+    const int64_t c = local % plan.num_chunks, b = local / plan.num_chunks;
+    const int64_t i0 = c * plan.chunk_rows, j0 = b * plan.block_cols;
+    internal::RunBlock(plan.kernels, plan.scratch, w, nullptr, plan.x, i0,
+                       std::min(m, i0 + plan.chunk_rows), j0, std::min(w.n, j0 + plan.block_cols),
+                       products[p].y + i0 * w.n + j0, w.n);
   });
 }
 
@@ -141,11 +203,41 @@ void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int
     MatmulReferenceFallback(w, x, m, y);
     return;
   }
-  RunTiles(w, kernels, x, m, y);
+  const MatmulProduct product{w, x, y};
+  RunTiles(&product, &kernels, 1, m);
 }
 
 void Matmul(const MatmulWeights& w, const float* x, int64_t m, float* y) {
   MatmulWithAlgo(MatmulAlgo::kAuto, w, x, m, y);
+}
+
+void MatmulProducts(const MatmulProduct* products, int64_t count, int64_t m) {
+  CHECK_GE(m, 0);
+  CHECK_GE(count, 0);
+  if (m == 0) return;
+  const Isa isa = ActiveIsa();
+  // Products on the tiles go into one loop; the rest (empty, k = 0, AMX, scalar ISA) run as
+  // Matmul runs them.
+  thread_local std::vector<MatmulProduct> on_tiles;
+  thread_local std::vector<KernelSet> tile_kernels;
+  on_tiles.clear();
+  tile_kernels.clear();
+  for (int64_t p = 0; p < count; ++p) {
+    const MatmulProduct& q = products[p];
+    internal::CheckWeights(q.w);
+    const KernelSet kernels =
+        internal::SelectKernels(isa, q.w.format, internal::UseBf16Tiles(isa, q.w.format, m));
+    if (q.w.n > 0 && q.w.k > 0 && kernels.tiles != nullptr &&
+        !internal::UseAmxProducts(isa, q.w.format, m)) {
+      on_tiles.push_back(q);
+      tile_kernels.push_back(kernels);
+    } else {
+      Matmul(q.w, q.x, m, q.y);
+    }
+  }
+  if (!on_tiles.empty()) {
+    RunTiles(on_tiles.data(), tile_kernels.data(), static_cast<int64_t>(on_tiles.size()), m);
+  }
 }
 
 }  // namespace strata::kernels::cpu

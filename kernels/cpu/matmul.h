@@ -38,6 +38,17 @@ struct MatmulWeights {
 // y[m, n] = x[m, k] · Wᵀ (overwrites y; y must not alias x).
 void Matmul(const MatmulWeights& w, const float* x, int64_t m, float* y);
 
+// Several products over the same m rows, e.g. a layer's q, k, v and gate projections of one
+// input: y_p[m, w_p.n] = x_p[m, w_p.k] · W_pᵀ for every p < count, run as one parallel loop
+// (one fork/join for all of them; an x shared by several products is packed once). Each y_p
+// equals Matmul(w_p, x_p, m, y_p) bit for bit. No y_p may alias any x_q or another y_q.
+struct MatmulProduct {
+  MatmulWeights w;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+void MatmulProducts(const MatmulProduct* products, int64_t count, int64_t m);
+
 // How products with bf16 or MXFP4 weights over many rows (prefill chunks, big decode batches)
 // multiply, process-wide: Matmul, MatmulGluGrouped and MatmulScatterAddGrouped follow it.
 //   kF32 (default): x stays f32 and the weights are widened exactly — the results above.

@@ -38,21 +38,6 @@ std::vector<GroupPlan>& PlanStorage(size_t count) {
   return plans;
 }
 
-// The group owning global task `task`, given each group's first task (ascending).
-template <typename FirstOf>
-int64_t GroupOf(int64_t task, int64_t num_groups, FirstOf first_of) {
-  int64_t lo = 0, hi = num_groups - 1;
-  while (lo < hi) {  // last group with first ≤ task
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (first_of(mid) <= task) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
 bool Active(const GluGroup& g) { return g.m > 0 && g.gate.n > 0 && g.gate.k > 0; }
 
 // Scalar ISA: the reference products and activation.
@@ -213,20 +198,20 @@ void MatmulGluGrouped(const GluGroup* groups, int64_t num_groups, const GluParam
 
   ParallelFor(totals.pack_tasks, totals.pack_tasks > 1 && totals.macs >= (int64_t{1} << 24),
               [&](int64_t task) {
-                const int64_t gi =
-                    GroupOf(task, num_groups, [&](int64_t i) { return plans[i].first_pack_task; });
+                const int64_t gi = internal::OwnerOf(
+                    task, num_groups, [&](int64_t i) { return plans[i].first_pack_task; });
                 const GluGroup& g = groups[gi];
                 const int64_t i0 = (task - plans[gi].first_pack_task) * kPackRowsPerTask;
                 internal::PackRows(*plans[gi].kernels.tiles, g.x, g.gate.k, g.rows, i0,
                                    std::min(g.m, i0 + kPackRowsPerTask),
                                    packed + plans[gi].x_offset);
               });
-  ParallelFor(totals.tasks, internal::WorthParallel(totals.weight_bytes, totals.macs),
-              [&](int64_t task) {
-                const int64_t gi =
-                    GroupOf(task, num_groups, [&](int64_t i) { return plans[i].first_task; });
-                RunGluTask(groups[gi], plans[gi], task - plans[gi].first_task, act, act_fn);
-              });
+  ParallelFor(
+      totals.tasks, internal::WorthParallel(totals.weight_bytes, totals.macs), [&](int64_t task) {
+        const int64_t gi =
+            internal::OwnerOf(task, num_groups, [&](int64_t i) { return plans[i].first_task; });
+        RunGluTask(groups[gi], plans[gi], task - plans[gi].first_task, act, act_fn);
+      });
 }
 
 void MatmulGlu(const MatmulWeights& gate, const MatmulWeights& up, const GluParams& act,

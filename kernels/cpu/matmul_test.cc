@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -112,6 +113,56 @@ TEST(CpuMatmulTest, ResultDoesNotDependOnThreadCount) {
       EXPECT_EQ(one, many) << IsaName(isa) << " format " << static_cast<int>(format);
     }
   }
+}
+
+// Several products in one call (q / k / v of one input) give what each gives alone, bit for bit:
+// shared and distinct x, every format (MXFP4 over three k blocks), an empty product, k = 0, one
+// to 70 rows (row chunks, MXFP4's scratch path), 1 and 3 threads, f32 and bf16 precision.
+TEST(CpuMatmulTest, ProductsInOneCallEqualEachProductAlone) {
+  const int saved = omp_get_max_threads();
+  Rng rng(12);
+  const int64_t k1 = 1000, k2 = 2080, k3 = 33;
+  const TestWeights wq = MakeWeights(WeightFormat::kBf16, 97, k1, rng);
+  const TestWeights wk = MakeWeights(WeightFormat::kBf16, 33, k1, rng);
+  const TestWeights wf = MakeWeights(WeightFormat::kF32, 31, k1, rng);
+  const TestWeights wm = MakeWeights(WeightFormat::kMxfp4, 45, k2, rng);
+  const TestWeights ws = MakeWeights(WeightFormat::kBf16, 1, k3, rng);
+  const TestWeights we = MakeWeights(WeightFormat::kBf16, 0, k1, rng);
+  const float unused = 0.0f;
+  const MatmulWeights zero_k{WeightFormat::kF32, 5, 0, &unused, nullptr};
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    for (MatmulPrecision precision : {MatmulPrecision::kF32, MatmulPrecision::kBf16}) {
+      testing::PrecisionScope scope(precision);
+      for (int threads : {1, 3}) {
+        omp_set_num_threads(threads);
+        for (int64_t m : {1, 3, 17, 70}) {
+          const std::vector<float> x1 = rng.Normal(m * k1), x2 = rng.Normal(m * k2),
+                                   x3 = rng.Normal(m * k3);
+          const std::vector<std::pair<MatmulWeights, const float*>> cases = {
+              {wq.view, x1.data()}, {wm.view, x2.data()},    {wk.view, x1.data()},
+              {we.view, x1.data()}, {wf.view, x1.data()},    {ws.view, x3.data()},
+              {zero_k, x3.data()},  {wq.view, x2.data() + 7}};  // same W, other x
+          std::vector<std::vector<float>> together(cases.size()), alone(cases.size());
+          std::vector<MatmulProduct> products;
+          for (size_t p = 0; p < cases.size(); ++p) {
+            const int64_t n = cases[p].first.n;
+            together[p].assign(static_cast<size_t>(m * n), -1.0f);
+            alone[p].assign(static_cast<size_t>(m * n), -2.0f);
+            products.push_back({cases[p].first, cases[p].second, together[p].data()});
+          }
+          MatmulProducts(products.data(), static_cast<int64_t>(products.size()), m);
+          for (size_t p = 0; p < cases.size(); ++p) {
+            Matmul(cases[p].first, cases[p].second, m, alone[p].data());
+            EXPECT_EQ(together[p], alone[p])
+                << IsaName(isa) << " " << MatmulPrecisionInEffect() << " threads " << threads
+                << " m " << m << " product " << p;
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 // Scale byte 0 is 2^-127 (the decoded weights are f32 subnormals) and 0xFF is NaN; both the

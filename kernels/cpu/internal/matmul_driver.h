@@ -101,4 +101,20 @@ int64_t BlockColumns(int64_t n, int64_t bytes_per_column, int64_t other_tasks, i
 // Whether a product of this size pays for waking the other threads.
 bool WorthParallel(int64_t weight_bytes, int64_t macs);
 
+// Tasks of several products in one loop: the product owning global task `task`, given each
+// product's first task first_of(i) (ascending, first_of(0) = 0) over `count` products.
+template <typename FirstOf>
+int64_t OwnerOf(int64_t task, int64_t count, FirstOf first_of) {
+  int64_t lo = 0, hi = count - 1;
+  while (lo < hi) {  // the last product with first ≤ task
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (first_of(mid) <= task) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 }  // namespace strata::kernels::cpu::internal
