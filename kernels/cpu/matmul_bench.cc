@@ -12,7 +12,8 @@
 // Weights rotate over enough copies to miss the L3, as in a real decode step (all layers'
 // weights ≫ L3).
 //
-// Run: kernels_cpu_bench [--benchmark_filter=decode/bf16] (not run by ctest).
+// Run: kernels_cpu_bench [--benchmark_filter=decode/bf16] (not run by ctest); --threading and
+// --projections run the comparisons described above their functions instead.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 #include "core/avx512_intrinsics.h"
@@ -271,10 +272,11 @@ struct WeightCopies {
   std::vector<MatmulWeights> views;
 };
 
-WeightCopies MakeCopies(const Case& c) {
+// copies = 0: enough to miss the L3 (≥ 256 MB in all).
+WeightCopies MakeCopies(const Case& c, int64_t copies = 0) {
   constexpr int64_t kMinTotalBytes = int64_t{256} << 20;
   const int64_t bytes = WeightBytes(c.format, c.n, c.k);
-  const int64_t copies = std::max<int64_t>(1, (kMinTotalBytes + bytes - 1) / bytes);
+  if (copies == 0) copies = std::max<int64_t>(1, (kMinTotalBytes + bytes - 1) / bytes);
   WeightCopies w;
   uint32_t state = 12345;
   auto next = [&state] {
@@ -500,6 +502,83 @@ void CompareThreading() {
   }
 }
 
+// ---- a layer's projections of one input: one call per product vs MatmulProducts ----------
+// `--projections`: the six projections of a KDA layer's input (q, k, v: P × d; f_a, g_a:
+// 128 × d; β: H × d; bf16) at the bench checkpoint's shape (d 1024, 16 heads, P 2048) and
+// Kimi-Linear's (d 2304, 32 heads, P 4096), m = 1 and 16, run as six Matmul calls and as one
+// MatmulProducts call, alternating in blocks of 8, over enough layers' copies to miss the L3.
+// pct = floor / mean time, floor = max(weight bytes / read ceiling, FLOPs / f32 FMA peak).
+
+void CompareProjections() {
+  struct Shape {
+    const char* name;
+    int64_t d, heads;
+  };
+  for (const Shape& shape : {Shape{"bench", 1024, 16}, Shape{"kimi-linear", 2304, 32}}) {
+    const int64_t d = shape.d, p = shape.heads * 128;
+    const int64_t rows[] = {p, p, p, 128, shape.heads, 128};
+    int64_t layer_bytes = 0;
+    for (int64_t n : rows) layer_bytes += WeightBytes(WeightFormat::kBf16, n, d);
+    const int64_t layers =
+        std::max<int64_t>(2, ((int64_t{256} << 20) + layer_bytes - 1) / layer_bytes);
+    std::vector<WeightCopies> weights;
+    for (int64_t n : rows) {
+      const Case c{"decode", WeightFormat::kBf16, 1, n, d, MatmulAlgo::kStreaming, ActiveIsa()};
+      weights.push_back(MakeCopies(c, layers));
+    }
+    for (int64_t m : {1, 16}) {
+      const Ceilings local = MeasureCeilings(size_t{512} << 20, 5'000'000);
+      std::vector<float> x(static_cast<size_t>(m * d), 0.25f);
+      std::vector<std::vector<float>> y;
+      for (int64_t n : rows) y.emplace_back(static_cast<size_t>(m * n));
+      double wall[2] = {0, 0}, best[2] = {1e30, 1e30};
+      int64_t calls[2] = {0, 0};
+      int64_t layer = 0;
+      const auto start = Clock::now();
+      while (Seconds(start) < 3.0) {
+        for (int variant = 0; variant < 2; ++variant) {
+          for (int rep = 0; rep < 8; ++rep) {
+            MatmulProduct products[6];
+            for (size_t j = 0; j < 6; ++j) {
+              products[j] = {weights[j].views[static_cast<size_t>(layer)], x.data(), y[j].data()};
+            }
+            const auto t0 = Clock::now();
+            if (variant == 0) {
+              for (const MatmulProduct& q : products) Matmul(q.w, q.x, m, q.y);
+            } else {
+              MatmulProducts(products, 6, m);
+            }
+            const double call = Seconds(t0);
+            wall[variant] += call;
+            best[variant] = std::min(best[variant], call);
+            ++calls[variant];
+            layer = (layer + 1) % layers;
+          }
+        }
+      }
+      const double bytes = static_cast<double>(layer_bytes);
+      const double floor_s = std::max(
+          bytes / local.read.wall, 2.0 * m * static_cast<double>(layer_bytes / 2) / local.fma.wall);
+      std::printf(
+          "projections %s m=%lld (%.1f MB per layer; read %.1f GB/s, f32 %.0f GFLOP/s; loadavg "
+          "%s)\n",
+          shape.name, static_cast<long long>(m), bytes / 1e6, local.read.wall / 1e9,
+          local.fma.wall / 1e9, LoadAverage().c_str());
+      const char* names[2] = {"6 calls", "1 call"};
+      for (int v = 0; v < 2; ++v) {
+        const double mean = wall[v] / static_cast<double>(calls[v]);
+        std::printf("  %-8s %8.1f us mean %8.1f us best  pct %5.1f  pct_best %5.1f\n", names[v],
+                    mean * 1e6, best[v] * 1e6, 100.0 * floor_s / mean, 100.0 * floor_s / best[v]);
+      }
+      std::printf(
+          "  one call over six: %.2fx (mean), %.2fx (best)\n",
+          (wall[0] / static_cast<double>(calls[0])) / (wall[1] / static_cast<double>(calls[1])),
+          best[0] / best[1]);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels::cpu
 
@@ -508,6 +587,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--threading") {
       CompareThreading();
+      return 0;
+    }
+    if (std::string(argv[i]) == "--projections") {
+      CompareProjections();
       return 0;
     }
   }
