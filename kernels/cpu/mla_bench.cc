@@ -10,7 +10,8 @@
 //            counts: 96 heads do ~96 FLOP per cache byte, the machine ~5-10).
 //   kv_b     decode batch 1 over a 512-token context with kv_b_proj in bf16 (read in place, as
 //            models load it; every other case too) against its f32 copy, alternating; 16
-//            layers' copies called in turn so the weights come from DRAM, as in a model.
+//            layers' copies called in turn so the weights come from DRAM, as in a model; and
+//            the expanded prefill of a 512-token prompt (1K without --quick) with each.
 //   dtypes   decode batch 8 at Kimi-Linear (32) and 16 heads over f32, bf16 and fp8 caches
 //            (--kv-cache-dtype): ms and the speed-up over f32 measured in the same run.
 //   prefill  both forms (absorbed / expanded, mla_prefill.h) on a 512-token prompt and on a
@@ -210,13 +211,13 @@ const char* FormName(MlaPrefillForm f) {
 
 // A chunk of `tokens` new tokens after `cached` ones, in one call.
 double Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaPrefillForm form,
-               int reps) {
+               int reps, bool f32_kvb = false) {
   const MlaDims d = Dims(heads);
   const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
   const int64_t len = cached + tokens;
   Pool pool(1, len, lat_w);
   const Kvb kvb(heads);
-  const MatmulWeights w = kvb.View(true);
+  const MatmulWeights w = kvb.View(!f32_kvb);
   const std::vector<float> q = Random(tokens * heads * 192, 1.0f, 3);
   const std::vector<float> g = Random(tokens * heads * 128, 1.0f, 4);
   std::vector<float> o(static_cast<size_t>(tokens * heads * 128));
@@ -239,11 +240,11 @@ double Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaP
   const char* precision = amx ? "bf16-amx" : bf16 ? "bf16" : "f32";
   const char* peak_name = amx ? "amx_bf16" : bf16 ? "bf16_dot" : "f32";
   std::printf(
-      "prefill %-11s heads %2d cached %5lld new %5lld %-8s(%s) %-8s: %8.1f ms (mean %8.1f)  %8.0f "
-      "tokens/s  %6.1f GFLOP/s = %5.1f%% of %s\n",
+      "prefill %-11s heads %2d cached %5lld new %5lld %-8s(%s) %-8s kv_b %-4s: %8.1f ms (mean "
+      "%8.1f)  %8.0f tokens/s  %6.1f GFLOP/s = %5.1f%% of %s\n",
       name, heads, static_cast<long long>(cached), static_cast<long long>(tokens), FormName(form),
-      FormName(used), precision, t.best_s * 1e3, t.mean_s * 1e3, tokens / t.best_s,
-      flops / t.best_s * 1e-9, 100.0 * flops / t.best_s / peak, peak_name);
+      FormName(used), precision, f32_kvb ? "f32" : "bf16", t.best_s * 1e3, t.mean_s * 1e3,
+      tokens / t.best_s, flops / t.best_s * 1e-9, 100.0 * flops / t.best_s / peak, peak_name);
   return t.best_s;
 }
 
@@ -281,6 +282,18 @@ int main(int argc, char** argv) {
     }
     std::printf("  bf16 kv_b over f32 at %d heads, batch 1, 512-token context: %.2fx\n", heads,
                 f32_s / bf16_s);
+  }
+  // The expanded form's expansion reads kv_b_proj too (in bf16, widened in the loads, against
+  // its f32 copy), alternating.
+  {
+    double f32_s = 1e30, bf16_s = 1e30;
+    for (int round = 0; round < 3; ++round) {
+      f32_s =
+          std::min(f32_s, Prefill("kv_b", 32, 0, prompt / 2, MlaPrefillForm::kExpanded, 1, true));
+      bf16_s = std::min(bf16_s, Prefill("kv_b", 32, 0, prompt / 2, MlaPrefillForm::kExpanded, 1));
+    }
+    std::printf("  bf16 kv_b over f32, expanded prefill of %lld tokens at 32 heads: %.2fx\n",
+                static_cast<long long>(prompt / 2), f32_s / bf16_s);
   }
   // Both forms on the same chunks (the rule's calibration), then the 4K prompt as kAuto runs it.
   for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {
