@@ -135,6 +135,21 @@ void MatmulReferenceFallback(const MatmulWeights& w, const float* x, int64_t m, 
   }
 }
 
+// The tiles `algo` runs a product of m rows on: kAuto's choice (the bf16 tiles for
+// MatmulPrecision::kBf16 from kBf16MinRows rows on CPUs without AMX), kStreaming's exact tiles,
+// kBf16DotLossy's. No tiles (null) where the product runs elsewhere: AMX (kAmxBf16, and kAuto's
+// bf16 products on AMX CPUs) or the reference (scalar ISA). Matmul and MatmulProducts both ask
+// here, so a product gives the same bits through either.
+KernelSet TilesFor(MatmulAlgo algo, Isa isa, WeightFormat format, int64_t m) {
+  if (algo == MatmulAlgo::kAmxBf16 ||
+      (algo == MatmulAlgo::kAuto && internal::UseAmxProducts(isa, format, m))) {
+    return {};
+  }
+  const bool bf16_products = algo == MatmulAlgo::kBf16DotLossy ||
+                             (algo == MatmulAlgo::kAuto && internal::UseBf16Tiles(isa, format, m));
+  return internal::SelectKernels(isa, format, bf16_products);
+}
+
 std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kF32};
 
 }  // namespace
@@ -190,21 +205,16 @@ void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int
     internal::MatmulOneDnnBf16(w, x, m, y);
     return;
   }
-  if (algo == MatmulAlgo::kAmxBf16 ||
-      (algo == MatmulAlgo::kAuto && internal::UseAmxProducts(isa, w.format, m))) {
+  const KernelSet kernels = TilesFor(algo, isa, w.format, m);
+  if (kernels.tiles != nullptr) {
+    const MatmulProduct product{w, x, y};
+    RunTiles(&product, &kernels, 1, m);
+  } else if (algo == MatmulAlgo::kAmxBf16 ||
+             (algo == MatmulAlgo::kAuto && internal::UseAmxProducts(isa, w.format, m))) {
     internal::MatmulAmxBf16(w, x, m, y);
-    return;
-  }
-  const bool bf16_products =
-      algo == MatmulAlgo::kBf16DotLossy ||
-      (algo == MatmulAlgo::kAuto && internal::UseBf16Tiles(isa, w.format, m));
-  const KernelSet kernels = internal::SelectKernels(isa, w.format, bf16_products);
-  if (kernels.tiles == nullptr) {
+  } else {
     MatmulReferenceFallback(w, x, m, y);
-    return;
   }
-  const MatmulProduct product{w, x, y};
-  RunTiles(&product, &kernels, 1, m);
 }
 
 void Matmul(const MatmulWeights& w, const float* x, int64_t m, float* y) {
@@ -217,7 +227,7 @@ void MatmulProducts(const MatmulProduct* products, int64_t count, int64_t m) {
   if (m == 0) return;
   const Isa isa = ActiveIsa();
   // Products on the tiles go into one loop; the rest (empty, k = 0, AMX, scalar ISA) run as
-  // Matmul runs them.
+  // Matmul runs them (TilesFor decides for both).
   thread_local std::vector<MatmulProduct> on_tiles;
   thread_local std::vector<KernelSet> tile_kernels;
   on_tiles.clear();
@@ -225,10 +235,8 @@ void MatmulProducts(const MatmulProduct* products, int64_t count, int64_t m) {
   for (int64_t p = 0; p < count; ++p) {
     const MatmulProduct& q = products[p];
     internal::CheckWeights(q.w);
-    const KernelSet kernels =
-        internal::SelectKernels(isa, q.w.format, internal::UseBf16Tiles(isa, q.w.format, m));
-    if (q.w.n > 0 && q.w.k > 0 && kernels.tiles != nullptr &&
-        !internal::UseAmxProducts(isa, q.w.format, m)) {
+    const KernelSet kernels = TilesFor(MatmulAlgo::kAuto, isa, q.w.format, m);
+    if (q.w.n > 0 && q.w.k > 0 && kernels.tiles != nullptr) {
       on_tiles.push_back(q);
       tile_kernels.push_back(kernels);
     } else {
