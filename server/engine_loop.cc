@@ -13,20 +13,41 @@ namespace strata::server {
 // One local rank. The queues and stats are guarded by EngineLoop::mu_; the scheduler, executor
 // and gate belong to the rank's thread.
 struct EngineLoop::Rank {
+  struct Pending {
+    scheduler::Request request;
+    std::shared_ptr<RequestStream> stream;
+    Clock::time_point submitted;
+  };
+  // When a sequence was submitted and how long it waited for its first step (rank thread).
+  struct SequenceClock {
+    Clock::time_point submitted;
+    std::optional<double> queued_ms;
+  };
+
   int index = 0;  // local rank
   EngineRank parts;
   std::condition_variable cv;
-  std::deque<std::pair<scheduler::Request, std::shared_ptr<RequestStream>>> pending;
+  std::deque<Pending> pending;
   std::vector<std::string> cancels;
   // Work for the rank's thread between steps (ResetPrefixCache).
   std::vector<std::function<void(scheduler::Scheduler&)>> controls;
   int64_t num_unfinished = 0;  // requests submitted here and not finished
   EngineStats stats;
   engine::StepResult result;  // of the latest step (rank thread)
+  // Rank thread: the admitted, unfinished sequences' clocks, how many of them have not run a
+  // step yet, and the stats at the latest on_step report.
+  std::unordered_map<engine::SequenceId, SequenceClock> clocks;
+  int64_t num_never_scheduled = 0;
+  EngineStats reported;
   std::thread thread;
 };
 
 namespace {
+
+double MillisecondsSince(std::chrono::steady_clock::time_point start,
+                         std::chrono::steady_clock::time_point now) {
+  return std::chrono::duration<double, std::milli>(now - start).count();
+}
 
 std::vector<EngineRank> OneRank(std::unique_ptr<scheduler::Scheduler> scheduler,
                                 std::unique_ptr<engine::StepExecutor> executor) {
@@ -102,6 +123,7 @@ EngineLoop::EngineLoop(std::vector<EngineRank> ranks, EngineLoopOptions options)
     r->index = static_cast<int>(i);
     r->parts = std::move(ranks[i]);
     r->stats.scheduler = r->parts.scheduler->stats();
+    r->reported = r->stats;
     ranks_.push_back(std::move(r));
   }
 }
@@ -135,9 +157,11 @@ void EngineLoop::Stop() {
   }
   // Whatever never finished ends with abort (nothing accepted is silently dropped).
   std::lock_guard<std::mutex> lock(mu_);
+  const Clock::time_point now = Clock::now();
   for (auto& [id, entry] : streams_) {
     StreamEvent event;
     event.finish = FinishReason::kAbort;
+    event.elapsed_ms = MillisecondsSince(entry.submitted, now);
     entry.stream->Push(std::move(event));
   }
   streams_.clear();
@@ -164,12 +188,14 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineLoop::Submit(scheduler::Req
     for (auto& r : ranks_) {
       if (target == nullptr || r->num_unfinished < target->num_unfinished) target = r.get();
     }
-    if (!streams_.emplace(request.request_id, StreamEntry{stream, target->index}).second) {
+    const Clock::time_point submitted = Clock::now();
+    if (!streams_.emplace(request.request_id, StreamEntry{stream, target->index, submitted})
+             .second) {
       return absl::InvalidArgumentError("request id '" + request.request_id +
                                         "' is already in flight");
     }
     target->stats.num_unfinished = ++target->num_unfinished;
-    target->pending.emplace_back(std::move(request), stream);
+    target->pending.push_back(Rank::Pending{std::move(request), stream, submitted});
   }
   target->cv.notify_all();
   return stream;
@@ -236,7 +262,7 @@ EngineStats EngineLoop::rank_stats(int local_rank) const {
 
 // Moves queued submissions and cancellations into the scheduler (the rank's thread).
 void EngineLoop::AdmitPending(Rank& r) {
-  std::deque<std::pair<scheduler::Request, std::shared_ptr<RequestStream>>> pending;
+  std::deque<Rank::Pending> pending;
   std::vector<std::string> cancels;
   std::vector<std::function<void(scheduler::Scheduler&)>> controls;
   {
@@ -246,13 +272,17 @@ void EngineLoop::AdmitPending(Rank& r) {
     controls.swap(r.controls);
   }
   for (const auto& control : controls) control(*r.parts.scheduler);
-  for (auto& [request, stream] : pending) {
-    std::string id = request.request_id;
-    absl::StatusOr<engine::SequenceId> added = r.parts.scheduler->Add(std::move(request));
-    if (!added.ok()) {
+  for (Rank::Pending& p : pending) {
+    std::string id = p.request.request_id;
+    absl::StatusOr<engine::SequenceId> added = r.parts.scheduler->Add(std::move(p.request));
+    if (added.ok()) {
+      r.clocks[*added] = Rank::SequenceClock{p.submitted, std::nullopt};
+      ++r.num_never_scheduled;
+    } else {
       StreamEvent event;
       event.error = added.status();
-      stream->Push(std::move(event));
+      event.elapsed_ms = MillisecondsSince(p.submitted, Clock::now());
+      p.stream->Push(std::move(event));
       std::lock_guard<std::mutex> lock(mu_);
       if (streams_.erase(id) > 0) r.stats.num_unfinished = --r.num_unfinished;
     }
@@ -262,6 +292,7 @@ void EngineLoop::AdmitPending(Rank& r) {
 
 void EngineLoop::Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events) {
   std::vector<std::pair<std::shared_ptr<RequestStream>, StreamEvent>> out;
+  const Clock::time_point now = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (scheduler::SequenceEvent& e : events) {
@@ -291,6 +322,10 @@ void EngineLoop::Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events)
       event.num_prompt_tokens = e.num_prompt_tokens;
       event.num_cached_tokens = e.num_cached_tokens;
       event.num_output_tokens = e.num_output_tokens;
+      event.elapsed_ms = MillisecondsSince(it->second.submitted, now);
+      if (auto clock = r.clocks.find(e.seq_id); clock != r.clocks.end()) {
+        event.queued_ms = clock->second.queued_ms;
+      }
       out.emplace_back(it->second.stream, std::move(event));
       if (e.finished) {
         streams_.erase(it);
@@ -299,13 +334,44 @@ void EngineLoop::Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events)
     }
     r.stats.num_unfinished = r.num_unfinished;
   }
+  for (const scheduler::SequenceEvent& e : events) {
+    if (!e.finished) continue;
+    auto clock = r.clocks.find(e.seq_id);
+    if (clock == r.clocks.end()) continue;
+    if (!clock->second.queued_ms) --r.num_never_scheduled;  // aborted while waiting
+    r.clocks.erase(clock);
+  }
   for (auto& [stream, event] : out) stream->Push(std::move(event));
+}
+
+// Stamps the queue time of the plan's sequences that run their first step.
+void EngineLoop::NoteFirstScheduled(Rank& r, const engine::StepPlan& plan) {
+  if (r.num_never_scheduled == 0) return;
+  const Clock::time_point now = Clock::now();
+  for (const engine::ScheduledSequence& seq : plan.sequences) {
+    auto clock = r.clocks.find(seq.seq_id);
+    if (clock == r.clocks.end() || clock->second.queued_ms) continue;
+    clock->second.queued_ms = MillisecondsSince(clock->second.submitted, now);
+    if (--r.num_never_scheduled == 0) return;
+  }
 }
 
 void EngineLoop::RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty) {
   const double all_to_all_s =
       r.parts.all_to_all_seconds_total ? r.parts.all_to_all_seconds_total() : 0.0;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<EngineStats> report;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    UpdateStats(r, result, step_ms, empty, all_to_all_s);
+    if (options_.on_step && !empty) report = r.stats;
+  }
+  if (!report) return;
+  options_.on_step(r.index, r.reported, *report);
+  r.reported = std::move(*report);
+}
+
+void EngineLoop::UpdateStats(Rank& r, const engine::StepResult& result, double step_ms, bool empty,
+                             double all_to_all_s) {
   EngineStats& s = r.stats;
   s.num_steps++;
   if (empty) s.num_empty_steps++;
@@ -325,7 +391,10 @@ void EngineLoop::RecordStep(Rank& r, const engine::StepResult& result, double st
 void EngineLoop::RunStep(Rank& r, bool has_work) {
   const auto start = Clock::now();
   engine::StepPlan plan;
-  if (has_work) plan = r.parts.scheduler->Schedule();
+  if (has_work) {
+    plan = r.parts.scheduler->Schedule();
+    NoteFirstScheduled(r, plan);
+  }
   engine::StepResult& result = r.result;  // reused: the executor keeps its vectors' capacity
   if (!plan.sequences.empty() || r.parts.gate) {
     r.parts.executor->ExecuteInto(plan, &result);

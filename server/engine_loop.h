@@ -3,7 +3,8 @@
 //
 //   loop:  admit submissions and cancellations → plan = scheduler.Schedule()
 //          → result = executor.Execute(plan) → events = scheduler.Commit(result)
-//          → push events to the requests' streams
+//          → push events to the requests' streams (each event timed: elapsed since submission,
+//            and the time the request waited before its first step)
 //
 // With a StepGate (server/lockstep.h) a rank is one of a group that steps in lockstep: before
 // each step the ranks agree on "has work"; while any rank has work every rank runs the step (an
@@ -35,21 +36,6 @@
 
 namespace strata::server {
 
-struct EngineLoopOptions {
-  int64_t max_queued_requests = 1024;  // submitted and unfinished requests, at most
-  // Lockstep only. An idle group agrees again after `idle_poll`, doubling while it stays idle
-  // up to `idle_poll_max` (each agreement is one tiny collective per rank): what a request
-  // waits, at most, for the other ranks of an idle group to wake up.
-  std::chrono::milliseconds idle_poll{5};
-  std::chrono::milliseconds idle_poll_max{20};
-  // Lockstep only. After Stop(), how long a rank keeps taking part in steps for ranks that
-  // still work before leaving anyway (those then fail on their collective timeout).
-  std::chrono::milliseconds stop_grace{60000};
-  // Lockstep only. Called on the rank's thread when its gate fails; null: ExitOnCollectiveError
-  // (the process exits kCollectiveFailureExitCode). When it returns, that rank's loop ends.
-  std::function<void(int rank, const absl::Status& status)> on_gate_error;
-};
-
 // A snapshot of a rank's state after its latest step (for /server_info, metrics, tests). For
 // several local ranks, EngineLoop::stats() sums them (usage fractions over the summed pools).
 struct EngineStats {
@@ -63,6 +49,27 @@ struct EngineStats {
   // parallelism: the tokens this rank's experts ran).
   std::vector<int64_t> expert_tokens_total;
   double all_to_all_seconds_total = 0.0;  // MoE exchange time since start (expert parallelism)
+};
+
+struct EngineLoopOptions {
+  int64_t max_queued_requests = 1024;  // submitted and unfinished requests, at most
+  // Lockstep only. An idle group agrees again after `idle_poll`, doubling while it stays idle
+  // up to `idle_poll_max` (each agreement is one tiny collective per rank): what a request
+  // waits, at most, for the other ranks of an idle group to wake up.
+  std::chrono::milliseconds idle_poll{5};
+  std::chrono::milliseconds idle_poll_max{20};
+  // Lockstep only. After Stop(), how long a rank keeps taking part in steps for ranks that
+  // still work before leaving anyway (those then fail on their collective timeout).
+  std::chrono::milliseconds stop_grace{60000};
+  // Lockstep only. Called on the rank's thread when its gate fails; null: ExitOnCollectiveError
+  // (the process exits kCollectiveFailureExitCode). When it returns, that rank's loop ends.
+  std::function<void(int rank, const absl::Status& status)> on_gate_error;
+  // Optional, called on a rank's thread after each of its steps that ran work (lockstep's empty
+  // steps are folded into the next report), outside the loop's lock: the rank's stats after the
+  // previous report and now, so counter differences cover exactly the steps in between and
+  // `after.last_step_ms` is this step's duration. Metrics hang here (serve: one observation per
+  // step); it runs inside the step loop, so it must be quick.
+  std::function<void(int local_rank, const EngineStats& before, const EngineStats& after)> on_step;
 };
 
 // What one local rank runs.
@@ -125,7 +132,10 @@ class EngineLoop {
   bool StopGraceOver(const Rank& r, Clock::time_point stop_seen) const;
   void AdmitPending(Rank& r);
   void Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events);
+  void NoteFirstScheduled(Rank& r, const engine::StepPlan& plan);
   void RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty);
+  void UpdateStats(Rank& r, const engine::StepResult& result, double step_ms, bool empty,
+                   double all_to_all_s);  // under mu_
 
   std::vector<std::unique_ptr<Rank>> ranks_;
   const scheduler::SchedulerConfig scheduler_config_;
@@ -136,6 +146,7 @@ class EngineLoop {
   struct StreamEntry {
     std::shared_ptr<RequestStream> stream;
     int rank = 0;
+    Clock::time_point submitted;
   };
   std::unordered_map<std::string, StreamEntry> streams_;  // unfinished requests
   bool started_ = false;

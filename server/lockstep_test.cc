@@ -18,6 +18,7 @@
 #include "dist/testing/fake_communicator.h"
 #include "scheduler/testing/fake_executor.h"
 #include "server/engine_loop.h"
+#include "server/testing/engine_loop_testing.h"
 
 namespace strata::server {
 namespace {
@@ -25,22 +26,11 @@ namespace {
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
-constexpr int32_t kVocab = 500;
+constexpr int32_t kVocab = testing::kFakeVocab;
 // Collective timeout where none is expected: a lockstep bug fails in seconds, not minutes.
 constexpr std::chrono::milliseconds kTimeout{10000};
 
-scheduler::SchedulerConfig TestConfig() {
-  scheduler::SchedulerConfig c;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 64;
-  c.max_model_len = 256;
-  c.block_size = 16;
-  c.num_blocks = 64;
-  c.num_slots = 16;
-  c.num_checkpoint_slots = 0;
-  c.enable_prefix_caching = false;
-  return c;
-}
+scheduler::SchedulerConfig TestConfig() { return testing::FakeModelConfig(); }
 
 // The scheduler's fake model, plus one Barrier per step in place of the MoE exchange.
 class LockstepExecutor : public engine::StepExecutor {
@@ -131,16 +121,11 @@ scheduler::Request MakeRequest(int i) {
 // Every token of the stream until it ends (fails the test on a timeout or an error).
 std::vector<int32_t> Collect(RequestStream& stream) {
   std::vector<int32_t> tokens;
-  while (true) {
-    std::optional<StreamEvent> e = stream.Next(absl::Seconds(20));
-    if (!e) {
-      ADD_FAILURE() << stream.request_id() << ": no event within 20 s";
-      return tokens;
-    }
-    EXPECT_TRUE(e->error.ok()) << e->error;
-    tokens.insert(tokens.end(), e->token_ids.begin(), e->token_ids.end());
-    if (e->terminal()) return tokens;
+  for (const StreamEvent& e : testing::CollectEvents(stream)) {
+    EXPECT_TRUE(e.error.ok()) << e.error;
+    tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
   }
+  return tokens;
 }
 
 void StopTogether(std::vector<EngineLoop*> loops) {

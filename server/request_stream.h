@@ -35,7 +35,11 @@ struct StreamEvent {
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache
   int64_t num_output_tokens = 0;  // cumulative
-  double elapsed_ms = 0.0;        // since submission
+  double elapsed_ms = 0.0;        // since submission to the engine loop, when pushed
+  // Submission → the request's first step (its time waiting in the queue); set on every event
+  // from that step on; absent for a request that never ran (cancelled while waiting) and on the
+  // aborts EngineLoop::Stop sends.
+  std::optional<double> queued_ms;
   bool terminal() const { return finish.has_value() || !error.ok(); }
 };
 

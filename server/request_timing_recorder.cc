@@ -55,6 +55,11 @@ void RequestTimingRecorder::OnEvent(const StreamEvent& event, double now_seconds
       std::max({timings_.num_generation_tokens, num_tokens_seen_, event.num_output_tokens});
   timings_.num_prompt_tokens = std::max(timings_.num_prompt_tokens, event.num_prompt_tokens);
   timings_.num_cached_tokens = std::max(timings_.num_cached_tokens, event.num_cached_tokens);
+  if (event.queued_ms && !timings_.queue_seconds) timings_.queue_seconds = *event.queued_ms / 1e3;
+  if (timings_.ttft_seconds && timings_.queue_seconds && !timings_.prefill_seconds) {
+    // Scheduled → first token; the queue time is the engine's, so clamp its clock's offset.
+    timings_.prefill_seconds = std::max(0.0, *timings_.ttft_seconds - *timings_.queue_seconds);
+  }
   if (!event.terminal()) return;
   finished_ = true;
   timings_.finished_reason = !event.error.ok() ? "error" : ReasonName(*event.finish);

@@ -6,8 +6,9 @@
 //   when rec.finished():    metrics.OnRequestFinished(rec.timings()); LogRequestFinished(...);
 //
 // Measured: time to first token, inter-token gaps, decode time (first → last token), end to
-// end, token counts, finish reason ("error" for a stream that ended with an error status).
-// Queue and prefill time need the engine loop's scheduling times and are left unset.
+// end, token counts, finish reason ("error" for a stream that ended with an error status); queue
+// time as the engine loop reports it (StreamEvent::queued_ms: submission → first step) and
+// prefill time = time to first token − queue time (both unset for a request that never ran).
 // Not thread-safe: one recorder per stream, used by the stream's consumer.
 #pragma once
 

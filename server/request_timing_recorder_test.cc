@@ -45,6 +45,43 @@ TEST(RequestTimingRecorderTest, MeasuresFirstTokenGapsAndEndToEnd) {
   EXPECT_FALSE(t.prefill_seconds.has_value());
 }
 
+TEST(RequestTimingRecorderTest, QueueTimeFromTheEngineSplitsTheTimeToFirstToken) {
+  RequestTimingRecorder rec("r", 10.0);
+  StreamEvent first = Tokens(1, 1);
+  first.queued_ms = 200.0;  // scheduled 0.2 s after submission
+  rec.OnEvent(first, 10.5);
+  ASSERT_TRUE(rec.timings().queue_seconds.has_value());
+  EXPECT_DOUBLE_EQ(*rec.timings().queue_seconds, 0.2);
+  ASSERT_TRUE(rec.timings().prefill_seconds.has_value());
+  EXPECT_NEAR(*rec.timings().prefill_seconds, 0.3, 1e-12);
+  StreamEvent last;
+  last.finish = FinishReason::kStop;
+  last.queued_ms = 200.0;
+  rec.OnEvent(last, 11.0);
+  EXPECT_DOUBLE_EQ(*rec.timings().queue_seconds, 0.2);
+  EXPECT_NEAR(*rec.timings().prefill_seconds, 0.3, 1e-12);
+}
+
+TEST(RequestTimingRecorderTest, PrefillTimeIsNeverNegative) {
+  // The engine's clock started a little before the front end's: its queue time may exceed the
+  // measured time to first token by that offset.
+  RequestTimingRecorder rec("r", 10.0);
+  StreamEvent first = Tokens(1, 1);
+  first.queued_ms = 30.0;
+  rec.OnEvent(first, 10.02);
+  EXPECT_DOUBLE_EQ(*rec.timings().prefill_seconds, 0.0);
+}
+
+TEST(RequestTimingRecorderTest, QueueTimeOfARequestThatEndedBeforeItsFirstToken) {
+  RequestTimingRecorder rec("r", 10.0);
+  StreamEvent abort;
+  abort.finish = FinishReason::kAbort;
+  abort.queued_ms = 50.0;  // scheduled, then aborted before a token
+  rec.OnEvent(abort, 10.3);
+  EXPECT_DOUBLE_EQ(*rec.timings().queue_seconds, 0.05);
+  EXPECT_FALSE(rec.timings().prefill_seconds.has_value());
+}
+
 TEST(RequestTimingRecorderTest, TokensArrivingWithTheFirstHaveZeroGaps) {
   RequestTimingRecorder rec("r", 0.0);
   StreamEvent e = Tokens(3, 3);

@@ -97,6 +97,41 @@ def check_exposition(text):
     check(not other, "promtool check metrics: %s" % other)
 
 
+# Series read straight from /metrics around the test's requests (no scrape delay).
+ENGINE_SERIES = ["strata:step_duration_seconds_count", "strata:iteration_tokens_count",
+                 "strata:request_queue_time_seconds_count",
+                 "strata:request_prefill_time_seconds_count"]
+
+
+def engine_series(base):
+    status, text = http("GET", base + "/metrics")
+    values = {}
+    for name, labels, value in promlib.parse_exposition(text):
+        if name in ENGINE_SERIES and labels.get("rank") == "0":
+            values[name] = value
+    return values
+
+
+def check_engine_series(before, after, num_requests, steps_per_request):
+    """Each step observed once (not sampled) and each request's queue and prefill time."""
+    for name in ENGINE_SERIES:
+        check(name in before and name in after, "/metrics lacks %s" % name)
+    if any(name not in before or name not in after for name in ENGINE_SERIES):
+        return
+    delta = {name: after[name] - before[name] for name in ENGINE_SERIES}
+    steps = num_requests * steps_per_request
+    check(delta["strata:step_duration_seconds_count"] == steps,
+          "step_duration_seconds observed %g steps, expected %d" %
+          (delta["strata:step_duration_seconds_count"], steps))
+    check(delta["strata:iteration_tokens_count"] == steps,
+          "iteration_tokens observed %g steps, expected %d" %
+          (delta["strata:iteration_tokens_count"], steps))
+    for name in ("strata:request_queue_time_seconds_count",
+                 "strata:request_prefill_time_seconds_count"):
+        check(delta[name] == num_requests,
+              "%s moved by %g, expected %d" % (name, delta[name], num_requests))
+
+
 def check_dashboards_against(text):
     """Every metric a dashboard or rule queries is on the live /metrics."""
     import dashboards_test  # noqa: E402
@@ -166,11 +201,21 @@ def main():
                 "prompt": scalar(prom, "strata:prompt_tokens_total%s" % sel),
             }
             check(None not in before.values(), "series missing before requests: %s" % before)
+            engine_before = engine_series(base)
             for i in range(3):
                 status, body = http("POST", base + "/v1/completions",
                                     {"model": "scrape-test", "prompt": [1, 2, 3, 4 + i],
                                      "max_tokens": 4, "temperature": 0})
                 check(status == 200, "completion %d: %d %s" % (i, status, body[:200]))
+            # One request at a time, 4 tokens each: one prefill step and three decode steps. The
+            # last step is reported just after its tokens go out: wait for it.
+            steps = "strata:step_duration_seconds_count"
+            try:
+                wait_for(lambda: engine_series(base).get(steps, 0) >= engine_before.get(steps, 0) + 12,
+                         10, "the engine to report 12 steps")
+            except TimeoutError as e:
+                check(False, str(e))
+            check_engine_series(engine_before, engine_series(base), 3, 4)
             expr = ("sum(strata:request_success_total%s) - %g" % (sel, before["requests"] or 0))
             try:
                 prom.wait_until(lambda: (scalar(prom, expr) or 0) >= 3, 10,

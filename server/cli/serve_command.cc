@@ -9,7 +9,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -351,42 +350,57 @@ absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> StartGrpc(const Flags& flags,
   return rpc::GrpcServer::Start(options);
 }
 
-// Feeds each local rank's counters to its metrics every 200 ms while `stop` is false. A
-// stand-in until the engine loop reports each step itself: a poll covers all steps since the
-// previous one, and the step duration observed is the latest step's.
-void PollEngineMetrics(ModelRuntime& runtime,
-                       std::vector<std::unique_ptr<server::Metrics>>& metrics,
-                       const std::atomic<bool>& stop) {
-  server::EngineLoop& engine = runtime.engine();
-  std::vector<server::EngineStats> previous;
-  for (int i = 0; i < engine.num_ranks(); ++i) previous.push_back(engine.rank_stats(i));
-  while (!stop.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    for (int i = 0; i < engine.num_ranks(); ++i) {
-      server::EngineStats& before = previous[static_cast<size_t>(i)];
-      const server::EngineStats now = engine.rank_stats(i);
-      if (now.num_steps == before.num_steps) continue;
-      server::StepStats step = server::StepStatsFromScheduler(
-          before.scheduler, now.scheduler, now.last_step_ms / 1000.0, runtime.checkpoint_bytes());
-      // Every sampled token counts as generated, including the one that ends a prefill.
-      step.num_decode_tokens = now.num_generated_tokens_total - before.num_generated_tokens_total;
-      std::vector<int64_t> expert_tokens(now.expert_tokens_total.size(), 0);
-      for (size_t e = 0; e < expert_tokens.size(); ++e) {
-        const int64_t old =
-            e < before.expert_tokens_total.size() ? before.expert_tokens_total[e] : 0;
-        expert_tokens[e] = now.expert_tokens_total[e] - old;
-      }
-      if (static_cast<int>(expert_tokens.size()) == runtime.num_routed_experts()) {
-        step.expert_tokens = expert_tokens;
-      }
-      if (now.all_to_all_seconds_total > before.all_to_all_seconds_total) {
-        step.all_to_all_seconds = now.all_to_all_seconds_total - before.all_to_all_seconds_total;
-      }
-      metrics[static_cast<size_t>(i)]->OnStep(step);
-      before = now;
+// The engine loop's report of one step (EngineLoopOptions::on_step) as the metrics' StepStats;
+// its expert_tokens view `expert_tokens`.
+server::StepStats StepStatsBetween(const server::EngineStats& before,
+                                   const server::EngineStats& now, int64_t checkpoint_bytes,
+                                   int num_routed_experts, std::vector<int64_t>& expert_tokens) {
+  server::StepStats step = server::StepStatsFromScheduler(
+      before.scheduler, now.scheduler, now.last_step_ms / 1000.0, checkpoint_bytes);
+  // Every sampled token counts as generated, including the one that ends a prefill.
+  step.num_decode_tokens = now.num_generated_tokens_total - before.num_generated_tokens_total;
+  if (static_cast<int>(now.expert_tokens_total.size()) == num_routed_experts) {
+    expert_tokens.assign(now.expert_tokens_total.size(), 0);
+    for (size_t e = 0; e < expert_tokens.size(); ++e) {
+      const int64_t old = e < before.expert_tokens_total.size() ? before.expert_tokens_total[e] : 0;
+      expert_tokens[e] = now.expert_tokens_total[e] - old;
     }
+    step.expert_tokens = expert_tokens;
   }
+  if (now.all_to_all_seconds_total > before.all_to_all_seconds_total) {
+    step.all_to_all_seconds = now.all_to_all_seconds_total - before.all_to_all_seconds_total;
+  }
+  return step;
 }
+
+// Where the engine loop's per-step reports go: each local rank's metrics, once they exist
+// (created after the model loads; steps before that serve no request). OnStep runs on the
+// rank's thread, so each rank's Metrics is fed by one thread.
+class StepMetricsSink {
+ public:
+  void Attach(std::vector<std::unique_ptr<server::Metrics>>* metrics, int64_t checkpoint_bytes,
+              int num_routed_experts) {
+    metrics_ = metrics;
+    expert_tokens_.resize(metrics->size());
+    checkpoint_bytes_ = checkpoint_bytes;
+    num_routed_experts_ = num_routed_experts;
+    attached_.store(true, std::memory_order_release);
+  }
+
+  void OnStep(int local_rank, const server::EngineStats& before, const server::EngineStats& now) {
+    if (!attached_.load(std::memory_order_acquire)) return;
+    const auto rank = static_cast<size_t>(local_rank);
+    (*metrics_)[rank]->OnStep(StepStatsBetween(before, now, checkpoint_bytes_, num_routed_experts_,
+                                               expert_tokens_[rank]));
+  }
+
+ private:
+  std::atomic<bool> attached_{false};
+  std::vector<std::unique_ptr<server::Metrics>>* metrics_ = nullptr;
+  std::vector<std::vector<int64_t>> expert_tokens_;  // per rank: its thread's buffer
+  int64_t checkpoint_bytes_ = 0;
+  int num_routed_experts_ = 0;
+};
 
 absl::Status RunServe(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, ServeFlags()));
@@ -396,6 +410,11 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   // local rank, sharing one registry; request metrics go to the first.
   std::vector<std::unique_ptr<server::Metrics>> metrics;
   std::atomic<server::Metrics*> metrics_ptr{nullptr};
+  StepMetricsSink step_metrics;
+  options.engine.on_step = [&step_metrics](int rank, const server::EngineStats& before,
+                                           const server::EngineStats& now) {
+    step_metrics.OnStep(rank, before, now);
+  };
   frontend::ServiceOptions service_options;
   service_options.api_key = options.api_key;
   service_options.limits.max_logprobs = options.max_logprobs;
@@ -421,8 +440,7 @@ absl::Status RunServe(const std::vector<std::string>& args) {
         i == 0 ? nullptr : metrics[0]->registry()));
   }
   metrics_ptr.store(metrics[0].get());
-  std::atomic<bool> stop_poller{false};
-  std::thread poller([&] { PollEngineMetrics(*runtime, metrics, stop_poller); });
+  step_metrics.Attach(&metrics, runtime->checkpoint_bytes(), runtime->num_routed_experts());
   service.SetMetricsProvider([&metrics] { return metrics[0]->Serialize(); });
   service.SetServerInfoProvider([&] { return runtime->ServerInfo(options, server->stats()); });
   service.SetPrefixCacheResetter(
@@ -446,10 +464,8 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   Drain(service, *grpc_server, signals, options.drain_timeout_s);
   grpc_server->Stop();
   server->Stop();
-  stop_poller = true;
-  poller.join();
   metrics_ptr.store(nullptr);
-  runtime.reset();
+  runtime.reset();  // joins the engine threads: no step reports after this
   LOG_INFO("serve", "stopped");
   return absl::OkStatus();
 }

@@ -1,0 +1,156 @@
+// The engine loop's timing reports over the scheduler's fake model: each step reported once to
+// EngineLoopOptions::on_step with its tokens, and every stream event timed (elapsed since
+// submission, the queue time before the request's first step).
+#include "server/engine_loop.h"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "scheduler/testing/fake_executor.h"
+#include "server/testing/engine_loop_testing.h"
+
+namespace strata::server {
+namespace {
+
+using testing::CollectEvents;
+using testing::FakeModelConfig;
+
+constexpr int32_t kVocab = testing::kFakeVocab;
+constexpr auto kStepSleep = std::chrono::milliseconds(5);
+constexpr double kStepSleepMs = 5.0;
+
+// The fake model, taking at least kStepSleep per step so that times have a known lower bound.
+class SlowFakeExecutor : public engine::StepExecutor {
+ public:
+  SlowFakeExecutor()
+      : fake_(FakeModelConfig().num_blocks, FakeModelConfig().block_size,
+              FakeModelConfig().num_slots, 0, kVocab) {}
+  engine::StepResult Execute(const engine::StepPlan& plan) override {
+    std::this_thread::sleep_for(kStepSleep);
+    return fake_.Execute(plan);
+  }
+
+ private:
+  scheduler::testing::FakeExecutor fake_;
+};
+
+std::unique_ptr<EngineLoop> MakeLoop(int max_num_seqs, EngineLoopOptions options = {}) {
+  return std::make_unique<EngineLoop>(
+      std::make_unique<scheduler::Scheduler>(FakeModelConfig(max_num_seqs)),
+      std::make_unique<SlowFakeExecutor>(), std::move(options));
+}
+
+scheduler::Request MakeRequest(const std::string& id, int prompt_tokens, int max_tokens) {
+  scheduler::Request r;
+  r.request_id = id;
+  for (int t = 0; t < prompt_tokens; ++t) r.prompt.push_back((7 * t + 3) % kVocab);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+struct Report {
+  EngineStats before, after;
+};
+
+TEST(EngineLoopTest, ReportsEachStepOnceWithItsTokens) {
+  std::mutex mu;
+  std::vector<Report> reports;
+  EngineLoopOptions options;
+  options.on_step = [&](int rank, const EngineStats& before, const EngineStats& after) {
+    EXPECT_EQ(rank, 0);
+    std::lock_guard<std::mutex> lock(mu);
+    reports.push_back({before, after});
+  };
+  std::unique_ptr<EngineLoop> loop = MakeLoop(4, std::move(options));
+  loop->Start();
+  // 100 prompt tokens need two chunks of 64: prefill and decode steps mix.
+  const std::vector<scheduler::Request> requests = {
+      MakeRequest("a", 100, 5), MakeRequest("b", 9, 7), MakeRequest("c", 30, 1)};
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const scheduler::Request& r : requests) streams.push_back(*loop->Submit(r));
+  for (auto& s : streams) CollectEvents(*s);
+  loop->Stop();
+
+  const EngineStats final_stats = loop->stats();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(static_cast<int64_t>(reports.size()), final_stats.num_steps);
+  int64_t prefill_tokens = 0, generated_tokens = 0;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const Report& r = reports[i];
+    EXPECT_EQ(r.after.num_steps, r.before.num_steps + 1) << "report " << i;
+    if (i > 0) {
+      EXPECT_EQ(r.before.num_steps, reports[i - 1].after.num_steps) << "report " << i;
+    }
+    EXPECT_GE(r.after.last_step_ms, kStepSleepMs) << "report " << i;
+    const int64_t step_tokens =
+        (r.after.scheduler.num_prefill_tokens_total - r.before.scheduler.num_prefill_tokens_total) +
+        (r.after.scheduler.num_decode_tokens_total - r.before.scheduler.num_decode_tokens_total);
+    EXPECT_GT(step_tokens, 0) << "report " << i;
+    EXPECT_LE(step_tokens, 64) << "report " << i;  // max_num_batched_tokens
+    prefill_tokens +=
+        r.after.scheduler.num_prefill_tokens_total - r.before.scheduler.num_prefill_tokens_total;
+    generated_tokens += r.after.num_generated_tokens_total - r.before.num_generated_tokens_total;
+  }
+  EXPECT_EQ(prefill_tokens, 100 + 9 + 30);
+  EXPECT_EQ(generated_tokens, 5 + 7 + 1);
+}
+
+TEST(EngineLoopTest, EventsCarryElapsedAndQueueTimes) {
+  // One sequence at a time: "second" waits in the queue while "first" runs its 6 steps.
+  std::unique_ptr<EngineLoop> loop = MakeLoop(1);
+  loop->Start();
+  std::shared_ptr<RequestStream> first = *loop->Submit(MakeRequest("first", 10, 6));
+  std::shared_ptr<RequestStream> second = *loop->Submit(MakeRequest("second", 10, 3));
+  const std::vector<StreamEvent> a = CollectEvents(*first);
+  const std::vector<StreamEvent> b = CollectEvents(*second);
+  loop->Stop();
+
+  for (const auto* events : {&a, &b}) {
+    ASSERT_FALSE(events->empty());
+    const std::optional<double> queued = events->front().queued_ms;
+    ASSERT_TRUE(queued.has_value());
+    EXPECT_GE(*queued, 0.0);
+    double previous = 0.0;
+    for (const StreamEvent& e : *events) {
+      EXPECT_EQ(e.queued_ms, queued) << "the same queue time on every event";
+      EXPECT_GE(e.elapsed_ms, previous);
+      previous = e.elapsed_ms;
+    }
+    // The first token comes after the request's first (≥ 5 ms) step.
+    EXPECT_GE(events->front().elapsed_ms, *queued + kStepSleepMs);
+  }
+  // "first" ran 6 steps of ≥ 5 ms before "second" could start.
+  EXPECT_GE(*b.front().queued_ms, 6 * kStepSleepMs);
+  EXPECT_LT(*a.front().queued_ms, *b.front().queued_ms);
+  EXPECT_GE(a.back().elapsed_ms, 6 * kStepSleepMs);
+}
+
+TEST(EngineLoopTest, RequestCancelledWhileWaitingHasNoQueueTime) {
+  std::unique_ptr<EngineLoop> loop = MakeLoop(1);
+  loop->Start();
+  std::shared_ptr<RequestStream> running = *loop->Submit(MakeRequest("running", 10, 40));
+  std::shared_ptr<RequestStream> waiting = *loop->Submit(MakeRequest("waiting", 10, 3));
+  // Once "running" has a token it holds the only sequence place; "waiting" is still queued.
+  std::optional<StreamEvent> token = running->Next(absl::Seconds(20));
+  ASSERT_TRUE(token.has_value());
+  loop->Cancel("waiting");
+  const std::vector<StreamEvent> events = CollectEvents(*waiting);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].finish, FinishReason::kAbort);
+  EXPECT_FALSE(events[0].queued_ms.has_value());
+  EXPECT_GT(events[0].elapsed_ms, 0.0);
+  loop->Cancel("running");
+  CollectEvents(*running);
+  loop->Stop();
+}
+
+}  // namespace
+}  // namespace strata::server
