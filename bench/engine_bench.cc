@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <random>
 
+#include "absl/strings/str_format.h"
 #include "bench/roofline.h"
 #include "core/status.h"
 #include "kernels/cpu/matmul.h"
@@ -60,7 +61,10 @@ absl::StatusOr<Measured> RunRequests(const engine::Model& model, EngineBackend& 
     for (int64_t i = 0; i < o.prompt_tokens; ++i) {
       r.prompt.push_back(static_cast<int32_t>(rng() % model.config().vocab_size));
     }
-    r.sampling.temperature = 0.0f;
+    r.sampling.temperature = o.temperature;
+    r.sampling.top_p = o.top_p;
+    r.sampling.top_k = o.top_k;
+    r.sampling.seed = static_cast<uint64_t>(b);
     r.max_tokens = o.gen_tokens;
     r.ignore_eos = true;
     RETURN_IF_ERROR(sched->Add(std::move(r)).status());
@@ -161,6 +165,9 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
       {"matmul_precision", backend.matmul_precision},
       {"prompt_tokens", o.prompt_tokens},
       {"gen_tokens", o.gen_tokens},
+      {"sampling", o.temperature <= 0.0f ? std::string("greedy")
+                                         : absl::StrFormat("temperature %g, top_p %g, top_k %d",
+                                                           o.temperature, o.top_p, o.top_k)},
       {"kv_cache_dtype", std::string(LatentDTypeName(backend.layout.latent_dtype))},
       {"prefill_tokens_per_s", prefill_tps},
       {"decode_tokens_per_s", decode_tps},
@@ -177,12 +184,12 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
 }
 
 void PrintEngineBenchTable(const nlohmann::ordered_json& r, const EngineBackend& backend) {
-  std::printf("model %s, %s, %d threads, batch %d, prompt %lld, gen %lld, %s latent cache\n",
-              r["model"].get<std::string>().c_str(), backend.device.c_str(),
-              r["threads"].get<int>(), r["batch"].get<int>(),
-              static_cast<long long>(r["prompt_tokens"].get<int64_t>()),
-              static_cast<long long>(r["gen_tokens"].get<int64_t>()),
-              r["kv_cache_dtype"].get<std::string>().c_str());
+  std::printf(
+      "model %s, %s, %d threads, batch %d, prompt %lld, gen %lld, %s latent cache, %s\n",
+      r["model"].get<std::string>().c_str(), backend.device.c_str(), r["threads"].get<int>(),
+      r["batch"].get<int>(), static_cast<long long>(r["prompt_tokens"].get<int64_t>()),
+      static_cast<long long>(r["gen_tokens"].get<int64_t>()),
+      r["kv_cache_dtype"].get<std::string>().c_str(), r["sampling"].get<std::string>().c_str());
   std::printf("ceilings: %s\n", backend.ceilings.c_str());
   std::printf("%-8s %14s %18s %8s\n", "phase", "tokens/s", "roofline tokens/s", "% floor");
   std::printf("%-8s %14.1f %18.1f %7.1f%%\n", "prefill", r["prefill_tokens_per_s"].get<double>(),

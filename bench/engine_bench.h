@@ -25,6 +25,10 @@ struct EngineBenchOptions {
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 128;
   int batch = 1;
+  // Sampling of every token (sequence b seeded with b): temperature 0 is greedy (Argmax).
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
   // --kv-cache-dtype; nullopt: the device's default (cpu f32, cuda bf16).
   std::optional<LatentDType> latent_dtype;
 };

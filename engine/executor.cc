@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace strata::engine {
 
@@ -180,21 +181,20 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   context.kda_drafts = &kda_drafts_;
   model_.Forward(ForwardBatch(batch_.data(), plan.sequences.size()), &logits_, context);
 
-  // 3. Scoring and sampling, in plan order. A sequence owns one logits row (kLast), or one per
-  // new token (kAll: scored rows first, the sampled row last). Entries of `sampled` are
-  // overwritten in place so their top_logprobs keep their capacity.
+  // 3. Scoring and sampling. A sequence owns one logits row (kLast), or one per new token
+  // (kAll: scored rows first, the sampled row last). Scoring runs sequence by sequence (each
+  // spreads its rows over the pool); sampling runs one pool task per sequence — each has its
+  // own Sampler (RNG stream, penalties, constraint), so the tokens do not depend on the thread
+  // (a 163,840-token top-p draw is ~1 ms: 64 of them in a row were a whole decode step's worth
+  // on a big CPU). Each sequence writes its 1 + drafts entries of `sampled` at a fixed offset;
+  // the entries are then compacted, overwritten in place so their top_logprobs keep capacity.
   const int64_t vocab = model_.config().vocab_size;
-  size_t num_sampled = 0, num_scored = 0;  // at most: drafts may be rejected
-  for (const ScheduledSequence& seq : plan.sequences) {
-    num_sampled += seq.sample && !seq.token_ids.empty() ? 1 + seq.num_draft_tokens : 0;
-    num_scored += seq.score_targets.empty() ? 0 : 1;
-  }
-  if (result->sampled.size() < num_sampled) result->sampled.resize(num_sampled);
+  size_t num_scored = 0;
+  for (const ScheduledSequence& seq : plan.sequences) num_scored += !seq.score_targets.empty();
   if (result->scored.size() != num_scored) result->scored.resize(num_scored);
-  PrepareConstraints(plan, vocab, /*parallel=*/true);
+  sample_tasks_.clear();
   int64_t row = 0;
-  size_t sampled = 0, scored = 0;
-  replays_.clear();
+  size_t scored = 0, max_sampled = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const ScheduledSequence& seq = plan.sequences[i];
     if (!seq.score_targets.empty()) {
@@ -202,26 +202,46 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
       row += static_cast<int64_t>(seq.token_ids.size()) - (seq.sample ? 1 : 0);
     }
     if (!seq.sample || seq.token_ids.empty()) continue;
-    // Rows of the last 1 + k new tokens; row j is num_draft_tokens − j rows before the last.
-    int32_t accepted = 0;
-    for (int32_t j = 0; j <= seq.num_draft_tokens; ++j) {
-      SampledToken& out = result->sampled[sampled++];
-      sampler_.Sample(seq, logits_.data() + (row + j) * vocab, vocab, &out);
-      if (EndsDraftVerification(seq, seq.num_draft_tokens - j, out.token_id)) break;
-      ++accepted;
-    }
+    sample_tasks_.push_back({i, row, max_sampled, 0});
     row += 1 + seq.num_draft_tokens;
+    max_sampled += static_cast<size_t>(1 + seq.num_draft_tokens);
+  }
+  CHECK_EQ(row, NumLogitRows(ForwardBatch(batch_.data(), plan.sequences.size())));
+  if (result->sampled.size() < max_sampled) result->sampled.resize(max_sampled);
+  PrepareConstraints(plan, vocab, /*parallel=*/true);
+  const auto num_tasks = static_cast<int64_t>(sample_tasks_.size());
+  SampleTask* tasks = sample_tasks_.data();
+  float* logits = logits_.data();
+  kernels::cpu::ParallelFor(num_tasks, num_tasks > 1, [&](int64_t t) {
+    SampleTask& task = tasks[t];
+    const ScheduledSequence& seq = plan.sequences[task.plan_index];
+    // Rows of the last 1 + k new tokens; row j is num_draft_tokens − j rows before the last.
+    for (int32_t j = 0; j <= seq.num_draft_tokens; ++j) {
+      SampledToken& out = result->sampled[task.first_entry + static_cast<size_t>(j)];
+      sampler_.Sample(seq, logits + (task.first_row + j) * vocab, vocab, &out);
+      ++task.num_entries;
+      if (EndsDraftVerification(seq, seq.num_draft_tokens - j, out.token_id)) break;
+    }
+  });
+  size_t sampled = 0;
+  replays_.clear();
+  for (const SampleTask& task : sample_tasks_) {
+    for (int32_t j = 0; j < task.num_entries; ++j, ++sampled) {
+      const size_t from = task.first_entry + static_cast<size_t>(j);
+      if (from != sampled) std::swap(result->sampled[sampled], result->sampled[from]);
+    }
+    const ScheduledSequence& seq = plan.sequences[task.plan_index];
+    const int32_t accepted = task.num_entries - 1;
     // The KDA caches end up holding the tokens before the drafts and the accepted drafts.
-    const ForwardSequence& f = batch_[i];
+    const ForwardSequence& f = batch_[task.plan_index];
     const int64_t kept = f.num_new_tokens - seq.num_draft_tokens + accepted;
     if (f.kda_draft_row < 0 || (f.kda_update_caches && kept == f.num_new_tokens)) continue;
     if (f.kda_update_caches) {  // a rejection after an update in place: from the copy
-      SnapshotCopy(layout_.SlotRow(seq.slot), snapshot_of_[i], /*restore=*/true);
+      SnapshotCopy(layout_.SlotRow(seq.slot), snapshot_of_[task.plan_index], /*restore=*/true);
     }
     replays_.push_back({&f.cache, f.kda_draft_row, kept});
   }
   result->sampled.resize(sampled);  // shrinks only: entries keep their capacity
-  CHECK_EQ(row, NumLogitRows(ForwardBatch(batch_.data(), plan.sequences.size())));
   // The kept tokens (those before the drafts and the accepted drafts) into the KDA caches.
   model_.ReplayKdaDrafts(kda_drafts_, replays_, context.workspace);
 

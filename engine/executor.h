@@ -99,6 +99,14 @@ class CpuExecutor : public StepExecutor {
   int64_t kda_snapshot_bytes_ = 0;    // one sequence's copy
   int64_t kda_snapshot_budget_ = 0;   // bytes
   StepSampler sampler_;
+  // One sampling task per sequence that samples (ExecuteInto step 3).
+  struct SampleTask {
+    size_t plan_index = 0;
+    int64_t first_row = 0;    // its first sampled logits row
+    size_t first_entry = 0;   // where its entries go in StepResult::sampled before compaction
+    int32_t num_entries = 0;  // sampled rows: 1 + accepted drafts (+ the rejected one)
+  };
+  std::vector<SampleTask> sample_tasks_;
 };
 
 }  // namespace strata::engine

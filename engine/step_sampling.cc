@@ -72,22 +72,25 @@ void StepSampler::SampleWithUniform(const ScheduledSequence& seq, float* logits,
     out->token_id = seq.sampler->SampleWithUniform(logits, vocab, u);
     return;
   }
+  // The calling thread's: StepSampler may run on several threads (pool tasks) at once.
+  thread_local std::vector<float> raw_logits;  // a row before the sampler's penalties
+  thread_local std::vector<kernels::cpu::ScoredId> top_scratch;
   const double log_z = kernels::cpu::LogSumExp(logits, vocab);
   const int64_t n = std::min<int64_t>(seq.num_logprobs, vocab);
   if (n > 0) {
     const size_t scratch = static_cast<size_t>(kernels::cpu::TopKScratchSize(n));
-    if (top_scratch_.size() < scratch) top_scratch_.resize(scratch);
-    kernels::cpu::TopK(logits, vocab, n, top_scratch_.data());
+    if (top_scratch.size() < scratch) top_scratch.resize(scratch);
+    kernels::cpu::TopK(logits, vocab, n, top_scratch.data());
     for (int64_t i = 0; i < n; ++i) {
-      const kernels::cpu::ScoredId& c = top_scratch_[static_cast<size_t>(i)];
+      const kernels::cpu::ScoredId& c = top_scratch[static_cast<size_t>(i)];
       out->top_logprobs.push_back({c.id, static_cast<float>(double(c.value) - log_z)});
     }
   }
   const float* raw = logits;
   if (seq.sampler->ModifiesLogits()) {
-    if (raw_logits_.size() < static_cast<size_t>(vocab)) raw_logits_.resize(vocab);
-    std::memcpy(raw_logits_.data(), logits, static_cast<size_t>(vocab) * sizeof(float));
-    raw = raw_logits_.data();
+    if (raw_logits.size() < static_cast<size_t>(vocab)) raw_logits.resize(vocab);
+    std::memcpy(raw_logits.data(), logits, static_cast<size_t>(vocab) * sizeof(float));
+    raw = raw_logits.data();
   }
   out->token_id = seq.sampler->SampleWithUniform(logits, vocab, u);
   out->logprob = static_cast<float>(double(raw[out->token_id]) - log_z);

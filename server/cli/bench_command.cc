@@ -26,6 +26,11 @@ const std::vector<FlagSpec> kBenchFlags = {
     {"prompt-tokens", true, "prompt length per sequence (default 512)"},
     {"gen-tokens", true, "generated tokens per sequence (default 128)"},
     {"batch", true, "concurrent sequences (default 1)"},
+    {"temperature", true,
+     "sample every token at this temperature, each sequence with its own seed (default 0: "
+     "greedy); vLLM's throughput benchmark samples at 1.0"},
+    {"top-p", true, "with --temperature: nucleus sampling, (0, 1] (default 1: off)"},
+    {"top-k", true, "with --temperature: the k most likely tokens only (default 0: off)"},
     {"threads", true, "OpenMP threads (default: all cores)"},
     {"device", true, "cpu | cuda (default cpu)"},
     {"kv-cache-dtype", true, kKvCacheDTypeHelp},
@@ -56,6 +61,12 @@ absl::Status RunBench(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(options.gen_tokens, flags.GetInt("gen-tokens", 128, 2, 1 << 20));
   ASSIGN_OR_RETURN(int64_t batch, flags.GetInt("batch", 1, 1, 4096));
   options.batch = static_cast<int>(batch);
+  ASSIGN_OR_RETURN(std::optional<double> temperature, flags.GetDouble("temperature", 0, 100));
+  ASSIGN_OR_RETURN(std::optional<double> top_p, flags.GetDouble("top-p", 1e-6, 1));
+  ASSIGN_OR_RETURN(int64_t top_k, flags.GetInt("top-k", 0, 0, 1 << 30));
+  options.temperature = static_cast<float>(temperature.value_or(0.0));
+  options.top_p = static_cast<float>(top_p.value_or(1.0));
+  options.top_k = static_cast<int>(top_k);
   ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("threads", 0, 0, 1024));
   if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
   const bool json = flags.Has("json");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "engine/executor.h"
 #include "engine/generator.h"
@@ -181,6 +182,59 @@ TEST_P(BatchingTest, BatchedWithChunkingAndPreemptionEqualsEachRequestAlone) {
   }
   EXPECT_EQ(sched.stats().num_running, 0);
   EXPECT_TRUE(sched.CheckInvariants().ok());
+}
+
+// Sampled (not greedy) requests — temperature, top-k / top-p / min-p, penalties, logit bias,
+// logprobs, each its own seed — draw in a batch exactly what each draws alone, on one thread
+// or several: the executor samples the batch's sequences as parallel pool tasks, and each
+// sequence's Sampler (its RNG stream, its penalty history) is its own.
+TEST_P(BatchingTest, SeededSamplingInABatchEqualsEachRequestAloneOnAnyThreadCount) {
+  std::mt19937 rng(41);
+  std::vector<scheduler::Request> requests;
+  for (int i = 0; i < 8; ++i) {
+    scheduler::Request r = Greedy("t" + std::to_string(i), RandomPrompt(rng, 3 + 5 * i), 16);
+    r.sampling.temperature = 0.6f + 0.2f * static_cast<float>(i % 4);
+    r.sampling.seed = 1000 + i;
+    if (i % 4 == 1) r.sampling.top_k = 20;
+    if (i % 4 == 2) r.sampling.top_p = 0.8f;
+    if (i % 4 == 3) r.sampling.min_p = 0.05f;
+    if (i % 3 == 0) r.sampling.repetition_penalty = 1.3f;
+    if (i % 3 == 1) r.sampling.frequency_penalty = 0.5f;
+    if (i % 2 == 0) r.sampling.logit_bias.push_back({static_cast<int32_t>(7 * i), 3.0f});
+    r.num_logprobs = i % 3;
+    requests.push_back(r);
+  }
+  const kvcache::CacheLayout layout = Layout(40, 8, 8, 4);
+  const int threads_before = omp_get_max_threads();
+  std::map<std::string, Output> alone;
+  for (const auto& r : requests) {
+    scheduler::Scheduler solo_sched(Config(layout, 1, 1024, 256));
+    engine::CpuExecutor solo_exec(*model_, layout);
+    alone[r.request_id] = Drive(solo_sched, solo_exec, {r})[r.request_id];
+  }
+  for (const int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    scheduler::Scheduler sched(Config(layout, 8, 64, 256));
+    engine::CpuExecutor exec(*model_, layout);
+    auto batched = Drive(sched, exec, requests);
+    for (const auto& r : requests) {
+      const Output& b = batched[r.request_id];
+      const Output& a = alone[r.request_id];
+      ASSERT_TRUE(b.finished) << r.request_id << ", " << threads << " threads";
+      EXPECT_EQ(b.tokens, a.tokens) << r.request_id << ", " << threads << " threads";
+      ASSERT_EQ(b.logprobs.size(), a.logprobs.size());
+      for (size_t i = 0; i < b.logprobs.size(); ++i) {
+        EXPECT_NEAR(b.logprobs[i], a.logprobs[i], 1e-4f) << r.request_id << " token " << i;
+      }
+    }
+  }
+  omp_set_num_threads(threads_before);
+  // The draws really were random: the sampled outputs are not all the greedy ones.
+  int differ = 0;
+  for (const auto& r : requests) {
+    differ += alone[r.request_id].tokens != Solo(r.prompt, r.max_tokens) ? 1 : 0;
+  }
+  EXPECT_GT(differ, 0);
 }
 
 // Prompt scores (prompt_logprobs) of requests batched with chunking (a score budget of 10
