@@ -210,7 +210,10 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   if (result->sampled.size() < max_sampled) result->sampled.resize(max_sampled);
   PrepareConstraints(plan, vocab, /*parallel=*/true);
   const auto num_tasks = static_cast<int64_t>(sample_tasks_.size());
+  // Each task its own scratch, whichever thread runs it: nothing allocates once they have grown.
+  if (sample_scratch_.size() < sample_tasks_.size()) sample_scratch_.resize(sample_tasks_.size());
   SampleTask* tasks = sample_tasks_.data();
+  SampleScratch* scratch = sample_scratch_.data();
   float* logits = logits_.data();
   kernels::cpu::ParallelFor(num_tasks, num_tasks > 1, [&](int64_t t) {
     SampleTask& task = tasks[t];
@@ -218,7 +221,7 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
     // Rows of the last 1 + k new tokens; row j is num_draft_tokens − j rows before the last.
     for (int32_t j = 0; j <= seq.num_draft_tokens; ++j) {
       SampledToken& out = result->sampled[task.first_entry + static_cast<size_t>(j)];
-      sampler_.Sample(seq, logits + (task.first_row + j) * vocab, vocab, &out);
+      sampler_.Sample(seq, logits + (task.first_row + j) * vocab, vocab, &out, &scratch[t]);
       ++task.num_entries;
       if (EndsDraftVerification(seq, seq.num_draft_tokens - j, out.token_id)) break;
     }

@@ -107,6 +107,7 @@ class CpuExecutor : public StepExecutor {
     int32_t num_entries = 0;  // sampled rows: 1 + accepted drafts (+ the rejected one)
   };
   std::vector<SampleTask> sample_tasks_;
+  std::vector<SampleScratch> sample_scratch_;  // by task: grows only
 };
 
 }  // namespace strata::engine

@@ -22,13 +22,11 @@ uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 // Candidates ranked per draw when top-k is off (more only when needed).
 constexpr int64_t kFirstCandidates = 1024;
 
-// Per-thread candidate scratch (only grows; shared by every sampler of the thread).
-struct Scratch {
-  std::vector<kernels::cpu::ScoredId> candidates;
-  std::vector<double> probs;
-};
-Scratch& ThreadScratch() {
-  thread_local Scratch scratch;
+using TailEntry = SampleScratch::TailEntry;
+
+// Scratch of the draws that bring none (only grows; shared by every sampler of the thread).
+SampleScratch& ThreadScratch() {
+  thread_local SampleScratch scratch;
   return scratch;
 }
 
@@ -43,6 +41,67 @@ double UnrankedMass(const float* logits, int64_t vocab, const kernels::cpu::Scor
   for (int64_t i = m - 1; i >= 0 && cand[i].value == last; --i) ++ranked_equal;
   return below.sum +
          static_cast<double>(below.num_equal - ranked_equal) * std::exp((last - max_logit) * inv_t);
+}
+
+// Better (value descending, then id ascending) without branches.
+inline bool BetterThan(const TailEntry& a, float value, int32_t id) {
+  return (a.value > value) | ((a.value == value) & (a.id < id));
+}
+
+// Selection by mass in rank order: the index i in [lo, hi) of the entry at which the running
+// weight of a[lo, hi) taken best first reaches `target` (mass ≥ target, or > when `strict`),
+// with a reordered so that a[lo, i) are exactly the entries ranked before it. Quickselect:
+// each pass partitions around a pivot (branch-free), sums the weight of the better side and
+// keeps the side the target falls in, so the cost is O(hi − lo) instead of a sort; short ranges
+// are sorted and walked. When rounding leaves the target unreached, the worst entry.
+int64_t SelectByMass(TailEntry* a, int64_t lo, int64_t hi, double target, bool strict) {
+  const auto reached = [&](double mass) { return strict ? mass > target : mass >= target; };
+  const int64_t lo0 = lo, hi0 = hi;
+  constexpr int64_t kSortBelow = 48;
+  while (hi - lo > kSortBelow) {
+    // Median of three by rank as the pivot, moved to hi − 1.
+    const int64_t mid = lo + (hi - lo) / 2;
+    auto better = [](const TailEntry& x, const TailEntry& y) {
+      return BetterThan(x, y.value, y.id);
+    };
+    if (better(a[mid], a[lo])) std::swap(a[mid], a[lo]);
+    if (better(a[hi - 1], a[lo])) std::swap(a[hi - 1], a[lo]);
+    if (better(a[mid], a[hi - 1])) std::swap(a[mid], a[hi - 1]);
+    const float pivot_value = a[hi - 1].value;
+    const int32_t pivot_id = a[hi - 1].id;
+    int64_t i = lo;
+    double sums[4] = {0, 0, 0, 0};  // independent chains: one f64 add chain costs 4 cycles/entry
+    for (int64_t j = lo; j < hi - 1; ++j) {  // [lo, i): better than the pivot
+      const TailEntry e = a[j];
+      const bool b = BetterThan(e, pivot_value, pivot_id);
+      a[j] = a[i];
+      a[i] = e;
+      sums[j & 3] += b ? static_cast<double>(e.p) : 0.0;
+      i += b;
+    }
+    const double mass = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+    std::swap(a[i], a[hi - 1]);  // the pivot, ranked right after a[lo, i)
+    if (reached(mass)) {
+      hi = i;
+      continue;
+    }
+    target -= mass;
+    if (reached(a[i].p)) return i;
+    target -= a[i].p;
+    lo = i + 1;
+  }
+  std::sort(a + lo, a + hi,
+            [](const TailEntry& x, const TailEntry& y) { return BetterThan(x, y.value, y.id); });
+  double mass = 0;
+  for (int64_t i = lo; i < hi; ++i) {
+    mass += a[i].p;
+    if (reached(mass)) return i;
+  }
+  int64_t worst = lo0;
+  for (int64_t i = lo0 + 1; i < hi0; ++i) {
+    if (BetterThan(a[worst], a[i].value, a[i].id)) worst = i;
+  }
+  return worst;
 }
 
 absl::Status OutOfRange(const std::string& field, float value, const std::string& range) {
@@ -186,7 +245,7 @@ int32_t Sampler::Sample(float* logits, int64_t vocab) {
   return SampleWithUniform(logits, vocab, NextUniform());
 }
 
-int32_t Sampler::SampleWithUniform(float* logits, int64_t vocab, double u) {
+int32_t Sampler::SampleWithUniform(float* logits, int64_t vocab, double u, SampleScratch* scratch) {
   SizeForVocab(vocab);
   ApplyPenalties(logits, vocab);
   if (params_.greedy()) {
@@ -195,25 +254,21 @@ int32_t Sampler::SampleWithUniform(float* logits, int64_t vocab, double u) {
     return chosen;
   }
   const int64_t keep = params_.top_k > 0 && params_.top_k < vocab ? params_.top_k : vocab;
-  // With top-k every candidate is ranked; without, first the best kFirstCandidates.
-  int64_t m = keep < vocab ? keep : std::min(vocab, kFirstCandidates);
-  for (;;) {
-    const int32_t chosen = DrawFromBest(logits, vocab, keep, m, u);
-    if (chosen >= 0) {
-      Record(chosen, /*output=*/true);
-      return chosen;
-    }
-    m = std::min(keep, m * 16);
-  }
+  const int32_t chosen = Draw(logits, vocab, keep, u, scratch ? *scratch : ThreadScratch());
+  Record(chosen, /*output=*/true);
+  return chosen;
 }
 
-// Softmax at temperature over the candidates ranked by logit (f64 sums in rank order), then
-// top-p and min-p cuts and the draw — the full-sort algorithm on the ranked prefix. When only
-// m < keep = vocab candidates are ranked, the normaliser adds the mass of the others (f32 exp,
-// any order): the result equals the full sort's except for that rounding.
-int32_t Sampler::DrawFromBest(const float* logits, int64_t vocab, int64_t keep, int64_t m,
-                              double u) const {
-  Scratch& scratch = ThreadScratch();
+// Softmax at temperature over the candidates ranked by logit, then top-p and min-p cuts and the
+// draw — the full-sort algorithm: cumulative weights in rank order, f64 sums. With top-k every
+// candidate is ranked (sorted, weights in f64). Without, the best kFirstCandidates are, and the
+// normaliser adds the others' weight (f32 exp); when a cut or the draw lies beyond them (a flat
+// distribution), the rest is searched by SelectByMass with the same f32 weights rather than
+// sorted. The result equals the full sort's except for that rounding (f32 weights of the tokens
+// past the first candidates, sums in another order): a target within ~1e-6 of a rank boundary.
+int32_t Sampler::Draw(const float* logits, int64_t vocab, int64_t keep, double u,
+                      SampleScratch& scratch) const {
+  const int64_t m = keep < vocab ? keep : std::min(vocab, kFirstCandidates);
   const size_t need = static_cast<size_t>(kernels::cpu::TopKScratchSize(m));
   if (scratch.candidates.size() < need) scratch.candidates.resize(need);
   if (scratch.probs.size() < static_cast<size_t>(m)) scratch.probs.resize(static_cast<size_t>(m));
@@ -228,7 +283,33 @@ int32_t Sampler::DrawFromBest(const float* logits, int64_t vocab, int64_t keep, 
   }
   const bool complete = m == keep;
   if (!complete) total += UnrankedMass(logits, vocab, cand, m, max_logit, inv_t);
-  int64_t cut = keep;
+  // The tokens ranked after cand[m − 1], with their weights: built when a cut or the draw
+  // reaches past the ranked ones (never with top-k).
+  // The normaliser counted them at `tail_claimed` (SumExpBelow's f32 block sums); a target
+  // carried into the tail is rescaled to their f64 sum, so rounding never pushes it past them.
+  TailEntry* tail = nullptr;
+  int64_t tail_size = 0;
+  double ranked_mass = 0, tail_scale = 1;
+  for (int64_t i = 0; i < m; ++i) ranked_mass += probs[i];
+  const auto build_tail = [&] {
+    scratch.weights.resize(static_cast<size_t>(vocab));
+    scratch.tail.resize(static_cast<size_t>(vocab));
+    kernels::cpu::ExpShifted(logits, vocab, static_cast<float>(max_logit),
+                             static_cast<float>(inv_t), scratch.weights.data());
+    tail = scratch.tail.data();
+    const kernels::cpu::ScoredId last = cand[m - 1];
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float x = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
+      const TailEntry e{x, static_cast<int32_t>(i), scratch.weights[static_cast<size_t>(i)]};
+      tail[tail_size] = e;
+      tail_size += BetterThan(TailEntry{last.value, last.id, 0.0f}, x, e.id);
+    }
+    double tail_mass = 0;
+    for (int64_t i = 0; i < tail_size; ++i) tail_mass += tail[i].p;
+    const double tail_claimed = total - ranked_mass;
+    if (tail_claimed > 0) tail_scale = tail_mass / tail_claimed;
+  };
+  int64_t cut = keep;  // tokens kept, in rank order
   if (params_.top_p < 1.0f) {
     double mass = 0;
     int64_t i = 0;
@@ -239,27 +320,42 @@ int32_t Sampler::DrawFromBest(const float* logits, int64_t vocab, int64_t keep, 
     if (i < m) {
       cut = i + 1;
     } else if (!complete) {
-      return -1;
+      build_tail();
+      const double target = (params_.top_p - mass) * total * tail_scale;
+      cut = m + 1 + SelectByMass(tail, 0, tail_size, target, /*strict=*/false);
     }
   }
   if (params_.min_p > 0.0f) {
     const double floor = params_.min_p * probs[0];
     int64_t i = 1;
     while (i < std::min(cut, m) && probs[i] >= floor) ++i;
-    if (i == m && cut > m) return -1;
-    cut = i;
+    if (i < m || cut <= m) {
+      cut = i;
+    } else {  // every ranked token is kept: so are the tail's kept ones of weight ≥ floor
+      if (tail == nullptr) build_tail();
+      const int64_t kept_tail = std::min(cut, vocab) - m;
+      cut = m + (std::partition(tail, tail + kept_tail,
+                                [floor](const TailEntry& e) { return e.p >= floor; }) -
+                 tail);
+    }
   }
   double kept_mass = total;
   if (cut <= m) {
     kept_mass = 0;
     for (int64_t i = 0; i < cut; ++i) kept_mass += probs[i];
+  } else if (cut < vocab) {  // the ranked tokens and the first cut − m of the tail
+    kept_mass = ranked_mass;
+    for (int64_t i = 0; i < cut - m; ++i) kept_mass += tail[i].p;
   }
   double draw = u * kept_mass;
   for (int64_t i = 0; i < std::min(cut, m); ++i) {
     draw -= probs[i];
     if (draw < 0) return cand[i].id;
   }
-  return cut <= m ? cand[cut - 1].id : -1;
+  if (cut <= m) return cand[cut - 1].id;
+  if (tail == nullptr) build_tail();
+  if (cut >= vocab) draw *= tail_scale;  // kept_mass was the normaliser's total
+  return tail[SelectByMass(tail, 0, std::min(cut, vocab) - m, draw, /*strict=*/true)].id;
 }
 
 }  // namespace strata::engine

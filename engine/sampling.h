@@ -12,9 +12,10 @@
 //
 // Cost per token: vectorised penalties and argmax; with temperature, the candidates are
 // selected without sorting the vocabulary (kernels/cpu/sampling.h): top-k exactly, otherwise
-// the best 1024 sorted plus the mass of the rest (more only when a cut or the draw lies beyond
-// them). No heap allocation in steady state: the penalty arrays are sized to the vocabulary
-// once, the candidate scratch is per thread and only grows.
+// the best 1024 sorted plus the mass of the rest; when a cut or the draw lies beyond them (a
+// flat row), the rest is selected by weight, O(vocab). No heap allocation in steady state: the
+// penalty arrays are sized to the vocabulary once, the draw's scratch (SampleScratch: the
+// caller's, or the thread's) only grows.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/cpu/sampling.h"
 
 namespace strata::engine {
 
@@ -86,6 +88,24 @@ class Rng {
   uint64_t s_[4];
 };
 
+// Working memory of draws: sized to the largest vocabulary and candidate count seen, never
+// shrunk. A caller that samples rows in parallel tasks hands each task its own (so a pool
+// worker's first draw allocates nothing); without one, the calling thread's is used.
+struct SampleScratch {
+  struct TailEntry {  // a token past the ranked candidates, with its weight (f32)
+    float value;
+    int32_t id;
+    float p;
+  };
+  std::vector<kernels::cpu::ScoredId> candidates;
+  std::vector<double> probs;
+  std::vector<float> weights;  // [vocab]
+  std::vector<TailEntry> tail;
+  // engine/step_sampling.h: a row before the penalties, and its top logprobs.
+  std::vector<float> raw_logits;
+  std::vector<kernels::cpu::ScoredId> top;
+};
+
 // Samples tokens for one sequence; remembers the tokens it has seen for the penalties.
 class Sampler {
  public:
@@ -127,14 +147,16 @@ class Sampler {
   // Sample with the uniform a NextUniform() call already drew (a device pick handed back to
   // the host: its draw lay beyond the ranks the device looked at). Same token and state as
   // Sample; Sample(logits, vocab) is SampleWithUniform(logits, vocab, NextUniform()).
-  int32_t SampleWithUniform(float* logits, int64_t vocab, double u);
+  // `scratch`: the draw's working memory (null: the calling thread's).
+  int32_t SampleWithUniform(float* logits, int64_t vocab, double u,
+                            SampleScratch* scratch = nullptr);
 
  private:
   void SizeForVocab(int64_t vocab);
   void ApplyPenalties(float* logits, int64_t vocab) const;
-  // A draw with uniform u from the `keep` best tokens, of which only the best m are ranked
-  // (m ≤ keep); −1 when a cut or the draw lies beyond them (retry with a larger m).
-  int32_t DrawFromBest(const float* logits, int64_t vocab, int64_t keep, int64_t m, double u) const;
+  // A draw with uniform u from the `keep` best tokens (top-k, or the whole vocabulary).
+  int32_t Draw(const float* logits, int64_t vocab, int64_t keep, double u,
+               SampleScratch& scratch) const;
   // Remembers a prompt (output = false) or generated token for the penalties.
   void Record(int32_t token, bool output);
   bool CountsOutputs() const {

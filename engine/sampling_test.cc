@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "kernels/cpu/sampling.h"
 
 namespace strata::engine {
 namespace {
@@ -164,6 +168,100 @@ TEST(SamplingTest, TopKTopPAndMinPRestrictTheCandidates) {
   EXPECT_EQ(support(min_p), (std::vector<int>{1, 1, 1, 0}));
   SamplingParams all;
   EXPECT_EQ(support(all), (std::vector<int>{1, 1, 1, 1}));
+}
+
+// The full-sort algorithm the sampler implements (sampling.h): rank by (logit descending, id
+// ascending), weights exp((x − max)/T) — f64 for the first 1,024 ranks, the f32 exp
+// (kernels::cpu::ExpShifted) after them, as the sampler weighs them — cumulative weights in rank
+// order for the top-p cut, the min-p cut and the draw. Returns −1 when the result sits within
+// `slack` (relative) of a rank boundary, where the two may round differently (the sampler's
+// normaliser sums the f32 weights in f32 blocks: ~1e-7 of the total).
+int32_t FullSortDraw(const std::vector<float>& logits, float temperature, float top_p, float min_p,
+                     double u, double slack) {
+  const auto vocab = static_cast<int64_t>(logits.size());
+  std::vector<kernels::cpu::ScoredId> ranked;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float x = std::isnan(logits[i]) ? -INFINITY : logits[i];
+    ranked.push_back({x, static_cast<int32_t>(i)});
+  }
+  std::sort(ranked.begin(), ranked.end(), kernels::cpu::Better);
+  const double max = ranked[0].value, inv_t = 1.0 / temperature;
+  std::vector<float> f32(static_cast<size_t>(vocab));
+  kernels::cpu::ExpShifted(logits.data(), vocab, static_cast<float>(max), static_cast<float>(inv_t),
+                           f32.data());
+  std::vector<double> w(static_cast<size_t>(vocab)), cum(static_cast<size_t>(vocab));
+  double total = 0;
+  for (int64_t r = 0; r < vocab; ++r) {
+    w[r] = r < 1024 ? std::exp((ranked[r].value - max) * inv_t) : f32[ranked[r].id];
+    total += w[r];
+    cum[r] = total;
+  }
+  int64_t cut = vocab;
+  if (top_p < 1.0f) {
+    cut = 0;
+    while (cut < vocab - 1 && cum[cut] < top_p * total) ++cut;
+    if (std::abs(cum[cut] - top_p * total) < slack * total) return -1;
+    if (cut > 0 && std::abs(cum[cut - 1] - top_p * total) < slack * total) return -1;
+    ++cut;
+  }
+  if (min_p > 0.0f) {
+    int64_t i = 1;
+    while (i < cut && w[i] >= min_p * w[0]) ++i;
+    if (i < vocab && std::abs(w[std::min(i, vocab - 1)] - min_p * w[0]) < slack * w[0]) return -1;
+    cut = i;
+  }
+  const double target = u * cum[cut - 1];
+  for (int64_t r = 0; r < cut; ++r) {
+    if (cum[r] > target) {
+      if (std::abs(cum[r] - target) < slack * total) return -1;
+      if (r > 0 && std::abs(cum[r - 1] - target) < slack * total) return -1;
+      return ranked[r].id;
+    }
+  }
+  return -1;  // u at the very top: rounding decides
+}
+
+// Flat rows (a random-weight model's: the draw and the top-p cut lie far past the first 1,024
+// ranks, where the sampler selects by weight instead of sorting), tied logits, NaN and −inf:
+// every draw is the full sort's.
+TEST(SamplingTest, DrawsEqualTheFullSortAlgorithmOnFlatAndTiedRows) {
+  std::mt19937 rng(19);
+  int compared = 0, skipped = 0;
+  for (const int64_t vocab : {int64_t{1500}, int64_t{5003}, int64_t{40000}}) {
+    for (const float sigma : {0.0f, 0.5f, 1.0f, 3.0f}) {  // 0: integer logits, many ties
+      std::vector<float> row(static_cast<size_t>(vocab));
+      std::normal_distribution<float> normal(0.0f, sigma);
+      for (float& x : row) {
+        x = sigma == 0.0f ? static_cast<float>(static_cast<int>(rng() % 7) - 3) : normal(rng);
+      }
+      row[3] = NAN;
+      row[vocab / 2] = -INFINITY;
+      for (const float temperature : {0.7f, 1.0f, 1.8f}) {
+        for (const auto& [top_p, min_p] : std::vector<std::pair<float, float>>{
+                 {1.0f, 0.0f}, {0.9f, 0.0f}, {0.5f, 0.0f}, {1.0f, 0.05f}, {0.95f, 0.01f}}) {
+          SamplingParams p;
+          p.temperature = temperature;
+          p.top_p = top_p;
+          p.min_p = min_p;
+          p.seed = 1;
+          Sampler sampler(p, 0, {});
+          for (const double u : {0.0, 0.013, 0.25, 0.5, 0.77, 0.93, 0.99}) {
+            const int32_t want = FullSortDraw(row, temperature, top_p, min_p, u, 1e-6);
+            if (want < 0) {
+              ++skipped;
+              continue;
+            }
+            std::vector<float> logits = row;
+            EXPECT_EQ(sampler.SampleWithUniform(logits.data(), vocab, u), want)
+                << "vocab " << vocab << " sigma " << sigma << " T " << temperature << " top_p "
+                << top_p << " min_p " << min_p << " u " << u;
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 8 * skipped) << compared << " compared, " << skipped << " skipped";
 }
 
 TEST(SamplingTest, LogitBiasAndPenaltiesChangeLogitsAsSpecified) {

@@ -57,42 +57,51 @@ void ScoreTargets(const ScheduledSequence& seq, const float* logits, int64_t voc
 }
 
 void StepSampler::Sample(const ScheduledSequence& seq, float* logits, int64_t vocab,
-                         SampledToken* out) {
+                         SampledToken* out, SampleScratch* scratch) {
   CHECK(seq.sampler != nullptr) << "sequence " << seq.seq_id << " has no sampler";
-  SampleWithUniform(seq, logits, vocab, seq.sampler->NextUniform(), out);
+  SampleWithUniform(seq, logits, vocab, seq.sampler->NextUniform(), out, scratch);
 }
 
+namespace {
+
+// For callers that bring no scratch. A function of its own: a thread_local is constructed (and
+// its destructor registered, which allocates) when control first passes its declaration.
+SampleScratch& ThreadStepScratch() {
+  thread_local SampleScratch scratch;
+  return scratch;
+}
+
+}  // namespace
+
 void StepSampler::SampleWithUniform(const ScheduledSequence& seq, float* logits, int64_t vocab,
-                                    double u, SampledToken* out) {
+                                    double u, SampledToken* out, SampleScratch* scratch) {
   CHECK(seq.sampler != nullptr) << "sequence " << seq.seq_id << " has no sampler";
   out->seq_id = seq.seq_id;
   out->logprob = 0.0f;
   out->top_logprobs.clear();
   if (seq.num_logprobs < 0) {
-    out->token_id = seq.sampler->SampleWithUniform(logits, vocab, u);
+    out->token_id = seq.sampler->SampleWithUniform(logits, vocab, u, scratch);
     return;
   }
-  // The calling thread's: StepSampler may run on several threads (pool tasks) at once.
-  thread_local std::vector<float> raw_logits;  // a row before the sampler's penalties
-  thread_local std::vector<kernels::cpu::ScoredId> top_scratch;
+  SampleScratch& s = scratch != nullptr ? *scratch : ThreadStepScratch();
   const double log_z = kernels::cpu::LogSumExp(logits, vocab);
   const int64_t n = std::min<int64_t>(seq.num_logprobs, vocab);
   if (n > 0) {
-    const size_t scratch = static_cast<size_t>(kernels::cpu::TopKScratchSize(n));
-    if (top_scratch.size() < scratch) top_scratch.resize(scratch);
-    kernels::cpu::TopK(logits, vocab, n, top_scratch.data());
+    const size_t need = static_cast<size_t>(kernels::cpu::TopKScratchSize(n));
+    if (s.top.size() < need) s.top.resize(need);
+    kernels::cpu::TopK(logits, vocab, n, s.top.data());
     for (int64_t i = 0; i < n; ++i) {
-      const kernels::cpu::ScoredId& c = top_scratch[static_cast<size_t>(i)];
+      const kernels::cpu::ScoredId& c = s.top[static_cast<size_t>(i)];
       out->top_logprobs.push_back({c.id, static_cast<float>(double(c.value) - log_z)});
     }
   }
   const float* raw = logits;
   if (seq.sampler->ModifiesLogits()) {
-    if (raw_logits.size() < static_cast<size_t>(vocab)) raw_logits.resize(vocab);
-    std::memcpy(raw_logits.data(), logits, static_cast<size_t>(vocab) * sizeof(float));
-    raw = raw_logits.data();
+    if (s.raw_logits.size() < static_cast<size_t>(vocab)) s.raw_logits.resize(vocab);
+    std::memcpy(s.raw_logits.data(), logits, static_cast<size_t>(vocab) * sizeof(float));
+    raw = s.raw_logits.data();
   }
-  out->token_id = seq.sampler->SampleWithUniform(logits, vocab, u);
+  out->token_id = seq.sampler->SampleWithUniform(logits, vocab, u, &s);
   out->logprob = static_cast<float>(double(raw[out->token_id]) - log_z);
 }
 

@@ -30,18 +30,19 @@ inline bool EndsDraftVerification(const ScheduledSequence& seq, int32_t back, in
   return back == 0 || token != seq.token_ids[seq.token_ids.size() - static_cast<size_t>(back)];
 }
 
-// Stateless apart from per-thread scratch: one StepSampler may sample different sequences on
-// several threads at once (each sequence's Sampler is its own: RNG stream, penalty history).
+// Stateless: one StepSampler may sample different sequences on several threads at once (each
+// sequence's Sampler is its own: RNG stream, penalty history), each with its own scratch.
 class StepSampler {
  public:
   // Samples `seq` from `logits` [vocab] (modified in place by the sampler's penalties) into
-  // `out`, reusing out->top_logprobs' capacity. No heap allocation once the calling thread's
-  // scratch has grown to the largest vocab / logprob count seen.
-  void Sample(const ScheduledSequence& seq, float* logits, int64_t vocab, SampledToken* out);
+  // `out`, reusing out->top_logprobs' capacity. No heap allocation once `scratch` (null: the
+  // calling thread's) has grown to the largest vocab / logprob count seen.
+  void Sample(const ScheduledSequence& seq, float* logits, int64_t vocab, SampledToken* out,
+              SampleScratch* scratch = nullptr);
   // The same with the uniform a seq.sampler->NextUniform() call already drew (a row a device
   // sampler handed back); Sample draws it itself.
   void SampleWithUniform(const ScheduledSequence& seq, float* logits, int64_t vocab, double u,
-                         SampledToken* out);
+                         SampledToken* out, SampleScratch* scratch = nullptr);
 };
 
 }  // namespace strata::engine

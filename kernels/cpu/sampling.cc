@@ -74,6 +74,17 @@ ExpSum SumExpBelow256(const float* x, int64_t n, float shift, float scale, float
   return out;
 }
 
+void ExpShifted256(const float* x, int64_t n, float shift, float scale, float* out) {
+  const __m256 vs = _mm256_set1_ps(shift), vk = _mm256_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = FirstLanes256(n - i);
+    const __m256 v = _mm256_maskload_ps(x + i, m);
+    const __m256 e = internal::Exp256(_mm256_mul_ps(_mm256_sub_ps(v, vs), vk));
+    // NaN logits (and NaN products) weigh nothing.
+    _mm256_maskstore_ps(out + i, m, _mm256_and_ps(e, _mm256_cmp_ps(e, e, _CMP_ORD_Q)));
+  }
+}
+
 // ---- AVX-512 ----------------------------------------------------------------------------------
 
 STRATA_TARGET_AVX512_EXP float Max512(const float* x, int64_t n) {
@@ -118,6 +129,17 @@ STRATA_TARGET_AVX512_EXP ExpSum SumExpBelow512(const float* x, int64_t n, float 
     out.sum += _mm512_reduce_add_ps(acc);
   }
   return out;
+}
+
+STRATA_TARGET_AVX512_EXP void ExpShifted512(const float* x, int64_t n, float shift, float scale,
+                                            float* out) {
+  const __m512 vs = _mm512_set1_ps(shift), vk = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = FirstLanes512(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512 e = internal::Exp512(_mm512_mul_ps(_mm512_sub_ps(v, vs), vk));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e));
+  }
 }
 
 // ---- Top-k --------------------------------------------------------------------------------------
@@ -271,6 +293,15 @@ ExpSum SumExpBelow(const float* x, int64_t n, float shift, float scale, float be
   CHECK_GE(n, 0);
   return UseAvx512() ? SumExpBelow512(x, n, shift, scale, below)
                      : SumExpBelow256(x, n, shift, scale, below);
+}
+
+void ExpShifted(const float* x, int64_t n, float shift, float scale, float* out) {
+  CHECK_GE(n, 0);
+  if (UseAvx512()) {
+    ExpShifted512(x, n, shift, scale, out);
+  } else {
+    ExpShifted256(x, n, shift, scale, out);
+  }
 }
 
 double LogSumExp(const float* x, int64_t n) {

@@ -33,6 +33,10 @@ struct ExpSum {
 };
 ExpSum SumExpBelow(const float* x, int64_t n, float shift, float scale, float below);
 
+// out_i = exp((x_i − shift) · scale): the f32 exp SumExpBelow sums (≤ 2 ulp), 0 where x_i or
+// the product is NaN. out may be x.
+void ExpShifted(const float* x, int64_t n, float shift, float scale, float* out);
+
 // log Σ exp(x_i) = max + log Σ exp(x_i − max), n ≥ 1.
 double LogSumExp(const float* x, int64_t n);
 

@@ -84,6 +84,28 @@ TEST(CpuSamplingTest, LogSumExpAndTailSumsMatchF64) {
   }
 }
 
+TEST(CpuSamplingTest, ExpShiftedIsTheF32ExpOfEveryElement) {
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    std::mt19937 rng(9);
+    for (int64_t n : kSizes) {
+      std::vector<float> x = Coarse(rng, n, 16);
+      if (n > 2) x[1] = kNan;
+      if (n > 3) x[n - 2] = -kInf;
+      const float shift = 0.5f, scale = 1.3f;
+      std::vector<float> out(static_cast<size_t>(n) + 1, 7.0f);  // the extra one stays 7
+      ExpShifted(x.data(), n, shift, scale, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::isnan(x[i]) ? 0.0 : std::exp((double(x[i]) - shift) * scale);
+        EXPECT_NEAR(out[i], want, 3e-7 * want) << Where(isa, n) << " i " << i;
+      }
+      EXPECT_EQ(out[n], 7.0f) << Where(isa, n);
+    }
+  }
+}
+
 // The first k of a full sort by Better.
 std::vector<int32_t> SortedIds(const std::vector<float>& x, int64_t k) {
   std::vector<ScoredId> all;
