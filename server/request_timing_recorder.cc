@@ -67,6 +67,14 @@ void RequestTimingRecorder::OnEvent(const StreamEvent& event, double now_seconds
   if (first_token_seconds_) timings_.decode_seconds = last_token_seconds_ - *first_token_seconds_;
 }
 
+RequestTimings RequestTimingRecorder::Ended(const std::string& finish_reason,
+                                            double now_seconds) const {
+  RequestTimings t = timings_;
+  t.finished_reason = finish_reason;
+  if (!finished_) t.e2e_seconds = now_seconds - submit_seconds_;
+  return t;
+}
+
 void LogRequestFinished(const RequestTimings& t) {
   LOG_INFO("request",
            "request_id={} finish={} prompt_tokens={} cached_tokens={} generation_tokens={} "

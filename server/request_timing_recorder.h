@@ -34,6 +34,10 @@ class RequestTimingRecorder {
   bool finished() const { return finished_; }
   // Complete once finished(); before that, what is known so far.
   const RequestTimings& timings() const { return timings_; }
+  // What a front end reports when it ends the request (REST, gRPC): timings() with the front
+  // end's `finish_reason` (e.g. a stop string, "abort" on cancellation), and the time so far as
+  // the end-to-end latency when no terminal event came.
+  RequestTimings Ended(const std::string& finish_reason, double now_seconds) const;
 
  private:
   const double submit_seconds_;

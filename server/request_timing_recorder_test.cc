@@ -82,6 +82,23 @@ TEST(RequestTimingRecorderTest, QueueTimeOfARequestThatEndedBeforeItsFirstToken)
   EXPECT_FALSE(rec.timings().prefill_seconds.has_value());
 }
 
+TEST(RequestTimingRecorderTest, EndedTakesTheFrontEndsReasonAndTheTimeSoFar) {
+  RequestTimingRecorder rec("r", 10.0);
+  rec.OnEvent(Tokens(1, 1), 10.4);
+  // Cancelled before a terminal event: "abort", end to end until now.
+  const RequestTimings cancelled = rec.Ended("abort", 12.0);
+  EXPECT_EQ(cancelled.finished_reason, "abort");
+  EXPECT_DOUBLE_EQ(cancelled.e2e_seconds, 2.0);
+  EXPECT_NEAR(*cancelled.ttft_seconds, 0.4, 1e-12);
+  // Finished: the terminal event's end to end, the front end's reason (a stop string).
+  StreamEvent last;
+  last.finish = FinishReason::kAbort;
+  rec.OnEvent(last, 11.0);
+  const RequestTimings stopped = rec.Ended("stop", 12.0);
+  EXPECT_EQ(stopped.finished_reason, "stop");
+  EXPECT_DOUBLE_EQ(stopped.e2e_seconds, 1.0);
+}
+
 TEST(RequestTimingRecorderTest, TokensArrivingWithTheFirstHaveZeroGaps) {
   RequestTimingRecorder rec("r", 0.0);
   StreamEvent e = Tokens(3, 3);

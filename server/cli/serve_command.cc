@@ -336,14 +336,14 @@ void Drain(frontend::OpenAiService& service, rpc::GrpcServer& grpc_server, const
 
 // The gRPC server (listening, not yet serving): --grpc-port, else 50051, or any free port when
 // the HTTP port is "any" (so test servers never collide on 50051).
-absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> StartGrpc(const Flags& flags,
-                                                           const std::string& host, bool any_port,
-                                                           const frontend::RequestLimits& limits,
-                                                           const std::string& api_key) {
+absl::StatusOr<std::unique_ptr<rpc::GrpcServer>> StartGrpc(
+    const Flags& flags, const std::string& host, bool any_port,
+    const frontend::ServiceOptions& service) {
   rpc::GrpcServerOptions options;
   options.host = host;
-  options.api_key = api_key;
-  options.limits = limits;
+  options.api_key = service.api_key;
+  options.limits = service.limits;
+  options.on_choice_finished = service.on_choice_finished;  // the same request metrics as REST
   ASSIGN_OR_RETURN(int64_t port, flags.GetInt("grpc-port", any_port ? 0 : 50051, 0, 65535));
   options.port = static_cast<int>(port);
   options.version = STRATA_VERSION;
@@ -427,8 +427,7 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(std::unique_ptr<http::HttpServer> server,
                    http::HttpServer::Start(options.http, &service));
   ASSIGN_OR_RETURN(std::unique_ptr<rpc::GrpcServer> grpc_server,
-                   StartGrpc(flags, options.http.host, options.http.port == 0,
-                             service_options.limits, options.api_key));
+                   StartGrpc(flags, options.http.host, options.http.port == 0, service_options));
   options.http.port = server->port();
   LOG_INFO("serve", "listening on {}:{} (loading the model)", options.http.host, server->port());
   ASSIGN_OR_RETURN(std::unique_ptr<ModelRuntime> runtime, ModelRuntime::Load(options));

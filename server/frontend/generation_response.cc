@@ -51,12 +51,7 @@ GenerationResponse::~GenerationResponse() {
 
 void GenerationResponse::ChoiceEnded(Choice& c, const std::string& finish_reason) const {
   if (!hooks_.on_choice_finished || !c.timing) return;
-  server::RequestTimings timings = c.timing->timings();
-  timings.finished_reason = finish_reason;
-  if (!c.timing->finished()) {
-    timings.e2e_seconds = server::RequestTimingRecorder::Now() - c.submit_seconds;
-  }
-  hooks_.on_choice_finished(timings);
+  hooks_.on_choice_finished(c.timing->Ended(finish_reason, server::RequestTimingRecorder::Now()));
   c.timing.reset();
 }
 
@@ -96,7 +91,6 @@ std::unique_ptr<GenerationResponse> GenerationResponse::FromStreams(
     choice.decoder = std::make_unique<ChoiceDecoder>(*model.tokenizer, choice_spec.options);
     choice.final.index = choice_spec.index;
     choice.final.logprobs_requested = response->spec_.logprobs;
-    choice.submit_seconds = submitted;
     choice.timing =
         std::make_unique<server::RequestTimingRecorder>(choice_spec.request.request_id, submitted);
     if (response->spec_.kind == ApiKind::kResponses && response->spec_.stream) {

@@ -100,7 +100,6 @@ class GenerationResponse : public http::PendingResponse {
     bool opened = false;  // a stream sent the choice's opening chunk (role, or echoed prompt)
     std::unique_ptr<server::RequestTimingRecorder> timing;  // until the choice ends
     std::unique_ptr<ResponsesStreamWriter> responses;       // kResponses streams
-    double submit_seconds = 0.0;
     bool done = false;
   };
 

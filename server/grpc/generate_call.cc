@@ -10,6 +10,7 @@
 
 #include "server/frontend/choice_decoder.h"
 #include "server/grpc/generate_request.h"
+#include "server/request_timing_recorder.h"
 
 namespace strata::rpc {
 namespace {
@@ -45,19 +46,25 @@ struct ChoiceRun {
   double first_token_ms = -1.0;
   double last_token_ms = 0.0;
   bool done = false;
+  // The request metrics' view of the choice, until it is reported (EndChoice).
+  std::unique_ptr<server::RequestTimingRecorder> timing;
 };
 
 class GenerateCall {
  public:
-  GenerateCall(const frontend::ServedModel& model, GrpcGeneration generation,
-               grpc::ServerContext* context,
+  GenerateCall(const ServiceState& state, const frontend::ServedModel& model,
+               GrpcGeneration generation, grpc::ServerContext* context,
                grpc::ServerWriterInterface<v1::GenerateResponse>* writer, absl::Time received)
-      : model_(model),
+      : state_(state),
+        model_(model),
         gen_(std::move(generation)),
         context_(context),
         writer_(writer),
         received_(received) {}
-  ~GenerateCall() { CancelUnfinished(); }
+  ~GenerateCall() {
+    CancelUnfinished();
+    for (ChoiceRun& choice : choices_) EndChoice(choice, "abort");  // those never ended
+  }
 
   absl::Status Submit();
   grpc::Status Run();
@@ -68,7 +75,10 @@ class GenerateCall {
   void FillComplete(const ChoiceRun& choice, const frontend::ChoiceDelta& delta,
                     const server::StreamEvent& event, v1::Complete* complete) const;
   void CancelUnfinished();
+  // Reports the choice's timings once, with `finish_reason` (REST's ChoiceEnded).
+  void EndChoice(ChoiceRun& choice, const std::string& finish_reason) const;
 
+  const ServiceState& state_;
   const frontend::ServedModel& model_;
   const GrpcGeneration gen_;
   grpc::ServerContext* context_;
@@ -89,6 +99,8 @@ absl::Status GenerateCall::Submit() {
         model_.engine->Submit(spec.request);
     if (!stream.ok()) return stream.status();  // the destructor cancels the earlier ones
     run.stream = *std::move(stream);
+    run.timing = std::make_unique<server::RequestTimingRecorder>(
+        spec.request.request_id, server::RequestTimingRecorder::Now());
     run.stream->SetNotifier([w = wakeup_] { w->Notify(); });
     choices_.push_back(std::move(run));
   }
@@ -125,10 +137,12 @@ grpc::Status GenerateCall::Run() {
 }
 
 bool GenerateCall::Apply(ChoiceRun& choice, const server::StreamEvent& event, absl::Status* error) {
+  if (choice.timing) choice.timing->OnEvent(event, server::RequestTimingRecorder::Now());
   frontend::ChoiceDelta delta = choice.decoder->Apply(event);
   if (!delta.error.ok()) {
     *error = delta.error;
     choice.done = true;
+    EndChoice(choice, "error");
     return true;
   }
   const double at_ms = queued_ms_ + event.elapsed_ms;
@@ -175,6 +189,7 @@ bool GenerateCall::Apply(ChoiceRun& choice, const server::StreamEvent& event, ab
   if (!delta.finish_reason) return true;
   if (delta.stop_string_matched) model_.engine->Cancel(choice.spec->request.request_id);
   choice.done = true;
+  EndChoice(choice, *delta.finish_reason);
   v1::GenerateResponse response;
   FillComplete(choice, delta, event, response.mutable_complete());
   return writer_->Write(response);
@@ -214,6 +229,12 @@ void GenerateCall::FillComplete(const ChoiceRun& choice, const frontend::ChoiceD
   timings->set_last_token_ms(choice.first_token_ms >= 0 ? choice.last_token_ms : end_ms);
 }
 
+void GenerateCall::EndChoice(ChoiceRun& choice, const std::string& finish_reason) const {
+  if (!choice.timing) return;
+  state_.ChoiceFinished(choice.timing->Ended(finish_reason, server::RequestTimingRecorder::Now()));
+  choice.timing.reset();
+}
+
 void GenerateCall::CancelUnfinished() {
   for (ChoiceRun& choice : choices_) {
     if (!choice.stream || choice.stream->finished()) continue;
@@ -243,7 +264,7 @@ grpc::Status RunGenerate(ServiceState& state, grpc::ServerContext* context,
   }
   grpc::Status status;
   {
-    GenerateCall call(**model, *std::move(generation), context, writer, received);
+    GenerateCall call(state, **model, *std::move(generation), context, writer, received);
     absl::Status submitted = call.Submit();
     status = submitted.ok() ? call.Run() : ToGrpcStatus(submitted);
   }

@@ -18,7 +18,7 @@ namespace strata::rpc {
 
 struct GrpcServer::Impl {
   explicit Impl(const GrpcServerOptions& options)
-      : state(options.limits, options.api_key),
+      : state(options.limits, options.api_key, options.on_choice_finished),
         inference(&state),
         control(&state, options.version) {}
 

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "server/frontend/openai_request.h"
 #include "server/frontend/served_model.h"
+#include "server/metrics.h"
 
 namespace strata::rpc {
 
@@ -21,6 +22,10 @@ struct GrpcServerOptions {
   frontend::RequestLimits limits;  // vocab_size is taken from the model
   std::string version;             // reported by GetServerInfo
   std::string api_key;             // --api-key: required as `authorization: Bearer` metadata
+  // Called once per Generate choice when it ends (finished, cancelled: "abort", failed:
+  // "error") with its timings as the client saw them, on the call's thread — what REST's
+  // frontend::ServiceOptions::on_choice_finished gets (serve: request metrics and log line).
+  std::function<void(const server::RequestTimings&)> on_choice_finished;
 };
 
 class GrpcServer {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <thread>
 #include <vector>
@@ -58,6 +59,10 @@ class GrpcServerTest : public testing::Test {
     GrpcServerOptions grpc_options;
     grpc_options.host = "127.0.0.1";
     grpc_options.port = 0;
+    grpc_options.on_choice_finished = [](const server::RequestTimings& t) {
+      std::lock_guard<std::mutex> lock(finished_mu_);
+      finished_.push_back(t);
+    };
     auto server = GrpcServer::Start(grpc_options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
@@ -165,9 +170,24 @@ class GrpcServerTest : public testing::Test {
     return response.value();  // 1 SERVING, 2 NOT_SERVING
   }
 
+  // The choices whose engine request id starts with `call_id`, as reported so far.
+  static std::vector<server::RequestTimings> FinishedChoices(const std::string& call_id) {
+    std::lock_guard<std::mutex> lock(finished_mu_);
+    std::vector<server::RequestTimings> out;
+    for (const server::RequestTimings& t : finished_) {
+      if (t.request_id.rfind(call_id, 0) == 0) out.push_back(t);
+    }
+    return out;
+  }
+
   static cli::ModelRuntime* runtime_;
   static GrpcServer* server_;
+  static std::mutex finished_mu_;
+  static std::vector<server::RequestTimings> finished_;  // GrpcServerOptions::on_choice_finished
 };
+
+std::mutex GrpcServerTest::finished_mu_;
+std::vector<server::RequestTimings> GrpcServerTest::finished_;
 
 cli::ModelRuntime* GrpcServerTest::runtime_ = nullptr;
 GrpcServer* GrpcServerTest::server_ = nullptr;
@@ -455,6 +475,49 @@ TEST_F(GrpcServerTest, FullQueueIsResourceExhausted) {
   for (const std::string& id : ids) runtime_->engine().Cancel(id);
   EXPECT_EQ(out.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   ExpectEmpty(WaitForEmptyCache(aborted_before + 80));
+}
+
+// Every choice is reported to on_choice_finished once (serve records the request metrics from
+// it, as for REST): finished ones with their reason and timings, cancelled ones as "abort".
+TEST_F(GrpcServerTest, EachChoiceReportsItsTimingsOnceAsRestDoes) {
+  GenerateRequest request = Request({5, 6, 7, 8}, 6);
+  request.set_request_id("timed-call");
+  request.set_n(2);
+  Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  const std::vector<server::RequestTimings> done = FinishedChoices("timed-call");
+  ASSERT_EQ(done.size(), 2u);
+  for (const server::RequestTimings& t : done) {
+    EXPECT_EQ(t.finished_reason, "length");
+    EXPECT_EQ(t.num_prompt_tokens, 4);
+    EXPECT_EQ(t.num_generation_tokens, 6);
+    ASSERT_TRUE(t.ttft_seconds.has_value());
+    ASSERT_TRUE(t.queue_seconds.has_value());
+    ASSERT_TRUE(t.prefill_seconds.has_value());
+    ASSERT_TRUE(t.decode_seconds.has_value());
+    EXPECT_GE(*t.ttft_seconds, *t.queue_seconds);
+    EXPECT_GE(t.e2e_seconds, *t.ttft_seconds + *t.decode_seconds - 1e-9);
+    EXPECT_EQ(t.inter_token_seconds.size(), 5u);
+  }
+
+  GenerateRequest long_request = Request({1, 2, 3}, MaxModelLen() - 3);
+  long_request.set_request_id("cancelled-call");
+  const int64_t aborted_before = Loads().num_aborted_total();
+  grpc::ClientContext context;
+  Outcome cancelled = Run(long_request, &context, [&](int chunk) {
+    if (chunk == 2) context.TryCancel();
+  });
+  EXPECT_EQ(cancelled.status.error_code(), grpc::StatusCode::CANCELLED);
+  // The server's call notices the cancellation within its poll interval, then reports.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (FinishedChoices("cancelled-call").empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ExpectEmpty(WaitForEmptyCache(aborted_before + 1));
+  const std::vector<server::RequestTimings> aborted = FinishedChoices("cancelled-call");
+  ASSERT_EQ(aborted.size(), 1u);
+  EXPECT_EQ(aborted[0].finished_reason, "abort");
+  EXPECT_GE(aborted[0].num_generation_tokens, 3);
 }
 
 TEST_F(GrpcServerTest, ClientCancellationAbortsTheRequestAndFreesItsCache) {

@@ -16,19 +16,28 @@
 #include "absl/status/statusor.h"
 #include "server/frontend/openai_request.h"
 #include "server/frontend/served_model.h"
+#include "server/metrics.h"
 
 namespace strata::rpc {
 
 class ServiceState {
  public:
-  ServiceState(frontend::RequestLimits limits, std::string api_key)
-      : limits_(limits), api_key_(std::move(api_key)) {}
+  // `on_choice_finished` (may be empty): GrpcServerOptions::on_choice_finished.
+  ServiceState(frontend::RequestLimits limits, std::string api_key,
+               std::function<void(const server::RequestTimings&)> on_choice_finished = {})
+      : limits_(limits),
+        api_key_(std::move(api_key)),
+        on_choice_finished_(std::move(on_choice_finished)) {}
 
   // With an API key, every Inference and Control call needs `authorization: Bearer KEY`
   // metadata (as REST's header): UNAUTHENTICATED otherwise. Health and reflection stay open.
   grpc::Status CheckAuth(const grpc::ServerContext* context) const;
 
   const frontend::RequestLimits& limits() const { return limits_; }
+  // Reports a finished Generate choice (no-op without a hook).
+  void ChoiceFinished(const server::RequestTimings& timings) const {
+    if (on_choice_finished_) on_choice_finished_(timings);
+  }
   void SetModel(const frontend::ServedModel* model) { model_ = model; }
   const frontend::ServedModel* model() const { return model_.load(); }
   void StartDraining() { draining_ = true; }
@@ -53,6 +62,7 @@ class ServiceState {
  private:
   const frontend::RequestLimits limits_;
   const std::string api_key_;
+  const std::function<void(const server::RequestTimings&)> on_choice_finished_;
   std::atomic<const frontend::ServedModel*> model_{nullptr};
   std::atomic<bool> draining_{false};
   mutable std::mutex mu_;
