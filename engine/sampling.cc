@@ -43,10 +43,9 @@ double UnrankedMass(const float* logits, int64_t vocab, const kernels::cpu::Scor
          static_cast<double>(below.num_equal - ranked_equal) * std::exp((last - max_logit) * inv_t);
 }
 
-// Better (value descending, then id ascending) without branches.
-inline bool BetterThan(const TailEntry& a, float value, int32_t id) {
-  return (a.value > value) | ((a.value == value) & (a.id < id));
-}
+constexpr auto kTailBetter = [](const TailEntry& a, const TailEntry& b) {
+  return kernels::cpu::Better(a.key, b.key);
+};
 
 // Selection by mass in rank order: the index i in [lo, hi) of the entry at which the running
 // weight of a[lo, hi) taken best first reaches `target` (mass ≥ target, or > when `strict`),
@@ -61,19 +60,15 @@ int64_t SelectByMass(TailEntry* a, int64_t lo, int64_t hi, double target, bool s
   while (hi - lo > kSortBelow) {
     // Median of three by rank as the pivot, moved to hi − 1.
     const int64_t mid = lo + (hi - lo) / 2;
-    auto better = [](const TailEntry& x, const TailEntry& y) {
-      return BetterThan(x, y.value, y.id);
-    };
-    if (better(a[mid], a[lo])) std::swap(a[mid], a[lo]);
-    if (better(a[hi - 1], a[lo])) std::swap(a[hi - 1], a[lo]);
-    if (better(a[mid], a[hi - 1])) std::swap(a[mid], a[hi - 1]);
-    const float pivot_value = a[hi - 1].value;
-    const int32_t pivot_id = a[hi - 1].id;
+    if (kTailBetter(a[mid], a[lo])) std::swap(a[mid], a[lo]);
+    if (kTailBetter(a[hi - 1], a[lo])) std::swap(a[hi - 1], a[lo]);
+    if (kTailBetter(a[mid], a[hi - 1])) std::swap(a[mid], a[hi - 1]);
+    const kernels::cpu::ScoredId pivot = a[hi - 1].key;
     int64_t i = lo;
     double sums[4] = {0, 0, 0, 0};  // independent chains: one f64 add chain costs 4 cycles/entry
     for (int64_t j = lo; j < hi - 1; ++j) {  // [lo, i): better than the pivot
       const TailEntry e = a[j];
-      const bool b = BetterThan(e, pivot_value, pivot_id);
+      const bool b = kernels::cpu::Better(e.key, pivot);
       a[j] = a[i];
       a[i] = e;
       sums[j & 3] += b ? static_cast<double>(e.p) : 0.0;
@@ -90,8 +85,7 @@ int64_t SelectByMass(TailEntry* a, int64_t lo, int64_t hi, double target, bool s
     target -= a[i].p;
     lo = i + 1;
   }
-  std::sort(a + lo, a + hi,
-            [](const TailEntry& x, const TailEntry& y) { return BetterThan(x, y.value, y.id); });
+  std::sort(a + lo, a + hi, kTailBetter);
   double mass = 0;
   for (int64_t i = lo; i < hi; ++i) {
     mass += a[i].p;
@@ -99,7 +93,7 @@ int64_t SelectByMass(TailEntry* a, int64_t lo, int64_t hi, double target, bool s
   }
   int64_t worst = lo0;
   for (int64_t i = lo0 + 1; i < hi0; ++i) {
-    if (BetterThan(a[worst], a[i].value, a[i].id)) worst = i;
+    if (kTailBetter(a[worst], a[i])) worst = i;
   }
   return worst;
 }
@@ -282,6 +276,7 @@ int32_t Sampler::Draw(const float* logits, int64_t vocab, int64_t keep, double u
     total += probs[i];
   }
   const bool complete = m == keep;
+  const double ranked_mass = total;
   if (!complete) total += UnrankedMass(logits, vocab, cand, m, max_logit, inv_t);
   // The tokens ranked after cand[m − 1], with their weights: built when a cut or the draw
   // reaches past the ranked ones (never with top-k).
@@ -289,8 +284,7 @@ int32_t Sampler::Draw(const float* logits, int64_t vocab, int64_t keep, double u
   // carried into the tail is rescaled to their f64 sum, so rounding never pushes it past them.
   TailEntry* tail = nullptr;
   int64_t tail_size = 0;
-  double ranked_mass = 0, tail_scale = 1;
-  for (int64_t i = 0; i < m; ++i) ranked_mass += probs[i];
+  double tail_scale = 1;
   const auto build_tail = [&] {
     scratch.weights.resize(static_cast<size_t>(vocab));
     scratch.tail.resize(static_cast<size_t>(vocab));
@@ -300,9 +294,9 @@ int32_t Sampler::Draw(const float* logits, int64_t vocab, int64_t keep, double u
     const kernels::cpu::ScoredId last = cand[m - 1];
     for (int64_t i = 0; i < vocab; ++i) {
       const float x = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
-      const TailEntry e{x, static_cast<int32_t>(i), scratch.weights[static_cast<size_t>(i)]};
+      const TailEntry e{{x, static_cast<int32_t>(i)}, scratch.weights[static_cast<size_t>(i)]};
       tail[tail_size] = e;
-      tail_size += BetterThan(TailEntry{last.value, last.id, 0.0f}, x, e.id);
+      tail_size += kernels::cpu::Better(last, e.key);
     }
     double tail_mass = 0;
     for (int64_t i = 0; i < tail_size; ++i) tail_mass += tail[i].p;
@@ -355,7 +349,7 @@ int32_t Sampler::Draw(const float* logits, int64_t vocab, int64_t keep, double u
   if (cut <= m) return cand[cut - 1].id;
   if (tail == nullptr) build_tail();
   if (cut >= vocab) draw *= tail_scale;  // kept_mass was the normaliser's total
-  return tail[SelectByMass(tail, 0, std::min(cut, vocab) - m, draw, /*strict=*/true)].id;
+  return tail[SelectByMass(tail, 0, std::min(cut, vocab) - m, draw, /*strict=*/true)].key.id;
 }
 
 }  // namespace strata::engine

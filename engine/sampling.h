@@ -93,8 +93,7 @@ class Rng {
 // worker's first draw allocates nothing); without one, the calling thread's is used.
 struct SampleScratch {
   struct TailEntry {  // a token past the ranked candidates, with its weight (f32)
-    float value;
-    int32_t id;
+    kernels::cpu::ScoredId key;
     float p;
   };
   std::vector<kernels::cpu::ScoredId> candidates;

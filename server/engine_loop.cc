@@ -35,10 +35,11 @@ struct EngineLoop::Rank {
   EngineStats stats;
   engine::StepResult result;  // of the latest step (rank thread)
   // Rank thread: the admitted, unfinished sequences' clocks, how many of them have not run a
-  // step yet, and the stats at the latest on_step report.
+  // step yet, the stats at the latest on_step report and the next one (reused: the copies keep
+  // their vectors' capacity, so a report allocates nothing).
   std::unordered_map<engine::SequenceId, SequenceClock> clocks;
   int64_t num_never_scheduled = 0;
-  EngineStats reported;
+  EngineStats reported, to_report;
   std::thread thread;
 };
 
@@ -359,15 +360,15 @@ void EngineLoop::NoteFirstScheduled(Rank& r, const engine::StepPlan& plan) {
 void EngineLoop::RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty) {
   const double all_to_all_s =
       r.parts.all_to_all_seconds_total ? r.parts.all_to_all_seconds_total() : 0.0;
-  std::optional<EngineStats> report;
+  const bool report = options_.on_step && !empty;
   {
     std::lock_guard<std::mutex> lock(mu_);
     UpdateStats(r, result, step_ms, empty, all_to_all_s);
-    if (options_.on_step && !empty) report = r.stats;
+    if (report) r.to_report = r.stats;
   }
   if (!report) return;
-  options_.on_step(r.index, r.reported, *report);
-  r.reported = std::move(*report);
+  options_.on_step(r.index, r.reported, r.to_report);
+  std::swap(r.reported, r.to_report);
 }
 
 void EngineLoop::UpdateStats(Rank& r, const engine::StepResult& result, double step_ms, bool empty,

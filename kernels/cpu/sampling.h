@@ -10,13 +10,14 @@
 
 namespace strata::kernels::cpu {
 
-// A candidate token. Ranking order ("better"): value descending, then id ascending.
+// A candidate token. Ranking order ("better"): value descending, then id ascending. Branch-free
+// (the comparisons' outcomes are random in partitions and sorts).
 struct ScoredId {
   float value;
   int32_t id;
 };
 inline bool Better(const ScoredId& a, const ScoredId& b) {
-  return a.value > b.value || (a.value == b.value && a.id < b.id);
+  return (a.value > b.value) | ((a.value == b.value) & (a.id < b.id));
 }
 
 // max x[0, n), n ≥ 1.
