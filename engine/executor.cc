@@ -55,6 +55,10 @@ const float* CpuExecutor::StateRow(int kda_layer, int32_t row) const {
   return StatePtr(kda_layer, row);
 }
 
+const float* CpuExecutor::ConvRow(int kda_layer, int32_t row) const {
+  return ConvPtr(kda_layer, row);
+}
+
 void CpuExecutor::CopyRow(int32_t from_row, int32_t to_row) {
   for (int j = 0; j < layout_.num_kda_layers; ++j) {
     std::memcpy(StatePtr(j, to_row), StatePtr(j, from_row), layout_.kda_state_bytes_per_layer);
@@ -147,10 +151,43 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
       CHECK_EQ(layout_.num_kda_layers, 0) << "sequence " << seq.seq_id << " has no slot";
     }
   }
+  BuildCheckpointSaves(plan);
   if (draft_rows > 0) kda_drafts_.Reserve(model_.config(), draft_rows);
   const auto snapshot_bytes = static_cast<size_t>(num_snapshots * kda_snapshot_bytes_);
   if (kda_snapshots_.size() < snapshot_bytes) {
     kda_snapshots_ = AlignedBuffer(snapshot_bytes, AlignedBuffer::Fill::kUninitialized);
+  }
+}
+
+void CpuExecutor::BuildCheckpointSaves(const StepPlan& plan) {
+  size_t num_saves = 0;
+  for (const ScheduledSequence& seq : plan.sequences) num_saves += seq.save_checkpoints.size();
+  if (kda_saves_.size() < num_saves) kda_saves_.resize(num_saves);  // never shrinks: reused
+  size_t next = 0;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const ScheduledSequence& seq = plan.sequences[i];
+    ForwardSequence& f = batch_[i];
+    f.kda_saves = {};
+    if (seq.save_checkpoints.empty() || layout_.num_kda_layers == 0) continue;
+    CHECK(seq.slot >= 0 && seq.num_draft_tokens == 0) << "checkpoint saves of " << seq.seq_id;
+    const size_t first = next;
+    int64_t previous = 0;
+    for (const CheckpointSave& save : seq.save_checkpoints) {
+      CHECK(save.checkpoint >= 0 && save.checkpoint < layout_.num_checkpoints &&
+            save.num_tokens > previous && save.num_tokens <= f.num_new_tokens)
+          << "checkpoint " << save.checkpoint << " after " << save.num_tokens << " tokens of "
+          << seq.seq_id;
+      previous = save.num_tokens;
+      KdaCacheSave& out = kda_saves_[next++];
+      out.num_tokens = save.num_tokens;
+      out.kda_state.clear();
+      out.kda_conv.clear();
+      for (int j = 0; j < layout_.num_kda_layers; ++j) {
+        out.kda_state.push_back(StatePtr(j, layout_.CheckpointRow(save.checkpoint)));
+        out.kda_conv.push_back(ConvPtr(j, layout_.CheckpointRow(save.checkpoint)));
+      }
+    }
+    f.kda_saves = absl::MakeConstSpan(kda_saves_).subspan(first, next - first);
   }
 }
 
@@ -248,12 +285,6 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   // The kept tokens (those before the drafts and the accepted drafts) into the KDA caches.
   model_.ReplayKdaDrafts(kda_drafts_, replays_, context.workspace);
 
-  // 4. KDA checkpoints at the boundary this step ended on.
-  for (const ScheduledSequence& seq : plan.sequences) {
-    if (seq.save_checkpoint < 0 || seq.slot < 0) continue;
-    CHECK_LT(seq.save_checkpoint, layout_.num_checkpoints);
-    CopyRow(layout_.SlotRow(seq.slot), layout_.CheckpointRow(seq.save_checkpoint));
-  }
   result->forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }

@@ -5,8 +5,10 @@
 // sequences that start, the forward (MLA pages through block tables, KDA state per slot; no
 // padding token ever touches a state), sampling of the sequences that asked for it (with
 // log-probabilities of the raw model distribution when requested), the replay of the kept
-// tokens of sequences that verified drafts into their KDA caches (kda_drafts.h), slot →
-// checkpoint copies.
+// tokens of sequences that verified drafts into their KDA caches (kda_drafts.h). Slot →
+// checkpoint copies happen inside the forward, in each KDA layer as the sequence's tokens pass
+// the save (forward_batch.h, KdaCacheSave): a prefill chunk saves at its checkpoint boundaries
+// without ending there.
 //
 // Speculative drafts on the CPU: the replay costs about what the KDA layers spent on those
 // tokens in the forward (compute, no weights), the one part of a verifying step that a
@@ -71,11 +73,15 @@ class CpuExecutor : public StepExecutor {
   const kvcache::CacheLayout& layout() const { return layout_; }
   // Bytes of one KDA layer's state row (tests compare slots and checkpoints).
   const float* StateRow(int kda_layer, int32_t row) const;
+  // And of its conv cache row.
+  const float* ConvRow(int kda_layer, int32_t row) const;
 
  private:
   float* StatePtr(int kda_layer, int32_t row) const;
   float* ConvPtr(int kda_layer, int32_t row) const;
   void InitSlot(const ScheduledSequence& seq);
+  // batch_[i].kda_saves from the plan's checkpoint saves (after the rest of BuildBatch).
+  void BuildCheckpointSaves(const StepPlan& plan);
   void CopyRow(int32_t from_row, int32_t to_row);
   // Copies the KDA caches of state row `row` to copy `snapshot` (or back, `restore`).
   void SnapshotCopy(int32_t row, int32_t snapshot, bool restore);
@@ -91,6 +97,7 @@ class CpuExecutor : public StepExecutor {
   std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>();
   // Storage reused from step to step (sizes only grow).
   std::vector<ForwardSequence> batch_;
+  std::vector<KdaCacheSave> kda_saves_;  // batch_'s checkpoint saves; only grows
   std::vector<float> logits_;
   KdaDraftRows kda_drafts_;
   std::vector<KdaReplay> replays_;

@@ -40,6 +40,15 @@ struct SequenceCacheView {
   int block_size = 0;
 };
 
+// A KDA checkpoint the forward writes: every KDA layer j copies its caches, as the sequence's
+// first num_tokens new tokens leave them, to kda_state[j] / kda_conv[j] (same shapes as the
+// cache views; another row of the caller's arena).
+struct KdaCacheSave {
+  int64_t num_tokens = 0;  // 1..num_new_tokens
+  std::vector<float*> kda_state;
+  std::vector<float*> kda_conv;
+};
+
 struct ForwardSequence {
   const int32_t* token_ids = nullptr;  // [num_new_tokens]
   int64_t num_new_tokens = 0;
@@ -56,6 +65,10 @@ struct ForwardSequence {
   // tokens and are overwritten later.
   int64_t kda_draft_row = -1;
   bool kda_update_caches = false;
+  // Checkpoints of the KDA caches inside the new tokens, ascending num_tokens (none with
+  // drafts). A save splits the sequence's KDA kernels there: the same arithmetic as a step
+  // ending at the save and the next one starting from it.
+  absl::Span<const KdaCacheSave> kda_saves;
 };
 
 // A batch as the model sees it (a view: callers keep reusable storage, e.g. a vector that only

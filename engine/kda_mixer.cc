@@ -1,11 +1,16 @@
 // KDA mixer (MODEL.md §3): the projections of all rows at once (each weight read once per step),
 // then the fused CPU kernels per sequence kind: every one-token sequence of the batch in one
-// KdaDecode call, every longer run (prefill chunk) in one KdaPrefill call; then o_proj.
+// KdaDecode call, every longer run (prefill chunk) in one KdaPrefill call; then o_proj. A
+// sequence saving KDA checkpoints inside the step runs as pieces split at the saves, one
+// kernel round per piece, with the caches copied out between rounds.
 //
 // Batch invariance: which kernel a sequence takes depends only on its own token count, and
 // both kernels compute each (sequence, head) on one thread in a fixed order, so a sequence's
 // output does not depend on what else is in the batch.
 #include "engine/mixers.h"
+
+#include <algorithm>
+#include <cstring>
 
 #include "core/check.h"
 #include "kernels/cpu/kda_chunk.h"
@@ -92,20 +97,43 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
 
   const kernels::cpu::KdaRows kda_rows{q_raw, k_raw, v_raw, f, b, gate};
   const size_t index = static_cast<size_t>(kda_index);
+  const kernels::cpu::KdaLayerParams params = LayerParams(cfg, w);
   auto* seqs = ws.Array<kernels::cpu::KdaSequence>(static_cast<int64_t>(batch.size()));
-  size_t num_seqs = 0;
-  for (size_t s = 0; s < batch.size(); ++s) {
-    if (rows[s].count == 0) continue;
-    kernels::cpu::KdaSequence& seq = seqs[num_seqs++];
-    seq = {rows[s].offset, rows[s].count, batch[s].cache.kda_state[index],
-           batch[s].cache.kda_conv[index]};
-    if (batch[s].kda_draft_row >= 0) {  // verifying drafts: replayed once they are judged
-      CHECK(drafts != nullptr && seq.num_tokens > 1) << "draft rows of sequence " << s;
-      drafts->Save(kda_index, batch[s].kda_draft_row, kda_rows, seq.row_offset, seq.num_tokens);
-      seq.update_caches = batch[s].kda_update_caches;
+  // Sequences with checkpoint saves run in pieces split at them: round r runs every sequence's
+  // r-th piece, then copies the caches of those whose r-th save that piece reached.
+  size_t num_rounds = 1;
+  for (const ForwardSequence& seq : batch) {
+    num_rounds = std::max(num_rounds, seq.kda_saves.size() + 1);
+  }
+  for (size_t round = 0; round < num_rounds; ++round) {
+    size_t num_seqs = 0;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      const absl::Span<const KdaCacheSave> saves = batch[s].kda_saves;
+      if (rows[s].count == 0 || round > saves.size()) continue;
+      const int64_t from = round == 0 ? 0 : saves[round - 1].num_tokens;
+      const int64_t to = round < saves.size() ? saves[round].num_tokens : rows[s].count;
+      CHECK(from <= to && to <= rows[s].count) << "checkpoint saves of sequence " << s;
+      if (to == from) continue;  // a save at the end leaves an empty last piece
+      kernels::cpu::KdaSequence& seq = seqs[num_seqs++];
+      seq = {rows[s].offset + from, to - from, batch[s].cache.kda_state[index],
+             batch[s].cache.kda_conv[index]};
+      if (batch[s].kda_draft_row >= 0) {  // verifying drafts: replayed once they are judged
+        CHECK(drafts != nullptr && seq.num_tokens > 1 && saves.empty())
+            << "draft rows of sequence " << s;
+        drafts->Save(kda_index, batch[s].kda_draft_row, kda_rows, seq.row_offset, seq.num_tokens);
+        seq.update_caches = batch[s].kda_update_caches;
+      }
+    }
+    RunKdaKernels(params, absl::MakeConstSpan(seqs, num_seqs), kda_rows, y, ws);
+    for (size_t s = 0; s < batch.size(); ++s) {
+      if (rows[s].count == 0 || round >= batch[s].kda_saves.size()) continue;
+      const KdaCacheSave& save = batch[s].kda_saves[round];
+      std::memcpy(save.kda_state[index], batch[s].cache.kda_state[index],
+                  static_cast<size_t>(heads * hd * hd) * sizeof(float));
+      std::memcpy(save.kda_conv[index], batch[s].cache.kda_conv[index],
+                  static_cast<size_t>(3 * (k.conv_kernel_size - 1) * p) * sizeof(float));
     }
   }
-  RunKdaKernels(LayerParams(cfg, w), absl::MakeConstSpan(seqs, num_seqs), kda_rows, y, ws);
   LinearForward(w.o_proj, y, num_rows, out);
 }
 

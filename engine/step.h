@@ -5,8 +5,8 @@
 // One step runs one forward over a ragged batch mixing prefill chunks and decode tokens.
 // For every scheduled sequence the plan says which tokens to run on top of how much context,
 // where its caches are (MLA block table, KDA state slot), how the slot starts (fresh, carried
-// from the previous step, or copied from a prefix-cache checkpoint), which KDA checkpoint to
-// save after the step, and whether to sample.
+// from the previous step, or copied from a prefix-cache checkpoint), which KDA checkpoints to
+// save at which of its tokens, and whether to sample.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,15 @@ enum class SlotInit : uint8_t {
   kFromCheckpoint,  // copy checkpoint `source_checkpoint` into the slot first (prefix hit)
 };
 
+// A KDA checkpoint saved by the step: the slot's state and conv cache as they are after the
+// first num_tokens of the sequence's new tokens (1 ≤ num_tokens ≤ new tokens; less than all
+// of them is a save inside the step, which only an executor with
+// `saves_checkpoints_mid_step` is given).
+struct CheckpointSave {
+  int32_t checkpoint = -1;
+  int64_t num_tokens = 0;
+};
+
 struct ScheduledSequence {
   SequenceId seq_id = 0;
   std::vector<int32_t> token_ids;    // the new tokens of this step (prefill chunk or 1 decode)
@@ -34,9 +43,9 @@ struct ScheduledSequence {
   std::vector<int32_t> block_table;  // MLA blocks covering [0, num_computed + new)
   int32_t slot = -1;                 // KDA state slot (−1 when the model has no KDA layers)
   SlotInit slot_init = SlotInit::kCarry;
-  int32_t source_checkpoint = -1;  // with kFromCheckpoint
-  int32_t save_checkpoint = -1;    // ≥ 0: copy the slot into this checkpoint after the step
-  bool sample = false;             // the last new token's logits are sampled
+  int32_t source_checkpoint = -1;                // with kFromCheckpoint
+  std::vector<CheckpointSave> save_checkpoints;  // ascending num_tokens; none with drafts
+  bool sample = false;                           // the last new token's logits are sampled
   // Speculative decoding (sample == true): the last num_draft_tokens of token_ids are proposed
   // continuations, not yet accepted. The executor samples the row of the token before the
   // first draft and, while the sampled token equals the next draft, the following rows: it

@@ -83,7 +83,15 @@ bool PrefixCache::ShouldCheckpoint(int64_t num_tokens_after_step, int64_t prompt
 std::vector<int64_t> PrefixCache::CheckpointBoundaries(int64_t begin_tokens, int64_t end_tokens,
                                                        int64_t prompt_len) const {
   std::vector<int64_t> boundaries;
-  if (!keeps_checkpoints() || end_tokens <= begin_tokens) return boundaries;
+  CheckpointBoundaries(begin_tokens, end_tokens, prompt_len, &boundaries);
+  return boundaries;
+}
+
+void PrefixCache::CheckpointBoundaries(int64_t begin_tokens, int64_t end_tokens, int64_t prompt_len,
+                                       std::vector<int64_t>* out) const {
+  std::vector<int64_t>& boundaries = *out;
+  boundaries.clear();
+  if (!keeps_checkpoints() || end_tokens <= begin_tokens) return;
   if (every_n_blocks_ > 0) {
     int64_t stride = static_cast<int64_t>(every_n_blocks_) * block_size_;
     for (int64_t b = (begin_tokens / stride + 1) * stride; b <= end_tokens; b += stride) {
@@ -100,7 +108,6 @@ std::vector<int64_t> PrefixCache::CheckpointBoundaries(int64_t begin_tokens, int
                         prompt_end);
     }
   }
-  return boundaries;
 }
 
 std::optional<CheckpointId> PrefixCache::ReserveCheckpoint(BlockHash boundary_hash) {

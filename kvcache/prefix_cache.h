@@ -43,8 +43,9 @@
 //       same step as the Acquire.
 //     a step whose end (or, if the executor saves mid-step, some position in it) is a boundary
 //       from CheckpointBoundaries(): id = ReserveCheckpoint(hash of the block ending there).
-//   Execute(): all checkpoint -> slot copies, then the forward, then all slot -> checkpoint
-//     copies (so reusing a checkpoint slot within one step is safe).
+//   Execute(): all checkpoint -> slot copies, then the forward, which writes the slot ->
+//     checkpoint copies as it passes each boundary (or all after it: either way after every
+//     checkpoint -> slot copy, so reusing a checkpoint slot within one step is safe).
 //   Commit(): BlockPool::CacheFullBlock for newly full blocks first, then CommitCheckpoint(id).
 //     A sequence aborted or preempted between Reserve and Commit: CancelCheckpoint(id).
 //
@@ -105,6 +106,9 @@ class PrefixCache {
   // All checkpoint points b with begin_tokens < b <= end_tokens, ascending.
   std::vector<int64_t> CheckpointBoundaries(int64_t begin_tokens, int64_t end_tokens,
                                             int64_t prompt_len) const;
+  // The same into *out (cleared first; its capacity is reused).
+  void CheckpointBoundaries(int64_t begin_tokens, int64_t end_tokens, int64_t prompt_len,
+                            std::vector<int64_t>* out) const;
 
   // A checkpoint slot to save the state at the boundary whose last block hashes to
   // `boundary_hash`, now pending. Evicts the least recently used committed checkpoint when no

@@ -209,7 +209,9 @@ void Scheduler::CommitEntry(const Entry& entry, absl::Span<const engine::Sampled
     }
   }
   if (config_.enable_prefix_caching) RegisterFullBlocks(seq);  // before CommitCheckpoint
-  if (entry.save_checkpoint >= 0) prefix_cache_.CommitCheckpoint(entry.save_checkpoint);
+  for (const engine::CheckpointSave& save : Saves(entry)) {
+    prefix_cache_.CommitCheckpoint(save.checkpoint);
+  }
 
   for (size_t i = 0; i < emitted; ++i) {
     const engine::SampledToken& token = sampled[i];

@@ -21,12 +21,13 @@
 //      prompt, from the budget and blocks left: the executor verifies them in the same forward
 //      and advances the caches by the accepted ones only (the KDA state by a replay of their
 //      saved rows, engine/kda_drafts.h); the rows of rejected drafts are overwritten later.
-// A chunk is cut by the budget, by long_prefill_token_threshold and at the first KDA
-// checkpoint boundary inside it (PrefixCache::CheckpointBoundaries) so the executor can save
-// the state at the end of the step. When a running sequence needs a block and none is free,
-// the lowest-priority newest running sequence (possibly itself, possibly one already placed in
-// this step) is preempted: its blocks and slot are freed and it waits to be recomputed from
-// its prompt and emitted tokens; those tokens are never emitted again.
+// A chunk is cut by the budget and by long_prefill_token_threshold; the executor saves a KDA
+// checkpoint at every checkpoint boundary inside it (PrefixCache::CheckpointBoundaries) that
+// gets a checkpoint slot — or, without saves_checkpoints_mid_step, the chunk is also cut at
+// the first boundary so the state at the end of the step is the one saved. When a running sequence
+// needs a block and none is free, the lowest-priority newest running sequence (possibly itself,
+// possibly one already placed in this step) is preempted: its blocks and slot are freed and it
+// waits to be recomputed from its prompt and emitted tokens; those tokens are never emitted again.
 //
 // One mutator, not thread-safe: the engine loop thread owns the scheduler and its pools.
 #pragma once
@@ -130,12 +131,18 @@ class Scheduler {
     bool sample = false;
     bool decode = false;
     int64_t num_scored = 0;  // prompt positions scored (score targets) in this step
-    kvcache::CheckpointId save_checkpoint = -1;
+    // Its KDA checkpoint saves: saves_[first_save, first_save + num_saves), ascending.
+    int32_t first_save = 0;
+    int32_t num_saves = 0;
     int32_t num_drafts = 0;  // seq->draft, after the new tokens
   };
 
   QueueKey KeyOf(const Sequence& seq) const;
   bool checkpoints_enabled() const;
+  absl::Span<const engine::CheckpointSave> Saves(const Entry& entry) const {
+    return absl::MakeConstSpan(saves_).subspan(static_cast<size_t>(entry.first_save),
+                                               static_cast<size_t>(entry.num_saves));
+  }
 
   // Schedule() phases (scheduler_step.cc).
   void ProcessAborts();
@@ -194,6 +201,8 @@ class Scheduler {
 
   // The step being built (inside Schedule) or in flight (until Commit).
   std::vector<Entry> entries_;
+  std::vector<engine::CheckpointSave> saves_;  // of entries_, reserved in the prefix cache
+  std::vector<int64_t> boundaries_;            // scratch of Place
   engine::StepPlan plan_;  // built by Schedule(), read by the executor until the next one
   int64_t token_budget_ = 0;
   int64_t score_budget_ = 0;  // prompt positions this step may still score

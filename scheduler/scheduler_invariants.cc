@@ -133,7 +133,7 @@ absl::Status Scheduler::CheckCacheCounts(const InvariantTally& tally) const {
                   " running sequences");
   }
   int32_t num_reserved = 0;
-  for (const Entry& entry : entries_) num_reserved += entry.save_checkpoint >= 0 ? 1 : 0;
+  for (const Entry& entry : entries_) num_reserved += entry.num_saves;
   if (prefix_cache_.num_pending_checkpoints() != num_reserved) {
     return Broken(prefix_cache_.num_pending_checkpoints(), " pending checkpoints but the step ",
                   "reserved ", num_reserved);

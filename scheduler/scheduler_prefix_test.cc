@@ -1,9 +1,11 @@
 // Prefix caching through the scheduler (block_size 4): chunks end at KDA checkpoint
-// boundaries, hits need a committed checkpoint at exactly the matched boundary, the last
-// prompt token is never matched, salts separate caches, and a recomputed sequence hits its own
-// cached prefix. The FakeExecutor checks that every restored state equals the cached context.
+// boundaries (or, for an executor that saves mid-step, run through them), hits need a committed
+// checkpoint at exactly the matched boundary, the last prompt token is never matched, salts
+// separate caches, and a recomputed sequence hits its own cached prefix. The FakeExecutor checks
+// that every restored state equals the cached context.
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +37,15 @@ SchedulerConfig PrefixConfig() {
   c.num_checkpoint_slots = 4;
   c.checkpoint_every_n_blocks = 2;
   c.enable_prefix_caching = true;
+  // Chunks end at checkpoint boundaries (as for the CUDA executor); the CPU executor's saves
+  // inside a step are tested with MidStepConfig.
+  c.saves_checkpoints_mid_step = false;
+  return c;
+}
+
+SchedulerConfig MidStepConfig() {
+  SchedulerConfig c = PrefixConfig();
+  c.saves_checkpoints_mid_step = true;
   return c;
 }
 
@@ -69,8 +80,12 @@ struct Chunk {
 Chunk Only(const StepPlan& plan) {
   EXPECT_EQ(plan.sequences.size(), 1u);
   const auto& s = plan.sequences.at(0);
-  return {s.num_computed_tokens, static_cast<int64_t>(s.token_ids.size()), s.save_checkpoint,
-          s.sample};
+  EXPECT_LE(s.save_checkpoints.size(), 1u);
+  for (const engine::CheckpointSave& save : s.save_checkpoints) {
+    EXPECT_EQ(save.num_tokens, static_cast<int64_t>(s.token_ids.size()));  // at the end
+  }
+  return {s.num_computed_tokens, static_cast<int64_t>(s.token_ids.size()),
+          s.save_checkpoints.empty() ? -1 : s.save_checkpoints[0].checkpoint, s.sample};
 }
 
 MATCHER_P4(IsChunk, begin, size, save_checkpoint, sample, "") {
@@ -396,6 +411,103 @@ TEST(SchedulerPrefixTest, ABlockAlignedPromptAgainHitsUpToItsLastBlock) {
   EXPECT_EQ(p.sequences[0].num_computed_tokens, 12);  // all but the block of its last token
   d.RunUntilIdle();
   EXPECT_EQ(d.output("again"), Expected(again));
+  ExpectHealthy(d);
+}
+
+// With an executor that saves mid-step, a chunk runs through its checkpoint boundaries: one
+// step for the whole 16-token budget, saving at 8 (every 2 blocks) and 16 (the prompt's last
+// block boundary) on the way.
+std::vector<int64_t> SavePoints(const engine::ScheduledSequence& s) {
+  std::vector<int64_t> points;
+  for (const engine::CheckpointSave& save : s.save_checkpoints) {
+    points.push_back(s.num_computed_tokens + save.num_tokens);
+  }
+  return points;
+}
+
+TEST(SchedulerPrefixTest, MidStepSavesRunChunksThroughCheckpointBoundaries) {
+  Driver d(MidStepConfig(), kVocab);
+  Request r = MakeRequest("a", Prompt(19, 100), 6);
+  ASSERT_TRUE(d.scheduler().Add(r).ok());
+  StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].token_ids.size(), 16u);  // the whole budget
+  EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(8, 16));
+  EXPECT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 2);
+  p = d.Step();
+  EXPECT_EQ(p.sequences[0].token_ids.size(), 3u);
+  EXPECT_TRUE(p.sequences[0].sample);
+  EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre());
+  d.RunUntilIdle();  // decodes 20..23: the one that fills block 6 saves at 24
+  EXPECT_EQ(d.output("a"), Expected(r));
+  EXPECT_EQ(d.scheduler().stats().num_checkpoints, 3);
+  ExpectHealthy(d);
+}
+
+// A prompt longer than a block but within the budget is one step (it was two: a step ending
+// at its last block boundary, then the rest); the next request sharing it starts from there.
+TEST(SchedulerPrefixTest, MidStepSavesKeepAShortPromptToOneStep) {
+  Driver d(MidStepConfig(), kVocab);
+  const std::vector<int32_t> shared = Prompt(6, 100);
+  const Request a = MakeRequest("a", shared, 1);
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].token_ids.size(), 6u);
+  EXPECT_TRUE(p.sequences[0].sample);
+  EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(4));
+  EXPECT_EQ(d.output("a"), Expected(a));
+
+  const Request b = MakeRequest("b", Concat(shared, {900, 901, 902}), 3);
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kFromCheckpoint);
+  EXPECT_EQ(p.sequences[0].num_computed_tokens, 4);
+  EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(8));  // b's last block boundary
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("b"), Expected(b));
+  ExpectHealthy(d);
+}
+
+// A block-aligned prompt saves at its last two boundaries in the same step (12 for the same
+// prompt again, 16 for a longer one), and both hit.
+TEST(SchedulerPrefixTest, MidStepSavesBothEndsOfABlockAlignedPrompt) {
+  Driver d(MidStepConfig(), kVocab);
+  const Request a = MakeRequest("a", Prompt(16, 100), 1);
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].token_ids.size(), 16u);
+  EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(8, 12, 16));
+  EXPECT_EQ(d.output("a"), Expected(a));
+  for (const auto& [id, prompt, hit] :
+       {std::tuple{"again", Prompt(16, 100), 12}, std::tuple{"longer", Prompt(18, 100), 16}}) {
+    const Request r = MakeRequest(id, prompt, 2);
+    ASSERT_TRUE(d.scheduler().Add(r).ok());
+    p = d.Step();
+    ASSERT_EQ(p.sequences.size(), 1u);
+    EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kFromCheckpoint) << id;
+    EXPECT_EQ(p.sequences[0].num_computed_tokens, hit) << id;
+    d.RunUntilIdle();
+    EXPECT_EQ(d.output(id), Expected(r)) << id;
+  }
+  ExpectHealthy(d);
+}
+
+// Without checkpoint slots to spare, saves that get none are skipped and the chunk still runs
+// in one step.
+TEST(SchedulerPrefixTest, MidStepSavesTakeTheSlotsThereAre) {
+  SchedulerConfig c = MidStepConfig();
+  c.num_checkpoint_slots = 1;
+  Driver d(c, kVocab);
+  const Request a = MakeRequest("a", Prompt(16, 100), 1);
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].token_ids.size(), 16u);
+  EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(8));  // the only slot, pending
+  EXPECT_EQ(d.output("a"), Expected(a));
   ExpectHealthy(d);
 }
 

@@ -24,6 +24,7 @@ const engine::StepPlan& Scheduler::Schedule() {
 
   ProcessAborts();
   entries_.clear();
+  saves_.clear();
   token_budget_ = config_.max_num_batched_tokens;
   score_budget_ = config_.max_scored_tokens_per_step;
   ScheduleRunning(/*decodes=*/true);
@@ -191,7 +192,7 @@ int64_t Scheduler::ChunkSize(const Sequence& seq, int64_t begin) const {
     if (scored > score_budget_) n = score_budget_;
     if (n <= 0) return 0;
   }
-  if (n > 1 && checkpoints_enabled()) {
+  if (n > 1 && checkpoints_enabled() && !config_.saves_checkpoints_mid_step) {
     // End the chunk at the first checkpoint boundary so the state there can be saved.
     std::vector<int64_t> boundaries =
         prefix_cache_.CheckpointBoundaries(begin, begin + n, seq.num_prompt_tokens);
@@ -213,11 +214,18 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
     entry.num_scored = std::clamp<int64_t>(seq->num_prompt_tokens - 1 - begin, 0, num_new_tokens);
     score_budget_ -= entry.num_scored;
   }
-  if (checkpoints_enabled() && prefix_cache_.ShouldCheckpoint(end, seq->num_prompt_tokens)) {
-    kvcache::BlockHash boundary = seq->block_hashes[end / config_.block_size - 1];
-    std::optional<kvcache::CheckpointId> id = prefix_cache_.ReserveCheckpoint(boundary);
-    if (id.has_value()) entry.save_checkpoint = *id;
+  // A checkpoint at every boundary inside the chunk that gets a slot (ChunkSize left at most
+  // one, at the end, unless the executor saves mid-step).
+  entry.first_save = static_cast<int32_t>(saves_.size());
+  if (checkpoints_enabled()) {
+    prefix_cache_.CheckpointBoundaries(begin, end, seq->num_prompt_tokens, &boundaries_);
+    for (int64_t boundary : boundaries_) {
+      std::optional<kvcache::CheckpointId> id = prefix_cache_.ReserveCheckpoint(
+          seq->block_hashes[static_cast<size_t>(boundary / config_.block_size - 1)]);
+      if (id.has_value()) saves_.push_back({*id, boundary - begin});
+    }
   }
+  entry.num_saves = static_cast<int32_t>(saves_.size()) - entry.first_save;
   seq->step_index = static_cast<int32_t>(entries_.size());
   entries_.push_back(entry);
   token_budget_ -= num_new_tokens;
@@ -233,9 +241,9 @@ void Scheduler::AttachDrafts() {
   for (Entry& entry : entries_) {
     Sequence* seq = entry.seq;
     if (token_budget_ <= 0) return;
-    // Only past the prompt, and not where the step ends on a KDA checkpoint (the executor
-    // saves the checkpoint from the state after the whole step).
-    if (seq == nullptr || !entry.sample || entry.num_scored > 0 || entry.save_checkpoint >= 0 ||
+    // Only past the prompt, and not where the step saves a KDA checkpoint (a save is the
+    // state after new tokens that are all kept).
+    if (seq == nullptr || !entry.sample || entry.num_scored > 0 || entry.num_saves > 0 ||
         seq->num_computed_tokens < seq->num_prompt_tokens) {
       continue;
     }
@@ -286,7 +294,10 @@ void Scheduler::Preempt(Sequence* seq) {
     Entry& entry = entries_[static_cast<size_t>(seq->step_index)];
     token_budget_ += entry.num_new_tokens;
     score_budget_ += entry.num_scored;
-    if (entry.save_checkpoint >= 0) prefix_cache_.CancelCheckpoint(entry.save_checkpoint);
+    for (const engine::CheckpointSave& save : Saves(entry)) {
+      prefix_cache_.CancelCheckpoint(save.checkpoint);
+    }
+    entry.num_saves = 0;
     entry.seq = nullptr;
     seq->step_index = -1;
   }
@@ -329,7 +340,8 @@ void Scheduler::BuildPlan() {
     out.slot = seq->slot;
     out.slot_init = seq->slot_init;
     out.source_checkpoint = seq->source_checkpoint;
-    out.save_checkpoint = entry.save_checkpoint;
+    const absl::Span<const engine::CheckpointSave> saves = Saves(entry);
+    out.save_checkpoints.assign(saves.begin(), saves.end());
     out.sample = entry.sample;
     out.sampler = seq->sampler;
     out.num_logprobs = seq->request.num_logprobs;

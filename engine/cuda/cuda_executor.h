@@ -21,6 +21,10 @@
 // graph keeps), later steps of the bucket copy their arrays into the graph's input buffer and
 // replay it. A capture that fails is logged once and the bucket runs eagerly.
 //
+// KDA checkpoints are copied after the forward, so only saves at the end of a sequence's new
+// tokens are accepted (SchedulerConfig::saves_checkpoints_mid_step is false for this executor;
+// a save inside the step would need each KDA layer's kernels split there, as the CPU does).
+//
 // Device failures (a kernel launch error, device memory exhausted by the step scratch) are not
 // recoverable mid-step: the caches may be half-updated. Execute stops the process with the
 // failing kernel's message (CHECK); a supervisor restarts it.

@@ -246,7 +246,7 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
   StepPlan plan;
   plan.sequences.push_back(Seq(1, Prompt(70, 1), 0, {17, 3}, 0, SlotInit::kZero));
   plan.sequences.push_back(Seq(2, Prompt(5, 2), 0, {9}, 1, SlotInit::kZero));
-  plan.sequences[0].save_checkpoint = 0;  // A's state after its 70-token prompt
+  plan.sequences[0].save_checkpoints = {{0, 70}};  // A's state after its 70-token prompt
   std::map<SequenceId, int32_t> next = RunBoth(plan, "prefill");
   int64_t ctx_a = 70, ctx_b = 5;
 

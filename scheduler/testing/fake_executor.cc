@@ -135,14 +135,25 @@ void FakeExecutor::RunSequence(const engine::ScheduledSequence& seq, engine::Ste
     pages_[static_cast<size_t>(seq.block_table[static_cast<size_t>(p / block_size_)])]
           [static_cast<size_t>(p % block_size_)] = token;
   }
-  absorb(begin, end - std::max<int64_t>(k, 0));
-  if (!seq.score_targets.empty()) ScoreSequence(seq, context, result);
-  if (seq.save_checkpoint >= 0) {
-    if (end % block_size_ != 0) Error(who + "checkpoint not on a block boundary");
-    if (slot == nullptr || seq.save_checkpoint >= static_cast<int32_t>(checkpoints_.size())) {
+  // The slot's state at each checkpoint save (applied after every sequence ran, as the real
+  // executor's copies come after every slot init).
+  int64_t absorbed = begin;
+  for (const engine::CheckpointSave& save : seq.save_checkpoints) {
+    const int64_t at = begin + save.num_tokens;
+    if (at <= absorbed || at > end - k) Error(who + "checkpoint saves out of order or range");
+    if (at % block_size_ != 0) Error(who + "checkpoint not on a block boundary");
+    if (slot == nullptr || save.checkpoint < 0 ||
+        save.checkpoint >= static_cast<int32_t>(checkpoints_.size())) {
       Error(who + "bad checkpoint save");
+      continue;
     }
+    absorb(absorbed, at);
+    absorbed = at;
+    saved_.push_back({save.checkpoint, *slot});
   }
+  if (k > 0 && !seq.save_checkpoints.empty()) Error(who + "checkpoint saves with drafts");
+  absorb(absorbed, end - std::max<int64_t>(k, 0));
+  if (!seq.score_targets.empty()) ScoreSequence(seq, context, result);
   if (seq.num_draft_tokens > 0 && (!seq.sample || seq.num_draft_tokens >= end - begin)) {
     Error(who + "drafts without sampling or without a token before them");
     return;
@@ -222,14 +233,10 @@ engine::StepResult FakeExecutor::Execute(const engine::StepPlan& plan) {
     }
     RunSequence(seq, &result);
   }
-  for (const engine::ScheduledSequence& seq : plan.sequences) {
-    if (seq.save_checkpoint < 0 || seq.slot < 0) continue;
-    if (seq.save_checkpoint >= static_cast<int32_t>(checkpoints_.size()) ||
-        seq.slot >= static_cast<int32_t>(slots_.size())) {
-      continue;
-    }
-    checkpoints_[static_cast<size_t>(seq.save_checkpoint)] = slots_[static_cast<size_t>(seq.slot)];
+  for (const auto& [checkpoint, state] : saved_) {
+    checkpoints_[static_cast<size_t>(checkpoint)] = state;
   }
+  saved_.clear();
   return result;
 }
 

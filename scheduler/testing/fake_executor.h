@@ -15,7 +15,8 @@
 //      the slot absorbs only the tokens before the drafts and the accepted drafts; score
 //      target i gets
 //      Score(hash of the context through new token i, target);
-//   3. every save_checkpoint copies the slot (which must end on a block boundary).
+//   3. every checkpoint save copies the slot's state after its num_tokens new tokens (which
+//      must end on a block boundary), after every sequence ran.
 // So a sampled token depends on the whole context exactly as the caches hold it: a wrong
 // block, a stale checkpoint or a missing state carry changes the output. Violations of the
 // plan contract are recorded in errors().
@@ -23,6 +24,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/step.h"
@@ -74,6 +76,7 @@ class FakeExecutor {
   std::vector<std::vector<int32_t>> pages_;
   std::vector<State> slots_;
   std::vector<State> checkpoints_;
+  std::vector<std::pair<int32_t, State>> saved_;  // this step's saves: (checkpoint, state)
   std::vector<std::string> errors_;
   int64_t num_steps_ = 0;
 };

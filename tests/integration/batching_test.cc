@@ -12,6 +12,8 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -522,6 +524,67 @@ TEST_P(BatchingTest, SpeculativeDecodingGivesThePlainDecodingTokens) {
     EXPECT_EQ(spec_sched.block_pool().num_free(), layout.num_blocks);
     EXPECT_EQ(spec_sched.slot_pool().num_free(), layout.num_slots);
   }
+}
+
+// KDA checkpoints saved inside a step (a 47-token prompt saving at 16 and 40 on its way)
+// hold what steps ending there leave: the executor splits the sequence's KDA kernels at each
+// save, the same arithmetic as three steps. A sequence without saves in the same batch is
+// unaffected. (Through MLA layers a chunk's rows can differ from separate steps' in the last
+// bits, so the comparison allows f32 rounding.)
+TEST_P(BatchingTest, CheckpointsSavedInsideAStepEqualStepsEndingThere) {
+  std::mt19937 rng(41);
+  const std::vector<int32_t> prompt = RandomPrompt(rng, 47), other = RandomPrompt(rng, 13);
+  const kvcache::CacheLayout layout = Layout(16, 8, 2, 2);
+  auto sequence = [&](engine::SequenceId id, const std::vector<int32_t>& tokens, int64_t begin,
+                      int64_t end, int32_t slot, int32_t first_block) {
+    engine::ScheduledSequence s;
+    s.seq_id = id;
+    s.token_ids.assign(tokens.begin() + begin, tokens.begin() + end);
+    s.num_computed_tokens = begin;
+    for (int32_t b = 0; b * layout.block_size < end; ++b) s.block_table.push_back(first_block + b);
+    s.slot = slot;
+    s.slot_init = begin == 0 ? engine::SlotInit::kZero : engine::SlotInit::kCarry;
+    return s;
+  };
+  engine::CpuExecutor one_step(*model_, layout), three_steps(*model_, layout);
+  engine::StepPlan plan;
+  plan.sequences.push_back(sequence(1, prompt, 0, 47, 0, 0));
+  plan.sequences[0].save_checkpoints = {{0, 16}, {1, 40}};
+  plan.sequences.push_back(sequence(2, other, 0, 13, 1, 8));
+  one_step.Execute(plan);
+
+  plan.sequences = {sequence(1, prompt, 0, 16, 0, 0), sequence(2, other, 0, 13, 1, 8)};
+  plan.sequences[0].save_checkpoints = {{0, 16}};
+  three_steps.Execute(plan);
+  plan.sequences = {sequence(1, prompt, 16, 40, 0, 0)};
+  plan.sequences[0].save_checkpoints = {{1, 24}};
+  three_steps.Execute(plan);
+  plan.sequences = {sequence(1, prompt, 40, 47, 0, 0)};
+  three_steps.Execute(plan);
+
+  const engine::CacheGeometry& g = model_->geometry();
+  ASSERT_GT(g.num_kda_layers, 0);
+  double worst = 0.0;
+  for (const auto& [what, row] : {std::pair{"checkpoint at 16", layout.CheckpointRow(0)},
+                                  std::pair{"checkpoint at 40", layout.CheckpointRow(1)},
+                                  std::pair{"slot after 47", layout.SlotRow(0)},
+                                  std::pair{"the other sequence", layout.SlotRow(1)}}) {
+    for (int j = 0; j < g.num_kda_layers; ++j) {
+      for (const auto& [got, want, n] :
+           {std::tuple{one_step.StateRow(j, row), three_steps.StateRow(j, row), g.kda_state_floats},
+            std::tuple{one_step.ConvRow(j, row), three_steps.ConvRow(j, row), g.kda_conv_floats}}) {
+        double max_abs = 0.0, max_err = 0.0;
+        for (int64_t i = 0; i < n; ++i) max_abs = std::max(max_abs, std::fabs(double{want[i]}));
+        for (int64_t i = 0; i < n; ++i) {
+          max_err = std::max(max_err, std::fabs(double{got[i]} - double{want[i]}));
+        }
+        ASSERT_GT(max_abs, 0.0) << what << ", KDA layer " << j << ": never written";
+        EXPECT_LE(max_err, 1e-5 * max_abs) << what << ", KDA layer " << j;
+        worst = std::max(worst, max_err / max_abs);
+      }
+    }
+  }
+  std::printf("largest difference: %.3g of the largest value\n", worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchingTest, testing::Values("k3", "kimi-linear"),
