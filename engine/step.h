@@ -28,9 +28,8 @@ enum class SlotInit : uint8_t {
 };
 
 // A KDA checkpoint saved by the step: the slot's state and conv cache as they are after the
-// first num_tokens of the sequence's new tokens (1 ≤ num_tokens ≤ new tokens; less than all
-// of them is a save inside the step, which only an executor with
-// `saves_checkpoints_mid_step` is given).
+// first num_tokens of the sequence's new tokens (1 ≤ num_tokens ≤ new tokens: a prefill chunk
+// runs through its checkpoint boundaries, the executor saving each on the way).
 struct CheckpointSave {
   int32_t checkpoint = -1;
   int64_t num_tokens = 0;

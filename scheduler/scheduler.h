@@ -23,8 +23,7 @@
 //      saved rows, engine/kda_drafts.h); the rows of rejected drafts are overwritten later.
 // A chunk is cut by the budget and by long_prefill_token_threshold; the executor saves a KDA
 // checkpoint at every checkpoint boundary inside it (PrefixCache::CheckpointBoundaries) that
-// gets a checkpoint slot — or, without saves_checkpoints_mid_step, the chunk is also cut at
-// the first boundary so the state at the end of the step is the one saved. When a running sequence
+// gets a checkpoint slot, as the chunk's tokens pass it. When a running sequence
 // needs a block and none is free, the lowest-priority newest running sequence (possibly itself,
 // possibly one already placed in this step) is preempted: its blocks and slot are freed and it
 // waits to be recomputed from its prompt and emitted tokens; those tokens are never emitted again.

@@ -32,11 +32,6 @@ struct SchedulerConfig {
   int32_t num_checkpoint_slots = 0;       // KDA checkpoint slots for prefix caching
   int checkpoint_every_n_blocks = 16;     // a checkpoint every N blocks (0: prompt ends only)
   bool has_kda_layers = true;             // false: no state slots, no checkpoints
-  // The executor saves KDA checkpoints inside a step (engine/step.h, CheckpointSave; the CPU
-  // executor): a prefill chunk runs through its checkpoint boundaries in one step. false: a
-  // chunk ends at the first boundary in it, so the checkpoint is the state after the step (an
-  // extra step for every prompt longer than a block).
-  bool saves_checkpoints_mid_step = true;
   bool enable_prefix_caching = true;
   Policy policy = Policy::kFcfs;
   // > 0: at most this many prefill tokens per sequence per step, so one long prompt cannot

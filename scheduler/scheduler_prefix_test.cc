@@ -1,8 +1,8 @@
-// Prefix caching through the scheduler (block_size 4): chunks end at KDA checkpoint
-// boundaries (or, for an executor that saves mid-step, run through them), hits need a committed
-// checkpoint at exactly the matched boundary, the last prompt token is never matched, salts
-// separate caches, and a recomputed sequence hits its own cached prefix. The FakeExecutor checks
-// that every restored state equals the cached context.
+// Prefix caching through the scheduler (block_size 4): chunks run through KDA checkpoint
+// boundaries, saving the state at each; hits need a committed checkpoint at exactly the
+// matched boundary, the last prompt token is never matched, salts separate caches, and a
+// recomputed sequence hits its own cached prefix. The FakeExecutor checks that every restored
+// state equals the cached context.
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -37,15 +37,6 @@ SchedulerConfig PrefixConfig() {
   c.num_checkpoint_slots = 4;
   c.checkpoint_every_n_blocks = 2;
   c.enable_prefix_caching = true;
-  // Chunks end at checkpoint boundaries (as for the CUDA executor); the CPU executor's saves
-  // inside a step are tested with MidStepConfig.
-  c.saves_checkpoints_mid_step = false;
-  return c;
-}
-
-SchedulerConfig MidStepConfig() {
-  SchedulerConfig c = PrefixConfig();
-  c.saves_checkpoints_mid_step = true;
   return c;
 }
 
@@ -70,60 +61,47 @@ Request MakeRequest(const std::string& id, std::vector<int32_t> prompt, int64_t 
 
 std::vector<int32_t> Expected(const Request& r) { return FakeExecutor::ExpectedOutput(r, kVocab); }
 
+// The tokens at which a step's sequence saves checkpoints (absolute positions).
+std::vector<int64_t> SavePoints(const engine::ScheduledSequence& s) {
+  std::vector<int64_t> points;
+  for (const engine::CheckpointSave& save : s.save_checkpoints) {
+    points.push_back(s.num_computed_tokens + save.num_tokens);
+  }
+  return points;
+}
+
 struct Chunk {
   int64_t begin;
   int64_t size;
-  int32_t save_checkpoint;
+  std::vector<int64_t> saves;
   bool sample;
 };
 
 Chunk Only(const StepPlan& plan) {
   EXPECT_EQ(plan.sequences.size(), 1u);
   const auto& s = plan.sequences.at(0);
-  EXPECT_LE(s.save_checkpoints.size(), 1u);
-  for (const engine::CheckpointSave& save : s.save_checkpoints) {
-    EXPECT_EQ(save.num_tokens, static_cast<int64_t>(s.token_ids.size()));  // at the end
-  }
-  return {s.num_computed_tokens, static_cast<int64_t>(s.token_ids.size()),
-          s.save_checkpoints.empty() ? -1 : s.save_checkpoints[0].checkpoint, s.sample};
+  return {s.num_computed_tokens, static_cast<int64_t>(s.token_ids.size()), SavePoints(s), s.sample};
 }
 
-MATCHER_P4(IsChunk, begin, size, save_checkpoint, sample, "") {
-  return arg.begin == begin && arg.size == size && arg.save_checkpoint == save_checkpoint &&
+MATCHER_P4(IsChunk, begin, size, saves, sample, "") {
+  return arg.begin == begin && arg.size == size && arg.saves == std::vector<int64_t>(saves) &&
          arg.sample == sample;
 }
+
+using Saves = std::vector<int64_t>;
 
 void ExpectHealthy(Driver& d) {
   EXPECT_TRUE(d.scheduler().CheckInvariants().ok()) << d.scheduler().CheckInvariants();
   EXPECT_THAT(d.executor().errors(), ::testing::IsEmpty());
 }
 
-TEST(SchedulerPrefixTest, ChunksEndAtCheckpointBoundaries) {
-  Driver d(PrefixConfig(), kVocab);  // checkpoints every 8 tokens and at the prompt end (16)
-  Request r = MakeRequest("a", Prompt(19, 100), 6);
-  ASSERT_TRUE(d.scheduler().Add(r).ok());
-  EXPECT_THAT(Only(d.Step()), IsChunk(0, 8, 0, false));  // budget 16, cut at 8
-  EXPECT_THAT(Only(d.Step()), IsChunk(8, 8, 1, false));
-  EXPECT_THAT(Only(d.Step()), IsChunk(16, 3, -1, true));
-  EXPECT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 2);
-  EXPECT_THAT(Only(d.Step()), IsChunk(19, 1, -1, true));  // decodes: 20, 21, 22, 23
-  EXPECT_THAT(Only(d.Step()), IsChunk(20, 1, -1, true));
-  EXPECT_THAT(Only(d.Step()), IsChunk(21, 1, -1, true));
-  EXPECT_THAT(Only(d.Step()), IsChunk(22, 1, -1, true));
-  EXPECT_THAT(Only(d.Step()), IsChunk(23, 1, 2, true));  // the decode that fills block 6
-  EXPECT_EQ(d.finish_reason("a"), FinishReason::kLength);
-  EXPECT_EQ(d.output("a"), Expected(r));
-  EXPECT_EQ(d.scheduler().stats().num_checkpoints, 3);
-  ExpectHealthy(d);
-}
-
-TEST(SchedulerPrefixTest, NoCheckpointsOrCutsWithoutPrefixCaching) {
+TEST(SchedulerPrefixTest, NoCheckpointsWithoutPrefixCaching) {
   SchedulerConfig c = PrefixConfig();
   c.enable_prefix_caching = false;
   Driver d(c, kVocab);
   ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(19, 100), 1)).ok());
-  EXPECT_THAT(Only(d.Step()), IsChunk(0, 16, -1, false));
-  EXPECT_THAT(Only(d.Step()), IsChunk(16, 3, -1, true));
+  EXPECT_THAT(Only(d.Step()), IsChunk(0, 16, Saves{}, false));
+  EXPECT_THAT(Only(d.Step()), IsChunk(16, 3, Saves{}, true));
   EXPECT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 0);
   EXPECT_EQ(d.scheduler().stats().num_prefix_queries, 0);
 }
@@ -222,12 +200,8 @@ TEST(SchedulerPrefixTest, KdaHitNeedsACheckpointAtTheBoundary) {
     c.has_kda_layers = kda;
     Driver d(c, kVocab);
     ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(10, 100), 1)).ok());
-    if (kda) {  // cut at the prompt-end boundary 8 to save the state there
-      EXPECT_THAT(Only(d.Step()), IsChunk(0, 8, 0, false));
-      EXPECT_THAT(Only(d.Step()), IsChunk(8, 2, -1, true));
-    } else {  // no checkpoints, no cut
-      EXPECT_THAT(Only(d.Step()), IsChunk(0, 10, -1, true));
-    }
+    // With KDA layers the state at the prompt-end boundary 8 is saved on the way.
+    EXPECT_THAT(Only(d.Step()), IsChunk(0, 10, kda ? Saves{8} : Saves{}, true));
 
     Request b = MakeRequest("b", Concat(Prompt(6, 100), {500, 501, 502}), 2);
     ASSERT_TRUE(d.scheduler().Add(b).ok());
@@ -235,7 +209,7 @@ TEST(SchedulerPrefixTest, KdaHitNeedsACheckpointAtTheBoundary) {
     ASSERT_EQ(p.sequences.size(), 1u);
     EXPECT_EQ(p.sequences[0].num_computed_tokens, kda ? 0 : 4) << kda;
     EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kZero) << kda;
-    EXPECT_EQ(p.sequences[0].token_ids.size(), kda ? 8u : 5u) << kda;
+    EXPECT_EQ(p.sequences[0].token_ids.size(), kda ? 9u : 5u) << kda;
     d.RunUntilIdle();
     EXPECT_EQ(d.output("b"), Expected(b));
     ExpectHealthy(d);
@@ -285,6 +259,7 @@ TEST(SchedulerPrefixTest, RecomputedSequenceHitsItsOwnCachedPrefix) {
   c.checkpoint_every_n_blocks = 1;
   c.num_blocks = 4;
   c.max_model_len = 16;
+  c.long_prefill_token_threshold = 4;  // prefill chunks of one block
   Driver d(c, kVocab);
   Request a = MakeRequest("a", Prompt(8, 100), 2);
   Request b = MakeRequest("b", Prompt(4, 200), 8);
@@ -332,17 +307,16 @@ TEST(SchedulerPrefixTest, PromptScoringSkipsTheCacheAndFitsTheScoreBudget) {
   b.prompt_logprobs = 3;
   ASSERT_TRUE(d.scheduler().Add(b).ok());
   StepPlan p = d.Step();
-  EXPECT_THAT(Only(p), IsChunk(0, 5, -1, false));
+  EXPECT_THAT(Only(p), IsChunk(0, 5, Saves{}, false));
   EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kZero);
   EXPECT_THAT(p.sequences[0].score_targets, ElementsAre(101, 102, 103, 104, 105));
   EXPECT_EQ(p.sequences[0].num_score_logprobs, 3);
-  // Cut at the checkpoint boundaries 8 and 16 (a's checkpoints are there already: no save).
-  EXPECT_THAT(Only(d.Step()), IsChunk(5, 3, -1, false));
-  EXPECT_THAT(Only(d.Step()), IsChunk(8, 5, -1, false));
-  EXPECT_THAT(Only(d.Step()), IsChunk(13, 3, -1, false));
+  // a's checkpoints at 8 and 16 are there already: no saves.
+  EXPECT_THAT(Only(d.Step()), IsChunk(5, 5, Saves{}, false));
+  EXPECT_THAT(Only(d.Step()), IsChunk(10, 5, Saves{}, false));
   p = d.Step();
-  EXPECT_THAT(Only(p), IsChunk(16, 2, -1, true));  // scores 17 (901 after 900), samples
-  EXPECT_THAT(p.sequences[0].score_targets, ElementsAre(901));
+  EXPECT_THAT(Only(p), IsChunk(15, 3, Saves{}, true));  // scores 15 and 16, samples
+  EXPECT_THAT(p.sequences[0].score_targets, ElementsAre(900, 901));
   ASSERT_EQ(d.last_events().size(), 1u);
   EXPECT_EQ(d.last_events()[0].num_cached_tokens, 0);
   const std::vector<engine::TokenScore>& scores = d.last_events()[0].prompt_scores;
@@ -354,7 +328,7 @@ TEST(SchedulerPrefixTest, PromptScoringSkipsTheCacheAndFitsTheScoreBudget) {
     EXPECT_EQ(scores[i].top.size(), 3u) << i;
   }
   p = d.Step();  // the decode: no targets, no scores
-  EXPECT_THAT(Only(p), IsChunk(18, 1, -1, true));
+  EXPECT_THAT(Only(p), IsChunk(18, 1, Saves{}, true));
   EXPECT_TRUE(p.sequences[0].score_targets.empty());
   ASSERT_EQ(d.last_events().size(), 1u);
   EXPECT_TRUE(d.last_events()[0].prompt_scores.empty());
@@ -380,11 +354,12 @@ TEST(SchedulerPrefixTest, RequestsSharingAPrefixWaitForItInsteadOfRecomputingIt)
   }
   const Request other = MakeRequest("other", Prompt(10, 500), 2);
   ASSERT_TRUE(d.scheduler().Add(other).ok());
-  // Step 1: the first chunks (cut at the checkpoint boundary 8) of n0 and `other`; n1, n2 wait.
+  // Step 1: the prompts of n0 (saving at 8 and 16) and `other`; n1, n2 wait.
   StepPlan p = d.Step();
   ASSERT_EQ(p.sequences.size(), 2u);
-  EXPECT_EQ(p.sequences[0].token_ids.size(), 8u);
-  EXPECT_EQ(p.sequences[1].token_ids.size(), 8u);
+  EXPECT_EQ(p.sequences[0].token_ids.size(), 18u);
+  EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(8, 16));
+  EXPECT_EQ(p.sequences[1].token_ids.size(), 10u);
   EXPECT_EQ(d.scheduler().num_waiting(), 2);
   d.RunUntilIdle();
   for (const Request& r : requests) EXPECT_EQ(d.output(r.request_id), Expected(r)) << r.request_id;
@@ -414,19 +389,11 @@ TEST(SchedulerPrefixTest, ABlockAlignedPromptAgainHitsUpToItsLastBlock) {
   ExpectHealthy(d);
 }
 
-// With an executor that saves mid-step, a chunk runs through its checkpoint boundaries: one
-// step for the whole 16-token budget, saving at 8 (every 2 blocks) and 16 (the prompt's last
-// block boundary) on the way.
-std::vector<int64_t> SavePoints(const engine::ScheduledSequence& s) {
-  std::vector<int64_t> points;
-  for (const engine::CheckpointSave& save : s.save_checkpoints) {
-    points.push_back(s.num_computed_tokens + save.num_tokens);
-  }
-  return points;
-}
-
-TEST(SchedulerPrefixTest, MidStepSavesRunChunksThroughCheckpointBoundaries) {
-  Driver d(MidStepConfig(), kVocab);
+// A chunk runs through its checkpoint boundaries: one step for the whole 16-token budget,
+// saving at 8 (every 2 blocks) and 16 (the prompt's last block boundary) on the way; later the
+// decode that fills block 6 saves at 24.
+TEST(SchedulerPrefixTest, ChunksRunThroughCheckpointBoundariesSavingOnTheWay) {
+  Driver d(PrefixConfig(), kVocab);
   Request r = MakeRequest("a", Prompt(19, 100), 6);
   ASSERT_TRUE(d.scheduler().Add(r).ok());
   StepPlan p = d.Step();
@@ -444,10 +411,10 @@ TEST(SchedulerPrefixTest, MidStepSavesRunChunksThroughCheckpointBoundaries) {
   ExpectHealthy(d);
 }
 
-// A prompt longer than a block but within the budget is one step (it was two: a step ending
-// at its last block boundary, then the rest); the next request sharing it starts from there.
-TEST(SchedulerPrefixTest, MidStepSavesKeepAShortPromptToOneStep) {
-  Driver d(MidStepConfig(), kVocab);
+// A prompt longer than a block but within the budget is one step (not a step ending at its
+// last block boundary, then the rest); the next request sharing it starts from there.
+TEST(SchedulerPrefixTest, APromptWithinTheBudgetIsOneStepWhereverItsBoundariesAre) {
+  Driver d(PrefixConfig(), kVocab);
   const std::vector<int32_t> shared = Prompt(6, 100);
   const Request a = MakeRequest("a", shared, 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
@@ -472,8 +439,8 @@ TEST(SchedulerPrefixTest, MidStepSavesKeepAShortPromptToOneStep) {
 
 // A block-aligned prompt saves at its last two boundaries in the same step (12 for the same
 // prompt again, 16 for a longer one), and both hit.
-TEST(SchedulerPrefixTest, MidStepSavesBothEndsOfABlockAlignedPrompt) {
-  Driver d(MidStepConfig(), kVocab);
+TEST(SchedulerPrefixTest, ABlockAlignedPromptSavesBothEndsInOneStep) {
+  Driver d(PrefixConfig(), kVocab);
   const Request a = MakeRequest("a", Prompt(16, 100), 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
   StepPlan p = d.Step();
@@ -497,8 +464,8 @@ TEST(SchedulerPrefixTest, MidStepSavesBothEndsOfABlockAlignedPrompt) {
 
 // Without checkpoint slots to spare, saves that get none are skipped and the chunk still runs
 // in one step.
-TEST(SchedulerPrefixTest, MidStepSavesTakeTheSlotsThereAre) {
-  SchedulerConfig c = MidStepConfig();
+TEST(SchedulerPrefixTest, SavesTakeTheCheckpointSlotsThereAre) {
+  SchedulerConfig c = PrefixConfig();
   c.num_checkpoint_slots = 1;
   Driver d(c, kVocab);
   const Request a = MakeRequest("a", Prompt(16, 100), 1);

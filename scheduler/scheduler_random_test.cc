@@ -226,8 +226,8 @@ class RandomOpsRun {
 };
 
 // (policy, has_kda_layers, enable_prefix_caching, long_prefill_token_threshold,
-//  num_speculative_tokens, saves_checkpoints_mid_step)
-using Params = std::tuple<Policy, bool, bool, int, int, bool>;
+//  num_speculative_tokens)
+using Params = std::tuple<Policy, bool, bool, int, int>;
 
 class SchedulerRandomTest : public ::testing::TestWithParam<Params> {};
 
@@ -247,7 +247,6 @@ SchedulerConfig RandomConfig(const Params& p) {
   c.checkpoint_every_n_blocks = 2;
   c.max_scored_tokens_per_step = 7;  // prompt scoring cuts chunks too
   c.num_speculative_tokens = std::get<4>(p);
-  c.saves_checkpoints_mid_step = std::get<5>(p);
   c.prompt_lookup_min = 1;
   c.prompt_lookup_max = 3;
   return c;
@@ -297,15 +296,13 @@ TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
 INSTANTIATE_TEST_SUITE_P(AllModes, SchedulerRandomTest,
                          ::testing::Combine(::testing::Values(Policy::kFcfs, Policy::kPriority),
                                             ::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Values(0, 5), ::testing::Values(0, 4),
-                                            ::testing::Bool()),
+                                            ::testing::Values(0, 5), ::testing::Values(0, 4)),
                          [](const ::testing::TestParamInfo<Params>& info) {
                            return absl::StrCat(PolicyName(std::get<0>(info.param)),
                                                std::get<1>(info.param) ? "_kda" : "_mla",
                                                std::get<2>(info.param) ? "_prefix" : "_noprefix",
                                                "_threshold", std::get<3>(info.param),
-                                               std::get<4>(info.param) > 0 ? "_spec" : "",
-                                               std::get<5>(info.param) ? "_midstep" : "");
+                                               std::get<4>(info.param) > 0 ? "_spec" : "");
                          });
 
 }  // namespace

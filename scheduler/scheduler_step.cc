@@ -192,12 +192,6 @@ int64_t Scheduler::ChunkSize(const Sequence& seq, int64_t begin) const {
     if (scored > score_budget_) n = score_budget_;
     if (n <= 0) return 0;
   }
-  if (n > 1 && checkpoints_enabled() && !config_.saves_checkpoints_mid_step) {
-    // End the chunk at the first checkpoint boundary so the state there can be saved.
-    std::vector<int64_t> boundaries =
-        prefix_cache_.CheckpointBoundaries(begin, begin + n, seq.num_prompt_tokens);
-    if (!boundaries.empty()) n = boundaries.front() - begin;
-  }
   return n;
 }
 
@@ -214,8 +208,8 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
     entry.num_scored = std::clamp<int64_t>(seq->num_prompt_tokens - 1 - begin, 0, num_new_tokens);
     score_budget_ -= entry.num_scored;
   }
-  // A checkpoint at every boundary inside the chunk that gets a slot (ChunkSize left at most
-  // one, at the end, unless the executor saves mid-step).
+  // A checkpoint at every boundary inside the chunk that gets a slot: the executor saves the
+  // state as the chunk's tokens pass it.
   entry.first_save = static_cast<int32_t>(saves_.size());
   if (checkpoints_enabled()) {
     prefix_cache_.CheckpointBoundaries(begin, end, seq->num_prompt_tokens, &boundaries_);

@@ -655,19 +655,16 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   } else {
     RETURN_IF_ERROR(copy(logits_host, logits, logit_floats * 4));
   }
-  // KDA checkpoints at the boundary this step ended on (stream-ordered after the forward).
-  // Saves inside the step are not implemented here (the scheduler is configured without
-  // saves_checkpoints_mid_step for this executor).
+  // KDA checkpoints at the end of a sequence's new tokens (stream-ordered after the forward;
+  // those inside the step were copied by the KDA layers, CudaModel::KdaSavingPieces).
   for (const ScheduledSequence& seq : plan.sequences) {
-    if (seq.slot < 0 || layout_.num_kda_layers == 0) continue;
-    for (const CheckpointSave& save : seq.save_checkpoints) {
-      CHECK(save.checkpoint >= 0 && save.checkpoint < layout_.num_checkpoints &&
-            save.num_tokens == static_cast<int64_t>(seq.token_ids.size()))
-          << "checkpoint " << save.checkpoint << " after " << save.num_tokens << " of "
-          << seq.token_ids.size() << " tokens: the CUDA executor saves at the step's end only";
-      RETURN_IF_ERROR(
-          CopyStateRow(layout_.SlotRow(seq.slot), layout_.CheckpointRow(save.checkpoint)));
-    }
+    if (seq.slot < 0 || layout_.num_kda_layers == 0 || seq.save_checkpoints.empty()) continue;
+    const CheckpointSave& last = seq.save_checkpoints.back();
+    if (last.num_tokens != static_cast<int64_t>(seq.token_ids.size())) continue;
+    CHECK(last.checkpoint >= 0 && last.checkpoint < layout_.num_checkpoints)
+        << "checkpoint " << last.checkpoint << " of " << seq.seq_id;
+    RETURN_IF_ERROR(
+        CopyStateRow(layout_.SlotRow(seq.slot), layout_.CheckpointRow(last.checkpoint)));
   }
   // Constraint masks (structured output) are built on the host while the device works.
   PrepareConstraints(plan, vocab, /*parallel=*/true);

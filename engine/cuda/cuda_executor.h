@@ -21,9 +21,9 @@
 // graph keeps), later steps of the bucket copy their arrays into the graph's input buffer and
 // replay it. A capture that fails is logged once and the bucket runs eagerly.
 //
-// KDA checkpoints are copied after the forward, so only saves at the end of a sequence's new
-// tokens are accepted (SchedulerConfig::saves_checkpoints_mid_step is false for this executor;
-// a save inside the step would need each KDA layer's kernels split there, as the CPU does).
+// KDA checkpoints inside a sequence's new tokens: its KDA kernels run piece by piece, split at
+// the saves, each layer copying its state and conv rows out between pieces (as the CPU
+// executor); a save at the end is copied after the forward.
 //
 // Device failures (a kernel launch error, device memory exhausted by the step scratch) are not
 // recoverable mid-step: the caches may be half-updated. Execute stops the process with the

@@ -246,7 +246,9 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
   StepPlan plan;
   plan.sequences.push_back(Seq(1, Prompt(70, 1), 0, {17, 3}, 0, SlotInit::kZero));
   plan.sequences.push_back(Seq(2, Prompt(5, 2), 0, {9}, 1, SlotInit::kZero));
-  plan.sequences[0].save_checkpoints = {{0, 70}};  // A's state after its 70-token prompt
+  // A's state after 64 tokens (a save inside the step: its KDA kernels split there) and after
+  // its 70-token prompt.
+  plan.sequences[0].save_checkpoints = {{1, 64}, {0, 70}};
   std::map<SequenceId, int32_t> next = RunBoth(plan, "prefill");
   int64_t ctx_a = 70, ctx_b = 5;
 
@@ -281,6 +283,11 @@ TEST_P(CudaExecutorTest, StepsMatchTheCpuExecutor) {
       ScheduledSequence d = Seq(4, {1, 2, 3, 4}, ctx_d, {11, 12}, 4, SlotInit::kFromCheckpoint);
       d.source_checkpoint = 0;
       p.sequences.push_back(std::move(d));
+      // E shares A's first 64 tokens (A's first page, read only) and starts from the state
+      // saved inside step 0: a wrong save point shows in its logits.
+      ScheduledSequence e = Seq(5, {7, 8, 9}, 64, {17, 13}, 5, SlotInit::kFromCheckpoint);
+      e.source_checkpoint = 1;
+      p.sequences.push_back(std::move(e));
     }
     next = RunBoth(p, absl::StrCat("step", step));
     ++ctx_a;

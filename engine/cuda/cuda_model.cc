@@ -153,6 +153,35 @@ absl::Status CudaModel::KdaMultiToken(const kc::KdaDecodeInputs& in, const int32
                  : kc::KdaPrefillRecurrent(in, cu_seqlens, state, conv, params, y, stream);
 }
 
+absl::Status CudaModel::KdaSavingPieces(const kc::KdaDecodeInputs& prefill, const DeviceStep& step,
+                                        float* state, float* conv, kc::KdaDecodeParams params,
+                                        uint16_t* y, cudaStream_t stream) const {
+  const StepLayout& s = *step.host;
+  const ModelConfig& cfg = config();
+  const int64_t state_floats = int64_t{cfg.kda.num_heads} * cfg.kda.head_dim * cfg.kda.head_dim;
+  const int64_t conv_floats =
+      int64_t{3} * (cfg.kda.conv_kernel_size - 1) * cfg.kda.projection_size();
+  params.batch = 1;
+  for (size_t k = 0; k < s.kda_piece_seq.size(); ++k) {
+    const int32_t seq = s.kda_piece_seq[k] - s.num_decode;  // among the prefill sequences
+    kc::KdaDecodeInputs in = prefill;
+    in.slots += seq;
+    RETURN_IF_ERROR(
+        KdaMultiToken(in, step.at(s.kda_pieces_cu) + 2 * k, state, conv, params, y, stream));
+    const int32_t save_row = s.kda_piece_save_row[k];
+    if (save_row < 0) continue;
+    const int32_t slot_row = s.ints[static_cast<size_t>(s.kda_slots + s.kda_piece_seq[k])];
+    for (auto [cache, floats] : {std::pair{state, state_floats}, std::pair{conv, conv_floats}}) {
+      STRATA_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(cache + save_row * floats, cache + slot_row * floats,
+                          static_cast<size_t>(floats) * sizeof(float), cudaMemcpyDeviceToDevice,
+                          stream),
+          "KDA checkpoint cudaMemcpyAsync");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const DeviceStep& step,
                                  const DeviceCaches& caches, const DeviceContext& ctx,
                                  const Rows& rows) {
@@ -186,11 +215,12 @@ absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const Device
     RETURN_IF_ERROR(kc::KdaDecodeStep(KdaInputs(w, qkv, f, b, g, step.at(s.kda_slots)), state, conv,
                                       params, y, ctx.stream));
   }
-  // The prefill sequences' rows follow the decode rows (step_layout.h); the last num_drafting
-  // of them verify drafts: their caches are read, not written, and their rows kept for the
-  // replay of the tokens the sampler keeps (ReplayKdaDrafts).
+  // The prefill sequences' rows follow the decode rows (step_layout.h): the plain ones, then
+  // those saving checkpoints inside the step, then the last num_drafting, which verify drafts:
+  // their caches are read, not written, and their rows kept for the replay of the tokens the
+  // sampler keeps (ReplayKdaDrafts).
   const int32_t drafting = s.num_drafting;
-  const int32_t plain = s.num_prefill() - drafting;
+  const int32_t plain = s.num_plain_prefill();
   const kc::KdaDecodeInputs in =
       KdaInputs(w, qkv + d * 3 * p, f + d * p, b + d * heads, g + d * p, step.at(s.kda_slots) + d);
   if (plain > 0) {
@@ -198,6 +228,7 @@ absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const Device
     RETURN_IF_ERROR(
         KdaMultiToken(in, step.at(s.prefill_cu), state, conv, params, y + d * p, ctx.stream));
   }
+  RETURN_IF_ERROR(KdaSavingPieces(in, step, state, conv, params, y + d * p, ctx.stream));
   if (drafting > 0) {
     const DeviceKdaDrafts& kept = step.kda_drafts;
     const int64_t first = s.first_draft_row, count = n - first;
@@ -213,10 +244,11 @@ absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const Device
           "KDA draft rows cudaMemcpyAsync");
     }
     kc::KdaDecodeInputs verify = in;
-    verify.slots += plain;
+    const int32_t before = s.num_prefill() - drafting;
+    verify.slots += before;
     params.batch = drafting;
     params.update_caches = false;
-    RETURN_IF_ERROR(KdaMultiToken(verify, step.at(s.prefill_cu) + plain, state, conv, params,
+    RETURN_IF_ERROR(KdaMultiToken(verify, step.at(s.prefill_cu) + before, state, conv, params,
                                   y + d * p, ctx.stream));
   }
   return Gemm(ctx, w.o, y, n, rows.out);

@@ -153,6 +153,13 @@ class CudaModel {
                              float* state, float* conv,
                              const kernels::cuda::KdaDecodeParams& params, uint16_t* y,
                              cudaStream_t stream) const;
+  // The KDA pieces of the sequences saving checkpoints inside the step (StepLayout), one
+  // launch each, copying the layer's state and conv rows to the checkpoint after a piece that
+  // ends at a save. `prefill`: the inputs from the first prefill row on.
+  absl::Status KdaSavingPieces(const kernels::cuda::KdaDecodeInputs& prefill,
+                               const DeviceStep& step, float* state, float* conv,
+                               kernels::cuda::KdaDecodeParams params, uint16_t* y,
+                               cudaStream_t stream) const;
   absl::Status MlaMixer(const DeviceMla& w, int mla_index, const DeviceStep& step,
                         const DeviceCaches& caches, const DeviceContext& ctx, const Rows& rows);
   absl::Status AbsorbedAttention(const MlaConfig& m, const DeviceMla& w, const DeviceStep& step,

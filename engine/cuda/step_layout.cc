@@ -7,22 +7,70 @@
 namespace strata::engine::cuda {
 namespace {
 
-// Execution order: decode sequences, prefill sequences, prefill sequences verifying drafts,
-// each in plan order.
+// Whether a sequence saves a KDA checkpoint before its last new token.
+bool SavesInside(const ScheduledSequence& seq) {
+  for (const CheckpointSave& save : seq.save_checkpoints) {
+    if (save.num_tokens < static_cast<int64_t>(seq.token_ids.size())) return true;
+  }
+  return false;
+}
+
+// Execution order: decode sequences, prefill sequences, prefill sequences saving checkpoints
+// inside the step, prefill sequences verifying drafts, each in plan order.
 void OrderSequences(const StepPlan& plan, StepLayout* out) {
+  enum Kind { kDecode, kPrefill, kSaving, kDrafting };
   out->plan_index.clear();
-  for (int pass = 0; pass < 3; ++pass) {
+  for (int pass = kDecode; pass <= kDrafting; ++pass) {
     const size_t before = out->plan_index.size();
     for (size_t i = 0; i < plan.sequences.size(); ++i) {
-      const size_t n = plan.sequences[i].token_ids.size();
-      const int kind = n == 1 ? 0 : plan.sequences[i].num_draft_tokens > 0 ? 2 : 1;
+      const ScheduledSequence& seq = plan.sequences[i];
+      const size_t n = seq.token_ids.size();
+      const int kind = n == 1                     ? kDecode
+                       : seq.num_draft_tokens > 0 ? kDrafting
+                       : SavesInside(seq)         ? kSaving
+                                                  : kPrefill;
       if (n == 0 || kind != pass) continue;
+      CHECK(seq.num_draft_tokens == 0 || seq.save_checkpoints.empty())
+          << "sequence " << seq.seq_id << " saves checkpoints and verifies drafts";
       out->plan_index.push_back(static_cast<int32_t>(i));
     }
-    if (pass == 0) out->num_decode = static_cast<int32_t>(out->plan_index.size());
-    if (pass == 2) out->num_drafting = static_cast<int32_t>(out->plan_index.size() - before);
+    const auto added = static_cast<int32_t>(out->plan_index.size() - before);
+    if (pass == kDecode) out->num_decode = added;
+    if (pass == kSaving) out->num_saving = added;
+    if (pass == kDrafting) out->num_drafting = added;
   }
   out->num_sequences = static_cast<int32_t>(out->plan_index.size());
+}
+
+// The saving sequences' KDA pieces (host lists; their row ranges go to kda_pieces_cu).
+void SplitSavingSequences(const StepPlan& plan, const kvcache::CacheLayout& layout,
+                          StepLayout* out) {
+  out->kda_piece_seq.clear();
+  out->kda_piece_save_row.clear();
+  out->kda_piece_rows.clear();
+  const int32_t first = out->num_decode + out->num_plain_prefill();
+  for (int32_t s = first; s < first + out->num_saving; ++s) {
+    const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(out->plan_index[s])];
+    const auto n = static_cast<int64_t>(seq.token_ids.size());
+    const int64_t first_row = out->row_offset[static_cast<size_t>(s)] - out->num_decode;
+    auto piece = [&](int64_t from_tokens, int64_t to_tokens, int32_t save_row) {
+      out->kda_piece_seq.push_back(s);
+      out->kda_piece_save_row.push_back(save_row);
+      out->kda_piece_rows.push_back(static_cast<int32_t>(first_row + from_tokens));
+      out->kda_piece_rows.push_back(static_cast<int32_t>(first_row + to_tokens));
+    };
+    int64_t previous = 0;
+    for (const CheckpointSave& save : seq.save_checkpoints) {
+      CHECK(save.checkpoint >= 0 && save.checkpoint < layout.num_checkpoints &&
+            save.num_tokens > previous && save.num_tokens <= n)
+          << "checkpoint " << save.checkpoint << " after " << save.num_tokens << " tokens of "
+          << seq.seq_id;
+      if (save.num_tokens == n) break;  // at the end: copied after the step
+      piece(previous, save.num_tokens, layout.CheckpointRow(save.checkpoint));
+      previous = save.num_tokens;
+    }
+    piece(previous, n, -1);  // the rest, to the sequence's last new token
+  }
 }
 
 // Reserves the packed arrays' offsets once the sizes are known.
@@ -45,6 +93,7 @@ void AssignOffsets(StepLayout* out) {
   out->query_len = take(n - out->num_decode);
   out->logit_rows = take(out->num_logit_rows);
   out->live_rows = take(1);
+  out->kda_pieces_cu = take(2 * static_cast<int64_t>(out->kda_piece_seq.size()));
   out->ints.assign(static_cast<size_t>(at), 0);
 }
 
@@ -95,6 +144,7 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
     }
   }
   out->num_logit_rows = static_cast<int64_t>(out->sampled_plan_index.size());
+  SplitSavingSequences(plan, layout, out);
   out->scored_plan_index.clear();
   out->scored_logit_row.clear();
   out->num_scored_rows = 0;
@@ -152,6 +202,7 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
     }
   }
   ints[out->live_rows] = static_cast<int32_t>(out->num_rows);
+  std::copy(out->kda_piece_rows.begin(), out->kda_piece_rows.end(), ints + out->kda_pieces_cu);
   for (int64_t r = 0; r < out->num_sampled_rows(); ++r) {
     ints[out->logit_rows + r] =
         static_cast<int32_t>(last_row[static_cast<size_t>(out->sampled_plan_index[r])] -

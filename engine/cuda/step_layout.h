@@ -2,9 +2,11 @@
 // read, packed into one int32 buffer so a step costs one host→device copy.
 //
 // Execution order: every one-token (decode) sequence first, in plan order, then the multi-token
-// (prefill chunk) sequences, in plan order — those verifying drafts last (num_drafting of
-// them, rows from first_draft_row on: their KDA rows are kept for a replay, engine/kda_drafts.h);
-// sequences with no new tokens are left out. So the decode rows are rows [0, num_decode) of
+// (prefill chunk) sequences, in plan order — those saving KDA checkpoints inside the step
+// after the others (num_saving of them: their KDA kernels run piece by piece, split at the
+// saves), those verifying drafts last (num_drafting of them, rows from first_draft_row on:
+// their KDA rows are kept for a replay, engine/kda_drafts.h); sequences with no new tokens are
+// left out. So the decode rows are rows [0, num_decode) of
 // every activation, and the decode kernels (KDA fused step, MLA paged decode) run over a prefix
 // of the batch while the prefill kernels run over the rest. Row r of the step is token `r` in
 // that order.
@@ -24,6 +26,8 @@
 //   query_seq     [N − D]   execution sequence of each prefill row (its block-table row)
 //   query_len     [N − D]   causal length of each prefill row (its position + 1)
 //   logit_rows    [R]       the rows whose logits are computed
+//   kda_pieces_cu [2·K]     KDA piece k of the saving sequences: prefill rows (relative, as
+//                           prefill_cu) kda_pieces_cu[2k] .. kda_pieces_cu[2k + 1]
 //   live_rows     [1]       rows that are real tokens (N, or fewer in a padded step: the MoE
 //                           router ignores the padding rows)
 // Host side: sampled_plan_index[i] is the plan sequence of the i-th sampled row, whose logits
@@ -46,6 +50,7 @@ namespace strata::engine::cuda {
 struct StepLayout {
   int32_t num_sequences = 0;
   int32_t num_decode = 0;
+  int32_t num_saving = 0;       // multi-token, saving KDA checkpoints inside the step
   int32_t num_drafting = 0;     // the last sequences, multi-token, verifying drafts
   int64_t first_draft_row = 0;  // their first row (num_rows when none)
   int64_t num_rows = 0;
@@ -62,13 +67,22 @@ struct StepLayout {
   std::vector<int32_t> scored_plan_index;   // plan.sequences index of each scoring sequence
   std::vector<int32_t> scored_logit_row;    // the logits row of its first target
   std::vector<int64_t> row_offset;          // [S + 1] first row of each execution sequence
+  // The saving sequences' KDA pieces, in order (K of them): piece k belongs to execution
+  // sequence kda_piece_seq[k]; after it, when kda_piece_save_row[k] ≥ 0, the sequence's KDA
+  // caches are copied to that state row (a checkpoint). Saves at the end of a sequence's new
+  // tokens are not pieces: the executor copies them after the step.
+  std::vector<int32_t> kda_piece_seq;
+  std::vector<int32_t> kda_piece_save_row;
+  std::vector<int32_t> kda_piece_rows;  // [2·K]: what kda_pieces_cu holds
 
   std::vector<int32_t> ints;  // the packed arrays below, back to back
   int64_t token_ids = 0, slot_mapping = 0, block_tables = 0, kda_slots = 0, seq_lens = 0,
           prefill_cu = 0, prefill_cu_k = 0, query_seq = 0, query_len = 0, logit_rows = 0,
-          live_rows = 0;
+          live_rows = 0, kda_pieces_cu = 0;
 
   int32_t num_prefill() const { return num_sequences - num_decode; }
+  // Prefill sequences neither saving inside the step nor drafting (the first ones).
+  int32_t num_plain_prefill() const { return num_prefill() - num_saving - num_drafting; }
   int64_t num_prefill_rows() const { return num_rows - num_decode; }
   int64_t num_logit_rows = 0;   // R
   int64_t num_scored_rows = 0;  // the last rows of R (none in a padded step)

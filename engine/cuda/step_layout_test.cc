@@ -123,6 +123,39 @@ TEST(StepLayoutTest, DraftingSequencesRunLastAndSampleTheRowBeforeEachDraftAndTh
   EXPECT_EQ(Slice(s, s.logit_rows, 4), (std::vector<int32_t>{7, 8, 9, 0}));
 }
 
+// Sequences saving KDA checkpoints inside the step run after the plain prefill ones, and
+// their KDA rows are cut into pieces at the saves: P0 (6 tokens) saves checkpoint 1 after 2
+// tokens and checkpoint 0 at its end (not a piece: copied after the step); P3 (5 tokens)
+// saves checkpoint 0 after 1 and checkpoint 1 after 4. Checkpoint c is state row 8 + c.
+TEST(StepLayoutTest, SavingSequencesRunAfterThePlainOnesInPiecesSplitAtTheirSaves) {
+  StepPlan plan;
+  plan.sequences.push_back(Seq(30, {1, 2, 3, 4, 5, 6}, 0, {7}, 3, true));
+  plan.sequences[0].save_checkpoints = {{1, 2}, {0, 6}};
+  plan.sequences.push_back(Seq(31, {7}, 9, {4}, 0, true));
+  plan.sequences.push_back(Seq(32, {8, 9, 10}, 0, {5}, 2, true));
+  plan.sequences.push_back(Seq(33, {11, 12, 13, 14, 15}, 0, {6}, 4, true));
+  plan.sequences[3].save_checkpoints = {{0, 1}, {1, 4}};
+  StepLayout s;
+  BuildStepLayout(plan, Layout(1), &s);
+  EXPECT_EQ(s.plan_index, (std::vector<int32_t>{1, 2, 0, 3}));
+  EXPECT_EQ(s.num_decode, 1);
+  EXPECT_EQ(s.num_saving, 2);
+  EXPECT_EQ(s.num_plain_prefill(), 1);
+  EXPECT_EQ(Slice(s, s.prefill_cu, 4), (std::vector<int32_t>{0, 3, 9, 14}));
+  EXPECT_EQ(Slice(s, s.kda_slots, 4), (std::vector<int32_t>{0, 2, 3, 4}));
+  EXPECT_EQ(s.kda_piece_seq, (std::vector<int32_t>{2, 2, 3, 3, 3}));
+  EXPECT_EQ(s.kda_piece_save_row, (std::vector<int32_t>{9, -1, 8, 9, -1}));
+  EXPECT_EQ(Slice(s, s.kda_pieces_cu, 10),
+            (std::vector<int32_t>{3, 5, 5, 9, 9, 10, 10, 13, 13, 14}));
+  // A save only at the end is no piece, and the sequence is a plain one.
+  plan.sequences[0].save_checkpoints = {{0, 6}};
+  plan.sequences[3].save_checkpoints.clear();
+  BuildStepLayout(plan, Layout(1), &s);
+  EXPECT_EQ(s.plan_index, (std::vector<int32_t>{1, 0, 2, 3}));
+  EXPECT_EQ(s.num_saving, 0);
+  EXPECT_TRUE(s.kda_piece_seq.empty());
+}
+
 TEST(StepLayoutTest, ScoredRowsFollowTheSampledRows) {
   // A (plan 0) scores its first 4 tokens and samples its last (rows 2..6); D (plan 3, a decode
   // row at execution row 1) scores its one token without sampling.

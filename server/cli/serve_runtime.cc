@@ -173,8 +173,6 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   scheduler_config_.num_slots = layout_.num_slots;
   scheduler_config_.num_checkpoint_slots = layout_.num_checkpoints;
   scheduler_config_.has_kda_layers = layout_.num_kda_layers > 0;
-  // The CUDA executor saves checkpoints after the step only (engine/cuda/cuda_executor.h).
-  scheduler_config_.saves_checkpoints_mid_step = options.device != "cuda";
   RETURN_IF_ERROR(scheduler::Scheduler::Create(scheduler_config_).status());
   first_rank_ = options.parallel.first_rank;
   if (options.parallel.multi_rank() && local_ranks_ == nullptr) {
