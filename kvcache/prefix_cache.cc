@@ -76,8 +76,7 @@ bool PrefixCache::ShouldCheckpoint(int64_t num_tokens_after_step, int64_t prompt
   if (num_tokens_after_step <= 0 || num_tokens_after_step % block_size_ != 0) return false;
   int64_t num_blocks = num_tokens_after_step / block_size_;
   if (every_n_blocks_ > 0 && num_blocks % every_n_blocks_ == 0) return true;
-  return num_blocks == prompt_len / block_size_ ||
-         (prompt_len > 0 && num_blocks == (prompt_len - 1) / block_size_);
+  return IsPromptEnd(num_tokens_after_step, prompt_len);
 }
 
 std::vector<int64_t> PrefixCache::CheckpointBoundaries(int64_t begin_tokens, int64_t end_tokens,
@@ -151,6 +150,19 @@ std::optional<CheckpointId> PrefixCache::FindCheckpoint(BlockHash boundary_hash)
   auto it = by_hash_.find(boundary_hash);
   if (it == by_hash_.end() || states_[it->second] != State::kCommitted) return std::nullopt;
   return it->second;
+}
+
+void PrefixCache::Demote(BlockHash boundary_hash) {
+  const std::optional<CheckpointId> id = FindCheckpoint(boundary_hash);
+  if (!id.has_value()) return;
+  lru_.Remove(*id);
+  lru_.PushFront(*id);
+}
+
+bool PrefixCache::IsPromptEnd(int64_t boundary, int64_t prompt_len) const {
+  return boundary > 0 &&
+         (boundary == prompt_len / block_size_ * block_size_ ||
+          (prompt_len > 0 && boundary == (prompt_len - 1) / block_size_ * block_size_));
 }
 
 double PrefixCache::hit_rate() const {

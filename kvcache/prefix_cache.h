@@ -18,6 +18,10 @@
 // the same prompt can match, as n > 1 choices and repeated requests do: it differs from the
 // former only for a block-aligned prompt).
 //
+// Stride checkpoints of one long sequence can crowd out every other conversation's (a K3
+// checkpoint is hundreds of MiB, so slots are few): the scheduler keeps only each sequence's
+// latest few stride checkpoints in the normal LRU order and Demotes older ones to the cold end.
+//
 // Checkpoints live in `num_checkpoint_slots` slots under their own byte budget (the memory
 // planner's share), keyed by the boundary's block hash. States of a checkpoint slot:
 //   free -> pending (ReserveCheckpoint; the executor writes it at the end of this step;
@@ -123,6 +127,12 @@ class PrefixCache {
 
   // The committed checkpoint at `boundary_hash`, if any (no LRU update).
   std::optional<CheckpointId> FindCheckpoint(BlockHash boundary_hash) const;
+  // Moves the committed checkpoint at `boundary_hash` (if any) to the cold end of the LRU order:
+  // the next eviction takes it, unless a hit touches it first.
+  void Demote(BlockHash boundary_hash);
+  // Whether boundary b is one of the prompt's own checkpoint points (its last block boundary or
+  // the last one before its last token) rather than only a multiple of the every-N stride.
+  bool IsPromptEnd(int64_t boundary, int64_t prompt_len) const;
 
   bool needs_checkpoints() const { return needs_checkpoints_; }
   int block_size() const { return block_size_; }

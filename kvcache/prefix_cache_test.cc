@@ -154,6 +154,37 @@ TEST(PrefixCacheTest, CheckpointLruEvictsLeastRecentlyCommittedFirst) {
   EXPECT_EQ(cache.FindCheckpoint(h[0]), std::optional<CheckpointId>(c0));
 }
 
+// A demoted checkpoint is the next one evicted, even when it was committed last; one that is
+// not committed (unknown hash, or pending) is left alone.
+TEST(PrefixCacheTest, DemotedCheckpointIsEvictedFirst) {
+  BlockPool pool(8);
+  PrefixCache cache(&pool, 2, 1, kBlockSize);
+  std::vector<BlockHash> h = HashFullBlocks(Tokens(16, 0), kBlockSize, 0);
+  Blocks table = pool.Allocate(4).value();
+  for (int i = 0; i < 4; ++i) pool.CacheFullBlock(table[i], h[i]);
+  CheckpointId c0 = cache.ReserveCheckpoint(h[0]).value();
+  CheckpointId c1 = cache.ReserveCheckpoint(h[1]).value();
+  cache.Demote(h[1]);  // pending: no effect
+  ASSERT_TRUE(cache.CommitCheckpoint(c0));
+  ASSERT_TRUE(cache.CommitCheckpoint(c1));
+  cache.Demote(h[1]);  // committed last, now first to go
+  cache.Demote(h[3]);  // no checkpoint there
+  EXPECT_EQ(cache.ReserveCheckpoint(h[2]).value(), c1);
+  EXPECT_FALSE(cache.FindCheckpoint(h[1]).has_value());
+  EXPECT_EQ(cache.FindCheckpoint(h[0]), std::optional<CheckpointId>(c0));
+  EXPECT_TRUE(cache.CheckInvariants().ok());
+}
+
+TEST(PrefixCacheTest, PromptEndsAreTheLastBoundaryAndTheOneBeforeTheLastToken) {
+  BlockPool pool(8);
+  PrefixCache cache(&pool, 2, 1, kBlockSize);  // blocks of 4
+  EXPECT_TRUE(cache.IsPromptEnd(12, 14));
+  EXPECT_FALSE(cache.IsPromptEnd(8, 14));
+  EXPECT_TRUE(cache.IsPromptEnd(16, 16));
+  EXPECT_TRUE(cache.IsPromptEnd(12, 16));
+  EXPECT_FALSE(cache.IsPromptEnd(0, 3));
+}
+
 TEST(PrefixCacheTest, PendingCheckpointIsInvisibleAndPinned) {
   BlockPool pool(4);
   PrefixCache cache(&pool, 1, 1, kBlockSize);

@@ -158,6 +158,9 @@ class Scheduler {
   bool TryAdmit(Sequence* seq);
   int64_t ChunkSize(const Sequence& seq, int64_t begin) const;
   void Place(Sequence* seq, int64_t num_new_tokens);
+  // Records a new stride checkpoint of `seq`, Demoting the ones beyond its latest
+  // stride_checkpoints_per_sequence.
+  void KeepStrideCheckpoint(Sequence* seq, kvcache::BlockHash hash);
   Sequence* PickVictim() const;
   void Preempt(Sequence* seq);
   void BuildPlan();

@@ -30,6 +30,7 @@ absl::Status SchedulerConfig::Validate() const {
         positive("num_blocks", num_blocks), non_negative("num_slots", num_slots),
         non_negative("num_checkpoint_slots", num_checkpoint_slots),
         non_negative("checkpoint_every_n_blocks", checkpoint_every_n_blocks),
+        non_negative("stride_checkpoints_per_sequence", stride_checkpoints_per_sequence),
         non_negative("long_prefill_token_threshold", long_prefill_token_threshold),
         positive("max_scored_tokens_per_step", max_scored_tokens_per_step),
         non_negative("speculative_disable_by_batch_size", speculative_disable_by_batch_size)}) {

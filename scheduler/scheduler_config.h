@@ -31,7 +31,12 @@ struct SchedulerConfig {
   int32_t num_slots = 0;                  // live KDA state slots (unused without KDA layers)
   int32_t num_checkpoint_slots = 0;       // KDA checkpoint slots for prefix caching
   int checkpoint_every_n_blocks = 16;     // a checkpoint every N blocks (0: prompt ends only)
-  bool has_kda_layers = true;             // false: no state slots, no checkpoints
+  // Of one sequence's every-N-blocks checkpoints, the latest this many age normally in the
+  // checkpoint LRU; older ones are moved to its cold end (evicted first unless a hit touches
+  // them), and a chunk reserves at most this many. So one long prompt cannot evict every
+  // other conversation's checkpoints. Prompt-end checkpoints do not count. 0: no limit.
+  int stride_checkpoints_per_sequence = 2;
+  bool has_kda_layers = true;  // false: no state slots, no checkpoints
   bool enable_prefix_caching = true;
   Policy policy = Policy::kFcfs;
   // > 0: at most this many prefill tokens per sequence per step, so one long prompt cannot

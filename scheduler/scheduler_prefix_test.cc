@@ -478,5 +478,41 @@ TEST(SchedulerPrefixTest, SavesTakeTheCheckpointSlotsThereAre) {
   ExpectHealthy(d);
 }
 
+// One long prompt (30 tokens: stride boundaries every block, 4..28) through 4 checkpoint slots
+// keeps only its latest 2 stride checkpoints in the LRU order and reserves at most 2 per
+// chunk, so the checkpoint of an earlier conversation (x, 6 tokens: its prompt end at 4)
+// survives and its next turn hits it. Without the limit the long prompt evicts it.
+TEST(SchedulerPrefixTest, ALongPromptKeepsFewStrideCheckpointsAndSparesOtherConversations) {
+  for (const int keep : {2, 0}) {
+    SchedulerConfig c = PrefixConfig();
+    c.checkpoint_every_n_blocks = 1;
+    c.max_model_len = 40;
+    c.stride_checkpoints_per_sequence = keep;
+    Driver d(c, kVocab);
+    const Request x = MakeRequest("x", Prompt(6, 100), 1);
+    ASSERT_TRUE(d.scheduler().Add(x).ok());
+    d.RunUntilIdle();
+    ASSERT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 1);
+
+    const Request longer = MakeRequest("long", Prompt(30, 500), 1);
+    ASSERT_TRUE(d.scheduler().Add(longer).ok());
+    StepPlan p = d.Step();
+    ASSERT_EQ(p.sequences.size(), 1u);
+    const Saves want = keep == 2 ? Saves{12, 16} : Saves{4, 8, 12, 16};
+    EXPECT_EQ(SavePoints(p.sequences[0]), want) << keep;
+    d.RunUntilIdle();
+    EXPECT_EQ(d.output("long"), Expected(longer));
+
+    const Request next = MakeRequest("x2", Concat(Prompt(6, 100), {7, 8, 9}), 2);
+    ASSERT_TRUE(d.scheduler().Add(next).ok());
+    p = d.Step();
+    ASSERT_EQ(p.sequences.size(), 1u);
+    EXPECT_EQ(p.sequences[0].num_computed_tokens, keep == 2 ? 4 : 0) << keep;
+    d.RunUntilIdle();
+    EXPECT_EQ(d.output("x2"), Expected(next));
+    ExpectHealthy(d);
+  }
+}
+
 }  // namespace
 }  // namespace strata::scheduler

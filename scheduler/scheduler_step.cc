@@ -208,14 +208,25 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
     entry.num_scored = std::clamp<int64_t>(seq->num_prompt_tokens - 1 - begin, 0, num_new_tokens);
     score_budget_ -= entry.num_scored;
   }
-  // A checkpoint at every boundary inside the chunk that gets a slot: the executor saves the
-  // state as the chunk's tokens pass it.
+  // A checkpoint at every boundary inside the chunk that gets a slot (the executor saves the
+  // state as the chunk's tokens pass it) — of the stride boundaries only the last few.
   entry.first_save = static_cast<int32_t>(saves_.size());
   if (checkpoints_enabled()) {
     prefix_cache_.CheckpointBoundaries(begin, end, seq->num_prompt_tokens, &boundaries_);
+    const int64_t keep = config_.stride_checkpoints_per_sequence;
+    int64_t strides_left = 0;
     for (int64_t boundary : boundaries_) {
-      std::optional<kvcache::CheckpointId> id = prefix_cache_.ReserveCheckpoint(
-          seq->block_hashes[static_cast<size_t>(boundary / config_.block_size - 1)]);
+      strides_left += prefix_cache_.IsPromptEnd(boundary, seq->num_prompt_tokens) ? 0 : 1;
+    }
+    for (int64_t boundary : boundaries_) {
+      const kvcache::BlockHash hash =
+          seq->block_hashes[static_cast<size_t>(boundary / config_.block_size - 1)];
+      const bool stride = !prefix_cache_.IsPromptEnd(boundary, seq->num_prompt_tokens);
+      if (stride && keep > 0 && strides_left-- > keep) continue;
+      // Demote first, so that an eviction the reservation needs takes this sequence's own old
+      // stride checkpoint rather than another conversation's.
+      if (stride && keep > 0) KeepStrideCheckpoint(seq, hash);
+      std::optional<kvcache::CheckpointId> id = prefix_cache_.ReserveCheckpoint(hash);
       if (id.has_value()) saves_.push_back({*id, boundary - begin});
     }
   }
@@ -223,6 +234,16 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
   seq->step_index = static_cast<int32_t>(entries_.size());
   entries_.push_back(entry);
   token_budget_ -= num_new_tokens;
+}
+
+void Scheduler::KeepStrideCheckpoint(Sequence* seq, kvcache::BlockHash hash) {
+  std::vector<kvcache::BlockHash>& hot = seq->stride_checkpoints;
+  if (std::find(hot.begin(), hot.end(), hash) != hot.end()) return;  // a recompute passing it
+  hot.push_back(hash);
+  const auto keep = static_cast<size_t>(config_.stride_checkpoints_per_sequence);
+  if (hot.size() <= keep) return;
+  for (size_t i = 0; i + keep < hot.size(); ++i) prefix_cache_.Demote(hot[i]);
+  hot.erase(hot.begin(), hot.end() - static_cast<std::ptrdiff_t>(keep));
 }
 
 void Scheduler::AttachDrafts() {

@@ -63,7 +63,10 @@ struct Sequence {
   engine::SlotInit slot_init = engine::SlotInit::kZero;  // how the next scheduled step starts
   kvcache::CheckpointId source_checkpoint = -1;          // with kFromCheckpoint
   int32_t num_registered_blocks = 0;  // block_table[0, n) passed to CacheFullBlock
-  std::vector<int32_t> draft;         // speculative tokens of the step in flight (capacity reused)
+  // Boundary hashes of its latest stride checkpoints (reserved or committed, oldest first):
+  // at most SchedulerConfig::stride_checkpoints_per_sequence; older ones were Demoted.
+  std::vector<kvcache::BlockHash> stride_checkpoints;
+  std::vector<int32_t> draft;  // speculative tokens of the step in flight (capacity reused)
   std::unique_ptr<NgramIndex> ngram_index;  // built at the first draft, then kept up to date
   // Adaptive drafting: a draft is at most one token longer than the last one's accepted run
   // (draft_cap, 0: num_speculative_tokens), and after a draft with nothing accepted the next
