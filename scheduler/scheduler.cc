@@ -298,6 +298,7 @@ SchedulerStats Scheduler::stats() const {
   s.slot_usage = slot_pool_.usage();
   s.num_checkpoints = prefix_cache_.num_checkpoints();
   s.num_pending_checkpoints = prefix_cache_.num_pending_checkpoints();
+  s.num_checkpoints_evicted = prefix_cache_.stats().num_checkpoints_evicted;
   return s;
 }
 

@@ -39,6 +39,7 @@ struct SchedulerStats {
   double slot_usage = 0.0;
   int32_t num_checkpoints = 0;          // committed KDA checkpoints
   int32_t num_pending_checkpoints = 0;  // reserved by the step in flight
+  int64_t num_checkpoints_evicted = 0;  // total: committed ones evicted to make room (LRU)
 
   // Prefix cache, totals: one query per admission (recompute admissions included).
   int64_t num_prefix_queries = 0;

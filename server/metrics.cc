@@ -77,6 +77,7 @@ struct Metrics::Handles {
   prometheus::Counter* prefix_cache_queries_total;
   prometheus::Counter* prefix_cache_hits_total;
   prometheus::Counter* num_preemptions_total;
+  prometheus::Counter* kda_checkpoint_evictions_total;
   prometheus::Counter* spec_decode_num_drafts_total;
   prometheus::Counter* spec_decode_num_draft_tokens_total;
   prometheus::Counter* spec_decode_num_accepted_tokens_total;
@@ -145,6 +146,9 @@ Metrics::Metrics(std::string model_name, int rank, MetricsOptions options,
                                           "Prefix cache hits, in prompt tokens found.", l);
   h.num_preemptions_total =
       &AddCounter(r, "strata:num_preemptions_total", "Cumulative number of preemptions.", l);
+  h.kda_checkpoint_evictions_total =
+      &AddCounter(r, "strata:kda_checkpoint_evictions_total",
+                  "KDA state checkpoints evicted (least recently used) to make room.", l);
   // vLLM's spec_decode counters: acceptance rate = accepted / draft tokens, mean accepted
   // length = 1 + accepted / drafts.
   h.spec_decode_num_drafts_total =
@@ -228,6 +232,8 @@ void Metrics::OnStep(const StepStats& step) {
   h.prefix_cache_queries_total->Increment(static_cast<double>(step.num_prefix_query_tokens));
   h.prefix_cache_hits_total->Increment(static_cast<double>(step.num_prefix_hit_tokens));
   h.num_preemptions_total->Increment(static_cast<double>(step.num_preemptions));
+  h.kda_checkpoint_evictions_total->Increment(
+      static_cast<double>(step.num_kda_checkpoint_evictions));
   h.spec_decode_num_drafts_total->Increment(static_cast<double>(step.num_spec_drafts));
   h.spec_decode_num_draft_tokens_total->Increment(static_cast<double>(step.num_spec_draft_tokens));
   h.spec_decode_num_accepted_tokens_total->Increment(

@@ -15,7 +15,9 @@
 //               strata:prefix_cache_queries_total, strata:prefix_cache_hits_total (tokens),
 //               strata:num_preemptions_total, strata:expert_routed_tokens_total{expert},
 //               strata:spec_decode_num_drafts_total, strata:spec_decode_num_draft_tokens_total,
-//               strata:spec_decode_num_accepted_tokens_total
+//               strata:spec_decode_num_accepted_tokens_total,
+//               strata:kda_checkpoint_evictions_total (KDA checkpoints evicted to make room:
+//               a steady climb means the checkpoint budget is too small for the load)
 //   histograms  (seconds) strata:time_to_first_token_seconds, strata:inter_token_latency_seconds,
 //               strata:e2e_request_latency_seconds, strata:request_queue_time_seconds,
 //               strata:request_prefill_time_seconds, strata:request_decode_time_seconds,
@@ -75,6 +77,7 @@ struct StepStats {
   int64_t num_prefix_hit_tokens = 0;         // of those, tokens found
   int64_t num_kda_checkpoints = 0;           // now: KDA checkpoints held
   int64_t kda_checkpoint_bytes = 0;          // now: bytes those checkpoints occupy
+  int64_t num_kda_checkpoint_evictions = 0;  // checkpoints evicted (LRU) to make room
   double step_seconds = 0.0;                 // wall time of the step
   std::optional<double> all_to_all_seconds;  // MoE all-to-all time in the step (all layers)
   // [num_experts] tokens this rank routed to each (global) expert in the step, summed over MoE

@@ -89,6 +89,7 @@ TEST(MetricsTest, ExposesEveryApiMetricWithModelAndRankLabels) {
                                              "strata:prefix_cache_queries_total",
                                              "strata:prefix_cache_hits_total",
                                              "strata:num_preemptions_total",
+                                             "strata:kda_checkpoint_evictions_total",
                                              "strata:spec_decode_num_drafts_total",
                                              "strata:spec_decode_num_draft_tokens_total",
                                              "strata:spec_decode_num_accepted_tokens_total"};
@@ -163,6 +164,7 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   step.num_prefix_hit_tokens = 64;
   step.num_kda_checkpoints = 3;
   step.kda_checkpoint_bytes = 3 << 20;
+  step.num_kda_checkpoint_evictions = 2;
   step.step_seconds = 0.015;
   step.all_to_all_seconds = 0.0003;
   metrics.OnStep(step);
@@ -182,6 +184,7 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   EXPECT_EQ(Value(text, "strata:generation_tokens_total"), 10.0);
   EXPECT_EQ(Value(text, "strata:iteration_tokens_total"), 110.0);
   EXPECT_EQ(Value(text, "strata:num_preemptions_total"), 2.0);
+  EXPECT_EQ(Value(text, "strata:kda_checkpoint_evictions_total"), 4.0);
   EXPECT_EQ(Value(text, "strata:spec_decode_num_drafts_total"), 6.0);
   EXPECT_EQ(Value(text, "strata:spec_decode_num_draft_tokens_total"), 24.0);
   EXPECT_EQ(Value(text, "strata:spec_decode_num_accepted_tokens_total"), 10.0);
@@ -380,7 +383,7 @@ TEST(MetricsTest, OutputPassesPromtoolCheckMetricsExceptTheColonPrefix) {
     EXPECT_THAT(line,
                 ::testing::MatchesRegex("strata:[a-z0-9_]+ metric names should not contain ':'"));
   }
-  EXPECT_EQ(num_findings, 29);  // one per family
+  EXPECT_EQ(num_findings, 30);  // one per family
 }
 
 }  // namespace

@@ -14,6 +14,7 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   before.num_prefix_hit_tokens = 128;
   before.num_running = 9;
   before.block_usage = 0.9;
+  before.num_checkpoints_evicted = 11;
   scheduler::SchedulerStats after = before;
   after.num_running = 3;
   after.num_waiting = 5;
@@ -28,6 +29,7 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   after.block_usage = 0.5;
   after.slot_usage = 0.25;
   after.num_checkpoints = 6;
+  after.num_checkpoints_evicted = 14;
 
   const StepStats s = StepStatsFromScheduler(before, after, 0.125, 1 << 20);
   EXPECT_EQ(s.num_running, 3);
@@ -44,6 +46,7 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   EXPECT_EQ(s.state_slot_usage, 0.25);
   EXPECT_EQ(s.num_kda_checkpoints, 6);
   EXPECT_EQ(s.kda_checkpoint_bytes, 6 << 20);
+  EXPECT_EQ(s.num_kda_checkpoint_evictions, 3);
   EXPECT_EQ(s.step_seconds, 0.125);
   EXPECT_TRUE(s.expert_tokens.empty());
   EXPECT_FALSE(s.all_to_all_seconds.has_value());

@@ -177,7 +177,8 @@ def overview():
 def caches():
     s = SEL
     return dashboard("strata-caches", "Strata / Caches",
-                     "MLA latent pages, KDA state slots, prefix cache and preemptions.", [
+                     "MLA latent pages, KDA state slots, prefix cache, checkpoint evictions "
+                     "and preemptions.", [
         row("Capacity", 0),
         panel("timeseries", "MLA latent cache usage per rank",
               [target(f"strata:kv_cache_usage_perc{{{s}}}", "rank {{rank}}")], 0, 1, 12, 8,
@@ -224,9 +225,17 @@ def caches():
                target(f"max(strata:kv_cache_usage_perc{{{s}}}) * 100", "max latent usage %"),
                target(f"max(strata:state_slot_usage_perc{{{s}}}) * 100", "max slot usage %")],
               12, 33, 12, 8),
-        row("Configuration", 41),
+        panel("timeseries", "KDA checkpoint evictions per rank",
+              [target(f"sum by (rank) (rate(strata:kda_checkpoint_evictions_total{{{s}}}[{RATE}]))",
+                      "rank {{rank}}")],
+              0, 41, 24, 8, unit="ops",
+              description="Checkpoints evicted (least recently used) to make room for new ones. "
+                          "A steady rate under load means the checkpoint budget (10 % of the cache "
+                          "memory) holds too few for the conversations in flight, and prefix "
+                          "hits on KDA models miss."),
+        row("Configuration", 49),
         panel("table", "Cache configuration per rank",
-              [target(f"strata:cache_config_info{{{s}}}", "", fmt="table")], 0, 42, 24, 6,
+              [target(f"strata:cache_config_info{{{s}}}", "", fmt="table")], 0, 50, 24, 6,
               description="--kv-cache-dtype, --block-size and the memory plan's pools "
                           "(strata:cache_config_info labels).",
               options={"showHeader": True},
