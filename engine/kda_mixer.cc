@@ -129,9 +129,9 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
       if (rows[s].count == 0 || round >= batch[s].kda_saves.size()) continue;
       const KdaCacheSave& save = batch[s].kda_saves[round];
       std::memcpy(save.kda_state[index], batch[s].cache.kda_state[index],
-                  static_cast<size_t>(heads * hd * hd) * sizeof(float));
+                  static_cast<size_t>(k.state_floats()) * sizeof(float));
       std::memcpy(save.kda_conv[index], batch[s].cache.kda_conv[index],
-                  static_cast<size_t>(3 * (k.conv_kernel_size - 1) * p) * sizeof(float));
+                  static_cast<size_t>(k.conv_floats()) * sizeof(float));
     }
   }
   LinearForward(w.o_proj, y, num_rows, out);

@@ -155,9 +155,8 @@ CacheGeometry GetCacheGeometry(const ModelConfig& cfg) {
   CacheGeometry g;
   g.num_kda_layers = cfg.NumKdaLayers();
   g.num_mla_layers = cfg.NumMlaLayers();
-  const int64_t p = cfg.kda.projection_size();
-  g.kda_state_floats = int64_t{cfg.kda.num_heads} * cfg.kda.head_dim * cfg.kda.head_dim;
-  g.kda_conv_floats = 3 * int64_t{std::max(cfg.kda.conv_kernel_size - 1, 0)} * p;
+  g.kda_state_floats = cfg.kda.state_floats();
+  g.kda_conv_floats = cfg.kda.conv_floats();
   g.latent_dim = cfg.mla.latent_dim();
   g.rope_dim = cfg.mla.qk_rope_head_dim;
   return g;

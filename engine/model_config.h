@@ -27,6 +27,12 @@ struct KdaConfig {
   float gate_lower_bound = 0.0f;      // linear_attn_config.gate_lower_bound (< 0)
   bool use_full_rank_gate = false;    // g_proj (true) or g_a_proj/g_b_proj (false)
   int projection_size() const { return num_heads * head_dim; }  // P
+  // One sequence's caches of one KDA layer, f32 values: the state S [H, D, D] and the conv
+  // cache [3, K − 1, P] (kernels/cpu/kda_layer.h).
+  int64_t state_floats() const { return int64_t{num_heads} * head_dim * head_dim; }
+  int64_t conv_floats() const {
+    return 3 * int64_t{conv_kernel_size > 0 ? conv_kernel_size - 1 : 0} * projection_size();
+  }
 };
 
 struct MlaConfig {

@@ -157,10 +157,8 @@ absl::Status CudaModel::KdaSavingPieces(const kc::KdaDecodeInputs& prefill, cons
                                         float* state, float* conv, kc::KdaDecodeParams params,
                                         uint16_t* y, cudaStream_t stream) const {
   const StepLayout& s = *step.host;
-  const ModelConfig& cfg = config();
-  const int64_t state_floats = int64_t{cfg.kda.num_heads} * cfg.kda.head_dim * cfg.kda.head_dim;
-  const int64_t conv_floats =
-      int64_t{3} * (cfg.kda.conv_kernel_size - 1) * cfg.kda.projection_size();
+  const int64_t state_floats = config().kda.state_floats();
+  const int64_t conv_floats = config().kda.conv_floats();
   params.batch = 1;
   for (size_t k = 0; k < s.kda_piece_seq.size(); ++k) {
     const int32_t seq = s.kda_piece_seq[k] - s.num_decode;  // among the prefill sequences
