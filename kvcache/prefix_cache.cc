@@ -45,6 +45,7 @@ PrefixMatch PrefixCache::Lookup(const std::vector<BlockHash>& block_hashes) cons
       match.checkpoint = *id;
     }
   }
+  match.num_chain_tokens = static_cast<int64_t>(chain.size()) * block_size_;
   chain.resize(usable);
   match.blocks = std::move(chain);
   match.num_tokens = static_cast<int64_t>(usable) * block_size_;
@@ -74,8 +75,7 @@ void PrefixCache::Acquire(const PrefixMatch& match) {
 bool PrefixCache::ShouldCheckpoint(int64_t num_tokens_after_step, int64_t prompt_len) const {
   if (!keeps_checkpoints()) return false;
   if (num_tokens_after_step <= 0 || num_tokens_after_step % block_size_ != 0) return false;
-  int64_t num_blocks = num_tokens_after_step / block_size_;
-  if (every_n_blocks_ > 0 && num_blocks % every_n_blocks_ == 0) return true;
+  if (IsStrideBoundary(num_tokens_after_step)) return true;
   return IsPromptEnd(num_tokens_after_step, prompt_len);
 }
 
@@ -159,10 +159,27 @@ void PrefixCache::Demote(BlockHash boundary_hash) {
   lru_.PushFront(*id);
 }
 
+void PrefixCache::Promote(BlockHash boundary_hash) {
+  const std::optional<CheckpointId> id = FindCheckpoint(boundary_hash);
+  if (!id.has_value()) return;
+  lru_.Remove(*id);
+  lru_.PushBack(*id);
+}
+
+void PrefixCache::Drop(BlockHash boundary_hash) {
+  const std::optional<CheckpointId> id = FindCheckpoint(boundary_hash);
+  if (id.has_value()) Release(*id);
+}
+
 bool PrefixCache::IsPromptEnd(int64_t boundary, int64_t prompt_len) const {
   return boundary > 0 &&
          (boundary == prompt_len / block_size_ * block_size_ ||
           (prompt_len > 0 && boundary == (prompt_len - 1) / block_size_ * block_size_));
+}
+
+bool PrefixCache::IsStrideBoundary(int64_t boundary) const {
+  const int64_t stride = static_cast<int64_t>(every_n_blocks_) * block_size_;
+  return every_n_blocks_ > 0 && boundary > 0 && boundary % stride == 0;
 }
 
 double PrefixCache::hit_rate() const {

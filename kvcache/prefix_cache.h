@@ -18,6 +18,11 @@
 // the same prompt can match, as n > 1 choices and repeated requests do: it differs from the
 // former only for a block-aligned prompt).
 //
+// The scheduler adds two kinds of boundary of its own: branch points (where one request's
+// prompt parts from another's, so the requests after them hit there) and, for a running
+// sequence, its latest boundary past the prompt (Demoted while it runs, Promoted when it
+// finishes, Dropped when superseded), where the conversation's next turn continues.
+//
 // Stride checkpoints of one long sequence can crowd out every other conversation's (a K3
 // checkpoint is hundreds of MiB, so slots are few): the scheduler keeps only each sequence's
 // latest few stride checkpoints in the normal LRU order and Demotes older ones to the cold end.
@@ -72,6 +77,10 @@ struct PrefixMatch {
   std::vector<BlockId> blocks;   // the matched full blocks, block 0 first
   int64_t num_tokens = 0;        // blocks.size() * block_size
   CheckpointId checkpoint = -1;  // state at num_tokens; -1 when no hit or no KDA layers
+  // Tokens of the longest chain of cached blocks (>= num_tokens). Beyond num_tokens the
+  // blocks are cached but no checkpoint ends there: the query shares that much with some
+  // earlier request, and a checkpoint saved at its end would let the next one hit.
+  int64_t num_chain_tokens = 0;
 };
 
 struct PrefixCacheStats {
@@ -130,9 +139,15 @@ class PrefixCache {
   // Moves the committed checkpoint at `boundary_hash` (if any) to the cold end of the LRU order:
   // the next eviction takes it, unless a hit touches it first.
   void Demote(BlockHash boundary_hash);
+  // Moves it (if committed) to the hot end, as a hit would.
+  void Promote(BlockHash boundary_hash);
+  // Frees the committed checkpoint at `boundary_hash`, if any: one superseded by a later one.
+  void Drop(BlockHash boundary_hash);
   // Whether boundary b is one of the prompt's own checkpoint points (its last block boundary or
   // the last one before its last token) rather than only a multiple of the every-N stride.
   bool IsPromptEnd(int64_t boundary, int64_t prompt_len) const;
+  // Whether boundary b (> 0) is a multiple of the every-N-blocks stride.
+  bool IsStrideBoundary(int64_t boundary) const;
 
   bool needs_checkpoints() const { return needs_checkpoints_; }
   int block_size() const { return block_size_; }

@@ -36,6 +36,13 @@ Blocks Compute(BlockPool& pool, PrefixCache& cache, const std::vector<int32_t>& 
   return table;
 }
 
+// Allocates one block per hash and caches each under its hash (a chain of full blocks, held).
+Blocks CacheChain(BlockPool& pool, const std::vector<BlockHash>& hashes) {
+  Blocks table = pool.Allocate(static_cast<int32_t>(hashes.size())).value();
+  for (size_t i = 0; i < hashes.size(); ++i) pool.CacheFullBlock(table[i], hashes[i]);
+  return table;
+}
+
 TEST(PrefixCacheTest, CheckpointsAtEveryNBlocksAndAtThePromptEnd) {
   BlockPool pool(8);
   PrefixCache cache(&pool, 4, /*checkpoint_every_n_blocks=*/2, kBlockSize);
@@ -94,10 +101,12 @@ TEST(PrefixCacheTest, HitNeedsACheckpointAtExactlyTheBoundary) {
   EXPECT_EQ(match.blocks, (Blocks{table[0], table[1]}));
   EXPECT_EQ(match.num_tokens, 8);
   EXPECT_EQ(match.checkpoint, cache.FindCheckpoint(hashes[1]).value());
-  // One block only: no checkpoint at 4 tokens, so no hit.
+  EXPECT_EQ(match.num_chain_tokens, 12);  // block 2 is cached too, with no checkpoint after it
+  // One block only: no checkpoint at 4 tokens, so no hit (but a chain of one cached block).
   EXPECT_EQ(cache.Lookup({hashes[0]}).num_tokens, 0);
+  EXPECT_EQ(cache.Lookup({hashes[0]}).num_chain_tokens, 4);
   // A different salt misses entirely.
-  EXPECT_EQ(cache.Lookup(HashFullBlocks(tokens, kBlockSize, 9)).num_tokens, 0);
+  EXPECT_EQ(cache.Lookup(HashFullBlocks(tokens, kBlockSize, 9)).num_chain_tokens, 0);
 }
 
 TEST(PrefixCacheTest, WithoutKdaEveryCachedBlockOfTheChainHits) {
@@ -140,8 +149,7 @@ TEST(PrefixCacheTest, CheckpointLruEvictsLeastRecentlyCommittedFirst) {
   BlockPool pool(8);
   PrefixCache cache(&pool, 2, 1, kBlockSize);
   std::vector<BlockHash> h = HashFullBlocks(Tokens(12, 0), kBlockSize, 0);
-  Blocks table = pool.Allocate(3).value();
-  for (int i = 0; i < 3; ++i) pool.CacheFullBlock(table[i], h[i]);
+  CacheChain(pool, h);
   CheckpointId c0 = cache.ReserveCheckpoint(h[0]).value();
   CheckpointId c1 = cache.ReserveCheckpoint(h[1]).value();
   EXPECT_EQ(c0, 0);
@@ -160,8 +168,7 @@ TEST(PrefixCacheTest, DemotedCheckpointIsEvictedFirst) {
   BlockPool pool(8);
   PrefixCache cache(&pool, 2, 1, kBlockSize);
   std::vector<BlockHash> h = HashFullBlocks(Tokens(16, 0), kBlockSize, 0);
-  Blocks table = pool.Allocate(4).value();
-  for (int i = 0; i < 4; ++i) pool.CacheFullBlock(table[i], h[i]);
+  CacheChain(pool, h);
   CheckpointId c0 = cache.ReserveCheckpoint(h[0]).value();
   CheckpointId c1 = cache.ReserveCheckpoint(h[1]).value();
   cache.Demote(h[1]);  // pending: no effect
@@ -172,6 +179,33 @@ TEST(PrefixCacheTest, DemotedCheckpointIsEvictedFirst) {
   EXPECT_EQ(cache.ReserveCheckpoint(h[2]).value(), c1);
   EXPECT_FALSE(cache.FindCheckpoint(h[1]).has_value());
   EXPECT_EQ(cache.FindCheckpoint(h[0]), std::optional<CheckpointId>(c0));
+  EXPECT_TRUE(cache.CheckInvariants().ok());
+}
+
+// Promote undoes a Demote (the checkpoint goes to the hot end); Drop frees a committed
+// checkpoint's slot for the next reservation, evicting nothing.
+TEST(PrefixCacheTest, PromotedCheckpointIsEvictedLastAndDroppedOneFreesItsSlot) {
+  BlockPool pool(8);
+  PrefixCache cache(&pool, 2, 1, kBlockSize);
+  std::vector<BlockHash> h = HashFullBlocks(Tokens(16, 0), kBlockSize, 0);
+  CacheChain(pool, h);
+  CheckpointId c0 = cache.ReserveCheckpoint(h[0]).value();
+  ASSERT_TRUE(cache.CommitCheckpoint(c0));
+  CheckpointId c1 = cache.ReserveCheckpoint(h[1]).value();
+  ASSERT_TRUE(cache.CommitCheckpoint(c1));
+  cache.Promote(h[0]);  // c1 is now the least recently used
+  EXPECT_EQ(cache.ReserveCheckpoint(h[2]).value(), c1);
+  EXPECT_EQ(cache.FindCheckpoint(h[0]), std::optional<CheckpointId>(c0));
+  EXPECT_EQ(cache.stats().num_checkpoints_evicted, 1);
+
+  cache.Drop(h[2]);  // pending: no effect
+  ASSERT_TRUE(cache.CommitCheckpoint(c1));
+  cache.Drop(h[0]);
+  EXPECT_FALSE(cache.FindCheckpoint(h[0]).has_value());
+  EXPECT_EQ(cache.num_free_checkpoint_slots(), 1);
+  EXPECT_EQ(cache.ReserveCheckpoint(h[3]).value(), c0);
+  EXPECT_EQ(cache.FindCheckpoint(h[2]), std::optional<CheckpointId>(c1));
+  EXPECT_EQ(cache.stats().num_checkpoints_evicted, 1);
   EXPECT_TRUE(cache.CheckInvariants().ok());
 }
 

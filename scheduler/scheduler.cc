@@ -212,6 +212,8 @@ void Scheduler::CommitEntry(const Entry& entry, absl::Span<const engine::Sampled
   for (const engine::CheckpointSave& save : Saves(entry)) {
     prefix_cache_.CommitCheckpoint(save.checkpoint);
   }
+  // Until the sequence finishes, its state past the prompt is worth only free capacity.
+  if (entry.saves_generation) prefix_cache_.Demote(*seq->generation_checkpoint);
 
   for (size_t i = 0; i < emitted; ++i) {
     const engine::SampledToken& token = sampled[i];
@@ -230,6 +232,9 @@ void Scheduler::CommitEntry(const Entry& entry, absl::Span<const engine::Sampled
   }
   if (reason.has_value()) {
     events->back().finished = reason;
+    if (seq->generation_checkpoint.has_value()) {
+      prefix_cache_.Promote(*seq->generation_checkpoint);
+    }
     ReleaseCaches(seq);
     seq->status = SequenceStatus::kFinished;
     ++counters_.num_finished_total;

@@ -133,7 +133,8 @@ class Scheduler {
     // Its KDA checkpoint saves: saves_[first_save, first_save + num_saves), ascending.
     int32_t first_save = 0;
     int32_t num_saves = 0;
-    int32_t num_drafts = 0;  // seq->draft, after the new tokens
+    bool saves_generation = false;  // one save is seq->generation_checkpoint
+    int32_t num_drafts = 0;         // seq->draft, after the new tokens
   };
 
   QueueKey KeyOf(const Sequence& seq) const;
@@ -149,15 +150,23 @@ class Scheduler {
   // Places the next chunk of a running sequence, preempting others (or itself) for blocks.
   void ScheduleOne(Sequence* seq);
   void AdmitWaiting();
-  // Phase 4: drafts for the placed sequences that sample past their prompt.
+  // Phase 5: drafts for the placed sequences that sample past their prompt.
   void AttachDrafts();
   // Whether a running sequence is still computing a prefix `seq` shares (whole blocks): `seq`
   // then waits for it to be cached rather than computing it a second time (n > 1 choices,
-  // requests with the same long system prompt arriving together).
-  bool WaitsForSharedPrefix(const Sequence& seq) const;
+  // requests with the same long system prompt arriving together). With KDA layers that
+  // sequence gets a branch point where the shared blocks end, so `seq` can hit there.
+  bool WaitsForSharedPrefix(const Sequence& seq);
   bool TryAdmit(Sequence* seq);
   int64_t ChunkSize(const Sequence& seq, int64_t begin) const;
   void Place(Sequence* seq, int64_t num_new_tokens);
+  // Phase 4: the KDA checkpoints each placed chunk saves — its prompt-end, branch-point and
+  // latest stride boundaries — reserved once every preemption and admission is done (a wait
+  // for a shared prefix adds a branch point to a sequence placed before it).
+  void PlaceCheckpoints();
+  void PlaceCheckpoints(Entry* entry);
+  // Makes `boundary` one of `seq`'s branch points (sorted, unique).
+  void AddBranchPoint(Sequence* seq, int64_t boundary);
   // Records a new stride checkpoint of `seq`, Demoting the ones beyond its latest
   // stride_checkpoints_per_sequence.
   void KeepStrideCheckpoint(Sequence* seq, kvcache::BlockHash hash);
@@ -204,7 +213,7 @@ class Scheduler {
   // The step being built (inside Schedule) or in flight (until Commit).
   std::vector<Entry> entries_;
   std::vector<engine::CheckpointSave> saves_;  // of entries_, reserved in the prefix cache
-  std::vector<int64_t> boundaries_;            // scratch of Place
+  std::vector<int64_t> boundaries_;            // scratch of PlaceCheckpoints
   engine::StepPlan plan_;  // built by Schedule(), read by the executor until the next one
   int64_t token_budget_ = 0;
   int64_t score_budget_ = 0;  // prompt positions this step may still score

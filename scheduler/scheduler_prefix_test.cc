@@ -90,6 +90,13 @@ MATCHER_P4(IsChunk, begin, size, saves, sample, "") {
 
 using Saves = std::vector<int64_t>;
 
+// The plan's only sequence starts from a checkpoint after `num_tokens` tokens.
+void ExpectHitAt(const StepPlan& p, int64_t num_tokens) {
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kFromCheckpoint);
+  EXPECT_EQ(p.sequences[0].num_computed_tokens, num_tokens);
+}
+
 void ExpectHealthy(Driver& d) {
   EXPECT_TRUE(d.scheduler().CheckInvariants().ok()) << d.scheduler().CheckInvariants();
   EXPECT_THAT(d.executor().errors(), ::testing::IsEmpty());
@@ -340,6 +347,144 @@ TEST(SchedulerPrefixTest, PromptScoringSkipsTheCacheAndFitsTheScoreBudget) {
 // n > 1 choices (or requests with the same long system prompt) arriving together: the first
 // computes the shared prefix, the others wait for it to be cached, then start from its
 // checkpoint instead of computing it again; a request with another prompt is not held up.
+// Requests sharing a system prompt that no checkpoint boundary ends: the first caches the
+// blocks, the second misses (no state there) but saves one where its prompt parts from the
+// cached blocks, and from the third on every request hits there.
+TEST(SchedulerPrefixTest, ABranchPointGetsACheckpointSoLaterRequestsHit) {
+  SchedulerConfig c = PrefixConfig();
+  c.checkpoint_every_n_blocks = 0;  // prompt ends only
+  Driver d(c, kVocab);
+  const std::vector<int32_t> system = Prompt(10, 100);  // blocks [0, 4) and [4, 8) are whole
+  const Request a = MakeRequest("a", Concat(system, {1, 2, 3}), 1);
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  EXPECT_THAT(Only(d.Step()), IsChunk(0, 13, Saves{12}, true));
+  d.RunUntilIdle();
+
+  const Request b = MakeRequest("b", Concat(system, {900, 901, 902}), 1);
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  EXPECT_THAT(Only(d.Step()), IsChunk(0, 13, (Saves{8, 12}), true));  // a miss; 8 is saved
+  d.RunUntilIdle();
+
+  for (const char* id : {"c", "d"}) {
+    const Request r = MakeRequest(id, Concat(system, {500, 501}), 2);
+    ASSERT_TRUE(d.scheduler().Add(r).ok());
+    ExpectHitAt(d.Step(), 8);
+    d.RunUntilIdle();
+    EXPECT_EQ(d.output(id), Expected(r)) << id;
+  }
+  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.scheduler().stats().num_prefix_hit_tokens, 2 * 8);
+  ExpectHealthy(d);
+}
+
+// Requests arriving together: the later ones wait while the first computes the shared
+// blocks, and the first saves its state where they part, so that they hit there.
+TEST(SchedulerPrefixTest, RequestsWaitingForASharedPrefixHitWhereItEnds) {
+  SchedulerConfig c = PrefixConfig();
+  c.checkpoint_every_n_blocks = 0;
+  c.max_model_len = 24;
+  Driver d(c, kVocab);
+  const std::vector<int32_t> system = Prompt(9, 100);  // two whole blocks, 8 tokens
+  const Request a = MakeRequest("a", Concat(system, {1, 2, 3, 4, 5, 6}), 2);  // 15 tokens
+  const Request b = MakeRequest("b", Concat(system, {900, 901}), 2);          // 11 tokens
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  // Step 1: a alone, saving at its prompt end 12 and at 8, where b's prompt parts from it.
+  EXPECT_THAT(Only(d.Step()), IsChunk(0, 15, (Saves{8, 12}), true));
+  EXPECT_EQ(d.scheduler().num_waiting(), 1);
+  // Step 2: a decodes; b starts from the state at 8.
+  const StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 2u);
+  EXPECT_EQ(p.sequences[1].slot_init, SlotInit::kFromCheckpoint);
+  EXPECT_EQ(p.sequences[1].num_computed_tokens, 8);
+  EXPECT_EQ(p.sequences[1].token_ids.size(), 3u);
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("a"), Expected(a));
+  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.scheduler().stats().num_prefill_tokens_total, 15 + 3);
+  ExpectHealthy(d);
+}
+
+// A conversation's next turn is its prompt, its output and a new message: it starts from the
+// state at the last block boundary the first turn computed, not at that turn's prompt end.
+TEST(SchedulerPrefixTest, TheNextTurnOfAConversationStartsPastItsLastOutput) {
+  SchedulerConfig c = PrefixConfig();
+  c.checkpoint_every_n_blocks = 0;
+  Driver d(c, kVocab);
+  const Request t1 = MakeRequest("t1", Prompt(10, 100), 9);  // computes 18 tokens of 19
+  ASSERT_TRUE(d.scheduler().Add(t1).ok());
+  EXPECT_THAT(Only(d.Step()), IsChunk(0, 10, Saves{8}, true));
+  EXPECT_THAT(Only(d.Step()), IsChunk(10, 1, Saves{}, true));
+  EXPECT_THAT(Only(d.Step()), IsChunk(11, 1, Saves{12}, true));  // past the prompt
+  d.RunUntilIdle();                                              // ... and 16, which drops 12
+  EXPECT_EQ(d.scheduler().prefix_cache().num_checkpoints(), 2);
+
+  const Request t2 = MakeRequest("t2", Concat(Concat(t1.prompt, d.output("t1")), {7, 8, 9}), 2);
+  ASSERT_TRUE(d.scheduler().Add(t2).ok());
+  ExpectHitAt(d.Step(), 16);  // of 22
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("t2"), Expected(t2));
+  ExpectHealthy(d);
+}
+
+// While its sequence runs, a checkpoint past the prompt sits at the cold end of the LRU: a
+// prompt's reservation evicts it rather than another conversation's prompt-end checkpoint.
+TEST(SchedulerPrefixTest, CheckpointsPastThePromptGiveWayWhileTheirSequenceRuns) {
+  SchedulerConfig c = PrefixConfig();
+  c.checkpoint_every_n_blocks = 0;
+  c.num_checkpoint_slots = 2;
+  Driver d(c, kVocab);
+  const Request a = MakeRequest("a", Prompt(9, 100), 1);
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  d.RunUntilIdle();  // a's checkpoint at 8: the least recently used from now on
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("b", Prompt(3, 300), 4)).ok());
+  d.Step();
+  EXPECT_THAT(Only(d.Step()), IsChunk(3, 1, Saves{4}, true));  // b's, past its prompt
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("c", Prompt(9, 500), 1)).ok());
+  const StepPlan p = d.Step();  // b decodes; c's prompt end evicts b's checkpoint, not a's
+  ASSERT_EQ(p.sequences.size(), 2u);
+  EXPECT_THAT(SavePoints(p.sequences[1]), ElementsAre(8));
+  d.RunUntilIdle();
+  EXPECT_EQ(d.scheduler().stats().num_checkpoints_evicted, 1);
+
+  const Request again = MakeRequest("again", Prompt(9, 100), 1);
+  ASSERT_TRUE(d.scheduler().Add(again).ok());
+  ExpectHitAt(d.Step(), 8);
+  ExpectHealthy(d);
+}
+
+// Speculative decoding with prefix caching: a draft never carries the sequence onto or past
+// a block boundary, so every boundary past the prompt is some step's save point.
+TEST(SchedulerPrefixTest, DraftsStopShortOfEachBoundaryPastThePrompt) {
+  SchedulerConfig c = PrefixConfig();
+  c.checkpoint_every_n_blocks = 0;
+  c.num_speculative_tokens = 3;
+  c.prompt_lookup_min = 1;
+  c.prompt_lookup_max = 2;
+  Driver d(c, /*vocab_size=*/2);  // lookup drafts are plentiful
+  const Request a = MakeRequest("a", {0, 1, 0, 1, 0, 1}, 20);
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  std::vector<int64_t> saved;
+  int64_t num_drafts = 0;
+  for (StepPlan p = d.Step(); !p.sequences.empty(); p = d.Step()) {
+    const engine::ScheduledSequence& s = p.sequences[0];
+    for (int64_t point : SavePoints(s)) saved.push_back(point);
+    if (s.num_draft_tokens == 0) continue;
+    num_drafts += s.num_draft_tokens;
+    const int64_t end = s.num_computed_tokens + 1;  // without the drafts
+    const int64_t end_drafted = end + s.num_draft_tokens;
+    EXPECT_NE(end % 4, 0) << "a step with a save drafts nothing";
+    EXPECT_EQ(end / 4, end_drafted / 4) << "drafts " << end << ".." << end_drafted;
+  }
+  EXPECT_GT(num_drafts, 0);
+  EXPECT_EQ(d.output("a"), FakeExecutor::ExpectedOutput(a, 2));
+  const int64_t computed = 6 + static_cast<int64_t>(d.output("a").size()) - 1;
+  std::vector<int64_t> expected;
+  for (int64_t b = 4; b <= computed; b += 4) expected.push_back(b);  // prompt end, then past it
+  EXPECT_EQ(saved, expected);
+  ExpectHealthy(d);
+}
+
 TEST(SchedulerPrefixTest, RequestsSharingAPrefixWaitForItInsteadOfRecomputingIt) {
   SchedulerConfig c = PrefixConfig();
   c.max_num_batched_tokens = 32;
@@ -391,7 +536,8 @@ TEST(SchedulerPrefixTest, ABlockAlignedPromptAgainHitsUpToItsLastBlock) {
 
 // A chunk runs through its checkpoint boundaries: one step for the whole 16-token budget,
 // saving at 8 (every 2 blocks) and 16 (the prompt's last block boundary) on the way; later the
-// decode that fills block 6 saves at 24.
+// decode that fills block 5 saves at 20 (past the prompt), and the one that fills block 6 at 24,
+// dropping the one at 20.
 TEST(SchedulerPrefixTest, ChunksRunThroughCheckpointBoundariesSavingOnTheWay) {
   Driver d(PrefixConfig(), kVocab);
   Request r = MakeRequest("a", Prompt(19, 100), 6);
@@ -405,9 +551,12 @@ TEST(SchedulerPrefixTest, ChunksRunThroughCheckpointBoundariesSavingOnTheWay) {
   EXPECT_EQ(p.sequences[0].token_ids.size(), 3u);
   EXPECT_TRUE(p.sequences[0].sample);
   EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre());
-  d.RunUntilIdle();  // decodes 20..23: the one that fills block 6 saves at 24
-  EXPECT_EQ(d.output("a"), Expected(r));
+  p = d.Step();  // the decode of token 19
+  EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(20));
   EXPECT_EQ(d.scheduler().stats().num_checkpoints, 3);
+  d.RunUntilIdle();  // decodes 20..23
+  EXPECT_EQ(d.output("a"), Expected(r));
+  EXPECT_EQ(d.scheduler().stats().num_checkpoints, 3);  // 8, 16, 24
   ExpectHealthy(d);
 }
 

@@ -1,5 +1,5 @@
 // Scheduler::Schedule() and its phases: aborts, running decodes, running prefills, admissions,
-// preemption, and the plan.
+// preemption, KDA checkpoint saves, drafts, and the plan.
 #include <algorithm>
 #include <memory>
 #include <utility>
@@ -30,6 +30,7 @@ const engine::StepPlan& Scheduler::Schedule() {
   ScheduleRunning(/*decodes=*/true);
   ScheduleRunning(/*decodes=*/false);
   AdmitWaiting();
+  PlaceCheckpoints();
   AttachDrafts();
   BuildPlan();
   in_flight_ = true;
@@ -101,10 +102,10 @@ void Scheduler::AdmitWaiting() {
   }
 }
 
-bool Scheduler::WaitsForSharedPrefix(const Sequence& seq) const {
+bool Scheduler::WaitsForSharedPrefix(const Sequence& seq) {
   if (!config_.enable_prefix_caching || seq.scores_prompt()) return false;
   const size_t query = static_cast<size_t>(seq.num_matchable_blocks(config_.block_size));
-  for (const Sequence* r : running_) {
+  for (Sequence* r : running_) {
     // Hashes are chained: equal at block j means the prefixes through j are equal, so the shared
     // blocks are a prefix of both lists, found by a binary search (O(log n) per pair).
     size_t lo = 0, hi = std::min(query, r->block_hashes.size());  // shared ∈ [lo, hi]
@@ -116,7 +117,10 @@ bool Scheduler::WaitsForSharedPrefix(const Sequence& seq) const {
         hi = mid - 1;
       }
     }
-    if (lo > 0 && r->num_computed_tokens < static_cast<int64_t>(lo) * config_.block_size) {
+    const int64_t shared = static_cast<int64_t>(lo) * config_.block_size;
+    if (lo > 0 && r->num_computed_tokens < shared) {
+      // On a KDA model the wait pays only if `r` saves its state where the prefixes part.
+      if (checkpoints_enabled()) AddBranchPoint(r, shared);
       return true;
     }
   }
@@ -172,6 +176,12 @@ bool Scheduler::TryAdmit(Sequence* seq) {
   if (!seq->admitted_once) {
     seq->admitted_once = true;
     seq->num_cached_tokens = begin;
+    // An earlier request computed more of this prompt than any checkpoint covers: save one
+    // where its cached blocks end, so that the next request sharing the prefix hits there.
+    // (Not on readmission: there the cached chain is this sequence's own.)
+    if (checkpoints_enabled() && match.num_chain_tokens > begin) {
+      AddBranchPoint(seq, match.num_chain_tokens);
+    }
   }
   waiting_.erase(KeyOf(*seq));
   seq->status = SequenceStatus::kRunning;
@@ -208,32 +218,71 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
     entry.num_scored = std::clamp<int64_t>(seq->num_prompt_tokens - 1 - begin, 0, num_new_tokens);
     score_budget_ -= entry.num_scored;
   }
-  // A checkpoint at every boundary inside the chunk that gets a slot (the executor saves the
-  // state as the chunk's tokens pass it) — of the stride boundaries only the last few.
-  entry.first_save = static_cast<int32_t>(saves_.size());
-  if (checkpoints_enabled()) {
-    prefix_cache_.CheckpointBoundaries(begin, end, seq->num_prompt_tokens, &boundaries_);
-    const int64_t keep = config_.stride_checkpoints_per_sequence;
-    int64_t strides_left = 0;
-    for (int64_t boundary : boundaries_) {
-      strides_left += prefix_cache_.IsPromptEnd(boundary, seq->num_prompt_tokens) ? 0 : 1;
-    }
-    for (int64_t boundary : boundaries_) {
-      const kvcache::BlockHash hash =
-          seq->block_hashes[static_cast<size_t>(boundary / config_.block_size - 1)];
-      const bool stride = !prefix_cache_.IsPromptEnd(boundary, seq->num_prompt_tokens);
-      if (stride && keep > 0 && strides_left-- > keep) continue;
-      // Demote first, so that an eviction the reservation needs takes this sequence's own old
-      // stride checkpoint rather than another conversation's.
-      if (stride && keep > 0) KeepStrideCheckpoint(seq, hash);
-      std::optional<kvcache::CheckpointId> id = prefix_cache_.ReserveCheckpoint(hash);
-      if (id.has_value()) saves_.push_back({*id, boundary - begin});
-    }
-  }
-  entry.num_saves = static_cast<int32_t>(saves_.size()) - entry.first_save;
   seq->step_index = static_cast<int32_t>(entries_.size());
   entries_.push_back(entry);
   token_budget_ -= num_new_tokens;
+}
+
+void Scheduler::PlaceCheckpoints() {
+  if (!checkpoints_enabled()) return;
+  for (Entry& entry : entries_) {
+    if (entry.seq != nullptr) PlaceCheckpoints(&entry);
+  }
+}
+
+void Scheduler::PlaceCheckpoints(Entry* entry) {
+  Sequence* seq = entry->seq;
+  const int64_t begin = seq->num_computed_tokens;
+  const int64_t end = begin + entry->num_new_tokens;
+  prefix_cache_.CheckpointBoundaries(begin, end, seq->num_prompt_tokens, &boundaries_);
+  const auto add = [&](int64_t point) {
+    auto at = std::lower_bound(boundaries_.begin(), boundaries_.end(), point);
+    if (at == boundaries_.end() || *at != point) boundaries_.insert(at, point);
+  };
+  for (int64_t point : seq->branch_points) {
+    if (point > begin && point <= end) add(point);
+  }
+  // Past the prompt, the chunk's last block boundary: the next turn of a conversation (this
+  // prompt, this output, then more) can start there.
+  const int64_t generated = end / config_.block_size * config_.block_size;
+  const bool past_prompt = generated > begin && generated > seq->num_prompt_tokens;
+  if (past_prompt) add(generated);
+  // Stride boundaries: only the last few. Prompt ends, branch points, and the generated one:
+  // always.
+  const auto is_stride = [&](int64_t boundary) {
+    return prefix_cache_.IsStrideBoundary(boundary) && !(past_prompt && boundary == generated) &&
+           !prefix_cache_.IsPromptEnd(boundary, seq->num_prompt_tokens) &&
+           !std::binary_search(seq->branch_points.begin(), seq->branch_points.end(), boundary);
+  };
+  const int64_t keep = config_.stride_checkpoints_per_sequence;
+  int64_t strides_left = std::count_if(boundaries_.begin(), boundaries_.end(), is_stride);
+  entry->first_save = static_cast<int32_t>(saves_.size());
+  for (int64_t boundary : boundaries_) {
+    const kvcache::BlockHash hash =
+        seq->block_hashes[static_cast<size_t>(boundary / config_.block_size - 1)];
+    const bool stride = is_stride(boundary);
+    if (stride && keep > 0 && strides_left-- > keep) continue;
+    // Demote first, so that an eviction the reservation needs takes this sequence's own old
+    // stride checkpoint rather than another conversation's.
+    if (stride && keep > 0) KeepStrideCheckpoint(seq, hash);
+    const bool generation = past_prompt && boundary == generated;
+    if (generation && seq->generation_checkpoint != hash) {
+      // Its previous one is superseded: the reservation reuses that slot, evicting nothing.
+      if (seq->generation_checkpoint.has_value()) prefix_cache_.Drop(*seq->generation_checkpoint);
+      seq->generation_checkpoint = hash;
+    }
+    std::optional<kvcache::CheckpointId> id = prefix_cache_.ReserveCheckpoint(hash);
+    if (!id.has_value()) continue;
+    saves_.push_back({*id, boundary - begin});
+    entry->saves_generation |= generation;
+  }
+  entry->num_saves = static_cast<int32_t>(saves_.size()) - entry->first_save;
+}
+
+void Scheduler::AddBranchPoint(Sequence* seq, int64_t boundary) {
+  std::vector<int64_t>& points = seq->branch_points;
+  auto at = std::lower_bound(points.begin(), points.end(), boundary);
+  if (at == points.end() || *at != boundary) points.insert(at, boundary);
 }
 
 void Scheduler::KeepStrideCheckpoint(Sequence* seq, kvcache::BlockHash hash) {
@@ -271,6 +320,11 @@ void Scheduler::AttachDrafts() {
                              config_.block_size -
                          end;
     k = std::min(k, room);
+    if (checkpoints_enabled()) {
+      // Drafts never carry a sequence past a block boundary: the step that ends there saves
+      // the state for the conversation's next turn (and steps with saves draft nothing).
+      k = std::min(k, (end / config_.block_size + 1) * config_.block_size - 1 - end);
+    }
     if (seq->draft_cap > 0) k = std::min<int64_t>(k, seq->draft_cap);
     if (k <= 0) continue;
     if (seq->draft_skip > 0) {
@@ -309,10 +363,7 @@ void Scheduler::Preempt(Sequence* seq) {
     Entry& entry = entries_[static_cast<size_t>(seq->step_index)];
     token_budget_ += entry.num_new_tokens;
     score_budget_ += entry.num_scored;
-    for (const engine::CheckpointSave& save : Saves(entry)) {
-      prefix_cache_.CancelCheckpoint(save.checkpoint);
-    }
-    entry.num_saves = 0;
+    CHECK_EQ(entry.num_saves, 0) << "checkpoints are placed after every preemption";
     entry.seq = nullptr;
     seq->step_index = -1;
   }

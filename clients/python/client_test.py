@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -241,6 +242,17 @@ class PythonClientTest(unittest.TestCase):
             self.assertEqual(allowed.returncode, 0, allowed.stderr)
         finally:
             self.assertEqual(server.stop(), 0)
+
+    def test_each_turn_of_a_conversation_starts_past_the_last_reply(self):
+        # bench/multi_turn.py's conversations: each turn sends the one before, its reply and a
+        # new message. Turn 1 computes 100 + 79 tokens (the last reply token is never fed), so
+        # turn 2 finds its state at 128 (at 64, turn 1's prompt end, before replies were kept).
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+        import multi_turn
+        vocab = self.client.model_info().vocab_size
+        results = multi_turn.run(self.client, conversations=1, turns=3, first_len=100,
+                                 user_len=10, output_len=80, vocab=vocab, seed=11)
+        self.assertEqual([turn[0][1] for turn in results], [0, 128, 256])
 
     def test_tokenize_round_trips(self):
         ids = self.client.tokenize("hello there", add_special_tokens=False)

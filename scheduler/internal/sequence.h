@@ -66,6 +66,13 @@ struct Sequence {
   // Boundary hashes of its latest stride checkpoints (reserved or committed, oldest first):
   // at most SchedulerConfig::stride_checkpoints_per_sequence; older ones were Demoted.
   std::vector<kvcache::BlockHash> stride_checkpoints;
+  // Boundaries (tokens, ascending) where another request's prompt parts from this one's: a
+  // checkpoint saved there lets the requests sharing the prefix hit. Kept like prompt ends.
+  std::vector<int64_t> branch_points;
+  // Boundary hash of its latest checkpoint past the prompt (reserved or committed): it sits at
+  // the cold end of the LRU while the sequence runs, is dropped when a later one supersedes
+  // it, and goes to the hot end when the sequence finishes (its conversation may go on).
+  std::optional<kvcache::BlockHash> generation_checkpoint;
   std::vector<int32_t> draft;  // speculative tokens of the step in flight (capacity reused)
   std::unique_ptr<NgramIndex> ngram_index;  // built at the first draft, then kept up to date
   // Adaptive drafting: a draft is at most one token longer than the last one's accepted run
