@@ -51,6 +51,7 @@ const std::vector<std::string_view> kChatFields = {"model",
                                                    "min_tokens",
                                                    "skip_special_tokens",
                                                    "include_stop_str_in_output",
+                                                   "return_token_ids",
                                                    "chat_template_kwargs",
                                                    "add_generation_prompt",
                                                    "continue_final_message"};

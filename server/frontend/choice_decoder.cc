@@ -82,6 +82,7 @@ ChoiceDelta ChoiceDecoder::Apply(const server::StreamEvent& event) {
   delta.num_tokens = static_cast<int>(event.token_ids.size());
   for (size_t i = 0; i < event.token_ids.size(); ++i) {
     const int32_t id = event.token_ids[i];
+    delta.token_ids.push_back(id);
     if (options_.logprobs) {
       TokenLogprobEntry entry;
       entry.token_id = id;

@@ -51,6 +51,7 @@ struct ChoiceDelta {
   std::string reasoning;                          // chat: reasoning_content
   std::vector<engine::ToolCallDelta> tool_calls;  // the first delta of a call has id and name
   std::vector<TokenLogprobEntry> logprobs;        // one per token consumed by this delta
+  std::vector<int32_t> token_ids;                 // the generated tokens it consumed
   // Generated tokens this delta consumed, shown or not: a token can show nothing yet (the first
   // bytes of a character, text held back for a stop string, a marker or special token), and a
   // stream still sends a chunk for it, as vLLM does, so clients see every engine step.

@@ -50,7 +50,8 @@ const std::vector<std::string_view> kCompletionFields = {"model",
                                                          "ignore_eos",
                                                          "min_tokens",
                                                          "skip_special_tokens",
-                                                         "include_stop_str_in_output"};
+                                                         "include_stop_str_in_output",
+                                                         "return_token_ids"};
 
 bool IsTokenIdArray(const Json& v) {
   if (!v.is_array() || v.empty()) return false;

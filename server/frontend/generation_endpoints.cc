@@ -44,6 +44,7 @@ GenerationSpec SpecFor(ApiKind kind, const GenerationFields& gen, ResponseMeta m
   spec.stream = gen.stream;
   spec.include_usage = gen.include_usage;
   spec.continuous_usage = gen.continuous_usage;
+  spec.return_token_ids = gen.return_token_ids;
   spec.logprobs = gen.num_logprobs >= 0;
   spec.prompt_logprobs = gen.prompt_logprobs;
   return spec;

@@ -159,6 +159,7 @@ absl::Status ReadVllmExtras(const FieldReader& r, GenerationFields* g) {
   ASSIGN_OR_RETURN(auto ignore_eos, r.Bool("ignore_eos"));
   ASSIGN_OR_RETURN(auto skip, r.Bool("skip_special_tokens"));
   ASSIGN_OR_RETURN(auto include_stop, r.Bool("include_stop_str_in_output"));
+  ASSIGN_OR_RETURN(auto return_token_ids, r.Bool("return_token_ids"));
   ASSIGN_OR_RETURN(auto priority, r.Integer("priority", INT32_MIN, INT32_MAX));
   ASSIGN_OR_RETURN(auto request_id, r.String("request_id"));
   ASSIGN_OR_RETURN(auto cache_salt, r.String("cache_salt"));
@@ -174,6 +175,7 @@ absl::Status ReadVllmExtras(const FieldReader& r, GenerationFields* g) {
   g->ignore_eos = ignore_eos.value_or(false);
   g->skip_special_tokens = skip.value_or(true);
   g->include_stop_str_in_output = include_stop.value_or(false);
+  g->return_token_ids = return_token_ids.value_or(false);
   g->priority = static_cast<int>(priority.value_or(0));
   if (request_id && request_id->size() > 256) {
     return InvalidField("request_id", "'request_id' must be at most 256 bytes");

@@ -145,7 +145,16 @@ void GenerationResponse::StreamOpenChoice(Choice& c, std::string* body) const {
   }
 }
 
-std::string GenerationResponse::ChunkEvent(const Choice& c, Json chunk) const {
+std::string GenerationResponse::ChunkEvent(Choice& c, Json chunk,
+                                           std::vector<int32_t> token_ids) const {
+  if (spec_.return_token_ids) {
+    Json& choice = chunk["choices"][0];
+    if (!c.prompt_ids_sent) {
+      c.prompt_ids_sent = true;
+      (spec_.kind == ApiKind::kChat ? chunk : choice)["prompt_token_ids"] = c.spec->request.prompt;
+    }
+    choice["token_ids"] = std::move(token_ids);
+  }
   if (spec_.continuous_usage) {
     Usage usage;
     const size_t group = static_cast<size_t>(c.spec->group);
@@ -196,46 +205,52 @@ void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::strin
     *body += c.responses->Delta(d);
     return;
   }
+  std::vector<Json> chunks;
   if (spec_.kind == ApiKind::kChat) {
     if (!d.reasoning.empty()) {
-      *body +=
-          ChunkEvent(c, ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}},
-                                      nullptr, std::nullopt));
+      chunks.push_back(ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}},
+                                     nullptr, std::nullopt));
     }
     if (has_text) {
       Json logprobs =
           spec_.logprobs ? ChatLogprobsJson(*model_.tokenizer, d.logprobs) : Json(nullptr);
-      *body += ChunkEvent(c, ChatChunkJson(spec_.meta, index, Json{{"content", d.text}},
-                                           std::move(logprobs), std::nullopt));
+      chunks.push_back(ChatChunkJson(spec_.meta, index, Json{{"content", d.text}},
+                                     std::move(logprobs), std::nullopt));
     }
     if (!d.tool_calls.empty()) {
       Json delta = {{"tool_calls", ToolCallDeltasJson(d.tool_calls)}};
-      *body +=
-          ChunkEvent(c, ChatChunkJson(spec_.meta, index, std::move(delta), nullptr, std::nullopt));
+      chunks.push_back(ChatChunkJson(spec_.meta, index, std::move(delta), nullptr, std::nullopt));
     }
     if (d.finish_reason) {
-      *body +=
-          ChunkEvent(c, ChatChunkJson(spec_.meta, index, Json::object(), nullptr, d.finish_reason));
+      chunks.push_back(ChatChunkJson(spec_.meta, index, Json::object(), nullptr, d.finish_reason));
     }
-    return;
-  }
-  if (has_text) {
-    Json logprobs = spec_.logprobs
-                        ? CompletionLogprobsJson(*model_.tokenizer, d.logprobs, c.text_offset)
-                        : Json(nullptr);
-    for (const TokenLogprobEntry& e : d.logprobs) {
-      c.text_offset += static_cast<int64_t>(TokenText(*model_.tokenizer, e.token_id).size());
+  } else {
+    if (has_text) {
+      Json logprobs = spec_.logprobs
+                          ? CompletionLogprobsJson(*model_.tokenizer, d.logprobs, c.text_offset)
+                          : Json(nullptr);
+      for (const TokenLogprobEntry& e : d.logprobs) {
+        c.text_offset += static_cast<int64_t>(TokenText(*model_.tokenizer, e.token_id).size());
+      }
+      chunks.push_back(
+          CompletionChunkJson(spec_.meta, index, d.text, std::move(logprobs), std::nullopt));
     }
-    *body += ChunkEvent(
-        c, CompletionChunkJson(spec_.meta, index, d.text, std::move(logprobs), std::nullopt));
+    if (d.finish_reason) {
+      chunks.push_back(CompletionChunkJson(spec_.meta, index, "", nullptr, d.finish_reason));
+    }
   }
-  if (d.finish_reason) {
-    *body += ChunkEvent(c, CompletionChunkJson(spec_.meta, index, "", nullptr, d.finish_reason));
+  // The step's token ids go with its first chunk (every step with tokens has one).
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    *body += ChunkEvent(c, std::move(chunks[i]), i == 0 ? d.token_ids : std::vector<int32_t>());
   }
 }
 
 void GenerationResponse::Accumulate(Choice& c, ChoiceDelta&& d) const {
   c.final.text += d.text;
+  if (spec_.return_token_ids) {
+    if (!c.final.token_ids) c.final.token_ids.emplace();
+    c.final.token_ids->insert(c.final.token_ids->end(), d.token_ids.begin(), d.token_ids.end());
+  }
   c.final.reasoning += d.reasoning;
   for (engine::ToolCallDelta& call : d.tool_calls) {
     if (call.index < 0) continue;
@@ -313,6 +328,10 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
       c.final.text = c.spec->echo_text + c.final.text;
     }
     AddPromptScores(c, &c.final);
+    if (spec_.return_token_ids) {
+      c.final.prompt_token_ids = c.spec->request.prompt;
+      if (!c.final.token_ids) c.final.token_ids.emplace();
+    }
     finals.push_back(std::move(c.final));
   }
   std::sort(finals.begin(), finals.end(),
@@ -346,6 +365,7 @@ bool GenerationResponse::Poll(http::HttpResponse* out) {
       if (c.spec->prompt_only) {  // the token generated only because the engine needs one
         delta.text.clear();
         delta.logprobs.clear();
+        delta.token_ids.clear();
         delta.num_tokens = 0;
         if (delta.finish_reason) delta.finish_reason = "length";
       }

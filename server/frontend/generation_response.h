@@ -58,6 +58,9 @@ struct GenerationSpec {
   bool include_usage = false;
   bool continuous_usage = false;  // every chunk carries its choice's usage so far (vLLM)
   bool logprobs = false;
+  // vLLM's return_token_ids: each choice's token ids (every chunk: the ones it consumed) and
+  // the prompt's (the first chunk of a choice; chat: top level, completions: in the choice).
+  bool return_token_ids = false;
   // Prompt scores (the engine requests ask for them): completions' echo with logprobs puts
   // the prompt's tokens first in each choice's logprobs (top echo_logprobs); prompt_logprobs
   // >= 0 renders vLLM's prompt_logprobs (that many alternatives).
@@ -98,6 +101,7 @@ class GenerationResponse : public http::PendingResponse {
     std::vector<engine::TokenScore> prompt_scores;  // from the first token's event
     bool echoed = false;  // a stream with echo_logprobs sent the prompt's chunk
     bool opened = false;  // a stream sent the choice's opening chunk (role, or echoed prompt)
+    bool prompt_ids_sent = false;  // return_token_ids: a stream sent prompt_token_ids
     std::unique_ptr<server::RequestTimingRecorder> timing;  // until the choice ends
     std::unique_ptr<ResponsesStreamWriter> responses;       // kResponses streams
     bool done = false;
@@ -113,8 +117,9 @@ class GenerationResponse : public http::PendingResponse {
   void StreamOpenChoice(Choice& choice, std::string* body) const;
   void StreamDelta(Choice& choice, const ChoiceDelta& delta, std::string* body) const;
   // One chat / completions chunk of `choice` as an SSE event (with its usage so far when
-  // continuous_usage).
-  std::string ChunkEvent(const Choice& choice, Json chunk) const;
+  // continuous_usage; with return_token_ids, `token_ids` — the generated tokens it consumed —
+  // and, in the choice's first chunk, the prompt's).
+  std::string ChunkEvent(Choice& choice, Json chunk, std::vector<int32_t> token_ids = {}) const;
   // Completions stream with echo and logprobs: the prompt's chunk, once its scores are in.
   void StreamEcho(Choice& choice, std::string* body) const;
   // The prompt entries of a finished choice (echo logprobs, prompt_logprobs).

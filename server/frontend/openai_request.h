@@ -62,6 +62,9 @@ struct GenerationFields {
   int64_t min_tokens = 0;  // vLLM: no EOS, stop id or stop string before this many tokens
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
+  // vLLM's return_token_ids: the prompt's and each choice's token ids next to the text (the
+  // ids a client resends to continue exactly, with no re-tokenization).
+  bool return_token_ids = false;
   int priority = 0;
   std::string request_id;  // client-chosen id (vLLM); empty: generated
   std::string cache_salt;

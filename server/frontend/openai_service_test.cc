@@ -581,6 +581,67 @@ TEST_F(ServiceTest, CompletionStreamEndsWithUsageAndDone) {
   EXPECT_EQ(events.back(), "[DONE]");
 }
 
+// vLLM's return_token_ids: the prompt's ids and every generated id (the EOS included), in
+// the body or spread over the chunks (the prompt's in a choice's first chunk only); chat puts
+// the prompt's at the top level, completions in each choice. Absent unless asked for.
+TEST_F(ServiceTest, ReturnTokenIdsGiveThePromptAndEveryGeneratedToken) {
+  ScriptText(" world");
+  std::vector<int32_t> generated = fixture_.Ids(" world");
+  generated.push_back(kImEnd);
+  const Json plain = Post(service_, "/v1/completions", R"({"prompt": [104, 105]})").json();
+  EXPECT_FALSE(plain["choices"][0].contains("token_ids"));
+  EXPECT_FALSE(plain["choices"][0].contains("prompt_token_ids"));
+
+  const std::string completion = R"({"prompt": [104, 105], "return_token_ids": true)";
+  const Json whole = Post(service_, "/v1/completions", completion + "}").json();
+  EXPECT_EQ(whole["choices"][0]["prompt_token_ids"], Json({104, 105}));
+  EXPECT_EQ(whole["choices"][0]["token_ids"], Json(generated));
+  std::vector<int32_t> streamed;
+  int prompt_lists = 0;
+  for (const Json& e :
+       SseEvents(Post(service_, "/v1/completions", completion + R"(, "stream": true})").body)) {
+    if (e == "[DONE]") continue;
+    const Json& choice = e["choices"][0];
+    if (choice.contains("prompt_token_ids")) {
+      ++prompt_lists;
+      EXPECT_EQ(choice["prompt_token_ids"], Json({104, 105}));
+      EXPECT_TRUE(streamed.empty()) << "the prompt's ids come in the first chunk";
+    }
+    for (const Json& id : choice["token_ids"]) streamed.push_back(id.get<int32_t>());
+  }
+  EXPECT_EQ(prompt_lists, 1);
+  EXPECT_EQ(streamed, generated);
+
+  ScriptText("hello world, hello");
+  generated = fixture_.Ids("hello world, hello");
+  generated.push_back(kImEnd);
+  const Json prompt = Post(service_, "/tokenize", ChatBody()).json()["tokens"];
+  const Json chat =
+      Post(service_, "/v1/chat/completions", ChatBody(R"("return_token_ids": true)")).json();
+  EXPECT_EQ(chat["prompt_token_ids"], prompt);
+  EXPECT_EQ(chat["choices"][0]["token_ids"], Json(generated));
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], "hello world, hello");
+  streamed.clear();
+  const std::vector<Json> events =
+      SseEvents(Post(service_, "/v1/chat/completions",
+                     ChatBody(R"("return_token_ids": true, "stream": true, "stream_options":
+                       {"include_usage": true})"))
+                    .body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0]["prompt_token_ids"], prompt);
+  for (const Json& e : events) {
+    if (e == "[DONE]" || e["choices"].empty()) continue;  // [DONE], the usage chunk
+    if (&e != &events[0]) {
+      EXPECT_FALSE(e.contains("prompt_token_ids"));
+    }
+    for (const Json& id : e["choices"][0]["token_ids"]) streamed.push_back(id.get<int32_t>());
+  }
+  EXPECT_EQ(streamed, generated);
+
+  ExpectError(Post(service_, "/v1/completions", R"({"prompt": "a", "return_token_ids": 1})"), 400,
+              "invalid_type", "return_token_ids");
+}
+
 TEST_F(ServiceTest, TokenizeAndDetokenizeUseVllmShapes) {
   const Json t =
       Post(service_, "/tokenize", R"({"prompt": "hello world", "return_token_strs": true})").json();

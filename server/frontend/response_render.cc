@@ -147,9 +147,13 @@ Json ChatCompletionJson(const ResponseMeta& meta, const engine::Tokenizer& token
     choice["logprobs"] =
         c.logprobs_requested ? ChatLogprobsJson(tokenizer, c.logprobs) : Json(nullptr);
     choice["finish_reason"] = c.finish_reason;
+    if (c.token_ids) choice["token_ids"] = *c.token_ids;
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);
+  if (!choices.empty() && choices.front().prompt_token_ids) {
+    out["prompt_token_ids"] = *choices.front().prompt_token_ids;
+  }
   // vLLM: one list for the request (every choice shares the prompt).
   if (!choices.empty() && !choices.front().prompt_logprobs.is_null()) {
     out["prompt_logprobs"] = choices.front().prompt_logprobs;
@@ -213,6 +217,8 @@ Json CompletionJson(const ResponseMeta& meta, const engine::Tokenizer& tokenizer
         c.logprobs_requested ? CompletionLogprobsJson(tokenizer, c.logprobs, 0) : Json(nullptr);
     choice["finish_reason"] = c.finish_reason;
     if (!c.prompt_logprobs.is_null()) choice["prompt_logprobs"] = c.prompt_logprobs;
+    if (c.prompt_token_ids) choice["prompt_token_ids"] = *c.prompt_token_ids;
+    if (c.token_ids) choice["token_ids"] = *c.token_ids;
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);
