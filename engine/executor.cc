@@ -92,7 +92,7 @@ void CpuExecutor::InitSlot(const ScheduledSequence& seq) {
       }
       return;
     case SlotInit::kFromCheckpoint:
-      CHECK(seq.source_checkpoint >= 0 && seq.source_checkpoint < layout_.num_checkpoints);
+      CHECK(seq.source_checkpoint >= 0 && seq.source_checkpoint < layout_.num_checkpoint_ids());
       CopyRow(layout_.CheckpointRow(seq.source_checkpoint), row);
       break;
   }
@@ -173,7 +173,7 @@ void CpuExecutor::BuildCheckpointSaves(const StepPlan& plan) {
     const size_t first = next;
     int64_t previous = 0;
     for (const CheckpointSave& save : seq.save_checkpoints) {
-      CHECK(save.checkpoint >= 0 && save.checkpoint < layout_.num_checkpoints &&
+      CHECK(save.checkpoint >= 0 && save.checkpoint < layout_.num_checkpoint_ids() &&
             save.num_tokens > previous && save.num_tokens <= f.num_new_tokens)
           << "checkpoint " << save.checkpoint << " after " << save.num_tokens << " tokens of "
           << seq.seq_id;

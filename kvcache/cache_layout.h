@@ -21,8 +21,10 @@
 // fp8 layout at latent_dim 576).
 //
 // State rows: row r in [0, num_slots) is live slot r (SlotId); row num_slots + c is
-// checkpoint c (CheckpointId). A prefix hit copies row CheckpointRow(c) -> SlotRow(s), and
-// saving a checkpoint copies the other way, in the state and conv regions of every KDA layer.
+// checkpoint c (CheckpointId) for c < num_checkpoints, and checkpoint ids num_checkpoints + s
+// are live slot s's row, lent to the prefix cache while no sequence holds it (prefix_cache.h).
+// A prefix hit copies row CheckpointRow(c) -> SlotRow(s), and saving a checkpoint copies the
+// other way, in the state and conv regions of every KDA layer.
 // The inner layout of a row (e.g. S [H, 128, 128] f32) belongs to the KDA kernels; this
 // header only knows its size in bytes. Under KDA head-TP all per-layer sizes are per rank.
 #pragma once
@@ -68,7 +70,11 @@ struct CacheLayout {
 
   int32_t num_state_rows() const { return num_slots + num_checkpoints; }
   int32_t SlotRow(SlotId slot) const { return slot; }
-  int32_t CheckpointRow(CheckpointId checkpoint) const { return num_slots + checkpoint; }
+  // Valid checkpoint ids: the checkpoint rows, then the live slots' rows.
+  int32_t num_checkpoint_ids() const { return num_checkpoints + num_slots; }
+  int32_t CheckpointRow(CheckpointId checkpoint) const {
+    return checkpoint < num_checkpoints ? num_slots + checkpoint : checkpoint - num_checkpoints;
+  }
   // One sequence's KDA state over all KDA layers (state + conv).
   int64_t state_bytes_per_sequence() const {
     return (kda_state_bytes_per_layer + kda_conv_bytes_per_layer) * num_kda_layers;

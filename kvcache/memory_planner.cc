@@ -149,7 +149,8 @@ std::string DescribePlan(const CacheLayout& layout) {
   if (layout.num_kda_layers > 0) {
     absl::StrAppend(&line, "; ", FormatWithThousands(layout.num_slots), " state slots (",
                     FormatBytes(layout.state_bytes_per_sequence()), " each); ",
-                    FormatWithThousands(layout.num_checkpoints), " KDA checkpoints");
+                    FormatWithThousands(layout.num_checkpoints),
+                    " KDA checkpoints (+ idle state slots)");
   } else {
     absl::StrAppend(&line, "; no KDA state (", FormatWithThousands(layout.num_slots),
                     " sequences)");

@@ -67,7 +67,7 @@ CacheLayout LayoutWithPools(const ModelCacheSpec& spec, int block_size, int32_t 
 
 // One line for the start-up log and the info endpoints, e.g.
 //   latent cache: 1,234,560 tokens (1.2 1M-token sequences) in 19,290 bf16 blocks of 64;
-//   96 state slots (428.6 MiB each); 12 KDA checkpoints; 70.13 GiB
+//   96 state slots (428.6 MiB each); 12 KDA checkpoints (+ idle state slots); 70.13 GiB
 // "1M-token sequences" = tokens / 1,048,576.
 std::string DescribePlan(const CacheLayout& layout);
 

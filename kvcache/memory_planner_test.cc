@@ -169,9 +169,10 @@ TEST(MemoryPlannerTest, DescribePlanIsOneLineWithSeparators) {
   layout.num_slots = 96;
   layout.num_checkpoints = 12;
   // 1,234,560 / 1,048,576 = 1.18; 449,372,160 B = 428.55 MiB; total 82,665,308,160 B.
-  EXPECT_EQ(DescribePlan(layout),
-            "latent cache: 1,234,560 tokens (1.2 1M-token sequences) in 19,290 bf16 blocks of "
-            "64; 96 state slots (428.55 MiB each); 12 KDA checkpoints; 76.99 GiB");
+  EXPECT_EQ(
+      DescribePlan(layout),
+      "latent cache: 1,234,560 tokens (1.2 1M-token sequences) in 19,290 bf16 blocks of "
+      "64; 96 state slots (428.55 MiB each); 12 KDA checkpoints (+ idle state slots); 76.99 GiB");
 }
 
 TEST(MemoryPlannerTest, DescribePlanWithoutKdaOrMla) {
@@ -190,7 +191,7 @@ TEST(MemoryPlannerTest, DescribePlanWithoutKdaOrMla) {
   kda_only.num_checkpoints = 1;
   EXPECT_EQ(DescribePlan(kda_only),
             "latent cache: none (no MLA layers); 2 state slots (1.00 KiB each); "
-            "1 KDA checkpoints; 3.00 KiB");
+            "1 KDA checkpoints (+ idle state slots); 3.00 KiB");
 }
 
 TEST(MemoryPlannerTest, FormatHelpers) {

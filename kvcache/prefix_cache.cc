@@ -7,15 +7,25 @@
 
 namespace strata::kvcache {
 
+namespace {
+int32_t NumIds(int32_t num_own, const StateSlotPool* lender) {
+  return num_own + (lender != nullptr && num_own > 0 ? lender->num_slots() : 0);
+}
+}  // namespace
+
 PrefixCache::PrefixCache(BlockPool* pool, int32_t num_checkpoint_slots,
-                         int checkpoint_every_n_blocks, int block_size, bool needs_checkpoints)
+                         int checkpoint_every_n_blocks, int block_size, bool needs_checkpoints,
+                         StateSlotPool* lender)
     : pool_(pool),
       every_n_blocks_(checkpoint_every_n_blocks),
       block_size_(block_size),
       needs_checkpoints_(needs_checkpoints),
-      states_(static_cast<size_t>(num_checkpoint_slots), State::kFree),
-      hashes_(static_cast<size_t>(num_checkpoint_slots), 0),
-      lru_(num_checkpoint_slots) {
+      num_own_(num_checkpoint_slots),
+      lender_(num_checkpoint_slots > 0 ? lender : nullptr),
+      states_(static_cast<size_t>(NumIds(num_checkpoint_slots, lender)), State::kFree),
+      hashes_(static_cast<size_t>(NumIds(num_checkpoint_slots, lender)), 0),
+      cold_(static_cast<size_t>(NumIds(num_checkpoint_slots, lender)), 0),
+      lru_(NumIds(num_checkpoint_slots, lender)) {
   CHECK(pool != nullptr);
   CHECK_GE(num_checkpoint_slots, 0);
   CHECK_GE(checkpoint_every_n_blocks, 0);
@@ -64,11 +74,12 @@ void PrefixCache::Acquire(const PrefixMatch& match) {
   if (needs_checkpoints_ && !match.blocks.empty()) CHECK_GE(match.checkpoint, 0);
   pool_->Touch(match.blocks);
   if (match.checkpoint >= 0) {
-    CHECK(match.checkpoint < num_checkpoint_slots() &&
-          states_[match.checkpoint] == State::kCommitted)
+    CHECK(match.checkpoint < num_checkpoint_ids() && states_[match.checkpoint] == State::kCommitted)
         << "stale match: checkpoint " << match.checkpoint;
     lru_.Remove(match.checkpoint);
     lru_.PushBack(match.checkpoint);
+    cold_[match.checkpoint] = 0;
+    acquired_.push_back(match.checkpoint);
   }
 }
 
@@ -109,15 +120,19 @@ void PrefixCache::CheckpointBoundaries(int64_t begin_tokens, int64_t end_tokens,
   }
 }
 
-std::optional<CheckpointId> PrefixCache::ReserveCheckpoint(BlockHash boundary_hash) {
+std::optional<CheckpointId> PrefixCache::ReserveCheckpoint(BlockHash boundary_hash,
+                                                           bool evict_warm) {
   if (!keeps_checkpoints() || by_hash_.contains(boundary_hash)) return std::nullopt;
-  if (free_.empty()) {
+  std::optional<CheckpointId> free = TakeFreeSlot();
+  if (!free.has_value()) {
     if (lru_.empty()) return std::nullopt;  // every slot is pending
+    if (!evict_warm && !cold_[lru_.Front()]) return std::nullopt;
     Release(lru_.Front());
     ++stats_.num_checkpoints_evicted;
+    free = TakeFreeSlot();
+    CHECK(free.has_value());
   }
-  CheckpointId id = free_.back();
-  free_.pop_back();
+  const CheckpointId id = *free;
   states_[id] = State::kPending;
   hashes_[id] = boundary_hash;
   by_hash_.emplace(boundary_hash, id);
@@ -125,8 +140,35 @@ std::optional<CheckpointId> PrefixCache::ReserveCheckpoint(BlockHash boundary_ha
   return id;
 }
 
+std::optional<CheckpointId> PrefixCache::TakeFreeSlot() {
+  if (!free_.empty()) {
+    const CheckpointId id = free_.back();
+    free_.pop_back();
+    return id;
+  }
+  if (lender_ == nullptr) return std::nullopt;
+  const std::optional<SlotId> slot = lender_->Allocate();
+  if (!slot.has_value()) return std::nullopt;
+  ++num_lent_;
+  return num_own_ + *slot;
+}
+
+bool PrefixCache::ReturnLentSlot(CheckpointId keep) {
+  if (num_lent_ == 0) return false;
+  for (CheckpointId id = lru_.Front(); id != internal::IndexList::kNone; id = lru_.Next(id)) {
+    if (!is_lent(id) || id == keep ||
+        std::find(acquired_.begin(), acquired_.end(), id) != acquired_.end()) {
+      continue;
+    }
+    Release(id);
+    ++stats_.num_checkpoints_evicted;
+    return true;
+  }
+  return false;
+}
+
 bool PrefixCache::CommitCheckpoint(CheckpointId id) {
-  CHECK(id >= 0 && id < num_checkpoint_slots() && states_[id] == State::kPending)
+  CHECK(id >= 0 && id < num_checkpoint_ids() && states_[id] == State::kPending)
       << "checkpoint " << id << " is not pending";
   if (!pool_->FindCached(hashes_[id])) {
     Release(id);
@@ -136,12 +178,13 @@ bool PrefixCache::CommitCheckpoint(CheckpointId id) {
   states_[id] = State::kCommitted;
   --num_pending_;
   lru_.PushBack(id);
+  cold_[id] = 0;
   ++stats_.num_checkpoints_committed;
   return true;
 }
 
 void PrefixCache::CancelCheckpoint(CheckpointId id) {
-  CHECK(id >= 0 && id < num_checkpoint_slots() && states_[id] == State::kPending)
+  CHECK(id >= 0 && id < num_checkpoint_ids() && states_[id] == State::kPending)
       << "checkpoint " << id << " is not pending";
   Release(id);
 }
@@ -157,6 +200,7 @@ void PrefixCache::Demote(BlockHash boundary_hash) {
   if (!id.has_value()) return;
   lru_.Remove(*id);
   lru_.PushFront(*id);
+  cold_[*id] = 1;
 }
 
 void PrefixCache::Promote(BlockHash boundary_hash) {
@@ -164,6 +208,7 @@ void PrefixCache::Promote(BlockHash boundary_hash) {
   if (!id.has_value()) return;
   lru_.Remove(*id);
   lru_.PushBack(*id);
+  cold_[*id] = 0;
 }
 
 void PrefixCache::Drop(BlockHash boundary_hash) {
@@ -203,20 +248,32 @@ void PrefixCache::Release(CheckpointId id) {
   }
   by_hash_.erase(hashes_[id]);
   states_[id] = State::kFree;
-  free_.push_back(id);
+  if (is_lent(id)) {
+    lender_->Free(id - num_own_);
+    --num_lent_;
+  } else {
+    free_.push_back(id);
+  }
 }
 
 absl::Status PrefixCache::CheckInvariants() const {
-  int32_t num_free = 0, num_pending = 0, num_committed = 0;
-  for (CheckpointId id = 0; id < num_checkpoint_slots(); ++id) {
+  int32_t num_free = 0, num_pending = 0, num_committed = 0, num_lent = 0;
+  for (CheckpointId id = 0; id < num_checkpoint_ids(); ++id) {
     State state = states_[id];
     bool in_lru = lru_.Contains(id);
     if (in_lru != (state == State::kCommitted)) {
       return absl::InternalError(absl::StrCat("checkpoint ", id, " LRU membership wrong"));
     }
     if (state == State::kFree) {
-      ++num_free;
+      num_free += is_lent(id) ? 0 : 1;
       continue;
+    }
+    if (is_lent(id)) {
+      ++num_lent;
+      if (!lender_->is_allocated(id - num_own_)) {
+        return absl::InternalError(
+            absl::StrCat("checkpoint ", id, " holds live slot ", id - num_own_, " unallocated"));
+      }
     }
     if (state == State::kPending) {
       ++num_pending;
@@ -233,13 +290,13 @@ absl::Status PrefixCache::CheckInvariants() const {
   }
   std::vector<uint8_t> seen(states_.size(), 0);
   for (CheckpointId id : free_) {
-    if (id < 0 || id >= num_checkpoint_slots() || states_[id] != State::kFree || seen[id]) {
+    if (id < 0 || id >= num_own_ || states_[id] != State::kFree || seen[id]) {
       return absl::InternalError(absl::StrCat("free checkpoint list corrupt at ", id));
     }
     seen[id] = 1;
   }
   if (num_free != static_cast<int32_t>(free_.size()) || num_pending != num_pending_ ||
-      num_committed != lru_.size() ||
+      num_lent != num_lent_ || num_committed != lru_.size() ||
       static_cast<int32_t>(by_hash_.size()) != num_pending + num_committed) {
     return absl::InternalError("checkpoint counts disagree");
   }

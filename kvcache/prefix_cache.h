@@ -28,7 +28,12 @@
 // latest few stride checkpoints in the normal LRU order and Demotes older ones to the cold end.
 //
 // Checkpoints live in `num_checkpoint_slots` slots under their own byte budget (the memory
-// planner's share), keyed by the boundary's block hash. States of a checkpoint slot:
+// planner's share), keyed by the boundary's block hash. With a `lender` (the live StateSlotPool)
+// they also borrow live slots no sequence holds: ids num_checkpoint_slots + s are live slot s's
+// row (CacheLayout::CheckpointRow), taken only when every own slot is in use and handed back
+// when an admission needs a slot and none is free (ReturnLentSlot) — so idle live-slot memory
+// holds prefix states instead of nothing, as SGLang's shared Mamba pool does. States of a
+// checkpoint slot:
 //   free -> pending (ReserveCheckpoint; the executor writes it at the end of this step;
 //           invisible to Lookup and never evicted) -> committed (CommitCheckpoint; visible,
 //           LRU-ordered) -> free (LRU eviction by ReserveCheckpoint, invalidation, or
@@ -70,6 +75,7 @@
 #include "kvcache/block_pool.h"
 #include "kvcache/ids.h"
 #include "kvcache/internal/index_list.h"
+#include "kvcache/state_slot_pool.h"
 
 namespace strata::kvcache {
 
@@ -95,10 +101,11 @@ struct PrefixCacheStats {
 
 class PrefixCache {
  public:
-  // `pool` must outlive this object; this object installs the pool's eviction callback.
-  // checkpoint_every_n_blocks >= 0 (0: only prompt-end checkpoints).
+  // `pool` (and `lender`, when given) must outlive this object; this object installs the pool's
+  // eviction callback. checkpoint_every_n_blocks >= 0 (0: only prompt-end checkpoints). Without
+  // own checkpoint slots nothing is borrowed either.
   PrefixCache(BlockPool* pool, int32_t num_checkpoint_slots, int checkpoint_every_n_blocks,
-              int block_size, bool needs_checkpoints = true);
+              int block_size, bool needs_checkpoints = true, StateSlotPool* lender = nullptr);
   ~PrefixCache();
 
   PrefixCache(const PrefixCache&) = delete;
@@ -110,8 +117,12 @@ class PrefixCache {
   PrefixMatch Lookup(const std::vector<BlockHash>& block_hashes) const;
 
   // Takes the hit: BlockPool::Touch(match.blocks) and marks the checkpoint most recently used.
-  // `match` must come from Lookup with no cache mutation in between.
+  // `match` must come from Lookup with no cache mutation in between. Its checkpoint is not handed
+  // back to the lender until the next BeginStep (the executor copies it at the step's start, in
+  // plan order, possibly after zeroing a slot it was lent).
   void Acquire(const PrefixMatch& match);
+  // A new engine step is being scheduled: the previous step's hits are copied.
+  void BeginStep() { acquired_.clear(); }
 
   // Whether the boundary after a step that leaves `num_tokens_after_step` tokens computed is a
   // checkpoint point (see the file comment). Always false when no checkpoints are kept.
@@ -125,14 +136,18 @@ class PrefixCache {
 
   // A checkpoint slot to save the state at the boundary whose last block hashes to
   // `boundary_hash`, now pending. Evicts the least recently used committed checkpoint when no
-  // slot is free. nullopt when no checkpoints are kept, a checkpoint (pending or committed)
-  // for this boundary exists, or every slot is pending.
-  std::optional<CheckpointId> ReserveCheckpoint(BlockHash boundary_hash);
+  // slot is free — with `evict_warm` false only one Demoted since it was last used. nullopt
+  // when no checkpoints are kept, a checkpoint (pending or committed) for this boundary
+  // exists, or nothing may be evicted.
+  std::optional<CheckpointId> ReserveCheckpoint(BlockHash boundary_hash, bool evict_warm = true);
   // Publishes a pending checkpoint whose state has been written. Returns false (and frees it)
   // when its boundary block is not cached in the pool (then it could never be hit).
   bool CommitCheckpoint(CheckpointId id);
   // Frees a pending checkpoint whose state will not be written.
   void CancelCheckpoint(CheckpointId id);
+  // Frees the least recently used committed checkpoint in a borrowed live slot (not `keep`, not
+  // acquired this step), handing the slot back to the lender. False when there is none.
+  bool ReturnLentSlot(CheckpointId keep = -1);
 
   // The committed checkpoint at `boundary_hash`, if any (no LRU update).
   std::optional<CheckpointId> FindCheckpoint(BlockHash boundary_hash) const;
@@ -152,7 +167,10 @@ class PrefixCache {
   bool needs_checkpoints() const { return needs_checkpoints_; }
   int block_size() const { return block_size_; }
   int checkpoint_every_n_blocks() const { return every_n_blocks_; }
-  int32_t num_checkpoint_slots() const { return static_cast<int32_t>(states_.size()); }
+  int32_t num_checkpoint_slots() const { return num_own_; }  // the planner's, not lent ones
+  // Valid checkpoint ids: [0, num_checkpoint_slots + lendable live slots).
+  int32_t num_checkpoint_ids() const { return static_cast<int32_t>(states_.size()); }
+  int32_t num_lent_slots() const { return num_lent_; }     // live slots holding checkpoints
   int32_t num_checkpoints() const { return lru_.size(); }  // committed
   int32_t num_pending_checkpoints() const { return num_pending_; }
   int32_t num_free_checkpoint_slots() const { return static_cast<int32_t>(free_.size()); }
@@ -167,21 +185,29 @@ class PrefixCache {
  private:
   enum class State : uint8_t { kFree, kPending, kCommitted };
 
-  bool keeps_checkpoints() const { return needs_checkpoints_ && num_checkpoint_slots() > 0; }
+  bool keeps_checkpoints() const { return needs_checkpoints_ && num_own_ > 0; }
+  bool is_lent(CheckpointId id) const { return id >= num_own_; }
+  // A free own slot, else a live slot the lender can spare; nullopt when neither.
+  std::optional<CheckpointId> TakeFreeSlot();
   void OnBlockEvicted(BlockHash hash);
-  void Release(CheckpointId id);  // any state but free -> free
+  void Release(CheckpointId id);  // any state but free -> free (a lent slot back to the lender)
 
   BlockPool* pool_;
   int every_n_blocks_;
   int block_size_;
   bool needs_checkpoints_;
+  int32_t num_own_;
+  StateSlotPool* lender_;  // may be null
 
   std::vector<State> states_;       // [num_checkpoint_slots]
   std::vector<BlockHash> hashes_;   // [num_checkpoint_slots], valid unless free
-  std::vector<CheckpointId> free_;  // stack; back() is reserved next
+  std::vector<uint8_t> cold_;       // Demoted and not used since (committed ones)
+  std::vector<CheckpointId> free_;  // own ids; stack; back() is reserved next
   internal::IndexList lru_;         // committed; front = least recently used
   absl::flat_hash_map<BlockHash, CheckpointId> by_hash_;  // pending and committed
   int32_t num_pending_ = 0;
+  int32_t num_lent_ = 0;
+  std::vector<CheckpointId> acquired_;  // hits of the step being scheduled
   mutable PrefixCacheStats stats_;
 };
 

@@ -209,6 +209,61 @@ TEST(PrefixCacheTest, PromotedCheckpointIsEvictedLastAndDroppedOneFreesItsSlot) 
   EXPECT_TRUE(cache.CheckInvariants().ok());
 }
 
+// With a lender, checkpoints borrow free live slots once their own are full (ids past the own
+// ones), give them back on eviction, and ReturnLentSlot frees the least recently used lent one
+// that is neither kept nor acquired this step.
+TEST(PrefixCacheTest, CheckpointsBorrowFreeLiveSlotsAndGiveThemBack) {
+  BlockPool pool(8);
+  StateSlotPool slots(2);
+  PrefixCache cache(&pool, 1, 1, kBlockSize, /*needs_checkpoints=*/true, &slots);
+  EXPECT_EQ(cache.num_checkpoint_ids(), 3);
+  std::vector<BlockHash> h = HashFullBlocks(Tokens(16, 0), kBlockSize, 0);
+  CacheChain(pool, h);
+  std::vector<CheckpointId> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(cache.ReserveCheckpoint(h[i]).value());
+    ASSERT_TRUE(cache.CommitCheckpoint(ids.back()));
+  }
+  EXPECT_EQ(ids[0], 0);  // the own slot
+  EXPECT_GE(ids[1], 1);  // then live slots: id 1 + slot
+  EXPECT_EQ(slots.num_free(), 0);
+  EXPECT_EQ(cache.num_lent_slots(), 2);
+  EXPECT_EQ(cache.stats().num_checkpoints_evicted, 0);
+  EXPECT_TRUE(cache.CheckInvariants().ok()) << cache.CheckInvariants();
+
+  // Acquired this step: kept; so is `keep`; the other lent one goes back.
+  PrefixMatch hit = cache.Lookup({h[0], h[1]});
+  ASSERT_EQ(hit.checkpoint, ids[1]);
+  cache.Acquire(hit);
+  EXPECT_TRUE(cache.ReturnLentSlot(/*keep=*/-1));
+  EXPECT_FALSE(cache.FindCheckpoint(h[2]).has_value());
+  EXPECT_EQ(slots.num_free(), 1);
+  EXPECT_FALSE(cache.ReturnLentSlot(/*keep=*/-1));  // ids[1] was acquired this step
+  cache.BeginStep();
+  EXPECT_FALSE(cache.ReturnLentSlot(/*keep=*/ids[1]));
+  EXPECT_TRUE(cache.ReturnLentSlot(/*keep=*/-1));
+  EXPECT_EQ(slots.num_free(), 2);
+  EXPECT_EQ(cache.num_lent_slots(), 0);
+  EXPECT_TRUE(cache.CheckInvariants().ok()) << cache.CheckInvariants();
+}
+
+// evict_warm = false (a running sequence's checkpoint past its prompt) evicts only a
+// checkpoint Demoted and not used since.
+TEST(PrefixCacheTest, ReservingWithoutEvictingWarmTakesOnlyColdCheckpoints) {
+  BlockPool pool(8);
+  PrefixCache cache(&pool, 1, 1, kBlockSize);
+  std::vector<BlockHash> h = HashFullBlocks(Tokens(12, 0), kBlockSize, 0);
+  CacheChain(pool, h);
+  ASSERT_TRUE(cache.CommitCheckpoint(cache.ReserveCheckpoint(h[0]).value()));
+  EXPECT_FALSE(cache.ReserveCheckpoint(h[1], /*evict_warm=*/false).has_value());
+  cache.Demote(h[0]);
+  const std::optional<CheckpointId> id = cache.ReserveCheckpoint(h[1], /*evict_warm=*/false);
+  ASSERT_TRUE(id.has_value());
+  ASSERT_TRUE(cache.CommitCheckpoint(*id));  // committed: warm again
+  EXPECT_FALSE(cache.ReserveCheckpoint(h[2], /*evict_warm=*/false).has_value());
+  EXPECT_TRUE(cache.ReserveCheckpoint(h[2]).has_value());
+}
+
 TEST(PrefixCacheTest, PromptEndsAreTheLastBoundaryAndTheOneBeforeTheLastToken) {
   BlockPool pool(8);
   PrefixCache cache(&pool, 2, 1, kBlockSize);  // blocks of 4

@@ -26,7 +26,8 @@ Scheduler::Scheduler(const SchedulerConfig& config)
       block_pool_(config.num_blocks),
       slot_pool_(config.has_kda_layers ? config.num_slots : 0),
       prefix_cache_(&block_pool_, config.num_checkpoint_slots, config.checkpoint_every_n_blocks,
-                    config.block_size, /*needs_checkpoints=*/config.has_kda_layers) {}
+                    config.block_size, /*needs_checkpoints=*/config.has_kda_layers,
+                    /*lender=*/&slot_pool_) {}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConfig& config) {
   absl::Status status = config.Validate();
@@ -299,8 +300,11 @@ SchedulerStats Scheduler::stats() const {
   s.num_cached_blocks = block_pool_.num_cached();
   s.block_usage = block_pool_.usage();
   s.num_slots = slot_pool_.num_slots();
-  s.num_free_slots = slot_pool_.num_free();
-  s.slot_usage = slot_pool_.usage();
+  // Live slots lent to the prefix cache are free for sequences (an admission takes them back).
+  s.num_free_slots = slot_pool_.num_free() + prefix_cache_.num_lent_slots();
+  s.slot_usage = s.num_slots == 0 ? 0.0
+                                  : static_cast<double>(s.num_slots - s.num_free_slots) /
+                                        static_cast<double>(s.num_slots);
   s.num_checkpoints = prefix_cache_.num_checkpoints();
   s.num_pending_checkpoints = prefix_cache_.num_pending_checkpoints();
   s.num_checkpoints_evicted = prefix_cache_.stats().num_checkpoints_evicted;

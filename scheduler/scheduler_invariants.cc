@@ -128,9 +128,10 @@ absl::Status Scheduler::CheckCacheCounts(const InvariantTally& tally) const {
     return Broken("free ", block_pool_.num_free(), " + held ", num_referenced, " != total ",
                   block_pool_.num_blocks());
   }
-  if (config_.has_kda_layers && slot_pool_.num_held() != tally.num_running) {
+  if (config_.has_kda_layers &&
+      slot_pool_.num_held() != tally.num_running + prefix_cache_.num_lent_slots()) {
     return Broken(slot_pool_.num_held(), " slots held by ", tally.num_running,
-                  " running sequences");
+                  " running sequences and ", prefix_cache_.num_lent_slots(), " checkpoints");
   }
   int32_t num_reserved = 0;
   for (const Entry& entry : entries_) num_reserved += entry.num_saves;

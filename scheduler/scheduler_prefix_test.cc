@@ -40,6 +40,16 @@ SchedulerConfig PrefixConfig() {
   return c;
 }
 
+// Prompt-end checkpoints only (no stride), `checkpoint_slots` of their own, and `slots` live
+// slots (as many sequences at once).
+SchedulerConfig FewSlotsConfig(int32_t checkpoint_slots, int32_t slots) {
+  SchedulerConfig c = PrefixConfig();
+  c.checkpoint_every_n_blocks = 0;
+  c.num_checkpoint_slots = checkpoint_slots;
+  c.num_slots = c.max_num_seqs = slots;
+  return c;
+}
+
 std::vector<int32_t> Prompt(int n, int32_t first) {
   std::vector<int32_t> p(static_cast<size_t>(n));
   std::iota(p.begin(), p.end(), first);
@@ -430,10 +440,7 @@ TEST(SchedulerPrefixTest, TheNextTurnOfAConversationStartsPastItsLastOutput) {
 // While its sequence runs, a checkpoint past the prompt sits at the cold end of the LRU: a
 // prompt's reservation evicts it rather than another conversation's prompt-end checkpoint.
 TEST(SchedulerPrefixTest, CheckpointsPastThePromptGiveWayWhileTheirSequenceRuns) {
-  SchedulerConfig c = PrefixConfig();
-  c.checkpoint_every_n_blocks = 0;
-  c.num_checkpoint_slots = 2;
-  Driver d(c, kVocab);
+  Driver d(FewSlotsConfig(2, 2), kVocab);  // b and c hold both: no live slot to lend
   const Request a = MakeRequest("a", Prompt(9, 100), 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
   d.RunUntilIdle();  // a's checkpoint at 8: the least recently used from now on
@@ -611,11 +618,75 @@ TEST(SchedulerPrefixTest, ABlockAlignedPromptSavesBothEndsInOneStep) {
   ExpectHealthy(d);
 }
 
+// Checkpoints borrow live slots no sequence holds once their own slots are full, and an
+// admission that finds no free slot takes one back, evicting the least recently used
+// borrowed checkpoint: one own checkpoint slot and three live slots hold three checkpoints
+// while the server is idle, and three admissions get their slots when it is busy.
+TEST(SchedulerPrefixTest, IdleLiveSlotsHoldCheckpointsUntilAdmissionsNeedThem) {
+  Driver d(FewSlotsConfig(1, 3), kVocab);
+  for (int i = 0; i < 3; ++i) {  // one after another; each saves its prompt end, 8
+    ASSERT_TRUE(d.scheduler().Add(MakeRequest(absl::StrCat("p", i), Prompt(9, 100 * i), 1)).ok());
+    d.RunUntilIdle();
+  }
+  const kvcache::PrefixCache& cache = d.scheduler().prefix_cache();
+  EXPECT_EQ(cache.num_checkpoints(), 3);
+  EXPECT_EQ(cache.num_lent_slots(), 2);
+  EXPECT_EQ(d.scheduler().stats().num_free_slots, 3);  // lent slots are free for sequences
+
+  std::vector<Request> fresh;
+  for (int i = 0; i < 3; ++i) {
+    fresh.push_back(MakeRequest(absl::StrCat("f", i), Prompt(3, 700 + 10 * i), 2));
+    ASSERT_TRUE(d.scheduler().Add(fresh.back()).ok());
+  }
+  EXPECT_EQ(d.Step().sequences.size(), 3u);  // the free slot, then the two lent ones
+  EXPECT_EQ(cache.num_lent_slots(), 0);
+  EXPECT_EQ(cache.num_checkpoints(), 1);
+  EXPECT_EQ(d.scheduler().stats().num_checkpoints_evicted, 2);
+  d.RunUntilIdle();
+  for (const Request& r : fresh) EXPECT_EQ(d.output(r.request_id), Expected(r));
+
+  // The own slot's checkpoint (p0's) survived: the same prompt starts from it.
+  const Request again = MakeRequest("again", Prompt(9, 0), 1);
+  ASSERT_TRUE(d.scheduler().Add(again).ok());
+  ExpectHitAt(d.Step(), 8);
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("again"), Expected(again));
+  ExpectHealthy(d);
+}
+
+// A request whose hit is in the only lent slot, with no slot free, waits for one rather than
+// evicting its own hit; it then starts from it.
+TEST(SchedulerPrefixTest, AnAdmissionNeverTakesBackTheSlotHoldingItsOwnHit) {
+  Driver d(FewSlotsConfig(1, 2), kVocab);
+  for (int i = 0; i < 2; ++i) {  // p0's checkpoint in the own slot, p1's in a lent one
+    ASSERT_TRUE(d.scheduler().Add(MakeRequest(absl::StrCat("p", i), Prompt(9, 100 * i), 1)).ok());
+    d.RunUntilIdle();
+  }
+  ASSERT_EQ(d.scheduler().prefix_cache().num_lent_slots(), 1);
+  const Request busy = MakeRequest("busy", Prompt(3, 900), 3);
+  ASSERT_TRUE(d.scheduler().Add(busy).ok());
+  d.Step();  // busy holds the free slot
+  const Request again = MakeRequest("again", Prompt(9, 100), 1);
+  ASSERT_TRUE(d.scheduler().Add(again).ok());
+  StepPlan p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);  // busy decodes; `again` waits
+  EXPECT_EQ(d.scheduler().num_waiting(), 1);
+  while (d.scheduler().num_waiting() > 0) p = d.Step();
+  ASSERT_EQ(p.sequences.size(), 1u);
+  EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kFromCheckpoint);
+  EXPECT_EQ(p.sequences[0].num_computed_tokens, 8);
+  d.RunUntilIdle();
+  EXPECT_EQ(d.output("again"), Expected(again));
+  EXPECT_EQ(d.output("busy"), Expected(busy));
+  ExpectHealthy(d);
+}
+
 // Without checkpoint slots to spare, saves that get none are skipped and the chunk still runs
 // in one step.
 TEST(SchedulerPrefixTest, SavesTakeTheCheckpointSlotsThereAre) {
   SchedulerConfig c = PrefixConfig();
   c.num_checkpoint_slots = 1;
+  c.num_slots = c.max_num_seqs = 1;  // a holds it: no live slot to lend
   Driver d(c, kVocab);
   const Request a = MakeRequest("a", Prompt(16, 100), 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
@@ -637,6 +708,7 @@ TEST(SchedulerPrefixTest, ALongPromptKeepsFewStrideCheckpointsAndSparesOtherConv
     c.checkpoint_every_n_blocks = 1;
     c.max_model_len = 40;
     c.stride_checkpoints_per_sequence = keep;
+    c.num_slots = c.max_num_seqs = 1;  // the running one holds it: no live slot to lend
     Driver d(c, kVocab);
     const Request x = MakeRequest("x", Prompt(6, 100), 1);
     ASSERT_TRUE(d.scheduler().Add(x).ok());

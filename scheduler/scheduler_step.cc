@@ -23,6 +23,7 @@ const engine::StepPlan& Scheduler::Schedule() {
   counters_.num_preempted = 0;
 
   ProcessAborts();
+  prefix_cache_.BeginStep();
   entries_.clear();
   saves_.clear();
   token_budget_ = config_.max_num_batched_tokens;
@@ -128,7 +129,9 @@ bool Scheduler::WaitsForSharedPrefix(const Sequence& seq) {
 }
 
 bool Scheduler::TryAdmit(Sequence* seq) {
-  if (config_.has_kda_layers && slot_pool_.num_free() == 0) return false;
+  if (config_.has_kda_layers && slot_pool_.num_free() + prefix_cache_.num_lent_slots() == 0) {
+    return false;
+  }
   kvcache::PrefixMatch match;
   int64_t num_query_blocks = 0;
   const bool lookup = config_.enable_prefix_caching && !seq->scores_prompt();
@@ -148,6 +151,11 @@ bool Scheduler::TryAdmit(Sequence* seq) {
   const int32_t need = kvcache::NumBlocksFor(begin + n, config_.block_size) - num_matched;
   // Acquire takes the matched free (cached) blocks off the free queue.
   if (need > block_pool_.num_free() - block_pool_.CountFree(match.blocks)) return false;
+  // No free slot: take back one lent to the prefix cache (not the one this hit copies).
+  if (config_.has_kda_layers && slot_pool_.num_free() == 0 &&
+      !prefix_cache_.ReturnLentSlot(match.checkpoint)) {
+    return false;
+  }
 
   if (num_matched > 0) prefix_cache_.Acquire(match);  // before Allocate, which may evict
   std::optional<std::vector<kvcache::BlockId>> blocks = block_pool_.Allocate(need);
@@ -271,7 +279,9 @@ void Scheduler::PlaceCheckpoints(Entry* entry) {
       if (seq->generation_checkpoint.has_value()) prefix_cache_.Drop(*seq->generation_checkpoint);
       seq->generation_checkpoint = hash;
     }
-    std::optional<kvcache::CheckpointId> id = prefix_cache_.ReserveCheckpoint(hash);
+    // A running sequence's state past its prompt takes only capacity nobody else uses.
+    std::optional<kvcache::CheckpointId> id =
+        prefix_cache_.ReserveCheckpoint(hash, /*evict_warm=*/!generation);
     if (!id.has_value()) continue;
     saves_.push_back({*id, boundary - begin});
     entry->saves_generation |= generation;

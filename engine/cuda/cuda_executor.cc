@@ -172,7 +172,7 @@ absl::Status CudaExecutor::InitSlots(const StepPlan& plan) {
     CHECK_LT(seq.slot, layout_.num_slots);
     const int32_t row = layout_.SlotRow(seq.slot);
     if (seq.slot_init == SlotInit::kFromCheckpoint) {
-      CHECK(seq.source_checkpoint >= 0 && seq.source_checkpoint < layout_.num_checkpoints);
+      CHECK(seq.source_checkpoint >= 0 && seq.source_checkpoint < layout_.num_checkpoint_ids());
       RETURN_IF_ERROR(CopyStateRow(layout_.CheckpointRow(seq.source_checkpoint), row));
     } else if (seq.slot_init == SlotInit::kZero) {
       for (int j = 0; j < layout_.num_kda_layers; ++j) {
@@ -661,7 +661,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     if (seq.slot < 0 || layout_.num_kda_layers == 0 || seq.save_checkpoints.empty()) continue;
     const CheckpointSave& last = seq.save_checkpoints.back();
     if (last.num_tokens != static_cast<int64_t>(seq.token_ids.size())) continue;
-    CHECK(last.checkpoint >= 0 && last.checkpoint < layout_.num_checkpoints)
+    CHECK(last.checkpoint >= 0 && last.checkpoint < layout_.num_checkpoint_ids())
         << "checkpoint " << last.checkpoint << " of " << seq.seq_id;
     RETURN_IF_ERROR(
         CopyStateRow(layout_.SlotRow(seq.slot), layout_.CheckpointRow(last.checkpoint)));

@@ -61,7 +61,7 @@ void SplitSavingSequences(const StepPlan& plan, const kvcache::CacheLayout& layo
     };
     int64_t previous = 0;
     for (const CheckpointSave& save : seq.save_checkpoints) {
-      CHECK(save.checkpoint >= 0 && save.checkpoint < layout.num_checkpoints &&
+      CHECK(save.checkpoint >= 0 && save.checkpoint < layout.num_checkpoint_ids() &&
             save.num_tokens > previous && save.num_tokens <= n)
           << "checkpoint " << save.checkpoint << " after " << save.num_tokens << " tokens of "
           << seq.seq_id;

@@ -28,6 +28,15 @@ FakeExecutor::FakeExecutor(int32_t num_blocks, int block_size, int32_t num_slots
       slots_(static_cast<size_t>(num_slots)),
       checkpoints_(static_cast<size_t>(num_checkpoints)) {}
 
+bool FakeExecutor::IsCheckpointId(int32_t id) const {
+  return id >= 0 && id < static_cast<int32_t>(checkpoints_.size() + slots_.size());
+}
+
+FakeExecutor::State& FakeExecutor::Checkpoint(int32_t id) {
+  const auto n = static_cast<int32_t>(checkpoints_.size());
+  return id < n ? checkpoints_[static_cast<size_t>(id)] : slots_[static_cast<size_t>(id - n)];
+}
+
 uint64_t FakeExecutor::Absorb(uint64_t hash, int32_t token) {
   return Mix(hash ^ (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 0x9e3779b97f4a7c15ull));
 }
@@ -87,12 +96,11 @@ void FakeExecutor::InitSlots(const engine::StepPlan& plan) {
       }
       slot = State{0, kEmptyHash};
     } else if (seq.slot_init == engine::SlotInit::kFromCheckpoint) {
-      if (seq.source_checkpoint < 0 ||
-          seq.source_checkpoint >= static_cast<int32_t>(checkpoints_.size())) {
+      if (!IsCheckpointId(seq.source_checkpoint)) {
         Error(absl::StrCat("seq ", seq.seq_id, " bad source checkpoint ", seq.source_checkpoint));
         continue;
       }
-      slot = checkpoints_[static_cast<size_t>(seq.source_checkpoint)];
+      slot = Checkpoint(seq.source_checkpoint);
     }
   }
 }
@@ -142,8 +150,7 @@ void FakeExecutor::RunSequence(const engine::ScheduledSequence& seq, engine::Ste
     const int64_t at = begin + save.num_tokens;
     if (at <= absorbed || at > end - k) Error(who + "checkpoint saves out of order or range");
     if (at % block_size_ != 0) Error(who + "checkpoint not on a block boundary");
-    if (slot == nullptr || save.checkpoint < 0 ||
-        save.checkpoint >= static_cast<int32_t>(checkpoints_.size())) {
+    if (slot == nullptr || !IsCheckpointId(save.checkpoint)) {
       Error(who + "bad checkpoint save");
       continue;
     }
@@ -233,9 +240,7 @@ engine::StepResult FakeExecutor::Execute(const engine::StepPlan& plan) {
     }
     RunSequence(seq, &result);
   }
-  for (const auto& [checkpoint, state] : saved_) {
-    checkpoints_[static_cast<size_t>(checkpoint)] = state;
-  }
+  for (const auto& [checkpoint, state] : saved_) Checkpoint(checkpoint) = state;
   saved_.clear();
   return result;
 }

@@ -4,9 +4,12 @@
 //
 // Simulated device memory:
 //   pages[num_blocks][block_size]      token id at each MLA cache position (-1: never written)
-//   slots[num_slots], checkpoints[n]   a "KDA state": (tokens absorbed, rolling hash of them)
+//   slots[num_slots], checkpoints[n]   a "KDA state": (tokens absorbed, rolling hash of them);
+//                                      checkpoint ids n + s are slot s (a live slot lent to the
+//                                      prefix cache, as CacheLayout::CheckpointRow maps them)
 // Execute(plan), in the order the real executor must follow:
-//   1. every slot_init: kZero resets the slot, kFromCheckpoint copies the checkpoint in;
+//   1. every slot_init, in plan order: kZero resets the slot, kFromCheckpoint copies the
+//      checkpoint in (so a lent slot zeroed before its checkpoint is copied is caught);
 //   2. per sequence: the block table must cover exactly [0, num_computed + new); the slot
 //      state (with KDA) must equal the context read back from the pages [0, num_computed);
 //      the new tokens are written to the pages and absorbed into the slot; when `sample`,
@@ -62,6 +65,8 @@ class FakeExecutor {
     uint64_t hash = kEmptyHash;
   };
 
+  bool IsCheckpointId(int32_t id) const;
+  State& Checkpoint(int32_t id);  // checkpoints_[id], or the lent slot id − n
   void InitSlots(const engine::StepPlan& plan);
   void RunSequence(const engine::ScheduledSequence& seq, engine::StepResult* result);
   // Scores seq.score_targets; `context` hashes the tokens before the step's first.
