@@ -131,7 +131,7 @@ void GenerationResponse::StreamStart(std::string* body) const {
   }
 }
 
-void GenerationResponse::StreamOpenChoice(Choice& c, std::string* body) const {
+void GenerationResponse::StreamOpenChoice(Choice& c, std::string* body) {
   if (c.opened) return;
   c.opened = true;
   if (c.responses) return;
@@ -145,12 +145,12 @@ void GenerationResponse::StreamOpenChoice(Choice& c, std::string* body) const {
   }
 }
 
-std::string GenerationResponse::ChunkEvent(Choice& c, Json chunk,
-                                           std::vector<int32_t> token_ids) const {
+std::string GenerationResponse::ChunkEvent(Choice& c, Json chunk, std::vector<int32_t> token_ids) {
   if (spec_.return_token_ids) {
     Json& choice = chunk["choices"][0];
-    if (!c.prompt_ids_sent) {
-      c.prompt_ids_sent = true;
+    bool& sent = spec_.kind == ApiKind::kChat ? chat_prompt_ids_sent_ : c.prompt_ids_sent;
+    if (!sent) {
+      sent = true;
       (spec_.kind == ApiKind::kChat ? chunk : choice)["prompt_token_ids"] = c.spec->request.prompt;
     }
     choice["token_ids"] = std::move(token_ids);
@@ -168,7 +168,7 @@ std::string GenerationResponse::ChunkEvent(Choice& c, Json chunk,
   return SseData(chunk);
 }
 
-void GenerationResponse::StreamEcho(Choice& c, std::string* body) const {
+void GenerationResponse::StreamEcho(Choice& c, std::string* body) {
   c.echoed = true;
   const std::vector<TokenLogprobEntry> entries =
       PromptLogprobEntries(c.spec->request.prompt.at(0), c.prompt_scores, spec_.echo_logprobs);
@@ -194,7 +194,7 @@ void GenerationResponse::AddPromptScores(const Choice& c, FinalChoice* final) co
   }
 }
 
-void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::string* body) const {
+void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::string* body) {
   const int index = c.spec->index;
   // A step whose tokens show nothing yet still gets its (empty) text chunk, unless the finish
   // chunk follows anyway: one chunk per engine step, as vLLM streams.

@@ -101,7 +101,7 @@ class GenerationResponse : public http::PendingResponse {
     std::vector<engine::TokenScore> prompt_scores;  // from the first token's event
     bool echoed = false;  // a stream with echo_logprobs sent the prompt's chunk
     bool opened = false;  // a stream sent the choice's opening chunk (role, or echoed prompt)
-    bool prompt_ids_sent = false;  // return_token_ids: a stream sent prompt_token_ids
+    bool prompt_ids_sent = false;  // return_token_ids: a completions stream sent the prompt's
     std::unique_ptr<server::RequestTimingRecorder> timing;  // until the choice ends
     std::unique_ptr<ResponsesStreamWriter> responses;       // kResponses streams
     bool done = false;
@@ -114,14 +114,15 @@ class GenerationResponse : public http::PendingResponse {
   // prompt), as vLLM streams: the first chunk a client sees comes with the first token, so
   // clients that time the first chunk (vLLM's benchmark) measure the real time to first token.
   void StreamStart(std::string* body) const;
-  void StreamOpenChoice(Choice& choice, std::string* body) const;
-  void StreamDelta(Choice& choice, const ChoiceDelta& delta, std::string* body) const;
+  void StreamOpenChoice(Choice& choice, std::string* body);
+  void StreamDelta(Choice& choice, const ChoiceDelta& delta, std::string* body);
   // One chat / completions chunk of `choice` as an SSE event (with its usage so far when
   // continuous_usage; with return_token_ids, `token_ids` — the generated tokens it consumed —
-  // and, in the choice's first chunk, the prompt's).
-  std::string ChunkEvent(Choice& choice, Json chunk, std::vector<int32_t> token_ids = {}) const;
+  // and the prompt's: completions in each choice's first chunk, chat (one prompt, at the top
+  // level) in the stream's first chunk).
+  std::string ChunkEvent(Choice& choice, Json chunk, std::vector<int32_t> token_ids = {});
   // Completions stream with echo and logprobs: the prompt's chunk, once its scores are in.
-  void StreamEcho(Choice& choice, std::string* body) const;
+  void StreamEcho(Choice& choice, std::string* body);
   // The prompt entries of a finished choice (echo logprobs, prompt_logprobs).
   void AddPromptScores(const Choice& choice, FinalChoice* final) const;
   void Accumulate(Choice& choice, ChoiceDelta&& delta) const;
@@ -135,6 +136,7 @@ class GenerationResponse : public http::PendingResponse {
   ResponseHooks hooks_;
   absl::Status error_;
   bool started_ = false;
+  bool chat_prompt_ids_sent_ = false;  // return_token_ids: a chat stream sent the prompt's
   bool finished_ = false;
 };
 

@@ -638,6 +638,16 @@ TEST_F(ServiceTest, ReturnTokenIdsGiveThePromptAndEveryGeneratedToken) {
   }
   EXPECT_EQ(streamed, generated);
 
+  // n choices share the one prompt: its ids come once per stream.
+  int with_prompt = 0;
+  for (const Json& e :
+       SseEvents(Post(service_, "/v1/chat/completions",
+                      ChatBody(R"("return_token_ids": true, "stream": true, "n": 2)"))
+                     .body)) {
+    with_prompt += e != "[DONE]" && e.contains("prompt_token_ids") ? 1 : 0;
+  }
+  EXPECT_EQ(with_prompt, 1);
+
   ExpectError(Post(service_, "/v1/completions", R"({"prompt": "a", "return_token_ids": 1})"), 400,
               "invalid_type", "return_token_ids");
 }
