@@ -307,6 +307,7 @@ SchedulerStats Scheduler::stats() const {
                                         static_cast<double>(s.num_slots);
   s.num_checkpoints = prefix_cache_.num_checkpoints();
   s.num_pending_checkpoints = prefix_cache_.num_pending_checkpoints();
+  s.num_lent_checkpoints = prefix_cache_.num_lent_slots();
   s.num_checkpoints_evicted = prefix_cache_.stats().num_checkpoints_evicted;
   return s;
 }

@@ -38,6 +38,7 @@ struct SchedulerStats {
   int32_t num_free_slots = 0;
   double slot_usage = 0.0;
   int32_t num_checkpoints = 0;          // committed KDA checkpoints
+  int32_t num_lent_checkpoints = 0;     // of those, in live slots no sequence holds (lent)
   int32_t num_pending_checkpoints = 0;  // reserved by the step in flight
   int64_t num_checkpoints_evicted = 0;  // total: committed ones evicted to make room (LRU)
 

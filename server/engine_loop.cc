@@ -100,6 +100,7 @@ void AddStats(const EngineStats& b, EngineStats& a) {
   s.num_slots += t.num_slots;
   s.num_free_slots += t.num_free_slots;
   s.num_checkpoints += t.num_checkpoints;
+  s.num_lent_checkpoints += t.num_lent_checkpoints;
   s.num_pending_checkpoints += t.num_pending_checkpoints;
   s.num_prefix_queries += t.num_prefix_queries;
   s.num_prefix_query_tokens += t.num_prefix_query_tokens;

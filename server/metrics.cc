@@ -69,6 +69,7 @@ struct Metrics::Handles {
   prometheus::Gauge* kv_cache_usage_perc;
   prometheus::Gauge* state_slot_usage_perc;
   prometheus::Gauge* kda_checkpoints;
+  prometheus::Gauge* kda_checkpoints_in_state_slots;
   prometheus::Gauge* kda_checkpoint_bytes;
   prometheus::Gauge* expert_load_imbalance;
   prometheus::Counter* prompt_tokens_total;
@@ -120,6 +121,11 @@ Metrics::Metrics(std::string model_name, int rank, MetricsOptions options,
                                       "KDA state slot usage: fraction of slots held (0-1).", l);
   h.kda_checkpoints =
       &AddGauge(r, "strata:kda_checkpoints", "KDA state checkpoints held by the prefix cache.", l);
+  h.kda_checkpoints_in_state_slots = &AddGauge(
+      r, "strata:kda_checkpoints_in_state_slots",
+      "Of the KDA checkpoints, those held in live state slots no sequence holds: admissions "
+      "take these slots back when they need them.",
+      l);
   h.kda_checkpoint_bytes = &AddGauge(r, "strata:kda_checkpoint_bytes",
                                      "Bytes held by KDA state checkpoints of the prefix cache.", l);
   h.expert_load_imbalance = &AddGauge(
@@ -223,6 +229,7 @@ void Metrics::OnStep(const StepStats& step) {
   h.kv_cache_usage_perc->Set(step.kv_cache_usage);
   h.state_slot_usage_perc->Set(step.state_slot_usage);
   h.kda_checkpoints->Set(static_cast<double>(step.num_kda_checkpoints));
+  h.kda_checkpoints_in_state_slots->Set(static_cast<double>(step.num_kda_checkpoints_in_slots));
   h.kda_checkpoint_bytes->Set(static_cast<double>(step.kda_checkpoint_bytes));
 
   const int64_t step_tokens = step.num_prefill_tokens + step.num_decode_tokens;

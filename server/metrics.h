@@ -5,7 +5,8 @@
 //
 //   gauges      strata:num_requests_running, strata:num_requests_waiting,
 //               strata:kv_cache_usage_perc (MLA pages, 0..1), strata:state_slot_usage_perc
-//               (KDA slots, 0..1), strata:kda_checkpoints, strata:kda_checkpoint_bytes,
+//               (KDA slots, 0..1), strata:kda_checkpoints, strata:kda_checkpoints_in_state_slots,
+//               strata:kda_checkpoint_bytes,
 //               strata:expert_load_imbalance (max/mean of per-expert routed tokens over the
 //               last `expert_window_steps` steps; 1 = balanced or idle),
 //               strata:cache_config_info (always 1; the cache configuration as labels, as
@@ -76,6 +77,7 @@ struct StepStats {
   int64_t num_prefix_query_tokens = 0;       // prompt tokens looked up in the prefix cache
   int64_t num_prefix_hit_tokens = 0;         // of those, tokens found
   int64_t num_kda_checkpoints = 0;           // now: KDA checkpoints held
+  int64_t num_kda_checkpoints_in_slots = 0;  // now: of those, in idle live state slots
   int64_t kda_checkpoint_bytes = 0;          // now: bytes those checkpoints occupy
   int64_t num_kda_checkpoint_evictions = 0;  // checkpoints evicted (LRU) to make room
   double step_seconds = 0.0;                 // wall time of the step

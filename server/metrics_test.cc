@@ -79,10 +79,14 @@ std::optional<double> Value(const std::string& text, const std::string& name,
 TEST(MetricsTest, ExposesEveryApiMetricWithModelAndRankLabels) {
   Metrics metrics("kimi-k3", 3, {.num_experts = 4});
   const std::string text = metrics.Serialize();
-  const std::vector<std::string> gauges = {
-      "strata:num_requests_running",  "strata:num_requests_waiting", "strata:kv_cache_usage_perc",
-      "strata:state_slot_usage_perc", "strata:kda_checkpoints",      "strata:kda_checkpoint_bytes",
-      "strata:expert_load_imbalance"};
+  const std::vector<std::string> gauges = {"strata:num_requests_running",
+                                           "strata:num_requests_waiting",
+                                           "strata:kv_cache_usage_perc",
+                                           "strata:state_slot_usage_perc",
+                                           "strata:kda_checkpoints",
+                                           "strata:kda_checkpoint_bytes",
+                                           "strata:kda_checkpoints_in_state_slots",
+                                           "strata:expert_load_imbalance"};
   const std::vector<std::string> counters = {"strata:prompt_tokens_total",
                                              "strata:generation_tokens_total",
                                              "strata:iteration_tokens_total",
@@ -163,6 +167,7 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   step.num_prefix_query_tokens = 128;
   step.num_prefix_hit_tokens = 64;
   step.num_kda_checkpoints = 3;
+  step.num_kda_checkpoints_in_slots = 2;
   step.kda_checkpoint_bytes = 3 << 20;
   step.num_kda_checkpoint_evictions = 2;
   step.step_seconds = 0.015;
@@ -179,6 +184,7 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   EXPECT_EQ(Value(text, "strata:kv_cache_usage_perc"), 0.25);
   EXPECT_EQ(Value(text, "strata:state_slot_usage_perc"), 0.5);
   EXPECT_EQ(Value(text, "strata:kda_checkpoints"), 3.0);
+  EXPECT_EQ(Value(text, "strata:kda_checkpoints_in_state_slots"), 2.0);
   EXPECT_EQ(Value(text, "strata:kda_checkpoint_bytes"), 3145728.0);
   EXPECT_EQ(Value(text, "strata:prompt_tokens_total"), 100.0);
   EXPECT_EQ(Value(text, "strata:generation_tokens_total"), 10.0);
@@ -383,7 +389,7 @@ TEST(MetricsTest, OutputPassesPromtoolCheckMetricsExceptTheColonPrefix) {
     EXPECT_THAT(line,
                 ::testing::MatchesRegex("strata:[a-z0-9_]+ metric names should not contain ':'"));
   }
-  EXPECT_EQ(num_findings, 30);  // one per family
+  EXPECT_EQ(num_findings, 31);  // one per family
 }
 
 }  // namespace

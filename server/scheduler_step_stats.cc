@@ -20,6 +20,7 @@ StepStats StepStatsFromScheduler(const scheduler::SchedulerStats& before,
   s.num_prefix_query_tokens = after.num_prefix_query_tokens - before.num_prefix_query_tokens;
   s.num_prefix_hit_tokens = after.num_prefix_hit_tokens - before.num_prefix_hit_tokens;
   s.num_kda_checkpoints = after.num_checkpoints;
+  s.num_kda_checkpoints_in_slots = after.num_lent_checkpoints;
   s.kda_checkpoint_bytes = int64_t{after.num_checkpoints} * kda_checkpoint_bytes_each;
   s.num_kda_checkpoint_evictions = after.num_checkpoints_evicted - before.num_checkpoints_evicted;
   s.step_seconds = step_seconds;

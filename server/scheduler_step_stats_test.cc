@@ -29,6 +29,7 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   after.block_usage = 0.5;
   after.slot_usage = 0.25;
   after.num_checkpoints = 6;
+  after.num_lent_checkpoints = 4;
   after.num_checkpoints_evicted = 14;
 
   const StepStats s = StepStatsFromScheduler(before, after, 0.125, 1 << 20);
@@ -45,6 +46,7 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   EXPECT_EQ(s.kv_cache_usage, 0.5);
   EXPECT_EQ(s.state_slot_usage, 0.25);
   EXPECT_EQ(s.num_kda_checkpoints, 6);
+  EXPECT_EQ(s.num_kda_checkpoints_in_slots, 4);
   EXPECT_EQ(s.kda_checkpoint_bytes, 6 << 20);
   EXPECT_EQ(s.num_kda_checkpoint_evictions, 3);
   EXPECT_EQ(s.step_seconds, 0.125);

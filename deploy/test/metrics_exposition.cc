@@ -31,6 +31,7 @@ int main() {
     step.num_prefix_query_tokens = 256;
     step.num_prefix_hit_tokens = 128;
     step.num_kda_checkpoints = 2;
+    step.num_kda_checkpoints_in_slots = 1;
     step.kda_checkpoint_bytes = 1 << 20;
     step.step_seconds = 0.02;
     step.all_to_all_seconds = 0.002;
