@@ -76,9 +76,7 @@ void PrefixCache::Acquire(const PrefixMatch& match) {
   if (match.checkpoint >= 0) {
     CHECK(match.checkpoint < num_checkpoint_ids() && states_[match.checkpoint] == State::kCommitted)
         << "stale match: checkpoint " << match.checkpoint;
-    lru_.Remove(match.checkpoint);
-    lru_.PushBack(match.checkpoint);
-    cold_[match.checkpoint] = 0;
+    MoveToHotEnd(match.checkpoint);
     acquired_.push_back(match.checkpoint);
   }
 }
@@ -196,24 +194,25 @@ std::optional<CheckpointId> PrefixCache::FindCheckpoint(BlockHash boundary_hash)
 }
 
 void PrefixCache::Demote(BlockHash boundary_hash) {
-  const std::optional<CheckpointId> id = FindCheckpoint(boundary_hash);
-  if (!id.has_value()) return;
-  lru_.Remove(*id);
-  lru_.PushFront(*id);
-  cold_[*id] = 1;
+  if (const std::optional<CheckpointId> id = FindCheckpoint(boundary_hash)) {
+    lru_.Remove(*id);
+    lru_.PushFront(*id);
+    cold_[*id] = 1;
+  }
 }
 
 void PrefixCache::Promote(BlockHash boundary_hash) {
-  const std::optional<CheckpointId> id = FindCheckpoint(boundary_hash);
-  if (!id.has_value()) return;
-  lru_.Remove(*id);
-  lru_.PushBack(*id);
-  cold_[*id] = 0;
+  if (const std::optional<CheckpointId> id = FindCheckpoint(boundary_hash)) MoveToHotEnd(*id);
+}
+
+void PrefixCache::MoveToHotEnd(CheckpointId id) {
+  lru_.Remove(id);
+  lru_.PushBack(id);
+  cold_[id] = 0;
 }
 
 void PrefixCache::Drop(BlockHash boundary_hash) {
-  const std::optional<CheckpointId> id = FindCheckpoint(boundary_hash);
-  if (id.has_value()) Release(*id);
+  if (const std::optional<CheckpointId> id = FindCheckpoint(boundary_hash)) Release(*id);
 }
 
 bool PrefixCache::IsPromptEnd(int64_t boundary, int64_t prompt_len) const {

@@ -191,6 +191,7 @@ class PrefixCache {
   std::optional<CheckpointId> TakeFreeSlot();
   void OnBlockEvicted(BlockHash hash);
   void Release(CheckpointId id);  // any state but free -> free (a lent slot back to the lender)
+  void MoveToHotEnd(CheckpointId id);  // a committed one: most recently used, not cold
 
   BlockPool* pool_;
   int every_n_blocks_;

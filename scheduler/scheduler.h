@@ -160,9 +160,9 @@ class Scheduler {
   bool TryAdmit(Sequence* seq);
   int64_t ChunkSize(const Sequence& seq, int64_t begin) const;
   void Place(Sequence* seq, int64_t num_new_tokens);
-  // Phase 4: the KDA checkpoints each placed chunk saves — its prompt-end, branch-point and
-  // latest stride boundaries — reserved once every preemption and admission is done (a wait
-  // for a shared prefix adds a branch point to a sequence placed before it).
+  // Phase 4: the KDA checkpoints each placed chunk saves — its prompt-end, branch-point,
+  // past-the-prompt and latest stride boundaries — reserved once every preemption and admission is
+  // done (a wait for a shared prefix adds a branch point to a sequence placed before it).
   void PlaceCheckpoints();
   void PlaceCheckpoints(Entry* entry);
   // Makes `boundary` one of `seq`'s branch points (sorted, unique).

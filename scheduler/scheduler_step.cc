@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "kvcache/ids.h"
@@ -12,6 +13,14 @@
 namespace strata::scheduler {
 
 using internal::SequenceStatus;
+
+namespace {
+// Inserts `value` into the ascending `values` unless it is there.
+void InsertSortedUnique(std::vector<int64_t>* values, int64_t value) {
+  auto at = std::lower_bound(values->begin(), values->end(), value);
+  if (at == values->end() || *at != value) values->insert(at, value);
+}
+}  // namespace
 
 const engine::StepPlan& Scheduler::Schedule() {
   CHECK(!in_flight_) << "Schedule() called again before Commit()";
@@ -243,18 +252,14 @@ void Scheduler::PlaceCheckpoints(Entry* entry) {
   const int64_t begin = seq->num_computed_tokens;
   const int64_t end = begin + entry->num_new_tokens;
   prefix_cache_.CheckpointBoundaries(begin, end, seq->num_prompt_tokens, &boundaries_);
-  const auto add = [&](int64_t point) {
-    auto at = std::lower_bound(boundaries_.begin(), boundaries_.end(), point);
-    if (at == boundaries_.end() || *at != point) boundaries_.insert(at, point);
-  };
   for (int64_t point : seq->branch_points) {
-    if (point > begin && point <= end) add(point);
+    if (point > begin && point <= end) InsertSortedUnique(&boundaries_, point);
   }
   // Past the prompt, the chunk's last block boundary: the next turn of a conversation (this
   // prompt, this output, then more) can start there.
   const int64_t generated = end / config_.block_size * config_.block_size;
   const bool past_prompt = generated > begin && generated > seq->num_prompt_tokens;
-  if (past_prompt) add(generated);
+  if (past_prompt) InsertSortedUnique(&boundaries_, generated);
   // Stride boundaries: only the last few. Prompt ends, branch points, and the generated one:
   // always.
   const auto is_stride = [&](int64_t boundary) {
@@ -290,9 +295,7 @@ void Scheduler::PlaceCheckpoints(Entry* entry) {
 }
 
 void Scheduler::AddBranchPoint(Sequence* seq, int64_t boundary) {
-  std::vector<int64_t>& points = seq->branch_points;
-  auto at = std::lower_bound(points.begin(), points.end(), boundary);
-  if (at == points.end() || *at != boundary) points.insert(at, boundary);
+  InsertSortedUnique(&seq->branch_points, boundary);
 }
 
 void Scheduler::KeepStrideCheckpoint(Sequence* seq, kvcache::BlockHash hash) {

@@ -205,43 +205,43 @@ void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::strin
     *body += c.responses->Delta(d);
     return;
   }
-  std::vector<Json> chunks;
+  // The step's token ids go with its first chunk (every step with tokens has one).
+  bool ids_sent = false;
+  const auto emit = [&](Json chunk) {
+    *body += ChunkEvent(c, std::move(chunk), ids_sent ? std::vector<int32_t>() : d.token_ids);
+    ids_sent = true;
+  };
   if (spec_.kind == ApiKind::kChat) {
     if (!d.reasoning.empty()) {
-      chunks.push_back(ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}},
-                                     nullptr, std::nullopt));
+      emit(ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}}, nullptr,
+                         std::nullopt));
     }
     if (has_text) {
       Json logprobs =
           spec_.logprobs ? ChatLogprobsJson(*model_.tokenizer, d.logprobs) : Json(nullptr);
-      chunks.push_back(ChatChunkJson(spec_.meta, index, Json{{"content", d.text}},
-                                     std::move(logprobs), std::nullopt));
+      emit(ChatChunkJson(spec_.meta, index, Json{{"content", d.text}}, std::move(logprobs),
+                         std::nullopt));
     }
     if (!d.tool_calls.empty()) {
       Json delta = {{"tool_calls", ToolCallDeltasJson(d.tool_calls)}};
-      chunks.push_back(ChatChunkJson(spec_.meta, index, std::move(delta), nullptr, std::nullopt));
+      emit(ChatChunkJson(spec_.meta, index, std::move(delta), nullptr, std::nullopt));
     }
     if (d.finish_reason) {
-      chunks.push_back(ChatChunkJson(spec_.meta, index, Json::object(), nullptr, d.finish_reason));
+      emit(ChatChunkJson(spec_.meta, index, Json::object(), nullptr, d.finish_reason));
     }
-  } else {
-    if (has_text) {
-      Json logprobs = spec_.logprobs
-                          ? CompletionLogprobsJson(*model_.tokenizer, d.logprobs, c.text_offset)
-                          : Json(nullptr);
-      for (const TokenLogprobEntry& e : d.logprobs) {
-        c.text_offset += static_cast<int64_t>(TokenText(*model_.tokenizer, e.token_id).size());
-      }
-      chunks.push_back(
-          CompletionChunkJson(spec_.meta, index, d.text, std::move(logprobs), std::nullopt));
-    }
-    if (d.finish_reason) {
-      chunks.push_back(CompletionChunkJson(spec_.meta, index, "", nullptr, d.finish_reason));
-    }
+    return;
   }
-  // The step's token ids go with its first chunk (every step with tokens has one).
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    *body += ChunkEvent(c, std::move(chunks[i]), i == 0 ? d.token_ids : std::vector<int32_t>());
+  if (has_text) {
+    Json logprobs = spec_.logprobs
+                        ? CompletionLogprobsJson(*model_.tokenizer, d.logprobs, c.text_offset)
+                        : Json(nullptr);
+    for (const TokenLogprobEntry& e : d.logprobs) {
+      c.text_offset += static_cast<int64_t>(TokenText(*model_.tokenizer, e.token_id).size());
+    }
+    emit(CompletionChunkJson(spec_.meta, index, d.text, std::move(logprobs), std::nullopt));
+  }
+  if (d.finish_reason) {
+    emit(CompletionChunkJson(spec_.meta, index, "", nullptr, d.finish_reason));
   }
 }
 
