@@ -118,6 +118,28 @@ struct Bf16Tile256 {
 
 }  // namespace
 
+void DecodeBf16TileAvx2(const uint8_t* const* packed, const uint8_t* const* /*scales*/, int nr,
+                        int64_t kc, float* dst) {
+  const int64_t stride = (kc + 15) / 16 * 16;
+  const __m256i odd_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int r = 0; r < nr; ++r) {
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(packed[r]);
+    float* out = dst + r * stride;
+    for (int64_t p = 0; p < stride; p += 16) {
+      __m256i raw;
+      if (p + 16 <= kc) {
+        raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p));
+      } else {  // the row's tail, zero-padded to the 16-element block
+        alignas(32) uint16_t tail[16] = {};
+        std::memcpy(tail, w + p, static_cast<size_t>(kc - p) * sizeof(uint16_t));
+        raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
+      }
+      _mm256_storeu_ps(out + p, _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16)));
+      _mm256_storeu_ps(out + p + 8, _mm256_castsi256_ps(_mm256_and_si256(raw, odd_mask)));
+    }
+  }
+}
+
 const TileKernels& Bf16TilesAvx512() {
   static const TileKernels k =
       MakeTileTable<Bf16Tile512, 4, 4>(XLayout::kEvenOdd, 32, &PackEvenOddRowAvx512);

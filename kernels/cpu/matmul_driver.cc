@@ -84,7 +84,8 @@ KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16) {
     case WeightFormat::kF32:
       return {avx512 ? &F32TilesAvx512() : &F32TilesAvx2()};
     case WeightFormat::kBf16:
-      return {avx512 ? &Bf16TilesAvx512() : &Bf16TilesAvx2()};
+      if (avx512) return {&Bf16TilesAvx512()};
+      return {&Bf16TilesAvx2(), &F32TilesAvx2(), &DecodeBf16TileAvx2};
     case WeightFormat::kMxfp4:
       if (avx512) return {&Mxfp4TilesAvx512(), &F32TilesAvx512(), &DecodeMxfp4TileAvx512};
       return {&Mxfp4TilesAvx2(), &F32TilesAvx2(), &DecodeMxfp4TileAvx2};
@@ -152,7 +153,7 @@ int64_t ChunkRows(const TileKernels& tiles, int64_t ldx) {
 }
 
 bool DecodeToScratch(const KernelSet& kernels, WeightFormat format, int64_t chunk_rows) {
-  return format == WeightFormat::kMxfp4 &&
+  return format != WeightFormat::kF32 && kernels.decode != nullptr &&
          (kernels.always_decode || chunk_rows > kernels.tiles->mr_max);
 }
 
@@ -161,7 +162,7 @@ void RunBlock(const KernelSet& kernels, bool decode_to_scratch, const MatmulWeig
               float* y, int64_t ldy) {
   const TileKernels& own = *kernels.tiles;
   const TileKernels& tiles = decode_to_scratch ? *kernels.f32_tiles : own;
-  const int mr_max = own.mr_max;
+  const int mr_max = tiles.mr_max;
   const int g_max = b == nullptr ? own.nr_max : own.nr_max / 2;  // output columns per tile
   alignas(64) float scratch[kMaxTileCols * kKBlock];
   const size_t x_elem = PackedElementBytes(own);
@@ -181,6 +182,7 @@ void RunBlock(const KernelSet& kernels, bool decode_to_scratch, const MatmulWeig
         const uint8_t* packed[kMaxTileCols];
         for (int r = 0; r < nr; ++r) packed[r] = static_cast<const uint8_t*>(t.w[r]);
         kernels.decode(packed, t.scales, nr, t.kc, scratch);
+        t.kc = RoundUp(t.kc, own.x_block);  // the decoded rows' zero padding pairs with x's
         for (int r = 0; r < nr; ++r) t.w[r] = scratch + r * t.kc;
       } else if (k0 + kKBlock < k) {  // the slice read next: this group's next k block,
         GroupRows(a, b, j, g, k0 + kKBlock, t.w_next, next_scales);

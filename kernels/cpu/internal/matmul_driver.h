@@ -25,8 +25,8 @@ namespace strata::kernels::cpu::internal {
 
 struct KernelSet {
   const TileKernels* tiles = nullptr;      // the format's own tiles; null: use the reference
-  const TileKernels* f32_tiles = nullptr;  // MXFP4 scratch path
-  DecodeFn decode = nullptr;               // MXFP4 scratch path
+  const TileKernels* f32_tiles = nullptr;  // scratch path (MXFP4; bf16 on AVX2)
+  DecodeFn decode = nullptr;               // scratch path
   bool always_decode = false;              // `tiles` cannot read MXFP4 rows (bf16 products)
 };
 
@@ -69,7 +69,8 @@ void* ThreadScratch(ScratchSlot slot, size_t num_bytes);
 // x rows per chunk (a chunk of x stays in L2; ≤ 64 rows) for rows of ldx elements.
 int64_t ChunkRows(const TileKernels& tiles, int64_t ldx);
 
-// True when the MXFP4 scratch path runs (more than one x tile per chunk of `rows` rows).
+// True when the scratch path runs (MXFP4; bf16 on AVX2): more than one x tile per chunk of
+// `rows` rows, so the decoded slice is reused.
 bool DecodeToScratch(const KernelSet& kernels, WeightFormat format, int64_t chunk_rows);
 
 // Runs one block. Plain (b == null): y[(i − i0)·ldy + (j − j0)] = x_i · W_a[j]. Paired (b set,

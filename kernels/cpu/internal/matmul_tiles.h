@@ -57,9 +57,10 @@ using TileFn = void (*)(const TileArgs& args);
 // Writes one activation row of k elements in the tiles' layout, zero-padded to a whole x_block.
 using PackRowFn = void (*)(const float* src, int64_t k, void* dst);
 
-// Decodes nr MXFP4 rows (k block of kc elements; row r's bytes at packed[r], its scales at
-// scales[r]) to f32 in the kEvenOdd order of this ISA: dst[r * kc + q] pairs with x_perm[q].
-// Exactly the values the in-register kernel uses.
+// Decodes nr weight rows (k block of kc elements; row r's data at packed[r], MXFP4 scales at
+// scales[r]) to f32 in the kEvenOdd order of this ISA: dst[r * kc_pad + q] pairs with x_perm[q],
+// kc_pad = kc rounded up to the layout's x_block, the padding zero. Exactly the values the
+// in-register kernel uses, so the f32 tiles over them give its results bit for bit.
 using DecodeFn = void (*)(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
                           int64_t kc, float* dst);
 
@@ -85,6 +86,10 @@ void DecodeMxfp4TileAvx512(const uint8_t* const* packed, const uint8_t* const* s
                            int64_t kc, float* dst);
 void DecodeMxfp4TileAvx2(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
                          int64_t kc, float* dst);
+// bf16 rows widened to f32 (kEvenOdd, 16-element blocks): the AVX2 prefill path, where the 2-row
+// bf16 tile is bound by FMA latency and the 3-row f32 tile over the widened slice is not.
+void DecodeBf16TileAvx2(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                        int64_t kc, float* dst);
 // MXFP4 rows as bf16 in natural order, for the bf16 products (MatmulPrecision::kBf16): exact, an
 // E2M1 value times 2^e having at most 2 significant bits. DecodeMxfp4RowBf16 writes block b (32
 // values) of one row at dst + b·block_stride; DecodeMxfp4TileBf16Avx512 is a DecodeFn whose row r
