@@ -69,8 +69,8 @@ void* ThreadScratch(ScratchSlot slot, size_t num_bytes);
 // x rows per chunk (a chunk of x stays in L2; ≤ 64 rows) for rows of ldx elements.
 int64_t ChunkRows(const TileKernels& tiles, int64_t ldx);
 
-// True when the scratch path runs (MXFP4; bf16 on AVX2): more than one x tile per chunk of
-// `rows` rows, so the decoded slice is reused.
+// True when the scratch path runs (MXFP4; bf16 on AVX2 from 16 rows): more than one x tile per
+// chunk of `rows` rows, so the decoded slice is reused.
 bool DecodeToScratch(const KernelSet& kernels, WeightFormat format, int64_t chunk_rows);
 
 // Runs one block. Plain (b == null): y[(i − i0)·ldy + (j − j0)] = x_i · W_a[j]. Paired (b set,
