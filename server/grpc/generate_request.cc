@@ -86,6 +86,9 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
   if (!request.json_schema().empty() && !frontend::Json::accept(request.json_schema())) {
     return absl::InvalidArgumentError("json_schema is not valid JSON text");
   }
+  if (request.has_max_tokens() && request.max_tokens() == 0) {  // REST's message names 'echo'
+    return absl::InvalidArgumentError("'max_tokens' must be at least 1; got 0");
+  }
   ASSIGN_OR_RETURN(frontend::CompletionRequest req,
                    frontend::ParseCompletionRequest(CompletionBodyFor(request), model_limits));
   if (!req.gen.model.empty() &&

@@ -453,6 +453,9 @@ TEST_F(GrpcServerTest, InvalidPromptsAreInvalidArgument) {
   EXPECT_EQ(out_of_vocab.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   Outcome too_long = Run(Request({1, 2, 3}, MaxModelLen()));
   EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  Outcome no_tokens = Run(Request({1, 2}, 0));  // gRPC has no echo: its message must not offer it
+  EXPECT_EQ(no_tokens.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(no_tokens.status.error_message(), "'max_tokens' must be at least 1; got 0");
   GenerateRequest unknown_model = Request({1, 2}, 4);
   unknown_model.set_model("no-such-model");
   EXPECT_EQ(Run(unknown_model).status.error_code(), grpc::StatusCode::NOT_FOUND);
