@@ -97,7 +97,7 @@ void RunTiles(const MatmulProduct* products, const KernelSet* kernels, int64_t c
       if (plan.packs) PackX(own, q.x, m, q.w.k, packed + plan.packed_at);
     }
     plan.chunk_rows = internal::ChunkRows(own, plan.x.ldx);
-    plan.scratch = internal::DecodeToScratch(kernels[p], q.w.format, std::min(m, plan.chunk_rows));
+    plan.scratch = internal::DecodeToScratch(kernels[p], std::min(m, plan.chunk_rows));
     plan.num_chunks = (m + plan.chunk_rows - 1) / plan.chunk_rows;
     const int64_t row_bytes = std::max<int64_t>(internal::WeightRowBytes(q.w), 1);
     plan.block_cols =

@@ -63,12 +63,21 @@ struct Bf16Tile512 {
   }
 };
 
+// 16 bf16 weights (one 32-byte load as 8 u32 lanes) as f32: even = w[2l], odd = w[2l + 1].
+struct Widened256 {
+  __m256 even, odd;
+};
+inline Widened256 Widen256(__m256i raw) {
+  const __m256i odd_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(raw, 16)),
+          _mm256_castsi256_ps(_mm256_and_si256(raw, odd_mask))};
+}
+
 template <int MR, int NR>
 struct Bf16Tile256 {
   __attribute__((always_inline)) static inline void Step(__m256 (&acc)[MR][NR], const float* x,
                                                          int64_t ldx,
                                                          const uint16_t* const (&wj)[NR]) {
-    const __m256i odd_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
     __m256 xe[MR], xo[MR];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
@@ -77,13 +86,11 @@ struct Bf16Tile256 {
     }
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wj[j]));
-      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(raw, odd_mask));
+      const Widened256 w = Widen256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wj[j])));
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
-        acc[i][j] = _mm256_fmadd_ps(xe[i], even, acc[i][j]);
-        acc[i][j] = _mm256_fmadd_ps(xo[i], odd, acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(xe[i], w.even, acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(xo[i], w.odd, acc[i][j]);
       }
     }
   }
@@ -121,7 +128,6 @@ struct Bf16Tile256 {
 void DecodeBf16TileAvx2(const uint8_t* const* packed, const uint8_t* const* /*scales*/, int nr,
                         int64_t kc, float* dst) {
   const int64_t stride = (kc + 15) / 16 * 16;
-  const __m256i odd_mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int r = 0; r < nr; ++r) {
     const uint16_t* w = reinterpret_cast<const uint16_t*>(packed[r]);
     float* out = dst + r * stride;
@@ -134,8 +140,9 @@ void DecodeBf16TileAvx2(const uint8_t* const* packed, const uint8_t* const* /*sc
         std::memcpy(tail, w + p, static_cast<size_t>(kc - p) * sizeof(uint16_t));
         raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
       }
-      _mm256_storeu_ps(out + p, _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16)));
-      _mm256_storeu_ps(out + p + 8, _mm256_castsi256_ps(_mm256_and_si256(raw, odd_mask)));
+      const Widened256 w = Widen256(raw);
+      _mm256_storeu_ps(out + p, w.even);
+      _mm256_storeu_ps(out + p + 8, w.odd);
     }
   }
 }

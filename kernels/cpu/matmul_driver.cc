@@ -89,10 +89,12 @@ KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16) {
       return {avx512 ? &F32TilesAvx512() : &F32TilesAvx2()};
     case WeightFormat::kBf16:
       if (avx512) return {&Bf16TilesAvx512()};
-      return {&Bf16TilesAvx2(), &F32TilesAvx2(), &DecodeBf16TileAvx2};
-    case WeightFormat::kMxfp4:
-      if (avx512) return {&Mxfp4TilesAvx512(), &F32TilesAvx512(), &DecodeMxfp4TileAvx512};
-      return {&Mxfp4TilesAvx2(), &F32TilesAvx2(), &DecodeMxfp4TileAvx2};
+      return {&Bf16TilesAvx2(), &F32TilesAvx2(), &DecodeBf16TileAvx2, false, kBf16WidenMinRows};
+    case WeightFormat::kMxfp4: {
+      const TileKernels& own = avx512 ? Mxfp4TilesAvx512() : Mxfp4TilesAvx2();
+      return {&own, avx512 ? &F32TilesAvx512() : &F32TilesAvx2(),
+              avx512 ? &DecodeMxfp4TileAvx512 : &DecodeMxfp4TileAvx2, false, own.mr_max + 1};
+    }
   }
   return {};
 }
@@ -156,10 +158,9 @@ int64_t ChunkRows(const TileKernels& tiles, int64_t ldx) {
                              kMaxChunkRows);
 }
 
-bool DecodeToScratch(const KernelSet& kernels, WeightFormat format, int64_t chunk_rows) {
-  if (format == WeightFormat::kBf16 && chunk_rows < kBf16WidenMinRows) return false;
-  return format != WeightFormat::kF32 && kernels.decode != nullptr &&
-         (kernels.always_decode || chunk_rows > kernels.tiles->mr_max);
+bool DecodeToScratch(const KernelSet& kernels, int64_t chunk_rows) {
+  return kernels.decode != nullptr &&
+         (kernels.always_decode || chunk_rows >= kernels.decode_min_rows);
 }
 
 void RunBlock(const KernelSet& kernels, bool decode_to_scratch, const MatmulWeights& a,

@@ -79,8 +79,7 @@ Totals PlanGroups(const GluGroup* groups, int64_t num_groups, Isa isa, GroupPlan
     t.packed_bytes += static_cast<size_t>(g.m * p.x.ldx) * internal::PackedElementBytes(own);
     t.packed_bytes = (t.packed_bytes + 63) / 64 * 64;
     p.chunk_rows = internal::ChunkRows(own, p.x.ldx);
-    p.decode_to_scratch =
-        internal::DecodeToScratch(p.kernels, g.gate.format, std::min(g.m, p.chunk_rows));
+    p.decode_to_scratch = internal::DecodeToScratch(p.kernels, std::min(g.m, p.chunk_rows));
     p.num_chunks = (g.m + p.chunk_rows - 1) / p.chunk_rows;
     const int64_t row_bytes = internal::WeightRowBytes(g.gate);
     p.block_cols = std::min(

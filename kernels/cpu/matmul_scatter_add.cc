@@ -149,8 +149,7 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
         static_cast<size_t>(g.m * p.x.ldx) * internal::PackedElementBytes(*p.kernels.tiles);
     packed_bytes = (packed_bytes + 63) / 64 * 64;
     p.chunk_rows = internal::ChunkRows(*p.kernels.tiles, p.x.ldx);
-    p.decode_to_scratch =
-        internal::DecodeToScratch(p.kernels, g.w.format, std::min(g.m, p.chunk_rows));
+    p.decode_to_scratch = internal::DecodeToScratch(p.kernels, std::min(g.m, p.chunk_rows));
     weight_bytes += n * internal::WeightRowBytes(g.w);
     macs += g.m * n * g.w.k;
   }

@@ -28,6 +28,9 @@ struct KernelSet {
   const TileKernels* f32_tiles = nullptr;  // scratch path (MXFP4; bf16 on AVX2)
   DecodeFn decode = nullptr;               // scratch path
   bool always_decode = false;              // `tiles` cannot read MXFP4 rows (bf16 products)
+  // Else the scratch path runs from this many x rows per chunk: where one decoded slice serves
+  // more x rows than one own tile (MXFP4), or where widening measured faster (bf16 on AVX2).
+  int64_t decode_min_rows = 0;
 };
 
 KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16);
@@ -69,9 +72,8 @@ void* ThreadScratch(ScratchSlot slot, size_t num_bytes);
 // x rows per chunk (a chunk of x stays in L2; ≤ 64 rows) for rows of ldx elements.
 int64_t ChunkRows(const TileKernels& tiles, int64_t ldx);
 
-// True when the scratch path runs (MXFP4; bf16 on AVX2 from 16 rows): more than one x tile per
-// chunk of `rows` rows, so the decoded slice is reused.
-bool DecodeToScratch(const KernelSet& kernels, WeightFormat format, int64_t chunk_rows);
+// True when the scratch path runs for chunks of `chunk_rows` x rows (KernelSet::decode_min_rows).
+bool DecodeToScratch(const KernelSet& kernels, int64_t chunk_rows);
 
 // Runs one block. Plain (b == null): y[(i − i0)·ldy + (j − j0)] = x_i · W_a[j]. Paired (b set,
 // same n, k and format as a): tiles take nr/2 rows of W_a and the same rows of W_b, and write the
