@@ -291,6 +291,11 @@ bool Scheduler::HasWork() const {
          !abort_events_.empty();
 }
 
+void Scheduler::SetPrefillTokensWithDecodes(int64_t tokens) {
+  CHECK_GE(tokens, 0);
+  prefill_tokens_with_decodes_ = tokens;
+}
+
 SchedulerStats Scheduler::stats() const {
   SchedulerStats s = counters_;
   s.num_running = num_running();

@@ -21,7 +21,8 @@
 //      prompt, from the budget and blocks left: the executor verifies them in the same forward
 //      and advances the caches by the accepted ones only (the KDA state by a replay of their
 //      saved rows, engine/kda_drafts.h); the rows of rejected drafts are overwritten later.
-// A chunk is cut by the budget and by long_prefill_token_threshold; the executor saves a KDA
+// A chunk is cut by the budget, by long_prefill_token_threshold and, in a step with decodes, by
+// SetPrefillTokensWithDecodes; the executor saves a KDA
 // checkpoint at every checkpoint boundary inside it (PrefixCache::CheckpointBoundaries) that
 // gets a checkpoint slot, as the chunk's tokens pass it. When a running sequence
 // needs a block and none is free, the lowest-priority newest running sequence (possibly itself,
@@ -98,6 +99,12 @@ class Scheduler {
   };
   PrefixCacheReset ResetPrefixCache();
 
+  // While a step carries decodes, its prefill chunks (prompts, recomputes) take at most
+  // `tokens` tokens together, so the sequences generating are not held up for a long prompt's
+  // whole chunk; 0 (the initial value): no limit but the budget. The engine loop sets it
+  // between steps from a PrefillPacer (prefill_pacer.h).
+  void SetPrefillTokensWithDecodes(int64_t tokens);
+  int64_t prefill_tokens_with_decodes() const { return prefill_tokens_with_decodes_; }
   // Whether Schedule() has anything to do (waiting, running or aborted requests).
   bool HasWork() const;
   SchedulerStats stats() const;
@@ -217,6 +224,8 @@ class Scheduler {
   engine::StepPlan plan_;  // built by Schedule(), read by the executor until the next one
   int64_t token_budget_ = 0;
   int64_t score_budget_ = 0;  // prompt positions this step may still score
+  int64_t prefill_tokens_with_decodes_ = 0;
+  int64_t prefill_budget_ = 0;  // prefill tokens this step may still place
   bool in_flight_ = false;
   std::vector<Sequence*> scratch_;  // reused by ScheduleRunning and Commit (no per-step malloc)
 

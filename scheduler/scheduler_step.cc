@@ -1,6 +1,7 @@
 // Scheduler::Schedule() and its phases: aborts, running decodes, running prefills, admissions,
 // preemption, KDA checkpoint saves, drafts, and the plan.
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -37,7 +38,13 @@ const engine::StepPlan& Scheduler::Schedule() {
   saves_.clear();
   token_budget_ = config_.max_num_batched_tokens;
   score_budget_ = config_.max_scored_tokens_per_step;
+  prefill_budget_ = std::numeric_limits<int64_t>::max();
   ScheduleRunning(/*decodes=*/true);
+  if (prefill_tokens_with_decodes_ > 0 &&
+      std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.decode; })) {
+    // What the decode pass placed of prompts (a last prompt token) counts against the cap.
+    prefill_budget_ -= std::numeric_limits<int64_t>::max() - prefill_tokens_with_decodes_;
+  }
   ScheduleRunning(/*decodes=*/false);
   AdmitWaiting();
   PlaceCheckpoints();
@@ -100,7 +107,7 @@ void Scheduler::ScheduleOne(Sequence* seq) {
 
 void Scheduler::AdmitWaiting() {
   auto it = waiting_.begin();
-  while (it != waiting_.end() && token_budget_ > 0 &&
+  while (it != waiting_.end() && token_budget_ > 0 && prefill_budget_ > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = it->second;
     ++it;  // TryAdmit erases seq's entry
@@ -208,7 +215,7 @@ bool Scheduler::TryAdmit(Sequence* seq) {
 }
 
 int64_t Scheduler::ChunkSize(const Sequence& seq, int64_t begin) const {
-  int64_t n = std::min(seq.num_tokens() - begin, token_budget_);
+  int64_t n = std::min({seq.num_tokens() - begin, token_budget_, prefill_budget_});
   if (config_.long_prefill_token_threshold > 0) {
     n = std::min(n, config_.long_prefill_token_threshold);
   }
@@ -238,6 +245,7 @@ void Scheduler::Place(Sequence* seq, int64_t num_new_tokens) {
   seq->step_index = static_cast<int32_t>(entries_.size());
   entries_.push_back(entry);
   token_budget_ -= num_new_tokens;
+  if (!entry.decode) prefill_budget_ -= num_new_tokens;
 }
 
 void Scheduler::PlaceCheckpoints() {
@@ -375,6 +383,7 @@ void Scheduler::Preempt(Sequence* seq) {
   if (seq->step_index >= 0) {  // already placed in this step: take it out again
     Entry& entry = entries_[static_cast<size_t>(seq->step_index)];
     token_budget_ += entry.num_new_tokens;
+    if (!entry.decode) prefill_budget_ += entry.num_new_tokens;
     score_budget_ += entry.num_scored;
     CHECK_EQ(entry.num_saves, 0) << "checkpoints are placed after every preemption";
     entry.seq = nullptr;

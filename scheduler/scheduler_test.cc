@@ -132,6 +132,23 @@ TEST(SchedulerTest, LongPrefillThresholdCapsChunkPerSequence) {
   ExpectHealthy(d);
 }
 
+// SetPrefillTokensWithDecodes: while a step decodes, all its prompt chunks together stay within
+// the cap (partial prefills and admissions alike); a step without decodes takes the budget.
+TEST(SchedulerTest, PrefillCapAppliesOnlyToStepsWithDecodes) {
+  Driver d(TinyConfig(), kVocab);
+  d.scheduler().SetPrefillTokensWithDecodes(5);
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(12, 100), 8)).ok());
+  EXPECT_THAT(ChunkSizes(d.Step()), ElementsAre(12));  // nothing decodes: the whole prompt
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("b", Prompt(9, 200), 1)).ok());
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("c", Prompt(3, 300), 1)).ok());
+  EXPECT_THAT(ChunkSizes(d.Step()), ElementsAre(1, 5));     // a decodes, b's first 5
+  EXPECT_THAT(ChunkSizes(d.Step()), ElementsAre(1, 4, 1));  // b's last 4, then 1 of c
+  EXPECT_EQ(d.scheduler().stats().num_prefill_tokens, 5);
+  d.scheduler().SetPrefillTokensWithDecodes(0);  // off: the budget (16) alone
+  EXPECT_THAT(ChunkSizes(d.Step()), ElementsAre(1, 2));
+  ExpectHealthy(d);
+}
+
 TEST(SchedulerTest, DecodesFirstThenPartialPrefillsThenAdmissions) {
   SchedulerConfig c = TinyConfig();
   c.max_num_batched_tokens = 8;

@@ -40,6 +40,7 @@ struct EngineLoop::Rank {
   std::unordered_map<engine::SequenceId, SequenceClock> clocks;
   int64_t num_never_scheduled = 0;
   EngineStats reported, to_report;
+  std::optional<scheduler::PrefillPacer> pacer;  // with target_itl_ms
   std::thread thread;
 };
 
@@ -126,6 +127,13 @@ EngineLoop::EngineLoop(std::vector<EngineRank> ranks, EngineLoopOptions options)
     r->parts = std::move(ranks[i]);
     r->stats.scheduler = r->parts.scheduler->stats();
     r->reported = r->stats;
+    if (options_.target_itl_ms > 0) {
+      scheduler::PrefillPacerConfig pacing;
+      pacing.target_step_ms = options_.target_itl_ms;
+      pacing.max_tokens = r->parts.scheduler->config().max_num_batched_tokens;
+      r->pacer.emplace(pacing);
+      r->parts.scheduler->SetPrefillTokensWithDecodes(r->pacer->tokens());
+    }
     ranks_.push_back(std::move(r));
   }
 }
@@ -412,6 +420,11 @@ void EngineLoop::RunStep(Rank& r, bool has_work) {
   LOG_DEBUG("engine", "rank={} step={} seqs={} tokens={} ms={:.2f}", r.index, plan.step_id,
             plan.sequences.size(), plan.num_tokens(), step_ms);
   RecordStep(r, result, step_ms, /*empty=*/!has_work);
+  if (r.pacer && has_work) {
+    const scheduler::SchedulerStats& step = r.stats.scheduler;  // this thread writes it
+    r.pacer->Observe(step.num_prefill_tokens, step.num_decode_tokens, step_ms);
+    r.parts.scheduler->SetPrefillTokensWithDecodes(r.pacer->tokens());
+  }
 }
 
 void EngineLoop::Run(Rank& r) {

@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/executor.h"
+#include "scheduler/prefill_pacer.h"
 #include "scheduler/scheduler.h"
 #include "server/lockstep.h"
 #include "server/request_stream.h"
@@ -64,6 +65,9 @@ struct EngineLoopOptions {
   // Lockstep only. Called on the rank's thread when its gate fails; null: ExitOnCollectiveError
   // (the process exits kCollectiveFailureExitCode). When it returns, that rank's loop ends.
   std::function<void(int rank, const absl::Status& status)> on_gate_error;
+  // > 0: while sequences are generating, each rank cuts prompt chunks so that a step takes about
+  // this long (scheduler/prefill_pacer.h, from the step times it measures); 0: off.
+  double target_itl_ms = 0.0;
   // Optional, called on a rank's thread after each of its steps that ran work (lockstep's empty
   // steps are folded into the next report), outside the loop's lock: the rank's stats after the
   // previous report and now, so counter differences cover exactly the steps in between and

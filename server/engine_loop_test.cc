@@ -152,5 +152,75 @@ TEST(EngineLoopTest, RequestCancelledWhileWaitingHasNoQueueTime) {
   loop->Stop();
 }
 
+// The fake model taking 1 ms per step plus 0.1 ms per prompt token (chunks of more than one
+// token), so that prompt chunks cost time in proportion to their size, as on a CPU.
+class PrefillCostFakeExecutor : public engine::StepExecutor {
+ public:
+  explicit PrefillCostFakeExecutor(const scheduler::SchedulerConfig& c)
+      : fake_(c.num_blocks, c.block_size, c.num_slots, 0, kVocab) {}
+  engine::StepResult Execute(const engine::StepPlan& plan) override {
+    int64_t prompt_tokens = 0;
+    for (const engine::ScheduledSequence& s : plan.sequences) {
+      if (s.token_ids.size() > 1) prompt_tokens += static_cast<int64_t>(s.token_ids.size());
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(1000 + 100 * prompt_tokens));
+    return fake_.Execute(plan);
+  }
+
+ private:
+  scheduler::testing::FakeExecutor fake_;
+};
+
+// Prompt tokens of each step that also decoded, while "long" (900 tokens) arrives as "short"
+// generates.
+std::vector<int64_t> PrefillTokensOfDecodingSteps(double target_itl_ms) {
+  scheduler::SchedulerConfig c = FakeModelConfig(4);
+  c.max_num_batched_tokens = 512;
+  c.max_model_len = 1024;
+  c.num_blocks = 128;
+  std::mutex mu;
+  std::vector<int64_t> prefill;
+  EngineLoopOptions options;
+  options.target_itl_ms = target_itl_ms;
+  options.on_step = [&](int, const EngineStats&, const EngineStats& after) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (after.scheduler.num_decode_tokens > 0 && after.scheduler.num_prefill_tokens > 0) {
+      prefill.push_back(after.scheduler.num_prefill_tokens);
+    }
+  };
+  EngineLoop loop(std::make_unique<scheduler::Scheduler>(c),
+                  std::make_unique<PrefillCostFakeExecutor>(c), std::move(options));
+  loop.Start();
+  std::shared_ptr<RequestStream> first = *loop.Submit(MakeRequest("short", 16, 40));
+  std::optional<StreamEvent> token = first->Next(absl::Seconds(20));  // "short" now decodes
+  EXPECT_TRUE(token.has_value());
+  std::shared_ptr<RequestStream> second = *loop.Submit(MakeRequest("long", 900, 1));
+  const std::vector<StreamEvent> events = CollectEvents(*second);
+  EXPECT_EQ(events.back().finish, FinishReason::kLength);
+  CollectEvents(*first);
+  loop.Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  return prefill;
+}
+
+TEST(EngineLoopTest, TargetItlCutsPromptChunksWhileOthersDecode) {
+  // Off: the long prompt takes all the budget the decode leaves.
+  EXPECT_THAT(PrefillTokensOfDecodingSteps(0), ::testing::Contains(511));
+  // 20 ms: at ≥ 0.1 ms a token (sleeps only get longer) at most (20 − 1) / 0.1 = 190 tokens a
+  // step fit, and never fewer than 64 while the prompt has them; the first chunk may take the
+  // pacer's initial 256 if no prompt step was measured yet.
+  const std::vector<int64_t> paced = PrefillTokensOfDecodingSteps(20);
+  ASSERT_FALSE(paced.empty());
+  int64_t total = 0;
+  for (size_t i = 0; i < paced.size(); ++i) {
+    EXPECT_LE(paced[i], i == 0 ? 256 : 190) << "step " << i;
+    if (i + 1 < paced.size()) {
+      EXPECT_GE(paced[i], 64) << "step " << i;
+    }
+    total += paced[i];
+  }
+  EXPECT_EQ(total, 900);
+}
+
 }  // namespace
 }  // namespace strata::server

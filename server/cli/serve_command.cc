@@ -81,6 +81,10 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"long-prefill-token-threshold", true,
      "prefill tokens of one sequence per step at most, so long prompts share steps (default 0: "
      "off)"},
+    {"target-itl-ms", true,
+     "while sequences are generating, prompt chunks are cut so that a step (the gap between "
+     "their tokens) takes about this long at the measured prefill rate, with at least 64 prompt "
+     "tokens a step; 0: off, a chunk may take all of --max-num-batched-tokens (default 1000)"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
     {"log-format", true, "text | json (one JSON object per line; default text)"},
 };
@@ -133,6 +137,8 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
   s.policy = policy == "fcfs" ? scheduler::Policy::kFcfs : scheduler::Policy::kPriority;
   ASSIGN_OR_RETURN(s.long_prefill_token_threshold,
                    flags.GetInt("long-prefill-token-threshold", 0, 0, int64_t{1} << 30));
+  ASSIGN_OR_RETURN(int64_t itl_ms, flags.GetInt("target-itl-ms", 1000, 0, 3'600'000));
+  o->engine.target_itl_ms = static_cast<double>(itl_ms);
   if (auto spec = flags.Get("speculative-config")) {
     RETURN_IF_ERROR(ParseSpeculativeConfig(*spec, &s));
   }
