@@ -300,6 +300,7 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s = counters_;
   s.num_running = num_running();
   s.num_waiting = num_waiting();
+  s.prefill_tokens_with_decodes = prefill_tokens_with_decodes_;
   s.num_blocks = block_pool_.num_blocks();
   s.num_free_blocks = block_pool_.num_free();
   s.num_cached_blocks = block_pool_.num_cached();

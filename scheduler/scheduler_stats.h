@@ -16,6 +16,9 @@ struct SchedulerStats {
   int64_t num_prefill_tokens = 0;  // prompt (or recompute) tokens scheduled
   int64_t num_decode_tokens = 0;   // one per sequence that decodes
   int32_t num_preempted = 0;       // preemptions while building the step
+  // The cap on the prompt tokens of a step with decodes (SetPrefillTokensWithDecodes) in force
+  // since the last step was built; 0: none but the budget.
+  int64_t prefill_tokens_with_decodes = 0;
 
   // Totals.
   int64_t num_preempted_total = 0;

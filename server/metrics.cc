@@ -70,6 +70,7 @@ struct Metrics::Handles {
   prometheus::Gauge* state_slot_usage_perc;
   prometheus::Gauge* kda_checkpoints;
   prometheus::Gauge* kda_checkpoints_in_state_slots;
+  prometheus::Gauge* prefill_chunk_limit_tokens;
   prometheus::Gauge* kda_checkpoint_bytes;
   prometheus::Gauge* expert_load_imbalance;
   prometheus::Counter* prompt_tokens_total;
@@ -125,6 +126,11 @@ Metrics::Metrics(std::string model_name, int rank, MetricsOptions options,
       r, "strata:kda_checkpoints_in_state_slots",
       "Of the KDA checkpoints, those held in live state slots no sequence holds: admissions "
       "take these slots back when they need them.",
+      l);
+  h.prefill_chunk_limit_tokens = &AddGauge(
+      r, "strata:prefill_chunk_limit_tokens",
+      "Prompt tokens a step that also decodes may take (--target-itl-ms: sized to the measured "
+      "prefill rate); 0: no limit but --max-num-batched-tokens.",
       l);
   h.kda_checkpoint_bytes = &AddGauge(r, "strata:kda_checkpoint_bytes",
                                      "Bytes held by KDA state checkpoints of the prefix cache.", l);
@@ -231,6 +237,7 @@ void Metrics::OnStep(const StepStats& step) {
   h.kda_checkpoints->Set(static_cast<double>(step.num_kda_checkpoints));
   h.kda_checkpoints_in_state_slots->Set(static_cast<double>(step.num_kda_checkpoints_in_slots));
   h.kda_checkpoint_bytes->Set(static_cast<double>(step.kda_checkpoint_bytes));
+  h.prefill_chunk_limit_tokens->Set(static_cast<double>(step.prefill_chunk_limit_tokens));
 
   const int64_t step_tokens = step.num_prefill_tokens + step.num_decode_tokens;
   h.prompt_tokens_total->Increment(static_cast<double>(step.num_prefill_tokens));

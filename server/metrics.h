@@ -6,7 +6,8 @@
 //   gauges      strata:num_requests_running, strata:num_requests_waiting,
 //               strata:kv_cache_usage_perc (MLA pages, 0..1), strata:state_slot_usage_perc
 //               (KDA slots, 0..1), strata:kda_checkpoints, strata:kda_checkpoints_in_state_slots,
-//               strata:kda_checkpoint_bytes,
+//               strata:kda_checkpoint_bytes, strata:prefill_chunk_limit_tokens (prompt tokens
+//               a step that also decodes may take, from --target-itl-ms; 0: the budget alone),
 //               strata:expert_load_imbalance (max/mean of per-expert routed tokens over the
 //               last `expert_window_steps` steps; 1 = balanced or idle),
 //               strata:cache_config_info (always 1; the cache configuration as labels, as
@@ -80,6 +81,7 @@ struct StepStats {
   int64_t num_kda_checkpoints_in_slots = 0;  // now: of those, in idle live state slots
   int64_t kda_checkpoint_bytes = 0;          // now: bytes those checkpoints occupy
   int64_t num_kda_checkpoint_evictions = 0;  // checkpoints evicted (LRU) to make room
+  int64_t prefill_chunk_limit_tokens = 0;    // now: a decoding step's prompt tokens, at most
   double step_seconds = 0.0;                 // wall time of the step
   std::optional<double> all_to_all_seconds;  // MoE all-to-all time in the step (all layers)
   // [num_experts] tokens this rank routed to each (global) expert in the step, summed over MoE

@@ -86,6 +86,7 @@ TEST(MetricsTest, ExposesEveryApiMetricWithModelAndRankLabels) {
                                            "strata:kda_checkpoints",
                                            "strata:kda_checkpoint_bytes",
                                            "strata:kda_checkpoints_in_state_slots",
+                                           "strata:prefill_chunk_limit_tokens",
                                            "strata:expert_load_imbalance"};
   const std::vector<std::string> counters = {"strata:prompt_tokens_total",
                                              "strata:generation_tokens_total",
@@ -170,6 +171,7 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   step.num_kda_checkpoints_in_slots = 2;
   step.kda_checkpoint_bytes = 3 << 20;
   step.num_kda_checkpoint_evictions = 2;
+  step.prefill_chunk_limit_tokens = 176;
   step.step_seconds = 0.015;
   step.all_to_all_seconds = 0.0003;
   metrics.OnStep(step);
@@ -186,6 +188,7 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   EXPECT_EQ(Value(text, "strata:kda_checkpoints"), 3.0);
   EXPECT_EQ(Value(text, "strata:kda_checkpoints_in_state_slots"), 2.0);
   EXPECT_EQ(Value(text, "strata:kda_checkpoint_bytes"), 3145728.0);
+  EXPECT_EQ(Value(text, "strata:prefill_chunk_limit_tokens"), 176.0);
   EXPECT_EQ(Value(text, "strata:prompt_tokens_total"), 100.0);
   EXPECT_EQ(Value(text, "strata:generation_tokens_total"), 10.0);
   EXPECT_EQ(Value(text, "strata:iteration_tokens_total"), 110.0);
@@ -389,7 +392,7 @@ TEST(MetricsTest, OutputPassesPromtoolCheckMetricsExceptTheColonPrefix) {
     EXPECT_THAT(line,
                 ::testing::MatchesRegex("strata:[a-z0-9_]+ metric names should not contain ':'"));
   }
-  EXPECT_EQ(num_findings, 31);  // one per family
+  EXPECT_EQ(num_findings, 32);  // one per family
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ StepStats StepStatsFromScheduler(const scheduler::SchedulerStats& before,
   s.num_kda_checkpoints_in_slots = after.num_lent_checkpoints;
   s.kda_checkpoint_bytes = int64_t{after.num_checkpoints} * kda_checkpoint_bytes_each;
   s.num_kda_checkpoint_evictions = after.num_checkpoints_evicted - before.num_checkpoints_evicted;
+  s.prefill_chunk_limit_tokens = after.prefill_tokens_with_decodes;
   s.step_seconds = step_seconds;
   return s;
 }

@@ -15,6 +15,7 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   before.num_running = 9;
   before.block_usage = 0.9;
   before.num_checkpoints_evicted = 11;
+  before.prefill_tokens_with_decodes = 256;
   scheduler::SchedulerStats after = before;
   after.num_running = 3;
   after.num_waiting = 5;
@@ -31,6 +32,7 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   after.num_checkpoints = 6;
   after.num_lent_checkpoints = 4;
   after.num_checkpoints_evicted = 14;
+  after.prefill_tokens_with_decodes = 176;
 
   const StepStats s = StepStatsFromScheduler(before, after, 0.125, 1 << 20);
   EXPECT_EQ(s.num_running, 3);
@@ -49,6 +51,7 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   EXPECT_EQ(s.num_kda_checkpoints_in_slots, 4);
   EXPECT_EQ(s.kda_checkpoint_bytes, 6 << 20);
   EXPECT_EQ(s.num_kda_checkpoint_evictions, 3);
+  EXPECT_EQ(s.prefill_chunk_limit_tokens, 176);
   EXPECT_EQ(s.step_seconds, 0.125);
   EXPECT_TRUE(s.expert_tokens.empty());
   EXPECT_FALSE(s.all_to_all_seconds.has_value());

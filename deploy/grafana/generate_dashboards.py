@@ -232,11 +232,18 @@ def caches():
         panel("timeseries", "KDA checkpoint evictions per rank",
               [target(f"sum by (rank) (rate(strata:kda_checkpoint_evictions_total{{{s}}}[{RATE}]))",
                       "rank {{rank}}")],
-              0, 41, 24, 8, unit="ops",
+              0, 41, 12, 8, unit="ops",
               description="Checkpoints evicted (least recently used) to make room for new ones. "
                           "A steady rate under load means the checkpoint budget (10 % of the cache "
                           "memory) holds too few for the conversations in flight, and prefix "
                           "hits on KDA models miss."),
+        panel("timeseries", "Prompt tokens per step while decoding",
+              [target(f"max by (rank) (strata:prefill_chunk_limit_tokens{{{s}}})", "rank {{rank}}")],
+              12, 41, 12, 8,
+              description="The cap --target-itl-ms puts on a step's prompt tokens while others "
+                          "decode, sized to the measured prefill rate (0: no cap). A small cap "
+                          "with long prompts queued means slow prefill: their time to first token "
+                          "grows so that streams keep their pace."),
         row("Configuration", 49),
         panel("table", "Cache configuration per rank",
               [target(f"strata:cache_config_info{{{s}}}", "", fmt="table")], 0, 50, 24, 6,

@@ -38,7 +38,7 @@ API_METRICS = [  # API.md, "Metrics" (histograms by their _count series)
     "strata:prefix_cache_hits_total", "strata:num_preemptions_total",
     "strata:iteration_tokens_total", "strata:expert_load_imbalance",
     "strata:all_to_all_seconds_count", "strata:kda_checkpoints", "strata:kda_checkpoint_bytes",
-    "strata:kda_checkpoints_in_state_slots"]
+    "strata:kda_checkpoints_in_state_slots", "strata:prefill_chunk_limit_tokens"]
 # Flags the chart passes for features that land later (multi-rank, gRPC, JSON logs).
 PENDING_FLAGS = {"world-size", "rank", "coordinator", "grpc-port", "log-format"}
 
