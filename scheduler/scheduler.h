@@ -22,12 +22,12 @@
 //      and advances the caches by the accepted ones only (the KDA state by a replay of their
 //      saved rows, engine/kda_drafts.h); the rows of rejected drafts are overwritten later.
 // A chunk is cut by the budget, by long_prefill_token_threshold and, in a step with decodes, by
-// SetPrefillTokensWithDecodes; the executor saves a KDA
-// checkpoint at every checkpoint boundary inside it (PrefixCache::CheckpointBoundaries) that
-// gets a checkpoint slot, as the chunk's tokens pass it. When a running sequence
-// needs a block and none is free, the lowest-priority newest running sequence (possibly itself,
-// possibly one already placed in this step) is preempted: its blocks and slot are freed and it
-// waits to be recomputed from its prompt and emitted tokens; those tokens are never emitted again.
+// SetPrefillTokensWithDecodes; the executor saves a KDA checkpoint at every checkpoint boundary
+// inside it (PrefixCache::CheckpointBoundaries) that gets a checkpoint slot, as the chunk's
+// tokens pass it. When a running sequence needs a block and none is free, the lowest-priority
+// newest running sequence (possibly itself, possibly one already placed in this step) is
+// preempted: its blocks and slot are freed and it waits to be recomputed from its prompt and
+// emitted tokens; those tokens are never emitted again.
 //
 // One mutator, not thread-safe: the engine loop thread owns the scheduler and its pools.
 #pragma once
@@ -104,7 +104,6 @@ class Scheduler {
   // whole chunk; 0 (the initial value): no limit but the budget. The engine loop sets it
   // between steps from a PrefillPacer (prefill_pacer.h).
   void SetPrefillTokensWithDecodes(int64_t tokens);
-  int64_t prefill_tokens_with_decodes() const { return prefill_tokens_with_decodes_; }
   // Whether Schedule() has anything to do (waiting, running or aborted requests).
   bool HasWork() const;
   SchedulerStats stats() const;

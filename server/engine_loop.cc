@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/log.h"
+#include "scheduler/prefill_pacer.h"
 
 namespace strata::server {
 

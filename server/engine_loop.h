@@ -30,7 +30,6 @@
 
 #include "absl/status/statusor.h"
 #include "engine/executor.h"
-#include "scheduler/prefill_pacer.h"
 #include "scheduler/scheduler.h"
 #include "server/lockstep.h"
 #include "server/request_stream.h"
