@@ -206,14 +206,16 @@ std::vector<int64_t> PrefillTokensOfDecodingSteps(double target_itl_ms) {
 TEST(EngineLoopTest, TargetItlCutsPromptChunksWhileOthersDecode) {
   // Off: the long prompt takes all the budget the decode leaves.
   EXPECT_THAT(PrefillTokensOfDecodingSteps(0), ::testing::Contains(511));
-  // 20 ms: at ≥ 0.1 ms a token (sleeps only get longer) at most (20 − 1) / 0.1 = 190 tokens a
-  // step fit, and never fewer than 64 while the prompt has them; the first chunk may take the
-  // pacer's initial 256 if no prompt step was measured yet.
+  // 20 ms: at ≥ 0.1 ms a token (sleeps only get longer) (20 − 1) / 0.1 = 190 tokens a step fit;
+  // a decode-only step slowed by a busy machine makes the pacer take more of a mixed step for
+  // the decodes and so allow more tokens, but far from the 511 unpaced (≤ 320 here). Never fewer
+  // than 64 while the prompt has them; the first chunk may take the pacer's initial 256 if no
+  // prompt step was measured yet.
   const std::vector<int64_t> paced = PrefillTokensOfDecodingSteps(20);
   ASSERT_FALSE(paced.empty());
   int64_t total = 0;
   for (size_t i = 0; i < paced.size(); ++i) {
-    EXPECT_LE(paced[i], i == 0 ? 256 : 190) << "step " << i;
+    EXPECT_LE(paced[i], i == 0 ? 256 : 320) << "step " << i;
     if (i + 1 < paced.size()) {
       EXPECT_GE(paced[i], 64) << "step " << i;
     }
