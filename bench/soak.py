@@ -127,6 +127,11 @@ def compute_refs():
 def completion(kind, path, req):
     """POSTs a request that must succeed; its parsed JSON after the shape checks, or None."""
     st, data = post(path, req)
+    return check_completion(kind, req, st, data)
+
+
+def check_completion(kind, req, st, data):
+    """The answer (status, body) to a request that must succeed: its JSON, or None."""
     if st != 200:
         problem(f"{kind}: status {st} {data[:300]!r}")
         return None
@@ -213,9 +218,14 @@ def send_cut_stream(rng):
 
 
 def send_long(rng):
-    """A long prompt: several chunks, cache pressure."""
+    """A long prompt: several chunks, cache pressure. Over the server's max_model_len it must be
+    refused with context_length_exceeded."""
     req = {"model": MODEL, "prompt": prompt_text(rng, rng.randint(600, 1500)), "max_tokens": 4}
-    completion("long", "/v1/completions", req)
+    st, data = post("/v1/completions", req)
+    if st == 400 and b"context_length_exceeded" in data:
+        note("long_refused")
+        return
+    check_completion("long", req, st, data)
 
 
 INVALID = [
