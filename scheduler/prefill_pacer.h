@@ -44,8 +44,7 @@ class PrefillPacer {
   // The cap for the next step's prefill tokens while it carries decodes; 0 when off.
   int64_t tokens() const;
 
-  double decode_step_ms() const { return decode_step_ms_; }  // < 0: none seen yet
-  double ms_per_token() const { return ms_per_token_; }      // < 0: none seen yet
+  double ms_per_token() const { return ms_per_token_; }  // < 0: none seen yet
 
  private:
   PrefillPacerConfig config_;
