@@ -85,6 +85,11 @@ const std::vector<FlagSpec> kBaseServeFlags = {
      "while sequences are generating, prompt chunks are cut so that a step (the gap between "
      "their tokens) takes about this long at the measured prefill rate, with at least 64 prompt "
      "tokens a step; 0: off, a chunk may take all of --max-num-batched-tokens (default 1000)"},
+    {"reply-token-memory", true,
+     "chat: keep the generated token ids of recent replies (up to this many tokens, by their "
+     "text), so a conversation sent back with a reply in it gets the model's own tokens for it "
+     "instead of a new encoding, and the prefix cache (a KDA state checkpoint) still matches "
+     "past the reply; 0: off (default 1048576; off without prefix caching)"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
     {"log-format", true, "text | json (one JSON object per line; default text)"},
 };
@@ -259,6 +264,9 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   ASSIGN_OR_RETURN(int64_t max_logprobs,
                    flags.GetInt("max-logprobs", 20, 0, scheduler::kMaxPromptLogprobs));
   o.max_logprobs = static_cast<int>(max_logprobs);
+  ASSIGN_OR_RETURN(
+      o.reply_token_memory_tokens,
+      flags.GetInt("reply-token-memory", o.reply_token_memory_tokens, 0, int64_t{1} << 30));
   RETURN_IF_ERROR(ReadSchedulerFlags(flags, &o));
   RETURN_IF_ERROR(ReadHttpFlags(flags, &o));
   RETURN_IF_ERROR(ReadVllmFlags(flags, &o));

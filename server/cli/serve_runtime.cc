@@ -404,6 +404,12 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   s.think_begin_id = rt->tokenizer_->SpecialTokenId("<think>").value_or(-1);
   s.think_end_id = rt->tokenizer_->SpecialTokenId("</think>").value_or(-1);
   s.engine = rt->engine_.get();
+  // Replies' own ids only pay off through prefix-cache hits.
+  if (options.reply_token_memory_tokens > 0 && rt->scheduler_config_.enable_prefix_caching) {
+    rt->reply_tokens_ = std::make_unique<frontend::ReplyTokenMemory>(
+        *rt->tokenizer_, options.reply_token_memory_tokens);
+    s.reply_tokens = rt->reply_tokens_.get();
+  }
   return rt;
 }
 
@@ -449,6 +455,7 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"max_num_batched_tokens", c.max_num_batched_tokens},
       {"long_prefill_token_threshold", c.long_prefill_token_threshold},
       {"target_itl_ms", options.engine.target_itl_ms},
+      {"reply_token_memory_tokens", reply_tokens_ ? options.reply_token_memory_tokens : 0},
       {"block_size", c.block_size},
       {"enable_prefix_caching", c.enable_prefix_caching},
       {"policy", std::string(scheduler::PolicyName(c.policy))},

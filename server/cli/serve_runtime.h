@@ -54,6 +54,8 @@ struct ServeOptions {
   std::string chat_template;               // --chat-template: a Jinja file, or the template itself
   std::string override_generation_config;  // --override-generation-config: JSON, set on top
   int max_logprobs = 20;                   // --max-logprobs
+  // --reply-token-memory: generated tokens of recent chat replies kept by their text (0: off).
+  int64_t reply_token_memory_tokens = int64_t{1} << 20;
 };
 
 class ModelRuntime {
@@ -116,6 +118,7 @@ class ModelRuntime {
   std::vector<std::shared_ptr<void>> device_exchange_owners_;
   std::vector<std::function<double()>> device_exchange_stats_;
   std::unique_ptr<server::EngineLoop> engine_;
+  std::unique_ptr<frontend::ReplyTokenMemory> reply_tokens_;
   frontend::ServedModel served_;
 };
 

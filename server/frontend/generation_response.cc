@@ -55,6 +55,27 @@ void GenerationResponse::ChoiceEnded(Choice& c, const std::string& finish_reason
   c.timing.reset();
 }
 
+void GenerationResponse::RecordReply(Choice& c, const ChoiceDelta& d) const {
+  if (model_.reply_tokens == nullptr || spec_.kind == ApiKind::kCompletion) return;
+  c.reply_text += d.text;
+  c.reply_ids.insert(c.reply_ids.end(), d.token_ids.begin(), d.token_ids.end());
+  c.reply_has_tool_calls = c.reply_has_tool_calls || !d.tool_calls.empty();
+  if (!d.finish_reason) return;
+  std::vector<int32_t> ids = std::move(c.reply_ids);
+  if (c.reply_has_tool_calls || (*d.finish_reason != "stop" && *d.finish_reason != "length")) {
+    return;
+  }
+  if (const int32_t think_end = c.spec->options.think_end_id; think_end >= 0) {
+    const auto last = std::find(ids.rbegin(), ids.rend(), think_end);
+    if (last != ids.rend()) ids.erase(ids.begin(), last.base());
+  }
+  const std::vector<int32_t>& hidden = c.spec->options.hidden_stop_ids;
+  if (!ids.empty() && std::find(hidden.begin(), hidden.end(), ids.back()) != hidden.end()) {
+    ids.pop_back();
+  }
+  model_.reply_tokens->Remember(c.reply_text, std::move(ids));
+}
+
 absl::StatusOr<std::unique_ptr<GenerationResponse>> GenerationResponse::Submit(
     const ServedModel& model, GenerationSpec spec, ResponseHooks hooks) {
   std::vector<std::shared_ptr<server::RequestStream>> streams;
@@ -373,6 +394,7 @@ bool GenerationResponse::Poll(http::HttpResponse* out) {
         StreamEcho(c, &out->body);
       }
       if (delta.stop_string_matched) model_.engine->Cancel(c.spec->request.request_id);
+      RecordReply(c, delta);
       if (delta.finish_reason) {
         c.done = true;
         ChoiceEnded(c, *delta.finish_reason);

@@ -104,11 +104,18 @@ class GenerationResponse : public http::PendingResponse {
     bool prompt_ids_sent = false;  // return_token_ids: a completions stream sent the prompt's
     std::unique_ptr<server::RequestTimingRecorder> timing;  // until the choice ends
     std::unique_ptr<ResponsesStreamWriter> responses;       // kResponses streams
+    // Chat and responses with a ReplyTokenMemory: the reply's text and ids so far, until it ends.
+    std::string reply_text;
+    std::vector<int32_t> reply_ids;
+    bool reply_has_tool_calls = false;
     bool done = false;
   };
 
   GenerationResponse(const ServedModel& model, GenerationSpec spec, ResponseHooks hooks);
   void ChoiceEnded(Choice& choice, const std::string& finish_reason) const;
+  // Collects a chat reply's text and ids; when it ends with "stop" or "length", hands its content
+  // (after any `</think>`, without the token that ended it) to model_.reply_tokens.
+  void RecordReply(Choice& choice, const ChoiceDelta& delta) const;
   // Streams open when the response starts (the Responses API's response.created) and each
   // chat / completions choice opens with its first event (the role chunk, or the echoed
   // prompt), as vLLM streams: the first chunk a client sees comes with the first token, so

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -650,6 +651,45 @@ TEST_F(ServiceTest, ReturnTokenIdsGiveThePromptAndEveryGeneratedToken) {
 
   ExpectError(Post(service_, "/v1/completions", R"({"prompt": "a", "return_token_ids": 1})"), 400,
               "invalid_type", "return_token_ids");
+}
+
+TEST_F(ServiceTest, AConversationSentBackGetsTheRepliesOwnTokens) {
+  ReplyTokenMemory memory(fixture_.tokenizer(), 1000);
+  fixture_.mutable_served().reply_tokens = &memory;
+  // The model writes "hello" byte by byte, where the tokenizer has one token for it.
+  const std::vector<int32_t> bytes = {104, 101, 108, 108, 111};
+  ASSERT_THAT(fixture_.Ids("hello"), ElementsAre(259));
+  std::vector<int32_t> script = bytes;
+  script.push_back(kImEnd);
+  fixture_.executor().SetScript([script](const std::vector<int32_t>&) { return script; });
+  const Reply first = Post(service_, "/v1/chat/completions", ChatBody(R"("stream": true)"));
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(memory.num_replies(), 1);
+
+  const std::string conversation = R"({"messages": [{"role": "user", "content": "Say hello"},
+      {"role": "assistant", "content": "hello"}, {"role": "user", "content": "again"}])";
+  const Json encoded = Post(service_, "/tokenize", conversation + "}").json()["tokens"];
+  const Json chat =
+      Post(service_, "/v1/chat/completions", conversation + R"(, "return_token_ids": true})")
+          .json();
+  const std::vector<int32_t> prompt = chat["prompt_token_ids"].get<std::vector<int32_t>>();
+  // The reply's five tokens stand where /tokenize (the text encoded afresh) has one.
+  std::vector<int32_t> want = encoded.get<std::vector<int32_t>>();
+  const std::vector<int32_t> reply = {testing::kImMiddle, 259, kImEnd};  // not "Say hello"'s
+  const auto hello = std::search(want.begin(), want.end(), reply.begin(), reply.end());
+  ASSERT_NE(hello, want.end());
+  const auto at = want.erase(hello + 1);
+  want.insert(at, bytes.begin(), bytes.end());
+  EXPECT_EQ(prompt, want);
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(*fixture_.tokenizer().DecodeBytes(prompt),
+            *fixture_.tokenizer().DecodeBytes(encoded.get<std::vector<int32_t>>()));
+
+  // A reply cut by a stop string is not what its tokens say: not kept.
+  const Reply cut = Post(service_, "/v1/chat/completions", ChatBody(R"("stop": ["lo"])"));
+  ASSERT_EQ(cut.json()["choices"][0]["message"]["content"], "hel");
+  EXPECT_EQ(memory.Find("hel"), std::nullopt);
+  EXPECT_EQ(memory.num_replies(), 1);
 }
 
 TEST_F(ServiceTest, TokenizeAndDetokenizeUseVllmShapes) {

@@ -46,6 +46,9 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
   engine::EncodeOptions options;
   options.parse_special = true;  // the template writes its markers as special-token text
   std::vector<int32_t> ids = model.tokenizer->Encode(text, options);
+  if (model.reply_tokens != nullptr) {
+    SpliceReplyTokens(*model.tokenizer, request.messages, *model.reply_tokens, &ids);
+  }
   RETURN_IF_ERROR(TruncatePrompt(model, request.gen.truncate_prompt_tokens, &ids));
   RETURN_IF_ERROR(CheckPromptIds(model, ids, "messages"));
   return ids;

@@ -21,7 +21,8 @@ namespace strata::frontend {
 // the generation prompt unless add_generation_prompt is false; with continue_final_message the
 // text ends right after the final message's content (its end-of-turn markers cut), so the
 // model continues that message (vLLM). ChatPromptIds tokenizes the text, special-token text
-// becoming special tokens.
+// becoming special tokens, and gives replies the model generated their generated ids
+// (model.reply_tokens, reply_tokens.h).
 absl::StatusOr<std::string> RenderChat(const ServedModel& model,
                                        const ChatCompletionRequest& request);
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,

@@ -15,6 +15,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "server/engine_loop.h"
 #include "server/frontend/generation_config.h"
+#include "server/frontend/reply_tokens.h"
 
 namespace strata::frontend {
 
@@ -40,6 +41,8 @@ struct ServedModel {
   int32_t think_begin_id = -1;
   int32_t think_end_id = -1;
   server::EngineLoop* engine = nullptr;
+  // Recent chat replies' generated ids (--reply-token-memory); null: prompts are encoded as is.
+  ReplyTokenMemory* reply_tokens = nullptr;
 };
 
 // The vocabulary structured output masks: every id below the tokenizer's vocab_size with its

@@ -1,0 +1,114 @@
+#include "server/frontend/reply_tokens.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include "core/check.h"
+
+namespace strata::frontend {
+
+ReplyTokenMemory::ReplyTokenMemory(const engine::Tokenizer& tokenizer, int64_t capacity_tokens)
+    : tokenizer_(tokenizer), capacity_tokens_(capacity_tokens) {
+  CHECK_GE(capacity_tokens, 1);
+}
+
+bool ReplyTokenMemory::Remember(std::string_view text, std::vector<int32_t> ids) {
+  const auto size = static_cast<int64_t>(ids.size());
+  if (text.empty() || ids.empty() || size > capacity_tokens_) return false;
+  // Decoded outside the lock: the check costs as much as the reply is long.
+  absl::StatusOr<std::string> decoded = tokenizer_.Decode(ids);
+  if (!decoded.ok() || *decoded != text) return false;
+  absl::MutexLock lock(&mu_);
+  if (auto it = index_.find(text); it != index_.end()) {
+    num_tokens_ -= static_cast<int64_t>(it->second->ids.size());
+    lru_.erase(it->second);
+    index_.erase(it);
+  }
+  while (num_tokens_ + size > capacity_tokens_) {
+    Entry& oldest = lru_.back();
+    num_tokens_ -= static_cast<int64_t>(oldest.ids.size());
+    index_.erase(oldest.text);
+    lru_.pop_back();
+  }
+  lru_.push_front(Entry{std::move(*decoded), std::move(ids)});
+  index_[lru_.front().text] = lru_.begin();
+  num_tokens_ += size;
+  return true;
+}
+
+std::optional<std::vector<int32_t>> ReplyTokenMemory::Find(std::string_view text) {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(text);
+  if (it == index_.end()) return std::nullopt;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->ids;
+}
+
+int64_t ReplyTokenMemory::num_tokens() const {
+  absl::MutexLock lock(&mu_);
+  return num_tokens_;
+}
+
+int64_t ReplyTokenMemory::num_replies() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(lru_.size());
+}
+
+std::optional<std::string> MessageContentText(const Json& message) {
+  const auto content = message.find("content");
+  if (content == message.end()) return std::nullopt;
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) return std::nullopt;
+  std::string text;
+  for (const Json& part : *content) {
+    const auto part_text = part.find("text");
+    if (!part.is_object() || part_text == part.end() || !part_text->is_string()) {
+      return std::nullopt;
+    }
+    text += part_text->get_ref<const std::string&>();
+  }
+  return text;
+}
+
+int SpliceReplyTokens(const engine::Tokenizer& tokenizer, const Json& messages,
+                      ReplyTokenMemory& memory, std::vector<int32_t>* ids) {
+  if (!messages.is_array()) return 0;
+  // The kept replies first: most prompts have none, and then nothing is encoded again.
+  std::vector<std::optional<std::vector<int32_t>>> kept(messages.size());
+  size_t last = 0;  // one past the last message with a kept reply
+  for (size_t m = 0; m < messages.size(); ++m) {
+    const Json& message = messages[m];
+    if (!message.is_object() || message.value("role", "") != "assistant") continue;
+    const std::optional<std::string> text = MessageContentText(message);
+    if (!text || text->empty()) continue;
+    kept[m] = memory.Find(*text);
+    if (kept[m]) last = m + 1;
+  }
+  // Every message's content, in order, is found after the previous one's: a user message
+  // quoting a reply is not taken for it.
+  int spliced = 0;
+  size_t from = 0;
+  for (size_t m = 0; m < last; ++m) {
+    const std::optional<std::string> text = MessageContentText(messages[m]);
+    if (!text || text->empty()) continue;
+    // The content as the whole prompt's encoding split it: the template puts special tokens
+    // around a message's content, and encoding stops at them, so this is the same split.
+    const std::vector<int32_t> encoded =
+        tokenizer.Encode(*text, {.add_special_tokens = false, .parse_special = true});
+    const auto at = std::search(ids->begin() + static_cast<std::ptrdiff_t>(from), ids->end(),
+                                std::boyer_moore_horspool_searcher(encoded.begin(), encoded.end()));
+    if (at == ids->end()) continue;  // the template changed the text, or split it otherwise
+    const size_t pos = static_cast<size_t>(at - ids->begin());
+    const std::vector<int32_t>& own = kept[m] ? *kept[m] : encoded;
+    if (own != encoded) {
+      ids->erase(at, at + static_cast<std::ptrdiff_t>(encoded.size()));
+      ids->insert(ids->begin() + static_cast<std::ptrdiff_t>(pos), own.begin(), own.end());
+      ++spliced;
+    }
+    from = pos + own.size();
+  }
+  return spliced;
+}
+
+}  // namespace strata::frontend
