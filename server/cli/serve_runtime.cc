@@ -528,6 +528,12 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
                     {"num_spec_drafts_total", sch.num_spec_drafts_total},
                     {"num_spec_draft_tokens_total", sch.num_spec_draft_tokens_total},
                     {"num_spec_accepted_tokens_total", sch.num_spec_accepted_tokens_total}};
+  info["reply_token_memory"] = reply_tokens_
+                                   ? Json{{"capacity_tokens", options.reply_token_memory_tokens},
+                                          {"num_replies", reply_tokens_->num_replies()},
+                                          {"num_tokens", reply_tokens_->num_tokens()},
+                                          {"num_spliced_total", reply_tokens_->num_spliced_total()}}
+                                   : Json(nullptr);
   info["http"] = {{"num_connections", http_stats.num_connections},
                   {"num_exchanges", http_stats.num_exchanges},
                   {"num_requests_total", http_stats.num_requests_total},

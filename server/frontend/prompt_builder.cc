@@ -47,7 +47,7 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
   options.parse_special = true;  // the template writes its markers as special-token text
   std::vector<int32_t> ids = model.tokenizer->Encode(text, options);
   if (model.reply_tokens != nullptr) {
-    SpliceReplyTokens(*model.tokenizer, request.messages, *model.reply_tokens, &ids);
+    model.reply_tokens->Splice(request.messages, &ids);
   }
   RETURN_IF_ERROR(TruncatePrompt(model, request.gen.truncate_prompt_tokens, &ids));
   RETURN_IF_ERROR(CheckPromptIds(model, ids, "messages"));

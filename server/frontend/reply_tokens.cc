@@ -7,6 +7,27 @@
 #include "core/check.h"
 
 namespace strata::frontend {
+namespace {
+
+// The text of a chat message's content as the chat template shows it: a string, or the
+// concatenated `text` of text parts; nullopt for anything else (images, no content).
+std::optional<std::string> MessageContentText(const Json& message) {
+  const auto content = message.find("content");
+  if (content == message.end()) return std::nullopt;
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) return std::nullopt;
+  std::string text;
+  for (const Json& part : *content) {
+    const auto part_text = part.find("text");
+    if (!part.is_object() || part_text == part.end() || !part_text->is_string()) {
+      return std::nullopt;
+    }
+    text += part_text->get_ref<const std::string&>();
+  }
+  return text;
+}
+
+}  // namespace
 
 ReplyTokenMemory::ReplyTokenMemory(const engine::Tokenizer& tokenizer, int64_t capacity_tokens)
     : tokenizer_(tokenizer), capacity_tokens_(capacity_tokens) {
@@ -55,24 +76,7 @@ int64_t ReplyTokenMemory::num_replies() const {
   return static_cast<int64_t>(lru_.size());
 }
 
-std::optional<std::string> MessageContentText(const Json& message) {
-  const auto content = message.find("content");
-  if (content == message.end()) return std::nullopt;
-  if (content->is_string()) return content->get<std::string>();
-  if (!content->is_array()) return std::nullopt;
-  std::string text;
-  for (const Json& part : *content) {
-    const auto part_text = part.find("text");
-    if (!part.is_object() || part_text == part.end() || !part_text->is_string()) {
-      return std::nullopt;
-    }
-    text += part_text->get_ref<const std::string&>();
-  }
-  return text;
-}
-
-int SpliceReplyTokens(const engine::Tokenizer& tokenizer, const Json& messages,
-                      ReplyTokenMemory& memory, std::vector<int32_t>* ids) {
+int ReplyTokenMemory::Splice(const Json& messages, std::vector<int32_t>* ids) {
   if (!messages.is_array()) return 0;
   // The kept replies first: most prompts have none, and then nothing is encoded again.
   std::vector<std::optional<std::vector<int32_t>>> kept(messages.size());
@@ -82,7 +86,7 @@ int SpliceReplyTokens(const engine::Tokenizer& tokenizer, const Json& messages,
     if (!message.is_object() || message.value("role", "") != "assistant") continue;
     const std::optional<std::string> text = MessageContentText(message);
     if (!text || text->empty()) continue;
-    kept[m] = memory.Find(*text);
+    kept[m] = Find(*text);
     if (kept[m]) last = m + 1;
   }
   // Every message's content, in order, is found after the previous one's: a user message
@@ -95,7 +99,7 @@ int SpliceReplyTokens(const engine::Tokenizer& tokenizer, const Json& messages,
     // The content as the whole prompt's encoding split it: the template puts special tokens
     // around a message's content, and encoding stops at them, so this is the same split.
     const std::vector<int32_t> encoded =
-        tokenizer.Encode(*text, {.add_special_tokens = false, .parse_special = true});
+        tokenizer_.Encode(*text, {.add_special_tokens = false, .parse_special = true});
     const auto at = std::search(ids->begin() + static_cast<std::ptrdiff_t>(from), ids->end(),
                                 std::boyer_moore_horspool_searcher(encoded.begin(), encoded.end()));
     if (at == ids->end()) continue;  // the template changed the text, or split it otherwise
@@ -108,6 +112,7 @@ int SpliceReplyTokens(const engine::Tokenizer& tokenizer, const Json& messages,
     }
     from = pos + own.size();
   }
+  num_spliced_total_ += spliced;
   return spliced;
 }
 

@@ -17,6 +17,7 @@
 // reads what it wrote. Bounded by tokens, least recently used first out. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <optional>
@@ -47,8 +48,16 @@ class ReplyTokenMemory {
   // The ids kept for `text` (they decode to exactly `text`), refreshed as recently used.
   std::optional<std::vector<int32_t>> Find(std::string_view text);
 
+  // `ids` encode a rendered conversation (special-token text parsed). For each assistant
+  // message of `messages` whose content this memory holds: where its own encoding appears in
+  // `ids` after the previous messages' contents, it is replaced by the kept ids. The decoded text
+  // of `ids` does not change. Returns the number of replies whose ids changed.
+  int Splice(const Json& messages, std::vector<int32_t>* ids);
+
   int64_t num_tokens() const;
   int64_t num_replies() const;
+  // Replies put back into prompts with other ids than their encoding, since the start.
+  int64_t num_spliced_total() const { return num_spliced_total_.load(); }
 
  private:
   struct Entry {
@@ -63,17 +72,7 @@ class ReplyTokenMemory {
   // Keys view the entries' own text (list nodes never move).
   absl::flat_hash_map<std::string_view, std::list<Entry>::iterator> index_ ABSL_GUARDED_BY(mu_);
   int64_t num_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> num_spliced_total_{0};
 };
-
-// The text of a chat message's content as the chat template shows it: a string, or the
-// concatenated `text` of text parts; nullopt for anything else (images, no content).
-std::optional<std::string> MessageContentText(const Json& message);
-
-// `ids` encode a rendered conversation (special-token text parsed). For each assistant message
-// of `messages` whose content `memory` holds: where its own encoding appears in `ids` after the
-// previous messages' contents, it is replaced by the kept ids. The decoded text of `ids`
-// does not change. Returns the number of replies whose ids changed.
-int SpliceReplyTokens(const engine::Tokenizer& tokenizer, const Json& messages,
-                      ReplyTokenMemory& memory, std::vector<int32_t>* ids);
 
 }  // namespace strata::frontend

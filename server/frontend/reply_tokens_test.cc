@@ -75,7 +75,8 @@ TEST_F(ReplyTokensTest, SplicesAReplyWhereItStandsAndTheTextStaysTheSame) {
       "<|im_middle|>hello<|im_end|><|im_assistant|>assistant<|im_middle|>";
   std::vector<int32_t> ids = Encode(prompt);
   const std::string before = *tokenizer_->DecodeBytes(ids);
-  EXPECT_EQ(SpliceReplyTokens(*tokenizer_, messages, memory, &ids), 2);
+  EXPECT_EQ(memory.Splice(messages, &ids), 2);
+  EXPECT_EQ(memory.num_spliced_total(), 2);
   EXPECT_EQ(*tokenizer_->DecodeBytes(ids), before);
   std::vector<int32_t> assistant = Encode("<|im_assistant|>assistant<|im_middle|>");
   std::vector<int32_t> want = Encode("<|im_user|>user<|im_middle|>hello<|im_end|>");
@@ -115,8 +116,7 @@ TEST_F(ReplyTokensTest, LeavesPromptsWhoseRepliesItDoesNotHoldOrCannotFind) {
        }) {
     std::vector<int32_t> ids = Encode(c.prompt);
     const std::vector<int32_t> original = ids;
-    EXPECT_EQ(SpliceReplyTokens(*tokenizer_, Json::parse(c.messages), memory, &ids), 0)
-        << c.messages;
+    EXPECT_EQ(memory.Splice(Json::parse(c.messages), &ids), 0) << c.messages;
     EXPECT_EQ(ids, original) << c.messages;
   }
 }

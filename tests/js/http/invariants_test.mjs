@@ -58,6 +58,32 @@ test("64 parallel requests all complete and the cache returns to empty", async (
   assert.equal(info.num_requests_in_flight, 0);
 });
 
+test("a conversation sent back keeps its reply's own tokens and hits the cache past them", async () => {
+  // Ids below the demo tokenizer's special tokens: a reply whose text shows every token.
+  const ordinary = Array.from({ length: 7936 }, (_, i) => i);
+  const user = { role: "user", content: "Tell me about the harbour and the ships in it." };
+  const first = await (await post("/v1/chat/completions", {
+    messages: [user], max_tokens: 80, temperature: 0, ignore_eos: true,
+    allowed_token_ids: ordinary, return_token_ids: true,
+  })).json();
+  const reply = first.choices[0];
+  assert.equal(reply.token_ids.length, 80);
+  const second = await (await post("/v1/chat/completions", {
+    messages: [user, { role: "assistant", content: reply.message.content },
+      { role: "user", content: "And then?" }],
+    max_tokens: 2, return_token_ids: true,
+  })).json();
+  const prompt = second.prompt_token_ids;
+  const at = prompt.findIndex((_, i) => reply.token_ids.every((id, k) => prompt[i + k] === id));
+  assert.ok(at >= 0, "the reply's generated ids are in the next prompt, in order");
+  assert.equal(at, first.usage.prompt_tokens);
+  // 80 generated tokens cross a 64-token block boundary: the hit reaches into the reply.
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens > first.usage.prompt_tokens,
+    JSON.stringify(second.usage));
+  const memory = (await server.info()).reply_token_memory;
+  assert.ok(memory.num_replies >= 1 && memory.num_tokens >= 80, JSON.stringify(memory));
+});
+
 test("/server_info reports where the weights live", async () => {
   const { model } = await server.info();
   assert.ok(model.weight_bytes > 0, JSON.stringify(model));
