@@ -15,4 +15,10 @@ void Bf16ToF32Rows(const uint16_t* src, size_t count, float* dst);
 // The same for an explicit ISA (tests run every path the CPU supports).
 void Bf16ToF32RowsIsa(Isa isa, const uint16_t* src, size_t count, float* dst);
 
+// dst[i] = bf16 bits of src[i], rounded to nearest even as F32ToBf16 (core/dtype.h) rounds:
+// bit for bit the same, NaNs quieted, subnormals kept (AVX512_BF16's vcvtneps2bf16 would flush
+// them, hence integer arithmetic). Uses ActiveIsa().
+void F32ToBf16Rows(const float* src, size_t count, uint16_t* dst);
+void F32ToBf16RowsIsa(Isa isa, const float* src, size_t count, uint16_t* dst);
+
 }  // namespace strata

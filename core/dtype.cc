@@ -163,7 +163,7 @@ void ConvertToF32(DType dtype, const void* src, size_t count, float* dst) {
 }
 
 void ConvertF32ToBf16(const float* src, size_t count, uint16_t* dst) {
-  for (size_t i = 0; i < count; ++i) dst[i] = F32ToBf16(src[i]);
+  F32ToBf16Rows(src, count, dst);
 }
 
 void DecodeMxfp4(const uint8_t* packed, const uint8_t* scales, size_t count, float* dst) {
