@@ -92,23 +92,36 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void F32ToBf16Avx512(const 
   }
 }
 
-}  // namespace
+// One conversion's variants, picked for `isa`.
+template <typename Src, typename Dst>
+struct Variants {
+  void (*avx512)(const Src*, size_t, Dst*);
+  void (*avx2)(const Src*, size_t, Dst*);
+  void (*scalar)(const Src*, size_t, Dst*);
+};
 
-void F32ToBf16RowsIsa(Isa isa, const float* src, size_t count, uint16_t* dst) {
+template <typename Src, typename Dst>
+void Run(const Variants<Src, Dst>& v, Isa isa, const Src* src, size_t count, Dst* dst) {
   switch (isa) {
     case Isa::kAvx512:
     case Isa::kAvx512Bf16:
       CHECK(GetCpuFeatures().avx512bw && GetCpuFeatures().avx512vl)
           << "AVX-512 path requested on a CPU without it";
-      F32ToBf16Avx512(src, count, dst);
+      v.avx512(src, count, dst);
       return;
     case Isa::kAvx2:
-      F32ToBf16Avx2(src, count, dst);
+      v.avx2(src, count, dst);
       return;
     case Isa::kScalar:
-      F32ToBf16Scalar(src, count, dst);
+      v.scalar(src, count, dst);
       return;
   }
+}
+
+}  // namespace
+
+void F32ToBf16RowsIsa(Isa isa, const float* src, size_t count, uint16_t* dst) {
+  Run<float, uint16_t>({F32ToBf16Avx512, F32ToBf16Avx2, F32ToBf16Scalar}, isa, src, count, dst);
 }
 
 void F32ToBf16Rows(const float* src, size_t count, uint16_t* dst) {
@@ -116,20 +129,7 @@ void F32ToBf16Rows(const float* src, size_t count, uint16_t* dst) {
 }
 
 void Bf16ToF32RowsIsa(Isa isa, const uint16_t* src, size_t count, float* dst) {
-  switch (isa) {
-    case Isa::kAvx512:
-    case Isa::kAvx512Bf16:
-      CHECK(GetCpuFeatures().avx512bw && GetCpuFeatures().avx512vl)
-          << "AVX-512 path requested on a CPU without it";
-      Bf16ToF32Avx512(src, count, dst);
-      return;
-    case Isa::kAvx2:
-      Bf16ToF32Avx2(src, count, dst);
-      return;
-    case Isa::kScalar:
-      Bf16ToF32Scalar(src, count, dst);
-      return;
-  }
+  Run<uint16_t, float>({Bf16ToF32Avx512, Bf16ToF32Avx2, Bf16ToF32Scalar}, isa, src, count, dst);
 }
 
 void Bf16ToF32Rows(const uint16_t* src, size_t count, float* dst) {
