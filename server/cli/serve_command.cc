@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
@@ -90,6 +91,10 @@ const std::vector<FlagSpec> kBaseServeFlags = {
      "text), so a conversation sent back with a reply in it gets the model's own tokens for it "
      "instead of a new encoding, and the prefix cache (a KDA state checkpoint) still matches "
      "past the reply; 0: off (default 1048576; off without prefix caching)"},
+    {"responses-store-memory", true,
+     "/v1/responses: bytes of responses kept for `store` (OpenAI's default: on), so "
+     "previous_response_id continues a conversation and GET /v1/responses/{id} returns one; "
+     "least recently used out, nothing kept across restarts; 0: off (default 128MiB)"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
     {"log-format", true, "text | json (one JSON object per line; default text)"},
 };
@@ -215,6 +220,12 @@ absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
   h.num_threads = static_cast<int>(threads);
   if (auto bytes = flags.Get("max-body-bytes")) {
     ASSIGN_OR_RETURN(h.max_body_bytes, ParseBytes(*bytes, "max-body-bytes"));
+  }
+  if (auto bytes = flags.Get("responses-store-memory")) {
+    o->responses_store_bytes = 0;
+    if (absl::StripAsciiWhitespace(*bytes) != "0") {
+      ASSIGN_OR_RETURN(o->responses_store_bytes, ParseBytes(*bytes, "responses-store-memory"));
+    }
   }
   auto seconds = [&](const char* name, double fallback) -> absl::StatusOr<absl::Duration> {
     ASSIGN_OR_RETURN(std::optional<double> v, flags.GetDouble(name, 0.001, 86400.0));
@@ -437,6 +448,11 @@ absl::Status RunServe(const std::vector<std::string>& args) {
     if (server::Metrics* m = metrics_ptr.load()) m->OnRequestFinished(t);
     server::LogRequestFinished(t);
   };
+  std::unique_ptr<frontend::ResponseStore> response_store;
+  if (options.responses_store_bytes > 0) {
+    response_store = std::make_unique<frontend::ResponseStore>(options.responses_store_bytes);
+    service_options.response_store = response_store.get();
+  }
   frontend::OpenAiService service(service_options);
   ASSIGN_OR_RETURN(std::unique_ptr<http::HttpServer> server,
                    http::HttpServer::Start(options.http, &service));
@@ -455,7 +471,16 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   metrics_ptr.store(metrics[0].get());
   step_metrics.Attach(&metrics, runtime->checkpoint_bytes(), runtime->num_routed_experts());
   service.SetMetricsProvider([&metrics] { return metrics[0]->Serialize(); });
-  service.SetServerInfoProvider([&] { return runtime->ServerInfo(options, server->stats()); });
+  service.SetServerInfoProvider([&] {
+    nlohmann::ordered_json info = runtime->ServerInfo(options, server->stats());
+    info["responses_store"] =
+        response_store == nullptr
+            ? nlohmann::ordered_json(nullptr)
+            : nlohmann::ordered_json{{"capacity_bytes", response_store->capacity_bytes()},
+                                     {"num_responses", response_store->num_responses()},
+                                     {"num_bytes", response_store->num_bytes()}};
+    return info;
+  });
   service.SetPrefixCacheResetter(
       [&] { return runtime->engine().ResetPrefixCache(std::chrono::seconds(30)); });
   grpc_server->SetServerInfoProvider(

@@ -61,16 +61,88 @@ OpenAiService::Result OpenAiService::ChatCompletions(const http::HttpRequest& re
   return GenerateChat(req, ApiKind::kChat, Json());
 }
 
+namespace {
+
+// The reply of a finished response as the chat message a continuation shows the model.
+Json AssistantMessage(const FinalChoice& choice) {
+  Json message = {{"role", "assistant"}, {"content", choice.text}};
+  if (!choice.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const ToolCall& call : choice.tool_calls) {
+      calls.push_back({{"id", call.id},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  return message;
+}
+
+}  // namespace
+
 OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request) {
   if (draining_) return Draining();
   ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
   ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
-  ASSIGN_OR_RETURN(ResponsesRequest req, ParseResponsesRequest(body, LimitsFor(options_, *model)));
-  return GenerateChat(req.chat, ApiKind::kResponses, std::move(req.echo));
+  ResponseStore* store = options_.response_store;
+  Json history = Json::array();
+  if (auto it = body.find("previous_response_id"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return InvalidType("previous_response_id", "a string");
+    if (store == nullptr) {
+      return InvalidField("previous_response_id",
+                          "'previous_response_id' is not supported: this server stores no "
+                          "responses (--responses-store-memory 0); send the whole conversation "
+                          "in 'input'",
+                          "unsupported_value");
+    }
+    std::optional<StoredResponse> previous = store->Get(it->get_ref<const std::string&>());
+    if (!previous) {
+      return InvalidField("previous_response_id",
+                          absl::StrCat("Previous response with id '", it->get<std::string>(),
+                                       "' not found (never stored, deleted, or evicted to keep "
+                                       "the store within --responses-store-memory)"),
+                          "previous_response_not_found");
+    }
+    history = std::move(previous->messages);
+  }
+  ASSIGN_OR_RETURN(ResponsesRequest req,
+                   ParseResponsesRequest(body, LimitsFor(options_, *model), history));
+  const bool stored = req.store && store != nullptr;
+  req.echo["store"] = stored;
+  std::function<void(const Json&, const FinalChoice&)> on_done;
+  if (stored) {
+    on_done = [store, conversation = std::move(req.conversation)](const Json& response,
+                                                                  const FinalChoice& choice) {
+      Json messages = conversation;
+      messages.push_back(AssistantMessage(choice));
+      store->Put(response["id"].get<std::string>(), {response, std::move(messages)});
+    };
+  }
+  return GenerateChat(req.chat, ApiKind::kResponses, std::move(req.echo), std::move(on_done));
 }
 
-OpenAiService::Result OpenAiService::GenerateChat(const ChatCompletionRequest& req, ApiKind kind,
-                                                  Json responses_echo) {
+OpenAiService::Result OpenAiService::StoredResponseRoute(const http::HttpRequest& request) {
+  const std::string id = request.path.substr(std::string_view("/v1/responses/").size());
+  ResponseStore* store = options_.response_store;
+  if (request.method == "DELETE" && store != nullptr && store->Erase(id)) {
+    return http::HandlerResult{
+        JsonResponse({{"id", id}, {"object", "response.deleted"}, {"deleted", true}}), nullptr};
+  }
+  std::optional<StoredResponse> found =
+      request.method == "GET" && store != nullptr ? store->Get(id) : std::nullopt;
+  if (!found) {
+    return ApiErrorStatus(
+        absl::StatusCode::kNotFound,
+        absl::StrCat("Response with id '", id, "' not found",
+                     store == nullptr ? " (this server stores no responses)" : ""),
+        {}, "not_found");
+  }
+  return http::HandlerResult{JsonResponse(found->response), nullptr};
+}
+
+OpenAiService::Result OpenAiService::GenerateChat(
+    const ChatCompletionRequest& req, ApiKind kind, Json responses_echo,
+    std::function<void(const Json&, const FinalChoice&)> on_responses_done) {
   ASSIGN_OR_RETURN(const ServedModel* model, ModelFor(req.gen.model));
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ChatPromptIds(*model, req));
   const bool responses = kind == ApiKind::kResponses;
@@ -80,6 +152,7 @@ OpenAiService::Result OpenAiService::GenerateChat(const ChatCompletionRequest& r
   GenerationSpec spec =
       SpecFor(kind, req.gen, MetaFor(*model, responses ? "resp" : "chatcmpl", req.gen.request_id));
   spec.responses_echo = std::move(responses_echo);
+  spec.on_responses_done = std::move(on_responses_done);
   spec.group_prompt_tokens.push_back(static_cast<int64_t>(prompt.size()));
   const bool forced =
       req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;

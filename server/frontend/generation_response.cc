@@ -325,12 +325,15 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
   if (spec_.kind == ApiKind::kResponses) {
     // One choice (the Responses API has no n).
     Choice& c = choices_.at(0);
-    if (spec_.stream) {
-      out->body += c.responses->Finish(c.final, usage);
-    } else {
-      out->status = 200;
-      out->body = JsonText(
-          ResponseObjectJson(spec_.meta, spec_.responses_echo, &c.final, &usage, model_.tokenizer));
+    if (spec_.stream) out->body += c.responses->Finish(c.final, usage);
+    if (!spec_.stream || spec_.on_responses_done) {
+      const Json object =
+          ResponseObjectJson(spec_.meta, spec_.responses_echo, &c.final, &usage, model_.tokenizer);
+      if (spec_.on_responses_done) spec_.on_responses_done(object, c.final);
+      if (!spec_.stream) {
+        out->status = 200;
+        out->body = JsonText(object);
+      }
     }
     return;
   }

@@ -69,6 +69,9 @@ struct GenerationSpec {
   std::vector<int64_t> group_prompt_tokens;  // per prompt
   std::vector<ChoiceSpec> choices;
   Json responses_echo;  // kResponses: the request fields the Response object repeats
+  // kResponses: called on the I/O thread with the final Response object and its choice when the
+  // response ends without an error (stored for previous_response_id); may be empty.
+  std::function<void(const Json& response, const FinalChoice& choice)> on_responses_done;
 };
 
 class GenerationResponse : public http::PendingResponse {

@@ -110,6 +110,11 @@ struct ChatCompletionRequest {
 struct ResponsesRequest {
   ChatCompletionRequest chat;
   Json echo = Json::object();
+  // `store` (OpenAI's default: true) and the conversation through this request's input as chat
+  // messages (previous_response_id's history first, `instructions` left out): what a later
+  // request naming this response continues from (response_store.h).
+  bool store = true;
+  Json conversation = Json::array();
 };
 
 // One prompt of /v1/completions: text or token ids.
@@ -133,10 +138,12 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body,
                                                          const RequestLimits& limits);
 // input (a string or message / function_call / function_call_output items), instructions,
 // max_output_tokens, tools (function tools), tool_choice, text.format, reasoning.effort
-// (thinking on) and the sampling fields; previous_response_id, conversation and background
-// are 400s (nothing is stored). Errors name the Responses fields.
+// (thinking on), store and the sampling fields; `history` (the stored conversation a
+// previous_response_id names, looked up by the caller; else empty) comes before the input.
+// conversation and background are 400s. Errors name the Responses fields.
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
-                                                       const RequestLimits& limits);
+                                                       const RequestLimits& limits,
+                                                       const Json& history = Json::array());
 
 // The shared fields (exposed for tests). `logprobs_style_chat`: chat's `logprobs: bool` +
 // `top_logprobs: int`; else completions' `logprobs: int`.

@@ -307,7 +307,8 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
   EXPECT_EQ(req->chat.tool_choice, ToolChoice::kNamed);
   EXPECT_EQ(req->chat.gen.max_tokens, 7);
   EXPECT_EQ(req->chat.chat_template_kwargs["thinking"], true);
-  EXPECT_EQ(req->echo["store"], false);  // nothing is stored, whatever was asked
+  EXPECT_TRUE(req->store);
+  EXPECT_EQ(req->echo["store"], false);  // until the service stored it
   EXPECT_EQ(req->echo["max_output_tokens"], 7);
   // Images go the chat way (refused the same way, naming the Responses field).
   absl::StatusOr<ResponsesRequest> image =

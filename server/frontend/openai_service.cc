@@ -43,6 +43,13 @@ bool IsModelPath(std::string_view path) {
   return path.size() > 11 && path.substr(0, 11) == "/v1/models/";
 }
 
+// /v1/responses/{id}: GET and DELETE a stored response.
+constexpr std::string_view kResponsePrefix = "/v1/responses/";
+bool IsResponsePath(std::string_view path) {
+  return path.size() > kResponsePrefix.size() &&
+         path.substr(0, kResponsePrefix.size()) == kResponsePrefix;
+}
+
 }  // namespace
 
 http::HttpResponse JsonResponse(const Json& json, int status) {
@@ -93,6 +100,7 @@ http::HandlerResult OpenAiService::Handle(http::HttpRequest request) {
       if (r.path == request.path) allowed.emplace_back(r.method);
     }
     if (IsModelPath(request.path)) allowed.push_back("GET");
+    if (IsResponsePath(request.path)) allowed.insert(allowed.end(), {"GET", "DELETE"});
     out.response.headers.push_back({"Allow", absl::StrJoin(allowed, ", ")});
   }
   if (out.response.status >= 500) {
@@ -126,8 +134,9 @@ absl::Status OpenAiService::CheckAuth(const http::HttpRequest& request) const {
 OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
   const std::string& path = request.path;
   const std::string& method = request.method;
-  bool path_known = IsModelPath(path);
-  bool route_found = IsModelPath(path) && method == "GET";
+  bool path_known = IsModelPath(path) || IsResponsePath(path);
+  bool route_found = (IsModelPath(path) && method == "GET") ||
+                     (IsResponsePath(path) && (method == "GET" || method == "DELETE"));
   for (const RouteEntry& r : kRoutes) {
     if (r.path != path) continue;
     path_known = true;
@@ -154,6 +163,7 @@ OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
   if (path == "/v1/chat/completions") return ChatCompletions(request);
   if (path == "/v1/completions") return Completions(request);
   if (path == "/v1/responses") return Responses(request);
+  if (IsResponsePath(path)) return StoredResponseRoute(request);
   if (path == "/tokenize") return Tokenize(request);
   if (path == "/detokenize") return Detokenize(request);
   if (path == "/server_info") return ServerInfo();

@@ -28,6 +28,7 @@
 #include "scheduler/scheduler.h"
 #include "server/frontend/generation_response.h"
 #include "server/frontend/openai_request.h"
+#include "server/frontend/response_store.h"
 #include "server/frontend/served_model.h"
 #include "server/http/http_types.h"
 
@@ -40,6 +41,9 @@ struct ServiceOptions {
   std::string version = "unknown";  // GET /version
   // Per finished choice (metrics, request log); may be empty.
   std::function<void(const server::RequestTimings&)> on_choice_finished;
+  // /v1/responses `store` and previous_response_id, GET / DELETE /v1/responses/{id}; null:
+  // nothing is stored (previous_response_id is refused). Must outlive the service.
+  ResponseStore* response_store = nullptr;
 };
 
 class OpenAiService : public http::HttpHandler {
@@ -81,7 +85,9 @@ class OpenAiService : public http::HttpHandler {
   Result ChatCompletions(const http::HttpRequest& request);
   Result Responses(const http::HttpRequest& request);
   // Chat and Responses requests from here on: prompt, choices, submission.
-  Result GenerateChat(const ChatCompletionRequest& req, ApiKind kind, Json responses_echo);
+  Result GenerateChat(const ChatCompletionRequest& req, ApiKind kind, Json responses_echo,
+                      std::function<void(const Json&, const FinalChoice&)> on_responses_done = {});
+  Result StoredResponseRoute(const http::HttpRequest& request);
   Result Completions(const http::HttpRequest& request);
   Result Tokenize(const http::HttpRequest& request);
   Result Detokenize(const http::HttpRequest& request);

@@ -1244,6 +1244,86 @@ TEST_F(ServiceTest, ResponsesFunctionCallsRoundTrip) {
   EXPECT_EQ(answer["usage"]["input_tokens"], chat_prompt["count"]);
 }
 
+TEST_F(ServiceTest, StoredResponsesContinueRetrieveAndDelete) {
+  ResponseStore store(1 << 20);
+  OpenAiService service(ServiceOptions{.retry_after_seconds = 3, .response_store = &store});
+  service.SetModel(&fixture_.served());
+  std::vector<std::string> prompts;  // what the model was shown, per request
+  fixture_.executor().SetScript([&](const std::vector<int32_t>& prompt) {
+    prompts.push_back(*fixture_.tokenizer().DecodeBytes(prompt));
+    std::vector<int32_t> ids = fixture_.Ids("hello world");
+    ids.push_back(kImEnd);
+    return ids;
+  });
+  const Json first =
+      Post(service, "/v1/responses", R"({"input": "Say hello", "instructions": "Be brief"})")
+          .json();
+  ASSERT_EQ(first["status"], "completed") << first.dump();
+  EXPECT_EQ(first["store"], true);
+  const std::string id = first["id"];
+  EXPECT_EQ(store.num_responses(), 1);
+
+  // Retrieved as it was returned.
+  const Reply got = Drive(service, Request("GET", "/v1/responses/" + id));
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(got.json(), first);
+
+  // A continuation shows the model the earlier turn and its reply, not the old instructions.
+  const Json next =
+      Post(service, "/v1/responses", Json{{"input", "Again"}, {"previous_response_id", id}}.dump())
+          .json();
+  ASSERT_EQ(next["status"], "completed") << next.dump();
+  EXPECT_EQ(next["previous_response_id"], id);
+  ASSERT_EQ(prompts.size(), 2u);
+  EXPECT_THAT(prompts[0], HasSubstr("Be brief"));
+  EXPECT_THAT(prompts[1], ::testing::Not(HasSubstr("Be brief")));
+  const size_t turn = prompts[1].find("Say hello"), reply = prompts[1].find("hello world"),
+               again = prompts[1].find("Again");
+  ASSERT_NE(turn, std::string::npos) << prompts[1];
+  ASSERT_NE(reply, std::string::npos) << prompts[1];
+  ASSERT_NE(again, std::string::npos) << prompts[1];
+  EXPECT_LT(turn, reply);
+  EXPECT_LT(reply, again);
+  EXPECT_GT(next["usage"]["input_tokens"], first["usage"]["input_tokens"]);
+
+  // A streamed response is stored as its response.completed event shows it.
+  Json completed;
+  for (absl::string_view event : absl::StrSplit(
+           Post(service, "/v1/responses", R"({"input": "Say hello", "stream": true})").body, "\n\n",
+           absl::SkipEmpty())) {
+    const size_t data = event.find("data: ");
+    if (data == absl::string_view::npos) continue;
+    const Json e = Json::parse(std::string(event.substr(data + 6)));
+    if (e.value("type", "") == "response.completed") completed = e["response"];
+  }
+  ASSERT_TRUE(completed.is_object());
+  const Reply streamed =
+      Drive(service, Request("GET", "/v1/responses/" + completed["id"].get<std::string>()));
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  EXPECT_EQ(streamed.json()["output"], completed["output"]);
+  EXPECT_EQ(streamed.json()["store"], true);
+
+  // store: false keeps nothing; a deleted response is gone for GET and continuations.
+  const Json unstored =
+      Post(service, "/v1/responses", R"({"input": "Say hello", "store": false})").json();
+  EXPECT_EQ(unstored["store"], false);
+  EXPECT_EQ(
+      Drive(service, Request("GET", "/v1/responses/" + unstored["id"].get<std::string>())).status,
+      404);
+  const Reply deleted = Drive(service, Request("DELETE", "/v1/responses/" + id));
+  ASSERT_EQ(deleted.status, 200) << deleted.body;
+  EXPECT_EQ(deleted.json()["deleted"], true);
+  EXPECT_EQ(Drive(service, Request("GET", "/v1/responses/" + id)).status, 404);
+  ExpectError(
+      Post(service, "/v1/responses", Json{{"input", "x"}, {"previous_response_id", id}}.dump()),
+      400, "previous_response_not_found", "previous_response_id");
+  ExpectError(Post(service, "/v1/responses", R"({"input": "x", "previous_response_id": 7})"), 400,
+              "invalid_type", "previous_response_id");
+  const Reply wrong = Drive(service, Request("PUT", "/v1/responses/" + id));
+  EXPECT_EQ(wrong.status, 405);
+  EXPECT_EQ(wrong.Header("Allow"), "GET, DELETE");
+}
+
 TEST_F(ServiceTest, ResponsesRefuseWhatTheyCannotServeNamingTheField) {
   ExpectError(Post(service_, "/v1/responses", R"({"input": "x", "previous_response_id": "r"})"),
               400, "unsupported_value", "previous_response_id");

@@ -30,50 +30,16 @@ std::optional<std::string> MessageContentText(const Json& message) {
 }  // namespace
 
 ReplyTokenMemory::ReplyTokenMemory(const engine::Tokenizer& tokenizer, int64_t capacity_tokens)
-    : tokenizer_(tokenizer), capacity_tokens_(capacity_tokens) {
+    : tokenizer_(tokenizer), replies_(capacity_tokens) {
   CHECK_GE(capacity_tokens, 1);
 }
 
 bool ReplyTokenMemory::Remember(std::string_view text, std::vector<int32_t> ids) {
   const auto size = static_cast<int64_t>(ids.size());
-  if (text.empty() || ids.empty() || size > capacity_tokens_) return false;
-  // Decoded outside the lock: the check costs as much as the reply is long.
+  if (text.empty() || ids.empty()) return false;
   absl::StatusOr<std::string> decoded = tokenizer_.Decode(ids);
   if (!decoded.ok() || *decoded != text) return false;
-  absl::MutexLock lock(&mu_);
-  if (auto it = index_.find(text); it != index_.end()) {
-    num_tokens_ -= static_cast<int64_t>(it->second->ids.size());
-    lru_.erase(it->second);
-    index_.erase(it);
-  }
-  while (num_tokens_ + size > capacity_tokens_) {
-    Entry& oldest = lru_.back();
-    num_tokens_ -= static_cast<int64_t>(oldest.ids.size());
-    index_.erase(oldest.text);
-    lru_.pop_back();
-  }
-  lru_.push_front(Entry{std::move(*decoded), std::move(ids)});
-  index_[lru_.front().text] = lru_.begin();
-  num_tokens_ += size;
-  return true;
-}
-
-std::optional<std::vector<int32_t>> ReplyTokenMemory::Find(std::string_view text) {
-  absl::MutexLock lock(&mu_);
-  auto it = index_.find(text);
-  if (it == index_.end()) return std::nullopt;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->ids;
-}
-
-int64_t ReplyTokenMemory::num_tokens() const {
-  absl::MutexLock lock(&mu_);
-  return num_tokens_;
-}
-
-int64_t ReplyTokenMemory::num_replies() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(lru_.size());
+  return replies_.Put(std::move(*decoded), std::move(ids), size);
 }
 
 int ReplyTokenMemory::Splice(const Json& messages, std::vector<int32_t>* ids) {

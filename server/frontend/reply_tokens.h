@@ -19,7 +19,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,10 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "server/frontend/internal/lru_map.h"
 
 namespace strata::frontend {
 
@@ -46,7 +43,7 @@ class ReplyTokenMemory {
   // kept is replaced.
   bool Remember(std::string_view text, std::vector<int32_t> ids);
   // The ids kept for `text` (they decode to exactly `text`), refreshed as recently used.
-  std::optional<std::vector<int32_t>> Find(std::string_view text);
+  std::optional<std::vector<int32_t>> Find(std::string_view text) { return replies_.Find(text); }
 
   // `ids` encode a rendered conversation (special-token text parsed). For each assistant
   // message of `messages` whose content this memory holds: where its own encoding appears in
@@ -54,24 +51,15 @@ class ReplyTokenMemory {
   // of `ids` does not change. Returns the number of replies whose ids changed.
   int Splice(const Json& messages, std::vector<int32_t>* ids);
 
-  int64_t num_tokens() const;
-  int64_t num_replies() const;
+  int64_t num_tokens() const { return replies_.cost(); }
+  int64_t num_replies() const { return replies_.size(); }
   // Replies put back into prompts with other ids than their encoding, since the start.
   int64_t num_spliced_total() const { return num_spliced_total_.load(); }
 
  private:
-  struct Entry {
-    std::string text;
-    std::vector<int32_t> ids;
-  };
-
   const engine::Tokenizer& tokenizer_;
-  const int64_t capacity_tokens_;
-  mutable absl::Mutex mu_;
-  std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);  // most recently used first
-  // Keys view the entries' own text (list nodes never move).
-  absl::flat_hash_map<std::string_view, std::list<Entry>::iterator> index_ ABSL_GUARDED_BY(mu_);
-  int64_t num_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  // Reply text → its ids; a reply costs its token count.
+  internal::LruMap<std::vector<int32_t>> replies_;
   std::atomic<int64_t> num_spliced_total_{0};
 };
 

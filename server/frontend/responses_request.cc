@@ -37,9 +37,9 @@ constexpr std::string_view kSameAsChat[] = {"model",
                                             "min_tokens",
                                             "ignore_eos"};
 
-// Every Responses field read here or accepted and ignored (store: nothing is stored anyway;
-// include: only "message.output_text.logprobs" changes anything; truncation, service_tier: no
-// effect on what this server returns).
+// Every Responses field read here or accepted and ignored (include: only
+// "message.output_text.logprobs" changes anything; truncation, service_tier: no effect on what
+// this server returns).
 const std::vector<std::string_view>& ResponsesFields() {
   static const std::vector<std::string_view> fields = [] {
     std::vector<std::string_view> f(std::begin(kSameAsChat), std::end(kSameAsChat));
@@ -108,14 +108,10 @@ absl::StatusOr<Json> ChatContent(const Json& content, const std::string& path) {
   return parts;
 }
 
-// `input` (a string, or a list of message / function_call / function_call_output items) and
-// `instructions` → chat messages.
-absl::StatusOr<Json> ChatMessages(const Json& body) {
-  Json messages = Json::array();
-  if (auto it = body.find("instructions"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return InvalidType("instructions", "a string");
-    messages.push_back({{"role", "system"}, {"content", *it}});
-  }
+// `input` (a string, or a list of message / function_call / function_call_output items) → chat
+// messages after `history`'s.
+absl::StatusOr<Json> ChatMessages(const Json& body, const Json& history) {
+  Json messages = history;
   auto input = body.find("input");
   if (input == body.end() || input->is_null()) return MissingField("input");
   if (input->is_string()) {
@@ -225,13 +221,24 @@ std::string ResponsesParam(const std::string& chat_param) {
 }  // namespace
 
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
-                                                       const RequestLimits& limits) {
-  for (const char* unsupported : {"previous_response_id", "conversation", "prompt"}) {
+                                                       const RequestLimits& limits,
+                                                       const Json& history) {
+  for (const char* unsupported : {"conversation", "prompt"}) {
     if (auto it = body.find(unsupported); it != body.end() && !it->is_null()) {
       return Unsupported(unsupported,
-                         "the server keeps no responses or conversations; send the whole "
-                         "conversation in 'input'");
+                         "the server keeps no conversation objects or prompt templates; send the "
+                         "conversation in 'input' (or continue a stored response with "
+                         "'previous_response_id')");
     }
+  }
+  bool store = true;
+  if (auto it = body.find("store"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) return InvalidType("store", "a boolean");
+    store = it->get<bool>();
+  }
+  Json previous_id = body.value("previous_response_id", Json());
+  if (!previous_id.is_null() && !previous_id.is_string()) {
+    return InvalidType("previous_response_id", "a string");
   }
   if (body.contains("background") && body["background"] == true) {
     return Unsupported("background", "responses are generated while the request is open");
@@ -251,7 +258,13 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
     logprobs = true;
   }
   if (logprobs) chat["logprobs"] = true;
-  ASSIGN_OR_RETURN(chat["messages"], ChatMessages(body));
+  ASSIGN_OR_RETURN(Json conversation, ChatMessages(body, history));
+  chat["messages"] = Json::array();
+  if (auto it = body.find("instructions"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return InvalidType("instructions", "a string");
+    chat["messages"].push_back({{"role", "system"}, {"content", *it}});
+  }
+  for (const Json& message : conversation) chat["messages"].push_back(message);
   for (std::string_view key : kSameAsChat) {
     if (auto it = body.find(key); it != body.end()) chat[std::string(key)] = *it;
   }
@@ -300,12 +313,14 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
   NoteUnknownFields(body, ResponsesFields());
   ResponsesRequest out;
   out.chat = *std::move(parsed);
+  out.store = store;
+  out.conversation = std::move(conversation);
   // What the response object echoes back (OpenAI's Response fields).
   out.echo = {{"instructions", body.value("instructions", Json())},
               {"max_output_tokens", body.value("max_output_tokens", Json())},
               {"metadata", body.value("metadata", Json::object())},
               {"parallel_tool_calls", out.chat.parallel_tool_calls},
-              {"previous_response_id", nullptr},
+              {"previous_response_id", previous_id},
               {"reasoning", body.value("reasoning", Json{{"effort", nullptr}})},
               {"store", false},
               {"temperature", body.value("temperature", Json(1.0))},

@@ -547,10 +547,27 @@ test("responses API: output_text, stream events, text.format and function calls"
               arguments: calls[0].arguments },
             { type: "function_call_output", call_id: calls[0].call_id, output: "sunny" }] });
   assert.ok(next.usage.input_tokens > call.usage.input_tokens, JSON.stringify(next.usage));
+});
+
+test("responses: stored, continued with previous_response_id, retrieved and deleted", async () => {
+  const first = await client.responses.create({ model: MODEL, input: "Say hello",
+    max_output_tokens: 8 });
+  assert.equal(first.store, true);
+  const again = await client.responses.retrieve(first.id);
+  assert.equal(again.id, first.id);
+  assert.deepEqual(again.output, first.output);
+  // The continuation's input is the first turn, its reply and the new message.
+  const next = await client.responses.create({ model: MODEL, input: "Again",
+    previous_response_id: first.id, max_output_tokens: 8 });
+  assert.equal(next.previous_response_id, first.id);
+  assert.ok(next.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens,
+    JSON.stringify([first.usage, next.usage]));
+  await client.responses.delete(first.id);
+  await assert.rejects(client.responses.retrieve(first.id), (e) => e instanceof NotFoundError);
   await assert.rejects(
-    client.responses.create({ model: MODEL, input: "x", previous_response_id: "resp_1" }),
+    client.responses.create({ model: MODEL, input: "x", previous_response_id: first.id }),
     (e) => e instanceof BadRequestError && e.param === "previous_response_id" &&
-           e.code === "unsupported_value");
+           e.code === "previous_response_not_found");
 });
 
 test("a full queue is a RateLimitError with Retry-After", async () => {
