@@ -241,6 +241,8 @@ OpenAiService::Result OpenAiService::Tokenize(const http::HttpRequest& request) 
                      ParseChatCompletionRequest(chat, LimitsFor(options_, *model)));
     ASSIGN_OR_RETURN(std::string text, RenderChat(*model, req));
     ids = TextPromptIds(*model, text, add_special.value_or(false));
+    // The ids the chat request would get: earlier replies as the model wrote them.
+    if (model->reply_tokens != nullptr) model->reply_tokens->Splice(req.messages, &ids);
   } else {
     ASSIGN_OR_RETURN(auto prompt, r.String("prompt"));
     if (!prompt) return MissingField("prompt");

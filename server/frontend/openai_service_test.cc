@@ -668,12 +668,16 @@ TEST_F(ServiceTest, AConversationSentBackGetsTheRepliesOwnTokens) {
 
   const std::string conversation = R"({"messages": [{"role": "user", "content": "Say hello"},
       {"role": "assistant", "content": "hello"}, {"role": "user", "content": "again"}])";
+  fixture_.mutable_served().reply_tokens = nullptr;
   const Json encoded = Post(service_, "/tokenize", conversation + "}").json()["tokens"];
+  fixture_.mutable_served().reply_tokens = &memory;
   const Json chat =
       Post(service_, "/v1/chat/completions", conversation + R"(, "return_token_ids": true})")
           .json();
   const std::vector<int32_t> prompt = chat["prompt_token_ids"].get<std::vector<int32_t>>();
-  // The reply's five tokens stand where /tokenize (the text encoded afresh) has one.
+  // /tokenize gives what the chat request gets.
+  EXPECT_EQ(Post(service_, "/tokenize", conversation + "}").json()["tokens"], Json(prompt));
+  // The reply's five tokens stand where the text encoded afresh has one.
   std::vector<int32_t> want = encoded.get<std::vector<int32_t>>();
   const std::vector<int32_t> reply = {testing::kImMiddle, 259, kImEnd};  // not "Say hello"'s
   const auto hello = std::search(want.begin(), want.end(), reply.begin(), reply.end());
