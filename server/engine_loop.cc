@@ -126,8 +126,6 @@ EngineLoop::EngineLoop(std::vector<EngineRank> ranks, EngineLoopOptions options)
     auto r = std::make_unique<Rank>();
     r->index = static_cast<int>(i);
     r->parts = std::move(ranks[i]);
-    r->stats.scheduler = r->parts.scheduler->stats();
-    r->reported = r->stats;
     if (options_.target_itl_ms > 0) {
       scheduler::PrefillPacerConfig pacing;
       pacing.target_step_ms = options_.target_itl_ms;
@@ -135,6 +133,9 @@ EngineLoop::EngineLoop(std::vector<EngineRank> ranks, EngineLoopOptions options)
       r->pacer.emplace(pacing);
       r->parts.scheduler->SetPrefillTokensWithDecodes(r->pacer->tokens());
     }
+    // After the cap: the stats before the first step show the one it will use.
+    r->stats.scheduler = r->parts.scheduler->stats();
+    r->reported = r->stats;
     ranks_.push_back(std::move(r));
   }
 }

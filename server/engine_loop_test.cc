@@ -224,5 +224,18 @@ TEST(EngineLoopTest, TargetItlCutsPromptChunksWhileOthersDecode) {
   EXPECT_EQ(total, 900);
 }
 
+TEST(EngineLoopTest, StatsBeforeTheFirstStepShowThePromptCapItWillUse) {
+  for (const double target_ms : {0.0, 20.0}) {
+    scheduler::SchedulerConfig c = FakeModelConfig(4);
+    c.max_num_batched_tokens = 512;
+    EngineLoopOptions options;
+    options.target_itl_ms = target_ms;
+    EngineLoop loop(std::make_unique<scheduler::Scheduler>(c),
+                    std::make_unique<PrefillCostFakeExecutor>(c), std::move(options));
+    // The pacer's first cap (256 until a prompt step was timed); 0 = none when pacing is off.
+    EXPECT_EQ(loop.rank_stats(0).scheduler.prefill_tokens_with_decodes, target_ms > 0 ? 256 : 0);
+  }
+}
+
 }  // namespace
 }  // namespace strata::server

@@ -228,7 +228,7 @@ Metrics::Metrics(std::string model_name, int rank, MetricsOptions options,
 
 Metrics::~Metrics() = default;
 
-void Metrics::OnStep(const StepStats& step) {
+void Metrics::SetGauges(const StepStats& step) {
   Handles& h = *h_;
   h.num_requests_running->Set(static_cast<double>(step.num_running));
   h.num_requests_waiting->Set(static_cast<double>(step.num_waiting));
@@ -238,7 +238,11 @@ void Metrics::OnStep(const StepStats& step) {
   h.kda_checkpoints_in_state_slots->Set(static_cast<double>(step.num_kda_checkpoints_in_slots));
   h.kda_checkpoint_bytes->Set(static_cast<double>(step.kda_checkpoint_bytes));
   h.prefill_chunk_limit_tokens->Set(static_cast<double>(step.prefill_chunk_limit_tokens));
+}
 
+void Metrics::OnStep(const StepStats& step) {
+  SetGauges(step);
+  Handles& h = *h_;
   const int64_t step_tokens = step.num_prefill_tokens + step.num_decode_tokens;
   h.prompt_tokens_total->Increment(static_cast<double>(step.num_prefill_tokens));
   h.generation_tokens_total->Increment(static_cast<double>(step.num_decode_tokens));

@@ -124,6 +124,9 @@ class Metrics {
   // Engine loop thread only. CHECK-fails if expert_tokens is non-empty and its size differs from
   // options.num_experts (a wiring bug).
   void OnStep(const StepStats& step);
+  // The gauges ("now" values) of `step` alone, no counter or histogram: the state before the
+  // first step (the serve command, once the metrics exist).
+  void SetGauges(const StepStats& step);
   // Any thread.
   void OnRequestFinished(const RequestTimings& request);
 

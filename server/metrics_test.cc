@@ -212,6 +212,20 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   EXPECT_EQ(Value(text, "strata:all_to_all_seconds_bucket", {{"le", "0.0005"}}), 1.0);
 }
 
+TEST(MetricsTest, GaugesAloneLeaveCountersAndHistogramsUntouched) {
+  Metrics metrics("m", 0);
+  StepStats idle;
+  idle.prefill_chunk_limit_tokens = 256;
+  idle.num_prefill_tokens = 5;  // not a step: counted nowhere
+  idle.step_seconds = 0.5;
+  metrics.SetGauges(idle);
+  const std::string text = metrics.Serialize();
+  EXPECT_EQ(Value(text, "strata:prefill_chunk_limit_tokens"), 256.0);
+  EXPECT_EQ(Value(text, "strata:prompt_tokens_total"), 0.0);
+  EXPECT_EQ(Value(text, "strata:step_duration_seconds_count"), 0.0);
+  EXPECT_EQ(Value(text, "strata:iteration_tokens_count"), 0.0);
+}
+
 TEST(MetricsTest, FinishedRequestFillsHistogramsAndReasonCounter) {
   Metrics metrics("m", 1);
   RequestTimings r;

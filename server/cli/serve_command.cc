@@ -412,6 +412,16 @@ class StepMetricsSink {
     attached_.store(true, std::memory_order_release);
   }
 
+  // Each rank's gauges as they stand before its first step (e.g. the prompt-token cap).
+  void PublishIdle(server::EngineLoop& engine) {
+    for (size_t rank = 0; rank < metrics_->size(); ++rank) {
+      const server::EngineStats now = engine.rank_stats(static_cast<int>(rank));
+      std::vector<int64_t> scratch;
+      (*metrics_)[rank]->SetGauges(
+          StepStatsBetween(now, now, checkpoint_bytes_, num_routed_experts_, scratch));
+    }
+  }
+
   void OnStep(int local_rank, const server::EngineStats& before, const server::EngineStats& now) {
     if (!attached_.load(std::memory_order_acquire)) return;
     const auto rank = static_cast<size_t>(local_rank);
@@ -470,6 +480,7 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   }
   metrics_ptr.store(metrics[0].get());
   step_metrics.Attach(&metrics, runtime->checkpoint_bytes(), runtime->num_routed_experts());
+  step_metrics.PublishIdle(runtime->engine());
   service.SetMetricsProvider([&metrics] { return metrics[0]->Serialize(); });
   service.SetServerInfoProvider([&] {
     nlohmann::ordered_json info = runtime->ServerInfo(options, server->stats());
