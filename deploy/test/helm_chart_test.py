@@ -168,6 +168,10 @@ def check_default(renderer):
     check({(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} ==
           {("http", 8000, "http"), ("grpc", 50051, "grpc")}, "service ports")
     check(selects(svc["spec"]["selector"], labels), "service selects the pods")
+    check(svc["spec"]["sessionAffinity"] == "None", "default session affinity")
+    sticky = render_docs(renderer, "--set", "service.sessionAffinity=ClientIP")
+    check(sticky["Service"]["spec"]["sessionAffinity"] == "ClientIP",
+          "service.sessionAffinity=ClientIP not passed")
     check(selects(docs["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"], labels)
           and docs["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1, "pdb")
     check(pod["spec"]["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"],
@@ -269,6 +273,8 @@ def check_rejections(renderer):
     for args, message in ((["--set", "mode=cluster"], "mode must be single or multi"),
                           (["--set", "model.servedName="], "model.servedName is required"),
                           (["--set", "model.source=nfs"], "model.source must be"),
+                          (["--set", "service.sessionAffinity=Sticky"],
+                           "service.sessionAffinity must be None or ClientIP"),
                           (["--set", "autoscaling.enabled=true", "--set", "autoscaling.type=x"],
                            "autoscaling.type must be")):
         rc, _, err = render(renderer, *args)
