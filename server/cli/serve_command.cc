@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
@@ -222,10 +221,8 @@ absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
     ASSIGN_OR_RETURN(h.max_body_bytes, ParseBytes(*bytes, "max-body-bytes"));
   }
   if (auto bytes = flags.Get("responses-store-memory")) {
-    o->responses_store_bytes = 0;
-    if (absl::StripAsciiWhitespace(*bytes) != "0") {
-      ASSIGN_OR_RETURN(o->responses_store_bytes, ParseBytes(*bytes, "responses-store-memory"));
-    }
+    ASSIGN_OR_RETURN(o->responses_store_bytes,
+                     ParseBytes(*bytes, "responses-store-memory", /*allow_zero=*/true));
   }
   auto seconds = [&](const char* name, double fallback) -> absl::StatusOr<absl::Duration> {
     ASSIGN_OR_RETURN(std::optional<double> v, flags.GetDouble(name, 0.001, 86400.0));

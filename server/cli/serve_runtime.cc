@@ -36,7 +36,8 @@ namespace strata::cli {
 
 using Json = nlohmann::ordered_json;
 
-absl::StatusOr<int64_t> ParseBytes(const std::string& text, const std::string& flag) {
+absl::StatusOr<int64_t> ParseBytes(const std::string& text, const std::string& flag,
+                                   bool allow_zero) {
   std::string number = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
   int shift = 0;
   for (const auto& [suffix, bits] : {std::pair<const char*, int>{"gib", 30},
@@ -56,11 +57,11 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& text, const std::string& f
     }
   }
   double value = 0;
-  if (!absl::SimpleAtod(number, &value) || !(value > 0) || value * (1ll << shift) > 9.0e18) {
-    return absl::InvalidArgumentError("--" + flag +
-                                      " must be a positive size like 1073741824, "
-                                      "512MiB or 2GiB; got '" +
-                                      text + "'");
+  if (!absl::SimpleAtod(number, &value) || !(value > 0 || (allow_zero && value == 0)) ||
+      value * (1ll << shift) > 9.0e18) {
+    return absl::InvalidArgumentError("--" + flag + " must be a " +
+                                      (allow_zero ? "size (0: off)" : "positive size") +
+                                      " like 1073741824, 512MiB or 2GiB; got '" + text + "'");
   }
   return static_cast<int64_t>(value * static_cast<double>(int64_t{1} << shift));
 }

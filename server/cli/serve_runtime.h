@@ -127,7 +127,9 @@ class ModelRuntime {
 // The names clients use: --served-model-name, else --model as given, else "strata-demo".
 std::vector<std::string> ServedNames(const ServeOptions& options);
 
-// "1073741824", "1GiB", "512MiB", "2G", "64M", "100K" → bytes (K/M/G = 2^10/2^20/2^30).
-absl::StatusOr<int64_t> ParseBytes(const std::string& text, const std::string& flag);
+// "1073741824", "1GiB", "512MiB", "2G", "64M", "100K" → bytes (K/M/G = 2^10/2^20/2^30); 0 only
+// with allow_zero.
+absl::StatusOr<int64_t> ParseBytes(const std::string& text, const std::string& flag,
+                                   bool allow_zero = false);
 
 }  // namespace strata::cli

@@ -86,8 +86,8 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
   ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
   ResponseStore* store = options_.response_store;
   Json history = Json::array();
-  if (auto it = body.find("previous_response_id"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return InvalidType("previous_response_id", "a string");
+  // A previous_response_id of another type is ParseResponsesRequest's error.
+  if (auto it = body.find("previous_response_id"); it != body.end() && it->is_string()) {
     if (store == nullptr) {
       return InvalidField("previous_response_id",
                           "'previous_response_id' is not supported: this server stores no "
