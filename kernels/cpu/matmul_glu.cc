@@ -133,29 +133,15 @@ bool OnAmx(const GluGroup& g, Isa isa) {
   return Active(g) && internal::UseAmxProducts(isa, g.gate.format, g.m);
 }
 
-// The groups on AMX together: each group's rows packed to bf16 once (gathered on the way) and
-// shared by its gate and up products, all products in one parallel loop, then the activation.
-void RunGroupsOnAmx(const GluGroup* groups, int64_t num_groups, Isa isa, const GluParams& act,
-                    internal::GluActFn act_fn) {
-  thread_local std::vector<const GluGroup*> on_amx;
-  thread_local std::vector<internal::AmxGroup> specs;
+// The groups on AMX together (internal::MatmulAmxBf16Glu): one parallel loop packs their rows,
+// one runs every group's gate and up products with the activation in the tasks.
+void RunGroupsOnAmx(const GluGroup* groups, int64_t num_groups, Isa isa, const GluParams& act) {
+  thread_local std::vector<GluGroup> on_amx;
   on_amx.clear();
-  specs.clear();
   for (int64_t gi = 0; gi < num_groups; ++gi) {
-    const GluGroup& g = groups[gi];
-    if (!OnAmx(g, isa)) continue;
-    on_amx.push_back(&g);
-    specs.push_back({g.x, g.gate.k, g.rows, g.m, {g.gate, g.up}, 2});
+    if (OnAmx(groups[gi], isa)) on_amx.push_back(groups[gi]);
   }
-  const std::vector<internal::AmxProduct>& products =
-      internal::MatmulAmxBf16Groups(specs.data(), static_cast<int64_t>(specs.size()));
-  for (size_t q = 0; q < on_amx.size(); ++q) {
-    const GluGroup& g = *on_amx[q];
-    const int64_t n = g.gate.n;
-    const float* gate = products[2 * q].y;
-    const float* up = products[2 * q + 1].y;
-    for (int64_t i = 0; i < g.m; ++i) act_fn(&gate[i * n], &up[i * n], n, act, g.h + i * n);
-  }
+  internal::MatmulAmxBf16Glu(on_amx.data(), static_cast<int64_t>(on_amx.size()), act);
 }
 
 }  // namespace
@@ -177,7 +163,7 @@ void MatmulGluGrouped(const GluGroup* groups, int64_t num_groups, const GluParam
   bool any_on_amx = false;
   for (int64_t gi = 0; gi < num_groups; ++gi) any_on_amx = any_on_amx || OnAmx(groups[gi], isa);
   if (any_on_amx) {
-    RunGroupsOnAmx(groups, num_groups, isa, act, act_fn);
+    RunGroupsOnAmx(groups, num_groups, isa, act);
     thread_local std::vector<GluGroup> rest;
     rest.clear();
     for (int64_t gi = 0; gi < num_groups; ++gi) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/internal/glu_act.h"
 #include "kernels/cpu/matmul_test_util.h"
 #include "kernels/reference/glu.h"
 #include "kernels/reference/matmul.h"
@@ -240,6 +241,66 @@ TEST(CpuMatmulGluTest, Bf16PrecisionManyGroupsEqualEachGroupAlone) {
     MatmulGluGrouped(&one, 1, kSitu);
     EXPECT_EQ(hs[g], alone[g]) << "group " << g << " of " << sizes[g] << " rows";
   }
+}
+
+// On AMX (bf16 products): each task runs a group's gate and up blocks and the activation itself.
+// h must be, bit for bit, the activation (vectorised, elementwise) of the bf16 products Matmul
+// gives for gate and up — across groups of many row pairs, widths with a partial last block and
+// several tasks per group (W rows read in place or packed: k a multiple of 32 or not; MXFP4
+// decoded), gathered rows, and any thread count.
+TEST(CpuMatmulGluTest, AmxGroupsEqualActivationOfBf16ProductsForAnyThreadCount) {
+  if (!Bf16MatmulUsesAmx()) GTEST_SKIP() << "no AMX-BF16 here";
+  testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+  const int saved = omp_get_max_threads();
+  Rng rng(19);
+  struct Spec {
+    WeightFormat format;
+    int64_t n, k, m;
+  };
+  const Spec specs[] = {{WeightFormat::kBf16, 300, 1024, 70},  {WeightFormat::kBf16, 33, 96, 16},
+                        {WeightFormat::kBf16, 64, 100, 45},    {WeightFormat::kMxfp4, 290, 256, 33},
+                        {WeightFormat::kBf16, 300, 1024, 512}, {WeightFormat::kBf16, 40, 64, 5}};
+  const int64_t x_rows = 600;
+  std::vector<TestWeights> gates, ups;
+  std::vector<std::vector<float>> xs;
+  std::vector<std::vector<int64_t>> rows;
+  std::vector<std::vector<float>> expected;
+  for (const Spec& s : specs) {
+    gates.push_back(MakeWeights(s.format, s.n, s.k, rng));
+    ups.push_back(MakeWeights(s.format, s.n, s.k, rng));
+    xs.push_back(rng.Normal(x_rows * s.k));
+    rows.emplace_back();
+    std::vector<float> gathered;
+    for (int64_t i = 0; i < s.m; ++i) {
+      rows.back().push_back((i * 7 + s.m) % x_rows);  // repeats once m > 600 / gcd
+      const float* r = xs.back().data() + rows.back().back() * s.k;
+      gathered.insert(gathered.end(), r, r + s.k);
+    }
+    std::vector<float> g(static_cast<size_t>(s.m * s.n)), u(g.size()), h(g.size());
+    const MatmulAlgo algo = s.m >= kBf16MinRows ? MatmulAlgo::kAmxBf16 : MatmulAlgo::kAuto;
+    MatmulWithAlgo(algo, gates.back().view, gathered.data(), s.m, g.data());
+    MatmulWithAlgo(algo, ups.back().view, gathered.data(), s.m, u.data());
+    internal::GluActAvx512(g.data(), u.data(), s.m * s.n, kSitu, h.data());
+    if (s.m < kBf16MinRows)
+      MatmulGlu(gates.back().view, ups.back().view, kSitu, gathered.data(), s.m,
+                h.data());  // below the bf16 threshold: f32 as ever
+    expected.push_back(h);
+  }
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<std::vector<float>> hs;
+    std::vector<GluGroup> groups;
+    for (size_t g = 0; g < std::size(specs); ++g) {
+      hs.emplace_back(expected[g].size(), -7.0f);
+      groups.push_back(
+          {gates[g].view, ups[g].view, xs[g].data(), rows[g].data(), specs[g].m, hs[g].data()});
+    }
+    MatmulGluGrouped(groups.data(), static_cast<int64_t>(groups.size()), kSitu);
+    for (size_t g = 0; g < std::size(specs); ++g) {
+      EXPECT_EQ(hs[g], expected[g]) << "group " << g << " threads " << threads;
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 // Batching must not change a row: m = 67 spans two chunks and, for MXFP4, the scratch path.

@@ -1,5 +1,6 @@
 // MatmulScatterAddGrouped: x packed per group, then one task per block of y columns; a task runs
-// every group's tiles for its columns into a buffer and adds the weighted rows into y.
+// every group's tiles for its columns into a buffer and adds the weighted rows into y (groups on
+// AMX: their tiles add into y themselves, internal::AmxScatterAddColumns).
 #include "kernels/cpu/matmul_scatter_add.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/cpu_features.h"
+#include "kernels/cpu/internal/amx_tiles.h"
 #include "kernels/cpu/internal/matmul_driver.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -21,6 +23,7 @@ using internal::ScratchSlot;
 constexpr int64_t kMaxBlockColumns = 512;
 
 struct GroupPlan {
+  bool amx = false;  // bf16 products on AMX tiles: x packed by PackXForAmxInto
   KernelSet kernels;
   PackedX x;
   size_t x_offset = 0;  // bytes into the packed-x scratch
@@ -53,10 +56,25 @@ void AddRows(const ScatterAddGroup& g, int64_t i0, int64_t i1, const float* bloc
 void RunColumns(const ScatterAddGroup* groups, int64_t num_groups, const GroupPlan* plans,
                 int64_t j0, int64_t j1, int64_t n, float* y) {
   const int64_t width = j1 - j0;
+  bool prefetched = false;  // this group's AMX rows, by the previous group's call
   for (int64_t gi = 0; gi < num_groups; ++gi) {
     const ScatterAddGroup& g = groups[gi];
     if (!Active(g)) continue;
     const GroupPlan& p = plans[gi];
+    if (p.amx) {
+      // The next group this task runs, if on AMX too: its rows and x are prefetched meanwhile.
+      internal::AmxPrefetchNext next;
+      int64_t ni = gi + 1;
+      while (ni < num_groups && !Active(groups[ni])) ++ni;
+      if (ni < num_groups && plans[ni].amx) {
+        next = {&groups[ni].w, static_cast<const uint32_t*>(plans[ni].x.data),
+                internal::PackedXForAmxWords(groups[ni].w.k, groups[ni].m)};
+      }
+      internal::AmxScatterAddColumns(g.w, static_cast<const uint32_t*>(p.x.data), g.m, g.rows,
+                                     g.scale, j0, j1, n, y, prefetched, next);
+      prefetched = next.w != nullptr;
+      continue;
+    }
     float* block = static_cast<float*>(internal::ThreadScratch(
         ScratchSlot::kBlockOut,
         static_cast<size_t>(std::min(g.m, p.chunk_rows) * width) * sizeof(float)));
@@ -80,24 +98,6 @@ void ScatterAddReference(const ScatterAddGroup* groups, int64_t num_groups, int6
   }
 }
 
-// True for a group whose bf16 products run on AMX tiles (matmul_driver.h).
-bool OnAmx(const ScatterAddGroup& g, Isa isa) {
-  return g.m > 0 && g.w.k > 0 && internal::UseAmxProducts(isa, g.w.format, g.m);
-}
-
-// The products of the groups on AMX, all in one parallel loop: the q-th such group's (in order)
-// at products[q].y.
-const std::vector<internal::AmxProduct>& AmxProducts(const ScatterAddGroup* groups,
-                                                     int64_t num_groups, Isa isa) {
-  thread_local std::vector<internal::AmxGroup> specs;
-  specs.clear();
-  for (int64_t gi = 0; gi < num_groups; ++gi) {
-    const ScatterAddGroup& g = groups[gi];
-    if (OnAmx(g, isa)) specs.push_back({g.x, g.w.k, nullptr, g.m, {g.w, {}}, 1});
-  }
-  return internal::MatmulAmxBf16Groups(specs.data(), static_cast<int64_t>(specs.size()));
-}
-
 }  // namespace
 
 void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, int64_t n,
@@ -114,42 +114,33 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
     ScatterAddReference(groups, num_groups, n, y);
     return;
   }
-  // Bf16 products on AMX (--cpu-matmul-precision bf16): those groups' products first, together on
-  // the AMX tiles; then, in the given order, each added and the runs of groups between them added
-  // together below (each element still sees the groups in that order).
-  bool any_on_amx = false;
-  for (int64_t gi = 0; gi < num_groups; ++gi) any_on_amx = any_on_amx || OnAmx(groups[gi], isa);
-  if (any_on_amx) {
-    const std::vector<internal::AmxProduct>& products = AmxProducts(groups, num_groups, isa);
-    size_t q = 0;
-    int64_t start = 0;  // the first group not added yet
-    for (int64_t gi = 0; gi < num_groups; ++gi) {
-      if (!OnAmx(groups[gi], isa)) continue;
-      MatmulScatterAddGrouped(groups + start, gi - start, n, y);
-      AddRows(groups[gi], 0, groups[gi].m, products[q++].y, n, 0, n, y);
-      start = gi + 1;
-    }
-    groups += start;
-    num_groups -= start;
-    if (num_groups == 0) return;
-  }
   GroupPlan* plans = PlanStorage(static_cast<size_t>(num_groups)).data();
   size_t packed_bytes = 0;
   int64_t weight_bytes = 0, macs = 0;
+  bool any_amx = false;
   for (int64_t gi = 0; gi < num_groups; ++gi) {
     const ScatterAddGroup& g = groups[gi];
     GroupPlan& p = plans[gi];
     p = GroupPlan{};
     if (!Active(g)) continue;
-    p.kernels =
-        internal::SelectKernels(isa, g.w.format, internal::UseBf16Tiles(isa, g.w.format, g.m));
-    p.x.ldx = internal::PackedRowElements(*p.kernels.tiles, g.w.k);
     p.x_offset = packed_bytes;
-    packed_bytes +=
-        static_cast<size_t>(g.m * p.x.ldx) * internal::PackedElementBytes(*p.kernels.tiles);
+    // Bf16 products on AMX (--cpu-matmul-precision bf16) where the group qualifies
+    // (matmul_driver.h): x in AMX's operand layout, its columns of each task on the AMX tiles.
+    p.amx = internal::UseAmxProducts(isa, g.w.format, g.m);
+    any_amx = any_amx || p.amx;
+    if (p.amx) {
+      packed_bytes +=
+          static_cast<size_t>(internal::PackedXForAmxWords(g.w.k, g.m)) * sizeof(uint32_t);
+    } else {
+      p.kernels =
+          internal::SelectKernels(isa, g.w.format, internal::UseBf16Tiles(isa, g.w.format, g.m));
+      p.x.ldx = internal::PackedRowElements(*p.kernels.tiles, g.w.k);
+      packed_bytes +=
+          static_cast<size_t>(g.m * p.x.ldx) * internal::PackedElementBytes(*p.kernels.tiles);
+      p.chunk_rows = internal::ChunkRows(*p.kernels.tiles, p.x.ldx);
+      p.decode_to_scratch = internal::DecodeToScratch(p.kernels, std::min(g.m, p.chunk_rows));
+    }
     packed_bytes = (packed_bytes + 63) / 64 * 64;
-    p.chunk_rows = internal::ChunkRows(*p.kernels.tiles, p.x.ldx);
-    p.decode_to_scratch = internal::DecodeToScratch(p.kernels, std::min(g.m, p.chunk_rows));
     weight_bytes += n * internal::WeightRowBytes(g.w);
     macs += g.m * n * g.w.k;
   }
@@ -158,6 +149,11 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
   ParallelFor(num_groups, num_groups > 1 && macs >= (int64_t{1} << 24), [&](int64_t gi) {
     const ScatterAddGroup& g = groups[gi];
     if (!Active(g)) return;
+    if (plans[gi].amx) {
+      internal::PackXForAmxInto(g.x, g.w.k, nullptr, g.m,
+                                reinterpret_cast<uint32_t*>(packed + plans[gi].x_offset));
+      return;
+    }
     internal::PackRows(*plans[gi].kernels.tiles, g.x, g.w.k, nullptr, 0, g.m,
                        packed + plans[gi].x_offset);
   });
@@ -169,6 +165,12 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
       std::clamp<int64_t>(weight_bytes / (int64_t{1} << 20), 8 * int64_t{MaxThreads()}, n);
   int64_t block_cols = std::max<int64_t>(1, (n + tasks - 1) / tasks);
   block_cols = std::min(kMaxBlockColumns, (block_cols + 3) / 4 * 4);
+  if (any_amx) {
+    // AMX blocks are 32 W rows; a task runs up to 4 of them per group, so each group's x rows are
+    // read (from L3) by fewer tasks — 4 tasks per thread at least.
+    const int64_t per_task = (n + 4 * int64_t{MaxThreads()} - 1) / (4 * int64_t{MaxThreads()});
+    block_cols = std::clamp<int64_t>((per_task + 31) / 32 * 32, 32, 128);
+  }
   const int64_t num_blocks = (n + block_cols - 1) / block_cols;
   ParallelFor(num_blocks, internal::WorthParallel(weight_bytes, macs), [&](int64_t b) {
     RunColumns(groups, num_groups, plans, b * block_cols, std::min(n, (b + 1) * block_cols), n, y);

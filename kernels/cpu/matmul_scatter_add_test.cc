@@ -140,6 +140,62 @@ TEST(CpuMatmulScatterAddTest, Bf16PrecisionMixedGroupsAddInOrder) {
   EXPECT_EQ(y, expected);
 }
 
+// On AMX (bf16 products), tasks are column blocks of up to 128 spanning every group, and the
+// tiles add into y themselves. Still: each group adds, in the given order, exactly its bf16
+// product (Matmul's) times its scales — over groups of many row pairs with repeated rows, AMX
+// groups next to each other (the next one's rows prefetched and read in place) and around f32
+// ones, a partial last column block, k a multiple of 32 or not, MXFP4, and any thread count.
+TEST(CpuMatmulScatterAddTest, AmxGroupsAddInOrderForAnyThreadCount) {
+  if (!Bf16MatmulUsesAmx()) GTEST_SKIP() << "no AMX-BF16 here";
+  testing::PrecisionScope bf16(MatmulPrecision::kBf16);
+  const int saved = omp_get_max_threads();
+  Rng rng(33);
+  const int64_t n = 300, y_rows = 13;  // rows repeat within a tile's 16
+  struct Spec {
+    WeightFormat format;
+    int64_t k, m;
+  };
+  const Spec specs[] = {{WeightFormat::kBf16, 256, 70},  {WeightFormat::kBf16, 256, 18},
+                        {WeightFormat::kBf16, 256, 3},   {WeightFormat::kMxfp4, 512, 40},
+                        {WeightFormat::kBf16, 100, 33},  {WeightFormat::kBf16, 256, 16},
+                        {WeightFormat::kBf16, 1024, 200}};
+  std::vector<TestWeights> ws;
+  std::vector<std::vector<float>> xs, scales;
+  std::vector<std::vector<int64_t>> rows;
+  std::vector<ScatterAddGroup> groups;
+  for (const Spec& s : specs) {
+    ws.push_back(MakeWeights(s.format, n, s.k, rng));
+    xs.push_back(rng.Normal(s.m * s.k));
+    scales.push_back(rng.Normal(s.m));
+    rows.emplace_back();
+    for (int64_t i = 0; i < s.m; ++i) rows.back().push_back((i * 5 + s.m) % y_rows);
+  }
+  for (size_t g = 0; g < ws.size(); ++g) {
+    groups.push_back({ws[g].view, xs[g].data(), specs[g].m, rows[g].data(), scales[g].data()});
+  }
+  const std::vector<float> y0 = rng.Normal(y_rows * n);
+  std::vector<float> expected = y0;
+  for (size_t g = 0; g < ws.size(); ++g) {
+    const int64_t m = specs[g].m;
+    std::vector<float> p(static_cast<size_t>(m * n));
+    MatmulWithAlgo(m >= kBf16MinRows ? MatmulAlgo::kAmxBf16 : MatmulAlgo::kAuto, ws[g].view,
+                   xs[g].data(), m, p.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        float& out = expected[rows[g][i] * n + j];
+        out = std::fma(scales[g][i], p[i * n + j], out);
+      }
+    }
+  }
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> y = y0;
+    MatmulScatterAddGrouped(groups.data(), static_cast<int64_t>(groups.size()), n, y.data());
+    EXPECT_EQ(y, expected) << "threads " << threads;
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST(CpuMatmulScatterAddTest, MatchesReferenceOnEveryIsa) {
   for (Isa isa : SupportedIsas()) {
     IsaCap cap(isa);

@@ -17,7 +17,8 @@
 // experts + shared + router), GB/s and % of the read ceiling (decode), GFLOP/s and % of the f32
 // FMA ceiling (prefill), and the speed-up of new over old/omp.
 //
-// Run: kernels_cpu_moe_bench [--layers N] [--seconds S] [--mxfp4] [--bf16]   (not run by ctest)
+// Run: kernels_cpu_moe_bench [--layers N] [--seconds S] [--mxfp4] [--bf16] [--rows N]...
+//      [--new-only]   (not run by ctest; --rows picks cases, --new-only times only "new")
 // --bf16: MatmulPrecision::kBf16 (--cpu-matmul-precision bf16); the prefill's ceiling is then the
 // bf16 products' (AMX tiles, else vdpbf16ps).
 #include <omp.h>
@@ -62,7 +63,9 @@ struct Options {
   int layers = 4;
   double seconds = 1.5;  // per case and implementation
   bool mxfp4 = false;
-  bool bf16 = false;  // --cpu-matmul-precision bf16
+  bool bf16 = false;          // --cpu-matmul-precision bf16
+  std::vector<int64_t> rows;  // the cases (--rows, repeatable); default 1, 8, 32, 512
+  bool new_only = false;      // --new-only: time only the new variant (for profiling)
 };
 
 engine::ModelConfig BenchConfig(bool mxfp4) {
@@ -228,6 +231,45 @@ std::string LoadAverage() {
   return line;
 }
 
+// One variant of a case run for a while: its name, how it runs, its timings.
+struct Variant {
+  const char* name;
+  bool grouped;
+  kernels::cpu::ThreadingBackend backend;
+  Timing t;
+};
+
+// Per variant: decode against the read ceiling; prefill against the AMX / bf16 / f32 product
+// ceiling and against the roofline floor max(weight bytes / read ceiling, FLOPs / peak) — an
+// expert of a 512-row prefill sees ~64 rows, so its weights' read still bounds it.
+void PrintTimings(const Variant* variants, int count, const engine::ModelConfig& cfg, int64_t rows,
+                  bool prefill, double peak, const char* peak_name, double read_bw) {
+  const double bytes = variants[0].t.BytesPerCall();  // the same routing statistics for all
+  for (int i = 0; i < count; ++i) {
+    const Variant& v = variants[i];
+    const Timing& t = v.t;
+    if (prefill) {
+      const double flops = Flops(cfg, rows);
+      const double floor_s = std::max(bytes / read_bw, flops / peak);
+      std::printf(
+          "prefill rows=%-4lld %-9s %8.3f ms (best %8.3f, cpu %8.3f)  %6.1f GFLOP/s  %5.1f%% of "
+          "%s peak %.1f GFLOP/s (best call %5.1f%%); floor %.3f ms (%s): %5.1f%%\n",
+          static_cast<long long>(rows), v.name, t.Mean() * 1e3, t.best * 1e3, t.CpuMean() * 1e3,
+          flops / t.Mean() / 1e9, 100.0 * flops / t.Mean() / peak, peak_name, peak / 1e9,
+          100.0 * flops / t.best / peak, floor_s * 1e3,
+          bytes / read_bw > flops / peak ? "weight read" : "products", 100.0 * floor_s / t.Mean());
+    } else {
+      std::printf(
+          "decode  rows=%-4lld %-9s %8.3f ms (best %8.3f, cpu %8.3f)  %6.1f MB read  %6.2f GB/s  "
+          "%5.1f%% of read %.2f GB/s (best call %5.1f%%)\n",
+          static_cast<long long>(rows), v.name, t.Mean() * 1e3, t.best * 1e3, t.CpuMean() * 1e3,
+          bytes / 1e6, bytes / t.Mean() / 1e9, 100.0 * bytes / t.Mean() / read_bw, read_bw / 1e9,
+          100.0 * bytes / t.best / read_bw);
+    }
+  }
+  std::fflush(stdout);
+}
+
 void RunCase(const engine::ModelConfig& cfg, const std::vector<std::unique_ptr<MoeWeights>>& layers,
              int64_t rows, const Options& opt) {
   const bool prefill = rows > 64;
@@ -249,12 +291,6 @@ void RunCase(const engine::ModelConfig& cfg, const std::vector<std::unique_ptr<M
   std::vector<int64_t> tokens(static_cast<size_t>(cfg.moe.num_experts));
   // The variants, alternating call by call: [0] new (grouped, pool), [1] per-expert on OpenMP
   // (the code before this change), [2] per-expert on the pool.
-  struct Variant {
-    const char* name;
-    bool grouped;
-    kernels::cpu::ThreadingBackend backend;
-    Timing t;
-  };
   Variant variants[] = {{"new", true, kernels::cpu::ThreadingBackend::kPool, {}},
                         {"old/omp", false, kernels::cpu::ThreadingBackend::kOpenMp, {}},
                         {"old/pool", false, kernels::cpu::ThreadingBackend::kPool, {}}};
@@ -267,10 +303,12 @@ void RunCase(const engine::ModelConfig& cfg, const std::vector<std::unique_ptr<M
       PerExpertMoe(cfg, w, x.data(), rows, y, ws);
     }
   };
-  for (const Variant& v : variants) run(v, *layers[0], out.data(), nullptr);  // warm-up
+  const int num_variants = opt.new_only ? 1 : 3;
+  for (int i = 0; i < num_variants; ++i) run(variants[i], *layers[0], out.data(), nullptr);
   for (bool done = false; !done;) {
     done = true;
-    for (Variant& v : variants) {
+    for (int i = 0; i < num_variants; ++i) {
+      Variant& v = variants[i];
       const MoeWeights& w = *layers[layer];
       std::fill(tokens.begin(), tokens.end(), 0);
       const auto t0 = Clock::now();
@@ -282,6 +320,10 @@ void RunCase(const engine::ModelConfig& cfg, const std::vector<std::unique_ptr<M
     }
   }
   // Agreement of new and old on one layer (a sanity check; the tests check correctness).
+  if (opt.new_only) {
+    PrintTimings(variants, 1, cfg, rows, prefill, peak, peak_name, read_bw);
+    return;
+  }
   run(variants[0], *layers[0], out.data(), nullptr);
   run(variants[1], *layers[0], ref.data(), nullptr);
   kernels::cpu::SetThreadingBackend(kernels::cpu::ThreadingBackend::kPool);
@@ -289,26 +331,7 @@ void RunCase(const engine::ModelConfig& cfg, const std::vector<std::unique_ptr<M
   for (size_t i = 0; i < out.size(); ++i) {
     max_diff = std::max(max_diff, static_cast<double>(std::fabs(out[i] - ref[i])));
   }
-  const double bytes = variants[0].t.BytesPerCall();  // the same routing statistics for all
-  for (const Variant& v : variants) {
-    const Timing& t = v.t;
-    if (prefill) {
-      const double flops = Flops(cfg, rows);
-      std::printf(
-          "prefill rows=%-4lld %-9s %8.3f ms (best %8.3f, cpu %8.3f)  %6.1f GFLOP/s  %5.1f%% of "
-          "%s peak %.1f GFLOP/s (best call %5.1f%%)\n",
-          static_cast<long long>(rows), v.name, t.Mean() * 1e3, t.best * 1e3, t.CpuMean() * 1e3,
-          flops / t.Mean() / 1e9, 100.0 * flops / t.Mean() / peak, peak_name, peak / 1e9,
-          100.0 * flops / t.best / peak);
-    } else {
-      std::printf(
-          "decode  rows=%-4lld %-9s %8.3f ms (best %8.3f, cpu %8.3f)  %6.1f MB read  %6.2f GB/s  "
-          "%5.1f%% of read %.2f GB/s (best call %5.1f%%)\n",
-          static_cast<long long>(rows), v.name, t.Mean() * 1e3, t.best * 1e3, t.CpuMean() * 1e3,
-          bytes / 1e6, bytes / t.Mean() / 1e9, 100.0 * bytes / t.Mean() / read_bw, read_bw / 1e9,
-          100.0 * bytes / t.best / read_bw);
-    }
-  }
+  PrintTimings(variants, 3, cfg, rows, prefill, peak, peak_name, read_bw);
   std::printf(
       "        rows=%-4lld new vs old/omp: %.2fx (mean), %.2fx (best), %.2fx (cpu); max |diff| "
       "%.2e; loadavg %s\n",
@@ -326,13 +349,20 @@ int Main(int argc, char** argv) {
       opt.layers = std::max(1, std::atoi(argv[++i]));
     } else if (arg == "--seconds" && i + 1 < argc) {
       opt.seconds = std::atof(argv[++i]);
+    } else if (arg == "--rows" && i + 1 < argc) {
+      opt.rows.push_back(std::max<int64_t>(1, std::atoll(argv[++i])));
+    } else if (arg == "--new-only") {
+      opt.new_only = true;
     } else if (arg == "--mxfp4") {
       opt.mxfp4 = true;
     } else if (arg == "--bf16") {
       opt.bf16 = true;
       kernels::cpu::SetMatmulPrecision(kernels::cpu::MatmulPrecision::kBf16);
     } else {
-      std::fprintf(stderr, "usage: %s [--layers N] [--seconds S] [--mxfp4] [--bf16]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--layers N] [--seconds S] [--mxfp4] [--bf16] [--rows N]... "
+                   "[--new-only]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -351,7 +381,8 @@ int Main(int argc, char** argv) {
       cfg.hidden_size, cfg.moe.num_experts, cfg.moe.num_experts_per_token,
       cfg.moe.moe_intermediate_size, opt.mxfp4 ? "mxfp4" : "bf16", opt.layers, total / 1e6,
       omp_get_max_threads(), kernels::cpu::MatmulPrecisionInEffect(), LoadAverage().c_str());
-  for (int64_t rows : {1, 8, 32, 512}) RunCase(cfg, layers, rows, opt);
+  if (opt.rows.empty()) opt.rows = {1, 8, 32, 512};
+  for (int64_t rows : opt.rows) RunCase(cfg, layers, rows, opt);
   return 0;
 }
 

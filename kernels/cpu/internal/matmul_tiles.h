@@ -25,6 +25,7 @@
 
 #include "core/cpu_features.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_glu.h"
 
 namespace strata::kernels::cpu::internal {
 
@@ -119,26 +120,26 @@ void MatmulOneDnnBf16(const MatmulWeights& w, const float* x, int64_t m, float* 
 // data (asked once) and the ISA cap is AVX512_BF16.
 bool AmxBf16Usable();
 void MatmulAmxBf16(const MatmulWeights& w, const float* x, int64_t m, float* y);
-// A product of MatmulAmxBf16Groups: y[m, w.n] from packed x rows.
-struct AmxProduct {
-  MatmulWeights w;  // bf16
+// Fused gate/up products of independent groups (an MoE layer's experts; kernels/cpu/matmul_glu.h)
+// on AMX: every group's x rows (gathered) packed in one parallel loop, then one parallel loop over
+// all groups' W row blocks, each task computing the gate and up blocks of the same rows and
+// writing h = act(gate) ⊙ cap(up) itself (GluActAvx512; elementwise, so equal to the activation
+// over whole rows). Products as MatmulAmxBf16's.
+void MatmulAmxBf16Glu(const GluGroup* groups, int64_t count, const GluParams& act);
+// On this thread (a task of MatmulScatterAddGrouped): columns [j0, j1) of
+//   y[rows[i], :] = fma(scale[i], (x · Wᵀ)[i, :], y[rows[i], :])   for i = 0 .. m − 1 in order
+// (rows / scale null: row i / 1), x packed by PackXForAmxInto at xp, row stride ldy; j0 a
+// multiple of 32. The products are MatmulAmxBf16's, bit for bit.
+// `prefetched`: W rows [j0, j1) were prefetched (the previous call's `next`); `next`: what the
+// task reads after this call (the next group's W rows [j0, j1) and packed x), prefetched to L2
+// during this call's products.
+struct AmxPrefetchNext {
+  const MatmulWeights* w = nullptr;
   const uint32_t* xp = nullptr;
-  int64_t m = 0;
-  float* y = nullptr;
+  int64_t xp_words = 0;
 };
-// Groups of products sharing an x (an expert's gate and up): each group's x rows (row i =
-// x + rows[i]·k, or row i) packed once, then every group's products in one parallel loop over
-// all their weight blocks (an expert alone may be too small to share between threads). Returns the
-// products in order (group by group, weights in order), outputs in this thread's buffer (valid
-// until the thread calls again).
-struct AmxGroup {
-  const float* x = nullptr;
-  int64_t k = 0;
-  const int64_t* rows = nullptr;
-  int64_t m = 0;
-  MatmulWeights weights[2];
-  int num_weights = 1;
-};
-const std::vector<AmxProduct>& MatmulAmxBf16Groups(const AmxGroup* groups, int64_t count);
+void AmxScatterAddColumns(const MatmulWeights& w, const uint32_t* xp, int64_t m,
+                          const int64_t* rows, const float* scale, int64_t j0, int64_t j1,
+                          int64_t ldy, float* y, bool prefetched, const AmxPrefetchNext& next);
 
 }  // namespace strata::kernels::cpu::internal
