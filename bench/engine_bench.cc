@@ -53,6 +53,7 @@ absl::StatusOr<Measured> RunRequests(const engine::Model& model, EngineBackend& 
   config.num_slots = layout.num_slots;
   config.has_kda_layers = layout.num_kda_layers > 0;
   config.enable_prefix_caching = false;
+  config.prefill_chunk_alignment = backend.prefill_chunk_alignment;
   ASSIGN_OR_RETURN(auto sched, scheduler::Scheduler::Create(config));
   std::mt19937 rng(1);
   for (int b = 0; b < o.batch; ++b) {

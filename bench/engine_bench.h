@@ -43,6 +43,7 @@ struct EngineBackend {
   std::string peak_name = "f32";         // which peak: "f32" | "bf16" | "amx_bf16"
   std::string matmul_precision = "f32";  // products: "f32" | "bf16" | "bf16-amx" (GPU: "bf16")
   std::string ceilings;                  // one line for the report
+  int prefill_chunk_alignment = 0;       // SchedulerConfig::prefill_chunk_alignment it needs
 };
 
 // Pages for every sequence's prompt and output, one slot each, no checkpoints.

@@ -28,6 +28,7 @@ absl::StatusOr<EngineBackend> CudaEngineBackend(const engine::Model& model,
   std::snprintf(text, sizeof(text), "device copy %.0f GB/s, cuBLAS bf16 GEMM %.0f TFLOP/s",
                 c.copy_gb_s, c.bf16_tflop_s);
   b.ceilings = text;
+  b.prefill_chunk_alignment = engine::cuda::kPromptChunkAlignment;
   b.executor = std::move(e);
   return b;
 }

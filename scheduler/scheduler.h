@@ -164,7 +164,10 @@ class Scheduler {
   // sequence gets a branch point where the shared blocks end, so `seq` can hit there.
   bool WaitsForSharedPrefix(const Sequence& seq);
   bool TryAdmit(Sequence* seq);
+  // Tokens of `seq` from `begin` this step may run (0: none this step).
   int64_t ChunkSize(const Sequence& seq, int64_t begin) const;
+  // The largest chunk any step could give `seq` (the static caps on a chunk).
+  int64_t MaxChunk(const Sequence& seq) const;
   void Place(Sequence* seq, int64_t num_new_tokens);
   // Phase 4: the KDA checkpoints each placed chunk saves — its prompt-end, branch-point,
   // past-the-prompt and latest stride boundaries — reserved once every preemption and admission is

@@ -42,6 +42,18 @@ struct SchedulerConfig {
   // > 0: at most this many prefill tokens per sequence per step, so one long prompt cannot
   // take the whole budget from the other prefills; 0: off.
   int64_t long_prefill_token_threshold = 0;
+  // > 1: a chunk that leaves tokens of its sequence for later steps ends at a multiple of this
+  // many tokens from the sequence's start — shortened to the last such point within what the
+  // step's budgets allow; where none is within them the sequence waits for a step that reaches
+  // one (never forever: where the static caps — max_num_batched_tokens,
+  // long_prefill_token_threshold, max_scored_tokens_per_step — are below the alignment, the
+  // budget's cut stands and the next chunk returns to the grid, as does the first after a
+  // prefix hit off the grid). The CUDA
+  // engine's executor gives a prompt split there the whole prompt's result bit for bit (its KDA
+  // prefill runs 16-token chunks counted from a piece's start; engine/cuda/README.md), so where
+  // the pacer or the budget cut a prompt no longer shows in its output. 0 or 1: off (the CPU
+  // executor is bit-identical however a prompt is split).
+  int prefill_chunk_alignment = 0;
   // Prompt positions scored (Request::prompt_logprobs) per step, over all sequences: each
   // scored position needs a whole logits row (vocab floats) at once.
   int64_t max_scored_tokens_per_step = 256;

@@ -111,6 +111,7 @@ class RandomOpsRun {
   const Scheduler& scheduler() const { return scheduler_; }
   int num_requests() const { return static_cast<int>(tracked_.size()); }
   int num_scored_prompts() const { return num_scored_prompts_; }
+  int64_t num_aligned_chunks() const { return num_aligned_chunks_; }
 
  private:
   int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
@@ -164,6 +165,14 @@ class RandomOpsRun {
            b < kvcache::NumBlocksFor(end, config_.block_size); ++b) {
         ASSERT_EQ(scheduler_.block_pool().ref_count(s.block_table[static_cast<size_t>(b)]), 1)
             << "seq " << s.seq_id << " writes a shared block";
+      }
+      // A chunk leaving tokens for later ends on the alignment grid (every cap on a chunk here
+      // is at least the alignment, so a sequence waits for a step that reaches it).
+      const int64_t align = config_.prefill_chunk_alignment;
+      if (align > 1 && !s.sample) {
+        ASSERT_EQ(end % align, 0) << "seq " << s.seq_id << " chunk [" << s.num_computed_tokens
+                                  << ", " << end << ")";
+        ++num_aligned_chunks_;
       }
     }
     Check("after Schedule");
@@ -225,6 +234,7 @@ class RandomOpsRun {
   std::set<std::string> live_;
   int next_id_ = 0;
   int num_scored_prompts_ = 0;
+  int64_t num_aligned_chunks_ = 0;  // non-final chunks ending on the alignment grid
 };
 
 // (policy, has_kda_layers, enable_prefix_caching, long_prefill_token_threshold,
@@ -251,13 +261,16 @@ SchedulerConfig RandomConfig(const Params& p) {
   c.num_speculative_tokens = std::get<4>(p);
   c.prompt_lookup_min = 1;
   c.prompt_lookup_max = 3;
+  // The priority runs also end chunks at multiples of 3 tokens where they can (the CUDA
+  // engine's prefill_chunk_alignment, scaled to these budgets).
+  c.prefill_chunk_alignment = c.policy == Policy::kPriority ? 3 : 0;
   return c;
 }
 
 TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
   const SchedulerConfig config = RandomConfig(GetParam());
   int64_t preempted = 0, hits = 0, aborted = 0, finished = 0, scored = 0;
-  int64_t drafts = 0, draft_tokens = 0, accepted = 0;
+  int64_t drafts = 0, draft_tokens = 0, accepted = 0, aligned = 0;
   for (uint64_t seed : {1u, 2u, 3u}) {
     RandomOpsRun run(config, seed);
     run.RunRandomOps(2500);
@@ -272,6 +285,7 @@ TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
     drafts += s.num_spec_drafts_total;
     draft_tokens += s.num_spec_draft_tokens_total;
     accepted += s.num_spec_accepted_tokens_total;
+    aligned += run.num_aligned_chunks();
     EXPECT_EQ(s.num_aborted_total + s.num_finished_total, run.num_requests());
   }
   // The run must have exercised the interesting paths.
@@ -283,6 +297,9 @@ TEST_P(SchedulerRandomTest, InvariantsHoldAndOutputsAreExact) {
     EXPECT_GT(hits, 10);
   } else {
     EXPECT_EQ(hits, 0);
+  }
+  if (config.prefill_chunk_alignment > 1) {
+    EXPECT_GT(aligned, 100);
   }
   if (config.num_speculative_tokens > 0) {  // both accepted and rejected drafts, many times
     EXPECT_GT(drafts, 200);
@@ -300,6 +317,7 @@ INSTANTIATE_TEST_SUITE_P(AllModes, SchedulerRandomTest,
                                             ::testing::Bool(), ::testing::Bool(),
                                             ::testing::Values(0, 5), ::testing::Values(0, 4)),
                          [](const ::testing::TestParamInfo<Params>& info) {
+                           // The priority runs align their chunks (RandomConfig).
                            return absl::StrCat(PolicyName(std::get<0>(info.param)),
                                                std::get<1>(info.param) ? "_kda" : "_mla",
                                                std::get<2>(info.param) ? "_prefix" : "_noprefix",

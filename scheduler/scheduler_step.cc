@@ -226,6 +226,24 @@ int64_t Scheduler::ChunkSize(const Sequence& seq, int64_t begin) const {
     if (scored > score_budget_) n = score_budget_;
     if (n <= 0) return 0;
   }
+  const int64_t align = config_.prefill_chunk_alignment;
+  if (align > 1 && begin + n < seq.num_tokens()) {
+    const int64_t aligned_end = (begin + n) / align * align;
+    if (aligned_end > begin) {
+      n = aligned_end - begin;
+    } else if (MaxChunk(seq) >= align - begin % align) {
+      return 0;  // the grid is out of this step's reach, not of a later one's: wait for it
+    }            // else no step can reach it (caps below the alignment): cut where the budget says
+  }
+  return n;
+}
+
+int64_t Scheduler::MaxChunk(const Sequence& seq) const {
+  int64_t n = config_.max_num_batched_tokens;
+  if (config_.long_prefill_token_threshold > 0) {
+    n = std::min(n, config_.long_prefill_token_threshold);
+  }
+  if (seq.scores_prompt()) n = std::min(n, config_.max_scored_tokens_per_step);
   return n;
 }
 

@@ -132,6 +132,46 @@ TEST(SchedulerTest, LongPrefillThresholdCapsChunkPerSequence) {
   ExpectHealthy(d);
 }
 
+// prefill_chunk_alignment: a chunk that does not finish its prompt ends at a multiple of the
+// alignment from the prompt's start; a sequence whose step budget does not reach such a point
+// waits for a step whose does; where no step can (caps below the alignment) the budget's cut
+// stands and the next chunk returns to the grid; the last chunk of a prompt is whatever is left.
+TEST(SchedulerTest, ChunksEndAtMultiplesOfTheAlignmentWhereTheyCan) {
+  SchedulerConfig c = TinyConfig();
+  c.max_num_batched_tokens = 16;
+  c.prefill_chunk_alignment = 6;
+  Driver d(c, kVocab);
+  ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(29, 100), 2)).ok());
+  EXPECT_THAT(ChunkSizes(d.Step()), ElementsAre(12));  // 16 → 12: ends at 12
+  EXPECT_THAT(ChunkSizes(d.Step()), ElementsAre(12));  // 12 → 24
+  EXPECT_THAT(ChunkSizes(d.Step()), ElementsAre(5));   // the rest of the prompt, off the grid
+  EXPECT_THAT(ChunkSizes(d.Step()), ElementsAre(1));   // decode
+  // 5 tokens a step at most (threshold), less than the alignment.
+  c.long_prefill_token_threshold = 5;
+  Driver e(c, kVocab);
+  ASSERT_TRUE(e.scheduler().Add(MakeRequest("b", Prompt(12, 200), 1)).ok());
+  EXPECT_THAT(ChunkSizes(e.Step()), ElementsAre(5));  // 0 → 5: no multiple of 6 in reach
+  EXPECT_THAT(ChunkSizes(e.Step()), ElementsAre(1));  // 5 → 6: back on the grid
+  EXPECT_THAT(ChunkSizes(e.Step()), ElementsAre(5));  // 6 → 11
+  EXPECT_THAT(ChunkSizes(e.Step()), ElementsAre(1));  // the rest
+  ExpectHealthy(e);
+  ExpectHealthy(d);
+
+  // While a decodes, prompt chunks get 5 tokens a step: b's first grid point (6) is out of
+  // reach, so b waits until a finishes.
+  c.long_prefill_token_threshold = 0;
+  Driver f(c, kVocab);
+  f.scheduler().SetPrefillTokensWithDecodes(5);
+  ASSERT_TRUE(f.scheduler().Add(MakeRequest("a", Prompt(4, 300), 3)).ok());
+  EXPECT_THAT(ChunkSizes(f.Step()), ElementsAre(4));  // a's prompt; it samples
+  ASSERT_TRUE(f.scheduler().Add(MakeRequest("b", Prompt(20, 400), 1)).ok());
+  EXPECT_THAT(ChunkSizes(f.Step()), ElementsAre(1));   // a decodes, b waits
+  EXPECT_THAT(ChunkSizes(f.Step()), ElementsAre(1));   // a's last token
+  EXPECT_THAT(ChunkSizes(f.Step()), ElementsAre(12));  // b alone: 16 → 12
+  EXPECT_THAT(ChunkSizes(f.Step()), ElementsAre(8));   // the rest
+  ExpectHealthy(f);
+}
+
 // SetPrefillTokensWithDecodes: while a step decodes, all its prompt chunks together stay within
 // the cap (partial prefills and admissions alike); a step without decodes takes the budget.
 TEST(SchedulerTest, PrefillCapAppliesOnlyToStepsWithDecodes) {

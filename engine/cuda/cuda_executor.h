@@ -47,10 +47,18 @@
 #include "engine/step_sampling.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kda_prefill_chunked.h"
 #include "kvcache/cache_layout.h"
 #include "kvcache/memory_planner.h"
 
 namespace strata::engine::cuda {
+
+// Prompt pieces that end at multiples of this many tokens from the sequence's start give the
+// whole prompt's result bit for bit (the chunked KDA prefill counts its 16-token chunks from a
+// piece's start; the other prompt kernels do not depend on the split). The scheduler of a CUDA
+// engine cuts prompts there (SchedulerConfig::prefill_chunk_alignment). Not so with the absorbed
+// MLA prefill (CudaModelOptions::mha_prefill = false): its split-K count follows the batch.
+inline constexpr int kPromptChunkAlignment = kernels::cuda::kKdaPrefillChunk;
 
 // What the caches of `cfg` need on the device: bf16 (or fp8) latent rows, f32 KDA state and conv
 // rows.

@@ -174,6 +174,7 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   scheduler_config_.num_slots = layout_.num_slots;
   scheduler_config_.num_checkpoint_slots = layout_.num_checkpoints;
   scheduler_config_.has_kda_layers = layout_.num_kda_layers > 0;
+  scheduler_config_.prefill_chunk_alignment = prefill_chunk_alignment_;
   RETURN_IF_ERROR(scheduler::Scheduler::Create(scheduler_config_).status());
   first_rank_ = options.parallel.first_rank;
   if (options.parallel.multi_rank() && local_ranks_ == nullptr) {
@@ -292,6 +293,8 @@ absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
     executors.push_back(std::move(executor));
   }
   plan.memory_budget_bytes = budget;
+  // Where the pacer or the budget cuts a prompt must not change its result.
+  prefill_chunk_alignment_ = engine::cuda::kPromptChunkAlignment;
   ASSIGN_OR_RETURN(
       layout_,
       kvcache::PlanMemory(engine::cuda::CudaCacheSpecFor(
@@ -455,6 +458,8 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"max_num_seqs", c.max_num_seqs},
       {"max_num_batched_tokens", c.max_num_batched_tokens},
       {"long_prefill_token_threshold", c.long_prefill_token_threshold},
+      // Prompt chunks end at multiples of this (--device cuda: 16; 0: anywhere).
+      {"prefill_chunk_alignment_tokens", c.prefill_chunk_alignment},
       {"target_itl_ms", options.engine.target_itl_ms},
       {"reply_token_memory_tokens", reply_tokens_ ? options.reply_token_memory_tokens : 0},
       {"block_size", c.block_size},

@@ -110,6 +110,8 @@ class ModelRuntime {
   // depends on the device memory the weights leave); MakeLocalRanks hands them to the engine.
   std::vector<std::unique_ptr<engine::StepExecutor>> cuda_executors_;
   scheduler::SchedulerConfig scheduler_config_;
+  // The executors' SchedulerConfig::prefill_chunk_alignment (set by PrepareCudaExecutor).
+  int prefill_chunk_alignment_ = 0;
   int first_rank_ = 0;
   // Communicators and MoE exchanges of the local ranks (several ranks only); declared before
   // engine_ so the loops stop before what they use goes away.

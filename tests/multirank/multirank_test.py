@@ -84,11 +84,13 @@ class Server:
                "--kv-cache-memory", "32MiB", "--max-num-seqs", "8", "--http-threads", "1",
                "--drain-timeout", "2", "--device", args.device] + extra
         if args.device == "cuda":
-            # The default --target-itl-ms sizes prompt chunks from step times, so where a prompt
-            # is split depends on the machine's speed; the device's prompt kernels round bf16
-            # operands per chunk of each piece (KDA in 16-token chunks), so the log-probabilities
-            # then depend on the split (CI saw 6.7e-3, here 2.4e-2), not on the ranks compared.
-            cmd += ["--target-itl-ms", "0"]
+            # The tightest pacing: while any sequence generates, a step's prompt chunks share
+            # 64 tokens, so where a prompt is split depends on which requests arrived when. The
+            # device's KDA prefill counts its 16-token chunks from each piece's start, so the
+            # CUDA engine splits prompts at multiples of 16 only (prefill_chunk_alignment) and the
+            # result does not depend on the split (unaligned, this case failed 4 runs in 6 at
+            # 2-5e-2).
+            cmd += ["--target-itl-ms", "1"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      env=server_env())
         self.port = None
