@@ -101,4 +101,12 @@ ApiError ToApiError(const absl::Status& status) {
   return error;
 }
 
+absl::Status WithParamRenamed(const absl::Status& status,
+                              const std::function<std::string(const std::string&)>& rename) {
+  if (status.ok()) return status;
+  const ApiError e = ToApiError(status);
+  return ApiErrorStatus(status.code(), e.message, e.param ? rename(*e.param) : std::string(),
+                        e.code);
+}
+
 }  // namespace strata::frontend

@@ -18,6 +18,7 @@
 //   anything else         500   server_error           internal_error
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -52,6 +53,11 @@ absl::Status MissingField(std::string_view param);
 
 // The error object for `status` (must not be ok).
 ApiError ToApiError(const absl::Status& status);
+
+// `status` with its param renamed (an endpoint that translates its request into another's:
+// errors name the fields the client sent). Statuses without a param pass unchanged.
+absl::Status WithParamRenamed(const absl::Status& status,
+                              const std::function<std::string(const std::string&)>& rename);
 
 // HTTP status of a Status code (table above).
 int HttpStatusFor(absl::StatusCode code);

@@ -22,4 +22,6 @@ bool BearerMatches(std::string_view authorization, std::string_view key) {
   return false;
 }
 
+bool KeyMatches(std::string_view value, std::string_view key) { return SameKey(value, key); }
+
 }  // namespace strata::frontend

@@ -10,5 +10,7 @@ namespace strata::frontend {
 // Whether an Authorization value ("Bearer KEY" or "bearer KEY") carries `key`. Compares in time
 // independent of where the values differ (the key is a secret).
 bool BearerMatches(std::string_view authorization, std::string_view key);
+// Whether a bare key header value (Anthropic clients' `x-api-key: KEY`) is `key`, as above.
+bool KeyMatches(std::string_view value, std::string_view key);
 
 }  // namespace strata::frontend

@@ -112,6 +112,7 @@ ChoiceDelta ChoiceDecoder::Apply(const server::StreamEvent& event) {
     if (detokenizer_.stopped()) {
       finished_ = true;
       delta.stop_string_matched = true;
+      delta.stop_string = options_.detokenizer.stop.at(*detokenizer_.stop_index());
       Flush(&delta);
       delta.finish_reason = num_tool_calls_ > 0 ? "tool_calls" : "stop";
       return delta;

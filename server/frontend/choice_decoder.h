@@ -59,6 +59,7 @@ struct ChoiceDelta {
   std::optional<std::string> finish_reason;
   absl::Status error;  // the engine rejected or failed the request
   bool stop_string_matched = false;
+  std::string stop_string;  // which one, when stop_string_matched
   bool empty() const {
     return text.empty() && reasoning.empty() && tool_calls.empty() && logprobs.empty() &&
            !finish_reason && error.ok();

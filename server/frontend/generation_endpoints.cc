@@ -8,6 +8,7 @@
 #include "server/frontend/engine_request.h"
 #include "server/frontend/internal/strings.h"
 #include "server/frontend/json_fields.h"
+#include "server/frontend/messages_request.h"
 #include "server/frontend/openai_service.h"
 #include "server/frontend/prompt_builder.h"
 
@@ -121,6 +122,25 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
   return GenerateChat(req.chat, ApiKind::kResponses, std::move(req.echo), std::move(on_done));
 }
 
+OpenAiService::Result OpenAiService::Messages(const http::HttpRequest& request) {
+  if (draining_) return Draining();
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
+  ASSIGN_OR_RETURN(ChatCompletionRequest req,
+                   ParseMessagesRequest(body, LimitsFor(options_, *model)));
+  return GenerateChat(req, ApiKind::kMessages, Json());
+}
+
+OpenAiService::Result OpenAiService::CountMessageTokens(const http::HttpRequest& request) {
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
+  ASSIGN_OR_RETURN(ChatCompletionRequest req,
+                   ParseMessagesRequest(body, LimitsFor(options_, *model), /*count_tokens=*/true));
+  ASSIGN_OR_RETURN(model, ModelFor(req.gen.model));
+  ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ChatPromptIds(*model, req));
+  return http::HandlerResult{JsonResponse({{"input_tokens", prompt.size()}}), nullptr};
+}
+
 OpenAiService::Result OpenAiService::StoredResponseRoute(const http::HttpRequest& request) {
   const std::string id = request.path.substr(std::string_view("/v1/responses/").size());
   ResponseStore* store = options_.response_store;
@@ -149,8 +169,8 @@ OpenAiService::Result OpenAiService::GenerateChat(
   ASSIGN_OR_RETURN(int64_t max_tokens,
                    ResolveMaxTokens(*model, static_cast<int64_t>(prompt.size()), req.gen.max_tokens,
                                     responses ? "input" : "messages"));
-  GenerationSpec spec =
-      SpecFor(kind, req.gen, MetaFor(*model, responses ? "resp" : "chatcmpl", req.gen.request_id));
+  const char* id_prefix = responses ? "resp" : kind == ApiKind::kMessages ? "msg" : "chatcmpl";
+  GenerationSpec spec = SpecFor(kind, req.gen, MetaFor(*model, id_prefix, req.gen.request_id));
   spec.responses_echo = std::move(responses_echo);
   spec.on_responses_done = std::move(on_responses_done);
   spec.group_prompt_tokens.push_back(static_cast<int64_t>(prompt.size()));

@@ -114,10 +114,14 @@ std::unique_ptr<GenerationResponse> GenerationResponse::FromStreams(
     choice.final.logprobs_requested = response->spec_.logprobs;
     choice.timing =
         std::make_unique<server::RequestTimingRecorder>(choice_spec.request.request_id, submitted);
-    if (response->spec_.kind == ApiKind::kResponses && response->spec_.stream) {
-      choice.responses = std::make_unique<ResponsesStreamWriter>(
+    if (response->spec_.kind == ApiKind::kResponses) {
+      choice.events = std::make_unique<ResponsesStreamWriter>(
           response->spec_.meta, response->spec_.responses_echo,
           response->spec_.logprobs ? model.tokenizer : nullptr);
+    } else if (response->spec_.kind == ApiKind::kMessages) {
+      const std::vector<int64_t>& prompts = response->spec_.group_prompt_tokens;
+      choice.events = std::make_unique<MessagesStreamWriter>(response->spec_.meta,
+                                                             prompts.empty() ? 0 : prompts[0]);
     }
     response->choices_.push_back(std::move(choice));
   }
@@ -148,14 +152,14 @@ void GenerationResponse::Cancel() {
 
 void GenerationResponse::StreamStart(std::string* body) const {
   for (const Choice& c : choices_) {
-    if (c.responses) *body += c.responses->Start();
+    if (c.events) *body += c.events->Start();
   }
 }
 
 void GenerationResponse::StreamOpenChoice(Choice& c, std::string* body) {
   if (c.opened) return;
   c.opened = true;
-  if (c.responses) return;
+  if (c.events) return;
   if (spec_.kind == ApiKind::kChat) {
     Json delta = {{"role", "assistant"}, {"content", ""}};
     *body += ChunkEvent(
@@ -222,8 +226,8 @@ void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::strin
   const bool silent_step =
       d.num_tokens > 0 && !d.finish_reason && d.reasoning.empty() && d.tool_calls.empty();
   const bool has_text = !d.text.empty() || !d.logprobs.empty() || silent_step;
-  if (c.responses) {
-    *body += c.responses->Delta(d);
+  if (c.events) {
+    *body += c.events->Delta(d);
     return;
   }
   // The step's token ids go with its first chunk (every step with tokens has one).
@@ -288,6 +292,7 @@ void GenerationResponse::Accumulate(Choice& c, ChoiceDelta&& d) const {
   }
   for (TokenLogprobEntry& e : d.logprobs) c.final.logprobs.push_back(std::move(e));
   if (d.finish_reason) c.final.finish_reason = *d.finish_reason;
+  if (d.stop_string_matched) c.final.stop_string = d.stop_string;
 }
 
 Usage GenerationResponse::TotalUsage() const {
@@ -310,25 +315,25 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
   DetachAll();
   if (!error_.ok()) {
     ApiError error = ToApiError(error_);
-    if (spec_.stream && spec_.kind == ApiKind::kResponses) {
-      out->body += choices_.at(0).responses->Error(error);
+    if (spec_.stream && choices_.at(0).events) {
+      out->body += choices_.at(0).events->Error(error);
     } else if (spec_.stream) {
       out->body += SseData(error.ToJson());
       out->body += kSseDone;
     } else {
       out->status = error.http_status;
-      out->body = error.ToJsonString();
+      out->body = spec_.kind == ApiKind::kMessages ? JsonText(AnthropicErrorJson(error))
+                                                   : error.ToJsonString();
     }
     return;
   }
   const Usage usage = TotalUsage();
-  if (spec_.kind == ApiKind::kResponses) {
-    // One choice (the Responses API has no n).
+  if (choices_.at(0).events) {
+    // One choice (the Responses and Messages APIs have no n).
     Choice& c = choices_.at(0);
-    if (spec_.stream) out->body += c.responses->Finish(c.final, usage);
+    if (spec_.stream) out->body += c.events->Finish(c.final, usage);
     if (!spec_.stream || spec_.on_responses_done) {
-      const Json object =
-          ResponseObjectJson(spec_.meta, spec_.responses_echo, &c.final, &usage, model_.tokenizer);
+      const Json object = c.events->FinalObject(c.final, usage);
       if (spec_.on_responses_done) spec_.on_responses_done(object, c.final);
       if (!spec_.stream) {
         out->status = 200;
@@ -404,7 +409,7 @@ bool GenerationResponse::Poll(http::HttpResponse* out) {
       }
       if (spec_.stream) StreamDelta(c, delta, &out->body);
       // Streamed responses end with the whole response too.
-      if (!spec_.stream || c.responses) Accumulate(c, std::move(delta));
+      if (!spec_.stream || c.events) Accumulate(c, std::move(delta));
       if (c.done) break;
     }
     if (!error_.ok()) {

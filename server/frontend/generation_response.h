@@ -7,8 +7,9 @@
 // per choice first; then content / tool_calls chunks as text becomes final; each choice ends
 // with a chunk whose delta is {} and whose finish_reason is set; with include_usage a chunk
 // with `choices: []` and usage follows; then `data: [DONE]`. An error after the stream
-// started is sent as a `data:` event holding the error object, then [DONE]. /v1/responses
-// (one choice) streams its own events instead (responses_render.h).
+// started is sent as a `data:` event holding the error object, then [DONE]. /v1/responses and
+// /v1/messages (one choice) stream their own events instead (responses_render.h,
+// messages_render.h).
 #pragma once
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "scheduler/request.h"
 #include "server/frontend/choice_decoder.h"
+#include "server/frontend/messages_render.h"
 #include "server/frontend/response_render.h"
 #include "server/frontend/responses_render.h"
 #include "server/frontend/served_model.h"
@@ -30,7 +32,7 @@
 
 namespace strata::frontend {
 
-enum class ApiKind { kChat, kCompletion, kResponses };
+enum class ApiKind { kChat, kCompletion, kResponses, kMessages };
 
 struct ChoiceSpec {
   int index = 0;  // the choice's index in the response
@@ -106,7 +108,8 @@ class GenerationResponse : public http::PendingResponse {
     bool opened = false;  // a stream sent the choice's opening chunk (role, or echoed prompt)
     bool prompt_ids_sent = false;  // return_token_ids: a completions stream sent the prompt's
     std::unique_ptr<server::RequestTimingRecorder> timing;  // until the choice ends
-    std::unique_ptr<ResponsesStreamWriter> responses;       // kResponses streams
+    // kResponses and kMessages (one choice): its typed events and final object.
+    std::unique_ptr<ChoiceEventWriter> events;
     // Chat and responses with a ReplyTokenMemory: the reply's text and ids so far, until it ends.
     std::string reply_text;
     std::vector<int32_t> reply_ids;

@@ -32,6 +32,8 @@ constexpr RouteEntry kRoutes[] = {
     {"/v1/chat/completions", "POST"},
     {"/v1/completions", "POST"},
     {"/v1/responses", "POST"},
+    {"/v1/messages", "POST"},
+    {"/v1/messages/count_tokens", "POST"},
     {"/tokenize", "POST"},
     {"/detokenize", "POST"},
     {"/server_info", "GET"},
@@ -94,6 +96,10 @@ http::HandlerResult OpenAiService::Handle(http::HttpRequest request) {
   const absl::Status& status = result.status();
   http::HandlerResult out;
   out.response = ErrorResponse(status, options_.retry_after_seconds);
+  // Anthropic's Messages API: its own error shape (same status codes).
+  if (absl::StartsWith(request.path, "/v1/messages")) {
+    out.response.body = JsonText(AnthropicErrorJson(ToApiError(status)));
+  }
   if (status.code() == absl::StatusCode::kFailedPrecondition) {  // 405
     std::vector<std::string> allowed;
     for (const RouteEntry& r : kRoutes) {
@@ -117,9 +123,18 @@ absl::Status OpenAiService::CheckAuth(const http::HttpRequest& request) const {
     return absl::OkStatus();
   }
   const std::string* header = request.FindHeader("authorization");
+  // Anthropic's clients send the key as `x-api-key`.
+  const std::string* x_api_key = request.FindHeader("x-api-key");
+  if (!header && x_api_key) {
+    if (!KeyMatches(*x_api_key, options_.api_key)) {
+      return ApiErrorStatus(absl::StatusCode::kUnauthenticated, "incorrect API key provided");
+    }
+    return absl::OkStatus();
+  }
   if (!header) {
     return ApiErrorStatus(absl::StatusCode::kUnauthenticated,
-                          "missing API key: send 'Authorization: Bearer <key>'");
+                          "missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: "
+                          "<key>')");
   }
   if (!absl::StartsWith(*header, "Bearer ") && !absl::StartsWith(*header, "bearer ")) {
     return ApiErrorStatus(absl::StatusCode::kUnauthenticated,
@@ -163,6 +178,8 @@ OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
   if (path == "/v1/chat/completions") return ChatCompletions(request);
   if (path == "/v1/completions") return Completions(request);
   if (path == "/v1/responses") return Responses(request);
+  if (path == "/v1/messages") return Messages(request);
+  if (path == "/v1/messages/count_tokens") return CountMessageTokens(request);
   if (IsResponsePath(path)) return StoredResponseRoute(request);
   if (path == "/tokenize") return Tokenize(request);
   if (path == "/detokenize") return Detokenize(request);

@@ -8,12 +8,15 @@
 //   POST /v1/chat/completions          chat (stream or not, n, logprobs, tools, ...)
 //   POST /v1/completions               text completion (string / ids / lists of either)
 //   POST /v1/responses                 OpenAI's Responses API, served as a chat completion
+//   POST /v1/messages                  Anthropic's Messages API, served as a chat completion
+//   POST /v1/messages/count_tokens     its prompt's token count ({"input_tokens": N})
 //   POST /tokenize, /detokenize        vLLM shapes
 //   GET  /server_info, /metrics        from providers set by the process (404 when unset)
 //   POST /reset_prefix_cache           vLLM's: forget the cached prefixes no request holds
 //                                      (between benchmark runs); needs the API key when set
-// Errors are OpenAI error objects (api_error.h); an unknown path is 404, a known path with the
-// wrong method 405 (with Allow). With an API key, /v1/* needs `Authorization: Bearer KEY`.
+// Errors are OpenAI error objects (api_error.h), Anthropic's on /v1/messages*
+// (messages_render.h); an unknown path is 404, a known path with the wrong method 405 (with
+// Allow). With an API key, /v1/* needs `Authorization: Bearer KEY` or `x-api-key: KEY`.
 // Thread-safe: Handle runs concurrently on the I/O threads.
 #pragma once
 
@@ -84,7 +87,9 @@ class OpenAiService : public http::HttpHandler {
 
   Result ChatCompletions(const http::HttpRequest& request);
   Result Responses(const http::HttpRequest& request);
-  // Chat and Responses requests from here on: prompt, choices, submission.
+  Result Messages(const http::HttpRequest& request);
+  Result CountMessageTokens(const http::HttpRequest& request);
+  // Chat, Responses and Messages requests from here on: prompt, choices, submission.
   Result GenerateChat(const ChatCompletionRequest& req, ApiKind kind, Json responses_echo,
                       std::function<void(const Json&, const FinalChoice&)> on_responses_done = {});
   Result StoredResponseRoute(const http::HttpRequest& request);

@@ -51,6 +51,7 @@ struct FinalChoice {
   std::vector<TokenLogprobEntry> text_logprobs;
   bool logprobs_requested = false;
   std::string finish_reason;
+  std::string stop_string;  // the stop string that ended it ("stop"), else empty
   // return_token_ids (vLLM): the prompt's ids (chat: the response's prompt_token_ids, from the
   // first choice) and the choice's generated ids, a final EOS or stop token included.
   std::optional<std::vector<int32_t>> prompt_token_ids;

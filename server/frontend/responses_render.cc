@@ -209,10 +209,14 @@ std::string ResponsesStreamWriter::Delta(const ChoiceDelta& d) {
   return out;
 }
 
+Json ResponsesStreamWriter::FinalObject(const FinalChoice& choice, const Usage& usage) const {
+  return ResponseObjectJson(meta_, echo_, &choice, &usage, logprobs_tokenizer_);
+}
+
 std::string ResponsesStreamWriter::Finish(const FinalChoice& choice, const Usage& usage) {
   std::string out;
   Close(&out);
-  Json response = ResponseObjectJson(meta_, echo_, &choice, &usage, logprobs_tokenizer_);
+  Json response = FinalObject(choice, usage);
   const bool incomplete = response["status"] == "incomplete";
   out += Event({{"type", incomplete ? "response.incomplete" : "response.completed"},
                 {"response", std::move(response)}});

@@ -18,6 +18,7 @@
 
 #include "server/frontend/api_error.h"
 #include "server/frontend/choice_decoder.h"
+#include "server/frontend/choice_event_writer.h"
 #include "server/frontend/response_render.h"
 
 namespace strata::frontend {
@@ -29,19 +30,21 @@ namespace strata::frontend {
 Json ResponseObjectJson(const ResponseMeta& meta, const Json& echo, const FinalChoice* choice,
                         const Usage* usage, const engine::Tokenizer* tokenizer = nullptr);
 
-// Writes one choice's stream (not thread-safe; one per streamed response).
-class ResponsesStreamWriter {
+// Writes one choice's stream (not thread-safe; one per response).
+class ResponsesStreamWriter : public ChoiceEventWriter {
  public:
   // `logprobs_tokenizer`: non-null when the request asked for log-probabilities (every
   // output_text delta and done event carries them; an empty list otherwise).
   ResponsesStreamWriter(ResponseMeta meta, Json echo,
                         const engine::Tokenizer* logprobs_tokenizer = nullptr);
 
-  std::string Start();
-  std::string Delta(const ChoiceDelta& delta);
+  std::string Start() override;
+  std::string Delta(const ChoiceDelta& delta) override;
   // Closes the open item and sends the whole response (`choice` accumulated from the deltas).
-  std::string Finish(const FinalChoice& choice, const Usage& usage);
-  std::string Error(const ApiError& error);
+  std::string Finish(const FinalChoice& choice, const Usage& usage) override;
+  std::string Error(const ApiError& error) override;
+  // ResponseObjectJson of the finished choice.
+  Json FinalObject(const FinalChoice& choice, const Usage& usage) const override;
 
  private:
   enum class Item { kNone, kReasoning, kMessage, kCall };

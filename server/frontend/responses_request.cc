@@ -305,11 +305,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
     chat["chat_template_kwargs"] = {{"thinking", !effort.is_null() && effort != "minimal"}};
   }
   absl::StatusOr<ChatCompletionRequest> parsed = ParseChatCompletionRequest(chat, limits);
-  if (!parsed.ok()) {
-    const ApiError e = ToApiError(parsed.status());
-    return ApiErrorStatus(parsed.status().code(), e.message,
-                          e.param ? ResponsesParam(*e.param) : std::string(), e.code);
-  }
+  if (!parsed.ok()) return WithParamRenamed(parsed.status(), ResponsesParam);
   NoteUnknownFields(body, ResponsesFields());
   ResponsesRequest out;
   out.chat = *std::move(parsed);
