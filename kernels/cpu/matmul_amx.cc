@@ -546,27 +546,28 @@ bool AmxBf16Usable() { return GetCpuFeatures().amx_bf16 && ActiveIsa() == Isa::k
 void MatmulAmxBf16Glu(const GluGroup* groups, int64_t count, const GluParams& act) {
   thread_local AlignedBuffer packed;
   thread_local std::vector<AmxProduct> products_buffer;
-  thread_local std::vector<int64_t> first_block_buffer;
+  thread_local std::vector<int64_t> first_block_buffer, first_word_buffer;
   // The tasks below see this thread's buffers (a thread_local named in them is the worker's).
   std::vector<AmxProduct>& products = products_buffer;
-  std::vector<int64_t>& first_block = first_block_buffer;
-  int64_t words = 0;
+  std::vector<int64_t>& first_block = first_block_buffer;  // group gi's first 16-row x block
+  std::vector<int64_t>& first_word = first_word_buffer;    // and its packed x's first word
   first_block.assign(static_cast<size_t>(count) + 1, 0);
+  first_word.assign(static_cast<size_t>(count) + 1, 0);
   for (int64_t gi = 0; gi < count; ++gi) {
     const GluGroup& g = groups[gi];
     CHECK(g.gate.k == g.up.k && g.gate.n == g.up.n && g.gate.format == g.up.format)
         << "gate and up must have the same format and shape";
-    words += PackedXForAmxWords(g.gate.k, g.m);
+    first_word[gi + 1] = first_word[gi] + PackedXForAmxWords(g.gate.k, g.m);
     first_block[gi + 1] = first_block[gi] + RoundUp(g.m, kBlockRows) / kTile;
   }
+  const int64_t words = first_word[count];
   const size_t bytes = static_cast<size_t>(words) * sizeof(uint32_t);
   if (packed.size() < bytes) packed = AlignedBuffer(bytes, AlignedBuffer::Fill::kUninitialized);
+  uint32_t* const xp = static_cast<uint32_t*>(packed.data());
   products.clear();
-  auto* xp = static_cast<uint32_t*>(packed.data());
   for (int64_t gi = 0; gi < count; ++gi) {
     const GluGroup& g = groups[gi];
-    products.push_back({g.gate, &g.up, xp, g.m, g.h});
-    xp += PackedXForAmxWords(g.gate.k, g.m);
+    products.push_back({g.gate, &g.up, xp + first_word[gi], g.m, g.h});
   }
   // Every group's x rows (gathered) in one parallel loop over their 16-row blocks.
   const int64_t total_blocks = first_block[count];
@@ -574,8 +575,7 @@ void MatmulAmxBf16Glu(const GluGroup* groups, int64_t count, const GluParams& ac
     const int64_t gi =
         std::upper_bound(first_block.begin(), first_block.end(), b) - first_block.begin() - 1;
     const GluGroup& g = groups[gi];
-    PackXBlockAt(g.x, g.gate.k, g.rows, g.m, b - first_block[gi],
-                 const_cast<uint32_t*>(products[gi].xp));
+    PackXBlockAt(g.x, g.gate.k, g.rows, g.m, b - first_block[gi], xp + first_word[gi]);
   });
   MatmulAmxBf16Batch(products.data(), count, &act);
 }

@@ -2,6 +2,7 @@
 #include "server/frontend/messages_request.h"
 
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,17 @@ absl::StatusOr<Json> ImagePart(const Json& block, const std::string& at) {
                                                         "' (expected base64 or url)"));
 }
 
+// A text or image block → its chat content part; nullopt for any other type.
+absl::StatusOr<std::optional<Json>> ContentPart(const Json& block, const std::string& type,
+                                                const std::string& at) {
+  if (type == "text") {
+    ASSIGN_OR_RETURN(Json text, StringAt(block, "text", at));
+    return Json{{"type", "text"}, {"text", text}};
+  }
+  if (type == "image") return ImagePart(block, at);
+  return std::nullopt;
+}
+
 // A tool_result's content (a string, or text / image blocks) → chat tool message content.
 absl::StatusOr<Json> ToolResultContent(const Json& block, const std::string& at) {
   auto content = block.find("content");
@@ -78,17 +90,13 @@ absl::StatusOr<Json> ToolResultContent(const Json& block, const std::string& at)
     const Json& part = (*content)[k];
     const std::string part_at = absl::StrCat(at, ".content[", k, "]");
     const std::string type = part.is_object() ? part.value("type", "") : "";
-    if (type == "text") {
-      ASSIGN_OR_RETURN(Json text, StringAt(part, "text", part_at));
-      parts.push_back({{"type", "text"}, {"text", text}});
-    } else if (type == "image") {
-      ASSIGN_OR_RETURN(Json image, ImagePart(part, part_at));
-      parts.push_back(std::move(image));
-    } else {
+    ASSIGN_OR_RETURN(std::optional<Json> chat_part, ContentPart(part, type, part_at));
+    if (!chat_part) {
       return InvalidField(part_at + ".type",
                           absl::StrCat("unsupported tool_result content block type '", type,
                                        "' (expected text or image)"));
     }
+    parts.push_back(*std::move(chat_part));
   }
   return parts;
 }
@@ -119,12 +127,9 @@ absl::Status AppendMessage(const Json& message, const std::string& at, Json* out
       return InvalidType(block_at, "a content block with a string 'type'");
     }
     const std::string& type = block["type"].get_ref<const std::string&>();
-    if (type == "text") {
-      ASSIGN_OR_RETURN(Json text, StringAt(block, "text", block_at));
-      parts.push_back({{"type", "text"}, {"text", text}});
-    } else if (type == "image") {
-      ASSIGN_OR_RETURN(Json image, ImagePart(block, block_at));
-      parts.push_back(std::move(image));
+    ASSIGN_OR_RETURN(std::optional<Json> chat_part, ContentPart(block, type, block_at));
+    if (chat_part) {
+      parts.push_back(*std::move(chat_part));
     } else if (type == "tool_use" && role == "assistant") {
       ASSIGN_OR_RETURN(Json id, StringAt(block, "id", block_at));
       ASSIGN_OR_RETURN(Json name, StringAt(block, "name", block_at));
