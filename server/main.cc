@@ -32,6 +32,8 @@ const Subcommand kSubcommands[] = {
      "render --messages-file with the checkpoint's chat template"},
     {"serve", strata::cli::ServeCommand,
      "OpenAI-compatible HTTP server (default: the embedded demo model on port 8000)"},
+    {"run-batch", strata::cli::RunBatchCommand,
+     "run an OpenAI Batch file (-i requests.jsonl -o results.jsonl) through the engine"},
 };
 
 void PrintUsage(FILE* out) {

@@ -10,5 +10,7 @@ namespace strata::cli {
 int GenerateCommand(const std::vector<std::string>& args);
 int LogitsCommand(const std::vector<std::string>& args);
 int BenchCommand(const std::vector<std::string>& args);
+// vLLM's run_batch: an OpenAI Batch file through the serving engine, no network.
+int RunBatchCommand(const std::vector<std::string>& args);
 
 }  // namespace strata::cli

@@ -1,0 +1,244 @@
+// RunBatch (batch_runner.h): a window of requests in flight over the handler, woken by their
+// pending responses, with output lines put back in input order.
+#include "server/batch/batch_runner.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "core/status.h"
+
+namespace strata::batch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kTooManyRequests = 429;
+
+// Line indices whose pending response called wake (any thread, also after the run ended: the
+// queue is shared with the callbacks).
+class WakeQueue {
+ public:
+  void Wake(int64_t index) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      woken_.push_back(index);
+    }
+    cv_.notify_one();
+  }
+
+  // The indices woken so far, waiting until there is one or `deadline` passes.
+  std::vector<int64_t> Take(Clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, deadline, [this] { return !woken_.empty(); });
+    return std::exchange(woken_, {});
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int64_t> woken_;
+};
+
+struct InFlight {
+  std::string custom_id;
+  std::unique_ptr<http::PendingResponse> pending;
+};
+
+class Runner {
+ public:
+  Runner(http::HttpHandler& handler, std::istream& in, std::ostream& out,
+         const BatchOptions& options)
+      : handler_(handler), in_(in), out_(out), options_(options) {
+    CHECK_GE(options.max_in_flight, 1);
+  }
+
+  ~Runner() {
+    for (auto& [index, request] : in_flight_) request.pending->Cancel();
+  }
+
+  absl::StatusOr<BatchProgress> Run() {
+    const Clock::time_point start = Clock::now();
+    const auto interval = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(options_.progress_interval_s));
+    Clock::time_point next_report = start + interval;
+    while (true) {
+      RETURN_IF_ERROR(Fill());
+      RETURN_IF_ERROR(Flush());
+      if (in_flight_.empty() && retry_.empty() && progress_.input_done) break;
+      if (in_flight_.empty()) {  // refused with nothing in flight: the handler's queue is empty
+        wait_for_room_ = false;
+        continue;
+      }
+      for (int64_t index : wakes_->Take(next_report)) Poll(index);
+      progress_.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+      if (Clock::now() >= next_report) {
+        if (options_.on_progress) options_.on_progress(progress_);
+        next_report = Clock::now() + interval;
+      }
+    }
+    progress_.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (options_.on_progress) options_.on_progress(progress_);
+    return progress_;
+  }
+
+ private:
+  // Submits retries, then new lines, while the window has room and the handler is not full.
+  absl::Status Fill() {
+    while (static_cast<int64_t>(in_flight_.size()) < options_.max_in_flight && !wait_for_room_) {
+      if (!retry_.empty()) {
+        auto [index, line] = std::move(retry_.front());
+        retry_.pop_front();
+        Submit(index, std::move(line));
+        continue;
+      }
+      if (progress_.input_done) break;
+      std::string text;
+      ASSIGN_OR_RETURN(bool more, ReadLine(&text));
+      if (!more) {
+        progress_.input_done = true;
+        break;
+      }
+      const int64_t index = next_index_++;
+      ++progress_.lines;
+      std::optional<std::string> custom_id;
+      absl::StatusOr<BatchRequestLine> line = ParseBatchLine(text, line_number_, &custom_id);
+      if (line.ok()) {
+        const auto [seen, fresh] = custom_ids_.emplace(line->custom_id, line_number_);
+        if (!fresh) {
+          line = absl::InvalidArgumentError(absl::StrCat("line ", line_number_, ": custom_id '",
+                                                         line->custom_id, "' repeats line ",
+                                                         seen->second, "'s"));
+        }
+      }
+      if (!line.ok()) {
+        ++progress_.invalid;
+        Finish(index, BatchErrorLine(OutputId(index), custom_id, "invalid_request",
+                                     std::string(line.status().message())));
+        continue;
+      }
+      Submit(index, *std::move(line));
+    }
+    return absl::OkStatus();
+  }
+
+  // The next non-blank line (line_number_ counts every line); false at the end of the input.
+  absl::StatusOr<bool> ReadLine(std::string* text) {
+    while (std::getline(in_, *text)) {
+      ++line_number_;
+      if (!absl::StripAsciiWhitespace(*text).empty()) return true;
+    }
+    if (in_.bad()) {
+      return absl::DataLossError(
+          absl::StrCat("reading the input failed after line ", line_number_));
+    }
+    return false;
+  }
+
+  void Submit(int64_t index, BatchRequestLine line) {
+    http::HttpRequest request;
+    request.method = "POST";
+    request.target = line.url;
+    request.path = line.url;
+    request.headers.push_back({"content-type", "application/json"});
+    request.body = line.body;
+    http::HandlerResult result = handler_.Handle(std::move(request));
+    if (result.pending == nullptr) {
+      if (result.response.status == kTooManyRequests && !in_flight_.empty()) {
+        retry_.emplace_front(index, std::move(line));  // first in line when room frees
+        wait_for_room_ = true;
+        return;
+      }
+      FinishResponse(index, line.custom_id, result.response);
+      return;
+    }
+    if (result.pending->streaming()) {  // ParseBatchLine refuses "stream": the handler's bug
+      result.pending->Cancel();
+      ++progress_.invalid;
+      Finish(index, BatchErrorLine(OutputId(index), line.custom_id, "server_error",
+                                   "the server answered with a stream"));
+      return;
+    }
+    http::PendingResponse* pending = result.pending.get();
+    in_flight_.emplace(index, InFlight{std::move(line.custom_id), std::move(result.pending)});
+    pending->Start([wakes = wakes_, index] { wakes->Wake(index); });
+    Poll(index);  // the contract: Poll after Start
+  }
+
+  void Poll(int64_t index) {
+    const auto it = in_flight_.find(index);
+    if (it == in_flight_.end()) return;  // woken again after it finished
+    http::HttpResponse response;
+    if (!it->second.pending->Poll(&response)) return;
+    FinishResponse(index, it->second.custom_id, response);
+    in_flight_.erase(it);
+    wait_for_room_ = false;
+  }
+
+  void FinishResponse(int64_t index, const std::string& custom_id,
+                      const http::HttpResponse& response) {
+    ++(response.status / 100 == 2 ? progress_.succeeded : progress_.failed);
+    Finish(index, BatchResponseLine(OutputId(index), custom_id, response.status, response.body,
+                                    &progress_.usage));
+  }
+
+  void Finish(int64_t index, std::string line) { finished_.emplace(index, std::move(line)); }
+
+  // Writes the finished lines that every earlier line precedes.
+  absl::Status Flush() {
+    for (auto it = finished_.begin(); it != finished_.end() && it->first == next_to_write_;
+         it = finished_.erase(it)) {
+      out_ << it->second << '\n';
+      if (!out_) {
+        return absl::InternalError(
+            absl::StrCat("writing output line ", next_to_write_ + 1, " failed"));
+      }
+      ++next_to_write_;
+      ++progress_.finished;
+    }
+    if (progress_.finished == progress_.lines) out_.flush();
+    return absl::OkStatus();
+  }
+
+  std::string OutputId(int64_t index) const {
+    return absl::StrCat("batch_req_", options_.id_prefix, index);
+  }
+
+  http::HttpHandler& handler_;
+  std::istream& in_;
+  std::ostream& out_;
+  const BatchOptions options_;
+  BatchProgress progress_;
+  int64_t line_number_ = 0;  // lines read, blank ones included (for messages)
+  int64_t next_index_ = 0;   // index of the next request (non-blank line)
+  int64_t next_to_write_ = 0;
+  // A request was refused as over the handler's queue: nothing more is submitted until one in
+  // flight finishes.
+  bool wait_for_room_ = false;
+  std::deque<std::pair<int64_t, BatchRequestLine>> retry_;
+  std::unordered_map<int64_t, InFlight> in_flight_;
+  std::map<int64_t, std::string> finished_;              // output lines waiting for earlier ones
+  std::unordered_map<std::string, int64_t> custom_ids_;  // → the line that used it first
+  std::shared_ptr<WakeQueue> wakes_ = std::make_shared<WakeQueue>();
+};
+
+}  // namespace
+
+absl::StatusOr<BatchProgress> RunBatch(http::HttpHandler& handler, std::istream& in,
+                                       std::ostream& out, const BatchOptions& options) {
+  Runner runner(handler, in, out, options);
+  return runner.Run();
+}
+
+}  // namespace strata::batch

@@ -1,0 +1,53 @@
+// Offline batch inference: an OpenAI Batch input file (batch_line.h) run through an HTTP
+// handler (the OpenAI front end, without sockets) as concurrent requests, so the engine's
+// continuous batching sees many at once; one output line per input line, in input order.
+//
+//   input lines ─► ParseBatchLine ─► HttpHandler::Handle ─► PendingResponse::Poll (on wake)
+//                                                                  │
+//   output lines ◄── in input order ◄── finished out of order ◄────┘
+//
+// At most `max_in_flight` requests are submitted and unfinished at a time; lines are read as
+// room frees, so an input of any length runs in bounded memory (apart from finished lines
+// waiting for an earlier, longer one). A request the handler refuses as over its queue (429)
+// is sent again when another finishes. Blank lines are skipped; every other line gets exactly
+// one output line.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <istream>
+#include <ostream>
+
+#include "absl/status/statusor.h"
+#include "server/batch/batch_line.h"
+#include "server/http/http_types.h"
+
+namespace strata::batch {
+
+struct BatchProgress {
+  int64_t lines = 0;      // requests read (non-blank lines)
+  int64_t finished = 0;   // output lines written
+  int64_t succeeded = 0;  // responses with a 2xx status
+  int64_t failed = 0;     // responses with another status
+  int64_t invalid = 0;    // lines not sent (error lines)
+  BatchUsage usage;       // summed over the responses
+  double elapsed_s = 0;
+  bool input_done = false;
+};
+
+struct BatchOptions {
+  int64_t max_in_flight = 256;  // >= 1
+  // Called on the runner's thread about every `progress_interval_s` and once at the end.
+  std::function<void(const BatchProgress&)> on_progress;
+  double progress_interval_s = 10.0;
+  // The output lines' "id" is "batch_req_" + id_prefix + the line's index.
+  std::string id_prefix;
+};
+
+// Runs every line of `in` through `handler`, writing the output lines to `out`. Errors only
+// for the files: `in` unreadable midway or `out` failing a write (DataLoss / Internal, naming
+// the line); a bad line or a failed request is an output line, never an error.
+absl::StatusOr<BatchProgress> RunBatch(http::HttpHandler& handler, std::istream& in,
+                                       std::ostream& out, const BatchOptions& options);
+
+}  // namespace strata::batch

@@ -1,0 +1,290 @@
+// RunBatch over a fake handler whose responses finish on another thread, newest first (so
+// lines finish out of order), with a queue limit that answers 429 like the real service.
+#include "server/batch/batch_runner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::batch {
+namespace {
+
+using Json = nlohmann::json;
+using ::testing::HasSubstr;
+
+// One request's response, finished by the completer thread.
+struct Exchange {
+  std::mutex mu;
+  std::function<void()> wake;
+  bool done = false;
+  bool cancelled = false;
+  http::HttpResponse response;
+};
+
+class FakePending : public http::PendingResponse {
+ public:
+  explicit FakePending(std::shared_ptr<Exchange> e) : e_(std::move(e)) {}
+  bool streaming() const override { return false; }
+  void Start(std::function<void()> wake) override {
+    std::lock_guard<std::mutex> lock(e_->mu);
+    e_->wake = std::move(wake);
+  }
+  bool Poll(http::HttpResponse* out) override {
+    std::lock_guard<std::mutex> lock(e_->mu);
+    if (!e_->done) return false;
+    *out = e_->response;
+    return true;
+  }
+  void Cancel() override {
+    std::lock_guard<std::mutex> lock(e_->mu);
+    e_->cancelled = true;
+  }
+
+ private:
+  std::shared_ptr<Exchange> e_;
+};
+
+// Answers {"echo": X} with {"id": "cmpl-X", "echo": X, "usage": {...}} after the completer
+// finishes it; {"fail": true} with a 400 error object at once; more than `queue_limit` live
+// exchanges with a 429.
+class FakeHandler : public http::HttpHandler {
+ public:
+  explicit FakeHandler(int queue_limit = 1 << 20) : queue_limit_(queue_limit) {
+    completer_ = std::thread([this] { CompleteLoop(); });
+  }
+  ~FakeHandler() override {
+    stop_ = true;
+    completer_.join();
+  }
+
+  http::HandlerResult Handle(http::HttpRequest request) override {
+    const Json body = Json::parse(request.body);
+    http::HandlerResult result;
+    seen_paths_.push_back(request.path);
+    if (body.contains("fail")) {
+      result.response.status = 400;
+      result.response.body = R"({"error": {"message": "bad", "code": "invalid_value"}})";
+      return result;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(live_.size()) >= queue_limit_) {
+      ++refusals_;
+      result.response.status = 429;
+      result.response.body = R"({"error": {"message": "queue full"}})";
+      return result;
+    }
+    auto e = std::make_shared<Exchange>();
+    const std::string echo = body.value("echo", "");
+    e->response.body = Json{{"id", absl::StrCat("cmpl-", echo)},
+                            {"echo", echo},
+                            {"usage", {{"prompt_tokens", 3}, {"completion_tokens", 5}}}}
+                           .dump();
+    live_.push_back(e);
+    max_live_ = std::max<int>(max_live_, static_cast<int>(live_.size()));
+    result.pending = std::make_unique<FakePending>(e);
+    return result;
+  }
+
+  http::HttpResponse ProtocolError(int, std::string_view, std::string_view) override { return {}; }
+
+  int max_live() const { return max_live_; }
+  int refusals() const { return refusals_; }
+  std::vector<std::string> seen_paths_;
+
+ private:
+  // Every millisecond: finishes the newest live exchange (out of input order) and wakes it.
+  void CompleteLoop() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::shared_ptr<Exchange> e;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (live_.empty()) continue;
+        e = live_.back();
+        live_.pop_back();
+      }
+      std::function<void()> wake;
+      {
+        std::lock_guard<std::mutex> lock(e->mu);
+        e->done = true;
+        wake = e->wake;
+      }
+      if (wake) wake();
+    }
+  }
+
+  const int queue_limit_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Exchange>> live_;
+  int max_live_ = 0;
+  int refusals_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread completer_;
+};
+
+std::string Line(const std::string& custom_id, const Json& body,
+                 const std::string& url = "/v1/chat/completions") {
+  return Json{{"custom_id", custom_id}, {"method", "POST"}, {"url", url}, {"body", body}}.dump();
+}
+
+std::vector<Json> OutputLines(const std::string& text) {
+  std::vector<Json> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(Json::parse(line));
+  return lines;
+}
+
+TEST(RunBatch, OutputFollowsInputOrderThoughResponsesFinishOutOfOrder) {
+  FakeHandler handler;
+  std::string input;
+  // Echoes of different lengths: the bodies differ in size, not only in value.
+  auto echo_of = [](int i) { return i % 7 == 0 ? absl::StrCat("x", i) : absl::StrCat(i); };
+  for (int i = 0; i < 40; ++i)
+    absl::StrAppend(&input, Line(absl::StrCat("r", i), {{"echo", echo_of(i)}}), "\n");
+  std::istringstream in(input);
+  std::ostringstream out;
+  BatchOptions options;
+  options.max_in_flight = 8;
+  options.id_prefix = "t_";
+  const absl::StatusOr<BatchProgress> done = RunBatch(handler, in, out, options);
+  ASSERT_TRUE(done.ok()) << done.status();
+  const std::vector<Json> lines = OutputLines(out.str());
+  ASSERT_EQ(lines.size(), 40u);
+  for (int i = 0; i < 40; ++i) {
+    const std::string echo = echo_of(i);
+    SCOPED_TRACE(i);
+    EXPECT_EQ(lines[i]["id"], absl::StrCat("batch_req_t_", i));
+    EXPECT_EQ(lines[i]["custom_id"], absl::StrCat("r", i));
+    EXPECT_EQ(lines[i]["response"]["status_code"], 200);
+    EXPECT_EQ(lines[i]["response"]["request_id"], absl::StrCat("cmpl-", echo));
+    EXPECT_EQ(lines[i]["response"]["body"]["echo"], echo);  // the body as JSON, not text
+    EXPECT_TRUE(lines[i]["error"].is_null());
+  }
+  EXPECT_EQ(done->lines, 40);
+  EXPECT_EQ(done->finished, 40);
+  EXPECT_EQ(done->succeeded, 40);
+  EXPECT_EQ(done->usage.prompt_tokens, 40 * 3);
+  EXPECT_EQ(done->usage.completion_tokens, 40 * 5);
+  EXPECT_TRUE(done->input_done);
+  EXPECT_LE(handler.max_live(), 8);
+  EXPECT_GE(handler.max_live(), 2);  // concurrent, not one at a time
+}
+
+TEST(RunBatch, BadLinesGetErrorLinesNamingTheLineAndTheOthersRun) {
+  FakeHandler handler;
+  const std::string input =
+      Line("a", {{"echo", "1"}}) + "\n" +  // line 1
+      "{not json\n" +                      // line 2
+      "\n" +                               // line 3: blank, skipped
+      R"({"method": "POST", "url": "/v1/completions", "body": {}})" + "\n" +                   // 4
+      R"({"custom_id": "g", "method": "GET", "url": "/v1/completions", "body": {}})" + "\n" +  // 5
+      Line("u", {{"echo", "2"}}, "/v1/embeddings") + "\n" +                                    // 6
+      Line("s", {{"echo", "3"}, {"stream", true}}) + "\n" +                                    // 7
+      Line("a", {{"echo", "4"}}) + "\n" +   // 8: repeat
+      Line("f", {{"fail", true}}) + "\n" +  // 9
+      R"({"custom_id": "nb", "method": "POST", "url": "/v1/completions", "body": "text"})" +
+      "\n" +                                        // 10
+      Line("z", {{"echo", "5"}}, "/v1/responses");  // 11, no \n
+  std::istringstream in(input);
+  std::ostringstream out;
+  const absl::StatusOr<BatchProgress> done = RunBatch(handler, in, out, BatchOptions{});
+  ASSERT_TRUE(done.ok()) << done.status();
+  const std::vector<Json> lines = OutputLines(out.str());
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_EQ(lines[0]["response"]["body"]["echo"], "1");
+  struct Expected {
+    Json custom_id;
+    std::string message;
+  };
+  const Expected errors[] = {{nullptr, "line 2: not valid JSON"},
+                             {nullptr, "line 4: custom_id must be a non-empty string"},
+                             {"g", "line 5: method must be \"POST\""},
+                             {"u", "line 6: url must be /v1/chat/completions"},
+                             {"s", "line 7: body.stream"},
+                             {"a", "line 8: custom_id 'a' repeats line 1's"}};
+  for (int i = 0; i < 6; ++i) {
+    SCOPED_TRACE(i);
+    const Json& line = lines[1 + i];
+    EXPECT_EQ(line["custom_id"], errors[i].custom_id);
+    EXPECT_TRUE(line["response"].is_null());
+    EXPECT_EQ(line["error"]["code"], "invalid_request");
+    EXPECT_THAT(line["error"]["message"].get<std::string>(), HasSubstr(errors[i].message));
+  }
+  // An API error is a response with its status and the error object as the body.
+  EXPECT_EQ(lines[7]["custom_id"], "f");
+  EXPECT_EQ(lines[7]["response"]["status_code"], 400);
+  EXPECT_EQ(lines[7]["response"]["body"]["error"]["code"], "invalid_value");
+  EXPECT_TRUE(lines[7]["response"]["request_id"].is_null());
+  EXPECT_TRUE(lines[7]["error"].is_null());
+  EXPECT_THAT(lines[8]["error"]["message"].get<std::string>(),
+              HasSubstr("line 10: body must be a JSON object"));
+  EXPECT_EQ(lines[9]["custom_id"], "z");
+  EXPECT_EQ(lines[9]["response"]["body"]["echo"], "5");
+  EXPECT_EQ(done->lines, 10);
+  EXPECT_EQ(done->succeeded, 2);
+  EXPECT_EQ(done->failed, 1);
+  EXPECT_EQ(done->invalid, 7);
+  EXPECT_EQ(
+      handler.seen_paths_,
+      (std::vector<std::string>{"/v1/chat/completions", "/v1/chat/completions", "/v1/responses"}));
+}
+
+TEST(RunBatch, RequestsRefusedAsOverTheQueueAreSentAgainNotFailed) {
+  FakeHandler handler(/*queue_limit=*/3);
+  std::string input;
+  for (int i = 0; i < 30; ++i) {
+    absl::StrAppend(&input, Line(absl::StrCat("r", i), {{"echo", absl::StrCat(i)}}), "\n");
+  }
+  std::istringstream in(input);
+  std::ostringstream out;
+  BatchOptions options;
+  options.max_in_flight = 10;  // more than the handler takes
+  const absl::StatusOr<BatchProgress> done = RunBatch(handler, in, out, options);
+  ASSERT_TRUE(done.ok()) << done.status();
+  const std::vector<Json> lines = OutputLines(out.str());
+  ASSERT_EQ(lines.size(), 30u);
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_EQ(lines[i]["response"]["status_code"], 200) << i;
+    EXPECT_EQ(lines[i]["response"]["body"]["echo"], absl::StrCat(i)) << i;
+  }
+  EXPECT_EQ(done->succeeded, 30);
+  EXPECT_GT(handler.refusals(), 0);  // the retry path ran
+  EXPECT_LE(handler.max_live(), 3);
+}
+
+TEST(RunBatch, ProgressIsReportedAndAFailedWriteIsAnError) {
+  FakeHandler handler;
+  const std::string input = Line("a", {{"echo", "1"}}) + "\n" + Line("b", {{"echo", "2"}}) + "\n";
+  std::istringstream in(input);
+  std::ostringstream out;
+  std::vector<BatchProgress> reports;
+  BatchOptions options;
+  options.progress_interval_s = 0.0005;
+  options.on_progress = [&reports](const BatchProgress& p) { reports.push_back(p); };
+  ASSERT_TRUE(RunBatch(handler, in, out, options).ok());
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().finished, 2);
+  EXPECT_TRUE(reports.back().input_done);
+
+  std::istringstream in2(input);
+  std::ostringstream broken;
+  broken.setstate(std::ios::badbit);
+  const absl::StatusOr<BatchProgress> failed = RunBatch(handler, in2, broken, BatchOptions{});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(), HasSubstr("writing output line 1 failed"));
+}
+
+}  // namespace
+}  // namespace strata::batch

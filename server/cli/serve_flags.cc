@@ -1,0 +1,279 @@
+// `strata serve`'s flags (serve_flags.h).
+#include "server/cli/serve_flags.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "scheduler/request.h"
+#include "server/cli/parallel_flags.h"
+
+namespace strata::cli {
+namespace {
+
+const std::vector<FlagSpec> kBaseServeFlags = {
+    {"model", true, "checkpoint directory (default: the embedded demo model, random weights)"},
+    {"host", true, "address to listen on (default 0.0.0.0)"},
+    {"port", true, "port to listen on (default 8000; 0 = any free port)"},
+    {"grpc-port", true, "gRPC (strata.v1) port (default 50051, any free port when --port is 0)"},
+    {"served-model-name", true, "model name(s) clients use, comma separated (default: --model)"},
+    {"api-key", true, "require 'Authorization: Bearer KEY' on /v1/* (or $STRATA_API_KEY)"},
+    {"max-model-len", true, "prompt + output tokens per request (default: config, cache-bound)"},
+    {"max-num-seqs", true, "sequences running at once (default 64)"},
+    {"max-num-batched-tokens", true, "tokens per engine step (default 2048)"},
+    {"device", true, "cpu | cuda (GPU i for replica i; default cpu)"},
+    {"mmap-weights", false,
+     "cpu: serve the weights from the memory-mapped checkpoint (shared with other processes, no "
+     "copy at load) instead of a copy on transparent huge pages (faster decode)"},
+    {"kv-cache-memory", true,
+     "bytes for all caches of each rank, e.g. 512MiB, 4GiB (default: cpu 1GiB, cuda 90% of the "
+     "GPU memory the weights leave free)"},
+    {"kv-cache-dtype", true, kKvCacheDTypeHelp},
+    {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
+    {"block-size", true, "tokens per latent cache page (default 64)"},
+    {"no-prefix-caching", false, "disable prefix caching"},
+    {"scheduling-policy", true, "fcfs | priority (default fcfs)"},
+    {"max-queued-requests", true, "requests in flight before 429 (default 1024)"},
+    {"max-body-bytes", true, "largest request body (default 16MiB)"},
+    {"http-threads", true, "HTTP I/O threads (default 2)"},
+    {"request-timeout", true, "seconds for a whole request to arrive (default 30)"},
+    {"idle-timeout", true, "seconds an idle keep-alive connection stays open (default 75)"},
+    {"ping-interval", true, "seconds of stream silence before an SSE ping (default 10)"},
+    {"drain-timeout", true, "seconds to finish requests after SIGTERM (default 30)"},
+    {"allowed-origins", true,
+     "CORS origins browsers may call from, a JSON list or comma separated (default [\"*\"])"},
+    {"allowed-methods", true, "CORS methods (default [\"*\"])"},
+    {"allowed-headers", true, "CORS request headers (default [\"*\"])"},
+    {"allow-credentials", false, "CORS: allow credentials (cookies, Authorization)"},
+    {"generation-config", true,
+     "request sampling defaults: auto (the model's generation_config.json), vllm (none), or a "
+     "directory with a generation_config.json (default auto)"},
+    {"override-generation-config", true,
+     "JSON object of request sampling defaults set over the generation config, e.g. "
+     "'{\"temperature\": 0.6}' (vLLM's)"},
+    {"chat-template", true,
+     "Jinja chat template file (or the template itself) replacing the tokenizer's"},
+    {"max-logprobs", true,
+     "most log-probabilities a request may ask for (logprobs, top_logprobs, prompt_logprobs; "
+     "default 20)"},
+    {"speculative-config", true, kSpeculativeConfigHelp},
+    {"long-prefill-token-threshold", true,
+     "prefill tokens of one sequence per step at most, so long prompts share steps (default 0: "
+     "off)"},
+    {"target-itl-ms", true,
+     "while sequences are generating, prompt chunks are cut so that a step (the gap between "
+     "their tokens) takes about this long at the measured prefill rate, with at least 64 prompt "
+     "tokens a step; 0: off, a chunk may take all of --max-num-batched-tokens (default 1000)"},
+    {"reply-token-memory", true,
+     "chat: keep the generated token ids of recent replies (up to this many tokens, by their "
+     "text), so a conversation sent back with a reply in it gets the model's own tokens for it "
+     "instead of a new encoding, and the prefix cache (a KDA state checkpoint) still matches "
+     "past the reply; 0: off (default 1048576; off without prefix caching)"},
+    {"responses-store-memory", true,
+     "/v1/responses: bytes of responses kept for `store` (OpenAI's default: on), so "
+     "previous_response_id continues a conversation and GET /v1/responses/{id} returns one; "
+     "least recently used out, nothing kept across restarts; 0: off (default 128MiB)"},
+    {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
+    {"log-format", true, "text | json (one JSON object per line; default text)"},
+};
+
+// vLLM's `serve` flags a ported command line (a model card's) carries, with their meaning here,
+// or refused naming why (ReadVllmFlags).
+const std::vector<FlagSpec> kVllmServeFlags = {
+    {"gpu-memory-utilization", true,
+     "cuda: fraction of the device memory this server may use, weights included (vLLM's; "
+     "default: the caches take 90% of what the weights leave free)"},
+    {"enforce-eager", false, "cuda: decode steps without CUDA graphs"},
+    {"enable-prefix-caching", false, "prefix caching on (the default)"},
+    {"no-enable-prefix-caching", false, "prefix caching off (as --no-prefix-caching)"},
+    {"trust-remote-code", false, "accepted: Strata runs no code from the checkpoint"},
+    {"enable-auto-tool-choice", false, "accepted: tool_choice auto is always served"},
+    {"tool-call-parser", true, "kimi_k2 (Kimi's tool-call tokens; the only format)"},
+    {"dtype", true, "auto | bfloat16 (the checkpoint's weights; bf16 on a GPU)"},
+    {"tensor-parallel-size", true,
+     "1: Strata spreads experts over ranks instead of splitting tensors (--world-size)"},
+};
+
+absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
+  scheduler::SchedulerConfig& s = o->scheduler;
+  ASSIGN_OR_RETURN(int64_t seqs, flags.GetInt("max-num-seqs", 64, 1, 1 << 16));
+  s.max_num_seqs = static_cast<int32_t>(seqs);
+  ASSIGN_OR_RETURN(s.max_num_batched_tokens,
+                   flags.GetInt("max-num-batched-tokens", 2048, 1, int64_t{1} << 30));
+  ASSIGN_OR_RETURN(int64_t block, flags.GetInt("block-size", 64, 1, 1 << 16));
+  s.block_size = static_cast<int>(block);
+  s.enable_prefix_caching =
+      !flags.Has("no-prefix-caching") && !flags.Has("no-enable-prefix-caching");
+  const std::string policy = flags.GetOr("scheduling-policy", "fcfs");
+  if (policy != "fcfs" && policy != "priority") {
+    return absl::InvalidArgumentError("--scheduling-policy must be fcfs or priority");
+  }
+  s.policy = policy == "fcfs" ? scheduler::Policy::kFcfs : scheduler::Policy::kPriority;
+  ASSIGN_OR_RETURN(s.long_prefill_token_threshold,
+                   flags.GetInt("long-prefill-token-threshold", 0, 0, int64_t{1} << 30));
+  ASSIGN_OR_RETURN(int64_t itl_ms, flags.GetInt("target-itl-ms", 1000, 0, 3'600'000));
+  o->engine.target_itl_ms = static_cast<double>(itl_ms);
+  if (auto spec = flags.Get("speculative-config")) {
+    RETURN_IF_ERROR(ParseSpeculativeConfig(*spec, &s));
+  }
+  ASSIGN_OR_RETURN(o->max_model_len, flags.GetInt("max-model-len", 0, 0, int64_t{1} << 31));
+  ASSIGN_OR_RETURN(o->engine.max_queued_requests,
+                   flags.GetInt("max-queued-requests", 1024, 1, int64_t{1} << 30));
+  if (auto bytes = flags.Get("kv-cache-memory")) {
+    ASSIGN_OR_RETURN(o->kv_cache_memory_bytes, ParseBytes(*bytes, "kv-cache-memory"));
+    o->kv_cache_memory_given = true;
+  }
+  ASSIGN_OR_RETURN(o->latent_dtype,
+                   ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), o->device));
+  return absl::OkStatus();
+}
+
+absl::Status ReadVllmFlags(const Flags& flags, ServeOptions* o) {
+  if (flags.Has("enable-prefix-caching") &&
+      (flags.Has("no-prefix-caching") || flags.Has("no-enable-prefix-caching"))) {
+    return absl::InvalidArgumentError(
+        "--enable-prefix-caching contradicts --no-prefix-caching / --no-enable-prefix-caching");
+  }
+  ASSIGN_OR_RETURN(std::optional<double> utilization,
+                   flags.GetDouble("gpu-memory-utilization", 0.01, 1.0));
+  if (utilization && o->device != "cuda") {
+    return absl::InvalidArgumentError(
+        "--gpu-memory-utilization sizes GPU memory (--device cuda); on the CPU give the caches "
+        "bytes with --kv-cache-memory");
+  }
+  if (utilization && o->kv_cache_memory_given) {
+    return absl::InvalidArgumentError(
+        "--gpu-memory-utilization and --kv-cache-memory both size the caches: give one");
+  }
+  o->gpu_memory_utilization = utilization;
+  o->cuda_graphs = !flags.Has("enforce-eager");
+  const std::string parser = flags.GetOr("tool-call-parser", "kimi_k2");
+  if (parser != "kimi_k2") {
+    return absl::InvalidArgumentError(
+        "--tool-call-parser: Strata parses Kimi's tool-call tokens "
+        "(kimi_k2), the format of the models it serves; got '" +
+        parser + "'");
+  }
+  const std::string dtype = flags.GetOr("dtype", "auto");
+  if (dtype != "auto" && dtype != "bfloat16" && dtype != "bf16") {
+    return absl::InvalidArgumentError(
+        "--dtype must be auto or bfloat16 (Strata computes with the checkpoint's bf16 weights: "
+        "f32 math on the CPU, bf16 tensor cores on a GPU), got '" +
+        dtype + "'");
+  }
+  ASSIGN_OR_RETURN(int64_t tp, flags.GetInt("tensor-parallel-size", 1, 1, 1 << 16));
+  if (tp != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tensor-parallel-size ", tp,
+                     ": Strata does not split tensors across GPUs; it spreads "
+                     "the experts over data-parallel ranks (--world-size ",
+                     tp, " --local-ranks ", tp, " on one node; server/MULTIRANK.md)"));
+  }
+  if (flags.Has("trust-remote-code")) {
+    LOG_INFO("serve", "--trust-remote-code: not needed, Strata runs no code from the checkpoint");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
+  http::HttpServerOptions& h = o->http;
+  h.host = flags.GetOr("host", "0.0.0.0");
+  ASSIGN_OR_RETURN(int64_t port, flags.GetInt("port", 8000, 0, 65535));
+  h.port = static_cast<int>(port);
+  ASSIGN_OR_RETURN(int64_t threads, flags.GetInt("http-threads", 2, 1, 256));
+  h.num_threads = static_cast<int>(threads);
+  if (auto bytes = flags.Get("max-body-bytes")) {
+    ASSIGN_OR_RETURN(h.max_body_bytes, ParseBytes(*bytes, "max-body-bytes"));
+  }
+  if (auto bytes = flags.Get("responses-store-memory")) {
+    ASSIGN_OR_RETURN(o->responses_store_bytes,
+                     ParseBytes(*bytes, "responses-store-memory", /*allow_zero=*/true));
+  }
+  auto seconds = [&](const char* name, double fallback) -> absl::StatusOr<absl::Duration> {
+    ASSIGN_OR_RETURN(std::optional<double> v, flags.GetDouble(name, 0.001, 86400.0));
+    return absl::Seconds(v.value_or(fallback));
+  };
+  ASSIGN_OR_RETURN(h.request_timeout, seconds("request-timeout", 30));
+  ASSIGN_OR_RETURN(h.idle_timeout, seconds("idle-timeout", 75));
+  ASSIGN_OR_RETURN(h.ping_interval, seconds("ping-interval", 10));
+  ASSIGN_OR_RETURN(std::optional<double> drain, flags.GetDouble("drain-timeout", 0, 86400.0));
+  o->drain_timeout_s = drain.value_or(30.0);
+  // CORS, with vLLM's flag names and defaults (any origin, method and header).
+  http::CorsOptions& cors = h.cors;
+  if (auto v = flags.Get("allowed-origins")) {
+    ASSIGN_OR_RETURN(cors.allowed_origins, ParseStringList(*v, "--allowed-origins"));
+  }
+  if (auto v = flags.Get("allowed-methods")) {
+    ASSIGN_OR_RETURN(cors.allowed_methods, ParseStringList(*v, "--allowed-methods"));
+  }
+  if (auto v = flags.Get("allowed-headers")) {
+    ASSIGN_OR_RETURN(cors.allowed_headers, ParseStringList(*v, "--allowed-headers"));
+  }
+  cors.allow_credentials = flags.Has("allow-credentials");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<FlagSpec>& ServeFlags() {
+  static const std::vector<FlagSpec> flags = [] {
+    std::vector<FlagSpec> all = kBaseServeFlags;
+    all.insert(all.end(), kVllmServeFlags.begin(), kVllmServeFlags.end());
+    const std::vector<FlagSpec>& parallel = ParallelFlagSpecs();
+    all.insert(all.end(), parallel.begin(), parallel.end());
+    return all;
+  }();
+  return flags;
+}
+
+std::string ServeHelp() { return FlagsHelp(ServeFlags()) + ParallelEnvHelp(); }
+
+absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
+  ServeOptions o;
+  o.model_flag = flags.GetOr("model", "");
+  if (auto names = flags.Get("served-model-name")) {
+    for (absl::string_view name : absl::StrSplit(*names, ',', absl::SkipWhitespace())) {
+      o.served_names.emplace_back(name);
+    }
+  }
+  o.device = flags.GetOr("device", "cpu");
+  if (o.device != "cpu" && o.device != "cuda") {
+    return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + o.device + "'");
+  }
+  o.mmap_weights = flags.Has("mmap-weights");
+  RETURN_IF_ERROR(ApplyCpuMatmulPrecision(flags.GetOr("cpu-matmul-precision", "f32")));
+  o.api_key = flags.GetOr("api-key", "");
+  if (o.api_key.empty()) {
+    if (const char* env = std::getenv("STRATA_API_KEY"); env && *env) o.api_key = env;
+  }
+  o.generation_config = flags.GetOr("generation-config", "auto");
+  o.chat_template = flags.GetOr("chat-template", "");
+  o.override_generation_config = flags.GetOr("override-generation-config", "");
+  ASSIGN_OR_RETURN(int64_t max_logprobs,
+                   flags.GetInt("max-logprobs", 20, 0, scheduler::kMaxPromptLogprobs));
+  o.max_logprobs = static_cast<int>(max_logprobs);
+  ASSIGN_OR_RETURN(
+      o.reply_token_memory_tokens,
+      flags.GetInt("reply-token-memory", o.reply_token_memory_tokens, 0, int64_t{1} << 30));
+  RETURN_IF_ERROR(ReadSchedulerFlags(flags, &o));
+  RETURN_IF_ERROR(ReadHttpFlags(flags, &o));
+  RETURN_IF_ERROR(ReadVllmFlags(flags, &o));
+  ASSIGN_OR_RETURN(o.parallel, ParallelOptionsFromFlags(flags));
+  if (auto level_text = flags.Get("log-level")) {
+    log::Level level;
+    if (!log::ParseLevel(*level_text, &level)) {
+      return absl::InvalidArgumentError("--log-level must be trace|debug|info|warn|error|off");
+    }
+    log::SetLevel(level);
+  }
+  const std::string format = flags.GetOr("log-format", "text");
+  if (format != "text" && format != "json") {
+    return absl::InvalidArgumentError("--log-format must be text or json, got '" + format + "'");
+  }
+  log::SetJsonLines(format == "json");
+  return o;
+}
+
+}  // namespace strata::cli

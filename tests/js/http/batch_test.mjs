@@ -1,0 +1,143 @@
+// `strata run-batch` (vLLM's run_batch) on the embedded demo model: an OpenAI Batch file in,
+// one output line per request out in input order, bad lines as error lines; and every greedy
+// answer equal to what `strata serve` gives the same request through the `openai` SDK.
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { promisify } from "node:util";
+
+import { requirePackages, Server, strataBin } from "./common.mjs";
+
+requirePackages("openai");
+const { default: OpenAI } = await import("openai");
+
+const run = promisify(execFile);
+const dir = mkdtempSync(join(tmpdir(), "strata-batch-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+const MODEL = "strata-demo";
+const topics = ["the sea", "a robot", "prime numbers", "bread", "winter", "a lighthouse"];
+const chats = topics.map((t, i) => ({
+  custom_id: `chat-${i}`, method: "POST", url: "/v1/chat/completions",
+  body: { model: MODEL, messages: [{ role: "user", content: `Write about ${t}.` }],
+          max_tokens: 6 + i, temperature: 0 },
+}));
+const completion = {
+  custom_id: "cmpl", method: "POST", url: "/v1/completions",
+  body: { model: MODEL, prompt: "Once upon a time", max_tokens: 7, temperature: 0, logprobs: 2 },
+};
+const sampled = {  // n = 2 with a seed: reproducible draws
+  custom_id: "sampled", method: "POST", url: "/v1/chat/completions",
+  body: { model: MODEL, messages: [{ role: "user", content: "Pick a colour." }], max_tokens: 5,
+          temperature: 1, seed: 7, n: 2 },
+};
+const responses = {
+  custom_id: "resp", method: "POST", url: "/v1/responses",
+  body: { model: MODEL, input: "Say hi.", max_output_tokens: 5, temperature: 0 },
+};
+
+async function runBatch(lines, extra = []) {
+  const input = join(dir, "in.jsonl");
+  const output = join(dir, "out.jsonl");
+  writeFileSync(input, lines.join("\n") + "\n");
+  rmSync(output, { force: true });
+  const { stderr } = await run(strataBin(), [
+    "run-batch", "-i", input, "-o", output, "--kv-cache-memory", "128MiB", "--log-level", "warn",
+    ...extra,
+  ], { maxBuffer: 1 << 24 });
+  assert.ok(!existsSync(`${output}.tmp`), "the temporary output was renamed");
+  const out = readFileSync(output, "utf8");
+  assert.ok(out.endsWith("\n"));
+  return { lines: out.trimEnd().split("\n").map((l) => JSON.parse(l)), stderr };
+}
+
+test("a batch file runs through the engine: one line per request, in input order", async () => {
+  const lines = [
+    ...chats.map((c) => JSON.stringify(c)),
+    JSON.stringify(completion),
+    "{this is not json",
+    JSON.stringify(sampled),
+    JSON.stringify({ ...chats[0], custom_id: "wrong-model", body: { ...chats[0].body, model: "x" } }),
+    JSON.stringify({ ...chats[1], custom_id: "streamed", body: { ...chats[1].body, stream: true } }),
+    "",
+    JSON.stringify(responses),
+  ];
+  const { lines: out, stderr } = await runBatch(lines);
+  assert.equal(out.length, 12);
+  const ids = out.map((l) => l.custom_id);
+  assert.deepEqual(ids, [...chats.map((c) => c.custom_id), "cmpl", null, "sampled", "wrong-model",
+                         "streamed", "resp"]);
+  assert.equal(new Set(out.map((l) => l.id)).size, out.length, "unique output ids");
+  for (const l of out.slice(0, 6)) {
+    assert.equal(l.response.status_code, 200);
+    assert.equal(l.error, null);
+    const body = l.response.body;
+    assert.equal(body.object, "chat.completion");
+    assert.equal(l.response.request_id, body.id);
+    assert.equal(body.choices[0].finish_reason, "length");
+  }
+  chats.forEach((c, i) => assert.equal(out[i].response.body.usage.completion_tokens,
+                                       c.body.max_tokens));
+  const cmpl = out[6].response.body;
+  assert.equal(cmpl.object, "text_completion");
+  assert.equal(cmpl.choices[0].logprobs.top_logprobs.length, 7);
+  assert.match(out[7].error.message, /line 8: not valid JSON/);
+  assert.equal(out[7].response, null);
+  assert.equal(out[8].response.body.choices.length, 2);
+  assert.equal(out[9].response.status_code, 404);
+  assert.equal(out[9].response.body.error.code, "model_not_found");
+  assert.match(out[10].error.message, /line 11: body\.stream/);
+  assert.equal(out[11].response.body.object, "response");
+  assert.equal(out[11].response.body.usage.output_tokens, 5);
+  assert.match(stderr, /12 requests: 9 ok, 1 failed, 2 invalid/);
+});
+
+test("run-batch answers as strata serve does (greedy and seeded)", async () => {
+  const { lines: out } = await runBatch([...chats, completion, sampled].map((l) => JSON.stringify(l)));
+  const server = await Server.start();
+  try {
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0 });
+    for (let i = 0; i < chats.length; ++i) {
+      const r = await client.chat.completions.create(chats[i].body);
+      assert.equal(out[i].response.body.choices[0].message.content, r.choices[0].message.content,
+                   chats[i].custom_id);
+    }
+    const c = await client.completions.create(completion.body);
+    assert.equal(out[6].response.body.choices[0].text, c.choices[0].text);
+    assert.deepEqual(out[6].response.body.choices[0].logprobs.tokens, c.choices[0].logprobs.tokens);
+    const s = await client.chat.completions.create(sampled.body);
+    assert.deepEqual(out[7].response.body.choices.map((x) => x.message.content),
+                     s.choices.map((x) => x.message.content));
+  } finally {
+    const { code } = await server.stop();
+    assert.equal(code, 0, server.stderr);
+  }
+});
+
+test("many requests with a small window all finish, in order", async () => {
+  const lines = [];
+  for (let i = 0; i < 48; ++i) {
+    lines.push(JSON.stringify({
+      custom_id: `r${i}`, method: "POST", url: "/v1/completions",
+      body: { model: MODEL, prompt: `Item ${i}:`, max_tokens: 1 + (i % 5), temperature: 0 },
+    }));
+  }
+  const { lines: out } = await runBatch(lines, ["--max-concurrent-requests", "5",
+                                                "--max-num-seqs", "4"]);
+  assert.deepEqual(out.map((l) => l.custom_id), lines.map((l) => JSON.parse(l).custom_id));
+  out.forEach((l, i) => {
+    assert.equal(l.response.status_code, 200);
+    assert.equal(l.response.body.usage.completion_tokens, 1 + (i % 5));
+  });
+});
+
+test("run-batch refuses a missing input before loading the model", async () => {
+  await assert.rejects(
+    run(strataBin(), ["run-batch", "-i", join(dir, "absent.jsonl"), "-o", join(dir, "o.jsonl")]),
+    (e) => e.code === 1 && /cannot read --input-file .*absent\.jsonl/.test(e.stderr));
+  await assert.rejects(run(strataBin(), ["run-batch", "-i", join(dir, "x")]),
+                       (e) => e.code === 2 && /--output-file \(-o\) are required/.test(e.stderr));
+});
