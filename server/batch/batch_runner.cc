@@ -84,11 +84,13 @@ class Runner {
       for (int64_t index : wakes_->Take(next_report)) Poll(index);
       progress_.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
       if (Clock::now() >= next_report) {
+        progress_.in_flight = static_cast<int64_t>(in_flight_.size());
         if (options_.on_progress) options_.on_progress(progress_);
         next_report = Clock::now() + interval;
       }
     }
     progress_.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+    progress_.in_flight = 0;
     if (options_.on_progress) options_.on_progress(progress_);
     return progress_;
   }

@@ -30,6 +30,7 @@ struct BatchProgress {
   int64_t succeeded = 0;  // responses with a 2xx status
   int64_t failed = 0;     // responses with another status
   int64_t invalid = 0;    // lines not sent (error lines)
+  int64_t in_flight = 0;  // submitted and unfinished (at the time of the report)
   BatchUsage usage;       // summed over the responses
   double elapsed_s = 0;
   bool input_done = false;

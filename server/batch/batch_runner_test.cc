@@ -276,7 +276,10 @@ TEST(RunBatch, ProgressIsReportedAndAFailedWriteIsAnError) {
   ASSERT_TRUE(RunBatch(handler, in, out, options).ok());
   ASSERT_FALSE(reports.empty());
   EXPECT_EQ(reports.back().finished, 2);
+  EXPECT_EQ(reports.back().in_flight, 0);
   EXPECT_TRUE(reports.back().input_done);
+  EXPECT_TRUE(std::any_of(reports.begin(), reports.end() - 1,
+                          [](const BatchProgress& p) { return p.in_flight > 0; }));
 
   std::istringstream in2(input);
   std::ostringstream broken;
