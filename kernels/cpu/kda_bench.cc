@@ -13,13 +13,15 @@
 // CPU-second of the process (÷ threads) over the ceiling per CPU-second (robust to a shared
 // machine's time slicing, which makes the wall-clock ratios of one case noisy).
 //
-// Run: kernels_cpu_kda_bench [--quick] (not run by ctest). --quick: fewer repetitions, 256-token
-// prompt (else 1024).
+// Run: kernels_cpu_kda_bench [--quick | --prefill-chunk C] (not run by ctest). --quick: fewer
+// repetitions, 256-token prompt (else 1024). --prefill-chunk C: only the prefill cases at chunk
+// C, 20 repetitions each (to profile one shape).
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 #include <string>
@@ -211,15 +213,20 @@ void Prefill(const char* name, int heads, int64_t tokens, int chunk, int reps) {
 
 int main(int argc, char** argv) {
   using namespace strata::kernels::cpu;  // NOLINT(build/namespaces)
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
-  const int decode_reps = quick ? 10 : 40, prefill_reps = quick ? 2 : 4;
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool quick = mode == "--quick";
+  // --prefill-chunk C: only the prefill cases at chunk C, 20 repetitions (for a profiler).
+  const int only_chunk = mode == "--prefill-chunk" && argc > 2 ? std::atoi(argv[2]) : 0;
+  const int decode_reps = quick ? 10 : 40, prefill_reps = quick ? 2 : only_chunk > 0 ? 20 : 4;
   const int64_t prompt = quick ? 256 : 1024;
   PrintCeilings("start", Measure());
   for (int batch : {1, 8, 32}) {
+    if (only_chunk > 0) break;
     Decode("k3", 96, batch, decode_reps);
     Decode("kimi-linear", 32, batch, decode_reps);
   }
   for (int chunk : {16, 32, 64}) {
+    if (only_chunk > 0 && chunk != only_chunk) continue;
     Prefill("k3", 96, prompt, chunk, prefill_reps);
     Prefill("kimi-linear", 32, prompt, chunk, prefill_reps);
   }

@@ -37,6 +37,9 @@ using kda::VF;
 // and a key stay far from overflow, and e^-60·|k| stays normal for |k| > 1e-12).
 constexpr double kMaxFactorExponent = 60.0;
 
+// Largest chunk (CheckChunkSize).
+constexpr int64_t kMaxChunk = 64;
+
 template <int W>
 struct VecD {
   typedef double D __attribute__((vector_size(8 * W)));
@@ -194,13 +197,15 @@ KDA_INLINE void DecayOperands(const ChunkBuffers& b, int64_t n) {
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < dp; c += W) {
       // e^{G_r} and e^{G_last−G_r} from their own exponents (each ≤ 0, small where the weight is
-      // large, so one rounding keeps them accurate); e^{ref−G} = 1/e^{G−ref}: both factors
+      // large, so one rounding keeps them accurate); e^{G−ref} and e^{ref−G}: both factors
       // within [e^-60, e^60] on safe channels, zeroed on the others.
+      // e^{ref−G} from its own exponent: an exponential costs less than a division.
       const VD<W> gr = LoadD<W>(b.g64 + r * dp + c);
       const VF<W> e_g = kda::Exp<W>(ToFloat<W>(gr));
       const VF<W> e_end = kda::Exp<W>(ToFloat<W>(LoadD<W>(last + c) - gr));
-      const VF<W> e_fwd = kda::Exp<W>(ToFloat<W>(gr - LoadD<W>(b.ref64 + c)));
-      const VF<W> e_bwd = 1.0f / e_fwd;
+      const VF<W> fwd = ToFloat<W>(gr - LoadD<W>(b.ref64 + c));
+      const VF<W> e_fwd = kda::Exp<W>(fwd);
+      const VF<W> e_bwd = kda::Exp<W>(-fwd);
       const auto safe = Load<W>(b.safe + c) > 0.5f;
       const VF<W> kv = Load<W>(b.k + r * dp + c), qv = Load<W>(b.q + r * dp + c);
       Store<W>(b.kp + r * dp + c, kv * e_g);
@@ -217,34 +222,65 @@ KDA_INLINE void DecayOperands(const ChunkBuffers& b, int64_t n) {
   }
 }
 
-// Unsafe channels (decay span > 2·kMaxFactorExponent) of L and A, pairwise from f64 exponents.
-inline void AddUnsafeChannels(const ChunkBuffers& b, int64_t n, int64_t d) {
+// Unsafe channels (decay span > 2·kMaxFactorExponent) of L and A, pairwise from f64 exponents:
+// for each row r, the W columns s0 .. s0+W−1 at once (lanes past r masked: their exponents
+// are positive and may overflow).
+template <int W>
+KDA_INLINE void AddUnsafeChannels(const ChunkBuffers& b, int64_t n, int64_t d) {
   const int64_t dp = b.dp, chunk = b.chunk;
+  alignas(64) float k_col[kMaxChunk];
+  alignas(64) double g_col[kMaxChunk];
+  VF<W> lane;
+  for (int l = 0; l < W; ++l) lane[l] = static_cast<float>(l);
   for (int64_t c = 0; c < d; ++c) {
     if (b.safe[c] > 0.5f) continue;
+    for (int64_t s = 0; s < chunk; ++s) {  // zero past n: whole vectors, masked lanes finite
+      k_col[s] = s < n ? b.k[s * dp + c] : 0.0f;
+      g_col[s] = s < n ? b.g64[s * dp + c] : 0.0;
+    }
     for (int64_t r = 0; r < n; ++r) {
       const float kr = b.k[r * dp + c], qr = b.q[r * dp + c];
       const double gr = b.g64[r * dp + c];
-      for (int64_t s = 0; s <= r; ++s) {
-        const float ks = b.k[s * dp + c];
-        const float decay = std::exp(static_cast<float>(gr - b.g64[s * dp + c]));
-        if (s < r) b.lmat[r * chunk + s] += kr * ks * decay;
-        b.amat[r * chunk + s] += qr * ks * decay;
+      for (int64_t s0 = 0; s0 <= r; s0 += W) {
+        const VF<W> s = lane + static_cast<float>(s0);
+        const VF<W> decay = kda::Exp<W>(ToFloat<W>(gr - LoadD<W>(g_col + s0)));
+        const VF<W> ks = s <= static_cast<float>(r) ? Load<W>(k_col + s0) * decay : VF<W>{};
+        float* l_row = b.lmat + r * chunk + s0;
+        float* a_row = b.amat + r * chunk + s0;
+        Store<W>(l_row, Load<W>(l_row) + (s < static_cast<float>(r) ? kr * ks : VF<W>{}));
+        Store<W>(a_row, Load<W>(a_row) + qr * ks);
       }
     }
   }
 }
 
+// Columns [c0, c0 + NB·W) of U_r = β_r (v_r − X_r − Σ_{s<r} L_rs U_s): NB independent
+// accumulators, so the sum over s is not one chain of dependent FMAs.
+template <int W, int NB>
+KDA_INLINE void SolveColumns(const ChunkBuffers& b, int64_t r, int64_t c0) {
+  const int64_t dp = b.dp;
+  VF<W> acc[NB];
+#pragma GCC unroll 8
+  for (int j = 0; j < NB; ++j) {
+    acc[j] = Load<W>(b.v + r * dp + c0 + j * W) - Load<W>(b.x + r * dp + c0 + j * W);
+  }
+  for (int64_t s = 0; s < r; ++s) {
+    const float l = b.lmat[r * b.chunk + s];
+#pragma GCC unroll 8
+    for (int j = 0; j < NB; ++j) acc[j] = acc[j] - l * Load<W>(b.x + s * dp + c0 + j * W);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NB; ++j) Store<W>(b.x + r * dp + c0 + j * W, b.beta[r] * acc[j]);
+}
+
 // U_r = β_r (v_r − X_r − Σ_{s<r} L_rs U_s), in place of X (L without β, strictly lower part).
 template <int W>
 KDA_INLINE void SolvePseudoValues(const ChunkBuffers& b, int64_t n) {
-  const int64_t dp = b.dp, chunk = b.chunk;
   for (int64_t r = 0; r < n; ++r) {
-    for (int64_t c = 0; c < dp; c += W) {
-      VF<W> acc = Load<W>(b.v + r * dp + c) - Load<W>(b.x + r * dp + c);
-      for (int64_t s = 0; s < r; ++s) acc = acc - b.lmat[r * chunk + s] * Load<W>(b.x + s * dp + c);
-      Store<W>(b.x + r * dp + c, b.beta[r] * acc);
-    }
+    int64_t c0 = 0;
+    for (; c0 + 8 * W <= b.dp; c0 += 8 * W) SolveColumns<W, 8>(b, r, c0);
+    for (; c0 + 4 * W <= b.dp; c0 += 4 * W) SolveColumns<W, 4>(b, r, c0);
+    for (; c0 < b.dp; c0 += W) SolveColumns<W, 1>(b, r, c0);
   }
 }
 
@@ -255,7 +291,7 @@ KDA_INLINE void ChunkStep(const ChunkBuffers& b, int64_t n, int64_t d) {
   DecayOperands<W>(b, n);
   Gemm<W, MR, NV>(n, ncols, dp, b.kf, dp, 1, b.kn_t, chunk, b.lmat, chunk, Accumulate::kOverwrite);
   Gemm<W, MR, NV>(n, ncols, dp, b.qf, dp, 1, b.kn_t, chunk, b.amat, chunk, Accumulate::kOverwrite);
-  AddUnsafeChannels(b, n, d);
+  AddUnsafeChannels<W>(b, n, d);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t s = r + 1; s < n; ++s) b.amat[r * chunk + s] = 0.0f;
   }
