@@ -115,11 +115,17 @@ def overview():
         row("Requests", 5),
         panel("timeseries", "Finished requests by reason",
               [target(f"sum by (finished_reason) (rate(strata:request_success_total{{{s}}}[{RATE}]))",
-                      "{{finished_reason}}")], 0, 6, 12, 8, unit="reqps"),
+                      "{{finished_reason}}")], 0, 6, 8, 8, unit="reqps"),
         panel("timeseries", "Queue: running and waiting per rank",
               [target(f"sum by (rank) (strata:num_requests_running{{{s}}})", "running rank {{rank}}"),
                target(f"sum by (rank) (strata:num_requests_waiting{{{s}}})", "waiting rank {{rank}}")],
-              12, 6, 12, 8),
+              8, 6, 8, 8),
+        panel("timeseries", "HTTP requests by route and status",
+              [target(f"sum by (handler, status) (rate(http_requests_total[{RATE}]) "
+                      f"and on (instance) strata:num_requests_running{{{s}}})",
+                      "{{handler}} {{status}}")], 16, 6, 8, 8, unit="reqps",
+              description="Every HTTP exchange, also those refused before the engine (400, "
+                          "401, 404, 429) and clients gone before a response (499, as 4xx)."),
         row("Latency", 14),
         panel("timeseries", "Time to first token", quantiles("strata:time_to_first_token_seconds")
               + [mean_of("strata:time_to_first_token_seconds")], 0, 15, 12, 8, unit="s"),
@@ -171,6 +177,16 @@ def overview():
               12, 65, 12, 8,
               description="1 + accepted drafts per sequence step that verified drafts, and how "
                           "often sequences draft (adaptive: rejected drafts pause drafting)."),
+        row("HTTP (per server process)", 73),
+        panel("timeseries", "HTTP request duration p99 by route",
+              [target(f"histogram_quantile(0.99, sum by (handler, le) (rate(http_request_duration_seconds_bucket[{RATE}]) "
+                      f"and on (instance) strata:num_requests_running{{{s}}}))", "{{handler}}")],
+              0, 74, 12, 8, unit="s",
+              description="Request read to response written; for streams, the whole stream."),
+        panel("timeseries", "HTTP response bytes / s by route",
+              [target(f"sum by (handler) (rate(http_response_size_bytes_total[{RATE}]) "
+                      f"and on (instance) strata:num_requests_running{{{s}}})", "{{handler}}")],
+              12, 74, 12, 8, unit="Bps"),
     ])
 
 

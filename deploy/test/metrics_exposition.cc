@@ -5,9 +5,11 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "prometheus/registry.h"
+#include "server/http_metrics.h"
 #include "server/metrics.h"
 
 int main() {
@@ -51,6 +53,19 @@ int main() {
       metrics->OnRequestFinished(request);
     }
   }
+  // The process's HTTP series (vLLM's names) in the same registry.
+  strata::server::HttpMetrics http(
+      [](std::string_view path) { return path == "/x" ? std::string_view("none") : path; },
+      registry);
+  for (int status : {200, 200, 400, 429, 500}) {
+    http.Observe({.method = "POST",
+                  .path = "/v1/chat/completions",
+                  .status = status,
+                  .seconds = 0.5,
+                  .request_bytes = 100,
+                  .response_bytes = 300});
+  }
+  http.Observe({.method = "GET", .path = "/x", .status = 404, .seconds = 0.001});
   std::cout << ranks.front()->Serialize();
   return 0;
 }

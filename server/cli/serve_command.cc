@@ -17,6 +17,7 @@
 #include "server/frontend/openai_service.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
+#include "server/http_metrics.h"
 #include "server/metrics.h"
 #include "server/request_timing_recorder.h"
 #include "server/scheduler_step_stats.h"
@@ -195,6 +196,11 @@ absl::Status RunServe(const std::vector<std::string>& args) {
     service_options.response_store = response_store.get();
   }
   frontend::OpenAiService service(service_options);
+  // HTTP series from the first request on; the engine's join their registry once they exist.
+  server::HttpMetrics http_metrics(frontend::RouteTemplate);
+  options.http.on_exchange = [&http_metrics](const http::ExchangeRecord& exchange) {
+    http_metrics.Observe(exchange);
+  };
   ASSIGN_OR_RETURN(std::unique_ptr<http::HttpServer> server,
                    http::HttpServer::Start(options.http, &service));
   ASSIGN_OR_RETURN(std::unique_ptr<rpc::GrpcServer> grpc_server,
@@ -207,7 +213,7 @@ absl::Status RunServe(const std::vector<std::string>& args) {
         ServedNames(options)[0], runtime->global_rank(i),
         server::MetricsOptions{.num_experts = runtime->num_routed_experts(),
                                .cache_config = runtime->CacheConfigLabels()},
-        i == 0 ? nullptr : metrics[0]->registry()));
+        http_metrics.registry()));
   }
   metrics_ptr.store(metrics[0].get());
   step_metrics.Attach(&metrics, runtime->checkpoint_bytes(), runtime->num_routed_experts());

@@ -54,6 +54,15 @@ bool IsResponsePath(std::string_view path) {
 
 }  // namespace
 
+std::string_view RouteTemplate(std::string_view path) {
+  if (IsModelPath(path)) return "/v1/models/{model}";
+  if (IsResponsePath(path)) return "/v1/responses/{response_id}";
+  for (const RouteEntry& r : kRoutes) {
+    if (r.path == path) return r.path;
+  }
+  return "none";
+}
+
 http::HttpResponse JsonResponse(const Json& json, int status) {
   http::HttpResponse response;
   response.status = status;

@@ -112,6 +112,11 @@ class OpenAiService : public http::HttpHandler {
   PrefixCacheResetter prefix_cache_resetter_;
 };
 
+// The route `path` belongs to, for metrics labels: the path itself for a fixed route,
+// "/v1/models/{model}" and "/v1/responses/{response_id}" for those, "none" for a path that is
+// not served (whatever its method).
+std::string_view RouteTemplate(std::string_view path);
+
 // An HttpResponse holding `json` (status 200 unless given).
 http::HttpResponse JsonResponse(const Json& json, int status = 200);
 // The response for an error status (adds Retry-After on 429).

@@ -1347,5 +1347,18 @@ TEST_F(ServiceTest, ResponsesRefuseWhatTheyCannotServeNamingTheField) {
               400, "invalid_value", "input[0].content[0].type");
 }
 
+// Metrics labels: fixed routes as themselves, parameterised ones as templates, anything else
+// (scanners, typos) as "none".
+TEST(RouteTemplateTest, GroupsPathsIntoAFixedSetOfLabels) {
+  EXPECT_EQ(RouteTemplate("/v1/chat/completions"), "/v1/chat/completions");
+  EXPECT_EQ(RouteTemplate("/metrics"), "/metrics");
+  EXPECT_EQ(RouteTemplate("/v1/models"), "/v1/models");
+  EXPECT_EQ(RouteTemplate("/v1/models/strata-demo"), "/v1/models/{model}");
+  EXPECT_EQ(RouteTemplate("/v1/responses/resp-1"), "/v1/responses/{response_id}");
+  EXPECT_EQ(RouteTemplate("/v1/responses/"), "none");
+  EXPECT_EQ(RouteTemplate("/v1/embeddings"), "none");
+  EXPECT_EQ(RouteTemplate("/wp-login.php"), "none");
+}
+
 }  // namespace
 }  // namespace strata::frontend

@@ -172,7 +172,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   awaitable<bool> ReadRequest(bhttp::request_parser<bhttp::string_body>& parser);
   awaitable<void> ReportReadError(const error_code& ec);
+  // One request and its response, reported to options.on_exchange; true: keep the connection.
   awaitable<bool> Exchange(bhttp::request<bhttp::string_body>&& msg);
+  awaitable<bool> Respond(HttpRequest request, bool keep_alive);
   awaitable<bool> WriteResponse(const HttpResponse& response, bool keep_alive);
   awaitable<bool> WriteBytes(std::string_view bytes, bool chunk);
   awaitable<bool> Stream(const HttpResponse& head, bool keep_alive);
@@ -199,6 +201,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::unique_ptr<PendingResponse> pending_;
   bool pending_cancelled_ = false;
   std::vector<Header> cors_headers_;  // of the exchange in progress (cors.h)
+  // Of the exchange in progress, for ExchangeRecord: the status sent (499 until one is) and the
+  // body bytes written.
+  int sent_status_ = 499;
+  int64_t sent_body_bytes_ = 0;
   std::shared_ptr<WakeTarget> wake_target_;
 };
 
@@ -287,6 +293,7 @@ awaitable<bool> Session::WriteBytes(std::string_view bytes, bool chunk) {
   error_code ec;
   Arm(write_timer_, write_generation_, server_->options.write_timeout, /*read=*/false);
   if (chunk) {
+    sent_body_bytes_ += static_cast<int64_t>(bytes.size());
     co_await net::async_write(socket_, bhttp::make_chunk(net::buffer(bytes.data(), bytes.size())),
                               Redirect(ec));
   } else {
@@ -307,6 +314,8 @@ awaitable<bool> Session::WriteResponse(const HttpResponse& response, bool keep_a
   res.keep_alive(keep_alive);
   res.body() = response.body;
   res.prepare_payload();
+  sent_status_ = response.status;
+  sent_body_bytes_ = static_cast<int64_t>(response.body.size());
   error_code ec;
   Arm(write_timer_, write_generation_, server_->options.write_timeout, /*read=*/false);
   co_await bhttp::async_write(socket_, res, Redirect(ec));
@@ -385,6 +394,7 @@ awaitable<bool> Session::Stream(const HttpResponse& head, bool keep_alive) {
   res.keep_alive(keep_alive);
   res.chunked(true);
   bhttp::response_serializer<bhttp::empty_body> serializer(res);
+  sent_status_ = head.status;
   error_code ec;
   Arm(write_timer_, write_generation_, server_->options.write_timeout, /*read=*/false);
   co_await bhttp::async_write_header(socket_, serializer, Redirect(ec));
@@ -439,8 +449,26 @@ awaitable<bool> Session::AwaitWhole(bool keep_alive) {
 }
 
 awaitable<bool> Session::Exchange(bhttp::request<bhttp::string_body>&& msg) {
-  bool keep_alive = msg.keep_alive();
+  const bool keep_alive = msg.keep_alive();
   HttpRequest request = ToRequest(std::move(msg));
+  if (!server_->options.on_exchange) co_return co_await Respond(std::move(request), keep_alive);
+  const auto started = Clock::now();
+  const std::string method = request.method, path = request.path;
+  const auto request_bytes = static_cast<int64_t>(request.body.size());
+  sent_status_ = 499;
+  sent_body_bytes_ = 0;
+  const bool keep = co_await Respond(std::move(request), keep_alive);
+  server_->options.on_exchange(
+      ExchangeRecord{.method = method,
+                     .path = path,
+                     .status = sent_status_,
+                     .seconds = std::chrono::duration<double>(Clock::now() - started).count(),
+                     .request_bytes = request_bytes,
+                     .response_bytes = sent_body_bytes_});
+  co_return keep;
+}
+
+awaitable<bool> Session::Respond(HttpRequest request, bool keep_alive) {
   // CORS: a preflight is answered here; other responses carry the allow-origin headers.
   const CorsOptions& cors = server_->options.cors;
   if (std::optional<HttpResponse> preflight = CorsPreflight(cors, request)) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,9 @@ struct HttpServerOptions {
   absl::Duration write_timeout = absl::Seconds(60);
   absl::Duration ping_interval = absl::Seconds(10);
   CorsOptions cors;  // browser clients (cors.h): any origin by default, as vLLM
+  // Called on an I/O thread after each exchange the handler saw (also CORS preflights; not
+  // protocol errors answered while reading a request). May be empty.
+  std::function<void(const ExchangeRecord&)> on_exchange;
 };
 
 struct HttpServerStats {

@@ -397,6 +397,68 @@ TEST_F(HttpServerTest, NonStreamedPendingResponseIsWrittenWhenDone) {
   EXPECT_EQ(handler_.script->cancels, 0);
 }
 
+// on_exchange sees each exchange once, after its response: the status sent, the body bytes
+// (a stream's data without chunk framing), 499 for a client gone before any response; not the
+// protocol errors answered while reading.
+TEST_F(HttpServerTest, EveryExchangeIsReportedWithItsStatusAndBodyBytes) {
+  struct Seen {
+    std::string method, path;
+    int status;
+    double seconds;
+    int64_t request_bytes, response_bytes;
+  };
+  std::mutex mu;
+  std::vector<Seen> seen;
+  HttpServerOptions options;
+  options.max_body_bytes = 64;
+  options.on_exchange = [&](const ExchangeRecord& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back({std::string(r.method), std::string(r.path), r.status, r.seconds,
+                    r.request_bytes, r.response_bytes});
+  };
+  StartServer(options);
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen.size();
+  };
+  Client c(server_->port());
+  c.Send("POST /echo?q=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello");
+  const std::string echoed = c.ReadUntil("[hello]");
+  ASSERT_TRUE(WaitFor([&] { return count() == 1; }));
+  c.received().clear();
+  c.Send("GET /stream HTTP/1.1\r\nHost: a\r\n\r\n");
+  handler_.script->Push("data: one\n\n");
+  handler_.script->Push("data: [DONE]\n\n", /*last=*/true);
+  c.ReadUntil("0\r\n\r\n");
+  ASSERT_TRUE(WaitFor([&] { return count() == 2; }));
+  handler_.script = std::make_shared<Script>();
+  Client gone(server_->port());
+  gone.Send("GET /wait HTTP/1.1\r\nHost: a\r\n\r\n");
+  ASSERT_TRUE(WaitFor([&] { return handler_.script->polls > 0; }));
+  gone.Close();
+  ASSERT_TRUE(WaitFor([&] { return count() == 3; }));
+  Client big(server_->port());  // 413 while reading: not an exchange the handler saw
+  big.Send("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n");
+  EXPECT_THAT(big.ReadUntil("request_too_large"), StartsWith("HTTP/1.1 413"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].method, "POST");
+  EXPECT_EQ(seen[0].path, "/echo");
+  EXPECT_EQ(seen[0].status, 200);
+  EXPECT_EQ(seen[0].request_bytes, 5);
+  const size_t body_start = echoed.find("\r\n\r\n") + 4;
+  EXPECT_EQ(seen[0].response_bytes, static_cast<int64_t>(echoed.size() - body_start));
+  EXPECT_GE(seen[0].seconds, 0.0);
+  EXPECT_EQ(seen[1].path, "/stream");
+  EXPECT_EQ(seen[1].status, 200);
+  EXPECT_EQ(seen[1].response_bytes, static_cast<int64_t>(std::string("data: one\n\n").size() +
+                                                         std::string("data: [DONE]\n\n").size()));
+  EXPECT_EQ(seen[2].path, "/wait");
+  EXPECT_EQ(seen[2].status, 499);
+  EXPECT_EQ(seen[2].response_bytes, 0);
+}
+
 TEST_F(HttpServerTest, StopCancelsPendingAndClosesConnections) {
   StartServer();
   Client c(server_->port());

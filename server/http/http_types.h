@@ -8,6 +8,7 @@
 //   and the server polls it on its I/O thread, writing SSE bytes as they come.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -74,6 +75,18 @@ struct HandlerResult {
   // content type, headers) sent before the first Poll; ignored with a non-streaming `pending`.
   HttpResponse response;
   std::unique_ptr<PendingResponse> pending;
+};
+
+// One finished exchange, reported to HttpServerOptions::on_exchange (for metrics).
+struct ExchangeRecord {
+  std::string_view method;  // as sent
+  std::string_view path;    // without the query
+  // The status sent; 499 (nginx's "client closed request") when the client left before any
+  // response was sent.
+  int status = 0;
+  double seconds = 0;          // request read → response fully written (or the client gone)
+  int64_t request_bytes = 0;   // body
+  int64_t response_bytes = 0;  // body (a stream's data as written, without chunk framing)
 };
 
 class HttpHandler {

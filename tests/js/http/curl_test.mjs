@@ -174,9 +174,24 @@ test("auth, routing and limits errors on the wire", async () => {
 });
 
 test("metrics are Prometheus text", async () => {
+  assert.equal((await curl("/v1/models")).status, 200);
   const r = await curl("/metrics", { auth: false });
   assert.match(r.headers["content-type"], /^text\/plain; version=0\.0\.4/);
   assert.match(r.body, /^# (HELP|TYPE) strata:/m);
+  // vLLM's HTTP series: the requests the tests above sent, turned away ones included, by route
+  // template and status class; unknown paths grouped as "none".
+  const count = (labels) => {
+    const m = r.body.match(new RegExp(`^http_requests_total\\{${labels}\\} (\\d+)$`, "m"));
+    return m ? Number(m[1]) : 0;
+  };
+  assert.ok(count('handler="/v1/models",method="GET",status="4xx"') >= 2, "the 401s");
+  assert.ok(count('handler="/v1/models",method="GET",status="2xx"') >= 1);
+  assert.ok(count('handler="/v1/chat/completions",method="POST",status="2xx"') >= 1);
+  assert.ok(count('handler="/v1/chat/completions",method="POST",status="4xx"') >= 2);
+  assert.ok(count('handler="/v1/completions",method="POST",status="4xx"') >= 1, "the 413 is 4xx");
+  assert.ok(count('handler="none",method="POST",status="4xx"') >= 1, "/v1/embeddings");
+  assert.ok(!r.body.includes('handler="/v1/embeddings"'));
+  assert.match(r.body, /^http_request_duration_seconds_count\{handler="\/v1\/chat\/completions",method="POST"\} \d+$/m);
 });
 
 // Raw socket exchanges (what curl hides).

@@ -1,0 +1,82 @@
+#include "server/http_metrics.h"
+
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace strata::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Text(const prometheus::Registry& registry) {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry.Collect());
+  return out.str();
+}
+
+// Paths map to templates as the front end's RouteTemplate does; unknown ones to "none".
+std::string_view Route(std::string_view path) {
+  if (path == "/v1/chat/completions") return path;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{model}";
+  return "none";
+}
+
+http::ExchangeRecord Exchange(std::string_view method, std::string_view path, int status,
+                              double seconds, int64_t response_bytes) {
+  return {.method = method,
+          .path = path,
+          .status = status,
+          .seconds = seconds,
+          .request_bytes = 10,
+          .response_bytes = response_bytes};
+}
+
+TEST(HttpMetrics, CountsByRouteTemplateMethodAndStatusClass) {
+  HttpMetrics metrics(Route);
+  metrics.Observe(Exchange("POST", "/v1/chat/completions", 200, 0.004, 100));
+  metrics.Observe(Exchange("POST", "/v1/chat/completions", 201, 0.3, 50));
+  metrics.Observe(Exchange("POST", "/v1/chat/completions", 429, 0.001, 7));
+  metrics.Observe(Exchange("POST", "/v1/chat/completions", 499, 2.0, 0));
+  metrics.Observe(Exchange("GET", "/v1/models/a", 200, 0.001, 3));
+  metrics.Observe(Exchange("GET", "/v1/models/b", 404, 0.001, 3));
+  metrics.Observe(Exchange("GET", "/wp-admin/x.php", 404, 0.001, 3));
+  metrics.Observe(Exchange("GET", "/.env", 404, 0.001, 3));
+  const std::string text = Text(*metrics.registry());
+  EXPECT_THAT(text, HasSubstr("http_requests_total{handler=\"/v1/chat/completions\","
+                              "method=\"POST\",status=\"2xx\"} 2\n"));
+  // 429 and the client gone (499) are both client-side classes.
+  EXPECT_THAT(text, HasSubstr("http_requests_total{handler=\"/v1/chat/completions\","
+                              "method=\"POST\",status=\"4xx\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("http_requests_total{handler=\"/v1/models/{model}\","
+                              "method=\"GET\",status=\"2xx\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("http_requests_total{handler=\"/v1/models/{model}\","
+                              "method=\"GET\",status=\"4xx\"} 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("http_requests_total{handler=\"none\",method=\"GET\",status=\"4xx\"} 2\n"));
+  EXPECT_THAT(text, Not(HasSubstr("wp-admin")));
+  EXPECT_THAT(text, HasSubstr("http_request_duration_seconds_count{handler=\"/v1/chat/"
+                              "completions\",method=\"POST\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("http_request_duration_seconds_bucket{handler=\"/v1/chat/"
+                              "completions\",method=\"POST\",le=\"0.005\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("http_response_size_bytes_total{handler=\"/v1/chat/"
+                              "completions\"} 157\n"));
+}
+
+TEST(HttpMetrics, SharesARegistryGivenToIt) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  HttpMetrics metrics(Route, registry);
+  EXPECT_EQ(metrics.registry(), registry);
+  metrics.Observe(Exchange("GET", "/x", 500, 0.1, 1));
+  EXPECT_THAT(Text(*registry),
+              HasSubstr("http_requests_total{handler=\"none\",method=\"GET\",status=\"5xx\"} 1"));
+}
+
+}  // namespace
+}  // namespace strata::server
