@@ -79,11 +79,15 @@ void PrintCeilings(const char* when, const Ceilings& c) {
       omp_get_max_threads(), IsaName(ActiveIsa()));
 }
 
-std::vector<float> Random(int64_t n, float mean, float scale, uint32_t seed) {
+// Random floats in an AlignedBuffer: 2 MiB or more go on transparent huge pages, as the engine's
+// workspace rows do (on 4 KiB pages the per-head gathers of a prefill, one row per page at K3's
+// 48 KiB row stride, would measure TLB misses the engine does not have).
+AlignedBuffer Random(int64_t n, float mean, float scale, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(mean, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
+  AlignedBuffer v(static_cast<size_t>(n) * sizeof(float), AlignedBuffer::Fill::kUninitialized);
+  float* x = v.as<float>();
+  for (int64_t i = 0; i < n; ++i) x[i] = dist(rng);
   return v;
 }
 
@@ -92,7 +96,7 @@ std::vector<float> Random(int64_t n, float mean, float scale, uint32_t seed) {
 struct Layer {
   int heads;
   bool bounded;
-  std::vector<float> conv, a_log, dt_bias, o_norm, q, k, v, f, b, gate;
+  AlignedBuffer conv, a_log, dt_bias, o_norm, q, k, v, f, b, gate;
 
   Layer(int h, bool k3, int64_t rows) : heads(h), bounded(k3) {
     const int64_t p = int64_t{h} * kDim;
@@ -112,15 +116,18 @@ struct Layer {
     p.num_heads = heads;
     p.head_dim = kDim;
     p.conv_kernel_size = kConv;
-    p.q_conv = p.k_conv = p.v_conv = conv.data();
-    p.a_log = a_log.data();
-    p.dt_bias = dt_bias.data();
+    p.q_conv = p.k_conv = p.v_conv = conv.as<float>();
+    p.a_log = a_log.as<float>();
+    p.dt_bias = dt_bias.as<float>();
     p.has_gate_lower_bound = bounded;
     p.gate_lower_bound = bounded ? -5.0f : 0.0f;
-    p.o_norm = o_norm.data();
+    p.o_norm = o_norm.as<float>();
     return p;
   }
-  KdaRows Rows() const { return {q.data(), k.data(), v.data(), f.data(), b.data(), gate.data()}; }
+  KdaRows Rows() const {
+    return {q.as<float>(), k.as<float>(), v.as<float>(),
+            f.as<float>(), b.as<float>(), gate.as<float>()};
+  }
 };
 
 // Zeroed f32 memory touched in parallel (first-touch placement, no page faults while timed).
@@ -192,12 +199,12 @@ void Prefill(const char* name, int heads, int64_t tokens, int chunk, int reps) {
   const int64_t state_floats = int64_t{heads} * kDim * kDim;
   AlignedBuffer state = Zeros(state_floats);
   AlignedBuffer conv = Zeros(3 * (kConv - 1) * int64_t{heads} * kDim);
-  std::vector<float> y(static_cast<size_t>(tokens * heads * kDim));
+  AlignedBuffer y = Zeros(tokens * heads * kDim);
   const KdaSequence seq{0, tokens, state.as<float>(), conv.as<float>()};
   const KdaLayerParams p = layer.Params();
   const KdaRows rows = layer.Rows();
   const Ceilings c = Measure();
-  const Timing t = Time(reps, [&](int) { KdaPrefill(p, &seq, 1, rows, chunk, y.data()); });
+  const Timing t = Time(reps, [&](int) { KdaPrefill(p, &seq, 1, rows, chunk, y.as<float>()); });
   const double d = kDim;
   const double flops = static_cast<double>(tokens) * heads * (6.0 * d * d + 7.0 * chunk * d);
   std::printf(
