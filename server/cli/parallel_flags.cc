@@ -52,11 +52,40 @@ absl::Status CheckHostPort(const std::string& address, const std::string& what) 
   return absl::OkStatus();
 }
 
-// Number of nodes, node rank and world size from flags, environment and each other.
+// vLLM's default --data-parallel-rpc-port.
+constexpr int64_t kVllmDataParallelRpcPort = 29550;
+
+// The name of whichever of a Strata flag and vLLM's flag for the same thing was given (the
+// Strata one when neither); InvalidArgument when both were.
+absl::StatusOr<std::string> FlagOrAlias(const Flags& flags, const std::string& strata_name,
+                                        const std::string& vllm_name) {
+  if (flags.Has(strata_name) && flags.Has(vllm_name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", strata_name, " and --", vllm_name, " (vLLM's) mean the same: give one"));
+  }
+  return flags.Has(vllm_name) ? vllm_name : strata_name;
+}
+
+// Number of nodes, node rank and world size from flags, environment and each other. vLLM's
+// --data-parallel-size, --data-parallel-size-local and --data-parallel-start-rank stand for
+// --world-size, --local-ranks and --rank; as in vLLM, a data-parallel size without a local size
+// runs every rank in this process.
 absl::Status ResolveLayout(const Flags& flags, const GetEnv& getenv, ParallelOptions* p) {
-  ASSIGN_OR_RETURN(int64_t local, flags.GetInt("local-ranks", 1, 1, kMaxRanks));
-  ASSIGN_OR_RETURN(std::optional<int64_t> world, OptionalInt(flags, "world-size", 1, kMaxRanks));
-  ASSIGN_OR_RETURN(std::optional<int64_t> rank, OptionalInt(flags, "rank", 0, kMaxRanks - 1));
+  ASSIGN_OR_RETURN(const std::string world_flag,
+                   FlagOrAlias(flags, "world-size", "data-parallel-size"));
+  ASSIGN_OR_RETURN(const std::string local_flag,
+                   FlagOrAlias(flags, "local-ranks", "data-parallel-size-local"));
+  ASSIGN_OR_RETURN(const std::string rank_flag,
+                   FlagOrAlias(flags, "rank", "data-parallel-start-rank"));
+  const std::string world_name = "--" + world_flag, local_name = "--" + local_flag,
+                    rank_name = "--" + rank_flag;
+  ASSIGN_OR_RETURN(std::optional<int64_t> world,
+                   OptionalInt(flags, world_flag.c_str(), 1, kMaxRanks));
+  const bool vllm_one_node = world_flag == "data-parallel-size" && !flags.Has(local_flag);
+  ASSIGN_OR_RETURN(int64_t local,
+                   flags.GetInt(local_flag, vllm_one_node ? *world : 1, 1, kMaxRanks));
+  ASSIGN_OR_RETURN(std::optional<int64_t> rank,
+                   OptionalInt(flags, rank_flag.c_str(), 0, kMaxRanks - 1));
   ASSIGN_OR_RETURN(std::optional<int64_t> nodes, OptionalInt(flags, "num-nodes", 1, kMaxRanks));
   std::string nodes_source = "--num-nodes";
   if (!nodes) {
@@ -71,36 +100,36 @@ absl::Status ResolveLayout(const Flags& flags, const GetEnv& getenv, ParallelOpt
   }
   if (world && *world % local != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--world-size ", *world, " must be a multiple of --local-ranks ", local));
+        absl::StrCat(world_name, " ", *world, " must be a multiple of ", local_name, " ", local));
   }
   if (world && nodes && *world != *nodes * local) {
-    return absl::InvalidArgumentError(absl::StrCat("--world-size ", *world, " does not match ",
-                                                   nodes_source, " ", *nodes, " × --local-ranks ",
-                                                   local, " = ", *nodes * local));
+    return absl::InvalidArgumentError(absl::StrCat(world_name, " ", *world, " does not match ",
+                                                   nodes_source, " ", *nodes, " × ", local_name,
+                                                   " ", local, " = ", *nodes * local));
   }
   if (!world) world = nodes.value_or(1) * local;
   if (!nodes) nodes = *world / local;
   if (rank) {
     if (*rank >= *world) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--rank ", *rank, " must be < --world-size ", *world));
+          absl::StrCat(rank_name, " ", *rank, " must be < ", world_name, " ", *world));
     }
     if (*rank % local != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--rank ", *rank, " must be a multiple of --local-ranks ", local,
+          absl::StrCat(rank_name, " ", *rank, " must be a multiple of ", local_name, " ", local,
                        " (it is the global rank of the process's first local rank)"));
     }
     if (node && *node != *rank / local) {
-      return absl::InvalidArgumentError(absl::StrCat("--rank ", *rank, " contradicts ", node_source,
-                                                     " ", *node, " (expected ", *rank / local,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(rank_name, " ", *rank, " contradicts ",
+                                                     node_source, " ", *node, " (expected ",
+                                                     *rank / local, ")"));
     }
     node = *rank / local;
   }
   if (node.value_or(0) >= *nodes) {
     return absl::InvalidArgumentError(absl::StrCat(node_source, " ", *node,
-                                                   " must be < the number of nodes ", *nodes,
-                                                   " (--world-size / --local-ranks)"));
+                                                   " must be < the number of nodes ", *nodes, " (",
+                                                   world_name, " / ", local_name, ")"));
   }
   p->local_ranks = static_cast<int>(local);
   p->world_size = static_cast<int>(*world);
@@ -113,9 +142,22 @@ absl::Status ResolveLayout(const Flags& flags, const GetEnv& getenv, ParallelOpt
 absl::Status ResolveCoordinator(const Flags& flags, const GetEnv& getenv, ParallelOptions* p) {
   ASSIGN_OR_RETURN(int64_t port,
                    flags.GetInt("coordinator-port", kDefaultCoordinatorPort, 1, 65535));
+  if (flags.Has("coordinator") && flags.Has("data-parallel-address")) {
+    return absl::InvalidArgumentError(
+        "--coordinator and --data-parallel-address (vLLM's) both name rank 0's address: give one");
+  }
+  if (flags.Has("data-parallel-rpc-port") && !flags.Has("data-parallel-address")) {
+    return absl::InvalidArgumentError(
+        "--data-parallel-rpc-port is the port of --data-parallel-address: give both");
+  }
   if (std::optional<std::string> flag = flags.Get("coordinator")) {
     p->coordinator = *flag;
     RETURN_IF_ERROR(CheckHostPort(p->coordinator, "--coordinator"));
+  } else if (std::optional<std::string> address = flags.Get("data-parallel-address")) {
+    ASSIGN_OR_RETURN(int64_t rpc_port,
+                     flags.GetInt("data-parallel-rpc-port", kVllmDataParallelRpcPort, 1, 65535));
+    p->coordinator = absl::StrCat(*address, ":", rpc_port);
+    RETURN_IF_ERROR(CheckHostPort(p->coordinator, "--data-parallel-address with its rpc port"));
   } else if (std::optional<std::string> leader = getenv("LWS_LEADER_ADDRESS")) {
     p->coordinator = absl::StrCat(*leader, ":", port);
     RETURN_IF_ERROR(CheckHostPort(p->coordinator, "LWS_LEADER_ADDRESS with --coordinator-port"));
@@ -153,6 +195,17 @@ const std::vector<FlagSpec>& ParallelFlagSpecs() {
       {"replicas", true,
        "independent copies of the whole model in this process, least-loaded routing (default 1;"
        " not with --world-size/--local-ranks)"},
+      // vLLM's data-parallel flags (a ported `vllm serve` line), meaning the ones above.
+      {"data-parallel-size", true,
+       "vLLM's: as --world-size (all ranks local unless "
+       "--data-parallel-size-local)"},
+      {"data-parallel-size-local", true, "vLLM's: as --local-ranks"},
+      {"data-parallel-start-rank", true, "vLLM's: as --rank"},
+      {"data-parallel-address", true,
+       "vLLM's: rank 0's host; with --data-parallel-rpc-port (default 29550) as --coordinator"},
+      {"data-parallel-rpc-port", true, "vLLM's: the port of --data-parallel-address"},
+      {"enable-expert-parallel", false,
+       "vLLM's: accepted; Strata always spreads the experts over the data-parallel ranks"},
   };
   return specs;
 }

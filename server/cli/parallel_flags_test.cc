@@ -129,5 +129,50 @@ TEST(ParallelFlagsTest, InconsistentValuesNameTheLimit) {
               HasSubstr("--collective-timeout-s"));
 }
 
+// A ported `vllm serve` line: vLLM's data-parallel flags mean Strata's.
+TEST(ParallelFlagsTest, VllmDataParallelFlagsMapOntoRanks) {
+  // One node: every rank local (vLLM's default for --data-parallel-size alone).
+  auto one = Resolve({"--data-parallel-size", "8", "--enable-expert-parallel"});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->world_size, 8);
+  EXPECT_EQ(one->local_ranks, 8);
+  EXPECT_EQ(one->num_nodes, 1);
+  EXPECT_EQ(one->coordinator, "127.0.0.1:29500");
+  // Kimi K2's two-node line, second node.
+  auto second = Resolve({"--data-parallel-size", "16", "--data-parallel-size-local", "8",
+                         "--data-parallel-start-rank", "8", "--data-parallel-address",
+                         "10.0.0.1", "--data-parallel-rpc-port", "12345"});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->world_size, 16);
+  EXPECT_EQ(second->local_ranks, 8);
+  EXPECT_EQ(second->num_nodes, 2);
+  EXPECT_EQ(second->node_rank, 1);
+  EXPECT_EQ(second->first_rank, 8);
+  EXPECT_EQ(second->coordinator, "10.0.0.1:12345");
+  auto default_port = Resolve({"--data-parallel-size", "4", "--data-parallel-size-local", "2",
+                               "--data-parallel-address", "leader"});
+  ASSERT_TRUE(default_port.ok()) << default_port.status();
+  EXPECT_EQ(default_port->coordinator, "leader:29550");  // vLLM's default rpc port
+}
+
+TEST(ParallelFlagsTest, VllmAliasesAreRefusedNamingTheFlagsGiven) {
+  auto both = Resolve({"--world-size", "4", "--data-parallel-size", "4"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.status().message(), HasSubstr("--world-size and --data-parallel-size"));
+  auto rank = Resolve({"--data-parallel-size", "4", "--data-parallel-size-local", "2",
+                       "--data-parallel-start-rank", "1", "--data-parallel-address", "a"});
+  ASSERT_FALSE(rank.ok());
+  EXPECT_THAT(rank.status().message(),
+              HasSubstr("--data-parallel-start-rank 1 must be a multiple of "
+                        "--data-parallel-size-local 2"));
+  auto addresses = Resolve({"--local-ranks", "2", "--coordinator", "a:1",
+                            "--data-parallel-address", "b"});
+  ASSERT_FALSE(addresses.ok());
+  EXPECT_THAT(addresses.status().message(), HasSubstr("give one"));
+  auto port_alone = Resolve({"--local-ranks", "2", "--data-parallel-rpc-port", "5"});
+  ASSERT_FALSE(port_alone.ok());
+  EXPECT_THAT(port_alone.status().message(), HasSubstr("give both"));
+}
+
 }  // namespace
 }  // namespace strata::cli

@@ -186,10 +186,11 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   service_options.api_key = options.api_key;
   service_options.limits.max_logprobs = options.max_logprobs;
   service_options.version = STRATA_VERSION;
-  service_options.on_choice_finished = [&metrics_ptr](const server::RequestTimings& t) {
-    if (server::Metrics* m = metrics_ptr.load()) m->OnRequestFinished(t);
-    server::LogRequestFinished(t);
-  };
+  service_options.on_choice_finished =
+      [&metrics_ptr, log = options.log_requests](const server::RequestTimings& t) {
+        if (server::Metrics* m = metrics_ptr.load()) m->OnRequestFinished(t);
+        if (log) server::LogRequestFinished(t);
+      };
   std::unique_ptr<frontend::ResponseStore> response_store;
   if (options.responses_store_bytes > 0) {
     response_store = std::make_unique<frontend::ResponseStore>(options.responses_store_bytes);

@@ -94,6 +94,14 @@ const std::vector<FlagSpec> kVllmServeFlags = {
     {"dtype", true, "auto | bfloat16 (the checkpoint's weights; bf16 on a GPU)"},
     {"tensor-parallel-size", true,
      "1: Strata spreads experts over ranks instead of splitting tensors (--world-size)"},
+    {"reasoning-parser", true,
+     "kimi_k2: accepted; <think> ... </think> is always returned as reasoning_content"},
+    {"enable-chunked-prefill", false, "accepted: prompts are always chunked over steps"},
+    {"no-enable-chunked-prefill", false,
+     "refused: prompts are always chunked over steps (--max-num-batched-tokens a step)"},
+    {"disable-log-requests", false, "no log line per finished request"},
+    {"enable-log-requests", false, "a log line per finished request (the default)"},
+    {"disable-log-stats", false, "accepted: Strata logs no periodic statistics (see /metrics)"},
 };
 
 absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
@@ -171,6 +179,24 @@ absl::Status ReadVllmFlags(const Flags& flags, ServeOptions* o) {
                      "the experts over data-parallel ranks (--world-size ",
                      tp, " --local-ranks ", tp, " on one node; server/MULTIRANK.md)"));
   }
+  if (flags.Has("no-enable-chunked-prefill")) {
+    return absl::InvalidArgumentError(
+        "--no-enable-chunked-prefill: Strata always splits prompts over steps of at most "
+        "--max-num-batched-tokens tokens; drop the flag (a step as long as a whole prompt: raise "
+        "--max-num-batched-tokens and set --target-itl-ms 0)");
+  }
+  const std::string reasoning = flags.GetOr("reasoning-parser", "kimi_k2");
+  if (reasoning != "kimi_k2") {
+    return absl::InvalidArgumentError(
+        "--reasoning-parser: Strata reads Kimi's <think> ... </think> (kimi_k2), the format of "
+        "the models it serves; got '" +
+        reasoning + "'");
+  }
+  if (flags.Has("disable-log-requests") && flags.Has("enable-log-requests")) {
+    return absl::InvalidArgumentError(
+        "--disable-log-requests contradicts --enable-log-requests: give one");
+  }
+  o->log_requests = !flags.Has("disable-log-requests");
   if (flags.Has("trust-remote-code")) {
     LOG_INFO("serve", "--trust-remote-code: not needed, Strata runs no code from the checkpoint");
   }

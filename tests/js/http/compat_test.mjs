@@ -14,6 +14,9 @@ before(async () => {
     "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k2",
     "--dtype", "auto", "--tensor-parallel-size", "1", "--kv-cache-dtype", "bf16",
     "--allowed-origins", '["https://ui.example"]',
+    // Kimi K2-Thinking's and the expert-parallel deployment lines.
+    "--reasoning-parser", "kimi_k2", "--enable-expert-parallel", "--data-parallel-size", "1",
+    "--enable-chunked-prefill", "--disable-log-stats",
   ]);
 });
 
@@ -45,6 +48,32 @@ test("flags Strata cannot honour stop the start naming the alternative", () => {
   const fp16 = refused(["--dtype", "float16"]);
   assert.notEqual(fp16.status, 0);
   assert.match(fp16.stderr, /--dtype must be auto or bfloat16/);
+  const reasoning = refused(["--reasoning-parser", "deepseek_r1"]);
+  assert.notEqual(reasoning.status, 0);
+  assert.match(reasoning.stderr, /--reasoning-parser: .*kimi_k2.*got 'deepseek_r1'/);
+  const unchunked = refused(["--no-enable-chunked-prefill"]);
+  assert.notEqual(unchunked.status, 0);
+  assert.match(unchunked.stderr, /--max-num-batched-tokens/);
+  const dp = refused(["--data-parallel-size", "2", "--world-size", "2"]);
+  assert.notEqual(dp.status, 0);
+  assert.match(dp.stderr, /--world-size and --data-parallel-size \(vLLM's\) mean the same/);
+});
+
+test("--disable-log-requests drops the line per finished request", async () => {
+  const logged = async (flags) => {
+    const s = await Server.start(["--log-level", "info", ...flags]);
+    const r = await fetch(`${s.url}/v1/completions`, {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ prompt: "hi", max_tokens: 2 }),
+    });
+    assert.equal(r.status, 200);
+    const { code } = await s.stop();
+    assert.equal(code, 0, s.stderr);
+    return /\[request\] request_id=cmpl-/.test(s.stderr);
+  };
+  assert.equal(await logged([]), true);
+  assert.equal(await logged(["--enable-log-requests"]), true);
+  assert.equal(await logged(["--disable-log-requests"]), false);
 });
 
 test("a browser origin gets a preflight answer and CORS headers; others do not", async () => {
