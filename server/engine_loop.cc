@@ -203,8 +203,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineLoop::Submit(scheduler::Req
     const Clock::time_point submitted = Clock::now();
     if (!streams_.emplace(request.request_id, StreamEntry{stream, target->index, submitted})
              .second) {
-      return absl::InvalidArgumentError("request id '" + request.request_id +
-                                        "' is already in flight");
+      return absl::AlreadyExistsError("request id '" + request.request_id +
+                                      "' is already in flight");
     }
     target->stats.num_unfinished = ++target->num_unfinished;
     target->pending.push_back(Rank::Pending{std::move(request), stream, submitted});

@@ -13,7 +13,8 @@
 // Front ends call Submit/Cancel from any thread; they never block on the engine. Submit puts a
 // request on the least-loaded local rank (its unfinished requests). The submission queue is
 // bounded: beyond `max_queued_requests` requests not yet finished (all local ranks together),
-// Submit answers ResourceExhausted ("overloaded") instead of queueing silently.
+// Submit answers ResourceExhausted ("overloaded") instead of queueing silently; an id already in
+// flight is AlreadyExists.
 #pragma once
 
 #include <chrono>

@@ -102,6 +102,8 @@ const std::vector<FlagSpec> kVllmServeFlags = {
     {"disable-log-requests", false, "no log line per finished request"},
     {"enable-log-requests", false, "a log line per finished request (the default)"},
     {"disable-log-stats", false, "accepted: Strata logs no periodic statistics (see /metrics)"},
+    {"enable-request-id-headers", false,
+     "accepted: an X-Request-Id sent always comes back (and names the response)"},
 };
 
 absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {

@@ -38,8 +38,22 @@ ResponseMeta MetaFor(const ServedModel& model, std::string_view prefix,
   return meta;
 }
 
+// The X-Request-Id header (a client's or proxy's trace id) as the request id when the body
+// gives none, as vLLM: the response id becomes `<prefix>-<header>`.
+absl::Status ApplyRequestIdHeader(const http::HttpRequest& request, GenerationFields* gen) {
+  const std::string* header = request.FindHeader("x-request-id");
+  if (header == nullptr || header->empty() || !gen->request_id.empty()) return absl::OkStatus();
+  if (header->size() > 256) {
+    return InvalidField("X-Request-Id", "the X-Request-Id header must be at most 256 bytes");
+  }
+  gen->request_id = *header;
+  gen->request_id_from_header = true;
+  return absl::OkStatus();
+}
+
 GenerationSpec SpecFor(ApiKind kind, const GenerationFields& gen, ResponseMeta meta) {
   GenerationSpec spec;
+  spec.rename_on_conflict = gen.request_id_from_header;
   spec.kind = kind;
   spec.meta = std::move(meta);
   spec.stream = gen.stream;
@@ -59,6 +73,7 @@ OpenAiService::Result OpenAiService::ChatCompletions(const http::HttpRequest& re
   ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
   ASSIGN_OR_RETURN(ChatCompletionRequest req,
                    ParseChatCompletionRequest(body, LimitsFor(options_, *model)));
+  RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.gen));
   return GenerateChat(req, ApiKind::kChat, Json());
 }
 
@@ -108,6 +123,7 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
   }
   ASSIGN_OR_RETURN(ResponsesRequest req,
                    ParseResponsesRequest(body, LimitsFor(options_, *model), history));
+  RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.chat.gen));
   const bool stored = req.store && store != nullptr;
   req.echo["store"] = stored;
   std::function<void(const Json&, const FinalChoice&)> on_done;
@@ -128,6 +144,7 @@ OpenAiService::Result OpenAiService::Messages(const http::HttpRequest& request) 
   ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
   ASSIGN_OR_RETURN(ChatCompletionRequest req,
                    ParseMessagesRequest(body, LimitsFor(options_, *model)));
+  RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.gen));
   return GenerateChat(req, ApiKind::kMessages, Json());
 }
 
@@ -197,6 +214,7 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
   ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
   ASSIGN_OR_RETURN(CompletionRequest req,
                    ParseCompletionRequest(body, LimitsFor(options_, *model)));
+  RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.gen));
   ASSIGN_OR_RETURN(model, ModelFor(req.gen.model));
   GenerationSpec spec =
       SpecFor(ApiKind::kCompletion, req.gen, MetaFor(*model, "cmpl", req.gen.request_id));

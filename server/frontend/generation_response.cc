@@ -1,9 +1,11 @@
 #include "server/frontend/generation_response.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/check.h"
 #include "core/log.h"
@@ -76,25 +78,47 @@ void GenerationResponse::RecordReply(Choice& c, const ChoiceDelta& d) const {
   model_.reply_tokens->Remember(c.reply_text, std::move(ids));
 }
 
-absl::StatusOr<std::unique_ptr<GenerationResponse>> GenerationResponse::Submit(
-    const ServedModel& model, GenerationSpec spec, ResponseHooks hooks) {
+namespace {
+
+// Every choice submitted, or none (the ones already submitted are cancelled) and the status.
+absl::StatusOr<std::vector<std::shared_ptr<server::RequestStream>>> SubmitChoices(
+    const ServedModel& model, const std::vector<ChoiceSpec>& choices) {
   std::vector<std::shared_ptr<server::RequestStream>> streams;
-  for (const ChoiceSpec& choice_spec : spec.choices) {
+  for (const ChoiceSpec& choice_spec : choices) {
     absl::StatusOr<std::shared_ptr<server::RequestStream>> stream =
         model.engine->Submit(choice_spec.request);
     if (!stream.ok()) {
       for (size_t i = 0; i < streams.size(); ++i) {
-        model.engine->Cancel(spec.choices[i].request.request_id);
+        model.engine->Cancel(choices[i].request.request_id);
       }
-      absl::Status status = stream.status();
-      if (status.code() == absl::StatusCode::kAlreadyExists) {
-        return InvalidField("request_id", std::string(status.message()));
-      }
-      return status;
+      return stream.status();
     }
     streams.push_back(std::move(*stream));
   }
-  return FromStreams(model, std::move(spec), std::move(hooks), std::move(streams));
+  return streams;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GenerationResponse>> GenerationResponse::Submit(
+    const ServedModel& model, GenerationSpec spec, ResponseHooks hooks) {
+  absl::StatusOr<std::vector<std::shared_ptr<server::RequestStream>>> streams =
+      SubmitChoices(model, spec.choices);
+  if (!streams.ok() && streams.status().code() == absl::StatusCode::kAlreadyExists &&
+      spec.rename_on_conflict) {
+    static std::atomic<uint64_t> retries{0};
+    const std::string suffix = absl::StrCat(".", retries.fetch_add(1) + 1);
+    for (ChoiceSpec& choice : spec.choices) absl::StrAppend(&choice.request.request_id, suffix);
+    streams = SubmitChoices(model, spec.choices);
+  }
+  if (!streams.ok()) {
+    const absl::Status& status = streams.status();
+    if (status.code() == absl::StatusCode::kAlreadyExists) {
+      return InvalidField("request_id", std::string(status.message()));
+    }
+    return status;
+  }
+  return FromStreams(model, std::move(spec), std::move(hooks), *std::move(streams));
 }
 
 std::unique_ptr<GenerationResponse> GenerationResponse::FromStreams(

@@ -70,6 +70,9 @@ struct GenerationSpec {
   int prompt_logprobs = -1;
   std::vector<int64_t> group_prompt_tokens;  // per prompt
   std::vector<ChoiceSpec> choices;
+  // An engine id already in use is made unique (a suffix) instead of refusing the request (ids
+  // from X-Request-Id: GenerationFields::request_id_from_header).
+  bool rename_on_conflict = false;
   Json responses_echo;  // kResponses: the request fields the Response object repeats
   // kResponses: called on the I/O thread with the final Response object and its choice when the
   // response ends without an error (stored for previous_response_id); may be empty.

@@ -67,6 +67,10 @@ struct GenerationFields {
   bool return_token_ids = false;
   int priority = 0;
   std::string request_id;  // client-chosen id (vLLM); empty: generated
+  // request_id came from the X-Request-Id header (the body had none): a proxy's retry may reuse
+  // it while the first attempt still runs, so the engine's ids are made unique instead of
+  // refusing the request.
+  bool request_id_from_header = false;
   std::string cache_salt;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

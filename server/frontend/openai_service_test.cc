@@ -975,6 +975,58 @@ TEST_F(ServiceTest, ContextLengthErrorsCountTokens) {
               400, "context_length_exceeded", "prompt[1]");
 }
 
+// X-Request-Id: the response id when the body has no request_id (vLLM); a retry reusing it
+// while the first attempt runs is served (its engine ids made unique), unlike a body request_id
+// in use; an oversized one is a 400 naming the header.
+TEST_F(ServiceTest, XRequestIdHeaderNamesTheResponseAndAReuseWhileRunningIsServed) {
+  ScriptText("hello");
+  const http::Header trace{"x-request-id", "trace-42"};
+  Reply chat = Post(service_, "/v1/chat/completions", ChatBody(), {trace});
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(chat.json()["id"], "chatcmpl-trace-42");
+  Reply cmpl = Post(service_, "/v1/completions", R"({"prompt": "a", "max_tokens": 2})", {trace});
+  ASSERT_EQ(cmpl.status, 200) << cmpl.body;
+  EXPECT_EQ(cmpl.json()["id"], "cmpl-trace-42");
+  Reply body_wins =
+      Post(service_, "/v1/chat/completions", ChatBody(R"("request_id": "mine")"), {trace});
+  EXPECT_EQ(body_wins.json()["id"], "chatcmpl-mine");
+  ExpectError(
+      Post(service_, "/v1/chat/completions", ChatBody(), {{"x-request-id", std::string(257, 'x')}}),
+      400, "invalid_value", "X-Request-Id");
+
+  // The first attempt still runs when the same id comes again (a script without an end).
+  std::vector<int32_t> endless;
+  for (int i = 0; i < 100; ++i) {
+    for (int32_t id : fixture_.Ids("hello ")) endless.push_back(id);
+  }
+  fixture_.executor().SetScript([endless](const std::vector<int32_t>&) { return endless; });
+  fixture_.executor().SetStepDelay(absl::Milliseconds(5));
+  auto running = [&](const std::vector<http::Header>& headers, const std::string& extra) {
+    http::HandlerResult r =
+        service_.Handle(Request("POST", "/v1/chat/completions",
+                                ChatBody(R"("stream": true, "max_tokens": 400)" + extra), headers));
+    EXPECT_NE(r.pending, nullptr) << r.response.body;
+    return r;
+  };
+  http::HandlerResult first = running({trace}, "");
+  ASSERT_NE(first.pending, nullptr);
+  first.pending->Start([] {});
+  Reply retry = Post(service_, "/v1/chat/completions", ChatBody(R"("max_tokens": 3)"), {trace});
+  EXPECT_EQ(retry.status, 200) << retry.body;
+  EXPECT_EQ(retry.json()["id"], "chatcmpl-trace-42");
+  // A body request_id in use stays an error naming the field.
+  http::HandlerResult mine = running({}, R"(, "request_id": "r1")");
+  ASSERT_NE(mine.pending, nullptr);
+  mine.pending->Start([] {});
+  ExpectError(Post(service_, "/v1/chat/completions", ChatBody(R"("request_id": "r1")")), 400,
+              "invalid_value", "request_id");
+  first.pending->Cancel();
+  mine.pending->Cancel();
+  first.pending.reset();
+  mine.pending.reset();
+  WaitAborted(2);
+}
+
 TEST_F(ServiceTest, CancelAbortsTheRequestAndFreesItsCache) {
   fixture_.executor().SetStepDelay(absl::Milliseconds(5));
   const int32_t total_blocks = [&] {

@@ -52,6 +52,9 @@ using net::use_awaitable;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
+// Longest X-Request-Id echoed (the front end refuses longer ones as request ids).
+constexpr size_t kMaxEchoedRequestIdBytes = 256;
+
 auto Redirect(error_code& ec) { return net::redirect_error(use_awaitable, ec); }
 
 bool IsDisconnect(const error_code& ec) {
@@ -200,7 +203,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool stop_watching_ = false;
   std::unique_ptr<PendingResponse> pending_;
   bool pending_cancelled_ = false;
-  std::vector<Header> cors_headers_;  // of the exchange in progress (cors.h)
+  // Added to every response of the exchange in progress: CORS (cors.h) and the echoed
+  // X-Request-Id.
+  std::vector<Header> exchange_headers_;
   // Of the exchange in progress, for ExchangeRecord: the status sent (499 until one is) and the
   // body bytes written.
   int sent_status_ = 499;
@@ -310,7 +315,7 @@ awaitable<bool> Session::WriteResponse(const HttpResponse& response, bool keep_a
   res.set(bhttp::field::server, "strata");
   res.set(bhttp::field::content_type, response.content_type);
   for (const Header& h : response.headers) res.set(h.name, h.value);
-  for (const Header& h : cors_headers_) res.set(h.name, h.value);
+  for (const Header& h : exchange_headers_) res.set(h.name, h.value);
   res.keep_alive(keep_alive);
   res.body() = response.body;
   res.prepare_payload();
@@ -390,7 +395,7 @@ awaitable<bool> Session::Stream(const HttpResponse& head, bool keep_alive) {
   res.set(bhttp::field::server, "strata");
   res.set(bhttp::field::content_type, head.content_type);
   for (const Header& h : head.headers) res.set(h.name, h.value);
-  for (const Header& h : cors_headers_) res.set(h.name, h.value);
+  for (const Header& h : exchange_headers_) res.set(h.name, h.value);
   res.keep_alive(keep_alive);
   res.chunked(true);
   bhttp::response_serializer<bhttp::empty_body> serializer(res);
@@ -472,11 +477,18 @@ awaitable<bool> Session::Respond(HttpRequest request, bool keep_alive) {
   // CORS: a preflight is answered here; other responses carry the allow-origin headers.
   const CorsOptions& cors = server_->options.cors;
   if (std::optional<HttpResponse> preflight = CorsPreflight(cors, request)) {
-    cors_headers_.clear();
+    exchange_headers_.clear();
     co_return co_await WriteResponse(*preflight, keep_alive) && keep_alive;
   }
   const std::string* origin = request.FindHeader("origin");
-  cors_headers_ = origin != nullptr ? CorsResponseHeaders(cors, *origin) : std::vector<Header>();
+  exchange_headers_ =
+      origin != nullptr ? CorsResponseHeaders(cors, *origin) : std::vector<Header>();
+  // X-Request-Id comes back as sent (a trace id through proxies), as vLLM's
+  // --enable-request-id-headers; an oversized one is the handler's 400 and not echoed.
+  if (const std::string* id = request.FindHeader("x-request-id");
+      id != nullptr && !id->empty() && id->size() <= kMaxEchoedRequestIdBytes) {
+    exchange_headers_.push_back({"X-Request-Id", *id});
+  }
   HandlerResult result;
   try {
     result = server_->handler->Handle(std::move(request));
@@ -510,7 +522,7 @@ awaitable<bool> Session::Respond(HttpRequest request, bool keep_alive) {
 awaitable<void> Session::Run(std::shared_ptr<Session> self) {
   while (!self->closed_) {
     bhttp::request_parser<bhttp::string_body> parser;
-    self->cors_headers_.clear();  // a protocol error answered while reading carries none
+    self->exchange_headers_.clear();  // a protocol error answered while reading carries none
     if (!co_await self->ReadRequest(parser)) break;
     self->server_->num_requests_total++;
     self->server_->num_exchanges++;

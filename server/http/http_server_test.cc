@@ -459,6 +459,26 @@ TEST_F(HttpServerTest, EveryExchangeIsReportedWithItsStatusAndBodyBytes) {
   EXPECT_EQ(seen[2].response_bytes, 0);
 }
 
+// X-Request-Id comes back on whole and streamed responses as sent; not when absent or over
+// 256 bytes.
+TEST_F(HttpServerTest, XRequestIdIsEchoed) {
+  StartServer();
+  Client c(server_->port());
+  c.Send("GET /echo HTTP/1.1\r\nHost: a\r\nX-Request-Id: trace-7\r\n\r\n");
+  EXPECT_THAT(c.ReadUntil("x-request-id=trace-7;"), HasSubstr("X-Request-Id: trace-7\r\n"));
+  c.received().clear();
+  c.Send(kGet);
+  EXPECT_THAT(c.ReadUntil("x-thing=Yes;"), Not(HasSubstr("X-Request-Id")));
+  c.received().clear();
+  c.Send("GET /stream HTTP/1.1\r\nHost: a\r\nX-Request-Id: s-1\r\n\r\n");
+  EXPECT_THAT(c.ReadUntil("\r\n\r\n"), HasSubstr("X-Request-Id: s-1\r\n"));
+  handler_.script->Push("data: [DONE]\n\n", /*last=*/true);
+  c.ReadUntil("0\r\n\r\n");
+  c.received().clear();
+  c.Send("GET /echo HTTP/1.1\r\nHost: a\r\nX-Request-Id: " + std::string(257, 'x') + "\r\n\r\n");
+  EXPECT_THAT(c.ReadUntil("xxx;"), Not(HasSubstr("X-Request-Id:")));
+}
+
 TEST_F(HttpServerTest, StopCancelsPendingAndClosesConnections) {
   StartServer();
   Client c(server_->port());

@@ -16,7 +16,7 @@ before(async () => {
     "--allowed-origins", '["https://ui.example"]',
     // Kimi K2-Thinking's and the expert-parallel deployment lines.
     "--reasoning-parser", "kimi_k2", "--enable-expert-parallel", "--data-parallel-size", "1",
-    "--enable-chunked-prefill", "--disable-log-stats",
+    "--enable-chunked-prefill", "--disable-log-stats", "--enable-request-id-headers",
   ]);
 });
 
@@ -57,6 +57,19 @@ test("flags Strata cannot honour stop the start naming the alternative", () => {
   const dp = refused(["--data-parallel-size", "2", "--world-size", "2"]);
   assert.notEqual(dp.status, 0);
   assert.match(dp.stderr, /--world-size and --data-parallel-size \(vLLM's\) mean the same/);
+});
+
+test("X-Request-Id comes back and names the response", async () => {
+  const r = await fetch(`${server.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-Request-Id": "gw-7f3a" },
+    body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 2 }),
+  });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get("x-request-id"), "gw-7f3a");
+  assert.equal((await r.json()).id, "chatcmpl-gw-7f3a");
+  const models = await fetch(`${server.url}/v1/models`, { headers: { "X-Request-Id": "gw-2" } });
+  assert.equal(models.headers.get("x-request-id"), "gw-2");
 });
 
 test("--disable-log-requests drops the line per finished request", async () => {
