@@ -62,6 +62,7 @@ class Runner {
          const BatchOptions& options)
       : handler_(handler), in_(in), out_(out), options_(options) {
     CHECK_GE(options.max_in_flight, 1);
+    CHECK_GE(options.max_waiting_lines, 1);
   }
 
   ~Runner() {
@@ -99,13 +100,16 @@ class Runner {
   // Submits retries, then new lines, while the window has room and the handler is not full.
   absl::Status Fill() {
     while (static_cast<int64_t>(in_flight_.size()) < options_.max_in_flight && !wait_for_room_) {
-      if (!retry_.empty()) {
+      if (!retry_.empty()) {  // earlier lines: sent whatever waits behind them
         auto [index, line] = std::move(retry_.front());
         retry_.pop_front();
         Submit(index, std::move(line));
         continue;
       }
-      if (progress_.input_done) break;
+      if (progress_.input_done ||
+          static_cast<int64_t>(finished_.size()) >= options_.max_waiting_lines) {
+        break;
+      }
       std::string text;
       ASSIGN_OR_RETURN(bool more, ReadLine(&text));
       if (!more) {

@@ -6,11 +6,11 @@
 //                                                                  │
 //   output lines ◄── in input order ◄── finished out of order ◄────┘
 //
-// At most `max_in_flight` requests are submitted and unfinished at a time; lines are read as
-// room frees, so an input of any length runs in bounded memory (apart from finished lines
-// waiting for an earlier, longer one). A request the handler refuses as over its queue (429)
-// is sent again when another finishes. Blank lines are skipped; every other line gets exactly
-// one output line.
+// At most `max_in_flight` requests are submitted and unfinished at a time, and at most
+// `max_waiting_lines` finished lines wait for an earlier, longer one; lines are read as room
+// frees, so an input of any length runs in bounded memory. A request the handler refuses as
+// over its queue (429) is sent again when another finishes. Blank lines are skipped; every
+// other line gets exactly one output line.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,9 @@ struct BatchProgress {
 
 struct BatchOptions {
   int64_t max_in_flight = 256;  // >= 1
+  // Finished output lines held for input order before no new line is read until the earliest
+  // unfinished one finishes (>= 1).
+  int64_t max_waiting_lines = 4096;
   // Called on the runner's thread about every `progress_interval_s` and once at the end.
   std::function<void(const BatchProgress&)> on_progress;
   double progress_interval_s = 10.0;

@@ -30,6 +30,7 @@ struct Exchange {
   std::function<void()> wake;
   bool done = false;
   bool cancelled = false;
+  bool held = false;  // set before the exchange is shared
   http::HttpResponse response;
 };
 
@@ -73,6 +74,7 @@ class FakeHandler : public http::HttpHandler {
     const Json body = Json::parse(request.body);
     http::HandlerResult result;
     seen_paths_.push_back(request.path);
+    ++handled_;
     if (body.contains("fail")) {
       result.response.status = 400;
       result.response.body = R"({"error": {"message": "bad", "code": "invalid_value"}})";
@@ -87,6 +89,7 @@ class FakeHandler : public http::HttpHandler {
     }
     auto e = std::make_shared<Exchange>();
     const std::string echo = body.value("echo", "");
+    e->held = echo == held_;
     e->response.body = Json{{"id", absl::StrCat("cmpl-", echo)},
                             {"echo", echo},
                             {"usage", {{"prompt_tokens", 3}, {"completion_tokens", 5}}}}
@@ -99,6 +102,10 @@ class FakeHandler : public http::HttpHandler {
 
   http::HttpResponse ProtocolError(int, std::string_view, std::string_view) override { return {}; }
 
+  // The exchange echoing `echo` does not finish until Release().
+  void Hold(std::string echo) { held_ = std::move(echo); }
+  void Release() { released_ = true; }
+  int handled() const { return handled_; }
   int max_live() const { return max_live_; }
   int refusals() const { return refusals_; }
   std::vector<std::string> seen_paths_;
@@ -111,9 +118,13 @@ class FakeHandler : public http::HttpHandler {
       std::shared_ptr<Exchange> e;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (live_.empty()) continue;
-        e = live_.back();
-        live_.pop_back();
+        for (auto it = live_.rbegin(); it != live_.rend(); ++it) {
+          if ((*it)->held && !released_) continue;
+          e = *it;
+          live_.erase(std::next(it).base());
+          break;
+        }
+        if (e == nullptr) continue;
       }
       std::function<void()> wake;
       {
@@ -130,6 +141,9 @@ class FakeHandler : public http::HttpHandler {
   std::vector<std::shared_ptr<Exchange>> live_;
   int max_live_ = 0;
   int refusals_ = 0;
+  std::string held_ = "\x01none";
+  std::atomic<bool> released_{false};
+  std::atomic<int> handled_{0};
   std::atomic<bool> stop_{false};
   std::thread completer_;
 };
@@ -262,6 +276,38 @@ TEST(RunBatch, RequestsRefusedAsOverTheQueueAreSentAgainNotFailed) {
   EXPECT_EQ(done->succeeded, 30);
   EXPECT_GT(handler.refusals(), 0);  // the retry path ran
   EXPECT_LE(handler.max_live(), 3);
+}
+
+// A long first request: later lines finish and wait for it, up to max_waiting_lines; then no
+// more lines are read until it finishes (bounded memory), and all come out in order.
+TEST(RunBatch, FinishedLinesWaitingForAnEarlierOneAreBounded) {
+  FakeHandler handler;
+  handler.Hold("0");
+  std::string input;
+  for (int i = 0; i < 40; ++i) {
+    absl::StrAppend(&input, Line(absl::StrCat("r", i), {{"echo", absl::StrCat(i)}}), "\n");
+  }
+  std::istringstream in(input);
+  std::ostringstream out;
+  BatchOptions options;
+  options.max_in_flight = 2;
+  options.max_waiting_lines = 3;
+  absl::StatusOr<BatchProgress> done;
+  std::thread runner([&] { done = RunBatch(handler, in, out, options); });
+  // Wait until the runner stops reading (nothing new handled for a while).
+  int last = -1;
+  for (int quiet = 0; quiet < 50; ++quiet) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (handler.handled() != last) quiet = 0;
+    last = handler.handled();
+  }
+  EXPECT_EQ(handler.handled(), 1 + 3);  // the held one and the three finished behind it
+  handler.Release();
+  runner.join();
+  ASSERT_TRUE(done.ok()) << done.status();
+  const std::vector<Json> lines = OutputLines(out.str());
+  ASSERT_EQ(lines.size(), 40u);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(lines[i]["custom_id"], absl::StrCat("r", i));
 }
 
 TEST(RunBatch, ProgressIsReportedAndAFailedWriteIsAnError) {
