@@ -6,11 +6,13 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
@@ -93,13 +95,33 @@ std::string RandomIdPrefix() {
   return absl::StrFormat("%012x_", generator() & 0xffffffffffffULL);
 }
 
-void LogProgress(const batch::BatchProgress& p) {
+// Non-blank lines of a seekable input (the requests it holds), the stream put back at its
+// start; nullopt for a pipe or stdin.
+std::optional<int64_t> CountRequests(std::ifstream& in) {
+  int64_t count = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (!absl::StripAsciiWhitespace(line).empty()) ++count;
+  }
+  in.clear();
+  in.seekg(0);
+  return in ? std::optional<int64_t>(count) : std::nullopt;
+}
+
+void LogProgress(const batch::BatchProgress& p, std::optional<int64_t> total) {
+  const int64_t all = total.value_or(p.lines);
+  std::string eta;
+  if (p.finished > 0 && p.finished < all) {
+    eta =
+        absl::StrFormat(", about %.0f s left", p.elapsed_s * static_cast<double>(all - p.finished) /
+                                                   static_cast<double>(p.finished));
+  }
   LOG_INFO("run-batch",
-           "{} of {}{} requests done ({} ok, {} failed, {} invalid); {} prompt + {} "
-           "generated tokens in {:.1f} s ({:.1f} generated tokens/s)",
-           p.finished, p.lines, p.input_done ? "" : "+", p.succeeded, p.failed, p.invalid,
-           p.usage.prompt_tokens, p.usage.completion_tokens, p.elapsed_s,
-           p.elapsed_s > 0 ? static_cast<double>(p.usage.completion_tokens) / p.elapsed_s : 0.0);
+           "{} of {}{} requests done ({} ok, {} failed, {} invalid), {} running; {} prompt + {} "
+           "generated tokens of finished requests in {:.1f} s ({:.1f} generated tokens/s){}",
+           p.finished, all, total || p.input_done ? "" : "+", p.succeeded, p.failed, p.invalid,
+           p.in_flight, p.usage.prompt_tokens, p.usage.completion_tokens, p.elapsed_s,
+           p.elapsed_s > 0 ? static_cast<double>(p.usage.completion_tokens) / p.elapsed_s : 0.0,
+           eta);
 }
 
 absl::Status RunBatchFiles(const std::vector<std::string>& args) {
@@ -132,6 +154,8 @@ absl::Status RunBatchFiles(const std::vector<std::string>& args) {
     output_file.open(tmp_path, std::ios::trunc);
     if (!output_file) return absl::PermissionDeniedError("cannot write " + tmp_path);
   }
+  const std::optional<int64_t> total =
+      *input_path == "-" ? std::nullopt : CountRequests(input_file);
   std::istream& in = *input_path == "-" ? std::cin : input_file;
   std::ostream& out = *output_path == "-" ? std::cout : output_file;
 
@@ -146,7 +170,7 @@ absl::Status RunBatchFiles(const std::vector<std::string>& args) {
 
   batch::BatchOptions batch_options;
   batch_options.max_in_flight = window;
-  batch_options.on_progress = LogProgress;
+  batch_options.on_progress = [total](const batch::BatchProgress& p) { LogProgress(p, total); };
   batch_options.id_prefix = RandomIdPrefix();
   ASSIGN_OR_RETURN(batch::BatchProgress done, batch::RunBatch(service, in, out, batch_options));
   if (*output_path != "-") {
@@ -159,11 +183,11 @@ absl::Status RunBatchFiles(const std::vector<std::string>& args) {
   runtime.reset();
   std::fprintf(
       stderr,
-      "strata run-batch: %lld requests: %lld ok, %lld failed, %lld invalid; %lld prompt "
+      "strata run-batch: %lld request%s: %lld ok, %lld failed, %lld invalid; %lld prompt "
       "+ %lld generated tokens in %.1f s (%.1f generated tokens/s)%s%s\n",
-      static_cast<long long>(done.lines), static_cast<long long>(done.succeeded),
-      static_cast<long long>(done.failed), static_cast<long long>(done.invalid),
-      static_cast<long long>(done.usage.prompt_tokens),
+      static_cast<long long>(done.lines), done.lines == 1 ? "" : "s",
+      static_cast<long long>(done.succeeded), static_cast<long long>(done.failed),
+      static_cast<long long>(done.invalid), static_cast<long long>(done.usage.prompt_tokens),
       static_cast<long long>(done.usage.completion_tokens), done.elapsed_s,
       done.elapsed_s > 0 ? static_cast<double>(done.usage.completion_tokens) / done.elapsed_s : 0.0,
       *output_path == "-" ? "" : "; wrote ", *output_path == "-" ? "" : output_path->c_str());
