@@ -8,7 +8,8 @@
 //
 // At most `max_in_flight` requests are submitted and unfinished at a time, and at most
 // `max_waiting_lines` finished lines wait for an earlier, longer one; lines are read as room
-// frees, so an input of any length runs in bounded memory. A request the handler refuses as
+// frees, so memory does not grow with the input's length (but for the custom_ids kept to refuse
+// a repeated one: OpenAI's limit is 50,000 lines a file). A request the handler refuses as
 // over its queue (429) is sent again when another finishes. Blank lines are skipped; every
 // other line gets exactly one output line.
 #pragma once
