@@ -35,19 +35,6 @@ void WalkPattern(const TokenTrie& trie, int32_t n, int32_t state, const ByteDfa&
 
 }  // namespace
 
-void MaskLogitsOutside(const std::vector<uint64_t>& allowed, float* logits, int64_t vocab) {
-  constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  for (int64_t w = 0; w * 64 < vocab; ++w) {
-    const uint64_t word =
-        static_cast<size_t>(w) < allowed.size() ? allowed[static_cast<size_t>(w)] : 0;
-    if (word == ~uint64_t{0}) continue;
-    const int64_t end = std::min(vocab, (w + 1) * 64);
-    for (int64_t id = w * 64; id < end; ++id) {
-      if ((word >> (id % 64) & 1) == 0) logits[id] = kMasked;
-    }
-  }
-}
-
 JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> grammar,
                                std::shared_ptr<const TokenVocab> vocab,
                                std::vector<int32_t> end_ids)
@@ -141,31 +128,12 @@ void JsonTokenMatcher::AllowedTokens(int64_t vocab, std::vector<uint64_t>* bits)
       (*bits)[static_cast<size_t>(id / 64)] &= ~(uint64_t{1} << (id % 64));
     }
   }
-  bool any = false;
-  for (uint64_t w : *bits) any = any || w != 0;
-  if (finished_ || !any || state_.CanFinish()) {
-    for (int32_t id : constraint_->end_ids()) {
-      if (id >= 0 && id < vocab) SetBit(bits, id);
-    }
-  }
+  AllowEndIds(constraint_->end_ids(), finished_ || state_.CanFinish(), vocab, bits);
 }
 
-void JsonTokenMatcher::Prepare(int64_t vocab) {
-  AllowedTokens(vocab, &bits_);
-  prepared_vocab_ = vocab;
-}
-
-void JsonTokenMatcher::MaskLogits(float* logits, int64_t vocab) {
-  if (prepared_vocab_ != vocab) AllowedTokens(vocab, &bits_);
-  prepared_vocab_ = -1;
-  MaskLogitsOutside(bits_, logits, vocab);
-}
-
-void JsonTokenMatcher::Accept(int32_t token) {
-  prepared_vocab_ = -1;
+void JsonTokenMatcher::Advance(int32_t token) {
   if (finished_) return;
-  const std::vector<int32_t>& ends = constraint_->end_ids();
-  if (std::find(ends.begin(), ends.end(), token) != ends.end()) {
+  if (IsEndId(constraint_->end_ids(), token)) {
     finished_ = true;
     return;
   }

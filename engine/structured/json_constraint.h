@@ -11,6 +11,7 @@
 // allocates nothing once they have grown.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -21,13 +22,10 @@
 #include "engine/sampling.h"
 #include "engine/structured/json_matcher.h"
 #include "engine/structured/json_schema.h"
+#include "engine/structured/token_mask.h"
 #include "engine/structured/token_vocab.h"
 
 namespace strata::structured {
-
-// Sets logits[id] = −inf for every id in [0, vocab) whose bit in `allowed` (bit id % 64 of word
-// id / 64; missing words: not allowed) is clear.
-void MaskLogitsOutside(const std::vector<uint64_t>& allowed, float* logits, int64_t vocab);
 
 class JsonConstraint : public engine::TokenConstraint {
  public:
@@ -57,16 +55,11 @@ class JsonConstraint : public engine::TokenConstraint {
       pattern_masks_;  // guarded by pattern_mu_; entries never change once added
 };
 
-class JsonTokenMatcher : public engine::TokenMatcher {
+class JsonTokenMatcher : public BitMaskMatcher {
  public:
   explicit JsonTokenMatcher(const JsonConstraint* constraint);
 
-  void Prepare(int64_t vocab) override;
-  void MaskLogits(float* logits, int64_t vocab) override;
-  void Accept(int32_t token) override;
-
-  // The ids allowed next as a bit set over [0, vocab) (bit id % 64 of word id / 64).
-  void AllowedTokens(int64_t vocab, std::vector<uint64_t>* bits);
+  void AllowedTokens(int64_t vocab, std::vector<uint64_t>* bits) override;
   // The text so far is a complete value (or an end id was accepted).
   bool complete() const { return finished_ || state_.CanFinish(); }
   // An end id was accepted, or a token the matcher could not take (the output is then no
@@ -74,6 +67,7 @@ class JsonTokenMatcher : public engine::TokenMatcher {
   bool finished() const { return finished_; }
 
  private:
+  void Advance(int32_t token) override;
   // Sets the bits of the tokens under trie node `n` (reached in state `depth`) that some thread
   // accepts.
   void Walk(const TokenTrie& trie, int32_t n, size_t depth, std::vector<uint64_t>* bits);
@@ -84,9 +78,7 @@ class JsonTokenMatcher : public engine::TokenMatcher {
   JsonMatchState state_;
   JsonMatchState scratch_;
   std::vector<JsonMatchState> depth_states_;  // [trie depth] walk states, reused
-  std::vector<uint64_t> bits_;
   std::vector<uint64_t> pattern_scratch_;
-  int64_t prepared_vocab_ = -1;  // bits_ hold the mask of the next draw over this vocab
   bool finished_ = false;
 };
 

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
+#include "engine/structured/matcher_testing.h"
 #include "engine/structured/reasoning_gate.h"
 
 namespace strata::structured {
@@ -19,26 +20,12 @@ namespace {
 
 constexpr int32_t kEndId = 256;  // after the 256 byte tokens
 
-// Ids 0–255: single bytes; 256: the end id (no bytes); then `extra` random multi-byte tokens
-// over JSON-heavy pieces (some repeated: duplicates must be allowed only once).
+// The test vocabulary over JSON-heavy pieces.
 std::vector<std::string> RandomVocab(uint32_t seed, int extra) {
-  std::mt19937 rng(seed);
-  static const char* pieces[] = {"{",        "}",    "[",     "]",      "\"",   ":",   ",", " ",
-                                 "\n",       "\\",   "u",     "0",      "1",    "9",   "-", ".",
-                                 "e",        "true", "false", "null",   "name", "age", "a", "b",
-                                 "\xc3\xa9", "x y",  "\": ",  "\", \"", "\"}"};
-  std::vector<std::string> vocab(257);
-  for (int b = 0; b < 256; ++b)
-    vocab[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
-  for (int i = 0; i < extra; ++i) {
-    std::string t;
-    const int n = std::uniform_int_distribution<int>(1, 4)(rng);
-    for (int k = 0; k < n; ++k) {
-      t += pieces[std::uniform_int_distribution<int>(0, std::size(pieces) - 1)(rng)];
-    }
-    vocab.push_back(t);
-  }
-  return vocab;
+  return testing::RandomVocab(
+      seed, extra, {"{",    "}",   "[", "]", "\"",       ":",   ",",    " ",      "\n",    "\\",
+                    "u",    "0",   "1", "9", "-",        ".",   "e",    "true",   "false", "null",
+                    "name", "age", "a", "b", "\xc3\xa9", "x y", "\": ", "\", \"", "\"}"});
 }
 
 std::shared_ptr<const JsonGrammar> Grammar(const char* schema) {

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -34,6 +36,24 @@ inline void ExpectVerdicts(const JsonGrammar& g, std::initializer_list<std::stri
                            std::initializer_list<std::string> rejected) {
   for (const std::string& text : accepted) EXPECT_TRUE(Accepts(g, text)) << text;
   for (const std::string& text : rejected) EXPECT_FALSE(Accepts(g, text)) << text;
+}
+
+// A vocabulary for constraint tests: ids 0–255 the single bytes, 256 the end id (no bytes), then
+// `extra` tokens each 1–4 random `pieces` (some repeat: duplicates must be allowed only once).
+inline std::vector<std::string> RandomVocab(uint32_t seed, int extra,
+                                            const std::vector<std::string>& pieces) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> vocab(257);
+  for (int b = 0; b < 256; ++b)
+    vocab[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+  std::uniform_int_distribution<size_t> piece(0, pieces.size() - 1);
+  for (int i = 0; i < extra; ++i) {
+    std::string t;
+    const int n = std::uniform_int_distribution<int>(1, 4)(rng);
+    for (int k = 0; k < n; ++k) t += pieces[piece(rng)];
+    vocab.push_back(t);
+  }
+  return vocab;
 }
 
 }  // namespace strata::structured::testing

@@ -1,0 +1,82 @@
+// cfg_constraint.h
+#include "engine/structured/cfg_constraint.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace strata::structured {
+
+CfgConstraint::CfgConstraint(std::shared_ptr<const CfgGrammar> grammar,
+                             std::shared_ptr<const TokenVocab> vocab, std::vector<int32_t> end_ids)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), end_ids_(std::move(end_ids)) {}
+
+std::unique_ptr<engine::TokenMatcher> CfgConstraint::NewMatcher() const {
+  return std::make_unique<CfgTokenMatcher>(this);
+}
+
+const std::vector<uint64_t>* CfgConstraint::FindTokens(const std::vector<int32_t>& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = masks_.find(key);
+  return it == masks_.end() ? nullptr : it->second.get();
+}
+
+void CfgConstraint::KeepTokens(const std::vector<int32_t>& key,
+                               const std::vector<uint64_t>& bits) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (masks_.size() >= kMaxCachedMasks) return;
+  masks_.try_emplace(key, std::make_unique<const std::vector<uint64_t>>(bits));
+}
+
+CfgTokenMatcher::CfgTokenMatcher(const CfgConstraint* constraint)
+    : constraint_(constraint), state_(CfgMatchState::Start(constraint->grammar())) {}
+
+CfgMatchState& CfgTokenMatcher::Depth(size_t depth) {
+  if (depth_states_.size() <= depth) depth_states_.resize(depth + 1);
+  return depth_states_[depth];
+}
+
+void CfgTokenMatcher::Walk(int32_t n, size_t depth, std::vector<uint64_t>* bits) {
+  const TokenTrie& trie = constraint_->vocab().all();
+  const TokenTrie::Node node = trie.nodes[static_cast<size_t>(n)];
+  for (int32_t k = 0; k < node.num_children; ++k) {
+    const auto e = static_cast<size_t>(node.first_child + k);
+    const int32_t child = trie.children[e];
+    // Depth() may reallocate: take the child's slot before the parent's reference.
+    CfgMatchState& next = Depth(depth + 1);
+    const CfgMatchState& from = depth == 0 ? state_ : depth_states_[depth];
+    if (!from.Advance(constraint_->grammar(), trie.child_bytes[e], &next)) continue;
+    const int32_t token = trie.nodes[static_cast<size_t>(child)].token;
+    if (token >= 0) (*bits)[static_cast<size_t>(token / 64)] |= uint64_t{1} << (token % 64);
+    Walk(child, depth + 1, bits);
+  }
+}
+
+void CfgTokenMatcher::AllowedTokens(int64_t vocab, std::vector<uint64_t>* bits) {
+  const size_t words = static_cast<size_t>((vocab + 63) / 64);
+  bits->assign(words, 0);
+  if (!finished_) {
+    const std::vector<uint64_t>* tokens = constraint_->FindTokens(state_.key());
+    if (tokens == nullptr) {
+      walk_bits_.assign(static_cast<size_t>((constraint_->vocab().size() + 63) / 64), 0);
+      Walk(0, 0, &walk_bits_);
+      constraint_->KeepTokens(state_.key(), walk_bits_);
+      tokens = &walk_bits_;
+    }
+    std::copy_n(tokens->begin(), std::min(tokens->size(), words), bits->begin());
+  }
+  AllowEndIds(constraint_->end_ids(), finished_ || state_.CanFinish(), vocab, bits);
+}
+
+void CfgTokenMatcher::Advance(int32_t token) {
+  if (finished_) return;
+  const TokenVocab& v = constraint_->vocab();
+  if (IsEndId(constraint_->end_ids(), token) || token < 0 || token >= v.size() ||
+      v.bytes(token).empty() ||
+      !state_.AdvanceBytes(constraint_->grammar(), v.bytes(token), &scratch_, &Depth(0))) {
+    finished_ = true;
+    return;
+  }
+  std::swap(state_, scratch_);
+}
+
+}  // namespace strata::structured
