@@ -7,8 +7,12 @@
 namespace strata::structured {
 
 CfgConstraint::CfgConstraint(std::shared_ptr<const CfgGrammar> grammar,
-                             std::shared_ptr<const TokenVocab> vocab, std::vector<int32_t> end_ids)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), end_ids_(std::move(end_ids)) {}
+                             std::shared_ptr<const TokenVocab> vocab, std::vector<int32_t> end_ids,
+                             size_t max_walk_states)
+    : grammar_(std::move(grammar)),
+      vocab_(std::move(vocab)),
+      end_ids_(std::move(end_ids)),
+      max_walk_states_(std::max<size_t>(max_walk_states, 1)) {}
 
 std::unique_ptr<engine::TokenMatcher> CfgConstraint::NewMatcher() const {
   return std::make_unique<CfgTokenMatcher>(this);
@@ -35,7 +39,48 @@ CfgMatchState& CfgTokenMatcher::Depth(size_t depth) {
   return depth_states_[depth];
 }
 
-void CfgTokenMatcher::Walk(int32_t n, size_t depth, std::vector<uint64_t>* bits) {
+int32_t CfgTokenMatcher::Intern(const CfgMatchState& state) {
+  auto it = ids_.find(state.key());
+  if (it != ids_.end()) return it->second;
+  if (interned_.size() >= constraint_->max_walk_states()) return kUnknown;
+  const auto id = static_cast<int32_t>(interned_.size());
+  interned_.push_back({state, {}});
+  interned_.back().next.fill(kUnknown);
+  ids_.emplace(state.key(), id);
+  return id;
+}
+
+int32_t CfgTokenMatcher::Next(int32_t id, uint8_t byte, CfgMatchState* overflow) {
+  const int32_t known = interned_[static_cast<size_t>(id)].next[byte];
+  if (known != kUnknown) return known;
+  if (!interned_[static_cast<size_t>(id)].state.Advance(constraint_->grammar(), byte, overflow)) {
+    interned_[static_cast<size_t>(id)].next[byte] = kDead;
+    return kDead;
+  }
+  const int32_t next = Intern(*overflow);
+  if (next != kUnknown) interned_[static_cast<size_t>(id)].next[byte] = next;
+  return next;
+}
+
+void CfgTokenMatcher::Walk(int32_t n, int32_t id, std::vector<uint64_t>* bits) {
+  const TokenTrie& trie = constraint_->vocab().all();
+  const TokenTrie::Node node = trie.nodes[static_cast<size_t>(n)];
+  for (int32_t k = 0; k < node.num_children; ++k) {
+    const auto e = static_cast<size_t>(node.first_child + k);
+    const int32_t child = trie.children[e];
+    const int32_t next = Next(id, trie.child_bytes[e], &Depth(0));
+    if (next == kDead) continue;
+    const int32_t token = trie.nodes[static_cast<size_t>(child)].token;
+    if (token >= 0) (*bits)[static_cast<size_t>(token / 64)] |= uint64_t{1} << (token % 64);
+    if (next == kUnknown) {
+      WalkUninterned(child, 0, bits);  // from Depth(0)
+    } else {
+      Walk(child, next, bits);
+    }
+  }
+}
+
+void CfgTokenMatcher::WalkUninterned(int32_t n, size_t depth, std::vector<uint64_t>* bits) {
   const TokenTrie& trie = constraint_->vocab().all();
   const TokenTrie::Node node = trie.nodes[static_cast<size_t>(n)];
   for (int32_t k = 0; k < node.num_children; ++k) {
@@ -43,11 +88,12 @@ void CfgTokenMatcher::Walk(int32_t n, size_t depth, std::vector<uint64_t>* bits)
     const int32_t child = trie.children[e];
     // Depth() may reallocate: take the child's slot before the parent's reference.
     CfgMatchState& next = Depth(depth + 1);
-    const CfgMatchState& from = depth == 0 ? state_ : depth_states_[depth];
-    if (!from.Advance(constraint_->grammar(), trie.child_bytes[e], &next)) continue;
+    if (!depth_states_[depth].Advance(constraint_->grammar(), trie.child_bytes[e], &next)) {
+      continue;
+    }
     const int32_t token = trie.nodes[static_cast<size_t>(child)].token;
     if (token >= 0) (*bits)[static_cast<size_t>(token / 64)] |= uint64_t{1} << (token % 64);
-    Walk(child, depth + 1, bits);
+    WalkUninterned(child, depth + 1, bits);
   }
 }
 
@@ -58,7 +104,12 @@ void CfgTokenMatcher::AllowedTokens(int64_t vocab, std::vector<uint64_t>* bits) 
     const std::vector<uint64_t>* tokens = constraint_->FindTokens(state_.key());
     if (tokens == nullptr) {
       walk_bits_.assign(static_cast<size_t>((constraint_->vocab().size() + 63) / 64), 0);
-      Walk(0, 0, &walk_bits_);
+      if (interned_.size() >=
+          constraint_->max_walk_states()) {  // full: start over rather than walk uninterned
+        interned_.clear();
+        ids_.clear();
+      }
+      Walk(0, Intern(state_), &walk_bits_);
       constraint_->KeepTokens(state_.key(), walk_bits_);
       tokens = &walk_bits_;
     }

@@ -8,6 +8,7 @@
 // state however long the word), so most steps copy a cached mask.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -25,13 +26,17 @@ namespace strata::structured {
 class CfgConstraint : public engine::TokenConstraint {
  public:
   // `end_ids`: the ids that end the sequence (EOS, chat end-of-turn, stop_token_ids).
+  // `max_walk_states`: how many grammar states each sequence's matcher keeps with their byte
+  // transitions (about 1 KiB each); walks past it go on without the table.
   CfgConstraint(std::shared_ptr<const CfgGrammar> grammar, std::shared_ptr<const TokenVocab> vocab,
-                std::vector<int32_t> end_ids);
+                std::vector<int32_t> end_ids, size_t max_walk_states = kDefaultMaxWalkStates);
+  static constexpr size_t kDefaultMaxWalkStates = 2048;
   std::unique_ptr<engine::TokenMatcher> NewMatcher() const override;
 
   const CfgGrammar& grammar() const { return *grammar_; }
   const TokenVocab& vocab() const { return *vocab_; }
   const std::vector<int32_t>& end_ids() const { return end_ids_; }
+  size_t max_walk_states() const { return max_walk_states_; }
 
   // The cached token set of the state with key `key` (CfgMatchState::key), or null.
   const std::vector<uint64_t>* FindTokens(const std::vector<int32_t>& key) const;
@@ -43,6 +48,7 @@ class CfgConstraint : public engine::TokenConstraint {
   std::shared_ptr<const CfgGrammar> grammar_;
   std::shared_ptr<const TokenVocab> vocab_;
   std::vector<int32_t> end_ids_;
+  size_t max_walk_states_;
   mutable std::mutex mu_;
   // Guarded by mu_; entries never change once added (pointers to them stay valid).
   mutable std::map<std::vector<int32_t>, std::unique_ptr<const std::vector<uint64_t>>> masks_;
@@ -59,15 +65,33 @@ class CfgTokenMatcher : public BitMaskMatcher {
   bool finished() const { return finished_; }
 
  private:
+  static constexpr int32_t kUnknown = -2;  // a transition not computed yet
+  static constexpr int32_t kDead = -1;     // the state refuses the byte
+  // States met while walking the trie, numbered, with their transitions filled in as they are
+  // taken: inside a loop (`[^"]*`) almost every byte leads back to one state, so a walk over
+  // the vocabulary is mostly table lookups (a lazily built DFA over the grammar's states).
+  struct Interned {
+    CfgMatchState state;
+    std::array<int32_t, 256> next;
+  };
+
   void Advance(int32_t token) override;
-  // Sets the bits of the tokens under trie node `n` (reached in Depth(depth)) the state takes.
-  void Walk(int32_t n, size_t depth, std::vector<uint64_t>* bits);
+  // The state `id` goes to on `byte`: an interned id, kDead, or kUnknown when the table is full
+  // (the next state is then in *overflow).
+  int32_t Next(int32_t id, uint8_t byte, CfgMatchState* overflow);
+  int32_t Intern(const CfgMatchState& state);
+  // Sets the bits of the tokens under trie node `n`, reached in interned state `id`.
+  void Walk(int32_t n, int32_t id, std::vector<uint64_t>* bits);
+  // The same from a state outside the table (past max_walk_states), one state per trie depth.
+  void WalkUninterned(int32_t n, size_t depth, std::vector<uint64_t>* bits);
   CfgMatchState& Depth(size_t depth);
 
   const CfgConstraint* constraint_;  // held by the sampler's params, which outlive the matcher
   CfgMatchState state_;
   CfgMatchState scratch_;
-  std::vector<CfgMatchState> depth_states_;  // [trie depth] walk states, reused
+  std::vector<Interned> interned_;
+  std::map<std::vector<int32_t>, int32_t> ids_;  // state key → index in interned_
+  std::vector<CfgMatchState> depth_states_;      // [trie depth] uninterned walk states
   std::vector<uint64_t> walk_bits_;
   bool finished_ = false;
 };

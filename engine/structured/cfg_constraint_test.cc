@@ -3,6 +3,7 @@
 // state and shared by the choices; and every generation ended by the end id is a whole `root`.
 #include "engine/structured/cfg_constraint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -45,58 +46,64 @@ TEST(CfgConstraint, MasksMatchBruteForce) {
                                            "(", ")", "é",  "\xc3", "x", "ab\":"};
   const int64_t vocab_ids = 257 + 300 + 5;  // a few padding ids past the tokenizer's
   std::mt19937 rng(11);
-  for (const char* text : kGrammars) {
-    std::vector<std::string> tokens = testing::RandomVocab(3, 300, pieces);
-    tokens[kEndId].clear();  // the end id has no bytes
-    auto vocab = std::make_shared<TokenVocab>(tokens);
-    CfgConstraint constraint(Grammar(text), vocab, {kEndId});
-    int ended = 0;
-    for (int run = 0; run < 12; ++run) {
-      auto matcher = constraint.NewMatcher();
-      auto* m = static_cast<CfgTokenMatcher*>(matcher.get());
-      CfgMatchState state = CfgMatchState::Start(constraint.grammar());
-      std::string generated;
-      for (int step = 0; step < 40; ++step) {
-        std::vector<uint64_t> bits;
-        m->AllowedTokens(vocab_ids, &bits);
-        std::vector<int32_t> allowed;
-        for (int32_t id = 0; id < vocab_ids; ++id) {
-          bool expected = false;
-          if (id == kEndId) {
-            expected = state.CanFinish();
-          } else if (id < vocab->size() && !vocab->bytes(id).empty()) {
-            // The lowest id of identical bytes only (TokenVocab's rule).
-            bool first = true;
-            for (int32_t j = 0; j < id && first; ++j) first = vocab->bytes(j) != vocab->bytes(id);
-            CfgMatchState out, scratch;
-            expected =
-                first && state.AdvanceBytes(constraint.grammar(), vocab->bytes(id), &out, &scratch);
+  // With the default table of walk states, and with one so small that walks overflow it.
+  for (const size_t max_walk_states : {CfgConstraint::kDefaultMaxWalkStates, size_t{3}})
+    for (const char* text : kGrammars) {
+      std::vector<std::string> tokens = testing::RandomVocab(3, 300, pieces);
+      tokens[kEndId].clear();  // the end id has no bytes
+      auto vocab = std::make_shared<TokenVocab>(tokens);
+      CfgConstraint constraint(Grammar(text), vocab, {kEndId}, max_walk_states);
+      int ended = 0;
+      for (int run = 0; run < 12; ++run) {
+        auto matcher = constraint.NewMatcher();
+        auto* m = static_cast<CfgTokenMatcher*>(matcher.get());
+        CfgMatchState state = CfgMatchState::Start(constraint.grammar());
+        std::string generated;
+        for (int step = 0; step < 40; ++step) {
+          std::vector<uint64_t> bits;
+          m->AllowedTokens(vocab_ids, &bits);
+          std::vector<int32_t> allowed;
+          for (int32_t id = 0; id < vocab_ids; ++id) {
+            bool expected = false;
+            if (id == kEndId) {
+              expected = state.CanFinish();
+            } else if (id < vocab->size() && !vocab->bytes(id).empty()) {
+              // The lowest id of identical bytes only (TokenVocab's rule).
+              bool first = true;
+              for (int32_t j = 0; j < id && first; ++j) first = vocab->bytes(j) != vocab->bytes(id);
+              CfgMatchState out, scratch;
+              expected = first &&
+                         state.AdvanceBytes(constraint.grammar(), vocab->bytes(id), &out, &scratch);
+            }
+            ASSERT_EQ(Bit(bits, id), expected)
+                << text << "\nafter '" << generated << "', token " << id << " '"
+                << (id < vocab->size() ? vocab->bytes(id) : "") << "'";
+            if (expected) allowed.push_back(id);
           }
-          ASSERT_EQ(Bit(bits, id), expected)
-              << text << "\nafter '" << generated << "', token " << id << " '"
-              << (id < vocab->size() ? vocab->bytes(id) : "") << "'";
-          if (expected) allowed.push_back(id);
+          ASSERT_FALSE(allowed.empty()) << "dead end after '" << generated << "'";
+          // Go on for 20 steps, then end as soon as the text may end.
+          const bool can_end = std::find(allowed.begin(), allowed.end(), kEndId) != allowed.end();
+          int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+          if (pick == kEndId && allowed.size() > 1 && step < 20) {
+            pick = allowed[0] == kEndId ? allowed[1] : allowed[0];
+          }
+          if (can_end && step >= 20) pick = kEndId;
+          m->Accept(pick);
+          if (pick == kEndId) {
+            EXPECT_TRUE(m->finished());
+            ++ended;
+            break;
+          }
+          CfgMatchState next, scratch;
+          ASSERT_TRUE(
+              state.AdvanceBytes(constraint.grammar(), vocab->bytes(pick), &next, &scratch));
+          state = next;
+          generated += vocab->bytes(pick);
+          EXPECT_EQ(m->complete(), state.CanFinish());
         }
-        ASSERT_FALSE(allowed.empty()) << "dead end after '" << generated << "'";
-        // Prefer going on over ending, so generations get long.
-        int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
-        if (pick == kEndId && allowed.size() > 1 && step < 20)
-          pick = allowed[0] == kEndId ? allowed[1] : allowed[0];
-        m->Accept(pick);
-        if (pick == kEndId) {
-          EXPECT_TRUE(m->finished());
-          ++ended;
-          break;
-        }
-        CfgMatchState next, scratch;
-        ASSERT_TRUE(state.AdvanceBytes(constraint.grammar(), vocab->bytes(pick), &next, &scratch));
-        state = next;
-        generated += vocab->bytes(pick);
-        EXPECT_EQ(m->complete(), state.CanFinish());
       }
+      EXPECT_GT(ended, 0) << text;
     }
-    EXPECT_GT(ended, 0) << text;
-  }
 }
 
 TEST(CfgConstraint, MasksAreKeptPerStateAndShared) {

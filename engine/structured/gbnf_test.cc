@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/structured/cfg_matcher.h"
+#include "engine/structured/gbnf_examples.h"
 #include "engine/structured/regex.h"
 
 namespace strata::structured {
@@ -95,15 +96,7 @@ item ::= "(" root ")" | "x")g");
 }
 
 TEST(Gbnf, JsonGrammar) {
-  ASSERT_COMPILES(g, R"(
-root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null") ws
-object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array  ::= "[" ws ( value ("," ws value)* )? "]" ws
-string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
-number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
-ws ::= | " " | "\n" [ \t]{0,20}
-)");
+  ASSERT_COMPILES(g, kJsonObjectGbnf);
   for (const char* ok :
        {R"({})", R"({"a": [1, 2.5, -3e7, "x\u00e9y"], "b": {"c": null}})", "{\"k\": true}\n  "}) {
     EXPECT_TRUE(Accepts(g, ok)) << ok;

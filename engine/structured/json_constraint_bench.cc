@@ -3,7 +3,9 @@
 // under build/<preset>/engine/tokenizer/js_peer/), from matcher states along a JSON document:
 // between tokens (full trie walk, pruned at the first byte), inside an unbounded string (the
 // plain-token fast path), inside a bounded string and a number (full walks), and inside strings
-// with a format or pattern and a number with bounds. Prints the mask
+// with a format or pattern and a number with bounds; and the same for GBNF grammars (a JSON
+// grammar written in GBNF, an SQL-like grammar: the first mask from a state walks the trie, later
+// ones come from the per-state cache). Prints the mask
 // time per state next to the vocabulary size, and the time of one vocabulary-sized logits pass
 // (the floor any mask costs).
 #include <chrono>
@@ -15,13 +17,16 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "engine/structured/cfg_constraint.h"
+#include "engine/structured/gbnf_examples.h"
 #include "engine/structured/json_constraint.h"
 #include "engine/tokenizer/base64.h"
 
 namespace {
 
 using strata::structured::JsonConstraint;
-using strata::structured::JsonTokenMatcher;
+using strata::structured::BitMaskMatcher;
+using strata::structured::CfgConstraint;
 
 std::vector<std::string> LoadTiktoken(const char* path) {
   std::ifstream in(path);
@@ -95,9 +100,23 @@ int main(int argc, char** argv) {
   const std::string checked_doc =
       R"({"email": "ada@example.org", "when": "2026-11-30T14:00:00Z", "id": "ABC-1234", )"
       R"("note": "an error here", "score": 0.75})";
+  // GBNF: JSON as llama.cpp's json.gbnf describes it, and a query language.
+  auto gbnf = [&](const char* text) {
+    return std::make_shared<CfgConstraint>(
+        std::make_shared<strata::structured::CfgGrammar>(*strata::structured::CompileGbnf(text)),
+        tokens, std::vector<int32_t>{end_id});
+  };
+  const auto json_gbnf = gbnf(strata::structured::kJsonObjectGbnf);
+  const auto sql_gbnf = gbnf(R"(
+root ::= "SELECT " columns " FROM " name (" WHERE " condition)? ";"
+columns ::= "*" | name (", " name)*
+condition ::= name " " ("=" | "<" | ">") " " (number | "'" [^']* "'") (" AND " condition)?
+name ::= [a-z_] [a-z0-9_]*
+number ::= [0-9]+)");
+  const std::string sql_doc = "SELECT name, age FROM people WHERE age > 30 AND city = 'Par";
   struct Point {
     const char* what;
-    const JsonConstraint* c;
+    const strata::engine::TokenConstraint* c;
     const std::string* doc;
     size_t prefix;
   };
@@ -116,6 +135,11 @@ int main(int argc, char** argv) {
       {"pattern (anchored)", &checked, &checked_doc, checked_doc.find("ABC") + 1},
       {"pattern (search)", &checked, &checked_doc, checked_doc.find("error")},
       {"bounded number", &checked, &checked_doc, checked_doc.find("0.7") + 2},
+      {"gbnf json: start", json_gbnf.get(), &doc, 1},
+      {"gbnf json: string", json_gbnf.get(), &doc, doc.find("Wrote") + 5},
+      {"gbnf json: number", json_gbnf.get(), &doc, doc.find("36") + 1},
+      {"gbnf sql: columns", sql_gbnf.get(), &sql_doc, sql_doc.find("name") + 2},
+      {"gbnf sql: quoted", sql_gbnf.get(), &sql_doc, sql_doc.size()},
   };
   std::vector<float> logits(static_cast<size_t>(vocab));
   std::mt19937 rng(1);
@@ -138,11 +162,12 @@ int main(int argc, char** argv) {
   for (const Point& p : points) {
     // Feed the prefix byte by byte through single-byte tokens (every byte-level BPE has them).
     auto matcher = p.c->NewMatcher();
-    auto* m = static_cast<JsonTokenMatcher*>(matcher.get());
+    auto* m = static_cast<BitMaskMatcher*>(matcher.get());
     for (size_t i = 0; i < p.prefix; ++i) {
       m->Accept(byte_token[static_cast<uint8_t>((*p.doc)[i])]);
     }
-    // The first mask from a state may fill a cache (pattern strings); the rest reuse it.
+    // The first mask from a state may fill a cache (pattern strings, GBNF states); the rest
+    // reuse it.
     t0 = std::chrono::steady_clock::now();
     m->AllowedTokens(vocab, &bits);
     const double first_ms = 1e3 * Seconds(t0);

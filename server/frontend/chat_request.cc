@@ -46,6 +46,8 @@ const std::vector<std::string_view> kChatFields = {"model",
                                                    "guided_choice",
                                                    "guided_regex",
                                                    "guided_grammar",
+                                                   "grammar",
+                                                   "ebnf",
                                                    "structured_outputs",
                                                    "ignore_eos",
                                                    "min_tokens",
@@ -323,7 +325,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& bod
   RETURN_IF_ERROR(ReadToolChoice(body, &req));
   ASSIGN_OR_RETURN(auto parallel, r.Bool("parallel_tool_calls"));
   req.parallel_tool_calls = parallel.value_or(true);
-  if (req.gen.json_grammar &&
+  if (req.gen.constrained() &&
       (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed)) {
     return Unsupported("response_format",
                        "response_format together with a forced tool_choice (required or named) "

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "engine/structured/cfg_constraint.h"
 #include "engine/structured/json_constraint.h"
 #include "engine/structured/reasoning_gate.h"
 #include "engine/token_filters.h"
@@ -53,12 +54,17 @@ scheduler::Request EngineRequest(const ServedModel& model, const GenerationField
       r.sampling.min_tokens_stop_ids.push_back(static_cast<int32_t>(r.eos_token_id));
     }
   }
-  if (gen.json_grammar) {
+  if (gen.constrained()) {
     CHECK(model.token_vocab != nullptr);
     std::vector<int32_t> end_ids = r.stop_token_ids;
     if (r.eos_token_id >= 0) end_ids.push_back(static_cast<int32_t>(r.eos_token_id));
-    r.sampling.constraint = std::make_shared<structured::JsonConstraint>(
-        gen.json_grammar, model.token_vocab, std::move(end_ids));
+    if (gen.json_grammar) {
+      r.sampling.constraint = std::make_shared<structured::JsonConstraint>(
+          gen.json_grammar, model.token_vocab, std::move(end_ids));
+    } else {
+      r.sampling.constraint = std::make_shared<structured::CfgConstraint>(
+          gen.cfg_grammar, model.token_vocab, std::move(end_ids));
+    }
   }
   return r;
 }

@@ -227,12 +227,12 @@ absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
         "min_tokens", absl::StrCat("'min_tokens' (", g.min_tokens, ") must be at most max_tokens (",
                                    *g.max_tokens, ")"));
   }
-  if (g.min_tokens > 0 && g.json_grammar) {
+  if (g.min_tokens > 0 && g.constrained()) {
     return InvalidField(
         "min_tokens",
         "'min_tokens' together with a constrained output (response_format, "
-        "guided_json, guided_choice, guided_regex, structured_outputs) is not supported: the "
-        "constraint decides where the output ends",
+        "guided_json, guided_choice, guided_regex, guided_grammar, structured_outputs) is not "
+        "supported: the constraint decides where the output ends",
         "unsupported_value");
   }
   return g;

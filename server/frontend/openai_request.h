@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/sampling.h"
+#include "engine/structured/gbnf.h"
 #include "engine/structured/json_schema.h"
 #include "engine/structured/tool_call_constraint.h"
 
@@ -86,6 +87,12 @@ struct GenerationFields {
   // response_format json_object / json_schema: the output must be JSON this grammar accepts
   // (compiled once per request, shared by its choices); null: free text.
   std::shared_ptr<const structured::JsonGrammar> json_grammar;
+  // guided_grammar / structured_outputs.grammar / grammar / ebnf: the output must be a `root`
+  // of this GBNF grammar; null: none. At most one of json_grammar and cfg_grammar is set.
+  std::shared_ptr<const structured::CfgGrammar> cfg_grammar;
+
+  // The output follows a grammar (JSON, a regex, a choice or GBNF).
+  bool constrained() const { return json_grammar != nullptr || cfg_grammar != nullptr; }
 };
 
 // none: tools are not called; auto: the model decides; required: at least one call (to any

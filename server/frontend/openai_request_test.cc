@@ -252,6 +252,17 @@ TEST(ChatRequestTest, VllmGuidedFieldsAndStructuredOutputsConstrainTheOutputToo)
   EXPECT_EQ(root_of(R"("guided_regex": "(yes|no)!")").kind, structured::NodeKind::kText);
   EXPECT_EQ(root_of(R"("structured_outputs": {"regex": "\\d+"})").kind,
             structured::NodeKind::kText);
+  // GBNF grammars under vLLM's, llama.cpp's and SGLang's names.
+  for (const char* fields :
+       {R"("guided_grammar": "root ::= \"yes\" | \"no\"")",
+        R"("structured_outputs": {"grammar": "root ::= [a-z]+"})",
+        R"("grammar": "root ::= x\nx ::= \"x\"")", R"("ebnf": "root ::= \"a\"*")"}) {
+    absl::StatusOr<ChatCompletionRequest> req =
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), Limits());
+    ASSERT_TRUE(req.ok()) << fields << ": " << req.status();
+    EXPECT_TRUE(req->gen.cfg_grammar != nullptr && req->gen.json_grammar == nullptr) << fields;
+    EXPECT_TRUE(req->gen.constrained());
+  }
   const std::pair<std::string, ErrorCase> errors[] = {
       {R"("guided_choice": [])", {"", "invalid_type", "guided_choice", "non-empty array"}},
       {R"("guided_choice": ["a", ""])", {"", "invalid_type", "guided_choice[1]", "non-empty"}},
@@ -262,7 +273,20 @@ TEST(ChatRequestTest, VllmGuidedFieldsAndStructuredOutputsConstrainTheOutputToo)
       {R"("structured_outputs": {"regex": "a{2000}"})",
        {"", "invalid_value", "structured_outputs.regex", "above 1000"}},
       {R"("guided_grammar": "root ::= x")",
-       {"", "unsupported_value", "guided_grammar", "not supported"}},
+       {"", "invalid_value", "guided_grammar",
+        "guided_grammar: grammar line 1, column 10: rule 'x' is used but not defined"}},
+      {R"("grammar": "root ::= root \"a\" | \"a\"")",
+       {"", "invalid_value", "grammar", "grammar: the grammar is left-recursive"}},
+      {R"("ebnf": "")", {"", "invalid_type", "ebnf", "a non-empty string (a GBNF grammar)"}},
+      {R"("structured_outputs": {"grammar": ["root ::= \"a\""]})",
+       {"", "invalid_type", "structured_outputs.grammar", "a GBNF grammar"}},
+      {R"("structured_outputs": {"grammar": "root ::= \"a\"", "regex": "a"})",
+       {"", "invalid_value", "structured_outputs",
+        "one of json, json_object, choice, regex or grammar"}},
+      {R"("guided_regex": "a", "grammar": "root ::= \"a\"")",
+       {"", "invalid_value", "grammar", "'guided_regex' and 'grammar' both constrain"}},
+      {R"("guided_grammar": "root ::= \"a\"", "min_tokens": 2)",
+       {"", "unsupported_value", "min_tokens", "guided_grammar"}},
       {R"("guided_json": {"type": "integer", "not": {"const": 3}})",
        {"", "invalid_value", "guided_json", "'not' is not supported"}},
       {R"("structured_outputs": {"json": {}, "choice": ["a"]})",

@@ -1,7 +1,8 @@
 // ReadResponseFormat (openai_request.h): the output constraint a request asks for → the grammar
-// the output must follow (engine/structured/). OpenAI's response_format, and vLLM's extras for
-// the same thing: guided_json / guided_choice / guided_regex (older) and structured_outputs
-// {json, json_object, choice, regex}.
+// the output must follow (engine/structured/). OpenAI's response_format, vLLM's extras for the
+// same thing: guided_json / guided_choice / guided_regex / guided_grammar (older) and
+// structured_outputs {json, json_object, choice, regex, grammar}, llama.cpp's `grammar` and
+// SGLang's `ebnf` (both GBNF, as vLLM's grammars).
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
@@ -30,6 +31,29 @@ absl::StatusOr<std::shared_ptr<const structured::JsonGrammar>> CompileSchemaFiel
 namespace {
 
 using GrammarPtr = std::shared_ptr<const structured::JsonGrammar>;
+using CfgPtr = std::shared_ptr<const structured::CfgGrammar>;
+
+// What one source of the request asks for: one of the two, or neither (free text).
+struct OutputGrammar {
+  GrammarPtr json;
+  CfgPtr cfg;
+
+  OutputGrammar() = default;
+  OutputGrammar(GrammarPtr j) : json(std::move(j)) {}  // NOLINT: the common case
+  OutputGrammar(CfgPtr c) : cfg(std::move(c)) {}       // NOLINT
+  bool any() const { return json != nullptr || cfg != nullptr; }
+};
+
+// The whole output is a `root` of the GBNF grammar at `param` (gbnf.h).
+absl::StatusOr<CfgPtr> GbnfGrammar(const Json& text, const std::string& param) {
+  if (!text.is_string() || text.get_ref<const std::string&>().empty()) {
+    return InvalidType(param, "a non-empty string (a GBNF grammar)");
+  }
+  absl::StatusOr<structured::CfgGrammar> g =
+      structured::CompileGbnf(text.get_ref<const std::string&>());
+  if (!g.ok()) return InvalidField(param, absl::StrCat(param, ": ", g.status().message()));
+  return std::make_shared<structured::CfgGrammar>(*std::move(g));
+}
 
 // The output is exactly one of the strings at `param` (vLLM's guided_choice).
 absl::StatusOr<GrammarPtr> ChoiceGrammar(const Json& choices, const std::string& param) {
@@ -92,9 +116,9 @@ absl::StatusOr<GrammarPtr> FromResponseFormat(const Json& format) {
   return CompileSchemaField(*schema, "response_format.json_schema.schema");
 }
 
-absl::StatusOr<GrammarPtr> FromStructuredOutputs(const Json& so) {
+absl::StatusOr<OutputGrammar> FromStructuredOutputs(const Json& so) {
   if (!so.is_object()) return InvalidType("structured_outputs", "an object");
-  GrammarPtr grammar;
+  OutputGrammar grammar;
   int kinds = 0;
   for (const auto& [key, value] : so.items()) {
     if (value.is_null()) continue;
@@ -108,21 +132,25 @@ absl::StatusOr<GrammarPtr> FromStructuredOutputs(const Json& so) {
       if (!value.is_boolean()) return InvalidType("structured_outputs.json_object", "a boolean");
       if (!value.get<bool>()) continue;
       ++kinds;
-      grammar = std::make_shared<structured::JsonGrammar>(structured::AnyJsonObjectGrammar());
+      grammar =
+          GrammarPtr(std::make_shared<structured::JsonGrammar>(structured::AnyJsonObjectGrammar()));
     } else if (key == "regex") {
       ++kinds;
       ASSIGN_OR_RETURN(grammar, RegexGrammar(value, "structured_outputs.regex"));
-    } else if (key == "grammar" || key == "structural_tag") {
-      return InvalidField(absl::StrCat("structured_outputs.", key),
-                          absl::StrCat("structured_outputs.", key,
-                                       " is not supported (json, json_object, choice and regex "
-                                       "are)"),
+    } else if (key == "grammar") {
+      ++kinds;
+      ASSIGN_OR_RETURN(grammar, GbnfGrammar(value, "structured_outputs.grammar"));
+    } else if (key == "structural_tag") {
+      return InvalidField("structured_outputs.structural_tag",
+                          "structured_outputs.structural_tag is not supported (json, json_object, "
+                          "choice, regex and grammar are)",
                           "unsupported_value");
     }
   }
   if (kinds > 1) {
-    return InvalidField("structured_outputs",
-                        "structured_outputs takes one of json, json_object, choice or regex");
+    return InvalidField(
+        "structured_outputs",
+        "structured_outputs takes one of json, json_object, choice, regex or grammar");
   }
   return grammar;
 }
@@ -131,10 +159,11 @@ absl::StatusOr<GrammarPtr> FromStructuredOutputs(const Json& so) {
 
 absl::Status ReadResponseFormat(const Json& body, GenerationFields* g) {
   // Each source that is present (and not "text"), in the order they are documented.
-  std::vector<std::pair<const char*, GrammarPtr>> found;
-  auto add = [&](const char* name, absl::StatusOr<GrammarPtr> grammar) -> absl::Status {
+  std::vector<std::pair<const char*, OutputGrammar>> found;
+  auto add = [&](const char* name, auto grammar) -> absl::Status {
     if (!grammar.ok()) return grammar.status();
-    if (*grammar) found.emplace_back(name, *std::move(grammar));
+    OutputGrammar g(*std::move(grammar));
+    if (g.any()) found.emplace_back(name, std::move(g));
     return absl::OkStatus();
   };
   auto present = [&](const char* key) -> const Json* {
@@ -154,17 +183,18 @@ absl::Status ReadResponseFormat(const Json& body, GenerationFields* g) {
   if (const Json* r = present("guided_regex")) {
     RETURN_IF_ERROR(add("guided_regex", RegexGrammar(*r, "guided_regex")));
   }
-  if (present("guided_grammar")) {
-    return InvalidField("guided_grammar",
-                        "guided_grammar is not supported (guided_json, guided_choice and "
-                        "guided_regex are)",
-                        "unsupported_value");
+  // vLLM's, llama.cpp's and SGLang's names for a GBNF grammar.
+  for (const char* key : {"guided_grammar", "grammar", "ebnf"}) {
+    if (const Json* text = present(key)) RETURN_IF_ERROR(add(key, GbnfGrammar(*text, key)));
   }
   if (found.size() > 1) {
     return InvalidField(found[1].first, absl::StrCat("'", found[0].first, "' and '", found[1].first,
                                                      "' both constrain the output; give one"));
   }
-  if (!found.empty()) g->json_grammar = std::move(found[0].second);
+  if (!found.empty()) {
+    g->json_grammar = std::move(found[0].second.json);
+    g->cfg_grammar = std::move(found[0].second.cfg);
+  }
   return absl::OkStatus();
 }
 

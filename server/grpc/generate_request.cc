@@ -74,6 +74,7 @@ frontend::Json CompletionBodyFor(const v1::GenerateRequest& r) {
                             {"json_schema", {{"name", "grpc"}, {"schema", std::move(schema)}}}};
   }
   if (!r.regex().empty()) b["guided_regex"] = r.regex();
+  if (!r.grammar().empty()) b["guided_grammar"] = r.grammar();
   return b;
 }
 

@@ -446,6 +446,33 @@ TEST_F(GrpcServerTest, RegexConstrainsTheWholeText) {
   EXPECT_NE(refused.status.error_message().find("lookaround"), std::string::npos);
 }
 
+TEST_F(GrpcServerTest, GrammarConstrainsTheWholeText) {
+  GenerateRequest request = Request({5, 6, 7}, 60);
+  request.set_ignore_eos(false);
+  request.set_n(3);
+  request.mutable_sampling()->set_seed(9);
+  request.set_grammar(R"g(root ::= item ("," item){0,3}
+item ::= "(" [a-c]{1,3} ")" | [0-9])g");
+  const Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  ASSERT_EQ(out.texts.size(), 3u);
+  const std::regex whole(R"((\([a-c]{1,3}\)|[0-9])(,(\([a-c]{1,3}\)|[0-9])){0,3})");
+  for (const auto& [index, t] : out.texts) {
+    EXPECT_TRUE(std::regex_match(t, whole)) << index << ": " << t;
+  }
+  GenerateRequest undefined = Request({5, 6}, 4);
+  undefined.set_grammar("root ::= item");
+  Outcome refused = Run(undefined);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.status.error_message().find("rule 'item' is used but not defined"),
+            std::string::npos)
+      << refused.status.error_message();
+  GenerateRequest both = Request({5, 6}, 4);
+  both.set_grammar("root ::= \"a\"");
+  both.set_regex("a");
+  EXPECT_EQ(Run(both).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(GrpcServerTest, InvalidPromptsAreInvalidArgument) {
   Outcome empty = Run(Request({}, 4));
   EXPECT_EQ(empty.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

@@ -482,6 +482,34 @@ test("patterns, formats, number bounds and guided_regex hold on every choice", a
   }
 });
 
+test("GBNF grammars: vLLM's guided_grammar, llama.cpp's grammar, SGLang's ebnf", async () => {
+  const grammar = String.raw`root ::= answer ("; " answer){0,2}
+answer ::= ("yes" | "no") " (" [0-9]{1,2} "%)"`;
+  const whole = /^(yes|no) \([0-9]{1,2}%\)(; (yes|no) \([0-9]{1,2}%\)){0,2}$/;
+  for (const field of ["guided_grammar", "grammar", "ebnf"]) {
+    const r = await client.completions.create({
+      model: MODEL, prompt: "Verdicts:", max_tokens: 60, temperature: 1, seed: 5, n: 3,
+      [field]: grammar });
+    for (const c of r.choices) {
+      assert.match(c.text, whole, field);
+      assert.equal(c.finish_reason, "stop");
+    }
+  }
+  // Chat, streamed, through structured_outputs: the deltas add up to a whole `root`.
+  const stream = await client.chat.completions.create({
+    model: MODEL, messages: hello, max_tokens: 60, temperature: 1, seed: 7, stream: true,
+    structured_outputs: { grammar } });
+  let text = "";
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? "";
+  assert.match(text, whole);
+  // A grammar the server cannot use is a 400 naming the field, the line and the column.
+  await assert.rejects(
+    client.completions.create({ model: MODEL, prompt: "x", max_tokens: 4,
+                                guided_grammar: "root ::= answer\n" }),
+    (e) => e.status === 400 && e.error.param === "guided_grammar" &&
+           /line 1, column 10: rule 'answer' is used but not defined/.test(e.error.message));
+});
+
 test("responses API: output_text, stream events, text.format and function calls", async () => {
   const ask = { model: MODEL, input: "Say hello", instructions: "Be brief", max_output_tokens: 16,
                 temperature: 1, seed: 4 };
