@@ -99,6 +99,17 @@ class Runner {
  private:
   // Submits retries, then new lines, while the window has room and the handler is not full.
   absl::Status Fill() {
+    if (!progress_.input_done && options_.stop && options_.stop()) {
+      progress_.input_done = progress_.stopped = true;
+    }
+    if (progress_.stopped) {
+      for (auto& [index, line] : retry_) {
+        ++progress_.cancelled;
+        Finish(index, BatchErrorLine(OutputId(index), line.custom_id, "batch_cancelled",
+                                     "the batch stopped before this request was sent"));
+      }
+      retry_.clear();
+    }
     while (static_cast<int64_t>(in_flight_.size()) < options_.max_in_flight && !wait_for_room_) {
       if (!retry_.empty()) {  // earlier lines: sent whatever waits behind them
         auto [index, line] = std::move(retry_.front());

@@ -31,6 +31,8 @@ struct BatchProgress {
   int64_t succeeded = 0;  // responses with a 2xx status
   int64_t failed = 0;     // responses with another status
   int64_t invalid = 0;    // lines not sent (error lines)
+  int64_t cancelled = 0;  // lines read but not sent because the run stopped (error lines)
+  bool stopped = false;   // BatchOptions::stop ended the input early
   int64_t in_flight = 0;  // submitted and unfinished (at the time of the report)
   BatchUsage usage;       // summed over the responses
   double elapsed_s = 0;
@@ -45,6 +47,10 @@ struct BatchOptions {
   // Called on the runner's thread about every `progress_interval_s` and once at the end.
   std::function<void(const BatchProgress&)> on_progress;
   double progress_interval_s = 10.0;
+  // Polled before each new line: true stops reading (the requests in flight finish and are
+  // written; those waiting to be re-sent after a 429 become "batch_cancelled" error lines).
+  // Null: the whole input runs.
+  std::function<bool()> stop;
   // The output lines' "id" is "batch_req_" + id_prefix + the line's index.
   std::string id_prefix;
 };

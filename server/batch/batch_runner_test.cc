@@ -17,148 +17,16 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "server/batch/fake_handler_testing.h"
 
 namespace strata::batch {
 namespace {
 
-using Json = nlohmann::json;
+using testing::FakeHandler;
 using ::testing::HasSubstr;
-
-// One request's response, finished by the completer thread.
-struct Exchange {
-  std::mutex mu;
-  std::function<void()> wake;
-  bool done = false;
-  bool cancelled = false;
-  bool held = false;  // set before the exchange is shared
-  http::HttpResponse response;
-};
-
-class FakePending : public http::PendingResponse {
- public:
-  explicit FakePending(std::shared_ptr<Exchange> e) : e_(std::move(e)) {}
-  bool streaming() const override { return false; }
-  void Start(std::function<void()> wake) override {
-    std::lock_guard<std::mutex> lock(e_->mu);
-    e_->wake = std::move(wake);
-  }
-  bool Poll(http::HttpResponse* out) override {
-    std::lock_guard<std::mutex> lock(e_->mu);
-    if (!e_->done) return false;
-    *out = e_->response;
-    return true;
-  }
-  void Cancel() override {
-    std::lock_guard<std::mutex> lock(e_->mu);
-    e_->cancelled = true;
-  }
-
- private:
-  std::shared_ptr<Exchange> e_;
-};
-
-// Answers {"echo": X} with {"id": "cmpl-X", "echo": X, "usage": {...}} after the completer
-// finishes it; {"fail": true} with a 400 error object at once; more than `queue_limit` live
-// exchanges with a 429.
-class FakeHandler : public http::HttpHandler {
- public:
-  explicit FakeHandler(int queue_limit = 1 << 20) : queue_limit_(queue_limit) {
-    completer_ = std::thread([this] { CompleteLoop(); });
-  }
-  ~FakeHandler() override {
-    stop_ = true;
-    completer_.join();
-  }
-
-  http::HandlerResult Handle(http::HttpRequest request) override {
-    const Json body = Json::parse(request.body);
-    http::HandlerResult result;
-    seen_paths_.push_back(request.path);
-    ++handled_;
-    if (body.contains("fail")) {
-      result.response.status = 400;
-      result.response.body = R"({"error": {"message": "bad", "code": "invalid_value"}})";
-      return result;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<int>(live_.size()) >= queue_limit_) {
-      ++refusals_;
-      result.response.status = 429;
-      result.response.body = R"({"error": {"message": "queue full"}})";
-      return result;
-    }
-    auto e = std::make_shared<Exchange>();
-    const std::string echo = body.value("echo", "");
-    e->held = echo == held_;
-    e->response.body = Json{{"id", absl::StrCat("cmpl-", echo)},
-                            {"echo", echo},
-                            {"usage", {{"prompt_tokens", 3}, {"completion_tokens", 5}}}}
-                           .dump();
-    live_.push_back(e);
-    max_live_ = std::max<int>(max_live_, static_cast<int>(live_.size()));
-    result.pending = std::make_unique<FakePending>(e);
-    return result;
-  }
-
-  http::HttpResponse ProtocolError(int, std::string_view, std::string_view) override { return {}; }
-
-  // The exchange echoing `echo` does not finish until Release().
-  void Hold(std::string echo) { held_ = std::move(echo); }
-  void Release() { released_ = true; }
-  int handled() const { return handled_; }
-  int max_live() const { return max_live_; }
-  int refusals() const { return refusals_; }
-  std::vector<std::string> seen_paths_;
-
- private:
-  // Every millisecond: finishes the newest live exchange (out of input order) and wakes it.
-  void CompleteLoop() {
-    while (!stop_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      std::shared_ptr<Exchange> e;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (auto it = live_.rbegin(); it != live_.rend(); ++it) {
-          if ((*it)->held && !released_) continue;
-          e = *it;
-          live_.erase(std::next(it).base());
-          break;
-        }
-        if (e == nullptr) continue;
-      }
-      std::function<void()> wake;
-      {
-        std::lock_guard<std::mutex> lock(e->mu);
-        e->done = true;
-        wake = e->wake;
-      }
-      if (wake) wake();
-    }
-  }
-
-  const int queue_limit_;
-  std::mutex mu_;
-  std::vector<std::shared_ptr<Exchange>> live_;
-  int max_live_ = 0;
-  int refusals_ = 0;
-  std::string held_ = "\x01none";
-  std::atomic<bool> released_{false};
-  std::atomic<int> handled_{0};
-  std::atomic<bool> stop_{false};
-  std::thread completer_;
-};
-
-std::string Line(const std::string& custom_id, const Json& body,
-                 const std::string& url = "/v1/chat/completions") {
-  return Json{{"custom_id", custom_id}, {"method", "POST"}, {"url", url}, {"body", body}}.dump();
-}
-
-std::vector<Json> OutputLines(const std::string& text) {
-  std::vector<Json> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(Json::parse(line));
-  return lines;
-}
+using testing::Json;
+using testing::Line;
+using testing::OutputLines;
 
 TEST(RunBatch, OutputFollowsInputOrderThoughResponsesFinishOutOfOrder) {
   FakeHandler handler;
@@ -280,6 +148,36 @@ TEST(RunBatch, RequestsRefusedAsOverTheQueueAreSentAgainNotFailed) {
 
 // A long first request: later lines finish and wait for it, up to max_waiting_lines; then no
 // more lines are read until it finishes (bounded memory), and all come out in order.
+TEST(RunBatch, StopEndsTheInputAndTheRequestsInFlightFinish) {
+  FakeHandler handler(/*queue_limit=*/2);
+  std::string input;
+  for (int i = 0; i < 40; ++i) {
+    absl::StrAppend(&input, Line(absl::StrCat("r", i), {{"echo", absl::StrCat(i)}}), "\n");
+  }
+  std::istringstream in(input);
+  std::ostringstream out;
+  BatchOptions options;
+  options.max_in_flight = 4;  // more than the handler takes: 429s wait to be re-sent
+  options.stop = [&handler] { return handler.handled() >= 10; };
+  const absl::StatusOr<BatchProgress> done = RunBatch(handler, in, out, options);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(done->stopped);
+  EXPECT_TRUE(done->input_done);
+  const std::vector<Json> lines = OutputLines(out.str());
+  ASSERT_GE(lines.size(), 4u);  // handled() counts the 429s too
+  ASSERT_LT(lines.size(), 40u);
+  EXPECT_EQ(done->lines, static_cast<int64_t>(lines.size()));
+  EXPECT_EQ(done->succeeded + done->cancelled, done->lines);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["custom_id"], absl::StrCat("r", i));  // a prefix of the input, in order
+    if (lines[i]["response"].is_null()) {
+      EXPECT_EQ(lines[i]["error"]["code"], "batch_cancelled") << i;
+    } else {
+      EXPECT_EQ(lines[i]["response"]["body"]["echo"], absl::StrCat(i)) << i;
+    }
+  }
+}
+
 TEST(RunBatch, FinishedLinesWaitingForAnEarlierOneAreBounded) {
   FakeHandler handler;
   handler.Hold("0");
