@@ -169,6 +169,7 @@ class Runner {
     request.target = line.url;
     request.path = line.url;
     request.headers.push_back({"content-type", "application/json"});
+    request.headers.insert(request.headers.end(), options_.headers.begin(), options_.headers.end());
     request.body = line.body;
     http::HandlerResult result = handler_.Handle(std::move(request));
     if (result.pending == nullptr) {

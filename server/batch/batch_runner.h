@@ -51,6 +51,9 @@ struct BatchOptions {
   // written; those waiting to be re-sent after a 429 become "batch_cancelled" error lines).
   // Null: the whole input runs.
   std::function<bool()> stop;
+  // Headers every request carries besides Content-Type (a served batch's: its creator's
+  // Authorization, so the service's API key check passes as it did for the batch).
+  std::vector<http::Header> headers;
   // The output lines' "id" is "batch_req_" + id_prefix + the line's index.
   std::string id_prefix;
 };

@@ -47,7 +47,9 @@ const std::set<std::string> kNetworkOnlyFlags = {"host",
                                                  "allowed-methods",
                                                  "allowed-headers",
                                                  "allow-credentials",
-                                                 "responses-store-memory"};
+                                                 "responses-store-memory",
+                                                 "files-store-memory",
+                                                 "batch-max-concurrent-requests"};
 
 const std::vector<FlagSpec>& RunBatchFlags() {
   static const std::vector<FlagSpec> flags = [] {

@@ -11,6 +11,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "server/batch/batch_api.h"
 #include "server/cli/flags.h"
 #include "server/cli/serve_flags.h"
 #include "server/cli/serve_runtime.h"
@@ -196,9 +197,30 @@ absl::Status RunServe(const std::vector<std::string>& args) {
     response_store = std::make_unique<frontend::ResponseStore>(options.responses_store_bytes);
     service_options.response_store = response_store.get();
   }
+  // The Files and Batches API: its batches' requests go through the service (set below).
+  std::unique_ptr<batch::BatchApi> batch_api;
+  if (options.files_store_bytes > 0) {
+    batch_api = std::make_unique<batch::BatchApi>(
+        batch::BatchApiOptions{.files_store_bytes = options.files_store_bytes,
+                               .max_in_flight = options.batch_max_concurrent_requests});
+    service_options.extra_routes_serve = batch::BatchApi::Serves;
+    service_options.extra_routes_handle = [api = batch_api.get()](const http::HttpRequest& r) {
+      return api->Handle(r);
+    };
+  }
   frontend::OpenAiService service(service_options);
+  // On every way out: the batch worker stops before the service it sends requests to goes.
+  struct StopBatches {
+    batch::BatchApi* api;
+    ~StopBatches() {
+      if (api) api->Stop();
+    }
+  } stop_batches{batch_api.get()};
   // HTTP series from the first request on; the engine's join their registry once they exist.
-  server::HttpMetrics http_metrics(frontend::RouteTemplate);
+  server::HttpMetrics http_metrics([](std::string_view path) {
+    return batch::BatchApi::Serves(path) ? batch::BatchApi::RouteTemplate(path)
+                                         : frontend::RouteTemplate(path);
+  });
   options.http.on_exchange = [&http_metrics](const http::ExchangeRecord& exchange) {
     http_metrics.Observe(exchange);
   };
@@ -235,6 +257,7 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   grpc_server->SetServerInfoProvider(
       [&] { return runtime->ServerInfo(options, server->stats()).dump(); });
   service.SetModel(&runtime->served());
+  if (batch_api) batch_api->SetHandler(&service);  // batches created while loading start now
   grpc_server->SetModel(&runtime->served());
   PrintReady(options, server->port(), runtime->served());
   std::fprintf(stdout, "strata: gRPC API (strata.v1) on %s:%d\n", options.http.host.c_str(),
@@ -248,7 +271,9 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   std::fflush(stdout);
   const int sig = WaitForSignal(signals, -1);
   LOG_INFO("serve", "received {}; shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (batch_api) batch_api->RequestStop();  // a running batch sends no more requests
   Drain(service, *grpc_server, signals, options.drain_timeout_s);
+  if (batch_api) batch_api->Stop();  // its requests in flight have finished or do now
   grpc_server->Stop();
   server->Stop();
   metrics_ptr.store(nullptr);

@@ -75,6 +75,14 @@ const std::vector<FlagSpec> kBaseServeFlags = {
      "/v1/responses: bytes of responses kept for `store` (OpenAI's default: on), so "
      "previous_response_id continues a conversation and GET /v1/responses/{id} returns one; "
      "least recently used out, nothing kept across restarts; 0: off (default 128MiB)"},
+    {"files-store-memory", true,
+     "/v1/files and /v1/batches: bytes of uploaded batch inputs and batch output files kept "
+     "(a file past it is refused, none dropped; nothing kept across restarts; 0: the Files and "
+     "Batches API off; default 1GiB); uploads are request bodies: raise --max-body-bytes for "
+     "files over 16MiB"},
+    {"batch-max-concurrent-requests", true,
+     "/v1/batches: a running batch's requests in flight at a time, so online requests keep "
+     "the rest of the engine's room (default max-num-seqs / 2)"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
     {"log-format", true, "text | json (one JSON object per line; default text)"},
 };
@@ -219,6 +227,13 @@ absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
     ASSIGN_OR_RETURN(o->responses_store_bytes,
                      ParseBytes(*bytes, "responses-store-memory", /*allow_zero=*/true));
   }
+  if (auto bytes = flags.Get("files-store-memory")) {
+    ASSIGN_OR_RETURN(o->files_store_bytes,
+                     ParseBytes(*bytes, "files-store-memory", /*allow_zero=*/true));
+  }
+  ASSIGN_OR_RETURN(o->batch_max_concurrent_requests,
+                   flags.GetInt("batch-max-concurrent-requests",
+                                std::max<int64_t>(1, o->scheduler.max_num_seqs / 2), 1, 1 << 20));
   auto seconds = [&](const char* name, double fallback) -> absl::StatusOr<absl::Duration> {
     ASSIGN_OR_RETURN(std::optional<double> v, flags.GetDouble(name, 0.001, 86400.0));
     return absl::Seconds(v.value_or(fallback));

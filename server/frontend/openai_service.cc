@@ -158,6 +158,11 @@ absl::Status OpenAiService::CheckAuth(const http::HttpRequest& request) const {
 OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
   const std::string& path = request.path;
   const std::string& method = request.method;
+  if (options_.extra_routes_serve && options_.extra_routes_serve(path)) {
+    RETURN_IF_ERROR(CheckAuth(request));
+    ASSIGN_OR_RETURN(http::HttpResponse response, options_.extra_routes_handle(request));
+    return http::HandlerResult{std::move(response), nullptr};
+  }
   bool path_known = IsModelPath(path) || IsResponsePath(path);
   bool route_found = (IsModelPath(path) && method == "GET") ||
                      (IsResponsePath(path) && (method == "GET" || method == "DELETE"));

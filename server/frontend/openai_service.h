@@ -14,6 +14,8 @@
 //   GET  /server_info, /metrics        from providers set by the process (404 when unset)
 //   POST /reset_prefix_cache           vLLM's: forget the cached prefixes no request holds
 //                                      (between benchmark runs); needs the API key when set
+//   /v1/files…, /v1/batches…           OpenAI's Files and Batches API when the process adds it
+//                                      (ServiceOptions::extra_routes_*, server/batch/batch_api.h)
 // Errors are OpenAI error objects (api_error.h), Anthropic's on /v1/messages*
 // (messages_render.h); an unknown path is 404, a known path with the wrong method 405 (with
 // Allow). With an API key, /v1/* needs `Authorization: Bearer KEY` or `x-api-key: KEY`.
@@ -47,6 +49,11 @@ struct ServiceOptions {
   // /v1/responses `store` and previous_response_id, GET / DELETE /v1/responses/{id}; null:
   // nothing is stored (previous_response_id is refused). Must outlive the service.
   ResponseStore* response_store = nullptr;
+  // Routes another module serves (the Files and Batches API, server/batch/batch_api.h):
+  // requests whose path `serves` accepts go to `handle` after the API key check, and its
+  // errors are rendered as the service's. Unset: those paths are 404.
+  std::function<bool(std::string_view path)> extra_routes_serve;
+  std::function<absl::StatusOr<http::HttpResponse>(const http::HttpRequest&)> extra_routes_handle;
 };
 
 class OpenAiService : public http::HttpHandler {

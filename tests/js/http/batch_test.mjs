@@ -1,6 +1,8 @@
 // `strata run-batch` (vLLM's run_batch) on the embedded demo model: an OpenAI Batch file in,
 // one output line per request out in input order, bad lines as error lines; and every greedy
-// answer equal to what `strata serve` gives the same request through the `openai` SDK.
+// answer equal to what `strata serve` gives the same request through the `openai` SDK. Then the
+// same files through `strata serve`'s Files and Batches API with the SDK: upload, create, poll,
+// download, cancel.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -12,7 +14,7 @@ import { promisify } from "node:util";
 import { requirePackages, Server, strataBin } from "./common.mjs";
 
 requirePackages("openai");
-const { default: OpenAI } = await import("openai");
+const { default: OpenAI, toFile } = await import("openai");
 
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), "strata-batch-"));
@@ -140,4 +142,91 @@ test("run-batch refuses a missing input before loading the model", async () => {
     (e) => e.code === 1 && /cannot read --input-file .*absent\.jsonl/.test(e.stderr));
   await assert.rejects(run(strataBin(), ["run-batch", "-i", join(dir, "x")]),
                        (e) => e.code === 2 && /--output-file \(-o\) are required/.test(e.stderr));
+});
+
+test("the Files and Batches API: upload, create, poll, download, as the SDK does", async () => {
+  const server = await Server.start(["--api-key", "sk-batch", "--batch-max-concurrent-requests",
+                                     "3"]);
+  try {
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "sk-batch", maxRetries: 0 });
+    const bad = { ...chats[0], custom_id: "wrong-model", body: { ...chats[0].body, model: "x" } };
+    const lines = [...chats, sampled, bad].map((l) => JSON.stringify(l));
+    const file = await client.files.create({
+      file: await toFile(Buffer.from(lines.join("\n") + "\n"), "requests.jsonl"),
+      purpose: "batch" });
+    assert.equal(file.purpose, "batch");
+    assert.equal(file.filename, "requests.jsonl");
+    assert.ok((await client.files.list()).data.some((f) => f.id === file.id));
+    let batch = await client.batches.create({ input_file_id: file.id,
+                                              endpoint: "/v1/chat/completions",
+                                              completion_window: "24h",
+                                              metadata: { run: "nightly" } });
+    assert.equal(batch.request_counts.total, 8);
+    for (let i = 0; i < 600 && !["completed", "failed", "cancelled"].includes(batch.status); ++i) {
+      await new Promise((r) => setTimeout(r, 100));
+      batch = await client.batches.retrieve(batch.id);
+    }
+    assert.equal(batch.status, "completed", JSON.stringify(batch));
+    assert.deepEqual(batch.request_counts, { total: 8, completed: 7, failed: 1 });
+    assert.equal(batch.metadata.run, "nightly");
+    const out = (await (await client.files.content(batch.output_file_id)).text())
+      .trimEnd().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(out.map((l) => l.custom_id), [...chats.map((c) => c.custom_id), "sampled"]);
+    // Every answer is what the server gives the same request directly.
+    for (let i = 0; i < chats.length; ++i) {
+      const r = await client.chat.completions.create(chats[i].body);
+      assert.equal(out[i].response.body.choices[0].message.content, r.choices[0].message.content);
+    }
+    const s = await client.chat.completions.create(sampled.body);
+    assert.deepEqual(out[6].response.body.choices.map((x) => x.message.content),
+                     s.choices.map((x) => x.message.content));
+    const errors = (await (await client.files.content(batch.error_file_id)).text())
+      .trimEnd().split("\n").map((l) => JSON.parse(l));
+    assert.equal(errors.length, 1);
+    assert.equal(errors[0].custom_id, "wrong-model");
+    assert.equal(errors[0].response.status_code, 404);
+    // A batch of many requests cancelled while it runs: what finished is kept, the rest never ran.
+    const many = [];
+    for (let i = 0; i < 120; ++i) {
+      many.push(JSON.stringify({ custom_id: `m${i}`, method: "POST", url: "/v1/completions",
+                                 body: { model: MODEL, prompt: `Item ${i}:`, max_tokens: 64,
+                                         ignore_eos: true, temperature: 0 } }));
+    }
+    const manyFile = await client.files.create({
+      file: await toFile(Buffer.from(many.join("\n")), "many.jsonl"), purpose: "batch" });
+    let running = await client.batches.create({ input_file_id: manyFile.id,
+                                                endpoint: "/v1/completions",
+                                                completion_window: "24h" });
+    while (running.request_counts.completed < 3) {
+      await new Promise((r) => setTimeout(r, 50));
+      running = await client.batches.retrieve(running.id);
+    }
+    running = await client.batches.cancel(running.id);
+    assert.ok(["cancelling", "cancelled"].includes(running.status), running.status);
+    while (running.status === "cancelling") {
+      await new Promise((r) => setTimeout(r, 50));
+      running = await client.batches.retrieve(running.id);
+    }
+    assert.equal(running.status, "cancelled");
+    assert.ok(running.request_counts.completed >= 3 && running.request_counts.completed < 120,
+              JSON.stringify(running.request_counts));
+    // A line to another endpoint fails the batch at creation, naming the line.
+    const mixed = await client.files.create({
+      file: await toFile(Buffer.from(`${JSON.stringify(chats[0])}\n${many[0]}\n`), "m.jsonl"),
+      purpose: "batch" });
+    const failed = await client.batches.create({ input_file_id: mixed.id,
+                                                 endpoint: "/v1/chat/completions",
+                                                 completion_window: "24h" });
+    assert.equal(failed.status, "failed");
+    assert.equal(failed.errors.data[0].line, 2);
+    assert.equal(failed.errors.data[0].code, "mismatched_endpoint");
+    // Files are deleted; the key is needed.
+    assert.equal((await client.files.delete(file.id)).deleted, true);
+    await assert.rejects(client.files.retrieve(file.id), (e) => e.status === 404);
+    const anonymous = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "wrong", maxRetries: 0 });
+    await assert.rejects(anonymous.batches.list(), (e) => e.status === 401);
+  } finally {
+    const { code } = await server.stop();
+    assert.equal(code, 0, server.stderr);
+  }
 });

@@ -1,0 +1,113 @@
+// OpenAI's Files and Batches APIs, served by `strata serve` next to its online traffic: a client
+// uploads a batch input file (the lines `strata run-batch` reads), creates a batch from it,
+// polls it and downloads its output and error files — what `client.files.create`,
+// `client.batches.create`, `client.batches.retrieve` and `client.files.content` do.
+//
+//   POST   /v1/files                 multipart/form-data: file, purpose "batch" → file object
+//   GET    /v1/files                 ?purpose= &order=asc|desc &after= &limit= → list
+//   GET    /v1/files/{file_id}       file object
+//   GET    /v1/files/{file_id}/content   the file's bytes
+//   DELETE /v1/files/{file_id}       {"id", "object": "file", "deleted": true}
+//   POST   /v1/batches               {"input_file_id", "endpoint", "completion_window": "24h",
+//                                     "metadata"} → batch object
+//   GET    /v1/batches               ?after= &limit= → list, newest first
+//   GET    /v1/batches/{batch_id}    batch object (status, request_counts, output_file_id, …)
+//   POST   /v1/batches/{batch_id}/cancel   → "cancelling", then "cancelled"
+//
+// A batch is checked when it is created (the file exists and is a batch input; every line is a
+// request to the batch's endpoint with a custom_id — else the batch is "failed" with the
+// lines' errors), then runs in creation order, one batch at a time, on a worker thread through
+// the same handler as online requests (batch_runner.h), with at most `max_in_flight` requests
+// in flight so that online requests keep the rest of the engine's room. When it ends, its
+// answered requests (2xx) are the output file and the others (API errors, lines not sent) the
+// error file, both in input order. Cancelling stops reading lines; requests in flight finish
+// and are in the files. Files and batches live as long as the process (memory, within
+// `files_store_bytes`); at shutdown a running batch stops like a cancelled one.
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "server/batch/file_store.h"
+#include "server/http/http_types.h"
+
+namespace strata::batch {
+
+struct BatchApiOptions {
+  int64_t files_store_bytes = int64_t{1} << 30;  // all files together
+  int64_t max_in_flight = 32;                    // a running batch's requests at a time, >= 1
+  int64_t max_lines = 50000;                     // requests per input file (OpenAI's limit)
+};
+
+class BatchApi {
+ public:
+  explicit BatchApi(BatchApiOptions options);
+  ~BatchApi();  // Stop()
+  BatchApi(const BatchApi&) = delete;
+  BatchApi& operator=(const BatchApi&) = delete;
+
+  // Where batches' requests go (the OpenAI service, once its model is loaded: batches created
+  // before wait); set once; must outlive Stop().
+  void SetHandler(http::HttpHandler* handler);
+
+  // Whether `path` is one of the routes above.
+  static bool Serves(std::string_view path);
+  // The route template of such a path, for metrics labels ("/v1/files/{file_id}").
+  static std::string_view RouteTemplate(std::string_view path);
+
+  // Answers a request whose path Serves() accepts (the caller checked the API key). Errors are
+  // statuses carrying the OpenAI error fields (server/frontend/api_error.h); a wrong method is
+  // a 405 response with Allow.
+  absl::StatusOr<http::HttpResponse> Handle(const http::HttpRequest& request);
+
+  // No batch reads another line after this (non-blocking); the running batch ends "cancelled"
+  // once its requests in flight finish.
+  void RequestStop();
+  // RequestStop, then waits for the worker. Idempotent.
+  void Stop();
+
+  const FileStore& files() const { return files_; }
+
+ private:
+  using Json = nlohmann::ordered_json;
+  struct Batch;
+
+  absl::StatusOr<http::HttpResponse> UploadFile(const http::HttpRequest& request);
+  absl::StatusOr<http::HttpResponse> ListFiles(const http::HttpRequest& request) const;
+  absl::StatusOr<http::HttpResponse> CreateBatch(const http::HttpRequest& request);
+  absl::StatusOr<http::HttpResponse> ListBatches(const http::HttpRequest& request) const;
+  absl::StatusOr<http::HttpResponse> CancelBatch(const std::string& id);
+  // The batch's JSON object (mu_ held).
+  Json BatchObject(const Batch& batch) const;
+  // Every line of the input to `batch`'s endpoint with a custom_id: the errors as OpenAI lists
+  // them ({"code", "message", "line"}), at most 100; the number of requests into *lines.
+  Json CheckInput(const Batch& batch, const std::string& content, int64_t* lines) const;
+
+  void WorkerLoop();
+  void Run(Batch& batch);
+
+  const BatchApiOptions options_;
+  FileStore files_;
+  mutable std::mutex mu_;
+  http::HttpHandler* handler_ = nullptr;  // guarded by mu_
+  std::condition_variable cv_;
+  std::map<std::string, std::unique_ptr<Batch>> batches_;  // guarded by mu_
+  std::vector<std::string> batch_order_;                   // by creation; guarded by mu_
+  std::deque<std::string> queue_;                          // to run; guarded by mu_
+  bool stop_ = false;                                      // guarded by mu_
+  std::thread worker_;
+};
+
+}  // namespace strata::batch

@@ -1,0 +1,336 @@
+// The Files and Batches API over a fake handler (fake_handler_testing.h): uploads, listing,
+// content and deletion; a batch's run into output and error files; validation; cancellation
+// (running and queued); the methods and paths it answers.
+#include "server/batch/batch_api.h"
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/batch/fake_handler_testing.h"
+#include "server/frontend/api_error.h"
+
+namespace strata::batch {
+namespace {
+
+using testing::FakeHandler;
+using testing::Json;
+using testing::Line;
+using testing::OutputLines;
+
+constexpr const char* kBoundary = "----strata-test-boundary";
+
+http::HttpRequest Request(std::string method, std::string target, std::string body = "") {
+  http::HttpRequest r;
+  r.method = std::move(method);
+  r.target = target;
+  r.path = target.substr(0, target.find('?'));
+  r.body = std::move(body);
+  r.headers.push_back({"content-type", "application/json"});
+  return r;
+}
+
+http::HttpRequest Upload(const std::string& content, const std::string& purpose = "batch",
+                         const std::string& filename = "in.jsonl") {
+  http::HttpRequest r = Request("POST", "/v1/files");
+  r.headers = {{"content-type", absl::StrCat("multipart/form-data; boundary=", kBoundary)}};
+  r.body = absl::StrCat(
+      "--", kBoundary, "\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n", purpose,
+      "\r\n--", kBoundary, "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"",
+      filename, "\"\r\nContent-Type: application/octet-stream\r\n\r\n", content, "\r\n--",
+      kBoundary, "--\r\n");
+  return r;
+}
+
+// The JSON of a 200 answer (fails the test otherwise).
+Json Ok(const absl::StatusOr<http::HttpResponse>& r) {
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return nullptr;
+  EXPECT_EQ(r->status, 200) << r->body;
+  return Json::parse(r->body);
+}
+
+// The HTTP status an error answer gets, and its message.
+std::pair<int, std::string> Error(const absl::StatusOr<http::HttpResponse>& r) {
+  if (r.ok()) return {r->status, r->body};
+  return {frontend::HttpStatusFor(r.status().code()), std::string(r.status().message())};
+}
+
+std::string Lines(int n, int fail_every = 0) {
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    const bool fail = fail_every > 0 && i % fail_every == fail_every - 1;
+    const Json body = fail ? Json{{"fail", true}} : Json{{"echo", absl::StrCat(i)}};
+    absl::StrAppend(&text, Line(absl::StrCat("req-", i), body), "\n");
+  }
+  return text;
+}
+
+// Polls the batch until its status is not `while_status` (10 s at most).
+Json WaitWhile(BatchApi& api, const std::string& id, std::initializer_list<std::string> statuses) {
+  Json b;
+  for (int i = 0; i < 2000; ++i) {
+    b = Ok(api.Handle(Request("GET", "/v1/batches/" + id)));
+    if (std::find(statuses.begin(), statuses.end(), b["status"].get<std::string>()) ==
+        statuses.end()) {
+      return b;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ADD_FAILURE() << "batch " << id << " stayed " << b["status"];
+  return b;
+}
+
+Json CreateBatch(BatchApi& api, const std::string& file_id,
+                 const std::string& endpoint = "/v1/chat/completions") {
+  return Ok(api.Handle(Request("POST", "/v1/batches",
+                               Json{{"input_file_id", file_id},
+                                    {"endpoint", endpoint},
+                                    {"completion_window", "24h"},
+                                    {"metadata", {{"job", "nightly"}}}}
+                                   .dump())));
+}
+
+TEST(BatchApi, FilesAreUploadedListedReadAndDeleted) {
+  BatchApi api(BatchApiOptions{.files_store_bytes = 4096});
+  const Json a = Ok(api.Handle(Upload("first\n")));
+  EXPECT_EQ(a["object"], "file");
+  EXPECT_EQ(a["bytes"], 6);
+  EXPECT_EQ(a["filename"], "in.jsonl");
+  EXPECT_EQ(a["purpose"], "batch");
+  EXPECT_TRUE(a["id"].get<std::string>().starts_with("file-"));
+  const Json b = Ok(api.Handle(Upload("second\n", "batch", "b.jsonl")));
+  // Newest first by default; order=asc, limit and after page through.
+  Json list = Ok(api.Handle(Request("GET", "/v1/files")));
+  ASSERT_EQ(list["data"].size(), 2u);
+  EXPECT_EQ(list["data"][0]["id"], b["id"]);
+  list = Ok(api.Handle(Request("GET", "/v1/files?order=asc&limit=1")));
+  ASSERT_EQ(list["data"].size(), 1u);
+  EXPECT_EQ(list["data"][0]["id"], a["id"]);
+  EXPECT_TRUE(list["has_more"]);
+  list = Ok(api.Handle(Request(
+      "GET", absl::StrCat("/v1/files?order=asc&after=", list["last_id"].get<std::string>()))));
+  ASSERT_EQ(list["data"].size(), 1u);
+  EXPECT_EQ(list["data"][0]["id"], b["id"]);
+  EXPECT_FALSE(list["has_more"]);
+  EXPECT_EQ(Ok(api.Handle(Request("GET", "/v1/files?purpose=batch_output")))["data"].size(), 0u);
+  const std::string id = a["id"];
+  EXPECT_EQ(Ok(api.Handle(Request("GET", "/v1/files/" + id)))["filename"], "in.jsonl");
+  const absl::StatusOr<http::HttpResponse> content =
+      api.Handle(Request("GET", "/v1/files/" + id + "/content"));
+  ASSERT_TRUE(content.ok());
+  EXPECT_EQ(content->body, "first\n");
+  EXPECT_EQ(content->content_type, "application/octet-stream");
+  const Json deleted = Ok(api.Handle(Request("DELETE", "/v1/files/" + id)));
+  EXPECT_EQ(deleted["deleted"], true);
+  EXPECT_EQ(Error(api.Handle(Request("GET", "/v1/files/" + id))).first, 404);
+  EXPECT_EQ(api.files().num_bytes(), 7);
+
+  // Refusals, each naming what was wrong.
+  auto [status, message] = Error(api.Handle(Upload("x", "fine-tune")));
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(message.find("'purpose' must be 'batch'"), std::string::npos) << message;
+  std::tie(status, message) = Error(api.Handle(Upload("")));
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(message.find("empty"), std::string::npos) << message;
+  std::tie(status, message) = Error(api.Handle(Upload(std::string(5000, 'x'))));
+  EXPECT_EQ(status, 429);
+  EXPECT_NE(message.find("the file store is full"), std::string::npos) << message;
+  http::HttpRequest json = Request("POST", "/v1/files", "{}");
+  std::tie(status, message) = Error(api.Handle(json));
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(message.find("multipart/form-data"), std::string::npos) << message;
+  std::tie(status, message) = Error(api.Handle(Request("GET", "/v1/files?limit=0")));
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(message.find("'limit' must be an integer in [1, 10000]"), std::string::npos);
+}
+
+TEST(BatchApi, ABatchRunsIntoOutputAndErrorFilesInInputOrder) {
+  FakeHandler handler;
+  BatchApi api(BatchApiOptions{.max_in_flight = 3});
+  api.SetHandler(&handler);
+  const Json file = Ok(api.Handle(Upload(Lines(12, /*fail_every=*/4))));
+  const Json created = CreateBatch(api, file["id"]);
+  EXPECT_EQ(created["object"], "batch");
+  EXPECT_EQ(created["request_counts"]["total"], 12);
+  EXPECT_EQ(created["metadata"]["job"], "nightly");
+  EXPECT_TRUE(created["errors"].is_null());
+  const Json done = WaitWhile(api, created["id"], {"validating", "in_progress", "finalizing"});
+  ASSERT_EQ(done["status"], "completed") << done.dump();
+  EXPECT_EQ(done["request_counts"]["completed"], 9);
+  EXPECT_EQ(done["request_counts"]["failed"], 3);
+  EXPECT_TRUE(done["completed_at"].is_number());
+  EXPECT_LE(handler.max_live(), 3);  // the batch's window
+  const std::vector<Json> out =
+      OutputLines(api.Handle(Request("GET", absl::StrCat("/v1/files/",
+                                                         done["output_file_id"].get<std::string>(),
+                                                         "/content")))
+                      ->body);
+  ASSERT_EQ(out.size(), 9u);
+  int expected = 0;
+  for (const Json& line : out) {
+    if (expected % 4 == 3) ++expected;  // the failing ones are in the error file
+    EXPECT_EQ(line["custom_id"], absl::StrCat("req-", expected));
+    EXPECT_EQ(line["response"]["status_code"], 200);
+    EXPECT_EQ(line["response"]["body"]["echo"], absl::StrCat(expected));
+    ++expected;
+  }
+  const std::vector<Json> errors = OutputLines(
+      api.Handle(Request("GET", absl::StrCat("/v1/files/", done["error_file_id"].get<std::string>(),
+                                             "/content")))
+          ->body);
+  ASSERT_EQ(errors.size(), 3u);
+  EXPECT_EQ(errors[0]["custom_id"], "req-3");
+  EXPECT_EQ(errors[0]["response"]["status_code"], 400);
+  const Json outputs = Ok(api.Handle(Request("GET", "/v1/files?purpose=batch_output")));
+  EXPECT_EQ(outputs["data"].size(), 2u);
+  const Json listed = Ok(api.Handle(Request("GET", "/v1/batches")));
+  ASSERT_EQ(listed["data"].size(), 1u);
+  EXPECT_EQ(listed["data"][0]["id"], created["id"]);
+}
+
+TEST(BatchApi, InputsAreCheckedWhenTheBatchIsCreated) {
+  FakeHandler handler;
+  BatchApi api(BatchApiOptions{});
+  api.SetHandler(&handler);
+  // A line to another endpoint and a line without custom_id: the batch fails, listing both.
+  const std::string mixed =
+      absl::StrCat(Line("a", {{"echo", "1"}}), "\n", Line("b", {{"echo", "2"}}, "/v1/completions"),
+                   "\n", R"({"method": "POST", "url": "/v1/chat/completions", "body": {}})", "\n");
+  const Json failed = CreateBatch(api, Ok(api.Handle(Upload(mixed)))["id"]);
+  EXPECT_EQ(failed["status"], "failed");
+  ASSERT_EQ(failed["errors"]["data"].size(), 2u) << failed.dump();
+  EXPECT_EQ(failed["errors"]["data"][0]["code"], "mismatched_endpoint");
+  EXPECT_EQ(failed["errors"]["data"][0]["line"], 2);
+  EXPECT_EQ(failed["errors"]["data"][1]["line"], 3);
+  EXPECT_NE(failed["errors"]["data"][1]["message"].get<std::string>().find("custom_id"),
+            std::string::npos);
+  const std::string good = Ok(api.Handle(Upload(Lines(2))))["id"];
+  struct Case {
+    Json body;
+    int status;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{{"endpoint", "/v1/chat/completions"}, {"completion_window", "24h"}}, 400, "input_file_id"},
+      {{{"input_file_id", "file-nope"},
+        {"endpoint", "/v1/chat/completions"},
+        {"completion_window", "24h"}},
+       404,
+       "no file 'file-nope'"},
+      {{{"input_file_id", good}, {"endpoint", "/v1/embeddings"}, {"completion_window", "24h"}},
+       400,
+       "'endpoint' must be one of /v1/chat/completions, /v1/completions, /v1/responses"},
+      {{{"input_file_id", good}, {"endpoint", "/v1/chat/completions"}, {"completion_window", "1h"}},
+       400,
+       "'completion_window' must be '24h'"},
+      {{{"input_file_id", good},
+        {"endpoint", "/v1/chat/completions"},
+        {"completion_window", "24h"},
+        {"metadata", {{"k", 1}}}},
+       400,
+       "metadata.k"},
+  };
+  for (const Case& c : cases) {
+    auto [status, message] = Error(api.Handle(Request("POST", "/v1/batches", c.body.dump())));
+    EXPECT_EQ(status, c.status) << c.body.dump();
+    EXPECT_NE(message.find(c.message), std::string::npos) << message;
+  }
+}
+
+TEST(BatchApi, CancellingStopsReadingAndKeepsWhatFinished) {
+  FakeHandler handler;
+  handler.Hold("0");  // the first request does not finish until released
+  BatchApi api(BatchApiOptions{.max_in_flight = 2});
+  api.SetHandler(&handler);
+  const Json created = CreateBatch(api, Ok(api.Handle(Upload(Lines(50))))["id"]);
+  const std::string id = created["id"];
+  // Cancel once the window is full (request 0 held, request 1 finished or in flight).
+  for (int i = 0; i < 2000 && handler.handled() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(handler.handled(), 2);
+  const Json cancelling = Ok(api.Handle(Request("POST", "/v1/batches/" + id + "/cancel")));
+  EXPECT_EQ(cancelling["status"], "cancelling");
+  EXPECT_TRUE(cancelling["cancelling_at"].is_number());
+  handler.Release();
+  const Json done = WaitWhile(api, id, {"cancelling"});
+  EXPECT_EQ(done["status"], "cancelled");
+  EXPECT_TRUE(done["cancelled_at"].is_number());
+  const int64_t completed = done["request_counts"]["completed"];
+  EXPECT_GE(completed, 1);  // the held request finished after the cancel
+  EXPECT_LT(completed, 50);
+  ASSERT_TRUE(done["output_file_id"].is_string());
+  const std::vector<Json> out =
+      OutputLines(api.Handle(Request("GET", absl::StrCat("/v1/files/",
+                                                         done["output_file_id"].get<std::string>(),
+                                                         "/content")))
+                      ->body);
+  EXPECT_EQ(static_cast<int64_t>(out.size()), completed);
+  EXPECT_EQ(out[0]["custom_id"], "req-0");
+  // A finished batch cannot be cancelled; cancelling again is a no-op.
+  auto [status, message] = Error(api.Handle(Request("POST", "/v1/batches/" + id + "/cancel")));
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(Json::parse(message)["status"], "cancelled");
+}
+
+TEST(BatchApi, QueuedBatchesWaitForTheHandlerAndCancelAtOnce) {
+  BatchApi api(BatchApiOptions{});
+  const std::string file = Ok(api.Handle(Upload(Lines(3))))["id"];
+  const Json first = CreateBatch(api, file);
+  const Json second = CreateBatch(api, file);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // No handler yet (the model is loading): both wait, validating.
+  EXPECT_EQ(
+      Ok(api.Handle(Request("GET", "/v1/batches/" + first["id"].get<std::string>())))["status"],
+      "validating");
+  const Json cancelled = Ok(api.Handle(
+      Request("POST", absl::StrCat("/v1/batches/", second["id"].get<std::string>(), "/cancel"))));
+  EXPECT_EQ(cancelled["status"], "cancelled");
+  FakeHandler handler;
+  api.SetHandler(&handler);
+  EXPECT_EQ(WaitWhile(api, first["id"], {"validating", "in_progress", "finalizing"})["status"],
+            "completed");
+  // At shutdown a queued batch never starts, and no batch is taken after RequestStop.
+  BatchApi idle(BatchApiOptions{});
+  const Json queued = CreateBatch(idle, Ok(idle.Handle(Upload(Lines(3))))["id"]);
+  idle.Stop();
+  EXPECT_EQ(
+      Ok(idle.Handle(Request("GET", "/v1/batches/" + queued["id"].get<std::string>())))["status"],
+      "cancelled");
+  const std::string idle_file = Ok(idle.Handle(Upload(Lines(1))))["id"];
+  EXPECT_EQ(Error(idle.Handle(Request("POST", "/v1/batches",
+                                      Json{{"input_file_id", idle_file},
+                                           {"endpoint", "/v1/chat/completions"},
+                                           {"completion_window", "24h"}}
+                                          .dump())))
+                .first,
+            503);
+  auto [status, message] = Error(api.Handle(
+      Request("POST", absl::StrCat("/v1/batches/", first["id"].get<std::string>(), "/cancel"))));
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(message.find("is completed"), std::string::npos) << message;
+}
+
+TEST(BatchApi, RoutesMethodsAndTemplates) {
+  EXPECT_TRUE(BatchApi::Serves("/v1/files"));
+  EXPECT_TRUE(BatchApi::Serves("/v1/batches/b-1/cancel"));
+  EXPECT_FALSE(BatchApi::Serves("/v1/filesx"));
+  EXPECT_FALSE(BatchApi::Serves("/v1/chat/completions"));
+  EXPECT_EQ(BatchApi::RouteTemplate("/v1/files/file-1/content"), "/v1/files/{file_id}/content");
+  EXPECT_EQ(BatchApi::RouteTemplate("/v1/batches/b-1"), "/v1/batches/{batch_id}");
+  BatchApi api(BatchApiOptions{});
+  const absl::StatusOr<http::HttpResponse> wrong = api.Handle(Request("DELETE", "/v1/batches"));
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_EQ(wrong->status, 405);
+  ASSERT_EQ(wrong->headers.size(), 1u);
+  EXPECT_EQ(wrong->headers[0].value, "GET, POST");
+  EXPECT_EQ(Error(api.Handle(Request("GET", "/v1/files/a/b"))).first, 404);
+  EXPECT_EQ(Error(api.Handle(Request("GET", "/v1/batches/nope"))).first, 404);
+}
+
+}  // namespace
+}  // namespace strata::batch
