@@ -263,7 +263,13 @@ TEST(ChatRequestTest, VllmGuidedFieldsAndStructuredOutputsConstrainTheOutputToo)
     EXPECT_TRUE(req->gen.cfg_grammar != nullptr && req->gen.json_grammar == nullptr) << fields;
     EXPECT_TRUE(req->gen.constrained());
   }
+  // llama.cpp's and SGLang's top-level json_schema, SGLang's regex.
+  EXPECT_EQ(root_of(R"("json_schema": {"type": "boolean"})").kind, structured::NodeKind::kLiterals);
+  EXPECT_EQ(root_of(R"("regex": "[ab]+")").kind, structured::NodeKind::kText);
   const std::pair<std::string, ErrorCase> errors[] = {
+      {R"("json_schema": {"type": "integer", "uniqueItems": true})",
+       {"", "invalid_value", "json_schema", "uniqueItems"}},
+      {R"("regex": "a(")", {"", "invalid_value", "regex", "regex: "}},
       {R"("guided_choice": [])", {"", "invalid_type", "guided_choice", "non-empty array"}},
       {R"("guided_choice": ["a", ""])", {"", "invalid_type", "guided_choice[1]", "non-empty"}},
       {R"("guided_json": "{")", {"", "invalid_value", "guided_json", "not valid JSON"}},

@@ -2,7 +2,7 @@
 // the output must follow (engine/structured/). OpenAI's response_format, vLLM's extras for the
 // same thing: guided_json / guided_choice / guided_regex / guided_grammar (older) and
 // structured_outputs {json, json_object, choice, regex, grammar}, llama.cpp's `grammar` and
-// SGLang's `ebnf` (both GBNF, as vLLM's grammars).
+// `json_schema`, SGLang's `ebnf`, `json_schema` and `regex` (GBNF, as vLLM's grammars).
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
@@ -183,6 +183,11 @@ absl::Status ReadResponseFormat(const Json& body, GenerationFields* g) {
   if (const Json* r = present("guided_regex")) {
     RETURN_IF_ERROR(add("guided_regex", RegexGrammar(*r, "guided_regex")));
   }
+  // llama.cpp's and SGLang's names for a schema and (SGLang's) a regex.
+  if (const Json* j = present("json_schema")) {
+    RETURN_IF_ERROR(add("json_schema", CompileSchemaField(*j, "json_schema")));
+  }
+  if (const Json* r = present("regex")) RETURN_IF_ERROR(add("regex", RegexGrammar(*r, "regex")));
   // vLLM's, llama.cpp's and SGLang's names for a GBNF grammar.
   for (const char* key : {"guided_grammar", "grammar", "ebnf"}) {
     if (const Json* text = present(key)) RETURN_IF_ERROR(add(key, GbnfGrammar(*text, key)));
