@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of the checkpoint parsers, response_format schemas and regexes
+# Builds the libFuzzer targets of the checkpoint parsers, response_format schemas, regexes and
+# GBNF grammars
 # (clang++, ASan + UBSan) into BUILD_DIR
 # as a separate small project (tests/fuzz/CMakeLists.txt), writes a seed corpus, and runs each
 # target for SECONDS seconds. Exits non-zero when a target crashes or reports a sanitizer error;
@@ -23,14 +24,14 @@ echo "== configuring fuzz build in $build_dir"
 cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build_dir/configure.log" 2>&1 ||
   { cat "$build_dir/configure.log"; exit 1; }
-echo "== building safetensors_fuzz config_fuzz json_schema_fuzz regex_fuzz"
+echo "== building safetensors_fuzz config_fuzz json_schema_fuzz regex_fuzz gbnf_fuzz"
 cmake --build "$build_dir" -j 2 >"$build_dir/build.log" 2>&1 ||
   { cat "$build_dir/build.log"; exit 1; }
 
 # ---- seed corpus ------------------------------------------------------------------------------
 seeds=$build_dir/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds/safetensors" "$seeds/config" "$seeds/json_schema" "$seeds/regex" \
+mkdir -p "$seeds/safetensors" "$seeds/config" "$seeds/json_schema" "$seeds/regex" "$seeds/gbnf" \
   "$build_dir/artifacts"
 
 # A valid two-tensor file with metadata, and a minimal one, written like the reference writer.
@@ -101,6 +102,13 @@ printf '%s\0%s' '^(ab|c[^d\s]){2,3}x?$' 'abcez' >"$seeds/regex/groups"
 { printf '%s\0' '[\u00e9-\u{1F600}]+\.\d{2}|(?:q|r)*'; printf '\xc3\xa9\xf0\x9f\x98\x80.12'; } \
   >"$seeds/regex/unicode"
 
+# Grammar, NUL, text.
+printf '%s\0%s' 'root ::= item ("," ws item){0,3}
+item ::= "(" root? ")" | [a-c]+ | [^\x00-\x7F]
+ws ::= [ \t\n]*  # comment' '(ab), \xc3\xa9,c' >"$seeds/gbnf/nested"
+printf '%s\0%s' 'root ::= "SELECT " name (", " name)* " FROM " name ";"
+name ::= [a-z_] [a-z0-9_]{0,15}' 'SELECT a, b_2 FROM t;' >"$seeds/gbnf/sql"
+
 # Dictionaries: the tokens a mutator would otherwise have to discover byte by byte.
 cat >"$build_dir/safetensors.dict" <<'DICT'
 "\"dtype\""
@@ -170,11 +178,26 @@ cat >"$build_dir/regex.dict" <<'DICT'
 "\xc3\xa9"
 DICT
 
+cat >"$build_dir/gbnf.dict" <<'DICT'
+"::="
+"root"
+"|"
+"[^"
+"\\x"
+"\\u"
+"{1,3}"
+"*"
+"+"
+"?"
+"\x0a"
+"\xc3\xa9"
+DICT
+
 # ---- run --------------------------------------------------------------------------------------
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
-for target in safetensors config json_schema regex; do
+for target in safetensors config json_schema regex gbnf; do
   binary=$build_dir/${target}_fuzz
   corpus=$build_dir/corpus/$target
   log=$build_dir/${target}_fuzz.log
