@@ -27,7 +27,7 @@ const std::vector<uint64_t>* CfgConstraint::FindTokens(const std::vector<int32_t
 void CfgConstraint::KeepTokens(const std::vector<int32_t>& key,
                                const std::vector<uint64_t>& bits) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (masks_.size() >= kMaxCachedMasks) return;
+  if (masks_.size() >= kMaxCachedMasks || key.size() > kMaxKeyInts) return;
   masks_.try_emplace(key, std::make_unique<const std::vector<uint64_t>>(bits));
 }
 
@@ -42,7 +42,12 @@ CfgMatchState& CfgTokenMatcher::Depth(size_t depth) {
 int32_t CfgTokenMatcher::Intern(const CfgMatchState& state) {
   auto it = ids_.find(state.key());
   if (it != ids_.end()) return it->second;
-  if (interned_.size() >= constraint_->max_walk_states()) return kUnknown;
+  const size_t ints = state.key().size();
+  if (interned_.size() >= constraint_->max_walk_states() || ints > CfgConstraint::kMaxKeyInts ||
+      interned_ints_ + ints > kMaxInternedInts) {
+    return kUnknown;
+  }
+  interned_ints_ += ints;
   const auto id = static_cast<int32_t>(interned_.size());
   interned_.push_back({state, {}});
   interned_.back().next.fill(kUnknown);
@@ -104,12 +109,19 @@ void CfgTokenMatcher::AllowedTokens(int64_t vocab, std::vector<uint64_t>* bits) 
     const std::vector<uint64_t>* tokens = constraint_->FindTokens(state_.key());
     if (tokens == nullptr) {
       walk_bits_.assign(static_cast<size_t>((constraint_->vocab().size() + 63) / 64), 0);
-      if (interned_.size() >=
-          constraint_->max_walk_states()) {  // full: start over rather than walk uninterned
+      // Full: start over rather than walk uninterned.
+      if (interned_.size() >= constraint_->max_walk_states() ||
+          interned_ints_ > kMaxInternedInts / 2) {
         interned_.clear();
         ids_.clear();
+        interned_ints_ = 0;
       }
-      Walk(0, Intern(state_), &walk_bits_);
+      if (const int32_t root = Intern(state_); root >= 0) {
+        Walk(0, root, &walk_bits_);
+      } else {  // a state too large for the table
+        Depth(0) = state_;
+        WalkUninterned(0, 0, &walk_bits_);
+      }
       constraint_->KeepTokens(state_.key(), walk_bits_);
       tokens = &walk_bits_;
     }

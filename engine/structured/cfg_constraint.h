@@ -43,6 +43,9 @@ class CfgConstraint : public engine::TokenConstraint {
   // Keeps `bits` as that state's set (unless kMaxCachedMasks are kept: then leaves it).
   void KeepTokens(const std::vector<int32_t>& key, const std::vector<uint64_t>& bits) const;
   static constexpr size_t kMaxCachedMasks = 256;
+  // States whose key is longer (deep or many parse stacks) are neither kept with their mask
+  // nor in a matcher's transition table: memory stays bounded whatever the grammar.
+  static constexpr size_t kMaxKeyInts = 4096;
 
  private:
   std::shared_ptr<const CfgGrammar> grammar_;
@@ -91,7 +94,11 @@ class CfgTokenMatcher : public BitMaskMatcher {
   CfgMatchState scratch_;
   std::vector<Interned> interned_;
   std::map<std::vector<int32_t>, int32_t> ids_;  // state key → index in interned_
-  std::vector<CfgMatchState> depth_states_;      // [trie depth] uninterned walk states
+  // The keys' ints in interned_ (each key is held twice: there and in ids_), within
+  // kMaxInternedInts.
+  size_t interned_ints_ = 0;
+  static constexpr size_t kMaxInternedInts = size_t{1} << 18;
+  std::vector<CfgMatchState> depth_states_;  // [trie depth] uninterned walk states
   std::vector<uint64_t> walk_bits_;
   bool finished_ = false;
 };

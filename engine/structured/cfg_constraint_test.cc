@@ -145,6 +145,38 @@ TEST(CfgConstraint, MasksAreKeptPerStateAndShared) {
   for (int32_t id = 0; id < 259; ++id) EXPECT_EQ(Bit(bits_b, id), id == kEndId) << id;
 }
 
+// An ambiguous nesting grammar: after 20 '(' the state holds 256 stacks 21 deep (its key is
+// past kMaxKeyInts), so it is neither kept nor in the transition table; masks still match.
+TEST(CfgConstraint, StatesTooLargeToKeepStillMaskExactly) {
+  std::vector<std::string> v(257);
+  for (int b = 0; b < 256; ++b) v[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+  for (const char* t : {"((", "))", ")]", "x)", "(x", "]]"}) v.push_back(t);
+  auto vocab = std::make_shared<TokenVocab>(v);
+  CfgConstraint constraint(Grammar(R"g(root ::= "(" root ")" | "(" root "]" | "x")g"), vocab,
+                           {kEndId});
+  auto matcher = constraint.NewMatcher();
+  auto* m = static_cast<CfgTokenMatcher*>(matcher.get());
+  CfgMatchState state = CfgMatchState::Start(constraint.grammar());
+  for (int i = 0; i < 20; ++i) {
+    m->Accept('(');
+    CfgMatchState next, scratch;
+    ASSERT_TRUE(state.AdvanceBytes(constraint.grammar(), "(", &next, &scratch));
+    state = next;
+  }
+  ASSERT_GT(state.key().size(), CfgConstraint::kMaxKeyInts);
+  for (int round = 0; round < 2; ++round) {  // the second from no cache either
+    std::vector<uint64_t> bits;
+    m->AllowedTokens(static_cast<int64_t>(v.size()), &bits);
+    EXPECT_EQ(constraint.FindTokens(state.key()), nullptr);
+    for (int32_t id = 0; id < static_cast<int32_t>(v.size()); ++id) {
+      CfgMatchState out, scratch;
+      const bool expected = id != kEndId && state.AdvanceBytes(constraint.grammar(),
+                                                               vocab->bytes(id), &out, &scratch);
+      EXPECT_EQ(Bit(bits, id), expected) << id << " '" << v[static_cast<size_t>(id)] << "'";
+    }
+  }
+}
+
 TEST(CfgConstraint, MaskLogitsLeavesOnlyTheAllowed) {
   std::vector<std::string> v(257);
   for (int b = 0; b < 256; ++b) v[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
