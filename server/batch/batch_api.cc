@@ -533,6 +533,7 @@ void BatchApi::Run(Batch& batch) {
     o.progress_interval_s = 0.5;
     o.id_prefix = batch.id + "-";
     o.headers = batch.auth_headers;
+    o.default_priority = options_.priority;
     o.on_progress = [this, &batch](const BatchProgress& p) {
       std::lock_guard<std::mutex> lock(mu_);
       batch.completed = p.succeeded;

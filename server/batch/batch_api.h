@@ -18,7 +18,8 @@
 // request to the batch's endpoint with a custom_id — else the batch is "failed" with the
 // lines' errors), then runs in creation order, one batch at a time, on a worker thread through
 // the same handler as online requests (batch_runner.h), with at most `max_in_flight` requests
-// in flight so that online requests keep the rest of the engine's room. When it ends, its
+// in flight so that online requests keep the rest of the engine's room (and, for lines that set
+// none, priority `priority`: behind online requests under priority scheduling). When it ends, its
 // answered requests (2xx) are the output file and the others (API errors, lines not sent) the
 // error file, both in input order. Cancelling stops reading lines; requests in flight finish
 // and are in the files. Files and batches live as long as the process (memory, within
@@ -49,6 +50,9 @@ struct BatchApiOptions {
   int64_t files_store_bytes = int64_t{1} << 30;  // all files together
   int64_t max_in_flight = 32;                    // a running batch's requests at a time, >= 1
   int64_t max_lines = 50000;                     // requests per input file (OpenAI's limit)
+  // The priority of batch requests that set none: behind online ones (0) with
+  // --scheduling-policy priority; no effect with fcfs.
+  int priority = 1;
 };
 
 class BatchApi {

@@ -163,7 +163,8 @@ TEST(BatchApi, ABatchRunsIntoOutputAndErrorFilesInInputOrder) {
   EXPECT_EQ(done["request_counts"]["completed"], 9);
   EXPECT_EQ(done["request_counts"]["failed"], 3);
   EXPECT_TRUE(done["completed_at"].is_number());
-  EXPECT_LE(handler.max_live(), 3);  // the batch's window
+  EXPECT_LE(handler.max_live(), 3);                      // the batch's window
+  EXPECT_EQ(handler.seen_bodies_.at(0)["priority"], 1);  // behind online requests
   const std::vector<Json> out =
       OutputLines(api.Handle(Request("GET", absl::StrCat("/v1/files/",
                                                          done["output_file_id"].get<std::string>(),

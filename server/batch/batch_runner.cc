@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
@@ -171,6 +173,13 @@ class Runner {
     request.headers.push_back({"content-type", "application/json"});
     request.headers.insert(request.headers.end(), options_.headers.begin(), options_.headers.end());
     request.body = line.body;
+    if (options_.default_priority) {
+      nlohmann::json body = nlohmann::json::parse(line.body, nullptr, /*allow_exceptions=*/false);
+      if (body.is_object() && !body.contains("priority")) {
+        body["priority"] = *options_.default_priority;
+        request.body = body.dump();
+      }
+    }
     http::HandlerResult result = handler_.Handle(std::move(request));
     if (result.pending == nullptr) {
       if (result.response.status == kTooManyRequests && !in_flight_.empty()) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <istream>
+#include <optional>
 #include <ostream>
 
 #include "absl/status/statusor.h"
@@ -51,6 +52,9 @@ struct BatchOptions {
   // written; those waiting to be re-sent after a 429 become "batch_cancelled" error lines).
   // Null: the whole input runs.
   std::function<bool()> stop;
+  // vLLM's request priority for lines whose body sets none (with --scheduling-policy priority,
+  // lower runs first; online requests default to 0). Unset: bodies go as written.
+  std::optional<int> default_priority;
   // Headers every request carries besides Content-Type (a served batch's: its creator's
   // Authorization, so the service's API key check passes as it did for the batch).
   std::vector<http::Header> headers;

@@ -178,6 +178,23 @@ TEST(RunBatch, StopEndsTheInputAndTheRequestsInFlightFinish) {
   }
 }
 
+TEST(RunBatch, ADefaultPriorityGoesToBodiesThatSetNone) {
+  FakeHandler handler;
+  const std::string input = absl::StrCat(Line("a", {{"echo", "1"}}), "\n",
+                                         Line("b", {{"echo", "2"}, {"priority", -3}}), "\n");
+  std::istringstream in(input);
+  std::ostringstream out;
+  BatchOptions options;
+  options.default_priority = 5;
+  ASSERT_TRUE(RunBatch(handler, in, out, options).ok());
+  ASSERT_EQ(handler.seen_bodies_.size(), 2u);
+  EXPECT_EQ(handler.seen_bodies_[0]["priority"], 5);
+  EXPECT_EQ(handler.seen_bodies_[1]["priority"], -3);
+  std::istringstream again(input);
+  ASSERT_TRUE(RunBatch(handler, again, out, BatchOptions{}).ok());
+  EXPECT_FALSE(handler.seen_bodies_[2].contains("priority"));  // unset: as written
+}
+
 TEST(RunBatch, FinishedLinesWaitingForAnEarlierOneAreBounded) {
   FakeHandler handler;
   handler.Hold("0");

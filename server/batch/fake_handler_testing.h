@@ -72,7 +72,11 @@ class FakeHandler : public http::HttpHandler {
   http::HandlerResult Handle(http::HttpRequest request) override {
     const Json body = Json::parse(request.body);
     http::HandlerResult result;
-    seen_paths_.push_back(request.path);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_paths_.push_back(request.path);
+      seen_bodies_.push_back(body);
+    }
     ++handled_;
     if (body.contains("fail")) {
       result.response.status = 400;
@@ -107,7 +111,8 @@ class FakeHandler : public http::HttpHandler {
   int handled() const { return handled_; }
   int max_live() const { return max_live_; }
   int refusals() const { return refusals_; }
-  std::vector<std::string> seen_paths_;
+  std::vector<std::string> seen_paths_;  // written under mu_, read after the run
+  std::vector<Json> seen_bodies_;
 
  private:
   // Every millisecond: finishes the newest live exchange (out of input order) and wakes it.

@@ -49,7 +49,8 @@ const std::set<std::string> kNetworkOnlyFlags = {"host",
                                                  "allow-credentials",
                                                  "responses-store-memory",
                                                  "files-store-memory",
-                                                 "batch-max-concurrent-requests"};
+                                                 "batch-max-concurrent-requests",
+                                                 "batch-priority"};
 
 const std::vector<FlagSpec>& RunBatchFlags() {
   static const std::vector<FlagSpec> flags = [] {

@@ -202,7 +202,8 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   if (options.files_store_bytes > 0) {
     batch_api = std::make_unique<batch::BatchApi>(
         batch::BatchApiOptions{.files_store_bytes = options.files_store_bytes,
-                               .max_in_flight = options.batch_max_concurrent_requests});
+                               .max_in_flight = options.batch_max_concurrent_requests,
+                               .priority = options.batch_priority});
     service_options.extra_routes_serve = batch::BatchApi::Serves;
     service_options.extra_routes_handle = [api = batch_api.get()](const http::HttpRequest& r) {
       return api->Handle(r);

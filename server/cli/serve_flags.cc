@@ -83,6 +83,10 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"batch-max-concurrent-requests", true,
      "/v1/batches: a running batch's requests in flight at a time, so online requests keep "
      "the rest of the engine's room (default max-num-seqs / 2)"},
+    {"batch-priority", true,
+     "/v1/batches: the priority of batch requests whose body sets none; with "
+     "--scheduling-policy priority lower runs first, online requests default to 0 (default 1: "
+     "batches yield to online traffic)"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
     {"log-format", true, "text | json (one JSON object per line; default text)"},
 };
@@ -231,6 +235,9 @@ absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
     ASSIGN_OR_RETURN(o->files_store_bytes,
                      ParseBytes(*bytes, "files-store-memory", /*allow_zero=*/true));
   }
+  ASSIGN_OR_RETURN(const int64_t batch_priority,
+                   flags.GetInt("batch-priority", 1, INT32_MIN, INT32_MAX));
+  o->batch_priority = static_cast<int>(batch_priority);
   ASSIGN_OR_RETURN(o->batch_max_concurrent_requests,
                    flags.GetInt("batch-max-concurrent-requests",
                                 std::max<int64_t>(1, o->scheduler.max_num_seqs / 2), 1, 1 << 20));

@@ -62,6 +62,7 @@ struct ServeOptions {
   // --files-store-memory: bytes of /v1/files (0: the Files and Batches API off).
   int64_t files_store_bytes = int64_t{1} << 30;
   int64_t batch_max_concurrent_requests = 32;  // --batch-max-concurrent-requests
+  int batch_priority = 1;                      // --batch-priority
 };
 
 class ModelRuntime {
