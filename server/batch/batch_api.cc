@@ -486,7 +486,11 @@ void BatchApi::RequestStop() {
 }
 
 void BatchApi::Stop() {
-  RequestStop();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = abort_ = true;
+    cv_.notify_all();
+  }
   if (worker_.joinable()) worker_.join();
 }
 
@@ -542,6 +546,10 @@ void BatchApi::Run(Batch& batch) {
     o.stop = [this, &batch] {
       std::lock_guard<std::mutex> lock(mu_);
       return stop_ || batch.cancel;
+    };
+    o.abort = [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return abort_;
     };
     progress = RunBatch(*handler, in, out, o);
     output = out.str();

@@ -79,7 +79,8 @@ class BatchApi {
   // No batch reads another line after this (non-blocking); the running batch ends "cancelled"
   // once its requests in flight finish.
   void RequestStop();
-  // RequestStop, then waits for the worker. Idempotent.
+  // RequestStop, cancels the running batch's requests in flight (a server draining past its
+  // timeout), and waits for the worker. Idempotent.
   void Stop();
 
   const FileStore& files() const { return files_; }
@@ -111,6 +112,7 @@ class BatchApi {
   std::vector<std::string> batch_order_;                   // by creation; guarded by mu_
   std::deque<std::string> queue_;                          // to run; guarded by mu_
   bool stop_ = false;                                      // guarded by mu_
+  bool abort_ = false;                                     // guarded by mu_
   std::thread worker_;
 };
 

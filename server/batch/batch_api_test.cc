@@ -278,6 +278,21 @@ TEST(BatchApi, CancellingStopsReadingAndKeepsWhatFinished) {
   EXPECT_EQ(Json::parse(message)["status"], "cancelled");
 }
 
+TEST(BatchApi, StopCancelsWhatIsStillInFlight) {
+  FakeHandler handler;
+  handler.Hold("0");  // never released: Stop must not wait for it
+  BatchApi api(BatchApiOptions{.max_in_flight = 2});
+  api.SetHandler(&handler);
+  const std::string id = CreateBatch(api, Ok(api.Handle(Upload(Lines(20))))["id"])["id"];
+  for (int i = 0; i < 2000 && handler.handled() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  api.Stop();
+  const Json done = Ok(api.Handle(Request("GET", "/v1/batches/" + id)));
+  EXPECT_EQ(done["status"], "cancelled");
+  EXPECT_GE(done["request_counts"]["failed"], 1);  // the held request, cancelled
+}
+
 TEST(BatchApi, QueuedBatchesWaitForTheHandlerAndCancelAtOnce) {
   BatchApi api(BatchApiOptions{});
   const std::string file = Ok(api.Handle(Upload(Lines(3))))["id"];

@@ -85,6 +85,7 @@ class Runner {
         continue;
       }
       for (int64_t index : wakes_->Take(next_report)) Poll(index);
+      if (options_.abort && options_.abort()) Abort();
       progress_.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
       if (Clock::now() >= next_report) {
         progress_.in_flight = static_cast<int64_t>(in_flight_.size());
@@ -201,6 +202,18 @@ class Runner {
     in_flight_.emplace(index, InFlight{std::move(line.custom_id), std::move(result.pending)});
     pending->Start([wakes = wakes_, index] { wakes->Wake(index); });
     Poll(index);  // the contract: Poll after Start
+  }
+
+  // Cancels the requests in flight (their lines say so) and stops reading.
+  void Abort() {
+    progress_.input_done = progress_.stopped = true;
+    for (auto& [index, request] : in_flight_) {
+      request.pending->Cancel();
+      ++progress_.cancelled;
+      Finish(index, BatchErrorLine(OutputId(index), request.custom_id, "batch_cancelled",
+                                   "the batch was stopped before this request finished"));
+    }
+    in_flight_.clear();
   }
 
   void Poll(int64_t index) {

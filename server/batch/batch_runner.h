@@ -52,6 +52,10 @@ struct BatchOptions {
   // written; those waiting to be re-sent after a 429 become "batch_cancelled" error lines).
   // Null: the whole input runs.
   std::function<bool()> stop;
+  // Polled while requests are in flight (about every progress_interval_s and on each
+  // response): true stops reading and cancels them too (their lines: "batch_cancelled"). For a
+  // server that must go now. Null: never.
+  std::function<bool()> abort;
   // vLLM's request priority for lines whose body sets none (with --scheduling-policy priority,
   // lower runs first; online requests default to 0). Unset: bodies go as written.
   std::optional<int> default_priority;

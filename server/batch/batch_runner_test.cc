@@ -178,6 +178,31 @@ TEST(RunBatch, StopEndsTheInputAndTheRequestsInFlightFinish) {
   }
 }
 
+TEST(RunBatch, AbortCancelsTheRequestsInFlight) {
+  FakeHandler handler;
+  handler.Hold("0");  // never released: only an abort ends the run
+  std::string input;
+  for (int i = 0; i < 10; ++i) {
+    absl::StrAppend(&input, Line(absl::StrCat("r", i), {{"echo", absl::StrCat(i)}}), "\n");
+  }
+  std::istringstream in(input);
+  std::ostringstream out;
+  BatchOptions options;
+  options.max_in_flight = 3;
+  options.progress_interval_s = 0.01;
+  options.abort = [&handler] { return handler.handled() >= 5; };
+  const absl::StatusOr<BatchProgress> done = RunBatch(handler, in, out, options);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(done->stopped);
+  const std::vector<Json> lines = OutputLines(out.str());
+  ASSERT_EQ(static_cast<int64_t>(lines.size()), done->lines);
+  EXPECT_LT(lines.size(), 10u);
+  EXPECT_EQ(lines[0]["custom_id"], "r0");
+  EXPECT_EQ(lines[0]["error"]["code"], "batch_cancelled");  // the held one, cancelled
+  EXPECT_GE(done->cancelled, 1);
+  EXPECT_EQ(done->succeeded + done->cancelled, done->lines);
+}
+
 TEST(RunBatch, ADefaultPriorityGoesToBodiesThatSetNone) {
   FakeHandler handler;
   const std::string input = absl::StrCat(Line("a", {{"echo", "1"}}), "\n",

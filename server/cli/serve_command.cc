@@ -274,7 +274,7 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   LOG_INFO("serve", "received {}; shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   if (batch_api) batch_api->RequestStop();  // a running batch sends no more requests
   Drain(service, *grpc_server, signals, options.drain_timeout_s);
-  if (batch_api) batch_api->Stop();  // its requests in flight have finished or do now
+  if (batch_api) batch_api->Stop();  // cancels what the drain left of its requests
   grpc_server->Stop();
   server->Stop();
   metrics_ptr.store(nullptr);
