@@ -1110,6 +1110,32 @@ TEST_F(AuthTest, BearerKeyGuardsV1AndTheAdminRoute) {
   ExpectError(Post(service_, "/reset_prefix_cache", ""), 401, "invalid_api_key", nullptr);
 }
 
+// Routes another module adds (the Files and Batches API): behind the key, errors rendered as
+// the service's, other paths untouched.
+TEST(ExtraRoutesTest, GoBehindTheKeyAndRenderErrorsAsTheService) {
+  ServiceOptions options;
+  options.api_key = "sk-x";
+  options.extra_routes_serve = [](std::string_view path) { return path.starts_with("/v1/extra"); };
+  options.extra_routes_handle =
+      [](const http::HttpRequest& r) -> absl::StatusOr<http::HttpResponse> {
+    if (r.path == "/v1/extra/missing") {
+      return ApiErrorStatus(absl::StatusCode::kNotFound, "no such thing", "thing_id");
+    }
+    http::HttpResponse response;
+    response.body = "{\"served\": true}";
+    return response;
+  };
+  OpenAiService service(options);
+  const std::vector<http::Header> key = {{"authorization", "Bearer sk-x"}};
+  ExpectError(Drive(service, Request("GET", "/v1/extra/a")), 401, "invalid_api_key", nullptr);
+  const Reply ok = Drive(service, Request("GET", "/v1/extra/a", "", key));
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.body, "{\"served\": true}");
+  ExpectError(Drive(service, Request("DELETE", "/v1/extra/missing", "", key)), 404, "not_found",
+              "thing_id");
+  EXPECT_EQ(Drive(service, Request("GET", "/v1/other", "", key)).status, 404);
+}
+
 // ---- /v1/responses ----
 
 // "event: T\ndata: {json}\n\n" events of a Responses stream, checking that the event line names
