@@ -473,6 +473,21 @@ BatchApi::Json BatchApi::BatchObject(const Batch& b) const {
       {"metadata", b.metadata}};
 }
 
+nlohmann::ordered_json BatchApi::Summary() const {
+  Json batches = Json::object();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, b] : batches_) {
+      batches[b->status] = batches.value(b->status, 0) + 1;
+    }
+  }
+  return {{"files",
+           {{"capacity_bytes", files_.capacity_bytes()},
+            {"num_bytes", files_.num_bytes()},
+            {"num_files", files_.List().size()}}},
+          {"batches", std::move(batches)}};
+}
+
 void BatchApi::SetHandler(http::HttpHandler* handler) {
   std::lock_guard<std::mutex> lock(mu_);
   handler_ = handler;

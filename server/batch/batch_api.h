@@ -84,6 +84,9 @@ class BatchApi {
   void Stop();
 
   const FileStore& files() const { return files_; }
+  // For /server_info: {"files": {"capacity_bytes", "num_bytes", "num_files"},
+  // "batches": {status: count, …}}.
+  nlohmann::ordered_json Summary() const;
 
  private:
   using Json = nlohmann::ordered_json;

@@ -188,6 +188,9 @@ TEST(BatchApi, ABatchRunsIntoOutputAndErrorFilesInInputOrder) {
   EXPECT_EQ(errors[0]["response"]["status_code"], 400);
   const Json outputs = Ok(api.Handle(Request("GET", "/v1/files?purpose=batch_output")));
   EXPECT_EQ(outputs["data"].size(), 2u);
+  const Json summary = api.Summary();
+  EXPECT_EQ(summary["batches"]["completed"], 1);
+  EXPECT_EQ(summary["files"]["num_files"], 3);  // the input, the output and the errors
   const Json listed = Ok(api.Handle(Request("GET", "/v1/batches")));
   ASSERT_EQ(listed["data"].size(), 1u);
   EXPECT_EQ(listed["data"][0]["id"], created["id"]);

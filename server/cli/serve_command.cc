@@ -251,6 +251,8 @@ absl::Status RunServe(const std::vector<std::string>& args) {
             : nlohmann::ordered_json{{"capacity_bytes", response_store->capacity_bytes()},
                                      {"num_responses", response_store->num_responses()},
                                      {"num_bytes", response_store->num_bytes()}};
+    info["files_and_batches"] =
+        batch_api == nullptr ? nlohmann::ordered_json(nullptr) : batch_api->Summary();
     return info;
   });
   service.SetPrefixCacheResetter(
