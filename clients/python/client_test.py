@@ -139,6 +139,17 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(g.finish_reason, "stop")
         self.assertRegex(g.text, r"^[A-Z]{3}-\d{2,4}$")
 
+    def test_grammar_makes_the_text_a_root_of_it(self):
+        grammar = 'root ::= ("yes" | "no") ", " [0-9]{1,2} " points"'
+        g = self.client.generate(prompt="Verdict:", max_tokens=30, temperature=1.0, seed=5,
+                                 grammar=grammar)
+        self.assertEqual(g.finish_reason, "stop")
+        self.assertRegex(g.text, r"^(yes|no), [0-9]{1,2} points$")
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.client.generate(prompt="x", max_tokens=4, grammar="root ::= answer")
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("rule 'answer' is used but not defined", caught.exception.details())
+
     def test_grpc_and_http_give_identical_output_for_the_same_seed(self):
         kwargs = dict(prompt_ids=[9, 8, 7, 6], max_tokens=12, temperature=0.8, seed=42,
                       ignore_eos=True, logprobs=0)

@@ -42,16 +42,18 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
                   stop: Sequence[str] = (), logprobs: Optional[int] = None,
                   ignore_eos: bool = False, request_id: str = "",
                   json_schema=None, regex: Optional[str] = None,
+                  grammar: Optional[str] = None,
                   prompt_logprobs: Optional[int] = None,
                   allowed_token_ids: Sequence[int] = (),
                   bad_words: Sequence[str] = ()) -> inference_pb2.GenerateRequest:
     """A GenerateRequest; exactly one of `prompt` (text) and `prompt_ids` (token ids).
 
     `json_schema` (a dict, or its JSON text) makes every choice JSON that fits it; `regex`
-    makes every choice's whole text match that regular expression; `prompt_logprobs=k` scores
-    the prompt (each token's log probability and rank, with the k most likely alternatives);
-    `allowed_token_ids` restricts sampling to those ids and `bad_words` are never generated
-    (vLLM's token filters)."""
+    makes every choice's whole text match that regular expression; `grammar` (GBNF, as
+    llama.cpp's and vLLM's guided_grammar) makes it a `root` of that grammar;
+    `prompt_logprobs=k` scores the prompt (each token's log probability and rank, with the k
+    most likely alternatives); `allowed_token_ids` restricts sampling to those ids and
+    `bad_words` are never generated (vLLM's token filters)."""
     if (prompt is None) == (prompt_ids is None):
         raise ValueError("give exactly one of prompt and prompt_ids")
     req = inference_pb2.GenerateRequest(ignore_eos=ignore_eos, request_id=request_id,
@@ -73,6 +75,8 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
         req.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
     if regex is not None:
         req.regex = regex
+    if grammar is not None:
+        req.grammar = grammar
     return req
 
 
