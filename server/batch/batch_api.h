@@ -23,7 +23,9 @@
 // answered requests (2xx) are the output file and the others (API errors, lines not sent) the
 // error file, both in input order. Cancelling stops reading lines; requests in flight finish
 // and are in the files. Files and batches live as long as the process (memory, within
-// `files_store_bytes`); at shutdown a running batch stops like a cancelled one.
+// `files_store_bytes`); at shutdown a running batch stops like a cancelled one (RequestStop),
+// then what is still in flight is cancelled (Stop). Each request carries the batch creator's
+// Authorization / x-api-key headers.
 // Thread-safe.
 #pragma once
 
