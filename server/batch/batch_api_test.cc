@@ -59,15 +59,7 @@ std::pair<int, std::string> Error(const absl::StatusOr<http::HttpResponse>& r) {
   return {frontend::HttpStatusFor(r.status().code()), std::string(r.status().message())};
 }
 
-std::string Lines(int n, int fail_every = 0) {
-  std::string text;
-  for (int i = 0; i < n; ++i) {
-    const bool fail = fail_every > 0 && i % fail_every == fail_every - 1;
-    const Json body = fail ? Json{{"fail", true}} : Json{{"echo", absl::StrCat(i)}};
-    absl::StrAppend(&text, Line(absl::StrCat("req-", i), body), "\n");
-  }
-  return text;
-}
+std::string Lines(int n, int fail_every = 0) { return testing::EchoLines(n, "req-", fail_every); }
 
 // Polls the batch until its status is not `while_status` (10 s at most).
 Json WaitWhile(BatchApi& api, const std::string& id, std::initializer_list<std::string> statuses) {

@@ -22,6 +22,7 @@
 namespace strata::batch {
 namespace {
 
+using testing::EchoLines;
 using testing::FakeHandler;
 using ::testing::HasSubstr;
 using testing::Json;
@@ -125,10 +126,7 @@ TEST(RunBatch, BadLinesGetErrorLinesNamingTheLineAndTheOthersRun) {
 
 TEST(RunBatch, RequestsRefusedAsOverTheQueueAreSentAgainNotFailed) {
   FakeHandler handler(/*queue_limit=*/3);
-  std::string input;
-  for (int i = 0; i < 30; ++i) {
-    absl::StrAppend(&input, Line(absl::StrCat("r", i), {{"echo", absl::StrCat(i)}}), "\n");
-  }
+  const std::string input = EchoLines(30, "r");
   std::istringstream in(input);
   std::ostringstream out;
   BatchOptions options;
@@ -146,14 +144,9 @@ TEST(RunBatch, RequestsRefusedAsOverTheQueueAreSentAgainNotFailed) {
   EXPECT_LE(handler.max_live(), 3);
 }
 
-// A long first request: later lines finish and wait for it, up to max_waiting_lines; then no
-// more lines are read until it finishes (bounded memory), and all come out in order.
 TEST(RunBatch, StopEndsTheInputAndTheRequestsInFlightFinish) {
   FakeHandler handler(/*queue_limit=*/2);
-  std::string input;
-  for (int i = 0; i < 40; ++i) {
-    absl::StrAppend(&input, Line(absl::StrCat("r", i), {{"echo", absl::StrCat(i)}}), "\n");
-  }
+  const std::string input = EchoLines(40, "r");
   std::istringstream in(input);
   std::ostringstream out;
   BatchOptions options;
@@ -181,10 +174,7 @@ TEST(RunBatch, StopEndsTheInputAndTheRequestsInFlightFinish) {
 TEST(RunBatch, AbortCancelsTheRequestsInFlight) {
   FakeHandler handler;
   handler.Hold("0");  // never released: only an abort ends the run
-  std::string input;
-  for (int i = 0; i < 10; ++i) {
-    absl::StrAppend(&input, Line(absl::StrCat("r", i), {{"echo", absl::StrCat(i)}}), "\n");
-  }
+  const std::string input = EchoLines(10, "r");
   std::istringstream in(input);
   std::ostringstream out;
   BatchOptions options;
@@ -220,13 +210,12 @@ TEST(RunBatch, ADefaultPriorityGoesToBodiesThatSetNone) {
   EXPECT_FALSE(handler.seen_bodies_[2].contains("priority"));  // unset: as written
 }
 
+// A long first request: later lines finish and wait for it, up to max_waiting_lines; then no
+// more lines are read until it finishes (bounded memory), and all come out in order.
 TEST(RunBatch, FinishedLinesWaitingForAnEarlierOneAreBounded) {
   FakeHandler handler;
   handler.Hold("0");
-  std::string input;
-  for (int i = 0; i < 40; ++i) {
-    absl::StrAppend(&input, Line(absl::StrCat("r", i), {{"echo", absl::StrCat(i)}}), "\n");
-  }
+  const std::string input = EchoLines(40, "r");
   std::istringstream in(input);
   std::ostringstream out;
   BatchOptions options;

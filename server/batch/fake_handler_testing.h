@@ -157,6 +157,18 @@ inline std::string Line(const std::string& custom_id, const Json& body,
   return Json{{"custom_id", custom_id}, {"method", "POST"}, {"url", url}, {"body", body}}.dump();
 }
 
+// `n` input lines: custom_id `prefix` + i, body {"echo": "i"} — or {"fail": true} for every
+// `fail_every`-th line (the handler answers those with a 400); each line ends with a newline.
+inline std::string EchoLines(int n, const std::string& prefix, int fail_every = 0) {
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    const bool fail = fail_every > 0 && i % fail_every == fail_every - 1;
+    const Json body = fail ? Json{{"fail", true}} : Json{{"echo", absl::StrCat(i)}};
+    absl::StrAppend(&text, Line(absl::StrCat(prefix, i), body), "\n");
+  }
+  return text;
+}
+
 inline std::vector<Json> OutputLines(const std::string& text) {
   std::vector<Json> lines;
   std::istringstream in(text);
