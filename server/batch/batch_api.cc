@@ -484,7 +484,7 @@ nlohmann::ordered_json BatchApi::Summary() const {
   return {{"files",
            {{"capacity_bytes", files_.capacity_bytes()},
             {"num_bytes", files_.num_bytes()},
-            {"num_files", files_.List().size()}}},
+            {"num_files", files_.num_files()}}},
           {"batches", std::move(batches)}};
 }
 
@@ -541,12 +541,12 @@ void BatchApi::Run(Batch& batch) {
     handler = handler_;
   }
   std::optional<StoredFile> input = files_.Get(batch.input_file_id);
-  std::string output;
+  std::string ok_lines, error_lines;  // the output and error files
   absl::StatusOr<BatchProgress> progress = absl::NotFoundError(
       absl::StrCat("the input file '", batch.input_file_id, "' was deleted before the batch ran"));
   if (input) {
     std::istringstream in(*input->content);
-    std::ostringstream out;
+    std::ostringstream out, errors;
     BatchOptions o;
     o.max_in_flight = options_.max_in_flight;
     o.progress_interval_s = 0.5;
@@ -566,22 +566,15 @@ void BatchApi::Run(Batch& batch) {
       std::lock_guard<std::mutex> lock(mu_);
       return abort_;
     };
+    o.error_out = &errors;
     progress = RunBatch(*handler, in, out, o);
-    output = out.str();
+    ok_lines = std::move(out).str();
+    error_lines = std::move(errors).str();
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     batch.finalizing_at = Now();
     if (batch.status == "in_progress") batch.status = "finalizing";
-  }
-  // Answered requests (2xx) to the output file, the rest to the error file, in input order.
-  std::string ok_lines, error_lines;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const bool ok = !j.is_discarded() && j["error"].is_null() && j["response"].is_object() &&
-                    j["response"].value("status_code", 0) / 100 == 2;
-    absl::StrAppend(ok ? &ok_lines : &error_lines, line, "\n");
   }
   absl::Status stored = progress.status();
   std::string output_id, error_id;

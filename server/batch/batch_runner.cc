@@ -229,25 +229,35 @@ class Runner {
   void FinishResponse(int64_t index, const std::string& custom_id,
                       const http::HttpResponse& response) {
     ++(response.status / 100 == 2 ? progress_.succeeded : progress_.failed);
-    Finish(index, BatchResponseLine(OutputId(index), custom_id, response.status, response.body,
-                                    &progress_.usage));
+    Finish(index,
+           BatchResponseLine(OutputId(index), custom_id, response.status, response.body,
+                             &progress_.usage),
+           /*answered=*/response.status / 100 == 2);
   }
 
-  void Finish(int64_t index, std::string line) { finished_.emplace(index, std::move(line)); }
+  // `answered`: a 2xx response (every other line may go to options_.error_out).
+  void Finish(int64_t index, std::string line, bool answered = false) {
+    finished_.emplace(index, FinishedLine{std::move(line), answered});
+  }
 
   // Writes the finished lines that every earlier line precedes.
   absl::Status Flush() {
     for (auto it = finished_.begin(); it != finished_.end() && it->first == next_to_write_;
          it = finished_.erase(it)) {
-      out_ << it->second << '\n';
-      if (!out_) {
+      std::ostream& to =
+          it->second.answered || options_.error_out == nullptr ? out_ : *options_.error_out;
+      to << it->second.text << '\n';
+      if (!to) {
         return absl::InternalError(
             absl::StrCat("writing output line ", next_to_write_ + 1, " failed"));
       }
       ++next_to_write_;
       ++progress_.finished;
     }
-    if (progress_.finished == progress_.lines) out_.flush();
+    if (progress_.finished == progress_.lines) {
+      out_.flush();
+      if (options_.error_out != nullptr) options_.error_out->flush();
+    }
     return absl::OkStatus();
   }
 
@@ -268,7 +278,11 @@ class Runner {
   bool wait_for_room_ = false;
   std::deque<std::pair<int64_t, BatchRequestLine>> retry_;
   std::unordered_map<int64_t, InFlight> in_flight_;
-  std::map<int64_t, std::string> finished_;              // output lines waiting for earlier ones
+  struct FinishedLine {
+    std::string text;
+    bool answered = false;  // a 2xx response
+  };
+  std::map<int64_t, FinishedLine> finished_;             // output lines waiting for earlier ones
   std::unordered_map<std::string, int64_t> custom_ids_;  // → the line that used it first
   std::shared_ptr<WakeQueue> wakes_ = std::make_shared<WakeQueue>();
 };

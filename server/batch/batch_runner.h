@@ -62,6 +62,9 @@ struct BatchOptions {
   // Headers every request carries besides Content-Type (a served batch's: its creator's
   // Authorization, so the service's API key check passes as it did for the batch).
   std::vector<http::Header> headers;
+  // Where the lines that are not a 2xx response (API errors, lines not sent) go instead of
+  // `out`, in input order among themselves (OpenAI's error file). Null: every line to `out`.
+  std::ostream* error_out = nullptr;
   // The output lines' "id" is "batch_req_" + id_prefix + the line's index.
   std::string id_prefix;
 };

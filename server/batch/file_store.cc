@@ -55,6 +55,11 @@ bool FileStore::Delete(const std::string& id) {
   return true;
 }
 
+int64_t FileStore::num_files() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(files_.size());
+}
+
 int64_t FileStore::num_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;

@@ -38,6 +38,7 @@ class FileStore {
 
   int64_t capacity_bytes() const { return capacity_bytes_; }
   int64_t num_bytes() const;
+  int64_t num_files() const;
 
  private:
   const int64_t capacity_bytes_;
