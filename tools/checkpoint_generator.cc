@@ -12,7 +12,7 @@
 #include "core/status.h"
 #include "engine/safetensors_writer.h"
 #include "tools/config_json.h"
-#include "tools/mxfp4_quantize.h"
+#include "core/mxfp4_quantize.h"
 #include "tools/tensor_layout.h"
 #include "tools/weight_init.h"
 
