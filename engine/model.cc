@@ -1,11 +1,15 @@
 #include "engine/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "core/host_memory.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "engine/expert_quantize.h"
 #include "engine/mixers.h"
 #include "engine/weight_copy.h"
 #include "kernels/cpu/attn_res.h"
@@ -90,11 +94,17 @@ WeightStats CountWeights(const ModelConfig& cfg, const ModelWeights& w) {
   });
   for (const LayerWeights& l : w.layers) {
     if (l.moe && !l.moe->experts.empty()) {
-      int64_t expert_bytes = 0, expert_params = 0;
-      const ExpertWeights& e = l.moe->experts[0];
-      for (const Linear* x : {&e.w1, &e.w3, &e.w2}) {
-        expert_bytes += x->num_bytes();
-        expert_params += params(*x);
+      // Expert parallelism with --quantization: only this process's experts are quantised, and
+      // those are the ones it reads; the smallest expert is their size.
+      int64_t expert_bytes = std::numeric_limits<int64_t>::max(), expert_params = 0;
+      for (const ExpertWeights& e : l.moe->experts) {
+        int64_t bytes = 0;
+        expert_params = 0;
+        for (const Linear* x : {&e.w1, &e.w3, &e.w2}) {
+          bytes += x->num_bytes();
+          expert_params += params(*x);
+        }
+        expert_bytes = std::min(expert_bytes, bytes);
       }
       stats.routed_expert_bytes_per_layer_expert = expert_bytes;
       stats.active_params_per_token += expert_params * cfg.moe.num_experts_per_token;
@@ -187,11 +197,34 @@ int64_t CopyWeightsIfTheyFit(const ModelLoadOptions& options, ModelWeights& weig
 
 }  // namespace
 
+absl::StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view flag) {
+  if (flag.empty() || flag == "none") return WeightQuantization::kNone;
+  if (flag == "mxfp4") return WeightQuantization::kMxfp4;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--quantization \"", std::string(flag),
+      "\" is not supported: mxfp4 (routed experts quantised to MXFP4 at load, K3's "
+      "release format) or none; a checkpoint's own quantization_config needs no flag"));
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                                    const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   ASSIGN_OR_RETURN(model->checkpoint_, Checkpoint::Open(dir));
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*model->checkpoint_));
+  if (options.quantization == WeightQuantization::kMxfp4) {
+    const auto start = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(
+        const ExpertQuantization q,
+        QuantizeRoutedExperts(model->config(), &model->weights_, options.routed_experts));
+    if (q.matrices == 0) {
+      LOG_INFO("engine", "--quantization mxfp4: the routed experts are MXFP4 already");
+    } else {
+      LOG_INFO("engine", "--quantization mxfp4: {} routed-expert weights, {} -> {}, in {:.1f} s",
+               q.matrices, kvcache::FormatBytes(q.source_bytes),
+               kvcache::FormatBytes(q.quantized_bytes),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
   const int64_t copied_bytes = CopyWeightsIfTheyFit(options, model->weights_, &model->weight_copy_);
   const ModelConfig& cfg = model->config();
   model->geometry_ = GetCacheGeometry(cfg);

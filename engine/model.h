@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,6 +62,14 @@ struct ForwardContext {
   KdaDraftRows* kda_drafts = nullptr;
 };
 
+// `--quantization` (vLLM's flag): weights quantised at load.
+enum class WeightQuantization {
+  kNone,
+  kMxfp4,  // routed experts to MXFP4, K3's release format
+};
+// "mxfp4" / "none" (and "" → none); an error naming the accepted values otherwise.
+absl::StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view flag);
+
 struct ModelLoadOptions {
   // Copy the weights a step streams out of the memory-mapped checkpoint into one buffer on
   // transparent huge pages (engine/weight_copy.h): faster CPU decode, memory not shared with
@@ -76,6 +85,9 @@ struct ModelLoadOptions {
   // Expert parallelism: the routed experts this process runs (empty: all). Only those are
   // copied; the others stay mapped and are never read here, so a process holds its share.
   std::vector<bool> routed_experts;
+  // Routed experts stored in bf16/f32 are quantised at load (engine/expert_quantize.h), only
+  // those in `routed_experts` when it is set.
+  WeightQuantization quantization = WeightQuantization::kNone;
 };
 
 class Model {

@@ -78,6 +78,9 @@ struct ModelWeights {
   AttnResWeights output_res;      // empty without AttnRes
   Linear lm_head;                 // [V, d] (a copy of `embed`'s view when tied)
   std::vector<LayerWeights> layers;
+  // Codes and scales of routed experts quantised at load (engine/expert_quantize.h); their
+  // Linears point into it.
+  AlignedBuffer quantized_experts;
 };
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& ckpt);

@@ -20,6 +20,20 @@ struct TensorToWrite {
   std::vector<uint8_t> bytes;  // prod(shape) · DTypeSize(dtype) bytes, little-endian
 };
 
+// What a file's header says of one tensor; its prod(shape) · DTypeSize(dtype) bytes follow the
+// previous tensor's.
+struct TensorHeader {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+};
+
+// The first bytes of a safetensors file holding `tensors` in this order: the 8-byte header
+// length and the JSON header, padded with spaces so the data starts 8-byte aligned. CHECKs
+// names unique and not "__metadata__", dimensions ≥ 0.
+std::string SafetensorsHeaderBytes(const std::vector<TensorHeader>& tensors,
+                                   const std::map<std::string, std::string>& metadata);
+
 // Serialises a complete safetensors file into memory.
 std::vector<uint8_t> SerializeSafetensors(const std::vector<TensorToWrite>& tensors,
                                           const std::map<std::string, std::string>& metadata);

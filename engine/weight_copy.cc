@@ -19,14 +19,6 @@ struct Range {
   size_t offset = 0;  // into the arena
 };
 
-// Drops this process's pages of the whole pages inside [p, p + bytes) of a read-only mapping.
-void ReleaseMappedPages(const void* p, size_t bytes) {
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-}
-
 // What CopyMappedLinears moves: the distinct mapped byte ranges, laid out in the arena.
 struct CopyPlan {
   absl::flat_hash_set<const void*> owned;   // converted at load: not in the mapping
@@ -44,8 +36,13 @@ struct CopyPlan {
 
 CopyPlan PlanCopy(const ModelWeights& weights, const std::vector<bool>& routed_experts) {
   CopyPlan plan;
+  const auto* quantized = weights.quantized_experts.as<const char>();
+  const size_t quantized_bytes = weights.quantized_experts.size();
   ForEachLinear(weights, [&](const Linear& w, LinearRole) {
-    if (w.owned.size() > 0) plan.owned.insert(w.data);
+    const auto* data = static_cast<const char*>(w.data);
+    const bool in_quantized =
+        data != nullptr && data >= quantized && data < quantized + quantized_bytes;
+    if (w.owned.size() > 0 || in_quantized) plan.owned.insert(w.data);
   });
   if (!routed_experts.empty()) {
     for (const LayerWeights& layer : weights.layers) {
@@ -76,6 +73,13 @@ CopyPlan PlanCopy(const ModelWeights& weights, const std::vector<bool>& routed_e
 }
 
 }  // namespace
+
+void ReleaseMappedPages(const void* p, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
 
 int64_t MappedLinearBytes(const ModelWeights& weights, const std::vector<bool>& routed_experts) {
   return static_cast<int64_t>(PlanCopy(weights, routed_experts).total);

@@ -20,7 +20,7 @@
 namespace strata::engine {
 
 // Copies into `*arena` every non-empty Linear that still points into the mapping (bf16 and f32
-// data, MXFP4 packed bytes and scales; weights already converted at load own their memory)
+// data, MXFP4 packed bytes and scales; weights converted or quantised at load own their memory)
 // and points the Linears at the copies. The embedding table stays mapped unless the LM head
 // shares it (a token reads one row of it). Views of the same bytes (tied LM head) get one
 // copy. The mapping's pages of copied weights are released from this process (MADV_DONTNEED;
@@ -36,6 +36,10 @@ struct WeightCopy {
 };
 WeightCopy CopyMappedLinears(ModelWeights& weights, std::optional<int64_t> max_bytes,
                              AlignedBuffer* arena, const std::vector<bool>& routed_experts = {});
+
+// Drops this process's pages of the whole pages inside [p, p + bytes) of a read-only mapping (a
+// later read faults them back from the file).
+void ReleaseMappedPages(const void* p, size_t bytes);
 
 // The bytes CopyMappedLinears would copy.
 int64_t MappedLinearBytes(const ModelWeights& weights,

@@ -25,6 +25,8 @@ const Subcommand kSubcommands[] = {
      "write float32 logits [positions, vocab] of --ids-file to --out (.npy)"},
     {"bench", strata::cli::BenchCommand,
      "prefill and decode tokens/s through the engine, next to the roofline floor"},
+    {"quantize", strata::cli::QuantizeCommand,
+     "write --model's checkpoint with MXFP4 routed experts to --out (K3's release format)"},
     {"tokenize", strata::engine::TokenizeCommand,
      "print the token ids of --text-file as one JSON array"},
     {"detokenize", strata::engine::DetokenizeCommand, "print the text of --ids"},

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/quantization_config.h"
+
 namespace strata::tools {
 namespace {
 
@@ -82,33 +84,9 @@ Json LanguageModelConfig(const ModelDims& d) {
   return c;
 }
 
-Json QuantizationConfig() {
-  Json weights = {
-      {"num_bits", 4},     {"type", "float"},  {"strategy", "group"},         {"group_size", 32},
-      {"symmetric", true}, {"dynamic", false}, {"scale_dtype", "torch.uint8"}};
-  Json group = {{"format", "mxfp4-pack-quantized"},
-                {"targets", {"re:.*block_sparse_moe\\.experts\\.\\d+\\.w[123]$"}},
-                {"weights", std::move(weights)},
-                {"input_activations", nullptr}};
-  Json q = Json::object();
-  q["quant_method"] = "compressed-tensors";
-  q["format"] = "mxfp4-pack-quantized";
-  q["quantization_status"] = "compressed";
-  q["config_groups"] = {{"group_0", std::move(group)}};
-  q["ignore"] = {"lm_head",
-                 "re:.*self_attn\\..*",
-                 "re:.*mlp\\..*",
-                 "re:.*block_sparse_moe\\.gate$",
-                 "re:.*block_sparse_moe\\.shared_experts\\..*",
-                 "re:.*block_sparse_moe\\.routed_expert_.*",
-                 "re:vision_tower\\..*",
-                 "re:mm_projector\\..*"};
-  return q;
-}
-
 Json K3Config(const ModelDims& d) {
   Json text = LanguageModelConfig(d);
-  if (d.mxfp4) text["quantization_config"] = QuantizationConfig();
+  if (d.mxfp4) text["quantization_config"] = engine::Mxfp4QuantizationConfig();
   Json c = Json::object();
   c["architectures"] = {"KimiK3ForConditionalGeneration"};
   c["auto_map"] = {{"AutoConfig", "configuration_kimi_k3.KimiK3Config"},
@@ -124,7 +102,7 @@ Json K3Config(const ModelDims& d) {
   c["media_placeholder_token_id"] = d.vocab - 13;
   AddSpecialTokens(d, c);
   c["tie_word_embeddings"] = d.tie_embeddings;
-  if (d.mxfp4) c["quantization_config"] = QuantizationConfig();
+  if (d.mxfp4) c["quantization_config"] = engine::Mxfp4QuantizationConfig();
   c["torch_dtype"] = "bfloat16";
   c["transformers_version"] = "4.57.1";
   return c;

@@ -92,6 +92,8 @@ struct Family {
   // The latent cache of both executors: bf16 on the GPU against the CPU's exact f32, or fp8 on
   // both (each quantizing the rows it computed).
   LatentDType latent = LatentDType::kBF16;
+  // bf16 routed experts quantised to MXFP4 at load (--quantization mxfp4) for both executors.
+  bool quantize_at_load = false;
   LatentDType CpuLatent() const { return latent == LatentDType::kFP8 ? latent : LatentDType::kF32; }
   double RowTolerance() const { return topk == 8 ? kRowTolerance : kFlippedRowTolerance; }
 };
@@ -117,7 +119,9 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
         {{"layers", "4"}, {"vocab", "1000"}, {"topk", std::to_string(GetParam().topk)}});
     auto generated = tools::GenerateCheckpoint(options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
-    auto model = Model::Load(dir_);
+    ModelLoadOptions load;
+    if (GetParam().quantize_at_load) load.quantization = WeightQuantization::kMxfp4;
+    auto model = Model::Load(dir_, load);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = std::move(*model);
     cpu_ = std::make_unique<CpuExecutor>(
@@ -583,17 +587,19 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, CudaExecutorTest,
-    testing::Values(Family{"k3", "k3", false}, Family{"kimi_linear", "kimi-linear", false},
-                    Family{"k3_mha_windows", "k3", false, true, true, true, true},
-                    Family{"k3_mxfp4", "k3", true},
-                    Family{"k3_cublas_absorbed_serial", "k3", false, false, false, false},
-                    Family{"k3_top2", "k3", false, true, true, true, false, 2},
-                    Family{"kimi_linear_top2", "kimi-linear", false, true, true, true, false, 2},
-                    Family{"k3_fp8", "k3", false, true, true, true, false, 8, LatentDType::kFP8},
-                    Family{"k3_fp8_absorbed", "k3", false, false, true, true, false, 8,
-                           LatentDType::kFP8},
-                    Family{"kimi_linear_fp8_windows", "kimi-linear", false, true, true, true, true,
-                           8, LatentDType::kFP8}),
+    testing::Values(
+        Family{"k3", "k3", false}, Family{"kimi_linear", "kimi-linear", false},
+        Family{"k3_mha_windows", "k3", false, true, true, true, true},
+        Family{"k3_mxfp4", "k3", true},
+        Family{
+            .name = "kimi_linear_mxfp4_at_load", .family = "kimi-linear", .quantize_at_load = true},
+        Family{"k3_cublas_absorbed_serial", "k3", false, false, false, false},
+        Family{"k3_top2", "k3", false, true, true, true, false, 2},
+        Family{"kimi_linear_top2", "kimi-linear", false, true, true, true, false, 2},
+        Family{"k3_fp8", "k3", false, true, true, true, false, 8, LatentDType::kFP8},
+        Family{"k3_fp8_absorbed", "k3", false, false, true, true, false, 8, LatentDType::kFP8},
+        Family{"kimi_linear_fp8_windows", "kimi-linear", false, true, true, true, true, 8,
+               LatentDType::kFP8}),
     [](const testing::TestParamInfo<Family>& info) { return info.param.name; });
 
 }  // namespace

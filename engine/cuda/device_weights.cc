@@ -117,7 +117,10 @@ absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg
   e->num_experts = static_cast<int64_t>(experts_.size());
   e->inter = m.moe_intermediate_size;
   e->in_width = e->out_width = m.is_latent() ? m.routed_expert_hidden_size : cfg.hidden_size;
-  e->mxfp4 = !w.experts.empty() && w.experts[0].w1.format == WeightFormat::kMxfp4;
+  // The uploaded experts decide (with --quantization and expert parallelism only this
+  // process's experts are quantised).
+  e->mxfp4 = !experts_.empty() &&
+             w.experts[static_cast<size_t>(experts_[0])].w1.format == WeightFormat::kMxfp4;
   const int64_t gu_rows = 2 * e->inter, n = e->num_experts;
   if (n == 0) return absl::OkStatus();  // a rank holding no expert
   if (!e->mxfp4) {

@@ -35,6 +35,7 @@ const std::vector<FlagSpec> kBenchFlags = {
     {"device", true, "cpu | cuda (default cpu)"},
     {"kv-cache-dtype", true, kKvCacheDTypeHelp},
     {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
+    {"quantization", true, kQuantizationHelp},
     {"mmap-weights", false,
      "cpu: read the weights from the memory-mapped checkpoint instead of a copy on huge pages"},
     {"json", false, "print one JSON object instead of a table"},
@@ -78,6 +79,8 @@ absl::Status RunBench(const std::vector<std::string>& args) {
                    ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), device));
   engine::ModelLoadOptions load;
   load.copy_weights = device == "cpu" && !flags.Has("mmap-weights");
+  ASSIGN_OR_RETURN(load.quantization,
+                   engine::ParseWeightQuantization(flags.GetOr("quantization", "")));
   ASSIGN_OR_RETURN(auto model, engine::Model::Load(dir, load));
   ASSIGN_OR_RETURN(bench::EngineBackend backend, MakeBackend(device, *model, options));
   ASSIGN_OR_RETURN(nlohmann::ordered_json report,

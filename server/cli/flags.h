@@ -77,6 +77,11 @@ inline constexpr char kSpeculativeConfigHelp[] =
 // when bf16 is asked for on a CPU without AVX512_BF16 (the f32 products then run).
 absl::Status ApplyCpuMatmulPrecision(const std::string& value);
 
+inline constexpr char kQuantizationHelp[] =
+    "mxfp4: quantise the checkpoint's bf16 routed experts to MXFP4 at load (K3's release "
+    "format: 4.25 bits a weight, 0.27x the experts' memory and decode reads; `strata quantize` "
+    "writes them once) | none (default); a checkpoint's own quantization_config needs no flag";
+
 inline constexpr char kCpuMatmulPrecisionHelp[] =
     "cpu: products with bf16 or MXFP4 weights over >= 16 rows (prefill chunks, large batches) "
     "and the MLA prefill attention: f32 (default: activations stay f32, exact) | bf16 "

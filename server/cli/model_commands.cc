@@ -1,4 +1,6 @@
-// `strata generate` and `strata logits`: run the model on token ids (no tokenizer needed).
+// `strata generate` and `strata logits`: run the model on token ids (no tokenizer needed);
+// `strata quantize`: write a checkpoint with MXFP4 routed experts.
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -6,11 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/status.h"
+#include "engine/checkpoint_quantize.h"
 #include "engine/generator.h"
 #include "engine/model.h"
+#include "kvcache/memory_planner.h"
 #include "server/cli/commands.h"
 #include "server/cli/default_model.h"
 #include "server/cli/flags.h"
@@ -34,7 +39,10 @@ void PrintMemoryUse(const engine::Model& model) {
 
 absl::StatusOr<std::unique_ptr<engine::Model>> LoadModel(const Flags& flags) {
   ASSIGN_OR_RETURN(std::string dir, ResolveModelDir(flags.GetOr("model", "")));
-  return engine::Model::Load(dir);
+  engine::ModelLoadOptions load;
+  ASSIGN_OR_RETURN(load.quantization,
+                   engine::ParseWeightQuantization(flags.GetOr("quantization", "")));
+  return engine::Model::Load(dir, load);
 }
 
 // Reads a JSON array of token ids ([1, 2, 3], or [[1, 2, 3]] for one sequence).
@@ -77,6 +85,7 @@ const std::vector<FlagSpec> kGenerateFlags = {
     {"prefill-chunk", true, "prefill chunk size in tokens (default 512)"},
     {"kv-cache-dtype", true, "latent cache rows: f32 (default, exact) | bf16 | fp8"},
     {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
+    {"quantization", true, kQuantizationHelp},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
@@ -145,6 +154,7 @@ const std::vector<FlagSpec> kLogitsFlags = {
     {"kv-cache-dtype", true,
      "latent cache rows: f32 (default, exact) | bf16 | fp8 (to measure what a format costs)"},
     {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
+    {"quantization", true, kQuantizationHelp},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
@@ -166,7 +176,57 @@ absl::Status RunLogits(const std::vector<std::string>& args) {
   return WriteNpyF32(*out, logits.data(), {static_cast<int64_t>(ids.size()), vocab});
 }
 
+const std::vector<FlagSpec> kQuantizeFlags = {
+    {"model", true, "checkpoint directory to read (bf16 routed experts)"},
+    {"out", true, "directory to write (must not exist; required)"},
+    {"quantization", true, "mxfp4 (default): routed experts to MXFP4, K3's release format"},
+    {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
+};
+
+// Prints {"out", "matrices", "input_bytes", "output_bytes", "files", "seconds"} on stdout.
+absl::Status RunQuantize(const std::vector<std::string>& args) {
+  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kQuantizeFlags));
+  RETURN_IF_ERROR(ApplyLogLevel(flags));
+  const std::optional<std::string> model = flags.Get("model"), out = flags.Get("out");
+  if (!model || !out) return absl::InvalidArgumentError("--model and --out are required");
+  ASSIGN_OR_RETURN(const engine::WeightQuantization scheme,
+                   engine::ParseWeightQuantization(flags.GetOr("quantization", "mxfp4")));
+  if (scheme != engine::WeightQuantization::kMxfp4) {
+    return absl::InvalidArgumentError("--quantization none writes nothing: use mxfp4");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(const engine::CheckpointQuantization q,
+                   engine::QuantizeCheckpoint(*model, *out));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  LOG_INFO("quantize", "{}: {} routed-expert weights as MXFP4; {} -> {} in {} files, {:.1f} s",
+           *out, q.matrices, kvcache::FormatBytes(q.input_bytes),
+           kvcache::FormatBytes(q.output_bytes), q.files, seconds);
+  std::cout << nlohmann::json{{"out", *out},
+                              {"matrices", q.matrices},
+                              {"input_bytes", q.input_bytes},
+                              {"output_bytes", q.output_bytes},
+                              {"files", q.files},
+                              {"seconds", seconds}}
+                   .dump()
+            << std::endl;
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+int QuantizeCommand(const std::vector<std::string>& args) {
+  absl::Status status = RunQuantize(args);
+  if (!status.ok()) {
+    if (status.code() == absl::StatusCode::kInvalidArgument &&
+        absl::StrContains(status.message(), "--")) {
+      std::fprintf(stderr, "usage: strata quantize --model DIR --out DIR\n%s",
+                   FlagsHelp(kQuantizeFlags).c_str());
+    }
+    return Fail("quantize", status);
+  }
+  return 0;
+}
 
 int GenerateCommand(const std::vector<std::string>& args) {
   absl::Status status = RunGenerate(args);

@@ -32,6 +32,7 @@ const std::vector<FlagSpec> kBaseServeFlags = {
      "GPU memory the weights leave free)"},
     {"kv-cache-dtype", true, kKvCacheDTypeHelp},
     {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
+    {"quantization", true, kQuantizationHelp},
     {"block-size", true, "tokens per latent cache page (default 64)"},
     {"no-prefix-caching", false, "disable prefix caching"},
     {"scheduling-policy", true, "fcfs | priority (default fcfs)"},
@@ -293,6 +294,8 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
     return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + o.device + "'");
   }
   o.mmap_weights = flags.Has("mmap-weights");
+  ASSIGN_OR_RETURN(o.quantization,
+                   engine::ParseWeightQuantization(flags.GetOr("quantization", "")));
   RETURN_IF_ERROR(ApplyCpuMatmulPrecision(flags.GetOr("cpu-matmul-precision", "f32")));
   o.api_key = flags.GetOr("api-key", "");
   if (o.api_key.empty()) {

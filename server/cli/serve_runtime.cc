@@ -361,14 +361,17 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   ASSIGN_OR_RETURN(rt->dir_, ResolveModelDir(options.model_flag));
   engine::ModelLoadOptions load;  // the CUDA backend uploads from the mapping
   load.copy_weights = options.device == "cpu" && !options.mmap_weights;
+  load.quantization = options.quantization;
   load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.num_engine_ranks();
-  if (load.copy_weights && options.parallel.multi_rank()) {
-    // Expert parallelism: this process copies only its ranks' experts.
+  const bool quantize = options.quantization != engine::WeightQuantization::kNone;
+  if ((load.copy_weights || quantize) && options.parallel.multi_rank()) {
+    // Expert parallelism: this process copies (and quantises) only its ranks' experts.
     ASSIGN_OR_RETURN(const engine::ModelConfig config, engine::LoadModelConfig(rt->dir_));
     if (config.moe.num_experts > 0) {
       ASSIGN_OR_RETURN(load.routed_experts,
                        ProcessRoutedExperts(options.parallel, config.moe.num_experts));
-      LOG_INFO("serve", "ranks {}..{} run {} of {} routed experts: only those are copied",
+      LOG_INFO("serve",
+               "ranks {}..{} run {} of {} routed experts: only those are copied or quantised",
                options.parallel.first_rank,
                options.parallel.first_rank + options.parallel.local_ranks - 1,
                std::count(load.routed_experts.begin(), load.routed_experts.end(), true),

@@ -40,7 +40,8 @@ struct ServeOptions {
   std::string device = "cpu";          // --device: cpu | cuda
   // --kv-cache-dtype resolved for the device; nullopt: the device's default (cpu f32, cuda bf16).
   std::optional<LatentDType> latent_dtype;
-  bool mmap_weights = false;                     // --mmap-weights (cpu): no copy to huge pages
+  bool mmap_weights = false;  // --mmap-weights (cpu): no copy to huge pages
+  engine::WeightQuantization quantization = engine::WeightQuantization::kNone;  // --quantization
   std::optional<double> gpu_memory_utilization;  // --gpu-memory-utilization (cuda), (0, 1]
   bool cuda_graphs = true;                       // false: --enforce-eager
   scheduler::SchedulerConfig scheduler;          // pool sizes filled from the memory plan

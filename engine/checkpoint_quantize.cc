@@ -1,0 +1,301 @@
+#include "engine/checkpoint_quantize.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <system_error>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/file.h"
+#include "core/status.h"
+#include "engine/checkpoint.h"
+#include "engine/expert_quantize.h"
+#include "engine/quantization_config.h"
+#include "engine/safetensors_writer.h"
+#include "engine/weight_copy.h"
+
+namespace strata::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr char kIndexFile[] = "model.safetensors.index.json";
+constexpr size_t kCopyPieceBytes = size_t{64} << 20;
+
+// One input tensor, in file order, and what the output holds for it.
+struct Entry {
+  std::string name;
+  const TensorInfo* info = nullptr;
+  bool quantize = false;  // a routed expert's weight: written as weight_packed + weight_scale
+};
+
+// An output file being written; closes (and reports) on Close or destruction.
+class OutputFile {
+ public:
+  static absl::StatusOr<OutputFile> Create(const std::string& path) {
+    std::FILE* file = std::fopen(path.c_str(), "wb");
+    if (file == nullptr) {
+      return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+    }
+    return OutputFile(path, file);
+  }
+  OutputFile(OutputFile&& o) noexcept : path_(std::move(o.path_)), file_(o.file_) {
+    o.file_ = nullptr;
+  }
+  ~OutputFile() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  absl::Status Write(const void* data, size_t bytes) {
+    if (std::fwrite(data, 1, bytes, file_) != bytes) {
+      return absl::InternalError(absl::StrCat("cannot write ", path_, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Close() {
+    const int rc = std::fclose(file_);
+    file_ = nullptr;
+    if (rc != 0) {
+      return absl::InternalError(absl::StrCat("cannot write ", path_, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  OutputFile(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
+  std::string path_;
+  std::FILE* file_;
+};
+
+// The routed experts' weight names (prefix included), each checked: bf16 or f32, [out, in] with
+// in a multiple of 32.
+absl::StatusOr<std::map<std::string, bool>> ExpertTensors(const Checkpoint& ckpt) {
+  const ModelConfig& cfg = ckpt.config();
+  if (cfg.moe.mxfp4_experts) {
+    return absl::InvalidArgumentError(
+        ckpt.dir() + ": the routed experts are MXFP4 already (config.json quantization_config)");
+  }
+  if (cfg.moe.num_experts == 0) {
+    return absl::InvalidArgumentError(ckpt.dir() + ": the model has no routed experts");
+  }
+  const MoeConfig& m = cfg.moe;
+  const int64_t width = m.is_latent() ? m.routed_expert_hidden_size : cfg.hidden_size;
+  const int64_t inter = m.moe_intermediate_size;
+  std::map<std::string, bool> names;
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    if (!cfg.IsMoe(l)) continue;
+    for (int64_t e = 0; e < m.num_experts; ++e) {
+      const std::string base =
+          absl::StrCat(cfg.tensor_prefix, "model.layers.", l, ".block_sparse_moe.experts.", e, ".");
+      for (auto [part, out, in] :
+           {std::tuple{"w1", inter, width}, {"w3", inter, width}, {"w2", width, inter}}) {
+        const std::string name = base + part + ".weight";
+        RETURN_IF_ERROR(ckpt.Get(name, Shape{out, in}, {DType::kBF16, DType::kF32}).status());
+        if (in % kMxfp4BlockSize != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              name,
+              ": MXFP4 needs an input width that is a multiple of 32 (one scale per 32 "
+              "inputs); this one is ",
+              in));
+        }
+        names[name] = true;
+      }
+    }
+  }
+  return names;
+}
+
+// The input's tensors grouped by file (file path → entries in data order).
+std::map<std::string, std::vector<Entry>> TensorsByFile(
+    const Checkpoint& ckpt, const std::map<std::string, bool>& experts) {
+  std::map<std::string, std::vector<Entry>> files;
+  for (const std::string& name : ckpt.TensorNames()) {
+    const TensorInfo* info = *ckpt.Find(name);
+    files[info->file].push_back({name, info, experts.contains(name)});
+  }
+  for (auto& [file, entries] : files) {
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry& a, const Entry& b) { return a.info->data < b.info->data; });
+  }
+  return files;
+}
+
+std::string Stem(const std::string& weight_name) {  // "<module>.weight" → "<module>"
+  return weight_name.substr(0, weight_name.size() - std::string_view(".weight").size());
+}
+
+std::vector<TensorHeader> OutputHeaders(const std::vector<Entry>& entries) {
+  std::vector<TensorHeader> headers;
+  for (const Entry& e : entries) {
+    if (!e.quantize) {
+      headers.push_back({e.name, e.info->dtype, e.info->shape});
+      continue;
+    }
+    const int64_t out = e.info->shape[0], in = e.info->shape[1];
+    headers.push_back({Stem(e.name) + ".weight_packed", DType::kU8, {out, in / 2}});
+    headers.push_back({Stem(e.name) + ".weight_scale", DType::kU8, {out, in / kMxfp4BlockSize}});
+  }
+  return headers;
+}
+
+// Writes one output shard; returns its size in bytes.
+absl::StatusOr<int64_t> WriteShard(const std::vector<Entry>& entries, const std::string& path,
+                                   int64_t* matrices) {
+  ASSIGN_OR_RETURN(OutputFile file, OutputFile::Create(path));
+  const std::string header = SafetensorsHeaderBytes(OutputHeaders(entries), {{"format", "pt"}});
+  RETURN_IF_ERROR(file.Write(header.data(), header.size()));
+  int64_t bytes = static_cast<int64_t>(header.size());
+  std::vector<uint8_t> packed, scales;
+  for (const Entry& e : entries) {
+    const TensorInfo& t = *e.info;
+    if (e.quantize) {
+      const int64_t out = t.shape[0], in = t.shape[1];
+      packed.resize(static_cast<size_t>(out * in / 2));
+      scales.resize(static_cast<size_t>(out * in / kMxfp4BlockSize));
+      const int64_t bad_row =
+          QuantizeMxfp4Matrix(t.dtype, t.data, out, in, packed.data(), scales.data());
+      if (bad_row >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(t.file, ": ", e.name, ": row ", bad_row,
+                         " holds an infinite or NaN value, which MXFP4 cannot represent"));
+      }
+      RETURN_IF_ERROR(file.Write(packed.data(), packed.size()));
+      RETURN_IF_ERROR(file.Write(scales.data(), scales.size()));
+      bytes += static_cast<int64_t>(packed.size() + scales.size());
+      *matrices += 1;
+    } else {
+      for (size_t at = 0; at < t.num_bytes; at += kCopyPieceBytes) {
+        RETURN_IF_ERROR(file.Write(t.data + at, std::min(kCopyPieceBytes, t.num_bytes - at)));
+      }
+      bytes += static_cast<int64_t>(t.num_bytes);
+    }
+    ReleaseMappedPages(t.data, t.num_bytes);  // read once: keep the page cache's, not ours
+  }
+  RETURN_IF_ERROR(file.Close());
+  return bytes;
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  ASSIGN_OR_RETURN(OutputFile file, OutputFile::Create(path));
+  RETURN_IF_ERROR(file.Write(text.data(), text.size()));
+  return file.Close();
+}
+
+absl::StatusOr<Json> ReadJson(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return absl::InvalidArgumentError(path + ": not a JSON object");
+  }
+  return json;
+}
+
+// config.json with quantization_config, where Hugging Face loaders look and, for K3, inside
+// text_config too (as the release's).
+absl::Status WriteConfig(const std::string& in_dir, const std::string& out_dir) {
+  ASSIGN_OR_RETURN(Json config, ReadJson(in_dir + "/config.json"));
+  config["quantization_config"] = Mxfp4QuantizationConfig();
+  if (auto text = config.find("text_config"); text != config.end() && text->is_object()) {
+    (*text)["quantization_config"] = Mxfp4QuantizationConfig();
+  }
+  return WriteText(out_dir + "/config.json", config.dump(2) + "\n");
+}
+
+// model.safetensors.index.json with the output's names and total size.
+absl::Status WriteIndex(const std::string& in_dir, const std::string& out_dir,
+                        const std::map<std::string, std::vector<Entry>>& files,
+                        int64_t data_bytes) {
+  ASSIGN_OR_RETURN(Json index, ReadJson(in_dir + "/" + kIndexFile));
+  Json weight_map = Json::object();
+  for (const auto& [file, entries] : files) {
+    const std::string shard = fs::path(file).filename().string();
+    for (const TensorHeader& h : OutputHeaders(entries)) weight_map[h.name] = shard;
+  }
+  index["weight_map"] = std::move(weight_map);
+  if (!index.contains("metadata") || !index["metadata"].is_object()) {
+    index["metadata"] = Json::object();
+  }
+  index["metadata"]["total_size"] = data_bytes;
+  return WriteText(out_dir + "/" + kIndexFile, index.dump(2) + "\n");
+}
+
+// Every other top-level regular file (tokenizer, chat template, generation config, code).
+absl::Status CopyOtherFiles(const std::string& in_dir, const std::string& out_dir) {
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(in_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || name == "config.json" || name == kIndexFile ||
+        absl::EndsWith(name, ".safetensors")) {
+      continue;
+    }
+    fs::copy_file(entry.path(), fs::path(out_dir) / name, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot copy ", name, ": ", ec.message()));
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", in_dir, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointQuantization> WriteAll(const Checkpoint& ckpt, const std::string& out) {
+  ASSIGN_OR_RETURN(const auto experts, ExpertTensors(ckpt));
+  const auto files = TensorsByFile(ckpt, experts);
+  CheckpointQuantization result;
+  int64_t data_bytes = 0;
+  for (const auto& [file, entries] : files) {
+    const std::string path = (fs::path(out) / fs::path(file).filename()).string();
+    ASSIGN_OR_RETURN(const int64_t bytes, WriteShard(entries, path, &result.matrices));
+    result.output_bytes += bytes;
+    result.files += 1;
+    for (const TensorHeader& h : OutputHeaders(entries)) {
+      data_bytes += NumElements(h.shape) * static_cast<int64_t>(DTypeSize(h.dtype));
+    }
+    std::error_code ec;
+    result.input_bytes += static_cast<int64_t>(fs::file_size(file, ec));
+  }
+  RETURN_IF_ERROR(WriteConfig(ckpt.dir(), out));
+  if (fs::exists(fs::path(ckpt.dir()) / kIndexFile)) {
+    RETURN_IF_ERROR(WriteIndex(ckpt.dir(), out, files, data_bytes));
+  }
+  RETURN_IF_ERROR(CopyOtherFiles(ckpt.dir(), out));
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointQuantization> QuantizeCheckpoint(const std::string& model_dir,
+                                                          const std::string& out_dir) {
+  std::error_code ec;
+  if (fs::exists(out_dir, ec)) {
+    return absl::AlreadyExistsError(out_dir + " exists; name a new directory for the output");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(model_dir));
+  const std::string partial = out_dir + ".partial";
+  fs::remove_all(partial, ec);  // left by an interrupted run
+  if (!fs::create_directories(partial, ec) || ec) {
+    return absl::InternalError(absl::StrCat("cannot create ", partial, ": ", ec.message()));
+  }
+  absl::StatusOr<CheckpointQuantization> result = WriteAll(*ckpt, partial);
+  if (result.ok()) {
+    // The output must load as a checkpoint before it takes its name.
+    absl::Status check = Checkpoint::Open(partial).status();
+    if (!check.ok())
+      result = absl::InternalError("the written checkpoint does not load: " +
+                                   std::string(check.message()));
+  }
+  if (result.ok()) {
+    fs::rename(partial, out_dir, ec);
+    if (ec)
+      result = absl::InternalError(absl::StrCat("cannot rename ", partial, ": ", ec.message()));
+  }
+  if (!result.ok()) fs::remove_all(partial, ec);
+  return result;
+}
+
+}  // namespace strata::engine

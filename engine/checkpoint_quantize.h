@@ -1,0 +1,33 @@
+// `strata quantize`: a checkpoint directory rewritten with its bf16 routed experts as MXFP4, in
+// K3's release format (CHECKPOINT.md §6: `<expert>.w{1,2,3}.weight_packed` / `.weight_scale` and
+// a compressed-tensors `quantization_config`), so that every later load reads 0.27× the expert
+// bytes and skips quantising (llama.cpp's llama-quantize step, for this family). The bytes are
+// exactly those `--quantization mxfp4` makes at load (engine/expert_quantize.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace strata::engine {
+
+struct CheckpointQuantization {
+  int64_t matrices = 0;      // routed-expert weights quantised
+  int64_t input_bytes = 0;   // safetensors bytes read
+  int64_t output_bytes = 0;  // safetensors bytes written
+  int files = 0;             // safetensors files written
+};
+
+// Reads the checkpoint in `model_dir` and writes the quantised one to `out_dir`, which must
+// not exist yet: shards as in the input (same names, tensors in the same order, the experts'
+// tensors replaced by their packed codes and scales), the index's weight_map and total_size
+// updated, config.json with quantization_config added (and inside text_config where the
+// config nests one), every other top-level file copied (tokenizer, templates, generation
+// config; subdirectories are not). Written into `<out_dir>.partial` and renamed when complete.
+// Errors name what was wrong: the input not loadable, its experts MXFP4 already or absent, a
+// tensor not bf16/f32 or of a width that is not a multiple of 32, a value infinite or NaN, I/O.
+absl::StatusOr<CheckpointQuantization> QuantizeCheckpoint(const std::string& model_dir,
+                                                          const std::string& out_dir);
+
+}  // namespace strata::engine

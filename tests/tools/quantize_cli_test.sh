@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `strata quantize` and `--quantization mxfp4` from the command line: the written checkpoint
+# generates exactly the ids the bf16 one generates when quantised at load, serves its tokenizer,
+# and the commands refuse what they cannot do with a message and a non-zero exit.
+# Usage: quantize_cli_test.sh STRATA STRATA_MAKE_CHECKPOINT
+set -euo pipefail
+strata=$1
+make_checkpoint=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$make_checkpoint" --family kimi-linear --preset tiny --demo-tokenizer --shards 2 --out "$work/bf16"
+summary=$("$strata" quantize --model "$work/bf16" --out "$work/mxfp4" --log-level warn)
+echo "$summary"
+[[ "$summary" == *'"files":2'* && "$summary" == *'"matrices":'* ]] || fail "summary: $summary"
+[[ -f "$work/mxfp4/tiktoken.model" && -f "$work/mxfp4/model.safetensors.index.json" ]] ||
+  fail "tokenizer or index not written"
+grep -q '"mxfp4-pack-quantized"' "$work/mxfp4/config.json" || fail "no quantization_config"
+
+gen() { "$strata" generate --prompt-ids 5,17,3,250,9 --max-tokens 12 --log-level warn "$@"; }
+offline=$(gen --model "$work/mxfp4")
+online=$(gen --model "$work/bf16" --quantization mxfp4)
+plain=$(gen --model "$work/bf16")
+echo "bf16 $plain, quantised at load $online, written $offline"
+[[ "$offline" == "$online" ]] || fail "written checkpoint generates $offline, at load $online"
+printf 'hello' > "$work/t.txt"
+"$strata" tokenize --model "$work/mxfp4" --text-file "$work/t.txt" > /dev/null
+
+expect_refusal() {  # expect_refusal TEXT COMMAND...: exits non-zero, stderr names TEXT
+  local err rc=0
+  err=$("${@:2}" 2>&1 >/dev/null) || rc=$?
+  [[ $rc -ne 0 ]] || fail "$* succeeded"
+  [[ "$err" == *"$1"* ]] || fail "$*: '$err' does not name '$1'"
+}
+expect_refusal "exists" "$strata" quantize --model "$work/bf16" --out "$work/mxfp4"
+expect_refusal "MXFP4 already" "$strata" quantize --model "$work/mxfp4" --out "$work/again"
+expect_refusal "--model and --out are required" "$strata" quantize --model "$work/bf16"
+expect_refusal '"int4" is not supported' gen --model "$work/bf16" --quantization int4
+[[ ! -e "$work/again" && ! -e "$work/again.partial" ]] || fail "a refused run left files"
+echo ok
