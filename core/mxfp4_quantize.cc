@@ -22,6 +22,34 @@ void LoadGroupBits(DType dtype, const uint8_t* src, uint32_t (&bits)[kMxfp4Block
   for (int i = 0; i < kMxfp4BlockSize; ++i) bits[i] = uint32_t{raw[i]} << 16;
 }
 
+// The codes of one group at scale 2^(127 − inverse's exponent) (inverse = 1 / scale), and their
+// squared error in units of that scale.
+float GroupCodes(const uint32_t (&bits)[kMxfp4BlockSize], float inverse,
+                 uint8_t (&codes)[kMxfp4BlockSize]) {
+  float miss2[kMxfp4BlockSize];
+  for (int i = 0; i < kMxfp4BlockSize; ++i) {
+    float magnitude;
+    const uint32_t abs_bits = bits[i] & 0x7FFFFFFFu;
+    std::memcpy(&magnitude, &abs_bits, sizeof(magnitude));
+    const float m = magnitude * inverse;
+    const uint8_t code = NearestE2M1Code(m);  // in [0, 7]
+    // kE2M1Values[code] from the same midpoint tests (a table read would not vectorise).
+    const float value =
+        0.5f * static_cast<float>((m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f)) +
+        static_cast<float>((m > 2.5f) + (m >= 3.5f)) + 2.0f * static_cast<float>(m > 5.0f);
+    miss2[i] = (m - value) * (m - value);
+    const uint8_t negative = static_cast<uint8_t>(bits[i] >> 31) & (code != 0);
+    codes[i] = static_cast<uint8_t>(code | negative << 3);
+  }
+  for (int width = kMxfp4BlockSize / 2; width > 0; width /= 2) {  // a fixed summation tree
+    for (int i = 0; i < width; ++i) miss2[i] += miss2[i + width];
+  }
+  return miss2[0];
+}
+
+// 2^(127 − scale) as a float: exact (the exponent stays within [−127, 127]).
+float InverseScale(uint8_t scale) { return std::ldexp(1.0f, 127 - int{scale}); }
+
 }  // namespace
 
 uint8_t Mxfp4ScaleByte(float amax) {
@@ -51,19 +79,19 @@ bool QuantizeMxfp4Row(DType dtype, const void* values, int64_t cols, uint8_t* pa
     if (amax_bits >= 0x7F800000u) return false;
     float amax;
     std::memcpy(&amax, &amax_bits, sizeof(amax));
-    const uint8_t scale = Mxfp4ScaleByte(amax);
-    scales[g] = scale;
-    // 2^(127 − scale) as a float: exact (the exponent stays within [−127, 127]).
-    const float inverse = std::ldexp(1.0f, 127 - int{scale});
+    uint8_t scale = Mxfp4ScaleByte(amax);
     uint8_t codes[kMxfp4BlockSize];
-    for (int i = 0; i < kMxfp4BlockSize; ++i) {
-      float magnitude;
-      const uint32_t abs_bits = bits[i] & 0x7FFFFFFFu;
-      std::memcpy(&magnitude, &abs_bits, sizeof(magnitude));
-      const uint8_t code = NearestE2M1Code(magnitude * inverse);  // in [0, 7]
-      const uint8_t negative = static_cast<uint8_t>(bits[i] >> 31) & (code != 0);
-      codes[i] = static_cast<uint8_t>(code | negative << 3);
+    const float error = GroupCodes(bits, InverseScale(scale), codes);
+    if (error > 0.0f && scale > 0) {
+      // Half the scale: the largest values saturate at ±6, the others get twice the
+      // resolution. Its units are half as large, so its squared error counts a quarter.
+      uint8_t finer[kMxfp4BlockSize];
+      if (GroupCodes(bits, InverseScale(scale - 1), finer) < 4.0f * error) {
+        scale -= 1;
+        std::memcpy(codes, finer, sizeof(codes));
+      }
     }
+    scales[g] = scale;
     uint8_t* out = packed + g * (kMxfp4BlockSize / 2);
     for (int i = 0; i < kMxfp4BlockSize / 2; ++i) {
       out[i] = static_cast<uint8_t>(codes[2 * i] | codes[2 * i + 1] << 4);

@@ -22,6 +22,21 @@ std::vector<float> Decode(const Mxfp4Weights& q, int64_t rows, int64_t cols) {
   return out;
 }
 
+// The definition the branch-free code must equal: the nearest of the eight magnitudes, ties to
+// the even code, the sign bit only on a non-zero code.
+uint8_t NearestCodeByDistance(float scaled) {
+  const double magnitude = std::fabs(double{scaled});  // exact differences
+  int best = 0;
+  for (int code = 1; code < 8; ++code) {
+    const double best_error = std::fabs(magnitude - kE2M1Values[best]);
+    const double error = std::fabs(magnitude - kE2M1Values[code]);
+    if (error < best_error || (error == best_error && code % 2 == 0)) best = code;
+  }
+  if (magnitude > 64.0) best = 7;  // saturates (differences past 2^53 are not exact in double)
+  if (best != 0 && std::signbit(scaled)) best |= 8;
+  return static_cast<uint8_t>(best);
+}
+
 TEST(Mxfp4QuantizeTest, RepresentableValuesRoundTripExactly) {
   // Row 0: the 16 E2M1 values twice (scale 1); row 1: the same × 2^-3 (scale 2^-3).
   std::vector<float> values;
@@ -43,17 +58,77 @@ TEST(Mxfp4QuantizeTest, LowNibbleHoldsTheEvenIndex) {
   EXPECT_EQ(q.scales[0], 127);
 }
 
-TEST(Mxfp4QuantizeTest, ScaleIsTheSmallestPowerOfTwoCoveringTheGroupMaximum) {
+TEST(Mxfp4QuantizeTest, CoveringScaleOfALoneValueIsTheSmallestPowerOfTwoThatHoldsIt) {
   auto scale_for = [](float amax) {
     std::vector<float> values(32, 0.0f);
     values[7] = amax;
     return QuantizeMxfp4(values, 1, 32).scales[0];
   };
   EXPECT_EQ(scale_for(6.0f), 127);
-  EXPECT_EQ(scale_for(6.01f), 128);
   EXPECT_EQ(scale_for(3.0f), 126);
-  EXPECT_EQ(scale_for(2.9f), 126);
+  EXPECT_EQ(scale_for(2.9f), 126);  // 5.8 at 2^-1; at 2^-2 it would saturate at 6·2^-2
   EXPECT_EQ(scale_for(0.75f), 124);
+  EXPECT_EQ(Mxfp4ScaleByte(6.01f), 128);
+}
+
+TEST(Mxfp4QuantizeTest, HalfTheCoveringScaleWinsWhereItErrsLess) {
+  // 7 and thirty-one 1.3s. At scale 2: 7 → 8 (3.5 → 4), 1.3 → 1 (0.65 → 0.5): squared error
+  // 0.25 + 31·0.0225 = 0.95 in units of 2, 3.79 in units of 1. At scale 1: 7 → 6, 1.3 → 1.5:
+  // 1 + 31·0.04 = 2.24. Scale 1 wins although 7 saturates.
+  std::vector<float> values(32, 1.3f);
+  values[0] = 7.0f;
+  const Mxfp4Weights q = QuantizeMxfp4(values, 1, 32);
+  EXPECT_EQ(Mxfp4ScaleByte(7.0f), 128);
+  EXPECT_EQ(q.scales[0], 127);
+  std::vector<float> back(32);
+  DecodeMxfp4(q.packed.data(), q.scales.data(), 32, back.data());
+  EXPECT_EQ(back[0], 6.0f);
+  EXPECT_EQ(back[1], 1.5f);
+}
+
+// Squared error of `group` decoded at scale byte `scale` with the reference's nearest codes.
+double GroupErrorAt(const float* group, int scale) {
+  double error = 0;
+  for (int i = 0; i < 32; ++i) {
+    const float s = std::ldexp(1.0f, scale - 127);
+    const double miss = kE2M1Values[NearestCodeByDistance(group[i] / s)] * double{s} - group[i];
+    error += miss * miss;
+  }
+  return error;
+}
+
+TEST(Mxfp4QuantizeTest, EachGroupTakesTheBetterOfTheCoveringScaleAndTheOneBelow) {
+  // Gaussian and heavy-tailed (Student-t, 3 degrees) groups at several magnitudes.
+  constexpr int64_t kRows = 64, kCols = 256;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::student_t_distribution<float> heavy(3.0f);
+  std::vector<float> values(kRows * kCols);
+  for (int64_t i = 0; i < kRows * kCols; ++i) {
+    const float magnitude = std::ldexp(1.0f, static_cast<int>(i / kCols % 7) * 3 - 12);
+    values[i] = magnitude * (i / kCols % 2 == 0 ? normal(rng) : heavy(rng));
+  }
+  const Mxfp4Weights q = QuantizeMxfp4(values, kRows, kCols);
+  const std::vector<float> back = Decode(q, kRows, kCols);
+  int finer = 0;
+  for (int64_t g = 0; g < kRows * kCols / 32; ++g) {
+    const float* group = values.data() + g * 32;
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(group[i]));
+    const int cover = Mxfp4ScaleByte(amax), chosen = q.scales[static_cast<size_t>(g)];
+    ASSERT_TRUE(chosen == cover || chosen == cover - 1) << g;
+    finer += chosen != cover;
+    const double at_cover = GroupErrorAt(group, cover), at_finer = GroupErrorAt(group, cover - 1);
+    EXPECT_LE(GroupErrorAt(group, chosen), std::min(at_cover, at_finer) * (1 + 1e-5)) << g;
+    for (int i = 0; i < 32; ++i) {  // every value is its nearest code at the chosen scale
+      const float s = std::ldexp(1.0f, chosen - 127);
+      ASSERT_EQ(back[static_cast<size_t>(g * 32 + i)],
+                kE2M1Values[NearestCodeByDistance(group[i] / s)] * s)
+          << g << " " << i;
+    }
+  }
+  EXPECT_GT(finer, kRows * kCols / 32 / 10);  // both choices occur
+  EXPECT_LT(finer, kRows * kCols / 32 * 9 / 10);
 }
 
 TEST(Mxfp4QuantizeTest, NearestCodeBreaksTiesTowardTheEvenCode) {
@@ -66,39 +141,6 @@ TEST(Mxfp4QuantizeTest, NearestCodeBreaksTiesTowardTheEvenCode) {
   EXPECT_EQ(NearestE2M1Code(0.8f), 2);
   EXPECT_EQ(NearestE2M1Code(-0.1f), 0);  // -0 is stored as +0
   EXPECT_EQ(NearestE2M1Code(9.0f), 7);   // saturates
-}
-
-TEST(Mxfp4QuantizeTest, RandomWeightsDecodeWithinHalfAStep) {
-  constexpr int64_t kRows = 16, kCols = 96;
-  std::vector<float> values(kRows * kCols);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.0f, 0.05f);
-  for (float& v : values) v = normal(rng);
-  const Mxfp4Weights q = QuantizeMxfp4(values, kRows, kCols);
-  const std::vector<float> back = Decode(q, kRows, kCols);
-  for (int64_t i = 0; i < kRows * kCols; ++i) {
-    const float scale = std::ldexp(1.0f, q.scales[i / 32] - 127);
-    const float magnitude = std::fabs(values[i]) / scale;
-    ASSERT_LE(magnitude, 6.0f) << i;
-    // Half the spacing of the E2M1 grid around |w|/scale: 0.25 below 2, 0.5 below 4, else 1.
-    const float half_step = magnitude < 2.0f ? 0.25f : (magnitude < 4.0f ? 0.5f : 1.0f);
-    EXPECT_LE(std::fabs(back[i] - values[i]), half_step * scale * 1.0001f) << i;
-  }
-}
-
-// The definition the branch-free code must equal: the nearest of the eight magnitudes, ties to
-// the even code, the sign bit only on a non-zero code.
-uint8_t NearestCodeByDistance(float scaled) {
-  const double magnitude = std::fabs(double{scaled});  // exact differences
-  int best = 0;
-  for (int code = 1; code < 8; ++code) {
-    const double best_error = std::fabs(magnitude - kE2M1Values[best]);
-    const double error = std::fabs(magnitude - kE2M1Values[code]);
-    if (error < best_error || (error == best_error && code % 2 == 0)) best = code;
-  }
-  if (magnitude > 64.0) best = 7;  // saturates (differences past 2^53 are not exact in double)
-  if (best != 0 && std::signbit(scaled)) best |= 8;
-  return static_cast<uint8_t>(best);
 }
 
 TEST(Mxfp4QuantizeTest, NearestCodeEqualsTheNearestByDistanceEverywhere) {
@@ -154,13 +196,16 @@ TEST(Mxfp4QuantizeTest, ExtremeGroupsKeepTheirScaleInRange) {
   EXPECT_EQ(Mxfp4ScaleByte(std::numeric_limits<float>::max()), 127 + 126);
   EXPECT_EQ(Mxfp4ScaleByte(std::numeric_limits<float>::denorm_min()), 0);  // clamped at 2^-127
   std::vector<float> row(32, 0.0f);
-  row[3] = std::numeric_limits<float>::max();
-  row[4] = -1e37f;
+  row[3] = 1e38f;   // scale 2^124: 4.7 → 4
+  row[4] = -1e37f;  // 0.47 → 0.5
+  row[5] = 1e-45f;  // a subnormal: 0 at that scale
   const Mxfp4Weights q = QuantizeMxfp4(row, 1, 32);
+  EXPECT_EQ(q.scales[0], 127 + 124);
   std::vector<float> back(32);
   DecodeMxfp4(q.packed.data(), q.scales.data(), 32, back.data());
-  EXPECT_EQ(back[3], 6.0f * std::ldexp(1.0f, 126));  // the largest value E8M0 × E2M1 can hold
-  EXPECT_EQ(back[4], 0.0f);                          // 1e37 is under a quarter of a step
+  EXPECT_EQ(back[3], 4.0f * std::ldexp(1.0f, 124));
+  EXPECT_EQ(back[4], -0.5f * std::ldexp(1.0f, 124));
+  EXPECT_EQ(back[5], 0.0f);
 }
 
 TEST(Mxfp4QuantizeTest, NonFiniteValuesAreRefused) {
