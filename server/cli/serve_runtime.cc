@@ -356,6 +356,24 @@ std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions&
   return ranks;
 }
 
+namespace {
+
+// "mxfp4", "bf16", "f32" (how the routed experts this process runs are stored), or "none".
+std::string RoutedExpertFormat(const engine::ModelWeights& w) {
+  for (const engine::LayerWeights& l : w.layers) {
+    if (!l.moe) continue;
+    for (const engine::ExpertWeights& e : l.moe->experts) {
+      if (e.w1.format == engine::WeightFormat::kMxfp4) return "mxfp4";
+    }
+    if (!l.moe->experts.empty()) {
+      return l.moe->experts[0].w1.format == engine::WeightFormat::kBf16 ? "bf16" : "f32";
+    }
+  }
+  return "none";
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOptions& options) {
   std::unique_ptr<ModelRuntime> rt(new ModelRuntime());
   ASSIGN_OR_RETURN(rt->dir_, ResolveModelDir(options.model_flag));
@@ -451,7 +469,10 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
                                 : Json(frontend::DescribeGenerationConfig(generation_config_))},
       {"weight_bytes", model_->weight_stats().total_bytes},
       {"weights_memory", model_->weight_copy_bytes() > 0 ? "huge_pages" : "mmap"},
-      {"weight_copy_bytes", model_->weight_copy_bytes()}};
+      {"weight_copy_bytes", model_->weight_copy_bytes()},
+      {"routed_experts", RoutedExpertFormat(model_->weights())},
+      // MXFP4 experts made at load (--quantization mxfp4), not read from the checkpoint.
+      {"quantized_at_load_bytes", model_->weights().quantized_experts.size()}};
   const scheduler::SchedulerConfig& c = scheduler_config_;
   info["config"] = {
       {"host", options.http.host},

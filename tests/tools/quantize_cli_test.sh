@@ -38,4 +38,25 @@ expect_refusal "MXFP4 already" "$strata" quantize --model "$work/mxfp4" --out "$
 expect_refusal "--model and --out are required" "$strata" quantize --model "$work/bf16"
 expect_refusal '"int4" is not supported' gen --model "$work/bf16" --quantization int4
 [[ ! -e "$work/again" && ! -e "$work/again.partial" ]] || fail "a refused run left files"
+
+# `strata serve --quantization mxfp4` reports what it runs.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$strata" serve --model "$work/bf16" --quantization mxfp4 --host 127.0.0.1 --port "$port" \
+  --grpc-port 0 --log-level warn > "$work/serve.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; rm -rf "$work"' EXIT
+info=$(python3 - "$port" <<'PY'
+import json, sys, time, urllib.request
+for _ in range(300):
+    try:
+        info = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/server_info"))
+        print(json.dumps(info["model"]))
+        break
+    except Exception:
+        time.sleep(0.1)
+PY
+)
+echo "server_info model: $info"
+[[ "$info" == *'"routed_experts": "mxfp4"'* ]] || fail "server_info: $info $(cat "$work/serve.log")"
+[[ "$info" != *'"quantized_at_load_bytes": 0'* ]] || fail "server_info: nothing quantised at load"
 echo ok
