@@ -196,10 +196,14 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineLoop::Submit(scheduler::Req
                                           " requests in flight (limit " +
                                           std::to_string(options_.max_queued_requests) + ")");
     }
-    // Least loaded: fewest unfinished requests (queued + running); ties go to the lowest rank.
-    for (auto& r : ranks_) {
-      if (target == nullptr || r->num_unfinished < target->num_unfinished) target = r.get();
+    // Least loaded: fewest unfinished requests (queued + running). Ties go round the ranks,
+    // starting after the previous choice: requests that each finish before the next arrives
+    // (an idle group) alternate instead of all landing on the first rank.
+    for (size_t k = 0; k < ranks_.size(); ++k) {
+      Rank* r = ranks_[(tie_start_ + k) % ranks_.size()].get();
+      if (target == nullptr || r->num_unfinished < target->num_unfinished) target = r;
     }
+    tie_start_ = static_cast<size_t>(target->index + 1) % ranks_.size();
     const Clock::time_point submitted = Clock::now();
     if (!streams_.emplace(request.request_id, StreamEntry{stream, target->index, submitted})
              .second) {

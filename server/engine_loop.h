@@ -11,7 +11,8 @@
 // empty plan where it has none), and the group idles together otherwise.
 //
 // Front ends call Submit/Cancel from any thread; they never block on the engine. Submit puts a
-// request on the least-loaded local rank (its unfinished requests). The submission queue is
+// request on the least-loaded local rank (its unfinished requests; ties taken in turn, so an
+// idle group's sequential requests alternate). The submission queue is
 // bounded: beyond `max_queued_requests` requests not yet finished (all local ranks together),
 // Submit answers ResourceExhausted ("overloaded") instead of queueing silently; an id already in
 // flight is AlreadyExists.
@@ -153,6 +154,7 @@ class EngineLoop {
     Clock::time_point submitted;
   };
   std::unordered_map<std::string, StreamEntry> streams_;  // unfinished requests
+  size_t tie_start_ = 0;  // where Submit's least-loaded search starts (after its last choice)
   bool started_ = false;
   bool stopping_ = false;
 };

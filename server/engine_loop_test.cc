@@ -224,6 +224,40 @@ TEST(EngineLoopTest, TargetItlCutsPromptChunksWhileOthersDecode) {
   EXPECT_EQ(total, 900);
 }
 
+// Replicas (ranks without a gate): requests that each finish before the next is submitted see
+// every rank idle; they alternate rather than all going to rank 0. Overlapping ones go to the
+// rank with fewer unfinished requests.
+TEST(EngineLoopTest, IdleRanksTakeSequentialRequestsInTurn) {
+  std::vector<EngineRank> ranks(2);
+  for (EngineRank& r : ranks) {
+    r.scheduler = std::make_unique<scheduler::Scheduler>(FakeModelConfig(4));
+    r.executor = std::make_unique<SlowFakeExecutor>();
+  }
+  EngineLoop loop(std::move(ranks), EngineLoopOptions{});
+  loop.Start();
+  for (int i = 0; i < 4; ++i) {  // each takes 20 steps of 5 ms
+    auto stream = loop.Submit(MakeRequest("seq" + std::to_string(i), 4, 20));
+    ASSERT_TRUE(stream.ok());
+    EXPECT_EQ(loop.rank_stats(i % 2).num_unfinished, 1) << i;
+    EXPECT_EQ(loop.rank_stats(1 - i % 2).num_unfinished, 0) << i;
+    CollectEvents(**stream);
+  }
+  // Long requests (40 steps of 5 ms) overlap: rank 0 takes the first (its turn), rank 1 the
+  // next (less loaded), and the tie that follows goes to rank 0 (the turn after rank 1).
+  auto busy = loop.Submit(MakeRequest("busy", 4, 40));
+  ASSERT_TRUE(busy.ok());
+  EXPECT_EQ(loop.rank_stats(0).num_unfinished, 1);
+  auto a = loop.Submit(MakeRequest("a", 4, 40));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(loop.rank_stats(1).num_unfinished, 1);
+  auto b = loop.Submit(MakeRequest("b", 4, 40));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(loop.rank_stats(0).num_unfinished + loop.rank_stats(1).num_unfinished, 3);
+  EXPECT_EQ(loop.rank_stats(0).num_unfinished, 2);
+  for (auto* s : {&busy, &a, &b}) CollectEvents(***s);
+  loop.Stop();
+}
+
 TEST(EngineLoopTest, StatsBeforeTheFirstStepShowThePromptCapItWillUse) {
   for (const double target_ms : {0.0, 20.0}) {
     scheduler::SchedulerConfig c = FakeModelConfig(4);
