@@ -2,6 +2,7 @@
 # Strata vs llama.cpp on the same checkpoint, same machine, same run (PERF.md: ratios only).
 #
 #   bench/peer_compare.sh BUILD_DIR PEER_DIR SCRATCH [THREADS=2] [ROUNDS=3] [PP=512] [TG=128]
+#                         [EXPERTS=bf16|mxfp4]
 #
 # BUILD_DIR: a Strata build (has ./strata and ./tools/strata-make-checkpoint).
 # PEER_DIR:  the llama.cpp driver scripts (the workplace's shared/peer: hf2gguf.py, llama_bench.mjs,
@@ -14,6 +15,9 @@
 # alternate Strata and llama.cpp so both see the same machine load; each figure is the median over
 # rounds. Decode is measured after the prompt on both sides (llama_bench --tg-after-pp): the
 # same context depth. Prints a Markdown table (date, llama.cpp version, tokens/s, ratios).
+# EXPERTS=mxfp4: both engines run the routed experts as the same MXFP4 values — Strata the
+# `strata quantize` output, llama.cpp a GGUF whose expert tensors are GGML's MXFP4 type holding
+# those codes and scales (bench/gguf_mxfp4_experts.py); everything else stays bf16.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/peer_setup.sh"
 
@@ -23,6 +27,8 @@ threads=${4:-2}
 rounds=${5:-3}
 pp=${6:-512}
 tg=${7:-128}
+experts=${8:-bf16}
+[[ $experts == bf16 || $experts == mxfp4 ]] || peer_usage "$0"
 peer_require "$0" "$build/strata" "$build/tools/strata-make-checkpoint" "$peer/hf2gguf.py" \
   "$peer/llama_bench.mjs"
 
@@ -30,6 +36,15 @@ peer_require "$0" "$build/strata" "$build/tools/strata-make-checkpoint" "$peer/h
 peer_setup "$build" "$scratch"
 model=$peer_model
 gguf=$peer_gguf
+if [[ $experts == mxfp4 ]]; then
+  model=$scratch/bench_model_mxfp4
+  gguf=$scratch/bench_mxfp4.gguf
+  [[ -f $model/config.json ]] ||
+    "$build/strata" quantize --model "$peer_model" --out "$model" --log-level warn >/dev/null
+  [[ -f $gguf && ! $gguf -ot $model/config.json ]] ||
+    /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/gguf_mxfp4_experts.py" "$peer" "$peer_model" \
+      "$model" "$gguf" >/dev/null
+fi
 
 # 2. Alternating rounds.
 results=$scratch/results.jsonl
@@ -48,10 +63,10 @@ for ((r = 1; r <= rounds; ++r)); do
 done
 
 # 3. Table.
-python3 - "$results" "$llama_release" "$nlc_version" "$threads" "$pp" "$tg" <<'EOF'
+python3 - "$results" "$llama_release" "$nlc_version" "$threads" "$pp" "$tg" "$experts" <<'EOF'
 import datetime, json, statistics, sys
 
-path, release, nlc, threads, pp, tg = sys.argv[1:]
+path, release, nlc, threads, pp, tg, experts = sys.argv[1:]
 rows = [json.loads(line) for line in open(path)]
 
 def strata_figures(r):
@@ -75,7 +90,8 @@ if isinstance(reported, dict):
     release = reported.get("release", release)
 floor = [r for r in rows if r["engine"] == "strata"][0]
 print(f"### Strata vs llama.cpp ({datetime.date.today()}, llama.cpp {release} via node-llama-cpp {nlc}, "
-      f"{threads} threads each, bench preset bf16, pp {pp}, tg {tg} after the prompt)")
+      f"{threads} threads each, bench preset bf16, routed experts {experts}, pp {pp}, tg {tg} "
+      "after the prompt)")
 print()
 print("| phase | Strata tokens/s | llama.cpp tokens/s | Strata / llama.cpp | Strata roofline floor |")
 print("|---|---|---|---|---|")

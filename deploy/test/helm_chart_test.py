@@ -159,6 +159,8 @@ def check_default(renderer):
           "single-node pod has rank flags")
     check(not any(a.startswith("--kv-cache-dtype") for a in c["args"]),
           "kvCacheDtype auto is the server's default and is not passed: %s" % c["args"])
+    check(not any(a.startswith("--quantization") for a in c["args"]),
+          "no quantization by default: %s" % c["args"])
     check("--device=cuda" in c["args"] and "--replicas=8" in c["args"],
           "single-node GPU pod does not serve one replica per GPU: %s" % c["args"])
     check(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "prod-strata-models",
@@ -243,6 +245,7 @@ def check_cpu(renderer):
     check(not any(a.startswith("--device") or a.startswith("--replicas") for a in c["args"]),
           "cpu: GPU flags in %s" % c["args"])
     check("--kv-cache-dtype=bf16" in c["args"], "cpu: server.kvCacheDtype not passed: %s" % c["args"])
+    check("--quantization=mxfp4" in c["args"], "cpu: server.quantization not passed: %s" % c["args"])
     check(not any(a.startswith("--speculative-config") for a in c["args"]),
           "cpu: speculative decoding on by default: %s" % c["args"])
     # As a YAML map (--set parses the flow map) or as JSON text (a quoted string): one argument

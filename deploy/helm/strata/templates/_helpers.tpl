@@ -66,6 +66,9 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 {{- if ne .Values.server.kvCacheDtype "auto" }}
 - --kv-cache-dtype={{ .Values.server.kvCacheDtype }}
 {{- end }}
+{{- with .Values.server.quantization }}
+- --quantization={{ . }}
+{{- end }}
 {{- with .Values.server.speculativeConfig }}
 - {{ printf "--speculative-config=%s" (kindIs "string" . | ternary . (toJson .)) | quote }}
 {{- end }}
