@@ -28,23 +28,14 @@ rounds=${5:-3}
 pp=${6:-512}
 tg=${7:-128}
 experts=${8:-bf16}
-[[ $experts == bf16 || $experts == mxfp4 ]] || peer_usage "$0"
 peer_require "$0" "$build/strata" "$build/tools/strata-make-checkpoint" "$peer/hf2gguf.py" \
   "$peer/llama_bench.mjs"
 
 # 1. llama.cpp through node-llama-cpp's prebuilt binary (CPU build); one checkpoint, two formats.
 peer_setup "$build" "$scratch"
+peer_experts "$experts"
 model=$peer_model
 gguf=$peer_gguf
-if [[ $experts == mxfp4 ]]; then
-  model=$scratch/bench_model_mxfp4
-  gguf=$scratch/bench_mxfp4.gguf
-  [[ -f $model/config.json ]] ||
-    "$build/strata" quantize --model "$peer_model" --out "$model" --log-level warn >/dev/null
-  [[ -f $gguf && ! $gguf -ot $model/config.json ]] ||
-    /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/gguf_mxfp4_experts.py" "$peer" "$peer_model" \
-      "$model" "$gguf" >/dev/null
-fi
 
 # 2. Alternating rounds.
 results=$scratch/results.jsonl

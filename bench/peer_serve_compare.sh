@@ -18,6 +18,7 @@
 # Prints a Markdown table: per rate, request and output throughput, TTFT, TPOT and ITL.
 # ENGINES (default "strata llama.cpp") may add strata-bf16: Strata with
 # --cpu-matmul-precision bf16 (activations rounded to bf16 in the big products, as llama.cpp does).
+# EXPERTS=mxfp4 serves both engines the same MXFP4 routed experts (peer_setup.sh: peer_experts).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/peer_setup.sh"
@@ -34,6 +35,7 @@ prompts=${10:-24}
 peer_require "$0" "$build/strata" "$build/strata-bench-serve" \
   "$build/tools/strata-make-checkpoint" "$peer/hf2gguf.py"
 peer_setup "$build" "$scratch"
+peer_experts "${EXPERTS:-bf16}"
 
 port=${STRATA_BENCH_PORT:-8190}
 ctx=$(((input_len + output_len + 255) / 256 * 256))
@@ -88,10 +90,10 @@ for run in runs if isinstance(runs, list) else [runs]:
 done
 
 python3 - "$results" "$llama_release" "$nlc_version" "$threads" "$parallel" "$input_len" \
-  "$output_len" "$prompts" <<'PY'
+  "$output_len" "$prompts" "${EXPERTS:-bf16}" <<'PY'
 import datetime, json, statistics, sys
 
-path, release, nlc, threads, parallel, input_len, output_len, prompts = sys.argv[1:]
+path, release, nlc, threads, parallel, input_len, output_len, prompts, experts = sys.argv[1:]
 rows = [json.loads(line) for line in open(path)]
 rates = list(dict.fromkeys(str(r["request_rate"]) for r in rows))
 
@@ -100,7 +102,8 @@ def med(engine, rate, key):
     return statistics.median(got)
 
 print(f"### Serving: Strata vs llama.cpp ({datetime.date.today()}, llama.cpp {release} via "
-      f"node-llama-cpp {nlc} behind bench/peer_server.mjs; bench preset bf16, {threads} threads and "
+      f"node-llama-cpp {nlc} behind bench/peer_server.mjs; bench preset bf16, routed experts "
+      f"{experts}, {threads} threads and "
       f"{parallel} concurrent sequences each; {prompts} random prompts of {input_len} tokens, "
       f"{output_len} generated; median of {max(r['round'] for r in rows)} alternating rounds)")
 print()

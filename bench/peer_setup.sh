@@ -7,6 +7,9 @@
 #                                     sets build, peer, scratch (absolute; SCRATCH created)
 #   peer_require SCRIPT FILE...       exits 2 naming the first FILE that is missing
 #   peer_setup BUILD_DIR SCRATCH
+#   peer_experts bf16|mxfp4           after peer_setup: with mxfp4, points peer_model at the
+#                                     `strata quantize` output and peer_gguf at a GGUF holding the
+#                                     same MXFP4 experts (gguf_mxfp4_experts.py), made once
 #
 # Sets: peer_model (official-layout checkpoint: the `bench` preset of strata-make-checkpoint,
 # Kimi-Linear shape, 0.74B parameters, bf16, with the demo tokenizer so `strata serve` can load
@@ -54,4 +57,20 @@ peer_setup() {
   if [[ ! -f $peer_gguf || $peer_gguf -ot $peer_model/config.json ]]; then
     /usr/bin/python3 "$peer/hf2gguf.py" "$peer_model" "$peer_gguf" >/dev/null
   fi
+}
+
+peer_experts() {
+  case $1 in
+    bf16) return ;;
+    mxfp4) ;;
+    *) echo "experts must be bf16 or mxfp4, got '$1'" >&2; exit 2 ;;
+  esac
+  local quantized=$scratch/bench_model_mxfp4 gguf=$scratch/bench_mxfp4.gguf
+  [[ -f $quantized/config.json ]] ||
+    "$build/strata" quantize --model "$peer_model" --out "$quantized" --log-level warn >/dev/null
+  [[ -f $gguf && ! $gguf -ot $quantized/config.json ]] ||
+    /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/gguf_mxfp4_experts.py" "$peer" "$peer_model" \
+      "$quantized" "$gguf" >/dev/null
+  peer_model=$quantized
+  peer_gguf=$gguf
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,12 +16,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/file.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "engine/checkpoint.h"
 #include "engine/expert_quantize.h"
 #include "engine/quantization_config.h"
 #include "engine/safetensors_writer.h"
 #include "engine/weight_copy.h"
+#include "kvcache/memory_planner.h"
 
 namespace strata::engine {
 namespace {
@@ -248,6 +251,7 @@ absl::StatusOr<CheckpointQuantization> WriteAll(const Checkpoint& ckpt, const st
   const auto files = TensorsByFile(ckpt, experts);
   CheckpointQuantization result;
   int64_t data_bytes = 0;
+  const auto start = std::chrono::steady_clock::now();
   for (const auto& [file, entries] : files) {
     const std::string path = (fs::path(out) / fs::path(file).filename()).string();
     ASSIGN_OR_RETURN(const int64_t bytes, WriteShard(entries, path, &result.matrices));
@@ -258,6 +262,10 @@ absl::StatusOr<CheckpointQuantization> WriteAll(const Checkpoint& ckpt, const st
     }
     std::error_code ec;
     result.input_bytes += static_cast<int64_t>(fs::file_size(file, ec));
+    LOG_INFO("quantize", "{}/{} {}: {} read, {} written, {:.0f} s", result.files, files.size(),
+             fs::path(file).filename().string(), kvcache::FormatBytes(result.input_bytes),
+             kvcache::FormatBytes(result.output_bytes),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   RETURN_IF_ERROR(WriteConfig(ckpt.dir(), out));
   if (fs::exists(fs::path(ckpt.dir()) / kIndexFile)) {
