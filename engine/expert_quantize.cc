@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/host_memory.h"
+#include "core/log.h"
 #include "core/mxfp4_quantize.h"
 #include "core/status.h"
 #include "engine/weight_copy.h"
@@ -26,6 +28,7 @@ struct Job {
 };
 
 constexpr int64_t kRowsPerTask = 64;
+constexpr auto kProgressEvery = std::chrono::seconds(10);
 
 size_t Aligned(size_t bytes) {
   return (bytes + AlignedBuffer::kAlignment - 1) / AlignedBuffer::kAlignment *
@@ -107,8 +110,17 @@ absl::StatusOr<ExpertQuantization> QuantizeRoutedExperts(const ModelConfig& cfg,
   weights->quantized_experts = AlignedBuffer(total, AlignedBuffer::Fill::kUninitialized);
   auto* base = weights->quantized_experts.as<uint8_t>();
 
-  for (const Job& job : jobs) {
+  // Big checkpoints take minutes here (Kimi-Linear-48B: 90 GB of bf16 experts): say how far.
+  const auto start = std::chrono::steady_clock::now();
+  auto last_report = start;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const Job& job = jobs[j];
     const Linear& w = *job.w;
+    if (const auto now = std::chrono::steady_clock::now(); now - last_report > kProgressEvery) {
+      LOG_INFO("engine", "--quantization mxfp4: {} of {} routed-expert weights, {:.0f} s", j,
+               jobs.size(), std::chrono::duration<double>(now - start).count());
+      last_report = now;
+    }
     const DType dtype = w.format == WeightFormat::kBf16 ? DType::kBF16 : DType::kF32;
     const int64_t bad_row = QuantizeMxfp4Matrix(dtype, w.data, w.out_features, w.in_features,
                                                 base + job.packed_offset, base + job.scale_offset);

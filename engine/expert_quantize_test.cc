@@ -237,6 +237,14 @@ TEST_F(ExpertQuantizeTest, RefusalsNameWhatIsWrong) {
   EXPECT_NE(again.status().message().find("MXFP4 already"), std::string::npos) << again.status();
   EXPECT_FALSE(fs::exists(root_ + "/again.partial"));
   EXPECT_EQ(Logits(*Load(mxfp4, true)), Logits(*Load(mxfp4, false)));
+  // vLLM's --quantization compressed-tensors: the checkpoint's own, which must be there.
+  EXPECT_TRUE(Model::Load(mxfp4, {.quantization = WeightQuantization::kCheckpoint}).ok());
+  const absl::Status none =
+      Model::Load(dir, {.quantization = WeightQuantization::kCheckpoint}).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(none.message().find("no compressed-tensors quantization_config"), std::string::npos)
+      << none;
+  EXPECT_NE(none.message().find("--quantization mxfp4"), std::string::npos) << none;
 
   // An expert width that is not a whole number of 32-value groups.
   const std::string odd = Generate("odd", "kimi-linear", false, {{"expert_intermediate", "40"}});
@@ -254,6 +262,7 @@ TEST(WeightQuantizationTest, FlagValuesAreMxfp4OrNoneAndOthersAreNamed) {
   EXPECT_EQ(*ParseWeightQuantization(""), WeightQuantization::kNone);
   EXPECT_EQ(*ParseWeightQuantization("none"), WeightQuantization::kNone);
   EXPECT_EQ(*ParseWeightQuantization("mxfp4"), WeightQuantization::kMxfp4);
+  EXPECT_EQ(*ParseWeightQuantization("compressed-tensors"), WeightQuantization::kCheckpoint);
   for (const char* bad : {"fp8", "MXFP4", "awq"}) {
     const absl::Status status = ParseWeightQuantization(bad).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

@@ -200,10 +200,12 @@ int64_t CopyWeightsIfTheyFit(const ModelLoadOptions& options, ModelWeights& weig
 absl::StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view flag) {
   if (flag.empty() || flag == "none") return WeightQuantization::kNone;
   if (flag == "mxfp4") return WeightQuantization::kMxfp4;
+  if (flag == "compressed-tensors") return WeightQuantization::kCheckpoint;
   return absl::InvalidArgumentError(absl::StrCat(
       "--quantization \"", std::string(flag),
       "\" is not supported: mxfp4 (routed experts quantised to MXFP4 at load, K3's "
-      "release format) or none; a checkpoint's own quantization_config needs no flag"));
+      "release format), compressed-tensors (the checkpoint's own MXFP4 experts, as K3's release "
+      "holds them; also what happens without the flag) or none"));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
@@ -211,6 +213,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   std::unique_ptr<Model> model(new Model());
   ASSIGN_OR_RETURN(model->checkpoint_, Checkpoint::Open(dir));
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*model->checkpoint_));
+  if (options.quantization == WeightQuantization::kCheckpoint &&
+      !model->config().moe.mxfp4_experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--quantization compressed-tensors: ", dir,
+        "/config.json has no compressed-tensors quantization_config (its weights are stored "
+        "unquantised); --quantization mxfp4 quantises its routed experts at load"));
+  }
   if (options.quantization == WeightQuantization::kMxfp4) {
     const auto start = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(

@@ -66,8 +66,12 @@ struct ForwardContext {
 enum class WeightQuantization {
   kNone,
   kMxfp4,  // routed experts to MXFP4, K3's release format
+  // vLLM's "compressed-tensors": the checkpoint's own quantization_config, which must exist
+  // (K3's release); nothing is quantised at load.
+  kCheckpoint,
 };
-// "mxfp4" / "none" (and "" → none); an error naming the accepted values otherwise.
+// "mxfp4" / "compressed-tensors" / "none" (and "" → none); an error naming the accepted values
+// otherwise.
 absl::StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view flag);
 
 struct ModelLoadOptions {

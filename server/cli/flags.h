@@ -80,7 +80,8 @@ absl::Status ApplyCpuMatmulPrecision(const std::string& value);
 inline constexpr char kQuantizationHelp[] =
     "mxfp4: quantise the checkpoint's bf16 routed experts to MXFP4 at load (K3's release "
     "format: 4.25 bits a weight, 0.27x the experts' memory and decode reads; `strata quantize` "
-    "writes them once) | none (default); a checkpoint's own quantization_config needs no flag";
+    "writes them once) | compressed-tensors (vLLM's name for the checkpoint's own MXFP4 "
+    "experts: K3's release; refused where there are none) | none (default)";
 
 inline constexpr char kCpuMatmulPrecisionHelp[] =
     "cpu: products with bf16 or MXFP4 weights over >= 16 rows (prefill chunks, large batches) "

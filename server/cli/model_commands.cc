@@ -192,7 +192,8 @@ absl::Status RunQuantize(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(const engine::WeightQuantization scheme,
                    engine::ParseWeightQuantization(flags.GetOr("quantization", "mxfp4")));
   if (scheme != engine::WeightQuantization::kMxfp4) {
-    return absl::InvalidArgumentError("--quantization none writes nothing: use mxfp4");
+    return absl::InvalidArgumentError("--quantization " + flags.GetOr("quantization", "") +
+                                      ": strata quantize writes mxfp4 experts only");
   }
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const engine::CheckpointQuantization q,

@@ -381,7 +381,7 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   load.copy_weights = options.device == "cpu" && !options.mmap_weights;
   load.quantization = options.quantization;
   load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.num_engine_ranks();
-  const bool quantize = options.quantization != engine::WeightQuantization::kNone;
+  const bool quantize = options.quantization == engine::WeightQuantization::kMxfp4;
   if ((load.copy_weights || quantize) && options.parallel.multi_rank()) {
     // Expert parallelism: this process copies (and quantises) only its ranks' experts.
     ASSIGN_OR_RETURN(const engine::ModelConfig config, engine::LoadModelConfig(rt->dir_));
