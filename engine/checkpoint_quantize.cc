@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <system_error>
 #include <vector>
 
@@ -80,7 +81,7 @@ class OutputFile {
 
 // The routed experts' weight names (prefix included), each checked: bf16 or f32, [out, in] with
 // in a multiple of 32.
-absl::StatusOr<std::map<std::string, bool>> ExpertTensors(const Checkpoint& ckpt) {
+absl::StatusOr<std::set<std::string>> ExpertTensors(const Checkpoint& ckpt) {
   const ModelConfig& cfg = ckpt.config();
   if (cfg.moe.mxfp4_experts) {
     return absl::InvalidArgumentError(
@@ -92,24 +93,16 @@ absl::StatusOr<std::map<std::string, bool>> ExpertTensors(const Checkpoint& ckpt
   const MoeConfig& m = cfg.moe;
   const int64_t width = m.is_latent() ? m.routed_expert_hidden_size : cfg.hidden_size;
   const int64_t inter = m.moe_intermediate_size;
-  std::map<std::string, bool> names;
+  std::set<std::string> names;
   for (int l = 0; l < cfg.num_layers; ++l) {
     if (!cfg.IsMoe(l)) continue;
     for (int64_t e = 0; e < m.num_experts; ++e) {
-      const std::string base =
-          absl::StrCat(cfg.tensor_prefix, "model.layers.", l, ".block_sparse_moe.experts.", e, ".");
       for (auto [part, out, in] :
            {std::tuple{"w1", inter, width}, {"w3", inter, width}, {"w2", width, inter}}) {
-        const std::string name = base + part + ".weight";
+        const std::string name = RoutedExpertWeightName(cfg, l, e, part);
         RETURN_IF_ERROR(ckpt.Get(name, Shape{out, in}, {DType::kBF16, DType::kF32}).status());
-        if (in % kMxfp4BlockSize != 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              name,
-              ": MXFP4 needs an input width that is a multiple of 32 (one scale per 32 "
-              "inputs); this one is ",
-              in));
-        }
-        names[name] = true;
+        RETURN_IF_ERROR(CheckMxfp4Width(name, in));
+        names.insert(name);
       }
     }
   }
@@ -117,8 +110,8 @@ absl::StatusOr<std::map<std::string, bool>> ExpertTensors(const Checkpoint& ckpt
 }
 
 // The input's tensors grouped by file (file path → entries in data order).
-std::map<std::string, std::vector<Entry>> TensorsByFile(
-    const Checkpoint& ckpt, const std::map<std::string, bool>& experts) {
+std::map<std::string, std::vector<Entry>> TensorsByFile(const Checkpoint& ckpt,
+                                                        const std::set<std::string>& experts) {
   std::map<std::string, std::vector<Entry>> files;
   for (const std::string& name : ckpt.TensorNames()) {
     const TensorInfo* info = *ckpt.Find(name);
@@ -163,13 +156,8 @@ absl::StatusOr<int64_t> WriteShard(const std::vector<Entry>& entries, const std:
       const int64_t out = t.shape[0], in = t.shape[1];
       packed.resize(static_cast<size_t>(out * in / 2));
       scales.resize(static_cast<size_t>(out * in / kMxfp4BlockSize));
-      const int64_t bad_row =
-          QuantizeMxfp4Matrix(t.dtype, t.data, out, in, packed.data(), scales.data());
-      if (bad_row >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(t.file, ": ", e.name, ": row ", bad_row,
-                         " holds an infinite or NaN value, which MXFP4 cannot represent"));
-      }
+      RETURN_IF_ERROR(
+          QuantizeMxfp4Matrix(e.name, t.dtype, t.data, out, in, packed.data(), scales.data()));
       RETURN_IF_ERROR(file.Write(packed.data(), packed.size()));
       RETURN_IF_ERROR(file.Write(scales.data(), scales.size()));
       bytes += static_cast<int64_t>(packed.size() + scales.size());

@@ -48,15 +48,9 @@ absl::StatusOr<std::vector<Job>> PlanJobs(const ModelConfig& cfg, ModelWeights& 
       ExpertWeights& x = moe->experts[e];
       for (auto [part, w] : {std::pair{"w1", &x.w1}, {"w3", &x.w3}, {"w2", &x.w2}}) {
         if (w->empty() || w->format == WeightFormat::kMxfp4) continue;
-        Job job{w, absl::StrCat(cfg.tensor_prefix, "model.layers.", l, ".block_sparse_moe.experts.",
-                                e, ".", part, ".weight")};
-        if (w->in_features % kMxfp4BlockSize != 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(job.name,
-                           ": --quantization mxfp4 needs routed experts whose input width is a "
-                           "multiple of 32 (one E8M0 scale per 32 inputs); this one is ",
-                           w->in_features));
-        }
+        Job job{
+            w, RoutedExpertWeightName(cfg, static_cast<int64_t>(l), static_cast<int64_t>(e), part)};
+        RETURN_IF_ERROR(CheckMxfp4Width(job.name, w->in_features));
         job.packed_offset = *total;
         *total += Aligned(static_cast<size_t>(w->out_features * w->in_features / 2));
         job.scale_offset = *total;
@@ -70,8 +64,23 @@ absl::StatusOr<std::vector<Job>> PlanJobs(const ModelConfig& cfg, ModelWeights& 
 
 }  // namespace
 
-int64_t QuantizeMxfp4Matrix(DType dtype, const void* values, int64_t rows, int64_t cols,
-                            uint8_t* packed, uint8_t* scales) {
+std::string RoutedExpertWeightName(const ModelConfig& cfg, int64_t layer, int64_t expert,
+                                   std::string_view part) {
+  return absl::StrCat(cfg.tensor_prefix, "model.layers.", layer, ".block_sparse_moe.experts.",
+                      expert, ".", std::string(part), ".weight");
+}
+
+absl::Status CheckMxfp4Width(const std::string& tensor, int64_t in_features) {
+  if (in_features % kMxfp4BlockSize == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(tensor,
+                   ": MXFP4 needs routed experts whose input width is a multiple of 32 (one E8M0 "
+                   "scale per 32 inputs); this one is ",
+                   in_features));
+}
+
+absl::Status QuantizeMxfp4Matrix(const std::string& tensor, DType dtype, const void* values,
+                                 int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales) {
   const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(dtype);
   const auto* src = static_cast<const uint8_t*>(values);
   std::atomic<int64_t> bad_row{std::numeric_limits<int64_t>::max()};
@@ -89,7 +98,11 @@ int64_t QuantizeMxfp4Matrix(DType dtype, const void* values, int64_t rows, int64
     }
   });
   const int64_t bad = bad_row.load();
-  return bad == std::numeric_limits<int64_t>::max() ? -1 : bad;
+  if (bad == std::numeric_limits<int64_t>::max()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(tensor, ": row ", bad,
+                   " holds an infinite or NaN value, which MXFP4 cannot represent; the "
+                   "checkpoint is damaged"));
 }
 
 absl::StatusOr<ExpertQuantization> QuantizeRoutedExperts(const ModelConfig& cfg,
@@ -122,14 +135,11 @@ absl::StatusOr<ExpertQuantization> QuantizeRoutedExperts(const ModelConfig& cfg,
       last_report = now;
     }
     const DType dtype = w.format == WeightFormat::kBf16 ? DType::kBF16 : DType::kF32;
-    const int64_t bad_row = QuantizeMxfp4Matrix(dtype, w.data, w.out_features, w.in_features,
-                                                base + job.packed_offset, base + job.scale_offset);
-    if (bad_row >= 0) {
+    if (absl::Status s = QuantizeMxfp4Matrix(job.name, dtype, w.data, w.out_features, w.in_features,
+                                             base + job.packed_offset, base + job.scale_offset);
+        !s.ok()) {
       weights->quantized_experts = AlignedBuffer();
-      return absl::InvalidArgumentError(absl::StrCat(
-          job.name, ": row ", bad_row,
-          " holds an infinite or NaN value, which MXFP4 (--quantization mxfp4) cannot represent; "
-          "the checkpoint is damaged"));
+      return s;
     }
     if (w.owned.size() == 0) {  // read from the checkpoint's mapping: not needed again
       ReleaseMappedPages(w.data, static_cast<size_t>(w.data_bytes()));

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,11 +26,19 @@ struct ExpertQuantization {
   int64_t quantized_bytes = 0;  // their MXFP4 codes and scales
 };
 
-// Quantises a [rows, cols] matrix of dtype kF32 or kBF16 (cols a multiple of 32) into packed
-// [rows, cols/2] and scales [rows, cols/32], rows spread over the thread pool. Returns the
-// first row holding an infinite or NaN value (the outputs then unspecified), or −1.
-int64_t QuantizeMxfp4Matrix(DType dtype, const void* values, int64_t rows, int64_t cols,
-                            uint8_t* packed, uint8_t* scales);
+// The checkpoint name of a routed expert's weight: part "w1" (gate), "w3" (up) or "w2" (down).
+std::string RoutedExpertWeightName(const ModelConfig& cfg, int64_t layer, int64_t expert,
+                                   std::string_view part);
+
+// InvalidArgument naming `tensor` unless its input width is a whole number of MXFP4 groups.
+absl::Status CheckMxfp4Width(const std::string& tensor, int64_t in_features);
+
+// Quantises `tensor`, a [rows, cols] matrix of dtype kF32 or kBF16 (cols a multiple of 32), into
+// packed [rows, cols/2] and scales [rows, cols/32], rows spread over the thread pool.
+// InvalidArgument naming the tensor and the first row holding an infinite or NaN value (the
+// outputs then unspecified).
+absl::Status QuantizeMxfp4Matrix(const std::string& tensor, DType dtype, const void* values,
+                                 int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales);
 
 // Quantises every routed-expert Linear of `weights` stored as bf16 or f32 into
 // `weights->quantized_experts` (one buffer on huge pages) and points it there; MXFP4 ones stay.
