@@ -132,6 +132,10 @@ void MatmulReferenceFallback(const MatmulWeights& w, const float* x, int64_t m, 
     case WeightFormat::kMxfp4:
       MatmulMxfp4Reference(x, m, w.k, static_cast<const uint8_t*>(w.data), w.scales, w.n, y);
       return;
+    case WeightFormat::kInt8:
+      MatmulInt8Reference(x, m, w.k, static_cast<const int8_t*>(w.data),
+                          reinterpret_cast<const uint16_t*>(w.scales), w.n, y);
+      return;
   }
 }
 

@@ -1,5 +1,6 @@
 // Fast CPU matrix products: y[m, n] = x[m, k] · W[n, k]ᵀ (PyTorch nn.Linear layout), f32
-// activations and outputs, f32 accumulation, weights in f32, bf16 or MXFP4 used in place.
+// activations and outputs, f32 accumulation, weights in f32, bf16, MXFP4 or int8 groups used in
+// place.
 //
 // One entry point, Matmul(), picks the kernel from the weight format, m and the CPU (ActiveIsa(),
 // read once per call). All kernels are "dot-product" shaped: each output element is the f32 sum
@@ -11,8 +12,9 @@
 // to bf16, so a row's result depends on how many rows its call had.
 // Weights are never converted to a second copy: bf16 is widened to f32 in registers
 // (x << 16 / x & 0xFFFF0000, exact) and MXFP4 is decoded in registers (vpermps over the E2M1
-// table, scaled by the block's E8M0 power of two, exact) — or, when m spans several register
-// tiles, decoded once per 4-row × 1024 tile into an L1-resident f32 scratch.
+// table, scaled by the block's E8M0 power of two, exact) and int8 codes are widened and scaled by
+// their group's bf16 scale (exact) — or, when m spans several register tiles, decoded once per
+// 4-row × 1024 tile into an L1-resident f32 scratch.
 //
 // Thread-safety: Matmul may be called concurrently from several threads; it parallelises with
 // OpenMP over weight-row blocks (and row chunks of x). Steady-state decode calls do not touch
@@ -23,16 +25,17 @@
 
 namespace strata::kernels::cpu {
 
-enum class WeightFormat { kF32, kBf16, kMxfp4 };
+enum class WeightFormat { kF32, kBf16, kMxfp4, kInt8 };
 
 // A weight matrix as it lies in memory (a view; owns nothing).
 struct MatmulWeights {
   WeightFormat format = WeightFormat::kF32;
   int64_t n = 0;                    // output features (rows of W)
-  int64_t k = 0;                    // input features; MXFP4: a multiple of 32
-  const void* data = nullptr;       // f32 / bf16 bits [n, k], or MXFP4 codes [n, k/2] (low nibble
-                                    // = even element)
-  const uint8_t* scales = nullptr;  // MXFP4 only: E8M0 [n, k/32]
+  int64_t k = 0;                    // input features; MXFP4 and int8: a multiple of 32
+  const void* data = nullptr;       // f32 / bf16 bits [n, k], MXFP4 codes [n, k/2] (low nibble
+                                    // = even element), or int8 codes [n, k]
+  const uint8_t* scales = nullptr;  // MXFP4: E8M0 [n, k/32]; int8: bf16 bits [n, k/32] (2-byte
+                                    // aligned; core/int8_quantize.h)
 };
 
 // y[m, n] = x[m, k] · Wᵀ (overwrites y; y must not alias x).
@@ -58,7 +61,8 @@ void MatmulProducts(const MatmulProduct* products, int64_t count, int64_t m);
 //     (matmul_amx.cc: 1.6–5.6× the exact tiles from 16 rows, measured); elsewhere with vdpbf16ps
 //     (~2× the FLOP/s of the f32 tiles on AMD Zen 4/5). x keeps 8 significant bits (relative
 //     error ≤ 2⁻⁹ per product). MXFP4 weights are decoded to bf16 (exactly) and multiplied the
-//     same way. Only on CPUs with AVX512_BF16; elsewhere, and for f32 weights, kF32 applies.
+//     same way; int8 weights too, code · scale rounded to bf16 (a second ≤ 2⁻⁹ error). Only on
+//     CPUs with AVX512_BF16; elsewhere, and for f32 weights, kF32 applies.
 //     Fewer rows stay f32: those calls are bandwidth-bound, rounding buys nothing there.
 // Set it before the products run (at start-up); reading it is a relaxed atomic load.
 enum class MatmulPrecision { kF32, kBf16 };
@@ -79,11 +83,12 @@ enum class MatmulAlgo {
   kAuto,
   kStreaming,     // our kernels (the default for every m, see README.md for the measurements)
   kOneDnn,        // oneDNN f32 matmul on weights widened to f32 per 256-row tile
-  kBf16DotLossy,  // bf16 / MXFP4 weights: vdpbf16ps with x rounded to bf16 (needs AVX512_BF16).
-                  // ~3 significant digits: kAuto's bf16 products (MatmulPrecision::kBf16).
-  kOneDnnBf16,    // bf16 weights only: oneDNN with x rounded to bf16 (needs AVX512_BF16).
-  kAmxBf16,       // bf16 / MXFP4 weights: our AMX tiles with x rounded to bf16 (needs AMX-BF16); on
-                  // AMX CPUs kAuto's bf16 products (MatmulPrecision::kBf16).
+  kBf16DotLossy,  // bf16 / MXFP4 / int8 weights: vdpbf16ps with x rounded to bf16 (needs
+                  // AVX512_BF16). ~3 significant digits: kAuto's bf16 products
+                  // (MatmulPrecision::kBf16).
+  kOneDnnBf16,  // bf16 weights only: oneDNN with x rounded to bf16 (needs AVX512_BF16).
+  kAmxBf16,  // bf16 / MXFP4 / int8 weights: our AMX tiles with x rounded to bf16 (needs AMX-BF16);
+             // on AMX CPUs kAuto's bf16 products (MatmulPrecision::kBf16).
 };
 void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int64_t m, float* y);
 

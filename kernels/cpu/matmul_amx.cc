@@ -35,6 +35,7 @@
 #include "core/check.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/int8_quantize.h"
 #include "core/tensor.h"
 #include "kernels/cpu/internal/amx_tiles.h"
 #include "kernels/cpu/internal/glu_act.h"
@@ -133,22 +134,30 @@ STRATA_TARGET_AMX void PackWSlice(const uint16_t* w, int64_t n, int64_t k, int64
   }
 }
 
-// The same slice of MXFP4 rows, decoded to bf16 (exact): one 32-element block per k step.
-static_assert(kStepK == kMxfp4BlockSize);
-void PackWSliceMxfp4(const MatmulWeights& w, int64_t j0, int64_t k0, int64_t k1, uint16_t* slice) {
-  const int64_t blocks = (std::min(k1, w.k) - k0) / kStepK;
-  const auto* packed = static_cast<const uint8_t*>(w.data);
+// The same slice of MXFP4 or int8 rows decoded to bf16 (MXFP4 exactly, int8 rounded), one
+// 32-element group per k step.
+static_assert(kStepK == kMxfp4BlockSize && kStepK == kInt8GroupSize);
+void PackWSliceDecoded(const MatmulWeights& w, int64_t j0, int64_t k0, int64_t k1,
+                       uint16_t* slice) {
+  const int64_t groups = (std::min(k1, w.k) - k0) / kStepK;
   for (int64_t r = 0; r < kBlockRows; ++r) {
     uint16_t* dst = slice + r * kStepK;
-    if (j0 + r >= w.n) {
+    const int64_t row = j0 + r;
+    if (row >= w.n) {
       for (int64_t b = 0; b < (k1 - k0) / kStepK; ++b) {
         std::fill(dst + b * kBlockRows * kStepK, dst + b * kBlockRows * kStepK + kStepK, 0);
       }
       continue;
     }
-    DecodeMxfp4RowBf16(packed + (j0 + r) * (w.k / 2) + k0 / 2,
-                       w.scales + (j0 + r) * (w.k / kStepK) + k0 / kStepK, blocks,
-                       kBlockRows * kStepK, dst);
+    const int64_t first_group = row * (w.k / kStepK) + k0 / kStepK;
+    if (w.format == WeightFormat::kInt8) {
+      DecodeInt8RowBf16(static_cast<const int8_t*>(w.data) + row * w.k + k0,
+                        reinterpret_cast<const uint16_t*>(w.scales) + first_group, groups,
+                        kBlockRows * kStepK, dst);
+    } else {
+      DecodeMxfp4RowBf16(static_cast<const uint8_t*>(w.data) + row * (w.k / 2) + k0 / 2,
+                         w.scales + first_group, groups, kBlockRows * kStepK, dst);
+    }
   }
 }
 
@@ -197,6 +206,9 @@ void AddWeightRows(const MatmulWeights& w, int64_t j0, int64_t j1, LinePrefetche
   if (w.format == WeightFormat::kMxfp4) {
     prefetch.Add(static_cast<const uint8_t*>(w.data) + j0 * (w.k / 2), (j1 - j0) * (w.k / 2));
     prefetch.Add(w.scales + j0 * (w.k / kStepK), (j1 - j0) * (w.k / kStepK));
+  } else if (w.format == WeightFormat::kInt8) {
+    prefetch.Add(static_cast<const int8_t*>(w.data) + j0 * w.k, (j1 - j0) * w.k);
+    prefetch.Add(w.scales + 2 * j0 * (w.k / kStepK), 2 * (j1 - j0) * (w.k / kStepK));
   } else {
     prefetch.Add(static_cast<const uint16_t*>(w.data) + j0 * w.k, (j1 - j0) * w.k * 2);
   }
@@ -359,8 +371,8 @@ STRATA_TARGET_AMX const uint16_t* PackWBlocks(const MatmulWeights& w, int64_t kp
   if (buffer.size() < bytes) buffer = AlignedBuffer(bytes, AlignedBuffer::Fill::kUninitialized);
   auto* a = static_cast<uint16_t*>(buffer.data());
   for (int64_t g = 0; g < blocks; ++g) {
-    if (w.format == WeightFormat::kMxfp4) {
-      PackWSliceMxfp4(w, j0 + g * kBlockRows, 0, kp, a + g * block_elems);
+    if (w.format == WeightFormat::kMxfp4 || w.format == WeightFormat::kInt8) {
+      PackWSliceDecoded(w, j0 + g * kBlockRows, 0, kp, a + g * block_elems);
     } else {
       PackWSlice(static_cast<const uint16_t*>(w.data), w.n, w.k, j0 + g * kBlockRows, 0, kp,
                  a + g * block_elems);
@@ -487,7 +499,7 @@ void MatmulAmxBf16Batch(const AmxProduct* products, int64_t count, const GluPara
   int64_t weight_bytes = 0, macs = 0;
   for (int64_t i = 0; i < count; ++i) {
     const AmxProduct& q = products[order[i]];
-    CHECK(q.w.format != WeightFormat::kF32) << "MatmulAmxBf16 takes bf16 or MXFP4 weights";
+    CHECK(q.w.format != WeightFormat::kF32) << "MatmulAmxBf16 takes bf16, MXFP4 or int8 weights";
     const int matrices = q.up != nullptr ? 2 : 1;
     int64_t tasks = 0;
     if (q.m > 0 && q.w.n > 0) {

@@ -232,6 +232,8 @@ const char* FormatName(WeightFormat f) {
       return "bf16";
     case WeightFormat::kMxfp4:
       return "mxfp4";
+    case WeightFormat::kInt8:
+      return "int8";
   }
   return "?";
 }
@@ -262,6 +264,8 @@ int64_t WeightBytes(WeightFormat f, int64_t n, int64_t k) {
       return 2 * n * k;
     case WeightFormat::kMxfp4:
       return n * (k / 2 + k / 32);
+    case WeightFormat::kInt8:
+      return n * (k + k / 16);
   }
   return 0;
 }
@@ -286,7 +290,9 @@ WeightCopies MakeCopies(const Case& c, int64_t copies = 0) {
     return state;
   };
   for (int64_t i = 0; i < copies; ++i) {
-    const int64_t data_bytes = c.format == WeightFormat::kMxfp4 ? c.n * c.k / 2 : bytes;
+    const int64_t data_bytes = c.format == WeightFormat::kMxfp4  ? c.n * c.k / 2
+                               : c.format == WeightFormat::kInt8 ? c.n * c.k
+                                                                 : bytes;
     AlignedBuffer d(static_cast<size_t>(data_bytes));
     uint8_t* p = d.as<uint8_t>();
     // Weights as a checkpoint has them (|w| ≤ 0.1, no subnormals): random bit patterns put
@@ -310,6 +316,14 @@ WeightCopies MakeCopies(const Case& c, int64_t copies = 0) {
     if (c.format == WeightFormat::kMxfp4) {
       AlignedBuffer s(static_cast<size_t>(c.n * c.k / 32));
       for (int64_t b = 0; b < c.n * c.k / 32; ++b) s.as<uint8_t>()[b] = 120 + next() % 8;
+      view.scales = s.as<uint8_t>();
+      w.scales.push_back(std::move(s));
+    }
+    if (c.format == WeightFormat::kInt8) {  // bf16 scales ~2⁻¹¹: |w| ≤ ~0.1 like the others
+      AlignedBuffer s(static_cast<size_t>(c.n * c.k / 32) * 2);
+      for (int64_t b = 0; b < c.n * c.k / 32; ++b) {
+        s.as<uint16_t>()[b] = static_cast<uint16_t>(116 << 7 | next() % 128);
+      }
       view.scales = s.as<uint8_t>();
       w.scales.push_back(std::move(s));
     }
@@ -407,6 +421,17 @@ void RegisterCases() {
     }
     cases.push_back({"prefill", WeightFormat::kMxfp4, 512, n, k, MatmulAlgo::kStreaming, best});
     cases.push_back({"prefill", WeightFormat::kMxfp4, 512, n, k, MatmulAlgo::kOneDnn, best});
+  }
+  // Int8 (--quantization int8) at the dense shapes: decode in registers, prefill exact (scratch
+  // tiles) against the bf16 products on AMX.
+  for (auto [n, k] : decode_shapes) {
+    for (int64_t m : {1, 4, 16}) {
+      cases.push_back({"decode", WeightFormat::kInt8, m, n, k, MatmulAlgo::kStreaming, best});
+    }
+    cases.push_back({"decode", WeightFormat::kInt8, 1, n, k, MatmulAlgo::kStreaming, Isa::kAvx2});
+  }
+  for (MatmulAlgo a : {MatmulAlgo::kStreaming, MatmulAlgo::kAmxBf16}) {
+    cases.push_back({"prefill", WeightFormat::kInt8, 512, 4096, 1024, a, best});
   }
   for (int64_t m : {1, 16}) {
     cases.push_back({"decode", WeightFormat::kF32, m, 4096, 1024, MatmulAlgo::kStreaming, best});

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/int8_quantize.h"
 #include "core/tensor.h"
 
 namespace strata::kernels::cpu::internal {
@@ -46,6 +47,10 @@ void RowPointers(const MatmulWeights& w, int64_t j, int count, int64_t k0, const
         rows[r] = static_cast<const uint8_t*>(w.data) + row * (w.k / 2) + k0 / 2;
         scales[r] = w.scales + row * (w.k / kMxfp4BlockSize) + k0 / kMxfp4BlockSize;
         break;
+      case WeightFormat::kInt8:
+        rows[r] = static_cast<const int8_t*>(w.data) + row * w.k + k0;
+        scales[r] = w.scales + 2 * (row * (w.k / kInt8GroupSize) + k0 / kInt8GroupSize);
+        break;
     }
   }
 }
@@ -63,8 +68,8 @@ int GroupRows(const MatmulWeights& a, const MatmulWeights* b, int64_t j, int g, 
 }  // namespace
 
 bool UseBf16Products(Isa isa, WeightFormat format, int64_t m) {
-  return m >= kBf16MinRows && (format == WeightFormat::kBf16 || format == WeightFormat::kMxfp4) &&
-         isa == Isa::kAvx512Bf16 && GetMatmulPrecision() == MatmulPrecision::kBf16;
+  return m >= kBf16MinRows && format != WeightFormat::kF32 && isa == Isa::kAvx512Bf16 &&
+         GetMatmulPrecision() == MatmulPrecision::kBf16;
 }
 
 bool UseAmxProducts(Isa isa, WeightFormat format, int64_t m) {
@@ -82,7 +87,9 @@ KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16) {
     CHECK(isa == Isa::kAvx512Bf16 && format != WeightFormat::kF32);
     const TileKernels* dot = &Bf16DotLossyTilesAvx512Bf16();
     if (format == WeightFormat::kBf16) return {dot};
-    return {dot, dot, &DecodeMxfp4TileBf16Avx512, true};  // MXFP4 rows decoded to bf16 first
+    // MXFP4 and int8 rows decoded to bf16 first.
+    if (format == WeightFormat::kInt8) return {dot, dot, &DecodeInt8TileBf16Avx512, true};
+    return {dot, dot, &DecodeMxfp4TileBf16Avx512, true};
   }
   switch (format) {
     case WeightFormat::kF32:
@@ -94,6 +101,11 @@ KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16) {
       const TileKernels& own = avx512 ? Mxfp4TilesAvx512() : Mxfp4TilesAvx2();
       return {&own, avx512 ? &F32TilesAvx512() : &F32TilesAvx2(),
               avx512 ? &DecodeMxfp4TileAvx512 : &DecodeMxfp4TileAvx2, false, own.mr_max + 1};
+    }
+    case WeightFormat::kInt8: {
+      const TileKernels& own = avx512 ? Int8TilesAvx512() : Int8TilesAvx2();
+      return {&own, avx512 ? &F32TilesAvx512() : &F32TilesAvx2(),
+              avx512 ? &DecodeInt8TileAvx512 : &DecodeInt8TileAvx2, false, own.mr_max + 1};
     }
   }
   return {};
@@ -107,6 +119,11 @@ void CheckWeights(const MatmulWeights& w) {
     CHECK_EQ(w.k % kMxfp4BlockSize, 0) << "MXFP4 rows must hold whole 32-element blocks";
     CHECK(w.scales != nullptr || w.n * w.k == 0);
   }
+  if (w.format == WeightFormat::kInt8) {
+    CHECK_EQ(w.k % kInt8GroupSize, 0) << "int8 rows must hold whole 32-element groups";
+    CHECK(w.scales != nullptr || w.n * w.k == 0);
+    CHECK_EQ(reinterpret_cast<uintptr_t>(w.scales) % 2, 0u) << "int8 scales are bf16";
+  }
 }
 
 int64_t WeightRowBytes(const MatmulWeights& w) {
@@ -117,6 +134,8 @@ int64_t WeightRowBytes(const MatmulWeights& w) {
       return 2 * w.k;
     case WeightFormat::kMxfp4:
       return w.k / 2 + w.k / kMxfp4BlockSize;
+    case WeightFormat::kInt8:
+      return w.k + 2 * (w.k / kInt8GroupSize);
   }
   return 0;
 }

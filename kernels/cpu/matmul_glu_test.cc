@@ -118,6 +118,10 @@ TEST(CpuMatmulGluTest, Mxfp4WeightsMatchReferenceOnOddShapesOnEveryIsa) {
   CheckFormat(WeightFormat::kMxfp4, kMxfp4ShapesNK, std::size(kMxfp4ShapesNK), 13);
 }
 
+TEST(CpuMatmulGluTest, Int8WeightsMatchReferenceOnOddShapesOnEveryIsa) {
+  CheckFormat(WeightFormat::kInt8, kMxfp4ShapesNK, std::size(kMxfp4ShapesNK), 113);
+}
+
 // The activation alone, over the whole range (both tanh branches, σ saturating both ways, exp's
 // clamp): gate row [1, 0] and up row [0, 1] make g and u exactly the two x entries.
 TEST(CpuMatmulGluTest, ActivationMatchesReferenceOverTheWholeRange) {
@@ -160,7 +164,8 @@ TEST(CpuMatmulGluTest, Bf16PrecisionUsesBf16ProductsForGroupsOfMinRows) {
   const MatmulAlgo bf16_algo = testing::Bf16ProductsAlgo();
   Rng rng(16);
   const int64_t n = 45, k = 1056;
-  for (WeightFormat format : {WeightFormat::kBf16, WeightFormat::kMxfp4}) {  // MXFP4: decoded
+  // MXFP4 and int8: decoded to bf16.
+  for (WeightFormat format : {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8}) {
     const TestWeights gate = MakeWeights(format, n, k, rng);
     const TestWeights up = MakeWeights(format, n, k, rng);
     for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{40}, int64_t{64}, int64_t{70}}) {
@@ -257,9 +262,10 @@ TEST(CpuMatmulGluTest, AmxGroupsEqualActivationOfBf16ProductsForAnyThreadCount) 
     WeightFormat format;
     int64_t n, k, m;
   };
-  const Spec specs[] = {{WeightFormat::kBf16, 300, 1024, 70},  {WeightFormat::kBf16, 33, 96, 16},
-                        {WeightFormat::kBf16, 64, 100, 45},    {WeightFormat::kMxfp4, 290, 256, 33},
-                        {WeightFormat::kBf16, 300, 1024, 512}, {WeightFormat::kBf16, 40, 64, 5}};
+  const Spec specs[] = {{WeightFormat::kBf16, 300, 1024, 70}, {WeightFormat::kBf16, 33, 96, 16},
+                        {WeightFormat::kBf16, 64, 100, 45},   {WeightFormat::kMxfp4, 290, 256, 33},
+                        {WeightFormat::kInt8, 70, 320, 17},   {WeightFormat::kBf16, 300, 1024, 512},
+                        {WeightFormat::kBf16, 40, 64, 5}};
   const int64_t x_rows = 600;
   std::vector<TestWeights> gates, ups;
   std::vector<std::vector<float>> xs;
@@ -308,7 +314,8 @@ TEST(CpuMatmulGluTest, RowOfBatchIsBitIdenticalToRowAloneAndThreadCountDoesNotMa
   const int saved = omp_get_max_threads();
   for (Isa isa : SupportedIsas()) {
     IsaCap cap(isa);
-    for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+    for (WeightFormat format :
+         {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8}) {
       Rng rng(14);
       const int64_t m = 67, n = 45, k = 2080;
       const TestWeights gate = MakeWeights(format, n, k, rng), up = MakeWeights(format, n, k, rng);
@@ -345,7 +352,8 @@ TEST(CpuMatmulGluTest, GroupedEqualsOneProductPerGroupWithGatheredRows) {
                                      {WeightFormat::kMxfp4, 70, 96, {1}},
                                      {WeightFormat::kBf16, 37, 96, {}},
                                      {WeightFormat::kF32, 5, 33, {2, 3, 5, 6, 7, 8, 0}},
-                                     {WeightFormat::kMxfp4, 300, 1056, {8, 7}}};
+                                     {WeightFormat::kMxfp4, 300, 1056, {8, 7}},
+                                     {WeightFormat::kInt8, 33, 1056, {0, 8, 1, 7, 2, 6}}};
     std::vector<TestWeights> gates, ups;
     std::vector<std::vector<float>> xs, hs;
     std::vector<GluGroup> groups;

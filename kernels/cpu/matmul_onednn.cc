@@ -21,6 +21,7 @@
 #include "core/check.h"
 #include "core/convert_simd.h"
 #include "core/dtype.h"
+#include "core/int8_quantize.h"
 #include "core/tensor.h"
 #include "kernels/cpu/internal/matmul_driver.h"
 #include "kernels/cpu/internal/matmul_tiles.h"
@@ -124,6 +125,13 @@ void MatmulOneDnn(const MatmulWeights& w, const float* x, int64_t m, float* y) {
     if (w.format == WeightFormat::kBf16) {
       Bf16ToF32Rows(static_cast<const uint16_t*>(w.data) + j0 * w.k,
                     static_cast<size_t>(rows * w.k), tile);
+    } else if (w.format == WeightFormat::kInt8) {
+      const auto* codes = static_cast<const int8_t*>(w.data);
+      const auto* scales = reinterpret_cast<const uint16_t*>(w.scales);
+      ParallelFor(rows, rows * w.k >= (1 << 16), [&](int64_t r) {
+        DecodeInt8(codes + (j0 + r) * w.k, scales + (j0 + r) * (w.k / kInt8GroupSize),
+                   static_cast<size_t>(w.k), tile + r * w.k);
+      });
     } else {
       const auto* packed = static_cast<const uint8_t*>(w.data);
       ParallelFor(rows, rows * w.k >= (1 << 16), [&](int64_t r) {

@@ -47,6 +47,7 @@ Problem MakeProblem(int64_t n, Rng& rng) {
   const std::vector<Spec> specs = {{WeightFormat::kBf16, 97, {3, 0, 10, 3}, true},
                                    {WeightFormat::kMxfp4, 64, {}, true},
                                    {WeightFormat::kMxfp4, 2080, {10, 9, 8, 7, 6, 5, 4}, true},
+                                   {WeightFormat::kInt8, 1056, {1, 2, 1, 9, 0}, true},
                                    {WeightFormat::kF32, 31, {0, 1, 2}, false},
                                    {WeightFormat::kBf16, 1000, {5}, true}};
   for (const Spec& s : specs) {
@@ -78,7 +79,7 @@ TEST(CpuMatmulScatterAddTest, Bf16PrecisionFollowsMatmulPerGroupSize) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
   Rng rng(31);
   const int64_t n = 70, k = 1056;
-  for (WeightFormat format : {WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+  for (WeightFormat format : {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8}) {
     const TestWeights w = MakeWeights(format, n, k, rng);
     for (int64_t m : {kBf16MinRows - 1, kBf16MinRows, int64_t{33}, int64_t{64}}) {
       const std::vector<float> x = rng.Normal(m * k);
@@ -155,10 +156,10 @@ TEST(CpuMatmulScatterAddTest, AmxGroupsAddInOrderForAnyThreadCount) {
     WeightFormat format;
     int64_t k, m;
   };
-  const Spec specs[] = {{WeightFormat::kBf16, 256, 70},  {WeightFormat::kBf16, 256, 18},
-                        {WeightFormat::kBf16, 256, 3},   {WeightFormat::kMxfp4, 512, 40},
-                        {WeightFormat::kBf16, 100, 33},  {WeightFormat::kBf16, 256, 16},
-                        {WeightFormat::kBf16, 1024, 200}};
+  const Spec specs[] = {{WeightFormat::kBf16, 256, 70}, {WeightFormat::kBf16, 256, 18},
+                        {WeightFormat::kBf16, 256, 3},  {WeightFormat::kMxfp4, 512, 40},
+                        {WeightFormat::kInt8, 256, 21}, {WeightFormat::kBf16, 100, 33},
+                        {WeightFormat::kBf16, 256, 16}, {WeightFormat::kBf16, 1024, 200}};
   std::vector<TestWeights> ws;
   std::vector<std::vector<float>> xs, scales;
   std::vector<std::vector<int64_t>> rows;

@@ -38,7 +38,7 @@ const int64_t kRows[] = {1, 2, 3, 7, 17, 64, 129};
 const int64_t kShapesNK[][2] = {{1, 1},     {31, 32},  {32, 33},  {33, 97},   {97, 1000},
                                 {1000, 31}, {1, 1000}, {1000, 1}, {37, 2100}, {5, 33}};
 
-// MXFP4 k is a multiple of 32: one block, a few, just under and over one 1024 k block.
+// MXFP4 and int8 k is a multiple of 32: one block, a few, just under and over one 1024 k block.
 const int64_t kMxfp4ShapesNK[][2] = {{1, 32},    {31, 64},  {33, 96},  {97, 992},
                                      {32, 1056}, {5, 2080}, {1000, 32}};
 
@@ -73,6 +73,34 @@ TEST(CpuMatmulTest, Mxfp4WeightsMatchReferenceOnOddShapesOnEveryIsa) {
   CheckAgainstReference(WeightFormat::kMxfp4, kMxfp4ShapesNK, std::size(kMxfp4ShapesNK), 3);
 }
 
+TEST(CpuMatmulTest, Int8WeightsMatchReferenceOnOddShapesOnEveryIsa) {
+  CheckAgainstReference(WeightFormat::kInt8, kMxfp4ShapesNK, std::size(kMxfp4ShapesNK), 31);
+}
+
+// Int8 products by bf16 scales at the ends of their range (subnormal and huge decoded weights)
+// on both the in-register (m = 1) and scratch-tile (m = 12) paths.
+TEST(CpuMatmulTest, Int8ExtremeScalesDecodeLikeTheReference) {
+  for (Isa isa : SupportedIsas()) {
+    IsaCap cap(isa);
+    Rng rng(32);
+    const int64_t n = 21, k = 96;
+    // Scale exponent fields 0..2 (subnormal scales) and 193..199 (weights ~2^72).
+    for (auto [lo, hi] : {std::pair{7, 9}, std::pair{200, 206}}) {
+      const TestWeights w = MakeWeights(WeightFormat::kInt8, n, k, rng, lo, hi);
+      for (int64_t m : {int64_t{1}, int64_t{12}}) {
+        std::vector<float> x = rng.Normal(m * k);
+        if (lo > 127) {
+          for (float& v : x) v *= 1e-6f;  // sums stay well inside f32
+        }
+        std::vector<float> y(static_cast<size_t>(m * n));
+        Matmul(w.view, x.data(), m, y.data());
+        EXPECT_TRUE(CloseToReference(y, w, x, m, kF32Accumulation))
+            << Describe(isa, m, n, k) << " scale exponents " << lo << ".." << hi;
+      }
+    }
+  }
+}
+
 // Batching must not change a row's result: m = 67 spans two row chunks, several x tiles, and
 // for MXFP4 the decode-to-scratch path, while m = 1 decodes in registers.
 TEST(CpuMatmulTest, RowOfBatchIsBitIdenticalToRowAlone) {
@@ -83,6 +111,7 @@ TEST(CpuMatmulTest, RowOfBatchIsBitIdenticalToRowAlone) {
     for (const auto& [format, k] : {std::pair{WeightFormat::kF32, int64_t{2080}},
                                     std::pair{WeightFormat::kBf16, int64_t{2080}},
                                     std::pair{WeightFormat::kMxfp4, int64_t{2080}},
+                                    std::pair{WeightFormat::kInt8, int64_t{2080}},
                                     std::pair{WeightFormat::kF32, int64_t{1037}},
                                     std::pair{WeightFormat::kBf16, int64_t{1037}}}) {
       Rng rng(4);
@@ -105,7 +134,8 @@ TEST(CpuMatmulTest, ResultDoesNotDependOnThreadCount) {
   const int saved = omp_get_max_threads();
   for (Isa isa : SupportedIsas()) {
     IsaCap cap(isa);
-    for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+    for (WeightFormat format :
+         {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8}) {
       Rng rng(5);
       const int64_t m = 9, n = 1000, k = 1024 + 64;  // big enough to run on several threads
       const TestWeights w = MakeWeights(format, n, k, rng);
@@ -122,8 +152,9 @@ TEST(CpuMatmulTest, ResultDoesNotDependOnThreadCount) {
 }
 
 // Several products in one call (q / k / v of one input) give what each gives alone, bit for bit:
-// shared and distinct x, every format (MXFP4 over three k blocks), an empty product, k = 0, one
-// to 70 rows (row chunks, MXFP4's scratch path), 1 and 3 threads, f32 and bf16 precision.
+// shared and distinct x (the same W with another x), every format (MXFP4 over three k blocks), an
+// empty product, k = 0, one to 70 rows (row chunks, MXFP4's scratch path), 1 and 3 threads, f32 and
+// bf16 precision.
 TEST(CpuMatmulTest, ProductsInOneCallEqualEachProductAlone) {
   const int saved = omp_get_max_threads();
   Rng rng(12);
@@ -132,6 +163,7 @@ TEST(CpuMatmulTest, ProductsInOneCallEqualEachProductAlone) {
   const TestWeights wk = MakeWeights(WeightFormat::kBf16, 33, k1, rng);
   const TestWeights wf = MakeWeights(WeightFormat::kF32, 31, k1, rng);
   const TestWeights wm = MakeWeights(WeightFormat::kMxfp4, 45, k2, rng);
+  const TestWeights wi = MakeWeights(WeightFormat::kInt8, 37, k2, rng);
   const TestWeights ws = MakeWeights(WeightFormat::kBf16, 1, k3, rng);
   const TestWeights we = MakeWeights(WeightFormat::kBf16, 0, k1, rng);
   const float unused = 0.0f;
@@ -146,9 +178,9 @@ TEST(CpuMatmulTest, ProductsInOneCallEqualEachProductAlone) {
           const std::vector<float> x1 = rng.Normal(m * k1), x2 = rng.Normal(m * k2),
                                    x3 = rng.Normal(m * k3);
           const std::vector<std::pair<MatmulWeights, const float*>> cases = {
-              {wq.view, x1.data()}, {wm.view, x2.data()},    {wk.view, x1.data()},
-              {we.view, x1.data()}, {wf.view, x1.data()},    {ws.view, x3.data()},
-              {zero_k, x3.data()},  {wq.view, x2.data() + 7}};  // same W, other x
+              {wq.view, x1.data()}, {wm.view, x2.data()},     {wk.view, x1.data()},
+              {we.view, x1.data()}, {wf.view, x1.data()},     {ws.view, x3.data()},
+              {zero_k, x3.data()},  {wq.view, x2.data() + 7}, {wi.view, x2.data()}};
           std::vector<std::vector<float>> together(cases.size()), alone(cases.size());
           std::vector<MatmulProduct> products;
           for (size_t p = 0; p < cases.size(); ++p) {
@@ -202,7 +234,8 @@ TEST(CpuMatmulTest, Mxfp4SubnormalAndNanScalesDecodeLikeTheReference) {
 
 TEST(CpuMatmulTest, OneDnnPathMatchesReference) {
   Rng rng(7);
-  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+  for (WeightFormat format :
+       {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8}) {
     for (auto [m, n, k] :
          {std::tuple<int64_t, int64_t, int64_t>{1, 33, 64}, {17, 300, 96}, {129, 31, 1056}}) {
       const TestWeights w = MakeWeights(format, n, k, rng);
@@ -222,8 +255,8 @@ TEST(CpuMatmulTest, LossyBf16DotIsWithinBf16ActivationTolerance) {
     GTEST_SKIP() << "no AVX512_BF16 here";
   }
   Rng rng(8);
-  for (WeightFormat format : {WeightFormat::kBf16, WeightFormat::kMxfp4}) {
-    const bool mxfp4 = format == WeightFormat::kMxfp4;
+  for (WeightFormat format : {WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8}) {
+    const bool mxfp4 = format != WeightFormat::kBf16;  // k a multiple of 32
     const auto* shapes = mxfp4 ? kMxfp4ShapesNK : kShapesNK;
     const size_t num_shapes = mxfp4 ? std::size(kMxfp4ShapesNK) : std::size(kShapesNK);
     for (size_t s = 0; s < num_shapes; ++s) {
@@ -248,7 +281,8 @@ TEST(CpuMatmulTest, Bf16PrecisionRoundsActivationsFromMinRowsOnly) {
   if (!Bf16MatmulSupported()) GTEST_SKIP() << "no AVX512_BF16 here";
   Rng rng(21);
   const int64_t n = 97, k = 1056;
-  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4}) {
+  for (WeightFormat format :
+       {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kMxfp4, WeightFormat::kInt8}) {
     const TestWeights w = MakeWeights(format, n, k, rng);
     for (int64_t m : {int64_t{1}, kBf16MinRows - 1, kBf16MinRows, int64_t{63}, int64_t{67}}) {
       const std::vector<float> x = rng.Normal(m * k);
@@ -308,7 +342,7 @@ TEST(CpuMatmulTest, AmxBf16EqualsBf16RoundedProductOnOddShapes) {
     GTEST_SKIP() << "no AMX-BF16 here";
   }
   Rng rng(23);
-  // MXFP4 rows are decoded to bf16 (exactly) into the tile buffer: k a multiple of 32 there.
+  // MXFP4 and int8 rows are decoded to bf16 into the tile buffer: k a multiple of 32 there.
   for (auto [format, n, k] : {std::tuple<WeightFormat, int64_t, int64_t>{WeightFormat::kBf16, 1, 1},
                               {WeightFormat::kBf16, 31, 33},
                               {WeightFormat::kBf16, 33, 256},
@@ -317,8 +351,14 @@ TEST(CpuMatmulTest, AmxBf16EqualsBf16RoundedProductOnOddShapes) {
                               {WeightFormat::kBf16, 48, 2304},
                               {WeightFormat::kMxfp4, 1, 32},
                               {WeightFormat::kMxfp4, 33, 96},
-                              {WeightFormat::kMxfp4, 97, 1056}}) {
-    const TestWeights w = MakeWeights(format, n, k, rng);
+                              {WeightFormat::kMxfp4, 97, 1056},
+                              {WeightFormat::kInt8, 1, 32},
+                              {WeightFormat::kInt8, 33, 96},
+                              {WeightFormat::kInt8, 97, 1056}}) {
+    const TestWeights exact = MakeWeights(format, n, k, rng);
+    // Int8 weights are rounded to bf16 on their way to the tiles: the product to match is the
+    // one with those rounded weights (the others decode exactly, rounding changes nothing).
+    const TestWeights w = testing::RoundedToBf16(exact);
     for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{33}, int64_t{257},
                       int64_t{1031}}) {
       if (m * n * k > (int64_t{1} << 27)) continue;  // the f64 reference's time
@@ -326,7 +366,7 @@ TEST(CpuMatmulTest, AmxBf16EqualsBf16RoundedProductOnOddShapes) {
       for (float& v : x) v = Bf16ToF32(F32ToBf16(v));  // the rounding the product applies
       const float guard = 12345.0f;
       std::vector<float> y(static_cast<size_t>((m + 1) * n), guard);
-      MatmulWithAlgo(MatmulAlgo::kAmxBf16, w.view, x.data(), m, y.data());
+      MatmulWithAlgo(MatmulAlgo::kAmxBf16, exact.view, x.data(), m, y.data());
       const std::vector<float> tail(y.begin() + m * n, y.end());
       y.resize(static_cast<size_t>(m * n));
       EXPECT_TRUE(CloseToReference(y, w, x, m, kF32Accumulation))

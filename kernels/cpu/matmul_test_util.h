@@ -12,6 +12,7 @@
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/int8_quantize.h"
 #include "kernels/cpu/internal/isa_testing.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/reference/matmul.h"
@@ -70,8 +71,9 @@ struct TestWeights {
   MatmulWeights view;
   std::vector<float> f32;       // [n, k], exactly the values the format encodes
   std::vector<uint16_t> bf16;   // storage for kBf16
-  std::vector<uint8_t> packed;  // storage for kMxfp4
+  std::vector<uint8_t> packed;  // storage for kMxfp4 (codes) and kInt8 (int8 codes)
   std::vector<uint8_t> scales;
+  std::vector<uint16_t> int8_scales;  // kInt8's bf16 scales
 };
 
 inline TestWeights MakeWeights(WeightFormat format, int64_t n, int64_t k, Rng& rng,
@@ -88,6 +90,27 @@ inline TestWeights MakeWeights(WeightFormat format, int64_t n, int64_t k, Rng& r
     }
     t.view.data = t.packed.data();
     t.view.scales = t.scales.data();
+    return t;
+  }
+  if (format == WeightFormat::kInt8) {
+    // Codes over the whole range (−128 too: the kernels take any int8), scales with random
+    // mantissas and exponent fields in [scale_lo − 7, scale_hi − 7] (scale_lo ≥ 7), so decoded
+    // weights are ~N(0, 1)-sized at the defaults.
+    t.packed = rng.Bytes(n * k, 0, 255);
+    const std::vector<uint8_t> exponents = rng.Bytes(n * k / 32, scale_lo - 7, scale_hi - 7);
+    const std::vector<uint8_t> mantissas = rng.Bytes(n * k / 32, 0, 127);
+    t.int8_scales.resize(exponents.size());
+    for (size_t g = 0; g < exponents.size(); ++g) {
+      t.int8_scales[g] = static_cast<uint16_t>(exponents[g] << 7 | mantissas[g]);
+    }
+    t.f32.resize(static_cast<size_t>(n * k));
+    const auto* codes = reinterpret_cast<const int8_t*>(t.packed.data());
+    for (int64_t j = 0; j < n; ++j) {
+      DecodeInt8(codes + j * k, t.int8_scales.data() + j * k / 32, static_cast<size_t>(k),
+                 t.f32.data() + j * k);
+    }
+    t.view.data = t.packed.data();
+    t.view.scales = reinterpret_cast<const uint8_t*>(t.int8_scales.data());
     return t;
   }
   t.f32 = rng.Normal(n * k);
@@ -117,8 +140,26 @@ inline std::vector<float> Reference(const TestWeights& w, const std::vector<floa
     case WeightFormat::kMxfp4:
       MatmulMxfp4Reference(x.data(), m, v.k, w.packed.data(), w.scales.data(), v.n, y.data());
       break;
+    case WeightFormat::kInt8:
+      MatmulInt8Reference(x.data(), m, v.k, reinterpret_cast<const int8_t*>(w.packed.data()),
+                          w.int8_scales.data(), v.n, y.data());
+      break;
   }
   return y;
+}
+
+// The same weights' values rounded to bf16 (nearest even), as kBf16 weights.
+inline TestWeights RoundedToBf16(const TestWeights& w) {
+  TestWeights t;
+  t.view = {WeightFormat::kBf16, w.view.n, w.view.k, nullptr, nullptr};
+  t.bf16.resize(w.f32.size());
+  t.f32.resize(w.f32.size());
+  for (size_t i = 0; i < w.f32.size(); ++i) {
+    t.bf16[i] = F32ToBf16(w.f32[i]);
+    t.f32[i] = Bf16ToF32(t.bf16[i]);
+  }
+  t.view.data = t.bf16.data();
+  return t;
 }
 
 inline std::vector<float> Abs(std::vector<float> v) {

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/int8_quantize.h"
 #include "kernels/reference/internal/scalar_math.h"
 
 namespace strata::kernels {
@@ -94,6 +95,21 @@ void MatmulMxfp4Reference(const float* x, int64_t m, int64_t k, const uint8_t* w
         for (int64_t j = j0; j < j1; ++j) {
           DecodeMxfp4(w_packed + j * packed_row, w_scales + j * scales_row, static_cast<size_t>(k),
                       dst + (j - j0) * k);
+        }
+      },
+      y);
+}
+
+void MatmulInt8Reference(const float* x, int64_t m, int64_t k, const int8_t* w_codes,
+                         const uint16_t* w_scales, int64_t n, float* y) {
+  CHECK_EQ(k % kInt8GroupSize, 0) << "int8 rows must hold whole 32-element groups";
+  const int64_t scales_row = k / kInt8GroupSize;
+  TiledMatmul(
+      x, m, k, n,
+      [&](int64_t j0, int64_t j1, float* dst) {
+        for (int64_t j = j0; j < j1; ++j) {
+          DecodeInt8(w_codes + j * k, w_scales + j * scales_row, static_cast<size_t>(k),
+                     dst + (j - j0) * k);
         }
       },
       y);

@@ -34,8 +34,9 @@ struct KernelSet {
 };
 
 KernelSet SelectKernels(Isa isa, WeightFormat format, bool lossy_bf16);
-// Whether a product of m rows multiplies in bf16 under GetMatmulPrecision() (bf16 or MXFP4
-// weights — MXFP4 decoded to bf16 exactly —, AVX512_BF16, m ≥ kBf16MinRows, precision kBf16).
+// Whether a product of m rows multiplies in bf16 under GetMatmulPrecision() (bf16, MXFP4 or int8
+// weights — MXFP4 decoded to bf16 exactly, int8 rounded —, AVX512_BF16, m ≥ kBf16MinRows,
+// precision kBf16).
 // Matmul then runs them on AMX tiles (matmul_amx.cc) where the CPU has AMX, else on the vdpbf16ps
 // tiles.
 bool UseBf16Products(Isa isa, WeightFormat format, int64_t m);

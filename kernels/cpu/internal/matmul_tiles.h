@@ -43,9 +43,10 @@ struct TileArgs {
   // independent pointers, so one tile can take its rows from two matrices (the fused GLU takes
   // gate rows then up rows) and read them in the same pass over x.
   const void* w[kMaxTileCols];
-  const uint8_t* scales[kMaxTileCols];  // MXFP4: scale of row j's block k0/32
-  int64_t kc;                           // elements in this block (≤ kKBlock; MXFP4: × 32)
-  float* y;                             // y[0, 0] of the tile
+  // MXFP4: E8M0 scale of row j's block k0/32; int8: that block's bf16 scale (as bytes).
+  const uint8_t* scales[kMaxTileCols];
+  int64_t kc;  // elements in this block (≤ kKBlock; MXFP4: × 32)
+  float* y;    // y[0, 0] of the tile
   int64_t ldy;
   bool accumulate;  // y += tile (later k blocks) or y = tile (first block)
   // The weight slice the task reads next, row by row (same layout as w), or all null: the tile
@@ -82,6 +83,8 @@ const TileKernels& Bf16TilesAvx512();
 const TileKernels& Bf16TilesAvx2();
 const TileKernels& Mxfp4TilesAvx512();
 const TileKernels& Mxfp4TilesAvx2();
+const TileKernels& Int8TilesAvx512();
+const TileKernels& Int8TilesAvx2();
 const TileKernels& Bf16DotLossyTilesAvx512Bf16();
 void DecodeMxfp4TileAvx512(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
                            int64_t kc, float* dst);
@@ -99,6 +102,20 @@ void DecodeMxfp4RowBf16(const uint8_t* packed, const uint8_t* scales, int64_t bl
                         int64_t block_stride, uint16_t* dst);
 void DecodeMxfp4TileBf16Avx512(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
                                int64_t kc, float* dst);
+
+// Int8 rows (core/int8_quantize.h) as f32 in natural order (scales[r]: row r's bf16 scales, as
+// bytes), for the f32 tiles: exactly the in-register kernel's values.
+void DecodeInt8TileAvx512(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                          int64_t kc, float* dst);
+void DecodeInt8TileAvx2(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                        int64_t kc, float* dst);
+// Int8 rows as bf16 in natural order for the bf16 products: code · scale rounded to nearest even
+// (8 of its up to 15 significant bits: relative error ≤ 2⁻⁹, as x's own rounding there). Layouts
+// as DecodeMxfp4RowBf16 / DecodeMxfp4TileBf16Avx512 with 32-element groups (AVX-512 both).
+void DecodeInt8RowBf16(const int8_t* codes, const uint16_t* scales, int64_t groups,
+                       int64_t group_stride, uint16_t* dst);
+void DecodeInt8TileBf16Avx512(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
+                              int64_t kc, float* dst);
 
 // Row packers (kernels/cpu/matmul_pack_x.cc): kEvenOdd with 32- and 16-element blocks, and kBf16
 // (round to nearest even, 32-element blocks).
