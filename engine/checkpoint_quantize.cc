@@ -20,10 +20,10 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/checkpoint.h"
-#include "engine/expert_quantize.h"
 #include "engine/quantization_config.h"
 #include "engine/safetensors_writer.h"
 #include "engine/weight_copy.h"
+#include "engine/weight_quantize.h"
 #include "kvcache/memory_planner.h"
 
 namespace strata::engine {

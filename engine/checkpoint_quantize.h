@@ -2,7 +2,7 @@
 // K3's release format (CHECKPOINT.md §6: `<expert>.w{1,2,3}.weight_packed` / `.weight_scale` and
 // a compressed-tensors `quantization_config`), so that every later load reads 0.27× the expert
 // bytes and skips quantising (llama.cpp's llama-quantize step, for this family). The bytes are
-// exactly those `--quantization mxfp4` makes at load (engine/expert_quantize.h).
+// exactly those `--quantization mxfp4` makes at load (engine/weight_quantize.h).
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/int8_quantize.h"
 #include "core/status.h"
 #include "kernels/cpu/matmul.h"
 
@@ -16,12 +17,21 @@ int64_t Linear::data_bytes() const {
       return out_features * in_features * 2;
     case WeightFormat::kMxfp4:
       return out_features * (in_features / 2);
+    case WeightFormat::kInt8:
+      return out_features * in_features;
   }
   return 0;
 }
 
 int64_t Linear::scale_bytes() const {
-  return format == WeightFormat::kMxfp4 ? out_features * (in_features / kMxfp4BlockSize) : 0;
+  switch (format) {
+    case WeightFormat::kMxfp4:
+      return out_features * (in_features / kMxfp4BlockSize);
+    case WeightFormat::kInt8:
+      return 2 * out_features * (in_features / kInt8GroupSize);
+    default:
+      return 0;
+  }
 }
 
 namespace {
@@ -34,6 +44,8 @@ kernels::cpu::WeightFormat ToKernelFormat(WeightFormat format) {
       return kernels::cpu::WeightFormat::kBf16;
     case WeightFormat::kMxfp4:
       return kernels::cpu::WeightFormat::kMxfp4;
+    case WeightFormat::kInt8:
+      return kernels::cpu::WeightFormat::kInt8;
   }
   return kernels::cpu::WeightFormat::kF32;
 }

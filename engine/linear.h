@@ -2,7 +2,8 @@
 //
 // Weights stay where the checkpoint put them when the format is usable directly (bf16 and f32
 // point into the memory-mapped file, MXFP4 experts stay packed); other float formats are
-// widened to f32 once at load. The view never owns the mapped bytes: the Checkpoint must
+// widened to f32 once at load. `--quantization` may turn them into MXFP4 or int8 at load
+// (engine/weight_quantize.h). The view never owns the mapped bytes: the Checkpoint must
 // outlive the model.
 #pragma once
 
@@ -17,19 +18,19 @@
 
 namespace strata::engine {
 
-enum class WeightFormat { kF32, kBf16, kMxfp4 };
+enum class WeightFormat { kF32, kBf16, kMxfp4, kInt8 };
 
 struct Linear {
   WeightFormat format = WeightFormat::kF32;
   int64_t out_features = 0;
   int64_t in_features = 0;
-  const void* data = nullptr;       // f32 / bf16 [out, in], or MXFP4 packed [out, in/2]
-  const uint8_t* scales = nullptr;  // MXFP4 only: E8M0 [out, in/32]
+  const void* data = nullptr;  // f32 / bf16 [out, in], MXFP4 packed [out, in/2], int8 [out, in]
+  const uint8_t* scales = nullptr;  // MXFP4: E8M0 [out, in/32]; int8: bf16 bits [out, in/32]
   AlignedBuffer owned;              // set when the checkpoint's dtype had to be converted
 
   bool empty() const { return data == nullptr; }
   int64_t data_bytes() const;   // the bytes `data` points to
-  int64_t scale_bytes() const;  // `scales` (MXFP4), else 0
+  int64_t scale_bytes() const;  // `scales` (MXFP4, int8), else 0
   int64_t num_bytes() const { return data_bytes() + scale_bytes(); }
 };
 

@@ -9,9 +9,9 @@
 #include "core/host_memory.h"
 #include "core/log.h"
 #include "core/status.h"
-#include "engine/expert_quantize.h"
 #include "engine/mixers.h"
 #include "engine/weight_copy.h"
+#include "engine/weight_quantize.h"
 #include "kernels/cpu/attn_res.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kvcache/memory_planner.h"
@@ -113,6 +113,10 @@ WeightStats CountWeights(const ModelConfig& cfg, const ModelWeights& w) {
   return stats;
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // h[row] = embedding of each new token, rows in batch order.
 void EmbedRows(const ModelConfig& cfg, const ModelWeights& weights, ForwardBatch batch,
                absl::Span<const RowSpan> rows, float* h) {
@@ -200,12 +204,23 @@ int64_t CopyWeightsIfTheyFit(const ModelLoadOptions& options, ModelWeights& weig
 absl::StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view flag) {
   if (flag.empty() || flag == "none") return WeightQuantization::kNone;
   if (flag == "mxfp4") return WeightQuantization::kMxfp4;
+  if (flag == "int8") return WeightQuantization::kInt8;
+  if (flag == "mxfp4,int8" || flag == "int8,mxfp4") return WeightQuantization::kMxfp4Int8;
   if (flag == "compressed-tensors") return WeightQuantization::kCheckpoint;
   return absl::InvalidArgumentError(absl::StrCat(
       "--quantization \"", std::string(flag),
       "\" is not supported: mxfp4 (routed experts quantised to MXFP4 at load, K3's "
-      "release format), compressed-tensors (the checkpoint's own MXFP4 experts, as K3's release "
-      "holds them; also what happens without the flag) or none"));
+      "release format), int8 (every other projection and the LM head to int8 groups of 32 at "
+      "load), mxfp4,int8 (both), compressed-tensors (the checkpoint's own MXFP4 experts, as K3's "
+      "release holds them; also what happens without the flag) or none"));
+}
+
+bool QuantizesExpertsToMxfp4(WeightQuantization q) {
+  return q == WeightQuantization::kMxfp4 || q == WeightQuantization::kMxfp4Int8;
+}
+
+bool QuantizesToInt8(WeightQuantization q) {
+  return q == WeightQuantization::kInt8 || q == WeightQuantization::kMxfp4Int8;
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
@@ -218,21 +233,32 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     return absl::InvalidArgumentError(absl::StrCat(
         "--quantization compressed-tensors: ", dir,
         "/config.json has no compressed-tensors quantization_config (its weights are stored "
-        "unquantised); --quantization mxfp4 quantises its routed experts at load"));
+        "unquantised); --quantization mxfp4 quantises its routed experts at load, int8 the "
+        "other projections"));
   }
-  if (options.quantization == WeightQuantization::kMxfp4) {
+  if (QuantizesExpertsToMxfp4(options.quantization)) {
     const auto start = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(
-        const ExpertQuantization q,
+        const QuantizationResult q,
         QuantizeRoutedExperts(model->config(), &model->weights_, options.routed_experts));
     if (q.matrices == 0) {
       LOG_INFO("engine", "--quantization mxfp4: the routed experts are MXFP4 already");
     } else {
       LOG_INFO("engine", "--quantization mxfp4: {} routed-expert weights, {} -> {}, in {:.1f} s",
                q.matrices, kvcache::FormatBytes(q.source_bytes),
-               kvcache::FormatBytes(q.quantized_bytes),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+               kvcache::FormatBytes(q.quantized_bytes), SecondsSince(start));
     }
+  }
+  if (QuantizesToInt8(options.quantization)) {
+    const auto start = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(
+        const QuantizationResult q,
+        QuantizeLinearsInt8(*model->checkpoint_, &model->weights_, options.routed_experts));
+    LOG_INFO("engine",
+             "--quantization int8: {} weights, {} -> {}, in {:.1f} s; {} kept as stored (input "
+             "width not a multiple of 32)",
+             q.matrices, kvcache::FormatBytes(q.source_bytes),
+             kvcache::FormatBytes(q.quantized_bytes), SecondsSince(start), q.kept_odd_width);
   }
   const int64_t copied_bytes = CopyWeightsIfTheyFit(options, model->weights_, &model->weight_copy_);
   const ModelConfig& cfg = model->config();

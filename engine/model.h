@@ -65,14 +65,19 @@ struct ForwardContext {
 // `--quantization` (vLLM's flag): weights quantised at load.
 enum class WeightQuantization {
   kNone,
-  kMxfp4,  // routed experts to MXFP4, K3's release format
+  kMxfp4,      // routed experts to MXFP4, K3's release format
+  kInt8,       // every Linear a token reads but the embedding, routers and kv_b_proj to int8
+  kMxfp4Int8,  // both: routed experts MXFP4, the rest int8
   // vLLM's "compressed-tensors": the checkpoint's own quantization_config, which must exist
   // (K3's release); nothing is quantised at load.
   kCheckpoint,
 };
-// "mxfp4" / "compressed-tensors" / "none" (and "" → none); an error naming the accepted values
-// otherwise.
+// "mxfp4" / "int8" / "mxfp4,int8" (either order) / "compressed-tensors" / "none" (and "" → none);
+// an error naming the accepted values otherwise.
 absl::StatusOr<WeightQuantization> ParseWeightQuantization(std::string_view flag);
+// What a scheme quantises at load.
+bool QuantizesExpertsToMxfp4(WeightQuantization q);
+bool QuantizesToInt8(WeightQuantization q);
 
 struct ModelLoadOptions {
   // Copy the weights a step streams out of the memory-mapped checkpoint into one buffer on
@@ -89,7 +94,7 @@ struct ModelLoadOptions {
   // Expert parallelism: the routed experts this process runs (empty: all). Only those are
   // copied; the others stay mapped and are never read here, so a process holds its share.
   std::vector<bool> routed_experts;
-  // Routed experts stored in bf16/f32 are quantised at load (engine/expert_quantize.h), only
+  // Weights stored in bf16/f32 quantised at load (engine/weight_quantize.h); routed experts only
   // those in `routed_experts` when it is set.
   WeightQuantization quantization = WeightQuantization::kNone;
 };

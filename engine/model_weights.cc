@@ -205,6 +205,21 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& ckpt) {
   return w;
 }
 
+int64_t ModelWeights::quantized_bytes() const {
+  int64_t bytes = 0;
+  for (const AlignedBuffer& b : quantized) bytes += static_cast<int64_t>(b.size());
+  return bytes;
+}
+
+bool ModelWeights::IsQuantizedAtLoad(const void* data) const {
+  const auto* p = static_cast<const char*>(data);
+  for (const AlignedBuffer& b : quantized) {
+    const auto* begin = b.as<const char>();
+    if (p != nullptr && p >= begin && p < begin + b.size()) return true;
+  }
+  return false;
+}
+
 void EmbeddingRow(const Linear& embed, int64_t id, float* out) {
   CHECK(id >= 0 && id < embed.out_features) << "token id " << id;
   const int64_t d = embed.in_features;
@@ -218,7 +233,8 @@ void EmbeddingRow(const Linear& embed, int64_t id, float* out) {
                    static_cast<size_t>(d), out);
       return;
     case WeightFormat::kMxfp4:
-      CHECK(false) << "MXFP4 embeddings are not a checkpoint format";
+    case WeightFormat::kInt8:
+      CHECK(false) << "quantised embeddings are not a checkpoint format";
   }
 }
 

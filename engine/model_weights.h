@@ -78,9 +78,12 @@ struct ModelWeights {
   AttnResWeights output_res;      // empty without AttnRes
   Linear lm_head;                 // [V, d] (a copy of `embed`'s view when tied)
   std::vector<LayerWeights> layers;
-  // Codes and scales of routed experts quantised at load (engine/expert_quantize.h); their
-  // Linears point into it.
-  AlignedBuffer quantized_experts;
+  // Codes and scales of weights quantised at load (engine/weight_quantize.h: one buffer per
+  // --quantization step); their Linears point into them.
+  std::vector<AlignedBuffer> quantized;
+  int64_t quantized_bytes() const;
+  // Whether `data` lies in one of `quantized`.
+  bool IsQuantizedAtLoad(const void* data) const;
 };
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& ckpt);

@@ -36,13 +36,8 @@ struct CopyPlan {
 
 CopyPlan PlanCopy(const ModelWeights& weights, const std::vector<bool>& routed_experts) {
   CopyPlan plan;
-  const auto* quantized = weights.quantized_experts.as<const char>();
-  const size_t quantized_bytes = weights.quantized_experts.size();
   ForEachLinear(weights, [&](const Linear& w, LinearRole) {
-    const auto* data = static_cast<const char*>(w.data);
-    const bool in_quantized =
-        data != nullptr && data >= quantized && data < quantized + quantized_bytes;
-    if (w.owned.size() > 0 || in_quantized) plan.owned.insert(w.data);
+    if (w.owned.size() > 0 || weights.IsQuantizedAtLoad(w.data)) plan.owned.insert(w.data);
   });
   if (!routed_experts.empty()) {
     for (const LayerWeights& layer : weights.layers) {

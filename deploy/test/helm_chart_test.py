@@ -245,7 +245,7 @@ def check_cpu(renderer):
     check(not any(a.startswith("--device") or a.startswith("--replicas") for a in c["args"]),
           "cpu: GPU flags in %s" % c["args"])
     check("--kv-cache-dtype=bf16" in c["args"], "cpu: server.kvCacheDtype not passed: %s" % c["args"])
-    check("--quantization=mxfp4" in c["args"], "cpu: server.quantization not passed: %s" % c["args"])
+    check("--quantization=mxfp4,int8" in c["args"], "cpu: server.quantization not passed: %s" % c["args"])
     check(not any(a.startswith("--speculative-config") for a in c["args"]),
           "cpu: speculative decoding on by default: %s" % c["args"])
     # As a YAML map (--set parses the flow map) or as JSON text (a quoted string): one argument

@@ -47,6 +47,11 @@ class WeightUploader {
         return Copy(dst, staging_.data(), count * 2);
       case WeightFormat::kMxfp4:
         break;
+      case WeightFormat::kInt8:
+        return absl::UnimplementedError(
+            absl::StrCat(what,
+                         ": int8 weights (--quantization int8) run on the CPU backend only; on "
+                         "--device cuda use --quantization mxfp4"));
     }
     return absl::UnimplementedError(
         absl::StrCat(what, ": MXFP4 is only supported for routed experts on the CUDA backend"));

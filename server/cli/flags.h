@@ -80,11 +80,15 @@ absl::Status ApplyCpuMatmulPrecision(const std::string& value);
 inline constexpr char kQuantizationHelp[] =
     "mxfp4: quantise the checkpoint's bf16 routed experts to MXFP4 at load (K3's release "
     "format: 4.25 bits a weight, 0.27x the experts' memory and decode reads; `strata quantize` "
-    "writes them once) | compressed-tensors (vLLM's name for the checkpoint's own MXFP4 "
+    "writes them once) | int8: every other projection and the LM head (not the embedding, "
+    "routers or MLA's kv_b_proj) to int8 groups of 32 with a bf16 scale at load (8.5 bits a "
+    "weight, llama.cpp's Q8_0; CPU backend) | mxfp4,int8: both | compressed-tensors (vLLM's name "
+    "for the checkpoint's own MXFP4 "
     "experts: K3's release; refused where there are none) | none (default)";
 
 inline constexpr char kCpuMatmulPrecisionHelp[] =
-    "cpu: products with bf16 or MXFP4 weights over >= 16 rows (prefill chunks, large batches) "
+    "cpu: products with bf16, MXFP4 or int8 weights over >= 16 rows (prefill chunks, large "
+    "batches) "
     "and the MLA prefill attention: f32 (default: activations stay f32, exact) | bf16 "
     "(activations rounded to bf16 with f32 sums, as llama.cpp and GPU engines compute: on AMX "
     "tiles where the CPU has them, prefill 2-2.5x; else vdpbf16ps, about twice the matrix "

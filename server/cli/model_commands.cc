@@ -193,7 +193,8 @@ absl::Status RunQuantize(const std::vector<std::string>& args) {
                    engine::ParseWeightQuantization(flags.GetOr("quantization", "mxfp4")));
   if (scheme != engine::WeightQuantization::kMxfp4) {
     return absl::InvalidArgumentError("--quantization " + flags.GetOr("quantization", "") +
-                                      ": strata quantize writes mxfp4 experts only");
+                                      ": strata quantize writes mxfp4 experts only (int8 has no "
+                                      "checkpoint format here: pass --quantization int8 at load)");
   }
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const engine::CheckpointQuantization q,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `strata quantize` and `--quantization mxfp4` from the command line: the written checkpoint
-# generates exactly the ids the bf16 one generates when quantised at load, serves its tokenizer,
-# and the commands refuse what they cannot do with a message and a non-zero exit.
+# `strata quantize` and `--quantization` from the command line: the written checkpoint
+# generates exactly the ids the bf16 one generates when quantised at load, serves its tokenizer;
+# int8 on top of it (written or at load) gives the same ids either way; the commands refuse what
+# they cannot do with a message and a non-zero exit.
 # Usage: quantize_cli_test.sh STRATA STRATA_MAKE_CHECKPOINT
 set -euo pipefail
 strata=$1
@@ -24,6 +25,11 @@ online=$(gen --model "$work/bf16" --quantization mxfp4)
 plain=$(gen --model "$work/bf16")
 echo "bf16 $plain, quantised at load $online, written $offline"
 [[ "$offline" == "$online" ]] || fail "written checkpoint generates $offline, at load $online"
+both_offline=$(gen --model "$work/mxfp4" --quantization int8)
+both_online=$(gen --model "$work/bf16" --quantization int8,mxfp4)
+echo "mxfp4 experts + int8 projections: written + at load $both_offline, at load $both_online"
+[[ "$both_offline" == "$both_online" ]] || fail "int8 over the written experts $both_offline, at load $both_online"
+[[ -n "$(gen --model "$work/bf16" --quantization int8)" ]] || fail "int8 generated nothing"
 printf 'hello' > "$work/t.txt"
 "$strata" tokenize --model "$work/mxfp4" --text-file "$work/t.txt" > /dev/null
 
@@ -37,11 +43,15 @@ expect_refusal "exists" "$strata" quantize --model "$work/bf16" --out "$work/mxf
 expect_refusal "MXFP4 already" "$strata" quantize --model "$work/mxfp4" --out "$work/again"
 expect_refusal "--model and --out are required" "$strata" quantize --model "$work/bf16"
 expect_refusal '"int4" is not supported' gen --model "$work/bf16" --quantization int4
+expect_refusal "writes mxfp4 experts only" "$strata" quantize --model "$work/bf16" \
+  --out "$work/again" --quantization int8
+expect_refusal "CPU backend only" "$strata" serve --model "$work/bf16" --device cuda \
+  --quantization int8 --port 0 --grpc-port 0
 [[ ! -e "$work/again" && ! -e "$work/again.partial" ]] || fail "a refused run left files"
 
-# `strata serve --quantization mxfp4` reports what it runs.
+# `strata serve --quantization mxfp4,int8` reports what it runs.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$strata" serve --model "$work/bf16" --quantization mxfp4 --host 127.0.0.1 --port "$port" \
+"$strata" serve --model "$work/bf16" --quantization mxfp4,int8 --host 127.0.0.1 --port "$port" \
   --grpc-port 0 --log-level warn > "$work/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; rm -rf "$work"' EXIT
@@ -59,4 +69,6 @@ PY
 echo "server_info model: $info"
 [[ "$info" == *'"routed_experts": "mxfp4"'* ]] || fail "server_info: $info $(cat "$work/serve.log")"
 [[ "$info" != *'"quantized_at_load_bytes": 0'* ]] || fail "server_info: nothing quantised at load"
+[[ "$info" == *'"projections": "int8"'* && "$info" == *'"lm_head": "int8"'* ]] ||
+  fail "server_info: projections and head not int8: $info"
 echo ok
