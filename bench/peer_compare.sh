@@ -2,7 +2,7 @@
 # Strata vs llama.cpp on the same checkpoint, same machine, same run (PERF.md: ratios only).
 #
 #   bench/peer_compare.sh BUILD_DIR PEER_DIR SCRATCH [THREADS=2] [ROUNDS=3] [PP=512] [TG=128]
-#                         [EXPERTS=bf16|mxfp4]
+#                         [EXPERTS=bf16|mxfp4|mxfp4,int8]
 #
 # BUILD_DIR: a Strata build (has ./strata and ./tools/strata-make-checkpoint).
 # PEER_DIR:  the llama.cpp driver scripts (the workplace's shared/peer: hf2gguf.py, llama_bench.mjs,
@@ -18,6 +18,11 @@
 # EXPERTS=mxfp4: both engines run the routed experts as the same MXFP4 values — Strata the
 # `strata quantize` output, llama.cpp a GGUF whose expert tensors are GGML's MXFP4 type holding
 # those codes and scales (bench/gguf_mxfp4_experts.py); everything else stays bf16.
+# EXPERTS=mxfp4,int8: the other matrices too as the same int8 values — Strata with
+# `--quantization int8`, llama.cpp as Q8_0 blocks holding Strata's codes and scales.
+# PRECISION=bf16 (environment; default f32): Strata's big products round their activations to
+# bf16 (--cpu-matmul-precision bf16), as llama.cpp's bf16 products do (its Q8_0 ones round them
+# to int8).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/peer_setup.sh"
 
@@ -43,7 +48,9 @@ results=$scratch/results.jsonl
 for ((r = 1; r <= rounds; ++r)); do
   echo "round $r/$rounds: strata" >&2
   OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$build/strata" bench --model "$model" \
-    --prompt-tokens "$pp" --gen-tokens "$tg" --batch 1 --threads "$threads" --json |
+    --prompt-tokens "$pp" --gen-tokens "$tg" --batch 1 --threads "$threads" \
+    --quantization "${strata_quantization:-none}" --cpu-matmul-precision "${PRECISION:-f32}" \
+    --json |
     python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); d["engine"]="strata"; print(json.dumps(d))' \
     >>"$results"
   echo "round $r/$rounds: llama.cpp" >&2
@@ -54,10 +61,11 @@ for ((r = 1; r <= rounds; ++r)); do
 done
 
 # 3. Table.
-python3 - "$results" "$llama_release" "$nlc_version" "$threads" "$pp" "$tg" "$experts" <<'EOF'
+python3 - "$results" "$llama_release" "$nlc_version" "$threads" "$pp" "$tg" "$experts" \
+  "${PRECISION:-f32}" <<'EOF'
 import datetime, json, statistics, sys
 
-path, release, nlc, threads, pp, tg, experts = sys.argv[1:]
+path, release, nlc, threads, pp, tg, experts, precision = sys.argv[1:]
 rows = [json.loads(line) for line in open(path)]
 
 def strata_figures(r):
@@ -82,7 +90,7 @@ if isinstance(reported, dict):
 floor = [r for r in rows if r["engine"] == "strata"][0]
 print(f"### Strata vs llama.cpp ({datetime.date.today()}, llama.cpp {release} via node-llama-cpp {nlc}, "
       f"{threads} threads each, bench preset bf16, routed experts {experts}, pp {pp}, tg {tg} "
-      "after the prompt)")
+      f"after the prompt, Strata's products {precision})")
 print()
 print("| phase | Strata tokens/s | llama.cpp tokens/s | Strata / llama.cpp | Strata roofline floor |")
 print("|---|---|---|---|---|")

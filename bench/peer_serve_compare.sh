@@ -18,7 +18,8 @@
 # Prints a Markdown table: per rate, request and output throughput, TTFT, TPOT and ITL.
 # ENGINES (default "strata llama.cpp") may add strata-bf16: Strata with
 # --cpu-matmul-precision bf16 (activations rounded to bf16 in the big products, as llama.cpp does).
-# EXPERTS=mxfp4 serves both engines the same MXFP4 routed experts (peer_setup.sh: peer_experts).
+# EXPERTS=mxfp4 serves both engines the same MXFP4 routed experts, EXPERTS=mxfp4,int8 the other
+# matrices as the same int8 values too (peer_setup.sh: peer_experts).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/peer_setup.sh"
@@ -57,6 +58,7 @@ start_server() {  # engine log
       OMP_NUM_THREADS=$threads "$build/strata" serve --model "$peer_model" \
         --served-model-name bench --host 127.0.0.1 --port "$port" --grpc-port 0 \
         --max-num-seqs "$parallel" --max-model-len "$ctx" --cpu-matmul-precision "$precision" \
+        --quantization "${strata_quantization:-none}" \
         --log-level warn >"$2" 2>&1 &
       ;;
     llama.cpp)

@@ -7,9 +7,12 @@
 #                                     sets build, peer, scratch (absolute; SCRATCH created)
 #   peer_require SCRIPT FILE...       exits 2 naming the first FILE that is missing
 #   peer_setup BUILD_DIR SCRATCH
-#   peer_experts bf16|mxfp4           after peer_setup: with mxfp4, points peer_model at the
+#   peer_experts bf16|mxfp4|mxfp4,int8  after peer_setup: with mxfp4, points peer_model at the
 #                                     `strata quantize` output and peer_gguf at a GGUF holding the
-#                                     same MXFP4 experts (gguf_mxfp4_experts.py), made once
+#                                     same MXFP4 experts (gguf_mxfp4_experts.py), made once; with
+#                                     mxfp4,int8 the GGUF's other matrices are Q8_0 holding
+#                                     Strata's int8 codes, and strata_quantization=int8 (the flag
+#                                     Strata then loads with; else none)
 #
 # Sets: peer_model (official-layout checkpoint: the `bench` preset of strata-make-checkpoint,
 # Kimi-Linear shape, 0.74B parameters, bf16, with the demo tokenizer so `strata serve` can load
@@ -60,17 +63,20 @@ peer_setup() {
 }
 
 peer_experts() {
+  strata_quantization=none
+  local int8=()
   case $1 in
     bf16) return ;;
     mxfp4) ;;
-    *) echo "experts must be bf16 or mxfp4, got '$1'" >&2; exit 2 ;;
+    mxfp4,int8) int8=(--int8) strata_quantization=int8 ;;
+    *) echo "experts must be bf16, mxfp4 or mxfp4,int8, got '$1'" >&2; exit 2 ;;
   esac
-  local quantized=$scratch/bench_model_mxfp4 gguf=$scratch/bench_mxfp4.gguf
+  local quantized=$scratch/bench_model_mxfp4 gguf=$scratch/bench_${1/,/_}.gguf
   [[ -f $quantized/config.json ]] ||
     "$build/strata" quantize --model "$peer_model" --out "$quantized" --log-level warn >/dev/null
   [[ -f $gguf && ! $gguf -ot $quantized/config.json ]] ||
     /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/gguf_mxfp4_experts.py" "$peer" "$peer_model" \
-      "$quantized" "$gguf" >/dev/null
+      "$quantized" "$gguf" "${int8[@]}" >/dev/null
   peer_model=$quantized
   peer_gguf=$gguf
 }

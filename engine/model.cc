@@ -79,8 +79,8 @@ WeightStats CountWeights(const ModelConfig& cfg, const ModelWeights& w) {
       case LinearRole::kEmbedding:  // one row read per token: not "active"
         stats.total_bytes += x.num_bytes();
         return;
-      case LinearRole::kLmHead:  // tied: the embedding's bytes, counted once
-        if (!cfg.tie_word_embeddings) stats.total_bytes += x.num_bytes();
+      case LinearRole::kLmHead:  // tied: the embedding's bytes, counted once (unless quantised)
+        if (!cfg.tie_word_embeddings || x.data != w.embed.data) stats.total_bytes += x.num_bytes();
         stats.active_params_per_token += params(x);
         return;
       case LinearRole::kRoutedExpert:

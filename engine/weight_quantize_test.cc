@@ -430,6 +430,32 @@ TEST_F(ExpertQuantizeTest, Int8QuantisesEachProjectionAsItsStoredValuesAndKeepsT
   }
 }
 
+// Tied embeddings: the head becomes its own int8 matrix, the embedding stays bf16 and is still
+// read (its pages are not released), and the weight count holds both.
+TEST_F(ExpertQuantizeTest, Int8HeadOfTiedEmbeddingsIsCountedAndTheEmbeddingKept) {
+  const std::string dir = Generate("tied", "kimi-linear");
+  std::string config = ReadAll(dir + "/config.json");
+  const std::string untied = "\"tie_word_embeddings\": false";
+  ASSERT_NE(config.find(untied), std::string::npos) << config.substr(0, 400);
+  config.replace(config.find(untied), untied.size(), "\"tie_word_embeddings\": true");
+  std::ofstream(dir + "/config.json") << config;
+  for (const WeightQuantization scheme : {WeightQuantization::kNone, WeightQuantization::kInt8}) {
+    std::unique_ptr<Model> model = Load(dir, scheme);
+    ASSERT_TRUE(model);
+    const ModelWeights& w = model->weights();
+    EXPECT_EQ(w.embed.format, WeightFormat::kBf16);
+    EXPECT_EQ(w.lm_head.format,
+              scheme == WeightQuantization::kInt8 ? WeightFormat::kInt8 : WeightFormat::kBf16);
+    std::set<const void*> seen;
+    int64_t distinct_bytes = 0;
+    ForEachLinear(w, [&](const Linear& x, LinearRole) {
+      if (!x.empty() && seen.insert(x.data).second) distinct_bytes += x.num_bytes();
+    });
+    EXPECT_EQ(model->weight_stats().total_bytes, distinct_bytes);
+    EXPECT_FALSE(Logits(*model).empty());
+  }
+}
+
 TEST_F(ExpertQuantizeTest, NonFiniteProjectionValuesAreRefusedWithTheirTensorAndRow) {
   const std::string dir = Generate("nan", "kimi-linear");
   auto ckpt = Checkpoint::Open(dir);
