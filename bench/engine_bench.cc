@@ -19,7 +19,9 @@ namespace {
 
 // Weight bytes one decode step must read for `batch` tokens: everything but the routed
 // experts, plus the experts the batch is expected to touch (E·(1 − (1 − k/E)^batch)).
-double DecodeWeightBytes(const engine::ModelConfig& cfg, double total_bytes,
+// `embed_bytes`: the embedding table's bytes in `total_bytes` that a step does not read (it reads
+// one row per token), 0 where the LM head is the same bytes (tied, not quantised apart).
+double DecodeWeightBytes(const engine::ModelConfig& cfg, double total_bytes, double embed_bytes,
                          double routed_bytes_per_expert_layer, int batch) {
   const auto& m = cfg.moe;
   int num_moe_layers = 0;
@@ -31,9 +33,7 @@ double DecodeWeightBytes(const engine::ModelConfig& cfg, double total_bytes,
           ? m.num_experts *
                 (1.0 - std::pow(1.0 - double(m.num_experts_per_token) / m.num_experts, batch))
           : 0.0;
-  // the embedding table is read one row per token, not whole
-  const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2.0;
-  return total_bytes - all_routed - embed +
+  return total_bytes - all_routed - embed_bytes +
          routed_bytes_per_expert_layer * touched * num_moe_layers;
 }
 
@@ -142,9 +142,12 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
   const engine::ModelConfig& cfg = model.config();
   const engine::WeightStats w = model.weight_stats();
   const double bandwidth = backend.read_bytes_per_s, peak = backend.peak_flops;
+  const engine::ModelWeights& weights = model.weights();
+  const double embed_bytes =
+      weights.lm_head.data == weights.embed.data ? 0.0 : double(weights.embed.num_bytes());
   const double step_bytes =
-      DecodeWeightBytes(cfg, double(w.total_bytes), double(w.routed_expert_bytes_per_layer_expert),
-                        o.batch) +
+      DecodeWeightBytes(cfg, double(w.total_bytes), embed_bytes,
+                        double(w.routed_expert_bytes_per_layer_expert), o.batch) +
       double(o.batch) * double(backend.layout.state_bytes_per_sequence()) * 2.0 +
       double(o.batch) * double(backend.layout.mla_bytes_per_token()) *
           double(o.prompt_tokens + o.gen_tokens / 2);
