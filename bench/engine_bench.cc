@@ -183,6 +183,11 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
       {"measured_read_bandwidth_gb_s", bandwidth / 1e9},
       {"measured_peak_" + backend.peak_name + "_gflop_s", peak / 1e9},
       {"decode_step_bytes", step_bytes},
+      {"weight_bytes", w.total_bytes},
+      {"weights",
+       {{"routed_experts", engine::RoutedExpertFormat(weights)},
+        {"projections", engine::ProjectionFormat(weights)},
+        {"lm_head", engine::WeightFormatName(weights.lm_head.format)}}},
       {"active_params_per_token", w.active_params_per_token},
   };
 }
@@ -195,6 +200,13 @@ void PrintEngineBenchTable(const nlohmann::ordered_json& r, const EngineBackend&
       static_cast<long long>(r["gen_tokens"].get<int64_t>()),
       r["kv_cache_dtype"].get<std::string>().c_str(), r["sampling"].get<std::string>().c_str());
   std::printf("ceilings: %s\n", backend.ceilings.c_str());
+  const nlohmann::ordered_json& formats = r["weights"];
+  std::printf(
+      "weights: %.2f GB (routed experts %s, projections %s, lm_head %s); a decode step "
+      "reads %.1f MB\n",
+      r["weight_bytes"].get<double>() / 1e9, formats["routed_experts"].get<std::string>().c_str(),
+      formats["projections"].get<std::string>().c_str(),
+      formats["lm_head"].get<std::string>().c_str(), r["decode_step_bytes"].get<double>() / 1e6);
   std::printf("%-8s %14s %18s %8s\n", "phase", "tokens/s", "roofline tokens/s", "% floor");
   std::printf("%-8s %14.1f %18.1f %7.1f%%\n", "prefill", r["prefill_tokens_per_s"].get<double>(),
               r["prefill_floor_tokens_per_s"].get<double>(),

@@ -41,6 +41,11 @@ TEST(EngineBenchTest, CpuRunReportsRatesAndFloors) {
     ASSERT_TRUE(r.contains(key)) << key;
     EXPECT_GT(r[key].get<double>(), 0.0) << key;
   }
+  // What the weights are, as /server_info says it.
+  EXPECT_EQ(r["weight_bytes"].get<int64_t>(), (*model)->weight_stats().total_bytes);
+  EXPECT_EQ(r["weights"]["projections"], engine::ProjectionFormat((*model)->weights()));
+  EXPECT_EQ(r["weights"]["lm_head"], "bf16");
+  EXPECT_LT(r["decode_step_bytes"].get<double>(), r["weight_bytes"].get<double>());
   EXPECT_NEAR(
       r["decode_pct_of_roofline"].get<double>(),
       100.0 * r["decode_tokens_per_s"].get<double>() / r["decode_floor_tokens_per_s"].get<double>(),

@@ -220,6 +220,39 @@ bool ModelWeights::IsQuantizedAtLoad(const void* data) const {
   return false;
 }
 
+const char* WeightFormatName(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kBf16:
+      return "bf16";
+    case WeightFormat::kMxfp4:
+      return "mxfp4";
+    case WeightFormat::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
+std::string RoutedExpertFormat(const ModelWeights& w) {
+  for (const LayerWeights& l : w.layers) {
+    if (!l.moe) continue;
+    for (const ExpertWeights& e : l.moe->experts) {
+      if (e.w1.format == WeightFormat::kMxfp4 || e.w1.format == WeightFormat::kInt8) {
+        return WeightFormatName(e.w1.format);
+      }
+    }
+    if (!l.moe->experts.empty()) return WeightFormatName(l.moe->experts[0].w1.format);
+  }
+  return "none";
+}
+
+std::string ProjectionFormat(const ModelWeights& w) {
+  if (w.layers.empty()) return "none";
+  const LayerWeights& l = w.layers[0];
+  return WeightFormatName(l.kda ? l.kda->o_proj.format : l.mla->o_proj.format);
+}
+
 void EmbeddingRow(const Linear& embed, int64_t id, float* out) {
   CHECK(id >= 0 && id < embed.out_features) << "token id " << id;
   const int64_t d = embed.in_features;

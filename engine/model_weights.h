@@ -136,6 +136,15 @@ void ForEachLinear(Weights& w, Fn&& fn) {
   }
 }
 
+// How weights are stored, for reports (/server_info, `strata bench`): "f32", "bf16", "mxfp4",
+// "int8". RoutedExpertFormat: the routed experts this process runs (a quantised one decides:
+// under expert parallelism only a process's share is), or "none" without MoE layers.
+// ProjectionFormat: the first layer's mixer output projection, i.e. the format of the
+// projections a token reads besides the experts.
+const char* WeightFormatName(WeightFormat format);
+std::string RoutedExpertFormat(const ModelWeights& w);
+std::string ProjectionFormat(const ModelWeights& w);
+
 // Copies row `id` of the embedding table into `out` [d] as f32.
 void EmbeddingRow(const Linear& embed, int64_t id, float* out);
 

@@ -356,47 +356,7 @@ std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions&
   return ranks;
 }
 
-namespace {
-
-const char* FormatName(engine::WeightFormat format) {
-  switch (format) {
-    case engine::WeightFormat::kF32:
-      return "f32";
-    case engine::WeightFormat::kBf16:
-      return "bf16";
-    case engine::WeightFormat::kMxfp4:
-      return "mxfp4";
-    case engine::WeightFormat::kInt8:
-      return "int8";
-  }
-  return "?";
-}
-
-// "mxfp4", "int8", "bf16", "f32" (how the routed experts this process runs are stored), or
-// "none".
-std::string RoutedExpertFormat(const engine::ModelWeights& w) {
-  for (const engine::LayerWeights& l : w.layers) {
-    if (!l.moe) continue;
-    for (const engine::ExpertWeights& e : l.moe->experts) {
-      if (e.w1.format == engine::WeightFormat::kMxfp4 ||
-          e.w1.format == engine::WeightFormat::kInt8) {
-        return FormatName(e.w1.format);  // quantised: this process's experts
-      }
-    }
-    if (!l.moe->experts.empty()) return FormatName(l.moe->experts[0].w1.format);
-  }
-  return "none";
-}
-
-// How the first layer's mixer output projection is stored: the format of the projections a
-// token reads besides the experts.
-std::string ProjectionFormat(const engine::ModelWeights& w) {
-  if (w.layers.empty()) return "none";
-  const engine::LayerWeights& l = w.layers[0];
-  return FormatName(l.kda ? l.kda->o_proj.format : l.mla->o_proj.format);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOptions& options) {
   std::unique_ptr<ModelRuntime> rt(new ModelRuntime());
@@ -495,9 +455,9 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"weight_bytes", model_->weight_stats().total_bytes},
       {"weights_memory", model_->weight_copy_bytes() > 0 ? "huge_pages" : "mmap"},
       {"weight_copy_bytes", model_->weight_copy_bytes()},
-      {"routed_experts", RoutedExpertFormat(model_->weights())},
-      {"projections", ProjectionFormat(model_->weights())},
-      {"lm_head", FormatName(model_->weights().lm_head.format)},
+      {"routed_experts", engine::RoutedExpertFormat(model_->weights())},
+      {"projections", engine::ProjectionFormat(model_->weights())},
+      {"lm_head", engine::WeightFormatName(model_->weights().lm_head.format)},
       // Weights quantised at load (--quantization), not read from the checkpoint.
       {"quantized_at_load_bytes", model_->weights().quantized_bytes()}};
   const scheduler::SchedulerConfig& c = scheduler_config_;
