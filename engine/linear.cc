@@ -34,9 +34,7 @@ int64_t Linear::scale_bytes() const {
   }
 }
 
-namespace {
-
-kernels::cpu::WeightFormat ToKernelFormat(WeightFormat format) {
+kernels::cpu::WeightFormat KernelFormat(WeightFormat format) {
   switch (format) {
     case WeightFormat::kF32:
       return kernels::cpu::WeightFormat::kF32;
@@ -50,10 +48,8 @@ kernels::cpu::WeightFormat ToKernelFormat(WeightFormat format) {
   return kernels::cpu::WeightFormat::kF32;
 }
 
-}  // namespace
-
 kernels::cpu::MatmulWeights KernelWeights(const Linear& w) {
-  return {ToKernelFormat(w.format), w.out_features, w.in_features, w.data, w.scales};
+  return {KernelFormat(w.format), w.out_features, w.in_features, w.data, w.scales};
 }
 
 void LinearForward(const Linear& w, const float* x, int64_t m, float* y) {

@@ -34,6 +34,9 @@ struct Linear {
   int64_t num_bytes() const { return data_bytes() + scale_bytes(); }
 };
 
+// The kernels' name for a format (the same four).
+kernels::cpu::WeightFormat KernelFormat(WeightFormat format);
+
 // The kernels' view of the weight (no copy), for kernels beyond LinearForward (fused GLU,
 // grouped experts).
 kernels::cpu::MatmulWeights KernelWeights(const Linear& w);

@@ -221,17 +221,7 @@ bool ModelWeights::IsQuantizedAtLoad(const void* data) const {
 }
 
 const char* WeightFormatName(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::kF32:
-      return "f32";
-    case WeightFormat::kBf16:
-      return "bf16";
-    case WeightFormat::kMxfp4:
-      return "mxfp4";
-    case WeightFormat::kInt8:
-      return "int8";
-  }
-  return "?";
+  return kernels::cpu::WeightFormatName(KernelFormat(format));
 }
 
 std::string RoutedExpertFormat(const ModelWeights& w) {

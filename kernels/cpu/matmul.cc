@@ -158,6 +158,20 @@ std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kF32};
 
 }  // namespace
 
+const char* WeightFormatName(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kBf16:
+      return "bf16";
+    case WeightFormat::kMxfp4:
+      return "mxfp4";
+    case WeightFormat::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
 void SetMatmulPrecision(MatmulPrecision precision) {
   g_precision.store(precision, std::memory_order_relaxed);
 }

@@ -27,6 +27,9 @@ namespace strata::kernels::cpu {
 
 enum class WeightFormat { kF32, kBf16, kMxfp4, kInt8 };
 
+// "f32", "bf16", "mxfp4", "int8".
+const char* WeightFormatName(WeightFormat format);
+
 // A weight matrix as it lies in memory (a view; owns nothing).
 struct MatmulWeights {
   WeightFormat format = WeightFormat::kF32;
@@ -86,7 +89,7 @@ enum class MatmulAlgo {
   kBf16DotLossy,  // bf16 / MXFP4 / int8 weights: vdpbf16ps with x rounded to bf16 (needs
                   // AVX512_BF16). ~3 significant digits: kAuto's bf16 products
                   // (MatmulPrecision::kBf16).
-  kOneDnnBf16,  // bf16 weights only: oneDNN with x rounded to bf16 (needs AVX512_BF16).
+  kOneDnnBf16,    // bf16 weights only: oneDNN with x rounded to bf16 (needs AVX512_BF16).
   kAmxBf16,  // bf16 / MXFP4 / int8 weights: our AMX tiles with x rounded to bf16 (needs AMX-BF16);
              // on AMX CPUs kAuto's bf16 products (MatmulPrecision::kBf16).
 };

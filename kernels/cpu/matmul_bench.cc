@@ -224,20 +224,6 @@ struct Case {
   Isa isa_cap;
 };
 
-const char* FormatName(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kF32:
-      return "f32";
-    case WeightFormat::kBf16:
-      return "bf16";
-    case WeightFormat::kMxfp4:
-      return "mxfp4";
-    case WeightFormat::kInt8:
-      return "int8";
-  }
-  return "?";
-}
-
 const char* AlgoName(MatmulAlgo a) {
   switch (a) {
     case MatmulAlgo::kAuto:
@@ -451,7 +437,7 @@ void RegisterCases() {
         {"prefill", WeightFormat::kBf16, 512, n, k, MatmulAlgo::kStreaming, Isa::kAvx2});
   }
   for (const Case& c : cases) {
-    const std::string name = std::string(c.phase) + "/" + FormatName(c.format) + "/m" +
+    const std::string name = std::string(c.phase) + "/" + WeightFormatName(c.format) + "/m" +
                              std::to_string(c.m) + "/n" + std::to_string(c.n) + "/k" +
                              std::to_string(c.k) + "/" + AlgoName(c.algo) + "/" +
                              IsaName(c.isa_cap);
