@@ -40,10 +40,10 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-class ExpertQuantizeTest : public testing::Test {
+class WeightQuantizeTest : public testing::Test {
  protected:
   void SetUp() override {
-    root_ = testing::TempDir() + "/expert_quantize_" + std::to_string(::getpid());
+    root_ = testing::TempDir() + "/weight_quantize_" + std::to_string(::getpid());
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
@@ -103,7 +103,7 @@ bool SameBytes(const Linear& a, const Linear& b) {
           std::memcmp(a.scales, b.scales, static_cast<size_t>(a.scale_bytes())) == 0);
 }
 
-TEST_F(ExpertQuantizeTest, LoadQuantisesEachExpertAsItsStoredValuesAndNothingElse) {
+TEST_F(WeightQuantizeTest, LoadQuantisesEachExpertAsItsStoredValuesAndNothingElse) {
   for (const std::string family : {"kimi-linear", "k3"}) {
     SCOPED_TRACE(family);
     const std::string dir = Generate(family, family);
@@ -163,7 +163,7 @@ TEST_F(ExpertQuantizeTest, LoadQuantisesEachExpertAsItsStoredValuesAndNothingEls
   }
 }
 
-TEST_F(ExpertQuantizeTest, WrittenCheckpointLoadsAsTheQuantisationAtLoad) {
+TEST_F(WeightQuantizeTest, WrittenCheckpointLoadsAsTheQuantisationAtLoad) {
   for (const std::string family : {"kimi-linear", "k3"}) {
     SCOPED_TRACE(family);
     const std::string dir = Generate(family, family);
@@ -208,7 +208,7 @@ TEST_F(ExpertQuantizeTest, WrittenCheckpointLoadsAsTheQuantisationAtLoad) {
 
 // Expert parallelism: each scheme quantises only this process's routed experts (int8 the other
 // projections as well).
-TEST_F(ExpertQuantizeTest, ExpertParallelismQuantisesOnlyThisProcesssExperts) {
+TEST_F(WeightQuantizeTest, ExpertParallelismQuantisesOnlyThisProcesssExperts) {
   const std::string dir = Generate("ep", "kimi-linear");
   for (const WeightFormat target : {WeightFormat::kMxfp4, WeightFormat::kInt8}) {
     auto ckpt = Checkpoint::Open(dir);
@@ -241,7 +241,7 @@ TEST_F(ExpertQuantizeTest, ExpertParallelismQuantisesOnlyThisProcesssExperts) {
   }
 }
 
-TEST_F(ExpertQuantizeTest, RefusalsNameWhatIsWrong) {
+TEST_F(WeightQuantizeTest, RefusalsNameWhatIsWrong) {
   const std::string dir = Generate("ok", "kimi-linear");
   // The output directory must be new.
   fs::create_directories(root_ + "/taken");
@@ -295,7 +295,7 @@ TEST(WeightQuantizationTest, FlagValuesAreTheSchemesOrNoneAndOthersAreNamed) {
   }
 }
 
-TEST_F(ExpertQuantizeTest, NonFiniteExpertValuesAreRefusedWithTheirTensorAndRow) {
+TEST_F(WeightQuantizeTest, NonFiniteExpertValuesAreRefusedWithTheirTensorAndRow) {
   tools::GeneratorOptions options;
   options.family = "kimi-linear";
   options.seed = 5;
@@ -388,7 +388,7 @@ double RelativeRms(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(diff / norm);
 }
 
-TEST_F(ExpertQuantizeTest, Int8QuantisesEachProjectionAsItsStoredValuesAndKeepsTheRest) {
+TEST_F(WeightQuantizeTest, Int8QuantisesEachProjectionAsItsStoredValuesAndKeepsTheRest) {
   for (const std::string family : {"kimi-linear", "k3"}) {
     SCOPED_TRACE(family);
     const std::string dir = Generate(family, family);
@@ -432,7 +432,7 @@ TEST_F(ExpertQuantizeTest, Int8QuantisesEachProjectionAsItsStoredValuesAndKeepsT
 
 // Tied embeddings: the head becomes its own int8 matrix, the embedding stays bf16 and is still
 // read (its pages are not released), and the weight count holds both.
-TEST_F(ExpertQuantizeTest, Int8HeadOfTiedEmbeddingsIsCountedAndTheEmbeddingKept) {
+TEST_F(WeightQuantizeTest, Int8HeadOfTiedEmbeddingsIsCountedAndTheEmbeddingKept) {
   const std::string dir = Generate("tied", "kimi-linear");
   std::string config = ReadAll(dir + "/config.json");
   const std::string untied = "\"tie_word_embeddings\": false";
@@ -456,7 +456,7 @@ TEST_F(ExpertQuantizeTest, Int8HeadOfTiedEmbeddingsIsCountedAndTheEmbeddingKept)
   }
 }
 
-TEST_F(ExpertQuantizeTest, NonFiniteProjectionValuesAreRefusedWithTheirTensorAndRow) {
+TEST_F(WeightQuantizeTest, NonFiniteProjectionValuesAreRefusedWithTheirTensorAndRow) {
   const std::string dir = Generate("nan", "kimi-linear");
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok());
