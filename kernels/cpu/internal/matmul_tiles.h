@@ -8,7 +8,7 @@
 //
 // Activation layouts (TileKernels::x_layout), rows padded with zeros to a multiple of
 // x_block elements:
-//   kNatural   x as given (f32 weights).
+//   kNatural   x as given (f32 and int8 weights).
 //   kEvenOdd   per block of x_block = 2V elements (V = f32 lanes: 16 AVX-512, 8 AVX2):
 //              [x0 x2 x4 … x(2V−2) | x1 x3 … x(2V−1)] — the order in which a bf16 pair load
 //              widens (even = w << 16, odd = w & 0xFFFF0000) and MXFP4 bytes decode (low nibble
@@ -45,7 +45,7 @@ struct TileArgs {
   const void* w[kMaxTileCols];
   // MXFP4: E8M0 scale of row j's block k0/32; int8: that block's bf16 scale (as bytes).
   const uint8_t* scales[kMaxTileCols];
-  int64_t kc;  // elements in this block (≤ kKBlock; MXFP4: × 32)
+  int64_t kc;  // elements in this block (≤ kKBlock; MXFP4 and int8: a multiple of 32)
   float* y;    // y[0, 0] of the tile
   int64_t ldy;
   bool accumulate;  // y += tile (later k blocks) or y = tile (first block)
