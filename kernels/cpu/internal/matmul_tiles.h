@@ -110,8 +110,9 @@ void DecodeInt8TileAvx512(const uint8_t* const* packed, const uint8_t* const* sc
 void DecodeInt8TileAvx2(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
                         int64_t kc, float* dst);
 // Int8 rows as bf16 in natural order for the bf16 products: code · scale rounded to nearest even
-// (8 of its up to 15 significant bits: relative error ≤ 2⁻⁹, as x's own rounding there). Layouts
-// as DecodeMxfp4RowBf16 / DecodeMxfp4TileBf16Avx512 with 32-element groups (AVX-512 both).
+// (8 of its up to 15 significant bits: relative error ≤ 2⁻⁹, as x's own rounding there) by
+// vcvtne2ps2bf16, so AVX512_BF16 CPUs only (where those products run). Layouts as
+// DecodeMxfp4RowBf16 / DecodeMxfp4TileBf16Avx512 with 32-element groups.
 void DecodeInt8RowBf16(const int8_t* codes, const uint16_t* scales, int64_t groups,
                        int64_t group_stride, uint16_t* dst);
 void DecodeInt8TileBf16Avx512(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
