@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/quantize_group.h"
 
 namespace strata {
 namespace {
@@ -14,18 +15,7 @@ constexpr float kMaxCode = 127.0f;
 // to even, in the current rounding mode — unlike std::nearbyint, the compiler vectorises it.
 constexpr float kRoundMagic = 12582912.0f;
 
-// One group's values as f32: bf16 is the high half of an f32.
-void LoadGroup(DType dtype, const uint8_t* src, float (&values)[kInt8GroupSize]) {
-  if (dtype == DType::kF32) {
-    std::memcpy(values, src, sizeof(values));
-    return;
-  }
-  uint16_t raw[kInt8GroupSize];
-  std::memcpy(raw, src, sizeof(raw));
-  for (int i = 0; i < kInt8GroupSize; ++i) {
-    values[i] = std::bit_cast<float>(uint32_t{raw[i]} << 16);
-  }
-}
+static_assert(kInt8GroupSize == kQuantGroupSize);
 
 }  // namespace
 
@@ -42,12 +32,10 @@ bool QuantizeInt8Row(DType dtype, const void* values, int64_t cols, int8_t* code
   const size_t group_bytes = kInt8GroupSize * DTypeSize(dtype);
   const auto* src = static_cast<const uint8_t*>(values);
   for (int64_t g = 0; g < cols / kInt8GroupSize; ++g) {
-    float v[kInt8GroupSize];
-    LoadGroup(dtype, src + g * group_bytes, v);
-    // |v|'s bits order like |v| for finite values; inf and NaN sort above them all.
-    uint32_t amax_bits = 0;
-    for (float x : v) amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(x) & 0x7FFFFFFFu);
-    if (amax_bits >= 0x7F800000u) return false;
+    uint32_t bits[kInt8GroupSize];
+    LoadGroupBits(dtype, src + g * group_bytes, bits);
+    const uint32_t amax_bits = GroupAmaxBits(bits);
+    if (amax_bits >= kNonFiniteBits) return false;
     const uint16_t scale = Int8ScaleBits(std::bit_cast<float>(amax_bits));
     scales[g] = scale;
     // A division, not a reciprocal: 1/s overflows for the smallest (subnormal) scales.
@@ -55,7 +43,8 @@ bool QuantizeInt8Row(DType dtype, const void* values, int64_t cols, int8_t* code
     int8_t* out = codes + g * kInt8GroupSize;
     for (int i = 0; i < kInt8GroupSize; ++i) {
       // |v / s| ≤ 127 but for a rounding in the last place: the clamp catches that.
-      const float q = std::clamp((v[i] / s + kRoundMagic) - kRoundMagic, -kMaxCode, kMaxCode);
+      const float v = std::bit_cast<float>(bits[i]);
+      const float q = std::clamp((v / s + kRoundMagic) - kRoundMagic, -kMaxCode, kMaxCode);
       out[i] = static_cast<int8_t>(q);
     }
   }

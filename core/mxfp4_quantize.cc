@@ -5,22 +5,14 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/quantize_group.h"
 
 namespace strata {
 namespace {
 
-constexpr float kE2M1Max = 6.0f;
+static_assert(kMxfp4BlockSize == kQuantGroupSize);
 
-// One group's values as f32 bit patterns: bf16 is the high half of an f32.
-void LoadGroupBits(DType dtype, const uint8_t* src, uint32_t (&bits)[kMxfp4BlockSize]) {
-  if (dtype == DType::kF32) {
-    std::memcpy(bits, src, sizeof(bits));
-    return;
-  }
-  uint16_t raw[kMxfp4BlockSize];
-  std::memcpy(raw, src, sizeof(raw));
-  for (int i = 0; i < kMxfp4BlockSize; ++i) bits[i] = uint32_t{raw[i]} << 16;
-}
+constexpr float kE2M1Max = 6.0f;
 
 // The codes of one group at scale 2^(127 − inverse's exponent) (inverse = 1 / scale), and their
 // squared error in units of that scale.
@@ -73,10 +65,8 @@ bool QuantizeMxfp4Row(DType dtype, const void* values, int64_t cols, uint8_t* pa
   for (int64_t g = 0; g < cols / kMxfp4BlockSize; ++g) {
     uint32_t bits[kMxfp4BlockSize];
     LoadGroupBits(dtype, src + g * group_bytes, bits);
-    // |v|'s bits order like |v| for finite values; inf and NaN sort above them all.
-    uint32_t amax_bits = 0;
-    for (uint32_t b : bits) amax_bits = std::max(amax_bits, b & 0x7FFFFFFFu);
-    if (amax_bits >= 0x7F800000u) return false;
+    const uint32_t amax_bits = GroupAmaxBits(bits);
+    if (amax_bits >= kNonFiniteBits) return false;
     float amax;
     std::memcpy(&amax, &amax_bits, sizeof(amax));
     uint8_t scale = Mxfp4ScaleByte(amax);

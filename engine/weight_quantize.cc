@@ -47,8 +47,10 @@ size_t CodeBytes(Target target, const Linear& w) {
 }
 
 size_t ScaleBytes(Target target, const Linear& w) {
-  const auto groups = static_cast<size_t>(w.out_features * (w.in_features / kMxfp4BlockSize));
-  return target == Target::kMxfp4 ? groups : 2 * groups;
+  if (target == Target::kMxfp4) {  // one E8M0 byte per group
+    return static_cast<size_t>(w.out_features * (w.in_features / kMxfp4BlockSize));
+  }
+  return static_cast<size_t>(w.out_features * (w.in_features / kInt8GroupSize)) * 2;  // bf16
 }
 
 // Places `job` at the end of the buffer of `*total` bytes.
