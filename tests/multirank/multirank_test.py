@@ -113,6 +113,10 @@ class Server:
             self.dump()
             fail(f"{self.name} did not become ready (exit {self.proc.poll()})")
 
+    def lost_coordinator_port(self):
+        """Rank 0 found the coordinator port taken: free_port() raced another test for it."""
+        return self.proc.poll() is not None and "Address already in use" in self.log_text()
+
     def log_text(self):
         self.log.flush()
         with open(self.log_path, errors="replace") as f:
@@ -124,7 +128,34 @@ class Server:
 
 
 def start_group(args, label, world, local_ranks=1, placement=None, timeout_s=20):
-    """Starts world / local_ranks processes of one group; returns them once all are ready."""
+    """Starts world / local_ranks processes of one group; returns them once all are ready.
+
+    The coordinator port is picked free and then released, so a test running alongside can take
+    it before rank 0 listens: then the group is stopped and started again on another port."""
+    for _ in range(3):
+        servers = start_group_once(args, label, world, local_ranks, placement, timeout_s)
+        deadline = time.time() + 60
+        # Until all are ready or one has exited (the others would wait for it to the deadline).
+        while time.time() < deadline and not all(s.port is not None for s in servers):
+            if any(s.proc.poll() is not None and s.port is None for s in servers):
+                break
+            time.sleep(0.05)
+        if all(s.port is not None for s in servers):
+            return servers
+        if not any(s.lost_coordinator_port() for s in servers):
+            break
+        print(f"{label}: the coordinator port was taken meanwhile; starting again", flush=True)
+        for s in servers:
+            if s.proc.poll() is None:
+                s.proc.kill()
+            s.proc.wait()
+            s.log.close()
+    for s in servers:
+        s.wait_ready(time.time())  # names the first that failed and fails the test
+    return servers
+
+
+def start_group_once(args, label, world, local_ranks, placement, timeout_s):
     coordinator = f"127.0.0.1:{free_port()}"
     servers = []
     num_procs = world // local_ranks
@@ -137,9 +168,6 @@ def start_group(args, label, world, local_ranks=1, placement=None, timeout_s=20)
             if placement:
                 extra += ["--expert-placement", placement]
         servers.append(Server(args, f"{label}_node{node}", args.work_case, extra))
-    deadline = time.time() + 60
-    for s in servers:
-        s.wait_ready(deadline)
     return servers
 
 
