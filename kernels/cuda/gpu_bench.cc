@@ -26,6 +26,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/int8_gemm.h"
 #include "kernels/cuda/kda_decode.h"
 #include "kernels/cuda/kda_prefill_chunked.h"
 #include "kernels/cuda/mla_decode.h"
@@ -758,13 +759,20 @@ void BenchGroupedGemm(Bench& bench, const char* model, int experts, int64_t rows
   });
 }
 
+enum class WeightKind { kBf16, kMxfp4, kInt8 };
+constexpr WeightKind kWeightKinds[] = {WeightKind::kBf16, WeightKind::kMxfp4, WeightKind::kInt8};
+
 // Strata's own grouped GEMM (grouped_gemm.h) at BenchGroupedGemm's shapes: offsets on the
-// device (the work-list kernel is timed too), bf16 or MXFP4 weights (scale bytes 120: the
-// common decode path), bf16 output, or the fused GLU over n = 2·I gate|up rows (h [rows, I]).
+// device (the work-list kernel is timed too), bf16, MXFP4 (scale bytes 120: the common decode
+// path) or int8 weights (random codes, scales 0x3c3c), bf16 output, or the fused GLU over
+// n = 2·I gate|up rows (h [rows, I]).
 void BenchOwnGroupedGemm(Bench& bench, const char* model, int experts, int64_t rows, int64_t n,
-                         int64_t k, bool mxfp4, bool glu) {
+                         int64_t k, WeightKind kind, bool glu) {
+  const bool mxfp4 = kind == WeightKind::kMxfp4, int8 = kind == WeightKind::kInt8;
   const std::string kernel =
-      std::string(glu ? "GroupedGemmGlu" : "GroupedGemm") + (mxfp4 ? "_mxfp4" : "_bf16");
+      std::string(glu ? "GroupedGemmGlu" : "GroupedGemm") + (mxfp4  ? "_mxfp4"
+                                                             : int8 ? "_int8"
+                                                                    : "_bf16");
   if (!bench.Wants(kernel)) return;
   const std::string shape = std::string(model) + " E" + std::to_string(experts) + " rows" +
                             std::to_string(rows) + " " + std::to_string(n) + "x" +
@@ -773,29 +781,35 @@ void BenchOwnGroupedGemm(Bench& bench, const char* model, int experts, int64_t r
   const std::vector<int32_t>& offsets = split.offsets;
   const int used_experts = split.used_experts;
   const int64_t w_elems = int64_t{experts} * n * k, out_cols = glu ? n / 2 : n;
-  Buf x(rows * k * 2), w(mxfp4 ? w_elems / 2 : w_elems * 2), scales(mxfp4 ? w_elems / 32 : 0),
-      y(rows * out_cols * 2), offs(int64_t{experts + 1} * 4),
-      ws(GroupedGemmWorkspaceBytes(experts, rows));
+  const int64_t w_bytes = mxfp4 ? w_elems / 2 : int8 ? w_elems : w_elems * 2;
+  const int64_t scale_bytes = mxfp4 ? w_elems / 32 : int8 ? w_elems / 16 : 0;
+  Buf x(rows * k * 2), w(w_bytes), scales(scale_bytes), y(rows * out_cols * 2),
+      offs(int64_t{experts + 1} * 4), ws(GroupedGemmWorkspaceBytes(experts, rows));
   if (!x.ok() || !w.ok() || !scales.ok() || !y.ok()) {
     return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
   }
   BENCH_CHECK(bench, kernel, shape, bench.Fill(x.as<uint16_t>(), rows * k, -1, 1));
-  if (mxfp4) {  // random codes: the bits of random floats
-    BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<float>(), w_elems / 8, -1, 1));
+  if (mxfp4 || int8) {  // random codes: the bits of random floats
+    BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<float>(), w_bytes / 4, -1, 1));
     BENCH_CHECK(bench, kernel, shape,
-                CudaStatus(cudaMemset(scales.as<void>(), 120, static_cast<size_t>(w_elems / 32)),
+                CudaStatus(cudaMemset(scales.as<void>(), mxfp4 ? 120 : 0x3c,
+                                      static_cast<size_t>(scale_bytes)),
                            "gpu_bench cudaMemset"));
   } else {
     BENCH_CHECK(bench, kernel, shape, bench.Fill(w.as<uint16_t>(), w_elems, -0.05f, 0.05f));
   }
   BENCH_CHECK(bench, kernel, shape,
               CudaCopy(offs.as<int32_t>(), offsets.data(), (experts + 1) * 4));
-  const GroupedWeights weights = mxfp4
-                                     ? GroupedWeights::Mxfp4(w.as<uint8_t>(), scales.as<uint8_t>())
-                                     : GroupedWeights::Bf16(w.as<uint16_t>());
+  const GroupedWeights weights =
+      mxfp4  ? GroupedWeights::Mxfp4(w.as<uint8_t>(), scales.as<uint8_t>())
+      : int8 ? GroupedWeights::Int8(w.as<int8_t>(), scales.as<uint16_t>())
+             : GroupedWeights::Bf16(w.as<uint16_t>());
   const double flops = 2.0 * rows * n * k;
-  const double bytes =
-      used_experts * n * k * (mxfp4 ? 0.5 + 1.0 / 32 : 2.0) + 2.0 * rows * (k + out_cols);
+  const double bytes = used_experts * n * k *
+                           (mxfp4  ? 0.5 + 1.0 / 32
+                            : int8 ? 1.0 + 2.0 / 32
+                                   : 2.0) +
+                       2.0 * rows * (k + out_cols);
   const bool flop_bound = rows >= 128LL * experts;
   const GluParams act{GluKind::kSitu, 4.0f, 25.0f};
   bench.Time(kernel, shape, bytes, flops, flop_bound, flop_bound ? ">=60% GEMM" : "-", [&] {
@@ -828,6 +842,34 @@ void BenchDenseGemm(Bench& bench, const char* what, int64_t m, int64_t n, int64_
     return GemmBf16(bench.cublas, x.as<uint16_t>(), m, k, k, w.as<uint16_t>(), n, y.as<float>(), n,
                     bench.stream);
   });
+}
+
+// GemmInt8 (int8_gemm.h) on a projection: the GEMV path at decode rows (m ≤ 8; weight bytes
+// against the copy ceiling: the decode target is the weights' read time), the tensor-core path
+// above. The same shape in bf16 is BenchDenseGemm's row.
+void BenchGemmInt8(Bench& bench, const char* what, int64_t m, int64_t n, int64_t k) {
+  const std::string kernel = m <= kInt8GemvMaxRows ? "GemmInt8_gemv" : "GemmInt8_tc";
+  if (!bench.Wants("GemmInt8")) return;
+  const std::string shape = std::string(what) + " " + std::to_string(m) + "x" + std::to_string(n) +
+                            "x" + std::to_string(k);
+  const int64_t ws_bytes = GemmInt8WorkspaceBytes(m);
+  Buf x(m * k * 2), codes(n * k), scales(n * k / 16), y(m * n * 2), ws(ws_bytes);
+  if (!x.ok() || !codes.ok() || !scales.ok() || !y.ok() || !ws.ok()) {
+    return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(x.as<uint16_t>(), m * k, -1, 1));
+  BENCH_CHECK(bench, kernel, shape, bench.Fill(codes.as<float>(), n * k / 4, -1, 1));
+  BENCH_CHECK(bench, kernel, shape,
+              CudaStatus(cudaMemset(scales.as<void>(), 0x3c, static_cast<size_t>(n * k / 16)),
+                         "gpu_bench cudaMemset"));
+  const double flops = 2.0 * m * n * k;
+  const double bytes = n * k * (1.0 + 2.0 / 32) + 2.0 * m * (k + n);
+  const bool flop_bound = m >= 512;
+  bench.Time(kernel, shape, bytes, flops, flop_bound, m <= kInt8GemvMaxRows ? ">=70% copy" : "-",
+             [&] {
+               return GemmInt8(x.as<uint16_t>(), m, k, codes.as<int8_t>(), scales.as<uint16_t>(), n,
+                               y.as<uint16_t>(), ws.as<void>(), ws_bytes, bench.stream);
+             });
 }
 
 void PrintTable(const Bench& bench) {
@@ -887,9 +929,9 @@ int Run(Bench& bench) {
   if (all) BenchRouter(bench, "K-L", 4096, RouterParams{256, 8, 1, 1, true, 2.446f});
   BenchElementwise(bench, 4096, 7168, 3072);
   BenchGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, GroupedGemmMode::kGroupedBatched);
-  for (bool mxfp4 : {false, true}) {
+  for (WeightKind kind : kWeightKinds) {
     for (bool glu : {false, true}) {
-      BenchOwnGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, mxfp4, glu);
+      BenchOwnGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, kind, glu);
     }
   }
   BenchGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, GroupedGemmMode::kPerExpertLoop);
@@ -900,14 +942,27 @@ int Run(Bench& bench) {
     BenchGroupedGemm(bench, "K-L gate|up", 256, 32768, 2048, 2304, GroupedGemmMode::kPerExpertLoop);
     BenchGroupedGemm(bench, "K3 decode B64", 224, 1024, 6144, 3584,
                      GroupedGemmMode::kGroupedBatched);
-    for (bool mxfp4 : {false, true}) {
+    for (WeightKind kind : kWeightKinds) {
       for (bool glu : {false, true}) {
-        BenchOwnGroupedGemm(bench, "K3 decode B64", 224, 1024, 6144, 3584, mxfp4, glu);
+        BenchOwnGroupedGemm(bench, "K3 decode B64", 224, 1024, 6144, 3584, kind, glu);
       }
     }
   }
   BenchDenseGemm(bench, "LM head decode", 64, 163840, 7168);
   if (all) BenchDenseGemm(bench, "LM head prefill", 4096, 163840, 7168);
+  // int8 projections (--quantization int8) next to the same shapes in bf16: K-L's KDA q|k|v
+  // (2304 → 3·4096) at decode batches 1 and 8, K3's o_proj (8192 → 7168), the LM head.
+  for (int64_t m : {1, 8}) {
+    BenchGemmInt8(bench, "K-L q|k|v", m, 12288, 2304);
+    BenchDenseGemm(bench, "K-L q|k|v", m, 12288, 2304);
+  }
+  BenchGemmInt8(bench, "K3 o_proj", 1, 7168, 8192);
+  BenchDenseGemm(bench, "K3 o_proj", 1, 7168, 8192);
+  BenchGemmInt8(bench, "LM head decode", 64, 163840, 7168);
+  if (all) {
+    BenchGemmInt8(bench, "LM head decode", 1, 163840, 7168);
+    BenchGemmInt8(bench, "LM head prefill", 4096, 163840, 7168);
+  }
   BenchEmbedding(bench, 163840, 7168, 4096);
   BenchMxfp4(bench, "K3 gate|up", 64, 6144, 3584);
   {

@@ -31,6 +31,10 @@ constexpr int64_t kListHeaderBytes = 16;  // int32 entry count, padded to 16 B
 constexpr int kMinTileRows = 16;          // the smallest BM: sizes the workspace
 constexpr int kListThreads = 1024;
 
+// How the B (weight) tile arrives: bf16 straight into the stage, or MXFP4 / int8 groups of 32
+// dequantised from the stage into one bf16 tile per CTA.
+enum class WeightFmt { kBf16, kMxfp4, kInt8 };
+
 // CTA tile BM × BN × BK, WM × WN warps, STAGES-deep cp.async pipeline.
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MIN_BLOCKS>
 struct Tile {
@@ -40,36 +44,43 @@ struct Tile {
   static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;
   static constexpr int kMt = kWarpM / 16, kNt = kWarpN / 8;  // m16 / n8 tiles per warp
   static constexpr int kChunks = BK / 8;                     // 16-byte bf16 chunks per row
-  static constexpr int kBlocks = BK / 32;                    // MXFP4 scale blocks per row
+  static constexpr int kBlocks = BK / 32;                    // scale groups (of 32) per row
   static constexpr int kABytes = BM * kPitch * 2;
   static constexpr int kBBytes = BN * kPitch * 2;
-  static constexpr int kPackedBytes = BN * BK / 2;
-  static constexpr int kScaleBytes = BN * kBlocks * 4;
+  static constexpr int kPackedBytes = BN * BK / 2;      // MXFP4 codes
+  static constexpr int kCodeBytes = BN * BK;            // int8 codes
+  static constexpr int kScaleBytes = BN * kBlocks * 4;  // one 32-bit word per scale
   static constexpr int kLutBytes = 256 * 4;
-  static constexpr int StageBytes(bool mxfp4) {
-    return kABytes + (mxfp4 ? kPackedBytes + kScaleBytes : kBBytes);
+  static constexpr int CodeBytes(WeightFmt f) {
+    return f == WeightFmt::kMxfp4 ? kPackedBytes : kCodeBytes;
   }
-  // Stages, then (MXFP4) the dequantised bf16 B tile and the byte → bf16×2 table.
-  static constexpr int SmemBytes(bool mxfp4) {
-    return STAGES * StageBytes(mxfp4) + (mxfp4 ? kBBytes + kLutBytes : 0);
+  static constexpr int StageBytes(WeightFmt f) {
+    return kABytes + (f == WeightFmt::kBf16 ? kBBytes : CodeBytes(f) + kScaleBytes);
+  }
+  // Stages, then (MXFP4, int8) the dequantised bf16 B tile and (MXFP4) the byte → bf16×2 table.
+  static constexpr int SmemBytes(WeightFmt f) {
+    return STAGES * StageBytes(f) + (f == WeightFmt::kBf16 ? 0 : kBBytes) +
+           (f == WeightFmt::kMxfp4 ? kLutBytes : 0);
   }
   static_assert(BK % 32 == 0 && kMt >= 1 && kNt % 2 == 0 && kWarpN % 32 == 0, "tile shape");
   static_assert(kABytes % 16 == 0 && kBBytes % 16 == 0 && kPackedBytes % 16 == 0 &&
-                    kScaleBytes % 16 == 0,
+                    kCodeBytes % 16 == 0 && kScaleBytes % 16 == 0,
                 "shared regions must stay 16-byte aligned");
 };
 using LargeTile = Tile<128, 128, 32, 2, 4, 4, 2>;
 using SmallTile = Tile<16, 128, 64, 1, 4, 4, 4>;
-static_assert(LargeTile::SmemBytes(false) * 2 <= 227 * 1024, "two large CTAs per SM");
-static_assert(SmallTile::SmemBytes(false) * 2 <= 227 * 1024, "two small CTAs per SM");
+static_assert(LargeTile::SmemBytes(WeightFmt::kBf16) * 2 <= 227 * 1024, "two large CTAs per SM");
+static_assert(SmallTile::SmemBytes(WeightFmt::kBf16) * 2 <= 227 * 1024, "two small CTAs per SM");
+static_assert(LargeTile::SmemBytes(WeightFmt::kInt8) * 2 <= 227 * 1024, "two int8 CTAs per SM");
 
 struct GemmParams {
   const uint16_t* x;
   const uint16_t* w_bf16;
-  const uint8_t* w_packed;
-  const uint8_t* w_scales;
-  uintptr_t scales_end;  // one past the last scale byte (E·n_w·k/32 bytes)
-  const int32_t* count;  // work-list entries
+  const uint8_t* w_packed;  // MXFP4 codes
+  const int8_t* w_codes;    // int8 codes
+  const void* w_scales;     // E8M0 bytes (MXFP4) or bf16 (int8), [E·n_w, k/32]
+  uintptr_t scales_end;     // one past the last scale byte
+  const int32_t* count;     // work-list entries
   const WorkItem* items;
   void* y;
   int64_t k;
@@ -95,7 +106,10 @@ __global__ void __launch_bounds__(kListThreads)
   const int tid = threadIdx.x;
   const int per = (num_experts + kListThreads - 1) / kListThreads;
   const int e_begin = min(tid * per, num_experts), e_end = min(e_begin + per, num_experts);
-  auto clamped = [&](int e) { return min(max(offsets[e], 0), rows); };
+  // No table: one expert over every row.
+  auto clamped = [&](int e) {
+    return offsets == nullptr ? (e == 0 ? 0 : rows) : min(max(offsets[e], 0), rows);
+  };
   int32_t local = 0;
   for (int e = e_begin; e < e_end; ++e) {
     local += (max(clamped(e + 1) - clamped(e), 0) + bm - 1) / bm;
@@ -134,7 +148,7 @@ __device__ __forceinline__ int WeightRow(int r, int n_tile, const GemmParams& p)
 
 // Issues the cp.async copies of k-tile `kt` into `stage` (zero-fill past rows / n / k). Offsets
 // inside the CTA's row tile and the expert's matrix are 32-bit (k < 2^24, n_w·k < 2^31).
-template <class T, bool kMxfp4, bool kGlu>
+template <class T, WeightFmt kFmt, bool kGlu>
 __device__ __forceinline__ void LoadStage(unsigned char* stage, const GemmParams& p,
                                           const WorkItem& item, int n_tile, int kt) {
   const int tid = threadIdx.x, k = static_cast<int>(p.k), k0 = kt * T::kBk;
@@ -148,7 +162,7 @@ __device__ __forceinline__ void LoadStage(unsigned char* stage, const GemmParams
               valid);
   }
   const int64_t expert_row0 = static_cast<int64_t>(item.expert) * p.n_w;
-  if constexpr (!kMxfp4) {
+  if constexpr (kFmt == WeightFmt::kBf16) {
     const uint16_t* w_expert = p.w_bf16 + expert_row0 * p.k;
     uint16_t* b_s = reinterpret_cast<uint16_t*>(stage + T::kABytes);
     for (int c = tid; c < T::kBn * T::kChunks; c += T::kThreads) {
@@ -159,20 +173,30 @@ __device__ __forceinline__ void LoadStage(unsigned char* stage, const GemmParams
                 valid ? w_expert + (wr * k + kc) : p.w_bf16, valid);
     }
   } else {
+    constexpr bool kMxfp4 = kFmt == WeightFmt::kMxfp4;
+    constexpr int kScaleSize = kMxfp4 ? 1 : 2;     // bytes per scale
+    constexpr int kGroupBytes = kMxfp4 ? 16 : 32;  // code bytes per group of 32
     const int kblocks = k / 32;
-    const uint8_t* packed_expert = p.w_packed + expert_row0 * (p.k / 2);
-    const uintptr_t scale_expert = reinterpret_cast<uintptr_t>(p.w_scales) + expert_row0 * kblocks;
-    uint8_t* packed_s = stage + T::kABytes;
-    uint32_t* scale_s = reinterpret_cast<uint32_t*>(stage + T::kABytes + T::kPackedBytes);
+    const uint8_t* codes_expert =
+        kMxfp4 ? p.w_packed + expert_row0 * (p.k / 2)
+               : reinterpret_cast<const uint8_t*>(p.w_codes) + expert_row0 * p.k;
+    const uintptr_t scale_expert =
+        reinterpret_cast<uintptr_t>(p.w_scales) + expert_row0 * kblocks * kScaleSize;
+    uint8_t* codes_s = stage + T::kABytes;
+    uint32_t* scale_s = reinterpret_cast<uint32_t*>(stage + T::kABytes + T::CodeBytes(kFmt));
     for (int c = tid; c < T::kBn * T::kBlocks; c += T::kThreads) {
       const int row = c / T::kBlocks, j = c % T::kBlocks, kb = kt * T::kBlocks + j;
       const int wr = WeightRow<T, kGlu>(row, n_tile, p);
       const bool valid = wr >= 0 && kb < kblocks;
-      CpAsync16(packed_s + row * (T::kBk / 2) + j * 16,
-                valid ? packed_expert + (wr * (k / 2) + kb * 16) : p.w_packed, valid);
-      // The aligned word holding the scale byte, cut at the end of the array (no byte past it is
-      // read); DequantStage picks the byte out of the word.
-      const uintptr_t word = (scale_expert + (valid ? wr * kblocks + kb : 0)) & ~uintptr_t{3};
+      const uint8_t* src = valid ? codes_expert + (wr * kblocks + kb) * kGroupBytes : codes_expert;
+#pragma unroll
+      for (int h = 0; h < kGroupBytes / 16; ++h) {
+        CpAsync16(codes_s + (row * T::kBlocks + j) * kGroupBytes + h * 16, src + h * 16, valid);
+      }
+      // The aligned word holding the scale, cut at the end of the array (no byte past it is
+      // read); the dequantisation picks the scale out of the word.
+      const uintptr_t word =
+          (scale_expert + (valid ? (wr * kblocks + kb) * kScaleSize : 0)) & ~uintptr_t{3};
       const uintptr_t left = p.scales_end - word;  // >= 1 when valid
       const int bytes = !valid ? 0 : left < 4 ? static_cast<int>(left) : 4;
       CpAsync4(scale_s + row * T::kBlocks + j, reinterpret_cast<const void*>(word), bytes);
@@ -223,6 +247,47 @@ __device__ __forceinline__ void DequantStage(const unsigned char* stage, uint16_
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
       dst[v] = make_uint4(out[4 * v], out[4 * v + 1], out[4 * v + 2], out[4 * v + 3]);
+    }
+  }
+}
+
+// int8 stage → bf16 B tile [BN][kPitch]: one group (32 codes, one bf16 scale) per task, each
+// weight bf16(f32(code) · scale) — the product is exact in f32, so this is F32ToBf16 of
+// DecodeInt8. Zero-filled groups (past n or k) decode to +0 (codes 0, scale word 0).
+template <class T, bool kGlu>
+__device__ __forceinline__ void DequantStageInt8(const unsigned char* stage, uint16_t* b_s,
+                                                 const GemmParams& p, const WorkItem& item,
+                                                 int n_tile, int kt) {
+  const uint8_t* codes_s = stage + T::kABytes;
+  const uint32_t* scale_s = reinterpret_cast<const uint32_t*>(stage + T::kABytes + T::kCodeBytes);
+  const int kblocks = static_cast<int>(p.k / 32);
+  const uintptr_t scale_expert = reinterpret_cast<uintptr_t>(p.w_scales) +
+                                 static_cast<int64_t>(item.expert) * p.n_w * kblocks * 2;
+  for (int c = threadIdx.x; c < T::kBn * T::kBlocks; c += T::kThreads) {
+    const int row = c / T::kBlocks, j = c % T::kBlocks, kb = kt * T::kBlocks + j;
+    const int wr = WeightRow<T, kGlu>(row, n_tile, p);
+    uint32_t shift = 0;  // the scale is the low or the high half of its aligned word
+    if (wr >= 0 && kb < kblocks) {
+      shift = static_cast<uint32_t>((scale_expert + (wr * kblocks + kb) * 2) & 3u) * 8u;
+    }
+    const float scale = __uint_as_float(((scale_s[row * T::kBlocks + j] >> shift) & 0xffffu) << 16);
+    const uint4* src = reinterpret_cast<const uint4*>(codes_s + (row * T::kBlocks + j) * 32);
+    uint4* dst = reinterpret_cast<uint4*>(b_s + row * T::kPitch + j * 32);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4 q = src[h];
+      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+      uint32_t out[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {  // codes 2i, 2i + 1 of these 16 → one bf16 pair
+        const uint32_t w = words[i >> 1] >> ((i & 1) * 16);
+        const float lo = static_cast<float>(static_cast<int8_t>(w & 0xffu)) * scale;
+        const float hi = static_cast<float>(static_cast<int8_t>((w >> 8) & 0xffu)) * scale;
+        out[i] = static_cast<uint32_t>(FloatToBf16Bits(lo)) |
+                 (static_cast<uint32_t>(FloatToBf16Bits(hi)) << 16);
+      }
+      dst[2 * h] = make_uint4(out[0], out[1], out[2], out[3]);
+      dst[2 * h + 1] = make_uint4(out[4], out[5], out[6], out[7]);
     }
   }
 }
@@ -322,7 +387,7 @@ __device__ __forceinline__ void Epilogue(const float (&acc)[T::kMt][T::kNt][4], 
 
 // Grid: (work-list entries × n_tiles), n tile fastest, so the CTAs of one row tile run together
 // (x tile from L2) and an expert's few row tiles read each weight tile close in time.
-template <class T, bool kMxfp4, bool kGlu, typename OutT>
+template <class T, WeightFmt kFmt, bool kGlu, typename OutT>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     GroupedGemmKernel(const GemmParams p) {
   STRATA_DYNAMIC_SHARED(smem);
@@ -331,10 +396,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   if (item_index >= *p.count) return;  // past the work list (uniform per CTA)
   const WorkItem item = p.items[item_index];
 
-  constexpr int kStageBytes = T::StageBytes(kMxfp4);
+  constexpr int kStageBytes = T::StageBytes(kFmt);
   uint16_t* bdq = reinterpret_cast<uint16_t*>(smem + T::kStages * kStageBytes);
   uint32_t* lut = reinterpret_cast<uint32_t*>(smem + T::kStages * kStageBytes + T::kBBytes);
-  if constexpr (kMxfp4) {
+  if constexpr (kFmt == WeightFmt::kMxfp4) {
     for (int b = threadIdx.x; b < 256; b += T::kThreads) {
       lut[b] = static_cast<uint32_t>(kE2M1Bf16[b & 15]) |
                (static_cast<uint32_t>(kE2M1Bf16[b >> 4]) << 16);
@@ -353,7 +418,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const int k_tiles = static_cast<int>((p.k + T::kBk - 1) / T::kBk);
 #pragma unroll
   for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < k_tiles) LoadStage<T, kMxfp4, kGlu>(smem + s * kStageBytes, p, item, n_tile, s);
+    if (s < k_tiles) LoadStage<T, kFmt, kGlu>(smem + s * kStageBytes, p, item, n_tile, s);
     CpAsyncCommit();  // empty groups keep the wait count uniform
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
@@ -361,13 +426,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     __syncthreads();  // stage kt visible; every warp is done with iteration kt − 1
     const int next = kt + T::kStages - 1;
     if (next < k_tiles) {
-      LoadStage<T, kMxfp4, kGlu>(smem + (next % T::kStages) * kStageBytes, p, item, n_tile, next);
+      LoadStage<T, kFmt, kGlu>(smem + (next % T::kStages) * kStageBytes, p, item, n_tile, next);
     }
     CpAsyncCommit();
     const unsigned char* stage = smem + (kt % T::kStages) * kStageBytes;
     const uint16_t* a_s = reinterpret_cast<const uint16_t*>(stage);
-    if constexpr (kMxfp4) {
+    if constexpr (kFmt == WeightFmt::kMxfp4) {
       DequantStage<T, kGlu>(stage, bdq, lut, p, item, n_tile, kt);
+      __syncthreads();
+      ComputeStage<T>(a_s, bdq, wm0, wn0, acc);
+    } else if constexpr (kFmt == WeightFmt::kInt8) {
+      DequantStageInt8<T, kGlu>(stage, bdq, p, item, n_tile, kt);
       __syncthreads();
       ComputeStage<T>(a_s, bdq, wm0, wn0, acc);
     } else {
@@ -380,10 +449,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-template <class T, bool kMxfp4, bool kGlu, typename OutT>
+template <class T, WeightFmt kFmt, bool kGlu, typename OutT>
 absl::Status LaunchGemm(const GemmParams& p, int64_t capacity, cudaStream_t stream) {
-  constexpr int kSmem = T::SmemBytes(kMxfp4);
-  const auto kernel = GroupedGemmKernel<T, kMxfp4, kGlu, OutT>;
+  constexpr int kSmem = T::SmemBytes(kFmt);
+  const auto kernel = GroupedGemmKernel<T, kFmt, kGlu, OutT>;
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
       "GroupedGemmKernel cudaFuncSetAttribute");
@@ -395,6 +464,19 @@ absl::Status LaunchGemm(const GemmParams& p, int64_t capacity, cudaStream_t stre
   return LaunchStatus("GroupedGemmKernel launch");
 }
 
+template <class T, bool kGlu, typename OutT>
+absl::Status Launch(WeightFmt fmt, const GemmParams& p, int64_t capacity, cudaStream_t stream) {
+  switch (fmt) {
+    case WeightFmt::kBf16:
+      return LaunchGemm<T, WeightFmt::kBf16, kGlu, OutT>(p, capacity, stream);
+    case WeightFmt::kMxfp4:
+      return LaunchGemm<T, WeightFmt::kMxfp4, kGlu, OutT>(p, capacity, stream);
+    case WeightFmt::kInt8:
+      return LaunchGemm<T, WeightFmt::kInt8, kGlu, OutT>(p, capacity, stream);
+  }
+  return absl::InternalError("GroupedGemm: unknown weight format");
+}
+
 absl::Status CheckArgs(const char* name, const uint16_t* x_perm, const int32_t* offsets,
                        int num_experts, int64_t rows, const GroupedWeights& w, int64_t n_out,
                        int64_t k, const void* y, void* workspace, int64_t workspace_bytes) {
@@ -404,19 +486,31 @@ absl::Status CheckArgs(const char* name, const uint16_t* x_perm, const int32_t* 
   if (num_experts < 1) return fail("num_experts must be >= 1");
   if (rows < 0 || rows > INT_MAX) return fail("rows must be in [0, 2^31)");
   if (n_out < 1 || k < 1) return fail("n (or inter) and k must be >= 1");
-  if (x_perm == nullptr || offsets == nullptr || y == nullptr) {
-    return fail("x_perm, expert_offsets and the output must be non-null");
+  if (x_perm == nullptr || y == nullptr) return fail("x_perm and the output must be non-null");
+  if (offsets == nullptr && num_experts != 1) {
+    return fail("expert_offsets may be null only with one expert");
   }
-  const bool bf16 = w.bf16 != nullptr, mxfp4 = w.mxfp4_packed != nullptr;
-  if (bf16 == mxfp4) return fail("exactly one of weights.bf16 / weights.mxfp4_packed is needed");
+  const bool bf16 = w.bf16 != nullptr, mxfp4 = w.mxfp4_packed != nullptr,
+             int8 = w.int8_codes != nullptr;
+  if (int{bf16} + int{mxfp4} + int{int8} != 1) {
+    return fail(
+        "exactly one of weights.bf16 / weights.mxfp4_packed / weights.int8_codes is needed");
+  }
   if (mxfp4 && w.mxfp4_scales == nullptr) return fail("MXFP4 weights need mxfp4_scales");
+  if (int8 && w.int8_scales == nullptr) return fail("int8 weights need int8_scales");
+  if (int8 && reinterpret_cast<uintptr_t>(w.int8_scales) % 2 != 0) {
+    return fail("int8_scales must be 2-byte aligned");
+  }
   if (k >= (int64_t{1} << 24)) return fail("k must be < 2^24");
   if (bf16 && k % 8 != 0) return fail("k must be a multiple of 8 for bf16 weights");
-  if (mxfp4 && k % 32 != 0) return fail("k must be a multiple of 32 for MXFP4 weights");
-  if (!Aligned16(x_perm) || !Aligned16(y) ||
-      !Aligned16(bf16 ? static_cast<const void*>(w.bf16) : w.mxfp4_packed)) {
+  if (!bf16 && k % 32 != 0) return fail("k must be a multiple of 32 for MXFP4 or int8 weights");
+  const void* w_main = bf16    ? static_cast<const void*>(w.bf16)
+                       : mxfp4 ? static_cast<const void*>(w.mxfp4_packed)
+                               : static_cast<const void*>(w.int8_codes);
+  if (!Aligned16(x_perm) || !Aligned16(y) || !Aligned16(w_main)) {
     return fail(
-        "x_perm, the weights (bf16 or MXFP4 packed) and the output must be 16-byte aligned");
+        "x_perm, the weights (bf16, MXFP4 packed or int8 codes) and the output must be 16-byte "
+        "aligned");
   }
   if (workspace == nullptr || !Aligned16(workspace) ||
       workspace_bytes < GroupedGemmWorkspaceBytes(num_experts, rows)) {
@@ -459,8 +553,17 @@ absl::Status Run(const char* name, const uint16_t* x_perm, const int32_t* offset
   p.x = x_perm;
   p.w_bf16 = w.bf16;
   p.w_packed = w.mxfp4_packed;
-  p.w_scales = w.mxfp4_scales;
-  p.scales_end = reinterpret_cast<uintptr_t>(w.mxfp4_scales) + num_experts * n_w * (k / 32);
+  p.w_codes = w.int8_codes;
+  const WeightFmt fmt = w.bf16 != nullptr           ? WeightFmt::kBf16
+                        : w.mxfp4_packed != nullptr ? WeightFmt::kMxfp4
+                                                    : WeightFmt::kInt8;
+  if (fmt == WeightFmt::kInt8) {
+    p.w_scales = w.int8_scales;
+    p.scales_end = reinterpret_cast<uintptr_t>(w.int8_scales) + num_experts * n_w * (k / 32) * 2;
+  } else {
+    p.w_scales = w.mxfp4_scales;
+    p.scales_end = reinterpret_cast<uintptr_t>(w.mxfp4_scales) + num_experts * n_w * (k / 32);
+  }
   p.count = count;
   p.items = items;
   p.y = y;
@@ -474,13 +577,8 @@ absl::Status Run(const char* name, const uint16_t* x_perm, const int32_t* offset
   p.glu_kind = glu.kind;
   p.beta1 = glu.beta1;
   p.beta2 = glu.beta2;
-  const bool mxfp4 = w.mxfp4_packed != nullptr;
-  if (large) {
-    return mxfp4 ? LaunchGemm<LargeTile, true, kGlu, OutT>(p, capacity, stream)
-                 : LaunchGemm<LargeTile, false, kGlu, OutT>(p, capacity, stream);
-  }
-  return mxfp4 ? LaunchGemm<SmallTile, true, kGlu, OutT>(p, capacity, stream)
-               : LaunchGemm<SmallTile, false, kGlu, OutT>(p, capacity, stream);
+  return large ? Launch<LargeTile, kGlu, OutT>(fmt, p, capacity, stream)
+               : Launch<SmallTile, kGlu, OutT>(fmt, p, capacity, stream);
 }
 
 static_assert(LargeTile::kBn == SmallTile::kBn, "Run() sizes the column tiles from one BN");

@@ -11,18 +11,24 @@
 //   x_perm   [rows, k] bf16 bits (the permuted activations, MoeGatherRows)
 //   offsets  [E+1] int32 on the device, ascending, offsets[0] = 0, offsets[E] ≤ rows. Entries
 //            are clamped to [0, rows] (a bad table never reads or writes out of bounds); rows
-//            that no expert covers are left unwritten.
+//            that no expert covers are left unwritten. Null with E = 1: the one "expert" takes
+//            every row (a dense product through the same kernel, int8_gemm.h).
 //   weights  GroupedWeights: bf16 [E, n_w, k], or MXFP4 packed exactly as mxfp4.h / core/dtype.h
 //            document (packed [E, n_w, k/2]: E2M1 codes, low nibble = even element; scales
 //            [E, n_w, k/32] E8M0), dequantised to bf16 in the load path (bit-identical to
-//            DecodeMxfp4 + F32ToBf16, incl. the 2^-127 scale and NaN scale 0xff → 0x7fc0).
-//            Scales need no alignment (each is fetched through the aligned 32-bit word holding
-//            it, cut at the array's end: no byte outside the array is read).
+//            DecodeMxfp4 + F32ToBf16, incl. the 2^-127 scale and NaN scale 0xff → 0x7fc0), or
+//            int8 groups of 32 as core/int8_quantize.h documents (codes [E, n_w, k] int8, scales
+//            [E, n_w, k/32] bf16 bits), each weight dequantised to bf16(f32(code · scale)) in the
+//            load path (F32ToBf16 of DecodeInt8: the product is exact in f32, rounded once to
+//            bf16; finite scales, as the quantiser writes them).
+//            Scales need no alignment beyond their type's (each is fetched through the aligned
+//            32-bit word holding it, cut at the array's end: no byte outside the array is read).
 //   n_w      weight rows per expert: n (plain) or 2·I (GLU, gate rows first, then up rows)
 // Math: bf16 operands, f32 accumulation (mma.sync m16n8k16), order of the k sum unspecified.
 //
 // Requirements (InvalidArgument naming the limit otherwise): k % 8 == 0 (bf16) or k % 32 == 0
-// (MXFP4); x_perm, bf16 weights and MXFP4 packed weights 16-byte aligned; y 16-byte aligned;
+// (MXFP4, int8); x_perm, bf16 weights, MXFP4 packed weights and int8 codes 16-byte aligned, int8
+// scales 2-byte aligned; y 16-byte aligned;
 // rows < 2^31; k < 2^24; one expert's matrix n_w·k < 2^31 elements; E ≥ 1. n, I, k need not be
 // tile multiples.
 //
@@ -41,15 +47,21 @@
 
 namespace strata::kernels::cuda {
 
-// Expert weights in one of the two formats (exactly one of bf16 / mxfp4_packed is non-null).
+// Expert weights in one of three formats (exactly one of bf16 / mxfp4_packed / int8_codes is
+// non-null).
 struct GroupedWeights {
   const uint16_t* bf16 = nullptr;         // [E, n_w, k] bf16 bits
   const uint8_t* mxfp4_packed = nullptr;  // [E, n_w, k/2]
-  const uint8_t* mxfp4_scales = nullptr;  // [E, n_w, k/32]
+  const uint8_t* mxfp4_scales = nullptr;  // [E, n_w, k/32] E8M0
+  const int8_t* int8_codes = nullptr;     // [E, n_w, k]
+  const uint16_t* int8_scales = nullptr;  // [E, n_w, k/32] bf16 bits
 
-  static GroupedWeights Bf16(const uint16_t* w) { return {w, nullptr, nullptr}; }
+  static GroupedWeights Bf16(const uint16_t* w) { return {w, nullptr, nullptr, nullptr, nullptr}; }
   static GroupedWeights Mxfp4(const uint8_t* packed, const uint8_t* scales) {
-    return {nullptr, packed, scales};
+    return {nullptr, packed, scales, nullptr, nullptr};
+  }
+  static GroupedWeights Int8(const int8_t* codes, const uint16_t* scales) {
+    return {nullptr, nullptr, nullptr, codes, scales};
   }
 };
 

@@ -1,7 +1,8 @@
 // GroupedGemm / GroupedGemmGlu (Strata's tensor-core grouped GEMM, offsets on the device) vs
-// kernels/reference (MatmulBf16Reference, MatmulMxfp4Reference, GluReference, DecodeMxfp4) and
-// vs the cuBLAS MoeGroupedGemm path, over odd shapes, empty experts, both tiles, both weight
-// formats, both activations; a CUDA-graph replay with new offsets; host argument checks.
+// kernels/reference (MatmulBf16Reference, MatmulMxfp4Reference, GluReference, DecodeMxfp4,
+// DecodeInt8) and vs the cuBLAS MoeGroupedGemm path, over odd shapes, empty experts, both tiles,
+// the three weight formats, both activations; one expert without an offsets table; a CUDA-graph
+// replay with new offsets; host argument checks.
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
+#include "core/int8_quantize.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/moe.h"
@@ -29,19 +31,35 @@ using testing::TestSeed;
 using testing::ToBf16InPlace;
 using testing::Uniform;
 
+enum class Fmt { kBf16, kMxfp4, kInt8 };
+constexpr Fmt kFormats[] = {Fmt::kBf16, Fmt::kMxfp4, Fmt::kInt8};
+
 // Routed rows of `experts` experts (group sizes given) and their weights [E, n_w, k].
 struct Problem {
   int experts = 0;
   std::vector<int32_t> offsets;  // [E+1]
   int64_t rows = 0, n_w = 0, k = 0;
-  bool mxfp4 = false;
+  Fmt fmt = Fmt::kBf16;
   std::vector<float> x;  // bf16-exact values
+  // w_bits: the bf16 weights, or for int8 what the kernel multiplies by: F32ToBf16(DecodeInt8).
   std::vector<uint16_t> x_bits, w_bits;
-  std::vector<uint8_t> packed, scales;
+  std::vector<uint8_t> packed, scales;  // MXFP4
+  std::vector<int8_t> codes;            // int8
+  std::vector<uint16_t> int8_scales;
+
+  bool quantized() const { return fmt != Fmt::kBf16; }
 };
 
+// Decodes the int8 codes into w_bits.
+void DecodeInt8Weights(Problem& p) {
+  std::vector<float> w(p.codes.size());
+  DecodeInt8(p.codes.data(), p.int8_scales.data(), w.size(), w.data());
+  p.w_bits.resize(w.size());
+  for (size_t i = 0; i < w.size(); ++i) p.w_bits[i] = F32ToBf16(w[i]);
+}
+
 Problem MakeProblem(std::mt19937& rng, const std::vector<int>& groups, int64_t n_w, int64_t k,
-                    bool mxfp4) {
+                    Fmt fmt) {
   Problem p;
   p.experts = static_cast<int>(groups.size());
   p.offsets.assign(groups.size() + 1, 0);
@@ -49,11 +67,20 @@ Problem MakeProblem(std::mt19937& rng, const std::vector<int>& groups, int64_t n
   p.rows = p.offsets.back();
   p.n_w = n_w;
   p.k = k;
-  p.mxfp4 = mxfp4;
+  p.fmt = fmt;
   p.x = Uniform(rng, static_cast<size_t>(p.rows * k), -1, 1);
   p.x_bits = ToBf16InPlace(p.x);
   const size_t elems = static_cast<size_t>(p.experts * n_w * k);
-  if (mxfp4) {
+  if (fmt == Fmt::kInt8) {
+    // Codes over the whole range, scales of ~0.2 / 127 with several exponents, some groups 0.
+    std::uniform_int_distribution<int> code(-127, 127), zero(0, 15);
+    std::uniform_real_distribution<float> scale(0.0004f, 0.004f);
+    p.codes.resize(elems);
+    p.int8_scales.resize(elems / 32);
+    for (int8_t& c : p.codes) c = static_cast<int8_t>(code(rng));
+    for (uint16_t& s : p.int8_scales) s = zero(rng) == 0 ? 0 : F32ToBf16(scale(rng));
+    DecodeInt8Weights(p);
+  } else if (fmt == Fmt::kMxfp4) {
     std::uniform_int_distribution<int> byte(0, 255), scale(119, 123);
     p.packed.resize(elems / 2);
     p.scales.resize(elems / 32);
@@ -74,7 +101,7 @@ std::vector<float> ReferenceGemm(const Problem& p) {
     if (m == 0) continue;
     const float* x = p.x.data() + r0 * p.k;
     float* out = y.data() + r0 * p.n_w;
-    if (p.mxfp4) {
+    if (p.fmt == Fmt::kMxfp4) {
       MatmulMxfp4Reference(x, m, p.k, p.packed.data() + e * p.n_w * p.k / 2,
                            p.scales.data() + e * p.n_w * p.k / 32, p.n_w, out);
     } else {
@@ -103,15 +130,26 @@ struct DeviceProblem {
         w(p.w_bits),
         packed(p.packed),
         scales(p.scales),
+        codes(p.codes),
+        int8_scales(p.int8_scales),
         offsets(p.offsets),
         workspace(static_cast<size_t>(GroupedGemmWorkspaceBytes(p.experts, p.rows))) {}
   GroupedWeights weights(const Problem& p) const {
-    return p.mxfp4 ? GroupedWeights::Mxfp4(packed.get(), scales.get())
-                   : GroupedWeights::Bf16(w.get());
+    switch (p.fmt) {
+      case Fmt::kMxfp4:
+        return GroupedWeights::Mxfp4(packed.get(), scales.get());
+      case Fmt::kInt8:
+        return GroupedWeights::Int8(codes.get(), int8_scales.get());
+      case Fmt::kBf16:
+        break;
+    }
+    return GroupedWeights::Bf16(w.get());
   }
   int64_t ws_bytes() const { return static_cast<int64_t>(workspace.size()); }
   DeviceArray<uint16_t> x, w;
   DeviceArray<uint8_t> packed, scales;
+  DeviceArray<int8_t> codes;
+  DeviceArray<uint16_t> int8_scales;
   DeviceArray<int32_t> offsets;
   DeviceArray<unsigned char> workspace;
 };
@@ -122,9 +160,13 @@ const char* TileName(GroupedGemmTile tile) {
                                            : "auto";
 }
 
+const char* FmtName(Fmt f) {
+  return f == Fmt::kMxfp4 ? "mxfp4" : f == Fmt::kInt8 ? "int8" : "bf16";
+}
+
 std::string CaseName(const Problem& p, GroupedGemmTile tile) {
-  return absl::StrCat(p.mxfp4 ? "mxfp4" : "bf16", "_", TileName(tile), "_E", p.experts, "_rows",
-                      p.rows, "_nw", p.n_w, "_k", p.k);
+  return absl::StrCat(FmtName(p.fmt), "_", TileName(tile), "_E", p.experts, "_rows", p.rows, "_nw",
+                      p.n_w, "_k", p.k);
 }
 
 void CheckPlain(const Problem& p, GroupedGemmTile tile) {
@@ -180,9 +222,9 @@ TEST(CudaGroupedGemmTest, PlainMatchesReferenceOnOddShapes) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 21);
   for (const Shape& s : OddShapes(rng)) {
-    for (bool mxfp4 : {false, true}) {
-      if (mxfp4 && s.k % 32 != 0) continue;
-      const Problem p = MakeProblem(rng, s.groups, s.n, s.k, mxfp4);
+    for (Fmt fmt : kFormats) {
+      if (fmt != Fmt::kBf16 && s.k % 32 != 0) continue;
+      const Problem p = MakeProblem(rng, s.groups, s.n, s.k, fmt);
       for (GroupedGemmTile tile :
            {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall, GroupedGemmTile::kAuto}) {
         CheckPlain(p, tile);
@@ -198,9 +240,9 @@ TEST(CudaGroupedGemmTest, FusedGluMatchesReferenceOnOddShapes) {
   const GluParams situ{GluKind::kSitu, 4.0f, 25.0f};
   const GluParams situ_uncapped{GluKind::kSitu, 3.0f, 0.0f};
   for (const Shape& s : OddShapes(rng)) {
-    for (bool mxfp4 : {false, true}) {
-      if (mxfp4 && s.k % 32 != 0) continue;
-      const Problem p = MakeProblem(rng, s.groups, 2 * s.inter, s.k, mxfp4);
+    for (Fmt fmt : kFormats) {
+      if (fmt != Fmt::kBf16 && s.k % 32 != 0) continue;
+      const Problem p = MakeProblem(rng, s.groups, 2 * s.inter, s.k, fmt);
       for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
         for (const GluParams& glu : {swiglu, situ, situ_uncapped}) CheckGlu(p, glu, tile);
       }
@@ -219,9 +261,10 @@ TEST(CudaGroupedGemmTest, MatchesCublasGroupedGemm) {
   std::vector<int> groups(8);
   for (int& g : groups) g = size(rng);
   groups[2] = 0;
-  for (bool mxfp4 : {false, true}) {
-    const Problem p = MakeProblem(rng, groups, 384, 512, mxfp4);
-    DeviceProblem d(p);
+  for (Fmt fmt : kFormats) {
+    const bool mxfp4 = fmt == Fmt::kMxfp4;
+    const Problem p = MakeProblem(rng, groups, 384, 512, fmt);
+    DeviceProblem d(p);  // int8: cuBLAS runs on w_bits, the decoded bf16 weights
     const std::vector<float> expected = ReferenceGemm(p);
     DeviceArray<uint16_t> w_bf16(mxfp4 ? static_cast<size_t>(p.experts * p.n_w * p.k) : 0);
     if (mxfp4) {
@@ -248,6 +291,21 @@ TEST(CudaGroupedGemmTest, MatchesCublasGroupedGemm) {
   }
 }
 
+// x = the k × k identity makes y[r, j] = W[j, r] exactly (one product by 1.0, the rest +0): runs
+// one expert of p (rows = k) with `tile` and returns y [k, n_w].
+std::vector<float> IdentityProduct(Problem p, GroupedGemmTile tile) {
+  std::fill(p.x.begin(), p.x.end(), 0.0f);
+  for (int64_t r = 0; r < p.k; ++r) p.x[r * p.k + r] = 1.0f;
+  p.x_bits = ToBf16InPlace(p.x);
+  DeviceProblem d(p);
+  DeviceArray<float> y(static_cast<size_t>(p.k * p.n_w));
+  y.Poison();
+  const absl::Status st = GroupedGemm(d.x.get(), d.offsets.get(), 1, p.k, d.weights(p), p.n_w, p.k,
+                                      y.get(), tile, d.workspace.get(), d.ws_bytes(), nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  return y.Download();
+}
+
 // x = identity (rows = k) makes y[r, j] = W[j, r] exactly (one product by 1.0, the rest +0), so
 // the in-kernel MXFP4 decode is checked bit for bit against DecodeMxfp4 + F32ToBf16 over scale
 // bytes 0..252 (253+ would overflow to ±inf and turn 0·inf into NaN elsewhere in the row; the
@@ -258,22 +316,14 @@ TEST(CudaGroupedGemmTest, Mxfp4DecodeIsBitExact) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 24);
   const int64_t n = 72, k = 256;
-  Problem p = MakeProblem(rng, {static_cast<int>(k)}, n, k, true);
+  Problem p = MakeProblem(rng, {static_cast<int>(k)}, n, k, Fmt::kMxfp4);
   for (size_t b = 0; b < p.scales.size(); ++b) p.scales[b] = static_cast<uint8_t>(b % 253);
-  std::fill(p.x.begin(), p.x.end(), 0.0f);
-  for (int64_t r = 0; r < k; ++r) p.x[r * k + r] = 1.0f;
-  p.x_bits = ToBf16InPlace(p.x);
   std::vector<float> w(static_cast<size_t>(n * k));
   for (int64_t j = 0; j < n; ++j) {
     DecodeMxfp4(p.packed.data() + j * k / 2, p.scales.data() + j * k / 32, k, w.data() + j * k);
   }
-  DeviceProblem d(p);
-  DeviceArray<float> y(static_cast<size_t>(k * n));
   for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
-    y.Poison();
-    STRATA_ASSERT_OK(GroupedGemm(d.x.get(), d.offsets.get(), 1, k, d.weights(p), n, k, y.get(),
-                                 tile, d.workspace.get(), d.ws_bytes(), nullptr));
-    const std::vector<float> got = y.Download();
+    const std::vector<float> got = IdentityProduct(p, tile);
     int64_t normal = 0, normal_bad = 0, tiny = 0, tiny_bad = 0;
     for (int64_t r = 0; r < k; ++r) {
       for (int64_t j = 0; j < n; ++j) {
@@ -294,13 +344,58 @@ TEST(CudaGroupedGemmTest, Mxfp4DecodeIsBitExact) {
   }
 }
 
+// The int8 decode through an identity x, bit for bit against F32ToBf16(DecodeInt8): every code
+// −127..127 and scales with exponents from 2^-100 to 2^100 (normal products; both halves of a
+// scale word, so odd and even scale indices).
+TEST(CudaGroupedGemmTest, Int8DecodeIsBitExact) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 26);
+  const int64_t n = 72, k = 256;
+  Problem p = MakeProblem(rng, {static_cast<int>(k)}, n, k, Fmt::kInt8);
+  std::uniform_int_distribution<int> exponent(-100, 100), mantissa(0, 127);
+  for (size_t g = 0; g < p.int8_scales.size(); ++g) {
+    const uint32_t biased = static_cast<uint32_t>(exponent(rng) + 127);
+    p.int8_scales[g] = static_cast<uint16_t>((biased << 7) | static_cast<uint32_t>(mantissa(rng)));
+  }
+  for (size_t i = 0; i < p.codes.size(); ++i) p.codes[i] = static_cast<int8_t>(int(i % 255) - 127);
+  DecodeInt8Weights(p);
+  for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
+    const std::vector<float> got = IdentityProduct(p, tile);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < k; ++r) {
+      for (int64_t j = 0; j < n; ++j) bad += !(got[r * n + j] == Bf16ToF32(p.w_bits[j * k + r]));
+    }
+    EXPECT_TRUE(testing::ReportRelErr("GroupedGemm_int8_decode", TileName(tile),
+                                      static_cast<double>(bad) / static_cast<double>(k * n), 0.0));
+  }
+}
+
+// One expert and no offsets table: every row is the expert's (the dense use, int8_gemm.h).
+TEST(CudaGroupedGemmTest, OneExpertWithoutOffsetsTakesEveryRow) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 27);
+  for (Fmt fmt : kFormats) {
+    const Problem p = MakeProblem(rng, {37}, 136, 96, fmt);
+    const std::vector<float> expected = ReferenceGemm(p);
+    DeviceProblem d(p);
+    DeviceArray<float> y(expected.size());
+    for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
+      y.Poison();
+      STRATA_ASSERT_OK(GroupedGemm(d.x.get(), nullptr, 1, p.rows, d.weights(p), p.n_w, p.k, y.get(),
+                                   tile, d.workspace.get(), d.ws_bytes(), nullptr));
+      STRATA_EXPECT_RELERR("GroupedGemm_f32", absl::StrCat("no_offsets_", CaseName(p, tile)),
+                           y.Download(), expected, 5e-5);
+    }
+  }
+}
+
 // The offsets are read on the device: a captured graph replayed after the offsets change
 // computes the new split.
 TEST(CudaGroupedGemmTest, GraphReplayFollowsDeviceOffsets) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 25);
   const GluParams glu{GluKind::kSitu, 4.0f, 25.0f};
-  Problem p = MakeProblem(rng, {40, 0, 90, 3, 11}, 2 * 70, 96, false);
+  Problem p = MakeProblem(rng, {40, 0, 90, 3, 11}, 2 * 70, 96, Fmt::kBf16);
   DeviceProblem d(p);
   DeviceArray<float> y(static_cast<size_t>(p.rows * p.n_w));
   DeviceArray<uint16_t> h(static_cast<size_t>(p.rows * p.n_w / 2));
@@ -369,6 +464,17 @@ TEST(CudaGroupedGemmTest, RejectsArgumentsOutsideTheLimits) {
   expect(run(x, GroupedWeights{}, 64, y, ws_bytes), "exactly one");
   expect(run(x, GroupedWeights{w, packed, scales}, 64, y, ws_bytes), "exactly one");
   expect(run(x, GroupedWeights::Mxfp4(packed, nullptr), 64, y, ws_bytes), "mxfp4_scales");
+  const auto* codes = reinterpret_cast<const int8_t*>(uintptr_t{0x40000});
+  const auto* int8_scales = reinterpret_cast<const uint16_t*>(uintptr_t{0x50002});
+  expect(run(x, GroupedWeights::Int8(codes, nullptr), 64, y, ws_bytes), "int8_scales");
+  expect(run(x, GroupedWeights::Int8(codes, int8_scales + 0), 48, y, ws_bytes), "multiple of 32");
+  expect(run(x, GroupedWeights::Int8(codes + 8, int8_scales), 64, y, ws_bytes), "16-byte aligned");
+  expect(run(x, GroupedWeights::Int8(codes, reinterpret_cast<const uint16_t*>(uintptr_t{0x50001})),
+             64, y, ws_bytes),
+         "2-byte aligned");
+  expect(GroupedGemm(x, nullptr, 4, 100, GroupedWeights::Bf16(w), 64, 64, y, GroupedGemmTile::kAuto,
+                     ws, ws_bytes, nullptr),
+         "null only with one expert");
   expect(GroupedGemm(x, offsets, 0, 100, GroupedWeights::Bf16(w), 64, 64, y, GroupedGemmTile::kAuto,
                      ws, ws_bytes, nullptr),
          "num_experts");
