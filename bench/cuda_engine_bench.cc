@@ -1,6 +1,7 @@
 // cuda_engine_bench: `strata bench --device cuda` as a small standalone binary (the GPU check
 // carries it to a machine that cannot run the full strata binary's libraries). Same flags'
-// meaning: --model DIR [--prompt-tokens N] [--gen-tokens N] [--batch N] [--json].
+// meaning: --model DIR [--prompt-tokens N] [--gen-tokens N] [--batch N]
+// [--quantization mxfp4|int8|mxfp4,int8] [--json].
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,8 @@ int main(int argc, char** argv) {
   using namespace strata;
   std::string dir;
   bench::EngineBenchOptions options;
+  engine::ModelLoadOptions load;
+  load.copy_weights = false;  // uploaded to the device from the mapping
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     auto value = [&](const char* flag) -> const char* {
@@ -29,12 +32,19 @@ int main(int argc, char** argv) {
       options.gen_tokens = std::atoll(v);
     } else if (const char* v = value("--batch")) {
       options.batch = std::atoi(v);
+    } else if (const char* v = value("--quantization")) {
+      auto q = engine::ParseWeightQuantization(v);
+      if (!q.ok()) {
+        std::fprintf(stderr, "%s\n", q.status().ToString().c_str());
+        return 2;
+      }
+      load.quantization = *q;
     } else if (std::strcmp(argv[i], "--json") == 0) {
       json = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s --model DIR [--prompt-tokens N] [--gen-tokens N] [--batch N] "
-                   "[--json]\n",
+                   "[--quantization mxfp4|int8|mxfp4,int8] [--json]\n",
                    argv[0]);
       return 2;
     }
@@ -43,8 +53,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: --model is required; prompt ≥ 1, gen ≥ 2, batch ≥ 1\n", argv[0]);
     return 2;
   }
-  engine::ModelLoadOptions load;
-  load.copy_weights = false;  // uploaded to the device from the mapping
   auto model = engine::Model::Load(dir, load);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());

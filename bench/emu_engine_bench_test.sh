@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ctest emu.cuda_engine_bench: `strata bench --device cuda`'s path (cuda_engine_bench) on the CUDA
 # emulator, on small K3- and Kimi-Linear-shaped checkpoints with the real MLA/KDA head shapes:
-# it must finish and report positive prefill and decode rates for batch 1 and 3 (decode steps
-# replay CUDA graphs). The rates measure the emulator; only the GPU check measures speed.
+# it must finish and report positive prefill and decode rates for batch 1 and 3, and for batch 1
+# with MXFP4 experts and int8 projections (decode steps replay CUDA graphs). The rates measure the emulator; only the GPU check measures speed.
 # Usage: emu_engine_bench_test.sh CUDA_ENGINE_BENCH STRATA_MAKE_CHECKPOINT
 set -euo pipefail
 bench=$1
@@ -14,13 +14,18 @@ shapes=(--set kda_head_dim=128 --set kv_lora=512 --set qk_rope=64 --set qk_nope=
         --set expert_intermediate=64)
 for family in k3 kimi-linear; do
   "$make_checkpoint" --preset tiny --family "$family" "${shapes[@]}" --out "$dir/$family" >/dev/null
-  for batch in 1 3; do
-    out=$("$bench" --model "$dir/$family" --prompt-tokens 24 --gen-tokens 4 --batch $batch --json)
-    echo "$family batch $batch: $out"
-    python3 - "$out" "$batch" <<'PY'
+  for run in 1 3 "1 --quantization mxfp4,int8"; do
+    read -r batch quant <<< "$run"
+    # shellcheck disable=SC2086  # $quant: the flag and its value, or nothing
+    out=$("$bench" --model "$dir/$family" --prompt-tokens 24 --gen-tokens 4 --batch $batch $quant --json)
+    echo "$family batch $batch $quant: $out"
+    python3 - "$out" "$batch" "$quant" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 assert r["batch"] == int(sys.argv[2]), r
+if sys.argv[3]:
+    assert r["weights"]["routed_experts"] == "mxfp4", r["weights"]
+    assert r["weights"]["projections"] == "int8", r["weights"]
 for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "decode_floor_tokens_per_s"):
     assert r[key] > 0, (key, r[key])
 PY

@@ -127,15 +127,19 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
   CKPT=${TMPDIR:-/tmp}/strata-bench-kl
   if timeout 120 "$MAKE_CKPT" --preset bench --family kimi-linear --demo-tokenizer --out "$CKPT" \
       > "$LOGS/make-checkpoint.log" 2>&1; then
-    for batch in 1 64; do
+    # batch:weights — bf16 at 1 and 64, then MXFP4 experts + int8 projections at 1.
+    for run in 1:bf16 64:bf16 1:mxfp4,int8; do
+      batch=${run%%:*} weights=${run#*:}
+      quant=(); [[ $weights != bf16 ]] && quant=(--quantization "$weights")
+      log="$LOGS/engine-bench-b$batch-${weights/,/-}.log"
       timeout 90 "$ENGINE_BENCH" --model "$CKPT" --prompt-tokens 512 --gen-tokens 64 \
-        --batch $batch > "$LOGS/engine-bench-b$batch.log" 2>&1
+        --batch $batch "${quant[@]}" > "$log" 2>&1
       rc=$?
-      cat "$LOGS/engine-bench-b$batch.log" | tail -4
-      row=$(awk -v b=$batch '/^prefill/ {p=$2; pf=$4} /^decode/ {d=$2; df=$3; dp=$4}
-        END {if (d != "") printf("| %s | %s | %s | %s | %s | %s |", b, p, pf, d, df, dp)}' \
-        "$LOGS/engine-bench-b$batch.log")
-      [[ $rc -ne 0 || -z "$row" ]] && { row="| $batch | FAILED rc=$rc | | | | |"; failed_any=1; }
+      tail -4 "$log"
+      row=$(awk -v b=$batch -v wt="$weights" '/^prefill/ {p=$2; pf=$4} /^decode/ {d=$2; df=$3; dp=$4}
+        END {if (d != "") printf("| %s | %s | %s | %s | %s | %s | %s |", b, wt, p, pf, d, df, dp)}' \
+        "$log")
+      [[ $rc -ne 0 || -z "$row" ]] && { row="| $batch | $weights | FAILED rc=$rc | | | | |"; failed_any=1; }
       e2e_rows+=("$row")
     done
     if [[ -x "$STRATA_BIN" ]]; then
@@ -199,8 +203,8 @@ if [[ ${#e2e_rows[@]} -gt 0 ]]; then
   echo "End-to-end (Kimi-Linear bench preset, prompt 512, gen 64; target: decode within 1.5x of"
   echo "the weight+cache floor, i.e. >= 67% floor):"
   echo
-  echo "| batch | prefill tok/s | prefill % floor | decode tok/s | decode floor tok/s | decode % floor |"
-  echo "|---:|---:|---:|---:|---:|---:|"
+  echo "| batch | weights | prefill tok/s | prefill % floor | decode tok/s | decode floor tok/s | decode % floor |"
+  echo "|---:|---|---:|---:|---:|---:|---:|"
   printf '%s\n' "${e2e_rows[@]}"
 fi
 [[ -n "$serve_line" ]] && echo && echo "$serve_line"

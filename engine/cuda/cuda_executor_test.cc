@@ -92,8 +92,10 @@ struct Family {
   // The latent cache of both executors: bf16 on the GPU against the CPU's exact f32, or fp8 on
   // both (each quantizing the rows it computed).
   LatentDType latent = LatentDType::kBF16;
-  // bf16 routed experts quantised to MXFP4 at load (--quantization mxfp4) for both executors.
-  bool quantize_at_load = false;
+  // Weights quantised at load (--quantization) for both executors: MXFP4 routed experts, int8
+  // projections and experts (the CPU multiplies by code · scale exactly; the GPU's GEMV path for
+  // ≤ 8 rows does too, its tensor-core path by bf16(code · scale)).
+  WeightQuantization quantization = WeightQuantization::kNone;
   LatentDType CpuLatent() const { return latent == LatentDType::kFP8 ? latent : LatentDType::kF32; }
   double RowTolerance() const { return topk == 8 ? kRowTolerance : kFlippedRowTolerance; }
 };
@@ -120,10 +122,23 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
     auto generated = tools::GenerateCheckpoint(options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     ModelLoadOptions load;
-    if (GetParam().quantize_at_load) load.quantization = WeightQuantization::kMxfp4;
+    load.quantization = GetParam().quantization;
     auto model = Model::Load(dir_, load);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = std::move(*model);
+    if (QuantizesToInt8(GetParam().quantization)) {  // the int8 kernels have something to run
+      const ModelWeights& w = model_->weights();
+      ASSERT_EQ(w.lm_head.format, WeightFormat::kInt8);
+      for (const LayerWeights& layer : w.layers) {
+        ASSERT_EQ(layer.kda ? layer.kda->o_proj.format : layer.mla->o_proj.format,
+                  WeightFormat::kInt8);
+        if (layer.moe == nullptr) continue;
+        const WeightFormat experts = QuantizesExpertsToMxfp4(GetParam().quantization)
+                                         ? WeightFormat::kMxfp4
+                                         : WeightFormat::kInt8;
+        ASSERT_EQ(layer.moe->experts[0].w2.format, experts);
+      }
+    }
     cpu_ = std::make_unique<CpuExecutor>(
         *model_, LayoutFor(CacheSpecFor(model_->config(), GetParam().CpuLatent())));
     CudaExecutorOptions exec_options;
@@ -591,8 +606,17 @@ INSTANTIATE_TEST_SUITE_P(
         Family{"k3", "k3", false}, Family{"kimi_linear", "kimi-linear", false},
         Family{"k3_mha_windows", "k3", false, true, true, true, true},
         Family{"k3_mxfp4", "k3", true},
-        Family{
-            .name = "kimi_linear_mxfp4_at_load", .family = "kimi-linear", .quantize_at_load = true},
+        Family{.name = "kimi_linear_mxfp4_at_load",
+               .family = "kimi-linear",
+               .quantization = WeightQuantization::kMxfp4},
+        Family{.name = "k3_int8", .family = "k3", .quantization = WeightQuantization::kInt8},
+        Family{.name = "kimi_linear_mxfp4_int8",
+               .family = "kimi-linear",
+               .quantization = WeightQuantization::kMxfp4Int8},
+        Family{.name = "kimi_linear_int8_cublas",
+               .family = "kimi-linear",
+               .own_grouped_gemm = false,
+               .quantization = WeightQuantization::kInt8},
         Family{"k3_cublas_absorbed_serial", "k3", false, false, false, false},
         Family{"k3_top2", "k3", false, true, true, true, false, 2},
         Family{"kimi_linear_top2", "kimi-linear", false, true, true, true, false, 2},

@@ -12,6 +12,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/int8_gemm.h"
 #include "kernels/cuda/kda_decode.h"
 #include "kernels/cuda/kda_prefill_chunked.h"
 #include "kernels/cuda/mla_decode.h"
@@ -29,11 +30,39 @@ namespace {
 constexpr float kL2NormEps = 1e-6f;      // FLA l2norm (MODEL.md §3.3), as engine/kda_mixer.cc
 constexpr float kLatentNormEps = 1e-6f;  // q_a / kv_a layernorms, as engine/mla_mixer.cc
 
-// y = x · Wᵀ, f32 or bf16 out.
+// y = x · Wᵀ, f32 or bf16 out: cuBLAS for bf16 weights, int8_gemm.h for int8 ones.
 template <typename OutT>
 absl::Status Gemm(const DeviceContext& c, const DeviceMatrix& w, const uint16_t* x, int64_t m,
                   OutT* y) {
-  return kc::GemmBf16(c.cublas, x, m, w.in, w.in, w.w, w.out, y, w.out, c.stream);
+  if (!w.int8()) return kc::GemmBf16(c.cublas, x, m, w.in, w.in, w.w, w.out, y, w.out, c.stream);
+  const int64_t bytes = kc::GemmInt8WorkspaceBytes(m);
+  void* ws = nullptr;
+  if (bytes > 0) {
+    ASSIGN_OR_RETURN(ws, c.scratch->TakeBytes(bytes));
+  }
+  return kc::GemmInt8(x, m, w.in, w.codes, w.scales, w.out, y, ws, bytes, c.stream);
+}
+
+// The routed experts' weights as the grouped GEMM takes them.
+kc::GroupedWeights GateUpWeights(const DeviceExperts& w) {
+  if (w.mxfp4) return kc::GroupedWeights::Mxfp4(w.gate_up_packed, w.gate_up_scales);
+  if (w.int8) return kc::GroupedWeights::Int8(w.gate_up_codes, w.gate_up_int8_scales);
+  return kc::GroupedWeights::Bf16(w.gate_up);
+}
+kc::GroupedWeights DownWeights(const DeviceExperts& w) {
+  if (w.mxfp4) return kc::GroupedWeights::Mxfp4(w.down_packed, w.down_scales);
+  if (w.int8) return kc::GroupedWeights::Int8(w.down_codes, w.down_int8_scales);
+  return kc::GroupedWeights::Bf16(w.down);
+}
+
+// Quantised expert weights [rows, cols] (GateUpWeights / DownWeights) as bf16 into dst, as the
+// grouped GEMM's load path decodes them.
+absl::Status DequantExperts(const kc::GroupedWeights& w, int64_t rows, int64_t cols, uint16_t* dst,
+                            cudaStream_t stream) {
+  if (w.mxfp4_packed != nullptr) {
+    return kc::DequantMxfp4ToBf16(w.mxfp4_packed, w.mxfp4_scales, rows, cols, dst, stream);
+  }
+  return kc::DequantInt8ToBf16(w.int8_codes, w.int8_scales, rows, cols, dst, stream);
 }
 
 template <typename T>
@@ -441,18 +470,14 @@ absl::Status CudaModel::RoutedExperts(const DeviceExperts& w, const DeviceContex
 }
 
 // Strata's grouped GEMM: offsets read on the device (no host synchronisation: graph-capturable),
-// gate|up with the GLU in its epilogue, MXFP4 weights dequantised in the load path.
+// gate|up with the GLU in its epilogue, MXFP4 and int8 weights dequantised in the load path.
 absl::Status CudaModel::OwnGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
                                         const uint16_t* x_perm, int64_t rows,
                                         const int32_t* offsets, uint16_t* h, float* y) {
   const int num_experts = static_cast<int>(w.num_experts);
   const int64_t bytes = kc::GroupedGemmWorkspaceBytes(num_experts, rows);
   ASSIGN_OR_RETURN(void* ws, ctx.scratch->TakeBytes(bytes));
-  const kc::GroupedWeights gate_up =
-      w.mxfp4 ? kc::GroupedWeights::Mxfp4(w.gate_up_packed, w.gate_up_scales)
-              : kc::GroupedWeights::Bf16(w.gate_up);
-  const kc::GroupedWeights down = w.mxfp4 ? kc::GroupedWeights::Mxfp4(w.down_packed, w.down_scales)
-                                          : kc::GroupedWeights::Bf16(w.down);
+  const kc::GroupedWeights gate_up = GateUpWeights(w), down = DownWeights(w);
   RETURN_IF_ERROR(kc::GroupedGemmGlu(x_perm, offsets, num_experts, rows, gate_up, w.inter,
                                      w.in_width, GluFromConfig(config()), h,
                                      kc::GroupedGemmTile::kAuto, ws, bytes, ctx.stream));
@@ -461,7 +486,7 @@ absl::Status CudaModel::OwnGroupedGemms(const DeviceExperts& w, const DeviceCont
 }
 
 // cuBLAS's grouped GEMM: it takes the group sizes on the host (one synchronisation per layer);
-// GLU as a separate pass; MXFP4 experts dequantised whole into scratch first.
+// GLU as a separate pass; MXFP4 and int8 experts dequantised whole into scratch first.
 absl::Status CudaModel::CublasGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
                                            const uint16_t* x_perm, const int32_t* offsets,
                                            uint16_t* h, float* y) {
@@ -478,13 +503,14 @@ absl::Status CudaModel::CublasGroupedGemms(const DeviceExperts& w, const DeviceC
   ASSIGN_OR_RETURN(void* gemm_ws, ctx.scratch->TakeBytes(gemm_bytes));
   const uint16_t* gate_up = w.gate_up;
   const uint16_t* down = w.down;
-  uint16_t* dequant = nullptr;  // MXFP4: every expert's matrix in bf16, one product at a time
-  if (w.mxfp4) {
+  // MXFP4 / int8: every expert's matrix in bf16, one product at a time.
+  const bool quantized = w.mxfp4 || w.int8;
+  uint16_t* dequant = nullptr;
+  if (quantized) {
     const int64_t values = w.num_experts * std::max(2 * inter * w.in_width, w.out_width * inter);
     ASSIGN_OR_RETURN(dequant, Take<uint16_t>(ctx, values));
-    RETURN_IF_ERROR(kc::DequantMxfp4ToBf16(w.gate_up_packed, w.gate_up_scales,
-                                           w.num_experts * 2 * inter, w.in_width, dequant,
-                                           ctx.stream));
+    RETURN_IF_ERROR(DequantExperts(GateUpWeights(w), w.num_experts * 2 * inter, w.in_width, dequant,
+                                   ctx.stream));
     gate_up = dequant;
   }
   ASSIGN_OR_RETURN(float* gu, Take<float>(ctx, rows * 2 * inter));
@@ -493,9 +519,9 @@ absl::Status CudaModel::CublasGroupedGemms(const DeviceExperts& w, const DeviceC
                                      gemm_bytes, nullptr, ctx.stream));
   RETURN_IF_ERROR(
       kc::Glu(gu, gu + inter, rows, inter, 2 * inter, GluFromConfig(config()), h, ctx.stream));
-  if (w.mxfp4) {  // stream order: the gate|up product has consumed the scratch
-    RETURN_IF_ERROR(kc::DequantMxfp4ToBf16(
-        w.down_packed, w.down_scales, w.num_experts * w.out_width, inter, dequant, ctx.stream));
+  if (quantized) {  // stream order: the gate|up product has consumed the scratch
+    RETURN_IF_ERROR(
+        DequantExperts(DownWeights(w), w.num_experts * w.out_width, inter, dequant, ctx.stream));
     down = dequant;
   }
   return kc::MoeGroupedGemm(ctx.cublas, h, host_offsets, num_experts, down, w.out_width, inter, y,

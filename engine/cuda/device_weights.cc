@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
+#include "core/int8_quantize.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "kernels/cuda/cuda_status.h"
@@ -34,7 +35,8 @@ class WeightUploader {
         "weight upload cudaMemcpy");
   }
 
-  // `w` as bf16 [out, in] at dst (f32 weights rounded to nearest even on the host).
+  // `w` as bf16 [out, in] at dst (f32 weights rounded to nearest even on the host; int8 ones
+  // decoded to code · scale first: the values the int8 kernels' tensor-core path multiplies by).
   absl::Status CopyBf16(const Linear& w, uint16_t* dst, const std::string& what) {
     const int64_t count = w.out_features * w.in_features;
     switch (w.format) {
@@ -47,20 +49,25 @@ class WeightUploader {
         return Copy(dst, staging_.data(), count * 2);
       case WeightFormat::kMxfp4:
         break;
-      case WeightFormat::kInt8:
-        return absl::UnimplementedError(
-            absl::StrCat(what,
-                         ": int8 weights (--quantization int8) run on the CPU backend only; on "
-                         "--device cuda use --quantization mxfp4"));
+      case WeightFormat::kInt8: {
+        decoded_.resize(static_cast<size_t>(count));
+        DecodeInt8(static_cast<const int8_t*>(w.data), reinterpret_cast<const uint16_t*>(w.scales),
+                   static_cast<size_t>(count), decoded_.data());
+        staging_.resize(static_cast<size_t>(count));
+        ConvertF32ToBf16(decoded_.data(), static_cast<size_t>(count), staging_.data());
+        return Copy(dst, staging_.data(), count * 2);
+      }
     }
     return absl::UnimplementedError(
         absl::StrCat(what, ": MXFP4 is only supported for routed experts on the CUDA backend"));
   }
 
-  // The row-wise concatenation of `parts` (same in_features) as one bf16 matrix.
+  // The row-wise concatenation of `parts` (same in_features) as one matrix: int8 codes and
+  // scales when every part is int8, else bf16.
   absl::StatusOr<DeviceMatrix> Stacked(std::initializer_list<const Linear*> parts,
                                        const std::string& what) {
     DeviceMatrix m;
+    bool all_int8 = true;
     for (const Linear* p : parts) {
       if (p->empty()) return absl::InternalError(absl::StrCat(what, ": missing part"));
       if (m.in != 0 && p->in_features != m.in) {
@@ -68,6 +75,21 @@ class WeightUploader {
       }
       m.in = p->in_features;
       m.out += p->out_features;
+      all_int8 = all_int8 && p->format == WeightFormat::kInt8;
+    }
+    if (all_int8) {
+      const int64_t groups = m.in / kInt8GroupSize;
+      ASSIGN_OR_RETURN(char* codes, Alloc(m.out * m.in, what + " (int8)"));
+      ASSIGN_OR_RETURN(char* scales, Alloc(m.out * groups * 2, what + " (int8 scales)"));
+      m.codes = reinterpret_cast<const int8_t*>(codes);
+      m.scales = reinterpret_cast<const uint16_t*>(scales);
+      for (const Linear* p : parts) {
+        RETURN_IF_ERROR(Copy(codes, p->data, p->out_features * m.in));
+        RETURN_IF_ERROR(Copy(scales, p->scales, p->out_features * groups * 2));
+        codes += p->out_features * m.in;
+        scales += p->out_features * groups * 2;
+      }
+      return m;
     }
     ASSIGN_OR_RETURN(char* base, Alloc(m.out * m.in * 2, what));
     auto* dst = reinterpret_cast<uint16_t*>(base);
@@ -102,6 +124,7 @@ class WeightUploader {
 
   absl::Status Experts(const MoeWeights& w, const ModelConfig& cfg, DeviceExperts* e,
                        const std::string& what);
+  absl::Status Int8Experts(const MoeWeights& w, DeviceExperts* e, const std::string& what);
   // Routed experts to upload, by global id (all of them unless set).
   std::vector<int> experts_;
   absl::Status Kda(const KdaWeights& w, DeviceKda* d, const std::string& what);
@@ -114,6 +137,7 @@ class WeightUploader {
  private:
   DeviceWeights* out_;
   std::vector<uint16_t> staging_;
+  std::vector<float> decoded_;
 };
 
 absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg, DeviceExperts* e,
@@ -124,10 +148,21 @@ absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg
   e->in_width = e->out_width = m.is_latent() ? m.routed_expert_hidden_size : cfg.hidden_size;
   // The uploaded experts decide (with --quantization and expert parallelism only this
   // process's experts are quantised).
+  // int8 only when every uploaded matrix is (an odd width keeps a matrix as stored; then all go
+  // up as bf16, the int8 ones decoded).
+  bool all_int8 = !experts_.empty();
+  for (int x : experts_) {
+    const ExpertWeights& ew = w.experts[static_cast<size_t>(x)];
+    for (const Linear* l : {&ew.w1, &ew.w3, &ew.w2}) {
+      all_int8 = all_int8 && l->format == WeightFormat::kInt8;
+    }
+  }
   e->mxfp4 = !experts_.empty() &&
              w.experts[static_cast<size_t>(experts_[0])].w1.format == WeightFormat::kMxfp4;
+  e->int8 = all_int8;
   const int64_t gu_rows = 2 * e->inter, n = e->num_experts;
   if (n == 0) return absl::OkStatus();  // a rank holding no expert
+  if (e->int8) return Int8Experts(w, e, what);
   if (!e->mxfp4) {
     ASSIGN_OR_RETURN(char* gu, Alloc(n * gu_rows * e->in_width * 2, what + " gate|up"));
     ASSIGN_OR_RETURN(char* down, Alloc(n * e->out_width * e->inter * 2, what + " down"));
@@ -176,6 +211,34 @@ absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg
   return absl::OkStatus();
 }
 
+// int8 experts: codes and bf16 scales, rows stacked as the bf16 layout stacks them.
+absl::Status WeightUploader::Int8Experts(const MoeWeights& w, DeviceExperts* e,
+                                         const std::string& what) {
+  const int64_t n = e->num_experts, inter = e->inter;
+  const int64_t gu_groups = e->in_width / kInt8GroupSize, d_groups = inter / kInt8GroupSize;
+  ASSIGN_OR_RETURN(char* gu_c, Alloc(n * 2 * inter * e->in_width, what + " gate|up (int8)"));
+  ASSIGN_OR_RETURN(char* gu_s, Alloc(n * 2 * inter * gu_groups * 2, what + " gate|up scales"));
+  ASSIGN_OR_RETURN(char* d_c, Alloc(n * e->out_width * inter, what + " down (int8)"));
+  ASSIGN_OR_RETURN(char* d_s, Alloc(n * e->out_width * d_groups * 2, what + " down scales"));
+  for (int64_t x = 0; x < n; ++x) {
+    const ExpertWeights& ew = w.experts[static_cast<size_t>(experts_[static_cast<size_t>(x)])];
+    char* c = gu_c + x * 2 * inter * e->in_width;
+    char* s = gu_s + x * 2 * inter * gu_groups * 2;
+    RETURN_IF_ERROR(Copy(c, ew.w1.data, inter * e->in_width));
+    RETURN_IF_ERROR(Copy(c + inter * e->in_width, ew.w3.data, inter * e->in_width));
+    RETURN_IF_ERROR(Copy(s, ew.w1.scales, inter * gu_groups * 2));
+    RETURN_IF_ERROR(Copy(s + inter * gu_groups * 2, ew.w3.scales, inter * gu_groups * 2));
+    RETURN_IF_ERROR(Copy(d_c + x * e->out_width * inter, ew.w2.data, e->out_width * inter));
+    RETURN_IF_ERROR(
+        Copy(d_s + x * e->out_width * d_groups * 2, ew.w2.scales, e->out_width * d_groups * 2));
+  }
+  e->gate_up_codes = reinterpret_cast<const int8_t*>(gu_c);
+  e->gate_up_int8_scales = reinterpret_cast<const uint16_t*>(gu_s);
+  e->down_codes = reinterpret_cast<const int8_t*>(d_c);
+  e->down_int8_scales = reinterpret_cast<const uint16_t*>(d_s);
+  return absl::OkStatus();
+}
+
 absl::Status WeightUploader::Kda(const KdaWeights& w, DeviceKda* d, const std::string& what) {
   ASSIGN_OR_RETURN(d->qkv, Stacked({&w.q_proj, &w.k_proj, &w.v_proj}, what + " q|k|v"));
   ASSIGN_OR_RETURN(d->f_a, Matrix(w.f_a_proj, what + " f_a"));
@@ -202,6 +265,9 @@ absl::Status WeightUploader::Mla(const MlaWeights& w, DeviceMla* d, const std::s
   ASSIGN_OR_RETURN(d->q_a_norm, Floats({&w.q_a_norm}, what + " q_a_norm"));
   ASSIGN_OR_RETURN(d->kv_a_norm, Floats({&w.kv_a_norm}, what + " kv_a_norm"));
   ASSIGN_OR_RETURN(DeviceMatrix kv_b, Matrix(w.kv_b_proj, what + " kv_b"));
+  if (kv_b.int8()) {  // --quantization int8 keeps kv_b_proj as stored
+    return absl::InternalError(what + ": kv_b_proj must be bf16 or f32 on the device");
+  }
   d->kv_b = kv_b.w;
   return absl::OkStatus();
 }
@@ -269,7 +335,11 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(
     up.experts_ = *local_experts;
   }
   ASSIGN_OR_RETURN(out->embed_, up.Matrix(w.embed, "embedding"));
-  if (cfg.tie_word_embeddings) {
+  if (w.embed.format == WeightFormat::kInt8) {  // --quantization int8 keeps the embedding
+    return absl::InternalError("embedding: must be bf16 or f32 on the device");
+  }
+  // A tied head quantised to int8 has its own bytes (engine/weight_quantize.h).
+  if (cfg.tie_word_embeddings && w.lm_head.data == w.embed.data) {
     out->lm_head_ = out->embed_;
   } else {
     ASSIGN_OR_RETURN(out->lm_head_, up.Matrix(w.lm_head, "lm_head"));

@@ -1,6 +1,9 @@
 // Every weight of a loaded Model copied to the device once (issue #10: weights loaded once;
 // bf16 matrices, MXFP4 routed experts kept packed), in the layouts the CUDA kernels take:
-//   - matrices as bf16 [out, in] (f32 checkpoints are rounded to bf16 once, here);
+//   - matrices as bf16 [out, in] (f32 checkpoints are rounded to bf16 once, here), or int8
+//     codes [out, in] with bf16 scales [out, in/32] where `--quantization int8` made them so
+//     (kernels/cuda/int8_gemm.h; a stack whose parts mix int8 with another format holds the
+//     int8 parts as bf16(code · scale));
 //   - the KDA q|k|v projections stacked into one [3P, d] matrix and their conv weights into one
 //     [3P, K] table (the fused decode kernel reads channels [q | k | v]);
 //   - gate|up of the dense MLP and of the shared experts stacked [2I, d] (one GEMM, then GLU);
@@ -20,10 +23,13 @@
 
 namespace strata::engine::cuda {
 
-struct DeviceMatrix {  // y = x · Wᵀ, W [out, in] bf16 bits
+struct DeviceMatrix {  // y = x · Wᵀ, W [out, in]: bf16 bits, or int8 groups of 32
   int64_t out = 0, in = 0;
-  const uint16_t* w = nullptr;
-  bool empty() const { return w == nullptr; }
+  const uint16_t* w = nullptr;       // bf16 [out, in]
+  const int8_t* codes = nullptr;     // int8 [out, in]
+  const uint16_t* scales = nullptr;  // bf16 [out, in/32] (with codes)
+  bool empty() const { return w == nullptr && codes == nullptr; }
+  bool int8() const { return codes != nullptr; }
 };
 
 struct DeviceExperts {  // one MoE layer's routed experts (this rank's, under expert parallelism)
@@ -32,6 +38,7 @@ struct DeviceExperts {  // one MoE layer's routed experts (this rank's, under ex
   int64_t in_width = 0;   // their input width (L_d with LatentMoE, else d)
   int64_t out_width = 0;  // their output width (the same)
   bool mxfp4 = false;
+  bool int8 = false;
   const uint16_t* gate_up = nullptr;  // bf16 [E, 2I, in_width]
   const uint16_t* down = nullptr;     // bf16 [E, out_width, I]
   // MXFP4: packed E2M1 codes [E·2I, in_width/2] and E8M0 scales [E·2I, in_width/32]; down
@@ -40,6 +47,12 @@ struct DeviceExperts {  // one MoE layer's routed experts (this rank's, under ex
   const uint8_t* gate_up_scales = nullptr;
   const uint8_t* down_packed = nullptr;
   const uint8_t* down_scales = nullptr;
+  // int8: codes [E·2I, in_width] and bf16 scales [E·2I, in_width/32]; down [E·out_width, I] and
+  // [E·out_width, I/32].
+  const int8_t* gate_up_codes = nullptr;
+  const uint16_t* gate_up_int8_scales = nullptr;
+  const int8_t* down_codes = nullptr;
+  const uint16_t* down_int8_scales = nullptr;
 };
 
 struct DeviceKda {

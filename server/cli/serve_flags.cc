@@ -296,11 +296,6 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   o.mmap_weights = flags.Has("mmap-weights");
   ASSIGN_OR_RETURN(o.quantization,
                    engine::ParseWeightQuantization(flags.GetOr("quantization", "")));
-  if (o.device == "cuda" && engine::QuantizesToInt8(o.quantization)) {
-    return absl::InvalidArgumentError(
-        "--quantization " + flags.GetOr("quantization", "") +
-        ": int8 weights run on the CPU backend only; on --device cuda use --quantization mxfp4");
-  }
   RETURN_IF_ERROR(ApplyCpuMatmulPrecision(flags.GetOr("cpu-matmul-precision", "f32")));
   o.api_key = flags.GetOr("api-key", "");
   if (o.api_key.empty()) {

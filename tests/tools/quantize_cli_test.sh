@@ -45,8 +45,6 @@ expect_refusal "--model and --out are required" "$strata" quantize --model "$wor
 expect_refusal '"int4" is not supported' gen --model "$work/bf16" --quantization int4
 expect_refusal "writes mxfp4 experts only" "$strata" quantize --model "$work/bf16" \
   --out "$work/again" --quantization int8
-expect_refusal "CPU backend only" "$strata" serve --model "$work/bf16" --device cuda \
-  --quantization int8 --port 0 --grpc-port 0
 [[ ! -e "$work/again" && ! -e "$work/again.partial" ]] || fail "a refused run left files"
 
 # `strata serve --quantization mxfp4,int8` reports what it runs.
