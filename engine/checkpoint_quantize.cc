@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/file.h"
+#include "core/int8_quantize.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/checkpoint.h"
@@ -35,11 +36,25 @@ using Json = nlohmann::json;
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 constexpr size_t kCopyPieceBytes = size_t{64} << 20;
 
+// What the output holds for an input tensor.
+enum class Output {
+  kCopy,   // the tensor as it is
+  kMxfp4,  // a routed expert's weight: `<module>.weight_packed` + `.weight_scale` (E8M0)
+  kInt8,   // `<module>.weight` int8 + `.weight_scale` (bf16)
+};
+
 // One input tensor, in file order, and what the output holds for it.
 struct Entry {
   std::string name;
   const TensorInfo* info = nullptr;
-  bool quantize = false;  // a routed expert's weight: written as weight_packed + weight_scale
+  Output output = Output::kCopy;
+};
+
+// The tensors to quantise, by name.
+struct Plan {
+  std::set<std::string> mxfp4, int8;
+  std::vector<std::string> not_int8;  // Linear modules left as stored (for quantization_config)
+  bool mxfp4_experts = false;         // in the output: written here or already in the input
 };
 
 // An output file being written; closes (and reports) on Close or destruction.
@@ -109,13 +124,66 @@ absl::StatusOr<std::set<std::string>> ExpertTensors(const Checkpoint& ckpt) {
   return names;
 }
 
+std::string Stem(const std::string& weight_name) {  // "<module>.weight" → "<module>"
+  return weight_name.substr(0, weight_name.size() - std::string_view(".weight").size());
+}
+
+// The Linears `--quantization int8` quantises at load, by tensor name, but those in `experts`
+// (MXFP4 here) and a tied LM head (the embedding's tensor, kept). `not_int8` gets the other
+// Linear modules. InvalidArgument for one converted at load (stored as f16, f64 or unaligned
+// f32): the quantiser here reads bf16 or f32 tensors in place.
+absl::Status PlanInt8(const Checkpoint& ckpt, const std::set<std::string>& experts, Plan* plan) {
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(ckpt));
+  const std::map<const void*, std::string> names = TensorNamesByData(ckpt);
+  int64_t kept_odd_width = 0;
+  for (const Linear* w : Int8Targets(&weights, {}, &kept_odd_width)) {
+    if (w->data == weights.embed.data) continue;  // tied head
+    const auto name = names.find(w->data);
+    if (name == names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ckpt.dir(), ": a ", w->out_features, "x", w->in_features,
+          " weight is stored as f16, f64 or unaligned f32; strata quantize reads bf16 or f32 "
+          "tensors (quantise this checkpoint at load with --quantization int8 instead)"));
+    }
+    if (!experts.contains(name->second)) plan->int8.insert(name->second);
+  }
+  ForEachLinear(weights, [&](const Linear& w, LinearRole) {
+    const auto name = names.find(w.data);
+    if (name == names.end() || plan->int8.contains(name->second) ||
+        experts.contains(name->second) || !absl::EndsWith(name->second, ".weight")) {
+      return;
+    }
+    plan->not_int8.push_back(Stem(name->second));
+  });
+  std::sort(plan->not_int8.begin(), plan->not_int8.end());
+  plan->not_int8.erase(std::unique(plan->not_int8.begin(), plan->not_int8.end()),
+                       plan->not_int8.end());
+  if (kept_odd_width > 0) {
+    LOG_INFO("quantize", "{} weights kept as stored: input width not a multiple of 32",
+             kept_odd_width);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> MakePlan(const Checkpoint& ckpt, WeightQuantization scheme) {
+  Plan plan;
+  if (QuantizesExpertsToMxfp4(scheme)) {
+    ASSIGN_OR_RETURN(plan.mxfp4, ExpertTensors(ckpt));
+  }
+  plan.mxfp4_experts = !plan.mxfp4.empty() || ckpt.config().moe.mxfp4_experts;
+  if (QuantizesToInt8(scheme)) RETURN_IF_ERROR(PlanInt8(ckpt, plan.mxfp4, &plan));
+  return plan;
+}
+
 // The input's tensors grouped by file (file path → entries in data order).
-std::map<std::string, std::vector<Entry>> TensorsByFile(const Checkpoint& ckpt,
-                                                        const std::set<std::string>& experts) {
+std::map<std::string, std::vector<Entry>> TensorsByFile(const Checkpoint& ckpt, const Plan& plan) {
   std::map<std::string, std::vector<Entry>> files;
   for (const std::string& name : ckpt.TensorNames()) {
     const TensorInfo* info = *ckpt.Find(name);
-    files[info->file].push_back({name, info, experts.contains(name)});
+    const Output output = plan.mxfp4.contains(name)  ? Output::kMxfp4
+                          : plan.int8.contains(name) ? Output::kInt8
+                                                     : Output::kCopy;
+    files[info->file].push_back({name, info, output});
   }
   for (auto& [file, entries] : files) {
     std::sort(entries.begin(), entries.end(),
@@ -124,43 +192,57 @@ std::map<std::string, std::vector<Entry>> TensorsByFile(const Checkpoint& ckpt,
   return files;
 }
 
-std::string Stem(const std::string& weight_name) {  // "<module>.weight" → "<module>"
-  return weight_name.substr(0, weight_name.size() - std::string_view(".weight").size());
-}
-
 std::vector<TensorHeader> OutputHeaders(const std::vector<Entry>& entries) {
   std::vector<TensorHeader> headers;
   for (const Entry& e : entries) {
-    if (!e.quantize) {
-      headers.push_back({e.name, e.info->dtype, e.info->shape});
-      continue;
+    const int64_t out = e.info->shape[0], in = e.output == Output::kCopy ? 0 : e.info->shape[1];
+    switch (e.output) {
+      case Output::kCopy:
+        headers.push_back({e.name, e.info->dtype, e.info->shape});
+        break;
+      case Output::kMxfp4:
+        headers.push_back({Stem(e.name) + ".weight_packed", DType::kU8, {out, in / 2}});
+        headers.push_back(
+            {Stem(e.name) + ".weight_scale", DType::kU8, {out, in / kMxfp4BlockSize}});
+        break;
+      case Output::kInt8:
+        headers.push_back({e.name, DType::kI8, {out, in}});
+        headers.push_back(
+            {Stem(e.name) + ".weight_scale", DType::kBF16, {out, in / kInt8GroupSize}});
+        break;
     }
-    const int64_t out = e.info->shape[0], in = e.info->shape[1];
-    headers.push_back({Stem(e.name) + ".weight_packed", DType::kU8, {out, in / 2}});
-    headers.push_back({Stem(e.name) + ".weight_scale", DType::kU8, {out, in / kMxfp4BlockSize}});
   }
   return headers;
 }
 
 // Writes one output shard; returns its size in bytes.
 absl::StatusOr<int64_t> WriteShard(const std::vector<Entry>& entries, const std::string& path,
-                                   int64_t* matrices) {
+                                   int64_t* matrices, int64_t* int8_matrices) {
   ASSIGN_OR_RETURN(OutputFile file, OutputFile::Create(path));
   const std::string header = SafetensorsHeaderBytes(OutputHeaders(entries), {{"format", "pt"}});
   RETURN_IF_ERROR(file.Write(header.data(), header.size()));
   int64_t bytes = static_cast<int64_t>(header.size());
-  std::vector<uint8_t> packed, scales;
+  std::vector<uint8_t> codes, scales;
   for (const Entry& e : entries) {
     const TensorInfo& t = *e.info;
-    if (e.quantize) {
+    if (e.output != Output::kCopy) {
       const int64_t out = t.shape[0], in = t.shape[1];
-      packed.resize(static_cast<size_t>(out * in / 2));
-      scales.resize(static_cast<size_t>(out * in / kMxfp4BlockSize));
-      RETURN_IF_ERROR(
-          QuantizeMxfp4Matrix(e.name, t.dtype, t.data, out, in, packed.data(), scales.data()));
-      RETURN_IF_ERROR(file.Write(packed.data(), packed.size()));
+      if (e.output == Output::kMxfp4) {
+        codes.resize(static_cast<size_t>(out * in / 2));
+        scales.resize(static_cast<size_t>(out * in / kMxfp4BlockSize));
+        RETURN_IF_ERROR(
+            QuantizeMxfp4Matrix(e.name, t.dtype, t.data, out, in, codes.data(), scales.data()));
+      } else {
+        codes.resize(static_cast<size_t>(out * in));
+        scales.resize(static_cast<size_t>(out * in / kInt8GroupSize * 2));
+        RETURN_IF_ERROR(QuantizeInt8Matrix(e.name, t.dtype, t.data, out, in,
+                                           reinterpret_cast<int8_t*>(codes.data()),
+                                           reinterpret_cast<uint16_t*>(scales.data())));
+        *int8_matrices += 1;
+      }
+      RETURN_IF_ERROR(file.Write(codes.data(), codes.size()));
       RETURN_IF_ERROR(file.Write(scales.data(), scales.size()));
-      bytes += static_cast<int64_t>(packed.size() + scales.size());
+      bytes += static_cast<int64_t>(codes.size() + scales.size());
       *matrices += 1;
     } else {
       for (size_t at = 0; at < t.num_bytes; at += kCopyPieceBytes) {
@@ -191,11 +273,12 @@ absl::StatusOr<Json> ReadJson(const std::string& path) {
 
 // config.json with quantization_config, where Hugging Face loaders look and, for K3, inside
 // text_config too (as the release's).
-absl::Status WriteConfig(const std::string& in_dir, const std::string& out_dir) {
+absl::Status WriteConfig(const std::string& in_dir, const std::string& out_dir, const Plan& plan) {
   ASSIGN_OR_RETURN(Json config, ReadJson(in_dir + "/config.json"));
-  config["quantization_config"] = Mxfp4QuantizationConfig();
+  const Json q = QuantizationConfig(plan.mxfp4_experts, !plan.int8.empty(), plan.not_int8);
+  config["quantization_config"] = q;
   if (auto text = config.find("text_config"); text != config.end() && text->is_object()) {
-    (*text)["quantization_config"] = Mxfp4QuantizationConfig();
+    (*text)["quantization_config"] = q;
   }
   return WriteText(out_dir + "/config.json", config.dump(2) + "\n");
 }
@@ -234,15 +317,22 @@ absl::Status CopyOtherFiles(const std::string& in_dir, const std::string& out_di
   return absl::OkStatus();
 }
 
-absl::StatusOr<CheckpointQuantization> WriteAll(const Checkpoint& ckpt, const std::string& out) {
-  ASSIGN_OR_RETURN(const auto experts, ExpertTensors(ckpt));
-  const auto files = TensorsByFile(ckpt, experts);
+absl::StatusOr<CheckpointQuantization> WriteAll(const Checkpoint& ckpt, const std::string& out,
+                                                WeightQuantization scheme) {
+  ASSIGN_OR_RETURN(const Plan plan, MakePlan(ckpt, scheme));
+  if (plan.mxfp4.empty() && plan.int8.empty()) {
+    return absl::InvalidArgumentError(ckpt.dir() +
+                                      ": nothing to quantise (every weight int8 "
+                                      "can take is int8 already or kept as stored)");
+  }
+  const auto files = TensorsByFile(ckpt, plan);
   CheckpointQuantization result;
   int64_t data_bytes = 0;
   const auto start = std::chrono::steady_clock::now();
   for (const auto& [file, entries] : files) {
     const std::string path = (fs::path(out) / fs::path(file).filename()).string();
-    ASSIGN_OR_RETURN(const int64_t bytes, WriteShard(entries, path, &result.matrices));
+    ASSIGN_OR_RETURN(const int64_t bytes,
+                     WriteShard(entries, path, &result.matrices, &result.int8_matrices));
     result.output_bytes += bytes;
     result.files += 1;
     for (const TensorHeader& h : OutputHeaders(entries)) {
@@ -255,7 +345,7 @@ absl::StatusOr<CheckpointQuantization> WriteAll(const Checkpoint& ckpt, const st
              kvcache::FormatBytes(result.output_bytes),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  RETURN_IF_ERROR(WriteConfig(ckpt.dir(), out));
+  RETURN_IF_ERROR(WriteConfig(ckpt.dir(), out, plan));
   if (fs::exists(fs::path(ckpt.dir()) / kIndexFile)) {
     RETURN_IF_ERROR(WriteIndex(ckpt.dir(), out, files, data_bytes));
   }
@@ -266,7 +356,11 @@ absl::StatusOr<CheckpointQuantization> WriteAll(const Checkpoint& ckpt, const st
 }  // namespace
 
 absl::StatusOr<CheckpointQuantization> QuantizeCheckpoint(const std::string& model_dir,
-                                                          const std::string& out_dir) {
+                                                          const std::string& out_dir,
+                                                          WeightQuantization scheme) {
+  if (scheme == WeightQuantization::kNone || scheme == WeightQuantization::kCheckpoint) {
+    return absl::InvalidArgumentError("strata quantize needs mxfp4, int8 or mxfp4,int8");
+  }
   std::error_code ec;
   if (fs::exists(out_dir, ec)) {
     return absl::AlreadyExistsError(out_dir + " exists; name a new directory for the output");
@@ -277,7 +371,7 @@ absl::StatusOr<CheckpointQuantization> QuantizeCheckpoint(const std::string& mod
   if (!fs::create_directories(partial, ec) || ec) {
     return absl::InternalError(absl::StrCat("cannot create ", partial, ": ", ec.message()));
   }
-  absl::StatusOr<CheckpointQuantization> result = WriteAll(*ckpt, partial);
+  absl::StatusOr<CheckpointQuantization> result = WriteAll(*ckpt, partial, scheme);
   if (result.ok()) {
     // The output must load as a checkpoint before it takes its name.
     absl::Status check = Checkpoint::Open(partial).status();

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/int8_quantize.h"
 #include "core/status.h"
 #include "kernels/cpu/matmul.h"
@@ -70,13 +72,25 @@ void LinearForwardAll(absl::Span<const LinearProduct> products, int64_t m) {
 
 absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,
                                   int64_t in) {
-  ASSIGN_OR_RETURN(
-      const TensorInfo* t,
-      ckpt.Get(name, Shape{out, in}, {DType::kBF16, DType::kF32, DType::kF16, DType::kF64}));
+  ASSIGN_OR_RETURN(const TensorInfo* t,
+                   ckpt.Get(name, Shape{out, in},
+                            {DType::kBF16, DType::kF32, DType::kF16, DType::kF64, DType::kI8}));
   Linear w;
   w.out_features = out;
   w.in_features = in;
-  if (t->dtype == DType::kBF16) {
+  if (t->dtype == DType::kI8) {  // int8 groups as `strata quantize --quantization int8` writes
+    if (in % kInt8GroupSize != 0 || !absl::EndsWith(name, ".weight")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' in ", t->file, ": int8 weights need a name ending in ",
+                       "'.weight' and an input width that is a multiple of 32, found ", in));
+    }
+    const std::string scale_name = name + "_scale";  // "<module>.weight_scale"
+    ASSIGN_OR_RETURN(const TensorInfo* scales,
+                     ckpt.Get(scale_name, Shape{out, in / kInt8GroupSize}, {DType::kBF16}));
+    w.format = WeightFormat::kInt8;
+    w.data = t->data;
+    w.scales = scales->data;
+  } else if (t->dtype == DType::kBF16) {
     w.format = WeightFormat::kBf16;
     w.data = t->data;
   } else if (t->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(t->data) % 4 == 0) {

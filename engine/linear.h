@@ -53,7 +53,9 @@ struct LinearProduct {
 };
 void LinearForwardAll(absl::Span<const LinearProduct> products, int64_t m);
 
-// Loads `name` with shape [out, in] (bf16/f32 used in place; f16/f64 widened).
+// Loads `name` with shape [out, in] (bf16/f32 used in place; f16/f64 widened; int8 codes used in
+// place with their bf16 scales from `<name>_scale` [out, in/32], as `strata quantize
+// --quantization int8` writes them).
 absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,
                                   int64_t in);
 // Loads an MXFP4 weight from `<base>.weight_packed` [out, in/2] and `<base>.weight_scale`

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/file.h"
 #include "core/status.h"
+#include "engine/quantization_config.h"
 
 namespace strata::engine {
 namespace {
@@ -259,7 +260,9 @@ absl::Status ParseActivation(const KeyReader& lm, ModelConfig* config) {
   return absl::OkStatus();
 }
 
-// compressed-tensors MXFP4 (CHECKPOINT.md §6) → true; any other quantization is unsupported.
+// compressed-tensors as Strata reads it: MXFP4 routed experts (CHECKPOINT.md §6; → true) and/or
+// int8 groups (what `strata quantize --quantization int8` writes; their tensors say which
+// Linears: engine/linear.h). Any other quantization is unsupported.
 absl::StatusOr<bool> IsMxfp4Quantization(const KeyReader& owner) {
   const json* quant = owner.Find("quantization_config");
   if (quant == nullptr) return false;
@@ -268,20 +271,26 @@ absl::StatusOr<bool> IsMxfp4Quantization(const KeyReader& owner) {
     auto it = object.find(key);
     return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
-  constexpr std::string_view kFormat = "mxfp4-pack-quantized";
   const std::string method = string_at(*quant, "quant_method");
   const std::string format = string_at(*quant, "format");
-  bool mxfp4 = format == kFormat;
+  bool mxfp4 = format == kMxfp4Format, int8 = format == kInt8Format;
+  bool other_group = false;  // a group in a format Strata does not read
   auto groups = quant->find("config_groups");
   if (groups != quant->end() && groups->is_object()) {
     for (const json& group : *groups) {
-      if (group.is_object() && string_at(group, "format") == kFormat) mxfp4 = true;
+      const std::string f = group.is_object() ? string_at(group, "format") : std::string();
+      mxfp4 = mxfp4 || f == kMxfp4Format;
+      int8 = int8 || f == kInt8Format;
+      other_group = other_group || (!f.empty() && f != kMxfp4Format && f != kInt8Format);
     }
   }
-  if (method == "compressed-tensors" && mxfp4) return true;
+  // The top-level format may be absent or mixed-precision where the groups name theirs.
+  const bool known_format = format == kMxfp4Format || format == kInt8Format ||
+                            ((format.empty() || format == "mixed-precision") && (mxfp4 || int8));
+  if (method == "compressed-tensors" && known_format && !other_group) return mxfp4;
   return owner.Error("quantization_config",
-                     Cat("must be compressed-tensors \"mxfp4-pack-quantized\" (the only supported "
-                         "quantization), found quant_method \"",
+                     Cat("must be compressed-tensors \"mxfp4-pack-quantized\" (K3's experts) or "
+                         "\"int-quantized\" (strata quantize's int8), found quant_method \"",
                          method.substr(0, kMaxStringInMessage), "\" format \"",
                          format.substr(0, kMaxStringInMessage), "\""));
 }

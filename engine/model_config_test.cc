@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/quantization_config.h"
+
 namespace strata::engine {
 namespace {
 
@@ -357,6 +359,25 @@ TEST(ModelConfigTest, NoQuantizationConfigMeansPlainExperts) {
   absl::StatusOr<ModelConfig> parsed = Parse(config);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_FALSE(parsed->moe.mxfp4_experts);
+}
+
+// What `strata quantize --quantization int8|mxfp4,int8` writes: int8 groups alone (the experts
+// stay plain), or mixed with the MXFP4 experts.
+TEST(ModelConfigTest, Int8GroupsAreReadAndMixedWithMxfp4) {
+  json config = K3Json();
+  config["quantization_config"] = QuantizationConfig(false, true, {"lm_head"});
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->moe.mxfp4_experts);
+  config["quantization_config"] = QuantizationConfig(true, true, {});
+  parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->moe.mxfp4_experts);
+  // A group in a format Strata does not read is refused, even next to one it does.
+  config["quantization_config"]["config_groups"]["group_2"] = {{"format", "pack-quantized"}};
+  parsed = Parse(config);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("int-quantized"));
 }
 
 TEST(ModelConfigTest, OtherQuantizationIsRejected) {

@@ -85,16 +85,6 @@ absl::Status QuantizeRows(const std::string& tensor, const char* format, int64_t
                                                  " cannot represent; the checkpoint is damaged"));
 }
 
-absl::Status QuantizeInt8Matrix(const std::string& tensor, DType dtype, const void* values,
-                                int64_t rows, int64_t cols, int8_t* codes, uint16_t* scales) {
-  const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(dtype);
-  const auto* src = static_cast<const uint8_t*>(values);
-  return QuantizeRows(tensor, "int8", rows, [&](int64_t r) {
-    return QuantizeInt8Row(dtype, src + r * row_bytes, cols, codes + r * cols,
-                           scales + r * (cols / kInt8GroupSize));
-  });
-}
-
 // Quantises `jobs` (placed in `total` bytes) into a new buffer of weights->quantized and points
 // their Linears there. `flag` names the option in messages.
 absl::StatusOr<QuantizationResult> RunJobs(Target target, const char* flag, std::vector<Job>& jobs,
@@ -174,6 +164,16 @@ absl::Status CheckMxfp4Width(const std::string& tensor, int64_t in_features) {
                    in_features));
 }
 
+absl::Status QuantizeInt8Matrix(const std::string& tensor, DType dtype, const void* values,
+                                int64_t rows, int64_t cols, int8_t* codes, uint16_t* scales) {
+  const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(dtype);
+  const auto* src = static_cast<const uint8_t*>(values);
+  return QuantizeRows(tensor, "int8", rows, [&](int64_t r) {
+    return QuantizeInt8Row(dtype, src + r * row_bytes, cols, codes + r * cols,
+                           scales + r * (cols / kInt8GroupSize));
+  });
+}
+
 absl::Status QuantizeMxfp4Matrix(const std::string& tensor, DType dtype, const void* values,
                                  int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales) {
   const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(dtype);
@@ -208,9 +208,8 @@ absl::StatusOr<QuantizationResult> QuantizeRoutedExperts(const ModelConfig& cfg,
   return RunJobs(Target::kMxfp4, "--quantization mxfp4", jobs, total, weights);
 }
 
-absl::StatusOr<QuantizationResult> QuantizeLinearsInt8(const Checkpoint& ckpt,
-                                                       ModelWeights* weights,
-                                                       const std::vector<bool>& routed_experts) {
+std::vector<Linear*> Int8Targets(ModelWeights* weights, const std::vector<bool>& routed_experts,
+                                 int64_t* kept_odd_width) {
   // Kept as stored whatever their format (see the header); routed experts this process does not
   // run are never read here.
   std::set<const Linear*> keep;
@@ -225,29 +224,44 @@ absl::StatusOr<QuantizationResult> QuantizeLinearsInt8(const Checkpoint& ckpt,
       keep.insert({&x.w1, &x.w3, &x.w2});
     }
   }
-  std::map<const void*, std::string> names;  // checkpoint tensors by their bytes, for messages
-  for (const std::string& name : ckpt.TensorNames()) {
-    if (absl::StatusOr<const TensorInfo*> t = ckpt.Find(name); t.ok()) names[(*t)->data] = name;
-  }
-  std::vector<Job> jobs;
-  size_t total = 0;
-  QuantizationResult result;
+  std::vector<Linear*> targets;
   ForEachLinear(*weights, [&](Linear& w, LinearRole role) {
     if (role == LinearRole::kEmbedding || keep.contains(&w) || !Quantisable(w)) return;
     if (w.in_features % kInt8GroupSize != 0) {
-      ++result.kept_odd_width;
+      ++*kept_odd_width;
       return;
     }
-    const auto name = names.find(w.data);
-    Job job{&w, name != names.end() ? name->second
-                                    : absl::StrCat("a ", w.out_features, "x", w.in_features,
-                                                   " weight converted at load")};
+    targets.push_back(&w);
+  });
+  return targets;
+}
+
+std::map<const void*, std::string> TensorNamesByData(const Checkpoint& ckpt) {
+  std::map<const void*, std::string> names;
+  for (const std::string& name : ckpt.TensorNames()) {
+    if (absl::StatusOr<const TensorInfo*> t = ckpt.Find(name); t.ok()) names[(*t)->data] = name;
+  }
+  return names;
+}
+
+absl::StatusOr<QuantizationResult> QuantizeLinearsInt8(const Checkpoint& ckpt,
+                                                       ModelWeights* weights,
+                                                       const std::vector<bool>& routed_experts) {
+  const std::map<const void*, std::string> names = TensorNamesByData(ckpt);  // for messages
+  std::vector<Job> jobs;
+  size_t total = 0;
+  int64_t kept_odd_width = 0;
+  for (Linear* w : Int8Targets(weights, routed_experts, &kept_odd_width)) {
+    const auto name = names.find(w->data);
+    Job job{w, name != names.end() ? name->second
+                                   : absl::StrCat("a ", w->out_features, "x", w->in_features,
+                                                  " weight converted at load")};
     Place(Target::kInt8, job, &total);
     jobs.push_back(std::move(job));
-  });
+  }
   ASSIGN_OR_RETURN(QuantizationResult done,
                    RunJobs(Target::kInt8, "--quantization int8", jobs, total, weights));
-  done.kept_odd_width = result.kept_odd_width;
+  done.kept_odd_width = kept_odd_width;
   return done;
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,22 @@ absl::Status CheckMxfp4Width(const std::string& tensor, int64_t in_features);
 // outputs then unspecified).
 absl::Status QuantizeMxfp4Matrix(const std::string& tensor, DType dtype, const void* values,
                                  int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scales);
+
+// The same for int8 groups of 32 (core/int8_quantize.h): codes [rows, cols], bf16 scales
+// [rows, cols/32].
+absl::Status QuantizeInt8Matrix(const std::string& tensor, DType dtype, const void* values,
+                                int64_t rows, int64_t cols, int8_t* codes, uint16_t* scales);
+
+// The Linears `--quantization int8` turns into int8 (see the header): every one stored as bf16 or
+// f32 but the embedding, the MoE routers, MLA's kv_b_proj and the routed experts outside
+// `routed_experts` (when non-empty); one whose input width is not a multiple of 32 is kept and
+// counted in *kept_odd_width.
+std::vector<Linear*> Int8Targets(ModelWeights* weights, const std::vector<bool>& routed_experts,
+                                 int64_t* kept_odd_width);
+
+// Checkpoint tensor names by the address of their bytes (a Linear used in place maps to its
+// tensor; one converted at load to none).
+std::map<const void*, std::string> TensorNamesByData(const Checkpoint& ckpt);
 
 // Quantises every routed-expert Linear of `weights` stored as bf16 or f32 to MXFP4 in a new
 // buffer of `weights->quantized` (on huge pages) and points it there; MXFP4 ones stay.

@@ -163,47 +163,89 @@ TEST_F(WeightQuantizeTest, LoadQuantisesEachExpertAsItsStoredValuesAndNothingEls
   }
 }
 
+// `strata quantize` with each scheme: the written checkpoint loads (no flag) with every weight's
+// bytes those the same scheme gives at load, and the same logits bit for bit.
 TEST_F(WeightQuantizeTest, WrittenCheckpointLoadsAsTheQuantisationAtLoad) {
   for (const std::string family : {"kimi-linear", "k3"}) {
-    SCOPED_TRACE(family);
     const std::string dir = Generate(family, family);
     std::ofstream(dir + "/chat_template.jinja") << "{{ messages }}";
-    const std::string out = root_ + "/" + family + "-mxfp4";
-    auto written = QuantizeCheckpoint(dir, out);
-    ASSERT_TRUE(written.ok()) << written.status();
-    EXPECT_EQ(written->files, 2);
-    EXPECT_LT(written->output_bytes, written->input_bytes);
-    EXPECT_FALSE(fs::exists(out + ".partial"));
+    for (const auto& [scheme, suffix] : {std::pair{WeightQuantization::kMxfp4, "mxfp4"},
+                                         {WeightQuantization::kInt8, "int8"},
+                                         {WeightQuantization::kMxfp4Int8, "mxfp4-int8"}}) {
+      SCOPED_TRACE(family + " " + suffix);
+      const std::string out = root_ + "/" + family + "-" + suffix;
+      auto written = QuantizeCheckpoint(dir, out, scheme);
+      ASSERT_TRUE(written.ok()) << written.status();
+      EXPECT_EQ(written->files, 2);
+      EXPECT_LT(written->output_bytes, written->input_bytes);
+      EXPECT_FALSE(fs::exists(out + ".partial"));
 
-    std::unique_ptr<Model> online = Load(dir, true), offline = Load(out, false);
-    ASSERT_TRUE(online && offline);
-    EXPECT_TRUE(offline->config().moe.mxfp4_experts) << "config.json has quantization_config";
-    int64_t matrices = 0;
-    for (const auto& [a, b] : Pairs(*online, *offline)) {
-      if (a->empty()) continue;
-      EXPECT_TRUE(SameBytes(*a, *b));
-      matrices += a->format == WeightFormat::kMxfp4 ? 1 : 0;
-    }
-    EXPECT_EQ(matrices, written->matrices);
-    EXPECT_EQ(Logits(*online), Logits(*offline));  // bit for bit
-    // Quantising the written checkpoint at load finds nothing left to do.
-    EXPECT_EQ(Logits(*Load(out, true)), Logits(*offline));
+      std::unique_ptr<Model> online = Load(dir, scheme), offline = Load(out, false);
+      ASSERT_TRUE(online && offline);
+      EXPECT_EQ(offline->config().moe.mxfp4_experts, QuantizesExpertsToMxfp4(scheme))
+          << "config.json has quantization_config";
+      int64_t matrices = 0, int8 = 0;
+      for (const auto& [a, b] : Pairs(*online, *offline)) {
+        if (a->empty()) continue;
+        EXPECT_TRUE(SameBytes(*a, *b));
+        matrices += a->format == WeightFormat::kMxfp4 || a->format == WeightFormat::kInt8;
+        int8 += a->format == WeightFormat::kInt8;
+      }
+      EXPECT_EQ(matrices, written->matrices);
+      EXPECT_EQ(int8, written->int8_matrices);
+      EXPECT_EQ(int8 > 0, QuantizesToInt8(scheme));
+      EXPECT_EQ(Logits(*online), Logits(*offline));  // bit for bit
+      // Quantising the written checkpoint at load finds nothing left to do.
+      EXPECT_EQ(Logits(*Load(out, scheme)), Logits(*offline));
 
-    // Shards keep their names; the index maps every output tensor to the shard holding it.
-    const nlohmann::json index =
-        nlohmann::json::parse(ReadAll(out + "/model.safetensors.index.json"));
-    const nlohmann::json& map = index["weight_map"];
-    const std::string expert = offline->config().tensor_prefix +
-                               "model.layers.1.block_sparse_moe.experts.0.w2.weight_packed";
-    ASSERT_TRUE(map.contains(expert)) << map.dump().substr(0, 300);
-    EXPECT_FALSE(map.contains(offline->config().tensor_prefix +
-                              "model.layers.1.block_sparse_moe.experts.0.w2.weight"));
-    for (const auto& [name, shard] : map.items()) {
-      EXPECT_TRUE(fs::exists(out + "/" + shard.get<std::string>())) << name;
+      // Shards keep their names; the index maps every output tensor to the shard holding it.
+      const nlohmann::json index =
+          nlohmann::json::parse(ReadAll(out + "/model.safetensors.index.json"));
+      const nlohmann::json& map = index["weight_map"];
+      const std::string layer = offline->config().tensor_prefix + "model.layers.1.";
+      const std::string expert = layer + "block_sparse_moe.experts.0.w2.";
+      EXPECT_EQ(map.contains(expert + "weight_packed"), QuantizesExpertsToMxfp4(scheme));
+      EXPECT_EQ(map.contains(expert + "weight"), !QuantizesExpertsToMxfp4(scheme));
+      EXPECT_TRUE(map.contains(expert + "weight_scale")) << map.dump().substr(0, 300);
+      EXPECT_EQ(map.contains(layer + "self_attn.o_proj.weight_scale"), QuantizesToInt8(scheme));
+      EXPECT_TRUE(map.contains(layer + "self_attn.o_proj.weight"));
+      for (const auto& [name, shard] : map.items()) {
+        EXPECT_TRUE(fs::exists(out + "/" + shard.get<std::string>())) << name;
+      }
+      EXPECT_EQ(ReadAll(out + "/chat_template.jinja"), "{{ messages }}");
+      EXPECT_EQ(ReadAll(out + "/tiktoken.model"), ReadAll(dir + "/tiktoken.model"));
     }
-    EXPECT_EQ(ReadAll(out + "/chat_template.jinja"), "{{ messages }}");
-    EXPECT_EQ(ReadAll(out + "/tiktoken.model"), ReadAll(dir + "/tiktoken.model"));
   }
+}
+
+// K3's release (MXFP4 experts already): int8 written over it keeps the experts and records both
+// groups in quantization_config.
+TEST_F(WeightQuantizeTest, Int8WrittenOverMxfp4ExpertsKeepsThem) {
+  const std::string dir = Generate("release", "k3", /*mxfp4=*/true);
+  const std::string out = root_ + "/release-int8";
+  auto written = QuantizeCheckpoint(dir, out, WeightQuantization::kInt8);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->matrices, written->int8_matrices);
+  std::unique_ptr<Model> online = Load(dir, WeightQuantization::kInt8), offline = Load(out, false);
+  ASSERT_TRUE(online && offline);
+  EXPECT_TRUE(offline->config().moe.mxfp4_experts);
+  for (const auto& [a, b] : Pairs(*online, *offline)) {
+    if (!a->empty()) {
+      EXPECT_TRUE(SameBytes(*a, *b));
+    }
+  }
+  EXPECT_EQ(Logits(*online), Logits(*offline));
+  const nlohmann::json config = nlohmann::json::parse(ReadAll(out + "/config.json"));
+  const nlohmann::json& q = config.contains("text_config")
+                                ? config["text_config"]["quantization_config"]
+                                : config["quantization_config"];
+  EXPECT_EQ(q["format"], "mixed-precision") << q.dump();
+  EXPECT_EQ(q["config_groups"].size(), 2u) << q.dump();
+  bool router_ignored = false;
+  for (const auto& name : q["ignore"]) {
+    router_ignored = router_ignored || name.get<std::string>().ends_with("block_sparse_moe.gate");
+  }
+  EXPECT_TRUE(router_ignored) << q["ignore"].dump();
 }
 
 // Expert parallelism: each scheme quantises only this process's routed experts (int8 the other
@@ -245,13 +287,13 @@ TEST_F(WeightQuantizeTest, RefusalsNameWhatIsWrong) {
   const std::string dir = Generate("ok", "kimi-linear");
   // The output directory must be new.
   fs::create_directories(root_ + "/taken");
-  auto taken = QuantizeCheckpoint(dir, root_ + "/taken");
+  auto taken = QuantizeCheckpoint(dir, root_ + "/taken", WeightQuantization::kMxfp4);
   EXPECT_EQ(taken.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_NE(taken.status().message().find("taken exists"), std::string::npos);
 
   // Experts that are MXFP4 already: nothing to write; at load the flag changes nothing.
   const std::string mxfp4 = Generate("mxfp4", "k3", /*mxfp4=*/true);
-  auto again = QuantizeCheckpoint(mxfp4, root_ + "/again");
+  auto again = QuantizeCheckpoint(mxfp4, root_ + "/again", WeightQuantization::kMxfp4);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(again.status().message().find("MXFP4 already"), std::string::npos) << again.status();
   EXPECT_FALSE(fs::exists(root_ + "/again.partial"));
@@ -268,7 +310,7 @@ TEST_F(WeightQuantizeTest, RefusalsNameWhatIsWrong) {
   // An expert width that is not a whole number of 32-value groups.
   const std::string odd = Generate("odd", "kimi-linear", false, {{"expert_intermediate", "40"}});
   for (const absl::Status& status :
-       {QuantizeCheckpoint(odd, root_ + "/odd-out").status(),
+       {QuantizeCheckpoint(odd, root_ + "/odd-out", WeightQuantization::kMxfp4).status(),
         Model::Load(odd, {.quantization = WeightQuantization::kMxfp4}).status()}) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find("experts.0.w2.weight"), std::string::npos) << status;
@@ -323,7 +365,7 @@ TEST_F(WeightQuantizeTest, NonFiniteExpertValuesAreRefusedWithTheirTensorAndRow)
     f.write(inf_bf16, 2);
   }
   for (const absl::Status& status :
-       {QuantizeCheckpoint(dir, root_ + "/inf-out").status(),
+       {QuantizeCheckpoint(dir, root_ + "/inf-out", WeightQuantization::kMxfp4).status(),
         Model::Load(dir, {.quantization = WeightQuantization::kMxfp4}).status()}) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(status.message().find(name + ": row 3 "), std::string::npos) << status;
@@ -454,6 +496,24 @@ TEST_F(WeightQuantizeTest, Int8HeadOfTiedEmbeddingsIsCountedAndTheEmbeddingKept)
     EXPECT_EQ(model->weight_stats().total_bytes, distinct_bytes);
     EXPECT_FALSE(Logits(*model).empty());
   }
+  // Written: the tied head stays the embedding's bf16 tensor (int8 again at load); the rest as
+  // at load.
+  auto written = QuantizeCheckpoint(dir, root_ + "/tied-int8", WeightQuantization::kInt8);
+  ASSERT_TRUE(written.ok()) << written.status();
+  std::unique_ptr<Model> offline = Load(root_ + "/tied-int8", WeightQuantization::kNone);
+  std::unique_ptr<Model> online = Load(dir, WeightQuantization::kInt8);
+  ASSERT_TRUE(offline && online);
+  EXPECT_EQ(offline->weights().embed.format, WeightFormat::kBf16);
+  EXPECT_EQ(offline->weights().lm_head.data, offline->weights().embed.data);
+  std::vector<LinearRole> roles;
+  ForEachLinear(online->weights(), [&](const Linear&, LinearRole r) { roles.push_back(r); });
+  const auto pairs = Pairs(*online, *offline);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (roles[i] != LinearRole::kLmHead && !pairs[i].first->empty()) {
+      EXPECT_TRUE(SameBytes(*pairs[i].first, *pairs[i].second)) << i;
+    }
+  }
+  EXPECT_EQ(Logits(*Load(root_ + "/tied-int8", WeightQuantization::kInt8)), Logits(*online));
 }
 
 TEST_F(WeightQuantizeTest, NonFiniteProjectionValuesAreRefusedWithTheirTensorAndRow) {

@@ -177,13 +177,16 @@ absl::Status RunLogits(const std::vector<std::string>& args) {
 }
 
 const std::vector<FlagSpec> kQuantizeFlags = {
-    {"model", true, "checkpoint directory to read (bf16 routed experts)"},
+    {"model", true, "checkpoint directory to read (bf16 or f32 weights)"},
     {"out", true, "directory to write (must not exist; required)"},
-    {"quantization", true, "mxfp4 (default): routed experts to MXFP4, K3's release format"},
+    {"quantization", true,
+     "mxfp4 (default): routed experts to MXFP4, K3's release format; int8: the projections and "
+     "LM head (and bf16 experts) to int8 groups of 32; mxfp4,int8: both"},
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
-// Prints {"out", "matrices", "input_bytes", "output_bytes", "files", "seconds"} on stdout.
+// Prints {"out", "matrices", "int8_matrices", "input_bytes", "output_bytes", "files", "seconds"}
+// on stdout.
 absl::Status RunQuantize(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kQuantizeFlags));
   RETURN_IF_ERROR(ApplyLogLevel(flags));
@@ -191,21 +194,21 @@ absl::Status RunQuantize(const std::vector<std::string>& args) {
   if (!model || !out) return absl::InvalidArgumentError("--model and --out are required");
   ASSIGN_OR_RETURN(const engine::WeightQuantization scheme,
                    engine::ParseWeightQuantization(flags.GetOr("quantization", "mxfp4")));
-  if (scheme != engine::WeightQuantization::kMxfp4) {
-    return absl::InvalidArgumentError("--quantization " + flags.GetOr("quantization", "") +
-                                      ": strata quantize writes mxfp4 experts only (int8 has no "
-                                      "checkpoint format here: pass --quantization int8 at load)");
+  if (scheme == engine::WeightQuantization::kCheckpoint) {
+    return absl::InvalidArgumentError(
+        "--quantization compressed-tensors: strata quantize writes mxfp4, int8 or mxfp4,int8");
   }
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const engine::CheckpointQuantization q,
-                   engine::QuantizeCheckpoint(*model, *out));
+                   engine::QuantizeCheckpoint(*model, *out, scheme));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  LOG_INFO("quantize", "{}: {} routed-expert weights as MXFP4; {} -> {} in {} files, {:.1f} s",
-           *out, q.matrices, kvcache::FormatBytes(q.input_bytes),
+  LOG_INFO("quantize", "{}: {} weights as MXFP4, {} as int8; {} -> {} in {} files, {:.1f} s", *out,
+           q.matrices - q.int8_matrices, q.int8_matrices, kvcache::FormatBytes(q.input_bytes),
            kvcache::FormatBytes(q.output_bytes), q.files, seconds);
   std::cout << nlohmann::json{{"out", *out},
                               {"matrices", q.matrices},
+                              {"int8_matrices", q.int8_matrices},
                               {"input_bytes", q.input_bytes},
                               {"output_bytes", q.output_bytes},
                               {"files", q.files},
@@ -222,8 +225,10 @@ int QuantizeCommand(const std::vector<std::string>& args) {
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kInvalidArgument &&
         absl::StrContains(status.message(), "--")) {
-      std::fprintf(stderr, "usage: strata quantize --model DIR --out DIR\n%s",
-                   FlagsHelp(kQuantizeFlags).c_str());
+      std::fprintf(
+          stderr,
+          "usage: strata quantize --model DIR --out DIR [--quantization mxfp4|int8|mxfp4,int8]\n%s",
+          FlagsHelp(kQuantizeFlags).c_str());
     }
     return Fail("quantize", status);
   }

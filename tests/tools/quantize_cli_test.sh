@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `strata quantize` and `--quantization` from the command line: the written checkpoint
 # generates exactly the ids the bf16 one generates when quantised at load, serves its tokenizer;
-# int8 on top of it (written or at load) gives the same ids either way; the commands refuse what
-# they cannot do with a message and a non-zero exit.
+# int8 on top of it (written or at load) gives the same ids either way, and so does a checkpoint
+# written with mxfp4,int8; the commands refuse what they cannot do with a message and a non-zero
+# exit.
 # Usage: quantize_cli_test.sh STRATA STRATA_MAKE_CHECKPOINT
 set -euo pipefail
 strata=$1
@@ -30,6 +31,18 @@ both_online=$(gen --model "$work/bf16" --quantization int8,mxfp4)
 echo "mxfp4 experts + int8 projections: written + at load $both_offline, at load $both_online"
 [[ "$both_offline" == "$both_online" ]] || fail "int8 over the written experts $both_offline, at load $both_online"
 [[ -n "$(gen --model "$work/bf16" --quantization int8)" ]] || fail "int8 generated nothing"
+summary=$("$strata" quantize --model "$work/bf16" --out "$work/both" --quantization mxfp4,int8 \
+  --log-level warn)
+echo "$summary"
+[[ "$summary" == *'"int8_matrices":'* && "$summary" != *'"int8_matrices":0'* ]] ||
+  fail "mxfp4,int8 summary: $summary"
+grep -q '"int-quantized"' "$work/both/config.json" || fail "no int8 group in quantization_config"
+both_written=$(gen --model "$work/both")
+echo "mxfp4,int8 written: $both_written"
+[[ "$both_written" == "$both_online" ]] || fail "written mxfp4,int8 generates $both_written, at load $both_online"
+bytes() { du -sk "$1" | cut -f1; }
+echo "on disk: bf16 $(bytes "$work/bf16") KiB, mxfp4 $(bytes "$work/mxfp4") KiB, mxfp4,int8 $(bytes "$work/both") KiB"
+(( $(bytes "$work/both") < $(bytes "$work/mxfp4") )) || fail "int8 projections did not shrink the checkpoint"
 printf 'hello' > "$work/t.txt"
 "$strata" tokenize --model "$work/mxfp4" --text-file "$work/t.txt" > /dev/null
 
@@ -43,7 +56,9 @@ expect_refusal "exists" "$strata" quantize --model "$work/bf16" --out "$work/mxf
 expect_refusal "MXFP4 already" "$strata" quantize --model "$work/mxfp4" --out "$work/again"
 expect_refusal "--model and --out are required" "$strata" quantize --model "$work/bf16"
 expect_refusal '"int4" is not supported' gen --model "$work/bf16" --quantization int4
-expect_refusal "writes mxfp4 experts only" "$strata" quantize --model "$work/bf16" \
+expect_refusal "writes mxfp4, int8 or mxfp4,int8" "$strata" quantize --model "$work/bf16" \
+  --out "$work/again" --quantization compressed-tensors
+expect_refusal "nothing to quantise" "$strata" quantize --model "$work/both" \
   --out "$work/again" --quantization int8
 [[ ! -e "$work/again" && ! -e "$work/again.partial" ]] || fail "a refused run left files"
 
