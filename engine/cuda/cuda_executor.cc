@@ -228,7 +228,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor::DecodeGraph>> CudaExecutor::Capture
   step.host = &step_;
   step.ints = g->ints.as<int32_t>();
   step.invalid_tokens = g->ints.as<int32_t>() + step_.ints.size();
-  const DeviceContext ctx{stream_, cublas_->get(), &g->scratch};
+  const DeviceContext ctx{stream_, cublas_->get(), &g->scratch, /*decode_only=*/true};
   // Relaxed: the graph's scratch may still grow (cudaMalloc) while the forward is recorded.
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
                               "cudaStreamBeginCapture");
@@ -609,7 +609,8 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     ASSIGN_OR_RETURN(step.kda_drafts, ReserveKdaDrafts());
     step.ints = step_ints_.as<int32_t>();
     step.invalid_tokens = step_ints_.as<int32_t>() + step_.ints.size();
-    const DeviceContext ctx{stream_, cublas_->get(), &scratch_};
+    const bool decode_only = step_.num_prefill() == 0 && step_.num_scored_rows == 0;
+    const DeviceContext ctx{stream_, cublas_->get(), &scratch_, decode_only};
     RETURN_IF_ERROR(model_->Forward(step, caches_, ctx, eager_logits, eager_offsets));
     logits = eager_logits;
     expert_offsets = eager_offsets;

@@ -35,12 +35,14 @@ template <typename OutT>
 absl::Status Gemm(const DeviceContext& c, const DeviceMatrix& w, const uint16_t* x, int64_t m,
                   OutT* y) {
   if (!w.int8()) return kc::GemmBf16(c.cublas, x, m, w.in, w.in, w.w, w.out, y, w.out, c.stream);
-  const int64_t bytes = kc::GemmInt8WorkspaceBytes(m);
+  const kc::GemmInt8Path path =
+      c.decode_only ? kc::GemmInt8Path::kAuto : kc::GemmInt8Path::kTensorCores;
+  const int64_t bytes = kc::GemmInt8WorkspaceBytes(m, path);
   void* ws = nullptr;
   if (bytes > 0) {
     ASSIGN_OR_RETURN(ws, c.scratch->TakeBytes(bytes));
   }
-  return kc::GemmInt8(x, m, w.in, w.codes, w.scales, w.out, y, ws, bytes, c.stream);
+  return kc::GemmInt8(x, m, w.in, w.codes, w.scales, w.out, y, ws, bytes, c.stream, path);
 }
 
 // The routed experts' weights as the grouped GEMM takes them.

@@ -36,6 +36,11 @@ struct DeviceContext {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   DeviceArena* scratch = nullptr;
+  // A step of decode rows only (no prompt, draft or scored rows): int8 products may take the
+  // GEMV, whose rounding differs from the tensor cores'. Steps with prompt rows keep every row's
+  // products independent of the step's other rows, so a prompt gives the same result computed
+  // whole or in pieces (kernels/cuda/int8_gemm.h).
+  bool decode_only = false;
 };
 
 // Device views of the cache arena (kvcache::CacheLayout regions), per layer of each kind.

@@ -844,11 +844,12 @@ void BenchDenseGemm(Bench& bench, const char* what, int64_t m, int64_t n, int64_
   });
 }
 
-// GemmInt8 (int8_gemm.h) on a projection: the GEMV path at decode rows (m ≤ 8; weight bytes
-// against the copy ceiling: the decode target is the weights' read time), the tensor-core path
-// above. The same shape in bf16 is BenchDenseGemm's row.
+// GemmInt8 (int8_gemm.h) on a projection: the GEMV path at decode rows (weight bytes against the
+// copy ceiling: at m ≤ 8 the target is the weights' read time), the tensor-core path elsewhere
+// (GemmInt8UsesGemv). The same shape in bf16 is BenchDenseGemm's row.
 void BenchGemmInt8(Bench& bench, const char* what, int64_t m, int64_t n, int64_t k) {
-  const std::string kernel = m <= kInt8GemvMaxRows ? "GemmInt8_gemv" : "GemmInt8_tc";
+  const bool gemv = GemmInt8UsesGemv(m, n);
+  const std::string kernel = gemv ? "GemmInt8_gemv" : "GemmInt8_tc";
   if (!bench.Wants("GemmInt8")) return;
   const std::string shape = std::string(what) + " " + std::to_string(m) + "x" + std::to_string(n) +
                             "x" + std::to_string(k);
@@ -865,8 +866,8 @@ void BenchGemmInt8(Bench& bench, const char* what, int64_t m, int64_t n, int64_t
   const double flops = 2.0 * m * n * k;
   const double bytes = n * k * (1.0 + 2.0 / 32) + 2.0 * m * (k + n);
   const bool flop_bound = m >= 512;
-  bench.Time(kernel, shape, bytes, flops, flop_bound, m <= kInt8GemvMaxRows ? ">=70% copy" : "-",
-             [&] {
+  bench.Time(kernel, shape, bytes, flops, flop_bound,
+             gemv && m <= kInt8GemvAlwaysRows ? ">=70% copy" : "-", [&] {
                return GemmInt8(x.as<uint16_t>(), m, k, codes.as<int8_t>(), scales.as<uint16_t>(), n,
                                y.as<uint16_t>(), ws.as<void>(), ws_bytes, bench.stream);
              });
@@ -951,8 +952,8 @@ int Run(Bench& bench) {
   BenchDenseGemm(bench, "LM head decode", 64, 163840, 7168);
   if (all) BenchDenseGemm(bench, "LM head prefill", 4096, 163840, 7168);
   // int8 projections (--quantization int8) next to the same shapes in bf16: K-L's KDA q|k|v
-  // (2304 → 3·4096) at decode batches 1 and 8, K3's o_proj (8192 → 7168), the LM head.
-  for (int64_t m : {1, 8}) {
+  // (2304 → 3·4096) at decode batches 1, 8, 16 and 32, K3's o_proj (8192 → 7168), the LM head.
+  for (int64_t m : {1, 8, 16, 32}) {  // 16: the GEMV at its widest; 32: tensor cores
     BenchGemmInt8(bench, "K-L q|k|v", m, 12288, 2304);
     BenchDenseGemm(bench, "K-L q|k|v", m, 12288, 2304);
   }

@@ -147,7 +147,7 @@ bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t
 template <typename OutT>
 absl::Status Run(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
                  const uint16_t* scales, int64_t n, OutT* y, void* workspace,
-                 int64_t workspace_bytes, cudaStream_t stream) {
+                 int64_t workspace_bytes, cudaStream_t stream, GemmInt8Path path) {
   auto fail = [](const std::string& what) {
     return absl::InvalidArgumentError("GemmInt8: " + what);
   };
@@ -162,12 +162,15 @@ absl::Status Run(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
   if (!Aligned(x, 16) || !Aligned(codes, 16) || !Aligned(y, 16) || !Aligned(scales, 2)) {
     return fail("x, codes and y must be 16-byte aligned, scales 2-byte aligned");
   }
-  if (workspace_bytes < GemmInt8WorkspaceBytes(m) ||
-      (GemmInt8WorkspaceBytes(m) > 0 && (workspace == nullptr || !Aligned(workspace, 16)))) {
-    return fail("the workspace must be 16-byte aligned and >= GemmInt8WorkspaceBytes(m)");
+  const int64_t needed = GemmInt8WorkspaceBytes(m, path);
+  if (workspace_bytes < needed ||
+      (needed > 0 && (workspace == nullptr || !Aligned(workspace, 16)))) {
+    return fail("the workspace must be 16-byte aligned and >= GemmInt8WorkspaceBytes(m, path)");
   }
   if (m == 0) return absl::OkStatus();
-  if (m <= kInt8GemvMaxRows) return Gemv<1>(x, m, k, codes, scales, n, y, stream);
+  if (path == GemmInt8Path::kAuto && GemmInt8UsesGemv(m, n)) {
+    return Gemv<1>(x, m, k, codes, scales, n, y, stream);
+  }
   return GroupedGemm(x, nullptr, 1, m, GroupedWeights::Int8(codes, scales), n, k, y,
                      GroupedGemmTile::kAuto, workspace, workspace_bytes, stream);
 }
@@ -188,20 +191,28 @@ __global__ void __launch_bounds__(kDequantThreads)
 
 }  // namespace
 
-int64_t GemmInt8WorkspaceBytes(int64_t m) {
-  return m <= kInt8GemvMaxRows ? 0 : GroupedGemmWorkspaceBytes(1, m);
+bool GemmInt8UsesGemv(int64_t m, int64_t n) {
+  if (m <= kInt8GemvAlwaysRows) return true;
+  if (m > kInt8GemvMaxRows) return false;
+  const int64_t tensor_core_ctas = (m + 15) / 16 * ((n + 127) / 128);  // the 16-row tiles
+  return tensor_core_ctas < 2 * int64_t{internal::NumSms()};
+}
+
+int64_t GemmInt8WorkspaceBytes(int64_t m, GemmInt8Path path) {
+  if (path == GemmInt8Path::kAuto && m <= kInt8GemvAlwaysRows) return 0;
+  return GroupedGemmWorkspaceBytes(1, m);
 }
 
 absl::Status GemmInt8(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
                       const uint16_t* scales, int64_t n, float* y, void* workspace,
-                      int64_t workspace_bytes, cudaStream_t stream) {
-  return Run(x, m, k, codes, scales, n, y, workspace, workspace_bytes, stream);
+                      int64_t workspace_bytes, cudaStream_t stream, GemmInt8Path path) {
+  return Run(x, m, k, codes, scales, n, y, workspace, workspace_bytes, stream, path);
 }
 
 absl::Status GemmInt8(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
                       const uint16_t* scales, int64_t n, uint16_t* y, void* workspace,
-                      int64_t workspace_bytes, cudaStream_t stream) {
-  return Run(x, m, k, codes, scales, n, y, workspace, workspace_bytes, stream);
+                      int64_t workspace_bytes, cudaStream_t stream, GemmInt8Path path) {
+  return Run(x, m, k, codes, scales, n, y, workspace, workspace_bytes, stream, path);
 }
 
 absl::Status DequantInt8ToBf16(const int8_t* codes, const uint16_t* scales, int64_t rows,

@@ -4,15 +4,21 @@
 //   codes  [n, k] int8 (−127..127)
 //   scales [n, k/32] bf16 bits, one per group of 32 along k
 //
-// Two paths, by the row count m:
-//   m ≤ kInt8GemvMaxRows (decode) — a CUDA-core kernel streams the codes once: a CTA of 4 warps
-//     holds 4 weight rows, the warps split k, each lane takes 16 codes (half a group) of each row
-//     per step and applies the group's scale to its partial sums, so the weights count exactly
-//     (code · scale, f32 math, f32 accumulation in an unspecified order);
-//   m > kInt8GemvMaxRows — GroupedGemm (grouped_gemm.h) with one expert and no offsets table:
-//     tensor cores, each weight dequantised in the load path to bf16(code · scale).
-// The paths differ only by that rounding of the weights (≤ 2^-9 relative each), the same size as
-// the bf16 rounding of the activations that both take.
+// Two paths (GemmInt8UsesGemv):
+//   GEMV (decode batches) — a CUDA-core kernel streams the codes once: a CTA of 4 warps holds 4
+//     weight rows, the warps split k, each lane takes 16 codes (half a group) of each row per
+//     step and applies the group's scale to its partial sums, so the weights count exactly
+//     (code · scale, f32 math, f32 accumulation in an unspecified order). Taken for m ≤ 8, and
+//     for m ≤ 16 unless the tensor-core grid below already gives every SM two CTAs (its 2·m
+//     flops a weight make the GEMV compute-bound there; tensor-core tiles on few CTAs stream
+//     the weights slower still on a small matrix);
+//   tensor cores — GroupedGemm (grouped_gemm.h) with one expert and no offsets table (16- or
+//     128-row tiles × 128 columns), each weight dequantised in the load path to bf16(code ·
+//     scale).
+// The paths differ only by that rounding of the weights (≤ 2^-8 relative each), the size of the
+// bf16 rounding of the activations that both take — but they differ: a caller that needs a row's
+// result not to depend on the other rows of the call (a prompt computed whole or in pieces)
+// passes GemmInt8Path::kTensorCores.
 //
 // DequantInt8ToBf16 writes the weights as the tensor-core path sees them, for cuBLAS (the MoE
 // path through MoeGroupedGemm): dst[r, c] = bf16(code · scale), F32ToBf16 of DecodeInt8, bit for
@@ -32,17 +38,29 @@
 
 namespace strata::kernels::cuda {
 
-inline constexpr int64_t kInt8GemvMaxRows = 8;
+inline constexpr int64_t kInt8GemvAlwaysRows = 8;
+inline constexpr int64_t kInt8GemvMaxRows = 16;
 
-// Device workspace bytes GemmInt8 needs for m rows (0 on the m ≤ kInt8GemvMaxRows path).
-int64_t GemmInt8WorkspaceBytes(int64_t m);
+enum class GemmInt8Path {
+  kAuto,         // GemmInt8UsesGemv decides
+  kTensorCores,  // every m: each row's result independent of m
+};
+
+// Whether m rows of an n-output product take the GEMV (on the current device's SM count).
+bool GemmInt8UsesGemv(int64_t m, int64_t n);
+
+// Device workspace bytes GemmInt8 needs for m rows on `path` (0 where only the GEMV can run;
+// enough for either path otherwise).
+int64_t GemmInt8WorkspaceBytes(int64_t m, GemmInt8Path path = GemmInt8Path::kAuto);
 
 absl::Status GemmInt8(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
                       const uint16_t* scales, int64_t n, float* y, void* workspace,
-                      int64_t workspace_bytes, cudaStream_t stream);
+                      int64_t workspace_bytes, cudaStream_t stream,
+                      GemmInt8Path path = GemmInt8Path::kAuto);
 absl::Status GemmInt8(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
                       const uint16_t* scales, int64_t n, uint16_t* y, void* workspace,
-                      int64_t workspace_bytes, cudaStream_t stream);
+                      int64_t workspace_bytes, cudaStream_t stream,
+                      GemmInt8Path path = GemmInt8Path::kAuto);
 
 // rows × cols codes (cols % 32 == 0) → bf16 dst [rows, cols] (4-byte aligned).
 absl::Status DequantInt8ToBf16(const int8_t* codes, const uint16_t* scales, int64_t rows,

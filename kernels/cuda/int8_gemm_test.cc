@@ -1,5 +1,5 @@
 // GemmInt8 (int8 weights, groups of 32 with bf16 scales) vs kernels/reference: the GEMV path
-// (m ≤ 8) against MatmulInt8Reference (exact weights), the tensor-core path (m > 8) against
+// (m ≤ 16 on small n) against MatmulInt8Reference (exact weights), the tensor-core path against
 // MatmulBf16Reference on F32ToBf16(DecodeInt8) weights and, looser, against the exact one;
 // odd shapes (n 1, primes; k one group, not a multiple of the 512-code step); f32 and bf16 out;
 // DequantInt8ToBf16 bit for bit against the host decode; host argument checks.
@@ -65,8 +65,12 @@ struct Shape {
   int64_t n, k;
 };
 const Shape kShapes[] = {{1, 32}, {3, 96}, {37, 544}, {129, 2080}, {250, 4096}, {7, 7168}};
+// Wide enough that 9–16 rows take the tensor cores (≥ 2 CTAs per SM on 132 SMs).
+const Shape kWide = {33800, 64};
 
-void Check(std::mt19937& rng, int64_t m, const Shape& s) {
+// Checks m rows of shape s against the reference of the path GemmInt8 takes; returns whether
+// that was the GEMV.
+bool Check(std::mt19937& rng, int64_t m, const Shape& s) {
   const Int8Weights w = MakeWeights(rng, s.n, s.k);
   std::vector<float> x = Uniform(rng, static_cast<size_t>(m * s.k), -1, 1);
   const std::vector<uint16_t> x_bits = ToBf16InPlace(x);
@@ -78,20 +82,33 @@ void Check(std::mt19937& rng, int64_t m, const Shape& s) {
   DeviceArray<uint16_t> d_x(x_bits), d_scales(w.scales);
   DeviceArray<int8_t> d_codes(w.codes);
   DeviceArray<unsigned char> ws(static_cast<size_t>(GemmInt8WorkspaceBytes(m)));
+  DeviceArray<unsigned char> tc_ws(
+      static_cast<size_t>(GemmInt8WorkspaceBytes(m, GemmInt8Path::kTensorCores)));
   DeviceArray<float> y32(exact.size());
   DeviceArray<uint16_t> y16(exact.size());
   y32.Poison();
   y16.Poison();
   const int64_t ws_bytes = static_cast<int64_t>(ws.size());
-  STRATA_ASSERT_OK(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, y32.get(),
-                            ws.get(), ws_bytes, nullptr));
-  STRATA_ASSERT_OK(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, y16.get(),
-                            ws.get(), ws_bytes, nullptr));
+  EXPECT_TRUE(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, y32.get(), ws.get(),
+                       ws_bytes, nullptr)
+                  .ok());
+  EXPECT_TRUE(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, y16.get(), ws.get(),
+                       ws_bytes, nullptr)
+                  .ok());
   const std::string name = absl::StrCat("m", m, "_n", s.n, "_k", s.k);
   const std::vector<float> got = y32.Download();
-  if (m <= kInt8GemvMaxRows) {
+  const bool gemv = GemmInt8UsesGemv(m, s.n);
+  if (gemv) {
     STRATA_EXPECT_RELERR("GemmInt8_gemv_f32", name, got, exact, 1e-5);
     STRATA_EXPECT_RELERR("GemmInt8_gemv_bf16", name, FromBf16(y16.Download()), exact, 4e-3);
+    // kTensorCores takes the tensor cores at any m, as the path chosen above does for more rows.
+    DeviceArray<float> tc(exact.size());
+    tc.Poison();
+    EXPECT_TRUE(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, tc.get(),
+                         tc_ws.get(), static_cast<int64_t>(tc_ws.size()), nullptr,
+                         GemmInt8Path::kTensorCores)
+                    .ok());
+    STRATA_EXPECT_RELERR("GemmInt8_tc_f32", name, tc.Download(), rounded, 5e-5);
   } else {
     STRATA_EXPECT_RELERR("GemmInt8_tc_f32", name, got, rounded, 5e-5);
     STRATA_EXPECT_RELERR("GemmInt8_tc_bf16", name, FromBf16(y16.Download()), rounded, 4e-3);
@@ -99,22 +116,25 @@ void Check(std::mt19937& rng, int64_t m, const Shape& s) {
     // one group and nothing averages out).
     STRATA_EXPECT_RELERR("GemmInt8_tc_vs_exact", name, got, exact, 5e-3);
   }
+  return gemv;
 }
 
 TEST(CudaInt8GemmTest, GemvMatchesExactWeightsOnOddShapes) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 41);
-  for (int64_t m : {1, 2, 3, 5, 8}) {
-    for (const Shape& s : kShapes) Check(rng, m, s);
+  for (int64_t m : {1, 2, 3, 5, 8, 11, 16}) {
+    for (const Shape& s : kShapes) EXPECT_TRUE(Check(rng, m, s)) << "m " << m << " n " << s.n;
   }
 }
 
 TEST(CudaInt8GemmTest, TensorCorePathMatchesRoundedWeightsOnOddShapes) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 42);
-  for (int64_t m : {9, 16, 17, 67, 200}) {
-    for (const Shape& s : kShapes) Check(rng, m, s);
+  for (int64_t m : {17, 67, 200}) {
+    for (const Shape& s : kShapes) EXPECT_FALSE(Check(rng, m, s)) << "m " << m << " n " << s.n;
   }
+  // 9–16 rows over a wide matrix: the tensor cores where they fill the device.
+  for (int64_t m : {9, 16}) EXPECT_EQ(Check(rng, m, kWide), GemmInt8UsesGemv(m, kWide.n));
 }
 
 TEST(CudaInt8GemmTest, DequantMatchesTheHostDecodeBitForBit) {
@@ -156,7 +176,9 @@ TEST(CudaInt8GemmTest, RejectsArgumentsOutsideTheLimits) {
     EXPECT_NE(st.message().find(needle), std::string::npos) << st;
   };
   const int64_t big_ws = GemmInt8WorkspaceBytes(100);
-  EXPECT_EQ(GemmInt8WorkspaceBytes(kInt8GemvMaxRows), 0);
+  EXPECT_EQ(GemmInt8WorkspaceBytes(kInt8GemvAlwaysRows), 0);
+  EXPECT_TRUE(GemmInt8UsesGemv(kInt8GemvAlwaysRows, int64_t{1} << 30));
+  EXPECT_FALSE(GemmInt8UsesGemv(kInt8GemvMaxRows + 1, 1));
   EXPECT_GT(big_ws, 0);
   expect(GemmInt8(x, 4, 48, codes, scales, 64, y, nullptr, 0, nullptr), "multiple of 32");
   expect(GemmInt8(x, 4, 0, codes, scales, 64, y, nullptr, 0, nullptr), "multiple of 32");
@@ -174,6 +196,8 @@ TEST(CudaInt8GemmTest, RejectsArgumentsOutsideTheLimits) {
   expect(GemmInt8(x, 100, 64, codes, scales, 64, y, nullptr, big_ws, nullptr),
          "GemmInt8WorkspaceBytes");
   expect(GemmInt8(x, -1, 64, codes, scales, 64, y, nullptr, 0, nullptr), "m must be");
+  expect(GemmInt8(x, 4, 64, codes, scales, 64, y, nullptr, 0, nullptr, GemmInt8Path::kTensorCores),
+         "GemmInt8WorkspaceBytes");
   auto* dst = reinterpret_cast<uint16_t*>(uintptr_t{0x60002});
   expect(DequantInt8ToBf16(codes, scales, 4, 48, dst, nullptr), "multiple of 32");
   expect(DequantInt8ToBf16(codes, scales, 4, 64, dst, nullptr), "4-byte aligned");

@@ -416,17 +416,6 @@ __global__ void CopyRopeKernel(const uint16_t* __restrict__ q, int num_heads, in
       q[bh * (dn + kMlaRopeDim) + dn + threadIdx.x];
 }
 
-int NumSms() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      sms <= 0) {
-    cudaGetLastError();
-    return 132;
-  }
-  return sms;
-}
-
 int MaxPages(const MlaDecodeParams& p) {
   return std::max(1, (p.max_context + kMlaPageSize - 1) / kMlaPageSize);
 }
@@ -503,7 +492,7 @@ int MlaDecodeNumSplits(const MlaDecodeParams& p) {
   const int max_pages = MaxPages(p);
   const int64_t ctas = static_cast<int64_t>(std::max(p.batch, 1)) *
                        ((std::max(p.num_heads, 1) + kHeadsPerCta - 1) / kHeadsPerCta);
-  const int sms = NumSms();
+  const int sms = internal::NumSms();
   // Time model: waves × pages per CTA, plus ~2 pages' worth of fixed cost per CTA (Q load,
   // epilogue) and a small charge per split for the merge. Smallest split count wins ties.
   int best = 1;

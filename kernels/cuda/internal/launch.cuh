@@ -17,6 +17,19 @@
 
 namespace strata::kernels::cuda::internal {
 
+// The current device's multiprocessor count, for sizing grids (132, an H100/H200's, when the
+// query fails).
+inline int NumSms() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      sms <= 0) {
+    cudaGetLastError();
+    return 132;
+  }
+  return sms;
+}
+
 // kernel<<<grid, block, dynamic_smem_bytes, stream>>>(args...). Launch errors surface through
 // cudaGetLastError() as with the triple-chevron form.
 template <typename... Params, typename... Args>
