@@ -82,7 +82,8 @@ inline constexpr char kQuantizationHelp[] =
     "format: 4.25 bits a weight, 0.27x the experts' memory and decode reads; `strata quantize` "
     "writes them once) | int8: every other projection and the LM head (not the embedding, "
     "routers or MLA's kv_b_proj) to int8 groups of 32 with a bf16 scale at load (8.5 bits a "
-    "weight, llama.cpp's Q8_0; CPU backend) | mxfp4,int8: both | compressed-tensors (vLLM's name "
+    "weight, llama.cpp's Q8_0; both backends; `strata quantize` writes them once) | mxfp4,int8: "
+    "both | compressed-tensors (vLLM's name "
     "for the checkpoint's own MXFP4 "
     "experts: K3's release; refused where there are none) | none (default)";
 
