@@ -167,7 +167,9 @@ absl::Status PlanInt8(const Checkpoint& ckpt, const std::set<std::string>& exper
 
 absl::StatusOr<Plan> MakePlan(const Checkpoint& ckpt, WeightQuantization scheme) {
   Plan plan;
-  if (QuantizesExpertsToMxfp4(scheme)) {
+  // mxfp4,int8 over experts that are MXFP4 already writes the int8 part, as at load.
+  const bool experts_done = ckpt.config().moe.mxfp4_experts && QuantizesToInt8(scheme);
+  if (QuantizesExpertsToMxfp4(scheme) && !experts_done) {
     ASSIGN_OR_RETURN(plan.mxfp4, ExpertTensors(ckpt));
   }
   plan.mxfp4_experts = !plan.mxfp4.empty() || ckpt.config().moe.mxfp4_experts;
@@ -195,10 +197,13 @@ std::map<std::string, std::vector<Entry>> TensorsByFile(const Checkpoint& ckpt, 
 std::vector<TensorHeader> OutputHeaders(const std::vector<Entry>& entries) {
   std::vector<TensorHeader> headers;
   for (const Entry& e : entries) {
-    const int64_t out = e.info->shape[0], in = e.output == Output::kCopy ? 0 : e.info->shape[1];
+    if (e.output == Output::kCopy) {  // any shape, scalars included
+      headers.push_back({e.name, e.info->dtype, e.info->shape});
+      continue;
+    }
+    const int64_t out = e.info->shape[0], in = e.info->shape[1];  // checked [out, in]
     switch (e.output) {
       case Output::kCopy:
-        headers.push_back({e.name, e.info->dtype, e.info->shape});
         break;
       case Output::kMxfp4:
         headers.push_back({Stem(e.name) + ".weight_packed", DType::kU8, {out, in / 2}});

@@ -30,9 +30,10 @@ struct CheckpointQuantization {
 // updated, config.json with quantization_config added (and inside text_config where the
 // config nests one), every other top-level file copied (tokenizer, templates, generation
 // config; subdirectories are not). Written into `<out_dir>.partial` and renamed when complete.
-// `scheme`: kMxfp4, kInt8 or kMxfp4Int8 (int8 alone over K3's release keeps its MXFP4 experts).
+// `scheme`: kMxfp4, kInt8 or kMxfp4Int8 (over K3's release, whose experts are MXFP4 already,
+// int8 and mxfp4,int8 both write the int8 part and keep the experts).
 // Errors name what was wrong: the input not loadable, its experts MXFP4 already or absent (for
-// mxfp4), a tensor not bf16/f32 or of a width that is not a multiple of 32 (experts), a value
+// mxfp4 alone), a tensor not bf16/f32 or of a width that is not a multiple of 32 (experts), a value
 // infinite or NaN, nothing left to quantise, I/O.
 absl::StatusOr<CheckpointQuantization> QuantizeCheckpoint(const std::string& model_dir,
                                                           const std::string& out_dir,

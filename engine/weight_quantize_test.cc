@@ -223,8 +223,13 @@ TEST_F(WeightQuantizeTest, WrittenCheckpointLoadsAsTheQuantisationAtLoad) {
 TEST_F(WeightQuantizeTest, Int8WrittenOverMxfp4ExpertsKeepsThem) {
   const std::string dir = Generate("release", "k3", /*mxfp4=*/true);
   const std::string out = root_ + "/release-int8";
+  // mxfp4,int8 finds the experts done and writes the int8 part, as int8 does.
+  auto both = QuantizeCheckpoint(dir, root_ + "/release-both", WeightQuantization::kMxfp4Int8);
+  ASSERT_TRUE(both.ok()) << both.status();
   auto written = QuantizeCheckpoint(dir, out, WeightQuantization::kInt8);
   ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(both->matrices, written->matrices);
+  EXPECT_EQ(ReadAll(root_ + "/release-both/config.json"), ReadAll(out + "/config.json"));
   EXPECT_EQ(written->matrices, written->int8_matrices);
   std::unique_ptr<Model> online = Load(dir, WeightQuantization::kInt8), offline = Load(out, false);
   ASSERT_TRUE(online && offline);
