@@ -14,8 +14,13 @@ namespace {
 using internal::FloatToBf16Bits;
 using internal::StoreOut;
 
-constexpr int kWarps = 4;          // per CTA; they split k
-constexpr int kRowsPerCta = 4;     // weight rows (outputs) per CTA
+constexpr int kWarps = 4;  // per CTA; they split k
+// Weight rows (outputs) per CTA: 4 share each activation load; past 8 activation rows, 2 keep
+// the accumulators and decoded codes in registers (4 spilled at 16 rows).
+template <int M>
+constexpr int RowsPerCta() {
+  return M > 8 ? 2 : 4;
+}
 constexpr int kCodesPerLane = 16;  // one 16-byte load per row and step: half a group
 constexpr int kWarpStep = 32 * kCodesPerLane;
 constexpr int kDequantThreads = 256;
@@ -45,14 +50,15 @@ __device__ __forceinline__ void ActivationsToFloats(const uint16_t* x, float (&v
   }
 }
 
-// y[m, row] for the CTA's kRowsPerCta rows (rows past n repeat the last one and are not stored).
-// Warp w takes the steps w, w + kWarps, … of kWarpStep codes; lane l the 16 codes at
-// 16·l within a step. Each partial sum over 16 codes is scaled once by its group's scale.
+// y[m, row] for the CTA's RowsPerCta<M>() rows (rows past n repeat the last one and are not
+// stored). Warp w takes the steps w, w + kWarps, … of kWarpStep codes; lane l the 16 codes at 16·l
+// within a step. Each partial sum over 16 codes is scaled once by its group's scale.
 template <int M, typename OutT>
 __global__ void __launch_bounds__(kWarps * 32)
     Int8GemvKernel(const uint16_t* __restrict__ x, const int8_t* __restrict__ codes,
                    const uint16_t* __restrict__ scales, int64_t n, int64_t k,
                    OutT* __restrict__ y) {
+  constexpr int kRowsPerCta = RowsPerCta<M>();
   __shared__ float partial[kWarps][kRowsPerCta * M];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerCta;
@@ -124,6 +130,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <int M, typename OutT>
 absl::Status LaunchGemv(const uint16_t* x, int64_t k, const int8_t* codes, const uint16_t* scales,
                         int64_t n, OutT* y, cudaStream_t stream) {
+  constexpr int kRowsPerCta = RowsPerCta<M>();
   const int64_t blocks = (n + kRowsPerCta - 1) / kRowsPerCta;
   internal::LaunchKernel(Int8GemvKernel<M, OutT>, static_cast<unsigned>(blocks), kWarps * 32, 0,
                          stream, x, codes, scales, n, k, y);

@@ -6,12 +6,12 @@
 //
 // Two paths (GemmInt8UsesGemv):
 //   GEMV (decode batches) — a CUDA-core kernel streams the codes once: a CTA of 4 warps holds 4
-//     weight rows, the warps split k, each lane takes 16 codes (half a group) of each row per
-//     step and applies the group's scale to its partial sums, so the weights count exactly
-//     (code · scale, f32 math, f32 accumulation in an unspecified order). Taken for m ≤ 8, and
-//     for m ≤ 16 unless the tensor-core grid below already gives every SM two CTAs (its 2·m
-//     flops a weight make the GEMV compute-bound there; tensor-core tiles on few CTAs stream
-//     the weights slower still on a small matrix);
+//     weight rows (2 past 8 activation rows, for registers), the warps split k, each lane takes 16
+//     codes (half a group) of each row per step and applies the group's scale to its partial sums,
+//     so the weights count exactly (code · scale, f32 math, f32 accumulation in an unspecified
+//     order). Taken for m ≤ 8, and for m ≤ 16 unless the tensor-core grid below already gives every
+//     SM two CTAs (its 2·m flops a weight make the GEMV compute-bound there; tensor-core tiles on
+//     few CTAs stream the weights slower still on a small matrix);
 //   tensor cores — GroupedGemm (grouped_gemm.h) with one expert and no offsets table (16- or
 //     128-row tiles × 128 columns), each weight dequantised in the load path to bf16(code ·
 //     scale).
