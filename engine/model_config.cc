@@ -262,8 +262,9 @@ absl::Status ParseActivation(const KeyReader& lm, ModelConfig* config) {
 
 // compressed-tensors as Strata reads it: MXFP4 routed experts (CHECKPOINT.md §6; → true) and/or
 // int8 groups (what `strata quantize --quantization int8` writes; their tensors say which
-// Linears: engine/linear.h). Any other quantization is unsupported.
-absl::StatusOr<bool> IsMxfp4Quantization(const KeyReader& owner) {
+// Linears: engine/linear.h). Any other quantization is unsupported. Returns whether the routed
+// experts are MXFP4.
+absl::StatusOr<bool> ReadQuantizationConfig(const KeyReader& owner) {
   const json* quant = owner.Find("quantization_config");
   if (quant == nullptr) return false;
   if (!quant->is_object()) return owner.TypeError("quantization_config", "an object", *quant);
@@ -307,7 +308,7 @@ absl::Status ParseEitherLevel(const KeyReader& top, const KeyReader& lm, ModelCo
     RETURN_IF_ERROR(
         reader->Int64("max_position_embeddings", &config->max_position_embeddings, false));
     RETURN_IF_ERROR(reader->Bool("tie_word_embeddings", &config->tie_word_embeddings, false));
-    ASSIGN_OR_RETURN(bool mxfp4, IsMxfp4Quantization(*reader));
+    ASSIGN_OR_RETURN(bool mxfp4, ReadQuantizationConfig(*reader));
     config->moe.mxfp4_experts = config->moe.mxfp4_experts || mxfp4;
   }
   return absl::OkStatus();

@@ -45,16 +45,25 @@ absl::Status Gemm(const DeviceContext& c, const DeviceMatrix& w, const uint16_t*
   return kc::GemmInt8(x, m, w.in, w.codes, w.scales, w.out, y, ws, bytes, c.stream, path);
 }
 
-// The routed experts' weights as the grouped GEMM takes them.
+// The routed experts' weights as the grouped GEMM takes them: bf16, or the codes and scales in
+// the experts' format.
+kc::GroupedWeights GroupedExpertWeights(const DeviceExperts& w, const uint16_t* bf16,
+                                        const void* codes, const void* scales) {
+  if (w.mxfp4) {
+    return kc::GroupedWeights::Mxfp4(static_cast<const uint8_t*>(codes),
+                                     static_cast<const uint8_t*>(scales));
+  }
+  if (w.int8) {
+    return kc::GroupedWeights::Int8(static_cast<const int8_t*>(codes),
+                                    static_cast<const uint16_t*>(scales));
+  }
+  return kc::GroupedWeights::Bf16(bf16);
+}
 kc::GroupedWeights GateUpWeights(const DeviceExperts& w) {
-  if (w.mxfp4) return kc::GroupedWeights::Mxfp4(w.gate_up_packed, w.gate_up_scales);
-  if (w.int8) return kc::GroupedWeights::Int8(w.gate_up_codes, w.gate_up_int8_scales);
-  return kc::GroupedWeights::Bf16(w.gate_up);
+  return GroupedExpertWeights(w, w.gate_up, w.gate_up_codes, w.gate_up_scales);
 }
 kc::GroupedWeights DownWeights(const DeviceExperts& w) {
-  if (w.mxfp4) return kc::GroupedWeights::Mxfp4(w.down_packed, w.down_scales);
-  if (w.int8) return kc::GroupedWeights::Int8(w.down_codes, w.down_int8_scales);
-  return kc::GroupedWeights::Bf16(w.down);
+  return GroupedExpertWeights(w, w.down, w.down_codes, w.down_scales);
 }
 
 // Quantised expert weights [rows, cols] (GateUpWeights / DownWeights) as bf16 into dst, as the

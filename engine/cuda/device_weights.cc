@@ -124,7 +124,7 @@ class WeightUploader {
 
   absl::Status Experts(const MoeWeights& w, const ModelConfig& cfg, DeviceExperts* e,
                        const std::string& what);
-  absl::Status Int8Experts(const MoeWeights& w, DeviceExperts* e, const std::string& what);
+  absl::Status QuantizedExperts(const MoeWeights& w, DeviceExperts* e, const std::string& what);
   // Routed experts to upload, by global id (all of them unless set).
   std::vector<int> experts_;
   absl::Status Kda(const KdaWeights& w, DeviceKda* d, const std::string& what);
@@ -147,9 +147,8 @@ absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg
   e->inter = m.moe_intermediate_size;
   e->in_width = e->out_width = m.is_latent() ? m.routed_expert_hidden_size : cfg.hidden_size;
   // The uploaded experts decide (with --quantization and expert parallelism only this
-  // process's experts are quantised).
-  // int8 only when every uploaded matrix is (an odd width keeps a matrix as stored; then all go
-  // up as bf16, the int8 ones decoded).
+  // process's experts are quantised); int8 only when every uploaded matrix is (an odd width
+  // keeps a matrix as stored; then all go up as bf16, the int8 ones decoded).
   bool all_int8 = !experts_.empty();
   for (int x : experts_) {
     const ExpertWeights& ew = w.experts[static_cast<size_t>(x)];
@@ -162,8 +161,7 @@ absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg
   e->int8 = all_int8;
   const int64_t gu_rows = 2 * e->inter, n = e->num_experts;
   if (n == 0) return absl::OkStatus();  // a rank holding no expert
-  if (e->int8) return Int8Experts(w, e, what);
-  if (!e->mxfp4) {
+  if (!e->mxfp4 && !e->int8) {
     ASSIGN_OR_RETURN(char* gu, Alloc(n * gu_rows * e->in_width * 2, what + " gate|up"));
     ASSIGN_OR_RETURN(char* down, Alloc(n * e->out_width * e->inter * 2, what + " down"));
     for (int64_t x = 0; x < n; ++x) {
@@ -178,64 +176,47 @@ absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg
     e->down = reinterpret_cast<const uint16_t*>(down);
     return absl::OkStatus();
   }
-  // MXFP4: packed codes (two per byte) and one scale per 32 values, rows stacked like bf16.
-  const int64_t gu_row_bytes = e->in_width / 2, gu_row_scales = e->in_width / 32;
-  const int64_t d_row_bytes = e->inter / 2, d_row_scales = e->inter / 32;
-  ASSIGN_OR_RETURN(char* gu_p, Alloc(n * gu_rows * gu_row_bytes, what + " gate|up (MXFP4)"));
-  ASSIGN_OR_RETURN(char* gu_s, Alloc(n * gu_rows * gu_row_scales, what + " gate|up scales"));
-  ASSIGN_OR_RETURN(char* d_p, Alloc(n * e->out_width * d_row_bytes, what + " down (MXFP4)"));
-  ASSIGN_OR_RETURN(char* d_s, Alloc(n * e->out_width * d_row_scales, what + " down scales"));
-  for (int64_t x = 0; x < n; ++x) {
-    const ExpertWeights& ew = w.experts[static_cast<size_t>(experts_[static_cast<size_t>(x)])];
-    for (const Linear* l : {&ew.w1, &ew.w3, &ew.w2}) {
-      if (l->format != WeightFormat::kMxfp4) {
-        return absl::InvalidArgumentError(what + ": experts mix MXFP4 and other formats");
-      }
-    }
-    const int64_t half = e->inter;  // rows of w1 (gate), then w3 (up)
-    char* p = gu_p + x * gu_rows * gu_row_bytes;
-    char* s = gu_s + x * gu_rows * gu_row_scales;
-    RETURN_IF_ERROR(Copy(p, ew.w1.data, half * gu_row_bytes));
-    RETURN_IF_ERROR(Copy(p + half * gu_row_bytes, ew.w3.data, half * gu_row_bytes));
-    RETURN_IF_ERROR(Copy(s, ew.w1.scales, half * gu_row_scales));
-    RETURN_IF_ERROR(Copy(s + half * gu_row_scales, ew.w3.scales, half * gu_row_scales));
-    RETURN_IF_ERROR(
-        Copy(d_p + x * e->out_width * d_row_bytes, ew.w2.data, e->out_width * d_row_bytes));
-    RETURN_IF_ERROR(
-        Copy(d_s + x * e->out_width * d_row_scales, ew.w2.scales, e->out_width * d_row_scales));
-  }
-  e->gate_up_packed = reinterpret_cast<const uint8_t*>(gu_p);
-  e->gate_up_scales = reinterpret_cast<const uint8_t*>(gu_s);
-  e->down_packed = reinterpret_cast<const uint8_t*>(d_p);
-  e->down_scales = reinterpret_cast<const uint8_t*>(d_s);
-  return absl::OkStatus();
+  return QuantizedExperts(w, e, what);
 }
 
-// int8 experts: codes and bf16 scales, rows stacked as the bf16 layout stacks them.
-absl::Status WeightUploader::Int8Experts(const MoeWeights& w, DeviceExperts* e,
-                                         const std::string& what) {
-  const int64_t n = e->num_experts, inter = e->inter;
-  const int64_t gu_groups = e->in_width / kInt8GroupSize, d_groups = inter / kInt8GroupSize;
-  ASSIGN_OR_RETURN(char* gu_c, Alloc(n * 2 * inter * e->in_width, what + " gate|up (int8)"));
-  ASSIGN_OR_RETURN(char* gu_s, Alloc(n * 2 * inter * gu_groups * 2, what + " gate|up scales"));
-  ASSIGN_OR_RETURN(char* d_c, Alloc(n * e->out_width * inter, what + " down (int8)"));
-  ASSIGN_OR_RETURN(char* d_s, Alloc(n * e->out_width * d_groups * 2, what + " down scales"));
+// MXFP4 or int8 experts: each matrix's codes and scales as stored (Linear::data_bytes /
+// scale_bytes), rows stacked as the bf16 layout stacks them ([E, 2I, …] gate then up, [E, out, …]).
+absl::Status WeightUploader::QuantizedExperts(const MoeWeights& w, DeviceExperts* e,
+                                              const std::string& what) {
+  const auto expert = [&](int64_t x) -> const ExpertWeights& {
+    return w.experts[static_cast<size_t>(experts_[static_cast<size_t>(x)])];
+  };
+  const WeightFormat format = expert(0).w1.format;
+  const char* name = WeightFormatName(format);
+  const int64_t n = e->num_experts;
+  // Per expert: gate|up = w1 then w3 (same shape), down = w2.
+  const int64_t gu_codes = 2 * expert(0).w1.data_bytes(),
+                gu_scales = 2 * expert(0).w1.scale_bytes();
+  const int64_t d_codes = expert(0).w2.data_bytes(), d_scales = expert(0).w2.scale_bytes();
+  ASSIGN_OR_RETURN(char* gu_c, Alloc(n * gu_codes, absl::StrCat(what, " gate|up (", name, ")")));
+  ASSIGN_OR_RETURN(char* gu_s, Alloc(n * gu_scales, what + " gate|up scales"));
+  ASSIGN_OR_RETURN(char* d_c, Alloc(n * d_codes, absl::StrCat(what, " down (", name, ")")));
+  ASSIGN_OR_RETURN(char* d_s, Alloc(n * d_scales, what + " down scales"));
   for (int64_t x = 0; x < n; ++x) {
-    const ExpertWeights& ew = w.experts[static_cast<size_t>(experts_[static_cast<size_t>(x)])];
-    char* c = gu_c + x * 2 * inter * e->in_width;
-    char* s = gu_s + x * 2 * inter * gu_groups * 2;
-    RETURN_IF_ERROR(Copy(c, ew.w1.data, inter * e->in_width));
-    RETURN_IF_ERROR(Copy(c + inter * e->in_width, ew.w3.data, inter * e->in_width));
-    RETURN_IF_ERROR(Copy(s, ew.w1.scales, inter * gu_groups * 2));
-    RETURN_IF_ERROR(Copy(s + inter * gu_groups * 2, ew.w3.scales, inter * gu_groups * 2));
-    RETURN_IF_ERROR(Copy(d_c + x * e->out_width * inter, ew.w2.data, e->out_width * inter));
-    RETURN_IF_ERROR(
-        Copy(d_s + x * e->out_width * d_groups * 2, ew.w2.scales, e->out_width * d_groups * 2));
+    const ExpertWeights& ew = expert(x);
+    for (const Linear* l : {&ew.w1, &ew.w3, &ew.w2}) {
+      if (l->format != format) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": experts mix ", name, " and other formats"));
+      }
+    }
+    const int64_t half = gu_codes / 2, half_scales = gu_scales / 2;
+    RETURN_IF_ERROR(Copy(gu_c + x * gu_codes, ew.w1.data, half));
+    RETURN_IF_ERROR(Copy(gu_c + x * gu_codes + half, ew.w3.data, half));
+    RETURN_IF_ERROR(Copy(gu_s + x * gu_scales, ew.w1.scales, half_scales));
+    RETURN_IF_ERROR(Copy(gu_s + x * gu_scales + half_scales, ew.w3.scales, half_scales));
+    RETURN_IF_ERROR(Copy(d_c + x * d_codes, ew.w2.data, d_codes));
+    RETURN_IF_ERROR(Copy(d_s + x * d_scales, ew.w2.scales, d_scales));
   }
-  e->gate_up_codes = reinterpret_cast<const int8_t*>(gu_c);
-  e->gate_up_int8_scales = reinterpret_cast<const uint16_t*>(gu_s);
-  e->down_codes = reinterpret_cast<const int8_t*>(d_c);
-  e->down_int8_scales = reinterpret_cast<const uint16_t*>(d_s);
+  e->gate_up_codes = gu_c;
+  e->gate_up_scales = gu_s;
+  e->down_codes = d_c;
+  e->down_scales = d_s;
   return absl::OkStatus();
 }
 

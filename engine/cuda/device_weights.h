@@ -41,18 +41,13 @@ struct DeviceExperts {  // one MoE layer's routed experts (this rank's, under ex
   bool int8 = false;
   const uint16_t* gate_up = nullptr;  // bf16 [E, 2I, in_width]
   const uint16_t* down = nullptr;     // bf16 [E, out_width, I]
-  // MXFP4: packed E2M1 codes [E·2I, in_width/2] and E8M0 scales [E·2I, in_width/32]; down
-  // [E·out_width, I/2] and [E·out_width, I/32].
-  const uint8_t* gate_up_packed = nullptr;
-  const uint8_t* gate_up_scales = nullptr;
-  const uint8_t* down_packed = nullptr;
-  const uint8_t* down_scales = nullptr;
-  // int8: codes [E·2I, in_width] and bf16 scales [E·2I, in_width/32]; down [E·out_width, I] and
-  // [E·out_width, I/32].
-  const int8_t* gate_up_codes = nullptr;
-  const uint16_t* gate_up_int8_scales = nullptr;
-  const int8_t* down_codes = nullptr;
-  const uint16_t* down_int8_scales = nullptr;
+  // MXFP4 or int8: codes and scales as the format stores them (MXFP4: packed E2M1 [E·2I,
+  // in_width/2] and E8M0 [E·2I, in_width/32]; int8: [E·2I, in_width] and bf16 [E·2I,
+  // in_width/32]); down likewise over [E·out_width, I].
+  const void* gate_up_codes = nullptr;
+  const void* gate_up_scales = nullptr;
+  const void* down_codes = nullptr;
+  const void* down_scales = nullptr;
 };
 
 struct DeviceKda {

@@ -50,14 +50,6 @@ struct Problem {
   bool quantized() const { return fmt != Fmt::kBf16; }
 };
 
-// Decodes the int8 codes into w_bits.
-void DecodeInt8Weights(Problem& p) {
-  std::vector<float> w(p.codes.size());
-  DecodeInt8(p.codes.data(), p.int8_scales.data(), w.size(), w.data());
-  p.w_bits.resize(w.size());
-  for (size_t i = 0; i < w.size(); ++i) p.w_bits[i] = F32ToBf16(w[i]);
-}
-
 Problem MakeProblem(std::mt19937& rng, const std::vector<int>& groups, int64_t n_w, int64_t k,
                     Fmt fmt) {
   Problem p;
@@ -79,7 +71,7 @@ Problem MakeProblem(std::mt19937& rng, const std::vector<int>& groups, int64_t n
     p.int8_scales.resize(elems / 32);
     for (int8_t& c : p.codes) c = static_cast<int8_t>(code(rng));
     for (uint16_t& s : p.int8_scales) s = zero(rng) == 0 ? 0 : F32ToBf16(scale(rng));
-    DecodeInt8Weights(p);
+    p.w_bits = testing::Int8AsBf16(p.codes, p.int8_scales);
   } else if (fmt == Fmt::kMxfp4) {
     std::uniform_int_distribution<int> byte(0, 255), scale(119, 123);
     p.packed.resize(elems / 2);
@@ -358,7 +350,7 @@ TEST(CudaGroupedGemmTest, Int8DecodeIsBitExact) {
     p.int8_scales[g] = static_cast<uint16_t>((biased << 7) | static_cast<uint32_t>(mantissa(rng)));
   }
   for (size_t i = 0; i < p.codes.size(); ++i) p.codes[i] = static_cast<int8_t>(int(i % 255) - 127);
-  DecodeInt8Weights(p);
+  p.w_bits = testing::Int8AsBf16(p.codes, p.int8_scales);
   for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
     const std::vector<float> got = IdentityProduct(p, tile);
     int64_t bad = 0;

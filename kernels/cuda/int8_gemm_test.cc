@@ -33,13 +33,7 @@ struct Int8Weights {
   std::vector<int8_t> codes;
   std::vector<uint16_t> scales;
 
-  std::vector<uint16_t> DecodedBf16() const {
-    std::vector<float> w(codes.size());
-    DecodeInt8(codes.data(), scales.data(), w.size(), w.data());
-    std::vector<uint16_t> bits(w.size());
-    for (size_t i = 0; i < w.size(); ++i) bits[i] = F32ToBf16(w[i]);
-    return bits;
-  }
+  std::vector<uint16_t> DecodedBf16() const { return testing::Int8AsBf16(codes, scales); }
 };
 
 Int8Weights MakeWeights(std::mt19937& rng, int64_t n, int64_t k) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/int8_quantize.h"
 
 namespace strata::kernels::cuda::testing {
 
@@ -105,6 +106,17 @@ inline std::vector<uint16_t> ToBf16InPlace(std::vector<float>& values) {
     bits[i] = F32ToBf16(values[i]);
     values[i] = Bf16ToF32(bits[i]);
   }
+  return bits;
+}
+
+// int8 codes and their bf16 scales (core/int8_quantize.h) as the bf16 weights the kernels'
+// tensor-core paths multiply by: F32ToBf16(DecodeInt8).
+inline std::vector<uint16_t> Int8AsBf16(const std::vector<int8_t>& codes,
+                                        const std::vector<uint16_t>& scales) {
+  std::vector<float> w(codes.size());
+  DecodeInt8(codes.data(), scales.data(), w.size(), w.data());
+  std::vector<uint16_t> bits(w.size());
+  for (size_t i = 0; i < w.size(); ++i) bits[i] = F32ToBf16(w[i]);
   return bits;
 }
 
