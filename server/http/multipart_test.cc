@@ -9,7 +9,8 @@ namespace strata::http {
 namespace {
 
 TEST(Multipart, PartsCarryNamesFilenamesAndBytes) {
-  const std::string data("line 1\r\n--not-the-boundary\r\n\0\xff", 33);
+  constexpr char kData[] = "line 1\r\n--not-the-boundary\r\n\0\xff";  // a NUL inside
+  const std::string data(kData, sizeof(kData) - 1);
   const std::string body =
       "preamble\r\n--XyZ\r\n"
       "Content-Disposition: form-data; name=\"purpose\"\r\n\r\n"
