@@ -102,10 +102,14 @@ class Runner {
  private:
   // Submits retries, then new lines, while the window has room and the handler is not full.
   absl::Status Fill() {
-    if (!progress_.input_done && options_.stop && options_.stop()) {
+    if (!progress_.input_done && options_.pause && options_.pause()) {
+      progress_.input_done = progress_.paused = true;
+    } else if (!progress_.input_done && options_.stop && options_.stop()) {
       progress_.input_done = progress_.stopped = true;
     }
-    if (progress_.stopped) {
+    if (progress_.paused) {
+      retry_.clear();  // sent by the run that carries on
+    } else if (progress_.stopped) {
       for (auto& [index, line] : retry_) {
         ++progress_.cancelled;
         Finish(index, BatchErrorLine(OutputId(index), line.custom_id, "batch_cancelled",
@@ -141,6 +145,13 @@ class Runner {
                                                          line->custom_id, "' repeats line ",
                                                          seen->second, "'s"));
         }
+      }
+      if (index < options_.skip_requests) {  // written by an earlier run
+        CHECK_EQ(next_to_write_, index);
+        ++next_to_write_;
+        ++progress_.finished;
+        ++progress_.skipped;
+        continue;
       }
       if (!line.ok()) {
         ++progress_.invalid;
@@ -204,16 +215,21 @@ class Runner {
     Poll(index);  // the contract: Poll after Start
   }
 
-  // Cancels the requests in flight (their lines say so) and stops reading.
+  // Cancels the requests in flight (their lines say so, unless the run pauses) and stops
+  // reading.
   void Abort() {
-    progress_.input_done = progress_.stopped = true;
+    progress_.input_done = true;
+    if (options_.pause && options_.pause()) progress_.paused = true;
+    progress_.stopped = !progress_.paused;
     for (auto& [index, request] : in_flight_) {
       request.pending->Cancel();
+      if (progress_.paused) continue;  // sent again by the run that carries on
       ++progress_.cancelled;
       Finish(index, BatchErrorLine(OutputId(index), request.custom_id, "batch_cancelled",
                                    "the batch was stopped before this request finished"));
     }
     in_flight_.clear();
+    if (progress_.paused) retry_.clear();
   }
 
   void Poll(int64_t index) {
@@ -246,17 +262,13 @@ class Runner {
          it = finished_.erase(it)) {
       std::ostream& to =
           it->second.answered || options_.error_out == nullptr ? out_ : *options_.error_out;
-      to << it->second.text << '\n';
+      to << it->second.text << '\n' << std::flush;
       if (!to) {
         return absl::InternalError(
             absl::StrCat("writing output line ", next_to_write_ + 1, " failed"));
       }
       ++next_to_write_;
       ++progress_.finished;
-    }
-    if (progress_.finished == progress_.lines) {
-      out_.flush();
-      if (options_.error_out != nullptr) options_.error_out->flush();
     }
     return absl::OkStatus();
   }

@@ -34,6 +34,9 @@ struct BatchProgress {
   int64_t invalid = 0;    // lines not sent (error lines)
   int64_t cancelled = 0;  // lines read but not sent because the run stopped (error lines)
   bool stopped = false;   // BatchOptions::stop ended the input early
+  // BatchOptions::pause ended the run: `finished` lines were written, none after them.
+  bool paused = false;
+  int64_t skipped = 0;    // requests not sent: an earlier run answered them (in lines, finished)
   int64_t in_flight = 0;  // submitted and unfinished (at the time of the report)
   BatchUsage usage;       // summed over the responses
   double elapsed_s = 0;
@@ -56,6 +59,15 @@ struct BatchOptions {
   // response): true stops reading and cancels them too (their lines: "batch_cancelled"). For a
   // server that must go now. Null: never.
   std::function<bool()> abort;
+  // Polled with `stop` and `abort`: true ends the run as a pause instead. Nothing more is read;
+  // lines not answered yet (waiting to be re-sent, or cancelled by `abort`) get no output line,
+  // nor does any line after the first of them — so that a later run over the same input with
+  // skip_requests = BatchProgress::finished carries on where this one ends, every line written
+  // once. (A server going down that keeps its batch.) Null: never.
+  std::function<bool()> pause;
+  // The first `skip_requests` requests (non-blank lines) are read (their custom_ids still count
+  // for repeats) but neither sent nor written: an earlier run's output holds their lines.
+  int64_t skip_requests = 0;
   // vLLM's request priority for lines whose body sets none (with --scheduling-policy priority,
   // lower runs first; online requests default to 0). Unset: bodies go as written.
   std::optional<int> default_priority;
@@ -69,7 +81,8 @@ struct BatchOptions {
   std::string id_prefix;
 };
 
-// Runs every line of `in` through `handler`, writing the output lines to `out`. Errors only
+// Runs every line of `in` through `handler`, writing the output lines to `out`, each flushed as
+// it is written (a run that dies leaves whole lines but for the last, in order). Errors only
 // for the files: `in` unreadable midway or `out` failing a write (DataLoss / Internal, naming
 // the line); a bad line or a failed request is an output line, never an error.
 absl::StatusOr<BatchProgress> RunBatch(http::HttpHandler& handler, std::istream& in,

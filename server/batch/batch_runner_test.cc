@@ -193,6 +193,62 @@ TEST(RunBatch, AbortCancelsTheRequestsInFlight) {
   EXPECT_EQ(done->succeeded + done->cancelled, done->lines);
 }
 
+// A server going down pauses its batch (with or without cancelling what is in flight); the
+// next run skips what the first wrote: together they write exactly one uninterrupted run's
+// output and error files, each request answered once.
+TEST(RunBatch, APausedRunAndOneSkippingWhatItWroteWriteTheWholeRunsLines) {
+  // 30 lines, every 7th failing, and a repeat of a custom_id the second run skips.
+  const std::string input = EchoLines(30, "r", /*fail_every=*/7) + Line("r1", {{"echo", "x"}});
+  auto run = [&](FakeHandler& handler, std::ostream& out, std::ostream& errors,
+                 BatchOptions options) {
+    std::istringstream in(input);
+    options.max_in_flight = 4;  // more than a 2-request handler takes: 429s wait to be re-sent
+    options.progress_interval_s = 0.01;
+    options.id_prefix = "b-";
+    options.error_out = &errors;
+    absl::StatusOr<BatchProgress> done = RunBatch(handler, in, out, options);
+    EXPECT_TRUE(done.ok()) << done.status();
+    return done.value_or(BatchProgress{});
+  };
+  std::ostringstream whole_out, whole_errors;
+  FakeHandler whole_handler(/*queue_limit=*/2);
+  run(whole_handler, whole_out, whole_errors, {});
+  for (const bool abort : {false, true}) {
+    SCOPED_TRACE(abort ? "in-flight requests cancelled" : "in-flight requests finish");
+    std::ostringstream out, errors;
+    FakeHandler first(/*queue_limit=*/2);
+    if (abort) first.Hold("5");  // never finishes: only the abort ends the run
+    BatchOptions paused;
+    paused.pause = [&first] { return first.handled() >= 12; };
+    if (abort) paused.abort = paused.pause;
+    const BatchProgress p = run(first, out, errors, paused);
+    EXPECT_TRUE(p.paused);
+    EXPECT_FALSE(p.stopped);
+    EXPECT_EQ(p.cancelled, 0);
+    ASSERT_LT(p.finished, 31);
+    if (abort) {
+      EXPECT_EQ(p.finished, 5);  // up to the held line
+    }
+    EXPECT_EQ(OutputLines(out.str()).size() + OutputLines(errors.str()).size(),
+              static_cast<size_t>(p.finished));
+    FakeHandler second(/*queue_limit=*/2);
+    BatchOptions resumed;
+    resumed.skip_requests = p.finished;
+    const BatchProgress q = run(second, out, errors, resumed);
+    EXPECT_FALSE(q.paused);
+    EXPECT_EQ(q.skipped, p.finished);
+    EXPECT_EQ(q.lines, 31);
+    EXPECT_EQ(q.finished, 31);
+    EXPECT_EQ(out.str(), whole_out.str());
+    EXPECT_EQ(errors.str(), whole_errors.str());
+    for (const Json& body : second.seen_bodies_) {  // nothing the first run wrote is sent again
+      if (!body.contains("echo") || body["echo"] == "x") continue;
+      EXPECT_GE(std::stoi(body["echo"].get<std::string>()), p.finished) << body.dump();
+    }
+  }
+  EXPECT_THAT(whole_errors.str(), HasSubstr("custom_id 'r1' repeats line 2's"));
+}
+
 TEST(RunBatch, ADefaultPriorityGoesToBodiesThatSetNone) {
   FakeHandler handler;
   const std::string input = absl::StrCat(Line("a", {{"echo", "1"}}), "\n",
