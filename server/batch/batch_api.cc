@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <fstream>
 #include <sstream>
 #include <utility>
 
@@ -13,10 +14,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "server/batch/batch_line.h"
 #include "server/batch/batch_runner.h"
+#include "server/batch/batch_store.h"
 #include "server/frontend/api_error.h"
 #include "server/frontend/generation_response.h"
 #include "server/frontend/openai_service.h"
@@ -51,6 +54,7 @@ struct BatchApi::Batch {
   int64_t total = 0;
   int64_t completed = 0;
   int64_t failed = 0;
+  int64_t seq = 0;      // creation order (the directory's listing is not)
   bool cancel = false;  // a cancel was asked (guarded by the API's mu_)
   // The creating request's credentials, sent with each of its requests.
   std::vector<http::Header> auth_headers;
@@ -161,9 +165,108 @@ absl::StatusOr<nlohmann::ordered_json> Page(std::vector<nlohmann::ordered_json> 
 
 }  // namespace
 
-BatchApi::BatchApi(BatchApiOptions options) : options_(options), files_(options.files_store_bytes) {
+BatchApi::BatchApi(BatchApiOptions options) : BatchApi(std::move(options), nullptr) {
+  CHECK(options_.dir.empty()) << "BatchApi::Open keeps files in a directory";
+}
+
+BatchApi::BatchApi(BatchApiOptions options, std::unique_ptr<BatchStore> disk)
+    : options_(std::move(options)),
+      disk_(std::move(disk)),
+      files_(options_.files_store_bytes, disk_.get()) {
   CHECK_GE(options_.max_in_flight, 1);
+  if (disk_ != nullptr) LoadBatches();
   worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+absl::StatusOr<std::unique_ptr<BatchApi>> BatchApi::Open(BatchApiOptions options) {
+  std::unique_ptr<BatchStore> disk;
+  if (!options.dir.empty()) {
+    ASSIGN_OR_RETURN(disk, BatchStore::Open(options.dir));
+  }
+  return std::unique_ptr<BatchApi>(new BatchApi(std::move(options), std::move(disk)));
+}
+
+std::unique_ptr<BatchApi::Batch> BatchApi::FromRecord(const Json& r) {
+  auto b = std::make_unique<Batch>();
+  auto text = [&](const char* key, std::string* out) {
+    auto it = r.find(key);
+    if (it == r.end() || !(it->is_string() || it->is_null())) return false;
+    *out = it->is_null() ? "" : it->get<std::string>();
+    return true;
+  };
+  auto number = [](const Json& o, const char* key, int64_t* out) {
+    auto it = o.find(key);
+    if (it == o.end() || !(it->is_number_integer() || it->is_null())) return false;
+    *out = it->is_null() ? 0 : it->get<int64_t>();
+    return true;
+  };
+  const Json counts = r.value("request_counts", Json::object());
+  const bool ok =
+      text("id", &b->id) && text("endpoint", &b->endpoint) &&
+      text("input_file_id", &b->input_file_id) &&
+      text("completion_window", &b->completion_window) && text("status", &b->status) &&
+      text("output_file_id", &b->output_file_id) && text("error_file_id", &b->error_file_id) &&
+      number(r, "created_at", &b->created_at) && number(r, "in_progress_at", &b->in_progress_at) &&
+      number(r, "finalizing_at", &b->finalizing_at) &&
+      number(r, "completed_at", &b->completed_at) && number(r, "failed_at", &b->failed_at) &&
+      number(r, "cancelling_at", &b->cancelling_at) &&
+      number(r, "cancelled_at", &b->cancelled_at) && number(r, "seq", &b->seq) &&
+      counts.is_object() && number(counts, "total", &b->total) &&
+      number(counts, "completed", &b->completed) && number(counts, "failed", &b->failed);
+  constexpr std::string_view kStatuses[] = {"validating", "in_progress", "finalizing", "completed",
+                                            "failed",     "cancelling",  "cancelled"};
+  if (!ok ||
+      std::find(std::begin(kStatuses), std::end(kStatuses), b->status) == std::end(kStatuses)) {
+    return nullptr;
+  }
+  b->metadata = r.value("metadata", Json());
+  b->errors = r.value("errors", Json());
+  return b;
+}
+
+void BatchApi::LoadBatches() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Batch*> unfinished;
+  for (const Json& record : disk_->LoadBatches()) {
+    std::unique_ptr<Batch> b = FromRecord(record);
+    if (b == nullptr || batches_.contains(b->id)) {
+      LOG_WARN("batch",
+               "--files-dir: skipping batch {}: its record lacks a field, holds a wrong type or "
+               "an unknown status, or repeats an id",
+               record.value("id", std::string("?")));
+      continue;
+    }
+    next_seq_ = std::max(next_seq_, b->seq + 1);
+    if (b->status == "validating" || b->status == "in_progress" || b->status == "finalizing" ||
+        b->status == "cancelling") {
+      if (b->status == "finalizing") b->status = "in_progress";  // its lines are all written
+      b->cancel = b->status == "cancelling";
+      b->auth_headers = options_.resumed_headers;
+      unfinished.push_back(b.get());
+    }
+    batch_order_.push_back(b->id);
+    batches_.emplace(b->id, std::move(b));
+  }
+  auto by_seq = [this](const std::string& a, const std::string& b) {
+    return batches_.at(a)->seq < batches_.at(b)->seq;
+  };
+  std::sort(batch_order_.begin(), batch_order_.end(), by_seq);
+  std::sort(unfinished.begin(), unfinished.end(),
+            [](const Batch* a, const Batch* b) { return a->seq < b->seq; });
+  for (const Batch* b : unfinished) queue_.push_back(b->id);
+  if (!batches_.empty()) {
+    LOG_INFO("batch", "{} batches loaded from {}; {} to run or carry on", batches_.size(),
+             disk_->dir(), unfinished.size());
+  }
+}
+
+absl::Status BatchApi::Persist(const Batch& batch) const {
+  if (disk_ == nullptr) return absl::OkStatus();
+  Json record = BatchObject(batch);
+  record["seq"] = batch.seq;
+  absl::Status written = disk_->PutBatch(batch.id, record);
+  if (!written.ok()) LOG_ERROR("batch", "batch {}: {}", batch.id, written.ToString());
+  return written;
 }
 
 BatchApi::~BatchApi() { Stop(); }
@@ -396,7 +499,13 @@ absl::StatusOr<http::HttpResponse> BatchApi::CreateBatch(const http::HttpRequest
     batch->total = 0;
   } else if (stop_) {
     return ApiErrorStatus(absl::StatusCode::kUnavailable, "the server is shutting down");
-  } else {
+  }
+  batch->seq = next_seq_++;
+  if (absl::Status kept = Persist(*batch); !kept.ok()) {
+    return ApiErrorStatus(absl::StatusCode::kInternal,
+                          absl::StrCat("the batch could not be kept: ", kept.message()));
+  }
+  if (batch->status == "validating") {
     queue_.push_back(batch->id);
     cv_.notify_all();
   }
@@ -444,6 +553,7 @@ absl::StatusOr<http::HttpResponse> BatchApi::CancelBatch(const std::string& id) 
                                                  "; only a validating or in_progress batch can "
                                                  "be cancelled"));
   }
+  Persist(b).IgnoreError();  // logged; a lost cancel leaves the batch running after a restart
   return JsonOk(BatchObject(b));
 }
 
@@ -484,7 +594,8 @@ nlohmann::ordered_json BatchApi::Summary() const {
   return {{"files",
            {{"capacity_bytes", files_.capacity_bytes()},
             {"num_bytes", files_.num_bytes()},
-            {"num_files", files_.num_files()}}},
+            {"num_files", files_.num_files()},
+            {"dir", disk_ == nullptr ? Json(nullptr) : Json(disk_->dir())}}},
           {"batches", std::move(batches)}};
 }
 
@@ -516,8 +627,10 @@ void BatchApi::WorkerLoop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || (!queue_.empty() && handler_ != nullptr); });
       if (stop_) {
-        // Queued batches never start: they end as cancelled (nothing of them ran).
+        // Queued batches never start. Kept on disk, they run after the next start; else they
+        // end as cancelled (nothing of them ran).
         for (const std::string& id : queue_) {
+          if (disk_ != nullptr) continue;
           Batch& b = *batches_.at(id);
           b.status = "cancelled";
           b.cancelling_at = b.cancelled_at = Now();
@@ -527,8 +640,11 @@ void BatchApi::WorkerLoop() {
       }
       batch = batches_.at(queue_.front()).get();
       queue_.pop_front();
-      batch->status = "in_progress";
-      batch->in_progress_at = Now();
+      if (batch->status == "validating") {  // else one carried on from the directory
+        batch->status = "in_progress";
+        batch->in_progress_at = Now();
+        Persist(*batch).IgnoreError();  // logged; it runs from its start again if lost
+      }
     }
     Run(*batch);
   }
@@ -540,62 +656,112 @@ void BatchApi::Run(Batch& batch) {
     std::lock_guard<std::mutex> lock(mu_);
     handler = handler_;
   }
+  // The lines go to memory, or with a directory to its line files, where an earlier run of the
+  // batch (before a restart) may have written some: those requests are not sent again.
+  std::ostringstream out_memory, errors_memory;
+  std::ofstream out_file, errors_file;
+  std::ostream* out = &out_memory;
+  std::ostream* errors = &errors_memory;
+  int64_t done_completed = 0, done_failed = 0;  // by an earlier run
+  absl::Status ready = absl::OkStatus();
+  if (disk_ != nullptr) {
+    const std::string out_path = disk_->LinesPath(batch.id, "output");
+    const std::string errors_path = disk_->LinesPath(batch.id, "errors");
+    absl::StatusOr<int64_t> n = CountAndTrimLines(out_path);
+    absl::StatusOr<int64_t> m = CountAndTrimLines(errors_path);
+    ready = n.ok() ? m.status() : n.status();
+    if (ready.ok()) {
+      done_completed = *n;
+      done_failed = *m;
+      out_file.open(out_path, std::ios::binary | std::ios::app);
+      errors_file.open(errors_path, std::ios::binary | std::ios::app);
+      if (!out_file || !errors_file) {
+        ready = absl::InternalError(
+            absl::StrCat("cannot open ", out_file ? errors_path : out_path, " to append"));
+      }
+      out = &out_file;
+      errors = &errors_file;
+    }
+    if (done_completed + done_failed > 0) {
+      LOG_INFO("batch", "batch {} carries on after {} requests written before", batch.id,
+               done_completed + done_failed);
+    }
+  }
   std::optional<StoredFile> input = files_.Get(batch.input_file_id);
-  std::string ok_lines, error_lines;  // the output and error files
   absl::StatusOr<BatchProgress> progress = absl::NotFoundError(
       absl::StrCat("the input file '", batch.input_file_id, "' was deleted before the batch ran"));
-  if (input) {
+  if (!ready.ok()) {
+    progress = ready;
+  } else if (input) {
     std::istringstream in(*input->content);
-    std::ostringstream out, errors;
     BatchOptions o;
     o.max_in_flight = options_.max_in_flight;
     o.progress_interval_s = 0.5;
     o.id_prefix = batch.id + "-";
     o.headers = batch.auth_headers;
     o.default_priority = options_.priority;
-    o.on_progress = [this, &batch](const BatchProgress& p) {
+    o.skip_requests = done_completed + done_failed;
+    o.on_progress = [&](const BatchProgress& p) {
       std::lock_guard<std::mutex> lock(mu_);
-      batch.completed = p.succeeded;
-      batch.failed = p.failed + p.invalid;
+      batch.completed = done_completed + p.succeeded;
+      batch.failed = done_failed + p.failed + p.invalid;
     };
+    // Kept on disk, a batch pauses at shutdown (carried on at the next start); else it stops
+    // like a cancelled one.
     o.stop = [this, &batch] {
       std::lock_guard<std::mutex> lock(mu_);
-      return stop_ || batch.cancel;
+      return batch.cancel || (disk_ == nullptr && stop_);
     };
+    if (disk_ != nullptr) {
+      o.pause = [this] {
+        std::lock_guard<std::mutex> lock(mu_);
+        return stop_;
+      };
+    }
     o.abort = [this] {
       std::lock_guard<std::mutex> lock(mu_);
       return abort_;
     };
-    o.error_out = &errors;
-    progress = RunBatch(*handler, in, out, o);
-    ok_lines = std::move(out).str();
-    error_lines = std::move(errors).str();
+    o.error_out = errors;
+    progress = RunBatch(*handler, in, *out, o);
+  }
+  if (progress.ok() && progress->paused) {
+    LOG_INFO("batch", "batch {} paused after {} of {} requests; it carries on at the next start",
+             batch.id, progress->finished, batch.total);
+    return;  // its record says in_progress (or cancelling)
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     batch.finalizing_at = Now();
     if (batch.status == "in_progress") batch.status = "finalizing";
   }
+  // The output and error files, from memory or the line files.
+  auto lines = [&](std::ostringstream& memory, std::ofstream& file,
+                   const char* kind) -> absl::StatusOr<std::string> {
+    if (disk_ == nullptr) return std::move(memory).str();
+    file.close();
+    return ReadFileToString(disk_->LinesPath(batch.id, kind));
+  };
   absl::Status stored = progress.status();
   std::string output_id, error_id;
-  if (stored.ok() && !ok_lines.empty()) {
+  for (const bool answered : {true, false}) {
+    if (!stored.ok()) break;
+    absl::StatusOr<std::string> text = answered ? lines(out_memory, out_file, "output")
+                                                : lines(errors_memory, errors_file, "errors");
+    if (text.ok() && text->empty()) continue;
     absl::StatusOr<StoredFile> f =
-        files_.Add(absl::StrCat(batch.id, "_output.jsonl"), "batch_output", std::move(ok_lines));
+        text.ok() ? files_.Add(absl::StrCat(batch.id, answered ? "_output" : "_error", ".jsonl"),
+                               "batch_output", *std::move(text))
+                  : text.status();
     stored = f.status();
-    if (f.ok()) output_id = f->id;
-  }
-  if (stored.ok() && !error_lines.empty()) {
-    absl::StatusOr<StoredFile> f =
-        files_.Add(absl::StrCat(batch.id, "_error.jsonl"), "batch_output", std::move(error_lines));
-    stored = f.status();
-    if (f.ok()) error_id = f->id;
+    if (f.ok()) (answered ? output_id : error_id) = f->id;
   }
   std::lock_guard<std::mutex> lock(mu_);
   batch.output_file_id = output_id;
   batch.error_file_id = error_id;
   if (progress.ok()) {
-    batch.completed = progress->succeeded;
-    batch.failed = progress->failed + progress->invalid + progress->cancelled;
+    batch.completed = done_completed + progress->succeeded;
+    batch.failed = done_failed + progress->failed + progress->invalid + progress->cancelled;
   }
   if (!stored.ok()) {
     batch.status = "failed";
@@ -613,6 +779,8 @@ void BatchApi::Run(Batch& batch) {
     batch.status = "completed";
     batch.completed_at = Now();
   }
+  // The record names the output files before the lines they were made of go.
+  if (Persist(batch).ok() && disk_ != nullptr) disk_->RemoveLines(batch.id);
   LOG_INFO("batch", "batch {} {}: {} completed, {} failed of {}", batch.id, batch.status,
            batch.completed, batch.failed, batch.total);
 }

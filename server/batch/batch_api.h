@@ -22,10 +22,16 @@
 // none, priority `priority`: behind online requests under priority scheduling). When it ends, its
 // answered requests (2xx) are the output file and the others (API errors, lines not sent) the
 // error file, both in input order. Cancelling stops reading lines; requests in flight finish
-// and are in the files. Files and batches live as long as the process (memory, within
-// `files_store_bytes`); at shutdown a running batch stops like a cancelled one (RequestStop),
-// then what is still in flight is cancelled (Stop). Each request carries the batch creator's
-// Authorization / x-api-key headers.
+// and are in the files. Each request carries the batch creator's Authorization / x-api-key
+// headers.
+//
+// Files and batches are kept in memory (within `files_store_bytes`) and, with a directory
+// (`dir`, --files-dir: batch_store.h), on disk before they are accepted, so that they outlive
+// the process: at shutdown the running batch stops reading (RequestStop), its requests in
+// flight finish or, past the drain, are cancelled (Stop) — and it carries on at the next start
+// from its first unwritten line, each request answered once, while queued batches wait for that
+// start. A crash loses at most the requests in flight (sent again). Without a directory a
+// running batch ends "cancelled" at shutdown and queued ones with it.
 // Thread-safe.
 #pragma once
 
@@ -55,11 +61,22 @@ struct BatchApiOptions {
   // The priority of batch requests that set none: behind online ones (0) with
   // --scheduling-policy priority; no effect with fcfs.
   int priority = 1;
+  // Also keep files and batches here (BatchApi::Open); empty: memory only.
+  std::string dir;
+  // The headers of requests of batches loaded from `dir` (credentials are not written to disk:
+  // the server's own key).
+  std::vector<http::Header> resumed_headers;
 };
+
+class BatchStore;
 
 class BatchApi {
  public:
+  // In memory only (options.dir empty).
   explicit BatchApi(BatchApiOptions options);
+  // With options.dir: opens and locks it and loads its files and batches (the unfinished ones
+  // run again once SetHandler is called). The directory's error when it cannot be used.
+  static absl::StatusOr<std::unique_ptr<BatchApi>> Open(BatchApiOptions options);
   ~BatchApi();  // Stop()
   BatchApi(const BatchApi&) = delete;
   BatchApi& operator=(const BatchApi&) = delete;
@@ -86,13 +103,21 @@ class BatchApi {
   void Stop();
 
   const FileStore& files() const { return files_; }
-  // For /server_info: {"files": {"capacity_bytes", "num_bytes", "num_files"},
+  // For /server_info: {"files": {"capacity_bytes", "num_bytes", "num_files", "dir"},
   // "batches": {status: count, …}}.
   nlohmann::ordered_json Summary() const;
 
  private:
   using Json = nlohmann::ordered_json;
   struct Batch;
+
+  BatchApi(BatchApiOptions options, std::unique_ptr<BatchStore> disk);
+  // Loads the directory's batches; queues the unfinished ones (constructor).
+  void LoadBatches();
+  // Writes the batch's record to the directory, if any (mu_ held).
+  absl::Status Persist(const Batch& batch) const;
+  // A batch from its record, or null (a warning names what is wrong).
+  static std::unique_ptr<Batch> FromRecord(const Json& record);
 
   absl::StatusOr<http::HttpResponse> UploadFile(const http::HttpRequest& request);
   absl::StatusOr<http::HttpResponse> ListFiles(const http::HttpRequest& request) const;
@@ -109,6 +134,7 @@ class BatchApi {
   void Run(Batch& batch);
 
   const BatchApiOptions options_;
+  const std::unique_ptr<BatchStore> disk_;  // null: memory only
   FileStore files_;
   mutable std::mutex mu_;
   http::HttpHandler* handler_ = nullptr;  // guarded by mu_
@@ -116,6 +142,7 @@ class BatchApi {
   std::map<std::string, std::unique_ptr<Batch>> batches_;  // guarded by mu_
   std::vector<std::string> batch_order_;                   // by creation; guarded by mu_
   std::deque<std::string> queue_;                          // to run; guarded by mu_
+  int64_t next_seq_ = 0;                                   // guarded by mu_
   bool stop_ = false;                                      // guarded by mu_
   bool abort_ = false;                                     // guarded by mu_
   std::thread worker_;

@@ -3,7 +3,12 @@
 // (running and queued); the methods and paths it answers.
 #include "server/batch/batch_api.h"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -324,6 +329,164 @@ TEST(BatchApi, QueuedBatchesWaitForTheHandlerAndCancelAtOnce) {
       Request("POST", absl::StrCat("/v1/batches/", first["id"].get<std::string>(), "/cancel"))));
   EXPECT_EQ(status, 400);
   EXPECT_NE(message.find("is completed"), std::string::npos) << message;
+}
+
+// A fresh directory for a test's store.
+std::string FreshDir(const std::string& name) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/strata_batch_", name, "_", getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+std::unique_ptr<BatchApi> OpenApi(const std::string& dir, int64_t max_in_flight = 32) {
+  absl::StatusOr<std::unique_ptr<BatchApi>> api =
+      BatchApi::Open(BatchApiOptions{.max_in_flight = max_in_flight,
+                                     .dir = dir,
+                                     .resumed_headers = {{"authorization", "Bearer server-key"}}});
+  EXPECT_TRUE(api.ok()) << api.status();
+  return api.ok() ? *std::move(api) : nullptr;
+}
+
+std::string Content(BatchApi& api, const Json& id) {
+  const absl::StatusOr<http::HttpResponse> r =
+      api.Handle(Request("GET", absl::StrCat("/v1/files/", id.get<std::string>(), "/content")));
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->body : "";
+}
+
+TEST(BatchApi, WithADirectoryFilesAndBatchesOutliveTheProcess) {
+  const std::string dir = FreshDir("outlive");
+  Json input, queued;
+  {
+    std::unique_ptr<BatchApi> api = OpenApi(dir);
+    ASSERT_NE(api, nullptr);
+    // One server per directory.
+    const absl::StatusOr<std::unique_ptr<BatchApi>> second =
+        BatchApi::Open(BatchApiOptions{.dir = dir});
+    ASSERT_FALSE(second.ok());
+    EXPECT_NE(second.status().message().find("in use by another process"), std::string::npos)
+        << second.status();
+    input = Ok(api->Handle(Upload(Lines(6, /*fail_every=*/3), "batch", "nightly.jsonl")));
+    queued = CreateBatch(*api, input["id"]);  // no handler yet: still queued at shutdown
+  }
+  // What a crash leaves or a hand breaks: a torn upload, unreadable records.
+  std::ofstream(dir + "/files/file-torn.data") << "half an upl";
+  std::ofstream(dir + "/files/file-bad.json") << "{not json";
+  std::ofstream(dir + "/batches/batch-bad.json") << R"({"id": 7})";
+  Json odd = queued;  // a status no batch has; an id naming another file
+  odd["seq"] = 5;
+  odd["id"] = "batch-odd";
+  odd["status"] = "sleeping";
+  std::ofstream(dir + "/batches/batch-odd.json") << odd.dump();
+  odd["id"] = "../batch-elsewhere";
+  odd["status"] = "in_progress";
+  std::ofstream(dir + "/batches/batch-elsewhere.json") << odd.dump();
+  Json done;
+  std::string output, errors;
+  {
+    std::unique_ptr<BatchApi> api = OpenApi(dir);
+    ASSERT_NE(api, nullptr);
+    EXPECT_FALSE(std::filesystem::exists(dir + "/files/file-torn.data"));
+    EXPECT_EQ(Ok(api->Handle(Request("GET", "/v1/batches/" + queued["id"].get<std::string>()))),
+              queued);
+    EXPECT_EQ(Ok(api->Handle(Request("GET", "/v1/batches")))["data"].size(), 1u);
+    // The batch queued at the last shutdown runs now, as the server's key.
+    FakeHandler handler;
+    api->SetHandler(&handler);
+    done = WaitWhile(*api, queued["id"], {"validating", "in_progress", "finalizing"});
+    ASSERT_EQ(done["status"], "completed");
+    EXPECT_EQ(done["request_counts"]["completed"], 4);
+    EXPECT_EQ(done["request_counts"]["failed"], 2);
+    ASSERT_FALSE(handler.seen_auth_.empty());
+    EXPECT_EQ(handler.seen_auth_[0], "Bearer server-key");
+    output = Content(*api, done["output_file_id"]);
+    errors = Content(*api, done["error_file_id"]);
+  }
+  std::unique_ptr<BatchApi> api = OpenApi(dir);
+  ASSERT_NE(api, nullptr);
+  const Json files = Ok(api->Handle(Request("GET", "/v1/files?order=asc")));
+  ASSERT_EQ(files["data"].size(), 3u) << files.dump();  // the input, the output, the errors
+  EXPECT_EQ(files["data"][0], input);
+  EXPECT_EQ(files["data"][1]["id"], done["output_file_id"]);
+  EXPECT_EQ(files["data"][2]["id"], done["error_file_id"]);
+  EXPECT_EQ(Content(*api, input["id"]), Lines(6, 3));
+  EXPECT_EQ(Content(*api, done["output_file_id"]), output);
+  EXPECT_EQ(Content(*api, done["error_file_id"]), errors);
+  EXPECT_EQ(OutputLines(output).size(), 4u);
+  EXPECT_EQ(api->files().num_bytes(),
+            static_cast<int64_t>(Lines(6, 3).size() + output.size() + errors.size()));
+  EXPECT_EQ(Ok(api->Handle(Request("GET", "/v1/batches/" + done["id"].get<std::string>()))), done);
+  EXPECT_EQ(api->Summary()["batches"]["completed"], 1);
+  EXPECT_EQ(api->Summary()["files"]["dir"], dir);
+  // Deleting removes the file from the directory too.
+  Ok(api->Handle(Request("DELETE", "/v1/files/" + input["id"].get<std::string>())));
+  EXPECT_FALSE(std::filesystem::exists(
+      absl::StrCat(dir, "/files/", input["id"].get<std::string>(), ".data")));
+}
+
+// A server stopped mid-batch (in-flight requests cancelled past the drain, a torn last line as
+// a crash would leave) carries the batch on at its next start: every request answered once,
+// in input order, as one uninterrupted run would.
+TEST(BatchApi, WithADirectoryARunningBatchCarriesOnAfterARestart) {
+  const std::string dir = FreshDir("carry_on");
+  const std::string input = Lines(40, /*fail_every=*/4);
+  std::string batch_id;
+  int64_t written = 0;
+  {
+    std::unique_ptr<BatchApi> api = OpenApi(dir, /*max_in_flight=*/3);
+    ASSERT_NE(api, nullptr);
+    FakeHandler handler;
+    handler.Hold("9");  // never finishes: the stop cancels it
+    api->SetHandler(&handler);
+    batch_id = CreateBatch(*api, Ok(api->Handle(Upload(input)))["id"])["id"];
+    for (int i = 0; i < 2000 && handler.handled() < 12; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    // The drain: no line is read after RequestStop, those in flight finish — but the held one,
+    // which Stop cancels.
+    api->RequestStop();
+    auto lines_written = [&] {
+      int64_t n = 0;
+      for (const char* kind : {".output.jsonl", ".errors.jsonl"}) {
+        std::ifstream in(absl::StrCat(dir, "/batches/", batch_id, kind));
+        for (std::string line; std::getline(in, line);) ++n;
+      }
+      return n;
+    };
+    for (int i = 0; i < 2000 && lines_written() < 9; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    api->Stop();
+    EXPECT_EQ(Ok(api->Handle(Request("GET", "/v1/batches/" + batch_id)))["status"], "in_progress");
+    written = lines_written();
+    EXPECT_EQ(written, 9);  // every line before the held one, none after
+  }
+  std::ofstream(absl::StrCat(dir, "/batches/", batch_id, ".output.jsonl"), std::ios::app)
+      << R"({"id": "batch_req_torn)";
+  std::unique_ptr<BatchApi> api = OpenApi(dir, /*max_in_flight=*/3);
+  ASSERT_NE(api, nullptr);
+  FakeHandler handler;
+  api->SetHandler(&handler);
+  const Json done = WaitWhile(*api, batch_id, {"in_progress", "finalizing"});
+  ASSERT_EQ(done["status"], "completed") << done.dump();
+  EXPECT_EQ(done["request_counts"]["total"], 40);
+  EXPECT_EQ(done["request_counts"]["completed"], 30);
+  EXPECT_EQ(done["request_counts"]["failed"], 10);
+  const std::vector<Json> out = OutputLines(Content(*api, done["output_file_id"]));
+  const std::vector<Json> errors = OutputLines(Content(*api, done["error_file_id"]));
+  ASSERT_EQ(out.size(), 30u);
+  ASSERT_EQ(errors.size(), 10u);
+  for (int i = 0, o = 0, e = 0; i < 40; ++i) {
+    const Json& line = i % 4 == 3 ? errors[e++] : out[o++];
+    EXPECT_EQ(line["custom_id"], absl::StrCat("req-", i));
+    EXPECT_EQ(line["id"], absl::StrCat("batch_req_", batch_id, "-", i));
+  }
+  for (const Json& body : handler.seen_bodies_) {  // nothing written before is sent again
+    if (!body.contains("echo")) continue;
+    EXPECT_GE(std::stoi(body["echo"].get<std::string>()), written);
+  }
+  EXPECT_EQ(handler.handled(), 40 - written);
+  EXPECT_FALSE(std::filesystem::exists(absl::StrCat(dir, "/batches/", batch_id, ".output.jsonl")));
 }
 
 TEST(BatchApi, RoutesMethodsAndTemplates) {

@@ -76,6 +76,8 @@ class FakeHandler : public http::HttpHandler {
       std::lock_guard<std::mutex> lock(mu_);
       seen_paths_.push_back(request.path);
       seen_bodies_.push_back(body);
+      const std::string* auth = request.FindHeader("authorization");
+      seen_auth_.push_back(auth ? *auth : "");
     }
     ++handled_;
     if (body.contains("fail")) {
@@ -113,6 +115,7 @@ class FakeHandler : public http::HttpHandler {
   int refusals() const { return refusals_; }
   std::vector<std::string> seen_paths_;  // written under mu_, read after the run
   std::vector<Json> seen_bodies_;
+  std::vector<std::string> seen_auth_;  // each request's Authorization header ("": none)
 
  private:
   // Every millisecond: finishes the newest live exchange (out of input order) and wakes it.

@@ -6,11 +6,31 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/log.h"
+#include "server/batch/batch_store.h"
 #include "server/frontend/generation_response.h"
 
 namespace strata::batch {
 
-FileStore::FileStore(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+FileStore::FileStore(int64_t capacity_bytes, BatchStore* disk)
+    : capacity_bytes_(capacity_bytes), disk_(disk) {
+  if (disk_ == nullptr) return;
+  for (auto& [file, seq] : disk_->LoadFiles()) {
+    bytes_ += static_cast<int64_t>(file.content->size());
+    next_seq_ = std::max(next_seq_, seq + 1);
+    order_.push_back(file.id);
+    files_.emplace(file.id, std::move(file));
+  }
+  if (!files_.empty()) {
+    LOG_INFO("batch", "{} files ({} bytes) loaded from {}", files_.size(), bytes_, disk_->dir());
+  }
+  if (bytes_ > capacity_bytes_) {
+    LOG_WARN("batch",
+             "the files in {} hold {} bytes, past --files-store-memory {}: uploads are refused "
+             "until deletes make room",
+             disk_->dir(), bytes_, capacity_bytes_);
+  }
+}
 
 absl::StatusOr<StoredFile> FileStore::Add(std::string filename, std::string purpose,
                                           std::string content) {
@@ -18,13 +38,25 @@ absl::StatusOr<StoredFile> FileStore::Add(std::string filename, std::string purp
   StoredFile file{frontend::NewResponseId("file"), std::move(filename), std::move(purpose),
                   static_cast<int64_t>(std::time(nullptr)),
                   std::make_shared<const std::string>(std::move(content))};
-  std::lock_guard<std::mutex> lock(mu_);
-  if (bytes_ + size > capacity_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the file store is full: ", size, " bytes do not fit beside the ", bytes_,
-        " stored (--files-store-bytes ", capacity_bytes_, "); delete files no longer needed"));
+  int64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes_ + size > capacity_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the file store is full: ", size, " bytes do not fit beside the ", bytes_,
+          " stored (--files-store-memory ", capacity_bytes_, "); delete files no longer needed"));
+    }
+    bytes_ += size;  // held while the disk is written (outside the lock)
+    seq = next_seq_++;
   }
-  bytes_ += size;
+  if (disk_ != nullptr) {
+    if (absl::Status written = disk_->PutFile(file, seq); !written.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      bytes_ -= size;
+      return written;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   order_.push_back(file.id);
   files_.emplace(file.id, file);
   return file;
@@ -52,6 +84,7 @@ bool FileStore::Delete(const std::string& id) {
   bytes_ -= static_cast<int64_t>(it->second.content->size());
   files_.erase(it);
   order_.erase(std::find(order_.begin(), order_.end(), id));
+  if (disk_ != nullptr) disk_->RemoveFile(id);
   return true;
 }
 

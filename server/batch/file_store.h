@@ -1,8 +1,9 @@
 // The files of OpenAI's Files API as Strata serves them (POST /v1/files and friends): batch
-// input files uploaded by clients and the output / error files batches write. Kept in memory for
-// the life of the process, within a byte budget (`--files-store-bytes`): a file that would pass
-// it is refused, never an older one dropped (a batch's input and output stay until deleted).
-// Thread-safe.
+// input files uploaded by clients and the output / error files batches write. Kept in memory,
+// within a byte budget (`--files-store-memory`): a file that would pass it is refused, never an
+// older one dropped (a batch's input and output stay until deleted). With a BatchStore
+// (`--files-dir`) each file is also on disk before it is accepted, and the files there are
+// loaded at start. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -25,11 +26,17 @@ struct StoredFile {
   std::shared_ptr<const std::string> content;
 };
 
+class BatchStore;
+
 class FileStore {
  public:
-  explicit FileStore(int64_t capacity_bytes);
+  // `disk`: null (memory only), or the directory whose files this store loads now — also those
+  // past the budget: they were accepted (new ones are refused until deletes make room) — and
+  // writes from now on; it must outlive the store.
+  FileStore(int64_t capacity_bytes, BatchStore* disk);
 
-  // ResourceExhausted naming the sizes when the file does not fit the budget.
+  // ResourceExhausted naming the sizes when the file does not fit the budget; the disk's error
+  // when it cannot be written there.
   absl::StatusOr<StoredFile> Add(std::string filename, std::string purpose, std::string content);
   std::optional<StoredFile> Get(const std::string& id) const;
   // Oldest first.
@@ -42,7 +49,9 @@ class FileStore {
 
  private:
   const int64_t capacity_bytes_;
+  BatchStore* const disk_;
   mutable std::mutex mu_;
+  int64_t next_seq_ = 0;                     // the creation order of the next file; guarded by mu_
   std::map<std::string, StoredFile> files_;  // guarded by mu_
   std::vector<std::string> order_;           // ids by creation; guarded by mu_
   int64_t bytes_ = 0;                        // guarded by mu_

@@ -49,6 +49,7 @@ const std::set<std::string> kNetworkOnlyFlags = {"host",
                                                  "allow-credentials",
                                                  "responses-store-memory",
                                                  "files-store-memory",
+                                                 "files-dir",
                                                  "batch-max-concurrent-requests",
                                                  "batch-priority"};
 

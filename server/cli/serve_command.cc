@@ -200,10 +200,14 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   // The Files and Batches API: its batches' requests go through the service (set below).
   std::unique_ptr<batch::BatchApi> batch_api;
   if (options.files_store_bytes > 0) {
-    batch_api = std::make_unique<batch::BatchApi>(
-        batch::BatchApiOptions{.files_store_bytes = options.files_store_bytes,
-                               .max_in_flight = options.batch_max_concurrent_requests,
-                               .priority = options.batch_priority});
+    batch::BatchApiOptions batch_options{.files_store_bytes = options.files_store_bytes,
+                                         .max_in_flight = options.batch_max_concurrent_requests,
+                                         .priority = options.batch_priority,
+                                         .dir = options.files_dir};
+    if (!options.api_key.empty()) {
+      batch_options.resumed_headers = {{"authorization", "Bearer " + options.api_key}};
+    }
+    ASSIGN_OR_RETURN(batch_api, batch::BatchApi::Open(std::move(batch_options)));
     service_options.extra_routes_serve = batch::BatchApi::Serves;
     service_options.extra_routes_handle = [api = batch_api.get()](const http::HttpRequest& r) {
       return api->Handle(r);

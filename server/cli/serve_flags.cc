@@ -78,9 +78,13 @@ const std::vector<FlagSpec> kBaseServeFlags = {
      "least recently used out, nothing kept across restarts; 0: off (default 128MiB)"},
     {"files-store-memory", true,
      "/v1/files and /v1/batches: bytes of uploaded batch inputs and batch output files kept "
-     "(a file past it is refused, none dropped; nothing kept across restarts; 0: the Files and "
-     "Batches API off; default 1GiB); uploads are request bodies: raise --max-body-bytes for "
-     "files over 16MiB"},
+     "(a file past it is refused, none dropped; 0: the Files and Batches API off; default "
+     "1GiB); uploads are request bodies: raise --max-body-bytes for files over 16MiB"},
+    {"files-dir", true,
+     "/v1/files and /v1/batches: keep files and batches in this directory too (created if "
+     "missing; one server per directory), so they outlive restarts: a batch running at "
+     "shutdown or a crash carries on at the next start from its first unwritten line, queued "
+     "ones start then (default: memory only; a batch running at shutdown ends cancelled)"},
     {"batch-max-concurrent-requests", true,
      "/v1/batches: a running batch's requests in flight at a time, so online requests keep "
      "the rest of the engine's room (default max-num-seqs / 2)"},
@@ -235,6 +239,15 @@ absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
   if (auto bytes = flags.Get("files-store-memory")) {
     ASSIGN_OR_RETURN(o->files_store_bytes,
                      ParseBytes(*bytes, "files-store-memory", /*allow_zero=*/true));
+  }
+  if (auto dir = flags.Get("files-dir")) {
+    if (dir->empty()) return absl::InvalidArgumentError("--files-dir: empty path");
+    if (o->files_store_bytes == 0) {
+      return absl::InvalidArgumentError(
+          "--files-dir keeps the Files and Batches API's files, which --files-store-memory 0 "
+          "turns off");
+    }
+    o->files_dir = *dir;
   }
   ASSIGN_OR_RETURN(const int64_t batch_priority,
                    flags.GetInt("batch-priority", 1, INT32_MIN, INT32_MAX));

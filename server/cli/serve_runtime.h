@@ -62,6 +62,7 @@ struct ServeOptions {
   int64_t responses_store_bytes = int64_t{128} << 20;
   // --files-store-memory: bytes of /v1/files (0: the Files and Batches API off).
   int64_t files_store_bytes = int64_t{1} << 30;
+  std::string files_dir;  // --files-dir: where files and batches are kept too; empty: memory
   int64_t batch_max_concurrent_requests = 32;  // --batch-max-concurrent-requests
   int batch_priority = 1;                      // --batch-priority
 };

@@ -230,3 +230,68 @@ test("the Files and Batches API: upload, create, poll, download, as the SDK does
     assert.equal(code, 0, server.stderr);
   }
 });
+
+test("with --files-dir a batch outlives a crash: the restarted server carries it on", async () => {
+  const filesDir = join(dir, "files");
+  const flags = ["--api-key", "sk-keep", "--files-dir", filesDir, "--batch-max-concurrent-requests",
+                 "2", "--max-num-seqs", "2"];
+  const lines = [];
+  for (let i = 0; i < 30; ++i) {
+    lines.push({ custom_id: `k${i}`, method: "POST", url: "/v1/completions",
+                 body: { model: MODEL, prompt: `Entry ${i}:`, max_tokens: 24, ignore_eos: true,
+                         temperature: 0 } });
+  }
+  let server = await Server.start(flags);
+  let client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "sk-keep", maxRetries: 0 });
+  const file = await client.files.create({
+    file: await toFile(Buffer.from(lines.map((l) => JSON.stringify(l)).join("\n")), "keep.jsonl"),
+    purpose: "batch" });
+  let batch = await client.batches.create({ input_file_id: file.id, endpoint: "/v1/completions",
+                                            completion_window: "24h" });
+  while (batch.request_counts.completed < 4) {
+    await new Promise((r) => setTimeout(r, 20));
+    batch = await client.batches.retrieve(batch.id);
+  }
+  assert.equal(batch.status, "in_progress");
+  server.child.kill("SIGKILL");  // no drain, no goodbye
+  await server.exit;
+  server = await Server.start(flags);
+  try {
+    client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "sk-keep", maxRetries: 0 });
+    assert.equal((await client.files.retrieve(file.id)).filename, "keep.jsonl");
+    for (let i = 0; i < 600 && batch.status !== "completed"; ++i) {
+      await new Promise((r) => setTimeout(r, 100));
+      batch = await client.batches.retrieve(batch.id);
+    }
+    assert.equal(batch.status, "completed", JSON.stringify(batch));
+    assert.deepEqual(batch.request_counts, { total: 30, completed: 30, failed: 0 });
+    assert.equal(batch.error_file_id, null);
+    const out = (await (await client.files.content(batch.output_file_id)).text())
+      .trimEnd().split("\n").map((l) => JSON.parse(l));
+    // Each request answered once, in input order, as the server answers it directly; the
+    // restarted server ran only those the first had not written (at least 4 were).
+    assert.deepEqual(out.map((l) => l.custom_id), lines.map((l) => l.custom_id));
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    const ran = [...metrics.matchAll(/^strata:request_success_total\{[^}]*\} (\S+)$/gm)]
+      .reduce((sum, m) => sum + Number(m[1]), 0);
+    assert.ok(ran >= 1 && ran <= 26, `the restarted server ran ${ran} of 30 requests`);
+    for (const i of [0, 1, 2, 3, 14, 29]) {
+      const direct = await client.completions.create(lines[i].body);
+      assert.equal(out[i].response.body.choices[0].text, direct.choices[0].text, lines[i].custom_id);
+    }
+    const info = await server.info();
+    assert.equal(info.files_and_batches.files.dir, filesDir);
+    // One server per directory: a second one stops at start, naming why.
+    await assert.rejects(
+      run(strataBin(), ["serve", "--port", "0", "--grpc-port", "0", "--files-dir", filesDir],
+          { timeout: 60000 }),
+      (e) => e.code !== 0 && /--files-dir .* is in use by another process/.test(e.stderr));
+    await assert.rejects(
+      run(strataBin(), ["serve", "--files-dir", filesDir, "--files-store-memory", "0"],
+          { timeout: 60000 }),
+      (e) => e.code === 2 && /--files-store-memory 0 turns off/.test(e.stderr));
+  } finally {
+    const { code } = await server.stop();
+    assert.equal(code, 0, server.stderr);
+  }
+});

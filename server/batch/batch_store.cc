@@ -1,0 +1,233 @@
+// batch_store.h: the directory layout, atomic writes and loading.
+#include "server/batch/batch_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "core/status.h"
+
+namespace strata::batch {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::Status OsError(const char* what, const std::string& path, int error) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(error)));
+}
+
+// Writes `bytes` to `path` whole or not at all: a temporary file, fsynced, renamed over it.
+absl::Status WriteAtomically(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return OsError("cannot create", tmp, errno);
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : EIO;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return OsError("cannot write", tmp, error);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int error = errno;
+    ::unlink(tmp.c_str());
+    return OsError("cannot write", tmp, error);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(tmp.c_str());
+    return OsError("cannot rename to", path, error);
+  }
+  return absl::OkStatus();
+}
+
+// The JSON object in `path`, or the reason it is not one.
+absl::StatusOr<nlohmann::ordered_json> ReadRecord(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  nlohmann::ordered_json record =
+      nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (record.is_discarded() || !record.is_object()) {
+    return absl::DataLossError(absl::StrCat(path, " is not a JSON object"));
+  }
+  return record;
+}
+
+// The paths in `dir` ending in `suffix`, sorted.
+std::vector<std::string> ListEnding(const std::string& dir, std::string_view suffix) {
+  std::vector<std::string> paths;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string path = e.path().string();
+    if (path.ends_with(suffix)) paths.push_back(path);
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+// record[key] as a T when it holds one.
+template <typename T>
+bool Get(const nlohmann::ordered_json& record, const char* key, T* out) {
+  auto it = record.find(key);
+  if (it == record.end()) return false;
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) return false;
+  } else {
+    if (!it->is_number_integer()) return false;
+  }
+  *out = it->get<T>();
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BatchStore>> BatchStore::Open(const std::string& dir) {
+  for (const std::string& d : {dir, dir + "/files", dir + "/batches"}) {
+    std::error_code ec;
+    fs::create_directories(d, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--files-dir: cannot create ", d, ": ", ec.message()));
+    }
+  }
+  const std::string lock_path = dir + "/lock";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return OsError("--files-dir: cannot open", lock_path, errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    ::close(fd);
+    if (error == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--files-dir ", dir,
+                       " is in use by another process (one server per directory: give each "
+                       "its own)"));
+    }
+    return OsError("--files-dir: cannot lock", lock_path, error);
+  }
+  return std::unique_ptr<BatchStore>(new BatchStore(dir, fd));
+}
+
+BatchStore::~BatchStore() { ::close(lock_fd_); }  // closing releases the flock
+
+absl::Status BatchStore::PutFile(const StoredFile& file, int64_t seq) {
+  const std::string base = absl::StrCat(dir_, "/files/", file.id);
+  RETURN_IF_ERROR(WriteAtomically(base + ".data", *file.content));
+  const nlohmann::ordered_json record = {{"id", file.id},
+                                         {"filename", file.filename},
+                                         {"purpose", file.purpose},
+                                         {"created_at", file.created_at},
+                                         {"seq", seq},
+                                         {"bytes", file.content->size()}};
+  absl::Status written = WriteAtomically(base + ".json", record.dump());
+  if (!written.ok()) ::unlink((base + ".data").c_str());
+  return written;
+}
+
+void BatchStore::RemoveFile(const std::string& id) {
+  const std::string base = absl::StrCat(dir_, "/files/", id);
+  // The record first: bytes without one are removed at the next start.
+  for (const std::string& path : {base + ".json", base + ".data"}) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      LOG_WARN("batch", "cannot remove {}: {}", path, std::strerror(errno));
+    }
+  }
+}
+
+std::vector<std::pair<StoredFile, int64_t>> BatchStore::LoadFiles() const {
+  std::vector<std::pair<StoredFile, int64_t>> files;
+  const std::string dir = dir_ + "/files";
+  for (const std::string& path : ListEnding(dir, ".json")) {
+    absl::StatusOr<nlohmann::ordered_json> record = ReadRecord(path);
+    StoredFile file;
+    int64_t seq = 0, bytes = 0;
+    if (!record.ok() || !Get(*record, "id", &file.id) ||
+        !Get(*record, "filename", &file.filename) || !Get(*record, "purpose", &file.purpose) ||
+        !Get(*record, "created_at", &file.created_at) || !Get(*record, "seq", &seq) ||
+        !Get(*record, "bytes", &bytes) || path != absl::StrCat(dir, "/", file.id, ".json")) {
+      LOG_WARN("batch", "--files-dir: skipping {}: {}", path,
+               record.ok() ? "not a file record" : record.status().ToString());
+      continue;
+    }
+    absl::StatusOr<std::string> data = ReadFileToString(absl::StrCat(dir, "/", file.id, ".data"));
+    if (!data.ok() || static_cast<int64_t>(data->size()) != bytes) {
+      LOG_WARN("batch", "--files-dir: skipping file {}: {}", file.id,
+               data.ok() ? absl::StrCat("its data holds ", data->size(), " bytes, its record says ",
+                                        bytes)
+                         : data.status().ToString());
+      continue;
+    }
+    file.content = std::make_shared<const std::string>(*std::move(data));
+    files.emplace_back(std::move(file), seq);
+  }
+  for (const std::string& path : ListEnding(dir, ".data")) {
+    if (!fs::exists(path.substr(0, path.size() - 5) + ".json")) {
+      LOG_INFO("batch", "--files-dir: removing {}: an upload never accepted", path);
+      ::unlink(path.c_str());
+    }
+  }
+  std::sort(files.begin(), files.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  return files;
+}
+
+absl::Status BatchStore::PutBatch(const std::string& id, const nlohmann::ordered_json& record) {
+  return WriteAtomically(absl::StrCat(dir_, "/batches/", id, ".json"), record.dump());
+}
+
+std::vector<nlohmann::ordered_json> BatchStore::LoadBatches() const {
+  std::vector<nlohmann::ordered_json> batches;
+  for (const std::string& path : ListEnding(dir_ + "/batches", ".json")) {
+    absl::StatusOr<nlohmann::ordered_json> record = ReadRecord(path);
+    std::string id;
+    if (record.ok() &&
+        !(Get(*record, "id", &id) && path == absl::StrCat(dir_, "/batches/", id, ".json"))) {
+      record = absl::DataLossError("its \"id\" does not name the file");
+    }
+    if (!record.ok()) {
+      LOG_WARN("batch", "--files-dir: skipping {}: {}", path, record.status().ToString());
+      continue;
+    }
+    batches.push_back(*std::move(record));
+  }
+  return batches;
+}
+
+std::string BatchStore::LinesPath(const std::string& batch_id, const char* kind) const {
+  return absl::StrCat(dir_, "/batches/", batch_id, ".", kind, ".jsonl");
+}
+
+void BatchStore::RemoveLines(const std::string& batch_id) {
+  for (const char* kind : {"output", "errors"}) {
+    const std::string path = LinesPath(batch_id, kind);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      LOG_WARN("batch", "cannot remove {}: {}", path, std::strerror(errno));
+    }
+  }
+}
+
+absl::StatusOr<int64_t> CountAndTrimLines(const std::string& path) {
+  if (!FileExists(path)) return 0;
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
+  const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  if (whole < text.size() && ::truncate(path.c_str(), static_cast<off_t>(whole)) != 0) {
+    return OsError("cannot truncate", path, errno);
+  }
+  return static_cast<int64_t>(std::count(text.begin(), text.begin() + whole, '\n'));
+}
+
+}  // namespace strata::batch
