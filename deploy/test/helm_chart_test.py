@@ -161,6 +161,8 @@ def check_default(renderer):
           "kvCacheDtype auto is the server's default and is not passed: %s" % c["args"])
     check(not any(a.startswith("--quantization") for a in c["args"]),
           "no quantization by default: %s" % c["args"])
+    check(not any(a.startswith("--files-dir") for a in c["args"]),
+          "no batch files volume by default: %s" % c["args"])
     check("--device=cuda" in c["args"] and "--replicas=8" in c["args"],
           "single-node GPU pod does not serve one replica per GPU: %s" % c["args"])
     check(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "prod-strata-models",
@@ -261,6 +263,23 @@ def check_cpu(renderer):
         spec = [a for a in args if a.startswith("--speculative-config=")]
         check(len(spec) == 1 and json.loads(spec[0].split("=", 1)[1]) == want,
               "cpu: server.speculativeConfig %s passed as %s" % (value, spec))
+    # The Files and Batches API's directory on its own claim, for one server.
+    kept = render_docs(renderer, "-f", os.path.join(HELM, "examples", "cpu.yaml"), "--set",
+                       "autoscaling.enabled=false", "--set", "batchFiles.persistence=true",
+                       "--name", "prod")
+    if check(kept.get("Deployment") and kept.get("PersistentVolumeClaim"),
+             "cpu + batchFiles.persistence: no Deployment or claim: %s" % sorted(kept)):
+        pod = kept["Deployment"]["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        check("--files-dir=/var/lib/strata/files" in c["args"], "--files-dir: %s" % c["args"])
+        check({"name": "batch-files", "mountPath": "/var/lib/strata/files"} in c["volumeMounts"],
+              "batch files mount: %s" % c["volumeMounts"])
+        claim = kept["PersistentVolumeClaim"]
+        check(claim["metadata"]["name"] == "prod-strata-batch-files" and
+              claim["spec"]["accessModes"] == ["ReadWriteOnce"], "batch files claim %s" % claim)
+        check({"name": "batch-files",
+               "persistentVolumeClaim": {"claimName": "prod-strata-batch-files"}} in pod["volumes"],
+              "batch files volume: %s" % pod["volumes"])
     check("replicas" not in d["spec"], "Deployment replicas set while the HPA scales it")
     hpa = docs.get("HorizontalPodAutoscaler")
     if check(hpa, "cpu: no HPA"):
@@ -279,7 +298,11 @@ def check_rejections(renderer):
                           (["--set", "service.sessionAffinity=Sticky"],
                            "service.sessionAffinity must be None or ClientIP"),
                           (["--set", "autoscaling.enabled=true", "--set", "autoscaling.type=x"],
-                           "autoscaling.type must be")):
+                           "autoscaling.type must be"),
+                          (["--set", "batchFiles.persistence=true", "--set", "replicaCount=2"],
+                           "batchFiles.persistence needs one server"),
+                          (["--set", "batchFiles.persistence=true", "--set", "mode=multi"],
+                           "batchFiles.persistence needs one server")):
         rc, _, err = render(renderer, *args)
         check(rc != 0 and message in err, "%s: expected failure %r, got rc %d %s"
               % (args, message, rc, err))

@@ -45,6 +45,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.model.pvc.claimName | default (printf "%s-models" (include "strata.fullname" .)) }}
 {{- end }}
 
+{{/* The claim holding --files-dir (batchFiles.persistence). */}}
+{{- define "strata.batchFilesClaimName" -}}
+{{- .Values.batchFiles.pvc.claimName | default (printf "%s-batch-files" (include "strata.fullname" .)) }}
+{{- end }}
+
 {{/*
 `strata serve` arguments (its flags: `strata serve --help`). gRPC listens on 50051 by default,
 so --grpc-port is passed only for another port. Multi-node pods add the rank flags: the process
@@ -89,6 +94,9 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 - --world-size=$(LWS_GROUP_SIZE)
 - --rank=$(LWS_WORKER_INDEX)
 - --coordinator=$(LWS_LEADER_ADDRESS):{{ .Values.multiNode.coordinatorPort }}
+{{- end }}
+{{- if .Values.batchFiles.persistence }}
+- --files-dir={{ .Values.batchFiles.mountPath }}
 {{- end }}
 {{- range .Values.server.extraArgs }}
 - {{ . | quote }}
@@ -185,6 +193,10 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
     - name: dshm
       mountPath: /dev/shm
     {{- end }}
+    {{- if .Values.batchFiles.persistence }}
+    - name: batch-files
+      mountPath: {{ .Values.batchFiles.mountPath }}
+    {{- end }}
 {{- end }}
 
 {{/* Pod spec (without metadata) shared by every workload kind. */}}
@@ -223,6 +235,14 @@ volumes:
     emptyDir:
       medium: Memory
       sizeLimit: {{ .Values.shm.sizeLimit }}
+  {{- end }}
+  {{- if .Values.batchFiles.persistence }}
+  {{- if or (eq .Values.mode "multi") (ne (int .Values.replicaCount) 1) .Values.autoscaling.enabled }}
+  {{- fail "batchFiles.persistence needs one server: mode single, replicaCount 1, autoscaling off (one server per --files-dir)" }}
+  {{- end }}
+  - name: batch-files
+    persistentVolumeClaim:
+      claimName: {{ include "strata.batchFilesClaimName" . }}
   {{- end }}
 {{- with .Values.nodeSelector }}
 nodeSelector:
