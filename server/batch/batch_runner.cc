@@ -3,11 +3,9 @@
 #include "server/batch/batch_runner.h"
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -20,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/status.h"
+#include "server/http/wake_queue.h"
 
 namespace strata::batch {
 namespace {
@@ -28,30 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kTooManyRequests = 429;
 
-// Line indices whose pending response called wake (any thread, also after the run ended: the
-// queue is shared with the callbacks).
-class WakeQueue {
- public:
-  void Wake(int64_t index) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      woken_.push_back(index);
-    }
-    cv_.notify_one();
-  }
-
-  // The indices woken so far, waiting until there is one or `deadline` passes.
-  std::vector<int64_t> Take(Clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, deadline, [this] { return !woken_.empty(); });
-    return std::exchange(woken_, {});
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int64_t> woken_;
-};
+using http::WakeQueue;
 
 struct InFlight {
   std::string custom_id;
