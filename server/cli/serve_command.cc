@@ -193,9 +193,12 @@ absl::Status RunServe(const std::vector<std::string>& args) {
         if (log) server::LogRequestFinished(t);
       };
   std::unique_ptr<frontend::ResponseStore> response_store;
+  std::unique_ptr<frontend::BackgroundResponses> background_responses;
   if (options.responses_store_bytes > 0) {
     response_store = std::make_unique<frontend::ResponseStore>(options.responses_store_bytes);
     service_options.response_store = response_store.get();
+    background_responses = std::make_unique<frontend::BackgroundResponses>();
+    service_options.background_responses = background_responses.get();
   }
   // The Files and Batches API: its batches' requests go through the service (set below).
   std::unique_ptr<batch::BatchApi> batch_api;
@@ -252,9 +255,11 @@ absl::Status RunServe(const std::vector<std::string>& args) {
     info["responses_store"] =
         response_store == nullptr
             ? nlohmann::ordered_json(nullptr)
-            : nlohmann::ordered_json{{"capacity_bytes", response_store->capacity_bytes()},
-                                     {"num_responses", response_store->num_responses()},
-                                     {"num_bytes", response_store->num_bytes()}};
+            : nlohmann::ordered_json{
+                  {"capacity_bytes", response_store->capacity_bytes()},
+                  {"num_responses", response_store->num_responses()},
+                  {"num_bytes", response_store->num_bytes()},
+                  {"num_background_running", background_responses->num_running()}};
     info["files_and_batches"] =
         batch_api == nullptr ? nlohmann::ordered_json(nullptr) : batch_api->Summary();
     return info;
@@ -281,6 +286,8 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   if (batch_api) batch_api->RequestStop();  // a running batch sends no more requests
   Drain(service, *grpc_server, signals, options.drain_timeout_s);
   if (batch_api) batch_api->Stop();  // cancels what the drain left of its requests
+  // Background responses the drain left running are cancelled (they die with the process).
+  if (background_responses) background_responses->Stop();
   grpc_server->Stop();
   server->Stop();
   metrics_ptr.store(nullptr);

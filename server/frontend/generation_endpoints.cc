@@ -119,6 +119,13 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
                                        "the store within --responses-store-memory)"),
                           "previous_response_not_found");
     }
+    if (const Json status = previous->response.value("status", Json());
+        status == "queued" || status == "in_progress") {
+      return InvalidField("previous_response_id",
+                          absl::StrCat("Previous response with id '", it->get<std::string>(),
+                                       "' is still ", status.get<std::string>(),
+                                       " (background); continue it once it has completed"));
+    }
     history = std::move(previous->messages);
   }
   ASSIGN_OR_RETURN(ResponsesRequest req,
@@ -126,16 +133,84 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
   RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.chat.gen));
   const bool stored = req.store && store != nullptr;
   req.echo["store"] = stored;
+  if (req.background && (!stored || options_.background_responses == nullptr)) {
+    return InvalidField("background",
+                        "'background' is not supported: this server stores no responses "
+                        "(--responses-store-memory 0)",
+                        "unsupported_value");
+  }
   std::function<void(const Json&, const FinalChoice&)> on_done;
+  const Json conversation = req.conversation;
   if (stored) {
-    on_done = [store, conversation = std::move(req.conversation)](const Json& response,
-                                                                  const FinalChoice& choice) {
+    on_done = [store, conversation](const Json& response, const FinalChoice& choice) {
       Json messages = conversation;
       messages.push_back(AssistantMessage(choice));
       store->Put(response["id"].get<std::string>(), {response, std::move(messages)});
     };
   }
-  return GenerateChat(req.chat, ApiKind::kResponses, std::move(req.echo), std::move(on_done));
+  ResponseMeta meta;
+  ASSIGN_OR_RETURN(http::HandlerResult result, GenerateChat(req.chat, ApiKind::kResponses, req.echo,
+                                                            std::move(on_done), &meta));
+  if (!req.background) return result;
+  return StartBackground(meta, req.echo, conversation, std::move(result.pending));
+}
+
+OpenAiService::Result OpenAiService::StartBackground(
+    const ResponseMeta& meta, const Json& echo, Json conversation,
+    std::unique_ptr<http::PendingResponse> pending) {
+  ResponseStore* store = options_.response_store;
+  Json queued = ResponseObjectJson(meta, echo, nullptr, nullptr);
+  queued["status"] = "queued";
+  store->Put(meta.id, {queued, conversation});  // before it runs: the final object replaces it
+  BackgroundResponses::Callbacks callbacks;
+  callbacks.on_started = [store, id = meta.id] {
+    std::optional<StoredResponse> stored = store->Get(id);
+    if (!stored || stored->response["status"] != "queued") return;
+    stored->response["status"] = "in_progress";
+    store->Put(id, *std::move(stored));
+  };
+  // A 200 was stored by the response itself (on_responses_done); an error becomes "failed".
+  callbacks.on_finished = [store, id = meta.id, queued,
+                           conversation](const http::HttpResponse& response) {
+    if (response.status == 200) return;
+    const Json body = Json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+    const Json error =
+        body.is_object() && body.contains("error") ? body["error"] : Json(Json::object());
+    Json failed = queued;
+    failed["status"] = "failed";
+    failed["error"] = {{"code", error.value("code", Json("server_error"))},
+                       {"message", error.value("message", Json(response.body))}};
+    store->Put(id, {std::move(failed), conversation});
+  };
+  if (!options_.background_responses->Add(meta.id, std::move(pending), std::move(callbacks))) {
+    store->Erase(meta.id);
+    return Draining();
+  }
+  return http::HandlerResult{JsonResponse(queued), nullptr};
+}
+
+OpenAiService::Result OpenAiService::CancelResponse(const std::string& id) {
+  ResponseStore* store = options_.response_store;
+  BackgroundResponses* background = options_.background_responses;
+  std::optional<StoredResponse> found = store != nullptr ? store->Get(id) : std::nullopt;
+  if (background != nullptr && background->Cancel(id)) {
+    Json cancelled = found ? found->response : Json{{"id", id}, {"object", "response"}};
+    cancelled["status"] = "cancelled";
+    if (found) store->Put(id, {cancelled, std::move(found->messages)});
+    return http::HandlerResult{JsonResponse(cancelled), nullptr};
+  }
+  if (!found) {
+    return ApiErrorStatus(absl::StatusCode::kNotFound,
+                          absl::StrCat("Response with id '", id, "' not found"), {}, "not_found");
+  }
+  if (found->response.value("background", false) != true) {
+    return InvalidField("response_id", absl::StrCat("Response with id '", id,
+                                                    "' was not created with 'background': "
+                                                    "true; only background responses can be "
+                                                    "cancelled"));
+  }
+  // Finished before the cancel (completed, failed, cancelled): as it ended.
+  return http::HandlerResult{JsonResponse(found->response), nullptr};
 }
 
 OpenAiService::Result OpenAiService::Messages(const http::HttpRequest& request) {
@@ -159,8 +234,15 @@ OpenAiService::Result OpenAiService::CountMessageTokens(const http::HttpRequest&
 }
 
 OpenAiService::Result OpenAiService::StoredResponseRoute(const http::HttpRequest& request) {
-  const std::string id = request.path.substr(std::string_view("/v1/responses/").size());
+  std::string id = request.path.substr(std::string_view("/v1/responses/").size());
+  if (request.method == "POST") {  // …/{id}/cancel (Route checked the path)
+    id.resize(id.size() - std::string_view("/cancel").size());
+    return CancelResponse(id);
+  }
   ResponseStore* store = options_.response_store;
+  if (request.method == "DELETE" && options_.background_responses != nullptr) {
+    options_.background_responses->Cancel(id);  // a running background response stops first
+  }
   if (request.method == "DELETE" && store != nullptr && store->Erase(id)) {
     return http::HandlerResult{
         JsonResponse({{"id", id}, {"object", "response.deleted"}, {"deleted", true}}), nullptr};
@@ -179,7 +261,8 @@ OpenAiService::Result OpenAiService::StoredResponseRoute(const http::HttpRequest
 
 OpenAiService::Result OpenAiService::GenerateChat(
     const ChatCompletionRequest& req, ApiKind kind, Json responses_echo,
-    std::function<void(const Json&, const FinalChoice&)> on_responses_done) {
+    std::function<void(const Json&, const FinalChoice&)> on_responses_done,
+    ResponseMeta* meta_out) {
   ASSIGN_OR_RETURN(const ServedModel* model, ModelFor(req.gen.model));
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ChatPromptIds(*model, req));
   const bool responses = kind == ApiKind::kResponses;
@@ -190,6 +273,7 @@ OpenAiService::Result OpenAiService::GenerateChat(
   GenerationSpec spec = SpecFor(kind, req.gen, MetaFor(*model, id_prefix, req.gen.request_id));
   spec.responses_echo = std::move(responses_echo);
   spec.on_responses_done = std::move(on_responses_done);
+  if (meta_out != nullptr) *meta_out = spec.meta;
   spec.group_prompt_tokens.push_back(static_cast<int64_t>(prompt.size()));
   const bool forced =
       req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;

@@ -126,6 +126,8 @@ struct ResponsesRequest {
   // request naming this response continues from (response_store.h).
   bool store = true;
   Json conversation = Json::array();
+  // OpenAI's background mode: answered at once, generated after (background_responses.h).
+  bool background = false;
 };
 
 // One prompt of /v1/completions: text or token ids.

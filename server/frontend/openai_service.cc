@@ -45,17 +45,24 @@ bool IsModelPath(std::string_view path) {
   return path.size() > 11 && path.substr(0, 11) == "/v1/models/";
 }
 
-// /v1/responses/{id}: GET and DELETE a stored response.
+// /v1/responses/{id}: GET and DELETE a stored response; /v1/responses/{id}/cancel: POST
+// cancels a background one.
 constexpr std::string_view kResponsePrefix = "/v1/responses/";
+constexpr std::string_view kCancelSuffix = "/cancel";
 bool IsResponsePath(std::string_view path) {
   return path.size() > kResponsePrefix.size() &&
          path.substr(0, kResponsePrefix.size()) == kResponsePrefix;
+}
+bool IsResponseCancelPath(std::string_view path) {
+  return IsResponsePath(path) && path.size() > kResponsePrefix.size() + kCancelSuffix.size() &&
+         path.ends_with(kCancelSuffix);
 }
 
 }  // namespace
 
 std::string_view RouteTemplate(std::string_view path) {
   if (IsModelPath(path)) return "/v1/models/{model}";
+  if (IsResponseCancelPath(path)) return "/v1/responses/{response_id}/cancel";
   if (IsResponsePath(path)) return "/v1/responses/{response_id}";
   for (const RouteEntry& r : kRoutes) {
     if (r.path == path) return r.path;
@@ -115,7 +122,11 @@ http::HandlerResult OpenAiService::Handle(http::HttpRequest request) {
       if (r.path == request.path) allowed.emplace_back(r.method);
     }
     if (IsModelPath(request.path)) allowed.push_back("GET");
-    if (IsResponsePath(request.path)) allowed.insert(allowed.end(), {"GET", "DELETE"});
+    if (IsResponseCancelPath(request.path)) {
+      allowed.push_back("POST");
+    } else if (IsResponsePath(request.path)) {
+      allowed.insert(allowed.end(), {"GET", "DELETE"});
+    }
     out.response.headers.push_back({"Allow", absl::StrJoin(allowed, ", ")});
   }
   if (out.response.status >= 500) {
@@ -165,7 +176,9 @@ OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
   }
   bool path_known = IsModelPath(path) || IsResponsePath(path);
   bool route_found = (IsModelPath(path) && method == "GET") ||
-                     (IsResponsePath(path) && (method == "GET" || method == "DELETE"));
+                     (IsResponseCancelPath(path)
+                          ? method == "POST"
+                          : IsResponsePath(path) && (method == "GET" || method == "DELETE"));
   for (const RouteEntry& r : kRoutes) {
     if (r.path != path) continue;
     path_known = true;

@@ -8,6 +8,8 @@
 //   POST /v1/chat/completions          chat (stream or not, n, logprobs, tools, ...)
 //   POST /v1/completions               text completion (string / ids / lists of either)
 //   POST /v1/responses                 OpenAI's Responses API, served as a chat completion
+//   GET|DELETE /v1/responses/{id}      a stored response; POST /v1/responses/{id}/cancel
+//                                      cancels a background one
 //   POST /v1/messages                  Anthropic's Messages API, served as a chat completion
 //   POST /v1/messages/count_tokens     its prompt's token count ({"input_tokens": N})
 //   POST /tokenize, /detokenize        vLLM shapes
@@ -31,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "scheduler/scheduler.h"
+#include "server/frontend/background_responses.h"
 #include "server/frontend/generation_response.h"
 #include "server/frontend/openai_request.h"
 #include "server/frontend/response_store.h"
@@ -49,6 +52,10 @@ struct ServiceOptions {
   // /v1/responses `store` and previous_response_id, GET / DELETE /v1/responses/{id}; null:
   // nothing is stored (previous_response_id is refused). Must outlive the service.
   ResponseStore* response_store = nullptr;
+  // /v1/responses `background: true` (with a response_store) and POST
+  // /v1/responses/{id}/cancel; null: background is refused. Must outlive the service; stopped
+  // (BackgroundResponses::Stop) before the engine goes.
+  BackgroundResponses* background_responses = nullptr;
   // Routes another module serves (the Files and Batches API, server/batch/batch_api.h):
   // requests whose path `serves` accepts go to `handle` after the API key check, and its
   // errors are rendered as the service's. Unset: those paths are 404.
@@ -97,8 +104,15 @@ class OpenAiService : public http::HttpHandler {
   Result Messages(const http::HttpRequest& request);
   Result CountMessageTokens(const http::HttpRequest& request);
   // Chat, Responses and Messages requests from here on: prompt, choices, submission.
+  // `meta_out`: where the response's id and creation time go.
   Result GenerateChat(const ChatCompletionRequest& req, ApiKind kind, Json responses_echo,
-                      std::function<void(const Json&, const FinalChoice&)> on_responses_done = {});
+                      std::function<void(const Json&, const FinalChoice&)> on_responses_done = {},
+                      ResponseMeta* meta_out = nullptr);
+  // Background mode: stores the "queued" response and hands `pending` to the
+  // BackgroundResponses; the answer is that queued object.
+  Result StartBackground(const ResponseMeta& meta, const Json& echo, Json conversation,
+                         std::unique_ptr<http::PendingResponse> pending);
+  Result CancelResponse(const std::string& id);
   Result StoredResponseRoute(const http::HttpRequest& request);
   Result Completions(const http::HttpRequest& request);
   Result Tokenize(const http::HttpRequest& request);

@@ -1406,6 +1406,107 @@ TEST_F(ServiceTest, StoredResponsesContinueRetrieveAndDelete) {
   EXPECT_EQ(wrong.Header("Allow"), "GET, DELETE");
 }
 
+// OpenAI's background mode: answered "queued" at once, generated after, polled with GET,
+// cancelled with POST …/cancel (the engine request aborted), refused where it cannot be served.
+TEST_F(ServiceTest, BackgroundResponsesAreQueuedPolledAndCancelled) {
+  ResponseStore store(1 << 20);
+  BackgroundResponses background;
+  OpenAiService service(ServiceOptions{
+      .retry_after_seconds = 3, .response_store = &store, .background_responses = &background});
+  service.SetModel(&fixture_.served());
+  auto get = [&](const std::string& id) {
+    return Drive(service, Request("GET", "/v1/responses/" + id));
+  };
+  auto cancel = [&](const std::string& id) {
+    return Drive(service, Request("POST", "/v1/responses/" + id + "/cancel"));
+  };
+  // Polls until the response leaves `statuses` (10 s at most).
+  auto wait_while = [&](const std::string& id, std::initializer_list<std::string> statuses) {
+    Json r;
+    for (int i = 0; i < 2000; ++i) {
+      r = get(id).json();
+      if (std::find(statuses.begin(), statuses.end(), r["status"]) == statuses.end()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return r;
+  };
+  ScriptText("hello world");
+  const Reply queued = Drive(
+      service, Request("POST", "/v1/responses", R"({"input": "Say hello", "background": true})"));
+  ASSERT_EQ(queued.status, 200) << queued.body;
+  const Json q = queued.json();
+  EXPECT_EQ(q["status"], "queued");
+  EXPECT_EQ(q["background"], true);
+  EXPECT_EQ(q["store"], true);
+  EXPECT_TRUE(q["output"].empty());
+  const std::string id = q["id"];
+  const Json done = wait_while(id, {"queued", "in_progress"});
+  ASSERT_EQ(done["status"], "completed") << done.dump();
+  EXPECT_EQ(done["id"], id);
+  EXPECT_EQ(done["background"], true);
+  EXPECT_EQ(done["output"][0]["content"][0]["text"], "hello world");
+  EXPECT_EQ(cancel(id).json(), done);  // finished before the cancel: as it ended
+  const Json next =
+      Post(service, "/v1/responses", Json{{"input", "Again"}, {"previous_response_id", id}}.dump())
+          .json();
+  EXPECT_EQ(next["status"], "completed") << next.dump();
+  EXPECT_EQ(next["background"], false);
+
+  // A long one, cancelled while it runs: the engine request is aborted, the object says so.
+  std::string text = "hello world";
+  for (int i = 0; i < 100; ++i) text += " and on";
+  ScriptText(text);
+  fixture_.executor().SetStepDelay(absl::Milliseconds(5));
+  const std::string long_id =
+      Drive(service, Request("POST", "/v1/responses",
+                             R"({"input": "Go on", "background": true, "max_output_tokens": 300})"))
+          .json()["id"];
+  EXPECT_EQ(wait_while(long_id, {"queued"})["status"], "in_progress");
+  EXPECT_EQ(background.num_running(), 1);
+  EXPECT_EQ(service.num_in_flight(), 1);  // a drain waits for it
+  const Reply early = Post(service, "/v1/responses",
+                           Json{{"input", "x"}, {"previous_response_id", long_id}}.dump());
+  ExpectError(early, 400, "invalid_value", "previous_response_id");
+  EXPECT_THAT(early.body, HasSubstr("is still in_progress"));
+  const Reply cancelled = cancel(long_id);
+  ASSERT_EQ(cancelled.status, 200) << cancelled.body;
+  EXPECT_EQ(cancelled.json()["status"], "cancelled");
+  WaitAborted(1);
+  EXPECT_EQ(background.num_running(), 0);
+  EXPECT_EQ(get(long_id).json()["status"], "cancelled");
+  EXPECT_EQ(cancel(long_id).json()["status"], "cancelled");
+
+  // Refusals, each naming the field.
+  ExpectError(
+      Post(service, "/v1/responses", R"({"input": "x", "background": true, "stream": true})"), 400,
+      "unsupported_value", "background");
+  ExpectError(
+      Post(service, "/v1/responses", R"({"input": "x", "background": true, "store": false})"), 400,
+      "invalid_value", "background");
+  ExpectError(Post(service, "/v1/responses", R"({"input": "x", "background": "yes"})"), 400,
+              "invalid_type", "background");
+  ExpectError(Post(service_, "/v1/responses", R"({"input": "x", "background": true})"), 400,
+              "unsupported_value", "background");  // a server that stores nothing
+  ExpectError(cancel(next["id"]), 400, "invalid_value", "response_id");  // not a background one
+  EXPECT_EQ(cancel("resp-nope").status, 404);
+  const Reply wrong = Drive(service, Request("GET", "/v1/responses/" + id + "/cancel"));
+  EXPECT_EQ(wrong.status, 405);
+  EXPECT_EQ(wrong.Header("Allow"), "POST");
+
+  // Stopped (the server going down): what runs is cancelled, nothing new starts.
+  const std::string last =
+      Drive(service, Request("POST", "/v1/responses",
+                             R"({"input": "Go on", "background": true, "max_output_tokens": 300})"))
+          .json()["id"];
+  background.Stop();
+  EXPECT_EQ(background.num_running(), 0);
+  WaitAborted(2);
+  ExpectError(
+      Drive(service, Request("POST", "/v1/responses", R"({"input": "x", "background": true})")),
+      503, "server_draining", nullptr);
+  EXPECT_EQ(get(last).json()["status"], "queued");  // never finished: left as it was
+}
+
 TEST_F(ServiceTest, ResponsesRefuseWhatTheyCannotServeNamingTheField) {
   ExpectError(Post(service_, "/v1/responses", R"({"input": "x", "previous_response_id": "r"})"),
               400, "unsupported_value", "previous_response_id");
@@ -1433,6 +1534,7 @@ TEST(RouteTemplateTest, GroupsPathsIntoAFixedSetOfLabels) {
   EXPECT_EQ(RouteTemplate("/v1/models"), "/v1/models");
   EXPECT_EQ(RouteTemplate("/v1/models/strata-demo"), "/v1/models/{model}");
   EXPECT_EQ(RouteTemplate("/v1/responses/resp-1"), "/v1/responses/{response_id}");
+  EXPECT_EQ(RouteTemplate("/v1/responses/resp-1/cancel"), "/v1/responses/{response_id}/cancel");
   EXPECT_EQ(RouteTemplate("/v1/responses/"), "none");
   EXPECT_EQ(RouteTemplate("/v1/embeddings"), "none");
   EXPECT_EQ(RouteTemplate("/wp-login.php"), "none");

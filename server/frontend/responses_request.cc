@@ -240,8 +240,15 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
   if (!previous_id.is_null() && !previous_id.is_string()) {
     return InvalidType("previous_response_id", "a string");
   }
-  if (body.contains("background") && body["background"] == true) {
-    return Unsupported("background", "responses are generated while the request is open");
+  bool background = false;
+  if (auto it = body.find("background"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) return InvalidType("background", "a boolean");
+    background = it->get<bool>();
+  }
+  if (background && !store) {
+    return InvalidField("background",
+                        "'background': true needs 'store': true (a background response is "
+                        "retrieved by its id)");
   }
   Json chat = Json::object();
   // Log probabilities of the message's text: include "message.output_text.logprobs" (with
@@ -306,13 +313,20 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
   }
   absl::StatusOr<ChatCompletionRequest> parsed = ParseChatCompletionRequest(chat, limits);
   if (!parsed.ok()) return WithParamRenamed(parsed.status(), ResponsesParam);
+  if (background && parsed->gen.stream) {
+    return Unsupported("background",
+                       "together with 'stream': true; a background response is polled with GET "
+                       "/v1/responses/{id}");
+  }
   NoteUnknownFields(body, ResponsesFields());
   ResponsesRequest out;
   out.chat = *std::move(parsed);
   out.store = store;
+  out.background = background;
   out.conversation = std::move(conversation);
   // What the response object echoes back (OpenAI's Response fields).
-  out.echo = {{"instructions", body.value("instructions", Json())},
+  out.echo = {{"background", background},
+              {"instructions", body.value("instructions", Json())},
               {"max_output_tokens", body.value("max_output_tokens", Json())},
               {"metadata", body.value("metadata", Json::object())},
               {"parallel_tool_calls", out.chat.parallel_tool_calls},

@@ -598,6 +598,33 @@ test("responses: stored, continued with previous_response_id, retrieved and dele
            e.code === "previous_response_not_found");
 });
 
+test("responses in background mode: queued at once, polled to completion, cancelled", async () => {
+  const ask = { model: MODEL, input: "Say hello", max_output_tokens: 8, temperature: 0 };
+  const direct = await client.responses.create(ask);
+  let r = await client.responses.create({ ...ask, background: true });
+  assert.equal(r.status, "queued");
+  assert.equal(r.background, true);
+  assert.deepEqual(r.output, []);
+  while (r.status === "queued" || r.status === "in_progress") {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    r = await client.responses.retrieve(r.id);
+  }
+  assert.equal(r.status, direct.status);  // "incomplete": cut by max_output_tokens
+  assert.equal(r.output_text, direct.output_text);  // the SDK's convenience field
+  assert.equal((await client.responses.cancel(r.id)).status, r.status);  // already ended
+  // A long one cancelled while it runs.
+  let long = await client.responses.create({ model: MODEL, input: "Write a long story.",
+    max_output_tokens: 4000, background: true, ignore_eos: true });
+  const cancelled = await client.responses.cancel(long.id);
+  assert.equal(cancelled.status, "cancelled");
+  long = await client.responses.retrieve(long.id);
+  assert.equal(long.status, "cancelled");
+  await assert.rejects(client.responses.create({ ...ask, background: true, store: false }),
+    (e) => e instanceof BadRequestError && e.param === "background");
+  await assert.rejects(client.responses.cancel(direct.id),
+    (e) => e instanceof BadRequestError && /only background responses/.test(e.message));
+});
+
 test("a full queue is a RateLimitError with Retry-After", async () => {
   const small = await Server.start(["--max-queued-requests", "1"]);
   try {
