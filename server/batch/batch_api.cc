@@ -24,6 +24,7 @@
 #include "server/frontend/generation_response.h"
 #include "server/frontend/openai_service.h"
 #include "server/http/multipart.h"
+#include "server/http/query.h"
 
 namespace strata::batch {
 
@@ -77,34 +78,11 @@ std::vector<std::string> Segments(std::string_view path, std::string_view base) 
   return absl::StrSplit(absl::string_view(rest.data(), rest.size()), '/');
 }
 
-// The decoded value of query parameter `key` in `target`, or empty.
-std::string Query(std::string_view target, std::string_view key) {
-  const size_t q = target.find('?');
-  if (q == std::string_view::npos) return "";
-  for (absl::string_view pair :
-       absl::StrSplit(absl::string_view(target.data() + q + 1, target.size() - q - 1), '&')) {
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != absl::string_view(key.data(), key.size())) continue;
-    if (eq == absl::string_view::npos) return "";
-    std::string out;
-    const absl::string_view v = pair.substr(eq + 1);
-    for (size_t i = 0; i < v.size(); ++i) {
-      int hex = 0;
-      if (v[i] == '%' && i + 2 < v.size() && absl::SimpleHexAtoi(v.substr(i + 1, 2), &hex)) {
-        out += static_cast<char>(hex);
-        i += 2;
-      } else {
-        out += v[i] == '+' ? ' ' : v[i];
-      }
-    }
-    return out;
-  }
-  return "";
-}
+using http::QueryParam;
 
 // ?limit=N within [1, max] (default `fallback`).
 absl::StatusOr<int64_t> Limit(std::string_view target, int64_t fallback, int64_t max) {
-  const std::string text = Query(target, "limit");
+  const std::string text = QueryParam(target, "limit");
   if (text.empty()) return fallback;
   int64_t n = 0;
   if (!absl::SimpleAtoi(text, &n) || n < 1 || n > max) {
@@ -380,8 +358,8 @@ absl::StatusOr<http::HttpResponse> BatchApi::UploadFile(const http::HttpRequest&
 }
 
 absl::StatusOr<http::HttpResponse> BatchApi::ListFiles(const http::HttpRequest& request) const {
-  const std::string purpose = Query(request.target, "purpose");
-  const std::string order = Query(request.target, "order");
+  const std::string purpose = QueryParam(request.target, "purpose");
+  const std::string order = QueryParam(request.target, "order");
   if (!order.empty() && order != "asc" && order != "desc") {
     return InvalidField("order", absl::StrCat("'order' must be asc or desc; got '", order, "'"));
   }
@@ -392,7 +370,7 @@ absl::StatusOr<http::HttpResponse> BatchApi::ListFiles(const http::HttpRequest& 
   }
   if (order != "asc") std::reverse(objects.begin(), objects.end());  // newest first by default
   ASSIGN_OR_RETURN(nlohmann::ordered_json page,
-                   Page(std::move(objects), Query(request.target, "after"), limit));
+                   Page(std::move(objects), QueryParam(request.target, "after"), limit));
   return JsonOk(page);
 }
 
@@ -527,7 +505,7 @@ absl::StatusOr<http::HttpResponse> BatchApi::ListBatches(const http::HttpRequest
     }
   }
   ASSIGN_OR_RETURN(nlohmann::ordered_json page,
-                   Page(std::move(objects), Query(request.target, "after"), limit));
+                   Page(std::move(objects), QueryParam(request.target, "after"), limit));
   return JsonOk(page);
 }
 
