@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
@@ -11,6 +12,7 @@
 #include "server/frontend/messages_request.h"
 #include "server/frontend/openai_service.h"
 #include "server/frontend/prompt_builder.h"
+#include "server/http/query.h"
 
 namespace strata::frontend {
 namespace {
@@ -169,24 +171,69 @@ OpenAiService::Result OpenAiService::StartBackground(
     stored->response["status"] = "in_progress";
     store->Put(id, *std::move(stored));
   };
-  // A 200 was stored by the response itself (on_responses_done); an error becomes "failed".
+  // A response that ended well was stored by itself (on_responses_done); one still queued or
+  // in progress ended with an error: "failed", with the error it was answered (its body, or a
+  // stream's `error` event).
   callbacks.on_finished = [store, id = meta.id, queued,
                            conversation](const http::HttpResponse& response) {
-    if (response.status == 200) return;
-    const Json body = Json::parse(response.body, nullptr, /*allow_exceptions=*/false);
-    const Json error =
-        body.is_object() && body.contains("error") ? body["error"] : Json(Json::object());
+    std::optional<StoredResponse> stored = store->Get(id);
+    if (stored && stored->response["status"] != "queued" &&
+        stored->response["status"] != "in_progress") {
+      return;
+    }
+    std::string_view text = response.body;
+    if (const size_t event = text.rfind("event: error\ndata: "); event != text.npos) {
+      text = text.substr(event + std::string_view("event: error\ndata: ").size());
+    }
+    const Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    Json error = body.is_object() ? body.value("error", body) : Json(Json::object());
+    if (!error.is_object()) error = Json::object();
     Json failed = queued;
     failed["status"] = "failed";
     failed["error"] = {{"code", error.value("code", Json("server_error"))},
-                       {"message", error.value("message", Json(response.body))}};
+                       {"message", error.value("message", Json("the response failed"))}};
     store->Put(id, {std::move(failed), conversation});
   };
-  if (!options_.background_responses->Add(meta.id, std::move(pending), std::move(callbacks))) {
+  BackgroundResponses* background = options_.background_responses;
+  const bool stream = pending->streaming();
+  if (!background->Add(meta.id, std::move(pending), std::move(callbacks))) {
     store->Erase(meta.id);
     return Draining();
   }
-  return http::HandlerResult{JsonResponse(queued), nullptr};
+  if (!stream) return http::HandlerResult{JsonResponse(queued), nullptr};
+  // Streamed: this request follows the events from the first; a client that loses them
+  // resumes with GET /v1/responses/{id}?stream=true&starting_after=N.
+  http::HandlerResult result;
+  result.response.content_type = "text/event-stream";
+  result.response.headers = SseHeaders();
+  result.pending = background->Follow(meta.id, -1);
+  return result;
+}
+
+OpenAiService::Result OpenAiService::FollowResponse(const std::string& id,
+                                                    const std::string& starting_after) {
+  int64_t after = -1;
+  if (!starting_after.empty() && (!absl::SimpleAtoi(starting_after, &after) || after < 0)) {
+    return InvalidField("starting_after",
+                        absl::StrCat("'starting_after' must be a sequence number (an integer "
+                                     ">= 0); got '",
+                                     starting_after, "'"));
+  }
+  std::unique_ptr<http::PendingResponse> reader =
+      options_.background_responses != nullptr ? options_.background_responses->Follow(id, after)
+                                               : nullptr;
+  if (reader == nullptr) {
+    return InvalidField("stream",
+                        absl::StrCat("no events of response '", id,
+                                     "' are kept: only a background response created with "
+                                     "'stream': true can be streamed again, while it runs and "
+                                     "for a while after; GET it without 'stream'"));
+  }
+  http::HandlerResult result;
+  result.response.content_type = "text/event-stream";
+  result.response.headers = SseHeaders();
+  result.pending = std::move(reader);
+  return result;
 }
 
 OpenAiService::Result OpenAiService::CancelResponse(const std::string& id) {
@@ -240,6 +287,9 @@ OpenAiService::Result OpenAiService::StoredResponseRoute(const http::HttpRequest
     return CancelResponse(id);
   }
   ResponseStore* store = options_.response_store;
+  if (request.method == "GET" && http::QueryParam(request.target, "stream") == "true") {
+    return FollowResponse(id, http::QueryParam(request.target, "starting_after"));
+  }
   if (request.method == "DELETE" && options_.background_responses != nullptr) {
     options_.background_responses->Cancel(id);  // a running background response stops first
   }

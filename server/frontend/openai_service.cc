@@ -308,6 +308,11 @@ OpenAiService::Result OpenAiService::Metrics() const {
   return http::HandlerResult{std::move(response), nullptr};
 }
 
+std::vector<http::Header> SseHeaders() {
+  // No caching; nginx must not buffer the events.
+  return {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+}
+
 OpenAiService::Result OpenAiService::Generate(const ServedModel& model, GenerationSpec spec) {
   const bool stream = spec.stream;
   ResponseHooks hooks{in_flight_, options_.on_choice_finished};
@@ -316,8 +321,7 @@ OpenAiService::Result OpenAiService::Generate(const ServedModel& model, Generati
   http::HandlerResult result;
   if (stream) {
     result.response.content_type = "text/event-stream";
-    result.response.headers.push_back({"Cache-Control", "no-cache"});
-    result.response.headers.push_back({"X-Accel-Buffering", "no"});
+    result.response.headers = SseHeaders();
   }
   result.pending = std::move(response);
   return result;

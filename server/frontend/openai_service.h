@@ -63,6 +63,9 @@ struct ServiceOptions {
   std::function<absl::StatusOr<http::HttpResponse>(const http::HttpRequest&)> extra_routes_handle;
 };
 
+// The headers of an SSE response.
+std::vector<http::Header> SseHeaders();
+
 class OpenAiService : public http::HttpHandler {
  public:
   explicit OpenAiService(ServiceOptions options);
@@ -113,6 +116,9 @@ class OpenAiService : public http::HttpHandler {
   Result StartBackground(const ResponseMeta& meta, const Json& echo, Json conversation,
                          std::unique_ptr<http::PendingResponse> pending);
   Result CancelResponse(const std::string& id);
+  // GET /v1/responses/{id}?stream=true[&starting_after=N]: a streamed background response's
+  // events after N, then live.
+  Result FollowResponse(const std::string& id, const std::string& starting_after);
   Result StoredResponseRoute(const http::HttpRequest& request);
   Result Completions(const http::HttpRequest& request);
   Result Tokenize(const http::HttpRequest& request);

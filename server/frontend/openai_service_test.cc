@@ -1406,19 +1406,24 @@ TEST_F(ServiceTest, StoredResponsesContinueRetrieveAndDelete) {
   EXPECT_EQ(wrong.Header("Allow"), "GET, DELETE");
 }
 
+// A service that stores responses and runs background ones.
+class BackgroundTest : public ServiceTest {
+ protected:
+  BackgroundTest() { stored_.SetModel(&fixture_.served()); }
+  ResponseStore store_{1 << 20};
+  BackgroundResponses background_;
+  OpenAiService stored_{ServiceOptions{
+      .retry_after_seconds = 3, .response_store = &store_, .background_responses = &background_}};
+};
+
 // OpenAI's background mode: answered "queued" at once, generated after, polled with GET,
 // cancelled with POST …/cancel (the engine request aborted), refused where it cannot be served.
-TEST_F(ServiceTest, BackgroundResponsesAreQueuedPolledAndCancelled) {
-  ResponseStore store(1 << 20);
-  BackgroundResponses background;
-  OpenAiService service(ServiceOptions{
-      .retry_after_seconds = 3, .response_store = &store, .background_responses = &background});
-  service.SetModel(&fixture_.served());
+TEST_F(BackgroundTest, ResponsesAreQueuedPolledAndCancelled) {
   auto get = [&](const std::string& id) {
-    return Drive(service, Request("GET", "/v1/responses/" + id));
+    return Drive(stored_, Request("GET", "/v1/responses/" + id));
   };
   auto cancel = [&](const std::string& id) {
-    return Drive(service, Request("POST", "/v1/responses/" + id + "/cancel"));
+    return Drive(stored_, Request("POST", "/v1/responses/" + id + "/cancel"));
   };
   // Polls until the response leaves `statuses` (10 s at most).
   auto wait_while = [&](const std::string& id, std::initializer_list<std::string> statuses) {
@@ -1432,7 +1437,7 @@ TEST_F(ServiceTest, BackgroundResponsesAreQueuedPolledAndCancelled) {
   };
   ScriptText("hello world");
   const Reply queued = Drive(
-      service, Request("POST", "/v1/responses", R"({"input": "Say hello", "background": true})"));
+      stored_, Request("POST", "/v1/responses", R"({"input": "Say hello", "background": true})"));
   ASSERT_EQ(queued.status, 200) << queued.body;
   const Json q = queued.json();
   EXPECT_EQ(q["status"], "queued");
@@ -1447,7 +1452,7 @@ TEST_F(ServiceTest, BackgroundResponsesAreQueuedPolledAndCancelled) {
   EXPECT_EQ(done["output"][0]["content"][0]["text"], "hello world");
   EXPECT_EQ(cancel(id).json(), done);  // finished before the cancel: as it ended
   const Json next =
-      Post(service, "/v1/responses", Json{{"input", "Again"}, {"previous_response_id", id}}.dump())
+      Post(stored_, "/v1/responses", Json{{"input", "Again"}, {"previous_response_id", id}}.dump())
           .json();
   EXPECT_EQ(next["status"], "completed") << next.dump();
   EXPECT_EQ(next["background"], false);
@@ -1458,13 +1463,13 @@ TEST_F(ServiceTest, BackgroundResponsesAreQueuedPolledAndCancelled) {
   ScriptText(text);
   fixture_.executor().SetStepDelay(absl::Milliseconds(5));
   const std::string long_id =
-      Drive(service, Request("POST", "/v1/responses",
+      Drive(stored_, Request("POST", "/v1/responses",
                              R"({"input": "Go on", "background": true, "max_output_tokens": 300})"))
           .json()["id"];
   EXPECT_EQ(wait_while(long_id, {"queued"})["status"], "in_progress");
-  EXPECT_EQ(background.num_running(), 1);
-  EXPECT_EQ(service.num_in_flight(), 1);  // a drain waits for it
-  const Reply early = Post(service, "/v1/responses",
+  EXPECT_EQ(background_.num_running(), 1);
+  EXPECT_EQ(stored_.num_in_flight(), 1);  // a drain waits for it
+  const Reply early = Post(stored_, "/v1/responses",
                            Json{{"input", "x"}, {"previous_response_id", long_id}}.dump());
   ExpectError(early, 400, "invalid_value", "previous_response_id");
   EXPECT_THAT(early.body, HasSubstr("is still in_progress"));
@@ -1472,39 +1477,113 @@ TEST_F(ServiceTest, BackgroundResponsesAreQueuedPolledAndCancelled) {
   ASSERT_EQ(cancelled.status, 200) << cancelled.body;
   EXPECT_EQ(cancelled.json()["status"], "cancelled");
   WaitAborted(1);
-  EXPECT_EQ(background.num_running(), 0);
+  EXPECT_EQ(background_.num_running(), 0);
   EXPECT_EQ(get(long_id).json()["status"], "cancelled");
   EXPECT_EQ(cancel(long_id).json()["status"], "cancelled");
 
   // Refusals, each naming the field.
   ExpectError(
-      Post(service, "/v1/responses", R"({"input": "x", "background": true, "stream": true})"), 400,
-      "unsupported_value", "background");
-  ExpectError(
-      Post(service, "/v1/responses", R"({"input": "x", "background": true, "store": false})"), 400,
+      Post(stored_, "/v1/responses", R"({"input": "x", "background": true, "store": false})"), 400,
       "invalid_value", "background");
-  ExpectError(Post(service, "/v1/responses", R"({"input": "x", "background": "yes"})"), 400,
+  ExpectError(Post(stored_, "/v1/responses", R"({"input": "x", "background": "yes"})"), 400,
               "invalid_type", "background");
   ExpectError(Post(service_, "/v1/responses", R"({"input": "x", "background": true})"), 400,
               "unsupported_value", "background");  // a server that stores nothing
   ExpectError(cancel(next["id"]), 400, "invalid_value", "response_id");  // not a background one
   EXPECT_EQ(cancel("resp-nope").status, 404);
-  const Reply wrong = Drive(service, Request("GET", "/v1/responses/" + id + "/cancel"));
+  const Reply wrong = Drive(stored_, Request("GET", "/v1/responses/" + id + "/cancel"));
   EXPECT_EQ(wrong.status, 405);
   EXPECT_EQ(wrong.Header("Allow"), "POST");
 
   // Stopped (the server going down): what runs is cancelled, nothing new starts.
   const std::string last =
-      Drive(service, Request("POST", "/v1/responses",
+      Drive(stored_, Request("POST", "/v1/responses",
                              R"({"input": "Go on", "background": true, "max_output_tokens": 300})"))
           .json()["id"];
-  background.Stop();
-  EXPECT_EQ(background.num_running(), 0);
+  background_.Stop();
+  EXPECT_EQ(background_.num_running(), 0);
   WaitAborted(2);
   ExpectError(
-      Drive(service, Request("POST", "/v1/responses", R"({"input": "x", "background": true})")),
+      Drive(stored_, Request("POST", "/v1/responses", R"({"input": "x", "background": true})")),
       503, "server_draining", nullptr);
   EXPECT_EQ(get(last).json()["status"], "queued");  // never finished: left as it was
+}
+
+// `event: TYPE\ndata: JSON` events of a Responses stream, as their data objects.
+std::vector<Json> ResponseEvents(const std::string& body) {
+  std::vector<Json> events;
+  for (absl::string_view event : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    const size_t data = event.find("data: ");
+    EXPECT_NE(data, absl::string_view::npos) << event;
+    if (data != absl::string_view::npos) {
+      events.push_back(Json::parse(std::string(event.substr(data + 6))));
+    }
+  }
+  return events;
+}
+
+// Background with stream: the events are kept, so a client resumes after any sequence number;
+// a client leaving does not stop the response.
+TEST_F(BackgroundTest, StreamedResponsesResumeAfterASequenceNumber) {
+  auto follow = [&](const std::string& id, const std::string& query) {
+    http::HttpRequest r = Request("GET", "/v1/responses/" + id);
+    r.target += "?stream=true" + query;
+    return Drive(stored_, std::move(r));
+  };
+  ScriptText("hello world, and a few more words");
+  const Reply streamed = Post(stored_, "/v1/responses",
+                              R"({"input": "Say hello", "background": true, "stream": true})");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  EXPECT_EQ(streamed.content_type, "text/event-stream");
+  const std::vector<Json> all = ResponseEvents(streamed.body);
+  ASSERT_GE(all.size(), 8u);
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i]["sequence_number"], i);
+  ASSERT_EQ(all.back()["type"], "response.completed");
+  const Json final_object = all.back()["response"];
+  EXPECT_EQ(final_object["background"], true);
+  const std::string id = final_object["id"];
+  // Resumed after event 3: the rest; from the start: the same bytes.
+  const Reply resumed = follow(id, "&starting_after=3");
+  ASSERT_EQ(resumed.status, 200) << resumed.body;
+  EXPECT_EQ(ResponseEvents(resumed.body), std::vector<Json>(all.begin() + 4, all.end()));
+  EXPECT_EQ(follow(id, "").body, streamed.body);
+  EXPECT_EQ(Drive(stored_, Request("GET", "/v1/responses/" + id)).json(), final_object);
+
+  // A client that leaves mid-stream: the response goes on, and a new reader sees it end.
+  std::string text = "hello world";
+  for (int i = 0; i < 40; ++i) text += " and on";
+  ScriptText(text);
+  fixture_.executor().SetStepDelay(absl::Milliseconds(2));
+  http::HandlerResult first = stored_.Handle(Request(
+      "POST", "/v1/responses", R"({"input": "Go on", "background": true, "stream": true})"));
+  ASSERT_NE(first.pending, nullptr);
+  first.pending->Start([] {});
+  http::HttpResponse partial;
+  for (int i = 0; i < 2000 && ResponseEvents(partial.body).size() < 5; ++i) {
+    first.pending->Poll(&partial);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const std::vector<Json> seen = ResponseEvents(partial.body);
+  ASSERT_GE(seen.size(), 5u);
+  const std::string long_id = seen[0]["response"]["id"];
+  first.pending->Cancel();
+  first.pending.reset();
+  const int last_seen = seen.back()["sequence_number"];
+  const std::vector<Json> rest =
+      ResponseEvents(follow(long_id, absl::StrCat("&starting_after=", last_seen)).body);
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(rest.front()["sequence_number"], last_seen + 1);
+  EXPECT_EQ(rest.back()["type"], "response.completed");
+  EXPECT_EQ(rest.back()["response"]["output"][0]["content"][0]["text"], text);
+  EXPECT_EQ(Drive(stored_, Request("GET", "/v1/responses/" + long_id)).json()["status"],
+            "completed");
+
+  // Refusals: a bad sequence number; a response whose events are not kept.
+  ExpectError(follow(id, "&starting_after=-2"), 400, "invalid_value", "starting_after");
+  ExpectError(follow(id, "&starting_after=x"), 400, "invalid_value", "starting_after");
+  const std::string plain =
+      Post(stored_, "/v1/responses", R"({"input": "Say hello"})").json()["id"];
+  ExpectError(follow(plain, ""), 400, "invalid_value", "stream");
 }
 
 TEST_F(ServiceTest, ResponsesRefuseWhatTheyCannotServeNamingTheField) {

@@ -313,11 +313,6 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
   }
   absl::StatusOr<ChatCompletionRequest> parsed = ParseChatCompletionRequest(chat, limits);
   if (!parsed.ok()) return WithParamRenamed(parsed.status(), ResponsesParam);
-  if (background && parsed->gen.stream) {
-    return Unsupported("background",
-                       "together with 'stream': true; a background response is polled with GET "
-                       "/v1/responses/{id}");
-  }
   NoteUnknownFields(body, ResponsesFields());
   ResponsesRequest out;
   out.chat = *std::move(parsed);

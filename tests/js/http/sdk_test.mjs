@@ -623,6 +623,28 @@ test("responses in background mode: queued at once, polled to completion, cancel
     (e) => e instanceof BadRequestError && e.param === "background");
   await assert.rejects(client.responses.cancel(direct.id),
     (e) => e instanceof BadRequestError && /only background responses/.test(e.message));
+  // Streamed too: a client that drops the stream resumes it after the last event it saw.
+  const stream = await client.responses.create({ ...ask, background: true, stream: true });
+  const seen = [];
+  for await (const event of stream) {
+    seen.push(event);
+    if (seen.length === 4) break;  // the connection drops
+  }
+  const id = seen[0].response.id;
+  const rest = [];
+  for await (const event of await client.responses.retrieve(id, { stream: true,
+                                                                  starting_after: 3 })) {
+    rest.push(event);
+  }
+  assert.equal(rest[0].sequence_number, 4);
+  rest.forEach((e, i) => assert.equal(e.sequence_number, 4 + i));
+  const last = rest[rest.length - 1];
+  assert.equal(last.type, "response.incomplete");  // cut by max_output_tokens, as `direct`
+  assert.equal(last.response.output[0].content[0].text,
+               direct.output[0].content[0].text);
+  const text = [...seen, ...rest].filter((e) => e.type === "response.output_text.delta")
+    .map((e) => e.delta).join("");
+  assert.equal(text, direct.output_text);
 });
 
 test("a full queue is a RateLimitError with Retry-After", async () => {
