@@ -1,0 +1,233 @@
+// OpenAiService: /v1/responses (OpenAI's Responses API over the chat path), its stored
+// responses (GET / DELETE /v1/responses/{id}) and background mode (POST …/cancel, GET
+// ?stream=true&starting_after=N; background_responses.h).
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "server/frontend/api_error.h"
+#include "server/frontend/internal/endpoint_steps.h"
+#include "server/frontend/openai_service.h"
+#include "server/frontend/responses_render.h"
+#include "server/http/query.h"
+
+namespace strata::frontend {
+namespace {
+
+using internal::ApplyRequestIdHeader;
+using internal::Draining;
+using internal::LimitsFor;
+
+// An SSE response over `events`.
+http::HandlerResult EventStream(std::unique_ptr<http::PendingResponse> events) {
+  http::HandlerResult result;
+  result.response.content_type = "text/event-stream";
+  result.response.headers = SseHeaders();
+  result.pending = std::move(events);
+  return result;
+}
+
+// The reply of a finished response as the chat message a continuation shows the model.
+Json AssistantMessage(const FinalChoice& choice) {
+  Json message = {{"role", "assistant"}, {"content", choice.text}};
+  if (!choice.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const ToolCall& call : choice.tool_calls) {
+      calls.push_back({{"id", call.id},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  return message;
+}
+
+}  // namespace
+
+OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request) {
+  if (draining_) return Draining();
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  ASSIGN_OR_RETURN(Json body, ParseJsonBody(request.body));
+  ResponseStore* store = options_.response_store;
+  Json history = Json::array();
+  // A previous_response_id of another type is ParseResponsesRequest's error.
+  if (auto it = body.find("previous_response_id"); it != body.end() && it->is_string()) {
+    if (store == nullptr) {
+      return InvalidField("previous_response_id",
+                          "'previous_response_id' is not supported: this server stores no "
+                          "responses (--responses-store-memory 0); send the whole conversation "
+                          "in 'input'",
+                          "unsupported_value");
+    }
+    std::optional<StoredResponse> previous = store->Get(it->get_ref<const std::string&>());
+    if (!previous) {
+      return InvalidField("previous_response_id",
+                          absl::StrCat("Previous response with id '", it->get<std::string>(),
+                                       "' not found (never stored, deleted, or evicted to keep "
+                                       "the store within --responses-store-memory)"),
+                          "previous_response_not_found");
+    }
+    if (const Json status = previous->response.value("status", Json());
+        status == "queued" || status == "in_progress") {
+      return InvalidField("previous_response_id",
+                          absl::StrCat("Previous response with id '", it->get<std::string>(),
+                                       "' is still ", status.get<std::string>(),
+                                       " (background); continue it once it has completed"));
+    }
+    history = std::move(previous->messages);
+  }
+  ASSIGN_OR_RETURN(ResponsesRequest req,
+                   ParseResponsesRequest(body, LimitsFor(options_, *model), history));
+  RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.chat.gen));
+  const bool stored = req.store && store != nullptr;
+  req.echo["store"] = stored;
+  if (req.background && (!stored || options_.background_responses == nullptr)) {
+    return InvalidField("background",
+                        "'background' is not supported: this server stores no responses "
+                        "(--responses-store-memory 0)",
+                        "unsupported_value");
+  }
+  std::function<void(const Json&, const FinalChoice&)> on_done;
+  const Json conversation = req.conversation;
+  if (stored) {
+    on_done = [store, conversation](const Json& response, const FinalChoice& choice) {
+      Json messages = conversation;
+      messages.push_back(AssistantMessage(choice));
+      store->Put(response["id"].get<std::string>(), {response, std::move(messages)});
+    };
+  }
+  ResponseMeta meta;
+  ASSIGN_OR_RETURN(http::HandlerResult result, GenerateChat(req.chat, ApiKind::kResponses, req.echo,
+                                                            std::move(on_done), &meta));
+  if (!req.background) return result;
+  return StartBackground(meta, req.echo, conversation, std::move(result.pending));
+}
+
+OpenAiService::Result OpenAiService::StartBackground(
+    const ResponseMeta& meta, const Json& echo, Json conversation,
+    std::unique_ptr<http::PendingResponse> pending) {
+  ResponseStore* store = options_.response_store;
+  Json queued = ResponseObjectJson(meta, echo, nullptr, nullptr);
+  queued["status"] = "queued";
+  store->Put(meta.id, {queued, conversation});  // before it runs: the final object replaces it
+  BackgroundResponses::Callbacks callbacks;
+  callbacks.on_started = [store, id = meta.id] {
+    std::optional<StoredResponse> stored = store->Get(id);
+    if (!stored || stored->response["status"] != "queued") return;
+    stored->response["status"] = "in_progress";
+    store->Put(id, *std::move(stored));
+  };
+  // A response that ended well was stored by itself (on_responses_done); one still queued or
+  // in progress ended with an error: "failed", with the error it was answered (its body, or a
+  // stream's `error` event).
+  callbacks.on_finished = [store, id = meta.id, queued,
+                           conversation](const http::HttpResponse& response) {
+    std::optional<StoredResponse> stored = store->Get(id);
+    if (stored && stored->response["status"] != "queued" &&
+        stored->response["status"] != "in_progress") {
+      return;
+    }
+    std::string_view text = response.body;
+    if (const size_t event = text.rfind("event: error\ndata: "); event != text.npos) {
+      text = text.substr(event + std::string_view("event: error\ndata: ").size());
+    }
+    const Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    Json error = body.is_object() ? body.value("error", body) : Json(Json::object());
+    if (!error.is_object()) error = Json::object();
+    Json failed = queued;
+    failed["status"] = "failed";
+    failed["error"] = {{"code", error.value("code", Json("server_error"))},
+                       {"message", error.value("message", Json("the response failed"))}};
+    store->Put(id, {std::move(failed), conversation});
+  };
+  BackgroundResponses* background = options_.background_responses;
+  const bool stream = pending->streaming();
+  if (!background->Add(meta.id, std::move(pending), std::move(callbacks))) {
+    store->Erase(meta.id);
+    return Draining();
+  }
+  if (!stream) return http::HandlerResult{JsonResponse(queued), nullptr};
+  // Streamed: this request follows the events from the first; a client that loses them
+  // resumes with GET /v1/responses/{id}?stream=true&starting_after=N.
+  return EventStream(background->Follow(meta.id, -1));
+}
+
+OpenAiService::Result OpenAiService::FollowResponse(const std::string& id,
+                                                    const std::string& starting_after) {
+  int64_t after = -1;
+  if (!starting_after.empty() && (!absl::SimpleAtoi(starting_after, &after) || after < 0)) {
+    return InvalidField("starting_after",
+                        absl::StrCat("'starting_after' must be a sequence number (an integer "
+                                     ">= 0); got '",
+                                     starting_after, "'"));
+  }
+  std::unique_ptr<http::PendingResponse> reader =
+      options_.background_responses != nullptr ? options_.background_responses->Follow(id, after)
+                                               : nullptr;
+  if (reader == nullptr) {
+    return InvalidField("stream",
+                        absl::StrCat("no events of response '", id,
+                                     "' are kept: only a background response created with "
+                                     "'stream': true can be streamed again, while it runs and "
+                                     "for a while after; GET it without 'stream'"));
+  }
+  return EventStream(std::move(reader));
+}
+
+OpenAiService::Result OpenAiService::CancelResponse(const std::string& id) {
+  ResponseStore* store = options_.response_store;
+  BackgroundResponses* background = options_.background_responses;
+  std::optional<StoredResponse> found = store != nullptr ? store->Get(id) : std::nullopt;
+  if (background != nullptr && background->Cancel(id)) {
+    Json cancelled = found ? found->response : Json{{"id", id}, {"object", "response"}};
+    cancelled["status"] = "cancelled";
+    if (found) store->Put(id, {cancelled, std::move(found->messages)});
+    return http::HandlerResult{JsonResponse(cancelled), nullptr};
+  }
+  if (!found) {
+    return ApiErrorStatus(absl::StatusCode::kNotFound,
+                          absl::StrCat("Response with id '", id, "' not found"), {}, "not_found");
+  }
+  if (found->response.value("background", false) != true) {
+    return InvalidField("response_id", absl::StrCat("Response with id '", id,
+                                                    "' was not created with 'background': "
+                                                    "true; only background responses can be "
+                                                    "cancelled"));
+  }
+  // Finished before the cancel (completed, failed, cancelled): as it ended.
+  return http::HandlerResult{JsonResponse(found->response), nullptr};
+}
+
+OpenAiService::Result OpenAiService::StoredResponseRoute(const http::HttpRequest& request) {
+  std::string id = request.path.substr(std::string_view("/v1/responses/").size());
+  if (request.method == "POST") {  // …/{id}/cancel (Route checked the path)
+    id.resize(id.size() - std::string_view("/cancel").size());
+    return CancelResponse(id);
+  }
+  ResponseStore* store = options_.response_store;
+  if (request.method == "GET" && http::QueryParam(request.target, "stream") == "true") {
+    return FollowResponse(id, http::QueryParam(request.target, "starting_after"));
+  }
+  if (request.method == "DELETE" && options_.background_responses != nullptr) {
+    options_.background_responses->Cancel(id);  // a running background response stops first
+  }
+  if (request.method == "DELETE" && store != nullptr && store->Erase(id)) {
+    return http::HandlerResult{
+        JsonResponse({{"id", id}, {"object", "response.deleted"}, {"deleted", true}}), nullptr};
+  }
+  std::optional<StoredResponse> found =
+      request.method == "GET" && store != nullptr ? store->Get(id) : std::nullopt;
+  if (!found) {
+    return ApiErrorStatus(
+        absl::StatusCode::kNotFound,
+        absl::StrCat("Response with id '", id, "' not found",
+                     store == nullptr ? " (this server stores no responses)" : ""),
+        {}, "not_found");
+  }
+  return http::HandlerResult{JsonResponse(found->response), nullptr};
+}
+
+}  // namespace strata::frontend
