@@ -52,6 +52,7 @@ struct BatchApi::Batch {
   int64_t failed_at = 0;
   int64_t cancelling_at = 0;
   int64_t cancelled_at = 0;
+  int64_t expired_at = 0;
   int64_t total = 0;
   int64_t completed = 0;
   int64_t failed = 0;
@@ -65,7 +66,6 @@ namespace {
 
 constexpr std::string_view kFiles = "/v1/files";
 constexpr std::string_view kBatches = "/v1/batches";
-constexpr int64_t kWindowSeconds = 24 * 3600;
 constexpr size_t kMaxListedErrors = 100;
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
@@ -188,11 +188,11 @@ std::unique_ptr<BatchApi::Batch> BatchApi::FromRecord(const Json& r) {
       number(r, "finalizing_at", &b->finalizing_at) &&
       number(r, "completed_at", &b->completed_at) && number(r, "failed_at", &b->failed_at) &&
       number(r, "cancelling_at", &b->cancelling_at) &&
-      number(r, "cancelled_at", &b->cancelled_at) && number(r, "seq", &b->seq) &&
-      counts.is_object() && number(counts, "total", &b->total) &&
+      number(r, "cancelled_at", &b->cancelled_at) && number(r, "expired_at", &b->expired_at) &&
+      number(r, "seq", &b->seq) && counts.is_object() && number(counts, "total", &b->total) &&
       number(counts, "completed", &b->completed) && number(counts, "failed", &b->failed);
   constexpr std::string_view kStatuses[] = {"validating", "in_progress", "finalizing", "completed",
-                                            "failed",     "cancelling",  "cancelled"};
+                                            "failed",     "cancelling",  "cancelled",  "expired"};
   if (!ok ||
       std::find(std::begin(kStatuses), std::end(kStatuses), b->status) == std::end(kStatuses)) {
     return nullptr;
@@ -550,11 +550,11 @@ BatchApi::Json BatchApi::BatchObject(const Batch& b) const {
       {"error_file_id", id(b.error_file_id)},
       {"created_at", b.created_at},
       {"in_progress_at", at(b.in_progress_at)},
-      {"expires_at", b.created_at + kWindowSeconds},
+      {"expires_at", b.created_at + options_.completion_window_s},
       {"finalizing_at", at(b.finalizing_at)},
       {"completed_at", at(b.completed_at)},
       {"failed_at", at(b.failed_at)},
-      {"expired_at", nullptr},
+      {"expired_at", at(b.expired_at)},
       {"cancelling_at", at(b.cancelling_at)},
       {"cancelled_at", at(b.cancelled_at)},
       {"request_counts", {{"total", b.total}, {"completed", b.completed}, {"failed", b.failed}}},
@@ -682,7 +682,7 @@ void BatchApi::Run(Batch& batch) {
     o.on_progress = [&](const BatchProgress& p) {
       std::lock_guard<std::mutex> lock(mu_);
       batch.completed = done_completed + p.succeeded;
-      batch.failed = done_failed + p.failed + p.invalid;
+      batch.failed = done_failed + p.failed + p.invalid + p.expired;
     };
     // Kept on disk, a batch pauses at shutdown (carried on at the next start); else it stops
     // like a cancelled one.
@@ -699,6 +699,10 @@ void BatchApi::Run(Batch& batch) {
     o.abort = [this] {
       std::lock_guard<std::mutex> lock(mu_);
       return abort_;
+    };
+    // OpenAI's completion window: past it nothing more is sent (the rest: batch_expired).
+    o.expire = [deadline = batch.created_at + options_.completion_window_s] {
+      return Now() >= deadline;
     };
     o.error_out = errors;
     progress = RunBatch(*handler, in, *out, o);
@@ -739,7 +743,8 @@ void BatchApi::Run(Batch& batch) {
   batch.error_file_id = error_id;
   if (progress.ok()) {
     batch.completed = done_completed + progress->succeeded;
-    batch.failed = done_failed + progress->failed + progress->invalid + progress->cancelled;
+    batch.failed = done_failed + progress->failed + progress->invalid + progress->cancelled +
+                   progress->expired;
   }
   if (!stored.ok()) {
     batch.status = "failed";
@@ -749,6 +754,9 @@ void BatchApi::Run(Batch& batch) {
                   {"param", nullptr},
                   {"line", nullptr}};
     batch.errors = {{"object", "list"}, {"data", Json::array({std::move(error)})}};
+  } else if (progress->expired_run && !progress->stopped) {
+    batch.status = "expired";
+    batch.expired_at = Now();
   } else if (progress->stopped) {
     batch.status = "cancelled";
     batch.cancelled_at = Now();

@@ -22,8 +22,9 @@
 // none, priority `priority`: behind online requests under priority scheduling). When it ends, its
 // answered requests (2xx) are the output file and the others (API errors, lines not sent) the
 // error file, both in input order. Cancelling stops reading lines; requests in flight finish
-// and are in the files. Each request carries the batch creator's Authorization / x-api-key
-// headers.
+// and are in the files. A batch still running 24 hours after its creation expires: nothing
+// more is sent, the unsent requests are "batch_expired" lines of its error file. Each request
+// carries the batch creator's Authorization / x-api-key headers.
 //
 // Files and batches are kept in memory (within `files_store_bytes`) and, with a directory
 // (`dir`, --files-dir: batch_store.h), on disk before they are accepted, so that they outlive
@@ -61,6 +62,9 @@ struct BatchApiOptions {
   // The priority of batch requests that set none: behind online ones (0) with
   // --scheduling-policy priority; no effect with fcfs.
   int priority = 1;
+  // OpenAI's completion_window ("24h", the only one): a batch not done by created_at + this
+  // sends nothing more, ends "expired", its unsent requests "batch_expired" error lines.
+  int64_t completion_window_s = 24 * 3600;
   // Also keep files and batches here (BatchApi::Open); empty: memory only.
   std::string dir;
   // The headers of requests of batches loaded from `dir` (credentials are not written to disk:

@@ -278,6 +278,28 @@ TEST(BatchApi, CancellingStopsReadingAndKeepsWhatFinished) {
   EXPECT_EQ(Json::parse(message)["status"], "cancelled");
 }
 
+TEST(BatchApi, ABatchPastItsCompletionWindowExpires) {
+  FakeHandler handler;
+  BatchApi api(BatchApiOptions{.completion_window_s = 0});  // expired as soon as it runs
+  api.SetHandler(&handler);
+  const Json created = CreateBatch(api, Ok(api.Handle(Upload(Lines(5))))["id"]);
+  EXPECT_EQ(created["expires_at"], created["created_at"]);
+  const Json done = WaitWhile(api, created["id"], {"validating", "in_progress", "finalizing"});
+  ASSERT_EQ(done["status"], "expired") << done.dump();
+  EXPECT_TRUE(done["expired_at"].is_number());
+  EXPECT_EQ(done["request_counts"]["completed"], 0);
+  EXPECT_EQ(done["request_counts"]["failed"], 5);
+  EXPECT_TRUE(done["output_file_id"].is_null());
+  const std::vector<Json> errors = OutputLines(
+      api.Handle(Request("GET", absl::StrCat("/v1/files/", done["error_file_id"].get<std::string>(),
+                                             "/content")))
+          ->body);
+  ASSERT_EQ(errors.size(), 5u);
+  for (const Json& line : errors) EXPECT_EQ(line["error"]["code"], "batch_expired");
+  EXPECT_EQ(errors[4]["custom_id"], "req-4");
+  EXPECT_EQ(handler.handled(), 0);
+}
+
 TEST(BatchApi, StopCancelsWhatIsStillInFlight) {
   FakeHandler handler;
   handler.Hold("0");  // never released: Stop must not wait for it

@@ -82,6 +82,12 @@ class Runner {
       progress_.input_done = progress_.paused = true;
     } else if (!progress_.input_done && options_.stop && options_.stop()) {
       progress_.input_done = progress_.stopped = true;
+    } else if (!progress_.expired_run && options_.expire && options_.expire()) {
+      progress_.expired_run = true;
+    }
+    if (progress_.expired_run && !progress_.paused && !progress_.stopped) {
+      for (auto& [index, line] : retry_) ExpireLine(index, line.custom_id);
+      retry_.clear();
     }
     if (progress_.paused) {
       retry_.clear();  // sent by the run that carries on
@@ -114,6 +120,10 @@ class Runner {
       ++progress_.lines;
       std::optional<std::string> custom_id;
       absl::StatusOr<BatchRequestLine> line = ParseBatchLine(text, line_number_, &custom_id);
+      if (progress_.expired_run && index >= options_.skip_requests) {
+        ExpireLine(index, custom_id);
+        continue;
+      }
       if (line.ok()) {
         const auto [seen, fresh] = custom_ids_.emplace(line->custom_id, line_number_);
         if (!fresh) {
@@ -189,6 +199,14 @@ class Runner {
     in_flight_.emplace(index, InFlight{std::move(line.custom_id), std::move(result.pending)});
     pending->Start([wakes = wakes_, index] { wakes->Wake(index); });
     Poll(index);  // the contract: Poll after Start
+  }
+
+  // An error line for a request the run expired before sending.
+  void ExpireLine(int64_t index, const std::optional<std::string>& custom_id) {
+    ++progress_.expired;
+    Finish(index, BatchErrorLine(OutputId(index), custom_id, "batch_expired",
+                                 "the batch's completion window passed before this request was "
+                                 "sent"));
   }
 
   // Cancels the requests in flight (their lines say so, unless the run pauses) and stops

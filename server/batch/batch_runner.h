@@ -27,13 +27,15 @@
 namespace strata::batch {
 
 struct BatchProgress {
-  int64_t lines = 0;      // requests read (non-blank lines)
-  int64_t finished = 0;   // output lines written
-  int64_t succeeded = 0;  // responses with a 2xx status
-  int64_t failed = 0;     // responses with another status
-  int64_t invalid = 0;    // lines not sent (error lines)
-  int64_t cancelled = 0;  // lines read but not sent because the run stopped (error lines)
-  bool stopped = false;   // BatchOptions::stop ended the input early
+  int64_t lines = 0;         // requests read (non-blank lines)
+  int64_t finished = 0;      // output lines written
+  int64_t succeeded = 0;     // responses with a 2xx status
+  int64_t failed = 0;        // responses with another status
+  int64_t invalid = 0;       // lines not sent (error lines)
+  int64_t cancelled = 0;     // lines read but not sent because the run stopped (error lines)
+  int64_t expired = 0;       // lines not sent because the run expired (error lines)
+  bool stopped = false;      // BatchOptions::stop ended the input early
+  bool expired_run = false;  // BatchOptions::expire did
   // BatchOptions::pause ended the run: `finished` lines were written, none after them.
   bool paused = false;
   int64_t skipped = 0;    // requests not sent: an earlier run answered them (in lines, finished)
@@ -59,6 +61,11 @@ struct BatchOptions {
   // response): true stops reading and cancels them too (their lines: "batch_cancelled"). For a
   // server that must go now. Null: never.
   std::function<bool()> abort;
+  // Polled with `stop`: true ends the run as OpenAI's batches expire (their completion window
+  // passed): requests in flight finish and are written; every line not yet sent — those
+  // waiting to be re-sent and the rest of the input — gets a "batch_expired" error line. Null:
+  // never.
+  std::function<bool()> expire;
   // Polled with `stop` and `abort`: true ends the run as a pause instead. Nothing more is read;
   // lines not answered yet (waiting to be re-sent, or cancelled by `abort`) get no output line,
   // nor does any line after the first of them — so that a later run over the same input with

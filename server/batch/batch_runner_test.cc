@@ -249,6 +249,39 @@ TEST(RunBatch, APausedRunAndOneSkippingWhatItWroteWriteTheWholeRunsLines) {
   EXPECT_THAT(whole_errors.str(), HasSubstr("custom_id 'r1' repeats line 2's"));
 }
 
+// OpenAI's completion window: past it the requests in flight finish, every line not sent (the
+// ones waiting after a 429 and the rest of the input) is a batch_expired error line.
+TEST(RunBatch, AnExpiredRunWritesTheUnsentLinesAsExpired) {
+  FakeHandler handler(/*queue_limit=*/2);
+  const std::string input = EchoLines(30, "r", /*fail_every=*/7);
+  std::istringstream in(input);
+  std::ostringstream out, errors;
+  BatchOptions options;
+  options.max_in_flight = 4;
+  options.error_out = &errors;
+  options.expire = [&handler] { return handler.handled() >= 8; };
+  const absl::StatusOr<BatchProgress> done = RunBatch(handler, in, out, options);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(done->expired_run);
+  EXPECT_FALSE(done->stopped);
+  EXPECT_EQ(done->lines, 30);
+  EXPECT_EQ(done->finished, 30);
+  EXPECT_GT(done->expired, 10);
+  EXPECT_EQ(done->succeeded + done->failed + done->expired, 30);
+  const std::vector<Json> answered = OutputLines(out.str());
+  const std::vector<Json> rest = OutputLines(errors.str());
+  EXPECT_EQ(static_cast<int64_t>(answered.size()), done->succeeded);
+  int64_t expired = 0;
+  for (const Json& line : rest) {
+    if (line["error"].is_null()) continue;
+    EXPECT_EQ(line["error"]["code"], "batch_expired");
+    ++expired;
+  }
+  EXPECT_EQ(expired, done->expired);
+  EXPECT_LE(handler.handled(), 8 + 4);  // nothing sent once expired but what was in flight
+  EXPECT_EQ(rest.back()["custom_id"], "r29");
+}
+
 TEST(RunBatch, ADefaultPriorityGoesToBodiesThatSetNone) {
   FakeHandler handler;
   const std::string input = absl::StrCat(Line("a", {{"echo", "1"}}), "\n",
