@@ -641,6 +641,11 @@ void BatchApi::Run(Batch& batch) {
   std::ostream* out = &out_memory;
   std::ostream* errors = &errors_memory;
   int64_t done_completed = 0, done_failed = 0;  // by an earlier run
+  // request_counts: this run's answers (2xx) and the rest (mu_ held).
+  auto count = [&](const BatchProgress& p) {
+    batch.completed = done_completed + p.succeeded;
+    batch.failed = done_failed + p.failed + p.invalid + p.cancelled + p.expired;
+  };
   absl::Status ready = absl::OkStatus();
   if (disk_ != nullptr) {
     const std::string out_path = disk_->LinesPath(batch.id, "output");
@@ -681,8 +686,7 @@ void BatchApi::Run(Batch& batch) {
     o.skip_requests = done_completed + done_failed;
     o.on_progress = [&](const BatchProgress& p) {
       std::lock_guard<std::mutex> lock(mu_);
-      batch.completed = done_completed + p.succeeded;
-      batch.failed = done_failed + p.failed + p.invalid + p.expired;
+      count(p);
     };
     // Kept on disk, a batch pauses at shutdown (carried on at the next start); else it stops
     // like a cancelled one.
@@ -741,11 +745,7 @@ void BatchApi::Run(Batch& batch) {
   std::lock_guard<std::mutex> lock(mu_);
   batch.output_file_id = output_id;
   batch.error_file_id = error_id;
-  if (progress.ok()) {
-    batch.completed = done_completed + progress->succeeded;
-    batch.failed = done_failed + progress->failed + progress->invalid + progress->cancelled +
-                   progress->expired;
-  }
+  if (progress.ok()) count(*progress);
   if (!stored.ok()) {
     batch.status = "failed";
     batch.failed_at = Now();

@@ -130,9 +130,10 @@ OpenAiService::Result OpenAiService::StartBackground(
         stored->response["status"] != "in_progress") {
       return;
     }
+    constexpr std::string_view kErrorEvent = "event: error\ndata: ";
     std::string_view text = response.body;
-    if (const size_t event = text.rfind("event: error\ndata: "); event != text.npos) {
-      text = text.substr(event + std::string_view("event: error\ndata: ").size());
+    if (const size_t event = text.rfind(kErrorEvent); event != text.npos) {
+      text = text.substr(event + kErrorEvent.size());
     }
     const Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
     Json error = body.is_object() ? body.value("error", body) : Json(Json::object());
