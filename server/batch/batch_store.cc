@@ -1,8 +1,6 @@
 // batch_store.h: the directory layout, atomic writes and loading.
 #include "server/batch/batch_store.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/durable_file.h"
 #include "core/file.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -26,58 +25,9 @@ absl::Status OsError(const char* what, const std::string& path, int error) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(error)));
 }
 
-// Writes `bytes` to `path` whole or not at all: a temporary file, fsynced, renamed over it.
+// Files and batch records are acceptances: on the disk before they are answered.
 absl::Status WriteAtomically(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return OsError("cannot create", tmp, errno);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : EIO;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return OsError("cannot write", tmp, error);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(tmp.c_str());
-    return OsError("cannot write", tmp, error);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(tmp.c_str());
-    return OsError("cannot rename to", path, error);
-  }
-  return absl::OkStatus();
-}
-
-// The JSON object in `path`, or the reason it is not one.
-absl::StatusOr<nlohmann::ordered_json> ReadRecord(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFileToString(path);
-  if (!text.ok()) return text.status();
-  nlohmann::ordered_json record =
-      nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (record.is_discarded() || !record.is_object()) {
-    return absl::DataLossError(absl::StrCat(path, " is not a JSON object"));
-  }
-  return record;
-}
-
-// The paths in `dir` ending in `suffix`, sorted.
-std::vector<std::string> ListEnding(const std::string& dir, std::string_view suffix) {
-  std::vector<std::string> paths;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const std::string path = e.path().string();
-    if (path.ends_with(suffix)) paths.push_back(path);
-  }
-  std::sort(paths.begin(), paths.end());
-  return paths;
+  return WriteFileAtomically(path, bytes, /*fsync=*/true);
 }
 
 // record[key] as a T when it holds one.
@@ -97,32 +47,14 @@ bool Get(const nlohmann::ordered_json& record, const char* key, T* out) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BatchStore>> BatchStore::Open(const std::string& dir) {
-  for (const std::string& d : {dir, dir + "/files", dir + "/batches"}) {
-    std::error_code ec;
-    fs::create_directories(d, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--files-dir: cannot create ", d, ": ", ec.message()));
-    }
-  }
-  const std::string lock_path = dir + "/lock";
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return OsError("--files-dir: cannot open", lock_path, errno);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    ::close(fd);
-    if (error == EWOULDBLOCK) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--files-dir ", dir,
-                       " is in use by another process (one server per directory: give each "
-                       "its own)"));
-    }
-    return OsError("--files-dir: cannot lock", lock_path, error);
-  }
-  return std::unique_ptr<BatchStore>(new BatchStore(dir, fd));
+  ASSIGN_OR_RETURN(std::unique_ptr<DirectoryLock> lock,
+                   DirectoryLock::Acquire(dir, {"files", "batches"}, "--files-dir"));
+  // Writes a crash cut short: the old version stands.
+  for (const char* sub : {"/files", "/batches"}) RemoveFilesEnding(dir + sub, ".tmp");
+  return std::unique_ptr<BatchStore>(new BatchStore(dir, std::move(lock)));
 }
 
-BatchStore::~BatchStore() { ::close(lock_fd_); }  // closing releases the flock
+BatchStore::~BatchStore() = default;
 
 absl::Status BatchStore::PutFile(const StoredFile& file, int64_t seq) {
   const std::string base = absl::StrCat(dir_, "/files/", file.id);
@@ -151,8 +83,8 @@ void BatchStore::RemoveFile(const std::string& id) {
 std::vector<std::pair<StoredFile, int64_t>> BatchStore::LoadFiles() const {
   std::vector<std::pair<StoredFile, int64_t>> files;
   const std::string dir = dir_ + "/files";
-  for (const std::string& path : ListEnding(dir, ".json")) {
-    absl::StatusOr<nlohmann::ordered_json> record = ReadRecord(path);
+  for (const std::string& path : ListFilesEnding(dir, ".json")) {
+    absl::StatusOr<nlohmann::ordered_json> record = ReadJsonObjectFile(path);
     StoredFile file;
     int64_t seq = 0, bytes = 0;
     if (!record.ok() || !Get(*record, "id", &file.id) ||
@@ -174,7 +106,7 @@ std::vector<std::pair<StoredFile, int64_t>> BatchStore::LoadFiles() const {
     file.content = std::make_shared<const std::string>(*std::move(data));
     files.emplace_back(std::move(file), seq);
   }
-  for (const std::string& path : ListEnding(dir, ".data")) {
+  for (const std::string& path : ListFilesEnding(dir, ".data")) {
     if (!fs::exists(path.substr(0, path.size() - 5) + ".json")) {
       LOG_INFO("batch", "--files-dir: removing {}: an upload never accepted", path);
       ::unlink(path.c_str());
@@ -191,8 +123,8 @@ absl::Status BatchStore::PutBatch(const std::string& id, const nlohmann::ordered
 
 std::vector<nlohmann::ordered_json> BatchStore::LoadBatches() const {
   std::vector<nlohmann::ordered_json> batches;
-  for (const std::string& path : ListEnding(dir_ + "/batches", ".json")) {
-    absl::StatusOr<nlohmann::ordered_json> record = ReadRecord(path);
+  for (const std::string& path : ListFilesEnding(dir_ + "/batches", ".json")) {
+    absl::StatusOr<nlohmann::ordered_json> record = ReadJsonObjectFile(path);
     std::string id;
     if (record.ok() &&
         !(Get(*record, "id", &id) && path == absl::StrCat(dir_, "/batches/", id, ".json"))) {

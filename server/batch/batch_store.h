@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "core/durable_file.h"
 #include "server/batch/file_store.h"
 
 namespace strata::batch {
@@ -56,10 +57,11 @@ class BatchStore {
   void RemoveLines(const std::string& batch_id);
 
  private:
-  BatchStore(std::string dir, int lock_fd) : dir_(std::move(dir)), lock_fd_(lock_fd) {}
+  BatchStore(std::string dir, std::unique_ptr<DirectoryLock> lock)
+      : dir_(std::move(dir)), lock_(std::move(lock)) {}
 
   const std::string dir_;
-  const int lock_fd_;
+  const std::unique_ptr<DirectoryLock> lock_;
 };
 
 // Counts the whole lines of the file at `path` (0 when it does not exist) and cuts off a last
