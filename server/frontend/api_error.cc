@@ -2,6 +2,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "server/frontend/internal/strings.h"
 
 namespace strata::frontend {
@@ -105,8 +106,12 @@ absl::Status WithParamRenamed(const absl::Status& status,
                               const std::function<std::string(const std::string&)>& rename) {
   if (status.ok()) return status;
   const ApiError e = ToApiError(status);
-  return ApiErrorStatus(status.code(), e.message, e.param ? rename(*e.param) : std::string(),
-                        e.code);
+  if (!e.param) return ApiErrorStatus(status.code(), e.message, std::string(), e.code);
+  // The message quotes the field as the client sent it, too.
+  const std::string renamed = rename(*e.param);
+  const std::string message = absl::StrReplaceAll(
+      e.message, {{absl::StrCat("'", *e.param, "'"), absl::StrCat("'", renamed, "'")}});
+  return ApiErrorStatus(status.code(), message, renamed, e.code);
 }
 
 }  // namespace strata::frontend

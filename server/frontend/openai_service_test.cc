@@ -977,7 +977,7 @@ TEST_F(ServiceTest, ContextLengthErrorsCountTokens) {
 
 // X-Request-Id: the response id when the body has no request_id (vLLM); a retry reusing it
 // while the first attempt runs is served (its engine ids made unique), unlike a body request_id
-// in use; an oversized one is a 400 naming the header.
+// in use; an oversized or binary one is a 400 naming the header.
 TEST_F(ServiceTest, XRequestIdHeaderNamesTheResponseAndAReuseWhileRunningIsServed) {
   ScriptText("hello");
   const http::Header trace{"x-request-id", "trace-42"};
@@ -993,6 +993,11 @@ TEST_F(ServiceTest, XRequestIdHeaderNamesTheResponseAndAReuseWhileRunningIsServe
   ExpectError(
       Post(service_, "/v1/chat/completions", ChatBody(), {{"x-request-id", std::string(257, 'x')}}),
       400, "invalid_value", "X-Request-Id");
+  // It becomes JSON text (the id): bytes that are not UTF-8 are refused before anything runs.
+  const Reply binary =
+      Post(service_, "/v1/responses", R"({"input": "x"})", {{"x-request-id", "trace-\xff"}});
+  ExpectError(binary, 400, "invalid_value", "X-Request-Id");
+  EXPECT_THAT(binary.body, HasSubstr("UTF-8"));
 
   // The first attempt still runs when the same id comes again (a script without an end).
   std::vector<int32_t> endless;
@@ -1594,8 +1599,10 @@ TEST_F(ServiceTest, ResponsesRefuseWhatTheyCannotServeNamingTheField) {
       "unsupported_value", "tools[0].type");
   ExpectError(Post(service_, "/v1/responses", R"({"instructions": "x"})"), 400,
               "missing_required_parameter", "input");
-  ExpectError(Post(service_, "/v1/responses", R"({"input": "x", "max_output_tokens": 0})"), 400,
-              "invalid_value", "max_output_tokens");
+  const Reply zero = Post(service_, "/v1/responses", R"({"input": "x", "max_output_tokens": 0})");
+  ExpectError(zero, 400, "invalid_value", "max_output_tokens");
+  EXPECT_THAT(zero.body,
+              AllOf(HasSubstr("'max_output_tokens' must be"), Not(HasSubstr("max_tokens"))));
   ExpectError(Post(service_, "/v1/responses",
                    R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
                        "schema": {"type": "integer", "not": {"const": 2}}}}})"),

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "absl/status/status.h"
+#include "engine/tokenizer/utf8.h"
 #include "server/frontend/api_error.h"
 #include "server/frontend/openai_request.h"
 #include "server/frontend/openai_service.h"
@@ -32,6 +33,10 @@ inline absl::Status ApplyRequestIdHeader(const http::HttpRequest& request, Gener
   if (header == nullptr || header->empty() || !gen->request_id.empty()) return absl::OkStatus();
   if (header->size() > 256) {
     return InvalidField("X-Request-Id", "the X-Request-Id header must be at most 256 bytes");
+  }
+  // It becomes part of JSON text (the response id), which is UTF-8.
+  if (!engine::IsValidUtf8(*header)) {
+    return InvalidField("X-Request-Id", "the X-Request-Id header must be UTF-8 text");
   }
   gen->request_id = *header;
   gen->request_id_from_header = true;
