@@ -266,12 +266,14 @@ def check_cpu(renderer):
     # The Files and Batches API's directory on its own claim, for one server.
     kept = render_docs(renderer, "-f", os.path.join(HELM, "examples", "cpu.yaml"), "--set",
                        "autoscaling.enabled=false", "--set", "batchFiles.persistence=true",
-                       "--name", "prod")
+                       "--set", "batchFiles.keepResponses=true", "--name", "prod")
     if check(kept.get("Deployment") and kept.get("PersistentVolumeClaim"),
              "cpu + batchFiles.persistence: no Deployment or claim: %s" % sorted(kept)):
         pod = kept["Deployment"]["spec"]["template"]["spec"]
         c = pod["containers"][0]
         check("--files-dir=/var/lib/strata/files" in c["args"], "--files-dir: %s" % c["args"])
+        check("--responses-dir=/var/lib/strata/files/responses" in c["args"],
+              "--responses-dir: %s" % c["args"])
         check({"name": "batch-files", "mountPath": "/var/lib/strata/files"} in c["volumeMounts"],
               "batch files mount: %s" % c["volumeMounts"])
         claim = kept["PersistentVolumeClaim"]
@@ -302,7 +304,10 @@ def check_rejections(renderer):
                           (["--set", "batchFiles.persistence=true", "--set", "replicaCount=2"],
                            "batchFiles.persistence needs one server"),
                           (["--set", "batchFiles.persistence=true", "--set", "mode=multi"],
-                           "batchFiles.persistence needs one server")):
+                           "batchFiles.persistence needs one server"),
+                          (["--set", "batchFiles.keepResponses=true"],
+                           "batchFiles.keepResponses keeps stored responses on the batchFiles "
+                           "volume: it needs batchFiles.persistence")):
         rc, _, err = render(renderer, *args)
         check(rc != 0 and message in err, "%s: expected failure %r, got rc %d %s"
               % (args, message, rc, err))

@@ -195,7 +195,12 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   std::unique_ptr<frontend::ResponseStore> response_store;
   std::unique_ptr<frontend::BackgroundResponses> background_responses;
   if (options.responses_store_bytes > 0) {
-    response_store = std::make_unique<frontend::ResponseStore>(options.responses_store_bytes);
+    if (options.responses_dir.empty()) {
+      response_store = std::make_unique<frontend::ResponseStore>(options.responses_store_bytes);
+    } else {
+      ASSIGN_OR_RETURN(response_store, frontend::ResponseStore::Open(options.responses_store_bytes,
+                                                                     options.responses_dir));
+    }
     service_options.response_store = response_store.get();
     background_responses = std::make_unique<frontend::BackgroundResponses>();
     service_options.background_responses = background_responses.get();
@@ -270,6 +275,7 @@ absl::Status RunServe(const std::vector<std::string>& args) {
       [&] { return runtime->ServerInfo(options, server->stats()).dump(); });
   service.SetModel(&runtime->served());
   if (batch_api) batch_api->SetHandler(&service);  // batches created while loading start now
+  service.ResumeBackgroundResponses();  // what a previous process left running (--responses-dir)
   grpc_server->SetModel(&runtime->served());
   PrintReady(options, server->port(), runtime->served());
   std::fprintf(stdout, "strata: gRPC API (strata.v1) on %s:%d\n", options.http.host.c_str(),
@@ -286,7 +292,8 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   if (batch_api) batch_api->RequestStop();  // a running batch sends no more requests
   Drain(service, *grpc_server, signals, options.drain_timeout_s);
   if (batch_api) batch_api->Stop();  // cancels what the drain left of its requests
-  // Background responses the drain left running are cancelled (they die with the process).
+  // Background responses the drain left running are cancelled (with --responses-dir they run
+  // again at the next start; else they end with the process).
   if (background_responses) background_responses->Stop();
   grpc_server->Stop();
   server->Stop();

@@ -75,7 +75,12 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"responses-store-memory", true,
      "/v1/responses: bytes of responses kept for `store` (OpenAI's default: on), so "
      "previous_response_id continues a conversation and GET /v1/responses/{id} returns one; "
-     "least recently used out, nothing kept across restarts; 0: off (default 128MiB)"},
+     "least recently used out; 0: off (default 128MiB)"},
+    {"responses-dir", true,
+     "/v1/responses: keep stored responses in this directory too (created if missing; one "
+     "server per directory), so they outlive restarts: GET and previous_response_id find them, "
+     "and a background response running or queued at shutdown or a crash runs again from its "
+     "start at the next start (default: memory only; those end with the process)"},
     {"files-store-memory", true,
      "/v1/files and /v1/batches: bytes of uploaded batch inputs and batch output files kept "
      "(a file past it is refused, none dropped; 0: the Files and Batches API off; default "
@@ -235,6 +240,15 @@ absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
   if (auto bytes = flags.Get("responses-store-memory")) {
     ASSIGN_OR_RETURN(o->responses_store_bytes,
                      ParseBytes(*bytes, "responses-store-memory", /*allow_zero=*/true));
+  }
+  if (auto dir = flags.Get("responses-dir")) {
+    if (dir->empty()) return absl::InvalidArgumentError("--responses-dir: empty path");
+    if (o->responses_store_bytes == 0) {
+      return absl::InvalidArgumentError(
+          "--responses-dir keeps stored /v1/responses, which --responses-store-memory 0 turns "
+          "off");
+    }
+    o->responses_dir = *dir;
   }
   if (auto bytes = flags.Get("files-store-memory")) {
     ASSIGN_OR_RETURN(o->files_store_bytes,

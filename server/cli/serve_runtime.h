@@ -60,6 +60,7 @@ struct ServeOptions {
   bool log_requests = true;  // a log line per finished request (--disable-log-requests: off)
   // --responses-store-memory: bytes of stored /v1/responses (0: nothing stored).
   int64_t responses_store_bytes = int64_t{128} << 20;
+  std::string responses_dir;  // --responses-dir: where they are kept too; empty: memory only
   // --files-store-memory: bytes of /v1/files (0: the Files and Batches API off).
   int64_t files_store_bytes = int64_t{1} << 30;
   std::string files_dir;  // --files-dir: where files and batches are kept too; empty: memory

@@ -21,12 +21,18 @@ using internal::ApplyRequestIdHeader;
 using internal::Draining;
 using internal::LimitsFor;
 
+// A new response's id and creation time, or `given`'s where it has an id (a resumed background
+// response keeps its own); the model name it shows.
 ResponseMeta MetaFor(const ServedModel& model, std::string_view prefix,
-                     const std::string& request_id) {
+                     const std::string& request_id, const ResponseMeta* given = nullptr) {
   ResponseMeta meta;
-  meta.id = request_id.empty() ? NewResponseId(prefix)
-                               : absl::StrCat(internal::Av(prefix), "-", request_id);
-  meta.created = static_cast<int64_t>(std::time(nullptr));
+  if (given != nullptr && !given->id.empty()) {
+    meta = *given;
+  } else {
+    meta.id = request_id.empty() ? NewResponseId(prefix)
+                                 : absl::StrCat(internal::Av(prefix), "-", request_id);
+    meta.created = static_cast<int64_t>(std::time(nullptr));
+  }
   meta.model = model.names.empty() ? "" : model.names[0];
   return meta;
 }
@@ -79,8 +85,7 @@ OpenAiService::Result OpenAiService::CountMessageTokens(const http::HttpRequest&
 
 OpenAiService::Result OpenAiService::GenerateChat(
     const ChatCompletionRequest& req, ApiKind kind, Json responses_echo,
-    std::function<void(const Json&, const FinalChoice&)> on_responses_done,
-    ResponseMeta* meta_out) {
+    std::function<void(const Json&, const FinalChoice&)> on_responses_done, ResponseMeta* meta) {
   ASSIGN_OR_RETURN(const ServedModel* model, ModelFor(req.gen.model));
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ChatPromptIds(*model, req));
   const bool responses = kind == ApiKind::kResponses;
@@ -88,10 +93,11 @@ OpenAiService::Result OpenAiService::GenerateChat(
                    ResolveMaxTokens(*model, static_cast<int64_t>(prompt.size()), req.gen.max_tokens,
                                     responses ? "input" : "messages"));
   const char* id_prefix = responses ? "resp" : kind == ApiKind::kMessages ? "msg" : "chatcmpl";
-  GenerationSpec spec = SpecFor(kind, req.gen, MetaFor(*model, id_prefix, req.gen.request_id));
+  GenerationSpec spec =
+      SpecFor(kind, req.gen, MetaFor(*model, id_prefix, req.gen.request_id, meta));
   spec.responses_echo = std::move(responses_echo);
   spec.on_responses_done = std::move(on_responses_done);
-  if (meta_out != nullptr) *meta_out = spec.meta;
+  if (meta != nullptr) *meta = spec.meta;
   spec.group_prompt_tokens.push_back(static_cast<int64_t>(prompt.size()));
   const bool forced =
       req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;

@@ -79,6 +79,12 @@ class OpenAiService : public http::HttpHandler {
   // Generation responses alive (submitted and not yet fully written or cancelled).
   int64_t num_in_flight() const { return in_flight_->load(); }
 
+  // Runs again, from their start and under their ids, the background responses a previous
+  // process accepted and did not finish (kept by a ResponseStore over a directory); one that
+  // cannot run now (its request no longer fits this server's model or limits) ends "failed",
+  // saying why. Call once the model is set. Returns how many run.
+  int ResumeBackgroundResponses();
+
   // Body of /server_info (the service adds "draining" and "num_requests_in_flight").
   void SetServerInfoProvider(std::function<Json()> provider) { server_info_ = std::move(provider); }
   // Prometheus text for /metrics.
@@ -107,14 +113,20 @@ class OpenAiService : public http::HttpHandler {
   Result Messages(const http::HttpRequest& request);
   Result CountMessageTokens(const http::HttpRequest& request);
   // Chat, Responses and Messages requests from here on: prompt, choices, submission.
-  // `meta_out`: where the response's id and creation time go.
+  // `meta`: where the response's id and creation time go; one arriving with an id gives them
+  // (a resumed background response keeps its own).
   Result GenerateChat(const ChatCompletionRequest& req, ApiKind kind, Json responses_echo,
                       std::function<void(const Json&, const FinalChoice&)> on_responses_done = {},
-                      ResponseMeta* meta_out = nullptr);
-  // Background mode: stores the "queued" response and hands `pending` to the
-  // BackgroundResponses; the answer is that queued object.
-  Result StartBackground(const ResponseMeta& meta, const Json& echo, Json conversation,
-                         std::unique_ptr<http::PendingResponse> pending);
+                      ResponseMeta* meta = nullptr);
+  // Background mode: stores the "queued" response with `request` (what a restarted server runs
+  // again: ResponseStore's StoredResponse::request) and hands `pending` to the
+  // BackgroundResponses. Returns that queued object; the store's error when it cannot be kept,
+  // 503 when draining.
+  absl::StatusOr<Json> StartBackground(const ResponseMeta& meta, const Json& echo,
+                                       Json conversation, Json request,
+                                       std::unique_ptr<http::PendingResponse> pending);
+  // A background response a previous process accepted, run again from its start under its id.
+  absl::Status ResumeBackground(const std::string& id, const StoredResponse& stored);
   Result CancelResponse(const std::string& id);
   // GET /v1/responses/{id}?stream=true[&starting_after=N]: a streamed background response's
   // events after N, then live.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -1589,6 +1590,122 @@ TEST_F(BackgroundTest, StreamedResponsesResumeAfterASequenceNumber) {
   const std::string plain =
       Post(stored_, "/v1/responses", R"({"input": "Say hello"})").json()["id"];
   ExpectError(follow(plain, ""), 400, "invalid_value", "stream");
+}
+
+// A service storing responses in `dir` with background mode on, as `strata serve
+// --responses-dir DIR` runs it.
+struct DirService {
+  DirService(const std::string& dir, const ServedModel& model)
+      : store(ResponseStore::Open(1 << 20, dir).value()),
+        service(
+            ServiceOptions{.response_store = store.get(), .background_responses = &background}) {
+    service.SetModel(&model);
+  }
+  std::unique_ptr<ResponseStore> store;
+  BackgroundResponses background;
+  OpenAiService service;
+};
+
+// With a directory (--responses-dir) stored responses outlive the process, and a background
+// response accepted but not finished runs again from its start at the next start, under its
+// id, from the conversation it continued (even if that one is gone by then).
+TEST_F(ServiceTest, BackgroundResponsesRunAgainAfterARestart) {
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/strata_service_responses_", getpid());
+  std::filesystem::remove_all(dir);
+  auto get = [&](OpenAiService& service, const std::string& id) {
+    return Drive(service, Request("GET", "/v1/responses/" + id)).json();
+  };
+  std::string text = "hello world";
+  for (int i = 0; i < 30; ++i) text += " and on";
+  std::string first_id, long_id, streamed_id;
+  Json first, long_queued;
+  {
+    DirService server(dir, fixture_.served());
+    OpenAiService& service = server.service;
+    ResponseStore* store = server.store.get();
+    ScriptText("hello world");
+    first = Post(service, "/v1/responses", R"({"input": "Say hello"})").json();
+    first_id = first["id"];
+    ScriptText(text);
+    fixture_.executor().SetStepDelay(absl::Milliseconds(5));
+    long_queued = Post(service, "/v1/responses",
+                       Json{{"input", "Go on"},
+                            {"background", true},
+                            {"max_output_tokens", 300},
+                            {"previous_response_id", first_id}}
+                           .dump())
+                      .json();
+    long_id = long_queued["id"];
+    http::HandlerResult streamed = service.Handle(Request(
+        "POST", "/v1/responses", R"({"input": "Go on", "background": true, "stream": true})"));
+    ASSERT_NE(streamed.pending, nullptr);
+    streamed.pending->Start([] {});
+    http::HttpResponse partial;
+    for (int i = 0; i < 2000 && ResponseEvents(partial.body).empty(); ++i) {
+      streamed.pending->Poll(&partial);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_FALSE(ResponseEvents(partial.body).empty());
+    streamed_id = ResponseEvents(partial.body)[0]["response"]["id"];
+    for (int i = 0; i < 2000 && get(service, long_id)["status"] == "queued"; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_EQ(get(service, long_id)["status"], "in_progress");
+    // A request this server's successor cannot run (written as an older server might have).
+    ASSERT_TRUE(store
+                    ->Put("resp-unrunnable",
+                          {Json{{"id", "resp-unrunnable"}, {"status", "queued"}}, Json::array(),
+                           Json{{"body", {{"input", "x"}, {"max_output_tokens", 0}}},
+                                {"history", Json::array()}}})
+                    .ok());
+    // The server goes down: what runs is cancelled, and the first response is forgotten by
+    // the time the next one starts (the continuation must not need it).
+    server.background.Stop();
+    WaitAborted(2);
+    ASSERT_TRUE(store->Erase(first_id));
+    streamed.pending.reset();
+  }
+  fixture_.executor().SetStepDelay(absl::Milliseconds(0));
+  DirService server(dir, fixture_.served());
+  OpenAiService& service = server.service;
+  ResponseStore* store = server.store.get();
+  EXPECT_EQ(service.ResumeBackgroundResponses(), 2);
+  EXPECT_EQ(service.ResumeBackgroundResponses(), 0);  // once
+  Json done;
+  for (int i = 0; i < 2000; ++i) {
+    done = get(service, long_id);
+    if (done["status"] != "queued" && done["status"] != "in_progress") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(done["status"], "completed") << done.dump();
+  EXPECT_EQ(done["id"], long_id);
+  EXPECT_EQ(done["created_at"], long_queued["created_at"]);
+  EXPECT_EQ(done["background"], true);
+  EXPECT_EQ(done["previous_response_id"], first_id);
+  EXPECT_EQ(done["output"][0]["content"][0]["text"], text);
+  // It ran from the conversation it continued: the first exchange, then its own.
+  const std::optional<StoredResponse> kept = store->Get(long_id);
+  ASSERT_TRUE(kept);
+  ASSERT_EQ(kept->messages.size(), 4u) << kept->messages.dump();
+  EXPECT_EQ(kept->messages[0]["content"], "Say hello");
+  EXPECT_EQ(kept->messages[1]["content"], "hello world");
+  EXPECT_EQ(kept->messages[3]["content"], text);
+  EXPECT_TRUE(kept->request.is_null());
+  // The streamed one runs again too, its events kept from the first.
+  http::HttpRequest follow = Request("GET", "/v1/responses/" + streamed_id);
+  follow.target += "?stream=true";
+  const std::vector<Json> events = ResponseEvents(Drive(service, std::move(follow)).body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front()["sequence_number"], 0);
+  EXPECT_EQ(events.back()["type"], "response.completed");
+  EXPECT_EQ(events.back()["response"]["output"][0]["content"][0]["text"], text);
+  EXPECT_EQ(get(service, first_id)["error"]["code"], "not_found");
+  const Json unrunnable = get(service, "resp-unrunnable");
+  EXPECT_EQ(unrunnable["status"], "failed");
+  EXPECT_THAT(unrunnable["error"]["message"].get<std::string>(),
+              AllOf(HasSubstr("restarted"), HasSubstr("max_output_tokens")));
+  WaitIdle();
 }
 
 TEST_F(ServiceTest, ResponsesRefuseWhatTheyCannotServeNamingTheField) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
 #include "server/frontend/internal/endpoint_steps.h"
@@ -45,6 +46,24 @@ Json AssistantMessage(const FinalChoice& choice) {
   return message;
 }
 
+// Puts `entry` under `id`; a failure (the entry larger than the store, the disk) is logged: the
+// response itself went on.
+void Keep(ResponseStore* store, const std::string& id, StoredResponse entry) {
+  const absl::Status kept = store->Put(id, std::move(entry));
+  if (!kept.ok()) LOG_WARN("responses", "response {} not stored: {}", id, kept.ToString());
+}
+
+// Stores a finished response with its conversation (the reply appended) under its id.
+std::function<void(const Json&, const FinalChoice&)> StoreWhenDone(ResponseStore* store,
+                                                                   Json conversation) {
+  return [store, conversation = std::move(conversation)](const Json& response,
+                                                         const FinalChoice& choice) {
+    Json messages = conversation;
+    messages.push_back(AssistantMessage(choice));
+    Keep(store, response["id"].get<std::string>(), {response, std::move(messages), Json()});
+  };
+}
+
 }  // namespace
 
 OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request) {
@@ -79,6 +98,12 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
     }
     history = std::move(previous->messages);
   }
+  // What a restarted server runs again of a background response, with the history it started
+  // from (the response previous_response_id names may be gone by then).
+  Json background_request;
+  if (auto it = body.find("background"); it != body.end() && *it == true) {
+    background_request = {{"body", body}, {"history", history}};
+  }
   ASSIGN_OR_RETURN(ResponsesRequest req,
                    ParseResponsesRequest(body, LimitsFor(options_, *model), history));
   RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.chat.gen));
@@ -90,35 +115,84 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
                         "(--responses-store-memory 0)",
                         "unsupported_value");
   }
-  std::function<void(const Json&, const FinalChoice&)> on_done;
-  const Json conversation = req.conversation;
-  if (stored) {
-    on_done = [store, conversation](const Json& response, const FinalChoice& choice) {
-      Json messages = conversation;
-      messages.push_back(AssistantMessage(choice));
-      store->Put(response["id"].get<std::string>(), {response, std::move(messages)});
-    };
-  }
   ResponseMeta meta;
-  ASSIGN_OR_RETURN(http::HandlerResult result, GenerateChat(req.chat, ApiKind::kResponses, req.echo,
-                                                            std::move(on_done), &meta));
+  ASSIGN_OR_RETURN(http::HandlerResult result,
+                   GenerateChat(req.chat, ApiKind::kResponses, req.echo,
+                                stored ? StoreWhenDone(store, req.conversation) : nullptr, &meta));
   if (!req.background) return result;
-  return StartBackground(meta, req.echo, conversation, std::move(result.pending));
+  const bool stream = result.pending->streaming();
+  ASSIGN_OR_RETURN(Json queued,
+                   StartBackground(meta, req.echo, req.conversation, std::move(background_request),
+                                   std::move(result.pending)));
+  if (!stream) return http::HandlerResult{JsonResponse(queued), nullptr};
+  // Streamed: this request follows the events from the first; a client that loses them
+  // resumes with GET /v1/responses/{id}?stream=true&starting_after=N.
+  return EventStream(options_.background_responses->Follow(meta.id, -1));
 }
 
-OpenAiService::Result OpenAiService::StartBackground(
-    const ResponseMeta& meta, const Json& echo, Json conversation,
+int OpenAiService::ResumeBackgroundResponses() {
+  ResponseStore* store = options_.response_store;
+  if (store == nullptr || options_.background_responses == nullptr) return 0;
+  int resumed = 0;
+  for (const std::string& id : store->TakeUnfinished()) {
+    std::optional<StoredResponse> stored = store->Get(id);
+    if (!stored || stored->request.is_null()) continue;  // deleted or ended since the load
+    const absl::Status status = ResumeBackground(id, *stored);
+    if (status.ok()) {
+      ++resumed;
+      continue;
+    }
+    LOG_WARN("responses", "background response {} cannot run again after the restart: {}", id,
+             status.ToString());
+    Json failed = stored->response;
+    failed["status"] = "failed";
+    failed["error"] = {
+        {"code", "server_error"},
+        {"message", absl::StrCat("the server restarted while this response was ",
+                                 stored->response.value("status", "queued"),
+                                 ", and its request cannot run again: ", status.message())}};
+    Keep(store, id, {std::move(failed), std::move(stored->messages), Json()});
+  }
+  if (resumed > 0) LOG_INFO("responses", "{} background responses run again", resumed);
+  return resumed;
+}
+
+absl::Status OpenAiService::ResumeBackground(const std::string& id, const StoredResponse& stored) {
+  ASSIGN_OR_RETURN(const ServedModel* model, ReadyModel());
+  const Json& request = stored.request;
+  if (!request.contains("body") || !request["body"].is_object() || !request.contains("history") ||
+      !request["history"].is_array()) {
+    return absl::DataLossError("its kept request lacks \"body\" or \"history\"");
+  }
+  ASSIGN_OR_RETURN(
+      ResponsesRequest req,
+      ParseResponsesRequest(request["body"], LimitsFor(options_, *model), request["history"]));
+  req.echo["store"] = true;
+  ResponseMeta meta;
+  meta.id = id;
+  meta.created = stored.response.value("created_at", int64_t{0});
+  ASSIGN_OR_RETURN(http::HandlerResult result,
+                   GenerateChat(req.chat, ApiKind::kResponses, req.echo,
+                                StoreWhenDone(options_.response_store, req.conversation), &meta));
+  return StartBackground(meta, req.echo, req.conversation, request, std::move(result.pending))
+      .status();
+}
+
+absl::StatusOr<Json> OpenAiService::StartBackground(
+    const ResponseMeta& meta, const Json& echo, Json conversation, Json request,
     std::unique_ptr<http::PendingResponse> pending) {
   ResponseStore* store = options_.response_store;
   Json queued = ResponseObjectJson(meta, echo, nullptr, nullptr);
   queued["status"] = "queued";
-  store->Put(meta.id, {queued, conversation});  // before it runs: the final object replaces it
+  // Kept before it runs (the final object replaces it): a server that stops before it ends
+  // runs it again.
+  RETURN_IF_ERROR(store->Put(meta.id, {queued, conversation, std::move(request)}));
   BackgroundResponses::Callbacks callbacks;
   callbacks.on_started = [store, id = meta.id] {
     std::optional<StoredResponse> stored = store->Get(id);
     if (!stored || stored->response["status"] != "queued") return;
     stored->response["status"] = "in_progress";
-    store->Put(id, *std::move(stored));
+    Keep(store, id, *std::move(stored));
   };
   // A response that ended well was stored by itself (on_responses_done); one still queued or
   // in progress ended with an error: "failed", with the error it was answered (its body, or a
@@ -142,18 +216,13 @@ OpenAiService::Result OpenAiService::StartBackground(
     failed["status"] = "failed";
     failed["error"] = {{"code", error.value("code", Json("server_error"))},
                        {"message", error.value("message", Json("the response failed"))}};
-    store->Put(id, {std::move(failed), conversation});
+    Keep(store, id, {std::move(failed), conversation, Json()});
   };
-  BackgroundResponses* background = options_.background_responses;
-  const bool stream = pending->streaming();
-  if (!background->Add(meta.id, std::move(pending), std::move(callbacks))) {
+  if (!options_.background_responses->Add(meta.id, std::move(pending), std::move(callbacks))) {
     store->Erase(meta.id);
     return Draining();
   }
-  if (!stream) return http::HandlerResult{JsonResponse(queued), nullptr};
-  // Streamed: this request follows the events from the first; a client that loses them
-  // resumes with GET /v1/responses/{id}?stream=true&starting_after=N.
-  return EventStream(background->Follow(meta.id, -1));
+  return queued;
 }
 
 OpenAiService::Result OpenAiService::FollowResponse(const std::string& id,
@@ -185,7 +254,7 @@ OpenAiService::Result OpenAiService::CancelResponse(const std::string& id) {
   if (background != nullptr && background->Cancel(id)) {
     Json cancelled = found ? found->response : Json{{"id", id}, {"object", "response"}};
     cancelled["status"] = "cancelled";
-    if (found) store->Put(id, {cancelled, std::move(found->messages)});
+    if (found) Keep(store, id, {cancelled, std::move(found->messages), Json()});
     return http::HandlerResult{JsonResponse(cancelled), nullptr};
   }
   if (!found) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -22,13 +23,16 @@ class LruMap {
   explicit LruMap(int64_t capacity) : capacity_(capacity) {}
 
   // Keeps `value` under `key` (replacing what the key held), evicting the least recently used
-  // entries until the total fits; an entry costing more than the capacity is not kept (false,
-  // and the key then holds nothing).
-  bool Put(std::string key, V value, int64_t cost) {
+  // entries until the total fits (their keys appended to `evicted` where given); an entry
+  // costing more than the capacity is not kept (false, and the key then holds nothing).
+  bool Put(std::string key, V value, int64_t cost, std::vector<std::string>* evicted = nullptr) {
     absl::MutexLock lock(&mu_);
     EraseLocked(key);
     if (cost > capacity_) return false;
-    while (cost_ + cost > capacity_) EraseEntry(std::prev(lru_.end()));
+    while (cost_ + cost > capacity_) {
+      if (evicted != nullptr) evicted->push_back(lru_.back().key);
+      EraseEntry(std::prev(lru_.end()));
+    }
     lru_.push_front(Entry{std::move(key), std::move(value), cost});
     index_[lru_.front().key] = lru_.begin();
     cost_ += cost;

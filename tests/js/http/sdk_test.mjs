@@ -2,15 +2,21 @@
 // `strata serve` running the embedded demo model: chat and completions, streaming and not, n,
 // logprobs, stop, seed, tools, usage, and errors surfacing as the SDK's typed errors.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { promisify } from "node:util";
 
-import { requirePackages, Server, sleep } from "./common.mjs";
+import { requirePackages, Server, sleep, strataBin } from "./common.mjs";
 
 requirePackages("openai");
 const {
   default: OpenAI, AuthenticationError, BadRequestError, NotFoundError, RateLimitError,
 } = await import("openai");
 
+const run = promisify(execFile);
 const KEY = "sk-strata-test";
 const MODEL = "strata-demo";
 let server;
@@ -645,6 +651,57 @@ test("responses in background mode: queued at once, polled to completion, cancel
   const text = [...seen, ...rest].filter((e) => e.type === "response.output_text.delta")
     .map((e) => e.delta).join("");
   assert.equal(text, direct.output_text);
+});
+
+test("with --responses-dir stored and background responses outlive a crash", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "strata-responses-"));
+  const flags = ["--api-key", KEY, "--responses-dir", dir];
+  let kept = await Server.start(flags);
+  try {
+    let c = new OpenAI({ baseURL: `${kept.url}/v1`, apiKey: KEY, maxRetries: 0 });
+    const first = await c.responses.create({ model: MODEL, input: "Say hello",
+                                             max_output_tokens: 8, temperature: 0 });
+    const ask = { model: MODEL, input: "Write a long story.", previous_response_id: first.id,
+                  max_output_tokens: 400, ignore_eos: true, temperature: 0 };
+    let long = await c.responses.create({ ...ask, background: true });
+    while (long.status === "queued") {
+      await sleep(10);
+      long = await c.responses.retrieve(long.id);
+    }
+    assert.equal(long.status, "in_progress");
+    kept.child.kill("SIGKILL");  // no drain, no goodbye
+    await kept.exit;
+    kept = await Server.start(flags);
+    c = new OpenAI({ baseURL: `${kept.url}/v1`, apiKey: KEY, maxRetries: 0 });
+    // The stored one as it was; the background one ran again under its id (else it would stay
+    // in_progress), from the conversation it continued, to the answer a direct request gets.
+    assert.deepEqual(await c.responses.retrieve(first.id), first);
+    for (let i = 0; i < 3000 && (long.status === "queued" || long.status === "in_progress"); ++i) {
+      await sleep(20);
+      long = await c.responses.retrieve(long.id);
+    }
+    assert.equal(long.status, "incomplete", JSON.stringify(long));  // cut by max_output_tokens
+    assert.equal(long.previous_response_id, first.id);
+    const direct = await c.responses.create(ask);
+    assert.equal(long.output_text, direct.output_text);
+    assert.equal(long.usage.input_tokens, direct.usage.input_tokens);
+    const next = await c.responses.create({ model: MODEL, input: "Go on.",
+                                            previous_response_id: long.id, max_output_tokens: 4 });
+    assert.equal(next.usage.input_tokens > long.usage.input_tokens + 400, true);
+    // One server per directory; the directory needs a store.
+    await assert.rejects(
+      run(strataBin(), ["serve", "--port", "0", "--grpc-port", "0", "--responses-dir", dir],
+          { timeout: 60000 }),
+      (e) => e.code !== 0 && /--responses-dir .* is in use by another process/.test(e.stderr));
+    await assert.rejects(
+      run(strataBin(), ["serve", "--responses-dir", dir, "--responses-store-memory", "0"],
+          { timeout: 60000 }),
+      (e) => e.code === 2 && /--responses-store-memory 0 turns off/.test(e.stderr));
+  } finally {
+    const { code } = await kept.stop();
+    assert.equal(code, 0, kept.stderr);
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test("a full queue is a RateLimitError with Retry-After", async () => {

@@ -97,6 +97,11 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 {{- end }}
 {{- if .Values.batchFiles.persistence }}
 - --files-dir={{ .Values.batchFiles.mountPath }}
+{{- if .Values.batchFiles.keepResponses }}
+- --responses-dir={{ .Values.batchFiles.mountPath }}/responses
+{{- end }}
+{{- else if .Values.batchFiles.keepResponses }}
+{{- fail "batchFiles.keepResponses keeps stored responses on the batchFiles volume: it needs batchFiles.persistence" }}
 {{- end }}
 {{- range .Values.server.extraArgs }}
 - {{ . | quote }}
