@@ -232,6 +232,20 @@ void BatchApi::LoadBatches() {
   std::sort(unfinished.begin(), unfinished.end(),
             [](const Batch* a, const Batch* b) { return a->seq < b->seq; });
   for (const Batch* b : unfinished) queue_.push_back(b->id);
+  // An unfinished batch's record names no output file yet: files of its output names are what
+  // a crash between storing them and rewriting the record left (it finishes again and writes
+  // them anew).
+  for (const StoredFile& file : files_.List()) {
+    const auto made_by = [&](const Batch* b) {
+      return file.filename == b->id + "_output.jsonl" || file.filename == b->id + "_error.jsonl";
+    };
+    if (file.purpose == "batch_output" &&
+        std::any_of(unfinished.begin(), unfinished.end(), made_by)) {
+      LOG_INFO("batch", "--files-dir: removing {} ({}): its batch did not record it", file.id,
+               file.filename);
+      files_.Delete(file.id);
+    }
+  }
   if (!batches_.empty()) {
     LOG_INFO("batch", "{} batches loaded from {}; {} to run or carry on", batches_.size(),
              disk_->dir(), unfinished.size());

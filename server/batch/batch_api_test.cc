@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/batch/batch_store.h"
 #include "server/batch/fake_handler_testing.h"
 #include "server/frontend/api_error.h"
 
@@ -485,6 +486,13 @@ TEST(BatchApi, WithADirectoryARunningBatchCarriesOnAfterARestart) {
   }
   std::ofstream(absl::StrCat(dir, "/batches/", batch_id, ".output.jsonl"), std::ios::app)
       << R"({"id": "batch_req_torn)";
+  {  // An output file stored by a finalize the process died in before the record named it.
+    std::unique_ptr<BatchStore> disk = BatchStore::Open(dir).value();
+    ASSERT_TRUE(disk->PutFile(StoredFile{"file-stale", batch_id + "_output.jsonl", "batch_output",
+                                         1, std::make_shared<const std::string>("{}\n")},
+                              1000)
+                    .ok());
+  }
   std::unique_ptr<BatchApi> api = OpenApi(dir, /*max_in_flight=*/3);
   ASSERT_NE(api, nullptr);
   FakeHandler handler;
@@ -509,6 +517,10 @@ TEST(BatchApi, WithADirectoryARunningBatchCarriesOnAfterARestart) {
   }
   EXPECT_EQ(handler.handled(), 40 - written);
   EXPECT_FALSE(std::filesystem::exists(absl::StrCat(dir, "/batches/", batch_id, ".output.jsonl")));
+  // The stale output file is gone; the batch's own stands.
+  EXPECT_NE(done["output_file_id"], "file-stale");
+  EXPECT_EQ(Error(api->Handle(Request("GET", "/v1/files/file-stale"))).first, 404);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/files/file-stale.json"));
 }
 
 TEST(BatchApi, RoutesMethodsAndTemplates) {
