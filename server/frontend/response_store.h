@@ -41,8 +41,9 @@ using Json = nlohmann::ordered_json;
 struct StoredResponse {
   Json response;  // the Response object
   Json messages;  // the conversation through this response, as chat messages
-  // A background response still queued or in progress: {"body": its request body, "history":
-  // the messages its previous_response_id named (or [])}; else null.
+  // A background response still queued or in progress: {"body": its request body (with the
+  // seed it was given when it named none), "history": the messages its previous_response_id
+  // named (or [])}; else null.
   Json request;
 };
 

@@ -99,9 +99,14 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
     history = std::move(previous->messages);
   }
   // What a restarted server runs again of a background response, with the history it started
-  // from (the response previous_response_id names may be gone by then).
+  // from (the response previous_response_id names may be gone by then), and a seed of its own
+  // when it names none: the run after a restart draws what the first drew, so a stream resumed
+  // across the restart goes on where it was wherever the engine's logits repeat.
   Json background_request;
   if (auto it = body.find("background"); it != body.end() && *it == true) {
+    if (auto seed = body.find("seed"); seed == body.end() || seed->is_null()) {
+      body["seed"] = static_cast<int64_t>(RandomSeed() >> 1);
+    }
     background_request = {{"body", body}, {"history", history}};
   }
   ASSIGN_OR_RETURN(ResponsesRequest req,

@@ -669,6 +669,14 @@ test("with --responses-dir stored and background responses outlive a crash", asy
       long = await c.responses.retrieve(long.id);
     }
     assert.equal(long.status, "in_progress");
+    // A sampled one streamed: the client sees its first words, then the server dies.
+    const sampled = await c.responses.create({ model: MODEL, input: "Tell me anything.",
+      max_output_tokens: 400, ignore_eos: true, temperature: 1, background: true, stream: true });
+    const before = [];
+    for await (const event of sampled) {
+      before.push(event);
+      if (before.filter((e) => e.type === "response.output_text.delta").length === 6) break;
+    }
     kept.child.kill("SIGKILL");  // no drain, no goodbye
     await kept.exit;
     kept = await Server.start(flags);
@@ -685,6 +693,18 @@ test("with --responses-dir stored and background responses outlive a crash", asy
     const direct = await c.responses.create(ask);
     assert.equal(long.output_text, direct.output_text);
     assert.equal(long.usage.input_tokens, direct.usage.input_tokens);
+    // The sampled one drew the same words again (its seed was kept with it): a client resuming
+    // its stream across the restart reads on where it was.
+    const after = [];
+    for await (const event of await c.responses.retrieve(before[0].response.id,
+                                                         { stream: true })) {
+      after.push(event);
+    }
+    const deltas = (events) => events.filter((e) => e.type === "response.output_text.delta")
+      .map((e) => e.delta);
+    assert.deepEqual(deltas(after).slice(0, 6), deltas(before));
+    assert.equal(after[after.length - 1].type, "response.incomplete");
+    assert.equal(after[after.length - 1].response.usage.output_tokens, 400);
     const next = await c.responses.create({ model: MODEL, input: "Go on.",
                                             previous_response_id: long.id, max_output_tokens: 4 });
     assert.equal(next.usage.input_tokens > long.usage.input_tokens + 400, true);
