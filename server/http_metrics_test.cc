@@ -7,19 +7,13 @@
 #include <gtest/gtest.h>
 
 #include "prometheus/registry.h"
-#include "prometheus/text_serializer.h"
+#include "server/exposition_text_testing.h"
 
 namespace strata::server {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string Text(const prometheus::Registry& registry) {
-  std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, registry.Collect());
-  return out.str();
-}
 
 // Paths map to templates as the front end's RouteTemplate does; unknown ones to "none".
 std::string_view Route(std::string_view path) {
@@ -48,7 +42,7 @@ TEST(HttpMetrics, CountsByRouteTemplateMethodAndStatusClass) {
   metrics.Observe(Exchange("GET", "/v1/models/b", 404, 0.001, 3));
   metrics.Observe(Exchange("GET", "/wp-admin/x.php", 404, 0.001, 3));
   metrics.Observe(Exchange("GET", "/.env", 404, 0.001, 3));
-  const std::string text = Text(*metrics.registry());
+  const std::string text = ExpositionText(*metrics.registry());
   EXPECT_THAT(text, HasSubstr("http_requests_total{handler=\"/v1/chat/completions\","
                               "method=\"POST\",status=\"2xx\"} 2\n"));
   // 429 and the client gone (499) are both client-side classes.
@@ -74,7 +68,7 @@ TEST(HttpMetrics, SharesARegistryGivenToIt) {
   HttpMetrics metrics(Route, registry);
   EXPECT_EQ(metrics.registry(), registry);
   metrics.Observe(Exchange("GET", "/x", 500, 0.1, 1));
-  EXPECT_THAT(Text(*registry),
+  EXPECT_THAT(ExpositionText(*registry),
               HasSubstr("http_requests_total{handler=\"none\",method=\"GET\",status=\"5xx\"} 1"));
 }
 

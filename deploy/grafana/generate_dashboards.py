@@ -91,6 +91,12 @@ def dashboard(uid, title, description, panels):
             "panels": panels}
 
 
+def of_served(series):
+    """A per-process series without model_name, kept for the processes serving the selected
+    models and ranks."""
+    return f"{series} and on (instance) strata:num_requests_running{{{SEL}}}"
+
+
 def overview():
     s = SEL
     return dashboard("strata-overview", "Strata / Overview",
@@ -179,14 +185,41 @@ def overview():
                           "often sequences draft (adaptive: rejected drafts pause drafting)."),
         row("HTTP (per server process)", 73),
         panel("timeseries", "HTTP request duration p99 by route",
-              [target(f"histogram_quantile(0.99, sum by (handler, le) (rate(http_request_duration_seconds_bucket[{RATE}]) "
-                      f"and on (instance) strata:num_requests_running{{{s}}}))", "{{handler}}")],
+              [target(f"histogram_quantile(0.99, sum by (handler, le) "
+                      f"({of_served(f'rate(http_request_duration_seconds_bucket[{RATE}])')}))",
+                      "{{handler}}")],
               0, 74, 12, 8, unit="s",
               description="Request read to response written; for streams, the whole stream."),
         panel("timeseries", "HTTP response bytes / s by route",
-              [target(f"sum by (handler) (rate(http_response_size_bytes_total[{RATE}]) "
-                      f"and on (instance) strata:num_requests_running{{{s}}})", "{{handler}}")],
+              [target(f"sum by (handler) ({of_served(f'rate(http_response_size_bytes_total[{RATE}])')})",
+                      "{{handler}}")],
               12, 74, 12, 8, unit="Bps"),
+        row("Batches and stored responses (per server process)", 82),
+        panel("timeseries", "Batch backlog",
+              [target(f"sum({of_served('strata:batch_requests_pending')})", "requests pending"),
+               target("sum by (status) ("
+                      + of_served('strata:batches{status=~"validating|in_progress|finalizing|cancelling"}')
+                      + ")", "batches {{status}}", ref="B")],
+              0, 83, 12, 8,
+              description="Requests of unfinished /v1/batches not answered yet, and those batches by "
+                          "status. A backlog that does not fall means batch traffic outpaces what "
+                          "--batch-max-concurrent-requests leaves it."),
+        panel("timeseries", "Stored responses",
+              [target(f"sum({of_served('strata:stored_responses_bytes')}) / "
+                      f"sum({of_served('strata:stored_responses_capacity_bytes')})", "store used"),
+               target(f"sum({of_served('strata:files_bytes')}) / "
+                      f"sum({of_served('strata:files_capacity_bytes')})", "files used", ref="B")],
+              12, 83, 6, 8, unit="percentunit",
+              description="Stored /v1/responses against --responses-store-memory (the least recently "
+                          "used go past it) and /v1/files against --files-store-memory (uploads past "
+                          "it are refused)."),
+        panel("timeseries", "Responses kept and running in background",
+              [target(f"sum({of_served('strata:stored_responses')})", "stored"),
+               target(f"sum({of_served('strata:background_responses_running')})",
+                      "background running", ref="B")],
+              18, 83, 6, 8,
+              description="Stored /v1/responses (GET, previous_response_id), and those with "
+                          "background: true queued or generating."),
     ])
 
 

@@ -11,6 +11,7 @@
 #include "prometheus/registry.h"
 #include "server/http_metrics.h"
 #include "server/metrics.h"
+#include "server/store_metrics.h"
 
 int main() {
   using strata::server::Metrics;
@@ -66,6 +67,13 @@ int main() {
                   .response_bytes = 300});
   }
   http.Observe({.method = "GET", .path = "/x", .status = 404, .seconds = 0.001});
+  // The stores' gauges (a batch running, a background response).
+  strata::server::StoreMetrics stores(*registry, /*batches_on=*/true, /*responses_on=*/true);
+  stores.Set({.batches_by_status = {{"in_progress", 1}, {"completed", 2}},
+              .requests_pending = 12,
+              .files_bytes = 1 << 20,
+              .files_capacity_bytes = 1 << 30},
+             {.stored = 5, .bytes = 4096, .capacity_bytes = 1 << 27, .background_running = 1});
   std::cout << ranks.front()->Serialize();
   return 0;
 }

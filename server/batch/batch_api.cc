@@ -575,20 +575,34 @@ BatchApi::Json BatchApi::BatchObject(const Batch& b) const {
       {"metadata", b.metadata}};
 }
 
-nlohmann::ordered_json BatchApi::Summary() const {
-  Json batches = Json::object();
+server::BatchCounts BatchApi::Counts() const {
+  server::BatchCounts counts;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, b] : batches_) {
-      batches[b->status] = batches.value(b->status, 0) + 1;
+      ++counts.batches_by_status[b->status];
+      if (b->status == "validating" || b->status == "in_progress" || b->status == "finalizing" ||
+          b->status == "cancelling") {
+        counts.requests_pending += std::max<int64_t>(0, b->total - b->completed - b->failed);
+      }
     }
   }
+  counts.files_bytes = files_.num_bytes();
+  counts.files_capacity_bytes = files_.capacity_bytes();
+  return counts;
+}
+
+nlohmann::ordered_json BatchApi::Summary() const {
+  const server::BatchCounts counts = Counts();
+  Json batches = Json::object();
+  for (const auto& [status, n] : counts.batches_by_status) batches[status] = n;
   return {{"files",
-           {{"capacity_bytes", files_.capacity_bytes()},
-            {"num_bytes", files_.num_bytes()},
+           {{"capacity_bytes", counts.files_capacity_bytes},
+            {"num_bytes", counts.files_bytes},
             {"num_files", files_.num_files()},
             {"dir", disk_ == nullptr ? Json(nullptr) : Json(disk_->dir())}}},
-          {"batches", std::move(batches)}};
+          {"batches", std::move(batches)},
+          {"batch_requests_pending", counts.requests_pending}};
 }
 
 void BatchApi::SetHandler(http::HttpHandler* handler) {

@@ -52,6 +52,7 @@
 #include "absl/status/statusor.h"
 #include "server/batch/file_store.h"
 #include "server/http/http_types.h"
+#include "server/store_metrics.h"
 
 namespace strata::batch {
 
@@ -108,8 +109,11 @@ class BatchApi {
 
   const FileStore& files() const { return files_; }
   // For /server_info: {"files": {"capacity_bytes", "num_bytes", "num_files", "dir"},
-  // "batches": {status: count, …}}.
+  // "batches": {status: count, …}, "batch_requests_pending": n}.
   nlohmann::ordered_json Summary() const;
+  // For /metrics (server/store_metrics.h): batches by status, the requests of unfinished ones
+  // not answered yet, the files' bytes.
+  server::BatchCounts Counts() const;
 
  private:
   using Json = nlohmann::ordered_json;

@@ -22,6 +22,7 @@
 #include "server/metrics.h"
 #include "server/request_timing_recorder.h"
 #include "server/scheduler_step_stats.h"
+#include "server/store_metrics.h"
 
 #ifndef STRATA_VERSION
 #define STRATA_VERSION "unknown"
@@ -254,7 +255,21 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   metrics_ptr.store(metrics[0].get());
   step_metrics.Attach(&metrics, runtime->checkpoint_bytes(), runtime->num_routed_experts());
   step_metrics.PublishIdle(runtime->engine());
-  service.SetMetricsProvider([&metrics] { return metrics[0]->Serialize(); });
+  // What the server keeps beyond a request (batches, stored responses), counted at each scrape.
+  server::StoreMetrics store_metrics(*http_metrics.registry(), batch_api != nullptr,
+                                     response_store != nullptr);
+  service.SetMetricsProvider([&] {
+    server::ResponseCounts responses;
+    if (response_store != nullptr) {
+      responses = {.stored = response_store->num_responses(),
+                   .bytes = response_store->num_bytes(),
+                   .capacity_bytes = response_store->capacity_bytes(),
+                   .background_running = background_responses->num_running()};
+    }
+    store_metrics.Set(batch_api != nullptr ? batch_api->Counts() : server::BatchCounts(),
+                      responses);
+    return metrics[0]->Serialize();
+  });
   service.SetServerInfoProvider([&] {
     nlohmann::ordered_json info = runtime->ServerInfo(options, server->stats());
     info["responses_store"] =

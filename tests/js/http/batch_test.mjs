@@ -201,6 +201,18 @@ test("the Files and Batches API: upload, create, poll, download, as the SDK does
       await new Promise((r) => setTimeout(r, 50));
       running = await client.batches.retrieve(running.id);
     }
+    // /metrics counts the batches by status and the backlog of the running one.
+    const gauge = async (series) => {
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+      assert.ok(line, `no ${series} in /metrics`);
+      return Number(line.slice(series.length + 1));
+    };
+    assert.equal(await gauge('strata:batches{status="in_progress"}'), 1);
+    assert.equal(await gauge('strata:batches{status="completed"}'), 1);
+    const pending = await gauge("strata:batch_requests_pending");
+    assert.ok(pending > 0 && pending <= 117, `pending ${pending}`);
+    assert.ok(await gauge("strata:files_bytes") > 0);
     running = await client.batches.cancel(running.id);
     assert.ok(["cancelling", "cancelled"].includes(running.status), running.status);
     while (running.status === "cancelling") {
@@ -210,6 +222,9 @@ test("the Files and Batches API: upload, create, poll, download, as the SDK does
     assert.equal(running.status, "cancelled");
     assert.ok(running.request_counts.completed >= 3 && running.request_counts.completed < 120,
               JSON.stringify(running.request_counts));
+    assert.equal(await gauge('strata:batches{status="cancelled"}'), 1);
+    assert.equal(await gauge('strata:batches{status="in_progress"}'), 0);
+    assert.equal(await gauge("strata:batch_requests_pending"), 0);
     // A line to another endpoint fails the batch at creation, naming the line.
     const mixed = await client.files.create({
       file: await toFile(Buffer.from(`${JSON.stringify(chats[0])}\n${many[0]}\n`), "m.jsonl"),

@@ -705,6 +705,9 @@ test("with --responses-dir stored and background responses outlive a crash", asy
     assert.deepEqual(deltas(after).slice(0, 6), deltas(before));
     assert.equal(after[after.length - 1].type, "response.incomplete");
     assert.equal(after[after.length - 1].response.usage.output_tokens, 400);
+    const metrics = await (await fetch(`${kept.url}/metrics`)).text();
+    assert.match(metrics, /^strata:stored_responses [1-9]/m);  // loaded from the directory
+    assert.match(metrics, /^strata:background_responses_running 0$/m);
     const next = await c.responses.create({ model: MODEL, input: "Go on.",
                                             previous_response_id: long.id, max_output_tokens: 4 });
     assert.equal(next.usage.input_tokens > long.usage.input_tokens + 400, true);
