@@ -128,6 +128,10 @@ struct ResponsesRequest {
   Json conversation = Json::array();
   // OpenAI's background mode: answered at once, generated after (background_responses.h).
   bool background = false;
+  // This request's `input` as Responses items (GET /v1/responses/{id}/input_items): a string as
+  // one user message, a message's string content as one input_text (output_text for the
+  // assistant's) part, "type" and a message's "status" filled in; ids as the client gave them.
+  Json input_items = Json::array();
 };
 
 // One prompt of /v1/completions: text or token ids.

@@ -46,16 +46,25 @@ bool IsModelPath(std::string_view path) {
 }
 
 // /v1/responses/{id}: GET and DELETE a stored response; /v1/responses/{id}/cancel: POST
-// cancels a background one.
+// cancels a background one; /v1/responses/{id}/input_items: GET lists its input.
 constexpr std::string_view kResponsePrefix = "/v1/responses/";
-constexpr std::string_view kCancelSuffix = "/cancel";
 bool IsResponsePath(std::string_view path) {
   return path.size() > kResponsePrefix.size() &&
          path.substr(0, kResponsePrefix.size()) == kResponsePrefix;
 }
-bool IsResponseCancelPath(std::string_view path) {
-  return IsResponsePath(path) && path.size() > kResponsePrefix.size() + kCancelSuffix.size() &&
-         path.ends_with(kCancelSuffix);
+bool IsResponseSubPath(std::string_view path, std::string_view suffix) {
+  return IsResponsePath(path) && path.size() > kResponsePrefix.size() + suffix.size() &&
+         path.ends_with(suffix);
+}
+bool IsResponseCancelPath(std::string_view path) { return IsResponseSubPath(path, "/cancel"); }
+bool IsResponseInputItemsPath(std::string_view path) {
+  return IsResponseSubPath(path, "/input_items");
+}
+// The methods a /v1/responses/{id}... path takes.
+std::vector<std::string> ResponsePathMethods(std::string_view path) {
+  if (IsResponseCancelPath(path)) return {"POST"};
+  if (IsResponseInputItemsPath(path)) return {"GET"};
+  return {"GET", "DELETE"};
 }
 
 }  // namespace
@@ -63,6 +72,7 @@ bool IsResponseCancelPath(std::string_view path) {
 std::string_view RouteTemplate(std::string_view path) {
   if (IsModelPath(path)) return "/v1/models/{model}";
   if (IsResponseCancelPath(path)) return "/v1/responses/{response_id}/cancel";
+  if (IsResponseInputItemsPath(path)) return "/v1/responses/{response_id}/input_items";
   if (IsResponsePath(path)) return "/v1/responses/{response_id}";
   for (const RouteEntry& r : kRoutes) {
     if (r.path == path) return r.path;
@@ -122,10 +132,8 @@ http::HandlerResult OpenAiService::Handle(http::HttpRequest request) {
       if (r.path == request.path) allowed.emplace_back(r.method);
     }
     if (IsModelPath(request.path)) allowed.push_back("GET");
-    if (IsResponseCancelPath(request.path)) {
-      allowed.push_back("POST");
-    } else if (IsResponsePath(request.path)) {
-      allowed.insert(allowed.end(), {"GET", "DELETE"});
+    if (IsResponsePath(request.path)) {
+      for (std::string& m : ResponsePathMethods(request.path)) allowed.push_back(std::move(m));
     }
     out.response.headers.push_back({"Allow", absl::StrJoin(allowed, ", ")});
   }
@@ -175,10 +183,10 @@ OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
     return http::HandlerResult{std::move(response), nullptr};
   }
   bool path_known = IsModelPath(path) || IsResponsePath(path);
-  bool route_found = (IsModelPath(path) && method == "GET") ||
-                     (IsResponseCancelPath(path)
-                          ? method == "POST"
-                          : IsResponsePath(path) && (method == "GET" || method == "DELETE"));
+  bool route_found = IsModelPath(path) && method == "GET";
+  if (IsResponsePath(path)) {
+    for (const std::string& m : ResponsePathMethods(path)) route_found = route_found || m == method;
+  }
   for (const RouteEntry& r : kRoutes) {
     if (r.path != path) continue;
     path_known = true;

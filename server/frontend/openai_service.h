@@ -122,8 +122,8 @@ class OpenAiService : public http::HttpHandler {
   // again: ResponseStore's StoredResponse::request) and hands `pending` to the
   // BackgroundResponses. Returns that queued object; the store's error when it cannot be kept,
   // 503 when draining.
-  absl::StatusOr<Json> StartBackground(const ResponseMeta& meta, const Json& echo,
-                                       Json conversation, Json request,
+  absl::StatusOr<Json> StartBackground(const ResponseMeta& meta, const ResponsesRequest& req,
+                                       Json request,
                                        std::unique_ptr<http::PendingResponse> pending);
   // A background response a previous process accepted, run again from its start under its id.
   absl::Status ResumeBackground(const std::string& id, const StoredResponse& stored);
@@ -131,6 +131,9 @@ class OpenAiService : public http::HttpHandler {
   // GET /v1/responses/{id}?stream=true[&starting_after=N]: a streamed background response's
   // events after N, then live.
   Result FollowResponse(const std::string& id, const std::string& starting_after);
+  // GET /v1/responses/{id}/input_items[?after=ITEM&limit=N&order=asc|desc]: OpenAI's list of
+  // the input items a stored response was made from (20 a page, newest first by default).
+  Result ListInputItems(const std::string& id, const std::string& target);
   Result StoredResponseRoute(const http::HttpRequest& request);
   Result Completions(const http::HttpRequest& request);
   Result Tokenize(const http::HttpRequest& request);

@@ -1515,6 +1515,70 @@ TEST_F(BackgroundTest, ResponsesAreQueuedPolledAndCancelled) {
   EXPECT_EQ(get(last).json()["status"], "queued");  // never finished: left as it was
 }
 
+// GET /v1/responses/{id}/input_items: the request's input as Responses items, paged (20, newest
+// first by default), with the ids the client gave or the response's own.
+TEST_F(BackgroundTest, InputItemsListWhatTheRequestGave) {
+  auto items = [&](const std::string& id, const std::string& query) {
+    http::HttpRequest r = Request("GET", "/v1/responses/" + id + "/input_items");
+    r.target += query;
+    return Drive(stored_, std::move(r));
+  };
+  ScriptText("hello");
+  const std::string plain =
+      Post(stored_, "/v1/responses", R"({"input": "Say hello"})").json()["id"];
+  const Json one = items(plain, "").json();
+  EXPECT_EQ(one, (Json{{"object", "list"},
+                       {"data",
+                        {{{"type", "message"},
+                          {"role", "user"},
+                          {"status", "completed"},
+                          {"content", {{{"type", "input_text"}, {"text", "Say hello"}}}},
+                          {"id", "msg_" + plain + "_in0"}}}},
+                       {"first_id", "msg_" + plain + "_in0"},
+                       {"last_id", "msg_" + plain + "_in0"},
+                       {"has_more", false}}))
+      << one.dump();
+  const Reply turn = Post(stored_, "/v1/responses", R"({"input": [
+      {"role": "user", "content": "a"},
+      {"type": "message", "role": "assistant", "content": "b"},
+      {"type": "function_call", "id": "fc_given", "call_id": "c1", "name": "f", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "42"},
+      {"role": "user", "content": [{"type": "input_text", "text": "d"}]}]})");
+  ASSERT_EQ(turn.status, 200) << turn.body;
+  const std::string id = turn.json()["id"];
+  auto ids = [](const Json& page) {
+    std::vector<std::string> out;
+    for (const Json& item : page["data"]) out.push_back(item["id"]);
+    return out;
+  };
+  const Json asc = items(id, "?order=asc").json();
+  EXPECT_EQ(ids(asc),
+            (std::vector<std::string>{"msg_" + id + "_in0", "msg_" + id + "_in1", "fc_given",
+                                      "fco_" + id + "_in3", "msg_" + id + "_in4"}));
+  EXPECT_EQ(asc["data"][1]["content"][0], (Json{{"type", "output_text"}, {"text", "b"}}));
+  EXPECT_EQ(asc["data"][3]["output"], "42");
+  // Newest first, two at a time, each page after the last one's last id.
+  const Json first = items(id, "?limit=2").json();
+  EXPECT_EQ(ids(first), (std::vector<std::string>{"msg_" + id + "_in4", "fco_" + id + "_in3"}));
+  EXPECT_EQ(first["has_more"], true);
+  const Json second = items(id, "?limit=2&after=" + first["last_id"].get<std::string>()).json();
+  EXPECT_EQ(ids(second), (std::vector<std::string>{"fc_given", "msg_" + id + "_in1"}));
+  const Json third = items(id, "?limit=2&after=" + second["last_id"].get<std::string>()).json();
+  EXPECT_EQ(ids(third), (std::vector<std::string>{"msg_" + id + "_in0"}));
+  EXPECT_EQ(third["has_more"], false);
+  // Refusals naming the parameter; an unknown response; the method.
+  ExpectError(items(id, "?limit=0"), 400, "invalid_value", "limit");
+  ExpectError(items(id, "?limit=101"), 400, "invalid_value", "limit");
+  ExpectError(items(id, "?order=up"), 400, "invalid_value", "order");
+  ExpectError(items(id, "?after=nope"), 400, "invalid_value", "after");
+  EXPECT_EQ(items("resp-nope", "").status, 404);
+  const Reply post = Drive(stored_, Request("POST", "/v1/responses/" + id + "/input_items"));
+  EXPECT_EQ(post.status, 405);
+  EXPECT_EQ(post.Header("Allow"), "GET");
+  EXPECT_EQ(RouteTemplate("/v1/responses/" + id + "/input_items"),
+            "/v1/responses/{response_id}/input_items");
+}
+
 // `event: TYPE\ndata: JSON` events of a Responses stream, as their data objects.
 std::vector<Json> ResponseEvents(const std::string& body) {
   std::vector<Json> events;

@@ -24,9 +24,12 @@ std::string Text(const Json& json) {
 }
 
 int64_t EntryBytes(const std::string& id, const StoredResponse& stored) {
-  return static_cast<int64_t>(id.size() + Text(stored.response).size() +
-                              Text(stored.messages).size() +
-                              (stored.request.is_null() ? 0 : Text(stored.request).size()));
+  int64_t bytes = static_cast<int64_t>(id.size());
+  for (const Json* part :
+       {&stored.response, &stored.messages, &stored.request, &stored.input_items}) {
+    if (!part->is_null()) bytes += static_cast<int64_t>(Text(*part).size());
+  }
+  return bytes;
 }
 
 absl::Status TooLarge(const std::string& id, int64_t bytes, int64_t capacity) {
@@ -36,7 +39,8 @@ absl::Status TooLarge(const std::string& id, int64_t bytes, int64_t capacity) {
 }
 
 // A record's entry when it is one: "id" naming the file, an integer "seq", an object
-// "response", an array "messages", "request" an object where present.
+// "response", an array "messages", "request" an object and "input_items" an array where
+// present.
 template <typename PathOf>
 std::optional<std::pair<StoredResponse, int64_t>> ParseRecord(const Json& record,
                                                               const std::string& path,
@@ -46,14 +50,17 @@ std::optional<std::pair<StoredResponse, int64_t>> ParseRecord(const Json& record
   const auto response = record.find("response");
   const auto messages = record.find("messages");
   const auto request = record.find("request");
+  const auto items = record.find("input_items");
   if (id == record.end() || !id->is_string() || path != record_path(id->get<std::string>()) ||
       seq == record.end() || !seq->is_number_integer() || response == record.end() ||
       !response->is_object() || messages == record.end() || !messages->is_array() ||
-      (request != record.end() && !request->is_object())) {
+      (request != record.end() && !request->is_object()) ||
+      (items != record.end() && !items->is_array())) {
     return std::nullopt;
   }
   return std::make_pair(
-      StoredResponse{*response, *messages, request == record.end() ? Json() : *request},
+      StoredResponse{*response, *messages, request == record.end() ? Json() : *request,
+                     items == record.end() ? Json() : *items},
       seq->get<int64_t>());
 }
 
@@ -142,6 +149,7 @@ absl::Status ResponseStore::Put(const std::string& id, StoredResponse stored) {
                  {"response", stored.response},
                  {"messages", stored.messages}};
   if (accepted) record["request"] = stored.request;
+  if (!stored.input_items.is_null()) record["input_items"] = stored.input_items;
   absl::Status written = WriteFileAtomically(*path, Text(record), /*fsync=*/accepted);
   if (!written.ok()) {
     responses_.Erase(id);  // what was stored under id may already be overwritten

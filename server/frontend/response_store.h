@@ -12,12 +12,12 @@
 // conversation stores its whole history once per turn, so the bound is what keeps it in check.
 //
 // On disk: DIR/lock (flock'ed: one server per directory) and DIR/responses/ID.json, one record
-// {"id", "seq", "response", "messages"[, "request"]} per entry, mirroring the memory: an entry
-// evicted or erased loses its file. Each is written to a temporary name and renamed, so a crash
-// leaves the old record or the new one; records holding a request (an acceptance) are fsynced
-// first, finished ones are not (they outlive the process dying, not a power loss). At start the
-// records are loaded in the order they were last written (`seq`), the oldest evicted first if
-// they no longer fit. Thread-safe.
+// {"id", "seq", "response", "messages"[, "request"][, "input_items"]} per entry, mirroring the
+// memory: an entry evicted or erased loses its file. Each is written to a temporary name and
+// renamed, so a crash leaves the old record or the new one; records holding a request (an
+// acceptance) are fsynced first, finished ones are not (they outlive the process dying, not a power
+// loss). At start the records are loaded in the order they were last written (`seq`), the oldest
+// evicted first if they no longer fit. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,8 @@ struct StoredResponse {
   // seed it was given when it named none), "history": the messages its previous_response_id
   // named (or [])}; else null.
   Json request;
+  // The request's input as Responses items (ResponsesRequest::input_items); null when unknown.
+  Json input_items;
 };
 
 class ResponseStore {

@@ -20,7 +20,8 @@ StoredResponse Entry(const std::string& text, Json request = Json()) {
 
 int64_t Bytes(const std::string& id, const StoredResponse& s) {
   return static_cast<int64_t>(id.size() + s.response.dump().size() + s.messages.dump().size() +
-                              (s.request.is_null() ? 0 : s.request.dump().size()));
+                              (s.request.is_null() ? 0 : s.request.dump().size()) +
+                              (s.input_items.is_null() ? 0 : s.input_items.dump().size()));
 }
 
 TEST(ResponseStoreTest, KeepsWithinItsBytesDroppingTheLeastRecentlyUsed) {
@@ -74,7 +75,11 @@ int NumRecords(const std::string& dir) {
 TEST(ResponseStoreTest, ADirectoryKeepsWhatMemoryKeepsAcrossReopening) {
   const std::string dir = FreshDir("reopen");
   const int64_t one = Bytes("a", Entry("a"));
-  const int64_t capacity = 2 * one + Bytes("b", Entry("b", Json{{"body", Json::object()}}));
+  StoredResponse d = Entry("d");
+  d.input_items = Json::array({{{"type", "message"}, {"role", "user"}}});
+  // b, c and d fit; a, b, c and d do not.
+  const int64_t capacity =
+      Bytes("b", Entry("b", Json{{"body", Json::object()}})) + one + Bytes("d", d);
   {
     std::unique_ptr<ResponseStore> store = OpenStore(capacity, dir);
     ASSERT_NE(store, nullptr);
@@ -87,7 +92,7 @@ TEST(ResponseStoreTest, ADirectoryKeepsWhatMemoryKeepsAcrossReopening) {
     ASSERT_TRUE(store->Put("a", Entry("a")).ok());
     ASSERT_TRUE(store->Put("b", Entry("b", Json{{"body", Json::object()}})).ok());
     ASSERT_TRUE(store->Put("c", Entry("c")).ok());
-    ASSERT_TRUE(store->Put("d", Entry("d")).ok());  // evicts "a": its record goes too
+    ASSERT_TRUE(store->Put("d", d).ok());  // evicts "a": its record goes too
     EXPECT_FALSE(store->Get("a"));
     EXPECT_EQ(NumRecords(dir), 3);
     EXPECT_TRUE(store->Erase("c"));
@@ -102,9 +107,12 @@ TEST(ResponseStoreTest, ADirectoryKeepsWhatMemoryKeepsAcrossReopening) {
   ASSERT_TRUE(store->Get("d"));
   EXPECT_EQ(store->Get("d")->messages[0]["content"], "d");
   EXPECT_TRUE(store->Get("d")->request.is_null());
+  EXPECT_EQ(store->Get("d")->input_items, Json::array({{{"type", "message"}, {"role", "user"}}}));
+  EXPECT_TRUE(store->Get("b")->input_items.is_null());
   ASSERT_TRUE(store->Get("b"));
   EXPECT_EQ(store->Get("b")->request, (Json{{"body", Json::object()}}));
-  EXPECT_EQ(store->num_bytes(), Bytes("b", Entry("b", Json{{"body", Json::object()}})) + one);
+  EXPECT_EQ(store->num_bytes(),
+            Bytes("b", Entry("b", Json{{"body", Json::object()}})) + Bytes("d", d));
   // The entry holding a request is the one to run again; asked once.
   EXPECT_EQ(store->TakeUnfinished(), std::vector<std::string>{"b"});
   EXPECT_TRUE(store->TakeUnfinished().empty());

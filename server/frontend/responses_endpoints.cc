@@ -1,6 +1,7 @@
 // OpenAiService: /v1/responses (OpenAI's Responses API over the chat path), its stored
-// responses (GET / DELETE /v1/responses/{id}) and background mode (POST …/cancel, GET
-// ?stream=true&starting_after=N; background_responses.h).
+// responses (GET / DELETE /v1/responses/{id}, GET …/input_items) and background mode (POST
+// …/cancel, GET ?stream=true&starting_after=N; background_responses.h).
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,15 +54,23 @@ void Keep(ResponseStore* store, const std::string& id, StoredResponse entry) {
   if (!kept.ok()) LOG_WARN("responses", "response {} not stored: {}", id, kept.ToString());
 }
 
-// Stores a finished response with its conversation (the reply appended) under its id.
+// Stores a finished response with its conversation (the reply appended) and input items under
+// its id.
 std::function<void(const Json&, const FinalChoice&)> StoreWhenDone(ResponseStore* store,
-                                                                   Json conversation) {
-  return [store, conversation = std::move(conversation)](const Json& response,
-                                                         const FinalChoice& choice) {
+                                                                   const ResponsesRequest& req) {
+  return [store, conversation = req.conversation, items = req.input_items](
+             const Json& response, const FinalChoice& choice) {
     Json messages = conversation;
     messages.push_back(AssistantMessage(choice));
-    Keep(store, response["id"].get<std::string>(), {response, std::move(messages), Json()});
+    Keep(store, response["id"].get<std::string>(), {response, std::move(messages), Json(), items});
   };
+}
+
+// `entry` ended as `response` (failed, cancelled): nothing of it runs again.
+StoredResponse Ended(StoredResponse entry, Json response) {
+  entry.response = std::move(response);
+  entry.request = Json();
+  return entry;
 }
 
 }  // namespace
@@ -123,12 +132,11 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
   ResponseMeta meta;
   ASSIGN_OR_RETURN(http::HandlerResult result,
                    GenerateChat(req.chat, ApiKind::kResponses, req.echo,
-                                stored ? StoreWhenDone(store, req.conversation) : nullptr, &meta));
+                                stored ? StoreWhenDone(store, req) : nullptr, &meta));
   if (!req.background) return result;
   const bool stream = result.pending->streaming();
-  ASSIGN_OR_RETURN(Json queued,
-                   StartBackground(meta, req.echo, req.conversation, std::move(background_request),
-                                   std::move(result.pending)));
+  ASSIGN_OR_RETURN(Json queued, StartBackground(meta, req, std::move(background_request),
+                                                std::move(result.pending)));
   if (!stream) return http::HandlerResult{JsonResponse(queued), nullptr};
   // Streamed: this request follows the events from the first; a client that loses them
   // resumes with GET /v1/responses/{id}?stream=true&starting_after=N.
@@ -156,7 +164,7 @@ int OpenAiService::ResumeBackgroundResponses() {
         {"message", absl::StrCat("the server restarted while this response was ",
                                  stored->response.value("status", "queued"),
                                  ", and its request cannot run again: ", status.message())}};
-    Keep(store, id, {std::move(failed), std::move(stored->messages), Json()});
+    Keep(store, id, Ended(*std::move(stored), std::move(failed)));
   }
   if (resumed > 0) LOG_INFO("responses", "{} background responses run again", resumed);
   return resumed;
@@ -178,20 +186,20 @@ absl::Status OpenAiService::ResumeBackground(const std::string& id, const Stored
   meta.created = stored.response.value("created_at", int64_t{0});
   ASSIGN_OR_RETURN(http::HandlerResult result,
                    GenerateChat(req.chat, ApiKind::kResponses, req.echo,
-                                StoreWhenDone(options_.response_store, req.conversation), &meta));
-  return StartBackground(meta, req.echo, req.conversation, request, std::move(result.pending))
-      .status();
+                                StoreWhenDone(options_.response_store, req), &meta));
+  return StartBackground(meta, req, request, std::move(result.pending)).status();
 }
 
 absl::StatusOr<Json> OpenAiService::StartBackground(
-    const ResponseMeta& meta, const Json& echo, Json conversation, Json request,
+    const ResponseMeta& meta, const ResponsesRequest& req, Json request,
     std::unique_ptr<http::PendingResponse> pending) {
   ResponseStore* store = options_.response_store;
-  Json queued = ResponseObjectJson(meta, echo, nullptr, nullptr);
+  Json queued = ResponseObjectJson(meta, req.echo, nullptr, nullptr);
   queued["status"] = "queued";
   // Kept before it runs (the final object replaces it): a server that stops before it ends
   // runs it again.
-  RETURN_IF_ERROR(store->Put(meta.id, {queued, conversation, std::move(request)}));
+  const StoredResponse entry = {queued, req.conversation, std::move(request), req.input_items};
+  RETURN_IF_ERROR(store->Put(meta.id, entry));
   BackgroundResponses::Callbacks callbacks;
   callbacks.on_started = [store, id = meta.id] {
     std::optional<StoredResponse> stored = store->Get(id);
@@ -202,8 +210,7 @@ absl::StatusOr<Json> OpenAiService::StartBackground(
   // A response that ended well was stored by itself (on_responses_done); one still queued or
   // in progress ended with an error: "failed", with the error it was answered (its body, or a
   // stream's `error` event).
-  callbacks.on_finished = [store, id = meta.id, queued,
-                           conversation](const http::HttpResponse& response) {
+  callbacks.on_finished = [store, id = meta.id, entry](const http::HttpResponse& response) {
     std::optional<StoredResponse> stored = store->Get(id);
     if (stored && stored->response["status"] != "queued" &&
         stored->response["status"] != "in_progress") {
@@ -217,11 +224,11 @@ absl::StatusOr<Json> OpenAiService::StartBackground(
     const Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
     Json error = body.is_object() ? body.value("error", body) : Json(Json::object());
     if (!error.is_object()) error = Json::object();
-    Json failed = queued;
+    Json failed = entry.response;
     failed["status"] = "failed";
     failed["error"] = {{"code", error.value("code", Json("server_error"))},
                        {"message", error.value("message", Json("the response failed"))}};
-    Keep(store, id, {std::move(failed), conversation, Json()});
+    Keep(store, id, Ended(entry, std::move(failed)));
   };
   if (!options_.background_responses->Add(meta.id, std::move(pending), std::move(callbacks))) {
     store->Erase(meta.id);
@@ -259,7 +266,7 @@ OpenAiService::Result OpenAiService::CancelResponse(const std::string& id) {
   if (background != nullptr && background->Cancel(id)) {
     Json cancelled = found ? found->response : Json{{"id", id}, {"object", "response"}};
     cancelled["status"] = "cancelled";
-    if (found) Keep(store, id, {cancelled, std::move(found->messages), Json()});
+    if (found) Keep(store, id, Ended(*std::move(found), cancelled));
     return http::HandlerResult{JsonResponse(cancelled), nullptr};
   }
   if (!found) {
@@ -276,11 +283,68 @@ OpenAiService::Result OpenAiService::CancelResponse(const std::string& id) {
   return http::HandlerResult{JsonResponse(found->response), nullptr};
 }
 
+OpenAiService::Result OpenAiService::ListInputItems(const std::string& id,
+                                                    const std::string& target) {
+  ResponseStore* store = options_.response_store;
+  std::optional<StoredResponse> found = store != nullptr ? store->Get(id) : std::nullopt;
+  if (!found) {
+    return ApiErrorStatus(absl::StatusCode::kNotFound,
+                          absl::StrCat("Response with id '", id, "' not found"), {}, "not_found");
+  }
+  const std::string limit_text = http::QueryParam(target, "limit");
+  int64_t limit = 20;
+  if (!limit_text.empty() && (!absl::SimpleAtoi(limit_text, &limit) || limit < 1 || limit > 100)) {
+    return InvalidField(
+        "limit", absl::StrCat("'limit' must be an integer in [1, 100]; got '", limit_text, "'"));
+  }
+  std::string order = http::QueryParam(target, "order");
+  if (order.empty()) order = "desc";
+  if (order != "asc" && order != "desc") {
+    return InvalidField("order", absl::StrCat("'order' must be asc or desc; got '", order, "'"));
+  }
+  // Items as the request gave them; ids the client did not give are the response's own.
+  Json items = found->input_items.is_array() ? found->input_items : Json::array();
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (items[k].contains("id")) continue;
+    const std::string type = items[k].value("type", "message");
+    const char* prefix = type == "function_call"          ? "fc"
+                         : type == "function_call_output" ? "fco"
+                         : type == "reasoning"            ? "rs"
+                                                          : "msg";
+    items[k]["id"] = absl::StrCat(prefix, "_", id, "_in", k);
+  }
+  if (order == "desc") std::reverse(items.begin(), items.end());
+  size_t start = 0;
+  if (const std::string after = http::QueryParam(target, "after"); !after.empty()) {
+    while (start < items.size() && items[start].value("id", "") != after) ++start;
+    if (start == items.size()) {
+      return InvalidField(
+          "after", absl::StrCat("no input item of response '", id, "' has the id '", after, "'"));
+    }
+    ++start;
+  }
+  const size_t end = std::min(items.size(), start + static_cast<size_t>(limit));
+  Json page = Json::array();
+  for (size_t k = start; k < end; ++k) page.push_back(items[k]);
+  const Json first = page.empty() ? Json() : page.front()["id"];
+  const Json last = page.empty() ? Json() : page.back()["id"];
+  return http::HandlerResult{JsonResponse({{"object", "list"},
+                                           {"data", std::move(page)},
+                                           {"first_id", first},
+                                           {"last_id", last},
+                                           {"has_more", end < items.size()}}),
+                             nullptr};
+}
+
 OpenAiService::Result OpenAiService::StoredResponseRoute(const http::HttpRequest& request) {
   std::string id = request.path.substr(std::string_view("/v1/responses/").size());
   if (request.method == "POST") {  // …/{id}/cancel (Route checked the path)
     id.resize(id.size() - std::string_view("/cancel").size());
     return CancelResponse(id);
+  }
+  if (constexpr std::string_view kItems = "/input_items"; id.ends_with(kItems)) {
+    id.resize(id.size() - kItems.size());  // GET (Route checked the method)
+    return ListInputItems(id, request.target);
   }
   ResponseStore* store = options_.response_store;
   if (request.method == "GET" && http::QueryParam(request.target, "stream") == "true") {

@@ -171,6 +171,32 @@ absl::StatusOr<Json> ChatMessages(const Json& body, const Json& history) {
   return messages;
 }
 
+// `input` (checked by ChatMessages) as the items GET /v1/responses/{id}/input_items lists.
+Json InputItems(const Json& input) {
+  auto text_part = [](const std::string& role, const Json& text) {
+    return Json{{"type", role == "assistant" ? "output_text" : "input_text"}, {"text", text}};
+  };
+  if (input.is_string()) {
+    return Json::array({{{"type", "message"},
+                         {"role", "user"},
+                         {"status", "completed"},
+                         {"content", Json::array({text_part("user", input)})}}});
+  }
+  Json items = Json::array();
+  for (const Json& given : input) {
+    Json item = given;
+    if (!item.contains("type")) item["type"] = "message";
+    if (item["type"] == "message") {
+      if (item["content"].is_string()) {
+        item["content"] = Json::array({text_part(item.value("role", ""), item["content"])});
+      }
+      if (!item.contains("status")) item["status"] = "completed";
+    }
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
 // Function tools: {"type": "function", "name", "description", "parameters", "strict"} → chat.
 absl::StatusOr<Json> ChatTools(const Json& tools) {
   if (!tools.is_array()) return InvalidType("tools", "an array of function tools");
@@ -319,6 +345,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
   out.store = store;
   out.background = background;
   out.conversation = std::move(conversation);
+  out.input_items = InputItems(body["input"]);
   // What the response object echoes back (OpenAI's Response fields).
   out.echo = {{"background", background},
               {"instructions", body.value("instructions", Json())},

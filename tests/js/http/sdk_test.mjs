@@ -596,8 +596,24 @@ test("responses: stored, continued with previous_response_id, retrieved and dele
   assert.equal(next.previous_response_id, first.id);
   assert.ok(next.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens,
     JSON.stringify([first.usage, next.usage]));
+  // Its input items, as the SDK pages through them (newest first; 2 a page here).
+  const turn = await client.responses.create({ model: MODEL, max_output_tokens: 4, input: [
+    { role: "user", content: "one" }, { role: "assistant", content: "two" },
+    { role: "user", content: [{ type: "input_text", text: "three" }] }] });
+  const listed = [];
+  for await (const item of client.responses.inputItems.list(turn.id, { limit: 2 })) {
+    listed.push(item);
+  }
+  assert.deepEqual(listed.map((i) => [i.role, i.content[0].type, i.content[0].text]),
+                   [["user", "input_text", "three"], ["assistant", "output_text", "two"],
+                    ["user", "input_text", "one"]]);
+  assert.equal(new Set(listed.map((i) => i.id)).size, 3);
+  const page = await client.responses.inputItems.list(first.id, { order: "asc" });
+  assert.deepEqual(page.data.map((i) => i.content[0].text), ["Say hello"]);
   await client.responses.delete(first.id);
   await assert.rejects(client.responses.retrieve(first.id), (e) => e instanceof NotFoundError);
+  await assert.rejects(client.responses.inputItems.list(first.id),
+                       (e) => e instanceof NotFoundError);
   await assert.rejects(
     client.responses.create({ model: MODEL, input: "x", previous_response_id: first.id }),
     (e) => e instanceof BadRequestError && e.param === "previous_response_id" &&
