@@ -1,6 +1,7 @@
 // Files a server keeps what it accepted in, so a restart or a crash loses none of it: whole-file
 // writes that leave the old version or the new one (never half of one), JSON records read back,
-// and the lock that keeps a directory to one process (batch_store.h, response_files.h).
+// and the lock that keeps a directory to one process (server/batch/batch_store.h,
+// server/frontend/response_store.h).
 #pragma once
 
 #include <memory>

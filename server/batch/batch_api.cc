@@ -70,6 +70,12 @@ constexpr size_t kMaxListedErrors = 100;
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
 
+// A batch with requests still to answer: it runs, carries on after a restart, is a backlog.
+bool Unfinished(const std::string& status) {
+  return status == "validating" || status == "in_progress" || status == "finalizing" ||
+         status == "cancelling";
+}
+
 // "/v1/files/ID/content" under `base` → {"ID", "content"}; {} when `path` is `base` itself.
 std::vector<std::string> Segments(std::string_view path, std::string_view base) {
   std::string_view rest = path.substr(base.size());
@@ -215,8 +221,7 @@ void BatchApi::LoadBatches() {
       continue;
     }
     next_seq_ = std::max(next_seq_, b->seq + 1);
-    if (b->status == "validating" || b->status == "in_progress" || b->status == "finalizing" ||
-        b->status == "cancelling") {
+    if (Unfinished(b->status)) {
       if (b->status == "finalizing") b->status = "in_progress";  // its lines are all written
       b->cancel = b->status == "cancelling";
       b->auth_headers = options_.resumed_headers;
@@ -581,8 +586,7 @@ server::BatchCounts BatchApi::Counts() const {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, b] : batches_) {
       ++counts.batches_by_status[b->status];
-      if (b->status == "validating" || b->status == "in_progress" || b->status == "finalizing" ||
-          b->status == "cancelling") {
+      if (Unfinished(b->status)) {
         counts.requests_pending += std::max<int64_t>(0, b->total - b->completed - b->failed);
       }
     }

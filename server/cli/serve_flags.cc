@@ -227,6 +227,25 @@ absl::Status ReadVllmFlags(const Flags& flags, ServeOptions* o) {
   return absl::OkStatus();
 }
 
+// A store's memory bound (--`memory_flag`, 0: off) and the directory that keeps it across
+// restarts (--`dir_flag`; needs the store on).
+absl::Status ReadStoreFlags(const Flags& flags, const char* memory_flag, const char* dir_flag,
+                            const char* what, int64_t* bytes, std::string* dir) {
+  if (auto text = flags.Get(memory_flag)) {
+    ASSIGN_OR_RETURN(*bytes, ParseBytes(*text, memory_flag, /*allow_zero=*/true));
+  }
+  if (auto given = flags.Get(dir_flag)) {
+    if (given->empty())
+      return absl::InvalidArgumentError(absl::StrCat("--", dir_flag, ": empty path"));
+    if (*bytes == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", dir_flag, " keeps ", what, ", which --", memory_flag, " 0 turns off"));
+    }
+    *dir = *given;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
   http::HttpServerOptions& h = o->http;
   h.host = flags.GetOr("host", "0.0.0.0");
@@ -237,32 +256,12 @@ absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
   if (auto bytes = flags.Get("max-body-bytes")) {
     ASSIGN_OR_RETURN(h.max_body_bytes, ParseBytes(*bytes, "max-body-bytes"));
   }
-  if (auto bytes = flags.Get("responses-store-memory")) {
-    ASSIGN_OR_RETURN(o->responses_store_bytes,
-                     ParseBytes(*bytes, "responses-store-memory", /*allow_zero=*/true));
-  }
-  if (auto dir = flags.Get("responses-dir")) {
-    if (dir->empty()) return absl::InvalidArgumentError("--responses-dir: empty path");
-    if (o->responses_store_bytes == 0) {
-      return absl::InvalidArgumentError(
-          "--responses-dir keeps stored /v1/responses, which --responses-store-memory 0 turns "
-          "off");
-    }
-    o->responses_dir = *dir;
-  }
-  if (auto bytes = flags.Get("files-store-memory")) {
-    ASSIGN_OR_RETURN(o->files_store_bytes,
-                     ParseBytes(*bytes, "files-store-memory", /*allow_zero=*/true));
-  }
-  if (auto dir = flags.Get("files-dir")) {
-    if (dir->empty()) return absl::InvalidArgumentError("--files-dir: empty path");
-    if (o->files_store_bytes == 0) {
-      return absl::InvalidArgumentError(
-          "--files-dir keeps the Files and Batches API's files, which --files-store-memory 0 "
-          "turns off");
-    }
-    o->files_dir = *dir;
-  }
+  RETURN_IF_ERROR(ReadStoreFlags(flags, "responses-store-memory", "responses-dir",
+                                 "stored /v1/responses", &o->responses_store_bytes,
+                                 &o->responses_dir));
+  RETURN_IF_ERROR(ReadStoreFlags(flags, "files-store-memory", "files-dir",
+                                 "the Files and Batches API's files", &o->files_store_bytes,
+                                 &o->files_dir));
   ASSIGN_OR_RETURN(const int64_t batch_priority,
                    flags.GetInt("batch-priority", 1, INT32_MIN, INT32_MAX));
   o->batch_priority = static_cast<int>(batch_priority);

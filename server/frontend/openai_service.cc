@@ -2,6 +2,8 @@
 // and tokenizer endpoints are in generation_endpoints.cc).
 #include "server/frontend/openai_service.h"
 
+#include <span>
+
 #include "server/frontend/api_key.h"
 
 #include "absl/strings/match.h"
@@ -61,10 +63,13 @@ bool IsResponseInputItemsPath(std::string_view path) {
   return IsResponseSubPath(path, "/input_items");
 }
 // The methods a /v1/responses/{id}... path takes.
-std::vector<std::string> ResponsePathMethods(std::string_view path) {
-  if (IsResponseCancelPath(path)) return {"POST"};
-  if (IsResponseInputItemsPath(path)) return {"GET"};
-  return {"GET", "DELETE"};
+std::span<const std::string_view> ResponsePathMethods(std::string_view path) {
+  static constexpr std::string_view kPost[] = {"POST"};
+  static constexpr std::string_view kGet[] = {"GET"};
+  static constexpr std::string_view kGetDelete[] = {"GET", "DELETE"};
+  if (IsResponseCancelPath(path)) return kPost;
+  if (IsResponseInputItemsPath(path)) return kGet;
+  return kGetDelete;
 }
 
 }  // namespace
@@ -133,7 +138,7 @@ http::HandlerResult OpenAiService::Handle(http::HttpRequest request) {
     }
     if (IsModelPath(request.path)) allowed.push_back("GET");
     if (IsResponsePath(request.path)) {
-      for (std::string& m : ResponsePathMethods(request.path)) allowed.push_back(std::move(m));
+      for (std::string_view m : ResponsePathMethods(request.path)) allowed.emplace_back(m);
     }
     out.response.headers.push_back({"Allow", absl::StrJoin(allowed, ", ")});
   }
@@ -185,7 +190,7 @@ OpenAiService::Result OpenAiService::Route(const http::HttpRequest& request) {
   bool path_known = IsModelPath(path) || IsResponsePath(path);
   bool route_found = IsModelPath(path) && method == "GET";
   if (IsResponsePath(path)) {
-    for (const std::string& m : ResponsePathMethods(path)) route_found = route_found || m == method;
+    for (std::string_view m : ResponsePathMethods(path)) route_found = route_found || m == method;
   }
   for (const RouteEntry& r : kRoutes) {
     if (r.path != path) continue;

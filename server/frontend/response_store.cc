@@ -23,13 +23,35 @@ std::string Text(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-int64_t EntryBytes(const std::string& id, const StoredResponse& stored) {
-  int64_t bytes = static_cast<int64_t>(id.size());
-  for (const Json* part :
-       {&stored.response, &stored.messages, &stored.request, &stored.input_items}) {
-    if (!part->is_null()) bytes += static_cast<int64_t>(Text(*part).size());
+// An entry's parts as JSON text, each serialised once: they give its size (the bound counts the
+// id and these) and make its record.
+struct EntryText {
+  std::string response, messages, request, input_items;  // "" for a null part
+  int64_t bytes = 0;
+};
+
+EntryText TextOf(const std::string& id, const StoredResponse& stored) {
+  EntryText t;
+  t.bytes = static_cast<int64_t>(id.size());
+  for (auto [part, text] : {std::pair{&stored.response, &t.response},
+                            {&stored.messages, &t.messages},
+                            {&stored.request, &t.request},
+                            {&stored.input_items, &t.input_items}}) {
+    if (part->is_null()) continue;
+    *text = Text(*part);
+    t.bytes += static_cast<int64_t>(text->size());
   }
-  return bytes;
+  return t;
+}
+
+// The record of an entry whose text is `t` (ParseRecord reads it back).
+std::string RecordText(const std::string& id, int64_t seq, const EntryText& t) {
+  std::string record = absl::StrCat("{\"id\":", Text(Json(id)), ",\"seq\":", seq,
+                                    ",\"response\":", t.response, ",\"messages\":", t.messages);
+  if (!t.request.empty()) absl::StrAppend(&record, ",\"request\":", t.request);
+  if (!t.input_items.empty()) absl::StrAppend(&record, ",\"input_items\":", t.input_items);
+  record += '}';
+  return record;
 }
 
 absl::Status TooLarge(const std::string& id, int64_t bytes, int64_t capacity) {
@@ -102,7 +124,7 @@ absl::StatusOr<std::unique_ptr<ResponseStore>> ResponseStore::Open(int64_t capac
   for (auto& [id, entry] : loaded) {
     store->next_seq_ = std::max(store->next_seq_, entry.second + 1);
     const bool unfinished = !entry.first.request.is_null();
-    const int64_t bytes = EntryBytes(id, entry.first);
+    const int64_t bytes = TextOf(id, entry.first).bytes;
     std::vector<std::string> evicted;
     if (!store->responses_.Put(id, std::move(entry.first), bytes, &evicted)) evicted.push_back(id);
     for (const std::string& gone : evicted) {
@@ -121,7 +143,8 @@ absl::StatusOr<std::unique_ptr<ResponseStore>> ResponseStore::Open(int64_t capac
 }
 
 absl::Status ResponseStore::Put(const std::string& id, StoredResponse stored) {
-  const int64_t bytes = EntryBytes(id, stored);
+  const EntryText text = TextOf(id, stored);
+  const int64_t bytes = text.bytes;
   const std::optional<std::string> path = dir_.empty() ? std::nullopt : RecordPath(id);
   const bool accepted = !stored.request.is_null();
   if (!dir_.empty() && !path && accepted) {
@@ -144,13 +167,8 @@ absl::Status ResponseStore::Put(const std::string& id, StoredResponse stored) {
     RemoveRecordLocked(id);
     return TooLarge(id, bytes, capacity_bytes());
   }
-  Json record = {{"id", id},
-                 {"seq", next_seq_++},
-                 {"response", stored.response},
-                 {"messages", stored.messages}};
-  if (accepted) record["request"] = stored.request;
-  if (!stored.input_items.is_null()) record["input_items"] = stored.input_items;
-  absl::Status written = WriteFileAtomically(*path, Text(record), /*fsync=*/accepted);
+  absl::Status written =
+      WriteFileAtomically(*path, RecordText(id, next_seq_++, text), /*fsync=*/accepted);
   if (!written.ok()) {
     responses_.Erase(id);  // what was stored under id may already be overwritten
     RemoveRecordLocked(id);

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { promisify } from "node:util";
 
-import { requirePackages, Server, strataBin } from "./common.mjs";
+import { assertServeRefuses, requirePackages, Server, strataBin } from "./common.mjs";
 
 requirePackages("openai");
 const { default: OpenAI, toFile } = await import("openai");
@@ -297,14 +297,10 @@ test("with --files-dir a batch outlives a crash: the restarted server carries it
     const info = await server.info();
     assert.equal(info.files_and_batches.files.dir, filesDir);
     // One server per directory: a second one stops at start, naming why.
-    await assert.rejects(
-      run(strataBin(), ["serve", "--port", "0", "--grpc-port", "0", "--files-dir", filesDir],
-          { timeout: 60000 }),
-      (e) => e.code !== 0 && /--files-dir .* is in use by another process/.test(e.stderr));
-    await assert.rejects(
-      run(strataBin(), ["serve", "--files-dir", filesDir, "--files-store-memory", "0"],
-          { timeout: 60000 }),
-      (e) => e.code === 2 && /--files-store-memory 0 turns off/.test(e.stderr));
+    await assertServeRefuses(["--port", "0", "--grpc-port", "0", "--files-dir", filesDir],
+                             /--files-dir .* is in use by another process/);
+    await assertServeRefuses(["--files-dir", filesDir, "--files-store-memory", "0"],
+                             /--files-store-memory 0 turns off/, (code) => code === 2);
   } finally {
     const { code } = await server.stop();
     assert.equal(code, 0, server.stderr);

@@ -4,10 +4,12 @@
 // Environment (set by ctest, tests/http/CMakeLists.txt):
 //   STRATA_BIN        the strata binary
 //   STRATA_CACHE_DIR  where the demo model is generated once (shared by the tests)
-import { spawn } from "node:child_process";
+import assert from "node:assert/strict";
+import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 
 const jsRoot = join(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -31,6 +33,14 @@ export function strataBin() {
     process.exit(1);
   }
   return bin;
+}
+
+// `strata serve ARGS` stops at start, never ready: an exit code `isCode` accepts and a stderr
+// matching `pattern` (the reason, named).
+export async function assertServeRefuses(args, pattern, isCode = (code) => code !== 0) {
+  await assert.rejects(
+    promisify(execFile)(strataBin(), ["serve", ...args], { timeout: 60000 }),
+    (e) => isCode(e.code) && pattern.test(e.stderr));
 }
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -2,21 +2,18 @@
 // `strata serve` running the embedded demo model: chat and completions, streaming and not, n,
 // logprobs, stop, seed, tools, usage, and errors surfacing as the SDK's typed errors.
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { promisify } from "node:util";
 
-import { requirePackages, Server, sleep, strataBin } from "./common.mjs";
+import { assertServeRefuses, requirePackages, Server, sleep } from "./common.mjs";
 
 requirePackages("openai");
 const {
   default: OpenAI, AuthenticationError, BadRequestError, NotFoundError, RateLimitError,
 } = await import("openai");
 
-const run = promisify(execFile);
 const KEY = "sk-strata-test";
 const MODEL = "strata-demo";
 let server;
@@ -728,14 +725,10 @@ test("with --responses-dir stored and background responses outlive a crash", asy
                                             previous_response_id: long.id, max_output_tokens: 4 });
     assert.equal(next.usage.input_tokens > long.usage.input_tokens + 400, true);
     // One server per directory; the directory needs a store.
-    await assert.rejects(
-      run(strataBin(), ["serve", "--port", "0", "--grpc-port", "0", "--responses-dir", dir],
-          { timeout: 60000 }),
-      (e) => e.code !== 0 && /--responses-dir .* is in use by another process/.test(e.stderr));
-    await assert.rejects(
-      run(strataBin(), ["serve", "--responses-dir", dir, "--responses-store-memory", "0"],
-          { timeout: 60000 }),
-      (e) => e.code === 2 && /--responses-store-memory 0 turns off/.test(e.stderr));
+    await assertServeRefuses(["--port", "0", "--grpc-port", "0", "--responses-dir", dir],
+                             /--responses-dir .* is in use by another process/);
+    await assertServeRefuses(["--responses-dir", dir, "--responses-store-memory", "0"],
+                             /--responses-store-memory 0 turns off/, (code) => code === 2);
   } finally {
     const { code } = await kept.stop();
     assert.equal(code, 0, kept.stderr);
