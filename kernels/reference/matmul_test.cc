@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "kernels/reference/internal/test_util.h"
+#include "kernels/reference/matmul_q8.h"
 
 namespace strata::kernels {
 namespace {
@@ -143,6 +145,68 @@ TEST(MatmulReferenceTest, EmptyProductsWriteNothing) {
   MatmulReference(&x, 0, 1, &w, 1, y.data());
   MatmulReference(&x, 1, 1, &w, 0, y.data());
   EXPECT_EQ(y[0], 42.0f);
+}
+
+// Q8 activations (matmul_q8.h): codes within [−127, 127], the block's largest magnitude coded
+// ±127, every value within half a step of code · scale; a block of zeros (or of values
+// too small to scale) codes zeros with scale 0, a non-finite one has a NaN scale.
+TEST(MatmulQ8ReferenceTest, QuantizeKeepsEachValueWithinHalfAStep) {
+  std::mt19937 engine(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(5 * kQ8BlockSize);
+  for (float& v : x) v = normal(engine);
+  x[5] = -40.0f;  // block 0's largest, negative
+  for (int e = 64; e < 96; ++e) x[e] = 0.0f;
+  x[100] = std::nanf("");
+  for (int e = 128; e < 160; ++e) x[e] = 1e-38f * normal(engine);  // 127 / amax overflows
+  std::vector<int8_t> codes(x.size());
+  std::vector<float> scales(5);
+  QuantizeQ8Reference(x.data(), static_cast<int64_t>(x.size()), codes.data(), scales.data());
+  EXPECT_EQ(codes[5], -127);
+  EXPECT_FLOAT_EQ(scales[0], 40.0f / 127.0f);
+  for (int b = 0; b < 2; ++b) {
+    float amax = 0.0f;
+    for (int e = 0; e < kQ8BlockSize; ++e) amax = std::max(amax, std::fabs(x[b * 32 + e]));
+    EXPECT_EQ(scales[b], amax / 127.0f);
+    for (int e = b * 32; e < (b + 1) * 32; ++e) {
+      EXPECT_LE(std::abs(codes[e]), 127);
+      EXPECT_LE(std::fabs(x[e] - codes[e] * scales[b]), 0.5f * scales[b] * 1.0001f) << e;
+    }
+  }
+  EXPECT_EQ(scales[2], 0.0f);
+  EXPECT_TRUE(std::isnan(scales[3]));
+  EXPECT_EQ(scales[4], 0.0f);
+  for (int e = 64; e < 160; ++e) EXPECT_EQ(codes[e], 0) << e;
+}
+
+// The Q8 products: x rounded as QuantizeQ8Reference rounds it, then the exact product.
+TEST(MatmulQ8ReferenceTest, ProductsEqualExactProductsOfTheRoundedActivations) {
+  std::mt19937 engine(8);
+  const int64_t m = 3, n = 5, k = 96;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (float& v : x) v = normal(engine);
+  std::vector<int8_t> codes(x.size());
+  std::vector<float> scales(m * k / 32), rounded(x.size());
+  for (int64_t i = 0; i < m; ++i) {
+    QuantizeQ8Reference(x.data() + i * k, k, codes.data() + i * k, scales.data() + i * k / 32);
+  }
+  std::vector<int8_t> w_codes(n * k);
+  std::vector<uint16_t> w_scales(n * k / 32, 0x3C00);  // bf16 2^-7
+  std::uniform_int_distribution<int> code(-127, 127);
+  for (int8_t& c : w_codes) c = static_cast<int8_t>(code(engine));
+  std::vector<float> y(m * n);
+  MatmulInt8Q8Reference(x.data(), m, k, w_codes.data(), w_scales.data(), n, y.data());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double expected = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        expected += static_cast<double>(codes[i * k + p]) * scales[(i * k + p) / 32] *
+                    w_codes[j * k + p] / 128.0;
+      }
+      EXPECT_NEAR(y[i * n + j], expected, 1e-6 * std::fabs(expected) + 1e-9) << i << "," << j;
+    }
+  }
 }
 
 }  // namespace
