@@ -140,18 +140,27 @@ void MatmulReferenceFallback(const MatmulWeights& w, const float* x, int64_t m, 
 }
 
 // The tiles `algo` runs a product of m rows on: kAuto's choice (the bf16 tiles for
-// MatmulPrecision::kBf16 from kBf16MinRows rows on CPUs without AMX), kStreaming's exact tiles,
-// kBf16DotLossy's. No tiles (null) where the product runs elsewhere: AMX (kAmxBf16, and kAuto's
-// bf16 products on AMX CPUs) or the reference (scalar ISA). Matmul and MatmulProducts both ask
-// here, so a product gives the same bits through either.
+// MatmulPrecision::kBf16 from kBf16MinRows rows on CPUs without AMX, the int8-activation tiles
+// for kInt8), kStreaming's exact tiles, kBf16DotLossy's, kInt8Vnni's. No tiles (null) where the
+// product runs elsewhere: AMX (kAmxBf16, and kAuto's bf16 products on AMX CPUs) or the reference
+// (scalar ISA). Matmul and MatmulProducts both ask here, so a product gives the same bits through
+// either.
 KernelSet TilesFor(MatmulAlgo algo, Isa isa, WeightFormat format, int64_t m) {
-  if (algo == MatmulAlgo::kAmxBf16 ||
-      (algo == MatmulAlgo::kAuto && internal::UseAmxProducts(isa, format, m))) {
-    return {};
+  switch (algo) {
+    case MatmulAlgo::kAuto:
+      if (internal::UseAmxProducts(isa, format, m)) return {};
+      return internal::KernelsFor(isa, format, m);
+    case MatmulAlgo::kAmxBf16:
+      return {};
+    case MatmulAlgo::kInt8Vnni:
+      return internal::Int8ProductKernels(format);
+    case MatmulAlgo::kStreaming:
+    case MatmulAlgo::kOneDnn:
+    case MatmulAlgo::kOneDnnBf16:
+    case MatmulAlgo::kBf16DotLossy:
+      break;
   }
-  const bool bf16_products = algo == MatmulAlgo::kBf16DotLossy ||
-                             (algo == MatmulAlgo::kAuto && internal::UseBf16Tiles(isa, format, m));
-  return internal::SelectKernels(isa, format, bf16_products);
+  return internal::SelectKernels(isa, format, algo == MatmulAlgo::kBf16DotLossy);
 }
 
 std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kF32};
@@ -182,8 +191,13 @@ bool Bf16MatmulSupported() { return ActiveIsa() == Isa::kAvx512Bf16; }
 
 bool Bf16MatmulUsesAmx() { return internal::AmxBf16Usable(); }
 
+bool Int8MatmulSupported() { return internal::Int8ProductsSupported(ActiveIsa()); }
+
 const char* MatmulPrecisionInEffect() {
-  if (GetMatmulPrecision() != MatmulPrecision::kBf16 || !Bf16MatmulSupported()) return "f32";
+  const MatmulPrecision precision = GetMatmulPrecision();
+  const bool int8 = precision == MatmulPrecision::kInt8 && Int8MatmulSupported();
+  if (precision == MatmulPrecision::kF32 || !Bf16MatmulSupported()) return int8 ? "int8" : "f32";
+  if (int8) return Bf16MatmulUsesAmx() ? "int8+bf16-amx" : "int8+bf16";
   return Bf16MatmulUsesAmx() ? "bf16-amx" : "bf16";
 }
 
@@ -200,6 +214,9 @@ bool MatmulAlgoSupported(MatmulAlgo algo, WeightFormat format) {
       return format == WeightFormat::kBf16 && ActiveIsa() == Isa::kAvx512Bf16;
     case MatmulAlgo::kAmxBf16:
       return format != WeightFormat::kF32 && internal::AmxBf16Usable();
+    case MatmulAlgo::kInt8Vnni:
+      return (format == WeightFormat::kMxfp4 || format == WeightFormat::kInt8) &&
+             Int8MatmulSupported();
   }
   return false;
 }

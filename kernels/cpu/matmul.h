@@ -67,8 +67,14 @@ void MatmulProducts(const MatmulProduct* products, int64_t count, int64_t m);
 //     same way; int8 weights too, code · scale rounded to bf16 (a second ≤ 2⁻⁹ error). Only on
 //     CPUs with AVX512_BF16; elsewhere, and for f32 weights, kF32 applies.
 //     Fewer rows stay f32: those calls are bandwidth-bound, rounding buys nothing there.
+//   kInt8: kBf16's products, and on CPUs with AVX512_VNNI every other product with MXFP4 or int8
+//     weights (decode: fewer than kBf16MinRows rows; all rows where kBf16 does not apply) rounds
+//     x to int8 per 32-element block, llama.cpp's Q8_0 activations with an f32 scale
+//     (kernels/reference/matmul_q8.h: |error| ≤ half the block's largest |x| / 127 per value),
+//     and sums 4-element byte products in int32 (vpdpbusd, matmul_vnni.cc): about a third of
+//     the instructions per MXFP4 weight of the exact tiles, which are bound by decoding at m = 1.
 // Set it before the products run (at start-up); reading it is a relaxed atomic load.
-enum class MatmulPrecision { kF32, kBf16 };
+enum class MatmulPrecision { kF32, kBf16, kInt8 };
 inline constexpr int64_t kBf16MinRows = 16;
 void SetMatmulPrecision(MatmulPrecision precision);
 MatmulPrecision GetMatmulPrecision();
@@ -76,8 +82,10 @@ MatmulPrecision GetMatmulPrecision();
 bool Bf16MatmulSupported();
 // True when kBf16's products run on AMX tiles here (CpuFeatures::amx_bf16 at the AVX512_BF16 cap).
 bool Bf16MatmulUsesAmx();
-// What the products with bf16 weights do now, for reports: "f32", "bf16" (vdpbf16ps tiles) or
-// "bf16-amx".
+// True when kInt8's int8-activation products run on this CPU (AVX512_VNNI at an AVX-512 ISA cap).
+bool Int8MatmulSupported();
+// What the products do now, for reports: "f32", "bf16" (vdpbf16ps tiles), "bf16-amx", and under
+// kInt8 "int8", "int8+bf16" or "int8+bf16-amx" (what runs from kBf16MinRows rows).
 const char* MatmulPrecisionInEffect();
 
 // Which implementation to use; kAuto is what Matmul() does. The others exist for tests and
@@ -90,8 +98,10 @@ enum class MatmulAlgo {
                   // AVX512_BF16). ~3 significant digits: kAuto's bf16 products
                   // (MatmulPrecision::kBf16).
   kOneDnnBf16,    // bf16 weights only: oneDNN with x rounded to bf16 (needs AVX512_BF16).
-  kAmxBf16,  // bf16 / MXFP4 / int8 weights: our AMX tiles with x rounded to bf16 (needs AMX-BF16);
-             // on AMX CPUs kAuto's bf16 products (MatmulPrecision::kBf16).
+  kAmxBf16,   // bf16 / MXFP4 / int8 weights: our AMX tiles with x rounded to bf16 (needs AMX-BF16);
+              // on AMX CPUs kAuto's bf16 products (MatmulPrecision::kBf16).
+  kInt8Vnni,  // MXFP4 / int8 weights: x rounded to int8 per 32-element block, vpdpbusd tiles
+              // (needs AVX512_VNNI): kAuto's int8 products (MatmulPrecision::kInt8).
 };
 void MatmulWithAlgo(MatmulAlgo algo, const MatmulWeights& w, const float* x, int64_t m, float* y);
 

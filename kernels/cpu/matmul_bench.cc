@@ -3,6 +3,8 @@
 //   triad_GBps  a[i] = b[i] + s·c[i] over 3 × 1/3 GiB (reported, for reference)
 //   fma_GFLOPs  a register-blocked f32 FMA loop over all threads (AVX-512 where present)
 //   bf16_GFLOPs a vdpbf16ps loop (AVX512_BF16 only; the ceiling of the lossy variant)
+//   vnni_GOPs   a vpdpbusd loop (AVX512_VNNI only; the ceiling of the int8-activation products,
+//               2 ops per byte product)
 // The ceilings are printed at start and end (1 GiB, 20M FMA iterations per thread) and measured
 // again, smaller (512 MiB, 5M iterations), right before each case: a shared machine's load
 // drifts by the minute. Every case prints ms per call, GB/s, GFLOP/s, its local ceilings and
@@ -63,7 +65,7 @@ struct Rate {
 };
 
 struct Ceilings {
-  Rate read, triad, fma, bf16, amx;  // bytes/s and FLOP/s
+  Rate read, triad, fma, bf16, amx, vnni;  // bytes/s and FLOP/s (vnni: int8 ops/s)
 };
 Rate ReadBandwidth(const float* data, size_t count) {
   Rate best;
@@ -141,6 +143,18 @@ __attribute__((target("avx512f,avx512bf16"))) void Bf16DotThread(int64_t iters) 
   benchmark::DoNotOptimize(a[0]);
 }
 
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniDotThread(int64_t iters) {
+  __m512i a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_epi32(i);
+  const __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(-2);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbusd_epi32(a[i], b, c);
+  }
+  for (int i = 1; i < 12; ++i) a[0] = _mm512_add_epi32(a[0], a[i]);
+  benchmark::DoNotOptimize(a[0]);
+}
+
 // GFLOP/s of `body(iters)` on all threads, where one iteration is flops_per_iter per thread.
 template <typename Body>
 Rate PeakFlops(Body body, double flops_per_iter, int64_t iters) {
@@ -187,6 +201,9 @@ Ceilings MeasureCeilings(size_t read_bytes, int64_t fma_iters) {
   if (GetCpuFeatures().avx512bf16) {
     c.bf16 = PeakFlops(Bf16DotThread, 12 * 32 * 2, fma_iters);
   }
+  if (GetCpuFeatures().avx512vnni) {
+    c.vnni = PeakFlops(VnniDotThread, 12 * 64 * 2, fma_iters);
+  }
   if (GetCpuFeatures().amx_bf16) {
     c.amx = PeakFlops(
         [](int64_t iters) { benchmark::DoNotOptimize(strata::bench::AmxBf16Chains(iters)); },
@@ -205,12 +222,11 @@ std::string LoadAverage() {
 void PrintCeilings(const char* when, const Ceilings& c) {
   std::printf(
       "ceilings (%s, %d threads, isa %s, loadavg %s): read %.1f GB/s, triad %.1f GB/s, "
-      "f32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s, AMX bf16 %.1f GFLOP/s; per CPU-second: read "
-      "%.1f GB, "
-      "f32 FMA %.1f GFLOP\n",
+      "f32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s, AMX bf16 %.1f GFLOP/s, int8 dot (VNNI) %.1f "
+      "GOP/s; per CPU-second: read %.1f GB, f32 FMA %.1f GFLOP\n",
       when, omp_get_max_threads(), IsaName(ActiveIsa()), LoadAverage().c_str(), c.read.wall / 1e9,
-      c.triad.wall / 1e9, c.fma.wall / 1e9, c.bf16.wall / 1e9, c.amx.wall / 1e9, c.read.cpu / 1e9,
-      c.fma.cpu / 1e9);
+      c.triad.wall / 1e9, c.fma.wall / 1e9, c.bf16.wall / 1e9, c.amx.wall / 1e9, c.vnni.wall / 1e9,
+      c.read.cpu / 1e9, c.fma.cpu / 1e9);
   std::fflush(stdout);
 }
 
@@ -238,6 +254,8 @@ const char* AlgoName(MatmulAlgo a) {
       return "onednn_bf16";
     case MatmulAlgo::kAmxBf16:
       return "amx_bf16";
+    case MatmulAlgo::kInt8Vnni:
+      return "int8_vnni";
   }
   return "?";
 }
@@ -354,7 +372,8 @@ void RunCase(benchmark::State& state, Case c) {
   const double flops = 2.0 * c.m * c.n * c.k;
   const bool amx = c.algo == MatmulAlgo::kAmxBf16 ||
                    (c.algo == MatmulAlgo::kOneDnnBf16 && GetCpuFeatures().amx_bf16);
-  const Rate& peak = amx ? local.amx
+  const Rate& peak = amx                               ? local.amx
+                     : c.algo == MatmulAlgo::kInt8Vnni ? local.vnni
                      : c.algo == MatmulAlgo::kBf16DotLossy || c.algo == MatmulAlgo::kOneDnnBf16
                          ? local.bf16
                          : local.fma;
@@ -402,6 +421,7 @@ void RegisterCases() {
   for (auto [n, k] : expert_shapes) {
     for (int64_t m : {1, 4, 16}) {
       cases.push_back({"decode", WeightFormat::kMxfp4, m, n, k, MatmulAlgo::kStreaming, best});
+      cases.push_back({"decode", WeightFormat::kMxfp4, m, n, k, MatmulAlgo::kInt8Vnni, best});
       cases.push_back(
           {"decode", WeightFormat::kMxfp4, m, n, k, MatmulAlgo::kStreaming, Isa::kAvx2});
     }
@@ -413,6 +433,7 @@ void RegisterCases() {
   for (auto [n, k] : decode_shapes) {
     for (int64_t m : {1, 4, 16}) {
       cases.push_back({"decode", WeightFormat::kInt8, m, n, k, MatmulAlgo::kStreaming, best});
+      cases.push_back({"decode", WeightFormat::kInt8, m, n, k, MatmulAlgo::kInt8Vnni, best});
     }
     cases.push_back({"decode", WeightFormat::kInt8, 1, n, k, MatmulAlgo::kStreaming, Isa::kAvx2});
   }
@@ -425,6 +446,9 @@ void RegisterCases() {
   // Small matrices (the bench preset's routed experts): fork/join overhead shows here.
   for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 1024}, {1024, 256}}) {
     cases.push_back({"decode", WeightFormat::kBf16, 1, n, k, MatmulAlgo::kStreaming, best});
+    for (MatmulAlgo a : {MatmulAlgo::kStreaming, MatmulAlgo::kInt8Vnni}) {
+      cases.push_back({"decode", WeightFormat::kMxfp4, 1, n, k, a, best});
+    }
   }
   cases.push_back({"prefill", WeightFormat::kF32, 512, 4096, 1024, MatmulAlgo::kStreaming, best});
   cases.push_back({"prefill", WeightFormat::kF32, 512, 4096, 1024, MatmulAlgo::kOneDnn, best});

@@ -69,7 +69,27 @@ int GroupRows(const MatmulWeights& a, const MatmulWeights* b, int64_t j, int g, 
 
 bool UseBf16Products(Isa isa, WeightFormat format, int64_t m) {
   return m >= kBf16MinRows && format != WeightFormat::kF32 && isa == Isa::kAvx512Bf16 &&
-         GetMatmulPrecision() == MatmulPrecision::kBf16;
+         GetMatmulPrecision() != MatmulPrecision::kF32;
+}
+
+bool Int8ProductsSupported(Isa isa) {
+  return (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16) && GetCpuFeatures().avx512vnni;
+}
+
+bool UseInt8Products(Isa isa, WeightFormat format, int64_t m) {
+  return (format == WeightFormat::kMxfp4 || format == WeightFormat::kInt8) &&
+         GetMatmulPrecision() == MatmulPrecision::kInt8 && Int8ProductsSupported(isa) &&
+         !UseBf16Products(isa, format, m);
+}
+
+KernelSet Int8ProductKernels(WeightFormat format) {
+  CHECK(format == WeightFormat::kMxfp4 || format == WeightFormat::kInt8);
+  return {format == WeightFormat::kMxfp4 ? &Mxfp4VnniTiles() : &Int8VnniTiles()};
+}
+
+KernelSet KernelsFor(Isa isa, WeightFormat format, int64_t m) {
+  if (UseInt8Products(isa, format, m)) return Int8ProductKernels(format);
+  return SelectKernels(isa, format, UseBf16Tiles(isa, format, m));
 }
 
 bool UseAmxProducts(Isa isa, WeightFormat format, int64_t m) {
@@ -145,7 +165,17 @@ int64_t PackedRowElements(const TileKernels& tiles, int64_t k) {
 }
 
 size_t PackedElementBytes(const TileKernels& tiles) {
-  return tiles.x_layout == XLayout::kBf16 ? 2 : 4;
+  switch (tiles.x_layout) {
+    case XLayout::kBf16:
+    case XLayout::kQ8Mxfp4:
+      return 2;
+    case XLayout::kQ8Int8:
+      return 3;
+    case XLayout::kNatural:
+    case XLayout::kEvenOdd:
+      return 4;
+  }
+  return 4;
 }
 
 void PackRows(const TileKernels& tiles, const float* x, int64_t k, const int64_t* rows, int64_t i0,

@@ -71,8 +71,7 @@ Totals PlanGroups(const GluGroup* groups, int64_t num_groups, Isa isa, GroupPlan
     p.first_task = t.tasks;
     p.first_pack_task = t.pack_tasks;
     if (!Active(g)) continue;
-    p.kernels = internal::SelectKernels(isa, g.gate.format,
-                                        internal::UseBf16Tiles(isa, g.gate.format, g.m));
+    p.kernels = internal::KernelsFor(isa, g.gate.format, g.m);
     const internal::TileKernels& own = *p.kernels.tiles;
     p.x.ldx = internal::PackedRowElements(own, g.gate.k);
     p.x_offset = t.packed_bytes;

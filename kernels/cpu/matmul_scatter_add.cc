@@ -132,8 +132,7 @@ void MatmulScatterAddGrouped(const ScatterAddGroup* groups, int64_t num_groups, 
       packed_bytes +=
           static_cast<size_t>(internal::PackedXForAmxWords(g.w.k, g.m)) * sizeof(uint32_t);
     } else {
-      p.kernels =
-          internal::SelectKernels(isa, g.w.format, internal::UseBf16Tiles(isa, g.w.format, g.m));
+      p.kernels = internal::KernelsFor(isa, g.w.format, g.m);
       p.x.ldx = internal::PackedRowElements(*p.kernels.tiles, g.w.k);
       packed_bytes +=
           static_cast<size_t>(g.m * p.x.ldx) * internal::PackedElementBytes(*p.kernels.tiles);

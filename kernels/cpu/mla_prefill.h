@@ -18,9 +18,9 @@
 // Numerics: f32; query (t, h) always sees context tiles starting at row 0 in the same order, so
 // for a given form its output does not depend on the batch, on the chunking of the prompt or on
 // the thread count (on one ISA path). The form depends only on the sequence's own (C, T).
-// Under MatmulPrecision::kBf16 on an AMX CPU the expanded form runs its products on AMX tiles
-// with q, k, v and the softmax weights rounded to bf16 (internal/mla_prefill_amx.h; ~2⁻⁸
-// relative error), with the same invariances.
+// Under MatmulPrecision::kBf16 (or kInt8) on an AMX CPU the expanded form runs its products on
+// AMX tiles with q, k, v and the softmax weights rounded to bf16 (internal/mla_prefill_amx.h;
+// ~2⁻⁸ relative error), with the same invariances.
 //
 // Thread-safety: may be called concurrently with distinct scratch buffers.
 #pragma once

@@ -472,7 +472,7 @@ STRATA_TARGET_AMX void RunItem(const MlaDims& dims, float scale, const MatmulWei
 }  // namespace
 
 bool MlaPrefillUsesBf16(const MlaDims& dims) {
-  return GetMatmulPrecision() == MatmulPrecision::kBf16 && Bf16MatmulSupported() &&
+  return GetMatmulPrecision() != MatmulPrecision::kF32 && Bf16MatmulSupported() &&
          dims.qk_nope_head_dim + dims.qk_rope_head_dim <= kMlaBf16MaxKeyWidth;
 }
 

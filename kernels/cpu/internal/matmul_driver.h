@@ -47,6 +47,18 @@ bool UseAmxProducts(Isa isa, WeightFormat format, int64_t m);
 // vdpbf16ps tiles: vdpbf16ps runs at the FMA rate there, measured slower than the f32 tiles
 // (28.9 vs 24.4 ms, 512×4096×1024).
 bool UseBf16Tiles(Isa isa, WeightFormat format, int64_t m);
+// MatmulPrecision::kInt8's products (x rounded to int8, VNNI tiles: matmul_vnni.cc) run here:
+// an AVX-512 ISA and AVX512_VNNI.
+bool Int8ProductsSupported(Isa isa);
+// Whether a product of m rows runs on them: MXFP4 or int8 weights, precision kInt8, supported,
+// and not one of the bf16 products (kInt8 keeps kBf16's products from kBf16MinRows rows where
+// the CPU has them: AMX and vdpbf16ps outrun the int8 tiles there).
+bool UseInt8Products(Isa isa, WeightFormat format, int64_t m);
+// The int8-activation tiles for MXFP4 or int8 weights.
+KernelSet Int8ProductKernels(WeightFormat format);
+// The tiles kAuto runs a product of m rows on (when it runs on tiles, i.e. not on AMX): the
+// int8-activation tiles, the bf16 tiles or the format's exact ones.
+KernelSet KernelsFor(Isa isa, WeightFormat format, int64_t m);
 
 // Checks a weight view's invariants (CHECK): n, k ≥ 0, data present, MXFP4 k % 32 == 0.
 void CheckWeights(const MatmulWeights& w);

@@ -14,6 +14,9 @@
 //              widens (even = w << 16, odd = w & 0xFFFF0000) and MXFP4 bytes decode (low nibble
 //              = even element, high nibble = odd).
 //   kBf16      x rounded to bf16, natural order (the lossy vdpbf16ps variant).
+//   kQ8Mxfp4,  x rounded to int8 per 32-element block with its int32 lane corrections and f32
+//   kQ8Int8    scales (MatmulPrecision::kInt8's VNNI tiles; matmul_vnni.cc has the layouts):
+//              2 and 3 bytes per element, superblocks of 128 and 64 elements.
 //
 //   x_perm row i (kEvenOdd, V = 4 shown):
 //   k:      0  1  2  3  4  5  6  7 | 8  9 ...
@@ -34,7 +37,7 @@ inline constexpr int64_t kKBlock = 1024;
 inline constexpr int kMaxTileRows = 4;  // mr_max upper bound
 inline constexpr int kMaxTileCols = 4;  // nr_max upper bound
 
-enum class XLayout { kNatural, kEvenOdd, kBf16 };
+enum class XLayout { kNatural, kEvenOdd, kBf16, kQ8Mxfp4, kQ8Int8 };
 
 struct TileArgs {
   const void* x;  // row 0 of the x operand at element k0 (f32, or bf16 for kBf16)
@@ -86,6 +89,9 @@ const TileKernels& Mxfp4TilesAvx2();
 const TileKernels& Int8TilesAvx512();
 const TileKernels& Int8TilesAvx2();
 const TileKernels& Bf16DotLossyTilesAvx512Bf16();
+// MatmulPrecision::kInt8's tiles for MXFP4 and int8 weights (AVX512_VNNI; matmul_vnni.cc).
+const TileKernels& Mxfp4VnniTiles();
+const TileKernels& Int8VnniTiles();
 void DecodeMxfp4TileAvx512(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
                            int64_t kc, float* dst);
 void DecodeMxfp4TileAvx2(const uint8_t* const* packed, const uint8_t* const* scales, int nr,
