@@ -21,8 +21,9 @@
 # EXPERTS=mxfp4,int8: the other matrices too as the same int8 values — Strata with
 # `--quantization int8`, llama.cpp as Q8_0 blocks holding Strata's codes and scales.
 # PRECISION=bf16 (environment; default f32): Strata's big products round their activations to
-# bf16 (--cpu-matmul-precision bf16), as llama.cpp's bf16 products do (its Q8_0 ones round them
-# to int8).
+# bf16 (--cpu-matmul-precision bf16), as llama.cpp's bf16 products do; PRECISION=int8 also
+# rounds decode's activations to int8 for the MXFP4 and int8 products, as llama.cpp's Q8_0 and
+# MXFP4 products always do.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/peer_setup.sh"
 

@@ -8,7 +8,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +28,7 @@
 #include "engine/checkpoint_quantize.h"
 #include "engine/generator.h"
 #include "engine/model.h"
+#include "kernels/cpu/matmul.h"
 #include "tools/checkpoint_generator.h"
 
 namespace strata::engine {
@@ -474,6 +477,49 @@ TEST_F(WeightQuantizeTest, Int8QuantisesEachProjectionAsItsStoredValuesAndKeepsT
     EXPECT_GT(int8_error, 1e-5);
     EXPECT_LT(int8_error, mxfp4_error) << "int8 " << int8_error << ", mxfp4 " << mxfp4_error;
     EXPECT_EQ(Logits(*Load(dir, WeightQuantization::kInt8, /*copy=*/false)), q8);
+  }
+}
+
+// --cpu-matmul-precision int8: decode-sized products (here a 10-token prompt: fewer than
+// kBf16MinRows rows) with MXFP4 or int8 weights round their activations to int8 per 32 values.
+// The logits move by that rounding, about as much as bf16 rounding moves them (8 significant
+// bits either way; random tiny models amplify it through the layers), the greedy choices mostly
+// stay; a model without such weights computes as under bf16, bit for bit (kInt8 includes kBf16's
+// products: here the MLA prefill attention's).
+TEST_F(WeightQuantizeTest, Int8ActivationsMoveOnlyTheQuantisedProductsByTheirRounding) {
+  if (!kernels::cpu::Int8MatmulSupported()) GTEST_SKIP() << "no AVX512_VNNI here";
+  for (const std::string family : {"kimi-linear", "k3"}) {
+    SCOPED_TRACE(family);
+    const std::string dir = Generate(family, family);
+    std::unique_ptr<Model> plain = Load(dir, WeightQuantization::kNone);
+    std::unique_ptr<Model> both = Load(dir, WeightQuantization::kMxfp4Int8);
+    ASSERT_TRUE(plain && both);
+    const std::vector<float> plain_exact = Logits(*plain), exact = Logits(*both);
+    std::vector<float> plain_bf16, plain_int8, rounded;
+    kernels::cpu::SetMatmulPrecision(kernels::cpu::MatmulPrecision::kBf16);
+    plain_bf16 = Logits(*plain);
+    kernels::cpu::SetMatmulPrecision(kernels::cpu::MatmulPrecision::kInt8);
+    plain_int8 = Logits(*plain);
+    rounded = Logits(*both);
+    kernels::cpu::SetMatmulPrecision(kernels::cpu::MatmulPrecision::kF32);
+    EXPECT_EQ(plain_int8, plain_bf16);
+    EXPECT_NE(plain_int8, plain_exact);  // the MLA prefill's bf16 products do run
+    const double moved = RelativeRms(exact, rounded);
+    const int64_t vocab = plain->config().vocab_size;
+    const int64_t rows = static_cast<int64_t>(exact.size()) / vocab;
+    int kept = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto best = [&](const std::vector<float>& l) {
+        return std::max_element(l.begin() + r * vocab, l.begin() + (r + 1) * vocab) - l.begin();
+      };
+      kept += best(exact) == best(rounded);
+    }
+    std::printf(
+        "%s int8 activations: logits moved %.2e (relative RMS), argmax kept at %d of %lld\n",
+        family.c_str(), moved, kept, static_cast<long long>(rows));
+    EXPECT_GT(moved, 1e-5);
+    EXPECT_LT(moved, 0.35);
+    EXPECT_GE(kept * 10, rows * 7);
   }
 }
 

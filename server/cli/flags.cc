@@ -119,16 +119,23 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const 
 
 absl::Status ApplyCpuMatmulPrecision(const std::string& value) {
   using kernels::cpu::MatmulPrecision;
-  if (value != "f32" && value != "bf16") {
-    return absl::InvalidArgumentError("--cpu-matmul-precision must be f32 or bf16, got '" + value +
-                                      "'");
+  if (value != "f32" && value != "bf16" && value != "int8") {
+    return absl::InvalidArgumentError("--cpu-matmul-precision must be f32, bf16 or int8, got '" +
+                                      value + "'");
   }
-  const MatmulPrecision precision =
-      value == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32;
-  if (precision == MatmulPrecision::kBf16 && !kernels::cpu::Bf16MatmulSupported()) {
+  const MatmulPrecision precision = value == "int8"   ? MatmulPrecision::kInt8
+                                    : value == "bf16" ? MatmulPrecision::kBf16
+                                                      : MatmulPrecision::kF32;
+  if (precision != MatmulPrecision::kF32 && !kernels::cpu::Bf16MatmulSupported()) {
     LOG_WARN("engine",
-             "--cpu-matmul-precision bf16: this CPU has no AVX512_BF16, the f32 "
-             "products run");
+             "--cpu-matmul-precision {}: this CPU has no AVX512_BF16, products over >= 16 rows "
+             "stay f32",
+             value);
+  }
+  if (precision == MatmulPrecision::kInt8 && !kernels::cpu::Int8MatmulSupported()) {
+    LOG_WARN("engine",
+             "--cpu-matmul-precision int8: this CPU has no AVX512_VNNI, the MXFP4 and int8 "
+             "products keep f32 activations");
   }
   kernels::cpu::SetMatmulPrecision(precision);
   return absl::OkStatus();

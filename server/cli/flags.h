@@ -72,9 +72,10 @@ inline constexpr char kSpeculativeConfigHelp[] =
     "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 5, \"prompt_lookup_min\": 2, "
     "\"disable_by_batch_size\": 8}' (default off)";
 
-// --cpu-matmul-precision: f32 (the default) or bf16, set process-wide (kernels/cpu/matmul.h
+// --cpu-matmul-precision: f32 (the default), bf16 or int8, set process-wide (kernels/cpu/matmul.h
 // MatmulPrecision). InvalidArgument naming the flag and the choices; a warning, not an error,
-// when bf16 is asked for on a CPU without AVX512_BF16 (the f32 products then run).
+// when the CPU lacks what they need (AVX512_BF16; int8 also AVX512_VNNI): those products then
+// stay f32.
 absl::Status ApplyCpuMatmulPrecision(const std::string& value);
 
 inline constexpr char kQuantizationHelp[] =
@@ -93,7 +94,10 @@ inline constexpr char kCpuMatmulPrecisionHelp[] =
     "and the MLA prefill attention: f32 (default: activations stay f32, exact) | bf16 "
     "(activations rounded to bf16 with f32 sums, as llama.cpp and GPU engines compute: on AMX "
     "tiles where the CPU has them, prefill 2-2.5x; else vdpbf16ps, about twice the matrix "
-    "FLOP/s; 8 significant bits per activation; CPUs with AVX512_BF16 only)";
+    "FLOP/s; 8 significant bits per activation; CPUs with AVX512_BF16 only) | int8 (bf16's "
+    "products, and decode's products with MXFP4 or int8 weights round activations to int8 per "
+    "32 values, llama.cpp's Q8_0, and multiply bytes with VNNI: MXFP4 decode is bound by "
+    "decoding, not memory, without it; CPUs with AVX512_VNNI)";
 
 inline constexpr char kKvCacheDTypeHelp[] =
     "MLA latent cache rows: auto | f32 | bf16 | fp8 (FlashMLA's 656-byte rows: 1.76x the tokens "

@@ -111,7 +111,7 @@ TEST(FlagsTest, CpuMatmulPrecisionSetsTheProcessWidePrecisionAndNamesBadValues) 
   const absl::Status bad = ApplyCpuMatmulPrecision("fp16");
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.message()),
-              ::testing::HasSubstr("--cpu-matmul-precision must be f32 or bf16, got 'fp16'"));
+              ::testing::HasSubstr("--cpu-matmul-precision must be f32, bf16 or int8, got 'fp16'"));
   EXPECT_EQ(kernels::cpu::GetMatmulPrecision(), kernels::cpu::MatmulPrecision::kF32);
   EXPECT_STREQ(kernels::cpu::MatmulPrecisionInEffect(), "f32");
   ASSERT_TRUE(ApplyCpuMatmulPrecision("bf16").ok());
@@ -120,6 +120,13 @@ TEST(FlagsTest, CpuMatmulPrecisionSetsTheProcessWidePrecisionAndNamesBadValues) 
                                : kernels::cpu::Bf16MatmulUsesAmx()  ? "bf16-amx"
                                                                     : "bf16";
   EXPECT_EQ(kernels::cpu::MatmulPrecisionInEffect(), expected);
+  ASSERT_TRUE(ApplyCpuMatmulPrecision("int8").ok());
+  EXPECT_EQ(kernels::cpu::GetMatmulPrecision(), kernels::cpu::MatmulPrecision::kInt8);
+  const std::string int8 = kernels::cpu::Int8MatmulSupported() ? "int8" : "";
+  const std::string with_bf16 = expected == "f32" ? int8
+                                : int8.empty()    ? expected
+                                                  : int8 + "+" + expected;
+  EXPECT_EQ(kernels::cpu::MatmulPrecisionInEffect(), with_bf16.empty() ? "f32" : with_bf16);
   ASSERT_TRUE(ApplyCpuMatmulPrecision("f32").ok());
   EXPECT_EQ(kernels::cpu::GetMatmulPrecision(), kernels::cpu::MatmulPrecision::kF32);
 }
