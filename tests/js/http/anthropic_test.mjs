@@ -101,7 +101,8 @@ test("tool_choice tool forces a schema-valid tool_use; a tool_result turn contin
   assert.equal(m.stop_reason, "tool_use");
   assert.equal(uses[0].name, "get_weather");
   assert.equal(typeof uses[0].input.city, "string");
-  assert.ok(uses[0].input.city.length <= 10);
+  // maxLength counts characters (code points); a String's length counts UTF-16 units.
+  assert.ok([...uses[0].input.city].length <= 10, JSON.stringify(uses[0].input));
   const next = await client.messages.create({
     model: MODEL, tools, max_tokens: 4, messages: [
       ...hello,
