@@ -215,8 +215,7 @@ bool MatmulAlgoSupported(MatmulAlgo algo, WeightFormat format) {
     case MatmulAlgo::kAmxBf16:
       return format != WeightFormat::kF32 && internal::AmxBf16Usable();
     case MatmulAlgo::kInt8Vnni:
-      return (format == WeightFormat::kMxfp4 || format == WeightFormat::kInt8) &&
-             Int8MatmulSupported();
+      return internal::HasInt8Products(format) && Int8MatmulSupported();
   }
   return false;
 }

@@ -77,13 +77,12 @@ bool Int8ProductsSupported(Isa isa) {
 }
 
 bool UseInt8Products(Isa isa, WeightFormat format, int64_t m) {
-  return (format == WeightFormat::kMxfp4 || format == WeightFormat::kInt8) &&
-         GetMatmulPrecision() == MatmulPrecision::kInt8 && Int8ProductsSupported(isa) &&
-         !UseBf16Products(isa, format, m);
+  return HasInt8Products(format) && GetMatmulPrecision() == MatmulPrecision::kInt8 &&
+         Int8ProductsSupported(isa) && !UseBf16Products(isa, format, m);
 }
 
 KernelSet Int8ProductKernels(WeightFormat format) {
-  CHECK(format == WeightFormat::kMxfp4 || format == WeightFormat::kInt8);
+  CHECK(HasInt8Products(format));
   return {format == WeightFormat::kMxfp4 ? &Mxfp4VnniTiles() : &Int8VnniTiles()};
 }
 

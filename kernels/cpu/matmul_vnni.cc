@@ -146,6 +146,9 @@ STRATA_TARGET_VNNI __attribute__((always_inline)) inline __m512 Accumulate(__m51
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sw, _mm512_loadu_ps(sx)), acc);
 }
 
+template <int MR, int NR>
+using Accumulators = __m512[MR][NR];
+
 // A weight format's side of the tiles: its superblock, its bytes per 32-element block, and Step,
 // which adds one superblock (p: its first element) of every row to the accumulators;
 // `code_mask` / `scale_mask` select the bytes present (a row's last superblock may be partial).
@@ -154,11 +157,9 @@ struct Mxfp4Q8 {
   static constexpr int kCodeBytes = 16, kScaleBytes = 1;  // per 32-element block
 
   template <int MR, int NR>
-  STRATA_TARGET_VNNI __attribute__((always_inline)) static inline void Step(__m512 (&acc)[MR][NR],
-                                                                            const TileArgs& t,
-                                                                            int64_t p,
-                                                                            __mmask64 code_mask,
-                                                                            __mmask16 scale_mask) {
+  STRATA_TARGET_VNNI __attribute__((always_inline)) static inline void Step(
+      Accumulators<MR, NR>& acc, const TileArgs& t, int64_t p, __mmask64 code_mask,
+      __mmask16 scale_mask) {
     const __m512i table = _mm512_broadcast_i32x4(
         _mm_setr_epi8(16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4));
     const __m512i nibble = _mm512_set1_epi8(0x0F);
@@ -197,11 +198,9 @@ struct Int8Q8 {
   static constexpr int kCodeBytes = 32, kScaleBytes = 2;
 
   template <int MR, int NR>
-  STRATA_TARGET_VNNI __attribute__((always_inline)) static inline void Step(__m512 (&acc)[MR][NR],
-                                                                            const TileArgs& t,
-                                                                            int64_t p,
-                                                                            __mmask64 code_mask,
-                                                                            __mmask16 scale_mask) {
+  STRATA_TARGET_VNNI __attribute__((always_inline)) static inline void Step(
+      Accumulators<MR, NR>& acc, const TileArgs& t, int64_t p, __mmask64 code_mask,
+      __mmask16 scale_mask) {
     const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
     // Lanes 0–7 take the low bf16 of the broadcast pair (shifted up), 8–15 the high one.
     const __m512i shifts =

@@ -50,6 +50,10 @@ bool UseBf16Tiles(Isa isa, WeightFormat format, int64_t m);
 // MatmulPrecision::kInt8's products (x rounded to int8, VNNI tiles: matmul_vnni.cc) run here:
 // an AVX-512 ISA and AVX512_VNNI.
 bool Int8ProductsSupported(Isa isa);
+// The weight formats the int8-activation tiles read: MXFP4 and int8.
+inline bool HasInt8Products(WeightFormat format) {
+  return format == WeightFormat::kMxfp4 || format == WeightFormat::kInt8;
+}
 // Whether a product of m rows runs on them: MXFP4 or int8 weights, precision kInt8, supported,
 // and not one of the bf16 products (kInt8 keeps kBf16's products from kBf16MinRows rows where
 // the CPU has them: AMX and vdpbf16ps outrun the int8 tiles there).
