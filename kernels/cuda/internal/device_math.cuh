@@ -17,6 +17,14 @@ __device__ __forceinline__ uint16_t FloatToBf16Bits(float value) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
+// The same bits as FloatToBf16Bits (round to nearest even, NaN → 0x7FFF), computed with 32-bit
+// integer operations: for values that leave as single bytes (model_ops.cu's fp8 latent rows).
+__device__ __forceinline__ uint32_t FloatToBf16BitsRne(float value) {
+  const uint32_t bits = __float_as_uint(value);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFFu;
+  return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+}
+
 // Stores `value` as f32 or as bf16 bits: lets one kernel template write either output type.
 __device__ __forceinline__ void StoreOut(float* dst, float value) { *dst = value; }
 __device__ __forceinline__ void StoreOut(uint16_t* dst, float value) {
