@@ -188,9 +188,15 @@ Json CompletionLogprobsJson(const engine::Tokenizer& tokenizer,
       top_logprobs.push_back(nullptr);
     } else {
       token_logprobs.push_back(FiniteLogprob(e.logprob));
+      // Keyed by text: tokens that show the same text (byte pieces of one character all show
+      // U+FFFD) share a key, which keeps the best of their logprobs — so a greedy token's own
+      // entry is never replaced by a worse token's.
       Json top = Json::object();
       for (const engine::TokenLogprob& t : e.top) {
-        top[TokenText(tokenizer, t.token_id)] = FiniteLogprob(t.logprob);
+        const std::string key = TokenText(tokenizer, t.token_id);
+        const double logprob = FiniteLogprob(t.logprob);
+        auto it = top.find(key);
+        if (it == top.end() || it->get<double>() < logprob) top[key] = logprob;
       }
       top_logprobs.push_back(std::move(top));
     }

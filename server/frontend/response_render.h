@@ -92,7 +92,8 @@ Json ChatChunkJson(const ResponseMeta& meta, int index, Json delta, Json logprob
 // ---- /v1/completions ----
 // {"tokens", "token_logprobs", "top_logprobs" (token text -> logprob), "text_offset"};
 // offsets start at `text_offset` and advance by each token's text length. An unscored entry
-// (an echoed prompt's first token) has null log-prob and top_logprobs.
+// (an echoed prompt's first token) has null log-prob and top_logprobs. Tokens of the same text
+// share one top_logprobs key, holding the best of their logprobs.
 Json CompletionLogprobsJson(const engine::Tokenizer& tokenizer,
                             const std::vector<TokenLogprobEntry>& entries, int64_t text_offset);
 Json CompletionJson(const ResponseMeta& meta, const engine::Tokenizer& tokenizer,
