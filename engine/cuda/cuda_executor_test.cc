@@ -16,8 +16,11 @@
 // emulator: median 1.2e-2, worst row 6.3e-2) with every expert routed (top-k = all 8). With
 // top-2 of 8 (the *_top2 families: empty experts, uneven groups), bf16 rounding flips
 // near-tied experts for ~1% of tokens and a flipped expert moves that token's output by a
-// whole expert (rows up to 0.42 apart): there only the median row and the routing counts are
-// tight. The router's selection itself is checked in cuda_router_test.
+// whole expert, and with it the rows that read that token, fading over the next steps through
+// the KDA state (0.42, 0.13, 0.10 on the emulator; 1.07 once on an H200): there rows may pass
+// kRowTolerance, no more of them than tokens flipped (half the routing-count difference) nor
+// than a quarter of the rows, and the median row and the routing counts stay tight. The router's
+// selection itself is checked in cuda_router_test.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -50,8 +53,6 @@ constexpr int kNumSlots = 6;
 // Relative L2 error of one row's distribution, and of the median row (see the tolerance note).
 constexpr double kRowTolerance = 0.1;
 constexpr double kMedianTolerance = 0.03;
-// With top-2 routing a flipped expert moves a row by a whole expert's output (measured: 0.42).
-constexpr double kFlippedRowTolerance = 0.6;
 // |log-probability| differences of scored prompt tokens (bf16 activations, as the rows above;
 // measured on the emulator: median 6e-3..1.4e-2, worst 0.23 with every expert routed, 1.66
 // where top-2 routing flips an expert).
@@ -97,7 +98,6 @@ struct Family {
   // ≤ 8 rows does too, its tensor-core path by bf16(code · scale)).
   WeightQuantization quantization = WeightQuantization::kNone;
   LatentDType CpuLatent() const { return latent == LatentDType::kFP8 ? latent : LatentDType::kF32; }
-  double RowTolerance() const { return topk == 8 ? kRowTolerance : kFlippedRowTolerance; }
 };
 
 void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
@@ -155,6 +155,16 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
   }
   void TearDown() override {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    // Top-2 families: rows past kRowTolerance are routing flips — no more than tokens flipped,
+    // and few.
+    if (flipped_rows_ > 0) {
+      EXPECT_LE(flipped_rows_, moved_ / 2)
+          << "rows past " << kRowTolerance << "; routing counts differ by " << moved_;
+      EXPECT_LE(flipped_rows_, std::ssize(row_errors_) / 4)
+          << "rows past " << kRowTolerance << " of " << row_errors_.size();
+      std::printf("%s: %lld of %zu rows past %.1f (routing flips)\n", GetParam().name.c_str(),
+                  static_cast<long long>(flipped_rows_), row_errors_.size(), kRowTolerance);
+    }
   }
 
   int64_t vocab() const { return model_->config().vocab_size; }
@@ -207,13 +217,20 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
         ref += pc[v] * pc[v];
       }
       const double relerr = std::sqrt(diff / ref);
-      const double tolerance = GetParam().RowTolerance();
-      const bool ok = std::isfinite(relerr) && relerr <= tolerance;
+      const bool ok = std::isfinite(relerr) && relerr <= kRowTolerance;
+      const bool flipped = !ok && std::isfinite(relerr) && GetParam().topk != 8;
       std::printf("[relerr] kernel=CudaExecutor_%s case=%s_seq%lld relerr=%.3e tol=%.1e %s\n",
                   GetParam().name.c_str(), what.c_str(), static_cast<long long>(c.seq_id), relerr,
-                  tolerance, ok ? "ok" : "FAIL");
+                  kRowTolerance,
+                  ok        ? "ok"
+                  : flipped ? "flip"
+                            : "FAIL");
       row_errors_.push_back(std::isfinite(relerr) ? relerr : 1.0);
-      EXPECT_TRUE(ok) << what << " seq " << c.seq_id << " relerr " << relerr;
+      if (flipped) {
+        ++flipped_rows_;  // bounded in TearDown
+      } else {
+        EXPECT_TRUE(ok) << what << " seq " << c.seq_id << " relerr " << relerr;
+      }
       if (c.token_id != g.token_id) {
         std::printf("  %s seq %lld: argmax differs (cpu %d p=%.4f, gpu %d p=%.4f)\n", what.c_str(),
                     static_cast<long long>(c.seq_id), c.token_id,
@@ -255,6 +272,7 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
   std::string dir_;
   std::vector<double> row_errors_;
   int64_t routed_ = 0, moved_ = 0;  // top-2 families: routed tokens, |count differences|
+  int64_t flipped_rows_ = 0;        // top-2 families: rows past kRowTolerance
   std::unique_ptr<Model> model_;
   std::unique_ptr<CpuExecutor> cpu_;
   std::unique_ptr<CudaExecutor> gpu_;
