@@ -39,6 +39,7 @@ double DecodeWeightBytes(const engine::ModelConfig& cfg, double total_bytes, dou
 
 struct Measured {
   double prefill_s = 0, decode_s = 0;
+  double decode_execute_s = 0;  // of decode_s, inside StepExecutor::Execute (the rest: scheduling)
   int64_t prefill_tokens = 0, decode_tokens = 0;
 };
 
@@ -76,7 +77,12 @@ absl::StatusOr<Measured> RunRequests(const engine::Model& model, EngineBackend& 
   bool decoding = false;
   while (sched->HasWork()) {
     engine::StepPlan plan = sched->Schedule();
+    const auto execute_start = std::chrono::steady_clock::now();
     engine::StepResult result = backend.executor->Execute(plan);
+    if (decoding) {
+      m.decode_execute_s +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_start).count();
+    }
     for (const auto& e : sched->Commit(result)) {
       if (e.token && e.num_output_tokens == 1) ++first_tokens;
     }
@@ -138,6 +144,7 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
                                                       const std::string& model_dir,
                                                       EngineBackend& backend,
                                                       const EngineBenchOptions& o) {
+  if (backend.warm_up) RETURN_IF_ERROR(RunRequests(model, backend, o).status());
   ASSIGN_OR_RETURN(Measured m, RunRequests(model, backend, o));
   const engine::ModelConfig& cfg = model.config();
   const engine::WeightStats w = model.weight_stats();
@@ -173,6 +180,7 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
                                          : absl::StrFormat("temperature %g, top_p %g, top_k %d",
                                                            o.temperature, o.top_p, o.top_k)},
       {"kv_cache_dtype", std::string(LatentDTypeName(backend.layout.latent_dtype))},
+      {"warm_up_runs", backend.warm_up ? 1 : 0},
       {"prefill_tokens_per_s", prefill_tps},
       {"decode_tokens_per_s", decode_tps},
       {"prefill_floor_tokens_per_s", prefill_floor_tps},
@@ -180,6 +188,7 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
       {"prefill_pct_of_roofline", 100.0 * prefill_tps / prefill_floor_tps},
       {"decode_pct_of_roofline", 100.0 * decode_tps / decode_floor_tps},
       {"decode_floor_bound_by", decode_bound},
+      {"decode_execute_share", m.decode_s > 0 ? m.decode_execute_s / m.decode_s : 0.0},
       {"measured_read_bandwidth_gb_s", bandwidth / 1e9},
       {"measured_peak_" + backend.peak_name + "_gflop_s", peak / 1e9},
       {"decode_step_bytes", step_bytes},
@@ -200,6 +209,10 @@ void PrintEngineBenchTable(const nlohmann::ordered_json& r, const EngineBackend&
       static_cast<long long>(r["gen_tokens"].get<int64_t>()),
       r["kv_cache_dtype"].get<std::string>().c_str(), r["sampling"].get<std::string>().c_str());
   std::printf("ceilings: %s\n", backend.ceilings.c_str());
+  if (r["warm_up_runs"].get<int>() > 0) {
+    std::printf("timed after %d untimed run(s) of the same requests (warm-up)\n",
+                r["warm_up_runs"].get<int>());
+  }
   const nlohmann::ordered_json& formats = r["weights"];
   std::printf(
       "weights: %.2f GB (routed experts %s, projections %s, lm_head %s); a decode step "
@@ -211,10 +224,12 @@ void PrintEngineBenchTable(const nlohmann::ordered_json& r, const EngineBackend&
   std::printf("%-8s %14.1f %18.1f %7.1f%%\n", "prefill", r["prefill_tokens_per_s"].get<double>(),
               r["prefill_floor_tokens_per_s"].get<double>(),
               r["prefill_pct_of_roofline"].get<double>());
-  std::printf("%-8s %14.1f %18.1f %7.1f%%  (floor bound by %s)\n", "decode",
-              r["decode_tokens_per_s"].get<double>(), r["decode_floor_tokens_per_s"].get<double>(),
+  std::printf("%-8s %14.1f %18.1f %7.1f%%  (floor bound by %s; %.0f%% of the time executing)\n",
+              "decode", r["decode_tokens_per_s"].get<double>(),
+              r["decode_floor_tokens_per_s"].get<double>(),
               r["decode_pct_of_roofline"].get<double>(),
-              r["decode_floor_bound_by"].get<std::string>().c_str());
+              r["decode_floor_bound_by"].get<std::string>().c_str(),
+              100.0 * r["decode_execute_share"].get<double>());
 }
 
 }  // namespace strata::bench

@@ -44,6 +44,10 @@ struct EngineBackend {
   std::string matmul_precision = "f32";  // products: "f32" | "bf16" | "bf16-amx" (GPU: "bf16")
   std::string ceilings;                  // one line for the report
   int prefill_chunk_alignment = 0;       // SchedulerConfig::prefill_chunk_alignment it needs
+  // Run the same requests once, untimed, before the timed run: on a GPU the first steps pay
+  // start-up costs (modules loaded at first launch, one CUDA graph captured per decode bucket)
+  // that a serving process pays once, not per request.
+  bool warm_up = false;
 };
 
 // Pages for every sequence's prompt and output, one slot each, no checkpoints.

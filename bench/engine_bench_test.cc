@@ -52,6 +52,10 @@ TEST(EngineBenchTest, CpuRunReportsRatesAndFloors) {
       1e-9);
   const std::string bound = r["decode_floor_bound_by"];
   EXPECT_TRUE(bound == "bandwidth" || bound == "compute") << bound;
+  // The CPU backend times its first run; the executor's share of decode is a fraction.
+  EXPECT_EQ(r["warm_up_runs"], 0);
+  EXPECT_GT(r["decode_execute_share"].get<double>(), 0.0);
+  EXPECT_LE(r["decode_execute_share"].get<double>(), 1.0);
   std::filesystem::remove_all(dir);
 }
 
