@@ -88,6 +88,22 @@ std::string Fmt(const char* fmt, double v) {
   return buf;
 }
 
+// One table row in markdown; also printed as each kernel finishes ("row: | ... |"), so a run
+// cut short by its time limit still shows what it measured.
+std::string FormatRow(const Row& r) {
+  char buf[512];
+  if (!r.error.empty()) {
+    std::snprintf(buf, sizeof(buf), "| %s | %s | ERROR | %s | | %s | |", r.kernel.c_str(),
+                  r.shape.c_str(), r.error.c_str(), r.target.c_str());
+  } else {
+    std::snprintf(buf, sizeof(buf), "| %s | %s | %.1f | %.0f %s | %.0f%% %s | %s | %s |",
+                  r.kernel.c_str(), r.shape.c_str(), r.us, r.achieved,
+                  r.flop_bound ? "TFLOP/s" : "GB/s", r.pct, r.flop_bound ? "GEMM" : "copy",
+                  r.target.c_str(), r.note.c_str());
+  }
+  return buf;
+}
+
 struct Bench {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -97,6 +113,12 @@ struct Bench {
   std::string filter;
   std::vector<Row> rows;
   uint64_t seed = 1;
+
+  void Report(const Row& row) {
+    std::printf("row: %s\n", FormatRow(row).c_str());
+    std::fflush(stdout);
+    rows.push_back(row);
+  }
 
   bool Wants(const std::string& kernel) const {
     return filter.empty() || kernel.find(filter) != std::string::npos;
@@ -128,16 +150,12 @@ struct Bench {
       if (!flop_bound && flops > 0.0) row.note = Fmt("%.1f TFLOP/s", flops / (*ms * 1e-3) / 1e12);
       if (flop_bound && bytes > 0.0) row.note = Fmt("%.0f GB/s", bytes / (*ms * 1e-3) / 1e9);
     }
-    std::printf("  %-28s %-36s %s\n", kernel.c_str(), shape.c_str(),
-                row.error.empty() ? "done" : row.error.c_str());
-    std::fflush(stdout);
-    rows.push_back(row);
+    Report(row);
   }
   void Fail(const std::string& kernel, const std::string& shape, const absl::Status& status) {
     Row row{kernel, shape};
     row.error = status.ToString();
-    std::printf("  %-28s %-36s %s\n", kernel.c_str(), shape.c_str(), row.error.c_str());
-    rows.push_back(row);
+    Report(row);
     cudaGetLastError();
   }
 };
@@ -878,16 +896,7 @@ void PrintTable(const Bench& bench) {
               bench.copy_gbps, bench.gemm_tflops);
   std::printf("| kernel | shape | time (us) | achieved | %% of ceiling | target | also |\n");
   std::printf("|---|---|---:|---:|---:|---|---|\n");
-  for (const Row& r : bench.rows) {
-    if (!r.error.empty()) {
-      std::printf("| %s | %s | ERROR | %s | | %s | |\n", r.kernel.c_str(), r.shape.c_str(),
-                  r.error.c_str(), r.target.c_str());
-      continue;
-    }
-    std::printf("| %s | %s | %.1f | %.0f %s | %.0f%% %s | %s | %s |\n", r.kernel.c_str(),
-                r.shape.c_str(), r.us, r.achieved, r.flop_bound ? "TFLOP/s" : "GB/s", r.pct,
-                r.flop_bound ? "GEMM" : "copy", r.target.c_str(), r.note.c_str());
-  }
+  for (const Row& r : bench.rows) std::printf("%s\n", FormatRow(r).c_str());
   std::fflush(stdout);
 }
 
@@ -952,8 +961,9 @@ int Run(Bench& bench) {
   BenchDenseGemm(bench, "LM head decode", 64, 163840, 7168);
   if (all) BenchDenseGemm(bench, "LM head prefill", 4096, 163840, 7168);
   // int8 projections (--quantization int8) next to the same shapes in bf16: K-L's KDA q|k|v
-  // (2304 → 3·4096) at decode batches 1, 8, 16 and 32, K3's o_proj (8192 → 7168), the LM head.
-  for (int64_t m : {1, 8, 16, 32}) {  // 16: the GEMV at its widest; 32: tensor cores
+  // (2304 → 3·4096) at decode batches 1, 2, 4, 8, 16 and 32, K3's o_proj (8192 → 7168), the LM
+  // head.
+  for (int64_t m : {1, 2, 4, 8, 16, 32}) {  // 16: the GEMV at its widest; 32: tensor cores
     BenchGemmInt8(bench, "K-L q|k|v", m, 12288, 2304);
     BenchDenseGemm(bench, "K-L q|k|v", m, 12288, 2304);
   }
