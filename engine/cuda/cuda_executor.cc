@@ -240,6 +240,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor::DecodeGraph>> CudaExecutor::Capture
     cudaGetLastError();
     return recorded.ok() ? kc::CudaStatus(ended, "cudaStreamEndCapture") : recorded;
   }
+  cudaGraphGetNodes(graph, nullptr, &g->num_nodes);
   const cudaError_t made = cudaGraphInstantiate(&g->exec, graph, 0);
   cudaGraphDestroy(graph);
   STRATA_CUDA_RETURN_IF_ERROR(made, "cudaGraphInstantiate");
@@ -249,6 +250,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor::DecodeGraph>> CudaExecutor::Capture
 CudaExecutor::DecodeGraph* CudaExecutor::GraphFor(const GraphKey& key) {
   auto it = graphs_.find(key);
   if (it != graphs_.end()) return it->second.get();
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<DecodeGraph>> g = Capture();
   if (!g.ok()) {
     LOG_WARN("cuda", "decode graph for batch {} / {} pages not captured ({}); eager instead",
@@ -256,7 +258,12 @@ CudaExecutor::DecodeGraph* CudaExecutor::GraphFor(const GraphKey& key) {
     graph_failed_.insert(key);
     return nullptr;
   }
-  LOG_DEBUG("cuda", "captured the decode graph for batch {} / {} pages", key.first, key.second);
+  // Once per bucket: how long a capture takes, and how many nodes each replay launches (at small
+  // batches a decode step costs about that many kernel latencies).
+  LOG_INFO(
+      "cuda", "captured the decode graph for batch {} / {} pages: {} nodes, {:.1f} ms", key.first,
+      key.second, (*g)->num_nodes,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return graphs_.emplace(key, std::move(*g)).first->second.get();
 }
 

@@ -128,6 +128,7 @@ class CudaExecutor : public StepExecutor {
     float* logits = nullptr;
     int32_t* expert_offsets = nullptr;
     cudaGraphExec_t exec = nullptr;
+    size_t num_nodes = 0;  // kernels and copies one replay runs
   };
   using GraphKey = std::pair<int32_t, int32_t>;  // (batch bucket, table width)
 

@@ -198,6 +198,9 @@ TEST(CudaEmuTest, GraphsReplayCapturedWorkAndRefuseSynchronizationWhileCapturing
   cudaGraph_t graph;
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   EXPECT_EQ(pinned[1], 0) << "captured work must not run at capture";
+  size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 3u) << "two copies and a kernel";
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   for (int replay = 0; replay < 3; ++replay) {

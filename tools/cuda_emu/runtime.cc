@@ -412,6 +412,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady:
       return "cudaErrorNotReady";
+    case cudaErrorNotSupported:
+      return "cudaErrorNotSupported";
     case cudaErrorLaunchFailure:
       return "cudaErrorLaunchFailure";
     case cudaErrorStreamCaptureUnsupported:
@@ -668,6 +670,12 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   for (const auto& op : exec->ops) {
     if (const cudaError_t e = strata_emu::Enqueue(stream, op); e != cudaSuccess) return e;
   }
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* num_nodes) {
+  if (graph == nullptr || num_nodes == nullptr) return Fail(cudaErrorInvalidValue);
+  if (nodes != nullptr) return Fail(cudaErrorNotSupported, "graph node handles are not emulated");
+  *num_nodes = graph->ops.size();
   return cudaSuccess;
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {

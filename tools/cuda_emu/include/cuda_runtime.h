@@ -73,6 +73,7 @@ enum cudaError_t {
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
+  cudaErrorNotSupported = 801,
   cudaErrorNoDevice = 100,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
@@ -138,6 +139,8 @@ using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
 using cudaGraph_t = CUgraph_st*;
 using cudaGraphExec_t = CUgraphExec_st*;
+struct CUgraphNode_st;
+using cudaGraphNode_t = CUgraphNode_st*;
 
 // ---- runtime API ----------------------------------------------------------------------------
 cudaError_t cudaGetDeviceCount(int* count);
@@ -181,6 +184,9 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
                                  unsigned long long flags = 0);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+// The number of captured operations (kernels, copies, memsets) in *num_nodes; node handles are
+// not emulated (nodes must be null).
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* num_nodes);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 
