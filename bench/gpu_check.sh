@@ -23,7 +23,10 @@
 # Options: --quick (bench: first shape of each kernel only), --tests-only, --bench-only,
 # --e2e-only (the end-to-end rows and the serving smoke test alone), --profile-decode (also: Nsight
 # Compute, where it can read the counters, times every kernel and every replayed decode graph of
-# a short batch-1 run as whole workloads: ncu-decode.log).
+# a short batch-1 run as whole workloads: ncu-decode.log), --ncu-kernels (Nsight Compute's
+# speed-of-light, occupancy, warp-stall and memory sections for one launch of each row of the
+# kernels short of their targets — MLA decode, KDA decode, the grouped GEMM, the int8 GEMV:
+# ncu-kernels.log; with --e2e-only it runs before the serving smoke test).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACK=${STRATA_GPU_PACK:-$ROOT/build/gpu-pack}
@@ -31,7 +34,7 @@ BUILD=${STRATA_GPU_BUILD:-$ROOT/build/gpu-check}
 BUDGET_S=${STRATA_GPU_CHECK_BUDGET_S:-520}
 if [[ -n "${OUT:-}" ]]; then LOGS=${TMPDIR:-/tmp}/strata-gpu-check-logs; else LOGS=$ROOT/build/gpu-check-logs; fi
 rm -rf "$LOGS"
-QUICK=""; RUN_TESTS=1; RUN_BENCH=1; RUN_KERNEL_BENCH=1; PROFILE=0
+QUICK=""; RUN_TESTS=1; RUN_BENCH=1; RUN_KERNEL_BENCH=1; PROFILE=0; NCU_KERNELS=0
 for arg in "$@"; do
   case "$arg" in
     --quick) QUICK="--quick" ;;
@@ -39,7 +42,8 @@ for arg in "$@"; do
     --bench-only) RUN_TESTS=0 ;;
     --e2e-only) RUN_TESTS=0; RUN_KERNEL_BENCH=0 ;;
     --profile-decode) PROFILE=1 ;;
-    *) echo "usage: $0 [--quick] [--tests-only|--bench-only|--e2e-only] [--profile-decode]"; exit 2 ;;
+    --ncu-kernels) NCU_KERNELS=1 ;;
+    *) echo "usage: $0 [--quick] [--tests-only|--bench-only|--e2e-only] [--profile-decode] [--ncu-kernels]"; exit 2 ;;
   esac
 done
 mkdir -p "$LOGS"
@@ -167,6 +171,19 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
           --gen-tokens 16 --batch 1 > "$LOGS/ncu-decode.log" 2>&1
         echo "ncu rc=$? ($(grep -c 'gpu__time_duration' "$LOGS/ncu-decode.log") workloads timed)"
         tail -12 "$LOGS/ncu-decode.log"
+      else
+        echo "ncu not found"
+      fi
+    fi
+    if [[ $NCU_KERNELS == 1 ]]; then
+      echo "== ncu: one launch of each row of MLA decode, KDA decode, grouped GEMM, int8 GEMV"
+      if command -v ncu >/dev/null; then
+        timeout 200 ncu --clock-control none \
+          --kernel-name regex:'MlaDecodeKernel|KdaRecurrentKernel|GroupedGemmKernel|Int8GemvKernel' \
+          --section SpeedOfLight --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section MemoryWorkloadAnalysis \
+          "$BIN/cuda_gpu_bench" --once > "$LOGS/ncu-kernels.log" 2>&1
+        echo "ncu rc=$? ($(grep -c 'Section: GPU Speed Of Light' "$LOGS/ncu-kernels.log") kernels profiled)"
       else
         echo "ncu not found"
       fi

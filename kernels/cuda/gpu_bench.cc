@@ -3,8 +3,10 @@
 // (bytes read + written) and an 8192³ cuBLAS bf16 GEMM on random data. Prints one markdown
 // table, last: kernel, shape, median time, achieved GB/s or TFLOP/s, % of the ceiling, target.
 //
-// Usage: cuda_gpu_bench [--quick] [--filter=SUBSTRING]
+// Usage: cuda_gpu_bench [--quick] [--once] [--filter=SUBSTRING]
 //   --quick   fewer repetitions and only the first shape of each kernel
+//   --once    each row's kernels launched once, untimed warm-up none: for a profiler (ncu) to
+//             see one launch per row (the times printed are then single cold launches)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -110,6 +112,7 @@ struct Bench {
   double copy_gbps = 0.0;
   double gemm_tflops = 0.0;
   bool quick = false;
+  bool once = false;
   std::string filter;
   std::vector<Row> rows;
   uint64_t seed = 1;
@@ -123,7 +126,8 @@ struct Bench {
   bool Wants(const std::string& kernel) const {
     return filter.empty() || kernel.find(filter) != std::string::npos;
   }
-  int Reps() const { return quick ? 5 : 20; }
+  int Warmups() const { return once ? 0 : 3; }
+  int Reps() const { return once ? 1 : quick ? 5 : 20; }
 
   absl::Status Fill(float* p, int64_t n, float lo, float hi) {
     return FillUniform(p, n, seed++, lo, hi, stream);
@@ -139,7 +143,7 @@ struct Bench {
     Row row{kernel, shape};
     row.flop_bound = flop_bound;
     row.target = target;
-    absl::StatusOr<double> ms = MedianDeviceMs(launch, 3, Reps(), stream);
+    absl::StatusOr<double> ms = MedianDeviceMs(launch, Warmups(), Reps(), stream);
     if (!ms.ok()) {
       row.error = ms.status().ToString();
       cudaGetLastError();
@@ -1015,10 +1019,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       bench.quick = true;
+    } else if (std::strcmp(argv[i], "--once") == 0) {
+      bench.once = true;
     } else if (std::strncmp(argv[i], "--filter=", 9) == 0) {
       bench.filter = argv[i] + 9;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--filter=SUBSTRING]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--once] [--filter=SUBSTRING]\n", argv[0]);
       return 2;
     }
   }
