@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads)
     // Rounded in integer arithmetic, not by cvt.rn.bf16.f32: on the H200 (CUDA 13.0, sm_90a)
     // byte stores of that instruction's 16-bit result wrote 0x00/0x01 as the low byte of every
     // value (the high byte right; the emulator and the 16-bit stores of the bf16 cache right).
-    const uint32_t bits = internal::FloatToBf16BitsRne(src[rank + c]);
+    const uint32_t bits = internal::FloatToBf16BitsInt(src[rank + c]);
     rope_dst[2 * c] = static_cast<uint8_t>(bits & 0xFFu);
     rope_dst[2 * c + 1] = static_cast<uint8_t>(bits >> 8);
   }

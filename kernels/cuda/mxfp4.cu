@@ -1,6 +1,7 @@
 #include "kernels/cuda/mxfp4.h"
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/internal/device_math.cuh"
 #include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
@@ -17,13 +18,6 @@ __constant__ uint16_t kE2M1Bf16[16] = {0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0
 __device__ __forceinline__ float E8M0ToF32(uint32_t bits) {
   if (bits == 0u) return __uint_as_float(0x00400000u);  // 2^-127 (subnormal; no -ftz here)
   return __uint_as_float(bits << 23);
-}
-
-// As F32ToBf16 in core/dtype.h (nearest even, NaN kept quiet).
-__device__ __forceinline__ uint16_t F32ToBf16(float value) {
-  const uint32_t bits = __float_as_uint(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
 // One thread per packed byte (two output elements, written as one 32-bit store).
@@ -45,8 +39,8 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t byte = packed[b];
   const float lo = __uint_as_float(static_cast<uint32_t>(kE2M1Bf16[byte & 0xfu]) << 16);
   const float hi = __uint_as_float(static_cast<uint32_t>(kE2M1Bf16[byte >> 4]) << 16);
-  const uint32_t pair = static_cast<uint32_t>(F32ToBf16(lo * scale)) |
-                        (static_cast<uint32_t>(F32ToBf16(hi * scale)) << 16);
+  const uint32_t pair =
+      internal::FloatToBf16BitsInt(lo * scale) | (internal::FloatToBf16BitsInt(hi * scale) << 16);
   reinterpret_cast<uint32_t*>(dst)[b] = pair;  // elements 2b (low half) and 2b + 1
 }
 

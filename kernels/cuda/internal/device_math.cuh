@@ -17,12 +17,14 @@ __device__ __forceinline__ uint16_t FloatToBf16Bits(float value) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
 
-// The same bits as FloatToBf16Bits (round to nearest even, NaN → 0x7FFF), computed with 32-bit
-// integer operations: for values that leave as single bytes (model_ops.cu's fp8 latent rows).
-__device__ __forceinline__ uint32_t FloatToBf16BitsRne(float value) {
+// F32ToBf16 of core/dtype.h (nearest even, NaN kept quiet) in 32-bit integer operations, no
+// cvt.rn.bf16.f32: bit-exact with the host where FloatToBf16Bits' NaN differs (mxfp4.cu), and
+// safe for byte stores (model_ops.cu's fp8 latent rows: on the H200, byte stores of the cvt's
+// 16-bit result wrote a wrong low byte).
+__device__ __forceinline__ uint32_t FloatToBf16BitsInt(float value) {
   const uint32_t bits = __float_as_uint(value);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFFu;
-  return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40u;
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
 }
 
 // Stores `value` as f32 or as bf16 bits: lets one kernel template write either output type.
