@@ -139,6 +139,16 @@ if [[ $RUN_TESTS == 1 ]]; then
   cat "$LOGS"/*_test.log 2>/dev/null | grep '^\[relerr\]' > "$LOGS/relerr.txt" || true
 fi
 
+# run_ncu SECONDS LOG COUNTED ARGS...: Nsight Compute (clocks as found) over ARGS into $LOGS/LOG,
+# reporting how many lines hold COUNTED (one per profiled workload); false where ncu is missing.
+run_ncu() {
+  local seconds=$1 log=$2 counted=$3
+  shift 3
+  command -v ncu >/dev/null || { echo "ncu not found"; return 1; }
+  timeout "$seconds" ncu --clock-control none "$@" > "$LOGS/$log" 2>&1
+  echo "ncu rc=$? ($(grep -c "$counted" "$LOGS/$log") workloads profiled)"
+}
+
 e2e_rows=()
 serve_line=""
 if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
@@ -165,28 +175,16 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
     done
     if [[ $PROFILE == 1 ]]; then
       echo "== profile: ncu over a batch-1 run (prompt 16, gen 16), graphs as whole workloads"
-      if command -v ncu >/dev/null; then
-        timeout 150 ncu --clock-control none --graph-profiling graph \
-          --metrics gpu__time_duration.sum "$ENGINE_BENCH" --model "$CKPT" --prompt-tokens 16 \
-          --gen-tokens 16 --batch 1 > "$LOGS/ncu-decode.log" 2>&1
-        echo "ncu rc=$? ($(grep -c 'gpu__time_duration' "$LOGS/ncu-decode.log") workloads timed)"
-        tail -12 "$LOGS/ncu-decode.log"
-      else
-        echo "ncu not found"
-      fi
+      run_ncu 150 ncu-decode.log 'gpu__time_duration' --graph-profiling graph \
+        --metrics gpu__time_duration.sum "$ENGINE_BENCH" --model "$CKPT" --prompt-tokens 16 \
+        --gen-tokens 16 --batch 1 && tail -12 "$LOGS/ncu-decode.log"
     fi
     if [[ $NCU_KERNELS == 1 ]]; then
       echo "== ncu: one launch of each row of MLA decode, KDA decode, grouped GEMM, int8 GEMV"
-      if command -v ncu >/dev/null; then
-        timeout 200 ncu --clock-control none \
-          --kernel-name regex:'MlaDecodeKernel|KdaRecurrentKernel|GroupedGemmKernel|Int8GemvKernel' \
-          --section SpeedOfLight --section Occupancy --section LaunchStats \
-          --section WarpStateStats --section MemoryWorkloadAnalysis \
-          "$BIN/cuda_gpu_bench" --once > "$LOGS/ncu-kernels.log" 2>&1
-        echo "ncu rc=$? ($(grep -c 'Section: GPU Speed Of Light' "$LOGS/ncu-kernels.log") kernels profiled)"
-      else
-        echo "ncu not found"
-      fi
+      run_ncu 200 ncu-kernels.log 'Section: GPU Speed Of Light' \
+        --kernel-name regex:'MlaDecodeKernel|KdaRecurrentKernel|GroupedGemmKernel|Int8GemvKernel' \
+        --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis "$BIN/cuda_gpu_bench" --once
     fi
     if [[ -x "$STRATA_BIN" ]]; then
       echo "== serve smoke: strata serve --device cuda"
