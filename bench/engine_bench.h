@@ -1,9 +1,9 @@
 // The engine measurement behind `strata bench` (server/cli/bench_command.cc) and the GPU
 // check's standalone runner (bench/cuda_engine_bench.cc): requests of random tokens through
 // the real scheduler and a backend's executor, prefill and decode tokens/s, each next to its
-// roofline floor computed from ceilings the backend measured in the same run (PERF.md): decode
-// is bounded by the bytes a step must read (weights touched, states, latents) or by its weight
-// FLOPs, whichever is slower; prefill by its FLOPs.
+// roofline floor computed from ceilings the backend measured in the same run (docs/performance.md):
+// decode is bounded by the bytes a step must read (weights touched, states, latents) or by its
+// weight FLOPs, whichever is slower; prefill by its FLOPs.
 #pragma once
 
 #include <cstdint>

@@ -156,7 +156,7 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
   CKPT=${TMPDIR:-/tmp}/strata-bench-kl
   if timeout 120 "$MAKE_CKPT" --preset bench --family kimi-linear --demo-tokenizer --out "$CKPT" \
       > "$LOGS/make-checkpoint.log" 2>&1; then
-    # batch:weights — bf16 at 1, 8 and 64 (PERF.md), then MXFP4 experts + int8 projections at 1.
+    # batch:weights — bf16 at 1, 8 and 64 (docs/performance.md), then MXFP4 experts + int8 projections at 1.
     for run in 1:bf16 8:bf16 64:bf16 1:mxfp4,int8; do
       batch=${run%%:*} weights=${run#*:}
       quant=(); [[ $weights != bf16 ]] && quant=(--quantization "$weights")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Strata vs llama.cpp on the same checkpoint, same machine, same run (PERF.md: ratios only).
+# Strata vs llama.cpp on the same checkpoint, same machine, same run (docs/performance.md: ratios only).
 #
 #   bench/peer_compare.sh BUILD_DIR PEER_DIR SCRATCH [THREADS=2] [ROUNDS=3] [PP=512] [TG=128]
 #                         [EXPERTS=bf16|mxfp4|mxfp4,int8]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Strata vs llama.cpp serving the same checkpoint under the same load (PERF.md: ratios measured
+# Strata vs llama.cpp serving the same checkpoint under the same load (docs/performance.md: ratios measured
 # in one run). Each engine runs as an OpenAI server with the same number of concurrent sequences
 # and threads; strata-bench-serve sends both the same random token-id prompts at the same Poisson
 # arrival rates (greedy, ignore_eos: every request generates exactly OUT tokens).

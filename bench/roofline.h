@@ -1,4 +1,4 @@
-// Machine ceilings measured in the same run as a benchmark (PERF.md): streaming read
+// Machine ceilings measured in the same run as a benchmark (docs/performance.md): streaming read
 // bandwidth over all threads, peak f32 FMA, bf16 dot and AMX bf16 throughput. Each takes well under
 // a second.
 #pragma once

@@ -1,6 +1,6 @@
 // Invariant checks: always on (CHECK) or debug only (DCHECK). A failed check is a bug in Strata,
 // not bad input: it prints the condition, the location and an optional streamed message, then
-// aborts. Bad input is reported with absl::Status instead (STYLE.md, "Errors").
+// aborts. Bad input is reported with absl::Status instead (docs/style.md, "Errors").
 #pragma once
 
 #include <sstream>

@@ -1,4 +1,4 @@
-// Quantising float weights to the MXFP4 layout of K3's routed experts (CHECKPOINT.md §6):
+// Quantising float weights to the MXFP4 layout of K3's routed experts (docs/checkpoint.md §6):
 // compressed-tensors `mxfp4-pack-quantized`, groups of 32 along the input (last) dimension.
 //
 //   packed [rows, cols/2]  U8: two E2M1 codes per byte, LOW nibble = even input index

@@ -9,8 +9,8 @@
 //
 // Printed per configuration: latency per call (mean over ranks of the per-rank mean, and the
 // slowest rank), bytes each rank sends to other ranks per call, and per-rank send rate. The
-// ceiling measured in the same run (PERF.md) is one raw TCP stream over loopback between two
-// processes: the rate one peer link can carry on this machine right now.
+// ceiling measured in the same run (docs/performance.md) is one raw TCP stream over loopback
+// between two processes: the rate one peer link can carry on this machine right now.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-// Collectives between the ranks of one serving group (ARCHITECTURE.md, "Parallelism").
+// Collectives between the ranks of one serving group (docs/architecture.md, "Parallelism").
 //
 // A Communicator connects `world_size` ranks (processes, or engine threads of one process) that
 // call the same collectives in the same order. Two real backends: Gloo over TCP for CPU ranks

@@ -1,5 +1,5 @@
-// Which ranks hold which routed experts (ARCHITECTURE.md, "Parallelism": MoE is expert-parallel
-// with optional redundant replicas of hot experts).
+// Which ranks hold which routed experts (docs/architecture.md, "Parallelism": MoE is
+// expert-parallel with optional redundant replicas of hot experts).
 //
 // One placement serves every MoE layer of the model: expert e of every layer lives on the same
 // ranks (the layers have the same expert count, and routing statistics are per expert id, so a

@@ -1,4 +1,4 @@
-// Expert parallelism: the MoE dispatch and combine over a Communicator (ARCHITECTURE.md,
+// Expert parallelism: the MoE dispatch and combine over a Communicator (docs/architecture.md,
 // "Parallelism"; the seam is engine::MoeExpertExchange in engine/moe.h).
 //
 // Per MoE layer and step, on every rank of the group, in lockstep:

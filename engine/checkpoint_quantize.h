@@ -1,7 +1,7 @@
 // `strata quantize`: a checkpoint directory rewritten with its bf16 routed experts as MXFP4, in
-// K3's release format (CHECKPOINT.md §6: `<expert>.w{1,2,3}.weight_packed` / `.weight_scale` and
-// a compressed-tensors `quantization_config`), and/or the Linears `--quantization int8` takes as
-// int8 groups (`<module>.weight` int8 [out, in] + `<module>.weight_scale` bf16 [out, in/32],
+// K3's release format (docs/checkpoint.md §6: `<expert>.w{1,2,3}.weight_packed` / `.weight_scale`
+// and a compressed-tensors `quantization_config`), and/or the Linears `--quantization int8` takes
+// as int8 groups (`<module>.weight` int8 [out, in] + `<module>.weight_scale` bf16 [out, in/32],
 // compressed-tensors format int-quantized), so that every later load reads the quantised bytes
 // and skips quantising (llama.cpp's llama-quantize step, for this family). The bytes are exactly
 // those `--quantization mxfp4|int8|mxfp4,int8` makes at load (engine/weight_quantize.h), but a

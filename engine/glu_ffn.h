@@ -1,5 +1,5 @@
 // The gated feed-forward shared by dense MLPs, shared experts and routed experts:
-// out = down(act(gate(x)) ⊙ up(x)) with act = SiLU (SwiGLU) or SiTU (MODEL.md §6.3). The gate
+// out = down(act(gate(x)) ⊙ up(x)) with act = SiLU (SwiGLU) or SiTU (docs/model.md §6.3). The gate
 // and up products and the activation are one fused kernel (kernels/cpu/matmul_glu.h).
 #pragma once
 

@@ -1,5 +1,5 @@
 // KdaDraftRows: the projected KDA inputs of tokens a forward verifies as speculative drafts,
-// kept until the sampler has judged the drafts (MODEL.md §3.7 rule 6).
+// kept until the sampler has judged the drafts (docs/model.md §3.7 rule 6).
 //
 // A verifying forward cannot know which of its tokens will be kept, so its KDA layers save the
 // rows here and either compute from each sequence's caches without changing them

@@ -1,5 +1,5 @@
-// KDA mixer (MODEL.md §3): the projections of all rows at once (each weight read once per step),
-// then the fused CPU kernels per sequence kind: every one-token sequence of the batch in one
+// KDA mixer (docs/model.md §3): the projections of all rows at once (each weight read once per
+// step), then the fused CPU kernels per sequence kind: every one-token sequence of the batch in one
 // KdaDecode call, every longer run (prefill chunk) in one KdaPrefill call; then o_proj. A
 // sequence saving KDA checkpoints inside the step runs as pieces split at the saves, one
 // kernel round per piece, with the caches copied out between rounds.
@@ -20,7 +20,7 @@
 namespace strata::engine {
 namespace {
 
-constexpr float kL2NormEps = 1e-6f;  // FLA l2norm (MODEL.md §3.3)
+constexpr float kL2NormEps = 1e-6f;  // FLA l2norm (docs/model.md §3.3)
 
 kernels::cpu::KdaLayerParams LayerParams(const ModelConfig& cfg, const KdaWeights& w) {
   const KdaConfig& k = cfg.kda;

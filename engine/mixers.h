@@ -21,7 +21,7 @@ struct RowSpan {
   int64_t count = 0;
 };
 
-// KDA (MODEL.md §3). `kda_index`: this layer's ordinal among KDA layers (cache slot index).
+// KDA (docs/model.md §3). `kda_index`: this layer's ordinal among KDA layers (cache slot index).
 // Sequences verifying drafts (kda_draft_row ≥ 0) leave their caches and save their rows in
 // `drafts` (kda_drafts.h).
 void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x, int64_t num_rows,
@@ -32,7 +32,7 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
 void KdaReplayLayer(const ModelConfig& cfg, const KdaWeights& w, const KdaDraftRows& drafts,
                     absl::Span<const KdaReplay> sequences, int kda_index, Workspace& ws);
 
-// Gated MLA, NoPE (MODEL.md §4). `mla_index`: this layer's ordinal among MLA layers.
+// Gated MLA, NoPE (docs/model.md §4). `mla_index`: this layer's ordinal among MLA layers.
 void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x, int64_t num_rows,
                      ForwardBatch batch, absl::Span<const RowSpan> rows, int mla_index, float* out,
                      Workspace& ws);

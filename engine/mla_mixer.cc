@@ -11,7 +11,7 @@
 namespace strata::engine {
 namespace {
 
-constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (MODEL.md §4.1)
+constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (docs/model.md §4.1)
 
 kernels::cpu::PagedLatent Context(const ForwardSequence& seq, int mla_index, int64_t num_tokens) {
   return {seq.cache.mla_pages[static_cast<size_t>(mla_index)],
@@ -22,7 +22,7 @@ kernels::cpu::PagedLatent Context(const ForwardSequence& seq, int mla_index, int
           seq.cache.rope_dim};
 }
 
-// κ = [RMSNorm(c) ; k_pe] for every new token (only the latent part is normalised, MODEL.md
+// κ = [RMSNorm(c) ; k_pe] for every new token (only the latent part is normalised, docs/model.md
 // §9.1 #7), encoded into its cache row in the cache's format (in place for f32). kv: the rows'
 // kv_a_proj outputs [c ; k_pe].
 void WriteLatents(const MlaConfig& m, const MlaWeights& w, const float* kv, ForwardBatch batch,
@@ -55,7 +55,7 @@ void WriteLatents(const MlaConfig& m, const MlaWeights& w, const float* kv, Forw
 
 // Decode sequences (one new token) go through one batched flash-decoding call over the paged
 // cache, prefill chunks through one batched tiled prefill call; both read the cache in place
-// and apply the output gate in their epilogue (MODEL.md §4.5: between W_UV and o_proj).
+// and apply the output gate in their epilogue (docs/model.md §4.5: between W_UV and o_proj).
 void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x, int64_t num_rows,
                      ForwardBatch batch, absl::Span<const RowSpan> rows, int mla_index, float* out,
                      Workspace& ws) {

@@ -19,7 +19,7 @@
 namespace strata::engine {
 namespace {
 
-// Block AttnRes sources of the current forward (MODEL.md §1, §5): completed blocks plus the
+// Block AttnRes sources of the current forward (docs/model.md §1, §5): completed blocks plus the
 // running partial sum p, all [num_rows, d], in one workspace array of slots: slot i < num_blocks
 // is block i, slot num_blocks is p (pushing a block just advances the count: nothing is copied).
 class AttnResSources {

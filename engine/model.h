@@ -1,4 +1,4 @@
-// The language model of both families (MODEL.md §1): embedding, decoder layers (KDA or Gated
+// The language model of both families (docs/model.md §1): embedding, decoder layers (KDA or Gated
 // MLA mixer, dense or MoE FFN), plain pre-norm residuals or Block AttnRes, final norm, LM head.
 //
 // There is one forward path: Forward() over a ragged batch (forward_batch.h). Single-sequence

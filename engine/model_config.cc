@@ -260,8 +260,8 @@ absl::Status ParseActivation(const KeyReader& lm, ModelConfig* config) {
   return absl::OkStatus();
 }
 
-// compressed-tensors as Strata reads it: MXFP4 routed experts (CHECKPOINT.md §6; → true) and/or
-// int8 groups (what `strata quantize --quantization int8` writes; their tensors say which
+// compressed-tensors as Strata reads it: MXFP4 routed experts (docs/checkpoint.md §6; → true)
+// and/or int8 groups (what `strata quantize --quantization int8` writes; their tensors say which
 // Linears: engine/linear.h). Any other quantization is unsupported. Returns whether the routed
 // experts are MXFP4.
 absl::StatusOr<bool> ReadQuantizationConfig(const KeyReader& owner) {

@@ -1,4 +1,4 @@
-// The typed model configuration of both checkpoint families (CHECKPOINT.md §2).
+// The typed model configuration of both checkpoint families (docs/checkpoint.md §2).
 //
 // Kimi K3 (`model_type: kimi_k3`) nests the language model under `text_config` and prefixes its
 // tensors with `language_model.`; Kimi-Linear (`model_type: kimi_linear`) is flat. Both parse

@@ -1,5 +1,5 @@
 // Every weight of the language model, loaded by name from an official-layout checkpoint
-// (CHECKPOINT.md §3–§6). Shapes are checked against the config at load; a mismatch is an
+// (docs/checkpoint.md §3–§6). Shapes are checked against the config at load; a mismatch is an
 // error naming the tensor, its file, the expected and the found shape.
 #pragma once
 

@@ -1,4 +1,5 @@
-// The MoE block (MODEL.md §6) in its steps, so that expert parallelism can cut it between them:
+// The MoE block (docs/model.md §6) in its steps, so that expert parallelism can cut it between
+// them:
 //
 //   route (local) → z = latent_down(x) (LatentMoE) → routed = Σ_j w_j · Expert_{id_j}(z)
 //   → latent_norm, latent_up → + shared experts (local)
@@ -17,7 +18,7 @@
 namespace strata::engine {
 
 // Router: ids/weights [num_rows, top_k] (ids in [0, num_experts); weights already renormalised
-// and scaled by routed_scaling_factor). The score bias only selects (MODEL.md §6.1).
+// and scaled by routed_scaling_factor). The score bias only selects (docs/model.md §6.1).
 void MoeRoute(const ModelConfig& cfg, const MoeWeights& w, const float* x, int64_t num_rows,
               int32_t* ids, float* weights, Workspace& ws);
 

@@ -1,5 +1,5 @@
 // The compressed-tensors `quantization_config` of what Strata writes and reads: MXFP4 routed
-// experts (CHECKPOINT.md §6) as K3's release writes them, and int8 projections as `strata
+// experts (docs/checkpoint.md §6) as K3's release writes them, and int8 projections as `strata
 // quantize --quantization int8` writes them. The checkpoint generator and `strata quantize` put it
 // in config.json; model_config.cc reads it.
 #pragma once

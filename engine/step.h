@@ -1,4 +1,4 @@
-// The step contract between the scheduler and the executor (ARCHITECTURE.md, "The step
+// The step contract between the scheduler and the executor (docs/architecture.md, "The step
 // contract"): plain data only. The scheduler never calls the executor; the executor never sees
 // requests, only a StepPlan, and answers with a StepResult.
 //

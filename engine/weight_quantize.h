@@ -4,7 +4,7 @@
 //   48B-A3B: ~94 %), and every decode step streams the chosen ones; as MXFP4 (4.25 bits a
 //   weight: E2M1 codes with one E8M0 scale per 32 inputs, core/mxfp4_quantize.h) they take 0.27×
 //   their bf16 memory and are read by the same MXFP4 kernels that run K3's released experts. The
-//   format is K3's release recipe (CHECKPOINT.md §6): routed experts only. `strata quantize`
+//   format is K3's release recipe (docs/checkpoint.md §6): routed experts only. `strata quantize`
 //   writes the same bytes to a checkpoint once, so later loads skip this step.
 // int8 — every other Linear a token reads to int8 groups (8.5 bits a weight: one bf16 scale per
 //   32 inputs, core/int8_quantize.h; llama.cpp's Q8_0): attention and latent projections, dense

@@ -13,7 +13,7 @@ TEST(CacheLayoutTest, LatentRowBytesPerDtype) {
 }
 
 TEST(CacheLayoutTest, K3SizesMatchTheModelNotes) {
-  // MODEL.md section 8.1: K3 has 24 MLA layers and 69 KDA layers of 96 heads x 128.
+  // docs/model.md section 8.1: K3 has 24 MLA layers and 69 KDA layers of 96 heads x 128.
   CacheLayout layout;
   layout.num_mla_layers = 24;
   layout.num_kda_layers = 69;

@@ -1,4 +1,4 @@
-// Scheduler: continuous batching for one data-parallel rank (ARCHITECTURE.md, "Data flow").
+// Scheduler: continuous batching for one data-parallel rank (docs/architecture.md, "Data flow").
 //
 // The engine loop drives it, one step at a time:
 //   plan   = scheduler.Schedule();          // which sequences run which tokens, cache places

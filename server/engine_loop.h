@@ -1,4 +1,4 @@
-// The engine loops of a process's data-parallel ranks (ARCHITECTURE.md, "Data flow" and
+// The engine loops of a process's data-parallel ranks (docs/architecture.md, "Data flow" and
 // "Parallelism"). Each local rank has its own thread, scheduler and executor:
 //
 //   loop:  admit submissions and cancellations → plan = scheduler.Schedule()

@@ -1,4 +1,4 @@
-// Lockstep of the data-parallel ranks of one serving group (ARCHITECTURE.md, "Parallelism").
+// Lockstep of the data-parallel ranks of one serving group (docs/architecture.md, "Parallelism").
 //
 // The MoE all-to-all needs every rank in every step, so before each step every rank's engine
 // loop calls StepGate::Agree once with its vote (has work, wants to stop) and all ranks get the

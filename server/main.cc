@@ -1,5 +1,5 @@
 // The `strata` binary: subcommand dispatch. Flags and environment are read only here and in
-// server/cli/ (STYLE.md): library code receives typed options.
+// server/cli/ (docs/style.md): library code receives typed options.
 #include <cstdio>
 #include <cstring>
 #include <string>

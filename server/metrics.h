@@ -1,4 +1,5 @@
-// Prometheus metrics of one data-parallel rank (API.md, "Metrics"), served as text on /metrics.
+// Prometheus metrics of one data-parallel rank (docs/api.md, "Metrics"), served as text on
+// /metrics.
 //
 // Names mirror vLLM's with the prefix `strata:` so dashboards and autoscalers port with a prefix
 // change; every series carries the labels `model_name` and `rank`. Counters end in `_total`.

@@ -373,9 +373,9 @@ std::string Promtool(const std::string& exposition, int* rc) {
 }
 
 // promtool lints names, _total suffixes, units and help text. It also rejects ':' in names
-// (reserved for recording rules), which API.md's vLLM-style `strata:` prefix has by design (vLLM's
-// `vllm:` names draw the same finding). So: with the prefix spelt `strata_` the output is clean,
-// and the real output draws exactly one finding per metric, the colon rule.
+// (reserved for recording rules), which docs/api.md's vLLM-style `strata:` prefix has by design
+// (vLLM's `vllm:` names draw the same finding). So: with the prefix spelt `strata_` the output is
+// clean, and the real output draws exactly one finding per metric, the colon rule.
 TEST(MetricsTest, OutputPassesPromtoolCheckMetricsExceptTheColonPrefix) {
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "promtool not installed (Debian package prometheus)";

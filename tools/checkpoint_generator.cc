@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/mxfp4_quantize.h"
 #include "core/status.h"
 #include "engine/safetensors_writer.h"
 #include "tools/config_json.h"
-#include "core/mxfp4_quantize.h"
 #include "tools/tensor_layout.h"
 #include "tools/weight_init.h"
 

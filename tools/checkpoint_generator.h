@@ -1,4 +1,4 @@
-// Generates official-layout checkpoints (config.json + safetensors, CHECKPOINT.md §2–§6) of
+// Generates official-layout checkpoints (config.json + safetensors, docs/checkpoint.md §2–§6) of
 // either family with deterministic random weights, for tests, demos and benchmarks.
 //
 //   GeneratorOptions options{.family = "k3", .preset = "tiny", .seed = 7};

@@ -29,7 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-// ---- a minimal, independent safetensors reader (CHECKPOINT.md §1 rule 2) ---------------------
+// ---- a minimal, independent safetensors reader (docs/checkpoint.md §1 rule 2)
+// ---------------------
 
 struct StoredTensor {
   std::string dtype;
@@ -104,10 +105,10 @@ GeneratedCheckpoint Generate(const GeneratorOptions& options, const fs::path& di
   return result.ok() ? *result : GeneratedCheckpoint{};
 }
 
-// ---- expected tensor lists, transcribed from CHECKPOINT.md §3/§4 for the tiny presets --------
-// Tiny preset (task spec): d 96, V 512, 6 layers with MLA at 0-based 3 and 5, KDA 2 heads × 32
-// (P 64), conv 4, MLA 3 heads, d_n 16, d_r 8, d_v 16, r_kv 32, dense layer 0 width 160,
-// 8 experts of width 32. K3: r_q 48, latent 64, 2 shared experts; K-L: 1 shared expert.
+// ---- expected tensor lists, transcribed from docs/checkpoint.md §3/§4 for the tiny presets
+// -------- Tiny preset (task spec): d 96, V 512, 6 layers with MLA at 0-based 3 and 5, KDA 2 heads
+// × 32 (P 64), conv 4, MLA 3 heads, d_n 16, d_r 8, d_v 16, r_kv 32, dense layer 0 width 160, 8
+// experts of width 32. K3: r_q 48, latent 64, 2 shared experts; K-L: 1 shared expert.
 
 using Expected = std::map<std::string, std::pair<std::string, std::vector<int64_t>>>;
 

@@ -32,7 +32,7 @@ void AddSpecialTokens(const ModelDims& d, Json& config) {
   config["pad_token_id"] = d.vocab - 1;
 }
 
-// The language-model keys, in CHECKPOINT.md §2 order.
+// The language-model keys, in docs/checkpoint.md §2 order.
 Json LanguageModelConfig(const ModelDims& d) {
   Json c = Json::object();
   c["model_type"] = "kimi_linear";
@@ -93,7 +93,7 @@ Json K3Config(const ModelDims& d) {
                    {"AutoModel", "modeling_kimi_k3.KimiK3ForConditionalGeneration"}};
   c["model_type"] = "kimi_k3";
   c["text_config"] = std::move(text);
-  // Present in the release, ignored by the language model (CHECKPOINT.md §1 rule 5).
+  // Present in the release, ignored by the language model (docs/checkpoint.md §1 rule 5).
   c["vision_config"] = {{"model_type", "moonvit"},
                         {"patch_size", 14},
                         {"vt_hidden_size", 64},
@@ -113,7 +113,7 @@ Json KimiLinearConfig(const ModelDims& d) {
   c["architectures"] = {"KimiLinearForCausalLM"};
   c["auto_map"] = {{"AutoConfig", "configuration_kimi.KimiLinearConfig"},
                    {"AutoModelForCausalLM", "modeling_kimi.KimiLinearForCausalLM"}};
-  // Unused leftover of the release (CHECKPOINT.md §1 rule 5: never read it).
+  // Unused leftover of the release (docs/checkpoint.md §1 rule 5: never read it).
   c["head_dim"] = d.hidden / d.mla_heads;
   c.update(LanguageModelConfig(d));
   c["transformers_version"] = "4.57.1";

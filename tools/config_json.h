@@ -1,5 +1,5 @@
 // config.json of a generated checkpoint, with the keys of the released configs
-// (CHECKPOINT.md §2): K3 nests the language model under `text_config`; Kimi-Linear is flat.
+// (docs/checkpoint.md §2): K3 nests the language model under `text_config`; Kimi-Linear is flat.
 #pragma once
 
 #include <string>

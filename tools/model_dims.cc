@@ -20,7 +20,7 @@ using Setter = std::function<absl::Status(ModelDims&, const std::string&)>;
 
 // ---- presets ---------------------------------------------------------------------------------
 
-// Tiny test model (CHECKPOINT.md families at toy size): hidden 96 (not a power of two), 6
+// Tiny test model (docs/checkpoint.md families at toy size): hidden 96 (not a power of two), 6
 // layers KDA,KDA,KDA,MLA,KDA,MLA, 2 KDA heads × 32, 3 MLA heads (d_n 16, d_r 8, d_v 16).
 ModelDims TinyDims(bool k3) {
   ModelDims d;

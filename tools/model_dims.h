@@ -10,7 +10,7 @@
 
 namespace strata::tools {
 
-// Every size and switch of one model. Field names follow CHECKPOINT.md's symbols.
+// Every size and switch of one model. Field names follow docs/checkpoint.md's symbols.
 struct ModelDims {
   bool k3 = true;  // Kimi K3 (nested text_config, `language_model.` prefix) or Kimi-Linear (flat)
   int64_t vocab = 0;

@@ -1,5 +1,5 @@
-// The tensors of a generated checkpoint: official names, shapes and dtypes (CHECKPOINT.md §3 for
-// K3, §4 for Kimi-Linear), each with the distribution its random values are drawn from.
+// The tensors of a generated checkpoint: official names, shapes and dtypes (docs/checkpoint.md §3
+// for K3, §4 for Kimi-Linear), each with the distribution its random values are drawn from.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // The only translation unit with Asio in the load generator (build time, and Boost 1.74's
-// coroutine quirks: BUILD-NOTES §8).
+// coroutine quirks: docs/build-notes.md §8).
 #include "clients/bench_serve/load_runner.h"
 
 #include <utility>  // before Asio: Boost 1.74's asio/awaitable.hpp uses std::exchange

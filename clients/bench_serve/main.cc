@@ -1,8 +1,8 @@
-// strata-bench-serve: the serving benchmark (PERF.md "Serving"): requests from a dataset sent
-// to an OpenAI-compatible server at Poisson (gamma) arrival times, streamed, timed; TTFT, TPOT,
-// ITL and end-to-end latency percentiles, request / token throughput and goodput under an SLO,
-// printed as a table and saved as JSON. Flags and JSON fields follow vLLM's `bench serve`, so a
-// run against Strata and one against another server compare directly.
+// strata-bench-serve: the serving benchmark (docs/performance.md "Serving"): requests from a
+// dataset sent to an OpenAI-compatible server at Poisson (gamma) arrival times, streamed, timed;
+// TTFT, TPOT, ITL and end-to-end latency percentiles, request / token throughput and goodput under
+// an SLO, printed as a table and saved as JSON. Flags and JSON fields follow vLLM's `bench serve`,
+// so a run against Strata and one against another server compare directly.
 #include <chrono>
 #include <cmath>
 #include <cstdio>

@@ -5,7 +5,7 @@ usage: scrape_test.py STRATA_BINARY WORKDIR
 
 1. Starts `strata serve` with the embedded demo model (generated once into WORKDIR/../demo-cache)
    on a free loopback port; waits for /ready.
-2. GET /metrics: every API.md metric is there with model_name and rank labels, and
+2. GET /metrics: every docs/api.md metric is there with model_name and rank labels, and
    `promtool check metrics` finds nothing but the `strata:` colon (see server/metrics_test.cc).
    Every metric the dashboards query is there too.
 3. Starts Prometheus (1 s scrapes), sends a few completions, then finds through Prometheus's
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import promlib  # noqa: E402
 
 DEPLOY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-API_METRICS = [  # API.md, "Metrics" (histograms by their _count series)
+API_METRICS = [  # docs/api.md, "Metrics" (histograms by their _count series)
     "strata:num_requests_running", "strata:num_requests_waiting", "strata:kv_cache_usage_perc",
     "strata:state_slot_usage_perc", "strata:prompt_tokens_total", "strata:generation_tokens_total",
     "strata:request_success_total", "strata:time_to_first_token_seconds_count",

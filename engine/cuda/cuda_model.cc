@@ -27,7 +27,7 @@ namespace strata::engine::cuda {
 namespace kc = kernels::cuda;
 namespace {
 
-constexpr float kL2NormEps = 1e-6f;      // FLA l2norm (MODEL.md §3.3), as engine/kda_mixer.cc
+constexpr float kL2NormEps = 1e-6f;      // FLA l2norm (docs/model.md §3.3), as engine/kda_mixer.cc
 constexpr float kLatentNormEps = 1e-6f;  // q_a / kv_a layernorms, as engine/mla_mixer.cc
 
 // y = x · Wᵀ, f32 or bf16 out: cuBLAS for bf16 weights, int8_gemm.h for int8 ones.
@@ -646,8 +646,8 @@ absl::Status CudaModel::Layers(const DeviceStep& step, const DeviceCaches& cache
   return absl::OkStatus();
 }
 
-// Block AttnRes (MODEL.md §1, §5), as engine/model.cc: sources are the completed blocks plus the
-// running partial sum p, slot i < num_blocks is block i, slot num_blocks is p.
+// Block AttnRes (docs/model.md §1, §5), as engine/model.cc: sources are the completed blocks plus
+// the running partial sum p, slot i < num_blocks is block i, slot num_blocks is p.
 absl::Status CudaModel::LayersAttnRes(const DeviceStep& step, const DeviceCaches& caches,
                                       const DeviceContext& ctx, const Rows& rows,
                                       int32_t* expert_offsets) {

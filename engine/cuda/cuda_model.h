@@ -1,5 +1,5 @@
 // The language model's forward pass on one GPU (issue #10): Model::Forward's math (engine/
-// model.cc, MODEL.md) over a StepLayout batch, with the weights in device memory
+// model.cc, docs/model.md) over a StepLayout batch, with the weights in device memory
 // (device_weights.h), the latent pages and KDA state slots in device memory (cuda_executor.h)
 // and the kernels of kernels/cuda. Asynchronous on the context's stream except for one
 // device→host copy of the expert offsets per MoE layer (cuBLAS's grouped GEMM needs them on the

@@ -24,9 +24,9 @@
 
 namespace {
 
-using strata::structured::JsonConstraint;
 using strata::structured::BitMaskMatcher;
 using strata::structured::CfgConstraint;
+using strata::structured::JsonConstraint;
 
 std::vector<std::string> LoadTiktoken(const char* path) {
   std::ifstream in(path);

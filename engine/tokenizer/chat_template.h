@@ -68,7 +68,7 @@ class ChatTemplate {
   ChatTemplateOptions options_;
 };
 
-// Strata's built-in Kimi-style template (the format API.md describes): turns
+// Strata's built-in Kimi-style template (the format docs/api.md describes): turns
 // `<|im_{system,user,assistant}|>ROLE<|im_middle|>...<|im_end|>`, a default system turn, a
 // tool_declare turn with compact JSON, tool calls in Kimi's section format, tool results as
 // "## Return of ID". chat_template_kwargs: `thinking` (bool) opens `<think>` in the generation

@@ -1,7 +1,7 @@
-// KDA kernel benchmark against ceilings measured in the same run (PERF.md):
+// KDA kernel benchmark against ceilings measured in the same run (docs/performance.md):
 //   read_GBps   streaming read of 1 GiB over all threads (bench/roofline.h)
 //   f32_GFLOPs  register-resident FMA chains over all threads (AVX-512 where present)
-// Cases (D = 128; K3: 96 heads, Kimi-Linear: 32 heads; MODEL.md §2.1):
+// Cases (D = 128; K3: 96 heads, Kimi-Linear: 32 heads; docs/model.md §2.1):
 //   decode   KdaDecode over batches of 1, 8, 32 sequences, each with its own state, rotating over
 //            enough state copies (layers) to miss the LLC as a real step does. Traffic counted:
 //            the state read and written once, 2·H·D·D·4 bytes per sequence. Prints GB/s of that

@@ -1,4 +1,4 @@
-// Chunkwise-parallel KDA for prefill (MODEL.md §3.6): the UT transform / WY form, per head, on
+// Chunkwise-parallel KDA for prefill (docs/model.md §3.6): the UT transform / WY form, per head, on
 // chunks of C tokens, equal to the recurrent form (§3.4) up to f32 rounding.
 //
 // Per chunk (n ≤ C rows), with G the f64 cumulative log decay from the chunk start (≤ 0,

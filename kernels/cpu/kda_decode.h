@@ -1,4 +1,5 @@
-// Fused KDA decode step over a batch of sequences, one new token each (MODEL.md §3.4, §3.7 rule 4).
+// Fused KDA decode step over a batch of sequences, one new token each (docs/model.md §3.4, §3.7
+// rule 4).
 //
 // Per (sequence, head), from the projected row to the input of o_proj, in one task:
 //   conv ring update + SiLU (q, k, v), L2 norms (q scaled by D^-1/2), decay α = e^g from f, β,

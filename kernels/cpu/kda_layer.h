@@ -1,5 +1,5 @@
 // What the fused KDA kernels (kda_decode.h, kda_chunk.h) take: one KDA layer's parameters, the
-// projected rows of a ragged batch, and each sequence's caches (MODEL.md §3).
+// projected rows of a ragged batch, and each sequence's caches (docs/model.md §3).
 //
 // Rows of all sequences are concatenated, as in engine/forward_batch.h: sequence i owns rows
 // [row_offset_i, row_offset_i + num_tokens_i) of every [num_rows, ·] array. P = H·D.
@@ -55,7 +55,7 @@ struct KdaSequence {
   float* conv = nullptr;   // [3, K−1, P]
   // false (KdaPrefill only): the outputs are computed from the caches, which are left as they
   // were — a forward verifying speculative drafts, whose accepted tokens are replayed into the
-  // caches once the sampler has judged them (MODEL.md §3.7 rule 6).
+  // caches once the sampler has judged them (docs/model.md §3.7 rule 6).
   bool update_caches = true;
 };
 

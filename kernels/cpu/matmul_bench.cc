@@ -1,4 +1,4 @@
-// Matmul benchmarks against ceilings measured in the same run (PERF.md):
+// Matmul benchmarks against ceilings measured in the same run (docs/performance.md):
 //   read_GBps   streaming read of 1 GiB over all threads (what decode must do with the weights)
 //   triad_GBps  a[i] = b[i] + s·c[i] over 3 × 1/3 GiB (reported, for reference)
 //   fma_GFLOPs  a register-blocked f32 FMA loop over all threads (AVX-512 where present)

@@ -1,4 +1,4 @@
-// Fused gate/up product of a gated FFN (MODEL.md §6.3):
+// Fused gate/up product of a gated FFN (docs/model.md §6.3):
 //   h[m, n] = act(x · W1ᵀ)[m, n] ⊙ cap(x · W3ᵀ)[m, n]
 // act/cap = SiLU/identity (SwiGLU) or the SiTU caps (kernels/reference/glu.h GluParams).
 //

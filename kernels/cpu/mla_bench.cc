@@ -1,4 +1,4 @@
-// MLA attention benchmark against ceilings measured in the same run (PERF.md):
+// MLA attention benchmark against ceilings measured in the same run (docs/performance.md):
 //   read_GBps   streaming read of 1 GiB over all threads (bench/roofline.h)
 //   f32_GFLOPs  register-resident FMA chains over all threads (AVX-512 where present)
 // Cases (K3 head shapes: dn 128, dr 64, dv 128, r 512 → 576-wide latent rows; K3 96 heads,

@@ -1,10 +1,10 @@
-// MLA decode attention on the CPU (MODEL.md §4.3, absorbed "MQA mode"): one new token per
+// MLA decode attention on the CPU (docs/model.md §4.3, absorbed "MQA mode"): one new token per
 // sequence, a batch of sequences with different context lengths, reading each sequence's latent
 // rows in place from the paged cache (mla_paged.h).
 //
 //   q̃_h = [W_UK,hᵀ q_nope,h ; q_pe,h]                       (576 = r + dr wide, per head)
 //   s_h(j) = scale · q̃_h · κ_j     ō_h = Σ_j softmax_j(s_h) c_j      o_h = W_UV,h ō_h (dv)
-//   o_h ← o_h ⊙ sigmoid(g_h)        when gate logits are given (MODEL.md §4.5, K3)
+//   o_h ← o_h ⊙ sigmoid(g_h)        when gate logits are given (docs/model.md §4.5, K3)
 //
 // Flash-decoding: the context of each sequence is cut into splits of whole 16-row tiles; work
 // items are (sequence, split), run in parallel (OpenMP); each keeps an online softmax for all

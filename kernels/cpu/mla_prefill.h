@@ -1,10 +1,10 @@
-// MLA prefill attention on the CPU (MODEL.md §4): a chunk of T new tokens on top of C cached
+// MLA prefill attention on the CPU (docs/model.md §4): a chunk of T new tokens on top of C cached
 // tokens per sequence, causal, a batch of sequences, reading the latent rows in place from the
 // paged cache (mla_paged.h; the chunk's own rows must already be written there).
 //
 // Two forms, both flash-attention style (online softmax over 16-row context tiles with per-query
 // causal limits; never a T × (C+T) score matrix):
-//   absorbed ("MQA", MODEL.md §4.3): work items (sequence, ≤ 4 heads, 16 tokens) absorb
+//   absorbed ("MQA", docs/model.md §4.3): work items (sequence, ≤ 4 heads, 16 tokens) absorb
 //     their queries (q̃ = [W_UKᵀ q_nope ; q_pe]), attend the 576-wide latent rows in place,
 //     normalise, up-project with W_UV,h and gate. 2·(576 + 512) FLOPs per (query, row).
 //   expanded ("MHA", §4.2): work items (sequence, head) expand [k_nope ; k_pe ; v] of 256

@@ -1,4 +1,4 @@
-// MoE layer benchmark against ceilings measured in the same run (PERF.md).
+// MoE layer benchmark against ceilings measured in the same run (docs/performance.md).
 //
 // Shape: the `bench` checkpoint preset (tools/model_dims.cc BenchDims: Kimi-Linear family,
 // hidden 1024, 64 routed experts top-8 of width 256, one shared expert, SwiGLU, bf16), or with

@@ -1,4 +1,4 @@
-// RMSNorm over the last dimension of row-major [rows, dim] f32 data (MODEL.md §1), alone or
+// RMSNorm over the last dimension of row-major [rows, dim] f32 data (docs/model.md §1), alone or
 // fused with the residual add that precedes it. AVX-512 or AVX2 by ActiveIsa()
 // (STRATA_ISA=scalar: kernels/reference). f32 accumulation (rows are ≤ a few 10⁴ wide: the
 // relative error stays ~1e-6); rows are independent and OpenMP-parallel when large. No heap

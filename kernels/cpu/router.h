@@ -1,4 +1,4 @@
-// MoE router, DeepSeek-V3 `noaux_tc` (MODEL.md §6.1), vectorised; the same contract and the
+// MoE router, DeepSeek-V3 `noaux_tc` (docs/model.md §6.1), vectorised; the same contract and the
 // same selection as kernels/reference/router.h (ties: lower expert id first; experts of
 // dropped groups score 0.0 for selection):
 //   s = score(logits)   (sigmoid per expert, or softmax over the experts);  s' = s + bias

@@ -1,5 +1,5 @@
-// The two ceilings every GPU benchmark divides by (PERF.md, METHOD.md), measured in the same
-// run: device-to-device copy bandwidth and the cuBLAS bf16 GEMM rate on random data.
+// The two ceilings every GPU benchmark divides by (docs/performance.md, METHOD.md), measured in the
+// same run: device-to-device copy bandwidth and the cuBLAS bf16 GEMM rate on random data.
 #pragma once
 
 #include <cublas_v2.h>

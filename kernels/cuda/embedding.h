@@ -1,4 +1,5 @@
-// Embedding row gather on the GPU (MODEL.md: the token embedding, the first op of the forward):
+// Embedding row gather on the GPU (docs/model.md: the token embedding, the first op of the
+// forward):
 //   out[i, :] = f32(table[ids[i], :])   for i < count, table [vocab, dim] bf16 bits or f32.
 // Token ids are validated on the device: an id outside [0, vocab) is never read; its output row
 // is zero-filled and 1 is added to *invalid_count (device int32; the caller zeroes it before the

@@ -1,7 +1,8 @@
 // cuda_gpu_bench: times every kernel of strata_cuda_ops at K3 and Kimi-Linear shapes against
-// the ceilings measured at the start of the same run (PERF.md): a 1 GiB device-to-device copy
-// (bytes read + written) and an 8192³ cuBLAS bf16 GEMM on random data. Prints one markdown
-// table, last: kernel, shape, median time, achieved GB/s or TFLOP/s, % of the ceiling, target.
+// the ceilings measured at the start of the same run (docs/performance.md): a 1 GiB
+// device-to-device copy (bytes read + written) and an 8192³ cuBLAS bf16 GEMM on random data. Prints
+// one markdown table, last: kernel, shape, median time, achieved GB/s or TFLOP/s, % of the ceiling,
+// target.
 //
 // Usage: cuda_gpu_bench [--quick] [--once] [--filter=SUBSTRING]
 //   --quick   fewer repetitions and only the first shape of each kernel

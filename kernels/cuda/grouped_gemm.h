@@ -1,4 +1,4 @@
-// Strata's own MoE grouped GEMM for Hopper (sm_90a, mma.sync tensor cores), MODEL.md §6.2:
+// Strata's own MoE grouped GEMM for Hopper (sm_90a, mma.sync tensor cores), docs/model.md §6.2:
 //
 //   y_perm[r] = x_perm[r] · W_eᵀ        for r in expert e's rows [offsets[e], offsets[e+1])
 //

@@ -1,4 +1,4 @@
-// KDA fused decode step over a batch of state slots (MODEL.md §3.1–§3.5, one token per
+// KDA fused decode step over a batch of state slots (docs/model.md §3.1–§3.5, one token per
 // sequence): causal short conv (+ cache shift) → SiLU → q/k L2 norm → gate g and β → delta-rule
 // recurrence on the state → gated RMSNorm of the output. One CTA per (batch row, head).
 //

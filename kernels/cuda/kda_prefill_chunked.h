@@ -1,4 +1,4 @@
-// Chunked tensor-core KDA prefill for K3's bounded gate (MODEL.md §3.6): the fast path of
+// Chunked tensor-core KDA prefill for K3's bounded gate (docs/model.md §3.6): the fast path of
 // KdaPrefillRecurrent (kda_decode.h) when g ∈ [lower_bound, 0) with |lower_bound| ≤ 7.5.
 //
 // Same inputs, shapes and contract as KdaPrefillRecurrent: sequence n (params.batch sequences)

@@ -1,4 +1,4 @@
-// MLA paged decode, absorbed ("MQA") form (MODEL.md §4.3), over the FlashMLA page layout.
+// MLA paged decode, absorbed ("MQA") form (docs/model.md §4.3), over the FlashMLA page layout.
 //
 // Fixed dims (all released Kimi / DeepSeek MLA checkpoints): latent row κ = [c (512) ; k_pe (64)]
 // = 576 bf16 values, value width 512, pages of 64 tokens:

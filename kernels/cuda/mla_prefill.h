@@ -1,5 +1,5 @@
-// MLA prefill in the non-absorbed ("MHA") form (MODEL.md §4.2) over the paged latent cache, plus
-// the elementwise output gate (§4.5). Hopper (sm_90a) tensor cores through mma.sync.
+// MLA prefill in the non-absorbed ("MHA") form (docs/model.md §4.2) over the paged latent cache,
+// plus the elementwise output gate (§4.5). Hopper (sm_90a) tensor cores through mma.sync.
 //
 // Fixed dims as in mla_decode.h: latent row κ = [c (512) ; k_pe (64)] bf16 in pages
 // [num_blocks, 64, 576]; kv_b_proj W_kvb [H·256, 512] bf16, rows of head h =

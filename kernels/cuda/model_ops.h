@@ -7,7 +7,7 @@
 //                    step: MoePermute then drops them)
 //   MlaWriteLatents  κ = [RMSNorm(c; w, eps) ; k_pe] of each new token, rounded to bf16 (or
 //                    quantized to the fp8 row layout, core/latent_row.h) and written to its latent
-//                    cache row (MODEL.md §4.1: only the latent part is normalised)
+//                    cache row (docs/model.md §4.1: only the latent part is normalised)
 #pragma once
 
 #include <cuda_runtime.h>

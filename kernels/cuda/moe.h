@@ -1,4 +1,4 @@
-// MoE expert execution on the GPU (MODEL.md §6.2): permute the (token, slot) pairs by expert,
+// MoE expert execution on the GPU (docs/model.md §6.2): permute the (token, slot) pairs by expert,
 // gather their rows, run every expert's matrix product as one grouped GEMM (cuBLAS), and
 // combine the weighted expert outputs back per token.
 //

@@ -1,4 +1,4 @@
-// Row-wise normalisation and activation kernels (MODEL.md §5, §6.3), f32 math:
+// Row-wise normalisation and activation kernels (docs/model.md §5, §6.3), f32 math:
 //   RmsNorm       y = x / sqrt(mean(x²) + eps) ⊙ weight                      (weight may be null)
 //   AddRmsNorm    residual += x (f32, in place); y = RmsNorm(residual)
 //   AttnResMix    out = Σ_i softmax_i(z)·v_i, z_i = (w_norm⊙w_proj)·v_i / sqrt(mean(v_i²)+eps);

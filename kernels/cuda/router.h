@@ -1,4 +1,4 @@
-// MoE router on the GPU: DeepSeek-V3 `noaux_tc` (MODEL.md §6.1), the exact selection rules of
+// MoE router on the GPU: DeepSeek-V3 `noaux_tc` (docs/model.md §6.1), the exact selection rules of
 // kernels/reference/router.h: σ in f64 rounded to f32, + bias in f32, group limit (sum of the
 // two best biased scores per group, dropped groups score 0.0), top-k with ties to the lower
 // expert id, weights from the unbiased scores renormalised in f64. One CTA per token.

@@ -1,4 +1,4 @@
-// Block Attention Residuals mix (MODEL.md §5.1), per token, f32:
+// Block Attention Residuals mix (docs/model.md §5.1), per token, f32:
 //   w_eff = w_norm ⊙ w_proj
 //   z_i = (w_eff · v_i) / sqrt(mean(v_i²) + eps)
 //   out = Σ_i softmax(z)_i · v_i        (the RAW sources are mixed)

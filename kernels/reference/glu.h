@@ -1,4 +1,4 @@
-// Gated-linear-unit activations of the FFNs (MODEL.md §6.3), f32, elementwise:
+// Gated-linear-unit activations of the FFNs (docs/model.md §6.3), f32, elementwise:
 //   SwiGLU:   out = SiLU(gate) ⊙ up
 //   SiTU-GLU: out = [β1·tanh(gate/β1)·σ(gate)] ⊙ [β2·tanh(up/β2)]   (β2 ≤ 0 or absent: up uncapped)
 // gate, up, out: n elements; out may alias gate or up.

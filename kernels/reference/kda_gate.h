@@ -1,4 +1,4 @@
-// KDA per-channel log-decay gate g (MODEL.md §3.2), f32 math.
+// KDA per-channel log-decay gate g (docs/model.md §3.2), f32 math.
 //
 //   Kimi-Linear (no lower bound): g = −exp(A_log[h]) · softplus(f + dt_bias[h·D + c])
 //   K3 (lower_bound lb < 0):      g = lb · sigmoid(exp(A_log[h]) · (f + dt_bias[h·D + c]))

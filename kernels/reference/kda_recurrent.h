@@ -1,4 +1,4 @@
-// Kimi Delta Attention core (MODEL.md §3.4, §3.6), per head h, D = head_dim (dk = dv = D).
+// Kimi Delta Attention core (docs/model.md §3.4, §3.6), per head h, D = head_dim (dk = dv = D).
 //
 // Inputs (all row-major, f32):
 //   q, k: [T, H·D]  already L2-normalised; q also scaled by D^-1/2

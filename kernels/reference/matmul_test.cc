@@ -113,7 +113,7 @@ TEST(MatmulReferenceTest, Mxfp4HandComputedLowNibbleFirst) {
 }
 
 TEST(MatmulReferenceTest, Mxfp4EqualsF32OfExplicitlyDecodedTable) {
-  // E2M1 code → value, written out from the format definition (CHECKPOINT.md §6).
+  // E2M1 code → value, written out from the format definition (docs/checkpoint.md §6).
   const float kTable[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
   Rng rng(10);

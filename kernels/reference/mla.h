@@ -1,4 +1,4 @@
-// Gated MLA attention core, NoPE (MODEL.md §4). One sequence.
+// Gated MLA attention core, NoPE (docs/model.md §4). One sequence.
 //
 // Dims: H heads, dn = qk_nope_head_dim, dr = qk_rope_head_dim, dv = v_head_dim, r = kv_lora_rank.
 // latent: [num_ctx, r + dr] rows κ_j = [c_j (post-norm latent, r) ; k_pe_j (dr)] for every

@@ -1,4 +1,4 @@
-// MoE router, DeepSeek-V3 `noaux_tc` (MODEL.md §6.1, CHECKPOINT.md §5), f32:
+// MoE router, DeepSeek-V3 `noaux_tc` (docs/model.md §6.1, docs/checkpoint.md §5), f32:
 //   s = sigmoid(logits);  s' = s + bias (selection only)
 //   groups (num_groups > 1): group score = sum of the 2 largest s' in the group; keep the
 //     topk_group best groups; experts of other groups score 0.0 for selection

@@ -1,6 +1,6 @@
 // `strata bench`: end-to-end prefill and decode tokens/s through the real engine (scheduler +
 // executor + model), like llama-bench, each next to its roofline floor measured in the same
-// run (PERF.md; the measurement itself is bench/engine_bench.h).
+// run (docs/performance.md; the measurement itself is bench/engine_bench.h).
 #include <omp.h>
 
 #include <cstdio>

@@ -140,8 +140,8 @@ TEST(ParallelFlagsTest, VllmDataParallelFlagsMapOntoRanks) {
   EXPECT_EQ(one->coordinator, "127.0.0.1:29500");
   // Kimi K2's two-node line, second node.
   auto second = Resolve({"--data-parallel-size", "16", "--data-parallel-size-local", "8",
-                         "--data-parallel-start-rank", "8", "--data-parallel-address",
-                         "10.0.0.1", "--data-parallel-rpc-port", "12345"});
+                         "--data-parallel-start-rank", "8", "--data-parallel-address", "10.0.0.1",
+                         "--data-parallel-rpc-port", "12345"});
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->world_size, 16);
   EXPECT_EQ(second->local_ranks, 8);
@@ -165,8 +165,8 @@ TEST(ParallelFlagsTest, VllmAliasesAreRefusedNamingTheFlagsGiven) {
   EXPECT_THAT(rank.status().message(),
               HasSubstr("--data-parallel-start-rank 1 must be a multiple of "
                         "--data-parallel-size-local 2"));
-  auto addresses = Resolve({"--local-ranks", "2", "--coordinator", "a:1",
-                            "--data-parallel-address", "b"});
+  auto addresses =
+      Resolve({"--local-ranks", "2", "--coordinator", "a:1", "--data-parallel-address", "b"});
   ASSERT_FALSE(addresses.ok());
   EXPECT_THAT(addresses.status().message(), HasSubstr("give one"));
   auto port_alone = Resolve({"--local-ranks", "2", "--data-parallel-rpc-port", "5"});

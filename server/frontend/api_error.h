@@ -1,4 +1,4 @@
-// OpenAI's error object and how Strata's statuses map onto it (API.md, "Errors"):
+// OpenAI's error object and how Strata's statuses map onto it (docs/api.md, "Errors"):
 //
 //   {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens",
 //              "code": "invalid_value"}}

@@ -30,7 +30,7 @@ struct ChoiceOptions {
   bool parse_tool_calls = false;           // needs detokenizer.skip_special_tokens == false
   bool logprobs = false;                   // collect TokenLogprobEntry per token
   std::vector<int32_t> hidden_stop_ids;    // EOS and stop token ids: not shown when they end it
-  // Reasoning (API.md: `<think>` … `</think>` returned as reasoning_content), split on the
+  // Reasoning (docs/api.md: `<think>` … `</think>` returned as reasoning_content), split on the
   // marker token ids (−1: the model has none). The reply reasons when the prompt opened
   // `<think>` (`reasoning_open`) or when its first token is `<think>`; everything up to
   // `</think>` (or the end) is reasoning, the rest content. The markers are never shown.

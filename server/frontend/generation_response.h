@@ -3,7 +3,7 @@
 // JSON body. Implements http::PendingResponse: the engine thread only wakes the I/O thread
 // (RequestStream notifier); decoding and rendering happen in Poll on the I/O thread.
 //
-// Stream shape (API.md "Streaming"): chat sends one {"role": "assistant", "content": ""} chunk
+// Stream shape (docs/api.md "Streaming"): chat sends one {"role": "assistant", "content": ""} chunk
 // per choice first; then content / tool_calls chunks as text becomes final; each choice ends
 // with a chunk whose delta is {} and whose finish_reason is set; with include_usage a chunk
 // with `choices: []` and usage follows; then `data: [DONE]`. An error after the stream

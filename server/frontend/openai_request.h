@@ -1,4 +1,4 @@
-// The OpenAI request bodies Strata accepts, parsed and validated into plain structs (API.md,
+// The OpenAI request bodies Strata accepts, parsed and validated into plain structs (docs/api.md,
 // "REST"). Parsing needs no tokenizer or engine: token-level checks (context length, ids in
 // the vocabulary) happen when the request is built for the engine (generation_request.h).
 //

@@ -1,4 +1,4 @@
-// The OpenAI-compatible REST surface (API.md): routing, auth, readiness and draining, and the
+// The OpenAI-compatible REST surface (docs/api.md): routing, auth, readiness and draining, and the
 // endpoints. Implements http::HttpHandler, so it is tested without sockets.
 //
 //   GET  /health, GET|POST /ping        200 while the process runs (also while loading)

@@ -1,4 +1,4 @@
-// OpenAI response bodies and stream chunks, rendered from plain structs (API.md, "REST" and
+// OpenAI response bodies and stream chunks, rendered from plain structs (docs/api.md, "REST" and
 // "Streaming"). Pure functions; the SSE framing helpers are here too:
 //   data: <json>\n\n   ...   data: [DONE]\n\n
 #pragma once

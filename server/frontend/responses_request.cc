@@ -1,6 +1,6 @@
 // ParseResponsesRequest (openai_request.h): OpenAI's /v1/responses body → the chat request it
-// means (API.md: "may translate to chat internally"). The translation is a chat body, parsed by
-// ParseChatCompletionRequest, so both endpoints validate and generate alike; errors from that
+// means (docs/api.md: "may translate to chat internally"). The translation is a chat body, parsed
+// by ParseChatCompletionRequest, so both endpoints validate and generate alike; errors from that
 // parse are renamed to the Responses fields.
 #include <iterator>
 #include <string_view>

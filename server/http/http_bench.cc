@@ -1,6 +1,6 @@
 // HTTP layer benchmark (not a test): what the OpenAI front end and the HTTP transport add on
-// top of submitting to the engine directly, measured in the same run (PERF.md: ratios, not
-// absolute times).
+// top of submitting to the engine directly, measured in the same run (docs/performance.md: ratios,
+// not absolute times).
 //
 //   1. latency of a `max_tokens: 1` chat call, sequential, p50 / p99:
 //        direct   EngineLoop::Submit of the same prompt ids, wait for the end

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent float64 reference of the Kimi K3 / Kimi-Linear language model (numpy only).
 
-Written from the design documents alone (MODEL.md §1-§6 and §9.1, CHECKPOINT.md §1-§6), not from
+Written from the design documents alone (docs/model.md §1-§6 and §9.1, docs/checkpoint.md §1-§6), not from
 Strata's C++ code: it is the oracle the engine's logits are compared with.
 
   /usr/bin/python3 tests/golden/kimi_reference.py --model DIR --ids-file ids.json \
@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 # ---------------------------------------------------------------------------------------------
-# safetensors reading (CHECKPOINT.md §1)
+# safetensors reading (docs/checkpoint.md §1)
 
 E2M1_VALUES = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], np.float64)
 RAW_DTYPES = {"F32": "<f4", "F64": "<f8", "F16": "<f2", "BF16": "<u2", "U8": "u1", "I8": "i1",
@@ -90,7 +90,7 @@ class Tensors:
 
 
 def decode_mxfp4(packed, scales):
-    """compressed-tensors mxfp4-pack-quantized (CHECKPOINT.md §6): packed [R, C/2] U8 with the
+    """compressed-tensors mxfp4-pack-quantized (docs/checkpoint.md §6): packed [R, C/2] U8 with the
     LOW nibble = even input index; scales [R, C/32] U8 E8M0 (2^(e-127)). Returns [R, C]."""
     rows = packed.shape[0]
     codes = np.empty((rows, packed.shape[1] * 2), np.uint8)
@@ -102,7 +102,7 @@ def decode_mxfp4(packed, scales):
 
 
 # ---------------------------------------------------------------------------------------------
-# configuration (CHECKPOINT.md §2)
+# configuration (docs/checkpoint.md §2)
 
 class Config:
     def __init__(self, raw):
@@ -182,7 +182,7 @@ def rms_norm(x, w, eps):
 
 
 def linear(x, w):
-    """y = x W^T with W [out, in] (CHECKPOINT.md §1 rule 6)."""
+    """y = x W^T with W [out, in] (docs/checkpoint.md §1 rule 6)."""
     return x @ w.T
 
 
@@ -210,7 +210,7 @@ class Model:
     def w(self, name, shape=None):
         return self.t.get(self.cfg.prefix + name, shape)
 
-    # ---- FFN (CHECKPOINT.md §5 "Experts / MLPs"; MODEL.md §6.3) ----
+    # ---- FFN (docs/checkpoint.md §5 "Experts / MLPs"; docs/model.md §6.3) ----
     def glu(self, x, gate_w, up_w, down_w):
         c = self.cfg
         g = linear(x, gate_w)
@@ -244,7 +244,7 @@ class Model:
             self.t.cache[name] = decode_mxfp4(packed, scales)
         return self.t.cache[name]
 
-    # ---- router, noaux_tc (CHECKPOINT.md §5 "Router"; MODEL.md §6.1, §9.1 item 9) ----
+    # ---- router, noaux_tc (docs/checkpoint.md §5 "Router"; docs/model.md §6.1, §9.1 item 9) ----
     def route(self, x, p, stats):
         c = self.cfg
         s = sigmoid(linear(x, self.w(p + "gate.weight", (c.E, c.d))))  # [T, E], unbiased
@@ -298,7 +298,7 @@ class Model:
             return self.moe(x, p + "block_sparse_moe.", stats)
         return self.mlp(x, p + "mlp.", c.I_dense)
 
-    # ---- KDA (CHECKPOINT.md §5 "KDA"; MODEL.md §3, §9.1 items 2-6) ----
+    # ---- KDA (docs/checkpoint.md §5 "KDA"; docs/model.md §3, §9.1 items 2-6) ----
     def kda(self, x, p, stats):
         c = self.cfg
         T, H, D, P = x.shape[0], c.Hk, c.Dk, c.Hk * c.Dk
@@ -351,7 +351,7 @@ class Model:
             stats.add("kda_o_rms", float(np.sqrt(np.mean(o * o))))
         return linear(y.reshape(T, P), self.w(p + "o_proj.weight", (c.d, P)))
 
-    # ---- MLA, NoPE, non-absorbed (CHECKPOINT.md §5 "MLA"; MODEL.md §4, §9.1 items 7-8) ----
+    # ---- MLA, NoPE, non-absorbed (docs/checkpoint.md §5 "MLA"; docs/model.md §4, §9.1 items 7-8) ----
     def mla(self, x, p, stats):
         c = self.cfg
         T, H, dn, dr, dv, r = x.shape[0], c.H, c.dn, c.dr, c.dv, c.kv_lora
@@ -387,7 +387,7 @@ class Model:
         p = f"model.layers.{l}.self_attn."
         return self.kda(x, p, stats) if self.cfg.is_kda(l) else self.mla(x, p, stats)
 
-    # ---- Block AttnRes (CHECKPOINT.md §5; MODEL.md §5.1, §9.1 item 12) ----
+    # ---- Block AttnRes (docs/checkpoint.md §5; docs/model.md §5.1, §9.1 item 12) ----
     def attn_res_mix(self, sources, site, stats):
         c = self.cfg
         w_eff = self.w(site + "_norm.weight", (c.d,)) * self.w(site + "_proj.weight", (1, c.d))[0]
@@ -400,7 +400,7 @@ class Model:
             stats.add("attnres_max_weight_mean", float(pi.max(0).mean()))
         return np.einsum("nt,ntd->td", pi, V)  # mixes the RAW sources
 
-    # ---- whole model (MODEL.md §1) ----
+    # ---- whole model (docs/model.md §1) ----
     def forward(self, ids, stats=None):
         c = self.cfg
         stats = stats or Stats(False)
