@@ -1,4 +1,4 @@
-// The two ceilings every GPU benchmark divides by (docs/performance.md, METHOD.md), measured in the
+// The two ceilings every GPU benchmark divides by (docs/performance.md), measured in the
 // same run: device-to-device copy bandwidth and the cuBLAS bf16 GEMM rate on random data.
 #pragma once
 

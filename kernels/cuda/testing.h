@@ -19,7 +19,7 @@
 
 namespace strata::kernels::cuda::testing {
 
-// True when the kernels run on Strata's CUDA emulator (tools/cuda_emu) rather than a GPU: the
+// True when the kernels run on Strata's CUDA emulator (tests/cuda_emu) rather than a GPU: the
 // few tests whose full sweep would take minutes there run a smaller one.
 #if defined(STRATA_CUDA_EMU)
 inline constexpr bool kEmulated = true;
@@ -36,7 +36,7 @@ inline bool HasCudaDevice() {
   return count > 0;
 }
 
-// A fresh seed per test binary run (METHOD.md: fresh random inputs for every check), printed so
+// A fresh seed per test binary run (docs/performance.md: fresh random inputs every run), printed so
 // a failure can be replayed with STRATA_TEST_SEED=<seed>.
 inline uint32_t TestSeed() {
   static const uint32_t seed = [] {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Golden check of the whole model against an independent float64 implementation
-# (kimi_reference.py, written from docs/model.md/CHECKPOINT.md only):
+# (kimi_reference.py, written from docs/model.md and docs/checkpoint.md only):
 #   for each checkpoint variant: `strata logits` over a prompt of a few hundred ids must match
 #   the reference's logits within 2e-3 (max abs), and `strata generate` (greedy, 16 tokens)
 #   must equal the reference's greedy continuation.
