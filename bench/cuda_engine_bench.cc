@@ -8,9 +8,9 @@
 #include <iostream>
 #include <string>
 
-#include "bench/engine_bench.h"
-#include "bench/engine_bench_cuda.h"
 #include "engine/model.h"
+#include "server/bench/engine_bench.h"
+#include "server/bench/engine_bench_cuda.h"
 
 int main(int argc, char** argv) {
   using namespace strata;

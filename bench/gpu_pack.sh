@@ -30,7 +30,7 @@ for b in "$BUILD"/kernels/cuda/cuda_*_test "$BUILD"/kernels/cuda/cuda_gpu_bench 
   "$BUILD"/engine/cuda/engine_cuda_*_test "$BUILD"/bench/cuda_engine_bench \
   "$BUILD"/tools/strata-make-checkpoint "$BUILD"/strata; do
   [[ -x "$b" ]] || continue
-  [[ $(basename "$b") == *_emu_* ]] && continue  # the CPU emulator's builds (tools/cuda_emu)
+  [[ $(basename "$b") == *_emu_* ]] && continue  # the CPU emulator's builds (tests/cuda_emu)
   cp "$b" "$STAGE/bin/"
   strip --strip-unneeded "$STAGE/bin/$(basename "$b")" 2>/dev/null || true
   bins+=("$b")

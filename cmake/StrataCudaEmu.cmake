@@ -1,4 +1,4 @@
-# Strata's CUDA emulator (tools/cuda_emu): the CUDA kernels and the CUDA executor compiled as
+# Strata's CUDA emulator (tests/cuda_emu): the CUDA kernels and the CUDA executor compiled as
 # host C++ against the emulator's cuda_runtime.h / cuda_bf16.h / cublas_v2.h, so their GPU tests
 # run on any machine (CI has no GPU). Needs no CUDA toolkit.
 option(STRATA_WITH_CUDA_EMU "Build the CUDA kernels and executor for the CPU emulator and run their GPU tests on it" ON)

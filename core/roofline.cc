@@ -1,4 +1,4 @@
-#include "bench/roofline.h"
+#include "core/roofline.h"
 
 #include <omp.h>
 #include "core/avx512_intrinsics.h"

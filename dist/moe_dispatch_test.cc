@@ -19,8 +19,8 @@
 
 #include "dist/testing/fake_communicator.h"
 #include "dist/testing/moe_test_util.h"
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/model.h"
-#include "tools/checkpoint_generator.h"
 
 namespace strata::dist {
 namespace {
@@ -281,7 +281,7 @@ TEST(ExchangeFailureDeathTest, CommunicatorErrorEndsTheProcessNamingCollectiveAn
 
 struct ModelVariant {
   std::string name;
-  tools::GeneratorOptions options;
+  engine::demo::GeneratorOptions options;
 };
 
 void PrintTo(const ModelVariant& v, std::ostream* os) { *os << v.name; }
@@ -294,7 +294,7 @@ class ExpertParallelModelTest : public ::testing::TestWithParam<ModelVariant> {
     std::replace(test.begin(), test.end(), '/', '_');
     dir_ = ::testing::TempDir() + "/ep_model_test_" + GetParam().name + "_" +
            std::to_string(::getpid()) + "_" + test;
-    auto generated = tools::GenerateCheckpoint(GetParam().options, dir_);
+    auto generated = engine::demo::GenerateCheckpoint(GetParam().options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     auto model = engine::Model::Load(dir_);
     ASSERT_TRUE(model.ok()) << model.status();

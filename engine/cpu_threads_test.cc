@@ -15,11 +15,11 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/executor.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
 #include "kernels/cpu/thread_pool.h"
-#include "tools/checkpoint_generator.h"
 
 namespace strata::engine {
 namespace {
@@ -50,11 +50,11 @@ TEST_P(CpuThreadsTest, PrefillAndDecodeStartNoThreadButThePools) {
   omp_set_num_threads(2);  // parallel even on a one-core machine
   const std::string dir =
       testing::TempDir() + "/cpu_threads_" + GetParam() + "_" + std::to_string(::getpid());
-  tools::GeneratorOptions options;
+  engine::demo::GeneratorOptions options;
   options.family = GetParam();
   options.preset = "tiny";
   options.seed = 5;
-  ASSERT_TRUE(tools::GenerateCheckpoint(options, dir).ok());
+  ASSERT_TRUE(engine::demo::GenerateCheckpoint(options, dir).ok());
   auto model = Model::Load(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_EQ(ForeignThreads(), std::vector<std::string>{}) << "before any step";

@@ -22,10 +22,10 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/executor.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
-#include "tools/checkpoint_generator.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define STRATA_COUNT_ALLOCATIONS 0  // the sanitizers own malloc and operator new
@@ -200,11 +200,11 @@ class DecodeAllocTest : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = testing::TempDir() + "/decode_alloc_" + GetParam() + "_" + std::to_string(::getpid());
-    tools::GeneratorOptions options;
+    engine::demo::GeneratorOptions options;
     options.family = GetParam();
     options.preset = "tiny";
     options.seed = 11;
-    auto generated = tools::GenerateCheckpoint(options, dir_);
+    auto generated = engine::demo::GenerateCheckpoint(options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     auto model = Model::Load(dir_);
     ASSERT_TRUE(model.ok()) << model.status();

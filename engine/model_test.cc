@@ -13,16 +13,16 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/generator.h"
 #include "kernels/cpu/matmul.h"
-#include "tools/checkpoint_generator.h"
 
 namespace strata::engine {
 namespace {
 
 struct Variant {
   std::string name;
-  tools::GeneratorOptions options;
+  engine::demo::GeneratorOptions options;
 };
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
@@ -55,7 +55,7 @@ class ModelTest : public testing::TestWithParam<Variant> {
     std::replace(test.begin(), test.end(), '/', '_');
     dir_ = testing::TempDir() + "/model_test_" + GetParam().name + "_" +
            std::to_string(::getpid()) + "_" + test;
-    auto generated = tools::GenerateCheckpoint(GetParam().options, dir_);
+    auto generated = engine::demo::GenerateCheckpoint(GetParam().options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     auto model = Model::Load(dir_);
     ASSERT_TRUE(model.ok()) << model.status();

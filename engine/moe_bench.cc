@@ -17,7 +17,7 @@
 // experts + shared + router), GB/s and % of the read ceiling (decode), GFLOP/s and % of the f32
 // FMA ceiling (prefill), and the speed-up of new over old/omp.
 //
-// Run: kernels_cpu_moe_bench [--layers N] [--seconds S] [--mxfp4] [--bf16] [--rows N]...
+// Run: engine_moe_bench [--layers N] [--seconds S] [--mxfp4] [--bf16] [--rows N]...
 //      [--new-only]   (not run by ctest; --rows picks cases, --new-only times only "new")
 // --bf16: MatmulPrecision::kBf16 (--cpu-matmul-precision bf16); the prefill's ceiling is then the
 // bf16 products' (AMX tiles, else vdpbf16ps).
@@ -35,8 +35,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/roofline.h"
 #include "core/dtype.h"
+#include "core/roofline.h"
 #include "core/tensor.h"
 #include "engine/glu_ffn.h"
 #include "engine/linear.h"

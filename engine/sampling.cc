@@ -5,17 +5,11 @@
 #include <limits>
 #include <string>
 
+#include "core/splitmix64.h"
 #include "kernels/cpu/sampling.h"
 
 namespace strata::engine {
 namespace {
-
-uint64_t SplitMix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
@@ -135,7 +129,7 @@ absl::Status SamplingParams::Validate(int64_t vocab_size) const {
 }
 
 Rng::Rng(uint64_t seed) {
-  for (uint64_t& word : s_) word = SplitMix64(seed);
+  for (uint64_t& word : s_) word = SplitMix64Next(seed);
 }
 
 uint64_t Rng::Next() {

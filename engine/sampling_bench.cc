@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/roofline.h"
+#include "core/roofline.h"
 #include "engine/sampling.h"
 
 namespace strata::engine {

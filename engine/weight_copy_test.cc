@@ -18,8 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/model.h"
-#include "tools/checkpoint_generator.h"
 
 namespace strata::engine {
 namespace {
@@ -59,12 +59,12 @@ class WeightCopyTest : public testing::TestWithParam<Case> {
   void SetUp() override {
     dir_ =
         testing::TempDir() + "/weight_copy_" + GetParam().name + "_" + std::to_string(::getpid());
-    tools::GeneratorOptions options;
+    engine::demo::GeneratorOptions options;
     options.family = GetParam().family;
     options.seed = 3;
     options.mxfp4_experts = GetParam().mxfp4;
     if (GetParam().tied) options.overrides["tie_embeddings"] = "true";
-    ASSERT_TRUE(tools::GenerateCheckpoint(options, dir_).ok());
+    ASSERT_TRUE(engine::demo::GenerateCheckpoint(options, dir_).ok());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 

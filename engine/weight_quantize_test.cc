@@ -26,10 +26,10 @@
 #include "core/int8_quantize.h"
 #include "core/mxfp4_quantize.h"
 #include "engine/checkpoint_quantize.h"
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "kernels/cpu/matmul.h"
-#include "tools/checkpoint_generator.h"
 
 namespace strata::engine {
 namespace {
@@ -55,14 +55,14 @@ class WeightQuantizeTest : public testing::Test {
   // A bf16 checkpoint of `family` in `<root>/<name>` (two shards: the index is rewritten too).
   std::string Generate(const std::string& name, const std::string& family, bool mxfp4 = false,
                        std::map<std::string, std::string> overrides = {}) {
-    tools::GeneratorOptions options;
+    engine::demo::GeneratorOptions options;
     options.family = family;
     options.seed = 5;
     options.num_shards = 2;
     options.mxfp4_experts = mxfp4;
     options.overrides = std::move(overrides);
     const std::string dir = root_ + "/" + name;
-    EXPECT_TRUE(tools::GenerateCheckpoint(options, dir).ok());
+    EXPECT_TRUE(engine::demo::GenerateCheckpoint(options, dir).ok());
     return dir;
   }
 
@@ -346,11 +346,11 @@ TEST(WeightQuantizationTest, FlagValuesAreTheSchemesOrNoneAndOthersAreNamed) {
 }
 
 TEST_F(WeightQuantizeTest, NonFiniteExpertValuesAreRefusedWithTheirTensorAndRow) {
-  tools::GeneratorOptions options;
+  engine::demo::GeneratorOptions options;
   options.family = "kimi-linear";
   options.seed = 5;
   const std::string dir = root_ + "/inf";
-  ASSERT_TRUE(tools::GenerateCheckpoint(options, dir).ok());
+  ASSERT_TRUE(engine::demo::GenerateCheckpoint(options, dir).ok());
   // Overwrite one bf16 value of an expert (row 3) with +inf in the file.
   std::string name;
   size_t offset = 0;

@@ -1,22 +1,14 @@
 #include "kvcache/block_hash.h"
 
 #include "core/check.h"
+#include "core/splitmix64.h"
 
 namespace strata::kvcache {
 namespace {
 
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
-
-constexpr uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
+constexpr uint64_t Absorb(uint64_t h, uint64_t word) {
+  return SplitMix64Mix((h ^ word) + kSplitMix64Golden);
 }
-
-constexpr uint64_t Absorb(uint64_t h, uint64_t word) { return Mix((h ^ word) + kGolden); }
 
 }  // namespace
 

@@ -40,7 +40,18 @@ enum class FinishReason : uint8_t {
   kAbort,   // Abort() (client gone, stop string found by the detokenizer, shutdown)
 };
 
-const char* FinishReasonName(FinishReason reason);
+// The one name of each reason, as clients (OpenAI's finish_reason), logs and metrics show it.
+constexpr const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+  }
+  return "abort";  // not an enumerator: nothing ended it normally
+}
 
 // One sequence's news from one step: a new token, the end, or both.
 struct SequenceEvent {

@@ -22,7 +22,7 @@
 #include "clients/bench_serve/load_runner.h"
 #include "clients/bench_serve/metrics.h"
 #include "clients/bench_serve/workload.h"
-#include "clients/cpp/client_flags.h"
+#include "core/command_line.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::bench_serve {
@@ -30,36 +30,56 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr char kUsage[] = R"(usage: strata-bench-serve [flags]
-  --base-url URL             the server (default http://127.0.0.1:8000; or --host / --port)
-  --endpoint PATH            /v1/completions (default) or /v1/chat/completions
-  --backend NAME             openai or vllm (completions), openai-chat (chat): vLLM's names
-  --model NAME               default: the first model of /v1/models
-  --api-key KEY              Authorization: Bearer KEY (default $OPENAI_API_KEY)
-  --dataset-name NAME        random (default) or sharegpt
-  --dataset-path FILE        the ShareGPT JSON file
-  --num-prompts N            requests to send (default 1000)
-  --random-input-len N       prompt tokens (default 1024)
-  --random-output-len N      max_tokens (default 128)
-  --random-range-ratio R     lengths drawn from len·[1−R, 1+R] (default 0)
-  --random-prefix-len N      the same N random tokens before every prompt (default 0)
-  --random-vocab-size N      ids in [0, N) (default: the server's /server_info, tokenizer vocabulary)
-  --sharegpt-output-len N    max_tokens for every ShareGPT request (default: its reply's length)
-  --request-rate R[,R...]    requests/s, or inf (default); several: one run per rate
-  --burstiness B             gamma shape of the arrival gaps (default 1: Poisson)
-  --max-concurrency N        at most N requests in flight
-  --seed S                   dataset and arrivals (default 0)
-  --ignore-eos               generate max_tokens tokens whatever the model says
-  --temperature T, --top-p P, --top-k K   sampling (default: the server's)
-  --goodput ttft:MS,tpot:MS,e2el:MS      the SLO for request_goodput (or vLLM's
-                             space-separated form: --goodput ttft:MS tpot:MS)
-  --percentile-metrics LIST  of ttft,tpot,itl,e2el to print (default ttft,tpot,itl)
-  --metric-percentiles LIST  e.g. 50,90,99 (default)
-  --request-timeout S        a request still running after S seconds fails (default: none)
-  --ready-check-timeout-sec S  wait up to S seconds for the server to answer (default 0)
-  --save-result              write the result JSON (--result-dir, --result-filename)
-Exit status: 0 when every request succeeded, 1 when some failed, 2 on bad flags or no server.
-)";
+const CommandSpec& BenchServeSpec() {
+  static const CommandSpec spec{
+      .program = "strata-bench-serve",
+      .description =
+          "the serving benchmark: latency percentiles and throughput of an "
+          "OpenAI-compatible server under load (vLLM's `bench serve` flags and JSON)",
+      .flags =
+          {{"base-url", true, "the server (default http://127.0.0.1:8000; or --host / --port)"},
+           {"host", true, "the server's host (default 127.0.0.1)"},
+           {"port", true, "the server's port (default 8000)"},
+           {"endpoint", true, "/v1/completions (default) or /v1/chat/completions"},
+           {"backend", true, "openai or vllm (completions), openai-chat (chat): vLLM's names"},
+           {"model", true, "default: the first model of /v1/models"},
+           {"api-key", true, "Authorization: Bearer KEY (default $OPENAI_API_KEY)"},
+           {"dataset-name", true, "random (default) or sharegpt"},
+           {"dataset-path", true, "the ShareGPT JSON file"},
+           {"num-prompts", true, "requests to send (default 1000)"},
+           {"random-input-len", true, "prompt tokens (default 1024)"},
+           {"random-output-len", true, "max_tokens (default 128)"},
+           {"random-range-ratio", true, "lengths drawn from len·[1−R, 1+R] (default 0)"},
+           {"random-prefix-len", true, "the same N random tokens before every prompt (default 0)"},
+           {"random-vocab-size", true,
+            "ids in [0, N) (default: the server's /server_info, tokenizer vocabulary)"},
+           {"sharegpt-output-len", true,
+            "max_tokens for every ShareGPT request (default: its reply's length)"},
+           {"request-rate", true, "requests/s, or inf (default); several R,R...: one run per rate"},
+           {"burstiness", true, "gamma shape of the arrival gaps (default 1: Poisson)"},
+           {"max-concurrency", true, "at most N requests in flight"},
+           {"seed", true, "dataset and arrivals (default 0)"},
+           {"ignore-eos", false, "generate max_tokens tokens whatever the model says"},
+           {"temperature", true, "sampling temperature (default: the server's)"},
+           {"top-p", true, "nucleus sampling mass (default: the server's)"},
+           {"top-k", true, "the k most likely tokens only (default: the server's)"},
+           {"goodput", true,
+            "the SLO for request_goodput, ttft:MS,tpot:MS,e2el:MS (or vLLM's space-separated "
+            "form: --goodput ttft:MS tpot:MS)"},
+           {"percentile-metrics", true, "of ttft,tpot,itl,e2el to print (default ttft,tpot,itl)"},
+           {"metric-percentiles", true, "e.g. 50,90,99 (default)"},
+           {"request-timeout", true,
+            "a request still running after S seconds fails (default: none)"},
+           {"ready-check-timeout-sec", true,
+            "wait up to S seconds for the server to answer (default 0)"},
+           {"save-result", false, "write the result JSON (--result-dir, --result-filename)"},
+           {"result-dir", true, "where --save-result writes (default .)"},
+           {"result-filename", true, "the result file's name (default openai-RATEqps-DATE.json)"}},
+      .notes =
+          "Exit status: 0 when every request succeeded, 1 when some failed, 2 on bad flags "
+          "or no server.\n"};
+  return spec;
+}
 
 absl::StatusOr<std::vector<double>> NumberList(const std::string& flag, const std::string& text) {
   std::vector<double> out;
@@ -130,21 +150,17 @@ struct Config {
   double ready_timeout_s = 0;  // wait this long for the server to answer /v1/models
 };
 
-absl::StatusOr<Config> ParseConfig(const client::ClientFlags& f) {
+absl::StatusOr<Config> ParseConfig(const Flags& f) {
   Config c;
   auto get_int = [&f](const char* name, int64_t* out, int64_t min) -> absl::Status {
-    absl::StatusOr<std::optional<int64_t>> v = f.GetInt(name);
+    absl::StatusOr<int64_t> v = f.GetInt(name, *out, min, INT64_MAX);
     if (!v.ok()) return v.status();
-    if (!v->has_value()) return absl::OkStatus();
-    if (**v < min) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, " must be >= ", min, ", got ", **v));
-    }
-    *out = **v;
+    *out = *v;
     return absl::OkStatus();
   };
   auto get_double = [&f](const char* name, double* out) -> absl::Status {
-    absl::StatusOr<std::optional<double>> v = f.GetDouble(name);
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    absl::StatusOr<std::optional<double>> v = f.GetDouble(name, -kInf, kInf);
     if (!v.ok()) return v.status();
     if (v->has_value()) *out = **v;
     return absl::OkStatus();
@@ -344,49 +360,10 @@ std::vector<std::string> JoinGoodputWords(const std::vector<std::string>& args) 
 
 int Main(const std::vector<std::string>& raw_args) {
   const std::vector<std::string> args = JoinGoodputWords(raw_args);
-  static const std::set<std::string> kWithValue = {"base-url",
-                                                   "host",
-                                                   "port",
-                                                   "endpoint",
-                                                   "model",
-                                                   "api-key",
-                                                   "dataset-name",
-                                                   "dataset-path",
-                                                   "num-prompts",
-                                                   "random-input-len",
-                                                   "random-output-len",
-                                                   "random-range-ratio",
-                                                   "random-prefix-len",
-                                                   "random-vocab-size",
-                                                   "sharegpt-output-len",
-                                                   "request-rate",
-                                                   "burstiness",
-                                                   "max-concurrency",
-                                                   "seed",
-                                                   "temperature",
-                                                   "top-p",
-                                                   "top-k",
-                                                   "goodput",
-                                                   "percentile-metrics",
-                                                   "metric-percentiles",
-                                                   "request-timeout",
-                                                   "result-dir",
-                                                   "result-filename",
-                                                   "ready-check-timeout-sec",
-                                                   "backend"};
-  static const std::set<std::string> kSwitches = {"ignore-eos", "save-result", "help"};
-  absl::StatusOr<client::ClientFlags> flags =
-      client::ClientFlags::Parse(args, kWithValue, kSwitches);
-  if (flags.ok() && flags->Has("help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  absl::StatusOr<Config> config = flags.ok() ? ParseConfig(*flags) : flags.status();
-  if (!config.ok()) {
-    std::fprintf(stderr, "strata-bench-serve: %s\n%s",
-                 std::string(config.status().message()).c_str(), kUsage);
-    return 2;
-  }
+  CommandLine line = ReadCommandLine(BenchServeSpec(), args);
+  if (line.exit_code) return *line.exit_code;
+  absl::StatusOr<Config> config = ParseConfig(line.flags);
+  if (!config.ok()) return UsageError(BenchServeSpec(), config.status());
   Config& c = *config;
   if (absl::Status s = Discover(c); !s.ok()) {
     std::fprintf(stderr, "strata-bench-serve: %s\n", std::string(s.message()).c_str());

@@ -8,35 +8,37 @@
 //       reason and usage go to stderr.
 //   strata-client tokenize --target HOST:PORT --text TEXT     ids as a JSON array
 //   strata-client info --target HOST:PORT                      model info and loads
-// Exit status: 0 on success, 1 on an RPC error (the gRPC code and message on stderr), 2 on
-// bad usage.
+// Every command also takes --api-key and --help (core/command_line.h). Exit status: 0 on success,
+// 1 on an RPC error (the gRPC code and message on stderr), 2 on bad usage.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "clients/cpp/client_flags.h"
+#include "absl/strings/str_split.h"
+#include "core/command_line.h"
 #include "strata/v1/control.grpc.pb.h"
 #include "strata/v1/inference.grpc.pb.h"
 
 namespace strata::client {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: strata-client generate --target HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3)\n"
-    "         [--max-tokens N] [--stream] [--temperature T] [--top-p P] [--top-k K]\n"
-    "         [--seed S] [--n N] [--stop STR] [--request-id ID] [--timeout SECONDS]\n"
-    "       strata-client tokenize --target HOST:PORT --text TEXT\n"
-    "       strata-client info --target HOST:PORT\n"
-    "       (every command: [--api-key KEY] for a server run with --api-key; default "
-    "$STRATA_API_KEY)\n";
+// The flags every command takes.
+const FlagSpec kTargetFlag = {"target", true,
+                              "the server's gRPC address (default localhost:50051)"};
+const FlagSpec kApiKeyFlag = {
+    "api-key", true,
+    "for a server run with --api-key: sent as a bearer token (default $STRATA_API_KEY)"};
 
 int RpcError(const grpc::Status& status) {
   std::fprintf(stderr, "strata-client: rpc error %d: %s\n", static_cast<int>(status.error_code()),
@@ -44,18 +46,40 @@ int RpcError(const grpc::Status& status) {
   return 1;
 }
 
-int UsageError(const absl::Status& status) {
-  std::fprintf(stderr, "strata-client: %s\n%s", std::string(status.message()).c_str(), kUsage);
-  return 2;
+// The client sends numbers as given; the server checks their ranges.
+absl::StatusOr<std::optional<int64_t>> GetInt(const Flags& flags, const std::string& name) {
+  if (!flags.Has(name)) return std::optional<int64_t>();
+  absl::StatusOr<int64_t> value = flags.GetInt(name, 0, INT64_MIN, INT64_MAX);
+  if (!value.ok()) return value.status();
+  return std::optional<int64_t>(*value);
 }
 
-std::shared_ptr<grpc::Channel> Connect(const ClientFlags& flags) {
+absl::StatusOr<std::optional<double>> GetDouble(const Flags& flags, const std::string& name) {
+  return flags.GetDouble(name, -std::numeric_limits<double>::infinity(),
+                         std::numeric_limits<double>::infinity());
+}
+
+// "1,2,3" → ids.
+absl::StatusOr<std::vector<int32_t>> GetIds(const Flags& flags, const std::string& name) {
+  std::vector<int32_t> ids;
+  for (absl::string_view part : absl::StrSplit(flags.GetOr(name, ""), ',', absl::SkipEmpty())) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(part, &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be comma-separated token ids"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::shared_ptr<grpc::Channel> Connect(const Flags& flags) {
   return grpc::CreateChannel(flags.Get("target").value_or("localhost:50051"),
                              grpc::InsecureChannelCredentials());
 }
 
 // `authorization: Bearer KEY` metadata from --api-key or $STRATA_API_KEY (none when neither).
-void Authorize(const ClientFlags& flags, grpc::ClientContext* context) {
+void Authorize(const Flags& flags, grpc::ClientContext* context) {
   std::string key = flags.Get("api-key").value_or("");
   if (key.empty()) {
     if (const char* env = std::getenv("STRATA_API_KEY"); env != nullptr) key = env;
@@ -63,7 +87,7 @@ void Authorize(const ClientFlags& flags, grpc::ClientContext* context) {
   if (!key.empty()) context->AddMetadata("authorization", "Bearer " + key);
 }
 
-absl::StatusOr<v1::GenerateRequest> GenerateRequestFrom(const ClientFlags& flags) {
+absl::StatusOr<v1::GenerateRequest> GenerateRequestFrom(const Flags& flags) {
   v1::GenerateRequest request;
   if (flags.Has("prompt") == flags.Has("prompt-ids")) {
     return absl::InvalidArgumentError("give exactly one of --prompt and --prompt-ids");
@@ -71,17 +95,17 @@ absl::StatusOr<v1::GenerateRequest> GenerateRequestFrom(const ClientFlags& flags
   if (auto text = flags.Get("prompt")) {
     request.set_text(*text);
   } else {
-    absl::StatusOr<std::vector<int32_t>> ids = flags.GetIds("prompt-ids");
+    absl::StatusOr<std::vector<int32_t>> ids = GetIds(flags, "prompt-ids");
     if (!ids.ok()) return ids.status();
     request.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
   }
   v1::SamplingParams* s = request.mutable_sampling();
-  absl::StatusOr<std::optional<double>> temperature = flags.GetDouble("temperature");
-  absl::StatusOr<std::optional<double>> top_p = flags.GetDouble("top-p");
-  absl::StatusOr<std::optional<int64_t>> top_k = flags.GetInt("top-k");
-  absl::StatusOr<std::optional<int64_t>> seed = flags.GetInt("seed");
-  absl::StatusOr<std::optional<int64_t>> max_tokens = flags.GetInt("max-tokens");
-  absl::StatusOr<std::optional<int64_t>> n = flags.GetInt("n");
+  absl::StatusOr<std::optional<double>> temperature = GetDouble(flags, "temperature");
+  absl::StatusOr<std::optional<double>> top_p = GetDouble(flags, "top-p");
+  absl::StatusOr<std::optional<int64_t>> top_k = GetInt(flags, "top-k");
+  absl::StatusOr<std::optional<int64_t>> seed = GetInt(flags, "seed");
+  absl::StatusOr<std::optional<int64_t>> max_tokens = GetInt(flags, "max-tokens");
+  absl::StatusOr<std::optional<int64_t>> n = GetInt(flags, "n");
   for (const absl::Status& st : {temperature.status(), top_p.status(), top_k.status(),
                                  seed.status(), max_tokens.status(), n.status()}) {
     if (!st.ok()) return st;
@@ -97,11 +121,38 @@ absl::StatusOr<v1::GenerateRequest> GenerateRequestFrom(const ClientFlags& flags
   return request;
 }
 
-int Generate(const ClientFlags& flags) {
+const CommandSpec& GenerateSpec() {
+  static const CommandSpec spec{
+      .program = "strata-client",
+      .command = "generate",
+      .description = "stream a generation: its text on stdout, then its token ids as a JSON array",
+      .flags = {kTargetFlag,
+                {"prompt", true, "the prompt text (or --prompt-ids)"},
+                {"prompt-ids", true, "the prompt's token ids, comma separated (or --prompt)"},
+                {"max-tokens", true, "tokens to generate at most"},
+                {"stream", false, "print the text as it arrives"},
+                {"temperature", true, "sampling temperature (default: the server's)"},
+                {"top-p", true, "nucleus sampling mass"},
+                {"top-k", true, "the k most likely tokens only"},
+                {"seed", true, "sampling seed"},
+                {"n", true, "choices to generate (the ids line becomes an array of arrays)"},
+                {"stop", true, "a stop string"},
+                {"request-id", true, "the request's id (X-Request-Id)"},
+                {"timeout", true, "seconds before the call is abandoned (default: none)"},
+                kApiKeyFlag},
+      .synopsis = "--target HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3) [flags]",
+      .notes = "The finish reason and usage of each choice go to stderr.\n"};
+  return spec;
+}
+
+int Generate(const std::vector<std::string>& args) {
+  CommandLine command_line = ReadCommandLine(GenerateSpec(), args);
+  if (command_line.exit_code) return *command_line.exit_code;
+  const Flags& flags = command_line.flags;
   absl::StatusOr<v1::GenerateRequest> request = GenerateRequestFrom(flags);
-  if (!request.ok()) return UsageError(request.status());
-  absl::StatusOr<std::optional<double>> timeout = flags.GetDouble("timeout");
-  if (!timeout.ok()) return UsageError(timeout.status());
+  if (!request.ok()) return UsageError(GenerateSpec(), request.status());
+  absl::StatusOr<std::optional<double>> timeout = GetDouble(flags, "timeout");
+  if (!timeout.ok()) return UsageError(GenerateSpec(), timeout.status());
   const bool stream = flags.Has("stream");
   auto stub = v1::Inference::NewStub(Connect(flags));
   grpc::ClientContext context;
@@ -151,7 +202,20 @@ int Generate(const ClientFlags& flags) {
   return 0;
 }
 
-int Tokenize(const ClientFlags& flags) {
+const CommandSpec& TokenizeSpec() {
+  static const CommandSpec spec{
+      .program = "strata-client",
+      .command = "tokenize",
+      .description = "print the token ids of --text as a JSON array",
+      .flags = {kTargetFlag, {"text", true, "the text to encode"}, kApiKeyFlag},
+      .synopsis = "--target HOST:PORT --text TEXT [flags]"};
+  return spec;
+}
+
+int Tokenize(const std::vector<std::string>& args) {
+  CommandLine line = ReadCommandLine(TokenizeSpec(), args);
+  if (line.exit_code) return *line.exit_code;
+  const Flags& flags = line.flags;
   auto stub = v1::Inference::NewStub(Connect(flags));
   grpc::ClientContext context;
   Authorize(flags, &context);
@@ -164,7 +228,20 @@ int Tokenize(const ClientFlags& flags) {
   return 0;
 }
 
-int Info(const ClientFlags& flags) {
+const CommandSpec& InfoSpec() {
+  static const CommandSpec spec{
+      .program = "strata-client",
+      .command = "info",
+      .description = "print the served model and the server's loads as one JSON object",
+      .flags = {kTargetFlag, kApiKeyFlag},
+      .synopsis = "--target HOST:PORT [flags]"};
+  return spec;
+}
+
+int Info(const std::vector<std::string>& args) {
+  CommandLine line = ReadCommandLine(InfoSpec(), args);
+  if (line.exit_code) return *line.exit_code;
+  const Flags& flags = line.flags;
   auto stub = v1::Control::NewStub(Connect(flags));
   v1::ModelInfo model;
   v1::Loads loads;
@@ -187,25 +264,15 @@ int Info(const ClientFlags& flags) {
   return 0;
 }
 
-int Main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  const std::string command = argv[1];
-  const std::vector<std::string> args(argv + 2, argv + argc);
-  const std::set<std::string> values = {
-      "target", "prompt", "prompt-ids", "max-tokens", "temperature", "top-p", "top-k",
-      "seed",   "n",      "stop",       "request-id", "timeout",     "text",  "api-key"};
-  absl::StatusOr<ClientFlags> flags = ClientFlags::Parse(args, values, {"stream"});
-  if (!flags.ok()) return UsageError(flags.status());
-  if (command == "generate") return Generate(*flags);
-  if (command == "tokenize") return Tokenize(*flags);
-  if (command == "info") return Info(*flags);
-  return UsageError(absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'")));
-}
-
 }  // namespace
 }  // namespace strata::client
 
-int main(int argc, char** argv) { return strata::client::Main(argc, argv); }
+int main(int argc, char** argv) {
+  namespace client = strata::client;
+  return strata::RunSubcommand("strata-client",
+                               {{client::GenerateSpec, client::Generate},
+                                {client::TokenizeSpec, client::Tokenize},
+                                {client::InfoSpec, client::Info}},
+                               std::vector<std::string>(argv + 1, argv + argc),
+                               "Exit status: 0, 1 on an RPC error, 2 on bad usage.");
+}

@@ -47,7 +47,7 @@
 #include "engine/step_sampling.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/kda_prefill_chunked.h"
+#include "kernels/cuda/kda_chunk.h"
 #include "kvcache/cache_layout.h"
 #include "kvcache/memory_planner.h"
 

@@ -37,12 +37,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_executor.h"
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/executor.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
 #include "kernels/cuda/testing.h"
 #include "kvcache/memory_planner.h"
-#include "tools/checkpoint_generator.h"
 
 namespace strata::engine::cuda {
 namespace {
@@ -111,15 +111,15 @@ class CudaExecutorTest : public testing::TestWithParam<Family> {
   void SetUp() override {
     if (!kernels::cuda::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
     dir_ = testing::TempDir() + "/cuda_exec_" + GetParam().name + "_" + std::to_string(getpid());
-    tools::GeneratorOptions options;
+    engine::demo::GeneratorOptions options;
     options.family = GetParam().family;
     options.preset = "tiny";
     options.seed = 5;
     options.mxfp4_experts = GetParam().mxfp4;
-    options.overrides = tools::CudaShapeOverrides();
+    options.overrides = engine::demo::CudaShapeOverrides();
     options.overrides.insert(
         {{"layers", "4"}, {"vocab", "1000"}, {"topk", std::to_string(GetParam().topk)}});
-    auto generated = tools::GenerateCheckpoint(options, dir_);
+    auto generated = engine::demo::GenerateCheckpoint(options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     ModelLoadOptions load;
     load.quantization = GetParam().quantization;
@@ -511,13 +511,13 @@ TEST_P(CudaExecutorTest, PromptScoresMatchTheCpuExecutor) {
 TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   if (!kernels::cuda::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
   const std::string dir = testing::TempDir() + "/cuda_exec_sampling_" + std::to_string(getpid());
-  tools::GeneratorOptions options;
+  engine::demo::GeneratorOptions options;
   options.family = "k3";
   options.preset = "tiny";
   options.seed = 9;
-  options.overrides = tools::CudaShapeOverrides();
+  options.overrides = engine::demo::CudaShapeOverrides();
   options.overrides.insert({{"layers", "2"}, {"vocab", "4099"}});
-  ASSERT_TRUE(tools::GenerateCheckpoint(options, dir).ok());
+  ASSERT_TRUE(engine::demo::GenerateCheckpoint(options, dir).ok());
   auto model = Model::Load(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   const kvcache::CacheLayout layout = kvcache::LayoutWithPools(

@@ -11,9 +11,9 @@
 
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_model.h"
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/model.h"
 #include "kernels/cuda/testing.h"
-#include "tools/checkpoint_generator.h"
 
 namespace strata::engine::cuda {
 namespace {
@@ -25,11 +25,11 @@ class CudaSupportTest : public testing::Test {
     const std::string dir = testing::TempDir() + "/cuda_support_" + std::to_string(getpid()) + "_" +
                             std::to_string(counter_++);
     dirs_.push_back(dir);
-    tools::GeneratorOptions options;
+    engine::demo::GeneratorOptions options;
     options.family = family;
     options.preset = "tiny";
     options.overrides = overrides;
-    auto generated = tools::GenerateCheckpoint(options, dir);
+    auto generated = engine::demo::GenerateCheckpoint(options, dir);
     EXPECT_TRUE(generated.ok()) << generated.status();
     auto model = Model::Load(dir);
     EXPECT_TRUE(model.ok()) << model.status();

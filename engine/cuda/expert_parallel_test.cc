@@ -30,10 +30,10 @@
 #include "dist/testing/fake_communicator.h"
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/device_moe_dispatch.h"
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/model.h"
 #include "kernels/cuda/testing.h"
 #include "kvcache/memory_planner.h"
-#include "tools/checkpoint_generator.h"
 
 namespace strata::engine::cuda {
 namespace {
@@ -66,13 +66,13 @@ class ExpertParallelTest : public testing::TestWithParam<Case> {
   void SetUp() override {
     if (!kernels::cuda::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
     dir_ = testing::TempDir() + "/cuda_ep_" + GetParam().name + "_" + std::to_string(getpid());
-    tools::GeneratorOptions options;
+    engine::demo::GeneratorOptions options;
     options.family = GetParam().family;
     options.preset = "tiny";
     options.seed = 11;
-    options.overrides = tools::CudaShapeOverrides();
+    options.overrides = engine::demo::CudaShapeOverrides();
     options.overrides.insert({{"layers", "3"}, {"vocab", "997"}, {"topk", "3"}});
-    ASSERT_TRUE(tools::GenerateCheckpoint(options, dir_).ok());
+    ASSERT_TRUE(engine::demo::GenerateCheckpoint(options, dir_).ok());
     auto model = Model::Load(dir_);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = std::move(*model);

@@ -1,4 +1,4 @@
-#include "tools/bpe_trainer/bpe_trainer.h"
+#include "engine/demo/bpe_trainer.h"
 
 #include <algorithm>
 #include <queue>
@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 struct Word {
@@ -139,4 +139,4 @@ absl::StatusOr<std::vector<std::string>> TrainBpe(const std::vector<std::string_
   return Trainer(std::move(words)).Run(num_tokens);
 }
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

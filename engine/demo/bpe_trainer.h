@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "engine/tokenizer/pretokenizer.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 
 // Returns the tokens in rank order. FailedPrecondition when the text runs out of pairs before
 // reaching `num_tokens` (> 256).
@@ -24,4 +24,4 @@ absl::StatusOr<std::vector<std::string>> TrainBpe(const std::vector<std::string_
                                                   const engine::PreTokenizer& pretokenizer,
                                                   size_t num_tokens);
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

@@ -1,11 +1,11 @@
-#include "tools/bpe_trainer/bpe_trainer.h"
+#include "engine/demo/bpe_trainer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "engine/tokenizer/tokenizer.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 std::unique_ptr<engine::PreTokenizer> WordsAndSpaces() {
@@ -59,4 +59,4 @@ TEST(BpeTrainerTest, LearntVocabularyRoundTripsUtf8AndIsDeterministic) {
 }
 
 }  // namespace
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

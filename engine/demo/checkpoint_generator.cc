@@ -1,4 +1,4 @@
-#include "tools/checkpoint_generator.h"
+#include "engine/demo/checkpoint_generator.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -11,12 +11,12 @@
 #include "absl/strings/str_format.h"
 #include "core/mxfp4_quantize.h"
 #include "core/status.h"
+#include "engine/demo/config_json.h"
+#include "engine/demo/tensor_layout.h"
+#include "engine/demo/weight_init.h"
 #include "engine/safetensors_writer.h"
-#include "tools/config_json.h"
-#include "tools/tensor_layout.h"
-#include "tools/weight_init.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 namespace fs = std::filesystem;
@@ -166,4 +166,4 @@ std::map<std::string, std::string> CudaShapeOverrides() {
           {"expert_intermediate", "64"}};
 }
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

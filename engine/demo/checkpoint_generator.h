@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tools/model_dims.h"
+#include "engine/demo/model_dims.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 
 struct GeneratorOptions {
   std::string family;  // "k3" | "kimi-linear"; empty → the preset's (tiny, demo: k3; bench: k-l)
@@ -48,4 +48,4 @@ absl::StatusOr<GeneratedCheckpoint> GenerateCheckpoint(const GeneratorOptions& o
 // checkpoints. Callers add layers, vocab, topk, ...
 std::map<std::string, std::string> CudaShapeOverrides();
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

@@ -1,4 +1,4 @@
-#include "tools/checkpoint_generator.h"
+#include "engine/demo/checkpoint_generator.h"
 
 #include <unistd.h>
 
@@ -20,10 +20,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
+#include "engine/demo/tensor_layout.h"
 #include "engine/model_config.h"
-#include "tools/tensor_layout.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 namespace fs = std::filesystem;
@@ -569,7 +569,7 @@ int64_t CountParameters(const std::string& family, const std::string& preset) {
 }
 
 TEST(CheckpointGeneratorTest, BenchPresetHasThePeerBenchmarkShape) {
-  // ../shared/peer/make_bench_model.py --preset bench writes 743,987,664 parameters.
+  // the llama.cpp peer scripts' make_bench_model.py --preset bench writes 743,987,664 parameters.
   EXPECT_EQ(CountParameters("", "bench"), 743987664);
   absl::StatusOr<ModelDims> dims = ResolveDims("", "bench", {}, false);
   ASSERT_TRUE(dims.ok());
@@ -590,4 +590,4 @@ TEST(CheckpointGeneratorTest, DemoPresetIsAK3ModelOf20To40MillionParameters) {
 }
 
 }  // namespace
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

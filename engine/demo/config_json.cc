@@ -1,10 +1,10 @@
-#include "tools/config_json.h"
+#include "engine/demo/config_json.h"
 
 #include <nlohmann/json.hpp>
 
 #include "engine/quantization_config.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -127,4 +127,4 @@ std::string BuildConfigJson(const ModelDims& dims) {
   return config.dump(2) + "\n";
 }
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

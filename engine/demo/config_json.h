@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "tools/model_dims.h"
+#include "engine/demo/model_dims.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 
 // The config.json text (2-space indented) describing `dims`. With dims.mxfp4 it carries a
 // compressed-tensors `quantization_config` (format mxfp4-pack-quantized, group size 32,
@@ -14,4 +14,4 @@ namespace strata::tools {
 // `text_config`, where some K3 ports look.
 std::string BuildConfigJson(const ModelDims& dims);
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

@@ -1,4 +1,4 @@
-#include "tools/bpe_trainer/demo_tokenizer.h"
+#include "engine/demo/demo_tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
@@ -6,12 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "engine/demo/bpe_trainer.h"
 #include "engine/tokenizer/bpe_vocab.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/pretokenizer.h"
-#include "tools/bpe_trainer/bpe_trainer.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 absl::Status WriteFile(const std::string& path, const std::string& text) {
@@ -98,4 +98,4 @@ absl::Status WriteDemoTokenizer(const std::string& dir) {
   return WriteFile(dir + "/tokenizer_config.json", config.dump(2) + "\n");
 }
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

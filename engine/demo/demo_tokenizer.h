@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 
 inline constexpr int32_t kDemoVocabSize = 8192;
 inline constexpr int32_t kDemoNumSpecialTokens = 256;
@@ -40,4 +40,4 @@ absl::StatusOr<std::vector<std::string>> TrainDemoVocabulary();
 // the same bytes on every run and machine.
 absl::Status WriteDemoTokenizer(const std::string& dir);
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

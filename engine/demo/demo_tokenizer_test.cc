@@ -1,4 +1,4 @@
-#include "tools/bpe_trainer/demo_tokenizer.h"
+#include "engine/demo/demo_tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 std::string ReadAll(const std::string& path) {
@@ -106,4 +106,4 @@ TEST_F(DemoTokenizerTest, OutputIsByteIdenticalAcrossRuns) {
 }
 
 }  // namespace
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

@@ -1,4 +1,4 @@
-#include "tools/model_dims.h"
+#include "engine/demo/model_dims.h"
 
 #include <algorithm>
 #include <functional>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 using Setter = std::function<absl::Status(ModelDims&, const std::string&)>;
@@ -80,7 +80,7 @@ ModelDims DemoDims(bool k3) {
   return d;
 }
 
-// Benchmark model: the Kimi-Linear shape of ../shared/peer/make_bench_model.py --preset bench
+// Benchmark model: the Kimi-Linear shape of the peer scripts' make_bench_model.py --preset bench
 // (hidden 1024, 12 layers = 9 KDA + 3 MLA, 16 heads × 128 for both mixers, kv_lora 512, 64
 // experts top-8 × 256 + 1 shared, dense layer 0 2816, vocab 32000; 744M parameters).
 ModelDims BenchDims(bool k3) {
@@ -332,4 +332,4 @@ absl::StatusOr<ModelDims> ResolveDims(const std::string& family, const std::stri
   return dims;
 }
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

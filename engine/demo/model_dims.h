@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 
 // Every size and switch of one model. Field names follow docs/checkpoint.md's symbols.
 struct ModelDims {
@@ -74,4 +74,4 @@ std::vector<std::string> OverrideKeys();
 // MLA layers (1-based) for `layers` layers: every 4th layer and the last one.
 std::vector<int> DefaultFullAttnLayers(int layers);
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

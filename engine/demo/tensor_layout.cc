@@ -1,11 +1,11 @@
-#include "tools/tensor_layout.h"
+#include "engine/demo/tensor_layout.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 // ---- initialisation scales -------------------------------------------------------------------
@@ -215,4 +215,4 @@ std::vector<TensorSpec> ListTensors(const ModelDims& d) {
   return specs;
 }
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

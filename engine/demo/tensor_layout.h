@@ -7,10 +7,10 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "tools/model_dims.h"
-#include "tools/weight_init.h"
+#include "engine/demo/model_dims.h"
+#include "engine/demo/weight_init.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 
 struct TensorSpec {
   std::string name;  // full on-disk name; for MXFP4 the module name without `.weight`
@@ -26,4 +26,4 @@ struct TensorSpec {
 // language-model loader must ignore.
 std::vector<TensorSpec> ListTensors(const ModelDims& dims);
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

@@ -1,4 +1,4 @@
-#include "tools/weight_init.h"
+#include "engine/demo/weight_init.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,15 +6,11 @@
 #include <numbers>
 
 #include "core/check.h"
+#include "core/splitmix64.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 
-uint64_t SplitMix64::Next() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+uint64_t SplitMix64::Next() { return SplitMix64Next(state_); }
 
 double SplitMix64::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
@@ -84,4 +80,4 @@ std::vector<uint8_t> EncodeValues(const std::vector<float>& values, DType dtype)
   return bytes;
 }
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

@@ -13,7 +13,7 @@
 
 #include "core/dtype.h"
 
-namespace strata::tools {
+namespace strata::engine::demo {
 
 // SplitMix64 (Steele, Lea, Flood 2014): 64-bit state, full period, fully specified.
 class SplitMix64 {
@@ -58,4 +58,4 @@ std::vector<float> SampleValues(const InitSpec& init, int64_t count, uint64_t se
 // Little-endian bytes of `values` in `dtype` (kF32 or kBF16; bf16 rounds to nearest even).
 std::vector<uint8_t> EncodeValues(const std::vector<float>& values, DType dtype);
 
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

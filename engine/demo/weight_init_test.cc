@@ -1,4 +1,4 @@
-#include "tools/weight_init.h"
+#include "engine/demo/weight_init.h"
 
 #include <cmath>
 #include <cstdint>
@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-namespace strata::tools {
+namespace strata::engine::demo {
 namespace {
 
 TEST(SplitMix64Test, MatchesThePublishedSequenceForSeedZero) {
@@ -87,4 +87,4 @@ TEST(EncodeValuesTest, WritesLittleEndianF32AndRoundedBf16) {
 }
 
 }  // namespace
-}  // namespace strata::tools
+}  // namespace strata::engine::demo

@@ -1,8 +1,10 @@
 #include "engine/tokenizer/chat_template.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "core/json_limits.h"
 #include "engine/tokenizer/internal/absl_view.h"
 #include "engine/tokenizer/jinja/interpreter.h"
 
@@ -27,7 +29,7 @@ Json SortKeysDeep(const Json& v) {
     for (const auto& [k, item] : v.items()) keys.push_back(k);
     std::sort(keys.begin(), keys.end());
     Json out = Json::object();
-    for (const std::string& k : keys) out[k] = SortKeysDeep(v.at(k));
+    for (const std::string& k : keys) AppendNewMember(&out, k, SortKeysDeep(v.at(k)));  // unique
     return out;
   }
   if (v.is_array()) {
@@ -51,13 +53,22 @@ absl::StatusOr<Json> NormaliseMessages(const Json& messages, const ChatTemplateO
     if (!options.parse_tool_arguments || !m.contains("tool_calls") || !m["tool_calls"].is_array()) {
       continue;
     }
-    for (Json& call : m["tool_calls"]) {
+    for (size_t c = 0; c < m["tool_calls"].size(); ++c) {
+      Json& call = m["tool_calls"][c];
       if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
         continue;
       Json& fn = call["function"];
       if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
-      Json parsed = Json::parse(fn["arguments"].get<std::string>(), nullptr, false);
-      if (!parsed.is_discarded()) fn["arguments"] = std::move(parsed);
+      // Text that is not JSON stays text; JSON past core/json_limits.h's limits is refused
+      // (the template's values and filters walk it recursively).
+      absl::StatusOr<Json> parsed = ParseBoundedJson(fn["arguments"].get_ref<const std::string&>());
+      if (parsed.ok()) {
+        fn["arguments"] = *std::move(parsed);
+      } else if (IsJsonLimitError(parsed.status())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("messages[", i, "].tool_calls[", c,
+                         "].function.arguments: ", parsed.status().message()));
+      }
     }
   }
   return out;
@@ -116,8 +127,17 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& input
     if (value->has_value()) context[name] = **value;
   }
   if (inputs.kwargs.is_object()) {
+    // A kwarg replaces a variable set above or adds one; adding appends (operator[] scans the
+    // context for the key each time: 100,000 kwargs would take seconds).
+    std::set<std::string, std::less<>> set_above;
+    for (const auto& [k, v] : context.items()) set_above.insert(k);
     for (const auto& [k, v] : inputs.kwargs.items()) {
-      if (k != "messages") context[k] = v;
+      if (k == "messages") continue;
+      if (set_above.count(k) != 0) {
+        context[k] = v;
+      } else {
+        AppendNewMember(&context, k, v);
+      }
     }
   }
   absl::StatusOr<std::string> out = template_->Render(context);

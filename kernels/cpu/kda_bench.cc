@@ -1,5 +1,5 @@
 // KDA kernel benchmark against ceilings measured in the same run (docs/performance.md):
-//   read_GBps   streaming read of 1 GiB over all threads (bench/roofline.h)
+//   read_GBps   streaming read of 1 GiB over all threads (core/roofline.h)
 //   f32_GFLOPs  register-resident FMA chains over all threads (AVX-512 where present)
 // Cases (D = 128; K3: 96 heads, Kimi-Linear: 32 heads; docs/model.md §2.1):
 //   decode   KdaDecode over batches of 1, 8, 32 sequences, each with its own state, rotating over
@@ -28,8 +28,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench/roofline.h"
 #include "core/cpu_features.h"
+#include "core/roofline.h"
 #include "core/tensor.h"
 #include "kernels/cpu/kda_chunk.h"
 #include "kernels/cpu/kda_decode.h"
@@ -48,7 +48,7 @@ double CpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Wall-clock ceilings (bench/roofline.h) and the same per CPU-second of the process: each wall
+// Wall-clock ceilings (core/roofline.h) and the same per CPU-second of the process: each wall
 // rate scaled by the share of the threads' time the measurement actually ran (a shared machine
 // time-slices us; the per-CPU rates compare like with like, `cpu` columns below).
 struct Ceilings {

@@ -25,8 +25,8 @@
 #include "kernels/cpu/kda_layer.h"
 #include "kernels/cpu/kda_simd.h"
 #include "kernels/reference/gated_rms_norm.h"
+#include "kernels/reference/kda_decode.h"
 #include "kernels/reference/kda_gate.h"
-#include "kernels/reference/kda_recurrent.h"
 #include "kernels/reference/l2_norm.h"
 #include "kernels/reference/short_conv.h"
 

@@ -26,7 +26,7 @@
 //     prefetched to L2 during the current one's products (one core alone reads ~14 GB/s here);
 //     prefetched bf16 rows are read in place by the tile loads, with no copy;
 //   - the longest products (a shared expert's 512 rows) are the first tasks taken.
-// kernels_cpu_moe_bench --bf16, 512-row prefill of the bench MoE layer: 15.0 → 9.5–10.3 ms.
+// engine_moe_bench --bf16, 512-row prefill of the bench MoE layer: 15.0 → 9.5–10.3 ms.
 #include <algorithm>
 #include <vector>
 

@@ -31,9 +31,9 @@
 #include <utility>
 #include <vector>
 
-#include "bench/roofline.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/roofline.h"
 #include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"

@@ -1,5 +1,5 @@
 // MLA attention benchmark against ceilings measured in the same run (docs/performance.md):
-//   read_GBps   streaming read of 1 GiB over all threads (bench/roofline.h)
+//   read_GBps   streaming read of 1 GiB over all threads (core/roofline.h)
 //   f32_GFLOPs  register-resident FMA chains over all threads (AVX-512 where present)
 // Cases (K3 head shapes: dn 128, dr 64, dv 128, r 512 → 576-wide latent rows; K3 96 heads,
 // Kimi-Linear 32):
@@ -35,9 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/roofline.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/roofline.h"
 #include "core/tensor.h"
 #include "kernels/cpu/latent_codec.h"
 #include "kernels/cpu/matmul.h"

@@ -14,13 +14,13 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "kernels/cuda/kda_chunk.h"
 #include "kernels/cuda/kda_decode.h"
-#include "kernels/cuda/kda_prefill_chunked.h"
 #include "kernels/cuda/kda_testing.h"
 #include "kernels/cuda/testing.h"
 #include "kernels/reference/gated_rms_norm.h"
+#include "kernels/reference/kda_decode.h"
 #include "kernels/reference/kda_gate.h"
-#include "kernels/reference/kda_recurrent.h"
 #include "kernels/reference/l2_norm.h"
 #include "kernels/reference/short_conv.h"
 

@@ -74,7 +74,7 @@ absl::Status KdaDecodeStepBf16State(const KdaDecodeInputs& in, uint16_t* state, 
 // in.slots[n]. The tokens run through the recurrence one after another inside one CTA per
 // (sequence, head), the state staying in registers: exact for any gate (the safe path for
 // Kimi-Linear's unbounded gate), but sequential in T. The chunked tensor-core form (chunk 16,
-// K3's bounded gate) is KdaPrefillChunked (kda_prefill_chunked.h).
+// K3's bounded gate) is KdaPrefillChunked (kda_chunk.h).
 absl::Status KdaPrefillRecurrent(const KdaDecodeInputs& in, const int32_t* cu_seqlens, float* state,
                                  float* conv_state, const KdaDecodeParams& params, uint16_t* y,
                                  cudaStream_t stream);

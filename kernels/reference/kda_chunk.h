@@ -1,4 +1,4 @@
-// KDA chunkwise-parallel form for prefill; conventions in kda_recurrent.h.
+// KDA chunkwise-parallel form for prefill; conventions in kda_decode.h.
 #pragma once
 
 #include <cstdint>

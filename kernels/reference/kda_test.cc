@@ -1,4 +1,4 @@
-// KDA core: the chunkwise form (kda_chunk.h) against the recurrence (kda_recurrent.h), state
+// KDA core: the chunkwise form (kda_chunk.h) against the recurrence (kda_decode.h), state
 // carry across calls, and hand-computed steps.
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 
 #include "kernels/reference/internal/test_util.h"
 #include "kernels/reference/kda_chunk.h"
+#include "kernels/reference/kda_decode.h"
 #include "kernels/reference/kda_gate.h"
-#include "kernels/reference/kda_recurrent.h"
 #include "kernels/reference/l2_norm.h"
 
 namespace strata::kernels {

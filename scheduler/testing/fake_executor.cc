@@ -4,19 +4,13 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "core/splitmix64.h"
 #include "kvcache/ids.h"
 
 namespace strata::scheduler::testing {
 namespace {
 
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
+uint64_t Mix(uint64_t x) { return SplitMix64Mix(x); }
 
 }  // namespace
 

@@ -1,4 +1,4 @@
-#include "bench/engine_bench.h"
+#include "server/bench/engine_bench.h"
 
 #include <omp.h>
 
@@ -9,7 +9,7 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
-#include "bench/roofline.h"
+#include "core/roofline.h"
 #include "core/status.h"
 #include "kernels/cpu/matmul.h"
 #include "scheduler/scheduler.h"

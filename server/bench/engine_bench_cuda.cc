@@ -1,4 +1,4 @@
-#include "bench/engine_bench_cuda.h"
+#include "server/bench/engine_bench_cuda.h"
 
 #include <cstdio>
 

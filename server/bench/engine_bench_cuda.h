@@ -1,9 +1,9 @@
-// The CUDA backend of the engine benchmark (bench/engine_bench.h): a CudaExecutor with caches
-// sized for the run; ceilings = the device's copy bandwidth and cuBLAS bf16 GEMM rate.
+// The CUDA backend of the engine benchmark (server/bench/engine_bench.h): a CudaExecutor with
+// caches sized for the run; ceilings = the device's copy bandwidth and cuBLAS bf16 GEMM rate.
 #pragma once
 
 #include "absl/status/statusor.h"
-#include "bench/engine_bench.h"
+#include "server/bench/engine_bench.h"
 
 namespace strata::bench {
 

@@ -1,7 +1,7 @@
 // The engine benchmark on the CPU backend: a small run through the real scheduler and executor
 // reports every field `strata bench --json` documents, with rates that are positive and floors
 // from the ceilings it measured.
-#include "bench/engine_bench.h"
+#include "server/bench/engine_bench.h"
 
 #include <filesystem>
 #include <string>
@@ -9,16 +9,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "tools/checkpoint_generator.h"
+#include "engine/demo/checkpoint_generator.h"
 
 namespace strata::bench {
 namespace {
 
 TEST(EngineBenchTest, CpuRunReportsRatesAndFloors) {
   const std::string dir = testing::TempDir() + "/engine_bench_" + std::to_string(getpid());
-  tools::GeneratorOptions generator;
+  engine::demo::GeneratorOptions generator;
   generator.preset = "tiny";
-  ASSERT_TRUE(tools::GenerateCheckpoint(generator, dir).ok());
+  ASSERT_TRUE(engine::demo::GenerateCheckpoint(generator, dir).ok());
   auto model = engine::Model::Load(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   EngineBenchOptions options;

@@ -1,21 +1,20 @@
 // `strata bench`: end-to-end prefill and decode tokens/s through the real engine (scheduler +
 // executor + model), like llama-bench, each next to its roofline floor measured in the same
-// run (docs/performance.md; the measurement itself is bench/engine_bench.h).
+// run (docs/performance.md; the measurement itself is server/bench/engine_bench.h).
 #include <omp.h>
 
-#include <cstdio>
 #include <iostream>
 
-#include "bench/engine_bench.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/model.h"
+#include "server/bench/engine_bench.h"
 #include "server/cli/commands.h"
 #include "server/cli/default_model.h"
 #include "server/cli/flags.h"
 
 #if defined(STRATA_HAVE_CUDA)
-#include "bench/engine_bench_cuda.h"
+#include "server/bench/engine_bench_cuda.h"
 #endif
 
 namespace strata::cli {
@@ -55,8 +54,7 @@ absl::StatusOr<bench::EngineBackend> MakeBackend(const std::string& device,
 #endif
 }
 
-absl::Status RunBench(const std::vector<std::string>& args) {
-  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kBenchFlags));
+absl::Status RunBench(const Flags& flags) {
   bench::EngineBenchOptions options;
   ASSIGN_OR_RETURN(options.prompt_tokens, flags.GetInt("prompt-tokens", 512, 1, 1 << 20));
   ASSIGN_OR_RETURN(options.gen_tokens, flags.GetInt("gen-tokens", 128, 2, 1 << 20));
@@ -95,17 +93,17 @@ absl::Status RunBench(const std::vector<std::string>& args) {
 
 }  // namespace
 
+const CommandSpec& BenchSpec() {
+  static const CommandSpec spec{
+      .program = "strata",
+      .command = "bench",
+      .description = "prefill and decode tokens/s through the engine, next to the roofline floor",
+      .flags = kBenchFlags};
+  return spec;
+}
+
 int BenchCommand(const std::vector<std::string>& args) {
-  absl::Status status = RunBench(args);
-  if (!status.ok()) {
-    std::fprintf(stderr, "strata bench: %s\n", std::string(status.message()).c_str());
-    if (status.code() == absl::StatusCode::kInvalidArgument) {
-      std::fprintf(stderr, "usage: strata bench [flags]\n%s", FlagsHelp(kBenchFlags).c_str());
-      return 2;
-    }
-    return 1;
-  }
-  return 0;
+  return RunCommand(BenchSpec(), args, RunBench);
 }
 
 }  // namespace strata::cli

@@ -7,8 +7,8 @@
 
 #include "core/log.h"
 #include "core/status.h"
-#include "tools/bpe_trainer/demo_tokenizer.h"
-#include "tools/checkpoint_generator.h"
+#include "engine/demo/checkpoint_generator.h"
+#include "engine/demo/demo_tokenizer.h"
 
 namespace strata::cli {
 namespace {
@@ -43,11 +43,11 @@ absl::StatusOr<std::string> EnsureDefaultModel() {
   const fs::path tmp = dir.string() + ".tmp." + std::to_string(::getpid());
   fs::remove_all(tmp, ec);
   LOG_INFO("cli", "generating the embedded demo model (random weights) into {}", dir.string());
-  tools::GeneratorOptions options;
+  engine::demo::GeneratorOptions options;
   options.family = "k3";
   options.preset = "demo";
-  RETURN_IF_ERROR(tools::GenerateCheckpoint(options, tmp.string()).status());
-  RETURN_IF_ERROR(tools::WriteDemoTokenizer(tmp.string()));
+  RETURN_IF_ERROR(engine::demo::GenerateCheckpoint(options, tmp.string()).status());
+  RETURN_IF_ERROR(engine::demo::WriteDemoTokenizer(tmp.string()));
   fs::rename(tmp, dir, ec);
   if (ec && !fs::exists(dir / "config.json")) {  // another process may have won the race
     return absl::InternalError("cannot move " + tmp.string() + " to " + dir.string() + ": " +

@@ -1,49 +1,20 @@
-// A small command-line flag parser for the `strata` subcommands.
-//
-// Accepts `--name value`, `--name=value` and boolean `--name`. Every flag must be declared by
-// the subcommand; an unknown flag, a missing value or a malformed number is an error naming
-// the flag. (Flags and environment are read only by the CLI layer, never by library code.)
+// The values of `strata`'s flags that several subcommands share: id and string lists, the cache
+// format, speculative decoding, CPU matmul precision, and their help lines. The flags themselves
+// are read by core/command_line.h. (Flags and environment are read only by the CLI layer, never
+// by library code.)
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/command_line.h"
 #include "core/latent_row.h"
 #include "kernels/cpu/matmul.h"
 #include "scheduler/scheduler_config.h"
 
 namespace strata::cli {
-
-struct FlagSpec {
-  std::string name;  // without dashes
-  bool takes_value;  // false: boolean switch
-  std::string help;  // one line
-};
-
-class Flags {
- public:
-  static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args,
-                                     const std::vector<FlagSpec>& specs);
-
-  bool Has(const std::string& name) const { return values_.count(name) > 0; }
-  std::optional<std::string> Get(const std::string& name) const;
-  std::string GetOr(const std::string& name, const std::string& fallback) const;
-  // Parsed numbers; InvalidArgument naming the flag when malformed or out of [min, max].
-  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback, int64_t min,
-                                 int64_t max) const;
-  absl::StatusOr<std::optional<double>> GetDouble(const std::string& name, double min,
-                                                  double max) const;
-
- private:
-  std::map<std::string, std::string> values_;
-};
-
-// "--model DIR  the checkpoint directory" lines for a usage message.
-std::string FlagsHelp(const std::vector<FlagSpec>& specs);
 
 // A list flag as vLLM writes it, a JSON array of strings ('["https://a.example", "*"]'), or
 // comma separated (a,b). InvalidArgument naming `what` for malformed JSON or non-strings.

@@ -6,32 +6,6 @@
 namespace strata::cli {
 namespace {
 
-const std::vector<FlagSpec> kSpecs = {
-    {"model", true, ""}, {"max-tokens", true, ""}, {"ignore-eos", false, ""}, {"t", true, ""}};
-
-TEST(FlagsTest, ParsesSpaceAndEqualsFormsAndSwitches) {
-  auto flags = Flags::Parse({"--model", "/m", "--max-tokens=7", "--ignore-eos"}, kSpecs);
-  ASSERT_TRUE(flags.ok()) << flags.status();
-  EXPECT_EQ(flags->GetOr("model", ""), "/m");
-  EXPECT_EQ(*flags->GetInt("max-tokens", 0, 0, 100), 7);
-  EXPECT_TRUE(flags->Has("ignore-eos"));
-  EXPECT_FALSE(flags->Has("t"));
-  EXPECT_EQ(*flags->GetInt("t", 42, 0, 100), 42);
-}
-
-TEST(FlagsTest, RejectsUnknownFlagsMissingValuesAndBadNumbers) {
-  EXPECT_EQ(Flags::Parse({"--nope"}, kSpecs).status().message(), "unknown flag --nope");
-  EXPECT_EQ(Flags::Parse({"--model"}, kSpecs).status().message(), "--model needs a value");
-  EXPECT_FALSE(Flags::Parse({"positional"}, kSpecs).ok());
-  EXPECT_FALSE(Flags::Parse({"--ignore-eos=1"}, kSpecs).ok());
-  auto flags = Flags::Parse({"--max-tokens", "x1", "--t", "500"}, kSpecs);
-  ASSERT_TRUE(flags.ok());
-  EXPECT_EQ(flags->GetInt("max-tokens", 0, 0, 100).status().message(),
-            "--max-tokens expects an integer, got 'x1'");
-  EXPECT_EQ(flags->GetInt("t", 0, 0, 100).status().message(), "--t must be in [0, 100], got 500");
-  EXPECT_FALSE(flags->GetDouble("t", 0, 2).ok());
-}
-
 TEST(FlagsTest, ParsesIdListsAndNamesTheBadEntry) {
   EXPECT_EQ(*ParseIdList("1, 2,3", "--ids"), (std::vector<int32_t>{1, 2, 3}));
   EXPECT_FALSE(ParseIdList("1,,2", "--ids").ok());

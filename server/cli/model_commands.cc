@@ -1,14 +1,12 @@
 // `strata generate` and `strata logits`: run the model on token ids (no tokenizer needed);
 // `strata quantize`: write a checkpoint with MXFP4 routed experts.
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/match.h"
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/status.h"
@@ -22,11 +20,6 @@
 
 namespace strata::cli {
 namespace {
-
-int Fail(const std::string& command, const absl::Status& status) {
-  std::fprintf(stderr, "strata %s: %s\n", command.c_str(), std::string(status.message()).c_str());
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-}
 
 void PrintMemoryUse(const engine::Model& model) {
   const engine::CacheGeometry& g = model.geometry();
@@ -132,12 +125,10 @@ absl::Status ApplyLogLevel(const Flags& flags) {
   return absl::OkStatus();
 }
 
-absl::Status RunGenerate(const std::vector<std::string>& args) {
-  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kGenerateFlags));
+absl::Status RunGenerate(const Flags& flags) {
   RETURN_IF_ERROR(ApplyLogLevel(flags));
-  auto prompt_text = flags.Get("prompt-ids");
-  if (!prompt_text) return absl::InvalidArgumentError("--prompt-ids is required");
-  ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ParseIdList(*prompt_text, "--prompt-ids"));
+  ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
+                   ParseIdList(flags.GetOr("prompt-ids", ""), "--prompt-ids"));
   ASSIGN_OR_RETURN(engine::GenerateOptions options, GenerateOptionsFromFlags(flags));
   ASSIGN_OR_RETURN(auto model, LoadModel(flags));
   PrintMemoryUse(*model);
@@ -158,22 +149,19 @@ const std::vector<FlagSpec> kLogitsFlags = {
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
-absl::Status RunLogits(const std::vector<std::string>& args) {
-  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kLogitsFlags));
+absl::Status RunLogits(const Flags& flags) {
   RETURN_IF_ERROR(ApplyLogLevel(flags));
-  auto ids_file = flags.Get("ids-file");
-  auto out = flags.Get("out");
-  if (!ids_file || !out) return absl::InvalidArgumentError("--ids-file and --out are required");
+  const std::string ids_file = flags.GetOr("ids-file", ""), out = flags.GetOr("out", "");
   ASSIGN_OR_RETURN(int64_t chunk, flags.GetInt("prefill-chunk", 512, 1, 1 << 20));
   RETURN_IF_ERROR(ApplyCpuMatmulPrecision(flags.GetOr("cpu-matmul-precision", "f32")));
-  ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadIdsFile(*ids_file));
+  ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadIdsFile(ids_file));
   ASSIGN_OR_RETURN(auto model, LoadModel(flags));
   ASSIGN_OR_RETURN(LatentDType latent_dtype,
                    ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), "cpu"));
   ASSIGN_OR_RETURN(std::vector<float> logits,
                    engine::PromptLogits(*model, ids, chunk, latent_dtype));
   const int64_t vocab = model->config().vocab_size;
-  return WriteNpyF32(*out, logits.data(), {static_cast<int64_t>(ids.size()), vocab});
+  return WriteNpyF32(out, logits.data(), {static_cast<int64_t>(ids.size()), vocab});
 }
 
 const std::vector<FlagSpec> kQuantizeFlags = {
@@ -187,11 +175,9 @@ const std::vector<FlagSpec> kQuantizeFlags = {
 
 // Prints {"out", "matrices", "int8_matrices", "input_bytes", "output_bytes", "files", "seconds"}
 // on stdout.
-absl::Status RunQuantize(const std::vector<std::string>& args) {
-  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, kQuantizeFlags));
+absl::Status RunQuantize(const Flags& flags) {
   RETURN_IF_ERROR(ApplyLogLevel(flags));
-  const std::optional<std::string> model = flags.Get("model"), out = flags.Get("out");
-  if (!model || !out) return absl::InvalidArgumentError("--model and --out are required");
+  const std::string model = flags.GetOr("model", ""), out = flags.GetOr("out", "");
   ASSIGN_OR_RETURN(const engine::WeightQuantization scheme,
                    engine::ParseWeightQuantization(flags.GetOr("quantization", "mxfp4")));
   if (scheme == engine::WeightQuantization::kCheckpoint) {
@@ -200,13 +186,13 @@ absl::Status RunQuantize(const std::vector<std::string>& args) {
   }
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const engine::CheckpointQuantization q,
-                   engine::QuantizeCheckpoint(*model, *out, scheme));
+                   engine::QuantizeCheckpoint(model, out, scheme));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  LOG_INFO("quantize", "{}: {} weights as MXFP4, {} as int8; {} -> {} in {} files, {:.1f} s", *out,
+  LOG_INFO("quantize", "{}: {} weights as MXFP4, {} as int8; {} -> {} in {} files, {:.1f} s", out,
            q.matrices - q.int8_matrices, q.int8_matrices, kvcache::FormatBytes(q.input_bytes),
            kvcache::FormatBytes(q.output_bytes), q.files, seconds);
-  std::cout << nlohmann::json{{"out", *out},
+  std::cout << nlohmann::json{{"out", out},
                               {"matrices", q.matrices},
                               {"int8_matrices", q.int8_matrices},
                               {"input_bytes", q.input_bytes},
@@ -220,35 +206,48 @@ absl::Status RunQuantize(const std::vector<std::string>& args) {
 
 }  // namespace
 
-int QuantizeCommand(const std::vector<std::string>& args) {
-  absl::Status status = RunQuantize(args);
-  if (!status.ok()) {
-    if (status.code() == absl::StatusCode::kInvalidArgument &&
-        absl::StrContains(status.message(), "--")) {
-      std::fprintf(
-          stderr,
-          "usage: strata quantize --model DIR --out DIR [--quantization mxfp4|int8|mxfp4,int8]\n%s",
-          FlagsHelp(kQuantizeFlags).c_str());
-    }
-    return Fail("quantize", status);
-  }
-  return 0;
+const CommandSpec& GenerateSpec() {
+  static const CommandSpec spec{
+      .program = "strata",
+      .command = "generate",
+      .description = "generate token ids after --prompt-ids (JSON array on stdout)",
+      .flags = kGenerateFlags,
+      .required = {"prompt-ids"}};
+  return spec;
 }
 
 int GenerateCommand(const std::vector<std::string>& args) {
-  absl::Status status = RunGenerate(args);
-  if (!status.ok()) {
-    if (status.code() == absl::StatusCode::kInvalidArgument) {
-      std::fprintf(stderr, "usage: strata generate [flags]\n%s", FlagsHelp(kGenerateFlags).c_str());
-    }
-    return Fail("generate", status);
-  }
-  return 0;
+  return RunCommand(GenerateSpec(), args, RunGenerate);
+}
+
+const CommandSpec& LogitsSpec() {
+  static const CommandSpec spec{
+      .program = "strata",
+      .command = "logits",
+      .description = "write float32 logits [positions, vocab] of --ids-file to --out (.npy)",
+      .flags = kLogitsFlags,
+      .required = {"ids-file", "out"}};
+  return spec;
 }
 
 int LogitsCommand(const std::vector<std::string>& args) {
-  absl::Status status = RunLogits(args);
-  return status.ok() ? 0 : Fail("logits", status);
+  return RunCommand(LogitsSpec(), args, RunLogits);
+}
+
+const CommandSpec& QuantizeSpec() {
+  static const CommandSpec spec{
+      .program = "strata",
+      .command = "quantize",
+      .description =
+          "write --model's checkpoint with MXFP4 routed experts to --out (K3's release format)",
+      .flags = kQuantizeFlags,
+      .required = {"model", "out"},
+      .synopsis = "--model DIR --out DIR [--quantization mxfp4|int8|mxfp4,int8] [flags]"};
+  return spec;
+}
+
+int QuantizeCommand(const std::vector<std::string>& args) {
+  return RunCommand(QuantizeSpec(), args, RunQuantize);
 }
 
 }  // namespace strata::cli

@@ -3,7 +3,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -13,6 +15,7 @@
 #include "core/status.h"
 #include "server/batch/batch_api.h"
 #include "server/cli/flags.h"
+#include "server/cli/parallel_flags.h"
 #include "server/cli/serve_flags.h"
 #include "server/cli/serve_runtime.h"
 #include "server/frontend/openai_service.h"
@@ -171,9 +174,25 @@ class StepMetricsSink {
   int num_routed_experts_ = 0;
 };
 
-absl::Status RunServe(const std::vector<std::string>& args) {
-  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, ServeFlags()));
+// Raises the soft open-file limit (RLIMIT_NOFILE) towards the hard one, up to 65536 as vLLM
+// does: the default --max-connections is sized from it, and distributions' soft 1024 would cap
+// a server at 768 connections.
+void RaiseOpenFileLimit() {
+  constexpr rlim_t kTarget = 65536;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= kTarget) return;
+  const rlim_t raised = std::min(limit.rlim_max, kTarget);
+  if (raised <= limit.rlim_cur) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = raised;
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    LOG_DEBUG("serve", "open-file limit raised from {} to {}", before, raised);
+  }
+}
+
+absl::Status RunServe(const Flags& flags) {
   ASSIGN_OR_RETURN(ServeOptions options, ServeOptionsFromFlags(flags));
+  RaiseOpenFileLimit();
   const sigset_t signals = BlockShutdownSignals();
   // Created once the model is loaded (the per-expert series need its expert count): one per
   // local rank, sharing one registry; request metrics go to the first.
@@ -243,7 +262,8 @@ absl::Status RunServe(const std::vector<std::string>& args) {
   ASSIGN_OR_RETURN(std::unique_ptr<rpc::GrpcServer> grpc_server,
                    StartGrpc(flags, options.http.host, options.http.port == 0, service_options));
   options.http.port = server->port();
-  LOG_INFO("serve", "listening on {}:{} (loading the model)", options.http.host, server->port());
+  LOG_INFO("serve", "listening on {}:{} (loading the model; at most {} HTTP connections)",
+           options.http.host, server->port(), server->stats().max_connections);
   ASSIGN_OR_RETURN(std::unique_ptr<ModelRuntime> runtime, ModelRuntime::Load(options));
   for (int i = 0; i < runtime->engine().num_ranks(); ++i) {
     metrics.push_back(std::make_unique<server::Metrics>(
@@ -268,6 +288,11 @@ absl::Status RunServe(const std::vector<std::string>& args) {
     }
     store_metrics.Set(batch_api != nullptr ? batch_api->Counts() : server::BatchCounts(),
                       responses);
+    const http::HttpServerStats http_stats = server->stats();
+    http_metrics.SetConnections({.num_connections = http_stats.num_connections,
+                                 .max_connections = http_stats.max_connections,
+                                 .num_refused_total = http_stats.num_refused_total,
+                                 .num_accept_errors_total = http_stats.num_accept_errors_total});
     return metrics[0]->Serialize();
   });
   service.SetServerInfoProvider([&] {
@@ -320,19 +345,19 @@ absl::Status RunServe(const std::vector<std::string>& args) {
 
 }  // namespace
 
+const CommandSpec& ServeSpec() {
+  static const CommandSpec spec{
+      .program = "strata",
+      .command = "serve",
+      .description =
+          "OpenAI-compatible HTTP server (default: the embedded demo model on port 8000)",
+      .flags = ServeFlags(),
+      .notes = ParallelEnvHelp()};
+  return spec;
+}
+
 int ServeCommand(const std::vector<std::string>& args) {
-  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-    std::fprintf(stdout, "usage: strata serve [flags]\n%s", ServeHelp().c_str());
-    return 0;
-  }
-  absl::Status status = RunServe(args);
-  if (status.ok()) return 0;
-  std::fprintf(stderr, "strata serve: %s\n", std::string(status.message()).c_str());
-  if (status.code() == absl::StatusCode::kInvalidArgument) {
-    std::fprintf(stderr, "usage: strata serve [flags]\n%s", ServeHelp().c_str());
-    return 2;
-  }
-  return 1;
+  return RunCommand(ServeSpec(), args, RunServe);
 }
 
 }  // namespace strata::cli

@@ -11,8 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "core/command_line.h"
+
 namespace strata::cli {
 
+// Its one-line description and flags (core/command_line.h).
+const CommandSpec& ServeSpec();
 int ServeCommand(const std::vector<std::string>& args);
 
 }  // namespace strata::cli

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/cuda_emu/emu_internal.h"
+#include "tests/cuda_emu/emu_internal.h"
 
 #if !defined(__x86_64__)
 #include <ucontext.h>

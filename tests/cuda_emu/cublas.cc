@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/cuda_emu/emu_internal.h"
+#include "tests/cuda_emu/emu_internal.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;

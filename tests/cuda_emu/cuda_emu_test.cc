@@ -14,7 +14,7 @@
 
 #include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mma.cuh"
-#include "tools/cuda_emu/emu_internal.h"
+#include "tests/cuda_emu/emu_internal.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Internal interfaces between the emulator's parts (tools/cuda_emu): the block executor, the
+// Internal interfaces between the emulator's parts (tests/cuda_emu): the block executor, the
 // runtime (memory, streams, graphs) and cuBLAS.
 #pragma once
 

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tools/cuda_emu/emu_internal.h"
+#include "tests/cuda_emu/emu_internal.h"
 
 struct CUstream_st {
   unsigned int flags = 0;

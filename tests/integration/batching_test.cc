@@ -19,12 +19,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include "engine/demo/checkpoint_generator.h"
 #include "engine/executor.h"
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "scheduler/scheduler.h"
 #include "server/engine_loop.h"
-#include "tools/checkpoint_generator.h"
 
 namespace strata {
 namespace {
@@ -41,11 +41,11 @@ class BatchingTest : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = testing::TempDir() + "/batching_" + GetParam() + "_" + std::to_string(::getpid());
-    tools::GeneratorOptions options;
+    engine::demo::GeneratorOptions options;
     options.family = GetParam();
     options.preset = "tiny";
     options.seed = 5;
-    auto generated = tools::GenerateCheckpoint(options, dir_);
+    auto generated = engine::demo::GenerateCheckpoint(options, dir_);
     ASSERT_TRUE(generated.ok()) << generated.status();
     auto model = engine::Model::Load(dir_);
     ASSERT_TRUE(model.ok()) << model.status();

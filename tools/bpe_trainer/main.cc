@@ -1,30 +1,42 @@
 // strata-train-bpe: trains a byte-level BPE vocabulary and writes a tokenizer directory.
 //
-//   strata-train-bpe --out DIR
-//       The demo checkpoint's tokenizer (embedded corpus, 8192 ids; see demo_tokenizer.h).
-//   strata-train-bpe --out DIR --vocab-size N --text FILE [--text FILE ...]
-//       N BPE tokens learnt from the FILEs (Kimi's pre-tokenizer pattern); writes only
-//       DIR/tiktoken.model.
+// `--out DIR`: the demo checkpoint's tokenizer (embedded corpus, 8192 ids; demo_tokenizer.h).
+// `--out DIR --vocab-size N --text FILE [--text FILE ...]`: N BPE tokens learnt from the FILEs
+// (Kimi's pre-tokenizer pattern); writes only DIR/tiktoken.model.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/command_line.h"
+#include "core/status.h"
+#include "engine/demo/bpe_trainer.h"
+#include "engine/demo/demo_tokenizer.h"
 #include "engine/tokenizer/bpe_vocab.h"
 #include "engine/tokenizer/pretokenizer.h"
-#include "tools/bpe_trainer/bpe_trainer.h"
-#include "tools/bpe_trainer/demo_tokenizer.h"
 
 namespace {
 
-constexpr char kUsage[] =
-    "usage: strata-train-bpe --out DIR                      (demo tokenizer, 8192 ids)\n"
-    "       strata-train-bpe --out DIR --vocab-size N --text FILE [--text FILE ...]\n"
-    "                                                      (tiktoken.model only)\n";
+const strata::CommandSpec& Spec() {
+  static const strata::CommandSpec spec = {
+      .program = "strata-train-bpe",
+      .description = "train a byte-level BPE vocabulary and write a tokenizer directory",
+      .flags =
+          {
+              {"out", true, "the directory to write (required)"},
+              {"vocab-size", true, "BPE tokens to learn from the --text files"},
+              {"text", true, "a training file (repeatable); with --vocab-size"},
+          },
+      .required = {"out"},
+      .notes =
+          "Without --text: the demo checkpoint's tokenizer (embedded corpus, 8192 ids).\n"
+          "With --vocab-size N --text FILE...: only DIR/tiktoken.model.",
+  };
+  return spec;
+}
 
 int TrainCustom(const std::string& out, size_t vocab_size, const std::vector<std::string>& files) {
   std::vector<std::string> texts;
@@ -40,7 +52,7 @@ int TrainCustom(const std::string& out, size_t vocab_size, const std::vector<std
   }
   std::vector<std::string_view> views(texts.begin(), texts.end());
   auto pre = strata::engine::PreTokenizer::Create(strata::engine::KimiPatternOriginal());
-  auto tokens = strata::tools::TrainBpe(views, **pre, vocab_size);
+  auto tokens = strata::engine::demo::TrainBpe(views, **pre, vocab_size);
   if (!tokens.ok()) {
     std::fprintf(stderr, "%s\n", std::string(tokens.status().message()).c_str());
     return 1;
@@ -51,46 +63,27 @@ int TrainCustom(const std::string& out, size_t vocab_size, const std::vector<std
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string out;
-  size_t vocab_size = 0;
-  std::vector<std::string> files;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "%s needs a value\n%s", arg.c_str(), kUsage);
-      return 2;
-    }
-    if (arg == "--out") {
-      out = argv[++i];
-    } else if (arg == "--vocab-size") {
-      vocab_size = std::strtoull(argv[++i], nullptr, 10);
-    } else if (arg == "--text") {
-      files.push_back(argv[++i]);
-    } else {
-      std::fprintf(stderr, "unknown argument %s\n%s", arg.c_str(), kUsage);
-      return 2;
-    }
-  }
-  if (out.empty() || (files.empty() != (vocab_size == 0))) {
-    std::fprintf(stderr, "%s", kUsage);
-    return 2;
+absl::Status Run(const strata::Flags& flags) {
+  const std::string out = flags.GetOr("out", "");
+  const std::vector<std::string> files = flags.GetAll("text");
+  ASSIGN_OR_RETURN(const int64_t vocab_size, flags.GetInt("vocab-size", 0, 0, 1 << 24));
+  if (files.empty() != (vocab_size == 0)) {
+    return absl::InvalidArgumentError("--vocab-size and --text go together");
   }
   const auto start = std::chrono::steady_clock::now();
-  int rc = 0;
   if (files.empty()) {
-    absl::Status s = strata::tools::WriteDemoTokenizer(out);
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-      rc = 1;
-    }
-  } else {
-    rc = TrainCustom(out, vocab_size, files);
+    RETURN_IF_ERROR(strata::engine::demo::WriteDemoTokenizer(out));
+  } else if (TrainCustom(out, static_cast<size_t>(vocab_size), files) != 0) {
+    return absl::InternalError("training failed");
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (rc == 0) std::fprintf(stderr, "wrote %s in %.2f s\n", out.c_str(), seconds);
-  return rc;
+  std::fprintf(stderr, "wrote %s in %.2f s\n", out.c_str(), seconds);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return strata::RunCommand(Spec(), std::vector<std::string>(argv + 1, argv + argc), Run);
 }

@@ -1,5 +1,5 @@
 // Kernel launches and dynamic shared memory, spelled once so the same kernels also build as
-// host C++ under Strata's CUDA emulator (tools/cuda_emu, STRATA_CUDA_EMU) and run on a CPU in
+// host C++ under Strata's CUDA emulator (tests/cuda_emu, STRATA_CUDA_EMU) and run on a CPU in
 // CI. Internal; include from .cu files only.
 #pragma once
 

@@ -17,7 +17,7 @@
 namespace strata::kernels::cuda::internal {
 
 #if defined(STRATA_CUDA_EMU)
-// Host emulation (tools/cuda_emu): the same operations, PTX semantics, on the CPU.
+// Host emulation (tests/cuda_emu): the same operations, PTX semantics, on the CPU.
 __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src, bool valid) {
   ::strata_emu::CpAsync(smem_dst, gmem_src, 16, valid ? 16 : 0);
 }

@@ -5,18 +5,14 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/splitmix64.h"
 #include "engine/step_sampling.h"
 #include "scheduler/scheduler.h"
 
 namespace strata::frontend::testing {
 namespace {
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t Mix(uint64_t x) { return SplitMix64Mix(x + kSplitMix64Golden); }
 
 uint64_t HashIds(const std::vector<int32_t>& ids) {
   uint64_t h = 0x1234;

@@ -1,4 +1,4 @@
-// Strata's CUDA emulator (tools/cuda_emu): the part of cuBLAS Strata uses. GEMMs are column-major
+// Strata's CUDA emulator (tests/cuda_emu): the part of cuBLAS Strata uses. GEMMs are column-major
 // as in cuBLAS, f32 accumulation in k order, enqueued on the handle's stream (and recorded when
 // that stream captures a graph). Scalars (alpha, beta) and the grouped call's host arrays are
 // read at the call, device pointer tables when the GEMM runs, as cuBLAS does.

@@ -1,4 +1,4 @@
-// Strata's CUDA emulator (tools/cuda_emu): the part of cuda_bf16.h Strata's kernels use.
+// Strata's CUDA emulator (tests/cuda_emu): the part of cuda_bf16.h Strata's kernels use.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Strata's CUDA emulator: this header stands in for the toolkit's cuda_runtime.h when
-// kernels/cuda and engine/cuda are compiled as host C++ (STRATA_CUDA_EMU, tools/cuda_emu). It
+// kernels/cuda and engine/cuda are compiled as host C++ (STRATA_CUDA_EMU, tests/cuda_emu). It
 // declares the subset of the runtime API Strata uses and the device-side language: qualifiers,
 // built-in variables, barriers, warp intrinsics and atomics. Kernels run on the CPU, one block at
 // a time, each CUDA thread a fiber (block_executor.cc); see README.md for what is faithful and

@@ -1,6 +1,6 @@
 // A deterministic corpus of varied strings for the encoding peer test.
 //
-// Kept out on purpose (see docs/build-notes.md §6): U+0085 and U+FEFF (JavaScript's \s disagrees with
+// Kept out on purpose (see BUILD-NOTES §6): U+0085 and U+FEFF (JavaScript's \s disagrees with
 // Unicode White_Space, which Rust tiktoken and Strata use), U+180E, U+017F "ſ" (case-folds to
 // "s" under (?i), which js-tiktoken expands to plain 's|S'), unpaired surrogates, and scripts
 // assigned after Unicode 14 (PCRE2 10.42's tables).

@@ -9,7 +9,7 @@
 //   6  O = P + A·U (f32); S = Diag(e^{G_last}) S + Kendᵀ·U (tensor cores, S in registers in the
 //      m16n8 accumulator layout: warp w owns rows 16w..16w+15), S → bf16 copy for the next chunk
 //   7  y = RMSNorm(O)·w ⊙ σ(g_raw) (warp per row)
-#include "kernels/cuda/kda_prefill_chunked.h"
+#include "kernels/cuda/kda_chunk.h"
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"

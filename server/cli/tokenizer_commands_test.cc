@@ -1,5 +1,4 @@
-#include "engine/tokenizer/cli_commands.h"
-
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -9,11 +8,12 @@
 #include <string>
 
 #include "engine/tokenizer/bpe_vocab.h"
+#include "server/cli/commands.h"
 
-namespace strata::engine {
+namespace strata::cli {
 namespace {
 
-class CliCommandsTest : public ::testing::Test {
+class TokenizerCommandsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // One directory per test and process: ctest runs the tests of this binary in parallel.
@@ -23,7 +23,7 @@ class CliCommandsTest : public ::testing::Test {
     std::vector<std::string> tokens;
     for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
     for (const char* t : {"he", "ll", "hell", "hello", " w"}) tokens.emplace_back(t);
-    Write("tiktoken.model", (*BpeVocab::FromTokens(tokens))->ToTiktoken());
+    Write("tiktoken.model", (*engine::BpeVocab::FromTokens(tokens))->ToTiktoken());
     Write("tokenizer_config.json", R"({
       "added_tokens_decoder": {"261": {"content": "[BOS]", "special": true},
                                "262": {"content": "<|im_end|>", "special": true}},
@@ -49,7 +49,7 @@ class CliCommandsTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(CliCommandsTest, TokenizePrintsOneJsonArray) {
+TEST_F(TokenizerCommandsTest, TokenizePrintsOneJsonArray) {
   auto [rc, out] = Run(TokenizeCommand, {"--model", dir_, "--text-file", dir_ + "/text.txt"});
   EXPECT_EQ(rc, 0);
   // Special text stays ordinary without --add-special-tokens.
@@ -60,7 +60,7 @@ TEST_F(CliCommandsTest, TokenizePrintsOneJsonArray) {
   EXPECT_EQ(out2, "[261,259,260,111,114,108,100,262]\n");
 }
 
-TEST_F(CliCommandsTest, DetokenizePrintsTextExactly) {
+TEST_F(TokenizerCommandsTest, DetokenizePrintsTextExactly) {
   auto [rc, out] = Run(DetokenizeCommand, {"--model", dir_, "--ids", "261,259,260,262"});
   EXPECT_EQ(rc, 0);
   EXPECT_EQ(out, "[BOS]hello w<|im_end|>");
@@ -71,7 +71,7 @@ TEST_F(CliCommandsTest, DetokenizePrintsTextExactly) {
   EXPECT_EQ(Run(DetokenizeCommand, {"--model", dir_, "--ids", "9999"}).first, 1);
 }
 
-TEST_F(CliCommandsTest, ChatTemplatePrintsPromptWithoutTrailingNewline) {
+TEST_F(TokenizerCommandsTest, ChatTemplatePrintsPromptWithoutTrailingNewline) {
   auto [rc, out] =
       Run(ChatTemplateCommand, {"--model", dir_, "--messages-file", dir_ + "/messages.json",
                                 "--add-generation-prompt", "--tools-file", dir_ + "/tools.json"});
@@ -81,12 +81,31 @@ TEST_F(CliCommandsTest, ChatTemplatePrintsPromptWithoutTrailingNewline) {
       Run(ChatTemplateCommand, {"--model", dir_, "--messages-file", dir_ + "/bad.json"}).first, 1);
 }
 
-TEST_F(CliCommandsTest, UsageErrorsReturnTwo) {
+TEST_F(TokenizerCommandsTest, UsageErrorsReturnTwo) {
   EXPECT_EQ(Run(TokenizeCommand, {"--model", dir_}).first, 2);
   EXPECT_EQ(Run(TokenizeCommand, {"--bogus"}).first, 2);
   EXPECT_EQ(Run(ChatTemplateCommand, {"--model"}).first, 2);
   EXPECT_EQ(Run(TokenizeCommand, {"--model", dir_ + "/missing", "--text-file", "x"}).first, 1);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(Run(DetokenizeCommand, {"--model", dir_, "--bogus"}).first, 2);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "strata detokenize: unknown flag --bogus\nsee `strata detokenize --help`\n");
+}
+
+TEST_F(TokenizerCommandsTest, HelpListsEveryFlagOnStdout) {
+  for (const auto& [command, flags] :
+       std::vector<std::pair<int (*)(const std::vector<std::string>&), std::vector<std::string>>>{
+           {TokenizeCommand, {"--model", "--text-file", "--add-special-tokens", "--parse-special"}},
+           {DetokenizeCommand, {"--model", "--ids", "--skip-special-tokens"}},
+           {ChatTemplateCommand,
+            {"--model", "--messages-file", "--tools-file", "--kwargs-file",
+             "--add-generation-prompt"}}}) {
+    auto [rc, out] = Run(command, {"--help"});
+    EXPECT_EQ(rc, 0);
+    EXPECT_THAT(out, ::testing::StartsWith("usage: strata "));
+    for (const std::string& flag : flags) EXPECT_THAT(out, ::testing::HasSubstr(flag + " "));
+  }
 }
 
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata::cli

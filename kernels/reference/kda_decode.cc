@@ -1,4 +1,4 @@
-#include "kernels/reference/kda_recurrent.h"
+#include "kernels/reference/kda_decode.h"
 
 #include <cmath>
 #include <vector>

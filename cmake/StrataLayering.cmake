@@ -1,0 +1,26 @@
+# strata_write_link_graph(<file>): writes `target: dep;dep;...` for every library and executable
+# of the project (their LINK_LIBRARIES as CMake resolves them), for tests/layering's check of
+# which modules link which. Call it after every module is added.
+function(_strata_collect_targets dir out_var)
+  get_property(_targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+  get_property(_subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+  foreach(_sub ${_subdirs})
+    _strata_collect_targets(${_sub} _sub_targets)
+    list(APPEND _targets ${_sub_targets})
+  endforeach()
+  set(${out_var} ${_targets} PARENT_SCOPE)
+endfunction()
+
+function(strata_write_link_graph out_file)
+  _strata_collect_targets(${PROJECT_SOURCE_DIR} _all)
+  set(_lines "")
+  foreach(_t ${_all})
+    get_target_property(_type ${_t} TYPE)
+    if(_type STREQUAL "INTERFACE_LIBRARY")
+      string(APPEND _lines "${_t}: $<TARGET_PROPERTY:${_t},INTERFACE_LINK_LIBRARIES>\n")
+    elseif(_type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$")
+      string(APPEND _lines "${_t}: $<TARGET_PROPERTY:${_t},LINK_LIBRARIES>\n")
+    endif()
+  endforeach()
+  file(GENERATE OUTPUT ${out_file} CONTENT "${_lines}")
+endfunction()
