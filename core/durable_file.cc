@@ -86,7 +86,11 @@ absl::StatusOr<std::unique_ptr<DirectoryLock>> DirectoryLock::Acquire(
   for (const std::string& sub : subdirs) dirs.push_back(absl::StrCat(dir, "/", sub));
   for (const std::string& d : dirs) {
     std::error_code ec;
+    const bool existed = fs::exists(d, ec);
     fs::create_directories(d, ec);
+    // A directory we create holds request and response data: the owner's only, as its files
+    // are (0600). One the operator made keeps the permissions they gave it.
+    if (!ec && !existed) fs::permissions(d, fs::perms::owner_all, fs::perm_options::replace, ec);
     if (ec) {
       return absl::InvalidArgumentError(
           absl::StrCat(flag, ": cannot create ", d, ": ", ec.message()));

@@ -322,19 +322,7 @@ void EngineLoop::Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events)
         event.top_logprobs.push_back(e.top_logprobs);
         event.prompt_scores = std::move(e.prompt_scores);
       }
-      if (e.finished) {
-        switch (*e.finished) {
-          case scheduler::FinishReason::kStop:
-            event.finish = FinishReason::kStop;
-            break;
-          case scheduler::FinishReason::kLength:
-            event.finish = FinishReason::kLength;
-            break;
-          case scheduler::FinishReason::kAbort:
-            event.finish = FinishReason::kAbort;
-            break;
-        }
-      }
+      event.finish = e.finished;
       event.num_prompt_tokens = e.num_prompt_tokens;
       event.num_cached_tokens = e.num_cached_tokens;
       event.num_output_tokens = e.num_output_tokens;

@@ -1,5 +1,6 @@
 #include "server/http_metrics.h"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 
@@ -61,6 +62,58 @@ TEST(HttpMetrics, CountsByRouteTemplateMethodAndStatusClass) {
                               "completions\",method=\"POST\",le=\"0.005\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("http_response_size_bytes_total{handler=\"/v1/chat/"
                               "completions\"} 157\n"));
+}
+
+TEST(HttpMetrics, MethodLabelIsFromAFixedSet) {
+  for (std::string_view m : {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}) {
+    EXPECT_EQ(MethodLabel(m), m);
+  }
+  EXPECT_EQ(MethodLabel("get"), "other");  // methods are case-sensitive
+  EXPECT_EQ(MethodLabel("PROPFIND"), "other");
+  EXPECT_EQ(MethodLabel(""), "other");
+}
+
+// Issue 50: each invented method became a series, so a client could grow /metrics (and the
+// process) without bound. 5,000 invented methods on served and unknown paths now add nothing
+// once "other" exists.
+TEST(HttpMetrics, InventedMethodsAndPathsDoNotGrowTheExposition) {
+  HttpMetrics metrics(Route);
+  metrics.Observe(Exchange("GET", "/v1/chat/completions", 200, 0.01, 1));
+  metrics.Observe(Exchange("XYZZY", "/v1/chat/completions", 405, 0.01, 1));
+  metrics.Observe(Exchange("XYZZY", "/nope", 404, 0.01, 1));
+  const std::string before = ExpositionText(*metrics.registry());
+  for (int i = 0; i < 5000; ++i) {
+    std::string method = "M", path = "/scan/";  // (not "M" + ...: GCC 12's -Wrestrict)
+    method += std::to_string(i);
+    path += std::to_string(i);
+    metrics.Observe(Exchange(method, i % 2 == 0 ? "/v1/chat/completions" : path, 405, 0.01, 1));
+  }
+  const std::string after = ExpositionText(*metrics.registry());
+  EXPECT_EQ(std::count(after.begin(), after.end(), '\n'),
+            std::count(before.begin(), before.end(), '\n'));
+  EXPECT_LT(after.size(), before.size() + 1024);  // only counts and sums grew a few digits
+  EXPECT_THAT(after, Not(HasSubstr("M4999")));
+  EXPECT_THAT(after, HasSubstr("http_requests_total{handler=\"/v1/chat/completions\","
+                               "method=\"other\",status=\"4xx\"} 2501\n"));
+  EXPECT_THAT(after, HasSubstr("http_requests_total{handler=\"none\",method=\"other\","
+                               "status=\"4xx\"} 2501\n"));
+}
+
+TEST(HttpMetrics, ConnectionCountsAreExported) {
+  HttpMetrics metrics(Route);
+  metrics.SetConnections({.num_connections = 3,
+                          .max_connections = 768,
+                          .num_refused_total = 5,
+                          .num_accept_errors_total = 2});
+  metrics.SetConnections({.num_connections = 1,
+                          .max_connections = 768,
+                          .num_refused_total = 7,
+                          .num_accept_errors_total = 2});
+  const std::string text = ExpositionText(*metrics.registry());
+  EXPECT_THAT(text, HasSubstr("strata:http_connections 1\n"));
+  EXPECT_THAT(text, HasSubstr("strata:http_max_connections 768\n"));
+  EXPECT_THAT(text, HasSubstr("strata:http_connections_refused_total 7\n"));
+  EXPECT_THAT(text, HasSubstr("strata:http_accept_errors_total 2\n"));
 }
 
 TEST(HttpMetrics, SharesARegistryGivenToIt) {

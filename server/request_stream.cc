@@ -2,18 +2,6 @@
 
 namespace strata::server {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-  }
-  return "stop";
-}
-
 std::optional<StreamEvent> RequestStream::Next(absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return !events_.empty(); })) {

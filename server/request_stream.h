@@ -17,11 +17,13 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "engine/step.h"
+#include "scheduler/request.h"
 
 namespace strata::server {
 
-enum class FinishReason { kStop, kLength, kAbort };
-const char* FinishReasonName(FinishReason reason);  // "stop", "length", "abort"
+// Why a stream ended: the scheduler's reasons, named by scheduler::FinishReasonName.
+using scheduler::FinishReason;
+using scheduler::FinishReasonName;
 
 struct StreamEvent {
   // At most one new token per event today (one decode step), kept as a list for batching.

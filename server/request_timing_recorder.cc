@@ -8,26 +8,12 @@
 #include "core/log.h"
 
 namespace strata::server {
-namespace {
 
-// As FinishReasonName (request_stream.cc), which lives in the engine loop's library.
-const char* ReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-  }
-  return "stop";
-}
-
-}  // namespace
-
-RequestTimingRecorder::RequestTimingRecorder(std::string request_id, double submit_seconds)
+RequestTimingRecorder::RequestTimingRecorder(std::string request_id, double submit_seconds,
+                                             int64_t num_prompt_tokens)
     : submit_seconds_(submit_seconds) {
   timings_.request_id = std::move(request_id);
+  timings_.num_prompt_tokens = num_prompt_tokens;
 }
 
 double RequestTimingRecorder::Now() {
@@ -62,7 +48,7 @@ void RequestTimingRecorder::OnEvent(const StreamEvent& event, double now_seconds
   }
   if (!event.terminal()) return;
   finished_ = true;
-  timings_.finished_reason = !event.error.ok() ? "error" : ReasonName(*event.finish);
+  timings_.finished_reason = !event.error.ok() ? "error" : FinishReasonName(*event.finish);
   timings_.e2e_seconds = now_seconds - submit_seconds_;
   if (first_token_seconds_) timings_.decode_seconds = last_token_seconds_ - *first_token_seconds_;
 }

@@ -24,7 +24,10 @@ namespace strata::server {
 class RequestTimingRecorder {
  public:
   // `submit_seconds` and every `now_seconds` are on one monotonic clock (e.g. Now()).
-  RequestTimingRecorder(std::string request_id, double submit_seconds);
+  // `num_prompt_tokens`: the prompt's length as submitted, so that a request that ends before
+  // the engine reports one (cancelled or aborted while waiting) is logged with it.
+  RequestTimingRecorder(std::string request_id, double submit_seconds,
+                        int64_t num_prompt_tokens = 0);
 
   static double Now();  // steady clock, seconds
 

@@ -99,6 +99,19 @@ TEST(RequestTimingRecorderTest, EndedTakesTheFrontEndsReasonAndTheTimeSoFar) {
   EXPECT_DOUBLE_EQ(stopped.e2e_seconds, 1.0);
 }
 
+TEST(RequestTimingRecorderTest, ARequestAbortedBeforeSchedulingKeepsItsPromptLength) {
+  // Aborted while waiting (shutdown, a client gone): the engine's abort carries no counts.
+  RequestTimingRecorder rec("r", 10.0, /*num_prompt_tokens=*/37);
+  StreamEvent abort;
+  abort.finish = FinishReason::kAbort;
+  rec.OnEvent(abort, 10.5);
+  EXPECT_EQ(rec.timings().num_prompt_tokens, 37);
+  EXPECT_EQ(rec.Ended("abort", 11.0).num_prompt_tokens, 37);
+  // Cancelled by the front end before any event: Ended alone.
+  RequestTimingRecorder cancelled("c", 10.0, /*num_prompt_tokens=*/5);
+  EXPECT_EQ(cancelled.Ended("abort", 10.1).num_prompt_tokens, 5);
+}
+
 TEST(RequestTimingRecorderTest, TokensArrivingWithTheFirstHaveZeroGaps) {
   RequestTimingRecorder rec("r", 0.0);
   StreamEvent e = Tokens(3, 3);

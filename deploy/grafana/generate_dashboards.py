@@ -194,13 +194,29 @@ def overview():
               [target(f"sum by (handler) ({of_served(f'rate(http_response_size_bytes_total[{RATE}])')})",
                       "{{handler}}")],
               12, 74, 12, 8, unit="Bps"),
-        row("Batches and stored responses (per server process)", 82),
+        panel("timeseries", "HTTP connections",
+              [target(f"sum by (instance) ({of_served('strata:http_connections')})",
+                      "open {{instance}}"),
+               target(f"sum by (instance) ({of_served('strata:http_max_connections')})",
+                      "limit {{instance}}", ref="B")],
+              0, 82, 12, 8,
+              description="Open HTTP connections against --max-connections (default: the "
+                          "descriptor limit less a reserve); past it new ones get a 503."),
+        panel("timeseries", "Connections refused and accept errors / s",
+              [target(f"sum({of_served(f'rate(strata:http_connections_refused_total[{RATE}])')})",
+                      "refused (over --max-connections)"),
+               target(f"sum({of_served(f'rate(strata:http_accept_errors_total[{RATE}])')})",
+                      "accept errors (e.g. out of descriptors)", ref="B")],
+              12, 82, 12, 8,
+              description="Connections answered 503 past the connection limit, and failed "
+                          "accepts (the accept loop backs off and logs at most once a second)."),
+        row("Batches and stored responses (per server process)", 90),
         panel("timeseries", "Batch backlog",
               [target(f"sum({of_served('strata:batch_requests_pending')})", "requests pending"),
                target("sum by (status) ("
                       + of_served('strata:batches{status=~"validating|in_progress|finalizing|cancelling"}')
                       + ")", "batches {{status}}", ref="B")],
-              0, 83, 12, 8,
+              0, 91, 12, 8,
               description="Requests of unfinished /v1/batches not answered yet, and those batches by "
                           "status. A backlog that does not fall means batch traffic outpaces what "
                           "--batch-max-concurrent-requests leaves it."),
@@ -209,7 +225,7 @@ def overview():
                       f"sum({of_served('strata:stored_responses_capacity_bytes')})", "store used"),
                target(f"sum({of_served('strata:files_bytes')}) / "
                       f"sum({of_served('strata:files_capacity_bytes')})", "files used", ref="B")],
-              12, 83, 6, 8, unit="percentunit",
+              12, 91, 6, 8, unit="percentunit",
               description="Stored /v1/responses against --responses-store-memory (the least recently "
                           "used go past it) and /v1/files against --files-store-memory (uploads past "
                           "it are refused)."),
@@ -217,7 +233,7 @@ def overview():
               [target(f"sum({of_served('strata:stored_responses')})", "stored"),
                target(f"sum({of_served('strata:background_responses_running')})",
                       "background running", ref="B")],
-              18, 83, 6, 8,
+              18, 91, 6, 8,
               description="Stored /v1/responses (GET, previous_response_id), and those with "
                           "background: true queued or generating."),
     ])

@@ -87,6 +87,17 @@ class Parser {
  private:
   absl::Status Error(std::string_view message) const { return ErrorAt(pos_, message); }
 
+  // The character at `offset` for a message: its UTF-8 bytes, or \xNN for a byte that starts
+  // none (messages go into JSON error bodies, which must be UTF-8).
+  std::string CharAt(size_t offset) const {
+    const engine::Utf8Step step = engine::DecodeUtf8Step(t_.substr(offset));
+    if (step.status == engine::Utf8Status::kChar)
+      return std::string(t_.substr(offset, step.length));
+    constexpr char kHex[] = "0123456789ABCDEF";
+    const auto byte = static_cast<unsigned char>(t_[offset]);
+    return {'\\', 'x', kHex[byte >> 4], kHex[byte & 15]};
+  }
+
   static size_t CountElements(const Alts& alts) {
     size_t n = 0;
     for (const Seq& s : alts) n += s.size() + 1;
@@ -197,7 +208,7 @@ class Parser {
         } else if (c == '<') {
           return Error("token references ('<…>') are not supported");
         } else {
-          return Error(absl::StrCat("unexpected '", std::string(1, c), "'"));
+          return Error(absl::StrCat("unexpected '", CharAt(pos_), "'"));
         }
       }
       RETURN_IF_ERROR(CheckSize(seq.size()));
@@ -252,7 +263,7 @@ class Parser {
       default:
         if (absl::ascii_ispunct(static_cast<unsigned char>(e)))
           return uint32_t{static_cast<unsigned char>(e)};
-        return ErrorAt(at, absl::StrCat("unknown escape '\\", std::string(1, e), "'"));
+        return ErrorAt(at, absl::StrCat("unknown escape '\\", CharAt(pos_ - 1), "'"));
     }
   }
 

@@ -208,6 +208,10 @@ TEST(Gbnf, RefusalsNameWhatAndWhere) {
       {"root = \"a\"", "expected '::=' after the rule name 'root'"},
       {"start: \"a\"", "expected '::=' after the rule name 'start'"},
       {"root ::= \"a\" ; \"b\"", "unexpected ';'"},
+      // The character a message quotes is whole (messages go into JSON error bodies).
+      {"root ::= \"a\" \xd9\xa4", "unexpected '\xd9\xa4'"},
+      {"root ::= \"a\" \xd9\x61", "unexpected '\\xD9'"},  // 0xD9 then 'a': no character
+      {"root ::= \"\\\xc3\xa9\"", "unknown escape '\\\xc3\xa9'"},
       {std::string(64 * 1024 + 1, ' '), "the limit is 65536"},
       {std::string("root ::= ") + std::string(65, '(') + "\"a\"" + std::string(65, ')'),
        "groups nest deeper than 64"},

@@ -318,12 +318,12 @@ class Compiler {
     }
     SchemaNode node;
     node.kind = NodeKind::kLiterals;
+    // Duplicates are dropped when the node is finalized (sorted, then unique): a search here
+    // per value made a 100,000-value enum take 12 s.
+    node.literals.reserve(values.size());
     for (const Json& v : values) {
       RETURN_IF_ERROR(CheckLiteral(v, path));
-      std::string text = v.dump();
-      if (std::find(node.literals.begin(), node.literals.end(), text) == node.literals.end()) {
-        node.literals.push_back(std::move(text));
-      }
+      node.literals.push_back(v.dump());
     }
     return AddNode(path, std::move(node));
   }

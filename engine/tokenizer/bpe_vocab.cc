@@ -53,6 +53,12 @@ absl::StatusOr<std::shared_ptr<const BpeVocab>> BpeVocab::FromTokens(
   return Build(std::move(entries));
 }
 
+std::shared_ptr<const BpeVocab> BpeVocab::Empty() {
+  std::shared_ptr<BpeVocab> vocab(new BpeVocab());
+  vocab->offsets_ = {0};
+  return vocab;
+}
+
 absl::StatusOr<std::shared_ptr<const BpeVocab>> BpeVocab::Build(
     std::vector<std::pair<std::string, uint32_t>> entries) {
   std::sort(entries.begin(), entries.end(),

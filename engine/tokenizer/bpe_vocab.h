@@ -36,6 +36,10 @@ class BpeVocab {
   static absl::StatusOr<std::shared_ptr<const BpeVocab>> FromTokens(
       const std::vector<std::string>& tokens);
 
+  // No tokens at all (rank_end 0): the vocabulary of Tokenizer::WithoutTokens, which never
+  // encodes.
+  static std::shared_ptr<const BpeVocab> Empty();
+
   // The tiktoken file text, ranks ascending (byte-identical to OpenAI's files for their
   // vocabularies).
   std::string ToTiktoken() const;

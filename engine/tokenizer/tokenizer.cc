@@ -1,6 +1,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/file.h"
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/known_encodings.h"
@@ -139,12 +140,22 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadFromDir(const std::str
   return tok;
 }
 
+std::unique_ptr<Tokenizer> Tokenizer::WithoutTokens() {
+  TokenizerSpec spec;
+  spec.vocab = BpeVocab::Empty();
+  spec.pattern = std::string(KimiPatternOriginal());
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Create(std::move(spec));
+  CHECK(tok.ok()) << tok.status();  // the fixed pattern compiles
+  return *std::move(tok);
+}
+
 void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<int32_t>* ids) const {
   pretokenizer_->Split(text, [&](std::string_view piece) { BpeEncodePiece(*vocab_, piece, ids); });
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, const EncodeOptions& options) const {
   std::vector<int32_t> ids;
+  if (vocab_size_ == 0) return ids;  // WithoutTokens: no byte has a token
   ids.reserve(text.size() / 3 + 2);
   if (options.add_special_tokens && add_bos_) ids.push_back(*bos_id_);
   auto encode_chunk = [&](std::string_view chunk) {

@@ -56,6 +56,10 @@ class Tokenizer {
   // a pattern PCRE2 rejects.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(TokenizerSpec spec);
   static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFromDir(const std::string& dir);
+  // A tokenizer that knows no token (vocab_size 0): Encode gives no ids, every id is unknown
+  // (TokenBytes nullopt, Decode an error). What a model served without its tokenizer holds
+  // (strata serve --skip-tokenizer-init: token ids in and out, no text).
+  static std::unique_ptr<Tokenizer> WithoutTokens();
 
   std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options = {}) const;
 

@@ -97,6 +97,18 @@ TEST(TokenizerTest, RandomBytesRoundTrip) {
   }
 }
 
+TEST(TokenizerTest, WithoutTokensKnowsNoTokenAndEncodesNothing) {
+  const std::unique_ptr<Tokenizer> none = Tokenizer::WithoutTokens();
+  EXPECT_EQ(none->vocab_size(), 0);
+  EXPECT_TRUE(none->Encode("hello", {.add_special_tokens = true, .parse_special = true}).empty());
+  EXPECT_EQ(none->TokenBytes(0), std::nullopt);
+  EXPECT_FALSE(none->IsSpecial(0));
+  EXPECT_FALSE(none->Decode({7}).ok());
+  EXPECT_EQ(*none->Decode({}), "");
+  EXPECT_FALSE(none->eos_id().has_value());
+  EXPECT_TRUE(none->config().chat_templates.empty());
+}
+
 TEST(TokenizerTest, SpecialCollidingWithBpeRankIsRejected) {
   TokenizerSpec spec;
   spec.vocab = SmallVocab();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "core/check.h"
 #include "core/file.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "server/batch/batch_line.h"
@@ -432,10 +433,14 @@ BatchApi::Json BatchApi::CheckInput(const Batch& batch, const std::string& conte
 }
 
 absl::StatusOr<http::HttpResponse> BatchApi::CreateBatch(const http::HttpRequest& request) {
-  const Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
+  absl::StatusOr<Json> parsed = ParseBoundedJson(request.body);
+  if (!parsed.ok() && IsJsonLimitError(parsed.status())) {
+    return InvalidField("", std::string(parsed.status().message()));
+  }
+  if (!parsed.ok() || !parsed->is_object()) {
     return InvalidField("", "the request body must be a JSON object");
   }
+  const Json& body = *parsed;
   auto string_field = [&](const char* key) -> absl::StatusOr<std::string> {
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) return MissingField(key);
@@ -679,15 +684,24 @@ void BatchApi::Run(Batch& batch) {
     batch.failed = done_failed + p.failed + p.invalid + p.cancelled + p.expired;
   };
   absl::Status ready = absl::OkStatus();
-  if (disk_ != nullptr) {
+  std::optional<StoredFile> input = files_.Get(batch.input_file_id);
+  const std::string id_prefix = batch.id + "-";
+  std::vector<bool> written_before;
+  if (disk_ != nullptr && input) {
     const std::string out_path = disk_->LinesPath(batch.id, "output");
     const std::string errors_path = disk_->LinesPath(batch.id, "errors");
-    absl::StatusOr<int64_t> n = CountAndTrimLines(out_path);
-    absl::StatusOr<int64_t> m = CountAndTrimLines(errors_path);
-    ready = n.ok() ? m.status() : n.status();
+    // Only lines that are sound answers to this input's requests count as written.
+    absl::StatusOr<KeptLines> kept =
+        KeepValidLines(out_path, errors_path, id_prefix, *input->content);
+    ready = kept.status();
     if (ready.ok()) {
-      done_completed = *n;
-      done_failed = *m;
+      done_completed = kept->answered;
+      done_failed = kept->failed;
+      written_before = std::move(kept->written);
+      if (kept->dropped > 0) {
+        LOG_WARN("batch", "batch {}: {} line(s) written before dropped, their requests run again",
+                 batch.id, kept->dropped);
+      }
       out_file.open(out_path, std::ios::binary | std::ios::app);
       errors_file.open(errors_path, std::ios::binary | std::ios::app);
       if (!out_file || !errors_file) {
@@ -702,7 +716,6 @@ void BatchApi::Run(Batch& batch) {
                done_completed + done_failed);
     }
   }
-  std::optional<StoredFile> input = files_.Get(batch.input_file_id);
   absl::StatusOr<BatchProgress> progress = absl::NotFoundError(
       absl::StrCat("the input file '", batch.input_file_id, "' was deleted before the batch ran"));
   if (!ready.ok()) {
@@ -712,10 +725,10 @@ void BatchApi::Run(Batch& batch) {
     BatchOptions o;
     o.max_in_flight = options_.max_in_flight;
     o.progress_interval_s = 0.5;
-    o.id_prefix = batch.id + "-";
+    o.id_prefix = id_prefix;
     o.headers = batch.auth_headers;
     o.default_priority = options_.priority;
-    o.skip_requests = done_completed + done_failed;
+    o.written_before = std::move(written_before);
     o.on_progress = [&](const BatchProgress& p) {
       std::lock_guard<std::mutex> lock(mu_);
       count(p);

@@ -31,8 +31,11 @@
 // the process: at shutdown the running batch stops reading (RequestStop), its requests in
 // flight finish or, past the drain, are cancelled (Stop) — and it carries on at the next start
 // from its first unwritten line, each request answered once, while queued batches wait for that
-// start. A crash loses at most the requests in flight (sent again). Without a directory a
-// running batch ends "cancelled" at shutdown and queued ones with it.
+// start. A crash loses at most the requests in flight (sent again). Every line kept from before
+// is checked first (batch_store.h KeepValidLines): one that is torn, not JSON, not an answer to
+// one of the input's requests or a repeat is dropped and its request runs again (its line then
+// comes after the others). The line files, like everything in the directory, are 0600. Without
+// a directory a running batch ends "cancelled" at shutdown and queued ones with it.
 // Thread-safe.
 #pragma once
 

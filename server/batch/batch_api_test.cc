@@ -3,18 +3,22 @@
 // (running and queued); the methods and paths it answers.
 #include "server/batch/batch_api.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/batch/batch_line.h"
 #include "server/batch/batch_store.h"
 #include "server/batch/fake_handler_testing.h"
 #include "server/frontend/api_error.h"
@@ -521,6 +525,101 @@ TEST(BatchApi, WithADirectoryARunningBatchCarriesOnAfterARestart) {
   EXPECT_NE(done["output_file_id"], "file-stale");
   EXPECT_EQ(Error(api->Handle(Request("GET", "/v1/files/file-stale"))).first, 404);
   EXPECT_FALSE(std::filesystem::exists(dir + "/files/file-stale.json"));
+}
+
+// Every regular file under `dir` whose mode is not 0600 and every directory below it whose mode
+// is not 0700, with its mode. (A temporary renamed away while the directory is listed is passed
+// over.)
+std::vector<std::string> FilesNotPrivate(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const std::filesystem::file_status st = std::filesystem::status(it->path(), ec);
+    const bool is_dir = std::filesystem::is_directory(st);
+    if (ec || !(is_dir || std::filesystem::is_regular_file(st))) continue;
+    const auto perms = static_cast<unsigned>(st.permissions());
+    if (perms != (is_dir ? 0700u : 0600u)) {
+      found.push_back(absl::StrCat(it->path().string(), " mode ", absl::Hex(perms)));
+    }
+  }
+  return found;
+}
+
+// Sets the umask for a test's scope (0: the files' modes come from the code alone).
+class ScopedUmask {
+ public:
+  explicit ScopedUmask(mode_t mask) : old_(::umask(mask)) {}
+  ~ScopedUmask() { ::umask(old_); }
+
+ private:
+  const mode_t old_;
+};
+
+// What an earlier run left is checked line by line before the batch carries on: a garbage line,
+// a line cut short, a line of another request or another file, a repeat are dropped and their
+// requests run again, so the batch ends with each request answered exactly once and counted
+// once. And everything the server keeps in the directory is 0600, whatever the umask.
+TEST(BatchApi, WithADirectoryLinesWrittenBeforeAreCheckedBeforeTheBatchCarriesOn) {
+  const std::string dir = FreshDir("checked");
+  const ScopedUmask umask(0);
+  const std::string input = Lines(12, /*fail_every=*/4);  // requests 3, 7 and 11 fail
+  std::string batch_id;
+  {
+    std::unique_ptr<BatchApi> api = OpenApi(dir);
+    ASSERT_NE(api, nullptr);
+    batch_id = CreateBatch(*api, Ok(api->Handle(Upload(input)))["id"])["id"];  // no handler yet
+  }
+  // An earlier run's lines, as a crash, a full disk or a hand may leave them.
+  auto line = [&](int i, const std::string& custom_id, int status = 200) {
+    BatchUsage usage;
+    return BatchResponseLine(absl::StrCat("batch_req_", batch_id, "-", i), custom_id, status,
+                             R"({"id": "x"})", &usage) +
+           "\n";
+  };
+  const std::string cut = line(1, "req-1");
+  std::ofstream(absl::StrCat(dir, "/batches/", batch_id, ".output.jsonl"))
+      << line(0, "req-0") << "garbage\n"
+      << cut.substr(0, cut.size() / 2) << "\n"
+      << line(2, "req-99") << line(4, "req-4") << line(0, "req-0") << line(5, "req-5");
+  std::ofstream(absl::StrCat(dir, "/batches/", batch_id, ".errors.jsonl"))
+      << line(3, "req-3", 400) << line(6, "req-6");
+  std::unique_ptr<BatchApi> api = OpenApi(dir, /*max_in_flight=*/2);
+  ASSERT_NE(api, nullptr);
+  FakeHandler handler;
+  handler.Hold("9");  // the batch runs until released: its line files are looked at meanwhile
+  api->SetHandler(&handler);
+  for (int i = 0; i < 2000 && handler.handled() < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_THAT(FilesNotPrivate(dir), ::testing::IsEmpty());
+  handler.Release();
+  const Json done = WaitWhile(*api, batch_id, {"validating", "in_progress", "finalizing"});
+  ASSERT_EQ(done["status"], "completed") << done.dump();
+  EXPECT_EQ(done["request_counts"]["total"], 12);
+  EXPECT_EQ(done["request_counts"]["completed"], 9);
+  EXPECT_EQ(done["request_counts"]["failed"], 3);
+  // Requests 1, 2 and 6 (lines dropped) and 7 to 11 (never written) were sent; 0, 3, 4, 5 not.
+  std::vector<std::string> sent;
+  for (const Json& body : handler.seen_bodies_) sent.push_back(body.value("echo", "fail"));
+  std::sort(sent.begin(), sent.end());
+  EXPECT_THAT(sent, ::testing::ElementsAre("1", "10", "2", "6", "8", "9", "fail", "fail"));
+  std::map<std::string, int> answered;
+  const std::vector<Json> out = OutputLines(Content(*api, done["output_file_id"]));
+  const std::vector<Json> errors = OutputLines(Content(*api, done["error_file_id"]));
+  EXPECT_EQ(out.size(), 9u);
+  EXPECT_EQ(errors.size(), 3u);
+  for (const std::vector<Json>* lines : {&out, &errors}) {
+    for (const Json& l : *lines) {
+      const std::string custom_id = l["custom_id"];
+      ++answered[custom_id];
+      EXPECT_EQ(l["id"], absl::StrCat("batch_req_", batch_id, "-", custom_id.substr(4)));
+      EXPECT_EQ(l["response"]["status_code"].get<int>() / 100 == 2, lines == &out);
+    }
+  }
+  ASSERT_EQ(answered.size(), 12u);
+  for (const auto& [custom_id, times] : answered) EXPECT_EQ(times, 1) << custom_id;
+  EXPECT_THAT(FilesNotPrivate(dir), ::testing::IsEmpty());
 }
 
 TEST(BatchApi, RoutesMethodsAndTemplates) {

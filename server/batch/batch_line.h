@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -52,5 +53,20 @@ std::string BatchResponseLine(std::string_view id, std::string_view custom_id, i
 // The output line for a line that was not sent. No trailing newline.
 std::string BatchErrorLine(std::string_view id, const std::optional<std::string>& custom_id,
                            std::string_view code, std::string_view message);
+
+// The custom_id of each request (non-blank line) of an input file, in order; nullopt for a line
+// without a non-empty string one (its error line has none either).
+std::vector<std::optional<std::string>> RequestCustomIds(std::string_view input);
+
+// Checks one line an earlier run wrote (a batch carrying on trusts no line it has not checked):
+// a JSON object whose "id" is "batch_req_" + `id_prefix` + the index of a request of the input
+// (`custom_ids`: RequestCustomIds of it), whose "custom_id" is that request's, and that is what
+// its file holds — `answered` (the output file): "response" with a 2xx "status_code" and a
+// "body", "error" null; else (the error file) a response with another status, or "response"
+// null and an "error" with string "code" and "message". The request's index, or
+// InvalidArgument naming what is wrong.
+absl::StatusOr<int64_t> CheckOutputLine(std::string_view text, std::string_view id_prefix,
+                                        const std::vector<std::optional<std::string>>& custom_ids,
+                                        bool answered);
 
 }  // namespace strata::batch

@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/json_limits.h"
 #include "core/status.h"
 #include "server/http/wake_queue.h"
 
@@ -120,7 +121,7 @@ class Runner {
       ++progress_.lines;
       std::optional<std::string> custom_id;
       absl::StatusOr<BatchRequestLine> line = ParseBatchLine(text, line_number_, &custom_id);
-      if (progress_.expired_run && index >= options_.skip_requests) {
+      if (progress_.expired_run && !WrittenBefore(index)) {
         ExpireLine(index, custom_id);
         continue;
       }
@@ -132,11 +133,9 @@ class Runner {
                                                          seen->second, "'s"));
         }
       }
-      if (index < options_.skip_requests) {  // written by an earlier run
-        CHECK_EQ(next_to_write_, index);
-        ++next_to_write_;
-        ++progress_.finished;
+      if (WrittenBefore(index)) {  // no line now; Flush passes over it in order
         ++progress_.skipped;
+        finished_.emplace(index, FinishedLine{.written_before = true});
         continue;
       }
       if (!line.ok()) {
@@ -148,6 +147,11 @@ class Runner {
       Submit(index, *std::move(line));
     }
     return absl::OkStatus();
+  }
+
+  bool WrittenBefore(int64_t index) const {
+    return index < static_cast<int64_t>(options_.written_before.size()) &&
+           options_.written_before[static_cast<size_t>(index)];
   }
 
   // The next non-blank line (line_number_ counts every line); false at the end of the input.
@@ -172,10 +176,11 @@ class Runner {
     request.headers.insert(request.headers.end(), options_.headers.begin(), options_.headers.end());
     request.body = line.body;
     if (options_.default_priority) {
-      nlohmann::json body = nlohmann::json::parse(line.body, nullptr, /*allow_exceptions=*/false);
-      if (body.is_object() && !body.contains("priority")) {
-        body["priority"] = *options_.default_priority;
-        request.body = body.dump();
+      // line.body passed ParseBatchLine's bounded parse; order kept as the client wrote it.
+      absl::StatusOr<nlohmann::ordered_json> body = ParseBoundedJson(line.body);
+      if (body.ok() && body->is_object() && !body->contains("priority")) {
+        (*body)["priority"] = *options_.default_priority;
+        request.body = body->dump();
       }
     }
     http::HandlerResult result = handler_.Handle(std::move(request));
@@ -254,6 +259,11 @@ class Runner {
   absl::Status Flush() {
     for (auto it = finished_.begin(); it != finished_.end() && it->first == next_to_write_;
          it = finished_.erase(it)) {
+      if (it->second.written_before) {
+        ++next_to_write_;
+        ++progress_.finished;
+        continue;
+      }
       std::ostream& to =
           it->second.answered || options_.error_out == nullptr ? out_ : *options_.error_out;
       to << it->second.text << '\n' << std::flush;
@@ -286,7 +296,8 @@ class Runner {
   std::unordered_map<int64_t, InFlight> in_flight_;
   struct FinishedLine {
     std::string text;
-    bool answered = false;  // a 2xx response
+    bool answered = false;        // a 2xx response
+    bool written_before = false;  // no line: an earlier run's output holds it
   };
   std::map<int64_t, FinishedLine> finished_;             // output lines waiting for earlier ones
   std::unordered_map<std::string, int64_t> custom_ids_;  // → the line that used it first

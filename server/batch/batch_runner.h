@@ -19,6 +19,7 @@
 #include <istream>
 #include <optional>
 #include <ostream>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/batch/batch_line.h"
@@ -38,7 +39,7 @@ struct BatchProgress {
   bool expired_run = false;  // BatchOptions::expire did
   // BatchOptions::pause ended the run: `finished` lines were written, none after them.
   bool paused = false;
-  int64_t skipped = 0;    // requests not sent: an earlier run answered them (in lines, finished)
+  int64_t skipped = 0;    // requests not sent: written before (in lines, finished)
   int64_t in_flight = 0;  // submitted and unfinished (at the time of the report)
   BatchUsage usage;       // summed over the responses
   double elapsed_s = 0;
@@ -69,12 +70,16 @@ struct BatchOptions {
   // Polled with `stop` and `abort`: true ends the run as a pause instead. Nothing more is read;
   // lines not answered yet (waiting to be re-sent, or cancelled by `abort`) get no output line,
   // nor does any line after the first of them — so that a later run over the same input with
-  // skip_requests = BatchProgress::finished carries on where this one ends, every line written
-  // once. (A server going down that keeps its batch.) Null: never.
+  // the first BatchProgress::finished requests `written_before` carries on where this one ends,
+  // every line written once. (A server going down that keeps its batch.) Null: never.
   std::function<bool()> pause;
-  // The first `skip_requests` requests (non-blank lines) are read (their custom_ids still count
-  // for repeats) but neither sent nor written: an earlier run's output holds their lines.
-  int64_t skip_requests = 0;
+  // By request index (non-blank lines, from 0): true for the requests whose lines an earlier
+  // run's output holds (checked: batch_store.h KeepValidLines). They are read (their custom_ids
+  // still count for repeats) but neither sent nor written; the others run, so a line the
+  // earlier run lost or wrote wrong is answered now, after the lines of the requests around
+  // it (the output is in input order only when the written ones are a prefix, as a pause leaves
+  // them; OpenAI's output files promise no order). Indexes past its end: not written.
+  std::vector<bool> written_before;
   // vLLM's request priority for lines whose body sets none (with --scheduling-policy priority,
   // lower runs first; online requests default to 0). Unset: bodies go as written.
   std::optional<int> default_priority;

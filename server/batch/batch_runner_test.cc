@@ -240,7 +240,7 @@ TEST(RunBatch, APausedRunAndOneSkippingWhatItWroteWriteTheWholeRunsLines) {
               static_cast<size_t>(p.finished));
     FakeHandler second(/*queue_limit=*/2);
     BatchOptions resumed;
-    resumed.skip_requests = p.finished;
+    resumed.written_before.assign(static_cast<size_t>(p.finished), true);
     const BatchProgress q = run(second, out, errors, resumed);
     EXPECT_FALSE(q.paused);
     EXPECT_EQ(q.skipped, p.finished);
@@ -254,6 +254,33 @@ TEST(RunBatch, APausedRunAndOneSkippingWhatItWroteWriteTheWholeRunsLines) {
     }
   }
   EXPECT_THAT(whole_errors.str(), HasSubstr("custom_id 'r1' repeats line 2's"));
+}
+
+// A run carrying on after lines were checked: the requests whose lines were kept are neither
+// sent nor written — wherever they are — and every other one is, once.
+TEST(RunBatch, RequestsWrittenBeforeAreSkippedWhereverTheyAre) {
+  FakeHandler handler(/*queue_limit=*/2);
+  const std::string input = EchoLines(12, "r");
+  std::istringstream in(input);
+  std::ostringstream out;
+  BatchOptions options;
+  options.max_in_flight = 3;
+  options.max_waiting_lines = 2;  // skipped lines wait for earlier ones like any other
+  options.written_before = {true, true, false, true, true, true, true, false, true};  // 9 of 12
+  const absl::StatusOr<BatchProgress> done = RunBatch(handler, in, out, options);
+  ASSERT_TRUE(done.ok()) << done.status();
+  std::vector<std::string> ids;
+  for (const Json& line : OutputLines(out.str())) ids.push_back(line["custom_id"]);
+  EXPECT_THAT(ids, ::testing::ElementsAre("r2", "r7", "r9", "r10", "r11"));
+  std::vector<std::string> sent;
+  for (const Json& body : handler.seen_bodies_) sent.push_back(body["echo"]);
+  std::sort(sent.begin(), sent.end());
+  sent.erase(std::unique(sent.begin(), sent.end()), sent.end());  // 429s are sent again
+  EXPECT_THAT(sent, ::testing::ElementsAre("10", "11", "2", "7", "9"));
+  EXPECT_EQ(done->lines, 12);
+  EXPECT_EQ(done->skipped, 7);
+  EXPECT_EQ(done->finished, 12);
+  EXPECT_EQ(done->succeeded, 5);
 }
 
 // OpenAI's completion window: past it the requests in flight finish, every line not sent (the

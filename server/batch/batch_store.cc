@@ -1,6 +1,8 @@
 // batch_store.h: the directory layout, atomic writes and loading.
 #include "server/batch/batch_store.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "server/batch/batch_line.h"
 
 namespace strata::batch {
 namespace {
@@ -42,6 +45,54 @@ bool Get(const nlohmann::ordered_json& record, const char* key, T* out) {
   }
   *out = it->get<T>();
   return true;
+}
+
+// The text of the line file at `path`, created empty where missing; private (0600) either way.
+absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return OsError("cannot open", path, errno);
+  const int chmod_error = ::fchmod(fd, 0600) == 0 ? 0 : errno;  // one made 0644 before
+  ::close(fd);
+  if (chmod_error != 0) return OsError("cannot make private", path, chmod_error);
+  return ReadFileToString(path);
+}
+
+// How many lines of the line file `path` (its `text`) CheckOutputLine accepts (a request
+// kept->written marks already is a repeat); marks their requests. The file is rewritten when a
+// line is dropped.
+absl::StatusOr<int64_t> KeepFileLines(const std::string& path, const std::string& text,
+                                      std::string_view id_prefix,
+                                      const std::vector<std::optional<std::string>>& custom_ids,
+                                      bool answered, KeptLines* kept) {
+  std::string good;
+  int64_t lines = 0, dropped = 0, line_number = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    const std::string_view line =
+        std::string_view(text).substr(start, end == std::string::npos ? end : end - start);
+    start = end == std::string::npos ? text.size() : end + 1;
+    ++line_number;
+    absl::StatusOr<int64_t> index =
+        end == std::string::npos ? absl::DataLossError("no newline ends it (a write cut short)")
+                                 : CheckOutputLine(line, id_prefix, custom_ids, answered);
+    if (index.ok() && kept->written[static_cast<size_t>(*index)]) {
+      index = absl::AlreadyExistsError(absl::StrCat("request ", *index, " was written before"));
+    }
+    if (!index.ok()) {
+      LOG_WARN("batch", "{} line {} dropped, its request runs again: {}", path, line_number,
+               std::string(index.status().message()));
+      ++dropped;
+      continue;
+    }
+    kept->written[static_cast<size_t>(*index)] = true;
+    good.append(line);
+    good.push_back('\n');
+    ++lines;
+  }
+  if (dropped > 0) RETURN_IF_ERROR(WriteAtomically(path, good));
+  kept->dropped += dropped;
+  return lines;
 }
 
 }  // namespace
@@ -152,14 +203,20 @@ void BatchStore::RemoveLines(const std::string& batch_id) {
   }
 }
 
-absl::StatusOr<int64_t> CountAndTrimLines(const std::string& path) {
-  if (!FileExists(path)) return 0;
-  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path));
-  const size_t whole = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-  if (whole < text.size() && ::truncate(path.c_str(), static_cast<off_t>(whole)) != 0) {
-    return OsError("cannot truncate", path, errno);
-  }
-  return static_cast<int64_t>(std::count(text.begin(), text.begin() + whole, '\n'));
+absl::StatusOr<KeptLines> KeepValidLines(const std::string& output_path,
+                                         const std::string& errors_path, std::string_view id_prefix,
+                                         std::string_view input) {
+  ASSIGN_OR_RETURN(const std::string output, ReadPrivateFile(output_path));
+  ASSIGN_OR_RETURN(const std::string errors, ReadPrivateFile(errors_path));
+  KeptLines kept;
+  if (output.empty() && errors.empty()) return kept;  // a batch's first run
+  const std::vector<std::optional<std::string>> custom_ids = RequestCustomIds(input);
+  kept.written.assign(custom_ids.size(), false);
+  ASSIGN_OR_RETURN(kept.answered, KeepFileLines(output_path, output, id_prefix, custom_ids,
+                                                /*answered=*/true, &kept));
+  ASSIGN_OR_RETURN(kept.failed, KeepFileLines(errors_path, errors, id_prefix, custom_ids,
+                                              /*answered=*/false, &kept));
+  return kept;
 }
 
 }  // namespace strata::batch

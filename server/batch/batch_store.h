@@ -10,12 +10,14 @@
 //   DIR/batches/ID.errors.jsonl   ... and the others, in input order, flushed line by line
 //
 // Records and data are written to a temporary name, fsynced and renamed, so a crash leaves the
-// old version or the new one, never half of one. Thread-safe for different ids; the callers
+// old version or the new one, never half of one. Every file is 0600 whatever the umask (the
+// users' prompts and outputs). Thread-safe for different ids; the callers
 // serialise writes of one id.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,8 +66,26 @@ class BatchStore {
   const std::unique_ptr<DirectoryLock> lock_;
 };
 
-// Counts the whole lines of the file at `path` (0 when it does not exist) and cuts off a last
-// line without its newline (a write the process died in). The OS's error naming the path.
-absl::StatusOr<int64_t> CountAndTrimLines(const std::string& path);
+// What an earlier run of a batch left in its line files, checked before a run carries on.
+struct KeptLines {
+  int64_t answered = 0;  // lines kept in the output file
+  int64_t failed = 0;    // lines kept in the error file
+  int64_t dropped = 0;   // lines removed from either
+  // By request index: its line is kept (the request is not sent again); empty when none is.
+  std::vector<bool> written;
+};
+
+// Keeps the lines of the batch's line files (`output_path`: answers, `errors_path`: the rest)
+// that CheckOutputLine (batch_line.h) accepts for the requests of `input` (the batch's input
+// file, parsed only when a line file has lines), the first of a request written twice; drops
+// the others — a torn last line (a write the
+// process died in), a line that is not JSON or not one of this input's requests, a repeat —
+// each named in a warning, so that their requests run again. A file that loses lines is
+// rewritten whole (temporary name + rename). Both files exist afterwards, mode 0600 whatever
+// the umask (batch output is the users' data, as the rest of the directory). The OS's error
+// naming the path.
+absl::StatusOr<KeptLines> KeepValidLines(const std::string& output_path,
+                                         const std::string& errors_path, std::string_view id_prefix,
+                                         std::string_view input);
 
 }  // namespace strata::batch

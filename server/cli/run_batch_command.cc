@@ -41,6 +41,9 @@ const std::set<std::string> kNetworkOnlyFlags = {"host",
                                                  "http-threads",
                                                  "request-timeout",
                                                  "idle-timeout",
+                                                 "keep-alive-timeout",
+                                                 "timeout-keep-alive",
+                                                 "max-connections",
                                                  "ping-interval",
                                                  "drain-timeout",
                                                  "allowed-origins",
@@ -72,26 +75,6 @@ const std::vector<FlagSpec>& RunBatchFlags() {
     return all;
   }();
   return flags;
-}
-
-std::string Usage() {
-  return "usage: strata run-batch -i INPUT.jsonl -o OUTPUT.jsonl [flags]\n" +
-         FlagsHelp(RunBatchFlags());
-}
-
-// vLLM's short forms: -i FILE, -o FILE.
-std::vector<std::string> ExpandShortFlags(const std::vector<std::string>& args) {
-  std::vector<std::string> out;
-  for (const std::string& arg : args) {
-    if (arg == "-i") {
-      out.emplace_back("--input-file");
-    } else if (arg == "-o") {
-      out.emplace_back("--output-file");
-    } else {
-      out.push_back(arg);
-    }
-  }
-  return out;
 }
 
 std::string RandomIdPrefix() {
@@ -128,8 +111,7 @@ void LogProgress(const batch::BatchProgress& p, std::optional<int64_t> total) {
            eta);
 }
 
-absl::Status RunBatchFiles(const std::vector<std::string>& args) {
-  ASSIGN_OR_RETURN(Flags flags, Flags::Parse(ExpandShortFlags(args), RunBatchFlags()));
+absl::Status RunBatchFiles(const Flags& flags) {
   const std::optional<std::string> input_path = flags.Get("input-file");
   const std::optional<std::string> output_path = flags.Get("output-file");
   if (!input_path || !output_path) {
@@ -200,19 +182,20 @@ absl::Status RunBatchFiles(const std::vector<std::string>& args) {
 
 }  // namespace
 
+const CommandSpec& RunBatchSpec() {
+  static const CommandSpec spec{
+      .program = "strata",
+      .command = "run-batch",
+      .description =
+          "run an OpenAI Batch file (-i requests.jsonl -o results.jsonl) through the engine",
+      .flags = RunBatchFlags(),
+      .short_names = {{"-i", "input-file"}, {"-o", "output-file"}},
+      .synopsis = "-i INPUT.jsonl -o OUTPUT.jsonl [flags]"};
+  return spec;
+}
+
 int RunBatchCommand(const std::vector<std::string>& args) {
-  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-    std::fprintf(stdout, "%s", Usage().c_str());
-    return 0;
-  }
-  const absl::Status status = RunBatchFiles(args);
-  if (status.ok()) return 0;
-  std::fprintf(stderr, "strata run-batch: %s\n", std::string(status.message()).c_str());
-  if (status.code() == absl::StatusCode::kInvalidArgument) {
-    std::fprintf(stderr, "%s", Usage().c_str());
-    return 2;
-  }
-  return 1;
+  return RunCommand(RunBatchSpec(), args, RunBatchFiles);
 }
 
 }  // namespace strata::cli

@@ -41,6 +41,13 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"http-threads", true, "HTTP I/O threads (default 2)"},
     {"request-timeout", true, "seconds for a whole request to arrive (default 30)"},
     {"idle-timeout", true, "seconds an idle keep-alive connection stays open (default 75)"},
+    {"keep-alive-timeout", true, "as --idle-timeout"},
+    {"timeout-keep-alive", true, "as --idle-timeout (uvicorn's name)"},
+    {"max-connections", true,
+     "HTTP connections open at most; past it a new one is answered 503 and closed (default: "
+     "the open-file limit, RLIMIT_NOFILE, which serve raises towards the hard limit up to "
+     "65536, less a reserve of a quarter of it, 64 to 1024, for model files and gRPC: "
+     "512 -> 384, 65536 -> 64512)"},
     {"ping-interval", true, "seconds of stream silence before an SSE ping (default 10)"},
     {"drain-timeout", true, "seconds to finish requests after SIGTERM (default 30)"},
     {"allowed-origins", true,
@@ -126,6 +133,11 @@ const std::vector<FlagSpec> kVllmServeFlags = {
     {"disable-log-stats", false, "accepted: Strata logs no periodic statistics (see /metrics)"},
     {"enable-request-id-headers", false,
      "accepted: an X-Request-Id sent always comes back (and names the response)"},
+    {"skip-tokenizer-init", false,
+     "serve without the checkpoint's tokenizer (one may ship none): prompts are token ids "
+     "(/v1/completions 'prompt' as ids, gRPC token_ids), outputs their token ids with empty "
+     "text; chat, text prompts, stop strings, structured output, /tokenize and /detokenize "
+     "answer 400"},
 };
 
 absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
@@ -246,6 +258,23 @@ absl::Status ReadStoreFlags(const Flags& flags, const char* memory_flag, const c
   return absl::OkStatus();
 }
 
+// --idle-timeout or one of its other names (default 75 s); two names given must agree.
+absl::StatusOr<absl::Duration> KeepAliveTimeout(const Flags& flags) {
+  std::optional<double> seconds;
+  std::string given;
+  for (const char* name : {"idle-timeout", "keep-alive-timeout", "timeout-keep-alive"}) {
+    ASSIGN_OR_RETURN(std::optional<double> v, flags.GetDouble(name, 0.001, 86400.0));
+    if (!v) continue;
+    if (seconds && *seconds != *v) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", given, " and --", name, " both set the keep-alive timeout: give one"));
+    }
+    seconds = v;
+    given = name;
+  }
+  return absl::Seconds(seconds.value_or(75));
+}
+
 absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
   http::HttpServerOptions& h = o->http;
   h.host = flags.GetOr("host", "0.0.0.0");
@@ -273,7 +302,9 @@ absl::Status ReadHttpFlags(const Flags& flags, ServeOptions* o) {
     return absl::Seconds(v.value_or(fallback));
   };
   ASSIGN_OR_RETURN(h.request_timeout, seconds("request-timeout", 30));
-  ASSIGN_OR_RETURN(h.idle_timeout, seconds("idle-timeout", 75));
+  ASSIGN_OR_RETURN(h.idle_timeout, KeepAliveTimeout(flags));
+  ASSIGN_OR_RETURN(h.max_connections,
+                   flags.GetInt("max-connections", 0, 1, int64_t{1} << 24));  // 0: default
   ASSIGN_OR_RETURN(h.ping_interval, seconds("ping-interval", 10));
   ASSIGN_OR_RETURN(std::optional<double> drain, flags.GetDouble("drain-timeout", 0, 86400.0));
   o->drain_timeout_s = drain.value_or(30.0);
@@ -305,8 +336,6 @@ const std::vector<FlagSpec>& ServeFlags() {
   return flags;
 }
 
-std::string ServeHelp() { return FlagsHelp(ServeFlags()) + ParallelEnvHelp(); }
-
 absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   ServeOptions o;
   o.model_flag = flags.GetOr("model", "");
@@ -329,6 +358,12 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   }
   o.generation_config = flags.GetOr("generation-config", "auto");
   o.chat_template = flags.GetOr("chat-template", "");
+  o.skip_tokenizer_init = flags.Has("skip-tokenizer-init");
+  if (o.skip_tokenizer_init && !o.chat_template.empty()) {
+    return absl::InvalidArgumentError(
+        "--chat-template renders chats into text for the tokenizer, which --skip-tokenizer-init "
+        "leaves out: give one");
+  }
   o.override_generation_config = flags.GetOr("override-generation-config", "");
   ASSIGN_OR_RETURN(int64_t max_logprobs,
                    flags.GetInt("max-logprobs", 20, 0, scheduler::kMaxPromptLogprobs));

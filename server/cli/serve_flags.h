@@ -14,9 +14,6 @@ namespace strata::cli {
 // The serve flags, vLLM's that it understands, and the multi-rank ones (parallel_flags.h).
 const std::vector<FlagSpec>& ServeFlags();
 
-// `strata serve --help`'s flag lines (with the multi-rank environment variables).
-std::string ServeHelp();
-
 // Every serve flag read and checked (InvalidArgument naming the flag and its limit); sets the
 // process-wide log level and format and the CPU matmul precision as a side effect.
 absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags);

@@ -91,9 +91,28 @@ absl::StatusOr<std::optional<std::string>> ChatTemplateFlag(const std::string& f
                    "' (give a Jinja template file, or the template itself containing {{ or {%)"));
 }
 
+// A checkpoint without its tokenizer (vLLM serves one with --skip-tokenizer-init): refused
+// naming what is missing and the flag, before anything else is read.
+absl::Status CheckTokenizerFiles(const std::string& dir) {
+  if (FileExists(dir + "/tiktoken.model")) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      dir, " has no tokenizer: tiktoken.model is missing",
+      FileExists(dir + "/tokenizer_config.json") ? "" : " (and tokenizer_config.json)",
+      ". Give the checkpoint its tokenizer files, or start with --skip-tokenizer-init to serve "
+      "token-id prompts only"));
+}
+
 }  // namespace
 
 absl::Status ModelRuntime::LoadTokenizer(const ServeOptions& options) {
+  if (options.skip_tokenizer_init) {
+    LOG_INFO("serve",
+             "--skip-tokenizer-init: no tokenizer; prompts and outputs are token ids, chat and "
+             "text prompts answer 400");
+    tokenizer_ = engine::Tokenizer::WithoutTokens();
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(CheckTokenizerFiles(dir_));
   absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
       engine::Tokenizer::LoadFromDir(dir_);
   if (!tokenizer.ok()) {
@@ -414,8 +433,10 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   s.think_begin_id = rt->tokenizer_->SpecialTokenId("<think>").value_or(-1);
   s.think_end_id = rt->tokenizer_->SpecialTokenId("</think>").value_or(-1);
   s.engine = rt->engine_.get();
-  // Replies' own ids only pay off through prefix-cache hits.
-  if (options.reply_token_memory_tokens > 0 && rt->scheduler_config_.enable_prefix_caching) {
+  s.skip_tokenizer_init = options.skip_tokenizer_init;
+  // Replies' own ids only pay off through prefix-cache hits (and need text to be found by).
+  if (options.reply_token_memory_tokens > 0 && rt->scheduler_config_.enable_prefix_caching &&
+      !options.skip_tokenizer_init) {
     rt->reply_tokens_ = std::make_unique<frontend::ReplyTokenMemory>(
         *rt->tokenizer_, options.reply_token_memory_tokens);
     s.reply_tokens = rt->reply_tokens_.get();
@@ -448,6 +469,7 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"max_model_len", served_.max_model_len},
       {"vocab_size", served_.vocab_size},
       {"tokenizer_vocab_size", tokenizer_->vocab_size()},
+      {"skip_tokenizer_init", served_.skip_tokenizer_init},
       {"chat_template", chat_template_.has_value()},
       {"generation_config", generation_config_.source.empty()
                                 ? Json(nullptr)
@@ -554,7 +576,10 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
   info["http"] = {{"num_connections", http_stats.num_connections},
                   {"num_exchanges", http_stats.num_exchanges},
                   {"num_requests_total", http_stats.num_requests_total},
-                  {"num_cancelled_total", http_stats.num_cancelled_total}};
+                  {"num_cancelled_total", http_stats.num_cancelled_total},
+                  {"max_connections", http_stats.max_connections},
+                  {"num_refused_total", http_stats.num_refused_total},
+                  {"num_accept_errors_total", http_stats.num_accept_errors_total}};
   return info;
 }
 

@@ -52,6 +52,8 @@ struct ServeOptions {
   // --generation-config: "auto" (the model directory's generation_config.json), "vllm" (none:
   // OpenAI's defaults) or a directory holding one.
   std::string generation_config = "auto";
+  // --skip-tokenizer-init: no tokenizer loaded (frontend::ServedModel::skip_tokenizer_init).
+  bool skip_tokenizer_init = false;
   std::string chat_template;               // --chat-template: a Jinja file, or the template itself
   std::string override_generation_config;  // --override-generation-config: JSON, set on top
   int max_logprobs = 20;                   // --max-logprobs

@@ -38,7 +38,11 @@ struct ApiError {
 
   // {"error": {...}} as OpenAI sends it.
   nlohmann::json ToJson() const;
-  std::string ToJsonString() const { return ToJson().dump(); }
+  // Bytes that are not UTF-8 (a message quoting a request cut short) become U+FFFD rather than
+  // an exception.
+  std::string ToJsonString() const {
+    return ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
 };
 
 // A status carrying `param` and `code` payloads. `code` empty: the default of `status_code`.

@@ -2,6 +2,7 @@
 // options.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/json_limits.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
 #include "server/frontend/json_fields.h"
@@ -10,80 +11,66 @@
 namespace strata::frontend {
 namespace {
 
-const std::vector<std::string_view> kChatFields = {"model",
-                                                   "messages",
-                                                   "stream",
-                                                   "stream_options",
-                                                   "max_tokens",
-                                                   "max_completion_tokens",
-                                                   "temperature",
-                                                   "top_p",
-                                                   "top_k",
-                                                   "min_p",
-                                                   "presence_penalty",
-                                                   "frequency_penalty",
-                                                   "repetition_penalty",
-                                                   "stop",
-                                                   "stop_token_ids",
-                                                   "seed",
-                                                   "n",
-                                                   "logprobs",
-                                                   "top_logprobs",
-                                                   "logit_bias",
-                                                   "prompt_logprobs",
-                                                   "allowed_token_ids",
-                                                   "bad_words",
-                                                   "truncate_prompt_tokens",
-                                                   "response_format",
-                                                   "tools",
-                                                   "tool_choice",
-                                                   "parallel_tool_calls",
-                                                   "user",
-                                                   "priority",
-                                                   "request_id",
-                                                   "cache_salt",
-                                                   "guided_json",
-                                                   "guided_choice",
-                                                   "guided_regex",
-                                                   "guided_grammar",
-                                                   "grammar",
-                                                   "ebnf",
-                                                   "json_schema",
-                                                   "regex",
-                                                   "structured_outputs",
-                                                   "ignore_eos",
-                                                   "min_tokens",
-                                                   "skip_special_tokens",
-                                                   "include_stop_str_in_output",
-                                                   "return_token_ids",
-                                                   "chat_template_kwargs",
-                                                   "add_generation_prompt",
-                                                   "continue_final_message"};
+// Every field a chat request may carry: the shared ones and its own (chat_template: known, and
+// refused).
+const std::vector<std::string_view>& ChatFields() {
+  static const std::vector<std::string_view> fields =
+      WithGenerationFields({"messages", "top_logprobs", "tools", "tool_choice",
+                            "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt",
+                            "continue_final_message", "echo", "chat_template"});
+  return fields;
+}
 
-// The text of the final message (a string, or its text parts joined), for
-// continue_final_message.
-absl::StatusOr<std::string> FinalMessageText(const Json& messages) {
-  const std::string path = absl::StrCat("messages[", messages.size() - 1, "].content");
+// The text of the final message: a string, or its text parts joined.
+std::string FinalText(const Json& messages) {
   const Json& content = messages.back().contains("content") ? messages.back()["content"] : Json();
+  if (content.is_string()) return content.get<std::string>();
   std::string text;
-  if (content.is_string()) {
-    text = content.get<std::string>();
-  } else if (content.is_array()) {
+  if (content.is_array()) {
     for (const Json& part : content) {
-      if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+      if (StringOr(part, "type", "") == "text" && part.contains("text") &&
           part["text"].is_string()) {
         text += part["text"].get<std::string>();
       }
     }
   }
+  return text;
+}
+
+// FinalText, for continue_final_message (which needs some).
+absl::StatusOr<std::string> FinalMessageText(const Json& messages) {
+  std::string text = FinalText(messages);
   if (text.empty()) {
-    return InvalidField(path, "continue_final_message needs a final message with text to continue");
+    return InvalidField(absl::StrCat("messages[", messages.size() - 1, "].content"),
+                        "continue_final_message needs a final message with text to continue");
   }
   return text;
 }
 
 absl::Status Unsupported(std::string_view param, std::string_view message) {
   return InvalidField(param, message, "unsupported_value");
+}
+
+// A chat template sent with the request (vLLM's `chat_template`, or one in chat_template_kwargs):
+// refused, as vLLM refuses it unless started with --trust-request-chat-template — a template is
+// code the server runs, and the model answers best in the format it was trained on.
+absl::Status RefuseRequestChatTemplate(const FieldReader& r) {
+  const Json* kwargs = r.Find("chat_template_kwargs");
+  const bool in_kwargs = kwargs != nullptr && kwargs->is_object() &&
+                         kwargs->contains("chat_template") && !(*kwargs)["chat_template"].is_null();
+  if (r.Find("chat_template") == nullptr && !in_kwargs) return absl::OkStatus();
+  return Unsupported(in_kwargs ? "chat_template_kwargs.chat_template" : "chat_template",
+                     "a chat template in the request is not accepted: this server renders every "
+                     "chat with the model's template (or the one strata serve --chat-template "
+                     "gives)");
+}
+
+// vLLM's chat `echo`: the reply's content starts with the final message's text when that
+// message has the reply's role (the assistant's; with add_generation_prompt false, whichever
+// role it has: the reply continues it).
+std::string EchoText(const Json& messages, bool add_generation_prompt) {
+  if (add_generation_prompt && StringOr(messages.back(), "role", "") != "assistant") return "";
+  return FinalText(messages);
 }
 
 absl::Status ValidateImagePart(const Json& part, const std::string& path) {
@@ -151,6 +138,13 @@ absl::Status ValidateToolCalls(const Json& message, const std::string& path) {
     if (!name) return MissingField(call_path + ".function.name");
     ASSIGN_OR_RETURN(auto arguments, f.String("arguments"));
     if (!arguments) return MissingField(call_path + ".function.arguments");
+    // The chat template gets the arguments parsed (text that is not JSON stays text); JSON past
+    // the limits of core/json_limits.h is refused here, naming the field.
+    if (absl::Status parsed = ParseBoundedJson(*arguments).status(); IsJsonLimitError(parsed)) {
+      const std::string param = call_path + ".function.arguments";
+      return InvalidField(param, absl::StrCat("'", param, "': ", parsed.message()),
+                          "json_limit_exceeded");
+    }
   }
   return absl::OkStatus();
 }
@@ -349,7 +343,10 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& bod
     ASSIGN_OR_RETURN(req.final_message_text, FinalMessageText(req.messages));
   }
   req.add_generation_prompt = add_generation_prompt.value_or(!req.continue_final_message);
-  NoteUnknownFields(body, kChatFields);
+  RETURN_IF_ERROR(RefuseRequestChatTemplate(r));
+  ASSIGN_OR_RETURN(auto echo, r.Bool("echo"));
+  if (echo.value_or(false)) req.echo_text = EchoText(req.messages, req.add_generation_prompt);
+  NoteUnknownFields(body, ChatFields());
   return req;
 }
 

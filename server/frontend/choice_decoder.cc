@@ -5,21 +5,6 @@
 #include "engine/tokenizer/utf8.h"
 
 namespace strata::frontend {
-namespace {
-
-const char* FinishName(server::FinishReason reason) {
-  switch (reason) {
-    case server::FinishReason::kStop:
-      return "stop";
-    case server::FinishReason::kLength:
-      return "length";
-    case server::FinishReason::kAbort:
-      return "abort";
-  }
-  return "stop";
-}
-
-}  // namespace
 
 std::string TokenText(const engine::Tokenizer& tokenizer, int32_t token_id) {
   std::optional<std::string_view> bytes = tokenizer.TokenBytes(token_id);
@@ -104,6 +89,9 @@ ChoiceDelta ChoiceDecoder::Apply(const server::StreamEvent& event) {
       continue;
     }
     if (in_reasoning_ && id == options_.think_end_id) {
+      // The reasoning ends here: an incomplete character (as U+FFFD) and held-back text are
+      // the reasoning's, never the start of the answer.
+      AppendText(detokenizer_.Finish(), &delta);
       in_reasoning_ = false;
       continue;
     }
@@ -121,7 +109,7 @@ ChoiceDelta ChoiceDecoder::Apply(const server::StreamEvent& event) {
   if (event.finish) {
     finished_ = true;
     Flush(&delta);
-    delta.finish_reason = FinishName(*event.finish);
+    delta.finish_reason = server::FinishReasonName(*event.finish);
     if (*event.finish == server::FinishReason::kStop && num_tool_calls_ > 0) {
       delta.finish_reason = "tool_calls";
     }

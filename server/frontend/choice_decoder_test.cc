@@ -57,6 +57,26 @@ TEST(ChoiceDecoderTest, EndingEosIsCountedButNotShown) {
   EXPECT_TRUE(d.Apply(Token('x')).empty());
 }
 
+TEST(ChoiceDecoderTest, AnIncompleteCharacterBeforeTheEndOfReasoningStaysInTheReasoning) {
+  auto tok = testing::MakeTestTokenizer();
+  ChoiceOptions o;
+  o.reasoning_open = true;
+  o.think_end_id = testing::kThinkEnd;
+  ChoiceDecoder d(*tok, o);
+  // 0xC3 opens a two-byte character that </think> cuts off.
+  const std::vector<int32_t> ids = {'h', 'i', 0xC3, testing::kThinkEnd, '{', '}'};
+  std::string reasoning;
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ChoiceDelta x = d.Apply(Token(
+        ids[i], i + 1 == ids.size() ? std::optional(server::FinishReason::kStop) : std::nullopt));
+    reasoning += x.reasoning;
+    text += x.text;
+  }
+  EXPECT_EQ(reasoning, "hi\xEF\xBF\xBD");  // U+FFFD
+  EXPECT_EQ(text, "{}");
+}
+
 TEST(ChoiceDecoderTest, StopStringAcrossTokensEndsTheChoice) {
   auto tok = testing::MakeTestTokenizer();
   ChoiceOptions o;

@@ -1,5 +1,6 @@
 // ParseCompletionRequest (openai_request.h): prompt as a string, a list of strings, token ids
-// or a list of token-id lists; echo; suffix and best_of > n are refused (400).
+// or a list of token-id lists; echo; suffix is refused (400), as best_of other than n is
+// (ParseGenerationFields).
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
@@ -11,51 +12,12 @@ namespace {
 
 constexpr int kMaxPrompts = 256;  // prompts × n at most, per request
 
-const std::vector<std::string_view> kCompletionFields = {"model",
-                                                         "prompt",
-                                                         "stream",
-                                                         "stream_options",
-                                                         "max_tokens",
-                                                         "max_completion_tokens",
-                                                         "temperature",
-                                                         "top_p",
-                                                         "top_k",
-                                                         "min_p",
-                                                         "presence_penalty",
-                                                         "frequency_penalty",
-                                                         "repetition_penalty",
-                                                         "stop",
-                                                         "stop_token_ids",
-                                                         "seed",
-                                                         "n",
-                                                         "logprobs",
-                                                         "logit_bias",
-                                                         "prompt_logprobs",
-                                                         "allowed_token_ids",
-                                                         "bad_words",
-                                                         "truncate_prompt_tokens",
-                                                         "response_format",
-                                                         "echo",
-                                                         "suffix",
-                                                         "best_of",
-                                                         "user",
-                                                         "priority",
-                                                         "request_id",
-                                                         "cache_salt",
-                                                         "guided_json",
-                                                         "guided_choice",
-                                                         "guided_regex",
-                                                         "guided_grammar",
-                                                         "grammar",
-                                                         "ebnf",
-                                                         "json_schema",
-                                                         "regex",
-                                                         "structured_outputs",
-                                                         "ignore_eos",
-                                                         "min_tokens",
-                                                         "skip_special_tokens",
-                                                         "include_stop_str_in_output",
-                                                         "return_token_ids"};
+// Every field a completions request may carry: the shared ones and its own.
+const std::vector<std::string_view>& CompletionFields() {
+  static const std::vector<std::string_view> fields =
+      WithGenerationFields({"prompt", "echo", "suffix"});
+  return fields;
+}
 
 bool IsTokenIdArray(const Json& v) {
   if (!v.is_array() || v.empty()) return false;
@@ -144,17 +106,11 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const Json& body,
   if (suffix && !suffix->empty()) {
     return InvalidField("suffix", "'suffix' is not supported", "unsupported_value");
   }
-  ASSIGN_OR_RETURN(auto best_of, r.Integer("best_of", 1, limits.max_n));
-  if (best_of && *best_of != req.gen.n) {
-    return InvalidField("best_of",
-                        absl::StrCat("'best_of' other than n (", req.gen.n, ") is not supported"),
-                        "unsupported_value");
-  }
   if (static_cast<int64_t>(req.prompts.size()) * req.gen.n > kMaxPrompts) {
     return InvalidField("n", absl::StrCat(req.prompts.size(), " prompts x n = ", req.gen.n,
                                           " exceeds ", kMaxPrompts, " choices per request"));
   }
-  NoteUnknownFields(body, kCompletionFields);
+  NoteUnknownFields(body, CompletionFields());
   return req;
 }
 

@@ -113,8 +113,11 @@ std::shared_ptr<const engine::TokenConstraint> TokenFilters(const ServedModel& m
   for (const std::string& word : gen.bad_words) {
     const std::string bare(absl::StripLeadingAsciiWhitespace(word));
     if (bare.empty()) continue;
-    std::vector<int32_t> plain = TextPromptIds(model, bare, /*add_special_tokens=*/false);
-    std::vector<int32_t> spaced = TextPromptIds(model, " " + bare, /*add_special_tokens=*/false);
+    // (Without a tokenizer none: CheckFieldsWithoutTokenizer refuses bad_words first.)
+    std::vector<int32_t> plain =
+        TextPromptIds(model, bare, /*add_special_tokens=*/false).value_or(std::vector<int32_t>());
+    std::vector<int32_t> spaced = TextPromptIds(model, " " + bare, /*add_special_tokens=*/false)
+                                      .value_or(std::vector<int32_t>());
     const bool spaced_differs =
         !spaced.empty() && spaced.size() == plain.size() && spaced.front() != plain.front();
     if (!plain.empty()) words.push_back(std::move(plain));

@@ -111,6 +111,7 @@ OpenAiService::Result OpenAiService::GenerateChat(
     choice.options = OptionsFor(req.gen, choice.request, tools_on);
     ApplyReasoning(*model, prompt, &choice.request, &choice.options);
     AddTokenFilters(filters, &choice.request);
+    choice.echo_text = req.echo_text;
     spec.choices.push_back(std::move(choice));
   }
   return Generate(*model, std::move(spec));
@@ -124,6 +125,11 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
                    ParseCompletionRequest(body, LimitsFor(options_, *model)));
   RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.gen));
   ASSIGN_OR_RETURN(model, ModelFor(req.gen.model));
+  RETURN_IF_ERROR(CheckFieldsWithoutTokenizer(*model, req.gen));
+  // Served without a tokenizer the text is empty: the ids are the output, unless refused.
+  if (model->skip_tokenizer_init && !body.contains("return_token_ids")) {
+    req.gen.return_token_ids = true;
+  }
   GenerationSpec spec =
       SpecFor(ApiKind::kCompletion, req.gen, MetaFor(*model, "cmpl", req.gen.request_id));
   if (req.echo) spec.echo_logprobs = req.gen.num_logprobs;
@@ -133,9 +139,11 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     const PromptInput& input = req.prompts[p];
     const std::string param = many ? absl::StrCat("prompt[", p, "]") : "prompt";
-    std::vector<int32_t> prompt =
-        input.text ? TextPromptIds(*model, *input.text, /*add_special_tokens=*/true)
-                   : input.token_ids;
+    std::vector<int32_t> prompt = input.token_ids;
+    if (input.text) {
+      ASSIGN_OR_RETURN(prompt,
+                       TextPromptIds(*model, *input.text, /*add_special_tokens=*/true, param));
+    }
     RETURN_IF_ERROR(TruncatePrompt(*model, req.gen.truncate_prompt_tokens, &prompt));
     RETURN_IF_ERROR(CheckPromptIds(*model, prompt, param));
     ASSIGN_OR_RETURN(
@@ -186,13 +194,13 @@ OpenAiService::Result OpenAiService::Tokenize(const http::HttpRequest& request) 
     ASSIGN_OR_RETURN(ChatCompletionRequest req,
                      ParseChatCompletionRequest(chat, LimitsFor(options_, *model)));
     ASSIGN_OR_RETURN(std::string text, RenderChat(*model, req));
-    ids = TextPromptIds(*model, text, add_special.value_or(false));
+    ASSIGN_OR_RETURN(ids, TextPromptIds(*model, text, add_special.value_or(false), "messages"));
     // The ids the chat request would get: earlier replies as the model wrote them.
     if (model->reply_tokens != nullptr) model->reply_tokens->Splice(req.messages, &ids);
   } else {
     ASSIGN_OR_RETURN(auto prompt, r.String("prompt"));
     if (!prompt) return MissingField("prompt");
-    ids = TextPromptIds(*model, *prompt, add_special.value_or(true));
+    ASSIGN_OR_RETURN(ids, TextPromptIds(*model, *prompt, add_special.value_or(true)));
   }
   Json out = Json::object();
   out["count"] = ids.size();
@@ -212,6 +220,7 @@ OpenAiService::Result OpenAiService::Detokenize(const http::HttpRequest& request
   FieldReader r(body);
   ASSIGN_OR_RETURN(auto model_name, r.String("model"));
   ASSIGN_OR_RETURN(model, ModelFor(model_name.value_or("")));
+  RETURN_IF_ERROR(RequireTokenizer(*model, "tokens"));
   const Json* tokens = r.Find("tokens");
   if (!tokens) return MissingField("tokens");
   if (!tokens->is_array()) return InvalidType("tokens", "an array of token ids");

@@ -1,9 +1,13 @@
 // ParseGenerationFields, ParseJsonBody, NoteUnknownFields (openai_request.h).
+#include <iterator>
 #include <mutex>
 #include <set>
+#include <string_view>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/tokenizer/utf8.h"
@@ -15,6 +19,69 @@ namespace strata::frontend {
 namespace {
 
 constexpr int64_t kMaxTokensLimit = int64_t{1} << 31;
+
+// Every field ParseGenerationFields reads (ReadResponseFormat's too).
+constexpr std::string_view kGenerationFields[] = {"model",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "max_tokens",
+                                                  "max_completion_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "min_p",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "repetition_penalty",
+                                                  "stop",
+                                                  "stop_token_ids",
+                                                  "seed",
+                                                  "n",
+                                                  "best_of",
+                                                  "use_beam_search",
+                                                  "logprobs",
+                                                  "logit_bias",
+                                                  "prompt_logprobs",
+                                                  "allowed_token_ids",
+                                                  "bad_words",
+                                                  "truncate_prompt_tokens",
+                                                  "response_format",
+                                                  "user",
+                                                  "priority",
+                                                  "request_id",
+                                                  "cache_salt",
+                                                  "guided_json",
+                                                  "guided_choice",
+                                                  "guided_regex",
+                                                  "guided_grammar",
+                                                  "grammar",
+                                                  "ebnf",
+                                                  "json_schema",
+                                                  "regex",
+                                                  "structured_outputs",
+                                                  "ignore_eos",
+                                                  "min_tokens",
+                                                  "skip_special_tokens",
+                                                  "include_stop_str_in_output",
+                                                  "return_token_ids"};
+
+// best_of and use_beam_search: fields of vLLM's requests Strata cannot honour, refused rather
+// than ignored (a client asking for them would get different outputs than it expects). vLLM's
+// engine refuses best_of > 1 too; best_of = n asks for nothing more than n.
+absl::Status ReadUnsupportedSampling(const FieldReader& r, const RequestLimits& limits, int n) {
+  ASSIGN_OR_RETURN(auto best_of, r.Integer("best_of", 1, limits.max_n));
+  if (best_of && *best_of != n) {
+    return InvalidField("best_of",
+                        absl::StrCat("'best_of' other than n (", n, ") is not supported"),
+                        "unsupported_value");
+  }
+  ASSIGN_OR_RETURN(auto beam, r.Bool("use_beam_search"));
+  if (beam.value_or(false)) {
+    return InvalidField("use_beam_search", "'use_beam_search' is not supported: Strata samples",
+                        "unsupported_value");
+  }
+  return absl::OkStatus();
+}
 
 // A list of non-empty strings at `param` (or one string, with `single`): at most `max_count` of
 // at most `max_bytes` each; empty strings are dropped.
@@ -202,6 +269,7 @@ absl::StatusOr<GenerationFields> ParseGenerationFields(const Json& body,
   g.max_tokens = max_completion ? max_completion : max_tokens;  // as vLLM: the newer name wins
   ASSIGN_OR_RETURN(auto n, r.Integer("n", 1, limits.max_n));
   g.n = static_cast<int>(n.value_or(1));
+  RETURN_IF_ERROR(ReadUnsupportedSampling(r, limits, g.n));
   RETURN_IF_ERROR(ReadStringList(r, "stop", /*single=*/true, limits.max_stop_strings,
                                  limits.max_stop_chars, &g.stop));
   if (const Json* ids = r.Find("stop_token_ids")) {
@@ -252,14 +320,22 @@ absl::StatusOr<Json> ParseJsonBody(std::string_view body) {
                                        offset, ")"),
                           {}, "invalid_utf8");
   }
-  Json json;
-  try {
-    json = Json::parse(body);
-  } catch (const Json::exception& e) {  // parse_error, out_of_range (number overflow)
-    return ApiErrorStatus(absl::StatusCode::kInvalidArgument,
-                          absl::StrCat("request body is not valid JSON: ", e.what()), {},
-                          "invalid_json");
+  absl::StatusOr<Json> parsed = ParseBoundedJson(body);
+  if (!parsed.ok()) {
+    if (IsJsonLimitError(parsed.status())) {
+      // param: the top-level field the value is in ("model" of "model[0][0]…").
+      const std::string path = JsonLimitPath(parsed.status());
+      const std::string field = path.substr(0, path.find_first_of(".["));
+      return ApiErrorStatus(absl::StatusCode::kInvalidArgument,
+                            absl::StrCat("request body: ", parsed.status().message()), field,
+                            "json_limit_exceeded");
+    }
+    return ApiErrorStatus(
+        absl::StatusCode::kInvalidArgument,
+        absl::StrCat("request body is not valid JSON: ", parsed.status().message()), {},
+        "invalid_json");
   }
+  Json json = *std::move(parsed);
   if (!json.is_object()) {
     return ApiErrorStatus(absl::StatusCode::kInvalidArgument, "request body must be a JSON object",
                           {}, "invalid_type");
@@ -267,14 +343,31 @@ absl::StatusOr<Json> ParseJsonBody(std::string_view body) {
   return json;
 }
 
+std::vector<std::string_view> WithGenerationFields(std::initializer_list<std::string_view> own) {
+  std::vector<std::string_view> fields(std::begin(kGenerationFields), std::end(kGenerationFields));
+  fields.insert(fields.end(), own.begin(), own.end());
+  return fields;
+}
+
 void NoteUnknownFields(const Json& body, const std::vector<std::string_view>& known) {
+  // Names come from clients: the first kMaxLogged distinct ones are logged, then one line says
+  // the rest are not (a body of 100,000 invented fields is not 100,000 log lines).
+  constexpr size_t kMaxLogged = 256;
   static std::mutex mu;
   static std::set<std::string, std::less<>> logged;
+  static bool said_enough = false;
   for (const auto& [key, value] : body.items()) {
     bool is_known = false;
     for (std::string_view k : known) is_known = is_known || k == key;
     if (is_known) continue;
     std::lock_guard<std::mutex> lock(mu);
+    if (logged.size() >= kMaxLogged) {
+      if (!std::exchange(said_enough, true)) {
+        LOG_WARN("api", "more unknown request fields are ignored without a log line (after {})",
+                 kMaxLogged);
+      }
+      return;
+    }
     if (logged.insert(key).second) {
       LOG_WARN("api", "ignoring unknown request field '{}' (logged once)", key);
     }

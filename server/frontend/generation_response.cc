@@ -136,8 +136,9 @@ std::unique_ptr<GenerationResponse> GenerationResponse::FromStreams(
     choice.decoder = std::make_unique<ChoiceDecoder>(*model.tokenizer, choice_spec.options);
     choice.final.index = choice_spec.index;
     choice.final.logprobs_requested = response->spec_.logprobs;
-    choice.timing =
-        std::make_unique<server::RequestTimingRecorder>(choice_spec.request.request_id, submitted);
+    choice.timing = std::make_unique<server::RequestTimingRecorder>(
+        choice_spec.request.request_id, submitted,
+        static_cast<int64_t>(choice_spec.request.prompt.size()));
     if (response->spec_.kind == ApiKind::kResponses) {
       choice.events = std::make_unique<ResponsesStreamWriter>(
           response->spec_.meta, response->spec_.responses_echo,
@@ -188,6 +189,11 @@ void GenerationResponse::StreamOpenChoice(Choice& c, std::string* body) {
     Json delta = {{"role", "assistant"}, {"content", ""}};
     *body += ChunkEvent(
         c, ChatChunkJson(spec_.meta, c.spec->index, std::move(delta), nullptr, std::nullopt));
+    if (!c.spec->echo_text.empty()) {  // as vLLM: the echoed message right after the role
+      *body +=
+          ChunkEvent(c, ChatChunkJson(spec_.meta, c.spec->index,
+                                      Json{{"content", c.spec->echo_text}}, nullptr, std::nullopt));
+    }
   } else if (!c.spec->echo_text.empty() && spec_.echo_logprobs < 0) {
     *body += ChunkEvent(c, CompletionChunkJson(spec_.meta, c.spec->index, c.spec->echo_text,
                                                nullptr, std::nullopt));
@@ -377,9 +383,7 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
   }
   std::vector<FinalChoice> finals;
   for (Choice& c : choices_) {
-    if (spec_.kind == ApiKind::kCompletion && !c.spec->echo_text.empty()) {
-      c.final.text = c.spec->echo_text + c.final.text;
-    }
+    if (!c.spec->echo_text.empty()) c.final.text = c.spec->echo_text + c.final.text;
     AddPromptScores(c, &c.final);
     if (spec_.return_token_ids) {
       c.final.prompt_token_ids = c.spec->request.prompt;

@@ -39,7 +39,9 @@ struct ChoiceSpec {
   int group = 0;  // which prompt (usage counts each prompt once)
   scheduler::Request request;
   ChoiceOptions options;
-  std::string echo_text;  // completions with echo: shown before the generated text
+  // echo (completions: the prompt; chat: the final message, ChatCompletionRequest::echo_text):
+  // shown before the generated text (a stream: in a chunk of its own, the choice's first).
+  std::string echo_text;
   // Completions' echo with max_tokens 0: one token is generated (the engine needs one) and
   // dropped; the choice ends with "length" and counts no completion tokens.
   bool prompt_only = false;

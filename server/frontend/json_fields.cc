@@ -2,9 +2,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/json_limits.h"
 #include "server/frontend/api_error.h"
+#include "server/frontend/internal/strings.h"
 
 namespace strata::frontend {
 
@@ -15,9 +19,63 @@ std::string FormatNumber(double value) {
 }
 
 std::string Preview(const nlohmann::ordered_json& value) {
-  std::string text = value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  using Json = nlohmann::ordered_json;
+  constexpr size_t kMaxChars = 60;
+  std::string text;
+  // dump()'s compact form, written by hand with a stack of open containers (dump recurses),
+  // and only until the preview is full.
+  std::vector<std::pair<const Json*, Json::const_iterator>> open;
+  auto start = [&](const Json& v) {
+    if (v.is_structured()) {
+      text += v.is_object() ? '{' : '[';
+      open.emplace_back(&v, v.cbegin());
+    } else {
+      text += v.dump(-1, ' ', false, Json::error_handler_t::replace);
+    }
+  };
+  start(value);
+  while (!open.empty() && text.size() <= kMaxChars) {
+    auto& [container, next] = open.back();
+    if (next == container->cend()) {
+      text += container->is_object() ? '}' : ']';
+      open.pop_back();
+      continue;
+    }
+    if (next != container->cbegin()) text += ',';
+    if (container->is_object()) {
+      text += Json(next.key()).dump(-1, ' ', false, Json::error_handler_t::replace);
+      text += ':';
+    }
+    const Json& child = *next++;
+    start(child);  // may grow `open`: container and next are not used after
+  }
+  if (text.size() > kMaxChars) {
+    // Cut between characters: the message goes into a JSON error body, which must be UTF-8.
+    size_t cut = kMaxChars - 3;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text = text.substr(0, cut) + "...";
+  }
   return text;
+}
+
+std::string StringOr(const nlohmann::ordered_json& object, std::string_view key,
+                     std::string_view fallback) {
+  if (!object.is_object()) return std::string(fallback);
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_string()) return std::string(fallback);
+  return it->get<std::string>();
+}
+
+absl::StatusOr<nlohmann::ordered_json> ParseJsonField(std::string_view text,
+                                                      std::string_view param) {
+  absl::StatusOr<nlohmann::ordered_json> parsed = ParseBoundedJson(text);
+  if (parsed.ok()) return parsed;
+  const absl::string_view why = parsed.status().message();
+  if (IsJsonLimitError(parsed.status())) {
+    return InvalidField(param, absl::StrCat("'", internal::Av(param), "': ", why),
+                        "json_limit_exceeded");
+  }
+  return InvalidField(param, absl::StrCat("'", internal::Av(param), "' is not valid JSON: ", why));
 }
 
 const nlohmann::ordered_json* FieldReader::Find(std::string_view key) const {

@@ -42,7 +42,21 @@ class FieldReader {
 
 // "3.5", "1e+30", "-2" for messages (shortest form that round-trips well enough to read).
 std::string FormatNumber(double value);
-// A short, truncated rendering of a JSON value for error messages.
+// A short, truncated rendering of a JSON value for error messages: its compact JSON text, cut
+// at 60 characters. Only what is shown is rendered (iteratively: any depth, any size).
 std::string Preview(const nlohmann::ordered_json& value);
+
+// `object`'s string at `key`, or `fallback` when `object` is not an object or the key is absent
+// or not a string: for the reads nlohmann's value(key, "…") would do, which throws (and so
+// takes the server down) when a request puts another type there.
+std::string StringOr(const nlohmann::ordered_json& object, std::string_view key,
+                     std::string_view fallback);
+
+// Parses JSON text that request field `param` carries (a json_schema string, tool-call
+// arguments) with the limits of core/json_limits.h: a 400 naming `param` when it is not JSON
+// ("'param' is not valid JSON: parse error at ...") or breaks a limit ("'param': JSON nesting
+// deeper than 256 levels at byte 300 (the limit)").
+absl::StatusOr<nlohmann::ordered_json> ParseJsonField(std::string_view text,
+                                                      std::string_view param);
 
 }  // namespace strata::frontend

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/json_limits.h"
 
 namespace strata::frontend {
 namespace {
@@ -37,10 +38,11 @@ std::string StopReason(const FinalChoice& choice) {
 }
 
 // A tool call's arguments as the `input` object. Arguments that are not a JSON object (the
-// model wrote something else) are kept whole under "arguments" rather than dropped.
+// model wrote something else, or JSON past core/json_limits.h's limits, which rendering it
+// could not walk) are kept whole under "arguments" rather than dropped.
 Json ToolInput(const std::string& arguments) {
-  Json parsed = Json::parse(arguments, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_object()) return parsed;
+  absl::StatusOr<Json> parsed = ParseBoundedJson(arguments);
+  if (parsed.ok() && parsed->is_object()) return *std::move(parsed);
   if (arguments.empty()) return Json::object();
   return {{"arguments", arguments}};
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
+#include "server/frontend/json_fields.h"
 
 namespace strata::frontend {
 namespace {
@@ -89,7 +90,7 @@ absl::StatusOr<Json> ToolResultContent(const Json& block, const std::string& at)
   for (size_t k = 0; k < content->size(); ++k) {
     const Json& part = (*content)[k];
     const std::string part_at = absl::StrCat(at, ".content[", k, "]");
-    const std::string type = part.is_object() ? part.value("type", "") : "";
+    const std::string type = StringOr(part, "type", "");
     ASSIGN_OR_RETURN(std::optional<Json> chat_part, ContentPart(part, type, part_at));
     if (!chat_part) {
       return InvalidField(part_at + ".type",
@@ -105,7 +106,9 @@ absl::StatusOr<Json> ToolResultContent(const Json& block, const std::string& at)
 // and a user message; an assistant turn one message with its tool calls).
 absl::Status AppendMessage(const Json& message, const std::string& at, Json* out) {
   if (!message.is_object()) return InvalidType(at, "a message object");
-  const std::string role = message.value("role", "");
+  ASSIGN_OR_RETURN(std::optional<std::string> given_role,
+                   FieldReader(message, at + ".").String("role"));
+  const std::string role = given_role.value_or("");
   if (role != "user" && role != "assistant") {
     return InvalidField(at + ".role", absl::StrCat("unknown role '", role,
                                                    "' (expected user or assistant; "
@@ -169,7 +172,7 @@ absl::StatusOr<Json> SystemText(const Json& system) {
   std::string text;
   for (size_t i = 0; i < system.size(); ++i) {
     const std::string at = absl::StrCat("system[", i, "]");
-    if (!system[i].is_object() || system[i].value("type", "") != "text") {
+    if (StringOr(system[i], "type", "") != "text") {
       return InvalidType(at, "a text block");
     }
     ASSIGN_OR_RETURN(Json part, StringAt(system[i], "text", at));
@@ -187,7 +190,9 @@ absl::StatusOr<Json> ChatTools(const Json& tools) {
     const Json& tool = tools[i];
     const std::string at = absl::StrCat("tools[", i, "]");
     if (!tool.is_object()) return InvalidType(at, "a tool object");
-    const std::string type = tool.value("type", "custom");
+    ASSIGN_OR_RETURN(std::optional<std::string> given_type,
+                     FieldReader(tool, at + ".").String("type"));
+    const std::string type = given_type.value_or("custom");
     if (type != "custom") {
       return Unsupported(at + ".type", absl::StrCat("'", type,
                                                     "' is a server tool; only client "

@@ -8,13 +8,16 @@
 // ignore_eos, min_tokens, skip_special_tokens, include_stop_str_in_output, priority, request_id,
 // cache_salt, prompt_logprobs, allowed_token_ids, bad_words, truncate_prompt_tokens,
 // stream_options.continuous_usage_stats, response_format (text, json_object,
-// json_schema), user (accepted, ignored). Unknown fields are ignored (and logged once per name).
+// json_schema), best_of (= n only), use_beam_search (false only), user (accepted, ignored).
+// Unknown fields are ignored (and logged once per name: NoteUnknownFields).
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -114,6 +117,9 @@ struct ChatCompletionRequest {
   bool continue_final_message = false;
   std::string final_message_text;
   Json chat_template_kwargs;  // null or an object
+  // vLLM's `echo`: the final message's text when it has the reply's role (the assistant's, or
+  // any with add_generation_prompt false); the reply's content starts with it. Else empty.
+  std::string echo_text;
 };
 
 // /v1/responses (OpenAI's Responses API): the chat request it means, and the request fields
@@ -181,7 +187,14 @@ absl::StatusOr<std::shared_ptr<const structured::JsonGrammar>> CompileSchemaFiel
 // or `invalid_type` when the top level is not an object.
 absl::StatusOr<Json> ParseJsonBody(std::string_view body);
 
-// Logs a request field Strata does not know, once per field name for the process.
+// The fields ParseGenerationFields reads (chat and completions share them; one list, kept next
+// to the code that reads them), then `own`: an endpoint's known fields for NoteUnknownFields.
+std::vector<std::string_view> WithGenerationFields(std::initializer_list<std::string_view> own);
+
+// Logs a request field Strata does not know, once per field name for the process. Such a field
+// is accepted and has no effect, as vLLM does with the fields it does not know (it logs them);
+// a known field Strata cannot honour is a 400 naming it instead (best_of other than n,
+// use_beam_search, a request's chat_template, suffix).
 void NoteUnknownFields(const Json& body, const std::vector<std::string_view>& known);
 
 }  // namespace strata::frontend

@@ -443,6 +443,59 @@ TEST(ChatRequestTest, EveryDocumentedFieldIsRead) {
   EXPECT_EQ(req->tools[0]["function"]["name"], "get_weather");
 }
 
+// Fields vLLM reads that Strata cannot honour are refused naming them, never silently ignored:
+// best_of other than n (vLLM's engine refuses best_of > 1 too), use_beam_search, a chat
+// template in the request (vLLM refuses it unless --trust-request-chat-template).
+TEST(ChatRequestTest, FieldsStrataCannotHonourAreRefusedNotIgnored) {
+  ExpectChatErrors({
+      {R"("best_of": 3)", {"", "unsupported_value", "best_of", "other than n (1)"}},
+      {R"("best_of": 0)", {"", "invalid_value", "best_of", "[1, 128]"}},
+      {R"("use_beam_search": true)", {"", "unsupported_value", "use_beam_search", "not supported"}},
+      {R"("chat_template": "{{ messages }}")",
+       {"", "unsupported_value", "chat_template", "chat template in the request"}},
+      {R"("chat_template_kwargs": {"chat_template": "{{ 1 }}"})",
+       {"", "unsupported_value", "chat_template_kwargs.chat_template", "not accepted"}},
+  });
+  ExpectError(CompletionError(R"({"prompt": "a", "use_beam_search": true})"),
+              {"", "unsupported_value", "use_beam_search", "not supported"});
+  // What asks for nothing Strata does not do is accepted.
+  for (const char* fields : {R"("best_of": 2, "n": 2)", R"("use_beam_search": false)",
+                             R"("chat_template": null)", R"("chat_template_kwargs": {"x": 1})"}) {
+    absl::StatusOr<ChatCompletionRequest> req =
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), Limits());
+    EXPECT_TRUE(req.ok()) << fields << ": " << req.status();
+  }
+}
+
+// vLLM's chat echo: the reply starts with the final message when it has the reply's role.
+TEST(ChatRequestTest, EchoRepeatsTheFinalMessageWhenTheReplyContinuesItsRole) {
+  auto echo = [](const std::string& body) {
+    absl::StatusOr<ChatCompletionRequest> req =
+        ParseChatCompletionRequest(*ParseJsonBody(body), Limits());
+    EXPECT_TRUE(req.ok()) << body << ": " << req.status();
+    return req.ok() ? req->echo_text : "<error>";
+  };
+  const std::string assistant_last =
+      R"("messages": [{"role": "user", "content": "hi"},
+                      {"role": "assistant", "content": [{"type": "text", "text": "Once "},
+                                                        {"type": "text", "text": "upon"}]}])";
+  EXPECT_EQ(echo("{" + assistant_last + R"(, "echo": true})"), "Once upon");
+  EXPECT_EQ(echo("{" + assistant_last + "}"), "");  // no echo asked
+  EXPECT_EQ(echo(Chat(R"("echo": true)")), "");     // a new assistant turn follows the user's
+  EXPECT_EQ(echo(Chat(R"("echo": true, "add_generation_prompt": false)")), "hi");
+  ExpectChatErrors({{R"("echo": 1)", {"", "invalid_type", "echo", "boolean"}}});
+}
+
+TEST(ChatRequestTest, KnownFieldsAreTheSharedOnesThenTheEndpointsOwn) {
+  const std::vector<std::string_view> fields = WithGenerationFields({"prompt", "echo"});
+  EXPECT_THAT(fields,
+              ::testing::IsSupersetOf({"model", "max_tokens", "stop", "n", "best_of",
+                                       "response_format", "guided_json", "return_token_ids"}));
+  ASSERT_GE(fields.size(), 2u);
+  EXPECT_EQ(fields[fields.size() - 2], "prompt");
+  EXPECT_EQ(fields.back(), "echo");
+}
+
 TEST(ChatRequestTest, DefaultsAreOpenAis) {
   absl::StatusOr<ChatCompletionRequest> req =
       ParseChatCompletionRequest(*ParseJsonBody(Chat(R"("temperature": null)")), Limits());

@@ -335,6 +335,37 @@ TEST_F(ServiceTest, ContinueFinalMessageEndsThePromptInsideIt) {
               400, "invalid_value", "messages[0].content");
 }
 
+// vLLM's chat echo: the final message (the reply's role) starts the reply's content; a stream
+// sends it in a chunk of its own right after the role, as vLLM does.
+TEST_F(ServiceTest, ChatEchoStartsTheReplyWithTheFinalMessage) {
+  ScriptText("ld!");
+  const std::string body =
+      R"({"messages": [{"role": "user", "content": "Say hello"},
+                       {"role": "assistant", "content": "hello wor"}],
+          "continue_final_message": true, "echo": true)";
+  const Json whole = Post(service_, "/v1/chat/completions", body + "}").json();
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "hello world!");
+  EXPECT_EQ(whole["usage"]["completion_tokens"],
+            static_cast<int64_t>(fixture_.Ids("ld!").size()) + 1);  // the echo is no output
+  const std::vector<Json> events =
+      SseEvents(Post(service_, "/v1/chat/completions", body + R"(, "stream": true})").body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[1]["choices"][0]["delta"], Json({{"content", "hello wor"}}));
+  std::string text;
+  for (const Json& e : events) {
+    if (e != "[DONE]" && e["choices"][0]["delta"].contains("content")) {
+      text += e["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(text, "hello world!");
+  // A user message last: the reply is a new assistant turn, nothing to echo.
+  ScriptText("hi");
+  EXPECT_EQ(Post(service_, "/v1/chat/completions", ChatBody(R"("echo": true)"))
+                .json()["choices"][0]["message"]["content"],
+            "hi");
+}
+
 // vLLM's allowed_token_ids and bad_words, alone and beside a scripted (forced) reply.
 TEST_F(ServiceTest, AllowedTokenIdsAndBadWordsFilterTheSampledTokens) {
   // Noise: every sampled token is one of the allowed ids ('h' and 'i').
@@ -711,6 +742,85 @@ TEST_F(ServiceTest, TokenizeAndDetokenizeUseVllmShapes) {
   ExpectError(Post(service_, "/detokenize", R"({"tokens": [1, 9999]})"), 400, "invalid_value",
               "tokens[1]");
   ExpectError(Post(service_, "/tokenize", R"({})"), 400, "missing_required_parameter", "prompt");
+}
+
+// vLLM's --skip-tokenizer-init: token ids in, token ids out (the text is empty); whatever needs
+// text is a 400 naming the field and the flag.
+TEST_F(ServiceTest, WithoutATokenizerPromptsAndOutputsAreTokenIds) {
+  const std::unique_ptr<engine::Tokenizer> none = engine::Tokenizer::WithoutTokens();
+  ServedModel& model = fixture_.mutable_served();
+  model.tokenizer = none.get();
+  model.skip_tokenizer_init = true;
+  ScriptText("hello world");
+  std::vector<int32_t> generated = fixture_.Ids("hello world");
+  generated.push_back(kImEnd);
+  const Json whole =
+      Post(service_, "/v1/completions", R"({"prompt": [104, 105], "logprobs": 1})").json();
+  const Json& choice = whole["choices"][0];
+  EXPECT_EQ(choice["text"], "");
+  EXPECT_EQ(choice["token_ids"], Json(generated));  // return_token_ids on by default
+  EXPECT_EQ(choice["prompt_token_ids"], Json({104, 105}));
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  EXPECT_EQ(choice["logprobs"]["token_logprobs"].size(), generated.size());
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], 2);
+  EXPECT_EQ(whole["usage"]["completion_tokens"], generated.size());
+  const Json off =
+      Post(service_, "/v1/completions", R"({"prompt": [104], "return_token_ids": false})").json();
+  EXPECT_FALSE(off["choices"][0].contains("token_ids")) << off.dump();
+  std::vector<int32_t> streamed;
+  for (const Json& e : SseEvents(
+           Post(service_, "/v1/completions", R"({"prompt": [[104, 105]], "stream": true})").body)) {
+    if (e == "[DONE]") continue;
+    EXPECT_EQ(e["choices"][0]["text"], "");
+    for (const Json& id : e["choices"][0]["token_ids"]) streamed.push_back(id.get<int32_t>());
+  }
+  EXPECT_EQ(streamed, generated);
+
+  struct Refused {
+    const char* path;
+    const char* body;
+    const char* param;
+  };
+  for (const Refused& r : {
+           Refused{"/v1/completions", R"({"prompt": "hello"})", "prompt"},
+           Refused{"/v1/completions", R"({"prompt": [[1], "hello"]})", "prompt[1]"},
+           Refused{"/v1/completions", R"({"prompt": [1], "stop": ["x"]})", "stop"},
+           Refused{"/v1/completions", R"({"prompt": [1], "bad_words": ["x"]})", "bad_words"},
+           Refused{"/v1/completions", R"({"prompt": [1], "response_format": {"type":
+                   "json_object"}})",
+                   "response_format"},
+           Refused{"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})",
+                   "messages"},
+           Refused{"/v1/responses", R"({"input": "hi"})", "messages"},
+           Refused{"/tokenize", R"({"prompt": "hi"})", "prompt"},
+           Refused{"/tokenize", R"({"messages": [{"role": "user", "content": "hi"}]})", "messages"},
+           Refused{"/detokenize", R"({"tokens": [1]})", "tokens"},
+       }) {
+    SCOPED_TRACE(std::string(r.path) + " " + r.body);
+    const Reply reply = Post(service_, r.path, r.body);
+    ExpectError(reply, 400, "unsupported_value", r.param);
+    EXPECT_THAT(reply.body, HasSubstr("--skip-tokenizer-init: send token ids"));
+  }
+}
+
+// Tool declarations reach the prompt as the request wrote them: key order kept end to end
+// (request JSON → template values → tojson), as Hugging Face's renderer does (a tokenizer that
+// sorts tools, Kimi's, does so on purpose: engine/tokenizer/chat_template.h).
+TEST_F(ServiceTest, ToolDeclarationsKeepTheRequestsKeyOrderInThePrompt) {
+  const std::string body = R"({"messages": [{"role": "user", "content": "hi"}],
+      "tools": [{"type": "function", "function": {"name": "f", "description": "d",
+                 "parameters": {"type": "object", "properties": {"z": {"type": "string"},
+                                                                 "a": {"type": "integer"}}}}}],
+      "return_token_strs": true})";
+  const Reply reply = Post(service_, "/tokenize", body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const Json tokenized = reply.json();
+  std::string prompt;
+  for (const Json& t : tokenized["token_strs"]) prompt += t.get<std::string>();
+  EXPECT_THAT(prompt,
+              HasSubstr(R"([{"type":"function","function":{"name":"f","description":"d",)"
+                        R"("parameters":{"type":"object","properties":{"z":{"type":"string"},)"
+                        R"("a":{"type":"integer"}}}}}])"));
 }
 
 TEST_F(ServiceTest, ModelsListServedNamesWithContextLength) {

@@ -8,8 +8,26 @@
 
 namespace strata::frontend {
 
+absl::Status RequireTokenizer(const ServedModel& model, std::string_view param) {
+  if (!model.skip_tokenizer_init) return absl::OkStatus();
+  return InvalidField(param,
+                      absl::StrCat("this server was started with --skip-tokenizer-init: send "
+                                   "token ids ('prompt' as an array of token ids on "
+                                   "/v1/completions); '",
+                                   std::string(param), "' needs the tokenizer"),
+                      "unsupported_value");
+}
+
+absl::Status CheckFieldsWithoutTokenizer(const ServedModel& model, const GenerationFields& gen) {
+  if (!gen.stop.empty()) return RequireTokenizer(model, "stop");
+  if (!gen.bad_words.empty()) return RequireTokenizer(model, "bad_words");
+  if (gen.constrained()) return RequireTokenizer(model, "response_format");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> RenderChat(const ServedModel& model,
                                        const ChatCompletionRequest& request) {
+  RETURN_IF_ERROR(RequireTokenizer(model, "messages"));
   const bool with_tools = request.tools.is_array() && !request.tools.empty();
   const engine::ChatTemplate* chat_template =
       with_tools ? model.chat_template_tools : model.chat_template;
@@ -54,8 +72,10 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
   return ids;
 }
 
-std::vector<int32_t> TextPromptIds(const ServedModel& model, std::string_view text,
-                                   bool add_special_tokens) {
+absl::StatusOr<std::vector<int32_t>> TextPromptIds(const ServedModel& model, std::string_view text,
+                                                   bool add_special_tokens,
+                                                   std::string_view param) {
+  RETURN_IF_ERROR(RequireTokenizer(model, param));
   engine::EncodeOptions options;
   options.add_special_tokens = add_special_tokens;
   options.parse_special = true;

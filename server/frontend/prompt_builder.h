@@ -22,16 +22,24 @@ namespace strata::frontend {
 // text ends right after the final message's content (its end-of-turn markers cut), so the
 // model continues that message (vLLM). ChatPromptIds tokenizes the text, special-token text
 // becoming special tokens, and gives replies the model generated their generated ids
-// (model.reply_tokens, reply_tokens.h).
+// (model.reply_tokens, reply_tokens.h). Without a tokenizer: RequireTokenizer's 400 ("messages").
 absl::StatusOr<std::string> RenderChat(const ServedModel& model,
                                        const ChatCompletionRequest& request);
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const ChatCompletionRequest& request);
 
-// Text of a completion prompt as ids (no special tokens added, special-token text parsed as
-// vLLM does for completions).
-std::vector<int32_t> TextPromptIds(const ServedModel& model, std::string_view text,
-                                   bool add_special_tokens);
+// A 400 naming `param` and --skip-tokenizer-init when the model is served without its
+// tokenizer (ServedModel::skip_tokenizer_init): what `param` holds needs one.
+absl::Status RequireTokenizer(const ServedModel& model, std::string_view param);
+// The generation fields that need a tokenizer (stop strings, bad_words, a constrained output)
+// when the model is served without one: a 400 naming the first one set.
+absl::Status CheckFieldsWithoutTokenizer(const ServedModel& model, const GenerationFields& gen);
+
+// Text (at request field `param`) of a completion prompt as ids (special-token text parsed as
+// vLLM does for completions); RequireTokenizer's 400 without a tokenizer.
+absl::StatusOr<std::vector<int32_t>> TextPromptIds(const ServedModel& model, std::string_view text,
+                                                   bool add_special_tokens,
+                                                   std::string_view param = "prompt");
 
 // vLLM's truncate_prompt_tokens: keeps the last `keep` ids (−1: max_model_len − 1, room for
 // one output token). 400 naming it when `keep` exceeds the context (max_model_len − 1).

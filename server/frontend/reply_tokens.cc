@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "server/frontend/json_fields.h"
 
 namespace strata::frontend {
 namespace {
@@ -49,7 +50,7 @@ int ReplyTokenMemory::Splice(const Json& messages, std::vector<int32_t>* ids) {
   size_t last = 0;  // one past the last message with a kept reply
   for (size_t m = 0; m < messages.size(); ++m) {
     const Json& message = messages[m];
-    if (!message.is_object() || message.value("role", "") != "assistant") continue;
+    if (StringOr(message, "role", "") != "assistant") continue;
     const std::optional<std::string> text = MessageContentText(message);
     if (!text || text->empty()) continue;
     kept[m] = Find(*text);

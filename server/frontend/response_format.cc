@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
+#include "server/frontend/json_fields.h"
 #include "server/frontend/openai_request.h"
 
 namespace strata::frontend {
@@ -16,9 +17,7 @@ absl::StatusOr<std::shared_ptr<const structured::JsonGrammar>> CompileSchemaFiel
   Json parsed;
   const Json* s = &schema;
   if (schema.is_string()) {
-    parsed = Json::parse(schema.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_discarded())
-      return InvalidField(param, absl::StrCat("'", param, "' is not valid JSON"));
+    ASSIGN_OR_RETURN(parsed, ParseJsonField(schema.get_ref<const std::string&>(), param));
     s = &parsed;
   }
   absl::StatusOr<structured::JsonGrammar> grammar = structured::CompileJsonSchema(*s);

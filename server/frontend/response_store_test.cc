@@ -1,5 +1,6 @@
 #include "server/frontend/response_store.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -123,6 +124,29 @@ TEST(ResponseStoreTest, ADirectoryKeepsWhatMemoryKeepsAcrossReopening) {
   ASSERT_NE(store, nullptr);
   EXPECT_TRUE(store->TakeUnfinished().empty());
   EXPECT_EQ(store->num_responses(), 2);
+}
+
+// Stored responses are the users' data: every file in the directory is 0600, whatever the
+// umask the server runs under.
+TEST(ResponseStoreTest, EveryFileInTheDirectoryIsPrivate) {
+  const mode_t old_umask = ::umask(0);
+  const std::string dir = FreshDir("private");
+  {
+    std::unique_ptr<ResponseStore> store = OpenStore(1 << 20, dir);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Put("a", Entry("a", Json{{"body", Json::object()}})).ok());
+    ASSERT_TRUE(store->Put("b", Entry("b")).ok());
+    int files = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+      if (!e.is_regular_file()) continue;
+      ++files;
+      EXPECT_EQ(e.status().permissions(),
+                std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+          << e.path();
+    }
+    EXPECT_GE(files, 3);  // the lock and two records
+  }
+  ::umask(old_umask);
 }
 
 TEST(ResponseStoreTest, LoadsInWriteOrderAndDropsTheOldestPastASmallerBudget) {

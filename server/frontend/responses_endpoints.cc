@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "server/frontend/api_error.h"
 #include "server/frontend/internal/endpoint_steps.h"
+#include "server/frontend/json_fields.h"
 #include "server/frontend/openai_service.h"
 #include "server/frontend/responses_render.h"
 #include "server/http/query.h"
@@ -306,7 +307,7 @@ OpenAiService::Result OpenAiService::ListInputItems(const std::string& id,
   Json items = found->input_items.is_array() ? found->input_items : Json::array();
   for (size_t k = 0; k < items.size(); ++k) {
     if (items[k].contains("id")) continue;
-    const std::string type = items[k].value("type", "message");
+    const std::string type = StringOr(items[k], "type", "message");
     const char* prefix = type == "function_call"          ? "fc"
                          : type == "function_call_output" ? "fco"
                          : type == "reasoning"            ? "rs"
@@ -316,7 +317,7 @@ OpenAiService::Result OpenAiService::ListInputItems(const std::string& id,
   if (order == "desc") std::reverse(items.begin(), items.end());
   size_t start = 0;
   if (const std::string after = http::QueryParam(target, "after"); !after.empty()) {
-    while (start < items.size() && items[start].value("id", "") != after) ++start;
+    while (start < items.size() && StringOr(items[start], "id", "") != after) ++start;
     if (start == items.size()) {
       return InvalidField(
           "after", absl::StrCat("no input item of response '", id, "' has the id '", after, "'"));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
+#include "server/frontend/json_fields.h"
 #include "server/frontend/openai_request.h"
 
 namespace strata::frontend {
@@ -125,9 +126,12 @@ absl::StatusOr<Json> ChatMessages(const Json& body, const Json& history) {
     const Json& item = (*input)[i];
     const std::string at = absl::StrCat("input[", i, "]");
     if (!item.is_object()) return InvalidType(at, "an input item object");
-    const std::string type = item.value("type", item.contains("role") ? "message" : "");
+    FieldReader r(item, at + ".");
+    ASSIGN_OR_RETURN(std::optional<std::string> given_type, r.String("type"));
+    const std::string type = given_type.value_or(item.contains("role") ? "message" : "");
     if (type == "message") {
-      const std::string role = item.value("role", "");
+      ASSIGN_OR_RETURN(std::optional<std::string> given_role, r.String("role"));
+      const std::string role = given_role.value_or("");
       if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
         return InvalidField(at + ".role",
                             absl::StrCat("unknown role '", role,
@@ -188,7 +192,7 @@ Json InputItems(const Json& input) {
     if (!item.contains("type")) item["type"] = "message";
     if (item["type"] == "message") {
       if (item["content"].is_string()) {
-        item["content"] = Json::array({text_part(item.value("role", ""), item["content"])});
+        item["content"] = Json::array({text_part(StringOr(item, "role", ""), item["content"])});
       }
       if (!item.contains("status")) item["status"] = "completed";
     }
@@ -204,7 +208,7 @@ absl::StatusOr<Json> ChatTools(const Json& tools) {
   for (size_t i = 0; i < tools.size(); ++i) {
     const Json& tool = tools[i];
     const std::string at = absl::StrCat("tools[", i, "]");
-    if (!tool.is_object() || tool.value("type", "") != "function") {
+    if (StringOr(tool, "type", "") != "function") {
       return Unsupported(at + ".type",
                          "only function tools are served (no built-in tools such as web search)");
     }

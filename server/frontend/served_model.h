@@ -25,7 +25,14 @@ struct ServedModel {
   int64_t created = 0;             // unix seconds, for /v1/models
   int64_t max_model_len = 0;       // prompt + output tokens per sequence
   int64_t vocab_size = 0;          // the model's; every prompt id must be below it
+  // Never null. Served without one (`skip_tokenizer_init`): engine::Tokenizer::WithoutTokens.
   const engine::Tokenizer* tokenizer = nullptr;
+  // vLLM's --skip-tokenizer-init: the checkpoint's tokenizer is not loaded (it may ship none).
+  // Prompts are token ids (/v1/completions, gRPC Generate); what needs text — chat, text
+  // prompts, stop strings, bad_words, structured output, /tokenize, /detokenize — is a 400
+  // naming the flag (prompt_builder.h RequireTokenizer). Outputs carry no text: their token ids
+  // (return_token_ids on unless the request turns it off).
+  bool skip_tokenizer_init = false;
   const engine::ChatTemplate* chat_template = nullptr;        // requests without tools
   const engine::ChatTemplate* chat_template_tools = nullptr;  // requests with tools
   int32_t eos_token_id = -1;                                  // < 0: none

@@ -100,7 +100,8 @@ absl::Status GenerateCall::Submit() {
     if (!stream.ok()) return stream.status();  // the destructor cancels the earlier ones
     run.stream = *std::move(stream);
     run.timing = std::make_unique<server::RequestTimingRecorder>(
-        spec.request.request_id, server::RequestTimingRecorder::Now());
+        spec.request.request_id, server::RequestTimingRecorder::Now(),
+        static_cast<int64_t>(spec.request.prompt.size()));
     run.stream->SetNotifier([w = wakeup_] { w->Notify(); });
     choices_.push_back(std::move(run));
   }

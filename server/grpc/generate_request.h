@@ -1,6 +1,11 @@
 // strata.v1.GenerateRequest → the engine requests of its choices, validated exactly as the
 // REST API validates /v1/completions (the same parser, limits and messages: the proto fields
-// carry the REST field names), and absl::Status → grpc::Status.
+// carry the REST field names; the body: completion_body.h), and absl::Status → grpc::Status.
+//
+// Size: gRPC's default receive limit (4 MiB a message; grpc_server.cc sets no other) bounds a
+// request. Within it, json_schema text is parsed with the limits of core/json_limits.h (depth
+// 256, ...), and the body is built in time linear in the message (logit_bias: 100,000 entries
+// in milliseconds).
 #pragma once
 
 #include <string>
@@ -28,9 +33,6 @@ struct GrpcGeneration {
   bool detokenize = true;
   std::vector<GrpcChoice> choices;
 };
-
-// The REST body equivalent to `request` (a /v1/completions body; exposed for tests).
-frontend::Json CompletionBodyFor(const v1::GenerateRequest& request);
 
 // Validates `request` against `model` and builds its choices (InvalidArgument as REST).
 absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& model,

@@ -373,6 +373,48 @@ TEST_F(GrpcServerTest, TokenizeThenDetokenizeRoundTrips) {
   EXPECT_EQ(text.text(), "The quick brown fox");
 }
 
+// strata serve --skip-tokenizer-init: token ids in, token ids out; text is INVALID_ARGUMENT
+// naming the flag.
+TEST_F(GrpcServerTest, WithoutATokenizerTokenIdsGoInAndOut) {
+  const std::unique_ptr<engine::Tokenizer> none = engine::Tokenizer::WithoutTokens();
+  frontend::ServedModel model = runtime_->served();
+  model.tokenizer = none.get();
+  model.skip_tokenizer_init = true;
+  GrpcServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  auto server = GrpcServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->SetModel(&model);
+  const int port = (*server)->port();
+  grpc::ClientContext ids_context;
+  const Outcome ids = Run(Request({5, 6, 7}, 4), &ids_context, nullptr, port);
+  ASSERT_TRUE(ids.status.ok()) << ids.status.error_message();
+  EXPECT_EQ(ids.ids.size(), 4u);
+  EXPECT_EQ(ids.text, "");
+  GenerateRequest text;
+  text.set_text("hello world");
+  text.set_max_tokens(4);
+  grpc::ClientContext text_context;
+  const Outcome refused = Run(text, &text_context, nullptr, port);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.status.error_message().find("--skip-tokenizer-init"), std::string::npos)
+      << refused.status.error_message();
+  grpc::ClientContext c1;
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text("hello");
+  v1::TokenizeResponse tokenized;
+  EXPECT_EQ(Inference(port)->Tokenize(&c1, tokenize, &tokenized).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext c2;
+  v1::DetokenizeRequest detokenize;
+  detokenize.mutable_token_ids()->Add(5);
+  v1::DetokenizeResponse detokenized;
+  const grpc::Status status = Inference(port)->Detokenize(&c2, detokenize, &detokenized);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("--skip-tokenizer-init"), std::string::npos);
+}
+
 TEST_F(GrpcServerTest, InvalidArgumentCarriesTheRestMessage) {
   GenerateRequest request = Request({1, 2}, 4);
   request.mutable_sampling()->set_temperature(5.0f);

@@ -37,7 +37,10 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
   absl::StatusOr<const frontend::ServedModel*> model = Resolve(state_, request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
   const bool add_special = !request->has_add_special_tokens() || request->add_special_tokens();
-  const std::vector<int32_t> ids = frontend::TextPromptIds(**model, request->text(), add_special);
+  const absl::StatusOr<std::vector<int32_t>> tokenized =
+      frontend::TextPromptIds(**model, request->text(), add_special, "text");
+  if (!tokenized.ok()) return ToGrpcStatus(tokenized.status());
+  const std::vector<int32_t>& ids = *tokenized;
   response->mutable_token_ids()->Add(ids.begin(), ids.end());
   if (request->return_token_strs()) {
     for (int32_t id : ids) response->add_token_strs(frontend::TokenText(*(*model)->tokenizer, id));
@@ -52,6 +55,9 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext* context,
   if (grpc::Status auth = state_.CheckAuth(context); !auth.ok()) return auth;
   absl::StatusOr<const frontend::ServedModel*> model = Resolve(state_, request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
+  if (absl::Status s = frontend::RequireTokenizer(**model, "token_ids"); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   const engine::Tokenizer& tokenizer = *(*model)->tokenizer;
   std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -8,10 +8,16 @@
 //   socket so that a client that closes its end cancels the pending response at once.
 // Deadlines are our own timers (not beast::tcp_stream's, which close the socket) so a slow
 // request can still be answered 408.
+// A connection past max_connections gets a session that only refuses it: 503, then the lingering
+// close that every protocol error answered while reading ends with.
 #include "server/http/http_server.h"
 
 #include <utility>  // before Asio: Boost 1.74's asio/awaitable.hpp uses std::exchange
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -38,6 +44,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "core/log.h"
 
 namespace strata::http {
@@ -55,6 +63,24 @@ using Clock = std::chrono::steady_clock;
 // Longest X-Request-Id echoed (the front end refuses longer ones as request ids).
 constexpr size_t kMaxEchoedRequestIdBytes = 256;
 
+// Lingering close (nginx's lingering_time / lingering_timeout): after answering a request that
+// was not read whole, what the client still sends is dropped for at most this long in all, this
+// long between reads, and this many bytes (then the socket is closed, a reset if more comes).
+constexpr auto kLingerTime = std::chrono::seconds(30);
+constexpr auto kLingerIdle = std::chrono::seconds(5);
+constexpr int64_t kLingerBytes = int64_t{1} << 30;
+// A connection refused over max_connections lingers this long at most, and at most this many
+// refused connections linger at a time (the rest are closed right after the 503).
+constexpr auto kRefusedLingerTime = std::chrono::seconds(1);
+constexpr int64_t kMaxLingeringRefused = 64;
+// accept() failures back off exponentially between these bounds.
+constexpr auto kMinAcceptBackoff = std::chrono::milliseconds(1);
+constexpr auto kMaxAcceptBackoff = std::chrono::seconds(1);
+// A recurring warning (accept failures, refused connections) is logged at most this often.
+constexpr auto kLogInterval = std::chrono::seconds(1);
+// Longest Content-Encoding value quoted back in a 415.
+constexpr size_t kMaxQuotedCodingBytes = 64;
+
 auto Redirect(error_code& ec) { return net::redirect_error(use_awaitable, ec); }
 
 bool IsDisconnect(const error_code& ec) {
@@ -62,6 +88,52 @@ bool IsDisconnect(const error_code& ec) {
          ec == bhttp::error::partial_message || ec == net::error::connection_reset ||
          ec == net::error::broken_pipe || ec == net::error::operation_aborted ||
          ec == net::error::bad_descriptor || ec == net::error::not_connected;
+}
+
+// The first coding in the request's Content-Encoding headers other than identity (truncated
+// for quoting); empty when the body is plain.
+std::string UnsupportedContentEncoding(const HttpRequest& request) {
+  for (const Header& h : request.headers) {
+    if (h.name != "content-encoding") continue;
+    for (absl::string_view coding : absl::StrSplit(h.value, ',')) {
+      coding = absl::StripAsciiWhitespace(coding);
+      if (!coding.empty() && !absl::EqualsIgnoreCase(coding, "identity")) {
+        return std::string(coding.substr(0, kMaxQuotedCodingBytes));
+      }
+    }
+  }
+  return "";
+}
+
+// A warning that may recur thousands of times a second (accept failures under descriptor
+// exhaustion) logged at most once per kLogInterval; the occurrences in between are counted and
+// reported with the next line. Not thread-safe: used on the acceptor's strand only.
+class LogThrottle {
+ public:
+  // True when a line is due now; *suppressed: the occurrences not logged since the last line.
+  bool Due(int64_t* suppressed) {
+    const auto now = Clock::now();
+    if (now - last_logged_ < kLogInterval) {
+      ++suppressed_;
+      return false;
+    }
+    *suppressed = suppressed_;
+    suppressed_ = 0;
+    last_logged_ = now;
+    return true;
+  }
+
+ private:
+  Clock::time_point last_logged_{};
+  int64_t suppressed_ = 0;
+};
+
+// This process's soft RLIMIT_NOFILE (unlimited or unknown: 1 << 20).
+int64_t DescriptorLimit() {
+  constexpr int64_t kUnlimited = int64_t{1} << 20;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return kUnlimited;
+  return std::min<int64_t>(static_cast<int64_t>(limit.rlim_cur), kUnlimited);
 }
 
 HttpRequest ToRequest(bhttp::request<bhttp::string_body>&& msg) {
@@ -98,15 +170,34 @@ struct HttpServer::Impl {
   std::atomic<int64_t> num_exchanges{0};
   std::atomic<int64_t> num_requests_total{0};
   std::atomic<int64_t> num_cancelled_total{0};
+  std::atomic<int64_t> num_refused_total{0};
+  std::atomic<int64_t> num_accept_errors_total{0};
+  // Sessions (in `sessions`) answering 503 to a connection over max_connections.
+  std::atomic<int64_t> num_refusing{0};
   std::atomic<bool> stopped{false};
+  // Accept loop state, on the acceptor's strand.
+  net::steady_timer accept_backoff{acceptor.get_executor()};
+  LogThrottle accept_error_log;
+  LogThrottle refused_log;
 
   awaitable<void> Accept();
+  // Waits out an accept() failure (backing off) and logs it, throttled.
+  awaitable<void> BackOff(const error_code& ec, std::chrono::milliseconds* backoff);
+  // Starts the session of an accepted connection, or one that refuses it past max_connections.
+  void Admit(tcp::socket socket);
+  // The 503 of a connection over max_connections.
+  HttpResponse Refusal();
+  // Refuses without a session (kMaxLingeringRefused are lingering): the 503 is written without
+  // waiting (a new socket's send buffer takes it whole) and the socket closed.
+  void RefuseAtOnce(tcp::socket& socket);
   void Register(const std::shared_ptr<Session>& session);
   void Unregister(Session* session);
   size_t NumSessions() {
     std::lock_guard<std::mutex> lock(mu);
     return sessions.size();
   }
+  // Open connections being served (not the ones being refused).
+  int64_t NumServed() { return static_cast<int64_t>(NumSessions()) - num_refusing.load(); }
 };
 
 // Lets other threads wake a session for as long as it lives (cleared by the session before
@@ -119,17 +210,22 @@ struct WakeTarget {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(HttpServer::Impl* server, tcp::socket socket)
+  // `refuse`: the connection is over max_connections; Run answers 503 and closes it.
+  Session(HttpServer::Impl* server, tcp::socket socket, bool refuse)
       : server_(server),
         socket_(std::move(socket)),
         wake_timer_(socket_.get_executor()),
         read_timer_(socket_.get_executor()),
         write_timer_(socket_.get_executor()),
-        wake_target_(std::make_shared<WakeTarget>()) {}
+        refuse_(refuse),
+        wake_target_(std::make_shared<WakeTarget>()) {
+    if (refuse_) server_->num_refusing++;
+  }
 
   ~Session() {
     ReleaseWakeTarget();
     server_->Unregister(this);
+    if (refuse_) server_->num_refusing--;
   }
 
   net::any_io_executor executor() { return socket_.get_executor(); }
@@ -174,7 +270,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   awaitable<bool> ReadRequest(bhttp::request_parser<bhttp::string_body>& parser);
-  awaitable<void> ReportReadError(const error_code& ec);
+  // Answers a request that could not be read (408, 413, 431, 400); `content_length` as sent.
+  awaitable<void> ReportReadError(const error_code& ec, std::optional<uint64_t> content_length);
+  // Answers 503 to a connection over max_connections.
+  awaitable<void> Refuse();
+  // Shuts the send side (the client sees the response end) and drops what the client still
+  // sends until it closes, is silent for kLingerIdle, or `linger` or kLingerBytes pass; so a
+  // client still sending a request we answered early (an oversized body without
+  // `Expect: 100-continue`) gets to read the answer instead of a connection reset.
+  awaitable<void> LingerClose(Clock::duration linger);
   // One request and its response, reported to options.on_exchange; true: keep the connection.
   awaitable<bool> Exchange(bhttp::request<bhttp::string_body>&& msg);
   awaitable<bool> Respond(HttpRequest request, bool keep_alive);
@@ -201,6 +305,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool watching_ = false;
   bool stop_watching_ = false;
+  const bool refuse_;
+  // A response went out before the request was read whole: close by LingerClose.
+  bool linger_ = false;
   std::unique_ptr<PendingResponse> pending_;
   bool pending_cancelled_ = false;
   // Added to every response of the exchange in progress: CORS (cors.h) and the echoed
@@ -356,13 +463,15 @@ awaitable<bool> Session::ReadRequest(bhttp::request_parser<bhttp::string_body>& 
   }
   Disarm(read_timer_, read_generation_);
   if (ec) {
-    co_await ReportReadError(ec);
+    const auto length = parser.content_length();  // boost::optional
+    co_await ReportReadError(ec, length ? std::optional<uint64_t>(*length) : std::nullopt);
     co_return false;
   }
   co_return true;
 }
 
-awaitable<void> Session::ReportReadError(const error_code& ec) {
+awaitable<void> Session::ReportReadError(const error_code& ec,
+                                         std::optional<uint64_t> content_length) {
   HttpHandler* h = server_->handler;
   HttpResponse response;
   if (read_timed_out_) {
@@ -371,9 +480,12 @@ awaitable<void> Session::ReportReadError(const error_code& ec) {
         absl::StrCat("the request did not arrive within ",
                      absl::FormatDuration(server_->options.request_timeout), " of its first byte"));
   } else if (ec == bhttp::error::body_limit) {
-    response = h->ProtocolError(413, "request_too_large",
-                                absl::StrCat("request body exceeds the limit of ",
-                                             server_->options.max_body_bytes, " bytes"));
+    const std::string size =
+        content_length ? absl::StrCat(" of ", *content_length, " bytes") : std::string();
+    response = h->ProtocolError(
+        413, "request_too_large",
+        absl::StrCat("request body", size, " exceeds the limit of ",
+                     server_->options.max_body_bytes, " bytes (the server's --max-body-bytes)"));
   } else if (ec == bhttp::error::header_limit) {
     response = h->ProtocolError(431, "request_header_fields_too_large",
                                 absl::StrCat("request headers exceed the limit of ",
@@ -385,7 +497,33 @@ awaitable<void> Session::ReportReadError(const error_code& ec) {
     response = h->ProtocolError(400, "malformed_request",
                                 absl::StrCat("malformed HTTP request: ", ec.message()));
   }
+  linger_ = true;
   co_await WriteResponse(response, /*keep_alive=*/false);
+}
+
+awaitable<void> Session::Refuse() {
+  linger_ = true;
+  co_await WriteResponse(server_->Refusal(), /*keep_alive=*/false);
+}
+
+awaitable<void> Session::LingerClose(Clock::duration linger) {
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) co_return;
+  const auto deadline = Clock::now() + linger;
+  std::array<char, 16 << 10> scratch;
+  int64_t dropped = static_cast<int64_t>(buffer_.size());
+  buffer_.consume(buffer_.size());
+  while (!closed_ && dropped < kLingerBytes) {
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) break;
+    Arm(read_timer_, read_generation_,
+        absl::FromChrono(std::min<Clock::duration>(left, kLingerIdle)), /*read=*/true);
+    const size_t n = co_await socket_.async_read_some(net::buffer(scratch), Redirect(ec));
+    Disarm(read_timer_, read_generation_);
+    dropped += static_cast<int64_t>(n);
+    if (ec) break;  // the client closed (EOF), went silent, or the server stops
+  }
 }
 
 awaitable<bool> Session::Stream(const HttpResponse& head, bool keep_alive) {
@@ -489,6 +627,20 @@ awaitable<bool> Session::Respond(HttpRequest request, bool keep_alive) {
       id != nullptr && !id->empty() && id->size() <= kMaxEchoedRequestIdBytes) {
     exchange_headers_.push_back({"X-Request-Id", *id});
   }
+  // Compressed bodies are refused rather than read as plain text (RFC 9110 §15.5.16: 415 with
+  // the codings accepted; a request without a body has nothing to decode). The body was read
+  // whole, so the connection stays.
+  if (const std::string coding = UnsupportedContentEncoding(request);
+      !coding.empty() && !request.body.empty()) {
+    HttpResponse response = server_->handler->ProtocolError(
+        415, "unsupported_content_encoding",
+        absl::StrCat("Content-Encoding '", coding,
+                     "' is not supported: send the request body uncompressed (supported "
+                     "Content-Encoding: identity)"));
+    response.headers.push_back({"Accept-Encoding", "identity"});
+    response.close_connection = false;
+    co_return co_await WriteResponse(response, keep_alive) && keep_alive;
+  }
   HandlerResult result;
   try {
     result = server_->handler->Handle(std::move(request));
@@ -520,7 +672,8 @@ awaitable<bool> Session::Respond(HttpRequest request, bool keep_alive) {
 }
 
 awaitable<void> Session::Run(std::shared_ptr<Session> self) {
-  while (!self->closed_) {
+  if (self->refuse_) co_await self->Refuse();
+  while (!self->closed_ && !self->refuse_) {
     bhttp::request_parser<bhttp::string_body> parser;
     self->exchange_headers_.clear();  // a protocol error answered while reading carries none
     if (!co_await self->ReadRequest(parser)) break;
@@ -533,6 +686,10 @@ awaitable<void> Session::Run(std::shared_ptr<Session> self) {
   self->CancelPending();
   if (self->watching_) co_await self->StopWatching();
   self->ReleaseWakeTarget();
+  if (self->linger_ && !self->closed_) {
+    co_await self->LingerClose(self->refuse_ ? Clock::duration(kRefusedLingerTime)
+                                             : Clock::duration(kLingerTime));
+  }
   error_code ignored;
   self->socket_.shutdown(tcp::socket::shutdown_both, ignored);
   self->socket_.close(ignored);
@@ -541,20 +698,82 @@ awaitable<void> Session::Run(std::shared_ptr<Session> self) {
 }
 
 awaitable<void> HttpServer::Impl::Accept() {
-  while (true) {
+  std::chrono::milliseconds backoff = kMinAcceptBackoff;
+  while (acceptor.is_open()) {
     tcp::socket socket(net::make_strand(ioc));
     error_code ec;
     co_await acceptor.async_accept(socket, Redirect(ec));
     if (ec) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
-      LOG_WARN("http", "accept failed: {}", ec.message());
+      co_await BackOff(ec, &backoff);
       continue;
     }
-    socket.set_option(tcp::no_delay(true), ec);
-    auto session = std::make_shared<Session>(this, std::move(socket));
-    Register(session);
-    net::co_spawn(session->executor(), Session::Run(session), net::detached);
+    backoff = kMinAcceptBackoff;
+    Admit(std::move(socket));
   }
+}
+
+// Out of descriptors, accept() fails at once as long as the backlog holds a connection: without
+// a pause the loop would spin a core and log a line per try.
+awaitable<void> HttpServer::Impl::BackOff(const error_code& ec,
+                                          std::chrono::milliseconds* backoff) {
+  num_accept_errors_total++;
+  if (int64_t suppressed = 0; accept_error_log.Due(&suppressed)) {
+    LOG_WARN("http",
+             "accept failed: {} ({} more failures since the last message); retrying in {} ms; "
+             "{} connections open (limit {})",
+             ec.message(), suppressed, backoff->count(), NumServed(), options.max_connections);
+  }
+  accept_backoff.expires_after(*backoff);
+  error_code ignored;
+  co_await accept_backoff.async_wait(Redirect(ignored));
+  *backoff = std::min<std::chrono::milliseconds>(*backoff * 2, kMaxAcceptBackoff);
+}
+
+void HttpServer::Impl::Admit(tcp::socket socket) {
+  error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
+  const int64_t served = NumServed();
+  const bool refuse = served >= options.max_connections;
+  if (refuse) {
+    num_refused_total++;
+    if (int64_t suppressed = 0; refused_log.Due(&suppressed)) {
+      LOG_WARN("http",
+               "refused a connection: {} open, the limit (--max-connections) is {} ({} more "
+               "refused since the last message)",
+               served, options.max_connections, suppressed);
+    }
+    if (num_refusing.load() >= kMaxLingeringRefused) {
+      RefuseAtOnce(socket);
+      return;
+    }
+  }
+  auto session = std::make_shared<Session>(this, std::move(socket), refuse);
+  Register(session);
+  net::co_spawn(session->executor(), Session::Run(session), net::detached);
+}
+
+HttpResponse HttpServer::Impl::Refusal() {
+  HttpResponse response =
+      handler->ProtocolError(503, "too_many_connections",
+                             absl::StrCat("the server has its limit of ", options.max_connections,
+                                          " connections open (--max-connections); retry later"));
+  response.headers.push_back({"Retry-After", "1"});
+  return response;
+}
+
+void HttpServer::Impl::RefuseAtOnce(tcp::socket& socket) {
+  const HttpResponse response = Refusal();
+  std::string bytes = absl::StrCat("HTTP/1.1 503 Service Unavailable\r\nServer: strata\r\n",
+                                   "Content-Type: ", response.content_type, "\r\n");
+  for (const Header& h : response.headers) absl::StrAppend(&bytes, h.name, ": ", h.value, "\r\n");
+  absl::StrAppend(&bytes, "Connection: close\r\nContent-Length: ", response.body.size(), "\r\n\r\n",
+                  response.body);
+  error_code ec;
+  socket.non_blocking(true, ec);
+  socket.send(net::buffer(bytes), 0, ec);
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  socket.close(ec);
 }
 
 void HttpServer::Impl::Register(const std::shared_ptr<Session>& session) {
@@ -571,11 +790,31 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
+int64_t MaxConnectionsForDescriptorLimit(int64_t descriptor_limit) {
+  const int64_t reserve = std::clamp<int64_t>(descriptor_limit / 4, 64, 1024);
+  return std::max<int64_t>(1, descriptor_limit - reserve);
+}
+
+int64_t DefaultMaxConnections() { return MaxConnectionsForDescriptorLimit(DescriptorLimit()); }
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
                                                               HttpHandler* handler) {
   if (options.num_threads < 1) return absl::InvalidArgumentError("num_threads must be >= 1");
+  if (options.max_connections < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_connections must be >= 0 (0: from the descriptor limit), got ",
+                     options.max_connections));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  if (options.max_connections == 0) {
+    impl->options.max_connections = DefaultMaxConnections();
+  } else if (options.max_connections > DescriptorLimit()) {
+    LOG_WARN("http",
+             "--max-connections {} is over the descriptor limit ({} open files, RLIMIT_NOFILE): "
+             "past it accepts fail and back off instead of answering 503",
+             options.max_connections, DescriptorLimit());
+  }
   impl->handler = handler;
   error_code ec;
   const net::ip::address address = net::ip::make_address(options.host, ec);
@@ -602,10 +841,13 @@ int HttpServer::port() const { return impl_->port; }
 
 HttpServerStats HttpServer::stats() const {
   HttpServerStats stats;
-  stats.num_connections = static_cast<int64_t>(impl_->NumSessions());
+  stats.num_connections = impl_->NumServed();
   stats.num_exchanges = impl_->num_exchanges.load();
   stats.num_requests_total = impl_->num_requests_total.load();
   stats.num_cancelled_total = impl_->num_cancelled_total.load();
+  stats.max_connections = impl_->options.max_connections;
+  stats.num_refused_total = impl_->num_refused_total.load();
+  stats.num_accept_errors_total = impl_->num_accept_errors_total.load();
   return stats;
 }
 
@@ -615,6 +857,7 @@ void HttpServer::StopAccepting() {
   net::post(impl_->acceptor.get_executor(), [this, &done] {
     error_code ignored;
     impl_->acceptor.close(ignored);
+    impl_->accept_backoff.cancel();
     done.set_value();
   });
   done.get_future().wait();

@@ -130,6 +130,27 @@ class Client {
   void Send(const std::string& data) {
     ASSERT_EQ(send(fd_, data.data(), data.size(), MSG_NOSIGNAL), static_cast<ssize_t>(data.size()));
   }
+  // False when the server reset the connection (or closed it) before all was sent.
+  bool TrySend(std::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+  // Sends `bytes` filler bytes (as a body) without reading; returns how many went out before
+  // an error.
+  int64_t SendFiller(int64_t bytes) {
+    const std::string block(1 << 16, 'x');
+    int64_t sent = 0;
+    while (sent < bytes) {
+      const size_t n = static_cast<size_t>(std::min<int64_t>(bytes - sent, block.size()));
+      if (!TrySend(std::string_view(block).substr(0, n))) break;
+      sent += static_cast<int64_t>(n);
+    }
+    return sent;
+  }
   // Reads until `pattern` is in the received text, EOF or the timeout; returns all received.
   std::string ReadUntil(const std::string& pattern, int timeout_ms = 3000) {
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -229,6 +250,125 @@ TEST_F(HttpServerTest, OversizedBodyIs413AndCloses) {
   EXPECT_THAT(reply, HasSubstr("\"code\":\"request_too_large\""));
   EXPECT_THAT(reply, HasSubstr("limit of 100 bytes"));
   EXPECT_TRUE(c.WaitEof());
+}
+
+// A client that streams an oversized body without `Expect: 100-continue` and reads only once
+// it has sent everything (as the openai SDK does) must get the 413, not a reset: the server
+// drains what follows its answer (lingering close). Before, the server closed with the body
+// unread and the client's sends failed with ECONNRESET / EPIPE.
+TEST_F(HttpServerTest, OversizedBodyWithoutExpectIsDrainedSoThe413IsRead) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1 << 20;
+  StartServer(options);
+  Client c(server_->port());
+  constexpr int64_t kBodyBytes = 32 << 20;
+  c.Send("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: " + std::to_string(kBodyBytes) +
+         "\r\n\r\n");
+  EXPECT_EQ(c.SendFiller(kBodyBytes), kBodyBytes);
+  const std::string reply = c.ReadUntil("}");
+  EXPECT_THAT(reply, StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(reply, HasSubstr("Connection: close\r\n"));
+  EXPECT_THAT(reply,
+              HasSubstr("request body of 33554432 bytes exceeds the limit of 1048576 bytes"));
+  EXPECT_TRUE(c.WaitEof());
+}
+
+// The same with a chunked body (no Content-Length: the limit is found mid-body).
+TEST_F(HttpServerTest, OversizedChunkedBodyIsDrainedSoThe413IsRead) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1 << 20;
+  StartServer(options);
+  Client c(server_->port());
+  c.Send("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
+  const std::string chunk = "10000\r\n" + std::string(0x10000, 'x') + "\r\n";
+  bool sent_all = true;
+  for (int i = 0; i < 256 && sent_all; ++i) sent_all = c.TrySend(chunk);  // 16 MiB
+  sent_all = sent_all && c.TrySend("0\r\n\r\n");
+  EXPECT_TRUE(sent_all);
+  const std::string reply = c.ReadUntil("}");
+  EXPECT_THAT(reply, StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(reply, HasSubstr("request body exceeds the limit of 1048576 bytes"));
+  EXPECT_TRUE(c.WaitEof());
+}
+
+// A body in a coding the server does not decode is refused (not read as text), naming the
+// header and what is supported; identity passes; the connection stays usable.
+TEST_F(HttpServerTest, ContentEncodingOtherThanIdentityIs415) {
+  StartServer();
+  Client c(server_->port());
+  c.Send(
+      "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\n"
+      "abc");
+  const std::string reply = c.ReadUntil("}");
+  EXPECT_THAT(reply, StartsWith("HTTP/1.1 415"));
+  EXPECT_THAT(reply, HasSubstr("Accept-Encoding: identity\r\n"));
+  EXPECT_THAT(reply, HasSubstr("\"code\":\"unsupported_content_encoding\""));
+  EXPECT_THAT(reply, HasSubstr("Content-Encoding 'gzip' is not supported"));
+  EXPECT_THAT(reply, HasSubstr("supported Content-Encoding: identity"));
+  EXPECT_THAT(reply, Not(HasSubstr("[abc]")));  // the handler never saw it
+  c.received().clear();
+  c.Send(
+      "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Encoding: identity, BR\r\n"
+      "Content-Length: 2\r\n\r\nhi");
+  EXPECT_THAT(c.ReadUntil("}"), HasSubstr("Content-Encoding 'BR' is not supported"));
+  c.received().clear();
+  c.Send(
+      "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Encoding: Identity\r\nContent-Length: 2\r\n"
+      "\r\nok");
+  const std::string plain = c.ReadUntil("[ok]");
+  EXPECT_THAT(plain, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(plain, HasSubstr("[ok]"));
+}
+
+// Past max_connections a new connection is answered 503 (Retry-After, Connection: close) and
+// closed, and counted; the open ones are unaffected and a slot freed is used again.
+TEST_F(HttpServerTest, ConnectionsOverTheLimitAre503AndCounted) {
+  HttpServerOptions options;
+  options.max_connections = 2;
+  StartServer(options);
+  EXPECT_EQ(server_->stats().max_connections, 2);
+  auto first = std::make_unique<Client>(server_->port());
+  Client second(server_->port());
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().num_connections == 2; }));
+  Client third(server_->port());
+  const std::string refused = third.ReadUntil("}");
+  EXPECT_THAT(refused, StartsWith("HTTP/1.1 503"));
+  EXPECT_THAT(refused, HasSubstr("Retry-After: 1\r\n"));
+  EXPECT_THAT(refused, HasSubstr("Connection: close\r\n"));
+  EXPECT_THAT(refused, HasSubstr("\"code\":\"too_many_connections\""));
+  EXPECT_THAT(refused, HasSubstr("limit of 2 connections"));
+  EXPECT_TRUE(third.WaitEof());
+  EXPECT_EQ(server_->stats().num_refused_total, 1);
+  second.Send(kGet);
+  EXPECT_THAT(second.ReadUntil("x-thing=Yes;"), StartsWith("HTTP/1.1 200"));
+  first.reset();
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().num_connections == 1; }));
+  Client fourth(server_->port());
+  fourth.Send(kGet);
+  EXPECT_THAT(fourth.ReadUntil("x-thing=Yes;"), StartsWith("HTTP/1.1 200"));
+  EXPECT_EQ(server_->stats().num_refused_total, 1);
+}
+
+// A refused client that already sent its request still reads the 503 (it is drained too).
+TEST_F(HttpServerTest, RefusedClientThatSentARequestReadsThe503) {
+  HttpServerOptions options;
+  options.max_connections = 1;
+  StartServer(options);
+  Client first(server_->port());
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().num_connections == 1; }));
+  Client second(server_->port());
+  second.Send("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_THAT(second.ReadUntil("}"), StartsWith("HTTP/1.1 503"));
+  EXPECT_TRUE(second.WaitEof());
+}
+
+TEST(MaxConnections, IsTheDescriptorLimitLessAReserve) {
+  EXPECT_EQ(MaxConnectionsForDescriptorLimit(512), 384);
+  EXPECT_EQ(MaxConnectionsForDescriptorLimit(1024), 768);
+  EXPECT_EQ(MaxConnectionsForDescriptorLimit(65536), 65536 - 1024);
+  EXPECT_EQ(MaxConnectionsForDescriptorLimit(200), 200 - 64);
+  EXPECT_EQ(MaxConnectionsForDescriptorLimit(40), 1);
+  EXPECT_GE(DefaultMaxConnections(), 1);
 }
 
 TEST_F(HttpServerTest, OversizedHeadersAre431) {

@@ -79,7 +79,7 @@ struct HandlerResult {
 
 // One finished exchange, reported to HttpServerOptions::on_exchange (for metrics).
 struct ExchangeRecord {
-  std::string_view method;  // as sent
+  std::string_view method;  // as sent (any token: metrics map it to a fixed set)
   std::string_view path;    // without the query
   // The status sent; 499 (nginx's "client closed request") when the client left before any
   // response was sent.
@@ -96,7 +96,10 @@ class HttpHandler {
   virtual HandlerResult Handle(HttpRequest request) = 0;
   // The response for a failure the server found before a handler saw a request: malformed
   // HTTP (400), body over the limit (413), headers over the limit (431), a request that did
-  // not arrive in time (408). `code` is a short machine-readable word ("request_too_large").
+  // not arrive in time (408), a body in a Content-Encoding other than identity (415), a
+  // connection over the server's limit (503). `code` is a short machine-readable word
+  // ("request_too_large"). The server adds headers (Retry-After, Accept-Encoding) and decides
+  // whether the connection stays.
   virtual HttpResponse ProtocolError(int status, std::string_view code,
                                      std::string_view message) = 0;
 };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of the checkpoint parsers, response_format schemas, regexes and
-# GBNF grammars
+# Builds the libFuzzer targets of the checkpoint parsers, response_format schemas, regexes,
+# GBNF grammars, the bounded JSON parser of requests and the request parsers (chat,
+# completions, responses, messages, batch lines, gRPC GenerateRequest messages)
 # (clang++, ASan + UBSan) into BUILD_DIR
 # as a separate small project (tests/fuzz/CMakeLists.txt), writes a seed corpus, and runs each
 # target for SECONDS seconds. Exits non-zero when a target crashes or reports a sanitizer error;
@@ -24,15 +25,17 @@ echo "== configuring fuzz build in $build_dir"
 cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build_dir/configure.log" 2>&1 ||
   { cat "$build_dir/configure.log"; exit 1; }
-echo "== building safetensors_fuzz config_fuzz json_schema_fuzz regex_fuzz gbnf_fuzz"
+targets=(safetensors config json_schema regex gbnf json_limits chat_request completion_request
+         responses_request messages_request batch_line grpc_generate)
+echo "== building ${targets[*]/%/_fuzz}"
 cmake --build "$build_dir" -j 2 >"$build_dir/build.log" 2>&1 ||
   { cat "$build_dir/build.log"; exit 1; }
 
 # ---- seed corpus ------------------------------------------------------------------------------
 seeds=$build_dir/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds/safetensors" "$seeds/config" "$seeds/json_schema" "$seeds/regex" "$seeds/gbnf" \
-  "$build_dir/artifacts"
+for target in "${targets[@]}"; do mkdir -p "$seeds/$target"; done
+mkdir -p "$build_dir/artifacts"
 
 # A valid two-tensor file with metadata, and a minimal one, written like the reference writer.
 python3 - "$seeds/safetensors" <<'PY'
@@ -108,6 +111,55 @@ item ::= "(" root? ")" | [a-c]+ | [^\x00-\x7F]
 ws ::= [ \t\n]*  # comment' '(ab), \xc3\xa9,c' >"$seeds/gbnf/nested"
 printf '%s\0%s' 'root ::= "SELECT " name (", " name)* " FROM " name ";"
 name ::= [a-z_] [a-z0-9_]{0,15}' 'SELECT a, b_2 FROM t;' >"$seeds/gbnf/sql"
+
+# JSON texts: duplicate keys, nesting, numbers at the edges.
+printf '%s' '{"b": [1, -2.5e3, 18446744073709551615, null, true], "a": {"x": "\u00e9"}, "b": {}}' \
+  >"$seeds/json_limits/mixed"
+printf '%s' '[[[[[[[[1]]]]]]]]' >"$seeds/json_limits/deep"
+printf '%s' '{"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k1":[0]}' \
+  >"$seeds/json_limits/wide"
+
+# Request bodies, one endpoint each (and the same as batch lines).
+chat='{"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "f", "arguments": "{\"a\": [1]}"}}]}, {"role": "tool", "tool_call_id": "c0", "content": "ok"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}}}}], "tool_choice": "auto", "temperature": 0.7, "top_p": 0.9, "max_tokens": 16, "n": 2, "stop": ["x"], "logit_bias": {"5": -100}, "logprobs": true, "top_logprobs": 2, "chat_template_kwargs": {"thinking": true}, "stream": true, "stream_options": {"include_usage": true}}'
+printf '%s' "$chat" >"$seeds/chat_request/tools"
+printf '%s' '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"n": {"enum": [1, "a"]}}, "required": ["n"]}}}, "guided_regex": null, "seed": 3}' \
+  >"$seeds/chat_request/schema"
+printf '%s' '{"messages": [{"role": "user", "content": "hi"}], "guided_grammar": "root ::= [a-z]+", "min_tokens": 0, "allowed_token_ids": [1, 2]}' \
+  >"$seeds/chat_request/grammar"
+printf '%s' '{"model": "m", "prompt": ["a", "b"], "max_tokens": 4, "echo": true, "logprobs": 2, "stop_token_ids": [3], "guided_choice": ["yes", "no"], "truncate_prompt_tokens": 8}' \
+  >"$seeds/completion_request/text"
+printf '%s' '{"prompt": [[1, 2, 3], [4]], "max_tokens": 0, "echo": true, "prompt_logprobs": 1, "bad_words": ["x"], "structured_outputs": {"regex": "[0-9]+"}}' \
+  >"$seeds/completion_request/ids"
+printf '%s' '{"model": "m", "instructions": "be brief", "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}, {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}, {"type": "function_call_output", "call_id": "c", "output": "ok"}], "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}, "max_output_tokens": 16, "metadata": {"k": "v"}, "reasoning": {"effort": "low"}, "store": false}' \
+  >"$seeds/responses_request/items"
+printf '%s' '{"input": "hi", "stream": true, "include": ["message.output_text.logprobs"], "top_logprobs": 2}' \
+  >"$seeds/responses_request/text"
+printf '%s' '{"model": "m", "max_tokens": 16, "system": [{"type": "text", "text": "s"}], "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"a": 1}}]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}], "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "auto"}, "stop_sequences": ["x"], "thinking": {"type": "enabled", "budget_tokens": 1024}}' \
+  >"$seeds/messages_request/tools"
+printf '%s' "{\"custom_id\": \"r1\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": $chat}" \
+  >"$seeds/batch_line/chat"
+printf '%s' '{"custom_id": "r2", "method": "POST", "url": "/v1/completions", "body": {"prompt": "a", "max_tokens": 2}}' \
+  >"$seeds/batch_line/completion"
+printf '%s' '{"id": "batch_req_x0", "custom_id": "r1", "response": {"status_code": 200, "request_id": "r", "body": {"id": "r"}}, "error": null}' \
+  >"$seeds/batch_line/output"
+# GenerateRequest messages, encoded from text format by protoc (when it is installed).
+if command -v protoc >/dev/null 2>&1; then
+  encode() {
+    protoc --encode=strata.v1.GenerateRequest -I"$here/../../proto" \
+      "$here/../../proto/strata/v1/inference.proto" >"$seeds/grpc_generate/$1"
+  }
+  encode text <<'TXT' || true
+text: "hi" max_tokens: 8 stop: "x" n: 2 logprobs: 1
+sampling { temperature: 0.5 top_p: 0.9 top_k: 5 seed: 7 logit_bias { key: 5 value: -100 } logit_bias { key: 6 value: 3 } }
+json_schema: "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}"
+TXT
+  encode ids <<'TXT' || true
+token_ids { ids: 1 ids: 2 ids: 3 } max_tokens: 1 regex: "[a-z]{2,4}" allowed_token_ids: 1 bad_words: "no"
+TXT
+  encode grammar <<'TXT' || true
+text: "x" grammar: "root ::= \"a\" | \"b\"" request_id: "r" priority: 1 ignore_eos: true
+TXT
+fi
 
 # Dictionaries: the tokens a mutator would otherwise have to discover byte by byte.
 cat >"$build_dir/safetensors.dict" <<'DICT'
@@ -193,11 +245,84 @@ cat >"$build_dir/gbnf.dict" <<'DICT'
 "\xc3\xa9"
 DICT
 
+cat >"$build_dir/json_limits.dict" <<'DICT'
+"{"
+"}"
+"["
+"]"
+"\":"
+","
+"null"
+"true"
+"1e999"
+"-0.5"
+"\\u00e9"
+"\\ud83d\\ude00"
+DICT
+
+# The request bodies' field names and values.
+cat >"$build_dir/request.dict" <<'DICT'
+"\"messages\""
+"\"role\""
+"\"user\""
+"\"assistant\""
+"\"tool\""
+"\"content\""
+"\"type\""
+"\"text\""
+"\"tools\""
+"\"function\""
+"\"name\""
+"\"parameters\""
+"\"arguments\""
+"\"tool_calls\""
+"\"tool_choice\""
+"\"required\""
+"\"prompt\""
+"\"input\""
+"\"instructions\""
+"\"max_tokens\""
+"\"max_output_tokens\""
+"\"temperature\""
+"\"logit_bias\""
+"\"logprobs\""
+"\"top_logprobs\""
+"\"response_format\""
+"\"json_schema\""
+"\"schema\""
+"\"guided_json\""
+"\"guided_regex\""
+"\"guided_grammar\""
+"\"guided_choice\""
+"\"structured_outputs\""
+"\"chat_template_kwargs\""
+"\"stream\""
+"\"stop\""
+"\"echo\""
+"\"n\""
+"\"metadata\""
+"\"tool_use\""
+"\"tool_result\""
+"\"input_schema\""
+"\"function_call\""
+"\"function_call_output\""
+"\"custom_id\""
+"\"url\""
+"\"body\""
+"\"/v1/chat/completions\""
+"\"/v1/responses\""
+DICT
+for target in chat_request completion_request responses_request messages_request batch_line; do
+  cp "$build_dir/request.dict" "$build_dir/$target.dict"
+done
+# Proto field names mean nothing on the wire: the JSON a json_schema field carries does.
+cp "$build_dir/json_schema.dict" "$build_dir/grpc_generate.dict"
+
 # ---- run --------------------------------------------------------------------------------------
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
-for target in safetensors config json_schema regex gbnf; do
+for target in "${targets[@]}"; do
   binary=$build_dir/${target}_fuzz
   corpus=$build_dir/corpus/$target
   log=$build_dir/${target}_fuzz.log

@@ -82,6 +82,35 @@ TEST(JinjaTest, CallBlockCallerSeesCallSiteScope) {
 }
 
 // Random token soup must give a status or a rendering, never a crash or a hang.
+// tojson is Python's json.dumps as transformers calls it: objects in insertion order (the order
+// the request JSON gave, kept by ordered_json and the interpreter's objects), sorted only with
+// sort_keys=true (by code point, nested objects too). Expected strings follow json.dumps by hand.
+TEST(JinjaTest, TojsonKeepsInsertionOrderAndSortsOnlyWithSortKeys) {
+  const nlohmann::ordered_json context = {
+      {"tool", nlohmann::ordered_json::parse(
+                   R"({"type": "function", "function": {"name": "get_weather",
+                       "description": "Weather.", "parameters": {"type": "object",
+                       "properties": {"city": {"type": "string"}}, "required": ["city"]}}})")}};
+  EXPECT_EQ(Render("{{ tool | tojson }}", context),
+            R"({"type": "function", "function": {"name": "get_weather", "description": )"
+            R"("Weather.", "parameters": {"type": "object", "properties": {"city": {"type": )"
+            R"("string"}}, "required": ["city"]}}})");
+  EXPECT_EQ(Render("{{ tool | tojson(sort_keys=true) }}", context),
+            R"({"function": {"description": "Weather.", "name": "get_weather", "parameters": )"
+            R"({"properties": {"city": {"type": "string"}}, "required": ["city"], "type": )"
+            R"("object"}}, "type": "function"})");
+  EXPECT_EQ(Render("{{ tool | tojson(sort_keys=false, separators=(',', ':')) }}", context),
+            R"({"type":"function","function":{"name":"get_weather","description":"Weather.",)"
+            R"("parameters":{"type":"object","properties":{"city":{"type":"string"}},)"
+            R"("required":["city"]}}})");
+  // Objects the template builds keep their order too; a key set again stays where it was.
+  EXPECT_EQ(Render("{% set d = {'b': 1, 'a': 2, 'Z': 3} %}{{ d | tojson }} "
+                   "{{ d | tojson(sort_keys=true) }}"),
+            R"({"b": 1, "a": 2, "Z": 3} {"Z": 3, "a": 2, "b": 1})");
+  EXPECT_EQ(Render("{% set ns = namespace(z=1, a=2) %}{% set ns.z = 3 %}{{ ns | tojson }}"),
+            R"({"z": 3, "a": 2})");
+}
+
 TEST(JinjaTest, RandomTemplatesNeverCrash) {
   static constexpr const char* kPieces[] = {
       "{{",       "}}",       "{%",    "%}",       "{#",

@@ -1,5 +1,8 @@
 #include "engine/tokenizer/jinja/template.h"
 
+#include <set>
+#include <string>
+
 #include "engine/tokenizer/jinja/builtins.h"
 #include "engine/tokenizer/jinja/interpreter.h"
 #include "engine/tokenizer/jinja/lexer.h"
@@ -27,7 +30,17 @@ absl::StatusOr<std::string> Template::Render(const nlohmann::ordered_json& conte
 absl::StatusOr<std::string> Template::Render(const ObjectData& context) const {
   ObjectData globals;
   InstallGlobals(&globals);
-  for (const auto& [k, v] : context.items) globals.Set(k, v);
+  // The context's names replace the few builtins they share and are appended after them
+  // (its keys are distinct: Set's scan per key made 100,000 chat_template_kwargs take 15 s).
+  std::set<std::string, std::less<>> builtins;
+  for (const auto& [k, v] : globals.items) builtins.insert(k);
+  for (const auto& [k, v] : context.items) {
+    if (builtins.count(k) != 0) {
+      globals.Set(k, v);
+    } else {
+      globals.items.emplace_back(k, v);
+    }
+  }
   Interpreter interpreter(std::move(globals));
   return interpreter.Render(program_);
 }
