@@ -1,13 +1,14 @@
-# Expert parallelism (issue 9): expert placement, MoE dispatch/combine over a Communicator, the
-# in-process fake communicator for tests, and the dispatch benchmark. Included from
-# dist/CMakeLists.txt.
+# Model parallelism over a Communicator: expert placement and MoE dispatch/combine (expert
+# parallelism), the tensor-parallel collectives (engine/tensor_parallel.h), the in-process fake
+# communicator for tests, and the dispatch benchmark. Included from dist/CMakeLists.txt.
 add_library(strata_dist_placement STATIC ${CMAKE_CURRENT_LIST_DIR}/expert_placement.cc)
 strata_target_defaults(strata_dist_placement)
 target_include_directories(strata_dist_placement PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(strata_dist_placement PUBLIC strata_core absl::status absl::statusor
                       absl::strings nlohmann_json::nlohmann_json)
 
-add_library(strata_dist_ep STATIC ${CMAKE_CURRENT_LIST_DIR}/moe_dispatch.cc)
+add_library(strata_dist_ep STATIC ${CMAKE_CURRENT_LIST_DIR}/moe_dispatch.cc
+                          ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_group.cc)
 strata_target_defaults(strata_dist_ep)
 target_include_directories(strata_dist_ep PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(strata_dist_ep PUBLIC strata_dist_placement strata_engine strata_core
@@ -43,3 +44,7 @@ target_link_libraries(dist_moe_dispatch_bench PRIVATE strata_dist_ep strata_dist
 strata_test(dist_moe_dispatch_gloo_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/moe_dispatch_gloo_test.cc
   LIBS strata_dist_ep strata_dist_testing strata_dist TIMEOUT 180)
+
+strata_test(dist_tensor_parallel_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel_test.cc
+  LIBS strata_dist_ep strata_dist_testing strata_engine strata_checkpoint_generator TIMEOUT 300)

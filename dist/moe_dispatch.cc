@@ -59,13 +59,12 @@ ExpertParallelExchange::ExpertParallelExchange(Communicator* comm, ExpertPlaceme
   stats_.expert_tokens.assign(static_cast<size_t>(placement_.num_experts), 0);
 }
 
-void ExitOnExchangeFailure(const Communicator& comm, const char* collective, int moe_layer,
-                           const absl::Status& status) {
+void ExitOnCollectiveFailure(const Communicator& comm, absl::string_view what,
+                             const absl::Status& status) {
   const std::string message =
-      absl::StrCat("expert exchange failed: ", collective, " on rank ", comm.rank(), " of ",
-                   comm.world_size(), " (", comm.backend(), "), MoE layer ", moe_layer, ": ",
-                   status.message(), "; exiting with status ", kExpertExchangeFailureExitCode,
-                   " so that the orchestrator restarts the group");
+      absl::StrCat(what, " failed on rank ", comm.rank(), " of ", comm.world_size(), " (",
+                   comm.backend(), "): ", status.message(), "; exiting with status ",
+                   kExpertExchangeFailureExitCode, " so that the orchestrator restarts the group");
   if (log::Enabled(log::Level::kError)) {
     LOG_ERROR("dist", "{}", message);
     log::Logger().flush();
@@ -74,6 +73,12 @@ void ExitOnExchangeFailure(const Communicator& comm, const char* collective, int
   }
   std::fflush(stderr);
   std::_Exit(kExpertExchangeFailureExitCode);
+}
+
+void ExitOnExchangeFailure(const Communicator& comm, const char* collective, int moe_layer,
+                           const absl::Status& status) {
+  ExitOnCollectiveFailure(
+      comm, absl::StrCat("expert exchange: ", collective, " of MoE layer ", moe_layer), status);
 }
 
 void ExpertParallelExchange::Fail(const char* collective, int moe_layer,

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "dist/communicator.h"
 #include "dist/expert_placement.h"
@@ -63,6 +64,12 @@ struct ExpertExchangeStats {
   double exchange_seconds = 0;         // wall time of whole Exchange calls
   std::vector<int64_t> expert_tokens;  // [num_experts] (row, slot) pairs each expert ran here
 };
+
+// Logs one error line "<what> failed on rank R of N (backend): <message>; exiting ...", flushes
+// the log and ends the process with kExpertExchangeFailureExitCode: the failure contract above,
+// shared by every collective inside a forward (tensor parallelism too).
+[[noreturn]] void ExitOnCollectiveFailure(const Communicator& comm, absl::string_view what,
+                                          const absl::Status& status);
 
 // Logs one error line naming the collective, this rank, the MoE layer and the communicator's
 // message, flushes the log and ends the process with kExpertExchangeFailureExitCode (see the

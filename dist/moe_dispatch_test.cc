@@ -273,8 +273,8 @@ TEST(ExchangeFailureDeathTest, CommunicatorErrorEndsTheProcessNamingCollectiveAn
                           out.data(), nullptr, ws);
       },
       ::testing::ExitedWithCode(kExpertExchangeFailureExitCode),
-      "all-to-all \\(dispatch row counts\\) on rank 0 of 2 \\(test\\), MoE layer 5: .*rank 1 did "
-      "not answer");
+      "expert exchange: all-to-all \\(dispatch row counts\\) of MoE layer 5 failed on rank 0 of 2 "
+      "\\(test\\): .*rank 1 did not answer");
 }
 
 // ---- whole model: two ranks splitting a batch == one rank on the whole batch -------------------

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "engine/step_codec.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace strata::engine {
@@ -129,7 +130,9 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
         f.kda_update_caches = true;
       }
     }
-    CHECK_GE(static_cast<int64_t>(seq.block_table.size()) * layout_.block_size,
+    // With decode context parallelism a block holds every C-th position of C·block_size.
+    CHECK_GE(static_cast<int64_t>(seq.block_table.size()) * layout_.block_size *
+                 model_.context_parallel().size,
              seq.num_computed_tokens + f.num_new_tokens)
         << "block table of sequence " << seq.seq_id << " is too short";
     f.cache.block_table = seq.block_table.data();
@@ -197,7 +200,66 @@ StepResult CpuExecutor::Execute(const StepPlan& plan) {
   return result;
 }
 
+TensorParallelGroup* CpuExecutor::tensor_parallel() const {
+  return model_.tensor_parallel().enabled() ? forward_context_.tensor_parallel : nullptr;
+}
+
 void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
+  if (TensorParallelGroup* tp = tensor_parallel(); tp != nullptr) {
+    CHECK_EQ(tp->rank(), 0) << "only the lead rank of a tensor-parallel group executes plans";
+    EncodeStepPlan(plan, &plan_bytes_);
+    int64_t size = static_cast<int64_t>(plan_bytes_.size());
+    tp->BroadcastFromLead(&size, sizeof(size));
+    tp->BroadcastFromLead(plan_bytes_.data(), size);
+  }
+  RunStep(plan, /*lead=*/true, result);
+}
+
+int64_t CpuExecutor::FollowStep() {
+  TensorParallelGroup* tp = tensor_parallel();
+  CHECK(tp != nullptr && tp->rank() != 0) << "FollowStep is for the other ranks of a group";
+  int64_t size = 0;
+  tp->BroadcastFromLead(&size, sizeof(size));
+  if (size < 0) return -1;  // EndFollowers
+  plan_bytes_.resize(static_cast<size_t>(size));
+  tp->BroadcastFromLead(plan_bytes_.data(), size);
+  absl::StatusOr<StepPlan> plan = DecodeStepPlan(plan_bytes_);
+  CHECK(plan.ok()) << "rank " << tp->rank() << ": " << plan.status();  // same binary both ends
+  StepResult result;
+  RunStep(*plan, /*lead=*/false, &result);
+  return plan->step_id;
+}
+
+void CpuExecutor::SampleTasks(const StepPlan& plan, StepResult* result) {
+  const int64_t vocab = model_.config().vocab_size;
+  const auto num_tasks = static_cast<int64_t>(sample_tasks_.size());
+  PrepareConstraints(plan, vocab, /*parallel=*/true);
+  // Each task its own scratch, whichever thread runs it: nothing allocates once they have grown.
+  if (sample_scratch_.size() < sample_tasks_.size()) sample_scratch_.resize(sample_tasks_.size());
+  SampleTask* tasks = sample_tasks_.data();
+  SampleScratch* scratch = sample_scratch_.data();
+  float* logits = logits_.data();
+  kernels::cpu::ParallelFor(num_tasks, num_tasks > 1, [&](int64_t t) {
+    SampleTask& task = tasks[t];
+    const ScheduledSequence& seq = plan.sequences[task.plan_index];
+    // Rows of the last 1 + k new tokens; row j is num_draft_tokens − j rows before the last.
+    for (int32_t j = 0; j <= seq.num_draft_tokens; ++j) {
+      SampledToken& out = result->sampled[task.first_entry + static_cast<size_t>(j)];
+      sampler_.Sample(seq, logits + (task.first_row + j) * vocab, vocab, &out, &scratch[t]);
+      ++task.num_entries;
+      if (EndsDraftVerification(seq, seq.num_draft_tokens - j, out.token_id)) break;
+    }
+  });
+}
+
+void CpuExecutor::EndFollowers() {
+  TensorParallelGroup* tp = tensor_parallel();
+  CHECK(tp != nullptr && tp->rank() == 0) << "EndFollowers is for the lead rank of a group";
+  int64_t end = -1;
+  tp->BroadcastFromLead(&end, sizeof(end));
+}
+
+void CpuExecutor::RunStep(const StepPlan& plan, bool lead, StepResult* result) {
   const auto start = std::chrono::steady_clock::now();
   result->step_id = plan.step_id;
   // 1. Slots that start this step (zeroed, or copied from a prefix-cache checkpoint).
@@ -235,7 +297,8 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const ScheduledSequence& seq = plan.sequences[i];
     if (!seq.score_targets.empty()) {
-      ScoreTargets(seq, logits_.data() + row * vocab, vocab, &result->scored[scored++]);
+      if (lead) ScoreTargets(seq, logits_.data() + row * vocab, vocab, &result->scored[scored]);
+      ++scored;
       row += static_cast<int64_t>(seq.token_ids.size()) - (seq.sample ? 1 : 0);
     }
     if (!seq.sample || seq.token_ids.empty()) continue;
@@ -245,24 +308,24 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   }
   CHECK_EQ(row, NumLogitRows(ForwardBatch(batch_.data(), plan.sequences.size())));
   if (result->sampled.size() < max_sampled) result->sampled.resize(max_sampled);
-  PrepareConstraints(plan, vocab, /*parallel=*/true);
   const auto num_tasks = static_cast<int64_t>(sample_tasks_.size());
-  // Each task its own scratch, whichever thread runs it: nothing allocates once they have grown.
-  if (sample_scratch_.size() < sample_tasks_.size()) sample_scratch_.resize(sample_tasks_.size());
-  SampleTask* tasks = sample_tasks_.data();
-  SampleScratch* scratch = sample_scratch_.data();
-  float* logits = logits_.data();
-  kernels::cpu::ParallelFor(num_tasks, num_tasks > 1, [&](int64_t t) {
-    SampleTask& task = tasks[t];
-    const ScheduledSequence& seq = plan.sequences[task.plan_index];
-    // Rows of the last 1 + k new tokens; row j is num_draft_tokens − j rows before the last.
-    for (int32_t j = 0; j <= seq.num_draft_tokens; ++j) {
-      SampledToken& out = result->sampled[task.first_entry + static_cast<size_t>(j)];
-      sampler_.Sample(seq, logits + (task.first_row + j) * vocab, vocab, &out, &scratch[t]);
-      ++task.num_entries;
-      if (EndsDraftVerification(seq, seq.num_draft_tokens - j, out.token_id)) break;
+  bool any_drafts = false;
+  for (const ScheduledSequence& seq : plan.sequences) any_drafts |= seq.num_draft_tokens > 0;
+  if (lead) SampleTasks(plan, result);
+  if (TensorParallelGroup* tp = tensor_parallel(); tp != nullptr && any_drafts) {
+    // The followers keep in their KDA caches what the lead's sampler accepted.
+    accepted_entries_.resize(sample_tasks_.size());
+    for (size_t t = 0; t < sample_tasks_.size(); ++t) {
+      if (lead) accepted_entries_[t] = sample_tasks_[t].num_entries;
     }
-  });
+    tp->BroadcastFromLead(accepted_entries_.data(),
+                          num_tasks * static_cast<int64_t>(sizeof(int32_t)));
+    for (size_t t = 0; t < sample_tasks_.size(); ++t) {
+      sample_tasks_[t].num_entries = accepted_entries_[t];
+    }
+  } else if (!lead) {
+    for (SampleTask& task : sample_tasks_) task.num_entries = 1;
+  }
   size_t sampled = 0;
   replays_.clear();
   for (const SampleTask& task : sample_tasks_) {

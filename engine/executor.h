@@ -66,6 +66,16 @@ class CpuExecutor : public StepExecutor {
   // exchange, Execute must run in lockstep on every rank, an empty plan included.
   void set_forward_context(const ForwardContext& context) { forward_context_ = context; }
 
+  // Tensor parallelism (engine/tensor_parallel.h; the model is a shard and the context names
+  // its group): on the lead rank (0) Execute first sends the plan to the other ranks, which
+  // call FollowStep in the same order; they run the same forward on their shards, never sample,
+  // and learn from the lead how many drafts it accepted (their KDA caches keep the same tokens).
+  // Returns the step id followed, or −1 when the lead called EndFollowers (nothing ran).
+  int64_t FollowStep();
+  // On the lead, for drivers without a step gate (`strata bench`): every follower's next
+  // FollowStep returns −1.
+  void EndFollowers();
+
   // Bytes for copies of drafting sequences' KDA caches (default: an eighth of the arena; 0:
   // every drafting sequence verifies without updating and replays).
   void set_kda_snapshot_budget(int64_t bytes) { kda_snapshot_budget_ = bytes; }
@@ -87,6 +97,13 @@ class CpuExecutor : public StepExecutor {
   void SnapshotCopy(int32_t row, int32_t snapshot, bool restore);
   // Fills batch_[0, plan.sequences.size()) from the plan.
   void BuildBatch(const StepPlan& plan);
+  // One step; `lead` false: a tensor-parallel follower (no sampling, no scoring; the accepted
+  // draft counts come from the lead).
+  void RunStep(const StepPlan& plan, bool lead, StepResult* result);
+  // Step 3 on the lead: samples every task's rows into result->sampled (setting num_entries).
+  void SampleTasks(const StepPlan& plan, StepResult* result);
+  // The group of a tensor-parallel shard, else null.
+  TensorParallelGroup* tensor_parallel() const;
 
   const Model& model_;
   kvcache::CacheLayout layout_;
@@ -115,6 +132,8 @@ class CpuExecutor : public StepExecutor {
   };
   std::vector<SampleTask> sample_tasks_;
   std::vector<SampleScratch> sample_scratch_;  // by task: grows only
+  std::vector<uint8_t> plan_bytes_;            // tensor parallelism: the encoded plan
+  std::vector<int32_t> accepted_entries_;      // tensor parallelism: num_entries by task
 };
 
 }  // namespace strata::engine

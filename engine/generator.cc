@@ -11,7 +11,8 @@ namespace {
 // Runs `ids` through the model in chunks on top of `cache`, starting at position `start`.
 // Returns the logits of the last token when `mode` is kLast, of every token when kAll.
 void Prefill(const Model& model, const SequenceCache& cache, const std::vector<int32_t>& ids,
-             int64_t start, int64_t chunk, LogitsMode mode, std::vector<float>* logits) {
+             int64_t start, int64_t chunk, LogitsMode mode, const ForwardContext& context,
+             std::vector<float>* logits) {
   std::vector<float> chunk_logits;
   const int64_t total = static_cast<int64_t>(ids.size());
   for (int64_t begin = 0; begin < total; begin += chunk) {
@@ -25,7 +26,7 @@ void Prefill(const Model& model, const SequenceCache& cache, const std::vector<i
     seq.logits = mode == LogitsMode::kAll ? LogitsMode::kAll
                  : last_chunk             ? LogitsMode::kLast
                                           : LogitsMode::kNone;
-    model.Forward({seq}, &chunk_logits);
+    model.Forward({seq}, &chunk_logits, context);
     if (mode == LogitsMode::kAll || last_chunk) {
       logits->insert(logits->end(), chunk_logits.begin(), chunk_logits.end());
     }
@@ -63,9 +64,15 @@ absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
   if (options.max_tokens == 0) return output;
 
   const int64_t prompt_len = static_cast<int64_t>(prompt.size());
-  SequenceCache cache(model.geometry(), prompt_len + options.max_tokens, 64, options.latent_dtype);
+  // With decode context parallelism this rank holds every C-th position's latent row.
+  SequenceCache cache(model.geometry(),
+                      model.context_parallel().MaxLocalRows(prompt_len + options.max_tokens), 64,
+                      options.latent_dtype);
   std::vector<float> logits;
-  Prefill(model, cache, prompt, 0, options.prefill_chunk_tokens, LogitsMode::kLast, &logits);
+  ForwardContext context;
+  context.tensor_parallel = options.tensor_parallel;
+  Prefill(model, cache, prompt, 0, options.prefill_chunk_tokens, LogitsMode::kLast, context,
+          &logits);
   Sampler sampler(options.sampling, options.fallback_seed, prompt);
   for (int64_t step = 0;; ++step) {
     const int32_t token = sampler.Sample(logits.data(), cfg.vocab_size);
@@ -80,7 +87,7 @@ absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
     seq.num_computed_tokens = prompt_len + step;
     seq.cache = cache.view();
     seq.logits = LogitsMode::kLast;
-    model.Forward({seq}, &logits);
+    model.Forward({seq}, &logits, context);
   }
   return output;
 }
@@ -88,14 +95,19 @@ absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
 absl::StatusOr<std::vector<float>> PromptLogits(const Model& model,
                                                 const std::vector<int32_t>& prompt,
                                                 int64_t prefill_chunk_tokens,
-                                                LatentDType latent_dtype) {
+                                                LatentDType latent_dtype,
+                                                TensorParallelGroup* tensor_parallel) {
   RETURN_IF_ERROR(ValidatePromptIds(prompt, model.config().vocab_size));
   if (prefill_chunk_tokens < 1) {
     return absl::InvalidArgumentError("prefill chunk size must be >= 1");
   }
-  SequenceCache cache(model.geometry(), static_cast<int64_t>(prompt.size()), 64, latent_dtype);
+  SequenceCache cache(model.geometry(),
+                      model.context_parallel().MaxLocalRows(static_cast<int64_t>(prompt.size())),
+                      64, latent_dtype);
   std::vector<float> logits;
-  Prefill(model, cache, prompt, 0, prefill_chunk_tokens, LogitsMode::kAll, &logits);
+  ForwardContext context;
+  context.tensor_parallel = tensor_parallel;
+  Prefill(model, cache, prompt, 0, prefill_chunk_tokens, LogitsMode::kAll, context, &logits);
   return logits;
 }
 

@@ -21,6 +21,9 @@ struct GenerateOptions {
   SamplingParams sampling;  // default temperature 1; set temperature 0 for greedy
   uint64_t fallback_seed = 0;
   LatentDType latent_dtype = LatentDType::kF32;  // the latent cache's rows (--kv-cache-dtype)
+  // A tensor-parallel shard's group (Model::Forward): every rank of the group calls Generate
+  // with the same prompt and options and gets the same tokens.
+  TensorParallelGroup* tensor_parallel = nullptr;
 };
 
 // Rejects an empty prompt or an id outside [0, vocab) with an InvalidArgument naming the
@@ -33,10 +36,12 @@ absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
                                               const GenerateOptions& options);
 
 // Logits [prompt.size(), vocab] for every prompt position, through the normal chunked
-// prefill path, over a latent cache of `latent_dtype` rows.
+// prefill path, over a latent cache of `latent_dtype` rows. A tensor-parallel shard passes its
+// group; every rank then gets the full logits.
 absl::StatusOr<std::vector<float>> PromptLogits(const Model& model,
                                                 const std::vector<int32_t>& prompt,
                                                 int64_t prefill_chunk_tokens,
-                                                LatentDType latent_dtype = LatentDType::kF32);
+                                                LatentDType latent_dtype = LatentDType::kF32,
+                                                TensorParallelGroup* tensor_parallel = nullptr);
 
 }  // namespace strata::engine

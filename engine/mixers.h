@@ -11,6 +11,7 @@
 #include "engine/kda_drafts.h"
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
+#include "engine/tensor_parallel.h"
 #include "engine/workspace.h"
 
 namespace strata::engine {
@@ -32,10 +33,19 @@ void KdaMixerForward(const ModelConfig& cfg, const KdaWeights& w, const float* x
 void KdaReplayLayer(const ModelConfig& cfg, const KdaWeights& w, const KdaDraftRows& drafts,
                     absl::Span<const KdaReplay> sequences, int kda_index, Workspace& ws);
 
-// Gated MLA, NoPE (docs/model.md §4). `mla_index`: this layer's ordinal among MLA layers.
+// Decode context parallelism inside an MLA layer (engine/tensor_parallel.h): the group the
+// latent rows are spread over and this rank's place in it.
+struct MlaContextParallel {
+  TensorParallelGroup* group = nullptr;
+  ContextParallelShard shard;
+};
+
+// Gated MLA, NoPE (docs/model.md §4). `mla_index`: this layer's ordinal among MLA layers. With
+// `cp`, the sequences' block tables address this rank's local rows (position p at row p / C, only
+// p ≡ rank mod C stored here) and attention runs over the group (MlaContextParallelAttention).
 void MlaMixerForward(const ModelConfig& cfg, const MlaWeights& w, const float* x, int64_t num_rows,
                      ForwardBatch batch, absl::Span<const RowSpan> rows, int mla_index, float* out,
-                     Workspace& ws);
+                     Workspace& ws, const MlaContextParallel* cp = nullptr);
 
 // Dense gated MLP (dense first layers; also the fused shared experts).
 void MlpForward(const ModelConfig& cfg, const MlpWeights& w, const float* x, int64_t num_rows,

@@ -117,22 +117,43 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// h[row] = embedding of each new token, rows in batch order.
+// h[row] = embedding of each new token, rows in batch order. With tensor parallelism the rows
+// of this rank's vocabulary share (`vocab`), zeros for the others (summed over the group next).
 void EmbedRows(const ModelConfig& cfg, const ModelWeights& weights, ForwardBatch batch,
-               absl::Span<const RowSpan> rows, float* h) {
+               absl::Span<const RowSpan> rows, ShardRange vocab, float* h) {
+  const int64_t d = cfg.hidden_size;
   for (size_t s = 0; s < batch.size(); ++s) {
     for (int64_t i = 0; i < batch[s].num_new_tokens; ++i) {
       const int64_t id = batch[s].token_ids[i];
       CHECK(id >= 0 && id < cfg.vocab_size) << "token id " << id;
-      EmbeddingRow(weights.embed, id, h + (rows[s].offset + i) * cfg.hidden_size);
+      float* row = h + (rows[s].offset + i) * d;
+      if (id >= vocab.begin && id < vocab.end) {
+        EmbeddingRow(weights.embed, id - vocab.begin, row);
+      } else {
+        std::fill(row, row + d, 0.0f);
+      }
+    }
+  }
+}
+
+// logits[r, vocab] from every rank's [r, stride] share (the gathered `shares`, rank-major).
+void AssembleVocabShares(const float* shares, int64_t num_rows, int64_t vocab, int size,
+                         float* logits) {
+  const int64_t stride = ShardStride(vocab, size);
+  for (int rank = 0; rank < size; ++rank) {
+    const ShardRange range = RangeOf(vocab, {rank, size});
+    const float* share = shares + rank * num_rows * stride;
+    for (int64_t r = 0; r < num_rows; ++r) {
+      std::copy(share + r * stride, share + r * stride + range.size(),
+                logits + r * vocab + range.begin);
     }
   }
 }
 
 // Final norm of the rows whose logits are wanted (into workspace rows), then the LM head.
 void FinalNormAndLmHead(const ModelConfig& cfg, const ModelWeights& weights, ForwardBatch batch,
-                        absl::Span<const RowSpan> rows, const float* h, Workspace& ws,
-                        std::vector<float>* logits) {
+                        absl::Span<const RowSpan> rows, const float* h, TensorParallelGroup* tp,
+                        Workspace& ws, std::vector<float>* logits) {
   const int64_t d = cfg.hidden_size;
   const int64_t num_logit_rows = NumLogitRows(batch);
   float* selected = ws.Floats(num_logit_rows * d);
@@ -149,7 +170,29 @@ void FinalNormAndLmHead(const ModelConfig& cfg, const ModelWeights& weights, For
   }
   CHECK_EQ(r, num_logit_rows);
   logits->resize(static_cast<size_t>(num_logit_rows * cfg.vocab_size));
-  if (num_logit_rows > 0) LinearForward(weights.lm_head, selected, num_logit_rows, logits->data());
+  if (num_logit_rows == 0) return;
+  if (tp == nullptr) {
+    LinearForward(weights.lm_head, selected, num_logit_rows, logits->data());
+    return;
+  }
+  // Vocab-parallel head: this rank's [rows, stride] share (columns past its range unused), the
+  // shares gathered, then laid out as full rows.
+  const int64_t stride = ShardStride(cfg.vocab_size, tp->size());
+  float* share = ws.Floats(num_logit_rows * stride);
+  float* shares = ws.Floats(tp->size() * num_logit_rows * stride);
+  if (weights.lm_head.out_features == stride) {
+    LinearForward(weights.lm_head, selected, num_logit_rows, share);
+  } else {
+    const int64_t n = weights.lm_head.out_features;
+    float* narrow = ws.Floats(num_logit_rows * std::max<int64_t>(n, 1));
+    if (n > 0) LinearForward(weights.lm_head, selected, num_logit_rows, narrow);
+    std::fill(share, share + num_logit_rows * stride, 0.0f);
+    for (int64_t row = 0; row < num_logit_rows; ++row) {
+      std::copy(narrow + row * n, narrow + (row + 1) * n, share + row * stride);
+    }
+  }
+  tp->AllGather(share, num_logit_rows * stride, shares);
+  AssembleVocabShares(shares, num_logit_rows, cfg.vocab_size, tp->size(), logits->data());
 }
 
 }  // namespace
@@ -228,6 +271,27 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   std::unique_ptr<Model> model(new Model());
   ASSIGN_OR_RETURN(model->checkpoint_, Checkpoint::Open(dir));
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*model->checkpoint_));
+  model->config_ = model->checkpoint_->config();
+  std::vector<bool> routed_experts = options.routed_experts;
+  if (const TensorParallelShard shard = options.tensor_parallel; shard.enabled()) {
+    CHECK(shard.rank >= 0 && shard.rank < shard.size);
+    RETURN_IF_ERROR(ShardModelWeights(model->config_, shard, &model->weights_));
+    model->config_ = ShardConfig(model->config_, shard.size);
+    model->tensor_parallel_ = shard;
+    if (routed_experts.empty() && model->config_.moe.num_experts > 0) {
+      routed_experts = ShardRoutedExperts(model->config_.moe.num_experts, shard);
+    }
+    model->tp_routed_experts_ = routed_experts;
+  }
+  if (const int c = options.decode_context_parallel_size; c != 1) {
+    if (c != options.tensor_parallel.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--decode-context-parallel-size ", c, " must equal --tensor-parallel-size ",
+                       options.tensor_parallel.size,
+                       " for now (the context-parallel group is the whole tensor-parallel group)"));
+    }
+    model->context_parallel_ = {options.tensor_parallel.rank, c};
+  }
   if (options.quantization == WeightQuantization::kCheckpoint &&
       !model->config().moe.mxfp4_experts) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -238,9 +302,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   }
   if (QuantizesExpertsToMxfp4(options.quantization)) {
     const auto start = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(
-        const QuantizationResult q,
-        QuantizeRoutedExperts(model->config(), &model->weights_, options.routed_experts));
+    ASSIGN_OR_RETURN(const QuantizationResult q,
+                     QuantizeRoutedExperts(model->config(), &model->weights_, routed_experts));
     if (q.matrices == 0) {
       LOG_INFO("engine", "--quantization mxfp4: the routed experts are MXFP4 already");
     } else {
@@ -251,16 +314,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   }
   if (QuantizesToInt8(options.quantization)) {
     const auto start = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(
-        const QuantizationResult q,
-        QuantizeLinearsInt8(*model->checkpoint_, &model->weights_, options.routed_experts));
+    ASSIGN_OR_RETURN(const QuantizationResult q,
+                     QuantizeLinearsInt8(*model->checkpoint_, &model->weights_, routed_experts));
     LOG_INFO("engine",
              "--quantization int8: {} weights, {} -> {}, in {:.1f} s; {} kept as stored (input "
              "width not a multiple of 32)",
              q.matrices, kvcache::FormatBytes(q.source_bytes),
              kvcache::FormatBytes(q.quantized_bytes), SecondsSince(start), q.kept_odd_width);
   }
-  const int64_t copied_bytes = CopyWeightsIfTheyFit(options, model->weights_, &model->weight_copy_);
+  ModelLoadOptions copy_options = options;
+  copy_options.routed_experts = routed_experts;
+  const int64_t copied_bytes =
+      CopyWeightsIfTheyFit(copy_options, model->weights_, &model->weight_copy_);
   const ModelConfig& cfg = model->config();
   model->geometry_ = GetCacheGeometry(cfg);
   model->weight_stats_ = CountWeights(cfg, model->weights_);
@@ -269,7 +334,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     model->mixer_index_.push_back(cfg.IsKda(l) ? kda++ : mla++);
     model->moe_index_.push_back(model->weights_.layers[static_cast<size_t>(l)].moe ? moe++ : -1);
   }
-  LOG_INFO("engine", "loaded {}: {} layers ({} KDA, {} MLA), hidden {}, vocab {}; weights {}", dir,
+  LOG_INFO("engine", "loaded {}{}: {} layers ({} KDA, {} MLA), hidden {}, vocab {}; weights {}",
+           dir,
+           model->tensor_parallel_.enabled()
+               ? absl::StrCat(" (tensor-parallel rank ", model->tensor_parallel_.rank, " of ",
+                              model->tensor_parallel_.size, ")")
+               : std::string(),
            cfg.num_layers, kda, mla, cfg.hidden_size, cfg.vocab_size,
            copied_bytes > 0 ? kvcache::FormatBytes(copied_bytes) + " copied to huge pages"
                             : std::string("memory-mapped"));
@@ -300,7 +370,21 @@ void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
   float* h = ws.Floats(num_rows * d);
   float* normed = ws.Floats(num_rows * d);
   float* out = ws.Floats(num_rows * d);
-  EmbedRows(cfg, weights_, batch, rows, h);
+  TensorParallelGroup* tp = context.tensor_parallel;
+  CHECK(!tensor_parallel_.enabled() || (tp != nullptr && tp->rank() == tensor_parallel_.rank &&
+                                        tp->size() == tensor_parallel_.size))
+      << "a tensor-parallel shard needs its group in ForwardContext::tensor_parallel";
+  if (!tensor_parallel_.enabled()) tp = nullptr;
+  // Sums this rank's partial rows over the group (nothing without tensor parallelism).
+  auto reduce = [&](float* x) {
+    if (tp != nullptr && num_rows > 0) tp->AllReduceSum(x, num_rows * d);
+  };
+  EmbedRows(
+      cfg, weights_, batch, rows,
+      tp != nullptr ? RangeOf(cfg.vocab_size, tensor_parallel_) : ShardRange{0, cfg.vocab_size}, h);
+  reduce(h);
+  MoeTensorParallel moe_tp{tp, &tp_routed_experts_};
+  const MlaContextParallel mla_cp{tp, context_parallel_};
 
   // Mixer and FFN of layer l on the normalised rows (normed) into out.
   auto run_mixer = [&](int l) {
@@ -310,8 +394,10 @@ void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
       KdaMixerForward(cfg, *lw.kda, normed, num_rows, batch, rows, index, context.kda_drafts, out,
                       ws);
     } else {
-      MlaMixerForward(cfg, *lw.mla, normed, num_rows, batch, rows, index, out, ws);
+      MlaMixerForward(cfg, *lw.mla, normed, num_rows, batch, rows, index, out, ws,
+                      context_parallel_.enabled() ? &mla_cp : nullptr);
     }
+    reduce(out);
   };
   auto run_ffn = [&](int l) {
     const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
@@ -319,10 +405,12 @@ void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
       std::vector<int64_t>* expert_tokens = context.expert_tokens;
       if (expert_tokens != nullptr) expert_tokens->resize(cfg.moe.num_experts, 0);
       MoeForward(cfg, *lw.moe, moe_index_[static_cast<size_t>(l)], normed, num_rows, out,
-                 expert_tokens != nullptr ? expert_tokens->data() : nullptr, context.exchange, ws);
+                 expert_tokens != nullptr ? expert_tokens->data() : nullptr, context.exchange, ws,
+                 tp != nullptr ? &moe_tp : nullptr);
     } else {
       MlpForward(cfg, *lw.dense, normed, num_rows, out, ws);
     }
+    reduce(out);
   };
   auto norm = [&](const float* x, const std::vector<float>& weight) {
     kernels::cpu::RmsNorm(x, num_rows, d, weight.data(), eps, normed);
@@ -362,7 +450,7 @@ void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
       }
     }
   }
-  FinalNormAndLmHead(cfg, weights_, batch, rows, h, ws, logits);
+  FinalNormAndLmHead(cfg, weights_, batch, rows, h, tp, ws, logits);
 }
 
 void Model::ReplayKdaDrafts(const KdaDraftRows& drafts, absl::Span<const KdaReplay> sequences,

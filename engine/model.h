@@ -20,6 +20,7 @@
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
 #include "engine/moe.h"
+#include "engine/tensor_parallel.h"
 #include "engine/workspace.h"
 
 namespace strata::engine {
@@ -60,6 +61,9 @@ struct ForwardContext {
   Workspace* workspace = nullptr;
   // Where KDA layers keep the rows of sequences with kda_draft_row ≥ 0 (sized by the caller).
   KdaDraftRows* kda_drafts = nullptr;
+  // Tensor parallelism: the group of a model loaded as one shard (ModelLoadOptions::
+  // tensor_parallel); required then, and every rank of the group runs the same batches.
+  TensorParallelGroup* tensor_parallel = nullptr;
 };
 
 // `--quantization` (vLLM's flag): weights quantised at load.
@@ -97,6 +101,12 @@ struct ModelLoadOptions {
   // Weights stored in bf16/f32 quantised at load (engine/weight_quantize.h); routed experts only
   // those in `routed_experts` when it is set.
   WeightQuantization quantization = WeightQuantization::kNone;
+  // Tensor parallelism (engine/tensor_parallel.h): load only this rank's part of the model. Its
+  // routed experts are `routed_experts` when set, else an even share of the group's.
+  TensorParallelShard tensor_parallel;
+  // Decode context parallelism (engine/tensor_parallel.h): the latent cache spread over the
+  // tensor-parallel group by position. Size 1 or tensor_parallel.size.
+  int decode_context_parallel_size = 1;
 };
 
 class Model {
@@ -104,7 +114,13 @@ class Model {
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
                                                      const ModelLoadOptions& options = {});
 
-  const ModelConfig& config() const { return checkpoint_->config(); }
+  // The config this model computes with: the checkpoint's, with a tensor-parallel shard's own
+  // head counts (engine/tensor_parallel.h ShardConfig).
+  const ModelConfig& config() const { return config_; }
+  // The checkpoint's config as released (equal to config() without tensor parallelism).
+  const ModelConfig& checkpoint_config() const { return checkpoint_->config(); }
+  const TensorParallelShard& tensor_parallel() const { return tensor_parallel_; }
+  const ContextParallelShard& context_parallel() const { return context_parallel_; }
   const CacheGeometry& geometry() const { return geometry_; }
   const WeightStats& weight_stats() const { return weight_stats_; }
   // Bytes of weights copied to huge pages at load (0: every weight reads the mapping).
@@ -129,7 +145,11 @@ class Model {
  private:
   Model() = default;
   std::unique_ptr<Checkpoint> checkpoint_;
-  AlignedBuffer weight_copy_;  // the Linears' bytes when copied out of the mapping
+  ModelConfig config_;
+  TensorParallelShard tensor_parallel_;
+  ContextParallelShard context_parallel_;
+  std::vector<bool> tp_routed_experts_;  // with tensor parallelism: the experts this rank runs
+  AlignedBuffer weight_copy_;            // the Linears' bytes when copied out of the mapping
   ModelWeights weights_;
   CacheGeometry geometry_;
   WeightStats weight_stats_;

@@ -141,7 +141,7 @@ void MoeRunExperts(const ModelConfig& cfg, const MoeWeights& w, const float* z, 
 
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int moe_layer, const float* x,
                 int64_t num_rows, float* out, int64_t* expert_tokens, MoeExpertExchange* exchange,
-                Workspace& ws) {
+                Workspace& ws, const MoeTensorParallel* tp) {
   const MoeConfig& m = cfg.moe;
   const int64_t d = cfg.hidden_size, top_k = m.num_experts_per_token;
   const int64_t width = m.is_latent() ? m.routed_expert_hidden_size : d;
@@ -150,6 +150,12 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int moe_layer, cons
   int32_t* ids = ws.Array<int32_t>(num_rows * top_k);
   float* weights = ws.Floats(num_rows * top_k);
   MoeRoute(cfg, w, x, num_rows, ids, weights, ws);
+  if (tp != nullptr) {  // another rank of the group runs the others
+    CHECK(exchange == nullptr);
+    for (int64_t i = 0; i < num_rows * top_k; ++i) {
+      if (!(*tp->experts)[static_cast<size_t>(ids[i])]) ids[i] = -1;
+    }
+  }
 
   // Routed experts see z = W_down x (LatentMoE) or x itself.
   const float* z = x;
@@ -181,11 +187,22 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int moe_layer, cons
   }
 
   if (m.is_latent()) {
+    if (tp != nullptr && num_rows > 0) tp->group->AllReduceSum(routed, num_rows * width);
     if (!w.latent_norm.empty()) {
       kernels::cpu::RmsNorm(routed, num_rows, width, w.latent_norm.data(), cfg.rms_norm_eps,
                             routed);
     }
-    LinearForward(w.latent_up, routed, num_rows, out);
+    if (tp == nullptr) {
+      LinearForward(w.latent_up, routed, num_rows, out);
+    } else {  // this rank's rows of latent_up: its share of the hidden columns, zeros elsewhere
+      const ShardRange cols = RangeOf(d, {tp->group->rank(), tp->group->size()});
+      float* part = ws.Floats(num_rows * cols.size());
+      if (cols.size() > 0) LinearForward(w.latent_up, routed, num_rows, part);
+      std::fill(out, out + num_rows * d, 0.0f);
+      for (int64_t r = 0; r < num_rows; ++r) {
+        std::copy(part + r * cols.size(), part + (r + 1) * cols.size(), out + r * d + cols.begin);
+      }
+    }
   }
   if (w.has_shared() && !shared_down_done) AddSharedDown(w.shared, shared.h, num_rows, d, out);
 }

@@ -13,6 +13,7 @@
 
 #include "engine/model_config.h"
 #include "engine/model_weights.h"
+#include "engine/tensor_parallel.h"
 #include "engine/workspace.h"
 
 namespace strata::engine {
@@ -43,10 +44,19 @@ class MoeExpertExchange {
                         int64_t* expert_tokens, Workspace& ws) = 0;
 };
 
+// Tensor parallelism inside the block (engine/tensor_parallel.h): every rank of the group has
+// the same rows and runs its own routed experts on them; `w` is the rank's shard.
+struct MoeTensorParallel {
+  TensorParallelGroup* group = nullptr;
+  const std::vector<bool>* experts = nullptr;  // [num_experts]: true for those this rank runs
+};
+
 // The whole block: out[num_rows, d] (overwritten). `exchange` null: all experts are local.
-// `moe_layer`: this layer's ordinal among MoE layers.
+// `moe_layer`: this layer's ordinal among MoE layers. With `tp`, out is this rank's partial sum
+// (the caller all-reduces it over the group; LatentMoE reduces the experts' latent rows inside,
+// before latent_norm); `exchange` must then be null.
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int moe_layer, const float* x,
                 int64_t num_rows, float* out, int64_t* expert_tokens, MoeExpertExchange* exchange,
-                Workspace& ws);
+                Workspace& ws, const MoeTensorParallel* tp = nullptr);
 
 }  // namespace strata::engine

@@ -32,6 +32,10 @@ struct Request {
   // first output token. Such a request skips the prefix cache (every position is computed).
   int prompt_logprobs = -1;
   uint64_t fallback_seed = 0;  // sampler seed when sampling.seed is absent
+  // The engine loop streams the prompt's prefill progress (StreamEvent::progress, one event per
+  // prefill chunk) ahead of the first token (llama.cpp's return_progress). The scheduler
+  // ignores it.
+  bool report_prefill_progress = false;
 };
 
 enum class FinishReason : uint8_t {

@@ -301,6 +301,11 @@ SchedulerStats Scheduler::stats() const {
   s.num_running = num_running();
   s.num_waiting = num_waiting();
   s.prefill_tokens_with_decodes = prefill_tokens_with_decodes_;
+  for (const Sequence* seq : running_) {
+    if (seq->num_computed_tokens >= seq->num_prompt_tokens) continue;
+    s.num_prefill_tokens_computed += seq->num_computed_tokens;
+    s.num_prefill_tokens_remaining += seq->num_prompt_tokens - seq->num_computed_tokens;
+  }
   s.num_blocks = block_pool_.num_blocks();
   s.num_free_blocks = block_pool_.num_free();
   s.num_cached_blocks = block_pool_.num_cached();

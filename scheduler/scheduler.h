@@ -11,6 +11,8 @@
 //   0. frees the requests aborted since the last step;
 //   1. running sequences with one token left (decodes), in admission order;
 //   2. running sequences with more left (partial prefills, recomputes), in admission order;
+//      While a request waits, these leave it a share of the budget (AdmissionReserve), so a long
+//      prompt's chunks do not hold later requests until it is prefilled;
 //   3. waiting requests in policy order (FCFS, or priority then arrival), each with a prefix
 //      cache lookup, while a slot, the blocks of its first chunk and budget are available.
 //      A request sharing whole blocks with a running sequence that has not computed them yet
@@ -155,6 +157,10 @@ class Scheduler {
   void ScheduleRunning(bool decodes);
   // Places the next chunk of a running sequence, preempting others (or itself) for blocks.
   void ScheduleOne(Sequence* seq);
+  // Tokens of this step's budget the running prefills leave to admissions: while a request
+  // waits that could be admitted (a slot and a sequence free) and a running prompt is still
+  // prefilling, the head's uncomputed tokens, at most a quarter of the budget left; else 0.
+  int64_t AdmissionReserve() const;
   void AdmitWaiting();
   // Phase 5: drafts for the placed sequences that sample past their prompt.
   void AttachDrafts();

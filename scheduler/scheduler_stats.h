@@ -20,6 +20,12 @@ struct SchedulerStats {
   // since the last step was built; 0: none but the budget.
   int64_t prefill_tokens_with_decodes = 0;
 
+  // Prefill progress, now: over the running sequences whose prompt is not all computed yet
+  // (long prompts being prefilled chunk by chunk), the prompt tokens in the caches (prefix
+  // cache hits included) and those still to compute.
+  int64_t num_prefill_tokens_computed = 0;
+  int64_t num_prefill_tokens_remaining = 0;
+
   // Totals.
   int64_t num_preempted_total = 0;
   int64_t num_prefill_tokens_total = 0;

@@ -45,7 +45,14 @@ const engine::StepPlan& Scheduler::Schedule() {
     // What the decode pass placed of prompts (a last prompt token) counts against the cap.
     prefill_budget_ -= std::numeric_limits<int64_t>::max() - prefill_tokens_with_decodes_;
   }
+  // Running prefills leave the head of the queue its share (AdmissionReserve), so one long
+  // prompt taking every step's budget does not hold every later request until it is done.
+  const int64_t reserve = AdmissionReserve();
+  token_budget_ -= reserve;
+  prefill_budget_ -= reserve;
   ScheduleRunning(/*decodes=*/false);
+  token_budget_ += reserve;
+  prefill_budget_ += reserve;
   AdmitWaiting();
   PlaceCheckpoints();
   AttachDrafts();
@@ -103,6 +110,21 @@ void Scheduler::ScheduleOne(Sequence* seq) {
     seq->block_table.insert(seq->block_table.end(), blocks->begin(), blocks->end());
   }
   Place(seq, n);
+}
+
+int64_t Scheduler::AdmissionReserve() const {
+  if (waiting_.empty() || static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) return 0;
+  if (config_.has_kda_layers && slot_pool_.num_free() + prefix_cache_.num_lent_slots() == 0) {
+    return 0;  // no slot: the head cannot be admitted this step
+  }
+  const bool long_prefill_running = std::any_of(running_.begin(), running_.end(), [](Sequence* s) {
+    return s->step_index < 0 && s->num_uncomputed_tokens() > 1;
+  });
+  if (!long_prefill_running) return 0;
+  // At most a quarter of what is left: a short request's whole prompt, a long one's first
+  // chunks (it then runs beside the first long prompt, each at its share).
+  const Sequence& head = *waiting_.begin()->second;
+  return std::min({head.num_uncomputed_tokens(), token_budget_ / 4, prefill_budget_ / 4});
 }
 
 void Scheduler::AdmitWaiting() {

@@ -203,16 +203,37 @@ TEST(SchedulerTest, DecodesFirstThenPartialPrefillsThenAdmissions) {
   EXPECT_THAT(ChunkSizes(p2), ElementsAre(1, 7));
   absl::StatusOr<SequenceId> e = d.scheduler().Add(MakeRequest("c", Prompt(2, 300), 1));
   ASSERT_TRUE(e.ok());
-  StepPlan p3 = d.Step();  // budget 8: a's decode, then 7 more of b; c must wait
-  EXPECT_THAT(SeqIds(p3), ElementsAre(*a, *b));
-  EXPECT_THAT(ChunkSizes(p3), ElementsAre(1, 7));
+  // Budget 8: a's decode, then b, which leaves c (waiting) a quarter of the 7 left: 1 token.
+  StepPlan p3 = d.Step();
+  EXPECT_THAT(SeqIds(p3), ElementsAre(*a, *b, *e));
+  EXPECT_THAT(ChunkSizes(p3), ElementsAre(1, 6, 1));
   EXPECT_EQ(p3.sequences[1].num_computed_tokens, 7);
-  EXPECT_EQ(d.scheduler().stats().num_waiting, 1);
+  EXPECT_EQ(d.scheduler().stats().num_waiting, 0);
   EXPECT_EQ(d.scheduler().stats().num_decode_tokens, 1);
   EXPECT_EQ(d.scheduler().stats().num_prefill_tokens, 7);
-  StepPlan p4 = d.Step();  // b's last 6 tokens, then c is admitted with the last 1
-  EXPECT_THAT(SeqIds(p4), ElementsAre(*a, *b, *e));
-  EXPECT_THAT(ChunkSizes(p4), ElementsAre(1, 6, 1));
+  StepPlan p4 = d.Step();  // decodes (a, and c's last prompt token) first, then b's last 7
+  EXPECT_THAT(SeqIds(p4), ElementsAre(*a, *e, *b));
+  EXPECT_THAT(ChunkSizes(p4), ElementsAre(1, 1, 6));
+  ExpectHealthy(d);
+}
+
+TEST(SchedulerTest, WaitingRequestGetsAShareBesideALongPrefill) {
+  Driver d(TinyConfig(), kVocab);  // budget 16
+  absl::StatusOr<SequenceId> a = d.scheduler().Add(MakeRequest("a", Prompt(31, 100), 1));
+  ASSERT_TRUE(a.ok());
+  EXPECT_THAT(ChunkSizes(d.Step()), ElementsAre(16));
+  EXPECT_EQ(d.scheduler().stats().num_prefill_tokens_computed, 16);
+  EXPECT_EQ(d.scheduler().stats().num_prefill_tokens_remaining, 15);
+  absl::StatusOr<SequenceId> b = d.scheduler().Add(MakeRequest("b", Prompt(2, 200), 1));
+  ASSERT_TRUE(b.ok());
+  // a would take all 16 (15 left); it leaves b's 2 tokens (at most a quarter of the budget).
+  StepPlan p2 = d.Step();
+  EXPECT_THAT(SeqIds(p2), ElementsAre(*a, *b));
+  EXPECT_THAT(ChunkSizes(p2), ElementsAre(14, 2));
+  EXPECT_EQ(d.scheduler().stats().num_prefill_tokens_remaining, 1);  // b is done: a's last
+  StepPlan p3 = d.Step();
+  EXPECT_THAT(ChunkSizes(p3), ElementsAre(1));
+  EXPECT_EQ(d.scheduler().stats().num_prefill_tokens_remaining, 0);
   ExpectHealthy(d);
 }
 

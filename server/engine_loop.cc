@@ -23,6 +23,13 @@ struct EngineLoop::Rank {
   struct SequenceClock {
     Clock::time_point submitted;
     std::optional<double> queued_ms;
+    // With report_prefill_progress: the request, its prompt's length, the prompt tokens its
+    // first step found in the caches, and whether the prompt is all computed (no more progress).
+    std::string request_id;
+    int64_t num_prompt_tokens = 0;
+    int64_t num_cached_tokens = 0;
+    bool report_progress = false;
+    bool prompt_done = false;
   };
 
   int index = 0;  // local rank
@@ -90,6 +97,8 @@ void AddStats(const EngineStats& b, EngineStats& a) {
   s.num_preempted += t.num_preempted;
   s.num_preempted_total += t.num_preempted_total;
   s.num_prefill_tokens_total += t.num_prefill_tokens_total;
+  s.num_prefill_tokens_computed += t.num_prefill_tokens_computed;
+  s.num_prefill_tokens_remaining += t.num_prefill_tokens_remaining;
   s.num_decode_tokens_total += t.num_decode_tokens_total;
   s.num_finished_total += t.num_finished_total;
   s.num_aborted_total += t.num_aborted_total;
@@ -290,9 +299,17 @@ void EngineLoop::AdmitPending(Rank& r) {
   for (const auto& control : controls) control(*r.parts.scheduler);
   for (Rank::Pending& p : pending) {
     std::string id = p.request.request_id;
+    const int64_t num_prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
+    const bool report_progress = p.request.report_prefill_progress;
     absl::StatusOr<engine::SequenceId> added = r.parts.scheduler->Add(std::move(p.request));
     if (added.ok()) {
-      r.clocks[*added] = Rank::SequenceClock{p.submitted, std::nullopt};
+      Rank::SequenceClock& clock = r.clocks[*added];
+      clock = Rank::SequenceClock{p.submitted, std::nullopt};
+      if (report_progress) {
+        clock.request_id = id;
+        clock.num_prompt_tokens = num_prompt_tokens;
+        clock.report_progress = true;
+      }
       ++r.num_never_scheduled;
     } else {
       StreamEvent event;
@@ -348,7 +365,8 @@ void EngineLoop::Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events)
   for (auto& [stream, event] : out) stream->Push(std::move(event));
 }
 
-// Stamps the queue time of the plan's sequences that run their first step.
+// Stamps the queue time of the plan's sequences that run their first step (and the prompt
+// tokens they found in the caches).
 void EngineLoop::NoteFirstScheduled(Rank& r, const engine::StepPlan& plan) {
   if (r.num_never_scheduled == 0) return;
   const Clock::time_point now = Clock::now();
@@ -356,8 +374,49 @@ void EngineLoop::NoteFirstScheduled(Rank& r, const engine::StepPlan& plan) {
     auto clock = r.clocks.find(seq.seq_id);
     if (clock == r.clocks.end() || clock->second.queued_ms) continue;
     clock->second.queued_ms = MillisecondsSince(clock->second.submitted, now);
+    clock->second.num_cached_tokens = seq.num_computed_tokens;
     if (--r.num_never_scheduled == 0) return;
   }
+}
+
+// One progress event per prefill chunk of the plan's sequences that asked for them, the last
+// (processed == total) with the chunk that completes the prompt; pushed before that step's
+// token events.
+void EngineLoop::ReportPrefillProgress(Rank& r, const engine::StepPlan& plan) {
+  std::vector<std::pair<std::string, StreamEvent>> out;
+  const Clock::time_point now = Clock::now();
+  for (const engine::ScheduledSequence& seq : plan.sequences) {
+    auto it = r.clocks.find(seq.seq_id);
+    if (it == r.clocks.end()) continue;
+    Rank::SequenceClock& clock = it->second;
+    if (!clock.report_progress || clock.prompt_done || !clock.queued_ms) continue;
+    PrefillProgress progress;
+    progress.total = clock.num_prompt_tokens;
+    progress.cached = clock.num_cached_tokens;
+    progress.processed =
+        std::min(clock.num_prompt_tokens, seq.num_computed_tokens +
+                                              static_cast<int64_t>(seq.token_ids.size()) -
+                                              seq.num_draft_tokens);
+    progress.time_ms = MillisecondsSince(clock.submitted, now) - *clock.queued_ms;
+    clock.prompt_done = progress.processed >= progress.total;
+    StreamEvent event;
+    event.num_prompt_tokens = progress.total;
+    event.num_cached_tokens = progress.cached;
+    event.queued_ms = clock.queued_ms;
+    event.elapsed_ms = MillisecondsSince(clock.submitted, now);
+    event.progress = progress;
+    out.emplace_back(clock.request_id, std::move(event));
+  }
+  if (out.empty()) return;
+  std::vector<std::pair<std::shared_ptr<RequestStream>, StreamEvent>> pushes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, event] : out) {
+      auto stream = streams_.find(id);
+      if (stream != streams_.end()) pushes.emplace_back(stream->second.stream, std::move(event));
+    }
+  }
+  for (auto& [stream, event] : pushes) stream->Push(std::move(event));
 }
 
 void EngineLoop::RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty) {
@@ -408,7 +467,9 @@ void EngineLoop::RunStep(Rank& r, bool has_work) {
   }
   if (has_work) {
     result.step_id = plan.step_id;
-    Dispatch(r, r.parts.scheduler->Commit(result));
+    std::vector<scheduler::SequenceEvent> events = r.parts.scheduler->Commit(result);
+    ReportPrefillProgress(r, plan);
+    Dispatch(r, std::move(events));
   }
   const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   LOG_DEBUG("engine", "rank={} step={} seqs={} tokens={} ms={:.2f}", r.index, plan.step_id,

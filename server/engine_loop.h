@@ -4,7 +4,8 @@
 //   loop:  admit submissions and cancellations → plan = scheduler.Schedule()
 //          → result = executor.Execute(plan) → events = scheduler.Commit(result)
 //          → push events to the requests' streams (each event timed: elapsed since submission,
-//            and the time the request waited before its first step)
+//            and the time the request waited before its first step; a request with
+//            report_prefill_progress first gets one progress event per prefill chunk)
 //
 // With a StepGate (server/lockstep.h) a rank is one of a group that steps in lockstep: before
 // each step the ranks agree on "has work"; while any rank has work every rank runs the step (an
@@ -138,6 +139,7 @@ class EngineLoop {
   void AdmitPending(Rank& r);
   void Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events);
   void NoteFirstScheduled(Rank& r, const engine::StepPlan& plan);
+  void ReportPrefillProgress(Rank& r, const engine::StepPlan& plan);
   void RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty);
   void UpdateStats(Rank& r, const engine::StepResult& result, double step_ms, bool empty,
                    double all_to_all_s);  // under mu_

@@ -133,6 +133,43 @@ TEST(EngineLoopTest, EventsCarryElapsedAndQueueTimes) {
   EXPECT_GE(a.back().elapsed_ms, 6 * kStepSleepMs);
 }
 
+TEST(EngineLoopTest, PrefillProgressPrecedesTheFirstTokenOnePerChunk) {
+  scheduler::SchedulerConfig config = FakeModelConfig(4);
+  config.enable_prefix_caching = true;
+  config.has_kda_layers = false;  // MLA only: a hit needs no KDA checkpoint
+  auto loop =
+      std::make_unique<EngineLoop>(std::make_unique<scheduler::Scheduler>(config),
+                                   std::make_unique<SlowFakeExecutor>(), EngineLoopOptions{});
+  loop->Start();
+  // 200 prompt tokens in chunks of 64: 4 chunks (64, 128, 192, 200), the last one samples.
+  scheduler::Request asked = MakeRequest("asked", 200, 2);
+  asked.report_prefill_progress = true;
+  const std::vector<StreamEvent> a = CollectEvents(**loop->Submit(asked));
+  const std::vector<StreamEvent> b = CollectEvents(**loop->Submit(MakeRequest("plain", 200, 2)));
+  // The same prompt again: its full blocks (192 tokens) come from the prefix cache.
+  const std::vector<StreamEvent> c = CollectEvents(**loop->Submit(asked));
+  loop->Stop();
+
+  std::vector<int64_t> processed;
+  for (const StreamEvent& e : a) {
+    if (!e.progress_only()) break;
+    EXPECT_EQ(e.progress->total, 200);
+    EXPECT_EQ(e.progress->cached, 0);
+    EXPECT_GE(e.progress->time_ms, 0.0);
+    processed.push_back(e.progress->processed);
+  }
+  EXPECT_THAT(processed, ::testing::ElementsAre(64, 128, 192, 200));
+  ASSERT_EQ(a.size(), 4u + 2u);
+  EXPECT_EQ(a[4].token_ids.size(), 1u);  // then the tokens, no more progress
+  EXPECT_FALSE(a[5].progress.has_value());
+  for (const StreamEvent& e : b) EXPECT_FALSE(e.progress.has_value()) << "not asked for";
+  ASSERT_FALSE(c.empty());
+  ASSERT_TRUE(c[0].progress_only());
+  EXPECT_EQ(c[0].progress->cached, 192);
+  EXPECT_EQ(c[0].progress->processed, 200);  // one chunk: the 8 tokens past the cached blocks
+  EXPECT_FALSE(c[1].progress.has_value());
+}
+
 TEST(EngineLoopTest, RequestCancelledWhileWaitingHasNoQueueTime) {
   std::unique_ptr<EngineLoop> loop = MakeLoop(1);
   loop->Start();

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
       {cli::ChatTemplateSpec, cli::ChatTemplateCommand},
       {cli::ServeSpec, cli::ServeCommand},
       {cli::RunBatchSpec, cli::RunBatchCommand},
+      {cli::ParseOutputSpec, cli::ParseOutputCommand},
+      {cli::PlanSpec, cli::PlanCommand},
   };
   return strata::RunSubcommand("strata", subcommands,
                                std::vector<std::string>(argv + 1, argv + argc),

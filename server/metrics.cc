@@ -71,6 +71,8 @@ struct Metrics::Handles {
   prometheus::Gauge* kda_checkpoints;
   prometheus::Gauge* kda_checkpoints_in_state_slots;
   prometheus::Gauge* prefill_chunk_limit_tokens;
+  prometheus::Gauge* prefill_tokens_processed;
+  prometheus::Gauge* prefill_tokens_remaining;
   prometheus::Gauge* kda_checkpoint_bytes;
   prometheus::Gauge* expert_load_imbalance;
   prometheus::Counter* prompt_tokens_total;
@@ -132,6 +134,14 @@ Metrics::Metrics(std::string model_name, int rank, MetricsOptions options,
       "Prompt tokens a step that also decodes may take (--target-itl-ms: sized to the measured "
       "prefill rate); 0: no limit but --max-num-batched-tokens.",
       l);
+  h.prefill_tokens_processed = &AddGauge(
+      r, "strata:prefill_tokens_processed",
+      "Prompt tokens computed so far (prefix-cache hits included) of the running requests "
+      "whose prompt is still being prefilled.",
+      l);
+  h.prefill_tokens_remaining = &AddGauge(
+      r, "strata:prefill_tokens_remaining",
+      "Prompt tokens still to compute of the running requests whose prompt is being prefilled.", l);
   h.kda_checkpoint_bytes = &AddGauge(r, "strata:kda_checkpoint_bytes",
                                      "Bytes held by KDA state checkpoints of the prefix cache.", l);
   h.expert_load_imbalance = &AddGauge(
@@ -238,6 +248,8 @@ void Metrics::SetGauges(const StepStats& step) {
   h.kda_checkpoints_in_state_slots->Set(static_cast<double>(step.num_kda_checkpoints_in_slots));
   h.kda_checkpoint_bytes->Set(static_cast<double>(step.kda_checkpoint_bytes));
   h.prefill_chunk_limit_tokens->Set(static_cast<double>(step.prefill_chunk_limit_tokens));
+  h.prefill_tokens_processed->Set(static_cast<double>(step.num_prefill_tokens_computed));
+  h.prefill_tokens_remaining->Set(static_cast<double>(step.num_prefill_tokens_remaining));
 }
 
 void Metrics::OnStep(const StepStats& step) {

@@ -9,6 +9,8 @@
 //               (KDA slots, 0..1), strata:kda_checkpoints, strata:kda_checkpoints_in_state_slots,
 //               strata:kda_checkpoint_bytes, strata:prefill_chunk_limit_tokens (prompt tokens
 //               a step that also decodes may take, from --target-itl-ms; 0: the budget alone),
+//               strata:prefill_tokens_processed, strata:prefill_tokens_remaining (prompt
+//               tokens computed and still to compute, over the running requests prefilling),
 //               strata:expert_load_imbalance (max/mean of per-expert routed tokens over the
 //               last `expert_window_steps` steps; 1 = balanced or idle),
 //               strata:cache_config_info (always 1; the cache configuration as labels, as
@@ -83,6 +85,10 @@ struct StepStats {
   int64_t kda_checkpoint_bytes = 0;          // now: bytes those checkpoints occupy
   int64_t num_kda_checkpoint_evictions = 0;  // checkpoints evicted (LRU) to make room
   int64_t prefill_chunk_limit_tokens = 0;    // now: a decoding step's prompt tokens, at most
+  // Now, over the running requests still prefilling: prompt tokens computed (prefix-cache hits
+  // included) and still to compute.
+  int64_t num_prefill_tokens_computed = 0;
+  int64_t num_prefill_tokens_remaining = 0;
   double step_seconds = 0.0;                 // wall time of the step
   std::optional<double> all_to_all_seconds;  // MoE all-to-all time in the step (all layers)
   // [num_experts] tokens this rank routed to each (global) expert in the step, summed over MoE

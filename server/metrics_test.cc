@@ -87,6 +87,8 @@ TEST(MetricsTest, ExposesEveryApiMetricWithModelAndRankLabels) {
                                            "strata:kda_checkpoint_bytes",
                                            "strata:kda_checkpoints_in_state_slots",
                                            "strata:prefill_chunk_limit_tokens",
+                                           "strata:prefill_tokens_processed",
+                                           "strata:prefill_tokens_remaining",
                                            "strata:expert_load_imbalance"};
   const std::vector<std::string> counters = {"strata:prompt_tokens_total",
                                              "strata:generation_tokens_total",
@@ -172,6 +174,8 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   step.kda_checkpoint_bytes = 3 << 20;
   step.num_kda_checkpoint_evictions = 2;
   step.prefill_chunk_limit_tokens = 176;
+  step.num_prefill_tokens_computed = 4096;
+  step.num_prefill_tokens_remaining = 1044480;
   step.step_seconds = 0.015;
   step.all_to_all_seconds = 0.0003;
   metrics.OnStep(step);
@@ -189,6 +193,8 @@ TEST(MetricsTest, StepUpdatesGaugesAndAccumulatesCounters) {
   EXPECT_EQ(Value(text, "strata:kda_checkpoints_in_state_slots"), 2.0);
   EXPECT_EQ(Value(text, "strata:kda_checkpoint_bytes"), 3145728.0);
   EXPECT_EQ(Value(text, "strata:prefill_chunk_limit_tokens"), 176.0);
+  EXPECT_EQ(Value(text, "strata:prefill_tokens_processed"), 4096.0);
+  EXPECT_EQ(Value(text, "strata:prefill_tokens_remaining"), 1044480.0);
   EXPECT_EQ(Value(text, "strata:prompt_tokens_total"), 100.0);
   EXPECT_EQ(Value(text, "strata:generation_tokens_total"), 10.0);
   EXPECT_EQ(Value(text, "strata:iteration_tokens_total"), 110.0);
@@ -406,7 +412,7 @@ TEST(MetricsTest, OutputPassesPromtoolCheckMetricsExceptTheColonPrefix) {
     EXPECT_THAT(line,
                 ::testing::MatchesRegex("strata:[a-z0-9_]+ metric names should not contain ':'"));
   }
-  EXPECT_EQ(num_findings, 32);  // one per family
+  EXPECT_EQ(num_findings, 34);  // one per family
 }
 
 }  // namespace

@@ -25,6 +25,16 @@ namespace strata::server {
 using scheduler::FinishReason;
 using scheduler::FinishReasonName;
 
+// How far a request's prompt is computed (llama.cpp's prompt_progress): `processed` of `total`
+// prompt tokens are in the caches, `cached` of them read from the prefix cache at admission;
+// `time_ms` since the request's first step.
+struct PrefillProgress {
+  int64_t total = 0;
+  int64_t cached = 0;
+  int64_t processed = 0;
+  double time_ms = 0.0;
+};
+
 struct StreamEvent {
   // At most one new token per event today (one decode step), kept as a list for batching.
   std::vector<int32_t> token_ids;
@@ -42,6 +52,11 @@ struct StreamEvent {
   // from that step on; absent for a request that never ran (cancelled while waiting) and on the
   // aborts EngineLoop::Stop sends.
   std::optional<double> queued_ms;
+  // A progress event (only for requests with report_prefill_progress): the prompt's progress
+  // after a prefill chunk; no token, no finish. The chunk that completes the prompt sends one
+  // (processed == total) before the event of the first token.
+  std::optional<PrefillProgress> progress;
+  bool progress_only() const { return progress.has_value() && token_ids.empty() && !terminal(); }
   bool terminal() const { return finish.has_value() || !error.ok(); }
 };
 

@@ -24,6 +24,8 @@ StepStats StepStatsFromScheduler(const scheduler::SchedulerStats& before,
   s.kda_checkpoint_bytes = int64_t{after.num_checkpoints} * kda_checkpoint_bytes_each;
   s.num_kda_checkpoint_evictions = after.num_checkpoints_evicted - before.num_checkpoints_evicted;
   s.prefill_chunk_limit_tokens = after.prefill_tokens_with_decodes;
+  s.num_prefill_tokens_computed = after.num_prefill_tokens_computed;
+  s.num_prefill_tokens_remaining = after.num_prefill_tokens_remaining;
   s.step_seconds = step_seconds;
   return s;
 }

@@ -33,6 +33,8 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   after.num_lent_checkpoints = 4;
   after.num_checkpoints_evicted = 14;
   after.prefill_tokens_with_decodes = 176;
+  after.num_prefill_tokens_computed = 2048;
+  after.num_prefill_tokens_remaining = 260096;
 
   const StepStats s = StepStatsFromScheduler(before, after, 0.125, 1 << 20);
   EXPECT_EQ(s.num_running, 3);
@@ -52,6 +54,8 @@ TEST(SchedulerStepStatsTest, CountsAreDifferencesOfTotalsAndGaugesAreTheLatest) 
   EXPECT_EQ(s.kda_checkpoint_bytes, 6 << 20);
   EXPECT_EQ(s.num_kda_checkpoint_evictions, 3);
   EXPECT_EQ(s.prefill_chunk_limit_tokens, 176);
+  EXPECT_EQ(s.num_prefill_tokens_computed, 2048);  // now, not differences
+  EXPECT_EQ(s.num_prefill_tokens_remaining, 260096);
   EXPECT_EQ(s.step_seconds, 0.125);
   EXPECT_TRUE(s.expert_tokens.empty());
   EXPECT_FALSE(s.all_to_all_seconds.has_value());

@@ -13,6 +13,8 @@ packages=(
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 python3-numpy nodejs npm
+  # bench/long_context.sh's plot
+  gnuplot-nox
   # gRPC Python client and its interop test (clients/python)
   python3-grpcio python3-protobuf
   # deploy/ checks: Prometheus server + promtool, Helm chart renderer (Go, sprig, yaml), YAML

@@ -309,9 +309,19 @@ def caches():
                           "decode, sized to the measured prefill rate (0: no cap). A small cap "
                           "with long prompts queued means slow prefill: their time to first token "
                           "grows so that streams keep their pace."),
-        row("Configuration", 49),
+        panel("timeseries", "Prefill progress of running requests",
+              [target(f"sum by (rank) (strata:prefill_tokens_processed{{{s}}})",
+                      "processed rank {{rank}}"),
+               target(f"sum by (rank) (strata:prefill_tokens_remaining{{{s}}})",
+                      "remaining rank {{rank}}", ref="B")],
+              0, 49, 24, 8,
+              description="Prompt tokens of the requests still prefilling: done (cached ones "
+                          "included) and left. A long prompt (a whole code base, a book) shows as "
+                          "a slow climb; remaining tokens over prefill tokens/s is its time to "
+                          "first token."),
+        row("Configuration", 57),
         panel("table", "Cache configuration per rank",
-              [target(f"strata:cache_config_info{{{s}}}", "", fmt="table")], 0, 50, 24, 6,
+              [target(f"strata:cache_config_info{{{s}}}", "", fmt="table")], 0, 58, 24, 6,
               description="--kv-cache-dtype, --block-size and the memory plan's pools "
                           "(strata:cache_config_info labels).",
               options={"showHeader": True},

@@ -701,6 +701,8 @@ class Stepper {
       const int sign = f.flags & kNumSigned;
       if (integer && f.a - sign >= kMaxIntegerDigits) return false;
       if (f.flags & kNumBounded) return FeedBoundedNumber(&f, c, next);
+      // Exponent digits (unbounded numbers: b counts them) within the grammar's limit.
+      if (next == kNumExp && ++f.b > g_.max_exponent_digits) return false;
       ++f.a;
       f.sub = next;
       return true;

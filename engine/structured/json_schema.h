@@ -94,6 +94,10 @@ struct JsonGrammar {
   std::vector<ByteDfa> patterns;
   int32_t root = 0;
   bool root_whitespace = true;  // whitespace may precede the root value
+  // Digits a number's exponent may have (numbers without bounds; those have no exponent). 2
+  // keeps every number a finite, non-zero double when its digits are (Kimi K3's tool-call
+  // arguments are read back as doubles, xtml_constraint.h).
+  int max_exponent_digits = 64;
 };
 
 // The grammar of any JSON object (response_format json_object).

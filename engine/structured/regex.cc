@@ -3,9 +3,9 @@
 #include "engine/structured/regex.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <deque>
-#include <map>
 #include <string>
 #include <utility>
 
@@ -488,55 +488,74 @@ class NfaBuilder {
   bool overflow_ = false;
 };
 
+// Subset construction over byte classes. A DFA state is the sorted set of the NFA states its
+// epsilon closure holds that matter: those with byte edges, and the accepting one (the others
+// only lead on by epsilon, so two closures that agree on these accept the same texts).
+// Every step is counted (edges scanned, states visited, set elements sorted, hashed and
+// compared), and the construction stops past kMaxWork of them, kMaxRegexDfaStates states or
+// kMaxRegexDfaCells transitions: a request thread compiles patterns, so the cost is bounded
+// whatever the pattern.
 class DfaBuilder {
  public:
-  static constexpr uint64_t kMaxWork = 30'000'000;
+  static constexpr uint64_t kMaxWork = 50'000'000;
+  enum class Outcome : uint8_t { kBuilt, kTooManyStates, kTooManyCells, kTooMuchWork };
 
-  DfaBuilder(const NfaBuilder& nfa, int32_t accept) : nfa_(nfa), accept_(accept) {}
-
-  // Subset construction; false past kMaxRegexDfaStates states, kMaxRegexDfaCells transitions or
-  // kMaxWork steps (a request
-  // thread compiles patterns: the cost is bounded whatever the pattern).
-  bool Build(ByteDfa* dfa) {
-    ClassifyBytes(dfa);
-    std::vector<int32_t> start = {0};
-    Close(&start);
-    Intern(std::move(start));
-    const auto classes = static_cast<size_t>(dfa->num_classes);
-    std::vector<std::vector<int32_t>> moved(classes);
-    for (size_t s = 0; s < sets_.size(); ++s) {
-      if (TooBig(classes)) return false;
-      for (auto& m : moved) m.clear();
-      for (int32_t q : sets_[s]) {
-        for (const NfaEdge& e : nfa_.edges[static_cast<size_t>(q)]) {
-          const uint8_t first = dfa->byte_class[e.bytes.lo], last = dfa->byte_class[e.bytes.hi];
-          for (uint32_t c = first; c <= last; ++c) moved[c].push_back(e.to);
-          work_ += last - first + 1u;
-        }
-      }
-      for (size_t c = 0; c < classes; ++c) {
-        int32_t target = ByteDfa::kDead;
-        if (!moved[c].empty()) {
-          Close(&moved[c]);
-          target = Intern(moved[c]);
-        }
-        next_.push_back(target);
-      }
+  DfaBuilder(const NfaBuilder& nfa, int32_t accept) : nfa_(nfa), accept_(accept) {
+    const size_t n = nfa.eps.size();
+    kept_.resize(n);
+    for (size_t q = 0; q < n; ++q) {
+      kept_[q] = !nfa.edges[q].empty() || static_cast<int32_t>(q) == accept ? 1 : 0;
+      if (kept_[q] != 0) kept_list_.push_back(static_cast<int32_t>(q));
     }
-    if (TooBig(classes)) return false;
+    seen_.assign(n, 0);
+  }
+
+  Outcome Build(ByteDfa* dfa) {
+    ClassifyBytes(dfa);
+    const auto classes = static_cast<size_t>(dfa->num_classes);
+    moved_.resize(classes);
+    segment_of_.resize(classes);
+    targets_.resize(classes);
+    memo_.assign(kMemoSlots, {});
+    Close({0});
+    Intern();
+    for (size_t s = 0; s < num_sets(); ++s) {
+      if (Outcome o = Check(classes); o != Outcome::kBuilt) return o;
+      const size_t segments = Segment(s, *dfa);
+      ++memo_stamp_;
+      for (size_t g = 0; g < segments; ++g) {
+        targets_[g] = Target(g);
+        if (work_ > kMaxWork) return Outcome::kTooMuchWork;
+      }
+      for (size_t c = 0; c < classes; ++c) next_.push_back(targets_[segment_of_[c]]);
+    }
+    if (Outcome o = Check(classes); o != Outcome::kBuilt) return o;
     dfa->next = std::move(next_);
-    dfa->accepting.resize(sets_.size());
-    for (size_t s = 0; s < sets_.size(); ++s) {
-      dfa->accepting[s] = std::binary_search(sets_[s].begin(), sets_[s].end(), accept_) ? 1 : 0;
+    dfa->accepting.resize(num_sets());
+    for (size_t s = 0; s < num_sets(); ++s) {
+      const auto first = members_.begin() + static_cast<ptrdiff_t>(begin_[s]);
+      const auto last = members_.begin() + static_cast<ptrdiff_t>(begin_[s + 1]);
+      dfa->accepting[s] = std::binary_search(first, last, accept_) ? 1 : 0;
     }
     dfa->start = 0;
-    return true;
+    return Outcome::kBuilt;
   }
 
  private:
-  bool TooBig(size_t classes) const {
-    return sets_.size() > static_cast<size_t>(kMaxRegexDfaStates) ||
-           sets_.size() * classes > kMaxRegexDfaCells || work_ > kMaxWork;
+  static constexpr size_t kMemoSlots = 512;  // a power of two, twice the most runs (256)
+  struct MemoSlot {
+    uint64_t stamp = 0;
+    uint64_t hash = 0;
+    int32_t segment = 0;
+  };
+
+  size_t num_sets() const { return begin_.size() - 1; }
+
+  Outcome Check(size_t classes) const {
+    if (num_sets() > static_cast<size_t>(kMaxRegexDfaStates)) return Outcome::kTooManyStates;
+    if (num_sets() * classes > kMaxRegexDfaCells) return Outcome::kTooManyCells;
+    if (work_ > kMaxWork) return Outcome::kTooMuchWork;
+    return Outcome::kBuilt;
   }
 
   // Byte classes: bytes between consecutive edge boundaries behave alike.
@@ -550,45 +569,156 @@ class DfaBuilder {
     }
     int32_t c = -1;
     for (int b = 0; b < 256; ++b) {
-      if (b == 0 || boundary[static_cast<size_t>(b)]) {
-        ++c;
-        class_rep_.push_back(static_cast<uint8_t>(b));
-      }
+      if (b == 0 || boundary[static_cast<size_t>(b)]) ++c;
       dfa->byte_class[static_cast<size_t>(b)] = static_cast<uint8_t>(c);
     }
     dfa->num_classes = c + 1;
   }
 
-  // Epsilon closure, sorted.
-  void Close(std::vector<int32_t>* set) {
-    if (seen_.size() != nfa_.eps.size()) seen_.assign(nfa_.eps.size(), 0);
-    ++stamp_;
-    std::vector<int32_t> todo = *set;
-    set->clear();
-    while (!todo.empty()) {
-      const int32_t q = todo.back();
-      todo.pop_back();
-      if (seen_[static_cast<size_t>(q)] == stamp_) continue;
-      seen_[static_cast<size_t>(q)] = stamp_;
-      set->push_back(q);
-      for (int32_t t : nfa_.eps[static_cast<size_t>(q)]) todo.push_back(t);
-      work_ += 1 + nfa_.eps[static_cast<size_t>(q)].size();
+  // Splits the classes into runs that set s's edges do not tell apart (segment_of_), and
+  // gathers the NFA states each run moves to (moved_, in the order of the set's edges, so two
+  // runs that the same edges cover get equal lists). Returns the number of runs.
+  size_t Segment(size_t s, const ByteDfa& dfa) {
+    const size_t classes = segment_of_.size();
+    cut_.assign(classes + 1, 0);
+    for (size_t i = begin_[s]; i < begin_[s + 1]; ++i) {
+      for (const NfaEdge& e : nfa_.edges[static_cast<size_t>(members_[i])]) {
+        cut_[dfa.byte_class[e.bytes.lo]] = 1;
+        cut_[static_cast<size_t>(dfa.byte_class[e.bytes.hi]) + 1] = 1;
+      }
     }
-    std::sort(set->begin(), set->end());
+    size_t segments = 0;
+    for (size_t c = 0; c < classes; ++c) {
+      if (c == 0 || cut_[c] != 0) moved_[segments++].clear();
+      segment_of_[c] = static_cast<int32_t>(segments - 1);
+    }
+    work_ += classes;
+    for (size_t i = begin_[s]; i < begin_[s + 1]; ++i) {
+      for (const NfaEdge& e : nfa_.edges[static_cast<size_t>(members_[i])]) {
+        const auto first = static_cast<size_t>(segment_of_[dfa.byte_class[e.bytes.lo]]);
+        const auto last = static_cast<size_t>(segment_of_[dfa.byte_class[e.bytes.hi]]);
+        for (size_t g = first; g <= last; ++g) moved_[g].push_back(e.to);
+        work_ += 2 + last - first;
+      }
+    }
+    return segments;
   }
 
-  int32_t Intern(std::vector<int32_t> set) {
-    auto [it, added] = ids_.try_emplace(set, static_cast<int32_t>(sets_.size()));
-    if (added) sets_.push_back(std::move(set));
-    return it->second;
+  // The state run g moves to: kDead when nothing can follow, the state of an earlier run with
+  // the same moved list, else the interned closure.
+  int32_t Target(size_t g) {
+    const std::vector<int32_t>& moved = moved_[g];
+    if (moved.empty()) return ByteDfa::kDead;
+    const uint64_t hash = Hash(moved.data(), moved.size());
+    work_ += moved.size();
+    const size_t mask = memo_.size() - 1;
+    size_t at = hash & mask;
+    for (; memo_[at].stamp == memo_stamp_; at = (at + 1) & mask) {
+      const MemoSlot& slot = memo_[at];
+      if (slot.hash == hash && moved_[static_cast<size_t>(slot.segment)] == moved) {
+        work_ += moved.size();
+        return targets_[static_cast<size_t>(slot.segment)];
+      }
+    }
+    memo_[at] = {memo_stamp_, hash, static_cast<int32_t>(g)};
+    Close(moved);
+    return closed_.empty() ? ByteDfa::kDead : Intern();
+  }
+
+  // closed_ ← the kept states of the epsilon closure of `from`, sorted.
+  void Close(const std::vector<int32_t>& from) {
+    ++stamp_;
+    todo_.assign(from.begin(), from.end());
+    closed_.clear();
+    while (!todo_.empty()) {
+      const int32_t q = todo_.back();
+      todo_.pop_back();
+      if (seen_[static_cast<size_t>(q)] == stamp_) continue;
+      seen_[static_cast<size_t>(q)] = stamp_;
+      if (kept_[static_cast<size_t>(q)] != 0) closed_.push_back(q);
+      const std::vector<int32_t>& eps = nfa_.eps[static_cast<size_t>(q)];
+      todo_.insert(todo_.end(), eps.begin(), eps.end());
+      work_ += 1 + eps.size();
+    }
+    // Sorted: by sorting, or (when that costs more) by reading the kept states in order.
+    const size_t sort_cost = closed_.size() * (1 + std::bit_width(closed_.size()));
+    if (sort_cost <= kept_list_.size()) {
+      std::sort(closed_.begin(), closed_.end());
+      work_ += sort_cost;
+    } else {
+      closed_.clear();
+      for (int32_t q : kept_list_) {
+        if (seen_[static_cast<size_t>(q)] == stamp_) closed_.push_back(q);
+      }
+      work_ += kept_list_.size();
+    }
+  }
+
+  static uint64_t Hash(const int32_t* v, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15u ^ n;
+    for (size_t i = 0; i < n; ++i) {
+      h = (h ^ static_cast<uint32_t>(v[i])) * 0xFF51AFD7ED558CCDu;
+      h ^= h >> 32;
+    }
+    return h;
+  }
+
+  // The id of the DFA state closed_ is, added when new.
+  int32_t Intern() {
+    const uint64_t hash = Hash(closed_.data(), closed_.size());
+    work_ += closed_.size();
+    if (2 * (num_sets() + 1) > slots_.size()) Rehash();
+    const size_t mask = slots_.size() - 1;
+    size_t at = hash & mask;
+    for (; slots_[at] >= 0; at = (at + 1) & mask) {
+      const auto id = static_cast<size_t>(slots_[at]);
+      if (hashes_[id] != hash || begin_[id + 1] - begin_[id] != closed_.size()) continue;
+      work_ += closed_.size();
+      if (std::equal(closed_.begin(), closed_.end(),
+                     members_.begin() + static_cast<ptrdiff_t>(begin_[id]))) {
+        return static_cast<int32_t>(id);
+      }
+    }
+    const auto id = static_cast<int32_t>(num_sets());
+    slots_[at] = id;
+    hashes_.push_back(hash);
+    members_.insert(members_.end(), closed_.begin(), closed_.end());
+    begin_.push_back(members_.size());
+    return id;
+  }
+
+  void Rehash() {
+    slots_.assign(std::max<size_t>(64, 2 * slots_.size()), -1);
+    const size_t mask = slots_.size() - 1;
+    for (size_t id = 0; id < num_sets(); ++id) {
+      size_t at = hashes_[id] & mask;
+      while (slots_[at] >= 0) at = (at + 1) & mask;
+      slots_[at] = static_cast<int32_t>(id);
+    }
+    work_ += slots_.size();
   }
 
   const NfaBuilder& nfa_;
   const int32_t accept_;
-  std::vector<uint8_t> class_rep_;
-  std::map<std::vector<int32_t>, int32_t> ids_;
-  std::vector<std::vector<int32_t>> sets_;
+  std::vector<uint8_t> kept_;       // per NFA state: it has byte edges or accepts
+  std::vector<int32_t> kept_list_;  // the kept states in order
+  // The DFA states: state s is members_[begin_[s], begin_[s + 1]); an open-addressing table
+  // (slots_: ids, −1 empty) over their hashes finds a set's id.
+  std::vector<int32_t> members_;
+  std::vector<size_t> begin_ = {0};
+  std::vector<uint64_t> hashes_;
+  std::vector<int32_t> slots_;
   std::vector<int32_t> next_;
+  // Scratch of one state's transitions.
+  std::vector<uint8_t> cut_;
+  std::vector<int32_t> segment_of_;
+  std::vector<std::vector<int32_t>> moved_;
+  std::vector<int32_t> targets_;
+  std::vector<MemoSlot> memo_;
+  uint64_t memo_stamp_ = 0;
+  // Scratch of a closure.
+  std::vector<int32_t> todo_;
+  std::vector<int32_t> closed_;
   std::vector<uint32_t> seen_;
   uint32_t stamp_ = 0;
   uint64_t work_ = 0;
@@ -657,13 +787,32 @@ bool Prune(ByteDfa* dfa) {
   for (int b = 0; b < 256; ++b) {
     if (IsLeadByte(static_cast<uint8_t>(b))) lead[dfa->byte_class[static_cast<size_t>(b)]] = 1;
   }
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> back(static_cast<size_t>(n));
-  for (int32_t s = 0; s < n; ++s) {
-    for (int32_t c = 0; c < k; ++c) {
-      const int32_t t = dfa->next[static_cast<size_t>(s * k + c)];
-      if (t != ByteDfa::kDead) back[static_cast<size_t>(t)].emplace_back(s, lead[c]);
+  // The transitions backwards, grouped by target (a counting sort): back[back_begin[t] …
+  // back_begin[t + 1]) are the (source << 1 | lead) of the transitions into t; a run of
+  // classes that a state sends to the same target with the same lead counts once.
+  auto for_each_transition = [&](auto&& fn) {
+    for (int32_t s = 0; s < n; ++s) {
+      int32_t last = ByteDfa::kDead;
+      for (int32_t c = 0; c < k; ++c) {
+        const int32_t t = dfa->next[static_cast<size_t>(s * k + c)];
+        const int32_t edge = s << 1 | lead[static_cast<size_t>(c)];
+        if (t != ByteDfa::kDead &&
+            (t != last || c == 0 ||
+             lead[static_cast<size_t>(c - 1)] != lead[static_cast<size_t>(c)])) {
+          fn(t, edge);
+        }
+        last = t;
+      }
     }
-  }
+  };
+  std::vector<int32_t> back_begin(static_cast<size_t>(n) + 1, 0);
+  for_each_transition([&](int32_t t, int32_t) { ++back_begin[static_cast<size_t>(t) + 1]; });
+  for (size_t t = 0; t < static_cast<size_t>(n); ++t) back_begin[t + 1] += back_begin[t];
+  std::vector<int32_t> back(static_cast<size_t>(back_begin[static_cast<size_t>(n)]));
+  std::vector<int32_t> fill(back_begin.begin(), back_begin.end() - 1);
+  for_each_transition([&](int32_t t, int32_t edge) {
+    back[static_cast<size_t>(fill[static_cast<size_t>(t)]++)] = edge;
+  });
   constexpr int32_t kFar = INT32_MAX;
   std::vector<int32_t> dist(static_cast<size_t>(n), kFar);
   std::deque<int32_t> todo;
@@ -676,7 +825,10 @@ bool Prune(ByteDfa* dfa) {
   while (!todo.empty()) {
     const int32_t t = todo.front();
     todo.pop_front();
-    for (const auto& [s, w] : back[static_cast<size_t>(t)]) {
+    for (int32_t i = back_begin[static_cast<size_t>(t)]; i < back_begin[static_cast<size_t>(t) + 1];
+         ++i) {
+      const int32_t s = back[static_cast<size_t>(i)] >> 1;
+      const int32_t w = back[static_cast<size_t>(i)] & 1;
       const int32_t d = dist[static_cast<size_t>(t)] + w;
       if (d >= dist[static_cast<size_t>(s)]) continue;
       dist[static_cast<size_t>(s)] = d;
@@ -693,7 +845,7 @@ bool Prune(ByteDfa* dfa) {
   for (int32_t s = 0; s < n; ++s) {
     if (dist[static_cast<size_t>(s)] != kFar) remap[static_cast<size_t>(s)] = live++;
   }
-  std::vector<int32_t> next(static_cast<size_t>(live * k));
+  // Compacted in place: a state's new row is never after its old one.
   std::vector<uint8_t> accepting(static_cast<size_t>(live));
   std::vector<int32_t> min_cp(static_cast<size_t>(live));
   for (int32_t s = 0; s < n; ++s) {
@@ -701,13 +853,13 @@ bool Prune(ByteDfa* dfa) {
     if (r == ByteDfa::kDead) continue;
     for (int32_t c = 0; c < k; ++c) {
       const int32_t t = dfa->next[static_cast<size_t>(s * k + c)];
-      next[static_cast<size_t>(r * k + c)] =
+      dfa->next[static_cast<size_t>(r * k + c)] =
           t == ByteDfa::kDead ? ByteDfa::kDead : remap[static_cast<size_t>(t)];
     }
     accepting[static_cast<size_t>(r)] = dfa->accepting[static_cast<size_t>(s)];
     min_cp[static_cast<size_t>(r)] = dist[static_cast<size_t>(s)];
   }
-  dfa->next = std::move(next);
+  dfa->next.resize(static_cast<size_t>(live * k));
   dfa->accepting = std::move(accepting);
   dfa->min_code_points = std::move(min_cp);
   dfa->start = remap[static_cast<size_t>(dfa->start)];
@@ -733,11 +885,21 @@ absl::StatusOr<ByteDfa> CompileRegex(std::string_view pattern, RegexAnchoring an
         "the pattern expands to more than ", kMaxRegexNfaStates, " automaton states (the limit)"));
   }
   ByteDfa dfa;
-  if (!DfaBuilder(nfa, accept).Build(&dfa)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the pattern's deterministic automaton is too large (limits: ", kMaxRegexDfaStates,
-        " states, ", kMaxRegexDfaCells, " transitions, ", DfaBuilder::kMaxWork,
-        " construction steps)"));
+  switch (DfaBuilder(nfa, accept).Build(&dfa)) {
+    case DfaBuilder::Outcome::kBuilt:
+      break;
+    case DfaBuilder::Outcome::kTooManyStates:
+      return absl::InvalidArgumentError(
+          absl::StrCat("the pattern's deterministic automaton is too large: more than ",
+                       kMaxRegexDfaStates, " states (the limit)"));
+    case DfaBuilder::Outcome::kTooManyCells:
+      return absl::InvalidArgumentError(
+          absl::StrCat("the pattern's deterministic automaton is too large: more than ",
+                       kMaxRegexDfaCells, " transitions (the limit)"));
+    case DfaBuilder::Outcome::kTooMuchWork:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the pattern's deterministic automaton is too large: building it takes more than ",
+          DfaBuilder::kMaxWork, " steps (the limit)"));
   }
   if (!Prune(&dfa)) return absl::InvalidArgumentError("the pattern matches no string");
   return dfa;

@@ -1,12 +1,15 @@
 #include "engine/tokenizer/chat_template.h"
 
-#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/json_limits.h"
+#include "core/status.h"
 #include "engine/tokenizer/internal/absl_view.h"
 #include "engine/tokenizer/jinja/interpreter.h"
+#include "engine/tokenizer/python_json.h"
+#include "engine/tokenizer/xtml_renderer.h"
 
 namespace strata::engine {
 namespace {
@@ -21,23 +24,6 @@ absl::Status Prefixed(const absl::Status& s) {
   return absl::Status(s.code(),
                       absl::StrCat("chat template: ",
                                    Av(std::string_view(s.message().data(), s.message().size()))));
-}
-
-Json SortKeysDeep(const Json& v) {
-  if (v.is_object()) {
-    std::vector<std::string> keys;
-    for (const auto& [k, item] : v.items()) keys.push_back(k);
-    std::sort(keys.begin(), keys.end());
-    Json out = Json::object();
-    for (const std::string& k : keys) AppendNewMember(&out, k, SortKeysDeep(v.at(k)));  // unique
-    return out;
-  }
-  if (v.is_array()) {
-    Json out = Json::array();
-    for (const Json& item : v) out.push_back(SortKeysDeep(item));
-    return out;
-  }
-  return v;
 }
 
 // vLLM's _postprocess_messages: tool-call arguments become objects for the template.
@@ -76,6 +62,36 @@ absl::StatusOr<Json> NormaliseMessages(const Json& messages, const ChatTemplateO
 
 }  // namespace
 
+std::vector<int32_t> EncodePrompt(const Tokenizer& tokenizer, const RenderedPrompt& prompt) {
+  std::vector<int32_t> ids;
+  for (const PromptSegment& segment : prompt.segments) {
+    EncodeOptions options;
+    options.parse_special = segment.control;
+    std::vector<int32_t> piece = tokenizer.Encode(segment.text, options);
+    ids.insert(ids.end(), piece.begin(), piece.end());
+  }
+  return ids;
+}
+
+void TruncatePrompt(RenderedPrompt* prompt, size_t num_bytes) {
+  CHECK_LE(num_bytes, prompt->text.size());
+  prompt->text.resize(num_bytes);
+  size_t at = 0;
+  size_t kept = 0;
+  for (; kept < prompt->segments.size() && at < num_bytes; ++kept) {
+    std::string& text = prompt->segments[kept].text;
+    if (at + text.size() > num_bytes) text.resize(num_bytes - at);
+    at += text.size();
+  }
+  prompt->segments.resize(kept);
+}
+
+ChatTemplate ChatTemplate::Xtml() {
+  ChatTemplate ct;
+  ct.xtml_ = true;
+  return ct;
+}
+
 absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string_view source,
                                                   ChatTemplateTokens tokens,
                                                   ChatTemplateOptions options) {
@@ -92,6 +108,12 @@ absl::StatusOr<ChatTemplate> ChatTemplate::ForTokenizer(const Tokenizer& tokeniz
                                                         std::optional<std::string_view> given) {
   const TokenizerConfig& config = tokenizer.config();
   const auto& templates = config.chat_templates;
+  if (!given && UsesXtml(tokenizer)) return Xtml();
+  if (!given && config.model_type == "kimi_k3" && templates.empty()) {
+    // A K3 checkpoint with neither the control tokens nor a template: refused by name rather
+    // than prompted in K2's format.
+    RETURN_IF_ERROR(CheckXtmlControlTokens(tokenizer));
+  }
   std::string_view source = BuiltinKimiChatTemplate();
   if (given) {
     source = *given;
@@ -109,6 +131,21 @@ absl::StatusOr<ChatTemplate> ChatTemplate::ForTokenizer(const Tokenizer& tokeniz
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& inputs) const {
+  if (!xtml_) return RenderJinja(inputs);
+  ASSIGN_OR_RETURN(RenderedPrompt prompt, RenderXtml(inputs));
+  return std::move(prompt.text);
+}
+
+absl::StatusOr<RenderedPrompt> ChatTemplate::RenderPrompt(const ChatTemplateInputs& inputs) const {
+  if (xtml_) return RenderXtml(inputs);
+  ASSIGN_OR_RETURN(std::string text, RenderJinja(inputs));
+  RenderedPrompt prompt;
+  prompt.segments.push_back({text, /*control=*/true});
+  prompt.text = std::move(text);
+  return prompt;
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderJinja(const ChatTemplateInputs& inputs) const {
   absl::StatusOr<Json> messages = NormaliseMessages(inputs.messages, options_);
   if (!messages.ok()) return Prefixed(messages.status());
   if (!inputs.tools.is_null() && !inputs.tools.is_array()) {

@@ -12,12 +12,17 @@
 //     object keys of `tools` are sorted recursively.
 // Errors are InvalidArgument: malformed messages, template syntax errors, runtime errors, and
 // raise_exception() with the template's own message.
+//
+// A checkpoint in Kimi K3's format (xtml_renderer.h: config.json model_type kimi_k3, or the XTML
+// control tokens and no template) gets the native XTML renderer instead of a Jinja template.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +44,28 @@ struct ChatTemplateInputs {
   nlohmann::ordered_json kwargs;  // null, or an object of extra template variables
 };
 
+// One piece of a rendered prompt. A `control` piece is encoded with special-token text
+// recognised: one XTML marker (its control id), or a Jinja template's whole output (whose
+// markers are special-token text). Every other piece is encoded separately as ordinary text, so
+// text that looks like a special token (in a user's message, a tool result) stays characters.
+struct PromptSegment {
+  std::string text;
+  bool control = false;
+};
+
+// A prompt as text and as the segments that concatenate to it.
+struct RenderedPrompt {
+  std::string text;
+  std::vector<PromptSegment> segments;
+};
+
+// The prompt's ids, segment by segment (no BOS/EOS added).
+std::vector<int32_t> EncodePrompt(const Tokenizer& tokenizer, const RenderedPrompt& prompt);
+
+// Keeps the first `num_bytes` bytes of the prompt (text and segments alike; a segment cut in the
+// middle keeps its kind). CHECK: num_bytes <= prompt->text.size().
+void TruncatePrompt(RenderedPrompt* prompt, size_t num_bytes);
+
 // Special-token strings exposed to the template.
 struct ChatTemplateTokens {
   std::optional<std::string> bos_token;
@@ -52,18 +79,34 @@ class ChatTemplate {
   static absl::StatusOr<ChatTemplate> Create(std::string_view source, ChatTemplateTokens tokens,
                                              ChatTemplateOptions options = {});
 
+  // Kimi K3's native XTML renderer (xtml_renderer.h) behind the same interface.
+  static ChatTemplate Xtml();
+
   // The tokenizer's template: "tool_use" when `with_tools` and present, else "default", else
-  // the only one; the built-in Kimi template when the checkpoint has none. `source`, when
-  // given, replaces all of them (strata serve --chat-template), with the tokenizer's special
-  // tokens and options.
+  // the only one; the built-in Kimi template when the checkpoint has none. A K3 tokenizer
+  // (UsesXtml) gets Xtml() instead; a kimi_k3 checkpoint with neither the XTML control tokens
+  // nor a template is FailedPrecondition naming the missing token.
+  // `source`, when given, replaces all of them (strata serve --chat-template), with the
+  // tokenizer's special tokens and options.
   static absl::StatusOr<ChatTemplate> ForTokenizer(
       const Tokenizer& tokenizer, bool with_tools,
       std::optional<std::string_view> source = std::nullopt);
 
+  // The prompt text (RenderPrompt's text).
   absl::StatusOr<std::string> Render(const ChatTemplateInputs& inputs) const;
+  // The prompt as text and segments: XTML's segment list, or a Jinja template's output as one
+  // control segment (EncodePrompt then matches special-token text in it, as before).
+  absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplateInputs& inputs) const;
+
+  // True for Xtml(): the prompt must be encoded segment-wise (EncodePrompt) and
+  // chat_template_kwargs take K3's switches (ResolveXtmlSwitches).
+  bool is_xtml() const { return xtml_; }
 
  private:
-  std::shared_ptr<const jinja::Template> template_;
+  absl::StatusOr<std::string> RenderJinja(const ChatTemplateInputs& inputs) const;
+
+  bool xtml_ = false;
+  std::shared_ptr<const jinja::Template> template_;  // null for XTML
   ChatTemplateTokens tokens_;
   ChatTemplateOptions options_;
 };

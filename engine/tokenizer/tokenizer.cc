@@ -1,5 +1,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/file.h"
@@ -14,6 +16,25 @@ namespace {
 constexpr size_t kKimiMaxChunkChars = 400'000;
 constexpr size_t kKimiMaxRunChars = 25'000;
 constexpr int32_t kKimiNumReservedSpecials = 256;
+
+// `model_type` of the checkpoint's config.json (or of its text_config), "" when the file or the
+// key is absent. A config.json that is not JSON is an error naming it.
+absl::StatusOr<std::string> ReadModelType(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  if (!FileExists(path)) return std::string();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  const nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not JSON"));
+  for (const nlohmann::json* where :
+       {&config,
+        config.is_object() && config.contains("text_config") ? &config["text_config"] : nullptr}) {
+    if (where == nullptr || !where->is_object()) continue;
+    auto it = where->find("model_type");
+    if (it != where->end() && it->is_string()) return it->get<std::string>();
+  }
+  return std::string();
+}
 
 }  // namespace
 
@@ -101,6 +122,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadFromDir(const std::str
     if (!parsed.ok()) return parsed.status();
     config = std::move(*parsed);
   }
+  absl::StatusOr<std::string> model_type = ReadModelType(dir);
+  if (!model_type.ok()) return model_type.status();
+  config.model_type = std::move(*model_type);
   if (FileExists(dir + "/chat_template.jinja")) {
     absl::StatusOr<std::string> text = ReadFileToString(dir + "/chat_template.jinja");
     if (!text.ok()) return text.status();

@@ -38,6 +38,9 @@ struct TokenizerConfig {
   // naming tokenization_kimi): reserved special ids are filled in, long runs are split before
   // encoding, and tool declarations are key-sorted before the template sees them.
   bool kimi_tokenizer = false;
+  // Not from tokenizer_config.json: `model_type` of the config.json beside it (or of its
+  // `text_config`), empty when absent. "kimi_k3" selects K3's XTML prompt format.
+  std::string model_type;
 };
 
 // Parses the JSON text of tokenizer_config.json.

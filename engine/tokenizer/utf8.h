@@ -36,7 +36,9 @@ bool IsValidUtf8(std::string_view bytes);
 // Replaces every ill-formed subpart (and a truncated tail) with U+FFFD.
 std::string SanitizeUtf8(std::string_view bytes);
 
-// Appends the UTF-8 encoding of `cp` (which must be a scalar value) to `out`.
+// Appends the UTF-8 encoding of `cp` (at most U+10FFFF) to `out`. A surrogate (U+D800..U+DFFF,
+// not a scalar value) gets its three-byte pattern, which is not well-formed UTF-8: callers that
+// must keep a lone surrogate (Python's json does) rely on that.
 void AppendUtf8(char32_t cp, std::string* out);
 
 // Number of code points in well-formed UTF-8 (ill-formed subparts count one each).

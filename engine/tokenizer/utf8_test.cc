@@ -58,6 +58,14 @@ TEST(Utf8Test, AppendEncodesAndCountMatches) {
   EXPECT_EQ(CountCodePoints(s), 4u);
 }
 
+TEST(Utf8Test, AppendWritesASurrogateAsItsThreeBytePattern) {
+  std::string s;
+  AppendUtf8(0xD800, &s);
+  AppendUtf8(0xDFFF, &s);
+  EXPECT_EQ(s, "\xED\xA0\x80\xED\xBF\xBF");
+  EXPECT_FALSE(IsValidUtf8(s));
+}
+
 TEST(Utf8Test, PythonSpaceIncludesFileSeparatorsButNotMongolianVowelSeparator) {
   EXPECT_TRUE(IsPythonSpace(U' '));
   EXPECT_TRUE(IsPythonSpace(0x1C));

@@ -3,15 +3,18 @@
 // run (docs/performance.md; the measurement itself is server/bench/engine_bench.h).
 #include <omp.h>
 
+#include <cstdio>
 #include <iostream>
 
 #include "core/log.h"
 #include "core/status.h"
+#include "engine/executor.h"
 #include "engine/model.h"
 #include "server/bench/engine_bench.h"
 #include "server/cli/commands.h"
 #include "server/cli/default_model.h"
 #include "server/cli/flags.h"
+#include "server/cli/tensor_parallel_ranks.h"
 
 #if defined(STRATA_HAVE_CUDA)
 #include "server/bench/engine_bench_cuda.h"
@@ -37,8 +40,41 @@ const std::vector<FlagSpec> kBenchFlags = {
     {"quantization", true, kQuantizationHelp},
     {"mmap-weights", false,
      "cpu: read the weights from the memory-mapped checkpoint instead of a copy on huge pages"},
+    TensorParallelSizeFlag(),
+    TpSizeFlag(),
+    DecodeContextParallelSizeFlag(),
+    DcpSizeFlag(),
     {"json", false, "print one JSON object instead of a table"},
 };
+
+// What the tensor-parallel collectives cost the lead rank over the run, next to what the
+// sharding implies per token (engine/tensor_parallel.h): two all-reduces of the hidden row per
+// layer (after the mixer and after the FFN; LatentMoE adds one of its latent row) in f32 on the
+// CPU and one for the embedding, averaged over the layers; the logits are gathered once per
+// sampled row (reported apart).
+nlohmann::ordered_json CollectiveReport(const dist::CommunicatorTensorParallelGroup::Stats& s,
+                                        const engine::ModelConfig& cfg,
+                                        const nlohmann::ordered_json& report) {
+  // Tokens through the forward: every prompt token and every generated one but the last.
+  const double tokens =
+      (report["prompt_tokens"].get<double>() + report["gen_tokens"].get<double>() - 1.0) *
+      report["batch"].get<double>();
+  const double per_token_per_layer =
+      tokens > 0 ? static_cast<double>(s.all_reduce_bytes) / tokens / cfg.num_layers : 0.0;
+  double planned = 4.0 * cfg.hidden_size * (2 * cfg.num_layers + 1);  // mixers, FFNs, embedding
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    if (cfg.IsMoe(l) && cfg.moe.is_latent()) planned += 4.0 * cfg.moe.routed_expert_hidden_size;
+  }
+  return {{"tensor_parallel_size", report["tensor_parallel_size"]},
+          {"collective_seconds", s.seconds},
+          {"all_reduces", s.all_reduces},
+          {"all_reduce_bytes", s.all_reduce_bytes},
+          {"all_gathers", s.all_gathers},
+          {"all_gather_bytes", s.all_gather_bytes},
+          {"step_broadcast_bytes", s.broadcast_bytes},
+          {"all_reduce_bytes_per_token_per_layer", per_token_per_layer},
+          {"planned_all_reduce_bytes_per_token_per_layer", planned / cfg.num_layers}};
+}
 
 absl::StatusOr<bench::EngineBackend> MakeBackend(const std::string& device,
                                                  const engine::Model& model,
@@ -79,6 +115,57 @@ absl::Status RunBench(const Flags& flags) {
   load.copy_weights = device == "cpu" && !flags.Has("mmap-weights");
   ASSIGN_OR_RETURN(load.quantization,
                    engine::ParseWeightQuantization(flags.GetOr("quantization", "")));
+  ASSIGN_OR_RETURN(const int tp_size, TensorParallelSizeFromFlags(flags));
+  ASSIGN_OR_RETURN(load.decode_context_parallel_size, DecodeContextParallelSizeFromFlags(flags));
+  if (tp_size > 1) {
+    if (device != "cpu") {
+      return absl::InvalidArgumentError(
+          "--tensor-parallel-size with --device cuda is not supported yet");
+    }
+    // Rank 0 runs the benchmark; the others follow its steps on their shards.
+    return RunTensorParallelRanks(
+        dir, load, tp_size,
+        [&](int rank, const engine::Model& model,
+            dist::CommunicatorTensorParallelGroup* group) -> absl::Status {
+          engine::ForwardContext context;
+          context.tensor_parallel = group;
+          if (rank != 0) {
+            engine::CpuExecutor follower(
+                model, bench::EngineBenchLayout(
+                           engine::CacheSpecFor(model.config(),
+                                                options.latent_dtype.value_or(LatentDType::kF32)),
+                           options));
+            follower.set_forward_context(context);
+            while (follower.FollowStep() >= 0) {
+            }
+            return absl::OkStatus();
+          }
+          ASSIGN_OR_RETURN(bench::EngineBackend backend, MakeBackend(device, model, options));
+          auto* lead = static_cast<engine::CpuExecutor*>(backend.executor.get());
+          lead->set_forward_context(context);
+          absl::StatusOr<nlohmann::ordered_json> report =
+              bench::RunEngineBench(model, dir, backend, options);
+          lead->EndFollowers();  // also after an error: the followers must not wait forever
+          if (!report.ok()) return report.status();
+          (*report)["tensor_parallel_size"] = tp_size;
+          (*report)["tensor_parallel"] = CollectiveReport(group->stats(), model.config(), *report);
+          if (json) {
+            std::cout << report->dump() << std::endl;
+          } else {
+            bench::PrintEngineBenchTable(*report, backend);
+            const nlohmann::ordered_json& c = (*report)["tensor_parallel"];
+            std::printf(
+                "tensor parallel %d: %.3f s in collectives (%lld all-reduces, %lld all-gathers); "
+                "all-reduce %.0f bytes per token per layer (plan: %.0f)\n",
+                tp_size, c["collective_seconds"].get<double>(),
+                static_cast<long long>(c["all_reduces"].get<int64_t>()),
+                static_cast<long long>(c["all_gathers"].get<int64_t>()),
+                c["all_reduce_bytes_per_token_per_layer"].get<double>(),
+                c["planned_all_reduce_bytes_per_token_per_layer"].get<double>());
+          }
+          return absl::OkStatus();
+        });
+  }
   ASSIGN_OR_RETURN(auto model, engine::Model::Load(dir, load));
   ASSIGN_OR_RETURN(bench::EngineBackend backend, MakeBackend(device, *model, options));
   ASSIGN_OR_RETURN(nlohmann::ordered_json report,

@@ -31,5 +31,12 @@ int ChatTemplateCommand(const std::vector<std::string>& args);
 // vLLM's run_batch: an OpenAI Batch file through the serving engine, no network.
 const CommandSpec& RunBatchSpec();
 int RunBatchCommand(const std::vector<std::string>& args);
+// Generated text → reasoning_content, content and tool_calls, as the server parses a reply
+// (parse_output_command.cc).
+const CommandSpec& ParseOutputSpec();
+int ParseOutputCommand(const std::vector<std::string>& args);
+// A TP × DCP × DP deployment's capacity on paper from config.json (plan_command.cc).
+const CommandSpec& PlanSpec();
+int PlanCommand(const std::vector<std::string>& args);
 
 }  // namespace strata::cli

@@ -2,6 +2,7 @@
 // `strata quantize`: write a checkpoint with MXFP4 routed experts.
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -17,6 +18,7 @@
 #include "server/cli/commands.h"
 #include "server/cli/default_model.h"
 #include "server/cli/flags.h"
+#include "server/cli/tensor_parallel_ranks.h"
 
 namespace strata::cli {
 namespace {
@@ -30,12 +32,39 @@ void PrintMemoryUse(const engine::Model& model) {
            g.num_kda_layers);
 }
 
-absl::StatusOr<std::unique_ptr<engine::Model>> LoadModel(const Flags& flags) {
-  ASSIGN_OR_RETURN(std::string dir, ResolveModelDir(flags.GetOr("model", "")));
+// The checkpoint directory and load options of --model / --quantization.
+struct ModelSource {
+  std::string dir;
   engine::ModelLoadOptions load;
-  ASSIGN_OR_RETURN(load.quantization,
+};
+
+absl::StatusOr<ModelSource> ModelSourceFromFlags(const Flags& flags) {
+  ModelSource source;
+  ASSIGN_OR_RETURN(source.dir, ResolveModelDir(flags.GetOr("model", "")));
+  ASSIGN_OR_RETURN(source.load.quantization,
                    engine::ParseWeightQuantization(flags.GetOr("quantization", "")));
-  return engine::Model::Load(dir, load);
+  return source;
+}
+
+// Runs body(model, group) on one model (group null), or on every rank of --tensor-parallel-size
+// T > 1 (each its shard); only rank 0's body may print: the ranks compute the same results.
+absl::Status RunOnModel(
+    const Flags& flags,
+    const std::function<absl::Status(const engine::Model&, engine::TensorParallelGroup*, bool)>&
+        body) {
+  ASSIGN_OR_RETURN(const int tp_size, TensorParallelSizeFromFlags(flags));
+  ASSIGN_OR_RETURN(ModelSource source, ModelSourceFromFlags(flags));
+  ASSIGN_OR_RETURN(source.load.decode_context_parallel_size,
+                   DecodeContextParallelSizeFromFlags(flags));
+  if (tp_size == 1) {
+    ASSIGN_OR_RETURN(auto model, engine::Model::Load(source.dir, source.load));
+    return body(*model, nullptr, true);
+  }
+  return RunTensorParallelRanks(
+      source.dir, source.load, tp_size,
+      [&](int rank, const engine::Model& model, dist::CommunicatorTensorParallelGroup* group) {
+        return body(model, group, rank == 0);
+      });
 }
 
 // Reads a JSON array of token ids ([1, 2, 3], or [[1, 2, 3]] for one sequence).
@@ -79,6 +108,10 @@ const std::vector<FlagSpec> kGenerateFlags = {
     {"kv-cache-dtype", true, "latent cache rows: f32 (default, exact) | bf16 | fp8"},
     {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
     {"quantization", true, kQuantizationHelp},
+    TensorParallelSizeFlag(),
+    TpSizeFlag(),
+    DecodeContextParallelSizeFlag(),
+    DcpSizeFlag(),
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
@@ -129,12 +162,18 @@ absl::Status RunGenerate(const Flags& flags) {
   RETURN_IF_ERROR(ApplyLogLevel(flags));
   ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
                    ParseIdList(flags.GetOr("prompt-ids", ""), "--prompt-ids"));
-  ASSIGN_OR_RETURN(engine::GenerateOptions options, GenerateOptionsFromFlags(flags));
-  ASSIGN_OR_RETURN(auto model, LoadModel(flags));
-  PrintMemoryUse(*model);
-  ASSIGN_OR_RETURN(std::vector<int32_t> output, engine::Generate(*model, prompt, options));
-  std::cout << nlohmann::json(output).dump() << std::endl;
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(const engine::GenerateOptions options, GenerateOptionsFromFlags(flags));
+  return RunOnModel(flags,
+                    [&](const engine::Model& model, engine::TensorParallelGroup* group,
+                        bool lead) -> absl::Status {
+                      if (lead) PrintMemoryUse(model);
+                      engine::GenerateOptions rank_options = options;
+                      rank_options.tensor_parallel = group;
+                      ASSIGN_OR_RETURN(std::vector<int32_t> output,
+                                       engine::Generate(model, prompt, rank_options));
+                      if (lead) std::cout << nlohmann::json(output).dump() << std::endl;
+                      return absl::OkStatus();
+                    });
 }
 
 const std::vector<FlagSpec> kLogitsFlags = {
@@ -146,6 +185,10 @@ const std::vector<FlagSpec> kLogitsFlags = {
      "latent cache rows: f32 (default, exact) | bf16 | fp8 (to measure what a format costs)"},
     {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
     {"quantization", true, kQuantizationHelp},
+    TensorParallelSizeFlag(),
+    TpSizeFlag(),
+    DecodeContextParallelSizeFlag(),
+    DcpSizeFlag(),
     {"log-level", true, "trace|debug|info|warn|error|off (default info)"},
 };
 
@@ -155,13 +198,18 @@ absl::Status RunLogits(const Flags& flags) {
   ASSIGN_OR_RETURN(int64_t chunk, flags.GetInt("prefill-chunk", 512, 1, 1 << 20));
   RETURN_IF_ERROR(ApplyCpuMatmulPrecision(flags.GetOr("cpu-matmul-precision", "f32")));
   ASSIGN_OR_RETURN(std::vector<int32_t> ids, ReadIdsFile(ids_file));
-  ASSIGN_OR_RETURN(auto model, LoadModel(flags));
   ASSIGN_OR_RETURN(LatentDType latent_dtype,
                    ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), "cpu"));
-  ASSIGN_OR_RETURN(std::vector<float> logits,
-                   engine::PromptLogits(*model, ids, chunk, latent_dtype));
-  const int64_t vocab = model->config().vocab_size;
-  return WriteNpyF32(out, logits.data(), {static_cast<int64_t>(ids.size()), vocab});
+  return RunOnModel(
+      flags,
+      [&](const engine::Model& model, engine::TensorParallelGroup* group,
+          bool lead) -> absl::Status {
+        ASSIGN_OR_RETURN(std::vector<float> logits,
+                         engine::PromptLogits(model, ids, chunk, latent_dtype, group));
+        if (!lead) return absl::OkStatus();
+        const int64_t vocab = model.config().vocab_size;
+        return WriteNpyF32(out, logits.data(), {static_cast<int64_t>(ids.size()), vocab});
+      });
 }
 
 const std::vector<FlagSpec> kQuantizeFlags = {

@@ -192,6 +192,16 @@ const std::vector<FlagSpec>& ParallelFlagSpecs() {
       {"rendezvous-timeout-s", true, "seconds to wait for all ranks to connect (default 600)"},
       {"expert-placement", true,
        "JSON file: which ranks hold which experts, redundant replicas (default even split)"},
+      {"tensor-parallel-size", true,
+       "T ranks hold one copy of the model (heads, MLP columns, vocabulary split; experts "
+       "spread); alone: T threads of this process; with --world-size T --rank R: one process "
+       "per rank, rank 0 serves (default 1)"},
+      {"tp-size", true, "SGLang's name for --tensor-parallel-size"},
+      {"decode-context-parallel-size", true,
+       "C ranks of the tensor-parallel group split each sequence's latent cache by position, "
+       "so a sequence holds C times one rank's cache (C = --tensor-parallel-size for now; "
+       "default 1)"},
+      {"dcp-size", true, "SGLang's name for --decode-context-parallel-size"},
       {"replicas", true,
        "independent copies of the whole model in this process, least-loaded routing (default 1;"
        " not with --world-size/--local-ranks)"},
@@ -222,6 +232,33 @@ absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(const Flags& flags,
   const GetEnv getenv = getenv_or_null ? getenv_or_null : GetEnv(ProcessEnv);
   ParallelOptions p;
   RETURN_IF_ERROR(ResolveLayout(flags, getenv, &p));
+  ASSIGN_OR_RETURN(const std::string tp_flag,
+                   FlagOrAlias(flags, "tensor-parallel-size", "tp-size"));
+  ASSIGN_OR_RETURN(int64_t tp_size, flags.GetInt(tp_flag, 1, 1, kMaxRanks));
+  p.tensor_parallel_size = static_cast<int>(tp_size);
+  const bool layout_given = flags.Has("world-size") || flags.Has("data-parallel-size") ||
+                            flags.Has("local-ranks") || flags.Has("data-parallel-size-local") ||
+                            flags.Has("num-nodes") || getenv("LWS_GROUP_SIZE").has_value();
+  if (p.tensor_parallel() && !layout_given) {  // the whole group in this process
+    p.world_size = p.local_ranks = p.tensor_parallel_size;
+  }
+  ASSIGN_OR_RETURN(const std::string dcp_flag,
+                   FlagOrAlias(flags, "decode-context-parallel-size", "dcp-size"));
+  ASSIGN_OR_RETURN(int64_t dcp_size, flags.GetInt(dcp_flag, 1, 1, kMaxRanks));
+  p.decode_context_parallel_size = static_cast<int>(dcp_size);
+  if (dcp_size != 1 && dcp_size != tp_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", dcp_flag, " ", dcp_size, " must equal --", tp_flag, " ", tp_size,
+        " for now (the ranks splitting each sequence's cache are the whole tensor-parallel "
+        "group)"));
+  }
+  if (p.tensor_parallel() && p.world_size != p.tensor_parallel_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", tp_flag, " ", p.tensor_parallel_size, " with a world size of ", p.world_size,
+        ": data parallelism over tensor-parallel groups is not supported yet (the world size "
+        "must equal the tensor-parallel size: one process with --",
+        tp_flag, " alone, or --world-size ", p.tensor_parallel_size, " --rank R per process)"));
+  }
   RETURN_IF_ERROR(ResolveCoordinator(flags, getenv, &p));
   ASSIGN_OR_RETURN(std::optional<double> timeout,
                    flags.GetDouble("collective-timeout-s", 0.001, 86400.0));
@@ -234,6 +271,12 @@ absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(const Flags& flags,
   p.expert_placement_file = flags.GetOr("expert-placement", "");
   ASSIGN_OR_RETURN(int64_t replicas, flags.GetInt("replicas", 1, 1, kMaxRanks));
   p.replicas = static_cast<int>(replicas);
+  if (p.replicas > 1 && p.tensor_parallel()) {
+    return absl::InvalidArgumentError(absl::StrCat("--replicas ", p.replicas, " and --", tp_flag,
+                                                   " ", p.tensor_parallel_size,
+                                                   " cannot be combined (replicas are whole "
+                                                   "copies of the model on one rank each)"));
+  }
   if (p.replicas > 1 && p.multi_rank()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--replicas ", p.replicas,

@@ -4,6 +4,8 @@
 //   one rank per process    --world-size N --rank R --coordinator HOST:PORT
 //   L ranks per process     --local-ranks L --node-rank K [--num-nodes G] --coordinator ...
 //                           (global ranks K·L … K·L+L−1, world size G·L)
+//   T-way tensor parallel   --tensor-parallel-size T (one process, T threads) or with
+//                           --world-size T --rank R (one process per rank); rank 0 serves
 //   R replicas              --replicas R: R independent copies of the whole model in this
 //                           process (each its own engine loop and caches — and GPU with
 //                           --device cuda), no collectives; requests go to the least loaded.
@@ -40,8 +42,20 @@ struct ParallelOptions {
   std::chrono::milliseconds rendezvous_timeout{600000};
   std::string expert_placement_file;  // empty: experts split evenly, no replicas
   int replicas = 1;  // --replicas: whole-model copies in this process (world size 1)
+  // --tensor-parallel-size: ranks holding one copy of the model between them (the whole group
+  // for now: world size = tensor-parallel size). Rank 0 of the group serves the APIs; the
+  // others only compute (server/tensor_parallel_follower.h).
+  int tensor_parallel_size = 1;
+  // --decode-context-parallel-size: ranks of the group that split each sequence's latent cache
+  // by position (1, or the tensor-parallel size).
+  int decode_context_parallel_size = 1;
 
   bool multi_rank() const { return world_size > 1; }
+  bool tensor_parallel() const { return tensor_parallel_size > 1; }
+  // Whether this process runs the lead rank of its tensor-parallel group (always without TP).
+  bool leads_tensor_parallel_group() const {
+    return !tensor_parallel() || first_rank % tensor_parallel_size == 0;
+  }
   // Engine loops in this process: the local ranks of a group, or the replicas.
   int num_engine_ranks() const { return multi_rank() ? local_ranks : replicas; }
 };

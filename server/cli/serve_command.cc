@@ -192,6 +192,10 @@ void RaiseOpenFileLimit() {
 
 absl::Status RunServe(const Flags& flags) {
   ASSIGN_OR_RETURN(ServeOptions options, ServeOptionsFromFlags(flags));
+  // The other processes of a tensor-parallel group compute only; rank 0 answers requests.
+  if (!options.parallel.leads_tensor_parallel_group()) {
+    return RunTensorParallelFollowerProcess(options);
+  }
   RaiseOpenFileLimit();
   const sigset_t signals = BlockShutdownSignals();
   // Created once the model is loaded (the per-expert series need its expert count): one per

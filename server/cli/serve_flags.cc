@@ -119,12 +119,13 @@ const std::vector<FlagSpec> kVllmServeFlags = {
     {"no-enable-prefix-caching", false, "prefix caching off (as --no-prefix-caching)"},
     {"trust-remote-code", false, "accepted: Strata runs no code from the checkpoint"},
     {"enable-auto-tool-choice", false, "accepted: tool_choice auto is always served"},
-    {"tool-call-parser", true, "kimi_k2 (Kimi's tool-call tokens; the only format)"},
+    {"tool-call-parser", true,
+     "kimi_k2 | kimi_k3 (default: the checkpoint's; a Kimi K3 checkpoint's XTML tools channel "
+     "or Kimi's tool-call tokens, whichever the checkpoint speaks)"},
     {"dtype", true, "auto | bfloat16 (the checkpoint's weights; bf16 on a GPU)"},
-    {"tensor-parallel-size", true,
-     "1: Strata spreads experts over ranks instead of splitting tensors (--world-size)"},
     {"reasoning-parser", true,
-     "kimi_k2: accepted; <think> ... </think> is always returned as reasoning_content"},
+     "kimi_k2 | kimi_k3 (default: the checkpoint's): <think> ... </think>, or K3's think "
+     "channel, is returned as reasoning_content"},
     {"enable-chunked-prefill", false, "accepted: prompts are always chunked over steps"},
     {"no-enable-chunked-prefill", false,
      "refused: prompts are always chunked over steps (--max-num-batched-tokens a step)"},
@@ -193,11 +194,13 @@ absl::Status ReadVllmFlags(const Flags& flags, ServeOptions* o) {
   }
   o->gpu_memory_utilization = utilization;
   o->cuda_graphs = !flags.Has("enforce-eager");
+  // The parsers follow the checkpoint (a Kimi K3 one is read as XTML, ChoiceOptions::xtml);
+  // the flags name the formats of the models Strata serves.
   const std::string parser = flags.GetOr("tool-call-parser", "kimi_k2");
-  if (parser != "kimi_k2") {
+  if (parser != "kimi_k2" && parser != "kimi_k3") {
     return absl::InvalidArgumentError(
-        "--tool-call-parser: Strata parses Kimi's tool-call tokens "
-        "(kimi_k2), the format of the models it serves; got '" +
+        "--tool-call-parser: must be kimi_k2 or kimi_k3 (Kimi's tool-call tokens, Kimi K3's XTML "
+        "tools channel: the formats of the models Strata serves); got '" +
         parser + "'");
   }
   const std::string dtype = flags.GetOr("dtype", "auto");
@@ -207,14 +210,6 @@ absl::Status ReadVllmFlags(const Flags& flags, ServeOptions* o) {
         "f32 math on the CPU, bf16 tensor cores on a GPU), got '" +
         dtype + "'");
   }
-  ASSIGN_OR_RETURN(int64_t tp, flags.GetInt("tensor-parallel-size", 1, 1, 1 << 16));
-  if (tp != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tensor-parallel-size ", tp,
-                     ": Strata does not split tensors across GPUs; it spreads "
-                     "the experts over data-parallel ranks (--world-size ",
-                     tp, " --local-ranks ", tp, " on one node; server/MULTIRANK.md)"));
-  }
   if (flags.Has("no-enable-chunked-prefill")) {
     return absl::InvalidArgumentError(
         "--no-enable-chunked-prefill: Strata always splits prompts over steps of at most "
@@ -222,10 +217,10 @@ absl::Status ReadVllmFlags(const Flags& flags, ServeOptions* o) {
         "--max-num-batched-tokens and set --target-itl-ms 0)");
   }
   const std::string reasoning = flags.GetOr("reasoning-parser", "kimi_k2");
-  if (reasoning != "kimi_k2") {
+  if (reasoning != "kimi_k2" && reasoning != "kimi_k3") {
     return absl::InvalidArgumentError(
-        "--reasoning-parser: Strata reads Kimi's <think> ... </think> (kimi_k2), the format of "
-        "the models it serves; got '" +
+        "--reasoning-parser: must be kimi_k2 or kimi_k3 (Kimi's <think> ... </think>, Kimi K3's "
+        "think channel: the formats of the models Strata serves); got '" +
         reasoning + "'");
   }
   if (flags.Has("disable-log-requests") && flags.Has("enable-log-requests")) {

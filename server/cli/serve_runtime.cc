@@ -5,6 +5,7 @@
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -12,11 +13,14 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "dist/gloo_communicator.h"
+#include "dist/tensor_parallel_group.h"
 #include "engine/executor.h"
 #include "kernels/cpu/matmul.h"
 #include "kvcache/memory_planner.h"
 #include "scheduler/scheduler.h"
 #include "server/cli/default_model.h"
+#include "server/tensor_parallel_follower.h"
 
 #if defined(STRATA_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -70,6 +74,105 @@ std::vector<std::string> ServedNames(const ServeOptions& options) {
   if (!options.served_names.empty()) return options.served_names;
   return {options.model_flag.empty() ? "strata-demo" : options.model_flag};
 }
+
+// The ranks of a tensor-parallel group that live in this process: their shards (index 0 is
+// null in the lead's process: ModelRuntime::model_), their group communicators and, for every
+// rank but the lead, an executor and a step gate driven by a follower thread.
+struct TensorParallelRanks {
+  std::vector<std::unique_ptr<engine::Model>> shards;  // by local rank
+  std::vector<std::unique_ptr<dist::Communicator>> comms;
+  std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>> groups;
+  std::vector<std::unique_ptr<engine::CpuExecutor>> executors;
+  std::vector<std::unique_ptr<server::CommunicatorStepGate>> gates;
+  std::vector<std::thread> followers;
+
+  // The followers leave once the lead stops (server/tensor_parallel_follower.h).
+  ~TensorParallelRanks() {
+    for (std::thread& t : followers) t.join();
+  }
+
+  // Loads local ranks [first, local_ranks)'s shards at once (one thread each).
+  absl::Status LoadShards(const std::string& dir, const engine::ModelLoadOptions& load,
+                          const ParallelOptions& p, int first) {
+    shards.resize(static_cast<size_t>(p.local_ranks));
+    std::vector<absl::Status> status(shards.size());
+    std::vector<std::thread> threads;
+    for (int i = first; i < p.local_ranks; ++i) {
+      threads.emplace_back([&, i] {
+        engine::ModelLoadOptions options = load;
+        options.tensor_parallel = {p.first_rank + i, p.tensor_parallel_size};
+        absl::StatusOr<std::unique_ptr<engine::Model>> model = engine::Model::Load(dir, options);
+        if (model.ok()) {
+          shards[static_cast<size_t>(i)] = *std::move(model);
+        } else {
+          status[static_cast<size_t>(i)] = model.status();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+    return absl::OkStatus();
+  }
+
+  // Joins the group (every local rank), then checks that every rank planned the same caches:
+  // the lead's block tables and slots index every rank's arena.
+  absl::Status Connect(const ParallelOptions& p, const kvcache::CacheLayout& layout) {
+    ASSIGN_OR_RETURN(comms, ConnectEachLocalRank(p, "strata-tp", "the tensor-parallel group",
+                                                 [](const dist::RendezvousOptions& o, int) {
+                                                   return dist::ConnectGloo(o);
+                                                 }));
+    for (auto& comm : comms) {
+      groups.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comm.get()));
+    }
+    std::vector<std::thread> threads;
+    std::vector<absl::Status> status(comms.size());
+    for (size_t i = 0; i < comms.size(); ++i) {
+      threads.emplace_back([&, i] { status[i] = CheckSameLayout(*comms[i], layout); });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+    return absl::OkStatus();
+  }
+
+  // Starts a follower for local ranks [first, local_ranks).
+  void StartFollowers(const kvcache::CacheLayout& layout, int first) {
+    for (size_t i = static_cast<size_t>(first); i < comms.size(); ++i) {
+      auto executor = std::make_unique<engine::CpuExecutor>(*shards[i], layout);
+      engine::ForwardContext context;
+      context.tensor_parallel = groups[i].get();
+      executor->set_forward_context(context);
+      auto gate = std::make_unique<server::CommunicatorStepGate>(comms[i].get());
+      followers.emplace_back([executor = executor.get(), gate = gate.get()] {
+        server::RunTensorParallelFollower(*gate, *executor);
+      });
+      executors.push_back(std::move(executor));
+      gates.push_back(std::move(gate));
+    }
+  }
+
+ private:
+  static absl::Status CheckSameLayout(dist::Communicator& comm, const kvcache::CacheLayout& l) {
+    const int64_t mine[] = {l.num_blocks, l.block_size, l.num_slots, l.num_checkpoints,
+                            static_cast<int64_t>(l.latent_dtype)};
+    int64_t low[5], high[5];
+    for (int i = 0; i < 5; ++i) low[i] = -mine[i], high[i] = mine[i];
+    absl::Status s = comm.AllReduce(low, 5, dist::ReduceOp::kMax);
+    if (s.ok()) s = comm.AllReduce(high, 5, dist::ReduceOp::kMax);
+    RETURN_IF_ERROR(s);
+    for (int i = 0; i < 5; ++i) {
+      if (-low[i] != high[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rank ", comm.rank(),
+            ": the ranks of the tensor-parallel group planned different "
+            "caches (this rank: ",
+            kvcache::DescribePlan(l),
+            "); start every rank with the same --kv-cache-memory, --max-num-seqs, --block-size, "
+            "--max-model-len, --kv-cache-dtype and --enable-prefix-caching"));
+      }
+    }
+    return absl::OkStatus();
+  }
+};
 
 ModelRuntime::~ModelRuntime() {
   if (engine_) engine_->Stop();
@@ -161,14 +264,58 @@ absl::Status ModelRuntime::LoadGenerationConfig(const ServeOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
-  const engine::ModelConfig& cfg = model_->config();
+namespace {
+
+// The cache plan's inputs from the flags (--kv-cache-memory per rank).
+kvcache::PlannerOptions PlannerOptionsFor(const ServeOptions& options) {
   kvcache::PlannerOptions plan;
   plan.memory_budget_bytes = options.kv_cache_memory_bytes;
   plan.block_size = options.scheduler.block_size;
   plan.max_num_seqs = options.scheduler.max_num_seqs;
   plan.checkpoint_fraction = options.scheduler.enable_prefix_caching ? 0.1 : 0.0;
-  plan.min_num_tokens = options.max_model_len;
+  // With decode context parallelism each rank holds every C-th position of a sequence.
+  const int c = options.parallel.decode_context_parallel_size;
+  plan.min_num_tokens = (options.max_model_len + c - 1) / c;
+  return plan;
+}
+
+absl::StatusOr<kvcache::CacheLayout> PlanCpuCaches(const ServeOptions& options,
+                                                   const engine::ModelConfig& cfg) {
+  return kvcache::PlanMemory(
+      engine::CacheSpecFor(cfg, options.latent_dtype.value_or(LatentDType::kF32)),
+      PlannerOptionsFor(options));
+}
+
+engine::ModelLoadOptions TensorParallelLoadOptions(const ServeOptions& options) {
+  engine::ModelLoadOptions load;
+  load.copy_weights = !options.mmap_weights;
+  load.quantization = options.quantization;
+  load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.local_ranks;
+  load.decode_context_parallel_size = options.parallel.decode_context_parallel_size;
+  return load;
+}
+
+}  // namespace
+
+absl::Status RunTensorParallelFollowerProcess(const ServeOptions& options) {
+  const ParallelOptions& p = options.parallel;
+  ASSIGN_OR_RETURN(const std::string dir, ResolveModelDir(options.model_flag));
+  LOG_INFO("serve", "tensor-parallel ranks {}..{} of {}: following rank 0 (no API here)",
+           p.first_rank, p.first_rank + p.local_ranks - 1, p.tensor_parallel_size);
+  TensorParallelRanks ranks;
+  RETURN_IF_ERROR(ranks.LoadShards(dir, TensorParallelLoadOptions(options), p, 0));
+  ASSIGN_OR_RETURN(const kvcache::CacheLayout layout,
+                   PlanCpuCaches(options, ranks.shards[0]->config()));
+  RETURN_IF_ERROR(ranks.Connect(p, layout));
+  LOG_INFO("serve", "memory plan (each of {} local ranks): {}", p.local_ranks,
+           kvcache::DescribePlan(layout));
+  ranks.StartFollowers(layout, 0);
+  return absl::OkStatus();  // ~TensorParallelRanks waits until the lead stops
+}
+
+absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
+  const engine::ModelConfig& cfg = model_->config();
+  kvcache::PlannerOptions plan = PlannerOptionsFor(options);
   if (options.device == "cuda") {
     // Expert parallelism: the group first (the executors hold only their ranks' experts).
     if (options.parallel.multi_rank()) {
@@ -177,17 +324,28 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
     }
     RETURN_IF_ERROR(PrepareCudaExecutor(options, plan));
   } else {
-    ASSIGN_OR_RETURN(
-        layout_,
-        kvcache::PlanMemory(
-            engine::CacheSpecFor(cfg, options.latent_dtype.value_or(LatentDType::kF32)), plan));
+    ASSIGN_OR_RETURN(layout_, PlanCpuCaches(options, cfg));
   }
+  // Decode context parallelism: a block of the scheduler's holds C·block_size positions, every
+  // C-th on each rank, so a sequence can hold C times what one rank's cache does.
+  const int cp = options.parallel.decode_context_parallel_size;
+  const int64_t sequence_tokens = layout_.num_tokens() * cp;
   int64_t max_model_len = options.max_model_len;
   if (max_model_len == 0) {
+    // Default: the checkpoint's context. A cache too small for one such sequence caps it (with
+    // a warning); an explicit --max-model-len the cache cannot hold is refused by the planner.
     max_model_len = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : (1 << 20);
-    if (layout_.num_mla_layers > 0) max_model_len = std::min(max_model_len, layout_.num_tokens());
+    if (layout_.num_mla_layers > 0 && sequence_tokens < max_model_len) {
+      LOG_WARN("serve",
+               "the latent cache holds {} tokens, fewer than the model's context ({} tokens): "
+               "--max-model-len defaults to {} (raise --kv-cache-memory to serve the whole "
+               "context)",
+               sequence_tokens, max_model_len, sequence_tokens);
+      max_model_len = sequence_tokens;
+    }
   }
   scheduler_config_ = options.scheduler;
+  scheduler_config_.block_size = options.scheduler.block_size * cp;
   scheduler_config_.max_model_len = max_model_len;
   scheduler_config_.num_blocks = layout_.num_blocks;
   scheduler_config_.num_slots = layout_.num_slots;
@@ -196,15 +354,30 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   scheduler_config_.prefill_chunk_alignment = prefill_chunk_alignment_;
   RETURN_IF_ERROR(scheduler::Scheduler::Create(scheduler_config_).status());
   first_rank_ = options.parallel.first_rank;
-  if (options.parallel.multi_rank() && local_ranks_ == nullptr) {
-    ASSIGN_OR_RETURN(local_ranks_, ConnectLocalRanks(options.parallel, cfg));
+  std::vector<server::EngineRank> ranks;
+  if (options.parallel.tensor_parallel()) {
+    RETURN_IF_ERROR(tp_->Connect(options.parallel, layout_));
+    tp_->StartFollowers(layout_, 1);
+    ranks.push_back(TensorParallelLeadRank());
+  } else {
+    if (options.parallel.multi_rank() && local_ranks_ == nullptr) {
+      ASSIGN_OR_RETURN(local_ranks_, ConnectLocalRanks(options.parallel, cfg));
+    }
+    ranks = MakeLocalRanks(options);
   }
   server::EngineLoopOptions engine_options = options.engine;
   engine_options.stop_grace = options.parallel.collective_timeout;
-  engine_ = std::make_unique<server::EngineLoop>(MakeLocalRanks(options), engine_options);
+  engine_ = std::make_unique<server::EngineLoop>(std::move(ranks), engine_options);
   engine_->Start();
   LOG_INFO("serve", "memory plan (each of {} local ranks): {}", engine_->num_ranks(),
            kvcache::DescribePlan(layout_));
+  if (cp > 1) {
+    LOG_INFO("serve",
+             "decode context parallelism over {} ranks: each sequence's latent rows spread over "
+             "them, {} tokens per group ({:.2f} 1M-token sequences), {} per rank",
+             cp, sequence_tokens, static_cast<double>(sequence_tokens) / (1 << 20),
+             layout_.num_tokens());
+  }
   return absl::OkStatus();
 }
 
@@ -375,7 +548,17 @@ std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions&
   return ranks;
 }
 
-namespace {}  // namespace
+server::EngineRank ModelRuntime::TensorParallelLeadRank() {
+  server::EngineRank r;
+  r.scheduler = std::make_unique<scheduler::Scheduler>(scheduler_config_);
+  auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);
+  engine::ForwardContext context;
+  context.tensor_parallel = tp_->groups[0].get();
+  executor->set_forward_context(context);
+  r.executor = std::move(executor);
+  r.gate = std::make_unique<server::CommunicatorStepGate>(tp_->comms[0].get());
+  return r;
+}
 
 absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOptions& options) {
   std::unique_ptr<ModelRuntime> rt(new ModelRuntime());
@@ -386,7 +569,8 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.num_engine_ranks();
   const bool quantize = engine::QuantizesExpertsToMxfp4(options.quantization) ||
                         engine::QuantizesToInt8(options.quantization);
-  if ((load.copy_weights || quantize) && options.parallel.multi_rank()) {
+  if ((load.copy_weights || quantize) && options.parallel.multi_rank() &&
+      !options.parallel.tensor_parallel()) {
     // Expert parallelism: this process copies (and quantises) only its ranks' experts.
     ASSIGN_OR_RETURN(const engine::ModelConfig config, engine::LoadModelConfig(rt->dir_));
     if (config.moe.num_experts > 0) {
@@ -403,7 +587,22 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   // The tokenizer first: a missing or bad one fails before the weights are read and copied.
   RETURN_IF_ERROR(rt->LoadTokenizer(options));
   RETURN_IF_ERROR(rt->LoadGenerationConfig(options));
-  ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, load));
+  if (options.parallel.tensor_parallel()) {
+    // This process leads the group: rank 0's shard is model_, its other local ranks follow.
+    if (options.device != "cpu") {
+      return absl::InvalidArgumentError(
+          "--tensor-parallel-size with --device cuda is not supported yet (the CPU backend "
+          "runs it over Gloo)");
+    }
+    rt->tp_ = std::make_unique<TensorParallelRanks>();
+    const engine::ModelLoadOptions tp_load = TensorParallelLoadOptions(options);
+    RETURN_IF_ERROR(rt->tp_->LoadShards(rt->dir_, tp_load, options.parallel, 1));
+    engine::ModelLoadOptions lead = tp_load;
+    lead.tensor_parallel = {0, options.parallel.tensor_parallel_size};
+    ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, lead));
+  } else {
+    ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, load));
+  }
   RETURN_IF_ERROR(rt->StartEngine(options));
   const engine::ModelConfig& cfg = rt->model_->config();
   frontend::ServedModel& s = rt->served_;
@@ -524,7 +723,12 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"num_blocks", layout_.num_blocks},
       {"block_size", layout_.block_size},
       {"num_tokens", layout_.num_tokens()},
-      {"num_1m_token_sequences", static_cast<double>(layout_.num_tokens()) / (1 << 20)},
+      // A sequence's cache spread over the context-parallel ranks: tokens per group.
+      {"num_tokens_per_group",
+       layout_.num_tokens() * options.parallel.decode_context_parallel_size},
+      {"num_1m_token_sequences",
+       static_cast<double>(layout_.num_tokens() * options.parallel.decode_context_parallel_size) /
+           (1 << 20)},
       {"latent_bytes_per_token", layout_.mla_bytes_per_token()},
       {"state_bytes_per_sequence", layout_.state_bytes_per_sequence()},
       {"num_slots", layout_.num_slots},
@@ -533,16 +737,21 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
   const ParallelOptions& p = options.parallel;
   info["parallel"] = {
       {"replicas", p.replicas},
-      {"data_parallel_size", p.world_size},
-      {"tensor_parallel_size", 1},
+      {"data_parallel_size", p.world_size / p.tensor_parallel_size},
+      {"tensor_parallel_size", p.tensor_parallel_size},
+      {"decode_context_parallel_size", p.decode_context_parallel_size},
       {"expert_parallel_size",
-       local_ranks_ != nullptr && model_->config().moe.num_experts > 0 ? p.world_size : 1},
+       (local_ranks_ != nullptr || tp_ != nullptr) && model_->config().moe.num_experts > 0
+           ? p.world_size
+           : 1},
       {"rank", p.first_rank},
       {"local_ranks", p.local_ranks},
       {"node_rank", p.node_rank},
       {"num_nodes", p.num_nodes},
       {"coordinator", p.coordinator},
-      {"backend", local_ranks_ != nullptr ? local_ranks_->comms[0]->backend() : "none"},
+      {"backend", local_ranks_ != nullptr ? local_ranks_->comms[0]->backend()
+                  : tp_ != nullptr        ? tp_->comms[0]->backend()
+                                          : "none"},
       {"collective_timeout_s", std::chrono::duration<double>(p.collective_timeout).count()},
       {"expert_placement", local_ranks_ != nullptr && local_ranks_->placement.num_experts > 0
                                ? local_ranks_->placement.DebugString()

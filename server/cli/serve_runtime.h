@@ -30,6 +30,8 @@ class DeviceExpertExchange;
 
 namespace strata::cli {
 
+struct TensorParallelRanks;  // serve_runtime.cc
+
 struct ServeOptions {
   std::string model_flag;                 // --model; empty: the embedded demo model
   std::vector<std::string> served_names;  // --served-model-name (comma separated)
@@ -98,6 +100,9 @@ class ModelRuntime {
   absl::Status LoadGenerationConfig(const ServeOptions& options);
   absl::Status StartEngine(const ServeOptions& options);
   std::vector<server::EngineRank> MakeLocalRanks(const ServeOptions& options);
+  // --tensor-parallel-size: rank 0's engine rank (scheduler, an executor that sends each plan
+  // to the group, the group's step gate).
+  server::EngineRank TensorParallelLeadRank();
   // --device cuda: uploads the weights (per replica, replica i on GPU i mod the device count),
   // plans the caches in device memory (from --kv-cache-memory, else 90% of what the weights
   // leave free, split among replicas sharing a GPU) and allocates them.
@@ -126,6 +131,9 @@ class ModelRuntime {
   // Communicators and MoE exchanges of the local ranks (several ranks only); declared before
   // engine_ so the loops stop before what they use goes away.
   std::unique_ptr<LocalRanks> local_ranks_;
+  // --tensor-parallel-size: this process's other ranks of the group (their shards, executors
+  // and follower threads) and every local rank's group communicator (serve_runtime.cc).
+  std::unique_ptr<TensorParallelRanks> tp_;
   // --device cuda with several ranks: the NCCL communicators and device expert exchanges
   // (type-erased: this header does not see CUDA), and each exchange's all-to-all seconds since
   // the previous call (for the metrics).
@@ -135,6 +143,11 @@ class ModelRuntime {
   std::unique_ptr<frontend::ReplyTokenMemory> reply_tokens_;
   frontend::ServedModel served_;
 };
+
+// A process whose ranks of a tensor-parallel group are all followers (--world-size T --rank R,
+// R > 0): loads their shards, plans the same caches as the lead, joins the group and follows
+// its steps until the lead stops (no API of its own). Errors: those of loading and joining.
+absl::Status RunTensorParallelFollowerProcess(const ServeOptions& options);
 
 // The names clients use: --served-model-name, else --model as given, else "strata-demo".
 std::vector<std::string> ServedNames(const ServeOptions& options);

@@ -10,9 +10,12 @@
 //   strata detokenize --model DIR --ids 1,2,3 [--skip-special-tokens]
 //       Prints the text exactly (no newline added); ill-formed UTF-8 becomes U+FFFD.
 //   strata chat-template --model DIR --messages-file F.json [--add-generation-prompt]
-//                        [--tools-file T.json] [--kwargs-file K.json]
-//       Prints the rendered prompt exactly (no newline added). F holds a messages array (or an
-//       object with "messages" and optionally "tools"); K holds chat_template_kwargs.
+//                        [--tools-file T.json] [--kwargs-file K.json] [--token-ids]
+//       Prints the rendered prompt exactly (no newline added), in the checkpoint's format: its
+//       Jinja template, or Kimi K3's XTML (docs/k3-format.md). F holds a messages array (or an
+//       object with "messages" and optionally "tools"); K holds chat_template_kwargs (for K3
+//       also tool_choice and response_format). --token-ids prints the prompt's ids instead, as
+//       one JSON array and a newline, encoded as the server encodes it (K3: segment by segment).
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -150,18 +153,22 @@ const CommandSpec& ChatTemplateSpec() {
   static const CommandSpec spec{
       .program = "strata",
       .command = "chat-template",
-      .description = "render --messages-file with the checkpoint's chat template",
+      .description =
+          "render --messages-file with the checkpoint's chat template (Kimi K3: its XTML "
+          "format)",
       .flags = {kModelFlag,
                 {"messages-file", true,
                  "JSON: a messages array, or an object with \"messages\" and optionally "
                  "\"tools\" (required)"},
                 {"tools-file", true, "JSON array of tools"},
                 {"kwargs-file", true, "JSON object of chat_template_kwargs"},
-                {"add-generation-prompt", false, "end with the assistant turn's opening"}},
+                {"add-generation-prompt", false, "end with the assistant turn's opening"},
+                {"token-ids", false,
+                 "print the prompt's token ids (one JSON array) instead of its text"}},
       .required = {"model", "messages-file"},
       .synopsis =
           "--model DIR --messages-file F.json [--add-generation-prompt] "
-          "[--tools-file T.json] [--kwargs-file K.json]"};
+          "[--tools-file T.json] [--kwargs-file K.json] [--token-ids]"};
   return spec;
 }
 
@@ -193,9 +200,13 @@ int ChatTemplateCommand(const std::vector<std::string>& args) {
   const bool with_tools = inputs.tools.is_array() && !inputs.tools.empty();
   absl::StatusOr<engine::ChatTemplate> tmpl = engine::ChatTemplate::ForTokenizer(**tok, with_tools);
   if (!tmpl.ok()) return Fail(command, tmpl.status());
-  absl::StatusOr<std::string> prompt = tmpl->Render(inputs);
+  absl::StatusOr<engine::RenderedPrompt> prompt = tmpl->RenderPrompt(inputs);
   if (!prompt.ok()) return Fail(command, prompt.status());
-  WriteExact(*prompt);
+  if (flags.Has("token-ids")) {
+    WriteExact(Json(engine::EncodePrompt(**tok, *prompt)).dump() + "\n");
+  } else {
+    WriteExact(prompt->text);
+  }
   return 0;
 }
 

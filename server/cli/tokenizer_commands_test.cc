@@ -81,6 +81,81 @@ TEST_F(TokenizerCommandsTest, ChatTemplatePrintsPromptWithoutTrailingNewline) {
       Run(ChatTemplateCommand, {"--model", dir_, "--messages-file", dir_ + "/bad.json"}).first, 1);
 }
 
+TEST_F(TokenizerCommandsTest, ChatTemplateTokenIdsAreOneJsonArray) {
+  // The Jinja template's output is encoded with its special-token text recognised.
+  auto [rc, out] = Run(ChatTemplateCommand, {"--model", dir_, "--messages-file",
+                                             dir_ + "/messages.json", "--token-ids"});
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "[117,115,101,114,58,104,105,262]\n");  // "user:hi" <|im_end|>
+}
+
+TEST_F(TokenizerCommandsTest, ChatTemplateRendersKimiK3AsXtmlWithSegmentWiseIds) {
+  const std::string k3 = dir_ + "/k3";
+  std::filesystem::create_directories(k3);
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(k3 + "/" + name, std::ios::binary) << text;
+  };
+  write("tiktoken.model", (*engine::BpeVocab::FromTokens(tokens))->ToTiktoken());
+  // The control tokens at small ids: the command takes them from the tokenizer.
+  write("tokenizer_config.json", R"({"added_tokens_decoder": {
+      "256": {"content": "<|end_of_msg|>", "special": true},
+      "257": {"content": "<|open|>", "special": true},
+      "258": {"content": "<|close|>", "special": true},
+      "259": {"content": "<|sep|>", "special": true}}})");
+  write("config.json", R"({"model_type": "kimi_k3"})");
+  write("messages.json", R"([{"role": "user", "content": "<|sep|>"}])");
+  write("kwargs.json", R"({"thinking": false})");
+  const std::vector<std::string> args = {"--model",
+                                         k3,
+                                         "--messages-file",
+                                         k3 + "/messages.json",
+                                         "--kwargs-file",
+                                         k3 + "/kwargs.json",
+                                         "--add-generation-prompt"};
+  auto [rc, out] = Run(ChatTemplateCommand, args);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, R"(<|open|>message role="user"<|sep|><|sep|><|close|>message<|sep|><|end_of_msg|>)"
+                 R"(<|open|>message role="assistant"<|sep|><|open|>response<|sep|>)");
+
+  std::vector<std::string> with_ids = args;
+  with_ids.push_back("--token-ids");
+  auto [rc2, out2] = Run(ChatTemplateCommand, with_ids);
+  EXPECT_EQ(rc2, 0);
+  // Hand-built: markers as their ids, all other text as its bytes; the user's "<|sep|>" is text.
+  std::vector<int> ids;
+  auto text = [&](std::string_view s) {
+    for (unsigned char c : s) ids.push_back(c);
+  };
+  ids.push_back(257);
+  text("message role=\"user\"");
+  ids.push_back(259);
+  text("<|sep|>");
+  ids.push_back(258);
+  text("message");
+  ids.push_back(259);
+  ids.push_back(256);
+  ids.push_back(257);
+  text("message role=\"assistant\"");
+  ids.push_back(259);
+  ids.push_back(257);
+  text("response");
+  ids.push_back(259);
+  std::string expected = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) expected += ',';
+    expected += std::to_string(ids[i]);
+  }
+  EXPECT_EQ(out2, expected + "]\n");
+
+  // A bad effort is a runtime error naming the accepted values.
+  write("kwargs.json", R"({"thinking_effort": "medium"})");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(Run(ChatTemplateCommand, args).first, 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), ::testing::HasSubstr("low, high, max"));
+}
+
 TEST_F(TokenizerCommandsTest, UsageErrorsReturnTwo) {
   EXPECT_EQ(Run(TokenizeCommand, {"--model", dir_}).first, 2);
   EXPECT_EQ(Run(TokenizeCommand, {"--bogus"}).first, 2);
@@ -99,7 +174,7 @@ TEST_F(TokenizerCommandsTest, HelpListsEveryFlagOnStdout) {
            {DetokenizeCommand, {"--model", "--ids", "--skip-special-tokens"}},
            {ChatTemplateCommand,
             {"--model", "--messages-file", "--tools-file", "--kwargs-file",
-             "--add-generation-prompt"}}}) {
+             "--add-generation-prompt", "--token-ids"}}}) {
     auto [rc, out] = Run(command, {"--help"});
     EXPECT_EQ(rc, 0);
     EXPECT_THAT(out, ::testing::StartsWith("usage: strata "));

@@ -17,7 +17,7 @@ const std::vector<std::string_view>& ChatFields() {
   static const std::vector<std::string_view> fields =
       WithGenerationFields({"messages", "top_logprobs", "tools", "tool_choice",
                             "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt",
-                            "continue_final_message", "echo", "chat_template"});
+                            "continue_final_message", "echo", "chat_template", "reasoning_effort"});
   return fields;
 }
 
@@ -331,6 +331,13 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& bod
     if (!kwargs->is_object()) return InvalidType("chat_template_kwargs", "an object");
     req.chat_template_kwargs = *kwargs;
   }
+  // vLLM merges a top-level reasoning_effort into the template kwargs (it wins over theirs).
+  ASSIGN_OR_RETURN(req.reasoning_effort, r.String("reasoning_effort"));
+  if (req.reasoning_effort) {
+    if (!req.chat_template_kwargs.is_object()) req.chat_template_kwargs = Json::object();
+    req.chat_template_kwargs["reasoning_effort"] = *req.reasoning_effort;
+  }
+  if (const Json* format = r.Find("response_format")) req.response_format = *format;
   ASSIGN_OR_RETURN(auto add_generation_prompt, r.Bool("add_generation_prompt"));
   ASSIGN_OR_RETURN(auto continue_final, r.Bool("continue_final_message"));
   req.continue_final_message = continue_final.value_or(false);

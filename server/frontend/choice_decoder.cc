@@ -23,10 +23,19 @@ std::vector<int> TokenBytes(const engine::Tokenizer& tokenizer, int32_t token_id
 ChoiceDecoder::ChoiceDecoder(const engine::Tokenizer& tokenizer, ChoiceOptions options)
     : options_(std::move(options)),
       detokenizer_(tokenizer, options_.detokenizer),
-      in_reasoning_(options_.reasoning_open && options_.think_end_id >= 0) {}
+      in_reasoning_(options_.reasoning_open && options_.think_end_id >= 0) {
+  if (options_.xtml) {
+    xtml_.emplace(engine::XtmlOutputOptions{.thinking = options_.xtml_thinking,
+                                            .tools = options_.parse_tool_calls});
+  }
+}
 
 void ChoiceDecoder::AppendText(const std::string& text, ChoiceDelta* delta) {
   if (text.empty()) return;
+  if (xtml_) {
+    Take(xtml_->Add(text), delta);
+    return;
+  }
   if (in_reasoning_) {
     delta->reasoning += text;
     return;
@@ -46,8 +55,25 @@ void ChoiceDecoder::Take(engine::ToolCallStreamDelta&& out, ChoiceDelta* delta) 
   }
 }
 
+void ChoiceDecoder::Take(engine::XtmlOutput&& out, ChoiceDelta* delta) {
+  delta->reasoning += out.reasoning;
+  delta->text += out.content;
+  for (engine::ToolCall& call : out.tool_calls) {
+    engine::ToolCallDelta whole;
+    whole.index = num_tool_calls_++;
+    whole.id = std::move(call.id);
+    whole.name = std::move(call.name);
+    whole.arguments = std::move(call.arguments);
+    delta->tool_calls.push_back(std::move(whole));
+  }
+}
+
 void ChoiceDecoder::Flush(ChoiceDelta* delta) {
   AppendText(detokenizer_.Finish(), delta);
+  if (xtml_) {
+    Take(xtml_->Finish(), delta);
+    return;
+  }
   if (!options_.parse_tool_calls) return;
   Take(tool_calls_.Finish(), delta);
 }

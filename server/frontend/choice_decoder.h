@@ -4,6 +4,9 @@
 //        ──► KimiToolCallStreamParser (tools on) ──► ChoiceDelta {text, tool calls, logprobs,
 //                                                               finish_reason}
 //
+// A Kimi K3 reply (ChoiceOptions::xtml) goes through engine::XtmlOutputStreamParser instead:
+// reasoning, content and tool calls (each whole, in one delta) from its XTML channels.
+//
 // finish_reason: "stop" (EOS, a stop token id or a stop string), "length", "tool_calls" (the
 // generation stopped and produced at least one tool call), "abort" (cancelled or shut down).
 // The EOS / stop token that ended a choice is counted but not shown (as vLLM does). A stop
@@ -21,6 +24,7 @@
 #include "engine/tokenizer/detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tool_call_parser.h"
+#include "engine/tokenizer/xtml_output_parser.h"
 #include "server/request_stream.h"
 
 namespace strata::frontend {
@@ -37,6 +41,12 @@ struct ChoiceOptions {
   int32_t think_begin_id = -1;
   int32_t think_end_id = -1;
   bool reasoning_open = false;
+  // Kimi K3 (docs/k3-format.md "Output"): the reply is XTML, split into reasoning, content and
+  // tool calls (parsed when parse_tool_calls) by engine::XtmlOutputStreamParser; needs
+  // detokenizer.skip_special_tokens == false. xtml_thinking: the prompt opened the think channel
+  // (else the response channel).
+  bool xtml = false;
+  bool xtml_thinking = false;
 };
 
 struct TokenLogprobEntry {
@@ -86,10 +96,12 @@ class ChoiceDecoder {
   void AppendText(const std::string& text, ChoiceDelta* delta);
   void Flush(ChoiceDelta* delta);
   void Take(engine::ToolCallStreamDelta&& out, ChoiceDelta* delta);
+  void Take(engine::XtmlOutput&& out, ChoiceDelta* delta);
 
   ChoiceOptions options_;
   engine::IncrementalDetokenizer detokenizer_;
   engine::KimiToolCallStreamParser tool_calls_;
+  std::optional<engine::XtmlOutputStreamParser> xtml_;  // options_.xtml
   int num_tool_calls_ = 0;
   bool in_reasoning_ = false;
   bool first_token_ = true;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "server/frontend/engine_request.h"
 #include "server/frontend/testing/scripted_executor.h"
 
 namespace strata::frontend {
@@ -156,6 +157,143 @@ TEST(ChoiceDecoderTest, IdsWithoutTextShowNothing) {
   ChoiceDecoder d(*tok, ChoiceOptions{});
   ChoiceDelta all = Feed(d, {'a', 315, 'b'}, server::FinishReason::kLength);
   EXPECT_EQ(all.text, "ab");
+}
+
+// ---- Kimi K3 (XTML) ------------------------------------------------------------------------
+// K3's test tokenizer (testing::MakeK3TestTokenizer), its EOS a separate [EOS]: K3's end is a
+// stop id whatever the config says.
+using testing::kK3EndOfMessage;
+using testing::kK3SeparateEos;
+
+std::unique_ptr<engine::Tokenizer> MakeK3Tokenizer() {
+  return testing::MakeK3TestTokenizer(testing::K3TestEos::kSeparate);
+}
+
+struct K3Choice {
+  scheduler::Request request;
+  ChoiceOptions options;
+};
+
+// The chat path's request and options (OptionsFor + ApplyReasoning) for a K3 prompt.
+K3Choice K3ChoiceFor(const engine::Tokenizer& tok, const std::string& prompt_text, bool tools) {
+  ServedModel model;
+  model.tokenizer = &tok;
+  model.eos_token_id = kK3SeparateEos;
+  GenerationFields gen;
+  K3Choice c;
+  c.request.prompt = Ids(tok, prompt_text);
+  c.request.eos_token_id = kK3SeparateEos;
+  c.options = OptionsFor(gen, c.request, tools);
+  ApplyReasoning(model, c.request.prompt, &c.request, &c.options);
+  return c;
+}
+
+// Feeds `ids` one event each (the last ends the choice with kStop); the concatenated deltas.
+ChoiceDelta FeedAll(ChoiceDecoder& d, const std::vector<int32_t>& ids) {
+  ChoiceDelta all;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ChoiceDelta x = d.Apply(Token(
+        ids[i], i + 1 == ids.size() ? std::optional(server::FinishReason::kStop) : std::nullopt));
+    all.text += x.text;
+    all.reasoning += x.reasoning;
+    for (auto& c : x.tool_calls) all.tool_calls.push_back(c);
+    if (x.finish_reason) all.finish_reason = x.finish_reason;
+  }
+  return all;
+}
+
+TEST(ChoiceDecoderTest, KimiK3ReplyIsSplitIntoReasoningContentAndWholeToolCalls) {
+  auto tok = MakeK3Tokenizer();
+  K3Choice c =
+      K3ChoiceFor(*tok,
+                  "<|open|>message role=\"user\"<|sep|>hi<|close|>message<|sep|><|end_of_msg|>"
+                  "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>",
+                  /*tools=*/true);
+  EXPECT_TRUE(c.options.xtml);
+  EXPECT_TRUE(c.options.xtml_thinking);
+  EXPECT_FALSE(c.options.detokenizer.skip_special_tokens);
+  EXPECT_THAT(c.request.stop_token_ids, ::testing::Contains(kK3EndOfMessage));
+  EXPECT_THAT(c.options.hidden_stop_ids, ::testing::Contains(kK3EndOfMessage));
+
+  ChoiceDecoder d(*tok, c.options);
+  std::vector<int32_t> ids = Ids(
+      *tok,
+      "Weather first.<|close|>think<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|>"
+      "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|>"
+      "<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|>"
+      "<|open|>argument key=\"days\" type=\"number\"<|sep|>3<|close|>argument<|sep|>"
+      "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>");
+  ids.push_back(kK3EndOfMessage);
+  // The call arrives whole, in the delta of the token that closes it.
+  ChoiceDelta all;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ChoiceDelta x = d.Apply(Token(
+        ids[i], i + 1 == ids.size() ? std::optional(server::FinishReason::kStop) : std::nullopt));
+    EXPECT_EQ(x.text.find('<'), std::string::npos) << x.text;
+    all.text += x.text;
+    all.reasoning += x.reasoning;
+    for (auto& call : x.tool_calls) all.tool_calls.push_back(call);
+    if (x.finish_reason) all.finish_reason = x.finish_reason;
+  }
+  EXPECT_EQ(all.reasoning, "Weather first.");
+  EXPECT_EQ(all.text, "Checking.");
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].index, 0);
+  ASSERT_TRUE(all.tool_calls[0].id.has_value());
+  EXPECT_EQ(all.tool_calls[0].id->rfind("chatcmpl-tool-", 0), 0u);
+  EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(all.tool_calls[0].arguments, R"({"city": "Paris", "days": 3})");
+  EXPECT_EQ(all.finish_reason, "tool_calls");
+  EXPECT_EQ(d.num_tool_calls(), 1);
+}
+
+TEST(ChoiceDecoderTest, KimiK3WithThinkingOffAndNoToolsKeepsOnlyTheResponse) {
+  auto tok = MakeK3Tokenizer();
+  K3Choice c = K3ChoiceFor(*tok, "<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>",
+                           /*tools=*/false);
+  EXPECT_TRUE(c.options.xtml);
+  EXPECT_FALSE(c.options.xtml_thinking);
+  ChoiceDecoder d(*tok, c.options);
+  std::vector<int32_t> ids = Ids(*tok,
+                                 "Hello <b>there</b>.<|close|>response<|sep|><|open|>tools<|sep|>"
+                                 "<|open|>call tool=\"f\"<|sep|><|close|>call<|sep|>"
+                                 "<|close|>tools<|sep|><|close|>message<|sep|>");
+  ids.push_back(kK3EndOfMessage);
+  ChoiceDelta all = FeedAll(d, ids);
+  EXPECT_EQ(all.reasoning, "");
+  EXPECT_EQ(all.text, "Hello <b>there</b>.");
+  EXPECT_TRUE(all.tool_calls.empty());
+  EXPECT_EQ(all.finish_reason, "stop");
+}
+
+TEST(ChoiceDecoderTest, KimiK3ReasoningCutByLengthIsKeptAndItsCutMarkerDropped) {
+  auto tok = MakeK3Tokenizer();
+  K3Choice c = K3ChoiceFor(*tok, "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>",
+                           /*tools=*/true);
+  ChoiceDecoder d(*tok, c.options);
+  const std::vector<int32_t> ids = Ids(*tok, "Still thinking<|close|>think");
+  ChoiceDelta all;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ChoiceDelta x = d.Apply(Token(
+        ids[i], i + 1 == ids.size() ? std::optional(server::FinishReason::kLength) : std::nullopt));
+    all.reasoning += x.reasoning;
+    all.text += x.text;
+    if (x.finish_reason) all.finish_reason = x.finish_reason;
+  }
+  EXPECT_EQ(all.reasoning, "Still thinking");
+  EXPECT_EQ(all.text, "");
+  EXPECT_EQ(all.finish_reason, "length");
+}
+
+TEST(ChoiceDecoderTest, AModelWithoutXtmlTokensIsNotReadAsXtml) {
+  auto tok = testing::MakeTestTokenizer();
+  ServedModel model;
+  model.tokenizer = tok.get();
+  GenerationFields gen;
+  scheduler::Request r;
+  ChoiceOptions o = OptionsFor(gen, r, /*parse_tool_calls=*/false);
+  ApplyReasoning(model, Ids(*tok, "<|im_assistant|>"), &r, &o);
+  EXPECT_FALSE(o.xtml);
 }
 
 }  // namespace

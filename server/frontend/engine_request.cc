@@ -9,12 +9,66 @@
 #include "engine/structured/cfg_constraint.h"
 #include "engine/structured/json_constraint.h"
 #include "engine/structured/reasoning_gate.h"
+#include "engine/structured/xtml_constraint.h"
 #include "engine/token_filters.h"
+#include "engine/tokenizer/xtml_markers.h"
+#include "engine/tokenizer/xtml_output_parser.h"
 #include "server/frontend/api_error.h"
 #include "server/frontend/generation_response.h"
 #include "server/frontend/prompt_builder.h"
 
 namespace strata::frontend {
+
+namespace {
+
+// The XTML channel a K3 prompt leaves open at its end (`<|open|>NAME<|sep|>`): "think",
+// "response", or "" when it ends otherwise.
+std::string OpenXtmlChannel(const engine::Tokenizer& tokenizer,
+                            const std::vector<int32_t>& prompt) {
+  const std::optional<int32_t> open = tokenizer.SpecialTokenId(engine::xtml::kOpen);
+  const std::optional<int32_t> sep = tokenizer.SpecialTokenId(engine::xtml::kSep);
+  if (!open || !sep || prompt.size() < 3 || prompt.back() != *sep) return "";
+  constexpr size_t kMaxNameTokens = 8;
+  for (size_t i = prompt.size() - 2; i + kMaxNameTokens + 1 >= prompt.size() && i > 0; --i) {
+    if (prompt[i - 1] != *open) continue;
+    absl::StatusOr<std::string> name =
+        tokenizer.Decode(absl::MakeConstSpan(prompt).subspan(i, prompt.size() - 1 - i),
+                         /*skip_special_tokens=*/false);
+    return name.ok() ? *name : "";
+  }
+  return "";
+}
+
+// A Kimi K3 model: chat replies are XTML (ApplyReasoning).
+bool XtmlReplies(const ServedModel& model) {
+  return model.tokenizer != nullptr && !model.skip_tokenizer_init &&
+         engine::RepliesInXtml(*model.tokenizer);
+}
+
+// The XTML markers' control ids; the tokenizer has them (RepliesInXtml).
+structured::XtmlMarkers XtmlMarkerIds(const engine::Tokenizer& tokenizer) {
+  auto id = [&tokenizer](std::string_view marker) {
+    const std::optional<int32_t> v = tokenizer.SpecialTokenId(marker);
+    CHECK(v.has_value()) << marker;
+    return *v;
+  };
+  return {id(engine::xtml::kOpen), id(engine::xtml::kClose), id(engine::xtml::kSep),
+          id(engine::xtml::kEndOfMessage)};
+}
+
+// The reply constraint of a K3 chat request: after the reasoning when the prompt opened the
+// think channel (xtml_constraint.h).
+structured::XtmlReplyOptions XtmlReplyOptionsFor(const ServedModel& model,
+                                                 const scheduler::Request& r) {
+  structured::XtmlReplyOptions o;
+  o.markers = XtmlMarkerIds(*model.tokenizer);
+  o.thinking = OpenXtmlChannel(*model.tokenizer, r.prompt) == "think";
+  o.end_ids = r.stop_token_ids;
+  if (r.eos_token_id >= 0) o.end_ids.push_back(static_cast<int32_t>(r.eos_token_id));
+  return o;
+}
+
+}  // namespace
 
 scheduler::Request EngineRequest(const ServedModel& model, const GenerationFields& gen,
                                  const std::vector<int32_t>& prompt, int64_t max_tokens,
@@ -58,6 +112,9 @@ scheduler::Request EngineRequest(const ServedModel& model, const GenerationField
     CHECK(model.token_vocab != nullptr);
     std::vector<int32_t> end_ids = r.stop_token_ids;
     if (r.eos_token_id >= 0) end_ids.push_back(static_cast<int32_t>(r.eos_token_id));
+    // Kimi K3 chat: the JSON or grammar is the response channel's body, which <|close|> ends.
+    const bool xtml = chat && XtmlReplies(model);
+    if (xtml) end_ids = {XtmlMarkerIds(*model.tokenizer).close};
     if (gen.json_grammar) {
       r.sampling.constraint = std::make_shared<structured::JsonConstraint>(
           gen.json_grammar, model.token_vocab, std::move(end_ids));
@@ -65,12 +122,37 @@ scheduler::Request EngineRequest(const ServedModel& model, const GenerationField
       r.sampling.constraint = std::make_shared<structured::CfgConstraint>(
           gen.cfg_grammar, model.token_vocab, std::move(end_ids));
     }
+    if (xtml) {
+      structured::XtmlReplyOptions o = XtmlReplyOptionsFor(model, r);
+      o.response = std::move(r.sampling.constraint);
+      r.sampling.constraint =
+          std::make_shared<structured::XtmlReplyConstraint>(std::move(o), model.token_vocab);
+    }
   }
   return r;
 }
 
 absl::Status ForceToolCalls(const ServedModel& model, const ChatCompletionRequest& req,
                             scheduler::Request* r) {
+  if (XtmlReplies(model) && model.token_vocab) {
+    // Kimi K3: the tools channel of the XTML reply, after an empty response channel.
+    structured::XtmlReplyOptions o = XtmlReplyOptionsFor(model, *r);
+    for (const structured::ToolSpec& spec : req.forced_tools) {
+      absl::StatusOr<structured::XtmlTool> tool =
+          structured::XtmlToolFor(spec.name, *spec.arguments);
+      if (!tool.ok()) {
+        return InvalidField("tool_choice", std::string(tool.status().message()),
+                            "unsupported_value");
+      }
+      o.tools.push_back(*std::move(tool));
+    }
+    o.max_calls = req.tool_choice == ToolChoice::kRequired && req.parallel_tool_calls
+                      ? kMaxForcedToolCalls
+                      : 1;
+    r->sampling.constraint =
+        std::make_shared<structured::XtmlReplyConstraint>(std::move(o), model.token_vocab);
+    return absl::OkStatus();
+  }
   if (!model.tool_call_tokens || !model.token_vocab) {
     return InvalidField("tool_choice",
                         "a required or named tool_choice needs the model's tool-call tokens "
@@ -92,6 +174,23 @@ absl::Status ForceToolCalls(const ServedModel& model, const ChatCompletionReques
 
 void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt,
                     scheduler::Request* r, ChoiceOptions* options) {
+  if (model.tokenizer != nullptr && !model.skip_tokenizer_init &&
+      engine::RepliesInXtml(*model.tokenizer)) {
+    // Kimi K3: the reply is XTML in the channel the prompt opened, read with control tokens
+    // kept, and it ends at <|end_of_msg|> (K3's EOS, whatever the config names).
+    options->xtml = true;
+    options->xtml_thinking = OpenXtmlChannel(*model.tokenizer, prompt) == "think";
+    options->detokenizer.skip_special_tokens = false;
+    const std::optional<int32_t> end = model.tokenizer->SpecialTokenId(engine::xtml::kEndOfMessage);
+    if (end && !r->ignore_eos && *end != r->eos_token_id &&
+        std::find(r->stop_token_ids.begin(), r->stop_token_ids.end(), *end) ==
+            r->stop_token_ids.end()) {
+      r->stop_token_ids.push_back(*end);
+      if (r->sampling.min_tokens > 0) r->sampling.min_tokens_stop_ids.push_back(*end);
+      options->hidden_stop_ids.push_back(*end);
+    }
+    return;
+  }
   if (model.think_end_id < 0) return;
   options->think_begin_id = model.think_begin_id;
   options->think_end_id = model.think_end_id;

@@ -14,13 +14,17 @@
 namespace strata::frontend {
 
 // The engine request of choice `i` (id "<id>-<i>"; seed + i for n > 1, as vLLM does). `chat`
-// adds the model's end-of-turn ids to the stop ids (unless ignore_eos).
+// adds the model's end-of-turn ids to the stop ids (unless ignore_eos). A response format on a
+// Kimi K3 chat request constrains the XTML reply's response channel (xtml_constraint.h).
 scheduler::Request EngineRequest(const ServedModel& model, const GenerationFields& gen,
                                  const std::vector<int32_t>& prompt, int64_t max_tokens,
                                  const std::string& id, int i, bool chat);
 
 // tool_choice required / named: constrains `r` to the tool-call section (at most
 // kMaxForcedToolCalls calls for required, one without parallel_tool_calls or when named).
+// Kimi K3 (engine::RepliesInXtml): the XTML tools channel instead (xtml_constraint.h: argument
+// keys and values from the tools' parameters), after the reasoning when the prompt opened the
+// think channel; InvalidArgument when a tool's parameters are not an object schema.
 // InvalidArgument when the model's tokenizer lacks the tool-call markers.
 absl::Status ForceToolCalls(const ServedModel& model, const ChatCompletionRequest& req,
                             scheduler::Request* r);
@@ -28,7 +32,9 @@ inline constexpr int kMaxForcedToolCalls = 16;
 
 // Chat replies on a model with `<think>` / `</think>`: reasoning is split from the answer
 // (ChoiceOptions), and when the prompt opened `<think>` a constraint on `r` starts after
-// `</think>` (ReasoningGate).
+// `</think>` (ReasoningGate). A Kimi K3 model (engine::RepliesInXtml): the reply is parsed as XTML
+// (ChoiceOptions::xtml; thinking when the prompt ends by opening the think channel), with
+// control tokens kept, and <|end_of_msg|> ends it (a stop id, not shown) unless ignore_eos.
 void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt,
                     scheduler::Request* r, ChoiceOptions* options);
 

@@ -46,6 +46,7 @@ GenerationSpec SpecFor(ApiKind kind, const GenerationFields& gen, ResponseMeta m
   spec.include_usage = gen.include_usage;
   spec.continuous_usage = gen.continuous_usage;
   spec.return_token_ids = gen.return_token_ids;
+  spec.return_progress = gen.return_progress;
   spec.logprobs = gen.num_logprobs >= 0;
   spec.prompt_logprobs = gen.prompt_logprobs;
   return spec;
@@ -112,6 +113,7 @@ OpenAiService::Result OpenAiService::GenerateChat(
     ApplyReasoning(*model, prompt, &choice.request, &choice.options);
     AddTokenFilters(filters, &choice.request);
     choice.echo_text = req.echo_text;
+    choice.request.report_prefill_progress = spec.return_progress && kind == ApiKind::kChat;
     spec.choices.push_back(std::move(choice));
   }
   return Generate(*model, std::move(spec));
@@ -171,6 +173,7 @@ OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& reques
       AddTokenFilters(filters, &choice.request);
       choice.echo_text = echo_text;
       choice.prompt_only = prompt_only;
+      choice.request.report_prefill_progress = spec.return_progress;
       spec.choices.push_back(std::move(choice));
     }
   }

@@ -63,7 +63,8 @@ constexpr std::string_view kGenerationFields[] = {"model",
                                                   "min_tokens",
                                                   "skip_special_tokens",
                                                   "include_stop_str_in_output",
-                                                  "return_token_ids"};
+                                                  "return_token_ids",
+                                                  "return_progress"};
 
 // best_of and use_beam_search: fields of vLLM's requests Strata cannot honour, refused rather
 // than ignored (a client asking for them would get different outputs than it expects). vLLM's
@@ -208,6 +209,10 @@ absl::Status ReadPromptLogprobs(const FieldReader& r, const RequestLimits& limit
 absl::Status ReadStreamFields(const FieldReader& r, GenerationFields* g) {
   ASSIGN_OR_RETURN(auto stream, r.Bool("stream"));
   g->stream = stream.value_or(false);
+  // llama.cpp's return_progress: prompt_progress chunks while the prompt prefills. Accepted and
+  // ignored without stream (as llama.cpp: the progress is a stream's).
+  ASSIGN_OR_RETURN(auto progress, r.Bool("return_progress"));
+  g->return_progress = g->stream && progress.value_or(false);
   if (const Json* options = r.Find("stream_options")) {
     if (!options->is_object()) return InvalidType("stream_options", "an object");
     if (!g->stream) {

@@ -300,6 +300,20 @@ void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::strin
   }
 }
 
+void GenerationResponse::StreamProgress(const Choice& c, const server::PrefillProgress& progress,
+                                        std::string* body) const {
+  Json chunk =
+      spec_.kind == ApiKind::kChat
+          ? ChatChunkJson(spec_.meta, c.spec->index,
+                          Json{{"role", "assistant"}, {"content", nullptr}}, nullptr, std::nullopt)
+          : CompletionChunkJson(spec_.meta, c.spec->index, "", nullptr, std::nullopt);
+  chunk["prompt_progress"] = Json{{"total", progress.total},
+                                  {"cache", progress.cached},
+                                  {"processed", progress.processed},
+                                  {"time_ms", progress.time_ms}};
+  *body += SseData(chunk);
+}
+
 void GenerationResponse::Accumulate(Choice& c, ChoiceDelta&& d) const {
   c.final.text += d.text;
   if (spec_.return_token_ids) {
@@ -410,6 +424,12 @@ bool GenerationResponse::Poll(http::HttpResponse* out) {
   for (Choice& c : choices_) {
     if (c.done) continue;
     for (server::StreamEvent& event : c.stream->Drain()) {
+      if (event.progress_only()) {  // before the first token: no text, no timing
+        if (spec_.stream && spec_.return_progress && !c.events) {
+          StreamProgress(c, *event.progress, &out->body);
+        }
+        continue;
+      }
       if (c.timing) c.timing->OnEvent(event, server::RequestTimingRecorder::Now());
       if (spec_.stream) StreamOpenChoice(c, &out->body);
       if (!event.prompt_scores.empty()) c.prompt_scores = std::move(event.prompt_scores);

@@ -65,6 +65,10 @@ struct GenerationSpec {
   // vLLM's return_token_ids: each choice's token ids (every chunk: the ones it consumed) and
   // the prompt's (the first chunk of a choice; chat: top level, completions: in the choice).
   bool return_token_ids = false;
+  // llama.cpp's return_progress (chat and completions streams): while a choice's prompt
+  // prefills, one chunk per prefill chunk carrying `prompt_progress` {total, cache, processed,
+  // time_ms} (the engine requests ask for progress events: report_prefill_progress).
+  bool return_progress = false;
   // Prompt scores (the engine requests ask for them): completions' echo with logprobs puts
   // the prompt's tokens first in each choice's logprobs (top echo_logprobs); prompt_logprobs
   // >= 0 renders vLLM's prompt_logprobs (that many alternatives).
@@ -134,6 +138,10 @@ class GenerationResponse : public http::PendingResponse {
   void StreamStart(std::string* body) const;
   void StreamOpenChoice(Choice& choice, std::string* body);
   void StreamDelta(Choice& choice, const ChoiceDelta& delta, std::string* body);
+  // A prompt_progress chunk (llama.cpp's shape: chat, a delta {"role": "assistant", "content":
+  // null}; completions, empty text) for a progress event.
+  void StreamProgress(const Choice& choice, const server::PrefillProgress& progress,
+                      std::string* body) const;
   // One chat / completions chunk of `choice` as an SSE event (with its usage so far when
   // continuous_usage; with return_token_ids, `token_ids` — the generated tokens it consumed —
   // and the prompt's: completions in each choice's first chunk, chat (one prompt, at the top

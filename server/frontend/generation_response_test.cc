@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "server/frontend/testing/scripted_executor.h"
 
@@ -33,11 +34,12 @@ struct Harness {
   std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
 
   std::unique_ptr<GenerationResponse> Make(ApiKind kind, bool stream, int num_choices,
-                                           int num_groups = 1) {
+                                           int num_groups = 1, bool return_progress = false) {
     GenerationSpec spec;
     spec.kind = kind;
     spec.meta = {"id-1", 123, "m"};
     spec.stream = stream;
+    spec.return_progress = return_progress;
     spec.include_usage = true;
     for (int g = 0; g < num_groups; ++g) spec.group_prompt_tokens.push_back(10);
     for (int i = 0; i < num_choices; ++i) {
@@ -192,6 +194,56 @@ TEST(GenerationResponseTest, ChatRoleChunkComesWithTheFirstToken) {
   ASSERT_EQ(events.size(), 2u);
   EXPECT_NE(events[0].find("\"role\":\"assistant\""), std::string::npos);
   EXPECT_NE(events[1].find("\"content\":\"hi\""), std::string::npos);
+}
+
+server::StreamEvent ProgressEvent(int64_t processed) {
+  server::StreamEvent e;
+  e.num_prompt_tokens = 10;
+  e.progress =
+      server::PrefillProgress{.total = 10, .cached = 2, .processed = processed, .time_ms = 1.5};
+  return e;
+}
+
+TEST(GenerationResponseTest, ProgressEventsAreLlamaCppPromptProgressChunks) {
+  for (ApiKind kind : {ApiKind::kChat, ApiKind::kCompletion}) {
+    Harness h;
+    auto response = h.Make(kind, /*stream=*/true, 1, 1, /*return_progress=*/true);
+    http::HttpResponse out;
+    h.streams[0]->Push(ProgressEvent(6));
+    h.streams[0]->Push(ProgressEvent(10));
+    EXPECT_FALSE(response->Poll(&out));
+    std::vector<std::string> events = Events(out.body);
+    ASSERT_EQ(events.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_TRUE(absl::StartsWith(events[i], "data: ")) << events[i];
+      const Json chunk = Json::parse(events[i].substr(6));
+      EXPECT_EQ(
+          chunk["prompt_progress"],
+          (Json{{"total", 10}, {"cache", 2}, {"processed", i == 0 ? 6 : 10}, {"time_ms", 1.5}}));
+      EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+      if (kind == ApiKind::kChat) {
+        EXPECT_EQ(chunk["choices"][0]["delta"],
+                  (Json{{"role", "assistant"}, {"content", nullptr}}));
+      } else {
+        EXPECT_EQ(chunk["choices"][0]["text"], "");
+      }
+    }
+    // The tokens follow as usual; progress events count no token and no time to first token.
+    out.body.clear();
+    h.streams[0]->Push(Event(h.fixture.Ids("hi"), 1, 2, server::FinishReason::kLength));
+    EXPECT_TRUE(response->Poll(&out));
+    EXPECT_EQ(out.body.find("prompt_progress"), std::string::npos);
+    EXPECT_NE(out.body.find("hi"), std::string::npos);
+  }
+}
+
+TEST(GenerationResponseTest, ProgressEventsAreDroppedWithoutReturnProgress) {
+  Harness h;
+  auto response = h.Make(ApiKind::kCompletion, /*stream=*/true, 1);
+  http::HttpResponse out;
+  h.streams[0]->Push(ProgressEvent(6));
+  EXPECT_FALSE(response->Poll(&out));
+  EXPECT_EQ(out.body, "");  // keep-alives only, as before
 }
 
 }  // namespace

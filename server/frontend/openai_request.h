@@ -80,6 +80,8 @@ struct GenerationFields {
   bool include_usage = false;  // stream_options.include_usage
   // vLLM's stream_options.continuous_usage_stats: every chunk carries its choice's usage so far.
   bool continuous_usage = false;
+  // llama.cpp's return_progress (stream only): chunks with prompt_progress while prefilling.
+  bool return_progress = false;
   // vLLM's truncate_prompt_tokens: keep only the last k prompt tokens (−1: as many as the
   // context allows, leaving room for one output token). Absent: a prompt too long is a 400.
   std::optional<int64_t> truncate_prompt_tokens;
@@ -116,7 +118,11 @@ struct ChatCompletionRequest {
   // no generation prompt) and the reply continues it; final_message_text is its content.
   bool continue_final_message = false;
   std::string final_message_text;
-  Json chat_template_kwargs;  // null or an object
+  Json chat_template_kwargs;  // null or an object (with reasoning_effort, when set, in it)
+  // vLLM's top-level `reasoning_effort` (also put into chat_template_kwargs, as vLLM does).
+  std::optional<std::string> reasoning_effort;
+  // `response_format` as sent (null when absent): a Kimi K3 prompt describes it.
+  Json response_format;
   // vLLM's `echo`: the final message's text when it has the reply's role (the assistant's, or
   // any with add_generation_prompt false); the reply's content starts with it. Else empty.
   std::string echo_text;

@@ -7,14 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "server/frontend/testing/pending_response.h"
 #include "server/frontend/testing/scripted_executor.h"
 
 namespace strata::frontend {
@@ -49,32 +48,14 @@ http::HttpRequest Request(std::string method, std::string path, std::string body
   return r;
 }
 
-// Drives a request to its end the way the HTTP server does (Start, Poll on every wake).
+// Drives a request to its end the way the HTTP server does (Start, Poll on every wake): the
+// head's content type and headers, the final status and body.
 Reply Drive(OpenAiService& service, http::HttpRequest request) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool woke = false;
   http::HandlerResult result = service.Handle(std::move(request));
   Reply reply;
-  reply.status = result.response.status;
   reply.content_type = result.response.content_type;
   reply.headers = result.response.headers;
-  reply.body = result.response.body;
-  if (!result.pending) return reply;
-  result.pending->Start([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    woke = true;
-    cv.notify_all();
-  });
-  http::HttpResponse out = result.response;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!result.pending->Poll(&out)) {
-    std::unique_lock<std::mutex> lock(mu);
-    EXPECT_TRUE(cv.wait_until(lock, deadline, [&] { return woke; })) << "no progress";
-    if (!woke) break;
-    woke = false;
-  }
-  result.pending.reset();
+  const http::HttpResponse out = testing::DrivePending(&result);
   reply.status = out.status;
   reply.body = out.body;
   return reply;

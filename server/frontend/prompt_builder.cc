@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "engine/tokenizer/xtml_renderer.h"
 #include "server/frontend/api_error.h"
 
 namespace strata::frontend {
@@ -25,8 +27,42 @@ absl::Status CheckFieldsWithoutTokenizer(const ServedModel& model, const Generat
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> RenderChat(const ServedModel& model,
-                                       const ChatCompletionRequest& request) {
+namespace {
+
+// K3's chat_template_kwargs (engine/tokenizer/xtml_renderer.h): its switches checked (a 400
+// naming the kwarg and the accepted values), and the request's tool_choice and response_format
+// added as vLLM's K3 renderer adds them (required / none and json_object / json_schema write a
+// system message; a named choice writes none, whatever the kwargs said).
+absl::StatusOr<Json> XtmlKwargs(const ChatCompletionRequest& request) {
+  Json kwargs =
+      request.chat_template_kwargs.is_object() ? request.chat_template_kwargs : Json::object();
+  absl::StatusOr<engine::XtmlSwitches> switches = engine::ResolveXtmlSwitches(kwargs);
+  if (!switches.ok()) {
+    const bool top_level = request.reasoning_effort.has_value() &&
+                           absl::StrContains(switches.status().message(), "reasoning_effort");
+    return InvalidField(top_level ? "reasoning_effort" : "chat_template_kwargs",
+                        std::string(switches.status().message()));
+  }
+  switch (request.tool_choice) {
+    case ToolChoice::kRequired:
+      kwargs["tool_choice"] = "required";
+      break;
+    case ToolChoice::kNone:
+      kwargs["tool_choice"] = "none";
+      break;
+    case ToolChoice::kNamed:
+      kwargs.erase("tool_choice");
+      break;
+    case ToolChoice::kAuto:
+      break;
+  }
+  if (!request.response_format.is_null()) kwargs["response_format"] = request.response_format;
+  return kwargs;
+}
+
+// The prompt as text and segments (ChatTemplate::RenderPrompt), cut for continue_final_message.
+absl::StatusOr<engine::RenderedPrompt> RenderChatPrompt(const ServedModel& model,
+                                                        const ChatCompletionRequest& request) {
   RETURN_IF_ERROR(RequireTokenizer(model, "messages"));
   const bool with_tools = request.tools.is_array() && !request.tools.empty();
   const engine::ChatTemplate* chat_template =
@@ -39,31 +75,46 @@ absl::StatusOr<std::string> RenderChat(const ServedModel& model,
   inputs.messages = request.messages;
   if (with_tools) inputs.tools = request.tools;
   inputs.add_generation_prompt = request.add_generation_prompt;
-  inputs.kwargs = request.chat_template_kwargs;
-  absl::StatusOr<std::string> text = chat_template->Render(inputs);
-  if (!text.ok()) {
-    return InvalidField("messages",
-                        absl::StrCat("cannot render the chat template: ", text.status().message()));
+  if (chat_template->is_xtml()) {
+    ASSIGN_OR_RETURN(inputs.kwargs, XtmlKwargs(request));
+  } else {
+    inputs.kwargs = request.chat_template_kwargs;
   }
-  if (!request.continue_final_message) return text;
+  absl::StatusOr<engine::RenderedPrompt> prompt = chat_template->RenderPrompt(inputs);
+  if (!prompt.ok()) {
+    return InvalidField("messages",
+                        absl::StrCat(chat_template->is_xtml() ? "cannot render the Kimi K3 prompt: "
+                                                              : "cannot render the chat template: ",
+                                     prompt.status().message()));
+  }
+  if (!request.continue_final_message) return prompt;
   // Cut after the final message's content, wherever the template put it last.
   const std::string& content = request.final_message_text;
-  const size_t at = text->rfind(content);
+  const size_t at = prompt->text.rfind(content);
   if (content.empty() || at == std::string::npos) {
     return InvalidField("continue_final_message",
                         "the chat template does not show the final message's content verbatim, "
                         "so it cannot be continued");
   }
-  text->resize(at + content.size());
-  return text;
+  engine::TruncatePrompt(&*prompt, at + content.size());
+  return prompt;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RenderChat(const ServedModel& model,
+                                       const ChatCompletionRequest& request) {
+  ASSIGN_OR_RETURN(engine::RenderedPrompt prompt, RenderChatPrompt(model, request));
+  return std::move(prompt.text);
 }
 
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const ChatCompletionRequest& request) {
-  ASSIGN_OR_RETURN(std::string text, RenderChat(model, request));
-  engine::EncodeOptions options;
-  options.parse_special = true;  // the template writes its markers as special-token text
-  std::vector<int32_t> ids = model.tokenizer->Encode(text, options);
+  ASSIGN_OR_RETURN(engine::RenderedPrompt prompt, RenderChatPrompt(model, request));
+  // Segment by segment: a Jinja template's output is one segment whose special-token text
+  // becomes special tokens; K3's markers are control segments and all other text (the user's
+  // included) stays ordinary text.
+  std::vector<int32_t> ids = engine::EncodePrompt(*model.tokenizer, prompt);
   if (model.reply_tokens != nullptr) {
     model.reply_tokens->Splice(request.messages, &ids);
   }

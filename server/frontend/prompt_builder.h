@@ -20,9 +20,13 @@ namespace strata::frontend {
 // Renders the request's messages with the chat template (tools declared when it has any), with
 // the generation prompt unless add_generation_prompt is false; with continue_final_message the
 // text ends right after the final message's content (its end-of-turn markers cut), so the
-// model continues that message (vLLM). ChatPromptIds tokenizes the text, special-token text
-// becoming special tokens, and gives replies the model generated their generated ids
-// (model.reply_tokens, reply_tokens.h). Without a tokenizer: RequireTokenizer's 400 ("messages").
+// model continues that message (vLLM). ChatPromptIds tokenizes the prompt segment by segment
+// (engine::EncodePrompt: a Jinja template's special-token text becomes special tokens; a Kimi K3
+// prompt's markers become control ids while message text stays ordinary text), and gives
+// replies the model generated their generated ids (model.reply_tokens, reply_tokens.h). A K3
+// model (ChatTemplate::is_xtml) also takes the request's tool_choice and response_format into
+// the prompt, and its switches in chat_template_kwargs / reasoning_effort are checked (400
+// naming the accepted values). Without a tokenizer: RequireTokenizer's 400 ("messages").
 absl::StatusOr<std::string> RenderChat(const ServedModel& model,
                                        const ChatCompletionRequest& request);
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,

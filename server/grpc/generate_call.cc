@@ -138,6 +138,16 @@ grpc::Status GenerateCall::Run() {
 }
 
 bool GenerateCall::Apply(ChoiceRun& choice, const server::StreamEvent& event, absl::Status* error) {
+  if (event.progress_only()) {  // only requests with return_progress get these
+    v1::GenerateResponse response;
+    v1::Progress* progress = response.mutable_progress();
+    progress->set_index(static_cast<uint32_t>(choice.spec->index));
+    progress->set_total(event.progress->total);
+    progress->set_cached(event.progress->cached);
+    progress->set_processed(event.progress->processed);
+    progress->set_time_ms(event.progress->time_ms);
+    return writer_->Write(response);
+  }
   if (choice.timing) choice.timing->OnEvent(event, server::RequestTimingRecorder::Now());
   frontend::ChoiceDelta delta = choice.decoder->Apply(event);
   if (!delta.error.ok()) {

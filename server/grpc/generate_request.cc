@@ -55,6 +55,7 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
   GrpcGeneration g;
   g.request_id = req.gen.request_id.empty() ? frontend::NewResponseId("grpc") : req.gen.request_id;
   g.detokenize = !request.has_detokenize() || request.detokenize();
+  g.return_progress = request.return_progress();
   const auto filters = frontend::TokenFilters(model, req.gen);
   for (int i = 0; i < req.gen.n; ++i) {
     GrpcChoice choice;
@@ -63,6 +64,7 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
                                              /*chat=*/false);
     choice.options = frontend::OptionsFor(req.gen, choice.request, /*parse_tool_calls=*/false);
     frontend::AddTokenFilters(filters, &choice.request);
+    choice.request.report_prefill_progress = g.return_progress;
     g.choices.push_back(std::move(choice));
   }
   return g;

@@ -31,6 +31,7 @@ struct GrpcChoice {
 struct GrpcGeneration {
   std::string request_id;  // the client's, or a generated "grpc-<hex>"
   bool detokenize = true;
+  bool return_progress = false;  // Progress messages while the prompts prefill
   std::vector<GrpcChoice> choices;
 };
 

@@ -3,6 +3,7 @@
 // free loopback port, driven by generated strata.v1 stubs over a real channel.
 #include "server/grpc/grpc_server.h"
 
+#include <gmock/gmock.h>
 #include <google/protobuf/empty.pb.h>
 #include <google/protobuf/wrappers.pb.h>
 #include <grpcpp/grpcpp.h>
@@ -42,6 +43,8 @@ struct Outcome {
   // Choice 0's prompt scores, and the chunk (0-based) that carried them.
   std::vector<v1::TokenLogprob> prompt_logprobs;
   int prompt_logprobs_chunk = -1;
+  std::vector<v1::Progress> progress;  // with return_progress
+  int progress_after_chunk = 0;        // Progress messages read after the first Chunk
 };
 
 class GrpcServerTest : public testing::Test {
@@ -115,6 +118,9 @@ class GrpcServerTest : public testing::Test {
         }
         if (on_chunk) on_chunk(out.num_chunks);
         ++out.num_chunks;
+      } else if (response.has_progress()) {
+        out.progress.push_back(response.progress());
+        if (out.num_chunks > 0) ++out.progress_after_chunk;
       } else {
         out.completes.push_back(response.complete());
       }
@@ -795,6 +801,34 @@ TEST_F(GrpcServerTest, ModelAndServerInfo) {
   ASSERT_TRUE(Control()->GetServerInfo(&c2, v1::GetServerInfoRequest(), &info).ok());
   EXPECT_TRUE(info.ready());
   EXPECT_FALSE(info.draining());
+}
+
+TEST_F(GrpcServerTest, ReturnProgressStreamsProgressBeforeTheFirstChunk) {
+  std::vector<int32_t> prompt(5000);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(7 + i * 31 % 4000);
+  GenerateRequest request = Request(prompt, 2);
+  request.mutable_sampling()->set_temperature(0.0f);
+  request.set_return_progress(true);
+  const Outcome out = Run(request);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  // Chunks of --max-num-batched-tokens (2048): 2048, 4096, 5000.
+  ASSERT_EQ(out.progress.size(), 3u);
+  EXPECT_EQ(out.progress_after_chunk, 0);
+  std::vector<int64_t> processed;
+  for (const v1::Progress& p : out.progress) {
+    EXPECT_EQ(p.index(), 0u);
+    EXPECT_EQ(p.total(), 5000);
+    EXPECT_EQ(p.cached(), 0);
+    processed.push_back(p.processed());
+  }
+  EXPECT_THAT(processed, ::testing::ElementsAre(2048, 4096, 5000));
+  EXPECT_EQ(out.ids.size(), 2u);
+  // Without the field: no Progress message (and the same tokens, now mostly from the cache).
+  request.set_return_progress(false);
+  const Outcome plain = Run(request);
+  ASSERT_TRUE(plain.status.ok());
+  EXPECT_TRUE(plain.progress.empty());
+  EXPECT_EQ(plain.ids, out.ids);
 }
 
 }  // namespace

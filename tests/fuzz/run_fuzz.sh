@@ -104,6 +104,8 @@ printf '%s\0%s' '{"type":"object","properties":{"id":{"type":"string","pattern":
 printf '%s\0%s' '^(ab|c[^d\s]){2,3}x?$' 'abcez' >"$seeds/regex/groups"
 { printf '%s\0' '[\u00e9-\u{1F600}]+\.\d{2}|(?:q|r)*'; printf '\xc3\xa9\xf0\x9f\x98\x80.12'; } \
   >"$seeds/regex/unicode"
+# A counted repetition of alternatives with near-universal classes (a big search automaton).
+printf '%s\0%s' '(?:g|bc[^d\sc(2{,]]ab|c[bc^d\S]){24}x?$' 'abcez' >"$seeds/regex/repeat_classes"
 
 # Grammar, NUL, text.
 printf '%s\0%s' 'root ::= item ("," ws item){0,3}

@@ -18,9 +18,14 @@ expert-parallel MoE), against one process serving alone:
                and --family k3cuda, real MLA/KDA head shapes): 2 processes and one process with
                --local-ranks 2, each rank holding only its experts' weights and exchanging rows
                on the device, equal one process alone
+  tp           --tensor-parallel-size 2 (families k3tp, kltp: head counts 2 divides) in one
+               process (with speculative decoding and prefix hits; then with
+               --decode-context-parallel-size 2) and over two processes (rank 0 serves, rank 1
+               only computes) equals one process alone; kill -9 of rank 1 ends rank 0 within the
+               collective timeout
 
 usage: multirank_test.py CASE --strata BIN --make-checkpoint BIN --work DIR
-                         [--family k3|kl|k3cuda] [--device cpu|cuda]
+                         [--family k3|kl|k3cuda|k3tp|kltp] [--device cpu|cuda]
 """
 import argparse
 import json
@@ -46,7 +51,12 @@ FAMILIES = {"k3": ["--family", "k3", "--seed", "31"],
             "k3cuda": ["--family", "k3", "--seed", "33", "--set", "kda_head_dim=128", "--set",
                        "kv_lora=512", "--set", "qk_rope=64", "--set", "qk_nope=128", "--set",
                        "v_head=128", "--set", "hidden=256", "--set", "layers=2", "--set",
-                       "expert_intermediate=64"]}
+                       "expert_intermediate=64"],
+            # Head counts that 2 divides (tensor parallelism splits heads).
+            "k3tp": ["--family", "k3", "--seed", "34", "--set", "mla_heads=4", "--set",
+                     "kda_heads=4"],
+            "kltp": ["--family", "kimi-linear", "--seed", "35", "--set", "mla_heads=4", "--set",
+                     "kda_heads=4"]}
 
 
 def fail(message):
@@ -209,9 +219,10 @@ def complete(port, prompt, max_tokens=MAX_TOKENS):
     return choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"]
 
 
-def generate_all(servers):
+def generate_all(servers, prompt_list=None):
     """Every prompt, sent at once, prompt i to process i mod n; [(tokens, logprobs)]."""
-    results = [None] * len(prompts())
+    prompt_list = prompt_list or prompts()
+    results = [None] * len(prompt_list)
     errors = []
 
     def run(i, prompt):
@@ -220,7 +231,7 @@ def generate_all(servers):
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(f"prompt {i}: {e}")
 
-    threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(prompts())]
+    threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(prompt_list)]
     for t in threads:
         t.start()
     for t in threads:
@@ -252,12 +263,12 @@ def weight_copy_bytes(port):
 single_copy_bytes = None
 
 
-def reference_tokens(args):
+def reference_tokens(args, prompt_list=None):
     global single_copy_bytes
     servers = start_group(args, "single", 1)
     try:
         single_copy_bytes = weight_copy_bytes(servers[0].port)
-        return generate_all(servers)
+        return generate_all(servers, prompt_list)
     finally:
         stop_group(servers)
 
@@ -470,6 +481,81 @@ def case_cuda_ep(args):
     compare(f"{args.family} on the device: 1 process with --local-ranks 2", reference, got)
 
 
+def server_info(port):
+    return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info").read())
+
+
+def case_tp(args):
+    """--tensor-parallel-size 2: one process with two ranks, then one process per rank (rank 0
+    serves, rank 1 only computes), each equal to one process alone; killing rank 1 ends rank 0
+    within the collective timeout."""
+    # Plus a long prompt repeating a phrase: its blocks are cached and its continuation drafts.
+    rng = random.Random(11)
+    phrase = [rng.randrange(7936) for _ in range(12)]
+    tp_prompts = prompts() + [phrase * 16]
+    reference = reference_tokens(args, tp_prompts)
+    # With n-gram speculative decoding (the followers keep what the lead's sampler accepted) and,
+    # the second time, prefix-cache hits (KDA checkpoints of each rank's heads).
+    spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}'
+    servers = [Server(args, "tp_local", args.work_case,
+                      ["--tensor-parallel-size", "2", "--speculative-config", spec])]
+    servers[0].wait_ready(time.time() + 60)
+    info = server_info(servers[0].port)["parallel"]
+    if info["tensor_parallel_size"] != 2 or info["data_parallel_size"] != 1:
+        fail(f"/server_info parallel: {info}")
+    for attempt in ("", ", again from the prefix cache"):
+        got = generate_all(servers, tp_prompts)
+        compare(f"{args.family}: --tensor-parallel-size 2 in one process{attempt}", reference, got)
+    engine = server_info(servers[0].port)["engine"]
+    stop_group(servers)
+    if engine["num_prefix_hit_tokens"] == 0:
+        fail(f"the repeated prompts hit no cached prefix: {engine}")
+    print(f"ok   {args.family}: {engine['num_prefix_hit_tokens']} prefix-hit tokens, "
+          f"{engine['num_spec_draft_tokens_total']} draft tokens "
+          f"({engine['num_spec_accepted_tokens_total']} accepted) under tensor parallelism",
+          flush=True)
+
+    # Decode context parallelism: each rank holds every other position's latent row, so a
+    # sequence holds twice what one rank's cache does.
+    servers = [Server(args, "tp_dcp", args.work_case,
+                      ["--tensor-parallel-size", "2", "--decode-context-parallel-size", "2"])]
+    servers[0].wait_ready(time.time() + 60)
+    plan = server_info(servers[0].port)["memory_plan"]
+    if plan["num_tokens_per_group"] != 2 * plan["num_tokens"]:
+        fail(f"/server_info memory_plan with DCP 2: {plan}")
+    got = generate_all(servers, tp_prompts)
+    stop_group(servers)
+    compare(f"{args.family}: --tensor-parallel-size 2 --decode-context-parallel-size 2", reference,
+            got)
+
+    timeout_s = 5
+    coordinator = f"127.0.0.1:{free_port()}"
+    extra = ["--tensor-parallel-size", "2", "--world-size", "2", "--coordinator", coordinator,
+             "--collective-timeout-s", str(timeout_s), "--rendezvous-timeout-s", "60"]
+    lead = Server(args, "tp_rank0", args.work_case, extra + ["--rank", "0"])
+    follower = Server(args, "tp_rank1", args.work_case, extra + ["--rank", "1"])
+    lead.wait_ready(time.time() + 60)
+    got = generate_all([lead], tp_prompts)
+    compare(f"{args.family}: --tensor-parallel-size 2 over 2 processes", reference, got)
+    if follower.port is not None or follower.proc.poll() is not None:
+        fail(f"rank 1 answered HTTP or exited ({follower.proc.poll()}): it only computes")
+    threading.Thread(target=lambda: _ignore_errors(complete, lead.port, [1, 2, 3], 1000),
+                     daemon=True).start()
+    time.sleep(1.0)
+    follower.proc.send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    try:
+        code = lead.proc.wait(timeout=timeout_s + 15)
+    except subprocess.TimeoutExpired:
+        lead.dump()
+        fail("rank 0 still runs after its tensor-parallel peer was killed")
+    if code != 75 or not re.search(r"tensor-parallel|step gate", lead.log_text()):
+        lead.dump()
+        fail(f"rank 0 exited with {code} without naming the failed collective")
+    print(f"ok   {args.family}: rank 0 exited {code} {time.time() - killed_at:.1f} s after its "
+          "tensor-parallel peer was killed", flush=True)
+
+
 def _ignore_errors(fn, *a):
     try:
         fn(*a)
@@ -480,7 +566,7 @@ def _ignore_errors(fn, *a):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["setup", "equal", "local-ranks", "replicas", "kill", "hang",
-                                     "cuda-ep"])
+                                     "cuda-ep", "tp"])
     p.add_argument("--strata", required=True)
     p.add_argument("--make-checkpoint", required=True)
     p.add_argument("--work", required=True)
@@ -494,7 +580,7 @@ def main():
         os.makedirs(args.work_case, exist_ok=True)
     {"setup": case_setup, "equal": case_equal, "local-ranks": case_local_ranks,
      "replicas": case_replicas, "kill": case_kill, "hang": case_hang,
-     "cuda-ep": case_cuda_ep}[args.case](args)
+     "cuda-ep": case_cuda_ep, "tp": case_tp}[args.case](args)
 
 
 if __name__ == "__main__":

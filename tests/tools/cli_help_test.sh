@@ -30,8 +30,10 @@ declare -A strata_flags=(
   [tokenize]="--model --text-file --add-special-tokens --parse-special"
   [detokenize]="--model --ids --skip-special-tokens"
   [chat-template]="--model --messages-file --tools-file --kwargs-file --add-generation-prompt"
+  [parse-output]="--model --thinking --tools --tool-choice --chunk"
   [serve]="--model --host --port --grpc-port --max-num-seqs --kv-cache-memory --api-key --log-level --world-size"
   [run-batch]="--input-file --output-file --max-concurrent-requests --model --max-num-seqs"
+  [plan]="--config --tensor-parallel-size --tp-size --decode-context-parallel-size --dcp-size --data-parallel-size --dp-size --device-memory --quantization --kv-cache-dtype --reserve --json"
 )
 declare -A client_flags=(
   [generate]="--target --prompt --prompt-ids --max-tokens --stream --temperature --seed --n --stop --timeout --api-key"

@@ -4,7 +4,6 @@
 
 #include <random>
 
-#include "engine/tokenizer/jinja/json_format.h"
 #include "engine/tokenizer/jinja/lexer.h"
 #include "engine/tokenizer/jinja/template.h"
 
@@ -53,17 +52,6 @@ TEST(JinjaTest, NamespacesCarryValuesOutOfLoopsButPlainSetDoesNot) {
   EXPECT_EQ(Render("{% set n = 0 %}{% set ns = namespace(n=0) %}{% for i in range(3) %}"
                    "{% set n = n + 1 %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ n }} {{ ns.n }}"),
             "0 3");
-}
-
-TEST(JinjaTest, FormatFloatMatchesPythonRepr) {
-  EXPECT_EQ(FormatFloat(1.0), "1.0");
-  EXPECT_EQ(FormatFloat(0.1), "0.1");
-  EXPECT_EQ(FormatFloat(1e16), "1e+16");
-  EXPECT_EQ(FormatFloat(1e15), "1000000000000000.0");
-  EXPECT_EQ(FormatFloat(0.0001), "0.0001");
-  EXPECT_EQ(FormatFloat(0.00001), "1e-05");
-  EXPECT_EQ(FormatFloat(-2.5e-7), "-2.5e-07");
-  EXPECT_EQ(FormatFloat(123456.789), "123456.789");
 }
 
 TEST(JinjaTest, SyntaxErrorsNameTheLine) {

@@ -1,12 +1,12 @@
 #include "engine/tokenizer/jinja/json_format.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/internal/absl_view.h"
+#include "engine/tokenizer/python_json.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace strata::engine::jinja {
@@ -25,35 +25,7 @@ void AppendEscapedString(std::string_view s, bool ensure_ascii, std::string* out
   while (i < s.size()) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
-      switch (c) {
-        case '"':
-          out->append("\\\"");
-          break;
-        case '\\':
-          out->append("\\\\");
-          break;
-        case '\n':
-          out->append("\\n");
-          break;
-        case '\r':
-          out->append("\\r");
-          break;
-        case '\t':
-          out->append("\\t");
-          break;
-        case '\b':
-          out->append("\\b");
-          break;
-        case '\f':
-          out->append("\\f");
-          break;
-        default:
-          if (c < 0x20 || (ensure_ascii && c == 0x7F)) {
-            append_u(c);
-          } else {
-            out->push_back(static_cast<char>(c));
-          }
-      }
+      AppendJsonStringByte(s[i], ensure_ascii, out);
       ++i;
       continue;
     }
@@ -142,17 +114,9 @@ absl::Status AppendJson(const Value& v, const JsonOptions& o, int depth, std::st
     case K::kInt:
       internal::Append(out, v.int_value());
       return absl::OkStatus();
-    case K::kFloat: {
-      const double f = v.float_value();
-      if (std::isnan(f)) {
-        out->append("NaN");
-      } else if (std::isinf(f)) {
-        out->append(f > 0 ? "Infinity" : "-Infinity");
-      } else {
-        out->append(FormatFloat(f));
-      }
+    case K::kFloat:
+      out->append(PythonJsonFloat(v.float_value()));
       return absl::OkStatus();
-    }
     case K::kString:
       AppendEscapedString(v.str(), o.ensure_ascii, out);
       return absl::OkStatus();
@@ -179,45 +143,6 @@ absl::StatusOr<std::string> ToJson(const Value& value, const JsonOptions& option
   return out;
 }
 
-std::string FormatFloat(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  if (value == 0.0) return std::signbit(value) ? "-0.0" : "0.0";
-  // Shortest round-trip digits in scientific form: "-d.ddde+XX".
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::scientific);
-  std::string_view sci(buf, static_cast<size_t>(end - buf));
-  const bool negative = sci[0] == '-';
-  if (negative) sci.remove_prefix(1);
-  const size_t e_pos = sci.find('e');
-  std::string digits;
-  for (char c : sci.substr(0, e_pos)) {
-    if (c != '.') digits.push_back(c);
-  }
-  int exponent = 0;
-  std::from_chars(sci.data() + e_pos + (sci[e_pos + 1] == '+' ? 2 : 1), sci.data() + sci.size(),
-                  exponent);
-  const int decpt = exponent + 1;  // value = 0.DIGITS * 10^decpt
-  std::string out = negative ? "-" : "";
-  if (decpt > -4 && decpt <= 16) {
-    if (decpt <= 0) {
-      out.append("0.").append(static_cast<size_t>(-decpt), '0').append(digits);
-    } else if (static_cast<size_t>(decpt) >= digits.size()) {
-      out.append(digits).append(static_cast<size_t>(decpt) - digits.size(), '0').append(".0");
-    } else {
-      out.append(digits, 0, static_cast<size_t>(decpt))
-          .append(".")
-          .append(digits, static_cast<size_t>(decpt));
-    }
-    return out;
-  }
-  out += digits.substr(0, 1);
-  if (digits.size() > 1) out.append(".").append(digits, 1);
-  char exp_buf[16];
-  std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
-  return out + exp_buf;
-}
-
 std::string ToDisplayString(const Value& value) {
   using K = Value::Kind;
   switch (value.kind()) {
@@ -229,7 +154,7 @@ std::string ToDisplayString(const Value& value) {
     case K::kInt:
       return internal::Cat(value.int_value());
     case K::kFloat:
-      return FormatFloat(value.float_value());
+      return PythonFloatRepr(value.float_value());
     case K::kString:
       return value.str();
     case K::kCallable:
@@ -255,7 +180,7 @@ std::string ToConcatString(const Value& value) {
         std::snprintf(buf, sizeof(buf), "%.0f", f);
         return buf;
       }
-      return FormatFloat(f);
+      return PythonFloatRepr(f);
     }
     case K::kArray: {
       std::string out;

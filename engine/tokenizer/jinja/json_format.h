@@ -22,10 +22,6 @@ struct JsonOptions {
 // callables (not JSON) and for nesting deeper than 512.
 absl::StatusOr<std::string> ToJson(const Value& value, const JsonOptions& options = {});
 
-// Python's repr() of a float: shortest round-trip digits, ".0" on integral values, exponent
-// form outside 1e-4 <= |x| < 1e16 ("1e-05", "1e+16").
-std::string FormatFloat(double value);
-
 // The printed form used by {{ }}, `~` and |string: strings as-is, none and undefined empty,
 // booleans "true"/"false" and arrays/objects as JSON with ", " / ": " — the choices of
 // @huggingface/jinja (Python Jinja2 prints None, True and Python reprs instead).

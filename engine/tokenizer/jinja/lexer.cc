@@ -1,9 +1,11 @@
 #include "engine/tokenizer/jinja/lexer.h"
 
 #include <array>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/internal/absl_view.h"
+#include "engine/tokenizer/python_json.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace strata::engine::jinja {
@@ -215,45 +217,26 @@ absl::StatusOr<std::string> Lexer::LexString(char quote) {
     }
     const char e = Peek(1);
     Advance(2);
+    if (const std::optional<char> escaped = SimpleEscapeChar(e)) {
+      out.push_back(*escaped);
+      continue;
+    }
     switch (e) {
-      case 'n':
-        out.push_back('\n');
-        break;
-      case 't':
-        out.push_back('\t');
-        break;
-      case 'r':
-        out.push_back('\r');
-        break;
-      case 'b':
-        out.push_back('\b');
-        break;
-      case 'f':
-        out.push_back('\f');
-        break;
       case 'v':
         out.push_back('\v');
         break;
       case '\'':
-      case '"':
-      case '\\':
         out.push_back(e);
         break;
       case 'x':
       case 'u': {
         const size_t len = e == 'x' ? 2 : 4;
-        uint32_t cp = 0;
-        for (size_t k = 0; k < len; ++k) {
-          const char h = Peek(k);
-          const int d = h >= '0' && h <= '9'   ? h - '0'
-                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                        : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                               : -1;
-          if (d < 0) return Error("invalid hexadecimal escape in string literal");
-          cp = cp * 16 + static_cast<uint32_t>(d);
-        }
+        const std::string_view digits = std::string_view(src_).substr(pos_, len);
+        const std::optional<uint32_t> cp =
+            digits.size() == len ? ParseHexDigits(digits) : std::nullopt;
+        if (!cp) return Error("invalid hexadecimal escape in string literal");
         Advance(len);
-        AppendUtf8(cp >= 0xD800 && cp <= 0xDFFF ? kReplacementChar : cp, &out);
+        AppendUtf8(*cp >= 0xD800 && *cp <= 0xDFFF ? kReplacementChar : *cp, &out);
         break;
       }
       default:  // Python keeps unknown escapes verbatim ('\d' is backslash, d).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <thread>
 
 #include "core/check.h"
@@ -18,6 +19,24 @@ uint64_t HashIds(const std::vector<int32_t>& ids) {
   uint64_t h = 0x1234;
   for (int32_t id : ids) h = Mix(h ^ static_cast<uint32_t>(id));
   return h;
+}
+
+// Bytes 0..255, then `merges`, with Kimi's pre-tokenizer pattern; no special tokens yet.
+engine::TokenizerSpec ByteLevelSpec(std::initializer_list<const char*> merges) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  for (const char* t : merges) tokens.emplace_back(t);
+  engine::TokenizerSpec spec;
+  spec.vocab = *engine::BpeVocab::FromTokens(tokens);
+  spec.pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+  return spec;
+}
+
+std::unique_ptr<engine::Tokenizer> CreateTokenizer(engine::TokenizerSpec spec) {
+  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
+      engine::Tokenizer::Create(std::move(spec));
+  CHECK(tokenizer.ok()) << tokenizer.status();
+  return std::move(*tokenizer);
 }
 
 }  // namespace
@@ -112,12 +131,7 @@ engine::ScoredSequence ScriptedExecutor::Score(const engine::ScheduledSequence& 
 }
 
 std::unique_ptr<engine::Tokenizer> MakeTestTokenizer() {
-  std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
-  for (const char* t : {"he", "ll", "hell", "hello", " w", "or", "ld"}) tokens.emplace_back(t);
-  engine::TokenizerSpec spec;
-  spec.vocab = *engine::BpeVocab::FromTokens(tokens);
-  spec.pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+  engine::TokenizerSpec spec = ByteLevelSpec({"he", "ll", "hell", "hello", " w", "or", "ld"});
   const char* specials[] = {"<|im_end|>",
                             "<|im_user|>",
                             "<|im_assistant|>",
@@ -132,14 +146,30 @@ std::unique_ptr<engine::Tokenizer> MakeTestTokenizer() {
   spec.special_tokens[kThinkBegin] = {"<think>", false};
   spec.special_tokens[kThinkEnd] = {"</think>", false};
   spec.eos_token = "<|im_end|>";
-  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
-      engine::Tokenizer::Create(std::move(spec));
-  CHECK(tokenizer.ok()) << tokenizer.status();
-  return std::move(*tokenizer);
+  return CreateTokenizer(std::move(spec));
 }
 
-Fixture::Fixture(FixtureOptions options) : tokenizer_(MakeTestTokenizer()) {
-  chat_template_ = *engine::ChatTemplate::Create(engine::BuiltinKimiChatTemplate(), {});
+std::unique_ptr<engine::Tokenizer> MakeK3TestTokenizer(K3TestEos eos) {
+  engine::TokenizerSpec spec = ByteLevelSpec({"th", "ink", "think", "re", "sp", "on", "se"});
+  spec.special_tokens[kK3EndOfMessage] = {"<|end_of_msg|>", true};
+  spec.special_tokens[kK3Open] = {"<|open|>", true};
+  spec.special_tokens[kK3Close] = {"<|close|>", true};
+  spec.special_tokens[kK3Sep] = {"<|sep|>", true};
+  if (eos == K3TestEos::kSeparate) {
+    spec.special_tokens[kK3SeparateEos] = {"[EOS]", true};
+    spec.eos_token = "[EOS]";
+  } else {
+    spec.eos_token = "<|end_of_msg|>";
+  }
+  return CreateTokenizer(std::move(spec));
+}
+
+Fixture::Fixture(FixtureOptions options)
+    : tokenizer_(options.kimi_k3 ? MakeK3TestTokenizer(K3TestEos::kEndOfMessage)
+                                 : MakeTestTokenizer()) {
+  chat_template_ = options.kimi_k3
+                       ? engine::ChatTemplate::Xtml()
+                       : *engine::ChatTemplate::Create(engine::BuiltinKimiChatTemplate(), {});
   scheduler::SchedulerConfig config;
   config.max_num_seqs = options.max_num_seqs;
   config.max_num_batched_tokens = 512;
@@ -166,7 +196,7 @@ Fixture::Fixture(FixtureOptions options) : tokenizer_(MakeTestTokenizer()) {
   served_.tokenizer = tokenizer_.get();
   served_.chat_template = &*chat_template_;
   served_.chat_template_tools = &*chat_template_;
-  served_.eos_token_id = kImEnd;
+  served_.eos_token_id = options.kimi_k3 ? kK3EndOfMessage : kImEnd;
   served_.token_vocab = ConstraintVocab(*tokenizer_);
   served_.tool_call_tokens = ToolCallMarkers(*tokenizer_);
   served_.think_begin_id = tokenizer_->SpecialTokenId("<think>").value_or(-1);

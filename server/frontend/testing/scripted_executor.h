@@ -1,5 +1,6 @@
 // Test doubles for the front end: a StepExecutor whose "model" follows a script, a small
-// tokenizer with Kimi's chat and tool-call special tokens, and a fixture that wires them into a
+// tokenizer with Kimi's chat and tool-call special tokens (and one with Kimi K3's XTML control
+// tokens), and a fixture that wires them into a
 // real scheduler + EngineLoop behind a ServedModel.
 //
 // ScriptedExecutor: for each sampled position it builds logits from a deterministic hash of
@@ -83,15 +84,35 @@ inline constexpr int32_t kModelVocab = 320;  // ids 312..319 have no text
 // </think>; EOS <|im_end|>.
 std::unique_ptr<engine::Tokenizer> MakeTestTokenizer();
 
+// Ids of the Kimi K3 test tokenizer: 0..255 bytes, then merges, then the XTML control tokens.
+inline constexpr int32_t kK3EndOfMessage = 300;  // <|end_of_msg|>
+inline constexpr int32_t kK3Open = 301;          // <|open|>
+inline constexpr int32_t kK3Close = 302;         // <|close|>
+inline constexpr int32_t kK3Sep = 303;           // <|sep|>
+inline constexpr int32_t kK3SeparateEos = 304;   // [EOS], with K3TestEos::kSeparate only
+
+enum class K3TestEos {
+  kEndOfMessage,  // EOS is <|end_of_msg|>
+  kSeparate,      // EOS is a special token [EOS] of its own (kK3SeparateEos)
+};
+
+// A K3-shaped tokenizer: bytes, a few merges ("th", "ink", "think", "re", "sp", "on", "se"),
+// the XTML control tokens and no chat template.
+std::unique_ptr<engine::Tokenizer> MakeK3TestTokenizer(K3TestEos eos);
+
 struct FixtureOptions {
   int64_t max_model_len = 512;
   int64_t max_queued_requests = 1024;
   int32_t max_num_seqs = 16;
   bool enable_prefix_caching = false;
+  // A Kimi K3 model instead: MakeK3TestTokenizer(K3TestEos::kEndOfMessage), the XTML prompt
+  // (engine::ChatTemplate::Xtml()) and EOS <|end_of_msg|>; no tool-call markers or <think>.
+  bool kimi_k3 = false;
 };
 
-// A served model on the test tokenizer, the built-in Kimi chat template, a real scheduler and
-// the scripted executor, with its engine loop started.
+// A served model on the test tokenizer, the built-in Kimi chat template (with kimi_k3: the K3
+// test tokenizer and the XTML prompt), a real scheduler and the scripted executor, with its
+// engine loop started.
 class Fixture {
  public:
   explicit Fixture(FixtureOptions options = {});

@@ -36,9 +36,13 @@ test("the vLLM flags take effect: a bf16 latent cache, prefix caching on", async
 test("flags Strata cannot honour stop the start naming the alternative", () => {
   const refused = (flags) => spawnSync(strataBin(), ["serve", "--port", "0", ...flags],
                                        { encoding: "utf8", timeout: 60000 });
-  const tp = refused(["--tensor-parallel-size", "4"]);
+  // The demo model has 4 KDA and 4 MLA heads: 3 ranks cannot split them.
+  const tp = refused(["--tensor-parallel-size", "3"]);
   assert.notEqual(tp.status, 0);
-  assert.match(tp.stderr, /--tensor-parallel-size 4: .*--world-size 4/);
+  assert.match(tp.stderr, /4 KDA heads cannot be split over --tensor-parallel-size 3/);
+  const tpdp = refused(["--tensor-parallel-size", "2", "--world-size", "4"]);
+  assert.notEqual(tpdp.status, 0);
+  assert.match(tpdp.stderr, /data parallelism over tensor-parallel groups is not supported yet/);
   const gpu = refused(["--gpu-memory-utilization", "0.9"]);
   assert.notEqual(gpu.status, 0);
   assert.match(gpu.stderr, /--gpu-memory-utilization .*--kv-cache-memory/);

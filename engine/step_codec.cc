@@ -1,0 +1,114 @@
+#include "engine/step_codec.h"
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::engine {
+namespace {
+
+constexpr uint32_t kMagic = 0x53545031;  // "STP1"
+
+class Writer {
+ public:
+  explicit Writer(std::vector<uint8_t>* out) : out_(out) {}
+  template <typename T>
+  void Put(T value) {
+    const size_t at = out_->size();
+    out_->resize(at + sizeof(T));
+    std::memcpy(out_->data() + at, &value, sizeof(T));
+  }
+  template <typename T>
+  void PutVector(const std::vector<T>& v) {
+    Put<uint64_t>(v.size());
+    const size_t at = out_->size();
+    out_->resize(at + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(out_->data() + at, v.data(), v.size() * sizeof(T));
+  }
+
+ private:
+  std::vector<uint8_t>* out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(absl::Span<const uint8_t> bytes) : bytes_(bytes) {}
+  template <typename T>
+  bool Get(T* value) {
+    if (bytes_.size() - at_ < sizeof(T)) return false;
+    std::memcpy(value, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return true;
+  }
+  template <typename T>
+  bool GetVector(std::vector<T>* v) {
+    uint64_t n = 0;
+    if (!Get(&n) || n > (bytes_.size() - at_) / sizeof(T)) return false;
+    v->resize(n);
+    if (n > 0) std::memcpy(v->data(), bytes_.data() + at_, n * sizeof(T));
+    at_ += n * sizeof(T);
+    return true;
+  }
+  bool done() const { return at_ == bytes_.size(); }
+
+ private:
+  absl::Span<const uint8_t> bytes_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+void EncodeStepPlan(const StepPlan& plan, std::vector<uint8_t>* out) {
+  out->clear();
+  Writer w(out);
+  w.Put(kMagic);
+  w.Put<int64_t>(plan.step_id);
+  w.Put<uint64_t>(plan.sequences.size());
+  for (const ScheduledSequence& s : plan.sequences) {
+    w.Put<int64_t>(s.seq_id);
+    w.PutVector(s.token_ids);
+    w.Put<int64_t>(s.num_computed_tokens);
+    w.PutVector(s.block_table);
+    w.Put<int32_t>(s.slot);
+    w.Put<uint8_t>(static_cast<uint8_t>(s.slot_init));
+    w.Put<int32_t>(s.source_checkpoint);
+    w.PutVector(s.save_checkpoints);
+    w.Put<uint8_t>(s.sample ? 1 : 0);
+    w.Put<int32_t>(s.num_draft_tokens);
+    w.Put<int32_t>(s.num_logprobs);
+    w.PutVector(s.score_targets);
+    w.Put<int32_t>(s.num_score_logprobs);
+  }
+}
+
+absl::StatusOr<StepPlan> DecodeStepPlan(absl::Span<const uint8_t> bytes) {
+  Reader r(bytes);
+  StepPlan plan;
+  uint32_t magic = 0;
+  uint64_t n = 0;
+  auto bad = [&](const char* what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step plan bytes (", bytes.size(), " bytes): malformed at ", what));
+  };
+  if (!r.Get(&magic) || magic != kMagic) return bad("the header");
+  if (!r.Get(&plan.step_id) || !r.Get(&n) || n > bytes.size()) return bad("the sequence count");
+  plan.sequences.resize(n);
+  for (ScheduledSequence& s : plan.sequences) {
+    uint8_t slot_init = 0, sample = 0;
+    if (!r.Get(&s.seq_id) || !r.GetVector(&s.token_ids) || !r.Get(&s.num_computed_tokens) ||
+        !r.GetVector(&s.block_table) || !r.Get(&s.slot) || !r.Get(&slot_init) ||
+        !r.Get(&s.source_checkpoint) || !r.GetVector(&s.save_checkpoints) || !r.Get(&sample) ||
+        !r.Get(&s.num_draft_tokens) || !r.Get(&s.num_logprobs) || !r.GetVector(&s.score_targets) ||
+        !r.Get(&s.num_score_logprobs) ||
+        slot_init > static_cast<uint8_t>(SlotInit::kFromCheckpoint)) {
+      return bad(absl::StrCat("sequence ", &s - plan.sequences.data()).c_str());
+    }
+    s.slot_init = static_cast<SlotInit>(slot_init);
+    s.sample = sample != 0;
+  }
+  if (!r.done()) return bad("the end (trailing bytes)");
+  return plan;
+}
+
+}  // namespace strata::engine

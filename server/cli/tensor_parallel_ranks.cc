@@ -1,0 +1,122 @@
+#include "server/cli/tensor_parallel_ranks.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "dist/gloo_communicator.h"
+#include "dist/tensor_parallel_group.h"
+#include "server/cli/serve_ranks.h"
+
+namespace strata::cli {
+namespace {
+
+constexpr int kMaxTensorParallelSize = 64;
+
+// A loopback TCP port that was free a moment ago (the group's rendezvous listens on it).
+absl::StatusOr<int> FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket() failed for the tensor-parallel rendezvous");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) return absl::InternalError("no free loopback port for the tensor-parallel rendezvous");
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+FlagSpec TensorParallelSizeFlag() {
+  return {"tensor-parallel-size", true,
+          "T ranks (threads) hold one copy of the model: heads, MLP columns and vocabulary split "
+          "T ways, experts spread (default 1)"};
+}
+FlagSpec TpSizeFlag() { return {"tp-size", true, "SGLang's name for --tensor-parallel-size"}; }
+
+FlagSpec DecodeContextParallelSizeFlag() {
+  return {"decode-context-parallel-size", true,
+          "C ranks of the tensor-parallel group split each sequence's latent cache by position "
+          "(C = --tensor-parallel-size for now; default 1)"};
+}
+FlagSpec DcpSizeFlag() {
+  return {"dcp-size", true, "SGLang's name for --decode-context-parallel-size"};
+}
+
+namespace {
+
+// A size flag with an alias (`--name` or `--alias`, not both), in [1, kMaxTensorParallelSize].
+absl::StatusOr<int> SizeFlag(const Flags& flags, const std::string& name,
+                             const std::string& alias) {
+  if (flags.Has(name) && flags.Has(alias)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " and --", alias, " are the same setting: give one"));
+  }
+  ASSIGN_OR_RETURN(int64_t size,
+                   flags.GetInt(flags.Has(alias) ? alias : name, 1, 1, kMaxTensorParallelSize));
+  return static_cast<int>(size);
+}
+
+}  // namespace
+
+absl::StatusOr<int> TensorParallelSizeFromFlags(const Flags& flags) {
+  return SizeFlag(flags, "tensor-parallel-size", "tp-size");
+}
+
+absl::StatusOr<int> DecodeContextParallelSizeFromFlags(const Flags& flags) {
+  return SizeFlag(flags, "decode-context-parallel-size", "dcp-size");
+}
+
+absl::Status RunTensorParallelRanks(const std::string& dir, const engine::ModelLoadOptions& load,
+                                    int size, const TensorParallelBody& body) {
+  std::vector<std::unique_ptr<engine::Model>> shards(static_cast<size_t>(size));
+  std::vector<absl::Status> status(static_cast<size_t>(size));
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r) {
+      threads.emplace_back([&, r] {
+        engine::ModelLoadOptions options = load;
+        options.tensor_parallel = {r, size};
+        absl::StatusOr<std::unique_ptr<engine::Model>> model = engine::Model::Load(dir, options);
+        if (model.ok()) {
+          shards[static_cast<size_t>(r)] = *std::move(model);
+        } else {
+          status[static_cast<size_t>(r)] = model.status();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+
+  ParallelOptions parallel;
+  parallel.world_size = size;
+  parallel.local_ranks = size;
+  ASSIGN_OR_RETURN(const int port, FreeLoopbackPort());
+  parallel.coordinator = absl::StrCat("127.0.0.1:", port);
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<dist::Communicator>> comms,
+                   ConnectEachLocalRank(
+                       parallel, "strata-tensor-parallel", "the tensor-parallel group",
+                       [](const dist::RendezvousOptions& o, int) { return dist::ConnectGloo(o); }));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      dist::CommunicatorTensorParallelGroup group(comms[static_cast<size_t>(r)].get());
+      status[static_cast<size_t>(r)] = body(r, *shards[static_cast<size_t>(r)], &group);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+}  // namespace strata::cli
