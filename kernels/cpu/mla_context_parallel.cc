@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
+#include "core/check.h"
 #include "kernels/cpu/latent_codec.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -68,20 +68,22 @@ int64_t LocalRows(int64_t num_positions, int64_t stride, int64_t offset) {
 
 void MlaPartialAttention(int heads, int latent_dim, int rank, float scale, int64_t stride,
                          int64_t offset, absl::Span<const MlaPartialSequence> seqs) {
-  // Tasks: (sequence, query row).
-  std::vector<std::pair<int32_t, int64_t>> tasks;
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    for (int64_t i = 0; i < seqs[s].num_rows; ++i) tasks.push_back({static_cast<int32_t>(s), i});
-  }
-  ParallelFor(static_cast<int64_t>(tasks.size()), tasks.size() > 1, [&](int64_t t) {
-    const MlaPartialSequence& seq = seqs[static_cast<size_t>(tasks[static_cast<size_t>(t)].first)];
-    const int64_t i = tasks[static_cast<size_t>(t)].second;
+  // One task per query row, found by walking the (few) sequences: nothing is allocated on this
+  // per-layer path; a row's softmax state lives on its task's stack.
+  constexpr int kMaxLatent = 1024, kMaxHeads = 512;
+  CHECK(latent_dim <= kMaxLatent && heads <= kMaxHeads) << latent_dim << " " << heads;
+  int64_t num_rows = 0;
+  for (const MlaPartialSequence& seq : seqs) num_rows += seq.num_rows;
+  ParallelFor(num_rows, num_rows > 1, [&](int64_t t) {
+    size_t s = 0;
+    while (t >= seqs[s].num_rows) t -= seqs[s++].num_rows;
+    const MlaPartialSequence& seq = seqs[s];
+    const int64_t i = t;
     // Positions 0 .. first_position + i are visible (causal); this rank's are every stride-th.
     const int64_t visible = LocalRows(seq.first_position + i + 1, stride, offset);
-    std::vector<float> scratch(static_cast<size_t>(latent_dim + 2 * heads));
+    float kappa[kMaxLatent], m[kMaxHeads], l[kMaxHeads];
     AttendRow(heads, latent_dim, rank, scale, seq.local, visible, seq.q + i * heads * latent_dim,
-              seq.partial + i * heads * (rank + 1), scratch.data(), scratch.data() + latent_dim,
-              scratch.data() + latent_dim + heads);
+              seq.partial + i * heads * (rank + 1), kappa, m, l);
   });
 }
 
