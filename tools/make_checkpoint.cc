@@ -31,7 +31,10 @@ const strata::CommandSpec& Spec() {
               {"shards", true, "safetensors files (default 1; >1 adds the index json)"},
               {"mxfp4", false, "K3 only: routed experts as MXFP4 (compressed-tensors)"},
               {"demo-tokenizer", false,
-               "also write the demo tokenizer so that `strata serve --model DIR` serves it"},
+               "also write the demo tokenizer so that `strata serve --model DIR` serves it (Kimi "
+               "K3's "
+               "control tokens for --family k3, Kimi K2's tokens and chat template for "
+               "kimi-linear)"},
               {"set", true, "override a preset value, key=value (repeatable; keys below)"},
           },
       .required = {"preset", "out"},
@@ -66,8 +69,11 @@ absl::Status Run(const strata::Flags& flags) {
   const std::string out_dir = flags.GetOr("out", "");
   ASSIGN_OR_RETURN(const demo::GeneratedCheckpoint generated,
                    demo::GenerateCheckpoint(options, out_dir));
-  if (flags.Has("demo-tokenizer")) RETURN_IF_ERROR(demo::WriteDemoTokenizer(out_dir));
   const demo::ModelDims& dims = generated.dims;
+  if (flags.Has("demo-tokenizer")) {
+    RETURN_IF_ERROR(demo::WriteDemoTokenizer(
+        out_dir, dims.k3 ? demo::DemoChatFormat::kKimiK3 : demo::DemoChatFormat::kKimiK2));
+  }
   std::printf("wrote %s: %s %s, %lld parameters, %lld bytes in %zu files (seed %llu%s)\n",
               out_dir.c_str(), dims.k3 ? "kimi-k3" : "kimi-linear", options.preset.c_str(),
               static_cast<long long>(generated.num_parameters),

@@ -10,6 +10,7 @@
 #include "engine/tokenizer/bpe_vocab.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/pretokenizer.h"
+#include "engine/tokenizer/xtml_markers.h"
 
 namespace strata::engine::demo {
 namespace {
@@ -24,9 +25,29 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
 
 bool IsSpecialFlag(const std::string& token) { return token != "<think>" && token != "</think>"; }
 
-}  // namespace
+// K3's control block (docs/k3-format.md): named ids at their offsets from its first id, the
+// rest reserved.
+std::vector<std::string> K3SpecialTokens() {
+  std::vector<std::string> tokens(kDemoNumSpecialTokens);
+  for (int32_t i = 0; i < kDemoNumSpecialTokens; ++i) {
+    tokens[i] = absl::StrCat("<|reserved_token_", kDemoNumBpeTokens + i, "|>");
+  }
+  tokens[0] = "[BOS]";
+  tokens[1] = "[EOS]";
+  tokens[2] = std::string(xtml::kEndOfMessage);
+  tokens[3] = std::string(xtml::kOpen);
+  tokens[4] = std::string(xtml::kClose);
+  tokens[5] = std::string(xtml::kSep);
+  tokens[18] = std::string(xtml::kMediaBegin);
+  tokens[19] = std::string(xtml::kMediaContent);
+  tokens[20] = std::string(xtml::kMediaEnd);
+  tokens[21] = std::string(xtml::kMediaPad);
+  tokens[kDemoNumSpecialTokens - 1] = "[PAD]";
+  return tokens;
+}
 
-std::vector<std::string> DemoSpecialTokens() {
+// Kimi K2's special tokens (Kimi-Linear's format), then reserved ones.
+std::vector<std::string> K2SpecialTokens() {
   std::vector<std::string> tokens = {"[BOS]",
                                      "[EOS]",
                                      "<|im_end|>",
@@ -54,6 +75,29 @@ std::vector<std::string> DemoSpecialTokens() {
   return tokens;
 }
 
+// tokenizer_config.json without added_tokens_decoder: K3's names its control tokens and ships
+// no chat template (the XTML renderer prompts it); K2's carries Strata's built-in template.
+nlohmann::ordered_json FormatConfig(DemoChatFormat format) {
+  if (format == DemoChatFormat::kKimiK3) {
+    return {{"bos_token", "[BOS]"},
+            {"eos_token", std::string(xtml::kEndOfMessage)},
+            {"pad_token", "[PAD]"}};
+  }
+  return {{"additional_special_tokens",
+           {"<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"}},
+          {"bos_token", "[BOS]"},
+          {"chat_template", std::string(engine::BuiltinKimiChatTemplate())},
+          {"eos_token", "[EOS]"},
+          {"pad_token", "[PAD]"},
+          {"unk_token", "[UNK]"}};
+}
+
+}  // namespace
+
+std::vector<std::string> DemoSpecialTokens(DemoChatFormat format) {
+  return format == DemoChatFormat::kKimiK3 ? K3SpecialTokens() : K2SpecialTokens();
+}
+
 absl::StatusOr<std::vector<std::string>> TrainDemoVocabulary() {
   absl::StatusOr<std::unique_ptr<engine::PreTokenizer>> pre =
       engine::PreTokenizer::Create(engine::KimiPatternOriginal());
@@ -61,7 +105,7 @@ absl::StatusOr<std::vector<std::string>> TrainDemoVocabulary() {
   return TrainBpe({DemoCorpus()}, **pre, kDemoNumBpeTokens);
 }
 
-absl::Status WriteDemoTokenizer(const std::string& dir) {
+absl::Status WriteDemoTokenizer(const std::string& dir, DemoChatFormat format) {
   absl::StatusOr<std::vector<std::string>> tokens = TrainDemoVocabulary();
   if (!tokens.ok()) return tokens.status();
   absl::StatusOr<std::shared_ptr<const engine::BpeVocab>> vocab =
@@ -69,27 +113,19 @@ absl::Status WriteDemoTokenizer(const std::string& dir) {
   if (!vocab.ok()) return vocab.status();
 
   nlohmann::ordered_json added = nlohmann::ordered_json::object();
-  const std::vector<std::string> specials = DemoSpecialTokens();
+  const std::vector<std::string> specials = DemoSpecialTokens(format);
   for (size_t i = 0; i < specials.size(); ++i) {
     added[std::to_string(kDemoNumBpeTokens + static_cast<int32_t>(i))] = {
         {"content", specials[i]}, {"lstrip", false},      {"normalized", false},
         {"rstrip", false},        {"single_word", false}, {"special", IsSpecialFlag(specials[i])}};
   }
-  nlohmann::ordered_json config = {
-      {"added_tokens_decoder", added},
-      {"additional_special_tokens",
-       {"<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>"}},
-      {"auto_map", {{"AutoTokenizer", {"tokenization_kimi.TikTokenTokenizer", nullptr}}}},
-      {"bos_token", "[BOS]"},
-      {"chat_template", std::string(engine::BuiltinKimiChatTemplate())},
-      {"clean_up_tokenization_spaces", false},
-      {"eos_token", "[EOS]"},
-      {"model_max_length", 1048576},
-      {"pad_token", "[PAD]"},
-      {"pat_str", std::string(engine::KimiPatternOriginal())},
-      {"tokenizer_class", "TikTokenTokenizer"},
-      {"unk_token", "[UNK]"},
-  };
+  nlohmann::ordered_json config = FormatConfig(format);
+  config["added_tokens_decoder"] = std::move(added);
+  config["auto_map"] = {{"AutoTokenizer", {"tokenization_kimi.TikTokenTokenizer", nullptr}}};
+  config["clean_up_tokenization_spaces"] = false;
+  config["model_max_length"] = 1048576;
+  config["pat_str"] = std::string(engine::KimiPatternOriginal());
+  config["tokenizer_class"] = "TikTokenTokenizer";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));

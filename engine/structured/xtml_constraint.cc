@@ -46,7 +46,7 @@ class FormCollector {
         if (node.pattern >= 0) {
           return AddString(RegexTextGrammar(g_.patterns[static_cast<size_t>(node.pattern)]));
         }
-        return AddString(AnyText());
+        return AddString(LengthBoundedText(node.min_length, node.max_length));
       case NodeKind::kNumber:
       case NodeKind::kInteger:
         return AddJson("number", whole);
@@ -87,6 +87,18 @@ class FormCollector {
   static JsonGrammar AnyText() {
     absl::StatusOr<ByteDfa> dfa = CompileRegex(R"([\s\S]*)", RegexAnchoring::kFullMatch);
     CHECK(dfa.ok()) << dfa.status();
+    return RegexTextGrammar(*std::move(dfa));
+  }
+
+  // Any text of min_length to max_length code points (−1: unbounded), as the schema's
+  // minLength / maxLength count them; any text when the bounds compile to too large an automaton.
+  static JsonGrammar LengthBoundedText(int64_t min_length, int64_t max_length) {
+    if (min_length <= 0 && max_length < 0) return AnyText();
+    const std::string bound = max_length < 0 ? absl::StrCat("{", min_length, ",}")
+                                             : absl::StrCat("{", min_length, ",", max_length, "}");
+    absl::StatusOr<ByteDfa> dfa =
+        CompileRegex(absl::StrCat(R"([\s\S])", bound), RegexAnchoring::kFullMatch);
+    if (!dfa.ok()) return AnyText();
     return RegexTextGrammar(*std::move(dfa));
   }
 

@@ -63,7 +63,8 @@ struct XtmlTool {
 
 // The arguments of tool `name` from its compiled `parameters`. Each property's forms:
 //   - a string schema: "string", its raw text matching the schema's `pattern` / `format` when it
-//     has one (minLength / maxLength are not enforced on the raw text), else any text;
+//     has one (minLength / maxLength then not enforced on top), else any text of minLength to
+//     maxLength code points (any text when those bounds would need too large an automaton);
 //   - a string enum / const: "string", exactly one of the values;
 //   - number / integer, object, array, boolean / null (as enum or const): that type, the value
 //     as JSON matching the property's whole schema;

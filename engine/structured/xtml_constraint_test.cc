@@ -260,5 +260,22 @@ TEST(XtmlConstraintTest, ArgumentFormsFollowTheSchema) {
   EXPECT_TRUE(bare.arguments.empty());
 }
 
+TEST(XtmlConstraintTest, RawStringsKeepTheirLengthBoundsInCodePoints) {
+  const XtmlTool tool = Tool("f", *Schema(R"({"type":"object","properties":{
+      "short":{"type":"string","minLength":2,"maxLength":4},
+      "long":{"type":"string","minLength":3},
+      "free":{"type":"string"}}})"));
+  ASSERT_EQ(tool.arguments.size(), 3u);
+  const JsonGrammar& bounded = *tool.arguments[0].forms[0].body;
+  EXPECT_FALSE(testing::Accepts(bounded, "a"));
+  EXPECT_TRUE(testing::Accepts(bounded, "ab"));
+  EXPECT_TRUE(testing::Accepts(bounded, "日本語\n"));  // 4 code points, 10 bytes
+  EXPECT_FALSE(testing::Accepts(bounded, "abcde"));
+  const JsonGrammar& at_least = *tool.arguments[1].forms[0].body;
+  EXPECT_FALSE(testing::Accepts(at_least, "ab"));
+  EXPECT_TRUE(testing::Accepts(at_least, std::string(500, 'x')));
+  EXPECT_TRUE(testing::Accepts(*tool.arguments[2].forms[0].body, ""));
+}
+
 }  // namespace
 }  // namespace strata::structured

@@ -15,7 +15,8 @@ namespace {
 
 // Bump when the demo checkpoint's contents change so stale caches are not reused.
 // v2: the directory also holds the demo tokenizer (tiktoken.model, tokenizer_config.json).
-constexpr char kDemoName[] = "demo-k3-v2";
+// v3: the tokenizer has Kimi K3's control tokens and no chat template (XTML prompts).
+constexpr char kDemoName[] = "demo-k3-v3";
 
 }  // namespace
 
@@ -47,7 +48,8 @@ absl::StatusOr<std::string> EnsureDefaultModel() {
   options.family = "k3";
   options.preset = "demo";
   RETURN_IF_ERROR(engine::demo::GenerateCheckpoint(options, tmp.string()).status());
-  RETURN_IF_ERROR(engine::demo::WriteDemoTokenizer(tmp.string()));
+  RETURN_IF_ERROR(
+      engine::demo::WriteDemoTokenizer(tmp.string(), engine::demo::DemoChatFormat::kKimiK3));
   fs::rename(tmp, dir, ec);
   if (ec && !fs::exists(dir / "config.json")) {  // another process may have won the race
     return absl::InternalError("cannot move " + tmp.string() + " to " + dir.string() + ": " +

@@ -14,10 +14,10 @@ namespace {
 // Every field a chat request may carry: the shared ones and its own (chat_template: known, and
 // refused).
 const std::vector<std::string_view>& ChatFields() {
-  static const std::vector<std::string_view> fields =
-      WithGenerationFields({"messages", "top_logprobs", "tools", "tool_choice",
-                            "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt",
-                            "continue_final_message", "echo", "chat_template", "reasoning_effort"});
+  static const std::vector<std::string_view> fields = WithGenerationFields(
+      {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+       "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "echo",
+       "chat_template", "reasoning_effort", "thinking_token_budget"});
   return fields;
 }
 
@@ -337,6 +337,8 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Json& bod
     if (!req.chat_template_kwargs.is_object()) req.chat_template_kwargs = Json::object();
     req.chat_template_kwargs["reasoning_effort"] = *req.reasoning_effort;
   }
+  ASSIGN_OR_RETURN(req.thinking_token_budget,
+                   r.Integer("thinking_token_budget", 0, kMaxTokensLimit));
   if (const Json* format = r.Find("response_format")) req.response_format = *format;
   ASSIGN_OR_RETURN(auto add_generation_prompt, r.Bool("add_generation_prompt"));
   ASSIGN_OR_RETURN(auto continue_final, r.Bool("continue_final_message"));

@@ -9,6 +9,7 @@
 #include "engine/structured/cfg_constraint.h"
 #include "engine/structured/json_constraint.h"
 #include "engine/structured/reasoning_gate.h"
+#include "engine/structured/thinking_budget.h"
 #include "engine/structured/xtml_constraint.h"
 #include "engine/token_filters.h"
 #include "engine/tokenizer/xtml_markers.h"
@@ -200,6 +201,34 @@ void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt
     r->sampling.constraint = std::make_shared<structured::ReasoningGate>(
         std::move(r->sampling.constraint), model.think_end_id);
   }
+}
+
+void ApplyThinkingBudget(const ServedModel& model, int64_t budget_tokens,
+                         const ChoiceOptions& options, scheduler::Request* r) {
+  if (model.token_vocab == nullptr || model.tokenizer == nullptr) return;
+  structured::ThinkingEnd end;
+  if (options.xtml && options.xtml_thinking) {
+    const structured::XtmlMarkers markers = XtmlMarkerIds(*model.tokenizer);
+    end.first_id = markers.close;
+    end.text = "think";
+    end.last_id = markers.sep;
+    auto element = [&](int32_t marker, std::string_view tag) {
+      end.forced_ids.push_back(marker);
+      for (int32_t id : model.tokenizer->Encode(tag, {.parse_special = false})) {
+        end.forced_ids.push_back(id);
+      }
+      end.forced_ids.push_back(markers.sep);
+    };
+    element(markers.close, end.text);
+    element(markers.open, "response");
+  } else if (options.reasoning_open && model.think_end_id >= 0) {
+    end.first_id = model.think_end_id;
+    end.forced_ids = {model.think_end_id};
+  } else {
+    return;
+  }
+  r->sampling.constraint = std::make_shared<structured::ThinkingBudget>(
+      std::move(r->sampling.constraint), std::move(end), budget_tokens, model.token_vocab);
 }
 
 std::shared_ptr<const engine::TokenConstraint> TokenFilters(const ServedModel& model,

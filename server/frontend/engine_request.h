@@ -38,6 +38,13 @@ inline constexpr int kMaxForcedToolCalls = 16;
 void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt,
                     scheduler::Request* r, ChoiceOptions* options);
 
+// thinking_token_budget (after ApplyReasoning): when the prompt opened the reasoning, at most
+// `budget_tokens` tokens of it, then its close (`</think>`, or K3's `<|close|>think<|sep|>`) is
+// forced (engine/structured/thinking_budget.h) around the request's constraint. Nothing when the
+// reasoning is not open.
+void ApplyThinkingBudget(const ServedModel& model, int64_t budget_tokens,
+                         const ChoiceOptions& options, scheduler::Request* r);
+
 // vLLM's token filters (allowed_token_ids; bad_words tokenized as vLLM does: each word as
 // written and, when that tokenizes to as many tokens with a different first one, after a
 // space), built once per request; null when it has none. Each choice combines them with its

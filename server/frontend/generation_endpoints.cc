@@ -111,6 +111,9 @@ OpenAiService::Result OpenAiService::GenerateChat(
     if (forced) RETURN_IF_ERROR(ForceToolCalls(*model, req, &choice.request));
     choice.options = OptionsFor(req.gen, choice.request, tools_on);
     ApplyReasoning(*model, prompt, &choice.request, &choice.options);
+    if (req.thinking_token_budget) {
+      ApplyThinkingBudget(*model, *req.thinking_token_budget, choice.options, &choice.request);
+    }
     AddTokenFilters(filters, &choice.request);
     choice.echo_text = req.echo_text;
     choice.request.report_prefill_progress = spec.return_progress && kind == ApiKind::kChat;

@@ -18,8 +18,6 @@
 namespace strata::frontend {
 namespace {
 
-constexpr int64_t kMaxTokensLimit = int64_t{1} << 31;
-
 // Every field ParseGenerationFields reads (ReadResponseFormat's too).
 constexpr std::string_view kGenerationFields[] = {"model",
                                                   "stream",

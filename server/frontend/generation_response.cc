@@ -267,13 +267,16 @@ void GenerationResponse::StreamDelta(Choice& c, const ChoiceDelta& d, std::strin
     ids_sent = true;
   };
   if (spec_.kind == ApiKind::kChat) {
+    // The step's logprobs ride on its first chunk: the reasoning's when it has some (as vLLM
+    // streams a reasoning token's logprobs with its reasoning_content), else the text's.
+    Json logprobs =
+        spec_.logprobs ? ChatLogprobsJson(*model_.tokenizer, d.logprobs) : Json(nullptr);
     if (!d.reasoning.empty()) {
-      emit(ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}}, nullptr,
-                         std::nullopt));
+      emit(ChatChunkJson(spec_.meta, index, Json{{"reasoning_content", d.reasoning}},
+                         std::move(logprobs), std::nullopt));
+      logprobs = spec_.logprobs ? Json{{"content", Json::array()}} : Json(nullptr);
     }
-    if (has_text) {
-      Json logprobs =
-          spec_.logprobs ? ChatLogprobsJson(*model_.tokenizer, d.logprobs) : Json(nullptr);
+    if (!d.text.empty() || silent_step || (has_text && d.reasoning.empty())) {
       emit(ChatChunkJson(spec_.meta, index, Json{{"content", d.text}}, std::move(logprobs),
                          std::nullopt));
     }

@@ -293,6 +293,15 @@ absl::StatusOr<ChatCompletionRequest> ParseMessagesRequest(const Json& body,
                                                         "' (expected enabled or disabled)"));
     }
     chat["chat_template_kwargs"] = {{"thinking", type == "enabled"}};
+    // budget_tokens caps the reasoning, as vLLM's thinking_token_budget does.
+    if (auto budget = thinking->find("budget_tokens");
+        type == "enabled" && budget != thinking->end() && !budget->is_null()) {
+      if (!budget->is_number_integer() || budget->get<int64_t>() < 1) {
+        return InvalidField("thinking.budget_tokens",
+                            "'thinking.budget_tokens' must be a positive integer");
+      }
+      chat["thinking_token_budget"] = *budget;
+    }
   }
   absl::StatusOr<ChatCompletionRequest> parsed = ParseChatCompletionRequest(chat, limits);
   if (!parsed.ok()) return WithParamRenamed(parsed.status(), MessagesParam);

@@ -73,6 +73,27 @@ TEST(MessagesRequestTest, BlocksBecomeTheChatMessagesTheyMean) {
   EXPECT_EQ(req->chat_template_kwargs["thinking"], true);
 }
 
+TEST(MessagesRequestTest, ThinkingBudgetTokensCapTheReasoning) {
+  const std::string base = R"("max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
+      "thinking": )";
+  absl::StatusOr<ChatCompletionRequest> req =
+      Parse("{" + base + R"({"type": "enabled", "budget_tokens": 2048}})");
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->thinking_token_budget, 2048);
+  EXPECT_EQ(req->chat_template_kwargs["thinking"], true);
+  req = Parse("{" + base + R"({"type": "disabled"}})");
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_FALSE(req->thinking_token_budget.has_value());
+  EXPECT_EQ(req->chat_template_kwargs["thinking"], false);
+  for (const char* bad : {R"({"type": "enabled", "budget_tokens": 0})",
+                          R"({"type": "enabled", "budget_tokens": "many"})"}) {
+    absl::StatusOr<ChatCompletionRequest> refused = Parse("{" + base + bad + "}");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("budget_tokens"), std::string::npos)
+        << refused.status();
+  }
+}
+
 TEST(MessagesRequestTest, ToolChoicesMapOntoChats) {
   const std::string base = R"("max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
       "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": )";

@@ -53,6 +53,9 @@ struct RequestLimits {
   int max_stop_chars = 1024;  // per stop string
 };
 
+// The largest token count a request field may name (max_tokens, min_tokens, budgets).
+inline constexpr int64_t kMaxTokensLimit = int64_t{1} << 31;
+
 struct GenerationFields {
   std::string model;                  // may be empty (the served model is used)
   engine::SamplingParams sampling;    // OpenAI defaults: temperature 1, top_p 1
@@ -121,6 +124,10 @@ struct ChatCompletionRequest {
   Json chat_template_kwargs;  // null or an object (with reasoning_effort, when set, in it)
   // vLLM's top-level `reasoning_effort` (also put into chat_template_kwargs, as vLLM does).
   std::optional<std::string> reasoning_effort;
+  // vLLM's `thinking_token_budget`: at most this many tokens of reasoning, then the reasoning's
+  // close is forced and the answer follows (engine/structured/thinking_budget.h). Only when the
+  // prompt opened the reasoning; absent: no cap.
+  std::optional<int64_t> thinking_token_budget;
   // `response_format` as sent (null when absent): a Kimi K3 prompt describes it.
   Json response_format;
   // vLLM's `echo`: the final message's text when it has the reply's role (the assistant's, or

@@ -365,6 +365,40 @@ TEST(ChatRequestTest, MinTokensIsReadAndChecked) {
   ExpectChatErrors(errors);
 }
 
+TEST(ChatRequestTest, ThinkingTokenBudgetIsReadAndChecked) {
+  absl::StatusOr<ChatCompletionRequest> req =
+      ParseChatCompletionRequest(*ParseJsonBody(Chat(R"("thinking_token_budget": 0)")), Limits());
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->thinking_token_budget, 0);
+  req = ParseChatCompletionRequest(*ParseJsonBody(Chat("")), Limits());
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_FALSE(req->thinking_token_budget.has_value());
+  const std::pair<std::string, ErrorCase> errors[] = {
+      {R"("thinking_token_budget": -1)",
+       {"", "invalid_value", "thinking_token_budget", "[0, 2147483648]; got -1"}},
+      {R"("thinking_token_budget": "8")", {"", "invalid_type", "thinking_token_budget", ""}},
+  };
+  ExpectChatErrors(errors);
+}
+
+TEST(ResponsesRequestTest, ReasoningEffortMapsOntoTheThinkingSwitchAndTheEffort) {
+  auto parse = [](const std::string& reasoning) {
+    return ParseResponsesRequest(
+        *ParseJsonBody(R"({"input": "x", "reasoning": )" + reasoning + "}"), Limits());
+  };
+  for (const char* off : {R"({"effort": "none"})", R"({"effort": "minimal"})", "{}"}) {
+    absl::StatusOr<ResponsesRequest> req = parse(off);
+    ASSERT_TRUE(req.ok()) << req.status();
+    EXPECT_EQ(req->chat.chat_template_kwargs["thinking"], false) << off;
+    EXPECT_FALSE(req->chat.reasoning_effort.has_value()) << off;
+  }
+  absl::StatusOr<ResponsesRequest> high = parse(R"({"effort": "high"})");
+  ASSERT_TRUE(high.ok()) << high.status();
+  EXPECT_EQ(high->chat.chat_template_kwargs["thinking"], true);
+  EXPECT_EQ(high->chat.reasoning_effort, "high");
+  EXPECT_EQ(high->chat.chat_template_kwargs["reasoning_effort"], "high");
+}
+
 TEST(ChatRequestTest, ForcedToolChoicesCompileTheToolsTheyAllow) {
   const std::string tools = R"("tools": [
       {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",

@@ -332,14 +332,19 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
       chat["response_format"] = std::move(rf);
     }
   }
-  // Reasoning: an effort asks the model to think first (Kimi's `thinking` template switch).
+  // Reasoning: an effort asks the model to think first (Kimi's `thinking` template switch);
+  // "none" and "minimal" turn it off. Any other effort also reaches the template as
+  // reasoning_effort (Kimi K3's thinking_effort: low, high or max, anything else a 400 naming
+  // them).
   if (auto reasoning = body.find("reasoning"); reasoning != body.end() && !reasoning->is_null()) {
     if (!reasoning->is_object()) return InvalidType("reasoning", "an object");
     const Json effort = reasoning->value("effort", Json());
     if (!effort.is_null() && !effort.is_string()) {
       return InvalidType("reasoning.effort", "a string");
     }
-    chat["chat_template_kwargs"] = {{"thinking", !effort.is_null() && effort != "minimal"}};
+    const bool thinking = !effort.is_null() && effort != "minimal" && effort != "none";
+    chat["chat_template_kwargs"] = {{"thinking", thinking}};
+    if (thinking) chat["reasoning_effort"] = effort;
   }
   absl::StatusOr<ChatCompletionRequest> parsed = ParseChatCompletionRequest(chat, limits);
   if (!parsed.ok()) return WithParamRenamed(parsed.status(), ResponsesParam);

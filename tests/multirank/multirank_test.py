@@ -335,19 +335,12 @@ def case_setup(args):
     if os.path.exists(args.work):
         shutil.rmtree(args.work)
     os.makedirs(args.work)
-    cache = os.path.join(args.work, "cache")
-    env = dict(os.environ, STRATA_CACHE_DIR=cache)
-    # The demo model's directory holds the demo tokenizer (vocab 8192): generate it once.
-    subprocess.run([args.strata, "generate", "--prompt-ids", "1", "--max-tokens", "1",
-                    "--log-level", "warn"], env=env, check=True, stdout=subprocess.DEVNULL)
-    demo = os.path.join(cache, "demo-k3-v2")
+    # --demo-tokenizer: the demo tokenizer (vocab 8192) in the family's chat format.
     for family, flags in FAMILIES.items():
         out = checkpoint_dir(args.work, family)
         subprocess.run([args.make_checkpoint, "--preset", "tiny", *flags, "--set",
-                        f"vocab={VOCAB}", "--set", f"experts={NUM_EXPERTS}", "--out", out],
-                       check=True, stdout=subprocess.DEVNULL)
-        for name in ("tiktoken.model", "tokenizer_config.json"):
-            shutil.copy(os.path.join(demo, name), out)
+                        f"vocab={VOCAB}", "--set", f"experts={NUM_EXPERTS}", "--demo-tokenizer",
+                        "--out", out], check=True, stdout=subprocess.DEVNULL)
     print("ok   setup: checkpoints " + ", ".join(FAMILIES), flush=True)
 
 

@@ -1,6 +1,7 @@
 // strata-train-bpe: trains a byte-level BPE vocabulary and writes a tokenizer directory.
 //
-// `--out DIR`: the demo checkpoint's tokenizer (embedded corpus, 8192 ids; demo_tokenizer.h).
+// `--out DIR [--chat-format k3|k2]`: the demo checkpoint's tokenizer (embedded corpus, 8192 ids;
+// demo_tokenizer.h) with Kimi K3's control tokens (default) or Kimi K2's tokens and template.
 // `--out DIR --vocab-size N --text FILE [--text FILE ...]`: N BPE tokens learnt from the FILEs
 // (Kimi's pre-tokenizer pattern); writes only DIR/tiktoken.model.
 #include <chrono>
@@ -29,6 +30,9 @@ const strata::CommandSpec& Spec() {
               {"out", true, "the directory to write (required)"},
               {"vocab-size", true, "BPE tokens to learn from the --text files"},
               {"text", true, "a training file (repeatable); with --vocab-size"},
+              {"chat-format", true,
+               "k3 | k2: the demo tokenizer's special tokens (default k3: Kimi K3's XTML control "
+               "tokens, no chat template; k2: Kimi K2's tokens and Strata's built-in template)"},
           },
       .required = {"out"},
       .notes =
@@ -71,8 +75,14 @@ absl::Status Run(const strata::Flags& flags) {
     return absl::InvalidArgumentError("--vocab-size and --text go together");
   }
   const auto start = std::chrono::steady_clock::now();
+  const std::string format = flags.GetOr("chat-format", "k3");
+  if (format != "k3" && format != "k2") {
+    return absl::InvalidArgumentError("--chat-format: must be k3 or k2, got '" + format + "'");
+  }
   if (files.empty()) {
-    RETURN_IF_ERROR(strata::engine::demo::WriteDemoTokenizer(out));
+    RETURN_IF_ERROR(strata::engine::demo::WriteDemoTokenizer(
+        out, format == "k3" ? strata::engine::demo::DemoChatFormat::kKimiK3
+                            : strata::engine::demo::DemoChatFormat::kKimiK2));
   } else if (TrainCustom(out, static_cast<size_t>(vocab_size), files) != 0) {
     return absl::InternalError("training failed");
   }

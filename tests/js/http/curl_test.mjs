@@ -93,7 +93,9 @@ test("chat SSE transcript has the documented shape", async () => {
     assert.equal(finishes.length, 1);
     assert.equal(finishes[0], mine.at(-1), "finish_reason only on the choice's last chunk");
     for (const c of mine.slice(1, -1)) {
-      assert.equal(typeof c.choices[0].delta.content, "string");
+      // The demo model thinks first (Kimi K3's default): reasoning deltas, then content ones.
+      const delta = c.choices[0].delta;
+      assert.equal(typeof (delta.reasoning_content ?? delta.content), "string");
       assert.ok(Array.isArray(c.choices[0].logprobs.content));
     }
   }

@@ -59,19 +59,21 @@ test("64 parallel requests all complete and the cache returns to empty", async (
 });
 
 test("a conversation sent back keeps its reply's own tokens and hits the cache past them", async () => {
-  // Ids below the demo tokenizer's special tokens: a reply whose text shows every token.
+  // Ids below the demo tokenizer's special tokens: a reply whose text shows every token. (Thinking
+  // off: K3 drops a reply's reasoning from the history when thinking is off, so the whole reply
+  // is the content sent back.)
   const ordinary = Array.from({ length: 7936 }, (_, i) => i);
   const user = { role: "user", content: "Tell me about the harbour and the ships in it." };
   const first = await (await post("/v1/chat/completions", {
     messages: [user], max_tokens: 80, temperature: 0, ignore_eos: true,
-    allowed_token_ids: ordinary, return_token_ids: true,
+    allowed_token_ids: ordinary, return_token_ids: true, reasoning_effort: "none",
   })).json();
   const reply = first.choices[0];
   assert.equal(reply.token_ids.length, 80);
   const second = await (await post("/v1/chat/completions", {
     messages: [user, { role: "assistant", content: reply.message.content },
       { role: "user", content: "And then?" }],
-    max_tokens: 2, return_token_ids: true,
+    max_tokens: 2, return_token_ids: true, reasoning_effort: "none",
   })).json();
   const prompt = second.prompt_token_ids;
   const at = prompt.findIndex((_, i) => reply.token_ids.every((id, k) => prompt[i + k] === id));

@@ -30,6 +30,11 @@ after(async () => {
 });
 
 const hello = [{ role: "user", content: "Tell me about Strata." }];
+// The demo model speaks Kimi K3's format, which thinks first by default (the reply opens in the
+// think channel, reasoning_content). Tests of the answer's text turn thinking off, as a K3
+// client does with reasoning_effort "none" (Responses: reasoning.effort "none").
+const OFF = { reasoning_effort: "none" };
+const RESPONSES_OFF = { reasoning: { effort: "none" } };
 
 async function streamText(params) {
   const stream = await client.chat.completions.create({ ...params, stream: true,
@@ -75,7 +80,8 @@ test("chat completion has the OpenAI shape and consistent usage", async () => {
 });
 
 test("stream equals non-stream for the same seed, with a usage chunk", async () => {
-  const params = { model: MODEL, messages: hello, max_tokens: 12, temperature: 0.8, seed: 7 };
+  const params = { model: MODEL, messages: hello, max_tokens: 12, temperature: 0.8, seed: 7,
+                   ...OFF };
   const whole = await client.chat.completions.create(params);
   const streamed = await streamText(params);
   assert.equal(streamed.role, "assistant");
@@ -89,7 +95,7 @@ test("stream equals non-stream for the same seed, with a usage chunk", async () 
 });
 
 test("the same seed gives the same output; another seed another", async () => {
-  const params = { model: MODEL, messages: hello, max_tokens: 12, temperature: 1 };
+  const params = { model: MODEL, messages: hello, max_tokens: 12, temperature: 1, ...OFF };
   const a = await client.chat.completions.create({ ...params, seed: 5 });
   const b = await client.chat.completions.create({ ...params, seed: 5 });
   const c = await client.chat.completions.create({ ...params, seed: 6 });
@@ -121,7 +127,7 @@ test("n choices with logprobs and top_logprobs", async () => {
 });
 
 test("a stop string ends the text before it", async () => {
-  const params = { model: MODEL, messages: hello, max_tokens: 24, temperature: 0 };
+  const params = { model: MODEL, messages: hello, max_tokens: 24, temperature: 0, ...OFF };
   const free = (await client.chat.completions.create(params)).choices[0].message.content;
   // An ASCII pair from the middle of the greedy output.
   let stop = null;
@@ -221,20 +227,23 @@ test("tools are declared to the model and the reply has a valid shape", async ()
 });
 
 test("thinking: reasoning_content first, then the constrained answer", async () => {
-  // chat_template_kwargs.thinking opens <think> in the prompt; the JSON constraint applies only
-  // after </think> (biased so the random weights close the reasoning soon).
-  const r = await fetch(`${server.url}/tokenize`, {
-    method: "POST", headers: { "Content-Type": "application/json", Authorization: `Bearer ${KEY}` },
-    body: JSON.stringify({ model: MODEL, prompt: "</think>", add_special_tokens: false }) });
-  const [thinkEnd] = (await r.json()).tokens;
+  // K3 thinks by default: the JSON constraint applies only after the think channel closes
+  // (`<|close|>think<|sep|>`), which thinking_token_budget forces after 24 tokens here (the
+  // random weights would reason until max_tokens).
   const params = { model: MODEL, messages: hello, max_tokens: 1000, temperature: 1, seed: 8,
-                   chat_template_kwargs: { thinking: true }, logit_bias: { [thinkEnd]: 5 },
-                   response_format: personFormat };
+                   thinking_token_budget: 24, response_format: personFormat };
+  // Seeded draws repeat for the same cache state: a prefix hit reads the prompt's latent rows
+  // back from the bf16 cache, which moves the logits in their last bits, and this flat random
+  // model's draws at temperature 1 can follow. A first request caches the prompt for both.
+  await client.chat.completions.create({ ...params, max_tokens: 1 });
   const reply = await client.chat.completions.create(params);
   const message = reply.choices[0].message;
   assert.equal(reply.choices[0].finish_reason, "stop");
   checkPerson(message.content);
-  assert.ok(!message.content.includes("</think>"));
+  assert.ok(message.reasoning_content.length > 0);
+  for (const text of [message.content, message.reasoning_content]) {
+    assert.ok(!/<\|(open|close|sep|end_of_msg)\|>/.test(text), text);
+  }
   const stream = await client.chat.completions.create({ ...params, stream: true });
   let reasoning = "";
   let content = "";
@@ -245,17 +254,24 @@ test("thinking: reasoning_content first, then the constrained answer", async () 
     }
   }
   assert.equal(content, message.content);
-  assert.equal(reasoning, message.reasoning_content ?? "");
+  assert.equal(reasoning, message.reasoning_content);
+  // A budget of 0 closes the reasoning at once.
+  const none = await client.chat.completions.create({ ...params, thinking_token_budget: 0 });
+  assert.equal(none.choices[0].message.reasoning_content ?? "", "");
+  checkPerson(none.choices[0].message.content);
+  await assert.rejects(
+    client.chat.completions.create({ ...params, thinking_token_budget: -1 }),
+    (e) => e instanceof BadRequestError && e.param === "thinking_token_budget");
 });
 
 test("min_tokens keeps the end of turn out until that many tokens", async () => {
   // A strong bias makes the end of turn the first choice; min_tokens holds it back.
   const r = await fetch(`${server.url}/tokenize`, {
     method: "POST", headers: { "Content-Type": "application/json", Authorization: `Bearer ${KEY}` },
-    body: JSON.stringify({ model: MODEL, prompt: "<|im_end|>", add_special_tokens: false }) });
-  const [imEnd] = (await r.json()).tokens;
+    body: JSON.stringify({ model: MODEL, prompt: "<|end_of_msg|>", add_special_tokens: false }) });
+  const [endOfMessage] = (await r.json()).tokens;
   const params = { model: MODEL, messages: hello, max_tokens: 50, temperature: 0,
-                   logit_bias: { [imEnd]: 100 } };
+                   logit_bias: { [endOfMessage]: 100 }, ...OFF };
   const quick = await client.chat.completions.create(params);
   assert.equal(quick.choices[0].finish_reason, "stop");
   assert.ok(quick.usage.completion_tokens <= 1, JSON.stringify(quick.usage));
@@ -288,26 +304,28 @@ test("tool_choice required and named force schema-valid tool calls", async () =>
       assert.ok(Number.isInteger(args.a) && Number.isInteger(args.b), call.function.arguments);
     }
   };
+  // Thinking on (K3's default): the reasoning, capped, then the forced tools channel.
   const required = await client.chat.completions.create({
     model: MODEL, messages: hello, tools, tool_choice: "required", max_tokens: 1500,
-    temperature: 1, seed: 3, n: 3 });
+    temperature: 1, seed: 3, n: 3, thinking_token_budget: 16 });
   for (const choice of required.choices) {
     assert.equal(choice.finish_reason, "tool_calls");
     assert.ok(choice.message.tool_calls.length >= 1);
+    assert.ok(choice.message.reasoning_content.length > 0);
     choice.message.tool_calls.forEach(check);
   }
   const named = await client.chat.completions.create({
-    model: MODEL, messages: hello, tools, max_tokens: 1500, temperature: 1, seed: 4,
+    model: MODEL, messages: hello, tools, max_tokens: 1500, temperature: 1, seed: 4, ...OFF,
     tool_choice: { type: "function", function: { name: "add" } } });
   const calls = named.choices[0].message.tool_calls;
   assert.equal(named.choices[0].finish_reason, "tool_calls");
   assert.equal(calls.length, 1);
   assert.equal(calls[0].function.name, "add");
-  assert.equal(calls[0].id, "functions.add:0");
+  assert.match(calls[0].id, /^chatcmpl-tool-[0-9a-f]{32}$/);  // vLLM's kimi_k3 ids
   check(calls[0]);
   // Streaming: the same call arrives as tool-call deltas.
   const stream = await client.chat.completions.create({
-    model: MODEL, messages: hello, tools, max_tokens: 1500, temperature: 1, seed: 4,
+    model: MODEL, messages: hello, tools, max_tokens: 1500, temperature: 1, seed: 4, ...OFF,
     tool_choice: { type: "function", function: { name: "add" } }, stream: true });
   let args = "";
   let finish = null;
@@ -401,7 +419,7 @@ function checkPerson(text) {
 
 test("response_format json_schema: every choice is JSON that fits the schema", async () => {
   const r = await client.chat.completions.create({
-    model: MODEL, messages: hello, max_tokens: 1000, temperature: 1, seed: 5, n: 4,
+    model: MODEL, messages: hello, max_tokens: 1000, temperature: 1, seed: 5, n: 4, ...OFF,
     response_format: personFormat });
   assert.equal(r.choices.length, 4);
   for (const choice of r.choices) {
@@ -409,13 +427,13 @@ test("response_format json_schema: every choice is JSON that fits the schema", a
     checkPerson(choice.message.content);
   }
   // Streaming gives the same text for the same seed.
-  const streamed = await streamText({ model: MODEL, messages: hello, max_tokens: 1000,
+  const streamed = await streamText({ model: MODEL, messages: hello, max_tokens: 1000, ...OFF,
                                       temperature: 1, seed: 5, response_format: personFormat });
   assert.equal(streamed.finish, "stop");
   checkPerson(streamed.text);
   assert.equal(streamed.text, r.choices[0].message.content);
   // Without the constraint the same request is not JSON (the weights are random).
-  const free = await client.chat.completions.create({ model: MODEL, messages: hello,
+  const free = await client.chat.completions.create({ model: MODEL, messages: hello, ...OFF,
                                                       max_tokens: 40, temperature: 1, seed: 5 });
   assert.throws(() => JSON.parse(free.choices[0].message.content));
 });
@@ -464,7 +482,7 @@ test("patterns, formats, number bounds and guided_regex hold on every choice", a
     },
   };
   const r = await client.chat.completions.create({
-    model: MODEL, messages: hello, max_tokens: 300, temperature: 1, seed: 3, n: 3,
+    model: MODEL, messages: hello, max_tokens: 300, temperature: 1, seed: 3, n: 3, ...OFF,
     response_format: { type: "json_schema", json_schema: { name: "checked", schema: checked } } });
   for (const choice of r.choices) {
     const text = choice.message.content;
@@ -500,7 +518,7 @@ answer ::= ("yes" | "no") " (" [0-9]{1,2} "%)"`;
   }
   // Chat, streamed, through structured_outputs: the deltas add up to a whole `root`.
   const stream = await client.chat.completions.create({
-    model: MODEL, messages: hello, max_tokens: 60, temperature: 1, seed: 7, stream: true,
+    model: MODEL, messages: hello, max_tokens: 60, temperature: 1, seed: 7, stream: true, ...OFF,
     structured_outputs: { grammar } });
   let text = "";
   for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? "";
@@ -515,7 +533,7 @@ answer ::= ("yes" | "no") " (" [0-9]{1,2} "%)"`;
 
 test("responses API: output_text, stream events, text.format and function calls", async () => {
   const ask = { model: MODEL, input: "Say hello", instructions: "Be brief", max_output_tokens: 16,
-                temperature: 1, seed: 4 };
+                temperature: 1, seed: 4, ...RESPONSES_OFF };
   const r = await client.responses.create(ask);
   assert.equal(r.object, "response");
   assert.ok(["completed", "incomplete"].includes(r.status), r.status);
@@ -552,6 +570,7 @@ test("responses API: output_text, stream events, text.format and function calls"
   // text.format json_schema: the message is JSON that fits.
   const order = await client.responses.create({
     model: MODEL, input: "An order", max_output_tokens: 300, temperature: 1, seed: 2,
+    ...RESPONSES_OFF,
     text: { format: { type: "json_schema", name: "order", strict: true, schema: {
       type: "object", additionalProperties: false, required: ["size", "count"],
       properties: { size: { enum: ["S", "M", "L"] }, count: { type: "integer", minimum: 1, maximum: 9 } } } } } });
@@ -564,7 +583,8 @@ test("responses API: output_text, stream events, text.format and function calls"
     type: "object", additionalProperties: false, required: ["city"],
     properties: { city: { type: "string", maxLength: 12 } } } };
   const call = await client.responses.create({ model: MODEL, input: "Weather in Paris?",
-    tools: [weather], tool_choice: "required", max_output_tokens: 300, temperature: 1, seed: 1 });
+    tools: [weather], tool_choice: "required", max_output_tokens: 300, temperature: 1, seed: 1,
+    ...RESPONSES_OFF });
   const calls = call.output.filter((item) => item.type === "function_call");
   assert.ok(calls.length >= 1, JSON.stringify(call.output));
   for (const c of calls) {
@@ -618,7 +638,8 @@ test("responses: stored, continued with previous_response_id, retrieved and dele
 });
 
 test("responses in background mode: queued at once, polled to completion, cancelled", async () => {
-  const ask = { model: MODEL, input: "Say hello", max_output_tokens: 8, temperature: 0 };
+  const ask = { model: MODEL, input: "Say hello", max_output_tokens: 8, temperature: 0,
+                ...RESPONSES_OFF };
   const direct = await client.responses.create(ask);
   let r = await client.responses.create({ ...ask, background: true });
   assert.equal(r.status, "queued");
@@ -675,7 +696,7 @@ test("with --responses-dir stored and background responses outlive a crash", asy
     const first = await c.responses.create({ model: MODEL, input: "Say hello",
                                              max_output_tokens: 8, temperature: 0 });
     const ask = { model: MODEL, input: "Write a long story.", previous_response_id: first.id,
-                  max_output_tokens: 400, ignore_eos: true, temperature: 0 };
+                  max_output_tokens: 400, ignore_eos: true, temperature: 0, ...RESPONSES_OFF };
     let long = await c.responses.create({ ...ask, background: true });
     while (long.status === "queued") {
       await sleep(10);
@@ -684,7 +705,8 @@ test("with --responses-dir stored and background responses outlive a crash", asy
     assert.equal(long.status, "in_progress");
     // A sampled one streamed: the client sees its first words, then the server dies.
     const sampled = await c.responses.create({ model: MODEL, input: "Tell me anything.",
-      max_output_tokens: 400, ignore_eos: true, temperature: 1, background: true, stream: true });
+      max_output_tokens: 400, ignore_eos: true, temperature: 1, background: true, stream: true,
+      ...RESPONSES_OFF });
     const before = [];
     for await (const event of sampled) {
       before.push(event);
