@@ -26,20 +26,27 @@ absl::Status OsError(const std::string& what, const std::string& path, int error
 }  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes, bool fsync) {
+  return WriteFileAtomically(path, std::span<const std::string_view>(&bytes, 1), fsync);
+}
+
+absl::Status WriteFileAtomically(const std::string& path, std::span<const std::string_view> parts,
+                                 bool fsync) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return OsError("cannot create", tmp, errno);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : EIO;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return OsError("cannot write", tmp, error);
+  for (const std::string_view bytes : parts) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int error = n < 0 ? errno : EIO;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return OsError("cannot write", tmp, error);
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
   if ((fsync && ::fsync(fd) != 0) || ::close(fd) != 0) {
     const int error = errno;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,10 @@ namespace strata {
 // they outlive the process dying at any point (the kernel has them) at a fraction of the cost.
 // An error names the path and the OS's reason; nothing of the write is left then.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes, bool fsync);
+// The same for a file whose bytes are `parts` one after another (a header and a payload written
+// without first joining them).
+absl::Status WriteFileAtomically(const std::string& path, std::span<const std::string_view> parts,
+                                 bool fsync);
 
 // The JSON object in `path`; NotFound / DataLoss naming the path when it cannot be read or is
 // not a JSON object.

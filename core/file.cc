@@ -1,5 +1,7 @@
 #include "core/file.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -17,5 +19,9 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
 }
 
 bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
+
+ScopedFd::~ScopedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 }  // namespace strata

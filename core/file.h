@@ -15,4 +15,17 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // Whether `path` can be opened for reading.
 bool FileExists(const std::string& path);
 
+// Closes a file descriptor (>= 0) when it goes out of scope.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd();
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  const int fd_;
+};
+
 }  // namespace strata
