@@ -119,6 +119,15 @@ std::string Flags::GetOr(const std::string& name, const std::string& fallback) c
   return Get(name).value_or(fallback);
 }
 
+absl::StatusOr<std::string> Flags::NameOrAlias(const std::string& name,
+                                               const std::string& alias) const {
+  if (Has(name) && Has(alias)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " and --", alias, " mean the same: give one"));
+  }
+  return Has(alias) ? alias : name;
+}
+
 absl::StatusOr<int64_t> Flags::GetInt(const std::string& name, int64_t fallback, int64_t min,
                                       int64_t max) const {
   std::optional<std::string> text = Get(name);

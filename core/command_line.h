@@ -47,6 +47,10 @@ class Flags {
   // Every value of a flag that may be repeated (`--set a=1 --set b=2`), in command-line order.
   std::vector<std::string> GetAll(const std::string& name) const;
   std::string GetOr(const std::string& name, const std::string& fallback) const;
+  // Which of `name` and `alias` (another server's spelling of the same flag, e.g. SGLang's
+  // --tp-size for --tensor-parallel-size) was given: `name` when neither. InvalidArgument
+  // "--NAME and --ALIAS mean the same: give one" when both were.
+  absl::StatusOr<std::string> NameOrAlias(const std::string& name, const std::string& alias) const;
   // Parsed numbers; InvalidArgument naming the flag when malformed or out of [min, max].
   absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback, int64_t min,
                                  int64_t max) const;

@@ -23,6 +23,22 @@ TEST(FlagsTest, ParsesSpaceAndEqualsFormsAndSwitches) {
   EXPECT_EQ(*flags->GetInt("t", 42, 0, 100), 42);
 }
 
+TEST(FlagsTest, NameOrAliasIsWhicheverWasGivenAndNeverBoth) {
+  const std::vector<FlagSpec> specs = {{"tensor-parallel-size", true, ""}, {"tp-size", true, ""}};
+  auto name = [&](const std::vector<std::string>& args) {
+    auto flags = Flags::Parse(args, specs);
+    EXPECT_TRUE(flags.ok()) << flags.status();
+    return flags->NameOrAlias("tensor-parallel-size", "tp-size");
+  };
+  EXPECT_EQ(*name({}), "tensor-parallel-size");
+  EXPECT_EQ(*name({"--tensor-parallel-size", "2"}), "tensor-parallel-size");
+  EXPECT_EQ(*name({"--tp-size", "2"}), "tp-size");
+  absl::StatusOr<std::string> both = name({"--tensor-parallel-size", "2", "--tp-size", "2"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().message(),
+            "--tensor-parallel-size and --tp-size mean the same: give one");
+}
+
 TEST(FlagsTest, RepeatedFlagsKeepEveryValueInOrderAndGetReturnsTheLast) {
   auto flags = Flags::Parse({"--t", "a=1", "--model", "/m", "--t=b=2", "--t", "c"}, kSpecs);
   ASSERT_TRUE(flags.ok()) << flags.status();

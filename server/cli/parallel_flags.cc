@@ -55,28 +55,17 @@ absl::Status CheckHostPort(const std::string& address, const std::string& what) 
 // vLLM's default --data-parallel-rpc-port.
 constexpr int64_t kVllmDataParallelRpcPort = 29550;
 
-// The name of whichever of a Strata flag and vLLM's flag for the same thing was given (the
-// Strata one when neither); InvalidArgument when both were.
-absl::StatusOr<std::string> FlagOrAlias(const Flags& flags, const std::string& strata_name,
-                                        const std::string& vllm_name) {
-  if (flags.Has(strata_name) && flags.Has(vllm_name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", strata_name, " and --", vllm_name, " (vLLM's) mean the same: give one"));
-  }
-  return flags.Has(vllm_name) ? vllm_name : strata_name;
-}
-
 // Number of nodes, node rank and world size from flags, environment and each other. vLLM's
 // --data-parallel-size, --data-parallel-size-local and --data-parallel-start-rank stand for
 // --world-size, --local-ranks and --rank; as in vLLM, a data-parallel size without a local size
 // runs every rank in this process.
 absl::Status ResolveLayout(const Flags& flags, const GetEnv& getenv, ParallelOptions* p) {
   ASSIGN_OR_RETURN(const std::string world_flag,
-                   FlagOrAlias(flags, "world-size", "data-parallel-size"));
+                   flags.NameOrAlias("world-size", "data-parallel-size"));
   ASSIGN_OR_RETURN(const std::string local_flag,
-                   FlagOrAlias(flags, "local-ranks", "data-parallel-size-local"));
+                   flags.NameOrAlias("local-ranks", "data-parallel-size-local"));
   ASSIGN_OR_RETURN(const std::string rank_flag,
-                   FlagOrAlias(flags, "rank", "data-parallel-start-rank"));
+                   flags.NameOrAlias("rank", "data-parallel-start-rank"));
   const std::string world_name = "--" + world_flag, local_name = "--" + local_flag,
                     rank_name = "--" + rank_flag;
   ASSIGN_OR_RETURN(std::optional<int64_t> world,
@@ -232,8 +221,7 @@ absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(const Flags& flags,
   const GetEnv getenv = getenv_or_null ? getenv_or_null : GetEnv(ProcessEnv);
   ParallelOptions p;
   RETURN_IF_ERROR(ResolveLayout(flags, getenv, &p));
-  ASSIGN_OR_RETURN(const std::string tp_flag,
-                   FlagOrAlias(flags, "tensor-parallel-size", "tp-size"));
+  ASSIGN_OR_RETURN(const std::string tp_flag, flags.NameOrAlias("tensor-parallel-size", "tp-size"));
   ASSIGN_OR_RETURN(int64_t tp_size, flags.GetInt(tp_flag, 1, 1, kMaxRanks));
   p.tensor_parallel_size = static_cast<int>(tp_size);
   const bool layout_given = flags.Has("world-size") || flags.Has("data-parallel-size") ||
@@ -243,7 +231,7 @@ absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(const Flags& flags,
     p.world_size = p.local_ranks = p.tensor_parallel_size;
   }
   ASSIGN_OR_RETURN(const std::string dcp_flag,
-                   FlagOrAlias(flags, "decode-context-parallel-size", "dcp-size"));
+                   flags.NameOrAlias("decode-context-parallel-size", "dcp-size"));
   ASSIGN_OR_RETURN(int64_t dcp_size, flags.GetInt(dcp_flag, 1, 1, kMaxRanks));
   p.decode_context_parallel_size = static_cast<int>(dcp_size);
   if (dcp_size != 1 && dcp_size != tp_size) {

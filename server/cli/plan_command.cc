@@ -59,16 +59,11 @@ const std::vector<FlagSpec> kPlanFlags = {
     {"json", false, "print one JSON object instead of the table"},
 };
 
-// A size flag and its SGLang alias: the one given (both: they must agree).
+// A size flag or its SGLang alias (not both).
 absl::StatusOr<int64_t> SizeFlag(const Flags& flags, const std::string& name,
                                  const std::string& alias) {
-  ASSIGN_OR_RETURN(int64_t value, flags.GetInt(name, 1, 1, 1 << 20));
-  ASSIGN_OR_RETURN(int64_t aliased, flags.GetInt(alias, value, 1, 1 << 20));
-  if (flags.Has(name) && flags.Has(alias) && value != aliased) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " ", value, " and --", alias, " ",
-                                                   aliased, " contradict each other: give one"));
-  }
-  return aliased;
+  ASSIGN_OR_RETURN(const std::string given, flags.NameOrAlias(name, alias));
+  return flags.GetInt(given, 1, 1, 1 << 20);
 }
 
 // "10%+2GiB", "5%", "4GiB", "0" → fraction and bytes.

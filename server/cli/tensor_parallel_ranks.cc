@@ -57,12 +57,8 @@ namespace {
 // A size flag with an alias (`--name` or `--alias`, not both), in [1, kMaxTensorParallelSize].
 absl::StatusOr<int> SizeFlag(const Flags& flags, const std::string& name,
                              const std::string& alias) {
-  if (flags.Has(name) && flags.Has(alias)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, " and --", alias, " are the same setting: give one"));
-  }
-  ASSIGN_OR_RETURN(int64_t size,
-                   flags.GetInt(flags.Has(alias) ? alias : name, 1, 1, kMaxTensorParallelSize));
+  ASSIGN_OR_RETURN(const std::string given, flags.NameOrAlias(name, alias));
+  ASSIGN_OR_RETURN(int64_t size, flags.GetInt(given, 1, 1, kMaxTensorParallelSize));
   return static_cast<int>(size);
 }
 

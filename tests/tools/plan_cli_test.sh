@@ -64,7 +64,7 @@ refused "--decode-context-parallel-size 3 must divide --tensor-parallel-size 8" 
   --config "$k3" --tensor-parallel-size 8 --decode-context-parallel-size 3 --device-memory 141GiB
 refused "smaller than the weights of one rank" \
   --config "$k3" --tensor-parallel-size 8 --device-memory 80GiB
-refused "contradict" --config "$k3" --tensor-parallel-size 8 --tp-size 16 --device-memory 141GiB
+refused "--tensor-parallel-size and --tp-size mean the same" --config "$k3" --tensor-parallel-size 8 --tp-size 16 --device-memory 141GiB
 refused "--quantization compressed-tensors needs" \
   --config "$linear" --quantization compressed-tensors --device-memory 141GiB
 run missing --config "$work/none.json" --device-memory 1GiB

@@ -82,7 +82,7 @@ expect_refusal() {
 expect_refusal "3 MLA heads cannot be split over --tensor-parallel-size 2" \
   logits --model "$work/odd" --ids-file "$work/ids.json" --out "$work/x.npy" \
   --tensor-parallel-size 2 --log-level warn
-expect_refusal "--tensor-parallel-size and --tp-size are the same setting" \
+expect_refusal "--tensor-parallel-size and --tp-size mean the same" \
   generate --model "$work/k3" --prompt-ids 1,2 --tensor-parallel-size 2 --tp-size 2
 expect_refusal "--decode-context-parallel-size 2 must equal --tensor-parallel-size 4" \
   logits --model "$work/k3" --ids-file "$work/ids.json" --out "$work/x.npy" \
