@@ -1,7 +1,8 @@
 // Collectives between the ranks of one serving group (docs/architecture.md, "Parallelism").
 //
 // A Communicator connects `world_size` ranks (processes, or engine threads of one process) that
-// call the same collectives in the same order. Two real backends: Gloo over TCP for CPU ranks
+// call the same collectives in the same order. Three real backends: shared memory for CPU ranks
+// on one host (dist/shm_communicator.h), Gloo over TCP for CPU ranks anywhere
 // (dist/gloo_communicator.h) and NCCL for GPU ranks (dist/nccl_communicator.h; buffers are then
 // device pointers). Every call either completes on all ranks or returns an error on every rank
 // that can still run: a peer that exited or stopped answering yields, within `timeout` of the
@@ -31,7 +32,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // "gloo" or "nccl" (for logs and metrics).
+  // "shm", "gloo" or "nccl" (for logs and metrics).
   virtual std::string backend() const = 0;
 
   // Every rank sends send_bytes[r] bytes to rank r, taken from `send` in rank order (rank r's

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check.h"
 #include "core/status.h"
+#include "dist/collective_kind.h"
 #include "dist/rendezvous.h"
 #include "gloo/context.h"
 #include "gloo/transport/address.h"
@@ -37,48 +38,12 @@ using UnboundBuffer = gloo::transport::UnboundBuffer;
 constexpr size_t kSmallAllReduceBytes = 64 << 10;
 constexpr uint32_t kHeaderMagic = 0x53544443;  // "STDC"
 
-enum class Kind : uint16_t {
-  kConnectCheck = 1,
-  kAllToAllV,
-  kAllToAll,
-  kAllReduce,
-  kAllGather,
-  kBroadcast,
-  kBarrier,
-};
-
-const char* KindName(Kind kind) {
-  switch (kind) {
-    case Kind::kConnectCheck:
-      return "connect check";
-    case Kind::kAllToAllV:
-      return "all-to-all-v";
-    case Kind::kAllToAll:
-      return "all-to-all";
-    case Kind::kAllReduce:
-      return "all-reduce";
-    case Kind::kAllGather:
-      return "all-gather";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kBarrier:
-      return "barrier";
-  }
-  return "unknown collective";
-}
-
-// The argument that must agree across ranks: broadcast root, or all-reduce op and type.
-enum : uint32_t { kTypeInt64 = 1, kTypeFloat = 2 };
-uint32_t ReduceArg(ReduceOp op, uint32_t type) { return (type << 8) | static_cast<uint32_t>(op); }
-
-std::string Describe(Kind kind, uint32_t arg) {
-  if (kind == Kind::kBroadcast) return absl::StrCat("broadcast(root ", arg, ")");
-  if (kind == Kind::kAllReduce) {
-    const char* op = (arg & 0xff) == static_cast<uint32_t>(ReduceOp::kSum) ? "sum" : "max";
-    return absl::StrCat("all-reduce(", op, ", ", (arg >> 8) == kTypeInt64 ? "int64" : "f32", ")");
-  }
-  return KindName(kind);
-}
+using collective::Describe;
+using collective::Kind;
+using collective::KindName;
+using collective::kTypeFloat;
+using collective::kTypeInt64;
+using collective::ReduceArg;
 
 // First message of every peer-to-peer transfer; lets the receiver check that both ranks are in
 // the same collective and agree on the payload size before any payload moves.

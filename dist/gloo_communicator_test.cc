@@ -16,11 +16,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dist/fork_ranks_test_util.h"
+#include "dist/testing/collective_checks.h"
 
 namespace strata::dist {
 namespace {
 
 using std::chrono::milliseconds;
+using testing::Describe;
 using testing::ForkRanks;
 using testing::FreePort;
 using testing::RankReport;
@@ -40,141 +42,6 @@ void ExpectAllOk(const std::vector<RankReport>& reports, int world_size) {
   }
 }
 
-// Failure description for the child's report ("" when fine).
-std::string Describe(const absl::Status& status, const char* what) {
-  return status.ok() ? "" : absl::StrCat(what, ": ", status.ToString(), "\n");
-}
-
-// ---- inputs every rank can compute for every other rank -----------------------------------
-
-// Bytes rank `from` sends to rank `to` in the all-to-all-v test: uneven, zero for some pairs
-// (including some self pairs).
-int64_t PartBytes(int from, int to) {
-  if ((from + 2 * to) % 3 == 0) return 0;
-  return 1 + (from * 37 + to * 11) % 53;
-}
-char PartByte(int from, int to, int64_t i) { return static_cast<char>(from * 31 + to * 17 + i); }
-
-int64_t IntInput(int rank, int64_t i) { return (rank + 1) * 1000003 + (rank % 2 ? -i : i * 3); }
-float FloatInput(int rank, int64_t i) {
-  return static_cast<float>((rank * 131 + i * 7) % 1000) / 7.0f - 50.0f;
-}
-
-std::string CheckAllToAllV(Communicator& comm) {
-  const int n = comm.world_size();
-  const int self = comm.rank();
-  std::vector<int64_t> send_bytes(n), recv_bytes(n);
-  std::vector<char> send, expected;
-  for (int p = 0; p < n; ++p) {
-    send_bytes[p] = PartBytes(self, p);
-    recv_bytes[p] = PartBytes(p, self);
-    for (int64_t i = 0; i < send_bytes[p]; ++i) send.push_back(PartByte(self, p, i));
-    for (int64_t i = 0; i < recv_bytes[p]; ++i) expected.push_back(PartByte(p, self, i));
-  }
-  std::vector<char> recv(expected.size() + 1, '\x7f');
-  std::string error =
-      Describe(comm.AllToAllV(send.data(), send_bytes.data(), recv.data(), recv_bytes.data()),
-               "all-to-all-v");
-  if (!error.empty()) return error;
-  if (std::memcmp(recv.data(), expected.data(), expected.size()) != 0) {
-    return "all-to-all-v: received bytes differ from the senders' parts\n";
-  }
-  if (recv.back() != '\x7f') return "all-to-all-v wrote past the received bytes\n";
-  return "";
-}
-
-std::string CheckAllToAll(Communicator& comm) {
-  const int n = comm.world_size();
-  constexpr int64_t kBytes = 24;
-  std::vector<char> send(n * kBytes), recv(n * kBytes);
-  for (int p = 0; p < n; ++p) {
-    for (int64_t i = 0; i < kBytes; ++i) send[p * kBytes + i] = PartByte(comm.rank(), p, i);
-  }
-  std::string error = Describe(comm.AllToAll(send.data(), recv.data(), kBytes), "all-to-all");
-  if (!error.empty()) return error;
-  for (int p = 0; p < n; ++p) {
-    for (int64_t i = 0; i < kBytes; ++i) {
-      if (recv[p * kBytes + i] != PartByte(p, comm.rank(), i)) {
-        return absl::StrCat("all-to-all: wrong byte ", i, " from rank ", p, "\n");
-      }
-    }
-  }
-  return "";
-}
-
-// count 7 takes the one-phase path; 20011 int64 (160 KB) the reduce-scatter + all-gather path
-// with chunks that do not divide evenly.
-std::string CheckAllReduceInt(Communicator& comm, int64_t count, ReduceOp op) {
-  std::vector<int64_t> data(count);
-  for (int64_t i = 0; i < count; ++i) data[i] = IntInput(comm.rank(), i);
-  std::string error = Describe(comm.AllReduce(data.data(), count, op), "all-reduce int64");
-  if (!error.empty()) return error;
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t expected = IntInput(0, i);
-    for (int r = 1; r < comm.world_size(); ++r) {
-      expected =
-          op == ReduceOp::kSum ? expected + IntInput(r, i) : std::max(expected, IntInput(r, i));
-    }
-    if (data[i] != expected) {
-      return absl::StrCat("all-reduce int64 count ", count, ": element ", i, " is ", data[i],
-                          ", expected ", expected, "\n");
-    }
-  }
-  return "";
-}
-
-// Float sums are folded in rank order 0..n-1 (the documented contract), so they are exact.
-std::string CheckAllReduceFloat(Communicator& comm, int64_t count, ReduceOp op) {
-  std::vector<float> data(count);
-  for (int64_t i = 0; i < count; ++i) data[i] = FloatInput(comm.rank(), i);
-  std::string error = Describe(comm.AllReduce(data.data(), count, op), "all-reduce f32");
-  if (!error.empty()) return error;
-  for (int64_t i = 0; i < count; ++i) {
-    float expected = FloatInput(0, i);
-    for (int r = 1; r < comm.world_size(); ++r) {
-      expected =
-          op == ReduceOp::kSum ? expected + FloatInput(r, i) : std::max(expected, FloatInput(r, i));
-    }
-    if (data[i] != expected) {
-      return absl::StrCat("all-reduce f32 count ", count, ": element ", i, " is ", data[i],
-                          ", expected ", expected, "\n");
-    }
-  }
-  return "";
-}
-
-std::string CheckAllGather(Communicator& comm, int64_t bytes) {
-  const int n = comm.world_size();
-  std::vector<char> send(bytes), recv(n * bytes + 1, '\x7f');
-  for (int64_t i = 0; i < bytes; ++i) send[i] = PartByte(comm.rank(), 0, i);
-  std::string error = Describe(comm.AllGather(send.data(), bytes, recv.data()), "all-gather");
-  if (!error.empty()) return error;
-  for (int r = 0; r < n; ++r) {
-    for (int64_t i = 0; i < bytes; ++i) {
-      if (recv[r * bytes + i] != PartByte(r, 0, i)) {
-        return absl::StrCat("all-gather: wrong byte ", i, " of rank ", r, "\n");
-      }
-    }
-  }
-  if (recv.back() != '\x7f') return "all-gather wrote past the end\n";
-  return "";
-}
-
-std::string CheckBroadcast(Communicator& comm, int root, int64_t bytes) {
-  std::vector<char> data(bytes);
-  for (int64_t i = 0; i < bytes; ++i) {
-    data[i] = comm.rank() == root ? PartByte(root, 9, i) : '\0';
-  }
-  std::string error = Describe(comm.Broadcast(data.data(), bytes, root), "broadcast");
-  if (!error.empty()) return error;
-  for (int64_t i = 0; i < bytes; ++i) {
-    if (data[i] != PartByte(root, 9, i)) {
-      return absl::StrCat("broadcast from ", root, ": wrong byte ", i, "\n");
-    }
-  }
-  return "";
-}
-
 std::string RunAllCollectives(int world_size, int rank, int port) {
   auto comm = ConnectGloo(Options(world_size, rank, port, milliseconds(10000)));
   if (!comm.ok()) return Describe(comm.status(), "connect");
@@ -182,22 +49,12 @@ std::string RunAllCollectives(int world_size, int rank, int port) {
   if (c.rank() != rank || c.world_size() != world_size || c.backend() != "gloo") {
     return "wrong rank, world_size or backend\n";
   }
-  std::string errors;
-  errors += CheckAllToAllV(c);
-  errors += CheckAllToAll(c);
+  std::string errors = testing::CheckEveryCollective(c);
+  // Large all-reduces take Gloo's reduce-scatter + all-gather path.
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
-    errors += CheckAllReduceInt(c, 7, op);
-    errors += CheckAllReduceInt(c, 20011, op);
-    errors += CheckAllReduceFloat(c, 5, op);
-    errors += CheckAllReduceFloat(c, 40009, op);
+    errors += testing::CheckAllReduceInt(c, 20011, op);
+    errors += testing::CheckAllReduceFloat(c, 40009, op);
   }
-  errors += CheckAllReduceInt(c, 0, ReduceOp::kSum);
-  errors += CheckAllGather(c, 13);
-  errors += CheckAllGather(c, 0);
-  for (int root = 0; root < world_size; ++root) errors += CheckBroadcast(c, root, 1000);
-  errors += CheckBroadcast(c, world_size - 1, 0);
-  errors += Describe(c.Barrier(), "barrier");
-  errors += CheckAllToAllV(c);  // again: sequence numbers and slots keep calls apart
   return errors;
 }
 

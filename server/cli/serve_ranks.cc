@@ -1,11 +1,15 @@
 #include "server/cli/serve_ranks.h"
 
+#include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "dist/gloo_communicator.h"
+#include "dist/rendezvous.h"
+#include "dist/shm_communicator.h"
 
 namespace strata::cli {
 namespace {
@@ -21,7 +25,27 @@ absl::StatusOr<dist::ExpertPlacement> ReadPlacement(const ParallelOptions& p, in
   return placement;
 }
 
+// Whether every rank of the group runs on this host.
+bool AllRanksOnThisHost(const ParallelOptions& p) {
+  if (p.local_ranks == p.world_size) return true;
+  absl::StatusOr<dist::HostPort> coordinator = dist::ParseHostPort(p.coordinator);
+  if (!coordinator.ok()) return false;  // the rendezvous reports it
+  return coordinator->host == "localhost" || coordinator->host.rfind("127.", 0) == 0;
+}
+
 }  // namespace
+
+ConnectFn HostLocalOrGloo(const ParallelOptions& p, const std::string& what) {
+  // STRATA_CPU_COMM=gloo keeps Gloo on one host (to compare the two, or to rule one out).
+  const char* forced = std::getenv("STRATA_CPU_COMM");
+  const bool shm = AllRanksOnThisHost(p) && !(forced && std::string_view(forced) == "gloo");
+  LOG_INFO("cli", "{}: {} ranks, {}", what, p.world_size,
+           shm ? "shared memory (every rank on this host)" : "Gloo over TCP");
+  if (shm) {
+    return [](const dist::RendezvousOptions& o, int) { return dist::ConnectSharedMemory(o); };
+  }
+  return [](const dist::RendezvousOptions& o, int) { return dist::ConnectGloo(o); };
+}
 
 absl::StatusOr<std::vector<std::unique_ptr<dist::Communicator>>> ConnectEachLocalRank(
     const ParallelOptions& p, const std::string& group, const std::string& what,
@@ -70,7 +94,7 @@ absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOpti
   }
   ASSIGN_OR_RETURN(ranks->comms,
                    ConnectEachLocalRank(p, "strata", "the group",
-                                        [](const auto& o, int) { return dist::ConnectGloo(o); }));
+                                        HostLocalOrGloo(p, "the data-parallel group")));
   for (size_t i = 0; i < ranks->comms.size(); ++i) {
     ranks->workspaces.push_back(std::make_unique<engine::Workspace>());
     ranks->exchanges.push_back(num_experts > 0 && cpu_exchanges

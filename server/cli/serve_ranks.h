@@ -1,6 +1,6 @@
 // What `strata serve` needs per local data-parallel rank when the group has several ranks
-// (server/MULTIRANK.md): a Gloo communicator (each local rank connects its own), the
-// expert-parallel MoE exchange over it, and a forward workspace (local ranks share one Model).
+// (server/MULTIRANK.md): a communicator (shared memory or Gloo; each local rank connects its own),
+// the expert-parallel MoE exchange over it, and a forward workspace (local ranks share one Model).
 #pragma once
 
 #include <functional>
@@ -35,6 +35,11 @@ using ConnectFn = std::function<absl::StatusOr<std::unique_ptr<dist::Communicato
 absl::StatusOr<std::vector<std::unique_ptr<dist::Communicator>>> ConnectEachLocalRank(
     const ParallelOptions& parallel, const std::string& group, const std::string& what,
     ConnectFn connect);
+
+// The group's backend: shared memory (dist/shm_communicator.h) when every rank runs on this host
+// — all of them in this process, or processes meeting at a loopback coordinator — else Gloo
+// over TCP (also when the environment sets STRATA_CPU_COMM=gloo). Logs the choice once.
+ConnectFn HostLocalOrGloo(const ParallelOptions& parallel, const std::string& what);
 
 // Reads the placement (--expert-placement, else an even split), then connects every local rank
 // to the group (ConnectEachLocalRank). `cpu_exchanges` false: no ExpertParallelExchange (the

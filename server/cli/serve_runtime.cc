@@ -13,7 +13,6 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/status.h"
-#include "dist/gloo_communicator.h"
 #include "dist/tensor_parallel_group.h"
 #include "engine/executor.h"
 #include "kernels/cpu/matmul.h"
@@ -118,9 +117,7 @@ struct TensorParallelRanks {
   // the lead's block tables and slots index every rank's arena.
   absl::Status Connect(const ParallelOptions& p, const kvcache::CacheLayout& layout) {
     ASSIGN_OR_RETURN(comms, ConnectEachLocalRank(p, "strata-tp", "the tensor-parallel group",
-                                                 [](const dist::RendezvousOptions& o, int) {
-                                                   return dist::ConnectGloo(o);
-                                                 }));
+                                                 HostLocalOrGloo(p, "the tensor-parallel group")));
     for (auto& comm : comms) {
       groups.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comm.get()));
     }

@@ -10,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "dist/gloo_communicator.h"
 #include "dist/tensor_parallel_group.h"
 #include "server/cli/serve_ranks.h"
 
@@ -99,10 +98,10 @@ absl::Status RunTensorParallelRanks(const std::string& dir, const engine::ModelL
   parallel.local_ranks = size;
   ASSIGN_OR_RETURN(const int port, FreeLoopbackPort());
   parallel.coordinator = absl::StrCat("127.0.0.1:", port);
-  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<dist::Communicator>> comms,
-                   ConnectEachLocalRank(
-                       parallel, "strata-tensor-parallel", "the tensor-parallel group",
-                       [](const dist::RendezvousOptions& o, int) { return dist::ConnectGloo(o); }));
+  ASSIGN_OR_RETURN(
+      std::vector<std::unique_ptr<dist::Communicator>> comms,
+      ConnectEachLocalRank(parallel, "strata-tensor-parallel", "the tensor-parallel group",
+                           HostLocalOrGloo(parallel, "the tensor-parallel group")));
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `--tensor-parallel-size` on `strata logits` and `strata generate` (T threads over Gloo on
-# loopback, each holding its shard), alone and with `--decode-context-parallel-size` (the latent
+# `--tensor-parallel-size` on `strata logits` and `strata generate` (T threads, each holding its
+# shard, over shared memory — and over Gloo on loopback with STRATA_CPU_COMM=gloo), alone and with `--decode-context-parallel-size` (the latent
 # cache split by position): logits equal one rank's within fp32 rounding at T = 2 and 4 on K3- and
 # Kimi-Linear-shaped checkpoints (MXFP4 experts and int8 projections too), greedy tokens are
 # identical, and what cannot be split is refused by name with a non-zero exit.
@@ -67,6 +67,20 @@ check_model k3_mxfp4 "2 4"
 # int8 groups are 32 input columns: at 2 ranks every shard of this model cuts at a group (at 4
 # its MLA o_proj shards are 16 wide and stay as stored, so only 2 compares like with like).
 check_model k3 "2" --quantization int8
+
+# The collectives' backend: shared memory when every rank is on this host, Gloo when told; the
+# logits are the same (both reduce in rank order).
+for backend in shm gloo; do
+  STRATA_CPU_COMM=$backend "$strata" logits --model "$work/k3" --ids-file "$work/ids.json" \
+    --out "$work/k3.$backend.npy" --prefill-chunk 16 --tensor-parallel-size 2 --log-level info \
+    2>"$work/$backend.log"
+done
+grep -q "tensor-parallel group: 2 ranks, shared memory" "$work/shm.log" ||
+  fail "TP 2 on one host did not use shared memory: $(cat "$work/shm.log")"
+grep -q "tensor-parallel group: 2 ranks, Gloo over TCP" "$work/gloo.log" ||
+  fail "STRATA_CPU_COMM=gloo did not use Gloo: $(cat "$work/gloo.log")"
+cmp -s "$work/k3.shm.npy" "$work/k3.gloo.npy" || fail "TP 2 logits differ between shm and Gloo"
+echo "ok   TP 2 over shared memory and over Gloo: the same logits, bit for bit"
 
 # Refusals: a head count the size does not divide, both spellings at once, out of range.
 "$make_checkpoint" --family k3 --preset tiny --out "$work/odd" >/dev/null  # 3 MLA heads
