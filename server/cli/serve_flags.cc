@@ -120,12 +120,12 @@ const std::vector<FlagSpec> kVllmServeFlags = {
     {"trust-remote-code", false, "accepted: Strata runs no code from the checkpoint"},
     {"enable-auto-tool-choice", false, "accepted: tool_choice auto is always served"},
     {"tool-call-parser", true,
-     "kimi_k2 | kimi_k3 (default: the checkpoint's; a Kimi K3 checkpoint's XTML tools channel "
-     "or Kimi's tool-call tokens, whichever the checkpoint speaks)"},
+     "kimi_k2 | kimi_k3 (default: the checkpoint's format — a Kimi K3 checkpoint's XTML tools "
+     "channel or Kimi's tool-call tokens; given, it must name that format)"},
     {"dtype", true, "auto | bfloat16 (the checkpoint's weights; bf16 on a GPU)"},
     {"reasoning-parser", true,
-     "kimi_k2 | kimi_k3 (default: the checkpoint's): <think> ... </think>, or K3's think "
-     "channel, is returned as reasoning_content"},
+     "kimi_k2 | kimi_k3 (default: the checkpoint's format; given, it must name it): "
+     "<think> ... </think>, or K3's think channel, is returned as reasoning_content"},
     {"enable-chunked-prefill", false, "accepted: prompts are always chunked over steps"},
     {"no-enable-chunked-prefill", false,
      "refused: prompts are always chunked over steps (--max-num-batched-tokens a step)"},
@@ -203,6 +203,7 @@ absl::Status ReadVllmFlags(const Flags& flags, ServeOptions* o) {
         "tools channel: the formats of the models Strata serves); got '" +
         parser + "'");
   }
+  if (flags.Has("tool-call-parser")) o->tool_call_parser = parser;
   const std::string dtype = flags.GetOr("dtype", "auto");
   if (dtype != "auto" && dtype != "bfloat16" && dtype != "bf16") {
     return absl::InvalidArgumentError(
@@ -223,6 +224,7 @@ absl::Status ReadVllmFlags(const Flags& flags, ServeOptions* o) {
         "think channel: the formats of the models Strata serves); got '" +
         reasoning + "'");
   }
+  if (flags.Has("reasoning-parser")) o->reasoning_parser = reasoning;
   if (flags.Has("disable-log-requests") && flags.Has("enable-log-requests")) {
     return absl::InvalidArgumentError(
         "--disable-log-requests contradicts --enable-log-requests: give one");

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "dist/tensor_parallel_group.h"
 #include "engine/executor.h"
+#include "engine/tokenizer/xtml_output_parser.h"
 #include "kernels/cpu/matmul.h"
 #include "kvcache/memory_planner.h"
 #include "scheduler/scheduler.h"
@@ -221,6 +222,19 @@ absl::Status ModelRuntime::LoadTokenizer(const ServeOptions& options) {
         absl::StrCat("cannot load the tokenizer of ", dir_, ": ", tokenizer.status().message()));
   }
   tokenizer_ = std::move(*tokenizer);
+  // The parsers follow the checkpoint's format; a flag naming the other one is refused rather
+  // than ignored.
+  const char* format = engine::RepliesInXtml(*tokenizer_) ? "kimi_k3" : "kimi_k2";
+  for (const auto& [flag, value] :
+       {std::pair<const char*, const std::string&>{"--tool-call-parser", options.tool_call_parser},
+        {"--reasoning-parser", options.reasoning_parser}}) {
+    if (!value.empty() && value != format) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " ", value, " does not fit ", dir_, ": its replies are in ", format, "'s format (",
+          std::string(format) == "kimi_k3" ? "Kimi K3's XTML" : "Kimi K2's tokens", "); give ",
+          format, " or leave the flag out"));
+    }
+  }
   ASSIGN_OR_RETURN(std::optional<std::string> given, ChatTemplateFlag(options.chat_template));
   for (bool with_tools : {false, true}) {
     absl::StatusOr<engine::ChatTemplate> t = engine::ChatTemplate::ForTokenizer(

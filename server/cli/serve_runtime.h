@@ -46,7 +46,11 @@ struct ServeOptions {
   engine::WeightQuantization quantization = engine::WeightQuantization::kNone;  // --quantization
   std::optional<double> gpu_memory_utilization;  // --gpu-memory-utilization (cuda), (0, 1]
   bool cuda_graphs = true;                       // false: --enforce-eager
-  scheduler::SchedulerConfig scheduler;          // pool sizes filled from the memory plan
+  // --tool-call-parser / --reasoning-parser as given (empty: the checkpoint's format decides).
+  // Given, they must name the checkpoint's format (kimi_k3 for a checkpoint replying in XTML).
+  std::string tool_call_parser;
+  std::string reasoning_parser;
+  scheduler::SchedulerConfig scheduler;  // pool sizes filled from the memory plan
   server::EngineLoopOptions engine;
   http::HttpServerOptions http;
   double drain_timeout_s = 30.0;

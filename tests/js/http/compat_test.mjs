@@ -11,11 +11,11 @@ let server;
 
 before(async () => {
   server = await Server.start([
-    "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k2",
+    "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3",
     "--dtype", "auto", "--tensor-parallel-size", "1", "--kv-cache-dtype", "bf16",
     "--allowed-origins", '["https://ui.example"]',
-    // Kimi K2-Thinking's and the expert-parallel deployment lines.
-    "--reasoning-parser", "kimi_k2", "--enable-expert-parallel", "--data-parallel-size", "1",
+    // Kimi K3's and the expert-parallel deployment lines (the demo model is in K3's format).
+    "--reasoning-parser", "kimi_k3", "--enable-expert-parallel", "--data-parallel-size", "1",
     "--enable-chunked-prefill", "--disable-log-stats", "--enable-request-id-headers",
   ]);
 });
@@ -49,6 +49,13 @@ test("flags Strata cannot honour stop the start naming the alternative", () => {
   const parser = refused(["--tool-call-parser", "hermes"]);
   assert.notEqual(parser.status, 0);
   assert.match(parser.stderr, /kimi_k2/);
+  // A parser of the other format is refused, not ignored.
+  const k2 = refused(["--tool-call-parser", "kimi_k2"]);
+  assert.notEqual(k2.status, 0);
+  assert.match(k2.stderr, /--tool-call-parser kimi_k2 does not fit .*give kimi_k3 or leave the flag out/);
+  const k2reasoning = refused(["--reasoning-parser", "kimi_k2"]);
+  assert.notEqual(k2reasoning.status, 0);
+  assert.match(k2reasoning.stderr, /--reasoning-parser kimi_k2 does not fit/);
   const fp16 = refused(["--dtype", "float16"]);
   assert.notEqual(fp16.status, 0);
   assert.match(fp16.stderr, /--dtype must be auto or bfloat16/);
