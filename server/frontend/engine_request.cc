@@ -203,9 +203,9 @@ void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt
   }
 }
 
-void ApplyThinkingBudget(const ServedModel& model, int64_t budget_tokens,
-                         const ChoiceOptions& options, scheduler::Request* r) {
-  if (model.token_vocab == nullptr || model.tokenizer == nullptr) return;
+std::optional<structured::ThinkingEnd> ThinkingEndFor(const ServedModel& model,
+                                                      const ChoiceOptions& options) {
+  if (model.token_vocab == nullptr || model.tokenizer == nullptr) return std::nullopt;
   structured::ThinkingEnd end;
   if (options.xtml && options.xtml_thinking) {
     const structured::XtmlMarkers markers = XtmlMarkerIds(*model.tokenizer);
@@ -225,10 +225,15 @@ void ApplyThinkingBudget(const ServedModel& model, int64_t budget_tokens,
     end.first_id = model.think_end_id;
     end.forced_ids = {model.think_end_id};
   } else {
-    return;
+    return std::nullopt;
   }
+  return end;
+}
+
+void ApplyThinkingBudget(const ServedModel& model, const structured::ThinkingEnd& end,
+                         int64_t budget_tokens, scheduler::Request* r) {
   r->sampling.constraint = std::make_shared<structured::ThinkingBudget>(
-      std::move(r->sampling.constraint), std::move(end), budget_tokens, model.token_vocab);
+      std::move(r->sampling.constraint), end, budget_tokens, model.token_vocab);
 }
 
 std::shared_ptr<const engine::TokenConstraint> TokenFilters(const ServedModel& model,

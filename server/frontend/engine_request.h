@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/structured/thinking_budget.h"
 #include "scheduler/request.h"
 #include "server/frontend/choice_decoder.h"
 #include "server/frontend/openai_request.h"
@@ -38,12 +40,15 @@ inline constexpr int kMaxForcedToolCalls = 16;
 void ApplyReasoning(const ServedModel& model, const std::vector<int32_t>& prompt,
                     scheduler::Request* r, ChoiceOptions* options);
 
-// thinking_token_budget (after ApplyReasoning): when the prompt opened the reasoning, at most
-// `budget_tokens` tokens of it, then its close (`</think>`, or K3's `<|close|>think<|sep|>`) is
-// forced (engine/structured/thinking_budget.h) around the request's constraint. Nothing when the
-// reasoning is not open.
-void ApplyThinkingBudget(const ServedModel& model, int64_t budget_tokens,
-                         const ChoiceOptions& options, scheduler::Request* r);
+// thinking_token_budget: the close to force (`</think>`, or K3's
+// `<|close|>think<|sep|><|open|>response<|sep|>`) when the prompt opened the reasoning
+// (ChoiceOptions after ApplyReasoning; the same for every choice of a request), else nullopt.
+std::optional<structured::ThinkingEnd> ThinkingEndFor(const ServedModel& model,
+                                                      const ChoiceOptions& options);
+// At most `budget_tokens` tokens of reasoning, then `end` is forced
+// (engine/structured/thinking_budget.h) around the request's constraint.
+void ApplyThinkingBudget(const ServedModel& model, const structured::ThinkingEnd& end,
+                         int64_t budget_tokens, scheduler::Request* r);
 
 // vLLM's token filters (allowed_token_ids; bad_words tokenized as vLLM does: each word as
 // written and, when that tokenizes to as many tokens with a different first one, after a

@@ -104,6 +104,7 @@ OpenAiService::Result OpenAiService::GenerateChat(
       req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;
   const bool tools_on = req.tools.is_array() && (req.tool_choice == ToolChoice::kAuto || forced);
   const auto filters = TokenFilters(*model, req.gen);
+  std::optional<structured::ThinkingEnd> thinking_end;
   for (int i = 0; i < req.gen.n; ++i) {
     ChoiceSpec choice;
     choice.index = i;
@@ -112,7 +113,10 @@ OpenAiService::Result OpenAiService::GenerateChat(
     choice.options = OptionsFor(req.gen, choice.request, tools_on);
     ApplyReasoning(*model, prompt, &choice.request, &choice.options);
     if (req.thinking_token_budget) {
-      ApplyThinkingBudget(*model, *req.thinking_token_budget, choice.options, &choice.request);
+      if (i == 0) thinking_end = ThinkingEndFor(*model, choice.options);  // same prompt for all
+      if (thinking_end) {
+        ApplyThinkingBudget(*model, *thinking_end, *req.thinking_token_budget, &choice.request);
+      }
     }
     AddTokenFilters(filters, &choice.request);
     choice.echo_text = req.echo_text;
