@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "engine/cache_copy.h"
 #include "engine/step_codec.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -259,9 +260,26 @@ void CpuExecutor::EndFollowers() {
   tp->BroadcastFromLead(&end, sizeof(end));
 }
 
+void CpuExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* result) {
+  std::byte* arena = arena_.as<std::byte>();
+  const absl::Status status = engine::CopyCacheUnits(
+      plan, layout_, result, &spans_,
+      [&](int64_t offset, int64_t bytes, char* to) {
+        std::memcpy(to, arena + offset, static_cast<size_t>(bytes));
+        return absl::OkStatus();
+      },
+      [&](const char* from, int64_t offset, int64_t bytes) {
+        std::memcpy(arena + offset, from, static_cast<size_t>(bytes));
+        return absl::OkStatus();
+      });
+  CHECK(status.ok()) << status;  // host copies do not fail
+}
+
 void CpuExecutor::RunStep(const StepPlan& plan, bool lead, StepResult* result) {
   const auto start = std::chrono::steady_clock::now();
   result->step_id = plan.step_id;
+  // 0. Copies to and from the offload tiers, before anything writes the cache.
+  CopyCacheUnits(plan, result);
   // 1. Slots that start this step (zeroed, or copied from a prefix-cache checkpoint).
   for (const ScheduledSequence& seq : plan.sequences) InitSlot(seq);
 

@@ -1,13 +1,13 @@
 // The batched executor: runs a StepPlan (engine/step.h) as one Model::Forward over a ragged
 // batch, on caches that live in one arena laid out by kvcache::CacheLayout, then samples.
 //
-// Per step, in this order (kvcache/README.md): checkpoint → slot copies and slot zeroing for
-// sequences that start, the forward (MLA pages through block tables, KDA state per slot; no
-// padding token ever touches a state), sampling of the sequences that asked for it (with
-// log-probabilities of the raw model distribution when requested), the replay of the kept
-// tokens of sequences that verified drafts into their KDA caches (kda_drafts.h). Slot →
-// checkpoint copies happen inside the forward, in each KDA layer as the sequence's tokens pass
-// the save (forward_batch.h, KdaCacheSave): a prefill chunk saves at its checkpoint boundaries
+// Per step, in this order (kvcache/README.md): copies to and from the offload tiers, checkpoint →
+// slot copies and slot zeroing for sequences that start, the forward (MLA pages through block
+// tables, KDA state per slot; no padding token ever touches a state), sampling of the sequences
+// that asked for it (with log-probabilities of the raw model distribution when requested), the
+// replay of the kept tokens of sequences that verified drafts into their KDA caches (kda_drafts.h).
+// Slot → checkpoint copies happen inside the forward, in each KDA layer as the sequence's tokens
+// pass the save (forward_batch.h, KdaCacheSave): a prefill chunk saves at its checkpoint boundaries
 // without ending there.
 //
 // Speculative drafts on the CPU: the replay costs about what the KDA layers spent on those
@@ -90,6 +90,8 @@ class CpuExecutor : public StepExecutor {
   float* StatePtr(int kda_layer, int32_t row) const;
   float* ConvPtr(int kda_layer, int32_t row) const;
   void InitSlot(const ScheduledSequence& seq);
+  // Step 0: the plan's cache saves into result->saved, then its loads (engine/step.h).
+  void CopyCacheUnits(const StepPlan& plan, StepResult* result);
   // batch_[i].kda_saves from the plan's checkpoint saves (after the rest of BuildBatch).
   void BuildCheckpointSaves(const StepPlan& plan);
   void CopyRow(int32_t from_row, int32_t to_row);
@@ -134,6 +136,7 @@ class CpuExecutor : public StepExecutor {
   std::vector<SampleScratch> sample_scratch_;  // by task: grows only
   std::vector<uint8_t> plan_bytes_;            // tensor parallelism: the encoded plan
   std::vector<int32_t> accepted_entries_;      // tensor parallelism: num_entries by task
+  std::vector<kvcache::CacheSpan> spans_;      // CopyCacheUnits scratch
 };
 
 }  // namespace strata::engine

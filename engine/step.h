@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "engine/sampling.h"
+#include "kvcache/cache_layout.h"
 
 namespace strata::engine {
 
@@ -67,9 +69,49 @@ struct ScheduledSequence {
   int num_score_logprobs = 0;
 };
 
+// Copies between the caches and the offload tiers (kvcache/offload, docs/kv-offload.md). Bytes
+// of one unit are its rows in every layer's region, in layer order (kvcache/cache_layout.h,
+// CacheUnitSpans): a block is its page in every MLA layer, a state row its state and conv rows in
+// every KDA layer. The executor does every save, then every load, before anything else in the
+// step (slot starts, the forward), so a save sees the bytes eviction left and a load is in
+// place before the forward reads it.
+enum class CacheUnit : uint8_t {
+  kBlock,       // index: BlockId
+  kCheckpoint,  // index: CheckpointId (its state row, CacheLayout::CheckpointRow)
+  kSlot,        // index: SlotId (a live slot's state row)
+};
+
+// The arena spans of one unit under `layout` (in the order its bytes are laid out).
+inline void CacheUnitSpans(const kvcache::CacheLayout& layout, CacheUnit unit, int32_t index,
+                           std::vector<kvcache::CacheSpan>* spans) {
+  switch (unit) {
+    case CacheUnit::kBlock:
+      return layout.BlockSpans(index, spans);
+    case CacheUnit::kCheckpoint:
+      CHECK(index >= 0 && index < layout.num_checkpoint_ids()) << "checkpoint " << index;
+      return layout.StateRowSpans(layout.CheckpointRow(index), spans);
+    case CacheUnit::kSlot:
+      CHECK(index >= 0 && index < layout.num_slots) << "slot " << index;
+      return layout.StateRowSpans(layout.SlotRow(index), spans);
+  }
+}
+
+struct CacheSave {  // copy out; the bytes come back in StepResult::saved, same order
+  CacheUnit unit = CacheUnit::kBlock;
+  int32_t index = 0;
+};
+
+struct CacheLoad {  // copy in: `bytes` (exactly the unit's size) replace the unit's rows
+  CacheUnit unit = CacheUnit::kBlock;
+  int32_t index = 0;
+  std::string bytes;
+};
+
 struct StepPlan {
   int64_t step_id = 0;
   std::vector<ScheduledSequence> sequences;
+  std::vector<CacheSave> cache_saves;  // evicted units a lower tier keeps
+  std::vector<CacheLoad> cache_loads;  // units read back from a lower tier (prefix hits)
   int64_t num_tokens() const {
     int64_t n = 0;
     for (const auto& s : sequences) n += static_cast<int64_t>(s.token_ids.size());
@@ -111,6 +153,8 @@ struct StepResult {
   std::vector<SampledToken> sampled;
   // One per ScheduledSequence with score targets, in plan order (empty in most steps).
   std::vector<ScoredSequence> scored;
+  // One per StepPlan::cache_saves, in order: the unit's bytes from before the step.
+  std::vector<std::string> saved;
   double forward_ms = 0.0;
   // [num_experts] tokens routed to each expert in this step, summed over MoE layers (empty for
   // models without MoE or executors that do not measure it).

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 
 namespace strata::engine {
 namespace {
@@ -60,6 +61,9 @@ class Reader {
 }  // namespace
 
 void EncodeStepPlan(const StepPlan& plan, std::vector<uint8_t>* out) {
+  // Each rank would copy its own share: the serve command refuses --kv-offload-* with TP.
+  CHECK(plan.cache_saves.empty() && plan.cache_loads.empty())
+      << "offload copies are not sent to tensor-parallel followers";
   out->clear();
   Writer w(out);
   w.Put(kMagic);

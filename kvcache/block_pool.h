@@ -77,6 +77,12 @@ class BlockPool {
   // hashes. Runs the eviction callback for each. Returns how many were dropped.
   int32_t DropCachedFreeBlocks();
 
+  // Calls f(block, hash) for every cached block (held or free), in no particular order.
+  template <typename F>
+  void ForEachCached(F f) const {
+    for (const auto& [hash, block] : cached_) f(block, hash);
+  }
+
   // One listener (the PrefixCache); pass nullptr to remove it.
   void SetEvictionCallback(EvictionCallback callback) { on_evict_ = std::move(callback); }
 

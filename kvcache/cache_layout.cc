@@ -22,6 +22,24 @@ int64_t CacheLayout::KdaConvOffset(int32_t kda_layer) const {
   return KdaStateOffset(kda_layer) + AlignRegion(kda_state_bytes_per_layer * num_state_rows());
 }
 
+void CacheLayout::BlockSpans(BlockId block, std::vector<CacheSpan>* spans) const {
+  CHECK(block >= 0 && block < num_blocks) << "block " << block << " of " << num_blocks;
+  spans->clear();
+  for (int32_t j = 0; j < num_mla_layers; ++j) {
+    spans->push_back({MlaLayerOffset(j) + page_bytes() * block, page_bytes()});
+  }
+}
+
+void CacheLayout::StateRowSpans(int32_t row, std::vector<CacheSpan>* spans) const {
+  CHECK(row >= 0 && row < num_state_rows()) << "state row " << row << " of " << num_state_rows();
+  spans->clear();
+  for (int32_t j = 0; j < num_kda_layers; ++j) {
+    spans->push_back(
+        {KdaStateOffset(j) + kda_state_bytes_per_layer * row, kda_state_bytes_per_layer});
+    spans->push_back({KdaConvOffset(j) + kda_conv_bytes_per_layer * row, kda_conv_bytes_per_layer});
+  }
+}
+
 int64_t CacheLayout::TotalBytes() const {
   int64_t per_kda_layer = AlignRegion(kda_state_bytes_per_layer * num_state_rows()) +
                           AlignRegion(kda_conv_bytes_per_layer * num_state_rows());

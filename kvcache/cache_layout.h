@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/latent_row.h"
@@ -43,6 +44,12 @@ using strata::LatentDType;
 using strata::LatentDTypeName;
 
 inline constexpr int64_t kRegionAlignmentBytes = 256;
+
+// A byte range of the cache arena.
+struct CacheSpan {
+  int64_t offset = 0;
+  int64_t bytes = 0;
+};
 
 struct CacheLayout {
   int32_t num_mla_layers = 0;
@@ -85,6 +92,13 @@ struct CacheLayout {
   int64_t KdaStateOffset(int32_t kda_layer) const;
   int64_t KdaConvOffset(int32_t kda_layer) const;
   int64_t TotalBytes() const;
+
+  // ---- one unit's bytes, for copies to and from the offload tiers (kvcache/offload) ----
+  // Block b: its page in every MLA layer, layer 0 first (num_mla_layers spans of page_bytes()).
+  void BlockSpans(BlockId block, std::vector<CacheSpan>* spans) const;
+  // State row r: its state row, then its conv row, in every KDA layer, layer 0 first.
+  void StateRowSpans(int32_t row, std::vector<CacheSpan>* spans) const;
+  int64_t block_bytes() const { return page_bytes() * num_mla_layers; }
 
   // Non-negative counts, block_size > 0, a valid latent row, KDA row sizes > 0 when there are
   // KDA layers.

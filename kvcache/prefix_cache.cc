@@ -32,7 +32,10 @@ PrefixCache::PrefixCache(BlockPool* pool, int32_t num_checkpoint_slots,
   CHECK_GT(block_size, 0);
   free_.reserve(static_cast<size_t>(num_checkpoint_slots));
   for (CheckpointId id = num_checkpoint_slots - 1; id >= 0; --id) free_.push_back(id);
-  pool_->SetEvictionCallback([this](BlockId, BlockHash hash) { OnBlockEvicted(hash); });
+  pool_->SetEvictionCallback([this](BlockId block, BlockHash hash) {
+    Spill(CacheEviction::Unit::kBlock, hash, block);
+    OnBlockEvicted(hash);
+  });
 }
 
 PrefixCache::~PrefixCache() { pool_->SetEvictionCallback(nullptr); }
@@ -125,7 +128,7 @@ std::optional<CheckpointId> PrefixCache::ReserveCheckpoint(BlockHash boundary_ha
   if (!free.has_value()) {
     if (lru_.empty()) return std::nullopt;  // every slot is pending
     if (!evict_warm && !cold_[lru_.Front()]) return std::nullopt;
-    Release(lru_.Front());
+    Evict(lru_.Front());
     ++stats_.num_checkpoints_evicted;
     free = TakeFreeSlot();
     CHECK(free.has_value());
@@ -158,7 +161,7 @@ bool PrefixCache::ReturnLentSlot(CheckpointId keep) {
         std::find(acquired_.begin(), acquired_.end(), id) != acquired_.end()) {
       continue;
     }
-    Release(id);
+    Evict(id);
     ++stats_.num_checkpoints_evicted;
     return true;
   }
@@ -234,8 +237,18 @@ double PrefixCache::hit_rate() const {
 void PrefixCache::OnBlockEvicted(BlockHash hash) {
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end() || states_[it->second] != State::kCommitted) return;
-  Release(it->second);
+  Evict(it->second);
   ++stats_.num_checkpoints_invalidated;
+}
+
+void PrefixCache::Evict(CheckpointId id) {
+  CHECK(states_[id] == State::kCommitted);
+  Spill(CacheEviction::Unit::kCheckpoint, hashes_[id], id);
+  Release(id);
+}
+
+void PrefixCache::Spill(CacheEviction::Unit unit, BlockHash hash, int32_t index) const {
+  if (on_spill_ && !spills_suspended_) on_spill_(CacheEviction{unit, hash, index});
 }
 
 void PrefixCache::Release(CheckpointId id) {

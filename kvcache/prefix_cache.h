@@ -67,6 +67,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -87,6 +88,17 @@ struct PrefixMatch {
   // blocks are cached but no checkpoint ends there: the query shares that much with some
   // earlier request, and a checkpoint saved at its end would let the next one hit.
   int64_t num_chain_tokens = 0;
+};
+
+// What an eviction hands to the spill listener (SetSpillCallback): a cached full block or a
+// committed checkpoint whose bytes are still in the cache and valid for `hash` until the next
+// forward or copy writes its place (the executor copies spills out before anything else in a
+// step: engine/step.h).
+struct CacheEviction {
+  enum class Unit : uint8_t { kBlock, kCheckpoint };
+  Unit unit = Unit::kBlock;
+  BlockHash hash = 0;  // the block's chained hash, or the checkpoint's boundary hash
+  int32_t index = 0;   // BlockId, or CheckpointId
 };
 
 struct PrefixCacheStats {
@@ -149,6 +161,23 @@ class PrefixCache {
   // acquired this step), handing the slot back to the lender. False when there is none.
   bool ReturnLentSlot(CheckpointId keep = -1);
 
+  // A listener for what eviction takes out of the cache, so a lower tier can keep it
+  // (kvcache/offload): every cached block Allocate evicts, and every committed checkpoint freed
+  // for room or because its boundary block was evicted (not one Dropped, Cancelled, or reset by
+  // the pool's DropCachedFreeBlocks while `suspended`). Called before the checkpoint is freed.
+  using SpillCallback = std::function<void(const CacheEviction&)>;
+  void SetSpillCallback(SpillCallback callback) { on_spill_ = std::move(callback); }
+  // While true the listener is not called (an admin reset forgets instead of spilling).
+  void SuspendSpills(bool suspended) { spills_suspended_ = suspended; }
+
+  // Calls f(id, boundary_hash) for every committed checkpoint, least recently used first.
+  template <typename F>
+  void ForEachCommitted(F f) const {
+    for (CheckpointId id = lru_.Front(); id != internal::IndexList::kNone; id = lru_.Next(id)) {
+      f(id, hashes_[static_cast<size_t>(id)]);
+    }
+  }
+
   // The committed checkpoint at `boundary_hash`, if any (no LRU update).
   std::optional<CheckpointId> FindCheckpoint(BlockHash boundary_hash) const;
   // Moves the committed checkpoint at `boundary_hash` (if any) to the cold end of the LRU order:
@@ -191,6 +220,9 @@ class PrefixCache {
   std::optional<CheckpointId> TakeFreeSlot();
   void OnBlockEvicted(BlockHash hash);
   void Release(CheckpointId id);  // any state but free -> free (a lent slot back to the lender)
+  // Release of a committed checkpoint that eviction takes: tells the spill listener first.
+  void Evict(CheckpointId id);
+  void Spill(CacheEviction::Unit unit, BlockHash hash, int32_t index) const;
   void MoveToHotEnd(CheckpointId id);  // a committed one: most recently used, not cold
 
   BlockPool* pool_;
@@ -210,6 +242,8 @@ class PrefixCache {
   int32_t num_lent_ = 0;
   std::vector<CheckpointId> acquired_;  // hits of the step being scheduled
   mutable PrefixCacheStats stats_;
+  SpillCallback on_spill_;
+  bool spills_suspended_ = false;
 };
 
 }  // namespace strata::kvcache

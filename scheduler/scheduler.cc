@@ -99,9 +99,20 @@ void Scheduler::Abort(const std::string& request_id) {
   pending_aborts_.push_back(seq->id);
 }
 
+std::vector<SequenceEvent> Scheduler::Commit(engine::StepResult* result) {
+  CHECK(in_flight_) << "Commit() without Schedule()";
+  StoreSpills(&result->saved);
+  return Commit(*result);
+}
+
 std::vector<SequenceEvent> Scheduler::Commit(const engine::StepResult& result) {
   CHECK(in_flight_) << "Commit() without Schedule()";
   CHECK_EQ(result.step_id, step_id_) << "result of another step";
+  if (!saves_in_flight_.empty()) {
+    std::vector<std::string> saved = result.saved;
+    StoreSpills(&saved);
+  }
+  plan_.cache_loads.clear();  // in place now: free the bytes
   std::vector<SequenceEvent> events = std::move(abort_events_);
   abort_events_.clear();
   events.reserve(events.size() + entries_.size());
@@ -263,6 +274,7 @@ void Scheduler::ReleaseCaches(Sequence* seq) {
 }
 
 void Scheduler::Retire(Sequence* seq) {
+  if (tiers_ != nullptr) ForgetTierReads(seq);
   by_request_id_.erase(seq->request.request_id);
   sequences_.erase(seq->id);  // destroys *seq
 }
@@ -281,7 +293,9 @@ Scheduler::PrefixCacheReset Scheduler::ResetPrefixCache() {
   CHECK(!in_flight_) << "ResetPrefixCache during a step";
   const int32_t checkpoints_before = prefix_cache_.num_checkpoints();
   PrefixCacheReset reset;
+  prefix_cache_.SuspendSpills(true);  // forgotten, not kept below
   reset.blocks = block_pool_.DropCachedFreeBlocks();
+  prefix_cache_.SuspendSpills(false);
   reset.checkpoints = checkpoints_before - prefix_cache_.num_checkpoints();
   return reset;
 }

@@ -47,6 +47,7 @@
 #include "absl/types/span.h"
 #include "engine/step.h"
 #include "kvcache/block_pool.h"
+#include "kvcache/offload/offload_tiers.h"
 #include "kvcache/prefix_cache.h"
 #include "kvcache/state_slot_pool.h"
 #include "scheduler/internal/sequence.h"
@@ -90,6 +91,28 @@ class Scheduler {
   // ScheduledSequence with sample == true, in plan order (CHECK). Returns the events of this
   // step: aborts processed by the last Schedule() first, then one event per sampled token.
   std::vector<SequenceEvent> Commit(const engine::StepResult& result);
+  // The same, moving the result's saved units into the offload tiers instead of copying them.
+  std::vector<SequenceEvent> Commit(engine::StepResult* result);
+
+  // Lower tiers for the prefix cache (docs/kv-offload.md; null: none). What the prefix cache
+  // evicts — cached blocks, committed checkpoints — goes into the plan's cache_saves and, with
+  // the result's bytes, into `tiers` at Commit. An admission whose prefix goes on past the
+  // device cache in the tiers loads the rest with the plan's cache_loads (blocks into new
+  // pages, the checkpoint straight into its slot); a part only on disk is read ahead and the
+  // request steps aside until it is in memory, so no step waits for disk. A failed read (a
+  // corrupt or truncated file) makes that admission compute past the device hit instead.
+  // `block_bytes` and `state_row_bytes` are the executor's unit sizes (CacheLayout): bytes of
+  // another size are refused like a failed read. Between steps only; `tiers` must outlive the
+  // scheduler.
+  void SetOffloadTiers(kvcache::OffloadTiers* tiers, int64_t block_bytes, int64_t state_row_bytes);
+  const kvcache::OffloadTiers* offload_tiers() const { return tiers_; }
+
+  // Graceful shutdown with tiers: writes down what the device cache holds, so a restart finds
+  // prefixes that were never evicted too. Each call returns a plan of saves (no sequences) of at
+  // most ~max_bytes of the cached blocks and committed checkpoints the tiers do not hold yet
+  // (the list is taken at the first call), after waiting for the disk tier's queued writes;
+  // Execute it and Commit(&result) as a step. Null when everything is written down.
+  const engine::StepPlan* PlanWriteDown(int64_t max_bytes);
 
   // Forgets every cached prefix no sequence holds (vLLM's reset_prefix_cache, e.g. between
   // benchmark runs): free cached blocks are uncached, and the KDA checkpoints at their
@@ -170,6 +193,38 @@ class Scheduler {
   // sequence gets a branch point where the shared blocks end, so `seq` can hit there.
   bool WaitsForSharedPrefix(const Sequence& seq);
   bool TryAdmit(Sequence* seq);
+
+  // Offload tiers (scheduler_offload.cc).
+  // A prefix hit past the device cache: block i < num_blocks is device[i] when cached on the
+  // device, else read from a tier (seq->tier_bytes); the checkpoint at its end likewise.
+  struct TierHit {
+    int32_t num_blocks = 0;
+    std::vector<kvcache::BlockId> device;   // [num_blocks], −1: loaded
+    kvcache::CheckpointId checkpoint = -1;  // on the device; −1: loaded (or no KDA layers)
+  };
+  enum class TierLookup : uint8_t { kNone, kWait, kHit };
+  // Whether `seq`'s prefix (hashes) goes on past `match` with the tiers' help: the hit's shape
+  // (which units are on the device), nothing read yet.
+  bool FindTierHit(Sequence* seq, absl::Span<const kvcache::BlockHash> hashes,
+                   const kvcache::PrefixMatch& match, TierHit* hit);
+  // Gathers the bytes of the hit's units that are not on the device into seq->tier_bytes: host
+  // ones at once, disk ones read ahead. kHit: all there; kWait: disk reads pending; kNone: a
+  // read failed (the sequence then skips the tiers).
+  TierLookup ReadTierHit(Sequence* seq, absl::Span<const kvcache::BlockHash> hashes,
+                         const TierHit& hit);
+  // A read failed or returned bytes of the wrong size: forgets the sequence's reads.
+  TierLookup FailTierHit(Sequence* seq);
+  // Cancels the sequence's pending reads and drops its bytes.
+  void ForgetTierReads(Sequence* seq);
+  // The sequence stops waiting for `key` (its last waiter cancels the read).
+  void ReleaseTierRead(const kvcache::OffloadKey& key);
+  // Queues the load of `key`'s bytes (moved out of seq->tier_bytes) into the unit.
+  void LoadFromTier(Sequence* seq, const kvcache::OffloadKey& key, engine::CacheUnit unit,
+                    int32_t index);
+  // Moves spills_ into the plan's cache_saves (and their keys into saves_in_flight_).
+  void PlanSpills();
+  // Moves the saved units of the step in flight into the tiers.
+  void StoreSpills(std::vector<std::string>* saved);
   // Tokens of `seq` from `begin` this step may run (0: none this step).
   int64_t ChunkSize(const Sequence& seq, int64_t begin) const;
   // The largest chunk any step could give `seq` (the static caps on a chunk).
@@ -217,6 +272,21 @@ class Scheduler {
   kvcache::BlockPool block_pool_;
   kvcache::StateSlotPool slot_pool_;
   kvcache::PrefixCache prefix_cache_;  // after block_pool_: it installs the eviction callback
+  kvcache::OffloadTiers* tiers_ = nullptr;
+  int64_t offload_block_bytes_ = 0;
+  int64_t offload_state_bytes_ = 0;
+  // Disk reads in flight, shared by the waiting sequences that need the same key (the disk
+  // tier keeps one request and one result per key): how many wait, and the result once taken.
+  struct TierRead {
+    int32_t waiters = 0;
+    std::optional<absl::StatusOr<std::string>> result;
+  };
+  absl::flat_hash_map<kvcache::OffloadKey, TierRead> tier_reads_;
+  std::vector<kvcache::CacheEviction> spills_;        // evicted since the last plan
+  std::vector<kvcache::OffloadKey> saves_in_flight_;  // keys of the plan's cache_saves
+  bool waits_on_tier_ = false;                        // TryAdmit's answer: reads pending
+  std::vector<kvcache::CacheEviction> write_down_;    // PlanWriteDown's units left
+  bool write_down_listed_ = false;
 
   absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> sequences_;  // live ones
   absl::flat_hash_map<std::string, SequenceId> by_request_id_;

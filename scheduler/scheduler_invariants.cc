@@ -28,6 +28,20 @@ absl::Status Scheduler::CheckInvariants() const {
     RETURN_IF_ERROR(CheckSequence(*owned, &tally));
   }
   RETURN_IF_ERROR(CheckQueues(tally));
+  // Every shared disk read is waited for by exactly the sequences listing it.
+  absl::flat_hash_map<kvcache::OffloadKey, int32_t> waiters;
+  for (const auto& [id, seq] : sequences_) {
+    for (const kvcache::OffloadKey& key : seq->tier_reads) ++waiters[key];
+  }
+  if (waiters.size() != tier_reads_.size()) {
+    return Broken(tier_reads_.size(), " disk reads in flight, ", waiters.size(), " waited for");
+  }
+  for (const auto& [key, read] : tier_reads_) {
+    auto it = waiters.find(key);
+    if (it == waiters.end() || it->second != read.waiters) {
+      return Broken("disk read ", key.hash, " counts ", read.waiters, " waiters");
+    }
+  }
   return CheckCacheCounts(tally);
 }
 
@@ -47,7 +61,13 @@ absl::Status Scheduler::CheckSequence(const Sequence& seq, InvariantTally* tally
         seq.step_index >= 0) {
       return Broken("waiting sequence ", id, " holds cache state");
     }
+    if ((!seq.tier_reads.empty() || !seq.tier_bytes.empty()) && tiers_ == nullptr) {
+      return Broken("waiting sequence ", id, " reads from offload tiers there are not");
+    }
     return absl::OkStatus();
+  }
+  if (!seq.tier_reads.empty() || !seq.tier_bytes.empty()) {
+    return Broken("running sequence ", id, " still holds offload tier reads");
   }
   if (seq.status != SequenceStatus::kRunning) {
     return Broken("finished sequence ", id, " is still live");

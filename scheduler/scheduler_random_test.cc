@@ -11,17 +11,23 @@
 // 4-token vocabulary, so prompt-lookup drafts are often accepted and often rejected: outputs
 // must still be exactly the model's, and every rollback must leave caches and slots intact.
 #include <cstdint>
+#include <cstdio>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kvcache/ids.h"
+#include "kvcache/offload/offload_testing.h"
+#include "kvcache/offload/offload_tiers.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/testing/fake_executor.h"
 
@@ -45,8 +51,13 @@ struct Tracked {
 
 class RandomOpsRun {
  public:
-  RandomOpsRun(const SchedulerConfig& config, uint64_t seed)
+  // With `tiers`, the scheduler spills to them and hits in them (and the run corrupts disk files
+  // now and then: `tier_dir`).
+  RandomOpsRun(const SchedulerConfig& config, uint64_t seed, kvcache::OffloadTiers* tiers = nullptr,
+               std::string tier_dir = "")
       : config_(config),
+        tiers_(tiers),
+        tier_dir_(std::move(tier_dir)),
         vocab_(config.num_speculative_tokens > 0 ? kSpecVocab : kVocab),
         eos_(config.num_speculative_tokens > 0 ? kSpecEos : kEos),
         rng_(seed),
@@ -56,6 +67,10 @@ class RandomOpsRun {
                   vocab_) {
     for (auto& base : bases_) {
       for (int i = 0; i < 28; ++i) base.push_back(Uniform(0, 2 * kVocab));
+    }
+    if (tiers_ != nullptr) {
+      scheduler_.SetOffloadTiers(tiers_, FakeExecutor::BlockBytes(config.block_size),
+                                 FakeExecutor::kStateBytes);
     }
   }
 
@@ -68,6 +83,8 @@ class RandomOpsRun {
         Step(/*abort_in_flight=*/false);
       } else if (r < 95) {
         AbortRandom();
+      } else if (r < 97 && !tier_dir_.empty()) {
+        CorruptRandomFile();
       } else {
         Step(/*abort_in_flight=*/true);
       }
@@ -106,12 +123,24 @@ class RandomOpsRun {
     EXPECT_EQ(scheduler_.prefix_cache().num_pending_checkpoints(), 0);
     EXPECT_EQ(scheduler_.num_running(), 0);
     EXPECT_EQ(scheduler_.num_waiting(), 0);
+    if (tiers_ != nullptr && tiers_->disk() != nullptr) {  // every read taken or cancelled
+      tiers_->disk()->WaitForPrefetches();
+      const kvcache::DiskTierStats disk = tiers_->disk()->stats();
+      EXPECT_EQ(disk.prefetches_pending, 0);
+      EXPECT_EQ(disk.prefetched_bytes, 0);
+      EXPECT_LE(disk.bytes_used, disk.capacity_bytes);
+    }
+    if (tiers_ != nullptr && tiers_->host() != nullptr) {
+      const kvcache::HostTierStats host = tiers_->host()->stats();
+      EXPECT_LE(host.bytes_used, host.capacity_bytes);
+    }
   }
 
   const Scheduler& scheduler() const { return scheduler_; }
   int num_requests() const { return static_cast<int>(tracked_.size()); }
   int num_scored_prompts() const { return num_scored_prompts_; }
   int64_t num_aligned_chunks() const { return num_aligned_chunks_; }
+  int num_corrupted() const { return num_corrupted_; }
 
  private:
   int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
@@ -143,6 +172,33 @@ class RandomOpsRun {
     t.expected = FakeExecutor::ExpectedOutput(r, vocab_);
     t.request = std::move(r);
     live_.insert(t.request.request_id);
+  }
+
+  // Truncates, zeroes or swaps the bytes of a random tier file (a load of it must fail and
+  // the sequence compute instead).
+  void CorruptRandomFile() {
+    tiers_->Flush();
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(tier_dir_)) {
+      if (e.is_regular_file() && e.path().extension() == ".kvo") files.push_back(e.path());
+    }
+    if (files.empty()) return;
+    const std::filesystem::path& f =
+        files[static_cast<size_t>(Uniform(0, static_cast<int>(files.size()) - 1))];
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(f, ec);
+    if (ec) return;
+    if (Uniform(0, 1) == 0) {
+      std::filesystem::resize_file(f, size / 2, ec);
+    } else {
+      std::FILE* out = std::fopen(f.c_str(), "r+b");
+      if (out == nullptr) return;
+      std::fseek(out, static_cast<long>(size) - 8, SEEK_SET);
+      const char zeros[8] = {};
+      std::fwrite(zeros, 1, sizeof(zeros), out);
+      std::fclose(out);
+    }
+    ++num_corrupted_;
   }
 
   void AbortRandom() {
@@ -178,7 +234,7 @@ class RandomOpsRun {
     Check("after Schedule");
     if (abort_in_flight) AbortRandom();
     engine::StepResult result = executor_.Execute(plan);
-    for (const SequenceEvent& e : scheduler_.Commit(result)) Record(e);
+    for (const SequenceEvent& e : scheduler_.Commit(&result)) Record(e);
   }
 
   void Record(const SequenceEvent& e) {
@@ -224,6 +280,9 @@ class RandomOpsRun {
   }
 
   SchedulerConfig config_;
+  kvcache::OffloadTiers* tiers_;
+  std::string tier_dir_;
+  int num_corrupted_ = 0;
   const int32_t vocab_;
   const int32_t eos_;
   std::mt19937_64 rng_;
@@ -324,6 +383,68 @@ INSTANTIATE_TEST_SUITE_P(AllModes, SchedulerRandomTest,
                                                "_threshold", std::get<3>(info.param),
                                                std::get<4>(info.param) > 0 ? "_spec" : "");
                          });
+
+// The offload tiers under the same random operations (issue 48): what the prefix cache evicts
+// goes down, admissions hit there (host at once, disk after read-ahead while others run), tier
+// files are corrupted now and then, and loads race with aborts (also while reads are in flight)
+// and preemptions. Outputs must stay exact, the pools consistent, and at the end no read is left
+// pending and no tier is over its budget. (has_kda_layers, tiers: 0 host, 1 disk, 2 host over disk)
+using OffloadParams = std::tuple<bool, int>;
+
+class SchedulerRandomOffloadTest : public ::testing::TestWithParam<OffloadParams> {};
+
+TEST_P(SchedulerRandomOffloadTest, InvariantsHoldAndOutputsAreExact) {
+  SchedulerConfig config = RandomConfig(Params{Policy::kFcfs, std::get<0>(GetParam()), true, 0, 0});
+  const int tiers_kind = std::get<1>(GetParam());
+  int64_t tier_hits = 0, load_failures = 0, waits = 0, stored = 0, corrupted = 0;
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    kvcache::testing::ScopedTempDir dir("random_offload");
+    std::unique_ptr<kvcache::HostTier> host;
+    std::unique_ptr<kvcache::DiskTier> disk;
+    // Small tiers: a few dozen blocks, so they evict too.
+    if (tiers_kind != 1) host = std::make_unique<kvcache::HostTier>(tiers_kind == 0 ? 4096 : 512);
+    if (tiers_kind != 0) {
+      kvcache::OffloadIdentity identity = kvcache::testing::TestIdentity();
+      identity.block_size = config.block_size;
+      auto opened = kvcache::DiskTier::Open(dir.path(), 64 * 1024, identity);
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      disk = std::move(*opened);
+    }
+    kvcache::OffloadTiers tiers(std::move(host), std::move(disk));
+    RandomOpsRun run(config, seed, &tiers, tiers_kind != 0 ? dir.path() : "");
+    run.RunRandomOps(2500);
+    run.Drain();
+    if (HasFailure()) return;
+    const SchedulerStats s = run.scheduler().stats();
+    tier_hits += s.num_tier_hits;
+    load_failures += s.num_tier_load_failures;
+    waits += s.num_tier_waits;
+    stored += s.num_tier_stored_units;
+    corrupted += run.num_corrupted();
+    EXPECT_EQ(s.num_aborted_total + s.num_finished_total, run.num_requests());
+  }
+  EXPECT_GT(stored, 100);
+  EXPECT_GT(tier_hits, 20);
+  if (tiers_kind != 0) {
+    EXPECT_GT(waits, 20);  // disk hits read ahead while the step goes on
+    EXPECT_GT(corrupted, 10);
+    EXPECT_GT(load_failures, 0);
+  } else {
+    EXPECT_EQ(waits, 0);
+  }
+  std::cout << "tier hits " << tier_hits << ", stored " << stored << ", waits " << waits
+            << ", load failures " << load_failures << " (" << corrupted << " files corrupted)\n";
+}
+
+std::string OffloadName(const ::testing::TestParamInfo<OffloadParams>& info) {
+  const int tiers = std::get<1>(info.param);
+  return absl::StrCat(std::get<0>(info.param) ? "kda_" : "mla_",
+                      tiers == 0 ? "host" : (tiers == 1 ? "disk" : "host_disk"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiers, SchedulerRandomOffloadTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(0, 1, 2)),
+                         OffloadName);
 
 }  // namespace
 }  // namespace strata::scheduler

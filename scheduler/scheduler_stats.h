@@ -58,6 +58,22 @@ struct SchedulerStats {
   int64_t num_prefix_hit_tokens = 0;
   // Admissions put off because a running sequence was still computing a shared prefix.
   int64_t num_prefix_waits = 0;
+
+  // Offload tiers (docs/kv-offload.md), totals. Admissions whose hit went on in a lower tier,
+  // and the prompt tokens those hits covered (device and tiers together; also counted in
+  // num_prefix_hit_tokens); units read back and written down; admissions put off for disk reads;
+  // hits dropped because a read failed (the sequence recomputes instead); units the tiers
+  // refused to store.
+  int64_t num_tier_hits = 0;
+  int64_t num_tier_hit_tokens = 0;
+  int64_t num_tier_loaded_blocks = 0;
+  int64_t num_tier_loaded_checkpoints = 0;
+  int64_t num_tier_loaded_bytes = 0;
+  int64_t num_tier_stored_units = 0;
+  int64_t num_tier_stored_bytes = 0;
+  int64_t num_tier_store_failures = 0;
+  int64_t num_tier_waits = 0;
+  int64_t num_tier_load_failures = 0;
 };
 
 }  // namespace strata::scheduler

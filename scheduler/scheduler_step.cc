@@ -34,6 +34,7 @@ const engine::StepPlan& Scheduler::Schedule() {
 
   ProcessAborts();
   prefix_cache_.BeginStep();
+  plan_.cache_loads.clear();  // admissions with a tier hit queue theirs
   entries_.clear();
   saves_.clear();
   token_budget_ = config_.max_num_batched_tokens;
@@ -137,7 +138,10 @@ void Scheduler::AdmitWaiting() {
       ++counters_.num_prefix_waits;
       continue;  // steps aside until the prefix is cached; the next request may go first
     }
-    if (!TryAdmit(seq)) return;  // head-of-line: keep the order
+    if (!TryAdmit(seq)) {
+      if (waits_on_tier_) continue;  // reading its prefix from disk: the next may go first
+      return;                        // head-of-line: keep the order
+    }
   }
 }
 
@@ -167,6 +171,7 @@ bool Scheduler::WaitsForSharedPrefix(const Sequence& seq) {
 }
 
 bool Scheduler::TryAdmit(Sequence* seq) {
+  waits_on_tier_ = false;
   if (config_.has_kda_layers && slot_pool_.num_free() + prefix_cache_.num_lent_slots() == 0) {
     return false;
   }
@@ -182,39 +187,101 @@ bool Scheduler::TryAdmit(Sequence* seq) {
           seq->block_hashes.begin(), seq->block_hashes.begin() + num_query_blocks));
     }
   }
-  const int64_t begin = match.num_tokens;
+  // The hit: the device's, or one that goes on in the offload tiers.
+  TierHit hit;
+  const auto hashes = absl::MakeConstSpan(seq->block_hashes).first(num_query_blocks);
+  const bool from_tiers = lookup && tiers_ != nullptr && FindTierHit(seq, hashes, match, &hit);
+  if (!from_tiers) {
+    hit.num_blocks = static_cast<int32_t>(match.blocks.size());
+    hit.device = match.blocks;
+    hit.checkpoint = match.checkpoint;
+  }
+  const int64_t begin = static_cast<int64_t>(hit.num_blocks) * config_.block_size;
   const int64_t n = ChunkSize(*seq, begin);
   if (n == 0) return false;
-  const int32_t num_matched = static_cast<int32_t>(match.blocks.size());
-  const int32_t need = kvcache::NumBlocksFor(begin + n, config_.block_size) - num_matched;
-  // Acquire takes the matched free (cached) blocks off the free queue.
-  if (need > block_pool_.num_free() - block_pool_.CountFree(match.blocks)) return false;
+  std::vector<kvcache::BlockId> held;  // the hit's blocks cached on the device
+  held.reserve(hit.device.size());
+  for (kvcache::BlockId b : hit.device) {
+    if (b >= 0) held.push_back(b);
+  }
+  const int32_t need =
+      kvcache::NumBlocksFor(begin + n, config_.block_size) - static_cast<int32_t>(held.size());
+  // Taking the hit takes its free (cached) blocks off the free queue.
+  if (need > block_pool_.num_free() - block_pool_.CountFree(held)) return false;
+  // Only now that it fits, the tiers' bytes (no copy held for a request that cannot start).
+  if (from_tiers) {
+    const TierLookup read = ReadTierHit(seq, hashes, hit);
+    if (read != TierLookup::kHit) {
+      // Reads pending, or one failed (then the next step admits with the device hit).
+      waits_on_tier_ = true;
+      if (read == TierLookup::kWait) ++counters_.num_tier_waits;
+      return false;
+    }
+  }
   // No free slot: take back one lent to the prefix cache (not the one this hit copies).
   if (config_.has_kda_layers && slot_pool_.num_free() == 0 &&
-      !prefix_cache_.ReturnLentSlot(match.checkpoint)) {
+      !prefix_cache_.ReturnLentSlot(hit.checkpoint)) {
     return false;
   }
 
-  if (num_matched > 0) prefix_cache_.Acquire(match);  // before Allocate, which may evict
+  // Take the hit before Allocate, which may evict its free blocks.
+  if (!from_tiers) {
+    if (!match.blocks.empty()) prefix_cache_.Acquire(match);
+  } else {
+    block_pool_.Touch(held);
+    if (hit.checkpoint >= 0) {
+      kvcache::PrefixMatch checkpoint_only;
+      checkpoint_only.checkpoint = hit.checkpoint;
+      prefix_cache_.Acquire(checkpoint_only);
+    }
+  }
   std::optional<std::vector<kvcache::BlockId>> blocks = block_pool_.Allocate(need);
   CHECK(blocks.has_value());
-  seq->block_table = std::move(match.blocks);
-  seq->block_table.insert(seq->block_table.end(), blocks->begin(), blocks->end());
+  seq->block_table.clear();
+  size_t next = 0;  // of *blocks
+  for (int32_t i = 0; i < hit.num_blocks; ++i) {
+    kvcache::BlockId b = hit.device[static_cast<size_t>(i)];
+    if (b < 0) {
+      b = (*blocks)[next++];
+      const kvcache::OffloadKey key{seq->block_hashes[static_cast<size_t>(i)],
+                                    kvcache::OffloadKind::kLatentBlock};
+      LoadFromTier(seq, key, engine::CacheUnit::kBlock, b);
+      ++counters_.num_tier_loaded_blocks;
+    }
+    seq->block_table.push_back(b);
+  }
+  seq->block_table.insert(seq->block_table.end(), blocks->begin() + static_cast<ptrdiff_t>(next),
+                          blocks->end());
   seq->num_computed_tokens = begin;
-  seq->num_registered_blocks = num_matched;
+  // Blocks past the device match (cached or loaded) are registered at Commit (CacheFullBlock of
+  // a block cached under its hash is a no-op): a load is in place only once its step has run.
+  seq->num_registered_blocks = static_cast<int32_t>(match.blocks.size());
+  seq->slot_init =
+      hit.checkpoint >= 0 ? engine::SlotInit::kFromCheckpoint : engine::SlotInit::kZero;
+  seq->source_checkpoint = hit.checkpoint;
   if (config_.has_kda_layers) {
     std::optional<kvcache::SlotId> slot = slot_pool_.Allocate();
     CHECK(slot.has_value());
     seq->slot = *slot;
+    if (from_tiers && hit.checkpoint < 0) {
+      const kvcache::OffloadKey key{seq->block_hashes[static_cast<size_t>(hit.num_blocks - 1)],
+                                    kvcache::OffloadKind::kKdaCheckpoint};
+      LoadFromTier(seq, key, engine::CacheUnit::kSlot, seq->slot);
+      ++counters_.num_tier_loaded_checkpoints;
+      seq->slot_init = engine::SlotInit::kCarry;  // the load is the slot's state at `begin`
+    }
   }
-  seq->slot_init =
-      match.checkpoint >= 0 ? engine::SlotInit::kFromCheckpoint : engine::SlotInit::kZero;
-  seq->source_checkpoint = match.checkpoint;
+  seq->skip_tiers = false;  // a failed read spoils this admission only
+  if (from_tiers) {
+    ForgetTierReads(seq);
+    ++counters_.num_tier_hits;
+    counters_.num_tier_hit_tokens += begin;
+  }
 
   if (lookup) {
     ++counters_.num_prefix_queries;
     counters_.num_prefix_query_tokens += num_query_blocks * config_.block_size;
-    if (num_matched > 0) {
+    if (hit.num_blocks > 0) {
       ++counters_.num_prefix_hits;
       counters_.num_prefix_hit_tokens += begin;
     }
@@ -482,6 +549,8 @@ void Scheduler::BuildPlan() {
     (entry.decode ? counters_.num_decode_tokens : counters_.num_prefill_tokens) +=
         entry.num_new_tokens + entry.num_drafts;
   }
+  // Evicted units a tier keeps: copied out before anything in this step writes the cache.
+  PlanSpills();
   counters_.num_scheduled_seqs = static_cast<int32_t>(entries_.size());
   counters_.num_prefill_tokens_total += counters_.num_prefill_tokens;
   counters_.num_decode_tokens_total += counters_.num_decode_tokens;

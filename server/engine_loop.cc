@@ -156,6 +156,10 @@ void EngineLoop::Start() {
   if (started_ || stopping_) return;
   started_ = true;
   for (auto& r : ranks_) {
+    // What the tiers found at start (a restart's entries) shows before the first step.
+    if (const kvcache::OffloadTiers* tiers = r->parts.scheduler->offload_tiers()) {
+      r->stats.offload = tiers->Stats();
+    }
     Rank* rank = r.get();
     r->thread = std::thread([this, rank] {
       if (rank->parts.gate) {
@@ -447,27 +451,31 @@ void EngineLoop::UpdateStats(Rank& r, const engine::StepResult& result, double s
     s.expert_tokens_total[e] += result.expert_tokens[e];
   }
   s.scheduler = r.parts.scheduler->stats();
+  if (const kvcache::OffloadTiers* tiers = r.parts.scheduler->offload_tiers()) {
+    s.offload = tiers->Stats();
+  }
 }
 
 // One step. Without work (lockstep: other ranks work) the plan is empty but still executed:
 // the executor's forward takes part in every MoE exchange.
 void EngineLoop::RunStep(Rank& r, bool has_work) {
   const auto start = Clock::now();
-  engine::StepPlan plan;
-  if (has_work) {
-    plan = r.parts.scheduler->Schedule();
-    NoteFirstScheduled(r, plan);
-  }
+  static const engine::StepPlan kEmptyPlan;
+  // The scheduler's plan stays valid until its next Schedule(): no copy (its loads carry bytes).
+  const engine::StepPlan& plan = has_work ? r.parts.scheduler->Schedule() : kEmptyPlan;
+  if (has_work) NoteFirstScheduled(r, plan);
   engine::StepResult& result = r.result;  // reused: the executor keeps its vectors' capacity
-  if (!plan.sequences.empty() || r.parts.gate) {
+  const bool copies = !plan.cache_saves.empty() || !plan.cache_loads.empty();
+  if (!plan.sequences.empty() || copies || r.parts.gate) {
     r.parts.executor->ExecuteInto(plan, &result);
   } else {
     result.sampled.clear();
+    result.saved.clear();
     result.expert_tokens.clear();
   }
   if (has_work) {
     result.step_id = plan.step_id;
-    std::vector<scheduler::SequenceEvent> events = r.parts.scheduler->Commit(result);
+    std::vector<scheduler::SequenceEvent> events = r.parts.scheduler->Commit(&result);
     ReportPrefillProgress(r, plan);
     Dispatch(r, std::move(events));
   }
@@ -479,6 +487,31 @@ void EngineLoop::RunStep(Rank& r, bool has_work) {
     const scheduler::SchedulerStats& step = r.stats.scheduler;  // this thread writes it
     r.pacer->Observe(step.num_prefill_tokens, step.num_decode_tokens, step_ms);
     r.parts.scheduler->SetPrefillTokensWithDecodes(r.pacer->tokens());
+  }
+  if (has_work && plan.sequences.empty() && !copies && !r.parts.gate) {
+    // Work but nothing runnable (a request waiting for its prefix to be read from disk): wait
+    // a little for the read or a new event instead of spinning.
+    std::unique_lock<std::mutex> lock(mu_);
+    r.cv.wait_for(lock, std::chrono::milliseconds(1), [&] {
+      return stopping_ || !r.pending.empty() || !r.cancels.empty() || !r.controls.empty();
+    });
+  }
+}
+
+void EngineLoop::WriteDownCaches(Rank& r) {
+  if (r.parts.gate != nullptr || r.parts.scheduler->offload_tiers() == nullptr) return;
+  constexpr int64_t kBatchBytes = int64_t{256} << 20;  // host memory a batch holds at once
+  int64_t units = 0;
+  const auto start = Clock::now();
+  while (const engine::StepPlan* plan = r.parts.scheduler->PlanWriteDown(kBatchBytes)) {
+    r.parts.executor->ExecuteInto(*plan, &r.result);
+    r.result.step_id = plan->step_id;
+    r.parts.scheduler->Commit(&r.result);
+    units += static_cast<int64_t>(plan->cache_saves.size());
+  }
+  if (units > 0) {
+    LOG_INFO("kvoffload", "shutdown: {} cached blocks and checkpoints written down in {:.0f} ms",
+             units, MillisecondsSince(start, Clock::now()));
   }
 }
 
@@ -497,6 +530,7 @@ void EngineLoop::Run(Rank& r) {
     if (!r.parts.scheduler->HasWork()) continue;
     RunStep(r, /*has_work=*/true);
   }
+  WriteDownCaches(r);
   LOG_INFO("engine", "engine loop stopped");
 }
 

@@ -52,6 +52,9 @@ struct EngineStats {
   // parallelism: the tokens this rank's experts ran).
   std::vector<int64_t> expert_tokens_total;
   double all_to_all_seconds_total = 0.0;  // MoE exchange time since start (expert parallelism)
+  // The offload tiers under the rank's scheduler, if any (docs/kv-offload.md), after its last
+  // step.
+  std::optional<kvcache::OffloadTiersStats> offload;
 };
 
 struct EngineLoopOptions {
@@ -139,6 +142,10 @@ class EngineLoop {
   void AdmitPending(Rank& r);
   void Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events);
   void NoteFirstScheduled(Rank& r, const engine::StepPlan& plan);
+  // At the loop's end, with offload tiers (and no lockstep group): the device cache's blocks and
+  // checkpoints the tiers lack go down to them (Scheduler::PlanWriteDown), so a restart finds
+  // them.
+  void WriteDownCaches(Rank& r);
   void ReportPrefillProgress(Rank& r, const engine::StepPlan& plan);
   void RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty);
   void UpdateStats(Rank& r, const engine::StepResult& result, double step_ms, bool empty,

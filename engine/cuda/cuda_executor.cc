@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "engine/cache_copy.h"
 #include "engine/cuda/expert_exchange.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/cuda_status.h"
@@ -583,9 +584,37 @@ absl::Status CudaExecutor::ReplayKdaDrafts(const StepPlan& plan, const DeviceSte
   return absl::OkStatus();
 }
 
+// Copies on the step's stream, ordered before its kernels (InitSlots, the forward): a copy to
+// pageable host memory returns when done, and one from it once the bytes are staged. Pinned staging
+// and copies overlapped with the forward are not done yet (docs/kv-offload.md).
+absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* result) {
+  if (plan.cache_saves.empty() && plan.cache_loads.empty()) {
+    result->saved.clear();
+    return absl::OkStatus();
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  return engine::CopyCacheUnits(
+      plan, layout_, result, &spans_,
+      [&](int64_t offset, int64_t bytes, char* to) -> absl::Status {
+        STRATA_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(to, arena() + offset, static_cast<size_t>(bytes),
+                            cudaMemcpyDeviceToHost, stream_),
+            "cache save cudaMemcpy");
+        return absl::OkStatus();
+      },
+      [&](const char* from, int64_t offset, int64_t bytes) -> absl::Status {
+        STRATA_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(arena() + offset, from, static_cast<size_t>(bytes),
+                            cudaMemcpyHostToDevice, stream_),
+            "cache load cudaMemcpy");
+        return absl::OkStatus();
+      });
+}
+
 absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
   BuildStepLayout(plan, layout_, &step_);
+  RETURN_IF_ERROR(CopyCacheUnits(plan, result));
   RETURN_IF_ERROR(InitSlots(plan));
 
   // The forward: a graph replay (decode buckets) or eager launches.

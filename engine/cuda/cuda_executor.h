@@ -141,6 +141,8 @@ class CudaExecutor : public StepExecutor {
   absl::StatusOr<std::unique_ptr<DecodeGraph>> Capture();
   absl::Status Upload(kernels::cuda::DeviceBuffer* ints);
   absl::Status InitSlots(const StepPlan& plan);
+  // Before InitSlots: the plan's cache saves into result->saved, then its loads (step.h).
+  absl::Status CopyCacheUnits(const StepPlan& plan, StepResult* result);
   absl::Status CopyStateRow(int32_t from_row, int32_t to_row);
   bool PlanDeviceSampling(const StepPlan& plan);
   absl::Status SampleOnDevice(const StepPlan& plan, float* logits, const char** outputs,
@@ -164,6 +166,7 @@ class CudaExecutor : public StepExecutor {
   cudaStream_t stream_ = nullptr;
   kvcache::CacheLayout layout_;
   kernels::cuda::DeviceBuffer caches_arena_;
+  std::vector<kvcache::CacheSpan> spans_;  // CopyCacheUnits scratch
   DeviceCaches caches_;
   DeviceArena scratch_;
   StepLayout step_;

@@ -618,6 +618,138 @@ TEST(CudaExecutorSamplingTest, DeviceSamplingPicksTheHostSamplersTokens) {
   std::filesystem::remove_all(dir);
 }
 
+// Offload copies (StepPlan::cache_saves / cache_loads) on the CUDA executor: a save returns the
+// unit's bytes (block_bytes(), state_bytes_per_sequence()), a load then a save of another unit
+// gives them back, and a fresh executor that loads a prompt's two full pages (into other block
+// ids) and its KDA checkpoint (into another live slot) computes the rest of the prompt exactly
+// as the executor that computed it all: the same scores and distribution, bit for bit.
+TEST(CudaExecutorCacheCopyTest, LoadedPagesAndStateGiveTheComputedPrefixsResults) {
+  if (!kernels::cuda::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = testing::TempDir() + "/cuda_exec_copy_" + std::to_string(getpid());
+  engine::demo::GeneratorOptions options;
+  options.family = "k3";
+  options.preset = "tiny";
+  options.seed = 13;
+  options.overrides = engine::demo::CudaShapeOverrides();
+  options.overrides.insert({{"layers", "4"}, {"vocab", "1000"}});
+  ASSERT_TRUE(engine::demo::GenerateCheckpoint(options, dir).ok());
+  auto model = Model::Load(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const kvcache::CacheLayout layout = LayoutFor(CudaCacheSpecFor((*model)->config()));
+  ASSERT_GT(layout.num_mla_layers, 0);
+  ASSERT_GT(layout.num_kda_layers, 0);
+  std::unique_ptr<CudaExecutor> executors[2];
+  for (auto& e : executors) {
+    auto created = CudaExecutor::Create(**model, CudaExecutorOptions{});
+    ASSERT_TRUE(created.ok()) << created.status();
+    e = std::move(*created);
+    ASSERT_TRUE(e->AllocateCaches(layout).ok());
+  }
+  const int64_t vocab = (*model)->config().vocab_size;
+  constexpr int64_t kPrefix = 2 * kBlockSize, kLength = kPrefix + 10;
+  std::vector<int32_t> prompt;
+  for (int64_t i = 0; i < kLength; ++i)
+    prompt.push_back(static_cast<int32_t>((i * 37 + 5) % vocab));
+  auto chunk = [&](int64_t begin, int64_t end, std::vector<int32_t> blocks, int32_t slot,
+                   SlotInit init) {
+    ScheduledSequence s;
+    s.seq_id = 1;
+    s.token_ids.assign(prompt.begin() + begin, prompt.begin() + end);
+    s.num_computed_tokens = begin;
+    s.block_table = std::move(blocks);
+    s.slot = slot;
+    s.slot_init = init;
+    if (end == kLength) {  // the tail: every next prompt token scored, the last row sampled
+      s.score_targets.assign(prompt.begin() + begin + 1, prompt.end());
+      s.num_score_logprobs = 5;
+      s.sample = true;
+      SamplingParams greedy;
+      greedy.temperature = 0.0f;
+      s.sampler = std::make_shared<Sampler>(greedy, 1, prompt);
+      s.num_logprobs = static_cast<int>(vocab);
+    }
+    return s;
+  };
+  auto saves = [](std::vector<CacheSave> units) {
+    StepPlan plan;
+    plan.cache_saves = std::move(units);
+    return plan;
+  };
+
+  // E1: the two full pages with a checkpoint at their end, then the tail.
+  StepPlan head;
+  head.sequences.push_back(chunk(0, kPrefix, {3, 9}, 2, SlotInit::kZero));
+  head.sequences[0].save_checkpoints = {{0, kPrefix}};
+  executors[0]->Execute(head);
+  const StepResult saved = executors[0]->Execute(saves({{CacheUnit::kBlock, 3},
+                                                        {CacheUnit::kBlock, 9},
+                                                        {CacheUnit::kCheckpoint, 0},
+                                                        {CacheUnit::kSlot, 2}}));
+  ASSERT_EQ(saved.saved.size(), 4u);
+  EXPECT_EQ(std::ssize(saved.saved[0]), layout.block_bytes());
+  EXPECT_EQ(std::ssize(saved.saved[1]), layout.block_bytes());
+  EXPECT_TRUE(saved.saved[0] != saved.saved[1]);
+  EXPECT_TRUE(saved.saved[0] != std::string(saved.saved[0].size(), '\0')) << "page never written";
+  EXPECT_EQ(std::ssize(saved.saved[2]), layout.state_bytes_per_sequence());
+  EXPECT_TRUE(saved.saved[2] != std::string(saved.saved[2].size(), '\0')) << "state never written";
+  EXPECT_TRUE(saved.saved[2] == saved.saved[3]) << "the checkpoint at the chunk's end is its state";
+  StepPlan tail;
+  tail.step_id = 2;
+  tail.sequences.push_back(chunk(kPrefix, kLength, {3, 9, 14}, 2, SlotInit::kCarry));
+  const StepResult want = executors[0]->Execute(tail);
+
+  // E2: the units loaded into other pages and another slot; their bytes read back; the tail.
+  StepPlan load;
+  load.cache_loads = {{CacheUnit::kBlock, 21, saved.saved[0]},
+                      {CacheUnit::kBlock, 6, saved.saved[1]},
+                      {CacheUnit::kSlot, 4, saved.saved[2]}};
+  const StepResult before = executors[1]->Execute(load);
+  EXPECT_TRUE(before.saved.empty());
+  const StepResult back = executors[1]->Execute(
+      saves({{CacheUnit::kBlock, 21}, {CacheUnit::kBlock, 6}, {CacheUnit::kSlot, 4}}));
+  ASSERT_EQ(back.saved.size(), 3u);
+  EXPECT_TRUE(back.saved[0] == saved.saved[0]);
+  EXPECT_TRUE(back.saved[1] == saved.saved[1]);
+  EXPECT_TRUE(back.saved[2] == saved.saved[2]);
+  tail.sequences = {chunk(kPrefix, kLength, {21, 6, 11}, 4, SlotInit::kCarry)};
+  const StepResult got = executors[1]->Execute(tail);
+
+  ASSERT_EQ(want.sampled.size(), 1u);
+  ASSERT_EQ(got.sampled.size(), 1u);
+  EXPECT_EQ(got.sampled[0].token_id, want.sampled[0].token_id);
+  ASSERT_EQ(got.sampled[0].top_logprobs.size(), want.sampled[0].top_logprobs.size());
+  ASSERT_FALSE(want.sampled[0].top_logprobs.empty());
+  int differing = 0;
+  for (size_t k = 0; k < want.sampled[0].top_logprobs.size(); ++k) {
+    const TokenLogprob& g = got.sampled[0].top_logprobs[k];
+    const TokenLogprob& w = want.sampled[0].top_logprobs[k];
+    differing += g.token_id != w.token_id || g.logprob != w.logprob;
+  }
+  EXPECT_EQ(differing, 0) << "of " << want.sampled[0].top_logprobs.size() << " log-probabilities";
+  ASSERT_EQ(want.scored.size(), 1u);
+  ASSERT_EQ(got.scored.size(), 1u);
+  ASSERT_EQ(std::ssize(want.scored[0].scores), kLength - kPrefix - 1);
+  ASSERT_EQ(got.scored[0].scores.size(), want.scored[0].scores.size());
+  for (size_t i = 0; i < want.scored[0].scores.size(); ++i) {
+    EXPECT_EQ(got.scored[0].scores[i].logprob, want.scored[0].scores[i].logprob) << "target " << i;
+    EXPECT_EQ(got.scored[0].scores[i].rank, want.scored[0].scores[i].rank) << "target " << i;
+  }
+
+  // Control: without the state the tail's scores differ (the comparison above can fail).
+  StepPlan zero_state = tail;
+  zero_state.sequences[0].slot_init = SlotInit::kZero;
+  zero_state.sequences[0].sampler = nullptr;
+  zero_state.sequences[0].sample = false;
+  const StepResult control = executors[1]->Execute(zero_state);
+  ASSERT_EQ(control.scored.size(), 1u);
+  int moved = 0;
+  for (size_t i = 0; i < want.scored[0].scores.size(); ++i) {
+    moved += control.scored[0].scores[i].logprob != want.scored[0].scores[i].logprob;
+  }
+  EXPECT_GT(moved, 0) << "the loaded KDA state does not matter";
+  std::filesystem::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Families, CudaExecutorTest,
     testing::Values(

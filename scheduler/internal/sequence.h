@@ -13,11 +13,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "engine/sampling.h"
 #include "engine/step.h"
 #include "kvcache/ids.h"
+#include "kvcache/offload/offload_key.h"
 #include "scheduler/ngram_proposer.h"
 #include "scheduler/request.h"
 
@@ -73,6 +76,11 @@ struct Sequence {
   // the cold end of the LRU while the sequence runs, is dropped when a later one supersedes
   // it, and goes to the hot end when the sequence finishes (its conversation may go on).
   std::optional<kvcache::BlockHash> generation_checkpoint;
+  // A prefix hit that goes on in the offload tiers (scheduler_offload.cc), while the sequence
+  // waits: the disk reads asked for and not taken yet, and the bytes read so far.
+  std::vector<kvcache::OffloadKey> tier_reads;
+  absl::flat_hash_map<kvcache::OffloadKey, std::string> tier_bytes;
+  bool skip_tiers = false;     // a read failed: this admission computes past the device hit
   std::vector<int32_t> draft;  // speculative tokens of the step in flight (capacity reused)
   std::unique_ptr<NgramIndex> ngram_index;  // built at the first draft, then kept up to date
   // Adaptive drafting: a draft is at most one token longer than the last one's accepted run

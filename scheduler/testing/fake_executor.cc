@@ -1,6 +1,7 @@
 #include "scheduler/testing/fake_executor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -70,6 +71,60 @@ bool FakeExecutor::ContextHash(const std::vector<int32_t>& block_table, int64_t 
   }
   *hash = h;
   return true;
+}
+
+void FakeExecutor::CopyCacheUnits(const engine::StepPlan& plan, engine::StepResult* result) {
+  static_assert(sizeof(State) == kStateBytes);
+  const auto num_slots = static_cast<int32_t>(slots_.size());
+  // The unit's state, or null (an error) when it names none.
+  const auto state_of = [&](engine::CacheUnit unit, int32_t index) -> State* {
+    if (unit == engine::CacheUnit::kSlot) {
+      return index >= 0 && index < num_slots ? &slots_[static_cast<size_t>(index)] : nullptr;
+    }
+    return IsCheckpointId(index) ? &Checkpoint(index) : nullptr;
+  };
+  const auto page_of = [&](int32_t index) -> std::vector<int32_t>* {
+    return index >= 0 && index < static_cast<int32_t>(pages_.size())
+               ? &pages_[static_cast<size_t>(index)]
+               : nullptr;
+  };
+  result->saved.clear();
+  for (const engine::CacheSave& save : plan.cache_saves) {
+    std::string bytes;
+    if (save.unit == engine::CacheUnit::kBlock) {
+      const std::vector<int32_t>* page = page_of(save.index);
+      if (page == nullptr) {
+        Error(absl::StrCat("cache save of block ", save.index, " out of range"));
+        page = &pages_[0];
+      }
+      bytes.assign(reinterpret_cast<const char*>(page->data()), page->size() * sizeof(int32_t));
+    } else {
+      State* state = state_of(save.unit, save.index);
+      if (state == nullptr) {
+        Error(absl::StrCat("cache save of state ", save.index, " out of range"));
+        state = &slots_[0];
+      }
+      bytes.assign(reinterpret_cast<const char*>(state), sizeof(State));
+    }
+    result->saved.push_back(std::move(bytes));
+  }
+  for (const engine::CacheLoad& load : plan.cache_loads) {
+    if (load.unit == engine::CacheUnit::kBlock) {
+      std::vector<int32_t>* page = page_of(load.index);
+      if (page == nullptr || load.bytes.size() != page->size() * sizeof(int32_t)) {
+        Error(absl::StrCat("cache load of block ", load.index, ": bad index or size"));
+        continue;
+      }
+      std::memcpy(page->data(), load.bytes.data(), load.bytes.size());
+    } else {
+      State* state = state_of(load.unit, load.index);
+      if (state == nullptr || load.bytes.size() != sizeof(State)) {
+        Error(absl::StrCat("cache load of state ", load.index, ": bad index or size"));
+        continue;
+      }
+      std::memcpy(state, load.bytes.data(), sizeof(State));
+    }
+  }
 }
 
 void FakeExecutor::InitSlots(const engine::StepPlan& plan) {
@@ -219,6 +274,7 @@ engine::StepResult FakeExecutor::Execute(const engine::StepPlan& plan) {
   ++num_steps_;
   engine::StepResult result;
   result.step_id = plan.step_id;
+  CopyCacheUnits(plan, &result);
   InitSlots(plan);
   std::set<int32_t> written;  // blocks written this step: no two sequences may share one
   for (const engine::ScheduledSequence& seq : plan.sequences) {

@@ -8,6 +8,8 @@
 //                                      checkpoint ids n + s are slot s (a live slot lent to the
 //                                      prefix cache, as CacheLayout::CheckpointRow maps them)
 // Execute(plan), in the order the real executor must follow:
+//   0. the offload copies: every cache save (a block's token ids, a checkpoint's state, as
+//      bytes: BlockBytes, kStateBytes), then every load (bytes of the wrong size are an error);
 //   1. every slot_init, in plan order: kZero resets the slot, kFromCheckpoint copies the
 //      checkpoint in (so a lent slot zeroed before its checkpoint is copied is caught);
 //   2. per sequence: the block table must cover exactly [0, num_computed + new); the slot
@@ -42,6 +44,10 @@ class FakeExecutor {
 
   engine::StepResult Execute(const engine::StepPlan& plan);
 
+  // The unit sizes of the offload copies (Scheduler::SetOffloadTiers).
+  static int64_t BlockBytes(int block_size) { return int64_t{4} * block_size; }
+  static constexpr int64_t kStateBytes = 16;  // num_tokens, hash
+
   // Hash of an empty context, and of a context extended by one token.
   static constexpr uint64_t kEmptyHash = 0x2545f4914f6cdd1dull;
   static uint64_t Absorb(uint64_t hash, int32_t token);
@@ -67,6 +73,7 @@ class FakeExecutor {
 
   bool IsCheckpointId(int32_t id) const;
   State& Checkpoint(int32_t id);  // checkpoints_[id], or the lent slot id − n
+  void CopyCacheUnits(const engine::StepPlan& plan, engine::StepResult* result);
   void InitSlots(const engine::StepPlan& plan);
   void RunSequence(const engine::ScheduledSequence& seq, engine::StepResult* result);
   // Scores seq.score_targets; `context` hashes the tokens before the step's first.

@@ -23,6 +23,7 @@
 #include "server/http/http_server.h"
 #include "server/http_metrics.h"
 #include "server/metrics.h"
+#include "server/offload_metrics.h"
 #include "server/request_timing_recorder.h"
 #include "server/scheduler_step_stats.h"
 #include "server/store_metrics.h"
@@ -282,7 +283,17 @@ absl::Status RunServe(const Flags& flags) {
   // What the server keeps beyond a request (batches, stored responses), counted at each scrape.
   server::StoreMetrics store_metrics(*http_metrics.registry(), batch_api != nullptr,
                                      response_store != nullptr);
+  // The offload tiers (--kv-offload-*), from the engine's last snapshot.
+  server::OffloadMetrics offload_metrics(*http_metrics.registry(),
+                                         options.kv_offload_memory_bytes > 0,
+                                         !options.kv_offload_dir.empty());
   service.SetMetricsProvider([&] {
+    if (options.kv_offload()) {
+      const server::EngineStats engine_stats = runtime->engine().stats();
+      if (engine_stats.offload.has_value()) {
+        offload_metrics.Set(*engine_stats.offload, engine_stats.scheduler);
+      }
+    }
     server::ResponseCounts responses;
     if (response_store != nullptr) {
       responses = {.stored = response_store->num_responses(),

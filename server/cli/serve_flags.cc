@@ -34,6 +34,18 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"cpu-matmul-precision", true, kCpuMatmulPrecisionHelp},
     {"quantization", true, kQuantizationHelp},
     {"block-size", true, "tokens per latent cache page (default 64)"},
+    {"kv-offload-memory", true,
+     "bytes of host memory below the cache for the full latent blocks and KDA checkpoints the "
+     "prefix cache evicts, so a later prefix hit loads them back instead of computing them, "
+     "e.g. 8GiB (default 0: off)"},
+    {"kv-offload-dir", true,
+     "a directory on local disk below the cache (and below --kv-offload-memory) for what it "
+     "evicts, kept across restarts: a restarted server finds the prefixes it had (created if "
+     "missing; one server per directory; files of another checkpoint, cache dtype or layout are "
+     "left alone and never read)"},
+    {"kv-offload-disk", true,
+     "bytes of --kv-offload-dir the tier may fill, least recently used out (default: 64GiB or "
+     "half the free space there, the smaller)"},
     {"no-prefix-caching", false, "disable prefix caching"},
     {"scheduling-policy", true, "fcfs | priority (default fcfs)"},
     {"max-queued-requests", true, "requests in flight before 429 (default 1024)"},
@@ -141,6 +153,8 @@ const std::vector<FlagSpec> kVllmServeFlags = {
      "answer 400"},
 };
 
+absl::Status ReadOffloadFlags(const Flags& flags, ServeOptions* o);
+
 absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
   scheduler::SchedulerConfig& s = o->scheduler;
   ASSIGN_OR_RETURN(int64_t seqs, flags.GetInt("max-num-seqs", 64, 1, 1 << 16));
@@ -172,6 +186,31 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
   }
   ASSIGN_OR_RETURN(o->latent_dtype,
                    ParseKvCacheDType(flags.GetOr("kv-cache-dtype", "auto"), o->device));
+  return ReadOffloadFlags(flags, o);
+}
+
+// --kv-offload-memory / --kv-offload-dir / --kv-offload-disk (docs/kv-offload.md).
+absl::Status ReadOffloadFlags(const Flags& flags, ServeOptions* o) {
+  if (auto text = flags.Get("kv-offload-memory")) {
+    ASSIGN_OR_RETURN(o->kv_offload_memory_bytes,
+                     ParseBytes(*text, "kv-offload-memory", /*allow_zero=*/true));
+  }
+  if (auto dir = flags.Get("kv-offload-dir")) {
+    if (dir->empty()) return absl::InvalidArgumentError("--kv-offload-dir: empty path");
+    o->kv_offload_dir = *dir;
+  }
+  if (auto text = flags.Get("kv-offload-disk")) {
+    if (o->kv_offload_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "--kv-offload-disk sizes the disk tier, which needs --kv-offload-dir DIR");
+    }
+    ASSIGN_OR_RETURN(o->kv_offload_disk_bytes, ParseBytes(*text, "kv-offload-disk"));
+  }
+  if (o->kv_offload() && !o->scheduler.enable_prefix_caching) {
+    return absl::InvalidArgumentError(
+        "--kv-offload-memory / --kv-offload-dir keep what the prefix cache evicts: they need "
+        "prefix caching (drop --no-prefix-caching)");
+  }
   return absl::OkStatus();
 }
 

@@ -1,5 +1,11 @@
-// The parser flags of `strata serve` (vLLM's --tool-call-parser / --reasoning-parser).
+// The flags of `strata serve`: the parsers (vLLM's --tool-call-parser / --reasoning-parser) and
+// the KV offload tiers (--kv-offload-memory / --kv-offload-dir / --kv-offload-disk).
 #include "server/cli/serve_flags.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -25,6 +31,76 @@ TEST(ServeFlagsTest, ParserFlagsTakeKimiK2AndKimiK3) {
     EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("kimi_k2 or kimi_k3"));
     EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("got 'hermes'"));
   }
+}
+
+// The offload tiers' flags (docs/kv-offload.md): sizes and a directory read into ServeOptions;
+// a disk size without a directory, an empty directory, a bad size and offload without prefix
+// caching are refused naming what was wrong.
+TEST(ServeFlagsTest, KvOffloadFlagsParseIntoServeOptions) {
+  absl::StatusOr<ServeOptions> both = Options({"--kv-offload-memory", "8GiB", "--kv-offload-dir",
+                                               "/tmp/kv", "--kv-offload-disk", "512MiB"});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->kv_offload_memory_bytes, int64_t{8} << 30);
+  EXPECT_EQ(both->kv_offload_dir, "/tmp/kv");
+  EXPECT_EQ(both->kv_offload_disk_bytes, std::optional<int64_t>(int64_t{512} << 20));
+  EXPECT_TRUE(both->kv_offload());
+
+  absl::StatusOr<ServeOptions> memory_only = Options({"--kv-offload-memory=1048576"});
+  ASSERT_TRUE(memory_only.ok()) << memory_only.status();
+  EXPECT_EQ(memory_only->kv_offload_memory_bytes, 1048576);
+  EXPECT_TRUE(memory_only->kv_offload_dir.empty());
+  EXPECT_FALSE(memory_only->kv_offload_disk_bytes.has_value());
+  EXPECT_TRUE(memory_only->kv_offload());
+
+  absl::StatusOr<ServeOptions> dir_only = Options({"--kv-offload-dir", "/var/cache/strata"});
+  ASSERT_TRUE(dir_only.ok()) << dir_only.status();
+  EXPECT_EQ(dir_only->kv_offload_memory_bytes, 0);
+  EXPECT_EQ(dir_only->kv_offload_dir, "/var/cache/strata");
+  EXPECT_FALSE(dir_only->kv_offload_disk_bytes.has_value());  // the default size
+  EXPECT_TRUE(dir_only->kv_offload());
+
+  absl::StatusOr<ServeOptions> none = Options({});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->kv_offload());
+}
+
+TEST(ServeFlagsTest, KvOffloadMemoryZeroMeansOff) {
+  absl::StatusOr<ServeOptions> off = Options({"--kv-offload-memory", "0"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->kv_offload_memory_bytes, 0);
+  EXPECT_FALSE(off->kv_offload());
+  // Off, it needs no prefix caching.
+  EXPECT_TRUE(Options({"--kv-offload-memory", "0", "--no-prefix-caching"}).ok());
+}
+
+TEST(ServeFlagsTest, KvOffloadFlagsRefuseBadValues) {
+  auto refused = [](const std::vector<std::string>& args) {
+    absl::StatusOr<ServeOptions> o = Options(args);
+    EXPECT_FALSE(o.ok()) << testing::PrintToString(args);
+    if (o.ok()) return std::string();
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(o.status().message());
+  };
+  using ::testing::HasSubstr;
+  const std::string disk_without_dir = refused({"--kv-offload-disk", "1GiB"});
+  EXPECT_THAT(disk_without_dir, HasSubstr("--kv-offload-disk"));
+  EXPECT_THAT(disk_without_dir, HasSubstr("--kv-offload-dir"));
+
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--kv-offload-dir", "/tmp/kv", "--no-prefix-caching"},
+        std::vector<std::string>{"--kv-offload-memory", "1GiB", "--no-enable-prefix-caching"}}) {
+    const std::string no_prefix = refused(args);
+    EXPECT_THAT(no_prefix, HasSubstr("prefix caching")) << testing::PrintToString(args);
+  }
+
+  const std::string bad_size = refused({"--kv-offload-memory", "12XB"});
+  EXPECT_THAT(bad_size, HasSubstr("--kv-offload-memory"));
+  EXPECT_THAT(bad_size, HasSubstr("12XB"));
+  EXPECT_THAT(refused({"--kv-offload-memory", "-1GiB"}), HasSubstr("--kv-offload-memory"));
+  EXPECT_THAT(refused({"--kv-offload-dir", "/tmp/kv", "--kv-offload-disk", "0"}),
+              HasSubstr("--kv-offload-disk"));
+
+  EXPECT_THAT(refused({"--kv-offload-dir", ""}), HasSubstr("--kv-offload-dir: empty path"));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <functional>
 #include <thread>
 
+#include <sys/statvfs.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,8 @@
 #include "engine/tokenizer/xtml_output_parser.h"
 #include "kernels/cpu/matmul.h"
 #include "kvcache/memory_planner.h"
+#include "kvcache/offload/disk_tier.h"
+#include "kvcache/offload/host_tier.h"
 #include "scheduler/scheduler.h"
 #include "server/cli/default_model.h"
 #include "server/tensor_parallel_follower.h"
@@ -174,6 +178,62 @@ struct TensorParallelRanks {
 
 ModelRuntime::~ModelRuntime() {
   if (engine_) engine_->Stop();
+  if (offload_ != nullptr && offload_->host() != nullptr && offload_->disk() != nullptr) {
+    // A restart finds on disk what the host tier held.
+    const int64_t moved = offload_->SpillHostToDisk();
+    LOG_INFO("kvoffload", "shutdown: {} host tier entries written to {}", moved,
+             offload_->disk()->dir());
+  }
+}
+
+namespace {
+
+// --kv-offload-disk's default: 64 GiB or half the free space of `dir`, the smaller.
+int64_t DefaultOffloadDiskBytes(const std::string& dir) {
+  constexpr int64_t kMax = int64_t{64} << 30;
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) != 0) return kMax;
+  const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+  return std::min(kMax, free_bytes / 2);
+}
+
+}  // namespace
+
+absl::Status ModelRuntime::OpenOffloadTiers(const ServeOptions& options) {
+  if (!options.kv_offload()) return absl::OkStatus();
+  const ParallelOptions& p = options.parallel;
+  if (p.tensor_parallel() || p.decode_context_parallel_size > 1 || p.num_engine_ranks() > 1 ||
+      p.multi_rank()) {
+    return absl::UnimplementedError(
+        "--kv-offload-memory / --kv-offload-dir serve one engine rank for now: not with "
+        "--tensor-parallel-size, --decode-context-parallel-size, --world-size > 1 or several "
+        "local ranks (each rank would keep its own share of a block; docs/kv-offload.md)");
+  }
+  std::unique_ptr<kvcache::HostTier> host;
+  if (options.kv_offload_memory_bytes > 0) {
+    host = std::make_unique<kvcache::HostTier>(options.kv_offload_memory_bytes);
+  }
+  std::unique_ptr<kvcache::DiskTier> disk;
+  if (!options.kv_offload_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.kv_offload_dir, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat("--kv-offload-dir ", options.kv_offload_dir,
+                                                     ": cannot create it: ", ec.message()));
+    }
+    kvcache::OffloadIdentity identity;
+    ASSIGN_OR_RETURN(identity.checkpoint_fingerprint, kvcache::CheckpointFingerprint(dir_));
+    // The bytes' layout: dtype, backend and unit sizes (another layout is another identity).
+    identity.cache_dtype = absl::StrCat(std::string(LatentDTypeName(layout_.latent_dtype)), ";",
+                                        options.device, ";block=", layout_.block_bytes(),
+                                        ";state=", layout_.state_bytes_per_sequence());
+    identity.block_size = scheduler_config_.block_size;
+    const int64_t capacity =
+        options.kv_offload_disk_bytes.value_or(DefaultOffloadDiskBytes(options.kv_offload_dir));
+    ASSIGN_OR_RETURN(disk, kvcache::DiskTier::Open(options.kv_offload_dir, capacity, identity));
+  }
+  offload_ = std::make_unique<kvcache::OffloadTiers>(std::move(host), std::move(disk));
+  return absl::OkStatus();
 }
 
 namespace {
@@ -364,6 +424,7 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   scheduler_config_.has_kda_layers = layout_.num_kda_layers > 0;
   scheduler_config_.prefill_chunk_alignment = prefill_chunk_alignment_;
   RETURN_IF_ERROR(scheduler::Scheduler::Create(scheduler_config_).status());
+  RETURN_IF_ERROR(OpenOffloadTiers(options));
   first_rank_ = options.parallel.first_rank;
   std::vector<server::EngineRank> ranks;
   if (options.parallel.tensor_parallel()) {
@@ -375,6 +436,10 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
       ASSIGN_OR_RETURN(local_ranks_, ConnectLocalRanks(options.parallel, cfg));
     }
     ranks = MakeLocalRanks(options);
+  }
+  if (offload_ != nullptr) {  // one rank (OpenOffloadTiers)
+    ranks[0].scheduler->SetOffloadTiers(offload_.get(), layout_.block_bytes(),
+                                        layout_.state_bytes_per_sequence());
   }
   server::EngineLoopOptions engine_options = options.engine;
   engine_options.stop_grace = options.parallel.collective_timeout;
@@ -665,6 +730,64 @@ std::vector<std::pair<std::string, std::string>> ModelRuntime::CacheConfigLabels
 
 std::string ModelRuntime::DescribeMemory() const { return kvcache::DescribePlan(layout_); }
 
+namespace {
+
+// /server_info's "kv_offload": null without tiers, else each tier's place, use and traffic and
+// the scheduler's tier totals (docs/kv-offload.md).
+Json OffloadInfo(const ServeOptions& options, const server::EngineStats& stats) {
+  if (!options.kv_offload()) return nullptr;
+  Json out = Json::object();
+  const kvcache::OffloadTiersStats tiers = stats.offload.value_or(kvcache::OffloadTiersStats{});
+  if (tiers.host.has_value()) {
+    const kvcache::HostTierStats& h = *tiers.host;
+    out["host"] = {{"capacity_bytes", h.capacity_bytes},
+                   {"bytes_used", h.bytes_used},
+                   {"entries", h.num_entries},
+                   {"hits", h.hits},
+                   {"misses", h.misses},
+                   {"bytes_in", h.bytes_in},
+                   {"bytes_out", h.bytes_out},
+                   {"evictions", h.evictions},
+                   {"spilled_to_disk", tiers.spilled_entries},
+                   {"dropped", tiers.dropped_entries}};
+  } else if (options.kv_offload_memory_bytes > 0) {
+    out["host"] = {{"capacity_bytes", options.kv_offload_memory_bytes}};
+  }
+  if (tiers.disk.has_value()) {
+    const kvcache::DiskTierStats& d = *tiers.disk;
+    out["disk"] = {{"dir", options.kv_offload_dir},
+                   {"capacity_bytes", d.capacity_bytes},
+                   {"bytes_used", d.bytes_used},
+                   {"entries", d.num_entries},
+                   {"hits", d.hits},
+                   {"misses", d.misses},
+                   {"bytes_written", d.bytes_written},
+                   {"bytes_read", d.bytes_read},
+                   {"write_failures", d.write_failures},
+                   {"dropped_puts", d.dropped_puts},
+                   {"evictions", d.evictions},
+                   {"corrupt_entries", d.corrupt_entries},
+                   {"foreign_files", d.foreign_files},
+                   {"queued_writes", d.queued_writes}};
+  } else if (!options.kv_offload_dir.empty()) {
+    out["disk"] = {{"dir", options.kv_offload_dir}};
+  }
+  const scheduler::SchedulerStats& s = stats.scheduler;
+  out["prefix_hits"] = {{"admissions", s.num_tier_hits},
+                        {"tokens", s.num_tier_hit_tokens},
+                        {"blocks_loaded", s.num_tier_loaded_blocks},
+                        {"checkpoints_loaded", s.num_tier_loaded_checkpoints},
+                        {"bytes_loaded", s.num_tier_loaded_bytes},
+                        {"waits_for_disk", s.num_tier_waits},
+                        {"load_failures", s.num_tier_load_failures}};
+  out["stored"] = {{"units", s.num_tier_stored_units},
+                   {"bytes", s.num_tier_stored_bytes},
+                   {"refused", s.num_tier_store_failures}};
+  return out;
+}
+
+}  // namespace
+
 Json ModelRuntime::ServerInfo(const ServeOptions& options,
                               const http::HttpServerStats& http_stats) const {
   const server::EngineStats stats = engine_->stats();
@@ -745,6 +868,7 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"num_slots", layout_.num_slots},
       {"num_checkpoints", layout_.num_checkpoints},
       {"total_bytes", layout_.TotalBytes()}};
+  info["kv_offload"] = OffloadInfo(options, stats);
   const ParallelOptions& p = options.parallel;
   info["parallel"] = {
       {"replicas", p.replicas},

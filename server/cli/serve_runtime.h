@@ -17,6 +17,7 @@
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kvcache/cache_layout.h"
+#include "kvcache/offload/offload_tiers.h"
 #include "scheduler/scheduler_config.h"
 #include "server/cli/parallel_flags.h"
 #include "server/cli/serve_ranks.h"
@@ -40,6 +41,12 @@ struct ServeOptions {
   int64_t kv_cache_memory_bytes = int64_t{1} << 30;
   bool kv_cache_memory_given = false;  // --kv-cache-memory was set (else a per-device default)
   std::string device = "cpu";          // --device: cpu | cuda
+  // The offload tiers below the cache (docs/kv-offload.md): --kv-offload-memory (0: no host
+  // tier), --kv-offload-dir (empty: no disk tier), --kv-offload-disk (nullopt: the default).
+  int64_t kv_offload_memory_bytes = 0;
+  std::string kv_offload_dir;
+  std::optional<int64_t> kv_offload_disk_bytes;
+  bool kv_offload() const { return kv_offload_memory_bytes > 0 || !kv_offload_dir.empty(); }
   // --kv-cache-dtype resolved for the device; nullopt: the device's default (cpu f32, cuda bf16).
   std::optional<LatentDType> latent_dtype;
   bool mmap_weights = false;  // --mmap-weights (cpu): no copy to huge pages
@@ -103,6 +110,8 @@ class ModelRuntime {
   absl::Status LoadTokenizer(const ServeOptions& options);
   absl::Status LoadGenerationConfig(const ServeOptions& options);
   absl::Status StartEngine(const ServeOptions& options);
+  // --kv-offload-*: opens the tiers for this checkpoint and cache layout (offload_).
+  absl::Status OpenOffloadTiers(const ServeOptions& options);
   std::vector<server::EngineRank> MakeLocalRanks(const ServeOptions& options);
   // --tensor-parallel-size: rank 0's engine rank (scheduler, an executor that sends each plan
   // to the group, the group's step gate).
@@ -143,6 +152,8 @@ class ModelRuntime {
   // the previous call (for the metrics).
   std::vector<std::shared_ptr<void>> device_exchange_owners_;
   std::vector<std::function<double()>> device_exchange_stats_;
+  // --kv-offload-*: the tiers below the cache (before engine_: the loop stops first).
+  std::unique_ptr<kvcache::OffloadTiers> offload_;
   std::unique_ptr<server::EngineLoop> engine_;
   std::unique_ptr<frontend::ReplyTokenMemory> reply_tokens_;
   frontend::ServedModel served_;

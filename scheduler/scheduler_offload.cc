@@ -1,0 +1,246 @@
+// The scheduler's side of the offload tiers (docs/kv-offload.md): what the prefix cache evicts
+// goes down (a save in the plan, stored at Commit), and an admission whose prefix goes on in a
+// tier loads it back (a load in the plan) — after reading it ahead when it is on disk.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "scheduler/scheduler.h"
+
+namespace strata::scheduler {
+
+using kvcache::OffloadKey;
+using kvcache::OffloadKind;
+using kvcache::OffloadTier;
+
+void Scheduler::SetOffloadTiers(kvcache::OffloadTiers* tiers, int64_t block_bytes,
+                                int64_t state_row_bytes) {
+  CHECK(!in_flight_) << "SetOffloadTiers during a step";
+  tiers_ = tiers;
+  offload_block_bytes_ = block_bytes;
+  offload_state_bytes_ = state_row_bytes;
+  spills_.clear();
+  if (tiers == nullptr) {
+    prefix_cache_.SetSpillCallback(nullptr);
+    return;
+  }
+  CHECK_GT(block_bytes, 0);
+  CHECK(!config_.has_kda_layers || state_row_bytes > 0);
+  prefix_cache_.SetSpillCallback(
+      [this](const kvcache::CacheEviction& eviction) { spills_.push_back(eviction); });
+}
+
+bool Scheduler::FindTierHit(Sequence* seq, absl::Span<const kvcache::BlockHash> hashes,
+                            const kvcache::PrefixMatch& match, TierHit* hit) {
+  if (seq->skip_tiers) return false;
+  const auto pending = [&](const OffloadKey& key) {
+    return std::find(seq->tier_reads.begin(), seq->tier_reads.end(), key) != seq->tier_reads.end();
+  };
+  // Somewhere below the device: read already, being read, or in a tier.
+  const auto below = [&](const OffloadKey& key) {
+    return seq->tier_bytes.contains(key) || pending(key) ||
+           tiers_->Contains(key) != OffloadTier::kNone;
+  };
+  // The longest chain of blocks cached on the device or below, then the last boundary in it
+  // with a checkpoint (on the device or below) when the model has KDA layers.
+  size_t chain = 0;
+  while (chain < hashes.size() && (block_pool_.FindCached(hashes[chain]).has_value() ||
+                                   below(OffloadKey{hashes[chain], OffloadKind::kLatentBlock}))) {
+    ++chain;
+  }
+  size_t end = config_.has_kda_layers ? 0 : chain;
+  for (size_t j = chain; config_.has_kda_layers && j > match.blocks.size(); --j) {
+    if (prefix_cache_.FindCheckpoint(hashes[j - 1]).has_value() ||
+        below(OffloadKey{hashes[j - 1], OffloadKind::kKdaCheckpoint})) {
+      end = j;
+      break;
+    }
+  }
+  if (end <= match.blocks.size()) {  // the tiers add nothing to the device's hit
+    ForgetTierReads(seq);
+    return false;
+  }
+  hit->num_blocks = static_cast<int32_t>(end);
+  hit->device.assign(end, -1);
+  hit->checkpoint = -1;
+  for (size_t i = 0; i < end; ++i) {
+    if (const std::optional<kvcache::BlockId> b = block_pool_.FindCached(hashes[i])) {
+      hit->device[i] = *b;
+    }
+  }
+  if (config_.has_kda_layers) {
+    if (const auto c = prefix_cache_.FindCheckpoint(hashes[end - 1])) hit->checkpoint = *c;
+  }
+  return true;
+}
+
+Scheduler::TierLookup Scheduler::ReadTierHit(Sequence* seq,
+                                             absl::Span<const kvcache::BlockHash> hashes,
+                                             const TierHit& hit) {
+  std::vector<OffloadKey> needed;
+  for (int32_t i = 0; i < hit.num_blocks; ++i) {
+    if (hit.device[static_cast<size_t>(i)] < 0) {
+      needed.push_back(OffloadKey{hashes[static_cast<size_t>(i)], OffloadKind::kLatentBlock});
+    }
+  }
+  if (config_.has_kda_layers && hit.checkpoint < 0) {
+    needed.push_back(
+        OffloadKey{hashes[static_cast<size_t>(hit.num_blocks - 1)], OffloadKind::kKdaCheckpoint});
+  }
+  const auto size_ok = [&](const OffloadKey& key, const std::string& bytes) {
+    const int64_t want =
+        key.kind == OffloadKind::kLatentBlock ? offload_block_bytes_ : offload_state_bytes_;
+    return static_cast<int64_t>(bytes.size()) == want;
+  };
+  std::vector<OffloadKey> to_read;
+  bool waiting = false;
+  for (const OffloadKey& key : needed) {
+    if (seq->tier_bytes.contains(key)) continue;
+    if (auto it = std::find(seq->tier_reads.begin(), seq->tier_reads.end(), key);
+        it != seq->tier_reads.end()) {
+      TierRead& read = tier_reads_.at(key);
+      if (!read.result.has_value()) read.result = tiers_->TakePrefetched(key);
+      if (!read.result.has_value()) {
+        waiting = true;
+        continue;
+      }
+      const absl::StatusOr<std::string>& result = *read.result;
+      if (!result.ok() || !size_ok(key, *result)) {
+        LOG_WARN("kvoffload", "request {}: reading {} {:016x} failed ({}): computing it instead",
+                 seq->request.request_id, kvcache::OffloadKindName(key.kind), key.hash,
+                 result.ok() ? "wrong size" : result.status().ToString());
+        return FailTierHit(seq);
+      }
+      seq->tier_bytes.emplace(key, *result);
+      seq->tier_reads.erase(it);
+      ReleaseTierRead(key);
+      continue;
+    }
+    switch (tiers_->Contains(key)) {
+      case OffloadTier::kHost: {
+        std::optional<std::string> bytes = tiers_->Load(key);
+        if (!bytes.has_value() || !size_ok(key, *bytes)) return FailTierHit(seq);
+        seq->tier_bytes.emplace(key, std::move(*bytes));
+        break;
+      }
+      case OffloadTier::kDisk: {
+        TierRead& read = tier_reads_[key];
+        if (read.waiters++ == 0) to_read.push_back(key);  // else another sequence asked already
+        seq->tier_reads.push_back(key);
+        waiting = true;
+        break;
+      }
+      case OffloadTier::kNone:
+        return FailTierHit(seq);  // gone since `below` saw it (cannot happen on one thread)
+    }
+  }
+  if (!to_read.empty()) tiers_->Prefetch(to_read);
+  return waiting ? TierLookup::kWait : TierLookup::kHit;
+}
+
+Scheduler::TierLookup Scheduler::FailTierHit(Sequence* seq) {
+  ForgetTierReads(seq);
+  seq->skip_tiers = true;
+  ++counters_.num_tier_load_failures;
+  return TierLookup::kNone;
+}
+
+void Scheduler::ForgetTierReads(Sequence* seq) {
+  for (const OffloadKey& key : seq->tier_reads) ReleaseTierRead(key);
+  seq->tier_reads.clear();
+  seq->tier_bytes.clear();
+}
+
+void Scheduler::ReleaseTierRead(const OffloadKey& key) {
+  auto it = tier_reads_.find(key);
+  CHECK(it != tier_reads_.end()) << "a read nobody asked for";
+  if (--it->second.waiters > 0) return;
+  if (!it->second.result.has_value()) tiers_->CancelPrefetch(key);
+  tier_reads_.erase(it);
+}
+
+void Scheduler::LoadFromTier(Sequence* seq, const OffloadKey& key, engine::CacheUnit unit,
+                             int32_t index) {
+  auto it = seq->tier_bytes.find(key);
+  CHECK(it != seq->tier_bytes.end()) << "tier hit without the bytes of a unit";
+  counters_.num_tier_loaded_bytes += static_cast<int64_t>(it->second.size());
+  plan_.cache_loads.push_back(engine::CacheLoad{unit, index, std::move(it->second)});
+  seq->tier_bytes.erase(it);
+}
+
+void Scheduler::PlanSpills() {
+  plan_.cache_saves.clear();
+  saves_in_flight_.clear();
+  for (const kvcache::CacheEviction& eviction : spills_) {
+    const bool block = eviction.unit == kvcache::CacheEviction::Unit::kBlock;
+    plan_.cache_saves.push_back(engine::CacheSave{
+        block ? engine::CacheUnit::kBlock : engine::CacheUnit::kCheckpoint, eviction.index});
+    saves_in_flight_.push_back(
+        OffloadKey{eviction.hash, block ? OffloadKind::kLatentBlock : OffloadKind::kKdaCheckpoint});
+  }
+  spills_.clear();
+}
+
+const engine::StepPlan* Scheduler::PlanWriteDown(int64_t max_bytes) {
+  CHECK(!in_flight_) << "PlanWriteDown during a step";
+  if (tiers_ == nullptr || tiers_->disk() == nullptr) return nullptr;  // nothing outlives us
+  tiers_->Flush();  // the previous batch on disk before the next is queued (no dropped Puts)
+  if (!write_down_listed_) {
+    write_down_listed_ = true;
+    using Unit = kvcache::CacheEviction::Unit;
+    block_pool_.ForEachCached([&](kvcache::BlockId block, kvcache::BlockHash hash) {
+      if (tiers_->Contains(OffloadKey{hash, OffloadKind::kLatentBlock}) == OffloadTier::kNone) {
+        write_down_.push_back({Unit::kBlock, hash, block});
+      }
+    });
+    prefix_cache_.ForEachCommitted([&](kvcache::CheckpointId id, kvcache::BlockHash hash) {
+      if (tiers_->Contains(OffloadKey{hash, OffloadKind::kKdaCheckpoint}) == OffloadTier::kNone) {
+        write_down_.push_back({Unit::kCheckpoint, hash, id});
+      }
+    });
+    std::reverse(write_down_.begin(), write_down_.end());  // taken from the back
+  }
+  if (write_down_.empty()) return nullptr;
+  ++step_id_;
+  entries_.clear();
+  saves_.clear();
+  plan_.step_id = step_id_;
+  plan_.sequences.clear();
+  plan_.cache_loads.clear();
+  spills_.clear();
+  for (int64_t bytes = 0; !write_down_.empty() && bytes < max_bytes; write_down_.pop_back()) {
+    const kvcache::CacheEviction& unit = write_down_.back();
+    bytes += unit.unit == kvcache::CacheEviction::Unit::kBlock ? offload_block_bytes_
+                                                               : offload_state_bytes_;
+    spills_.push_back(unit);
+  }
+  PlanSpills();
+  in_flight_ = true;
+  return &plan_;
+}
+
+void Scheduler::StoreSpills(std::vector<std::string>* saved) {
+  if (saves_in_flight_.empty()) return;
+  CHECK_EQ(saved->size(), saves_in_flight_.size()) << "one saved unit per cache save";
+  for (size_t i = 0; i < saves_in_flight_.size(); ++i) {
+    const OffloadKey& key = saves_in_flight_[i];
+    std::string& bytes = (*saved)[i];
+    const int64_t want =
+        key.kind == OffloadKind::kLatentBlock ? offload_block_bytes_ : offload_state_bytes_;
+    CHECK_EQ(static_cast<int64_t>(bytes.size()), want) << "saved unit of the wrong size";
+    const int64_t size = static_cast<int64_t>(bytes.size());
+    if (absl::Status status = tiers_->Store(key, std::move(bytes)); !status.ok()) {
+      ++counters_.num_tier_store_failures;
+      LOG_DEBUG("kvoffload", "not stored: {}", status.ToString());
+      continue;
+    }
+    ++counters_.num_tier_stored_units;
+    counters_.num_tier_stored_bytes += size;
+  }
+  saves_in_flight_.clear();
+}
+
+}  // namespace strata::scheduler
