@@ -239,11 +239,96 @@ def overview():
     ])
 
 
+def offload_tiers(y):
+    """The caches dashboard's row on the KV offload tiers (--kv-offload-memory: tier "host";
+    --kv-offload-dir: tier "disk"). Their series are per process (no model_name, rank) and
+    absent while a tier is off, so the panels are empty on servers without tiers."""
+    def by_tier(series, agg="sum by (tier)"):
+        return f"{agg} ({of_served(series)})"
+
+    def rate_by_tier(counter, agg="sum by (tier)"):
+        return by_tier(f"rate({counter}[{RATE}])", agg)
+
+    hits, misses = "strata:kv_offload_hits_total", "strata:kv_offload_misses_total"
+    load_buckets = rate_by_tier("strata:kv_offload_load_seconds_bucket", "sum by (tier, le)")
+    return [
+        row("KV offload tiers (--kv-offload-memory, --kv-offload-dir; per server process)", y),
+        panel("timeseries", "Offload tier bytes: used and capacity",
+              [target(by_tier("strata:kv_offload_bytes"), "{{tier}} used"),
+               target(by_tier("strata:kv_offload_capacity_bytes"), "{{tier}} capacity", ref="B")],
+              0, y + 1, 12, 8, unit="bytes",
+              description="Bytes each tier holds (disk: entry files, queued writes included) "
+                          "against --kv-offload-memory and --kv-offload-disk. Both tiers evict "
+                          "least recently used entries at their budget, so a full tier is "
+                          "normal: it churns rather than refuses."),
+        panel("timeseries", "Offload tier hit ratio",
+              [target(f"{rate_by_tier(hits)} / ({rate_by_tier(hits)} + {rate_by_tier(misses)})",
+                      "{{tier}}")],
+              12, y + 1, 6, 8, unit="percentunit",
+              fieldConfig={"defaults": {"unit": "percentunit", "min": 0, "max": 1},
+                           "overrides": []},
+              description="Loads that returned bytes over all loads, per tier. A miss is an "
+                          "entry gone between lookup and load, or a bad file (disk)."),
+        panel("timeseries", "Offload tier entries",
+              [target(by_tier("strata:kv_offload_entries"), "{{tier}}")],
+              18, y + 1, 6, 8,
+              description="Latent blocks and KDA checkpoints each tier holds."),
+        panel("timeseries", "Offload tier loads / s",
+              [target(rate_by_tier(hits), "{{tier}} hits"),
+               target(rate_by_tier(misses), "{{tier}} misses", ref="B")],
+              0, y + 9, 12, 8, unit="ops",
+              description="Entries loaded back into the device cache (hits) and loads that "
+                          "found nothing usable (misses), per tier."),
+        panel("timeseries", "Offload tier traffic",
+              [target(rate_by_tier("strata:kv_offload_stored_bytes_total"), "{{tier}} stored"),
+               target(rate_by_tier("strata:kv_offload_loaded_bytes_total"), "{{tier}} loaded",
+                      ref="B")],
+              12, y + 9, 12, 8, unit="Bps",
+              description="Bytes written into each tier (what the device cache, or the host "
+                          "tier above, evicts) and read back out of it on prefix hits."),
+        panel("timeseries", "Offload tier load latency",
+              [target(f"histogram_quantile({q}, {load_buckets})", f"{{{{tier}}}} p{int(q * 100)}")
+               for q in (0.5, 0.99)],
+              0, y + 17, 12, 8, unit="s",
+              description="Time to load one entry: a memory copy (host) or a file read and "
+                          "checksum (disk, on the read-ahead threads)."),
+        panel("timeseries", "Prompt tokens served from offload tiers",
+              [target(f"sum({of_served(f'rate(strata:kv_offload_hit_tokens_total[{RATE}])')})",
+                      "prefix hits through a tier"),
+               target(f"sum(rate(strata:prompt_tokens_total{{{SEL}}}[{RATE}]))",
+                      "all prompt tokens", ref="B")],
+              12, y + 17, 12, 8,
+              description="Prompt tokens of prefix hits that went on in a tier (the device "
+                          "cache's part of those hits included), against all prompt tokens: "
+                          "what the tiers saved from being computed again."),
+        panel("timeseries", "Offload tier failures / s",
+              [target(rate_by_tier("strata:kv_offload_write_failures_total"),
+                      "{{tier}} write failures"),
+               target(rate_by_tier("strata:kv_offload_dropped_total"), "{{tier}} dropped", ref="B"),
+               target(rate_by_tier("strata:kv_offload_corrupt_entries_total"),
+                      "{{tier}} corrupt entries", ref="C"),
+               target(f"sum({of_served(f'rate(strata:kv_offload_load_failures_total[{RATE}])')})",
+                      "load failures", ref="D")],
+              0, y + 25, 12, 8, unit="ops",
+              description="Disk writes that failed (disk full, I/O errors: the entry is lost), "
+                          "entries a tier did not keep (host evictions with no disk tier below, "
+                          "entries bigger than the tier, disk writes refused when the writer "
+                          "queue is full), bad files skipped "
+                          "and removed, and tier hits dropped because a read failed (the prefix "
+                          "is computed instead)."),
+        panel("timeseries", "Offload tier evictions / s",
+              [target(rate_by_tier("strata:kv_offload_evictions_total"), "{{tier}}")],
+              12, y + 25, 12, 8, unit="ops",
+              description="Entries pushed out (least recently used) to make room. Host "
+                          "evictions go down to the disk tier when there is one."),
+    ]
+
+
 def caches():
     s = SEL
     return dashboard("strata-caches", "Strata / Caches",
-                     "MLA latent pages, KDA state slots, prefix cache, checkpoint evictions "
-                     "and preemptions.", [
+                     "MLA latent pages, KDA state slots, prefix cache, checkpoint evictions, "
+                     "preemptions and the KV offload tiers.", [
         row("Capacity", 0),
         panel("timeseries", "MLA latent cache usage per rank",
               [target(f"strata:kv_cache_usage_perc{{{s}}}", "rank {{rank}}")], 0, 1, 12, 8,
@@ -319,9 +404,10 @@ def caches():
                           "included) and left. A long prompt (a whole code base, a book) shows as "
                           "a slow climb; remaining tokens over prefill tokens/s is its time to "
                           "first token."),
-        row("Configuration", 57),
+    ] + offload_tiers(57) + [
+        row("Configuration", 90),
         panel("table", "Cache configuration per rank",
-              [target(f"strata:cache_config_info{{{s}}}", "", fmt="table")], 0, 58, 24, 6,
+              [target(f"strata:cache_config_info{{{s}}}", "", fmt="table")], 0, 91, 24, 6,
               description="--kv-cache-dtype, --block-size and the memory plan's pools "
                           "(strata:cache_config_info labels).",
               options={"showHeader": True},

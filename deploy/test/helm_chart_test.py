@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Renders deploy/helm/strata (no Helm: deploy/helm/render, Go + Debian's sprig and yaml.v3) with
 the default values and with deploy/helm/examples/*.yaml, parses the output as Kubernetes YAML
-and checks probes, ports, volumes, resources, LeaderWorkerSet fields, scaling and selectors.
+and checks probes, ports, volumes, resources, LeaderWorkerSet fields, scaling, selectors and the
+KV offload tiers' flags and volume.
 
 usage: helm_chart_test.py EXPOSITION_BINARY WORKDIR
 Exits 77 (skipped) when Go or the Debian Go sources are missing.
@@ -293,6 +294,94 @@ def check_cpu(renderer):
               m["pods"]["target"] == {"type": "AverageValue", "averageValue": "8"}, "HPA metric")
 
 
+def kv_offload_parts(pod_spec):
+    """(--kv-offload-* args, the kv-offload mount, the kv-offload volume) of a pod spec."""
+    c = pod_spec["containers"][0]
+    args = [a for a in c["args"] if a.startswith("--kv-offload")]
+    mounts = [m for m in c.get("volumeMounts", []) if m["name"] == "kv-offload"]
+    volumes = [v for v in pod_spec.get("volumes", []) if v["name"] == "kv-offload"]
+    return args, mounts, volumes
+
+
+def check_kv_offload(renderer):
+    """kvOffload: off by default; on, the tiers' flags and the disk tier's volume at its dir."""
+    cpu = ["-f", os.path.join(HELM, "examples", "cpu.yaml")]
+    for where, args in (("default", []), ("cpu", cpu)):
+        docs = render_docs(renderer, *args)
+        if check(docs.get("Deployment"), "%s: no Deployment" % where):
+            got = kv_offload_parts(docs["Deployment"]["spec"]["template"]["spec"])
+            check(got == ([], [], []), "%s: kvOffload is off but renders %s" % (where, got))
+    # Both tiers, the disk tier on an emptyDir (the default volume).
+    docs = render_docs(renderer, *cpu, "--set", "kvOffload.enabled=true",
+                       "--set", "kvOffload.memory=8GiB", "--set", "kvOffload.disk=100GiB")
+    if check(docs.get("Deployment"), "kvOffload emptyDir: no Deployment"):
+        args, mounts, volumes = kv_offload_parts(docs["Deployment"]["spec"]["template"]["spec"])
+        check(args == ["--kv-offload-memory=8GiB", "--kv-offload-dir=/var/cache/strata-kv",
+                       "--kv-offload-disk=100GiB"], "kvOffload emptyDir: args %s" % args)
+        check(mounts == [{"name": "kv-offload", "mountPath": "/var/cache/strata-kv"}],
+              "kvOffload emptyDir: mount %s" % mounts)
+        check(volumes == [{"name": "kv-offload", "emptyDir": {}}],
+              "kvOffload emptyDir: volume %s" % volumes)
+        check("PersistentVolumeClaim" not in docs, "kvOffload emptyDir: a claim is created")
+    docs = render_docs(renderer, *cpu, "--set", "kvOffload.enabled=true",
+                       "--set", "kvOffload.disk=90GiB",
+                       "--set", "kvOffload.volume.emptyDir.sizeLimit=100Gi")
+    if check(docs.get("Deployment"), "kvOffload sizeLimit: no Deployment"):
+        _, _, volumes = kv_offload_parts(docs["Deployment"]["spec"]["template"]["spec"])
+        check(volumes == [{"name": "kv-offload", "emptyDir": {"sizeLimit": "100Gi"}}],
+              "kvOffload sizeLimit: volume %s" % volumes)
+    # Host memory only: no volume.
+    docs = render_docs(renderer, *cpu, "--set", "kvOffload.enabled=true",
+                       "--set", "kvOffload.memory=512MiB", "--set", "kvOffload.dir=")
+    if check(docs.get("Deployment"), "kvOffload host only: no Deployment"):
+        got = kv_offload_parts(docs["Deployment"]["spec"]["template"]["spec"])
+        check(got == (["--kv-offload-memory=512MiB"], [], []), "kvOffload host only: %s" % (got,))
+    # A created claim, for one server; an existing claim is used as is.
+    one = cpu + ["--set", "autoscaling.enabled=false", "--set", "kvOffload.enabled=true",
+                 "--set", "kvOffload.volume.type=pvc", "--set", "kvOffload.dir=/kv",
+                 "--name", "prod"]
+    docs = render_docs(renderer, *one, "--set", "kvOffload.volume.pvc.storageClassName=nvme")
+    if check(docs.get("Deployment") and docs.get("PersistentVolumeClaim"),
+             "kvOffload pvc: no Deployment or claim: %s" % sorted(docs)):
+        args, mounts, volumes = kv_offload_parts(docs["Deployment"]["spec"]["template"]["spec"])
+        check(args == ["--kv-offload-dir=/kv"], "kvOffload pvc: args %s" % args)
+        check(mounts == [{"name": "kv-offload", "mountPath": "/kv"}], "kvOffload pvc: mount %s"
+              % mounts)
+        check(volumes == [{"name": "kv-offload",
+                           "persistentVolumeClaim": {"claimName": "prod-strata-kv-offload"}}],
+              "kvOffload pvc: volume %s" % volumes)
+        claim = docs["PersistentVolumeClaim"]
+        check(claim["metadata"]["name"] == "prod-strata-kv-offload" and
+              claim["spec"]["accessModes"] == ["ReadWriteOnce"] and
+              claim["spec"]["storageClassName"] == "nvme" and
+              claim["spec"]["resources"]["requests"]["storage"] == "256Gi",
+              "kvOffload pvc: claim %s" % claim)
+    docs = render_docs(renderer, *one, "--set", "kvOffload.volume.pvc.claimName=kv-cache")
+    if check(docs.get("Deployment"), "kvOffload existing claim: no Deployment"):
+        _, _, volumes = kv_offload_parts(docs["Deployment"]["spec"]["template"]["spec"])
+        check(volumes == [{"name": "kv-offload",
+                           "persistentVolumeClaim": {"claimName": "kv-cache"}}],
+              "kvOffload existing claim: volume %s" % volumes)
+        check("PersistentVolumeClaim" not in docs, "kvOffload existing claim: a claim is created")
+    # Multi-node with one GPU a pod (one engine rank a process): every pod of the group, on a
+    # node's local disk.
+    docs = render_docs(renderer, "-f", os.path.join(HELM, "examples", "multi-node.yaml"),
+                       "--set", "gpu.count=1", "--set", "kvOffload.enabled=true",
+                       "--set", "kvOffload.volume.type=hostPath")
+    lws = docs.get("LeaderWorkerSet")
+    if check(lws, "kvOffload multi-node: no LeaderWorkerSet"):
+        for role in ("leader", "worker"):
+            spec = lws["spec"]["leaderWorkerTemplate"][role + "Template"]["spec"]
+            args, mounts, volumes = kv_offload_parts(spec)
+            check(args == ["--kv-offload-dir=/var/cache/strata-kv"],
+                  "kvOffload LWS %s: args %s" % (role, args))
+            check(mounts == [{"name": "kv-offload", "mountPath": "/var/cache/strata-kv"}],
+                  "kvOffload LWS %s: mount %s" % (role, mounts))
+            check(volumes == [{"name": "kv-offload",
+                               "hostPath": {"path": "/mnt/strata-kv", "type": "Directory"}}],
+                  "kvOffload LWS %s: volume %s" % (role, volumes))
+
+
 def check_rejections(renderer):
     for args, message in ((["--set", "mode=cluster"], "mode must be single or multi"),
                           (["--set", "model.servedName="], "model.servedName is required"),
@@ -307,7 +396,37 @@ def check_rejections(renderer):
                            "batchFiles.persistence needs one server"),
                           (["--set", "batchFiles.keepResponses=true"],
                            "batchFiles.keepResponses keeps stored responses on the batchFiles "
-                           "volume: it needs batchFiles.persistence")):
+                           "volume: it needs batchFiles.persistence"),
+                          # The tiers serve one engine rank per process (default: 8 GPUs).
+                          (["--set", "kvOffload.enabled=true"],
+                           "kvOffload needs one engine rank per server process (gpu.count 0 or "
+                           "1, not 8)"),
+                          (["--set", "gpu.count=1", "--set", "kvOffload.enabled=true",
+                            "--set", "kvOffload.dir="],
+                           "kvOffload.enabled needs a tier"),
+                          (["--set", "gpu.count=1", "--set", "kvOffload.enabled=true",
+                            "--set", "kvOffload.memory=64Gi"],
+                           "kvOffload.memory must be a size like 512MiB or 64GiB (strata "
+                           "serve's units, not Kubernetes' 64Gi), not \"64Gi\""),
+                          (["--set", "gpu.count=1", "--set", "kvOffload.enabled=true",
+                            "--set", "kvOffload.disk=1Ti"], "kvOffload.disk must be a size"),
+                          (["--set", "gpu.count=1", "--set", "kvOffload.enabled=true",
+                            "--set", "kvOffload.dir=", "--set", "kvOffload.memory=1GiB",
+                            "--set", "kvOffload.disk=1GiB"],
+                           "kvOffload.disk sizes the disk tier: it needs kvOffload.dir"),
+                          (["--set", "gpu.count=1", "--set", "kvOffload.enabled=true",
+                            "--set", "kvOffload.volume.type=nfs"],
+                           'kvOffload.volume.type must be emptyDir, pvc or hostPath, not "nfs"'),
+                          (["--set", "gpu.count=1", "--set", "kvOffload.enabled=true",
+                            "--set", "kvOffload.volume.type=pvc", "--set", "replicaCount=2"],
+                           "kvOffload.volume.type pvc needs one server"),
+                          (["--set", "gpu.count=1", "--set", "mode=multi",
+                            "--set", "kvOffload.enabled=true",
+                            "--set", "kvOffload.volume.type=pvc"],
+                           "kvOffload.volume.type pvc needs one server"),
+                          (["--set", "gpu.count=1", "--set", "kvOffload.enabled=true",
+                            "--set", "kvOffload.volume.emptyDir.sizeLimit=100Gi"],
+                           "kvOffload.disk is required with kvOffload.volume.emptyDir.sizeLimit")):
         rc, _, err = render(renderer, *args)
         check(rc != 0 and message in err, "%s: expected failure %r, got rc %d %s"
               % (args, message, rc, err))
@@ -347,7 +466,7 @@ def main():
     exported, _ = promlib.exported_names(exposition)
     check_values_documented()
     for case, args in ((check_default, ()), (check_multi_node, (exported,)), (check_cpu, ()),
-                       (check_rejections, ())):
+                       (check_kv_offload, ()), (check_rejections, ())):
         try:
             case(renderer, *args)
         except (KeyError, IndexError, TypeError) as e:  # a field the checks expect is missing

@@ -1,6 +1,6 @@
 // Prints the /metrics exposition of a Metrics registry after some activity (two ranks, eight
-// experts, requests with every finish reason), for the dashboard and rule checks in
-// deploy/test/ that must not depend on a running server.
+// experts, requests with every finish reason; both KV offload tiers on and used), for the
+// dashboard and rule checks in deploy/test/ that must not depend on a running server.
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -11,6 +11,7 @@
 #include "prometheus/registry.h"
 #include "server/http_metrics.h"
 #include "server/metrics.h"
+#include "server/offload_metrics.h"
 #include "server/store_metrics.h"
 
 int main() {
@@ -74,6 +75,38 @@ int main() {
               .files_bytes = 1 << 20,
               .files_capacity_bytes = 1 << 30},
              {.stored = 5, .bytes = 4096, .capacity_bytes = 1 << 27, .background_running = 1});
+  // The offload tiers' series (--kv-offload-memory, --kv-offload-dir): every counter above zero
+  // and loads in several latency buckets, so that each dashboard query returns a series.
+  strata::server::OffloadMetrics offload(*registry, /*host_on=*/true, /*disk_on=*/true);
+  strata::kvcache::OffloadTiersStats tiers;
+  tiers.host = strata::kvcache::HostTierStats{.num_entries = 40,
+                                              .bytes_used = 40 << 20,
+                                              .capacity_bytes = int64_t{8} << 30,
+                                              .hits = 30,
+                                              .misses = 10,
+                                              .bytes_in = 90 << 20,
+                                              .bytes_out = 30 << 20,
+                                              .evictions = 50,
+                                              .refused = 1};
+  tiers.dropped_entries = 2;
+  tiers.disk = strata::kvcache::DiskTierStats{.num_entries = 500,
+                                              .bytes_used = int64_t{500} << 20,
+                                              .capacity_bytes = int64_t{64} << 30,
+                                              .hits = 20,
+                                              .misses = 5,
+                                              .bytes_written = 50 << 20,
+                                              .bytes_read = 20 << 20,
+                                              .write_failures = 3,
+                                              .dropped_puts = 4,
+                                              .refused_puts = 0,
+                                              .evictions = 6,
+                                              .corrupt_entries = 1};
+  for (double seconds : {0.0001, 0.0003, 0.001, 0.004}) tiers.host_load_latency.Record(seconds);
+  for (double seconds : {0.001, 0.006, 0.02, 0.1}) tiers.disk->load_latency.Record(seconds);
+  strata::scheduler::SchedulerStats scheduler;
+  scheduler.num_tier_hit_tokens = 3200;
+  scheduler.num_tier_load_failures = 1;
+  offload.Set(tiers, scheduler);
   std::cout << ranks.front()->Serialize();
   return 0;
 }

@@ -5,7 +5,8 @@ usage: scrape_test.py STRATA_BINARY WORKDIR
 
 1. Starts `strata serve` with the embedded demo model (generated once into WORKDIR/../demo-cache)
    on a free loopback port; waits for /ready.
-2. GET /metrics: every docs/api.md metric is there with model_name and rank labels, and
+2. GET /metrics: every docs/api.md metric is there with model_name and rank labels, the KV
+   offload tiers' series (the server runs with both tiers) per tier without them, and
    `promtool check metrics` finds nothing but the `strata:` colon (see server/metrics_test.cc).
    Every metric the dashboards query is there too.
 3. Starts Prometheus (1 s scrapes), sends a few completions, then finds through Prometheus's
@@ -39,6 +40,26 @@ API_METRICS = [  # docs/api.md, "Metrics" (histograms by their _count series)
     "strata:iteration_tokens_total", "strata:expert_load_imbalance",
     "strata:all_to_all_seconds_count", "strata:kda_checkpoints", "strata:kda_checkpoint_bytes",
     "strata:kda_checkpoints_in_state_slots", "strata:prefill_chunk_limit_tokens"]
+# The offload tiers' series (server/offload_metrics.h; the server runs with both tiers): per
+# process, so without model_name and rank, one per tier ("disk" only for the disk's own).
+BOTH = ("host", "disk")
+OFFLOAD_METRICS = {
+    "strata:kv_offload_bytes": BOTH,
+    "strata:kv_offload_capacity_bytes": BOTH,
+    "strata:kv_offload_entries": BOTH,
+    "strata:kv_offload_hits_total": BOTH,
+    "strata:kv_offload_misses_total": BOTH,
+    "strata:kv_offload_stored_bytes_total": BOTH,
+    "strata:kv_offload_loaded_bytes_total": BOTH,
+    "strata:kv_offload_evictions_total": BOTH,
+    "strata:kv_offload_dropped_total": BOTH,
+    "strata:kv_offload_load_seconds_count": BOTH,
+    "strata:kv_offload_write_failures_total": ("disk",),
+    "strata:kv_offload_corrupt_entries_total": ("disk",),
+    "strata:kv_offload_hit_tokens_total": (None,),
+    "strata:kv_offload_load_failures_total": (None,),
+}
+OFFLOAD_MEMORY_BYTES, OFFLOAD_DISK_BYTES = 16 << 20, 64 << 20
 # Flags the chart passes for features that land later (multi-rank, gRPC, JSON logs).
 PENDING_FLAGS = {"world-size", "rank", "coordinator", "grpc-port", "log-format"}
 
@@ -87,6 +108,14 @@ def check_exposition(text):
     for name in API_METRICS:
         check(any(n == name and {"model_name", "rank"} <= set(l) for n, l, _ in samples),
               "/metrics lacks %s with model_name and rank" % name)
+    for name, tiers in OFFLOAD_METRICS.items():
+        got = sorted(str(l.get("tier")) for n, l, _ in samples if n == name)
+        check(got == sorted(str(t) for t in tiers) and
+              not any("model_name" in l for n, l, _ in samples if n == name),
+              "/metrics has %s for tiers %s, expected %s without model_name" % (name, got, tiers))
+    capacity = {l.get("tier"): v for n, l, v in samples if n == "strata:kv_offload_capacity_bytes"}
+    check(capacity == {"host": OFFLOAD_MEMORY_BYTES, "disk": OFFLOAD_DISK_BYTES},
+          "kv_offload_capacity_bytes %s: not --kv-offload-memory / --kv-offload-disk" % capacity)
     path = os.path.join(WORKDIR, "metrics.prom")
     with open(path, "w") as f:
         f.write(text)
@@ -147,7 +176,8 @@ def check_dashboards_against(text):
 
 
 def check_chart_flags(strata):
-    """Flags the chart passes (default and multi-node renders) vs `strata serve --help`."""
+    """Flags the chart passes (default, multi-node and KV offload renders) vs `strata serve
+    --help`."""
     import helm_chart_test  # noqa: E402 (needs python3-yaml)
     helm_out = helm_chart_test.build_renderer(os.path.join(WORKDIR, "helm"))
     if helm_out is None:
@@ -155,7 +185,11 @@ def check_chart_flags(strata):
         return
     known = set(re.findall(r"--([a-z0-9-]+)", subprocess.run(
         [strata, "serve", "--help"], capture_output=True, text=True).stdout))
-    for extra in ([], ["-f", os.path.join(DEPLOY, "helm", "examples", "multi-node.yaml")]):
+    offload = ["-f", os.path.join(DEPLOY, "helm", "examples", "cpu.yaml"),
+               "--set", "kvOffload.enabled=true", "--set", "kvOffload.memory=1GiB",
+               "--set", "kvOffload.disk=2GiB"]
+    for extra in ([], ["-f", os.path.join(DEPLOY, "helm", "examples", "multi-node.yaml")],
+                  offload):
         out = subprocess.run([helm_out, "--chart", os.path.join(DEPLOY, "helm", "strata")] + extra,
                              capture_output=True, text=True, check=True).stdout
         passed = set(re.findall(r"^\s+- --([a-z0-9-]+)=", out, re.M))
@@ -182,7 +216,10 @@ def main():
     log = open(os.path.join(WORKDIR, "strata.log"), "w")
     env = dict(os.environ, STRATA_CACHE_DIR=os.path.join(WORKDIR, "..", "demo-cache"))
     server = subprocess.Popen([strata, "serve", "--host", "127.0.0.1", "--port", str(port),
-                               "--served-model-name", "scrape-test", "--kv-cache-memory", "64MiB"],
+                               "--served-model-name", "scrape-test", "--kv-cache-memory", "64MiB",
+                               "--kv-offload-memory", str(OFFLOAD_MEMORY_BYTES),
+                               "--kv-offload-dir", os.path.join(WORKDIR, "kv-offload"),
+                               "--kv-offload-disk", str(OFFLOAD_DISK_BYTES)],
                               stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         wait_for(lambda: http("GET", base + "/ready", timeout=2)[0] == 200, 60, "/ready", server)

@@ -50,6 +50,54 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.batchFiles.pvc.claimName | default (printf "%s-batch-files" (include "strata.fullname" .)) }}
 {{- end }}
 
+{{/* The claim holding --kv-offload-dir (kvOffload.volume.type pvc). */}}
+{{- define "strata.kvOffloadClaimName" -}}
+{{- .Values.kvOffload.volume.pvc.claimName | default (printf "%s-kv-offload" (include "strata.fullname" .)) }}
+{{- end }}
+
+{{/* Whether the disk tier is on (a volume mounted at kvOffload.dir). */}}
+{{- define "strata.kvOffloadDisk" -}}
+{{- if and .Values.kvOffload.enabled .Values.kvOffload.dir }}true{{ end }}
+{{- end }}
+
+{{/*
+The KV offload tiers' flags (docs/kv-offload.md), after checking what `strata serve` would
+refuse at start: the tiers serve one engine rank per process (no --replicas or --local-ranks
+above 1), sizes in its units (64GiB, not Kubernetes' 64Gi), one server per directory.
+*/}}
+{{- define "strata.kvOffloadArgs" -}}
+{{- $o := .Values.kvOffload }}
+{{- if gt (int .Values.gpu.count) 1 }}
+{{- fail (printf "kvOffload needs one engine rank per server process (gpu.count 0 or 1, not %d): strata serve runs the offload tiers without --replicas or --local-ranks above 1" (int .Values.gpu.count)) }}
+{{- end }}
+{{- if not (or $o.memory $o.dir) }}
+{{- fail "kvOffload.enabled needs a tier: kvOffload.memory (host memory) or kvOffload.dir (disk)" }}
+{{- end }}
+{{- range $key := list "memory" "disk" }}
+{{- $size := get $o $key | toString }}
+{{- if and (get $o $key) (not (regexMatch `^[0-9]+(\.[0-9]+)?([kKmMgG]([iI]?[bB])?)?$` $size)) }}
+{{- fail (printf "kvOffload.%s must be a size like 512MiB or 64GiB (strata serve's units, not Kubernetes' 64Gi), not %q" $key $size) }}
+{{- end }}
+{{- end }}
+{{- with $o.memory }}
+- --kv-offload-memory={{ . }}
+{{- end }}
+{{- if $o.dir }}
+{{- if and (eq $o.volume.type "emptyDir") $o.volume.emptyDir.sizeLimit (not $o.disk) }}
+{{- fail "kvOffload.disk is required with kvOffload.volume.emptyDir.sizeLimit: the server's default (64GiB or half the node disk's free space) can pass the limit, and kubelet evicts a pod past it" }}
+{{- end }}
+{{- if and (eq $o.volume.type "pvc") (or (eq .Values.mode "multi") (ne (int .Values.replicaCount) 1) .Values.autoscaling.enabled) }}
+{{- fail "kvOffload.volume.type pvc needs one server: mode single, replicaCount 1, autoscaling off (one server per --kv-offload-dir); use emptyDir or hostPath for more" }}
+{{- end }}
+- --kv-offload-dir={{ $o.dir }}
+{{- with $o.disk }}
+- --kv-offload-disk={{ . }}
+{{- end }}
+{{- else if $o.disk }}
+{{- fail "kvOffload.disk sizes the disk tier: it needs kvOffload.dir" }}
+{{- end }}
+{{- end }}
+
 {{/*
 `strata serve` arguments (its flags: `strata serve --help`). gRPC listens on 50051 by default,
 so --grpc-port is passed only for another port. Multi-node pods add the rank flags: the process
@@ -102,6 +150,9 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 {{- end }}
 {{- else if .Values.batchFiles.keepResponses }}
 {{- fail "batchFiles.keepResponses keeps stored responses on the batchFiles volume: it needs batchFiles.persistence" }}
+{{- end }}
+{{- if .Values.kvOffload.enabled }}
+{{- include "strata.kvOffloadArgs" . }}
 {{- end }}
 {{- range .Values.server.extraArgs }}
 - {{ . | quote }}
@@ -202,6 +253,10 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
     - name: batch-files
       mountPath: {{ .Values.batchFiles.mountPath }}
     {{- end }}
+    {{- if include "strata.kvOffloadDisk" . }}
+    - name: kv-offload
+      mountPath: {{ .Values.kvOffload.dir }}
+    {{- end }}
 {{- end }}
 
 {{/* Pod spec (without metadata) shared by every workload kind. */}}
@@ -248,6 +303,27 @@ volumes:
   - name: batch-files
     persistentVolumeClaim:
       claimName: {{ include "strata.batchFilesClaimName" . }}
+  {{- end }}
+  {{- if include "strata.kvOffloadDisk" . }}
+  {{- $v := .Values.kvOffload.volume }}
+  - name: kv-offload
+  {{- if eq $v.type "emptyDir" }}
+    {{- if $v.emptyDir.sizeLimit }}
+    emptyDir:
+      sizeLimit: {{ $v.emptyDir.sizeLimit }}
+    {{- else }}
+    emptyDir: {}
+    {{- end }}
+  {{- else if eq $v.type "pvc" }}
+    persistentVolumeClaim:
+      claimName: {{ include "strata.kvOffloadClaimName" . }}
+  {{- else if eq $v.type "hostPath" }}
+    hostPath:
+      path: {{ $v.hostPath.path }}
+      type: {{ $v.hostPath.type }}
+  {{- else }}
+  {{- fail (printf "kvOffload.volume.type must be emptyDir, pvc or hostPath, not %q" $v.type) }}
+  {{- end }}
   {{- end }}
 {{- with .Values.nodeSelector }}
 nodeSelector:
