@@ -7,13 +7,15 @@ cache of about 1.3 N tokens and a disk tier (--kv-offload-dir, plus --kv-offload
 
   compute    DOC's first request: its whole prefill
   device     DOC again: the in-memory prefix cache
-  tier       DOC after another N-token prompt pushed it out: read back from the tier
+  tier       DOC after another N-token prompt pushed it out: read back from the tier (what the
+             device still holds of it too; "tier GB/s" is the bytes loaded over that TTFT)
   restart    DOC's first request after a restart on the same directory (disk tier only)
   disk       the tier's read bandwidth during `tier` (bytes loaded / that request's time) and
              the disk's sequential bandwidth measured here (a file of the same size, written with
              fsync, then read; the read may come from the page cache — said so)
-  impact     the inter-token gaps of a generation streaming beside the `tier` request: the
-             longest gap while the tier load runs vs the median gap before it
+  impact     the inter-token gaps of a generation streaming beside the `device` and `tier`
+             requests: the median gap before them, and the longest gap while each runs (the
+             step that computes DOC's last tokens over its whole context is in both)
 
 Prints a table; a ratio is only meaningful within one run (machines here are shared and noisy).
 
@@ -133,28 +135,34 @@ def run_length(args, model, n):
     row = {"tokens": n}
     server = Server(args, model, cache_bytes, tier, os.path.join(work, "serve1.log"))
     row["compute_s"], _ = server.first_token(doc)
-    row["device_s"], row["device_cached"] = server.first_token(doc)
+
+    def beside_stream(prompt):
+        """(ttft, cached, median gap before, max gap during, kv_offload before, after) of
+        `prompt` sent while a generation streams."""
+        stop, gaps = threading.Event(), []
+        streamer = threading.Thread(target=server.stream_gaps, args=(stop, gaps, n // 4))
+        streamer.start()
+        time.sleep(2.0)
+        before = server.info()["kv_offload"]
+        t0 = time.time()
+        ttft, cached = server.first_token(prompt)
+        t1 = time.time()
+        after = server.info()["kv_offload"]
+        time.sleep(0.5)
+        stop.set()
+        streamer.join()
+        base = [g for (t, g) in gaps if t < t0]
+        during = [g for (t, g) in gaps if t0 <= t <= t1 + 0.05]
+        return (ttft, cached, 1000 * statistics.median(base) if base else float("nan"),
+                1000 * max(during) if during else float("nan"), before, after)
+
+    row["device_s"], row["device_cached"], _, row["gap_max_device_ms"], _, _ = beside_stream(doc)
     server.first_token(other)
-    # The tier request with a generation streaming beside it.
-    stop, gaps = threading.Event(), []
-    streamer = threading.Thread(target=server.stream_gaps, args=(stop, gaps, n // 4))
-    streamer.start()
-    time.sleep(2.0)
-    before = server.info()["kv_offload"]
-    t0 = time.time()
-    row["tier_s"], row["tier_cached"] = server.first_token(doc)
-    t1 = time.time()
-    after = server.info()["kv_offload"]
-    time.sleep(0.5)
-    stop.set()
-    streamer.join()
+    (row["tier_s"], row["tier_cached"], row["gap_median_ms"], row["gap_max_during_ms"], before,
+     after) = beside_stream(doc)
     loaded = after["prefix_hits"]["bytes_loaded"] - before["prefix_hits"]["bytes_loaded"]
     row["tier_gb_s"] = loaded / row["tier_s"] / 1e9
     row["bytes_loaded"] = loaded
-    base = [g for (t, g) in gaps if t < t0]
-    during = [g for (t, g) in gaps if t0 <= t <= t1 + 0.05]
-    row["gap_median_ms"] = 1000 * statistics.median(base) if base else float("nan")
-    row["gap_max_during_ms"] = 1000 * max(during) if during else float("nan")
     server.stop()
     server = Server(args, model, cache_bytes, tier, os.path.join(work, "serve2.log"))
     row["restart_s"], row["restart_cached"] = server.first_token(doc)
@@ -185,12 +193,12 @@ def main():
     rows = [run_length(args, model, int(n)) for n in args.tokens.split(",")]
     print("\nTTFT of one prompt (1 token out), seconds; same run, same machine")
     print(f"{'tokens':>8} {'compute':>8} {'device':>8} {'tier':>8} {'restart':>8} "
-          f"{'x tier':>7} {'tier GB/s':>9} {'disk w/r GB/s':>14} {'gap ms med/max':>15}")
+          f"{'x tier':>7} {'tier GB/s':>9} {'disk w/r GB/s':>14} {'gap ms med/dev/tier':>20}")
     for r in rows:
         print(f"{r['tokens']:>8} {r['compute_s']:>8.2f} {r['device_s']:>8.3f} {r['tier_s']:>8.3f} "
               f"{r['restart_s']:>8.3f} {r['compute_s'] / r['tier_s']:>6.1f}x "
               f"{r['tier_gb_s']:>9.2f} {r['disk_write_gb_s']:>6.2f}/{r['disk_read_gb_s']:<7.2f} "
-              f"{r['gap_median_ms']:>7.1f}/{r['gap_max_during_ms']:<7.1f}")
+              f"{r['gap_median_ms']:>6.1f}/{r['gap_max_device_ms']:.1f}/{r['gap_max_during_ms']:.1f}")
         print(f"{'':>8} cached tokens: device {r['device_cached']}, tier {r['tier_cached']}, "
               f"restart {r['restart_cached']}; {r['bytes_loaded'] / 2**20:.1f} MiB loaded")
     print("disk read GB/s is a sequential read right after the write: likely the page cache, as "
