@@ -68,11 +68,15 @@ absl::StatusOr<CacheLayout> PlanMemory(const ModelCacheSpec& spec, const Planner
   const int64_t slack =
       (int64_t{spec.num_mla_layers} + 2 * int64_t{spec.num_kda_layers}) * kRegionAlignmentBytes;
   const int64_t usable = options.memory_budget_bytes - slack;
-  const int64_t live_bytes = slot_bytes * options.max_num_seqs;
+  if (options.fit_max_num_seqs && slot_bytes > 0) {
+    const int64_t fit = std::max<int64_t>(1, usable / 4 / slot_bytes);
+    layout.num_slots = static_cast<int32_t>(std::min<int64_t>(layout.num_slots, fit));
+  }
+  const int64_t live_bytes = slot_bytes * layout.num_slots;
   if (usable < live_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KDA state slots need ", FormatWithThousands(live_bytes + slack), " bytes (max_num_seqs ",
-        options.max_num_seqs, " x ", FormatWithThousands(slot_bytes),
+        layout.num_slots, " x ", FormatWithThousands(slot_bytes),
         " bytes per sequence, plus alignment) but the cache memory budget is ",
         FormatWithThousands(options.memory_budget_bytes), " bytes"));
   }
@@ -93,7 +97,7 @@ absl::StatusOr<CacheLayout> PlanMemory(const ModelCacheSpec& spec, const Planner
       return absl::InvalidArgumentError(absl::StrCat(
           "no room for a single latent block: one block needs ", FormatWithThousands(block_bytes),
           " bytes, ", FormatWithThousands(rest), " bytes are left of the cache memory budget ",
-          FormatWithThousands(options.memory_budget_bytes), " after ", options.max_num_seqs,
+          FormatWithThousands(options.memory_budget_bytes), " after ", layout.num_slots,
           " state slots"));
     }
     if (layout.num_tokens() < options.min_num_tokens) {

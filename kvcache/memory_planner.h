@@ -51,6 +51,10 @@ struct PlannerOptions {
   int64_t memory_budget_bytes = 0;  // for all caches of this rank
   int block_size = 64;              // tokens per latent page
   int32_t max_num_seqs = 256;       // running sequences at once = live state slots
+  // max_num_seqs is a default, not the user's: when its live slots would take more than a
+  // quarter of the budget, plan fewer (at least 1) so the latent pages keep the rest; the
+  // layout's num_slots says how many (the caller caps its max_num_seqs to it).
+  bool fit_max_num_seqs = false;
   // Share of the budget left after the live slots that goes to KDA checkpoints, in [0, 1);
   // 0 disables checkpoints (and so prefix hits on KDA models).
   double checkpoint_fraction = 0.1;

@@ -89,6 +89,38 @@ TEST(MemoryPlannerTest, TooManySequencesIsAnErrorNamingBytes) {
   EXPECT_THAT(std::string(layout.status().message()), HasSubstr("20,000 bytes"));
 }
 
+// A default max_num_seqs (fit_max_num_seqs) shrinks to the slots a quarter of the budget
+// holds; a given one that does not fit stays an error; one that fits is kept.
+TEST(MemoryPlannerTest, DefaultMaxNumSeqsFitsAQuarterOfTheBudget) {
+  PlannerOptions options;
+  options.memory_budget_bytes = 200'000;
+  options.block_size = 4;
+  options.max_num_seqs = 64;  // 196,608 bytes of slots (3,072 each)
+  options.fit_max_num_seqs = true;
+  absl::StatusOr<CacheLayout> layout = PlanMemory(SmallHybrid(), options);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const int64_t slack = (2 + 2 * 3) * kRegionAlignmentBytes;
+  EXPECT_EQ(layout->num_slots, (200'000 - slack) / 4 / 3'072);  // 16
+  EXPECT_GT(layout->num_blocks, 0);
+  EXPECT_LE(layout->TotalBytes(), options.memory_budget_bytes);
+
+  options.max_num_seqs = 8;  // fits: kept
+  layout = PlanMemory(SmallHybrid(), options);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->num_slots, 8);
+
+  options.max_num_seqs = 64;  // given by the user: an error, as before
+  options.fit_max_num_seqs = false;
+  layout = PlanMemory(SmallHybrid(), options);
+  EXPECT_FALSE(layout.ok());
+
+  options.memory_budget_bytes = 4'000;  // not even one slot in a quarter: one, if it fits
+  options.fit_max_num_seqs = true;
+  layout = PlanMemory(SmallHybrid(), options);
+  ASSERT_FALSE(layout.ok());  // a 3,072-byte slot and the slack do not fit in 4,000
+  EXPECT_THAT(std::string(layout.status().message()), HasSubstr("max_num_seqs 1 x"));
+}
+
 TEST(MemoryPlannerTest, NoRoomForOneBlockIsAnError) {
   PlannerOptions options;
   options.memory_budget_bytes = 2048 + 30720 + 9215;  // one byte short of a block

@@ -21,7 +21,9 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"served-model-name", true, "model name(s) clients use, comma separated (default: --model)"},
     {"api-key", true, "require 'Authorization: Bearer KEY' on /v1/* (or $STRATA_API_KEY)"},
     {"max-model-len", true, "prompt + output tokens per request (default: config, cache-bound)"},
-    {"max-num-seqs", true, "sequences running at once (default 64)"},
+    {"max-num-seqs", true,
+     "sequences running at once (default 64, fewer when their KDA states would take over a "
+     "quarter of --kv-cache-memory)"},
     {"max-num-batched-tokens", true, "tokens per engine step (default 2048)"},
     {"device", true, "cpu | cuda (GPU i for replica i; default cpu)"},
     {"mmap-weights", false,
@@ -159,6 +161,7 @@ absl::Status ReadSchedulerFlags(const Flags& flags, ServeOptions* o) {
   scheduler::SchedulerConfig& s = o->scheduler;
   ASSIGN_OR_RETURN(int64_t seqs, flags.GetInt("max-num-seqs", 64, 1, 1 << 16));
   s.max_num_seqs = static_cast<int32_t>(seqs);
+  o->max_num_seqs_given = flags.Has("max-num-seqs");
   ASSIGN_OR_RETURN(s.max_num_batched_tokens,
                    flags.GetInt("max-num-batched-tokens", 2048, 1, int64_t{1} << 30));
   ASSIGN_OR_RETURN(int64_t block, flags.GetInt("block-size", 64, 1, 1 << 16));

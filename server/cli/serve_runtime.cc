@@ -343,6 +343,7 @@ kvcache::PlannerOptions PlannerOptionsFor(const ServeOptions& options) {
   plan.memory_budget_bytes = options.kv_cache_memory_bytes;
   plan.block_size = options.scheduler.block_size;
   plan.max_num_seqs = options.scheduler.max_num_seqs;
+  plan.fit_max_num_seqs = !options.max_num_seqs_given;
   plan.checkpoint_fraction = options.scheduler.enable_prefix_caching ? 0.1 : 0.0;
   // With decode context parallelism each rank holds every C-th position of a sequence.
   const int c = options.parallel.decode_context_parallel_size;
@@ -416,6 +417,13 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
     }
   }
   scheduler_config_ = options.scheduler;
+  if (layout_.num_kda_layers > 0 && layout_.num_slots < scheduler_config_.max_num_seqs) {
+    LOG_WARN("serve",
+             "--max-num-seqs defaults to {} here: {} KDA state slots ({} bytes each) would take "
+             "over a quarter of the cache memory (give --max-num-seqs to choose)",
+             layout_.num_slots, scheduler_config_.max_num_seqs, layout_.state_bytes_per_sequence());
+    scheduler_config_.max_num_seqs = layout_.num_slots;
+  }
   scheduler_config_.block_size = options.scheduler.block_size * cp;
   scheduler_config_.max_model_len = max_model_len;
   scheduler_config_.num_blocks = layout_.num_blocks;

@@ -58,6 +58,9 @@ struct ServeOptions {
   std::string tool_call_parser;
   std::string reasoning_parser;
   scheduler::SchedulerConfig scheduler;  // pool sizes filled from the memory plan
+  // --max-num-seqs was given; else its default (64) shrinks to what a quarter of the cache
+  // budget holds in KDA state slots (PlannerOptions::fit_max_num_seqs).
+  bool max_num_seqs_given = false;
   server::EngineLoopOptions engine;
   http::HttpServerOptions http;
   double drain_timeout_s = 30.0;

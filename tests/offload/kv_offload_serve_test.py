@@ -79,7 +79,7 @@ class Server:
         self.log = open(self.log_path, "w")
         cmd = [args.strata, "serve", "--model", model_dir, "--host", "127.0.0.1",
                "--port", str(self.port), "--grpc-port", "0", "--kv-cache-memory", "24MiB",
-               "--max-num-seqs", "8", "--max-num-batched-tokens", str(CHUNK_TOKENS)] + extra
+               "--max-num-batched-tokens", str(CHUNK_TOKENS)] + extra
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         LIVE.append(self)
         deadline = time.time() + 60
