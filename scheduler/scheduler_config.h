@@ -51,8 +51,11 @@ struct SchedulerConfig {
   // prefix hit off the grid). The CUDA
   // engine's executor gives a prompt split there the whole prompt's result bit for bit (its KDA
   // prefill runs 16-token chunks counted from a piece's start; engine/cuda/README.md), so where
-  // the pacer or the budget cut a prompt no longer shows in its output. 0 or 1: off (the CPU
-  // executor is bit-identical however a prompt is split).
+  // the pacer or the budget cut a prompt no longer shows in its output. 0 or 1: off. (The CPU
+  // executor is not split-invariant either, only less visibly: on the demo model a 3,000-token
+  // prompt cut at 1,024, 1,920, 1,984 or 2,048 tokens gives the unsplit log-probabilities bit for
+  // bit, cut every 1,000 tokens they differ by ~1e-4; a KDA checkpoint saved inside a chunk is
+  // likewise not bit-equal to the state at the end of a chunk cut there.)
   int prefill_chunk_alignment = 0;
   // Prompt positions scored (Request::prompt_logprobs) per step, over all sequences: each
   // scored position needs a whole logits row (vocab floats) at once.

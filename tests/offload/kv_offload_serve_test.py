@@ -40,10 +40,11 @@ import urllib.request
 
 PROMPT_TOKENS = 6000
 MIN_CACHED = 5900
-# The CPU executor's results depend on where a prompt is cut into chunks (the KDA layers' chunked
-# scan, in the last bits). A hit computes DOC's tokens from 5,952 (93 blocks) on; with chunks of
-# 1,984 tokens (31 blocks) a computed DOC is cut there too, so a hit's log-probabilities must
-# equal the computed run's bit for bit.
+# The CPU executor's results depend, in the last bits, on where a prompt is cut into chunks and on
+# whether a KDA checkpoint was saved inside a chunk or at its end (scheduler_config.h,
+# prefill_chunk_alignment). A hit computes DOC's tokens from 5,952 (93 blocks) on; with chunks of
+# 1,984 tokens (31 blocks) a computed DOC is cut there too, and its checkpoint there is a chunk's
+# end, so a hit's log-probabilities must equal the computed run's bit for bit.
 CHUNK_TOKENS = 1984
 FULL_HIT = 5952
 
