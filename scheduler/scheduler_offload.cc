@@ -44,18 +44,24 @@ bool Scheduler::FindTierHit(Sequence* seq, absl::Span<const kvcache::BlockHash> 
     return seq->tier_bytes.contains(key) || pending(key) ||
            tiers_->Contains(key) != OffloadTier::kNone;
   };
-  // The longest chain of blocks cached on the device or below, then the last boundary in it
-  // with a checkpoint (on the device or below) when the model has KDA layers.
-  size_t chain = 0;
-  while (chain < hashes.size() && (block_pool_.FindCached(hashes[chain]).has_value() ||
-                                   below(OffloadKey{hashes[chain], OffloadKind::kLatentBlock}))) {
-    ++chain;
+  // The longest chain of blocks cached on the device or below (the device's match is its start),
+  // noting the device's blocks on the way; then the last boundary in it with a checkpoint (on the
+  // device or below) when the model has KDA layers.
+  hit->device.assign(match.blocks.begin(), match.blocks.end());
+  while (hit->device.size() < hashes.size()) {
+    const kvcache::BlockHash hash = hashes[hit->device.size()];
+    const std::optional<kvcache::BlockId> cached = block_pool_.FindCached(hash);
+    if (!cached.has_value() && !below(OffloadKey{hash, OffloadKind::kLatentBlock})) break;
+    hit->device.push_back(cached.value_or(-1));
   }
+  const size_t chain = hit->device.size();
   size_t end = config_.has_kda_layers ? 0 : chain;
+  hit->checkpoint = -1;
   for (size_t j = chain; config_.has_kda_layers && j > match.blocks.size(); --j) {
-    if (prefix_cache_.FindCheckpoint(hashes[j - 1]).has_value() ||
-        below(OffloadKey{hashes[j - 1], OffloadKind::kKdaCheckpoint})) {
+    const std::optional<kvcache::CheckpointId> c = prefix_cache_.FindCheckpoint(hashes[j - 1]);
+    if (c.has_value() || below(OffloadKey{hashes[j - 1], OffloadKind::kKdaCheckpoint})) {
       end = j;
+      hit->checkpoint = c.value_or(-1);
       break;
     }
   }
@@ -64,16 +70,7 @@ bool Scheduler::FindTierHit(Sequence* seq, absl::Span<const kvcache::BlockHash> 
     return false;
   }
   hit->num_blocks = static_cast<int32_t>(end);
-  hit->device.assign(end, -1);
-  hit->checkpoint = -1;
-  for (size_t i = 0; i < end; ++i) {
-    if (const std::optional<kvcache::BlockId> b = block_pool_.FindCached(hashes[i])) {
-      hit->device[i] = *b;
-    }
-  }
-  if (config_.has_kda_layers) {
-    if (const auto c = prefix_cache_.FindCheckpoint(hashes[end - 1])) hit->checkpoint = *c;
-  }
+  hit->device.resize(end);
   return true;
 }
 
