@@ -102,6 +102,7 @@ void CpuExecutor::InitSlot(const ScheduledSequence& seq) {
 
 void CpuExecutor::BuildBatch(const StepPlan& plan) {
   if (batch_.size() < plan.sequences.size()) batch_.resize(plan.sequences.size());
+  if (embeddings_.size() < plan.sequences.size()) embeddings_.resize(plan.sequences.size());
   snapshot_of_.assign(plan.sequences.size(), -1);
   int64_t draft_rows = 0;
   int32_t num_snapshots = 0;
@@ -111,6 +112,10 @@ void CpuExecutor::BuildBatch(const StepPlan& plan) {
     f.token_ids = seq.token_ids.data();
     f.num_new_tokens = static_cast<int64_t>(seq.token_ids.size());
     f.num_computed_tokens = seq.num_computed_tokens;
+    embeddings_[i].clear();
+    MediaRowsIn(seq.media, seq.num_computed_tokens, f.num_new_tokens, model_.config().hidden_size,
+                &embeddings_[i]);
+    f.embeddings = embeddings_[i];
     CHECK_LE(seq.score_targets.size(), seq.token_ids.size()) << "sequence " << seq.seq_id;
     // Scored rows need every new token's logits; the sampled row is then the last of them.
     f.logits = !seq.score_targets.empty() ? LogitsMode::kAll

@@ -116,7 +116,8 @@ class CpuExecutor : public StepExecutor {
   std::unique_ptr<Workspace> workspace_ = std::make_unique<Workspace>();
   // Storage reused from step to step (sizes only grow).
   std::vector<ForwardSequence> batch_;
-  std::vector<KdaCacheSave> kda_saves_;  // batch_'s checkpoint saves; only grows
+  std::vector<std::vector<EmbeddingRows>> embeddings_;  // batch_[i].embeddings (image rows)
+  std::vector<KdaCacheSave> kda_saves_;                 // batch_'s checkpoint saves; only grows
   std::vector<float> logits_;
   KdaDraftRows kda_drafts_;
   std::vector<KdaReplay> replays_;

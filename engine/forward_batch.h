@@ -49,6 +49,15 @@ struct KdaCacheSave {
   std::vector<float*> kda_conv;
 };
 
+// Rows that replace the token embeddings of some of a sequence's new tokens (an image's rows at
+// its placeholder positions, engine/media_embedding.h): new tokens [first, first + num_rows)
+// take rows [0, num_rows) of `rows` instead of their ids' embeddings.
+struct EmbeddingRows {
+  int64_t first = 0;
+  int64_t num_rows = 0;
+  const float* rows = nullptr;  // [num_rows, hidden_size] f32
+};
+
 struct ForwardSequence {
   const int32_t* token_ids = nullptr;  // [num_new_tokens]
   int64_t num_new_tokens = 0;
@@ -69,6 +78,8 @@ struct ForwardSequence {
   // drafts). A save splits the sequence's KDA kernels there: the same arithmetic as a step
   // ending at the save and the next one starting from it.
   absl::Span<const KdaCacheSave> kda_saves;
+  // Embedding rows given by the caller (images), ascending `first`, inside the new tokens.
+  absl::Span<const EmbeddingRows> embeddings;
 };
 
 // A batch as the model sees it (a view: callers keep reusable storage, e.g. a vector that only

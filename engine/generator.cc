@@ -8,12 +8,14 @@
 namespace strata::engine {
 namespace {
 
-// Runs `ids` through the model in chunks on top of `cache`, starting at position `start`.
+// Runs `ids` through the model in chunks on top of `cache`, starting at position `start`, with
+// the rows of `media` (positions in `ids`) at their positions.
 // Returns the logits of the last token when `mode` is kLast, of every token when kAll.
 void Prefill(const Model& model, const SequenceCache& cache, const std::vector<int32_t>& ids,
-             int64_t start, int64_t chunk, LogitsMode mode, const ForwardContext& context,
-             std::vector<float>* logits) {
+             absl::Span<const MediaEmbedding> media, int64_t start, int64_t chunk, LogitsMode mode,
+             const ForwardContext& context, std::vector<float>* logits) {
   std::vector<float> chunk_logits;
+  std::vector<EmbeddingRows> embeddings;
   const int64_t total = static_cast<int64_t>(ids.size());
   for (int64_t begin = 0; begin < total; begin += chunk) {
     const int64_t count = std::min(chunk, total - begin);
@@ -23,6 +25,9 @@ void Prefill(const Model& model, const SequenceCache& cache, const std::vector<i
     seq.num_new_tokens = count;
     seq.num_computed_tokens = start + begin;
     seq.cache = cache.view();
+    embeddings.clear();
+    MediaRowsIn(media, begin, count, model.config().hidden_size, &embeddings);
+    seq.embeddings = embeddings;
     seq.logits = mode == LogitsMode::kAll ? LogitsMode::kAll
                  : last_chunk             ? LogitsMode::kLast
                                           : LogitsMode::kNone;
@@ -47,11 +52,23 @@ absl::Status ValidatePromptIds(const std::vector<int32_t>& ids, int64_t vocab_si
   return absl::OkStatus();
 }
 
+namespace {
+
+// Images need a vision tower's rows of the LM's width at valid positions.
+absl::Status ValidatePromptMedia(const Model& model, const std::vector<int32_t>& prompt,
+                                 absl::Span<const MediaEmbedding> media) {
+  if (media.empty()) return absl::OkStatus();
+  return ValidateMedia(media, static_cast<int64_t>(prompt.size()), model.config().hidden_size);
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
                                               const std::vector<int32_t>& prompt,
                                               const GenerateOptions& options) {
   const ModelConfig& cfg = model.config();
   RETURN_IF_ERROR(ValidatePromptIds(prompt, cfg.vocab_size));
+  RETURN_IF_ERROR(ValidatePromptMedia(model, prompt, options.media));
   RETURN_IF_ERROR(options.sampling.Validate(cfg.vocab_size));
   if (options.max_tokens < 0) {
     return absl::InvalidArgumentError("max_tokens must be >= 0, got " +
@@ -71,8 +88,8 @@ absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
   std::vector<float> logits;
   ForwardContext context;
   context.tensor_parallel = options.tensor_parallel;
-  Prefill(model, cache, prompt, 0, options.prefill_chunk_tokens, LogitsMode::kLast, context,
-          &logits);
+  Prefill(model, cache, prompt, options.media, 0, options.prefill_chunk_tokens, LogitsMode::kLast,
+          context, &logits);
   Sampler sampler(options.sampling, options.fallback_seed, prompt);
   for (int64_t step = 0;; ++step) {
     const int32_t token = sampler.Sample(logits.data(), cfg.vocab_size);
@@ -96,8 +113,10 @@ absl::StatusOr<std::vector<float>> PromptLogits(const Model& model,
                                                 const std::vector<int32_t>& prompt,
                                                 int64_t prefill_chunk_tokens,
                                                 LatentDType latent_dtype,
-                                                TensorParallelGroup* tensor_parallel) {
+                                                TensorParallelGroup* tensor_parallel,
+                                                absl::Span<const MediaEmbedding> media) {
   RETURN_IF_ERROR(ValidatePromptIds(prompt, model.config().vocab_size));
+  RETURN_IF_ERROR(ValidatePromptMedia(model, prompt, media));
   if (prefill_chunk_tokens < 1) {
     return absl::InvalidArgumentError("prefill chunk size must be >= 1");
   }
@@ -107,7 +126,7 @@ absl::StatusOr<std::vector<float>> PromptLogits(const Model& model,
   std::vector<float> logits;
   ForwardContext context;
   context.tensor_parallel = tensor_parallel;
-  Prefill(model, cache, prompt, 0, prefill_chunk_tokens, LogitsMode::kAll, context, &logits);
+  Prefill(model, cache, prompt, media, 0, prefill_chunk_tokens, LogitsMode::kAll, context, &logits);
   return logits;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/media_embedding.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
 
@@ -24,6 +25,8 @@ struct GenerateOptions {
   // A tensor-parallel shard's group (Model::Forward): every rank of the group calls Generate
   // with the same prompt and options and gets the same tokens.
   TensorParallelGroup* tensor_parallel = nullptr;
+  // Images in the prompt (positions in `prompt`, already expanded: ExpandMediaPlaceholders).
+  std::vector<MediaEmbedding> media;
 };
 
 // Rejects an empty prompt or an id outside [0, vocab) with an InvalidArgument naming the
@@ -37,11 +40,13 @@ absl::StatusOr<std::vector<int32_t>> Generate(const Model& model,
 
 // Logits [prompt.size(), vocab] for every prompt position, through the normal chunked
 // prefill path, over a latent cache of `latent_dtype` rows. A tensor-parallel shard passes its
-// group; every rank then gets the full logits.
+// group; every rank then gets the full logits. `media`: images in the prompt, as in
+// GenerateOptions.
 absl::StatusOr<std::vector<float>> PromptLogits(const Model& model,
                                                 const std::vector<int32_t>& prompt,
                                                 int64_t prefill_chunk_tokens,
                                                 LatentDType latent_dtype = LatentDType::kF32,
-                                                TensorParallelGroup* tensor_parallel = nullptr);
+                                                TensorParallelGroup* tensor_parallel = nullptr,
+                                                absl::Span<const MediaEmbedding> media = {});
 
 }  // namespace strata::engine

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/int8_quantize.h"
 #include "core/status.h"
 #include "kernels/cpu/matmul.h"
@@ -72,9 +73,15 @@ void LinearForwardAll(absl::Span<const LinearProduct> products, int64_t m) {
 
 absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,
                                   int64_t in) {
-  ASSIGN_OR_RETURN(const TensorInfo* t,
-                   ckpt.Get(name, Shape{out, in},
-                            {DType::kBF16, DType::kF32, DType::kF16, DType::kF64, DType::kI8}));
+  return LoadLinear(ckpt, name, Shape{out, in}, out, in);
+}
+
+absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name,
+                                  const Shape& shape, int64_t out, int64_t in) {
+  CHECK_EQ(NumElements(shape), out * in) << name;
+  ASSIGN_OR_RETURN(
+      const TensorInfo* t,
+      ckpt.Get(name, shape, {DType::kBF16, DType::kF32, DType::kF16, DType::kF64, DType::kI8}));
   Linear w;
   w.out_features = out;
   w.in_features = in;

@@ -58,6 +58,10 @@ void LinearForwardAll(absl::Span<const LinearProduct> products, int64_t m);
 // --quantization int8` writes them).
 absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name, int64_t out,
                                   int64_t in);
+// The same for a tensor stored with another shape of out × in elements, read as [out, in]
+// row-major (a convolution [out, c, kh, kw] as [out, c·kh·kw]).
+absl::StatusOr<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& name,
+                                  const Shape& shape, int64_t out, int64_t in);
 // Loads an MXFP4 weight from `<base>.weight_packed` [out, in/2] and `<base>.weight_scale`
 // [out, in/32].
 absl::StatusOr<Linear> LoadLinearMxfp4(const Checkpoint& ckpt, const std::string& base, int64_t out,

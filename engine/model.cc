@@ -117,8 +117,9 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// h[row] = embedding of each new token, rows in batch order. With tensor parallelism the rows
-// of this rank's vocabulary share (`vocab`), zeros for the others (summed over the group next).
+// h[row] = embedding of each new token, rows in batch order (or the row a sequence's
+// `embeddings` give). With tensor parallelism the rows of this rank's vocabulary share
+// (`vocab`), zeros for the others (summed over the group next).
 void EmbedRows(const ModelConfig& cfg, const ModelWeights& weights, ForwardBatch batch,
                absl::Span<const RowSpan> rows, ShardRange vocab, float* h) {
   const int64_t d = cfg.hidden_size;
@@ -131,6 +132,19 @@ void EmbedRows(const ModelConfig& cfg, const ModelWeights& weights, ForwardBatch
         EmbeddingRow(weights.embed, id - vocab.begin, row);
       } else {
         std::fill(row, row + d, 0.0f);
+      }
+    }
+    // Given rows (images) replace their tokens' embeddings; under tensor parallelism the group
+    // sums the rows, so only the rank holding the vocabulary's start writes them.
+    for (const EmbeddingRows& e : batch[s].embeddings) {
+      CHECK(e.first >= 0 && e.num_rows >= 0 && e.first + e.num_rows <= batch[s].num_new_tokens)
+          << "embedding rows [" << e.first << ", +" << e.num_rows << ") of a sequence of "
+          << batch[s].num_new_tokens << " new tokens";
+      float* row = h + (rows[s].offset + e.first) * d;
+      if (vocab.begin == 0) {
+        std::copy(e.rows, e.rows + e.num_rows * d, row);
+      } else {
+        std::fill(row, row + e.num_rows * d, 0.0f);
       }
     }
   }
@@ -272,6 +286,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   ASSIGN_OR_RETURN(model->checkpoint_, Checkpoint::Open(dir));
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*model->checkpoint_));
   model->config_ = model->checkpoint_->config();
+  if (const std::optional<VisionConfig>& vision = model->config_.vision) {
+    ASSIGN_OR_RETURN(VisionWeights vision_weights, LoadVisionWeights(*model->checkpoint_, *vision));
+    model->vision_ = std::make_unique<VisionEncoder>(*vision, std::move(vision_weights));
+  }
   std::vector<bool> routed_experts = options.routed_experts;
   if (const TensorParallelShard shard = options.tensor_parallel; shard.enabled()) {
     CHECK(shard.rank >= 0 && shard.rank < shard.size);

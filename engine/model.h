@@ -21,6 +21,7 @@
 #include "engine/model_weights.h"
 #include "engine/moe.h"
 #include "engine/tensor_parallel.h"
+#include "engine/vision/vision_encoder.h"
 #include "engine/workspace.h"
 
 namespace strata::engine {
@@ -127,6 +128,9 @@ class Model {
   int64_t weight_copy_bytes() const { return static_cast<int64_t>(weight_copy_.size()); }
   // The loaded weights (host views; the CUDA backend uploads them, engine/cuda).
   const ModelWeights& weights() const { return weights_; }
+  // The vision tower (K3 checkpoints with a vision_config; on every rank, whole: images are
+  // encoded once, by the rank that admits the request), or null.
+  const VisionEncoder* vision() const { return vision_.get(); }
 
   // Runs all layers over the batch, updating its caches, and writes NumLogitRows(batch)
   // rows of [vocab] logits. CHECKs that token ids are < vocab (callers validate input).
@@ -151,6 +155,7 @@ class Model {
   std::vector<bool> tp_routed_experts_;  // with tensor parallelism: the experts this rank runs
   AlignedBuffer weight_copy_;            // the Linears' bytes when copied out of the mapping
   ModelWeights weights_;
+  std::unique_ptr<VisionEncoder> vision_;
   CacheGeometry geometry_;
   WeightStats weight_stats_;
   std::vector<int> mixer_index_;  // layer -> ordinal among layers of its mixer kind

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -11,170 +10,13 @@
 #include "core/dtype.h"
 #include "core/file.h"
 #include "core/status.h"
+#include "engine/json_key_reader.h"
 #include "engine/quantization_config.h"
 
 namespace strata::engine {
 namespace {
 
 using json = nlohmann::json;
-
-// Concatenates anything streamable (absl::StrCat does not take std::string_view here: Debian's
-// Abseil 20220623 has its own absl::string_view).
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  std::ostringstream out;
-  (out << ... << args);
-  return out.str();
-}
-
-constexpr int kMaxStringInMessage = 64;
-
-// A short description of a JSON value for error messages ("string \"gelu\"", "an array"). Never
-// dumps nested values (their size is unbounded).
-std::string Describe(const json& value) {
-  switch (value.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return value.get<bool>() ? "true" : "false";
-    case json::value_t::number_integer:
-      return Cat("integer ", value.get<int64_t>());
-    case json::value_t::number_unsigned:
-      return Cat("integer ", value.get<uint64_t>());
-    case json::value_t::number_float:
-      return Cat("number ", value.get<double>());
-    case json::value_t::string: {
-      const std::string& text = value.get_ref<const std::string&>();
-      if (text.size() <= kMaxStringInMessage) return Cat("string \"", text, "\"");
-      return Cat("string \"", text.substr(0, kMaxStringInMessage), "...\"");
-    }
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::object:
-      return "an object";
-    default:
-      return "an unsupported JSON value";
-  }
-}
-
-// Reads typed keys of one JSON object. Absent and null keys are "missing": an error when
-// required, otherwise the output keeps its default. Messages: "<source>: <prefix><key> ...".
-class KeyReader {
- public:
-  KeyReader(const json& object, std::string_view source, std::string prefix)
-      : object_(object), source_(source), prefix_(std::move(prefix)) {}
-
-  const std::string& prefix() const { return prefix_; }
-
-  // The value of `key`, or nullptr when absent or null.
-  const json* Find(std::string_view key) const {
-    auto it = object_.find(std::string(key));
-    if (it == object_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-  bool Has(std::string_view key) const { return Find(key) != nullptr; }
-
-  absl::Status Error(std::string_view key, std::string_view message) const {
-    return absl::InvalidArgumentError(Cat(source_, ": ", prefix_, key, " ", message));
-  }
-  absl::Status TypeError(std::string_view key, std::string_view expected, const json& found) const {
-    return Error(key, Cat("must be ", expected, ", found ", Describe(found)));
-  }
-  absl::Status Missing(std::string_view key, bool required) const {
-    if (!required) return absl::OkStatus();
-    return absl::InvalidArgumentError(Cat(source_, ": missing required key ", prefix_, key));
-  }
-
-  absl::Status Int64(std::string_view key, int64_t* out, bool required) const {
-    const json* value = Find(key);
-    if (value == nullptr) return Missing(key, required);
-    return ToInt64(*value, key, out);
-  }
-
-  absl::Status Int(std::string_view key, int* out, bool required) const {
-    int64_t wide = *out;
-    RETURN_IF_ERROR(Int64(key, &wide, required));
-    if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max()) {
-      return Error(key, Cat("must fit in a 32-bit int, found ", wide));
-    }
-    *out = static_cast<int>(wide);
-    return absl::OkStatus();
-  }
-
-  absl::Status Float(std::string_view key, float* out, bool required) const {
-    const json* value = Find(key);
-    if (value == nullptr) return Missing(key, required);
-    if (!value->is_number()) return TypeError(key, "a number", *value);
-    const double number = value->get<double>();
-    if (!std::isfinite(number) || std::fabs(number) > std::numeric_limits<float>::max()) {
-      return Error(key, Cat("must be a finite 32-bit float, found ", number));
-    }
-    *out = static_cast<float>(number);
-    return absl::OkStatus();
-  }
-
-  absl::Status Bool(std::string_view key, bool* out, bool required) const {
-    const json* value = Find(key);
-    if (value == nullptr) return Missing(key, required);
-    if (!value->is_boolean()) return TypeError(key, "true or false", *value);
-    *out = value->get<bool>();
-    return absl::OkStatus();
-  }
-
-  absl::Status String(std::string_view key, std::string* out, bool required) const {
-    const json* value = Find(key);
-    if (value == nullptr) return Missing(key, required);
-    if (!value->is_string()) return TypeError(key, "a string", *value);
-    *out = value->get<std::string>();
-    return absl::OkStatus();
-  }
-
-  absl::Status IntList(std::string_view key, std::vector<int>* out, bool required) const {
-    const json* value = Find(key);
-    if (value == nullptr) return Missing(key, required);
-    if (!value->is_array()) return TypeError(key, "a list of integers", *value);
-    out->clear();
-    for (size_t i = 0; i < value->size(); ++i) {
-      const std::string element_key = Cat(key, "[", i, "]");
-      int64_t element = 0;
-      RETURN_IF_ERROR(ToInt64((*value)[i], element_key, &element));
-      if (element < std::numeric_limits<int>::min() || element > std::numeric_limits<int>::max()) {
-        return Error(element_key, Cat("must fit in a 32-bit int, found ", element));
-      }
-      out->push_back(static_cast<int>(element));
-    }
-    return absl::OkStatus();
-  }
-
-  // A reader for the nested object `key` (required).
-  absl::StatusOr<KeyReader> Child(std::string_view key) const {
-    const json* value = Find(key);
-    if (value == nullptr) return Missing(key, /*required=*/true);
-    if (!value->is_object()) return TypeError(key, "an object", *value);
-    return KeyReader(*value, source_, Cat(prefix_, key, "."));
-  }
-
- private:
-  absl::Status ToInt64(const json& value, std::string_view key, int64_t* out) const {
-    if (value.is_number_unsigned()) {
-      const uint64_t number = value.get<uint64_t>();
-      if (number > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return Error(key, Cat("must fit in a 64-bit int, found ", number));
-      }
-      *out = static_cast<int64_t>(number);
-      return absl::OkStatus();
-    }
-    if (value.is_number_integer()) {
-      *out = value.get<int64_t>();
-      return absl::OkStatus();
-    }
-    return TypeError(key, "an integer", value);
-  }
-
-  const json& object_;
-  std::string_view source_;
-  std::string prefix_;
-};
 
 // A token id: an integer, or a list of integers (the first one is kept).
 absl::Status ReadTokenId(const KeyReader& reader, std::string_view key, int64_t* out) {
@@ -192,7 +34,7 @@ absl::Status ReadTokenId(const KeyReader& reader, std::string_view key, int64_t*
     *out = static_cast<int64_t>(first.get<uint64_t>());
     return absl::OkStatus();
   }
-  return reader.TypeError(Cat(key, "[0]"), "a 64-bit integer", first);
+  return reader.TypeError(CatAny(key, "[0]"), "a 64-bit integer", first);
 }
 
 absl::Status ParseKda(const KeyReader& lm, ModelConfig* config) {
@@ -238,8 +80,8 @@ absl::Status ParseMoe(const KeyReader& lm, MoeConfig* moe) {
   RETURN_IF_ERROR(lm.String("moe_router_activation_func", &router, false));
   if (router != "sigmoid") {
     return lm.Error("moe_router_activation_func",
-                    Cat("must be \"sigmoid\" (the only supported router), found \"",
-                        router.substr(0, kMaxStringInMessage), "\""));
+                    CatAny("must be \"sigmoid\" (the only supported router), found \"",
+                           router.substr(0, kMaxStringInMessage), "\""));
   }
   return absl::OkStatus();
 }
@@ -252,8 +94,8 @@ absl::Status ParseActivation(const KeyReader& lm, ModelConfig* config) {
   } else if (act == "silu" || act == "swiglu") {
     config->activation = FfnActivation::kSwiGlu;
   } else {
-    return lm.Error("hidden_act", Cat("must be \"situ\", \"silu\" or \"swiglu\", found \"",
-                                      act.substr(0, kMaxStringInMessage), "\""));
+    return lm.Error("hidden_act", CatAny("must be \"situ\", \"silu\" or \"swiglu\", found \"",
+                                         act.substr(0, kMaxStringInMessage), "\""));
   }
   RETURN_IF_ERROR(lm.Float("activation_situ_beta", &config->situ_beta, false));
   RETURN_IF_ERROR(lm.Float("activation_situ_linear_beta", &config->situ_linear_beta, false));
@@ -290,10 +132,10 @@ absl::StatusOr<bool> ReadQuantizationConfig(const KeyReader& owner) {
                             ((format.empty() || format == "mixed-precision") && (mxfp4 || int8));
   if (method == "compressed-tensors" && known_format && !other_group) return mxfp4;
   return owner.Error("quantization_config",
-                     Cat("must be compressed-tensors \"mxfp4-pack-quantized\" (K3's experts) or "
-                         "\"int-quantized\" (strata quantize's int8), found quant_method \"",
-                         method.substr(0, kMaxStringInMessage), "\" format \"",
-                         format.substr(0, kMaxStringInMessage), "\""));
+                     CatAny("must be compressed-tensors \"mxfp4-pack-quantized\" (K3's experts) or "
+                            "\"int-quantized\" (strata quantize's int8), found quant_method \"",
+                            method.substr(0, kMaxStringInMessage), "\" format \"",
+                            format.substr(0, kMaxStringInMessage), "\""));
 }
 
 // Keys that K3 may hold at the top level instead of text_config: token ids, length, tying,
@@ -304,6 +146,8 @@ absl::Status ParseEitherLevel(const KeyReader& top, const KeyReader& lm, ModelCo
     RETURN_IF_ERROR(ReadTokenId(*reader, "bos_token_id", &config->bos_token_id));
     RETURN_IF_ERROR(ReadTokenId(*reader, "eos_token_id", &config->eos_token_id));
     RETURN_IF_ERROR(ReadTokenId(*reader, "pad_token_id", &config->pad_token_id));
+    RETURN_IF_ERROR(
+        ReadTokenId(*reader, "media_placeholder_token_id", &config->media_placeholder_token_id));
     RETURN_IF_ERROR(reader->Int64("model_max_length", &config->max_position_embeddings, false));
     RETURN_IF_ERROR(
         reader->Int64("max_position_embeddings", &config->max_position_embeddings, false));
@@ -326,10 +170,33 @@ void DeriveLayerMixer(ModelConfig* config) {
   }
 }
 
-absl::StatusOr<ModelConfig> ParseParsed(const json& root, std::string_view source) {
+// K3's vision_config (top level), when present and not null, with preprocessor_config.json's
+// text when given (parsed only here: a text-only config never reads it).
+absl::Status ParseVision(const KeyReader& top, const std::string* preprocessor_text,
+                         std::string_view preprocessor_source, ModelConfig* config) {
+  const json* vision = top.Find("vision_config");
+  if (vision == nullptr) return absl::OkStatus();
+  if (!vision->is_object()) return top.TypeError("vision_config", "an object", *vision);
+  json preprocessor;
+  if (preprocessor_text != nullptr) {
+    preprocessor = json::parse(preprocessor_text->begin(), preprocessor_text->end(),
+                               /*cb=*/nullptr, /*allow_exceptions=*/false);
+    if (preprocessor.is_discarded()) {
+      return absl::InvalidArgumentError(CatAny(preprocessor_source, ": not valid JSON"));
+    }
+  }
+  ASSIGN_OR_RETURN(config->vision,
+                   ParseVisionConfig(*vision, preprocessor_text ? &preprocessor : nullptr,
+                                     top.source(), preprocessor_source));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseParsed(const json& root, std::string_view source,
+                                        const std::string* preprocessor_text,
+                                        std::string_view preprocessor_source) {
   if (!root.is_object()) {
     return absl::InvalidArgumentError(
-        Cat(source, ": expected a JSON object, found ", Describe(root)));
+        CatAny(source, ": expected a JSON object, found ", DescribeJson(root)));
   }
   ModelConfig config;
   config.source = std::string(source);
@@ -346,8 +213,8 @@ absl::StatusOr<ModelConfig> ParseParsed(const json& root, std::string_view sourc
     config.tensor_prefix = "language_model.";
     config.key_prefix = "text_config.";
   } else if (model_type != "kimi_linear") {
-    return top.Error("model_type", Cat("must be \"kimi_k3\" or \"kimi_linear\", found \"",
-                                       model_type.substr(0, kMaxStringInMessage), "\""));
+    return top.Error("model_type", CatAny("must be \"kimi_k3\" or \"kimi_linear\", found \"",
+                                          model_type.substr(0, kMaxStringInMessage), "\""));
   }
   const KeyReader lm(*lm_object, source, config.key_prefix);
   RETURN_IF_ERROR(lm.Int64("vocab_size", &config.vocab_size, true));
@@ -361,6 +228,9 @@ absl::StatusOr<ModelConfig> ParseParsed(const json& root, std::string_view sourc
   RETURN_IF_ERROR(ParseMoe(lm, &config.moe));
   RETURN_IF_ERROR(ParseActivation(lm, &config));
   RETURN_IF_ERROR(ParseEitherLevel(top, lm, &config));
+  if (config.family == ModelFamily::kKimiK3) {
+    RETURN_IF_ERROR(ParseVision(top, preprocessor_text, preprocessor_source, &config));
+  }
   DeriveLayerMixer(&config);
   return config;
 }
@@ -373,21 +243,21 @@ class Checker {
 
   absl::Status Error(std::string_view key, std::string_view message) const {
     return absl::InvalidArgumentError(
-        Cat(config_.source, ": ", config_.key_prefix, key, " ", message));
+        CatAny(config_.source, ": ", config_.key_prefix, key, " ", message));
   }
   absl::Status AtLeast(std::string_view key, int64_t value, int64_t minimum) const {
     if (value >= minimum) return absl::OkStatus();
-    if (minimum == 1) return Error(key, Cat("must be positive, found ", value));
-    return Error(key, Cat("must be at least ", minimum, ", found ", value));
+    if (minimum == 1) return Error(key, CatAny("must be positive, found ", value));
+    return Error(key, CatAny("must be at least ", minimum, ", found ", value));
   }
   // `what` = a product the engine forms in int; `value` computed in int64.
   absl::Status FitsInt(std::string_view what, int64_t value) const {
     if (value <= std::numeric_limits<int>::max()) return absl::OkStatus();
-    return Error(what, Cat("= ", value, " does not fit in a 32-bit int"));
+    return Error(what, CatAny("= ", value, " does not fit in a 32-bit int"));
   }
   absl::Status PositiveFloat(std::string_view key, float value) const {
     if (std::isfinite(value) && value > 0.0f) return absl::OkStatus();
-    return Error(key, Cat("must be a positive finite number, found ", value));
+    return Error(key, CatAny("must be a positive finite number, found ", value));
   }
 
  private:
@@ -397,8 +267,8 @@ class Checker {
 absl::Status ValidateLayerLists(const ModelConfig& config, const Checker& check) {
   RETURN_IF_ERROR(check.AtLeast("num_hidden_layers", config.num_layers, 1));
   if (config.num_layers > ModelConfig::kMaxLayers) {
-    return check.Error("num_hidden_layers", Cat("must be at most ", ModelConfig::kMaxLayers,
-                                                ", found ", config.num_layers));
+    return check.Error("num_hidden_layers", CatAny("must be at most ", ModelConfig::kMaxLayers,
+                                                   ", found ", config.num_layers));
   }
   const int num_layers = config.num_layers;
   // owner[l] = 0 unlisted, 1 kda_layers, 2 full_attn_layers (l is 1-based).
@@ -410,16 +280,17 @@ absl::Status ValidateLayerLists(const ModelConfig& config, const Checker& check)
     const char* key = lists[list].second;
     for (int layer : *lists[list].first) {
       if (layer < 1 || layer > num_layers) {
-        return check.Error(key, Cat("lists layer ", layer, ", outside 1..", num_layers,
-                                    " (layers are 1-based, num_hidden_layers = ", num_layers, ")"));
+        return check.Error(key,
+                           CatAny("lists layer ", layer, ", outside 1..", num_layers,
+                                  " (layers are 1-based, num_hidden_layers = ", num_layers, ")"));
       }
       if (owner[layer] == list + 1) {
-        return check.Error(key, Cat("lists layer ", layer, " twice"));
+        return check.Error(key, CatAny("lists layer ", layer, " twice"));
       }
       if (owner[layer] != 0) {
-        return check.Error(key, Cat("lists layer ", layer,
-                                    ", which linear_attn_config.kda_layers also lists "
-                                    "(a layer is either KDA or MLA)"));
+        return check.Error(key, CatAny("lists layer ", layer,
+                                       ", which linear_attn_config.kda_layers also lists "
+                                       "(a layer is either KDA or MLA)"));
       }
       owner[layer] = list + 1;
     }
@@ -427,10 +298,10 @@ absl::Status ValidateLayerLists(const ModelConfig& config, const Checker& check)
   for (int layer = 1; layer <= num_layers; ++layer) {
     if (owner[layer] == 0) {
       return check.Error("linear_attn_config",
-                         Cat("does not list layer ", layer,
-                             ": kda_layers and full_attn_layers must together list "
-                             "every layer 1..",
-                             num_layers, " exactly once"));
+                         CatAny("does not list layer ", layer,
+                                ": kda_layers and full_attn_layers must together list "
+                                "every layer 1..",
+                                num_layers, " exactly once"));
     }
   }
   bool mixer_matches = config.layer_mixer.size() == static_cast<size_t>(num_layers);
@@ -455,7 +326,7 @@ absl::Status ValidateAttention(const ModelConfig& config, const Checker& check) 
   if (kda.has_gate_lower_bound &&
       !(std::isfinite(kda.gate_lower_bound) && kda.gate_lower_bound < 0.0f)) {
     return check.Error("linear_attn_config.gate_lower_bound",
-                       Cat("must be negative, found ", kda.gate_lower_bound));
+                       CatAny("must be negative, found ", kda.gate_lower_bound));
   }
   const MlaConfig& mla = config.mla;
   if (!mla.use_nope) {
@@ -484,26 +355,46 @@ absl::Status ValidateRouting(const MoeConfig& moe, const Checker& check) {
   RETURN_IF_ERROR(check.AtLeast("num_experts_per_token", moe.num_experts_per_token, 1));
   if (moe.num_experts_per_token > moe.num_experts) {
     return check.Error("num_experts_per_token",
-                       Cat("must be at most num_experts = ", moe.num_experts, ", found ",
-                           moe.num_experts_per_token));
+                       CatAny("must be at most num_experts = ", moe.num_experts, ", found ",
+                              moe.num_experts_per_token));
   }
   RETURN_IF_ERROR(check.AtLeast("num_expert_group", moe.num_expert_group, 1));
   if (moe.num_experts % moe.num_expert_group != 0) {
-    return check.Error("num_expert_group", Cat("must divide num_experts = ", moe.num_experts,
-                                               ", found ", moe.num_expert_group));
+    return check.Error("num_expert_group", CatAny("must divide num_experts = ", moe.num_experts,
+                                                  ", found ", moe.num_expert_group));
   }
   RETURN_IF_ERROR(check.AtLeast("topk_group", moe.topk_group, 1));
   if (moe.topk_group > moe.num_expert_group) {
-    return check.Error("topk_group", Cat("must be at most num_expert_group = ",
-                                         moe.num_expert_group, ", found ", moe.topk_group));
+    return check.Error("topk_group", CatAny("must be at most num_expert_group = ",
+                                            moe.num_expert_group, ", found ", moe.topk_group));
   }
   const int64_t reachable = int64_t{moe.topk_group} * (moe.num_experts / moe.num_expert_group);
   if (moe.num_experts_per_token > reachable) {
     return check.Error("num_experts_per_token",
-                       Cat("must be at most topk_group * experts per group = ", reachable,
-                           ", found ", moe.num_experts_per_token));
+                       CatAny("must be at most topk_group * experts per group = ", reachable,
+                              ", found ", moe.num_experts_per_token));
   }
   RETURN_IF_ERROR(check.PositiveFloat("routed_scaling_factor", moe.routed_scaling_factor));
+  return absl::OkStatus();
+}
+
+// The vision tower against the language model: its sizes (ValidateVisionConfig), and an image
+// placeholder id inside the vocabulary.
+absl::Status ValidateVision(const ModelConfig& config) {
+  if (config.family != ModelFamily::kKimiK3) {
+    return absl::InvalidArgumentError(
+        CatAny(config.source,
+               ": vision_config is supported for Kimi K3 (model_type kimi_k3) "
+               "only"));
+  }
+  RETURN_IF_ERROR(ValidateVisionConfig(*config.vision, config.hidden_size, config.source));
+  const int64_t id = config.media_placeholder_token_id;
+  if (id < 0 || id >= config.vocab_size) {
+    return absl::InvalidArgumentError(CatAny(
+        config.source, ": media_placeholder_token_id must be a token id in 0..",
+        config.vocab_size - 1, " (vocab_size ", config.vocab_size,
+        ") when vision_config is present, found ", id < 0 ? std::string("none") : CatAny(id)));
+  }
   return absl::OkStatus();
 }
 
@@ -522,15 +413,15 @@ absl::Status ValidateFfn(const ModelConfig& config, const Checker& check) {
     const int width = latent ? moe.routed_expert_hidden_size : config.hidden_size;
     if (width % kMxfp4BlockSize != 0) {
       return check.Error(latent ? "routed_expert_hidden_size" : "hidden_size",
-                         Cat("must be a multiple of 32 for MXFP4 routed experts "
-                             "(quantization_config), found ",
-                             width));
+                         CatAny("must be a multiple of 32 for MXFP4 routed experts "
+                                "(quantization_config), found ",
+                                width));
     }
     if (moe.moe_intermediate_size % kMxfp4BlockSize != 0) {
       return check.Error("moe_intermediate_size",
-                         Cat("must be a multiple of 32 for MXFP4 routed experts "
-                             "(quantization_config), found ",
-                             moe.moe_intermediate_size));
+                         CatAny("must be a multiple of 32 for MXFP4 routed experts "
+                                "(quantization_config), found ",
+                                moe.moe_intermediate_size));
     }
   }
   const bool has_dense_layer = moe.first_k_dense_replace > 0 || moe.moe_layer_freq > 1;
@@ -540,7 +431,7 @@ absl::Status ValidateFfn(const ModelConfig& config, const Checker& check) {
     RETURN_IF_ERROR(check.PositiveFloat("activation_situ_beta", config.situ_beta));
     if (!(std::isfinite(config.situ_linear_beta) && config.situ_linear_beta >= 0.0f)) {
       return check.Error("activation_situ_linear_beta",
-                         Cat("must be positive (or absent), found ", config.situ_linear_beta));
+                         CatAny("must be positive (or absent), found ", config.situ_linear_beta));
     }
   }
   return absl::OkStatus();
@@ -567,19 +458,22 @@ absl::Status ModelConfig::Validate() const {
   RETURN_IF_ERROR(ValidateLayerLists(*this, check));
   RETURN_IF_ERROR(ValidateAttention(*this, check));
   RETURN_IF_ERROR(ValidateFfn(*this, check));
+  if (vision.has_value()) RETURN_IF_ERROR(ValidateVision(*this));
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source) {
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source,
+                                             const std::string* preprocessor_text,
+                                             std::string_view preprocessor_source) {
   try {
     const json root = json::parse(json_text.begin(), json_text.end(), /*cb=*/nullptr,
                                   /*allow_exceptions=*/false);
     if (root.is_discarded()) {
-      return absl::InvalidArgumentError(Cat(source, ": not valid JSON"));
+      return absl::InvalidArgumentError(CatAny(source, ": not valid JSON"));
     }
-    return ParseParsed(root, source);
+    return ParseParsed(root, source, preprocessor_text, preprocessor_source);
   } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(Cat(source, ": malformed config: ", e.what()));
+    return absl::InvalidArgumentError(CatAny(source, ": malformed config: ", e.what()));
   }
 }
 
@@ -587,11 +481,17 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   const std::string path = dir + "/config.json";
   if (!FileExists(path)) {
     return absl::NotFoundError(
-        Cat("config.json not found in checkpoint directory ", dir, " (", path, ")"));
+        CatAny("config.json not found in checkpoint directory ", dir, " (", path, ")"));
   }
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) return text.status();
-  return ParseModelConfig(*text, path);
+  // The image budget of K3's vision tower; the released values apply when the file is absent.
+  const std::string preprocessor_path = dir + "/preprocessor_config.json";
+  std::optional<std::string> preprocessor;
+  if (FileExists(preprocessor_path)) {
+    ASSIGN_OR_RETURN(preprocessor, ReadFileToString(preprocessor_path));
+  }
+  return ParseModelConfig(*text, path, preprocessor ? &*preprocessor : nullptr, preprocessor_path);
 }
 
 }  // namespace strata::engine

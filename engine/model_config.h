@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/vision/vision_config.h"
 
 namespace strata::engine {
 
@@ -92,6 +94,12 @@ struct ModelConfig {
   int64_t bos_token_id = -1;  // -1 when absent
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
+  // The id whose single occurrence per image part is replaced by the image's rows (K3:
+  // `<|media_pad|>`, 163605 released); top level or text_config. -1 when absent.
+  int64_t media_placeholder_token_id = -1;
+  // K3's vision tower and projector (`vision_config`, with preprocessor_config.json's image
+  // budget); absent for Kimi-Linear and for a K3 config without `vision_config` (text only).
+  std::optional<VisionConfig> vision;
   // Provenance for Validate() messages: the file, and the key path of the language-model keys
   // ("text_config." for K3, "" for Kimi-Linear).
   std::string source = "config.json";
@@ -106,7 +114,9 @@ struct ModelConfig {
   bool has_attn_res() const { return attn_res_block_size > 0; }
 
   // Checks internal consistency (layer lists partition 1..L, positive sizes, divisibility of
-  // groups, MXFP4 widths multiple of 32, ...). The message names the key and the expectation.
+  // groups, MXFP4 widths multiple of 32, ...) and, with `vision`, ValidateVisionConfig against
+  // hidden_size plus media_placeholder_token_id inside the vocabulary. The message names the key
+  // and the expectation.
   // A config that passes has num_layers <= kMaxLayers and every product of sizes the engine
   // forms (P, H·(d_n+d_r), H·d_v, S·I, ...) representable in int.
   absl::Status Validate() const;
@@ -115,8 +125,15 @@ struct ModelConfig {
 // Parses config.json text. `source` names the file in error messages. Checks key presence and
 // types (and rejects unsupported values such as an unknown `hidden_act`); consistency checks
 // are left to ModelConfig::Validate(). Absent optional keys (or null) take the defaults above.
-absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source);
-// Reads and parses <dir>/config.json.
+// A K3 config's `vision_config` is parsed by ParseVisionConfig (engine/vision/vision_config.h);
+// `preprocessor_text`, when not null, is preprocessor_config.json's text (named
+// `preprocessor_source`), read only with a vision_config; without it the released image budget
+// applies.
+absl::StatusOr<ModelConfig> ParseModelConfig(
+    std::string_view json_text, std::string_view source,
+    const std::string* preprocessor_text = nullptr,
+    std::string_view preprocessor_source = "preprocessor_config.json");
+// Reads and parses <dir>/config.json, and <dir>/preprocessor_config.json when it exists.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 
 }  // namespace strata::engine

@@ -1,8 +1,11 @@
 #include "engine/model_config.h"
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -75,8 +78,9 @@ constexpr char kKimiLinearConfig[] = R"json({
   "vocab_size": 1000
 })json";
 
-// A K3-style config: language model under text_config, vision keys and MXFP4
-// quantization_config (compressed-tensors) at the top level, token ids at the top level.
+// A K3-style config: language model under text_config, the released vision_config keys (small
+// sizes) and MXFP4 quantization_config (compressed-tensors) at the top level, token ids at the
+// top level.
 constexpr char kK3Config[] = R"json({
   "architectures": ["KimiK3ForConditionalGeneration"],
   "auto_map": {"AutoConfig": "configuration_kimi_k3.KimiK3Config"},
@@ -84,11 +88,37 @@ constexpr char kK3Config[] = R"json({
   "bos_token_id": 163584,
   "eos_token_id": 163585,
   "pad_token_id": 163839,
-  "media_placeholder_token_id": 163605,
+  "media_placeholder_token_id": 1013,
   "tie_word_embeddings": false,
   "torch_dtype": "bfloat16",
   "transformers_version": "4.57.1",
-  "vision_config": {"hidden_size": 64, "num_hidden_layers": 2, "patch_size": 14},
+  "vision_config": {
+    "_attn_implementation": "flash_attention_2",
+    "activation_func": "gelu_pytorch_tanh",
+    "attn_bias": false,
+    "init_pos_emb_height": 8,
+    "init_pos_emb_time": 4,
+    "init_pos_emb_width": 6,
+    "linear_bias": false,
+    "merge_kernel_size": [2, 2],
+    "merge_type": "sd2_tpool",
+    "mlp_type": "mlp2",
+    "mm_hidden_size": 32,
+    "mm_projector_type": "patchmergerv2",
+    "norm_type": "rmsnorm",
+    "patch_embed_proj_bias": false,
+    "patch_size": 14,
+    "pos_emb_interpolation_mode": "bilinear",
+    "pos_emb_type": "divided_fixed",
+    "projector_hidden_act": "gelu",
+    "projector_ln_eps": 1e-06,
+    "qkv_hidden_size": 48,
+    "text_hidden_size": 128,
+    "vt_hidden_size": 32,
+    "vt_intermediate_size": 64,
+    "vt_num_attention_heads": 3,
+    "vt_num_hidden_layers": 2
+  },
   "quantization_config": {
     "config_groups": {
       "group_0": {
@@ -271,6 +301,8 @@ TEST(ModelConfigTest, ParsesNestedK3TextConfig) {
   EXPECT_EQ(config->bos_token_id, 163584);
   EXPECT_EQ(config->eos_token_id, 163585);
   EXPECT_EQ(config->pad_token_id, 163839);
+  EXPECT_EQ(config->media_placeholder_token_id, 1013);
+  ASSERT_TRUE(config->vision.has_value());
 }
 
 TEST(ModelConfigTest, AbsentOptionalKeysTakeDocumentedDefaults) {
@@ -294,6 +326,8 @@ TEST(ModelConfigTest, AbsentOptionalKeysTakeDocumentedDefaults) {
   EXPECT_EQ(parsed->bos_token_id, -1);
   EXPECT_EQ(parsed->eos_token_id, -1);
   EXPECT_EQ(parsed->pad_token_id, -1);
+  EXPECT_EQ(parsed->media_placeholder_token_id, -1);
+  EXPECT_FALSE(parsed->vision.has_value());
   EXPECT_EQ(parsed->max_position_embeddings, 0);
 }
 
@@ -595,6 +629,303 @@ TEST(ModelConfigValidateTest, RejectsNonNegativeGateLowerBound) {
 TEST(ModelConfigValidateTest, RejectsProductsBeyondInt) {
   ExpectRejected(KimiLinearJson(), {"linear_attn_config", "head_dim"}, 1 << 30,
                  "linear_attn_config.num_heads * head_dim = 3221225472 does not fit");
+}
+
+// ---- K3 vision_config and preprocessor_config.json --------------------------------------------
+
+TEST(ModelConfigVisionTest, ParsesTheReleasedVisionKeys) {
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(kK3Config, "config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->Validate().ok()) << config->Validate();
+  ASSERT_TRUE(config->vision.has_value());
+  const VisionConfig& v = *config->vision;
+  EXPECT_EQ(v.patch_size, 14);
+  EXPECT_EQ(v.hidden_size, 32);
+  EXPECT_EQ(v.qkv_hidden_size, 48);
+  EXPECT_EQ(v.num_heads, 3);
+  EXPECT_EQ(v.head_dim(), 16);
+  EXPECT_EQ(v.intermediate_size, 64);
+  EXPECT_EQ(v.num_layers, 2);
+  EXPECT_EQ(v.pos_emb_height, 8);
+  EXPECT_EQ(v.pos_emb_width, 6);
+  EXPECT_EQ(v.merge_height, 2);
+  EXPECT_EQ(v.merge_width, 2);
+  EXPECT_EQ(v.merge_size(), 4);
+  EXPECT_EQ(v.mm_hidden_size, 32);
+  EXPECT_EQ(v.text_hidden_size, 128);
+  EXPECT_FLOAT_EQ(v.projector_ln_eps, 1e-6f);
+  // No preprocessor_config.json: the released image budget.
+  EXPECT_EQ(v.in_patch_limit, 65536);
+  EXPECT_EQ(v.patch_limit_on_one_side, 512);
+  EXPECT_EQ(v.max_side_pixels(), 7168);
+  EXPECT_EQ(v.image_mean, (std::array<float, 3>{0.5f, 0.5f, 0.5f}));
+  EXPECT_EQ(v.image_std, (std::array<float, 3>{0.5f, 0.5f, 0.5f}));
+}
+
+TEST(ModelConfigVisionTest, AbsentSwitchesTakeTheReleasedValues) {
+  json config = K3Json();
+  for (const char* key :
+       {"patch_size", "init_pos_emb_height", "init_pos_emb_width", "merge_kernel_size", "norm_type",
+        "attn_bias", "linear_bias", "patch_embed_proj_bias", "pos_emb_interpolation_mode",
+        "merge_type", "mm_projector_type", "activation_func", "projector_hidden_act",
+        "projector_ln_eps"}) {
+    config["vision_config"].erase(key);
+  }
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->Validate().ok()) << parsed->Validate();
+  EXPECT_EQ(parsed->vision->patch_size, 14);
+  EXPECT_EQ(parsed->vision->pos_emb_height, 64);
+  EXPECT_EQ(parsed->vision->pos_emb_width, 64);
+  EXPECT_EQ(parsed->vision->merge_size(), 4);
+  EXPECT_FLOAT_EQ(parsed->vision->projector_ln_eps, 1e-5f);
+}
+
+TEST(ModelConfigVisionTest, NoVisionConfigMeansTextOnly) {
+  json k3 = K3Json();
+  k3.erase("vision_config");
+  absl::StatusOr<ModelConfig> parsed = Parse(k3);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->Validate().ok()) << parsed->Validate();
+  EXPECT_FALSE(parsed->vision.has_value());
+  EXPECT_EQ(parsed->media_placeholder_token_id, 1013);
+
+  k3["vision_config"] = nullptr;
+  parsed = Parse(k3);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->vision.has_value());
+
+  // Kimi-Linear has no vision path: a vision_config there is ignored.
+  json flat = KimiLinearJson();
+  flat["vision_config"] = {{"norm_type", "layernorm"}};
+  parsed = Parse(flat);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->vision.has_value());
+
+  k3 = K3Json();
+  k3["vision_config"] = 3;
+  EXPECT_THAT(Parse(k3).status().message(),
+              HasSubstr("vision_config must be an object, found integer 3"));
+}
+
+TEST(ModelConfigVisionTest, PlaceholderIdMayBeInTextConfig) {
+  json config = K3Json();
+  config.erase("media_placeholder_token_id");
+  config["text_config"]["media_placeholder_token_id"] = 1000;
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->media_placeholder_token_id, 1000);
+  EXPECT_TRUE(parsed->Validate().ok()) << parsed->Validate();
+}
+
+struct VisionRefusal {
+  std::string key;
+  json value;
+  std::string message;
+};
+
+TEST(ModelConfigVisionTest, ParseRefusesWhatStrataDoesNotImplement) {
+  const std::vector<VisionRefusal> cases = {
+      {"norm_type", "layernorm",
+       "config.json: vision_config.norm_type must be \"rmsnorm\" (the only normalisation "
+       "implemented), found \"layernorm\""},
+      {"attn_bias", true, "config.json: vision_config.attn_bias must be false, found true"},
+      {"linear_bias", true, "vision_config.linear_bias must be false, found true"},
+      {"patch_embed_proj_bias", true,
+       "vision_config.patch_embed_proj_bias must be false, found true"},
+      {"pos_emb_interpolation_mode", "bicubic",
+       "vision_config.pos_emb_interpolation_mode must be \"bilinear\""},
+      {"merge_type", "sd2", "vision_config.merge_type must be \"sd2_tpool\""},
+      {"mm_projector_type", "patchmerger",
+       "vision_config.mm_projector_type must be \"patchmergerv2\""},
+      {"activation_func", "quick_gelu",
+       "vision_config.activation_func must be \"gelu_pytorch_tanh\""},
+      {"projector_hidden_act", "gelu_pytorch_tanh",
+       "vision_config.projector_hidden_act must be \"gelu\""},
+      {"vt_hidden_size", "32", "vision_config.vt_hidden_size must be an integer, found string"},
+      {"attn_bias", 0, "vision_config.attn_bias must be true or false, found integer 0"},
+      {"merge_kernel_size", json::array({2}),
+       "vision_config.merge_kernel_size must be a list of 2 integers [height, width], found 1"},
+  };
+  for (const VisionRefusal& c : cases) {
+    json config = K3Json();
+    config["vision_config"][c.key] = c.value;
+    absl::StatusOr<ModelConfig> parsed = Parse(config);
+    ASSERT_FALSE(parsed.ok()) << c.key;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << c.key;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.message)) << c.key;
+  }
+  for (const char* key :
+       {"vt_hidden_size", "qkv_hidden_size", "vt_num_attention_heads", "vt_intermediate_size",
+        "vt_num_hidden_layers", "mm_hidden_size", "text_hidden_size"}) {
+    json config = K3Json();
+    config["vision_config"].erase(key);
+    EXPECT_THAT(Parse(config).status().message(),
+                HasSubstr(std::string("config.json: missing required key vision_config.") + key));
+  }
+}
+
+TEST(ModelConfigVisionTest, ValidateChecksTheSizes) {
+  const std::vector<VisionRefusal> cases = {
+      {"qkv_hidden_size", 50,
+       "config.json: vision_config.qkv_hidden_size must be divisible by "
+       "vt_num_attention_heads = 3, found 50"},
+      {"qkv_hidden_size", 42,
+       "vision_config.qkv_hidden_size / vt_num_attention_heads (head_dim) must be a multiple of "
+       "4 (the 2-D RoPE rotates groups of 4), found 42 / 3 = 14"},
+      {"merge_kernel_size", json::array({3, 3}),
+       "vision_config.merge_kernel_size must be [2, 2] (merge_type sd2_tpool), found [3, 3]"},
+      {"merge_kernel_size", json::array({2, 1}), "must be [2, 2]"},
+      {"mm_hidden_size", 64,
+       "vision_config.mm_hidden_size must equal vt_hidden_size = 32 (the projector's input), "
+       "found 64"},
+      {"text_hidden_size", 7168,
+       "vision_config.text_hidden_size must equal the language model's hidden_size = 128, found "
+       "7168"},
+      {"vt_num_attention_heads", 0,
+       "vision_config.vt_num_attention_heads must be positive, found 0"},
+      {"vt_num_hidden_layers", -1, "vision_config.vt_num_hidden_layers must be positive"},
+      {"init_pos_emb_width", 0, "vision_config.init_pos_emb_width must be positive"},
+      {"patch_size", 0, "vision_config.patch_size must be positive"},
+      {"projector_ln_eps", 0.0, "vision_config.projector_ln_eps must be a positive"},
+      {"qkv_hidden_size", 1 << 30, "vision_config.qkv_hidden_size * 3 = 3221225472 does not fit"},
+  };
+  for (const VisionRefusal& c : cases) {
+    json config = K3Json();
+    config["vision_config"][c.key] = c.value;
+    if (c.key == "vt_num_attention_heads") config["vision_config"]["qkv_hidden_size"] = 48;
+    if (c.key == "qkv_hidden_size" && c.value == json(1 << 30)) {
+      config["vision_config"]["vt_num_attention_heads"] = 1 << 28;  // head_dim 4
+    }
+    const absl::Status status = ParseAndValidate(config);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.key << " " << c.value;
+    EXPECT_THAT(status.message(), HasSubstr(c.message)) << c.key << " " << c.value;
+  }
+}
+
+TEST(ModelConfigVisionTest, PlaceholderIdMustBeInTheVocabulary) {
+  json config = K3Json();
+  config["media_placeholder_token_id"] = 163605;  // the release's id, outside vocab 1024
+  EXPECT_THAT(ParseAndValidate(config).message(),
+              HasSubstr("config.json: media_placeholder_token_id must be a token id in 0..1023 "
+                        "(vocab_size 1024) when vision_config is present, found 163605"));
+  config.erase("media_placeholder_token_id");
+  EXPECT_THAT(ParseAndValidate(config).message(),
+              HasSubstr("media_placeholder_token_id must be a token id in 0..1023 (vocab_size "
+                        "1024) when vision_config is present, found none"));
+  config.erase("vision_config");  // text only: the id is not needed
+  EXPECT_TRUE(ParseAndValidate(config).ok());
+
+  // A vision config on a Kimi-Linear ModelConfig (built in code) is refused.
+  absl::StatusOr<ModelConfig> flat = Parse(KimiLinearJson());
+  ASSERT_TRUE(flat.ok());
+  absl::StatusOr<ModelConfig> k3 = Parse(K3Json());
+  ASSERT_TRUE(k3.ok());
+  flat->vision = k3->vision;
+  flat->media_placeholder_token_id = 5;
+  EXPECT_THAT(flat->Validate().message(), HasSubstr("vision_config is supported for Kimi K3"));
+}
+
+absl::StatusOr<ModelConfig> ParseWithPreprocessor(const json& config, const std::string& text) {
+  return ParseModelConfig(config.dump(), "config.json", &text, "dir/preprocessor_config.json");
+}
+
+TEST(ModelConfigVisionTest, ReadsTheImageBudgetOfPreprocessorConfig) {
+  const std::string text = R"json({
+    "in_patch_limit": 1024, "patch_limit_on_one_side": 64,
+    "image_mean": [0.25, 0.5, 0.75], "image_std": [0.5, 0.25, 1],
+    "patch_size": 14, "merge_kernel_size": 2, "processor_class": "KimiK3Processor"})json";
+  absl::StatusOr<ModelConfig> parsed = ParseWithPreprocessor(K3Json(), text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->Validate().ok()) << parsed->Validate();
+  const VisionConfig& v = *parsed->vision;
+  EXPECT_EQ(v.in_patch_limit, 1024);
+  EXPECT_EQ(v.patch_limit_on_one_side, 64);
+  EXPECT_EQ(v.max_side_pixels(), 64 * 14);
+  EXPECT_EQ(v.image_mean, (std::array<float, 3>{0.25f, 0.5f, 0.75f}));
+  EXPECT_EQ(v.image_std, (std::array<float, 3>{0.5f, 0.25f, 1.0f}));
+
+  // The keys may sit under media_proc_cfg; absent keys keep the released values.
+  parsed = ParseWithPreprocessor(K3Json(), R"({"media_proc_cfg": {"in_patch_limit": 4096}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->vision->in_patch_limit, 4096);
+  EXPECT_EQ(parsed->vision->patch_limit_on_one_side, 512);
+
+  // Without a vision_config the file is not read at all.
+  json text_only = K3Json();
+  text_only.erase("vision_config");
+  const std::string garbage = "{not json";
+  parsed = ParseModelConfig(text_only.dump(), "config.json", &garbage, "p.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->vision.has_value());
+}
+
+TEST(ModelConfigVisionTest, RefusesABadPreprocessorConfig) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{not json", "dir/preprocessor_config.json: not valid JSON"},
+      {"[1]", "dir/preprocessor_config.json: expected a JSON object, found an array"},
+      {R"({"in_patch_limit": "many"})",
+       "dir/preprocessor_config.json: in_patch_limit must be an integer, found string"},
+      {R"({"image_mean": [0.5, 0.5]})",
+       "dir/preprocessor_config.json: image_mean must list 3 numbers (R, G, B), found 2"},
+      {R"({"media_proc_cfg": {"image_std": ["a", 1, 1]}})",
+       "media_proc_cfg.image_std[0] must be a number, found string"},
+      {R"({"patch_size": 16})",
+       "patch_size must agree with config.json's vision_config.patch_size = 14, found 16"},
+      {R"({"merge_kernel_size": [2, 3]})",
+       "merge_kernel_size must agree with config.json's vision_config.merge_kernel_size = 2, "
+       "found 3"},
+  };
+  for (const auto& [text, message] : cases) {
+    absl::StatusOr<ModelConfig> parsed = ParseWithPreprocessor(K3Json(), text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(message)) << text;
+  }
+  const std::vector<std::pair<std::string, std::string>> invalid = {
+      {R"({"in_patch_limit": 3})",
+       "preprocessor_config.json: in_patch_limit must be at least 4 (one merged row), found 3"},
+      {R"({"patch_limit_on_one_side": 1})",
+       "preprocessor_config.json: patch_limit_on_one_side must be at least 2"},
+      {R"({"image_std": [0.5, 0, 0.5]})",
+       "preprocessor_config.json: image_std must be positive and image_mean finite, found "
+       "channel 1"},
+  };
+  for (const auto& [text, message] : invalid) {
+    absl::StatusOr<ModelConfig> parsed = ParseWithPreprocessor(K3Json(), text);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_THAT(parsed->Validate().message(), HasSubstr(message)) << text;
+  }
+}
+
+TEST(ModelConfigVisionTest, LoadReadsPreprocessorConfigWhenPresent) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "strata_model_config_vision_test";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir / "config.json");
+    out << kK3Config;
+  }
+  std::filesystem::remove(dir / "preprocessor_config.json");
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->vision->in_patch_limit, 65536);  // missing file: the released budget
+  {
+    std::ofstream out(dir / "preprocessor_config.json");
+    out << R"({"in_patch_limit": 2048, "patch_limit_on_one_side": 100})";
+  }
+  config = LoadModelConfig(dir.string());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->vision->in_patch_limit, 2048);
+  EXPECT_EQ(config->vision->patch_limit_on_one_side, 100);
+  {
+    std::ofstream out(dir / "preprocessor_config.json");
+    out << R"({"in_patch_limit": true})";
+  }
+  config = LoadModelConfig(dir.string());
+  EXPECT_THAT(config.status().message(),
+              HasSubstr((dir / "preprocessor_config.json").string() +
+                        ": in_patch_limit must be an integer, found true"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ModelConfigTest, LoadReadsConfigJsonFromDirectory) {

@@ -118,6 +118,57 @@ TEST_P(ModelTest, ChunkedPrefillEqualsOneShotPrefill) {
   }
 }
 
+// Image rows: EmbeddingRows replace their positions' embeddings. Rows equal to the embeddings
+// of other ids give exactly those ids' logits, and so for every chunking (chunks cutting
+// through the rows included) within the chunking tolerance above.
+TEST_P(ModelTest, MediaRowsReplaceTheirPositionsEmbeddings) {
+  const std::vector<int32_t> prompt = Prompt(40);
+  const int64_t d = model_->config().hidden_size;
+  constexpr int32_t kPlaceholder = 3;
+  // Positions [11, 11 + 9) hold "an image" whose rows are the embeddings of prompt[11..20).
+  MediaEmbedding image;
+  image.position = 11;
+  image.num_rows = 9;
+  auto rows = std::make_shared<std::vector<float>>(static_cast<size_t>(image.num_rows * d));
+  for (int64_t r = 0; r < image.num_rows; ++r) {
+    EmbeddingRow(model_->weights().embed, prompt[static_cast<size_t>(image.position + r)],
+                 rows->data() + r * d);
+  }
+  image.rows = rows;
+  std::vector<int32_t> with_placeholders = prompt;
+  std::fill(with_placeholders.begin() + image.position, with_placeholders.begin() + image.end(),
+            kPlaceholder);
+  auto expected = PromptLogits(*model_, prompt, 1000);
+  ASSERT_TRUE(expected.ok());
+  const std::vector<MediaEmbedding> media = {image};
+  for (int64_t chunk : {1000, 13, 5}) {
+    auto got = PromptLogits(*model_, with_placeholders, chunk, LatentDType::kF32, nullptr, media);
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (chunk == 1000) {
+      EXPECT_EQ(*expected, *got);  // one chunk: the same arithmetic, bit for bit
+    } else {
+      EXPECT_LT(MaxAbsDiff(*expected, *got), 2e-4f) << chunk;
+    }
+  }
+  // Without the rows the placeholder's own embedding is used: the logits differ.
+  auto plain = PromptLogits(*model_, with_placeholders, 1000);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_GT(MaxAbsDiff(*expected, *plain), 1e-2f);
+  // Rows at the wrong place or of the wrong size are refused.
+  MediaEmbedding outside = image;
+  outside.position = 35;
+  EXPECT_EQ(PromptLogits(*model_, with_placeholders, 1000, LatentDType::kF32, nullptr, {outside})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  MediaEmbedding short_rows = image;
+  short_rows.num_rows = 10;
+  EXPECT_EQ(PromptLogits(*model_, with_placeholders, 1000, LatentDType::kF32, nullptr, {short_rows})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // PromptLogits over a bf16 or fp8 latent cache: the logits move by the format's rounding (and do
 // move: the format is in use), and chunking the prompt changes them by f32 rounding amplified
 // through the format at most (a value near a rounding boundary may land on either side).

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "engine/media_embedding.h"
 #include "engine/sampling.h"
 #include "kvcache/cache_layout.h"
 
@@ -67,6 +68,9 @@ struct ScheduledSequence {
   // and the top num_score_logprobs.
   std::vector<int32_t> score_targets;
   int num_score_logprobs = 0;
+  // The sequence's images whose rows overlap this step's new tokens (positions in the
+  // sequence): the forward takes their rows at those positions.
+  std::vector<MediaEmbedding> media;
 };
 
 // Copies between the caches and the offload tiers (kvcache/offload, docs/kv-offload.md). Bytes

@@ -70,6 +70,9 @@ void EncodeStepPlan(const StepPlan& plan, std::vector<uint8_t>* out) {
   w.Put<int64_t>(plan.step_id);
   w.Put<uint64_t>(plan.sequences.size());
   for (const ScheduledSequence& s : plan.sequences) {
+    // Image rows are not sent: the front end refuses images on multi-rank servers.
+    CHECK(s.media.empty()) << "image rows are not sent to other ranks (sequence " << s.seq_id
+                           << ")";
     w.Put<int64_t>(s.seq_id);
     w.PutVector(s.token_ids);
     w.Put<int64_t>(s.num_computed_tokens);

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "kvcache/ids.h"
 
 namespace strata::kvcache {
@@ -37,9 +38,22 @@ inline constexpr BlockHash kRootHash = 0;
 // Hash of one block of `n` >= 0 token ids whose prefix hashes to `parent`.
 BlockHash HashBlock(BlockHash parent, const int32_t* token_ids, int n, uint64_t cache_salt);
 
+// Tokens [begin, end) hold a media item with this content key (an image's rows).
+struct MediaKeySpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+  uint64_t key = 0;
+};
+
+// The salt of block `index`: `cache_salt` with the key of every span of `media` (ascending)
+// that overlaps the block folded in; `cache_salt` itself when none does.
+uint64_t BlockSalt(uint64_t cache_salt, int64_t index, int block_size,
+                   absl::Span<const MediaKeySpan> media);
+
 // Chained hashes of the full blocks of `tokens` (floor(size / block_size) of them; a trailing
-// partial block is not hashed). Element i names tokens [0, (i + 1) * block_size).
+// partial block is not hashed), each under its BlockSalt. Element i names tokens
+// [0, (i + 1) * block_size).
 std::vector<BlockHash> HashFullBlocks(const std::vector<int32_t>& tokens, int block_size,
-                                      uint64_t salt);
+                                      uint64_t salt, absl::Span<const MediaKeySpan> media = {});
 
 }  // namespace strata::kvcache

@@ -67,5 +67,34 @@ TEST(BlockHashTest, SameBlockUnderDifferentParentsDiffers) {
   EXPECT_NE(HashBlock(1, block.data(), 4, 0), HashBlock(2, block.data(), 4, 0));
 }
 
+// Images: the blocks an image's rows overlap take its content key into their salt, so equal
+// placeholder ids of different images never share a block; blocks before it are unaffected, and
+// blocks after it differ through their parent.
+TEST(BlockHashTest, MediaKeysChangeExactlyTheBlocksTheyOverlapAndEverythingAfter) {
+  std::vector<int32_t> tokens(40, 9);  // 10 blocks of 4: an image at [10, 18) → blocks 2..4
+  const std::vector<MediaKeySpan> a = {{10, 18, 0xaaaa}}, b = {{10, 18, 0xbbbb}};
+  const std::vector<BlockHash> plain = HashFullBlocks(tokens, 4, 5);
+  const std::vector<BlockHash> with_a = HashFullBlocks(tokens, 4, 5, a);
+  const std::vector<BlockHash> with_b = HashFullBlocks(tokens, 4, 5, b);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    if (i < 2) {
+      EXPECT_EQ(with_a[i], plain[i]) << i;
+      EXPECT_EQ(with_b[i], plain[i]) << i;
+    } else {
+      EXPECT_NE(with_a[i], plain[i]) << i;
+      EXPECT_NE(with_a[i], with_b[i]) << i;
+    }
+  }
+  EXPECT_EQ(BlockSalt(5, 1, 4, a), 5u);  // [4, 8): before the image
+  EXPECT_NE(BlockSalt(5, 2, 4, a), 5u);  // [8, 12): its first rows
+  EXPECT_NE(BlockSalt(5, 4, 4, a), 5u);  // [16, 20): its last rows
+  EXPECT_EQ(BlockSalt(5, 5, 4, a), 5u);  // [20, 24): after it (the parent carries it)
+  // The same image at the same place hashes the same (a prefix hit needs the same image).
+  EXPECT_EQ(HashFullBlocks(tokens, 4, 5, a), with_a);
+  // Two images in one block: both keys count, in order.
+  const std::vector<MediaKeySpan> two = {{8, 9, 1}, {9, 10, 2}}, swapped = {{8, 9, 2}, {9, 10, 1}};
+  EXPECT_NE(BlockSalt(0, 2, 4, two), BlockSalt(0, 2, 4, swapped));
+}
+
 }  // namespace
 }  // namespace strata::kvcache

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/media_embedding.h"
 #include "engine/sampling.h"
 #include "engine/step.h"
 
@@ -19,6 +20,9 @@ inline constexpr int kMaxPromptLogprobs = 1000;
 struct Request {
   std::string request_id;       // unique among live requests
   std::vector<int32_t> prompt;  // token ids, non-empty
+  // Images in the prompt: rows at their (expanded) placeholder positions, ascending
+  // (engine/media_embedding.h). Their content keys enter the block hashes.
+  std::vector<engine::MediaEmbedding> media;
   engine::SamplingParams sampling;
   int64_t max_tokens = 16;              // output tokens at most, >= 1
   std::vector<int32_t> stop_token_ids;  // end the sequence (kStop) even with ignore_eos

@@ -737,5 +737,57 @@ TEST(SchedulerPrefixTest, ALongPromptKeepsFewStrideCheckpointsAndSparesOtherConv
   }
 }
 
+// Images: each step's plan carries the images overlapping its chunk, and a prefix hit over an
+// image's positions needs the same image (its content key is in the block hashes), while the
+// blocks before the image are shared with any request.
+engine::MediaEmbedding Image(int64_t position, int64_t rows, uint64_t key) {
+  engine::MediaEmbedding m;
+  m.position = position;
+  m.num_rows = rows;
+  m.content_key = key;
+  m.rows = std::make_shared<const std::vector<float>>(static_cast<size_t>(rows), 0.5f);
+  return m;
+}
+
+TEST(SchedulerPrefixTest, PlansCarryTheImagesOfTheirChunkAndHitsNeedTheSameImage) {
+  Driver d(PrefixConfig(), kVocab);
+  constexpr int32_t kPad = 5;
+  // Image at [10, 20) of a 24-token prompt: the first chunk [0, 16) and the second [16, 24).
+  std::vector<int32_t> prompt = Prompt(24, 100);
+  std::fill(prompt.begin() + 10, prompt.begin() + 20, kPad);
+  Request a = MakeRequest("a", prompt, 1);
+  a.media = {Image(10, 10, 0xabc)};
+  ASSERT_TRUE(d.scheduler().Add(a).ok());
+  StepPlan first = d.Step();
+  ASSERT_EQ(first.sequences.size(), 1u);
+  EXPECT_THAT(Only(first), IsChunk(0, 16, Saves{8, 16}, false));
+  ASSERT_EQ(first.sequences[0].media.size(), 1u);
+  EXPECT_EQ(first.sequences[0].media[0].position, 10);
+  StepPlan second = d.Step();
+  EXPECT_EQ(second.sequences.at(0).num_computed_tokens, 16);
+  ASSERT_EQ(second.sequences[0].media.size(), 1u);  // rows 16..19 are in this chunk
+  d.RunUntilIdle();
+  EXPECT_TRUE(d.executor().errors().empty());
+
+  // The same tokens with another image: only the blocks before the image (tokens [0, 8)) hit.
+  Request b = MakeRequest("b", prompt, 1);
+  b.media = {Image(10, 10, 0xdef)};
+  ASSERT_TRUE(d.scheduler().Add(b).ok());
+  StepPlan pb = d.Step();
+  EXPECT_EQ(pb.sequences.at(0).num_computed_tokens, 8);
+  d.RunUntilIdle();
+  EXPECT_EQ(d.last_events().at(0).num_cached_tokens, 8);
+
+  // The same image again: a hit through the whole image (to a's prompt-end checkpoint at 20).
+  Request c = MakeRequest("c", prompt, 1);
+  c.media = {Image(10, 10, 0xabc)};
+  ASSERT_TRUE(d.scheduler().Add(c).ok());
+  StepPlan pc = d.Step();
+  EXPECT_EQ(pc.sequences.at(0).num_computed_tokens, 20);
+  EXPECT_TRUE(pc.sequences[0].media.empty());  // no image row is left to compute
+  d.RunUntilIdle();
+  ExpectHealthy(d);
+}
+
 }  // namespace
 }  // namespace strata::scheduler

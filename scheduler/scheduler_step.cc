@@ -544,6 +544,10 @@ void Scheduler::BuildPlan() {
     out.score_targets.assign(seq->tokens.begin() + begin + 1,
                              seq->tokens.begin() + begin + 1 + entry.num_scored);
     out.num_score_logprobs = std::max(seq->request.prompt_logprobs, 0);
+    out.media.clear();
+    for (const engine::MediaEmbedding& m : seq->request.media) {
+      if (m.position < begin + entry.num_new_tokens && m.end() > begin) out.media.push_back(m);
+    }
     seq->slot_init = engine::SlotInit::kCarry;
     seq->source_checkpoint = -1;
     (entry.decode ? counters_.num_decode_tokens : counters_.num_prefill_tokens) +=

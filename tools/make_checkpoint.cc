@@ -30,6 +30,10 @@ const strata::CommandSpec& Spec() {
               {"seed", true, "PRNG seed (default 0); same options give byte-identical files"},
               {"shards", true, "safetensors files (default 1; >1 adds the index json)"},
               {"mxfp4", false, "K3 only: routed experts as MXFP4 (compressed-tensors)"},
+              {"vision", false,
+               "K3 only: add the vision tower and projector (vision_tower.*, mm_projector.*, "
+               "vision_config, preprocessor_config.json) so the checkpoint takes images; the "
+               "demo preset always has them. Sizes: --set vision_*"},
               {"demo-tokenizer", false,
                "also write the demo tokenizer so that `strata serve --model DIR` serves it (Kimi "
                "K3's "
@@ -38,7 +42,12 @@ const strata::CommandSpec& Spec() {
               {"set", true, "override a preset value, key=value (repeatable; keys below)"},
           },
       .required = {"preset", "out"},
-      .notes = absl::StrCat("--set keys: ", absl::StrJoin(demo::OverrideKeys(), ", ")),
+      .notes = absl::StrCat(
+          "--set keys: ", absl::StrJoin(demo::OverrideKeys(), ", "),
+          "\nvision_* keys (with --vision): vision_hidden (D), vision_qkv (heads × head_dim, "
+          "head_dim a multiple of 4), vision_heads, vision_intermediate, vision_layers, "
+          "vision_pos_emb (position table height = width), vision_in_patch_limit (patches per "
+          "image); tiny: 32, 48, 3, 64, 2, 8, 1024; demo: 128, 128, 4, 256, 2, 16, 4096"),
   };
   return spec;
 }
@@ -54,6 +63,7 @@ absl::StatusOr<demo::GeneratorOptions> ReadOptions(const strata::Flags& flags) {
   ASSIGN_OR_RETURN(const int64_t shards, flags.GetInt("shards", 1, 1, 1 << 16));
   options.num_shards = static_cast<int>(shards);
   options.mxfp4_experts = flags.Has("mxfp4");
+  options.vision = flags.Has("vision");
   for (const std::string& value : flags.GetAll("set")) {
     const size_t eq = value.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -74,9 +84,12 @@ absl::Status Run(const strata::Flags& flags) {
     RETURN_IF_ERROR(demo::WriteDemoTokenizer(
         out_dir, dims.k3 ? demo::DemoChatFormat::kKimiK3 : demo::DemoChatFormat::kKimiK2));
   }
-  std::printf("wrote %s: %s %s, %lld parameters, %lld bytes in %zu files (seed %llu%s)\n",
+  const std::string vision =
+      dims.vision ? absl::StrCat(" (", generated.num_vision_parameters, " in the vision tower)")
+                  : std::string();
+  std::printf("wrote %s: %s %s, %lld parameters%s, %lld bytes in %zu files (seed %llu%s)\n",
               out_dir.c_str(), dims.k3 ? "kimi-k3" : "kimi-linear", options.preset.c_str(),
-              static_cast<long long>(generated.num_parameters),
+              static_cast<long long>(generated.num_parameters), vision.c_str(),
               static_cast<long long>(generated.num_bytes), generated.files.size(),
               static_cast<unsigned long long>(options.seed), dims.mxfp4 ? ", mxfp4" : "");
   if (flags.Has("demo-tokenizer"))

@@ -10,9 +10,13 @@ packages=(
   libabsl-dev libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libpcre2-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libdnnl-dev libgloo-dev
+  # image decoding (engine/media)
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 python3-numpy nodejs npm
+  # tests/media/pil_compare_test.py: the image preprocessing against Pillow
+  python3-pil
   # bench/long_context.sh's plot
   gnuplot-nox
   # gRPC Python client and its interop test (clients/python)

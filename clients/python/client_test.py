@@ -59,6 +59,18 @@ class Server:
             return -9
 
 
+def png_bytes(width, height, seed):
+    """A width × height RGB PNG (Pillow) whose pixels depend on `seed`."""
+    import io
+    from PIL import Image
+    img = Image.new("RGB", (width, height))
+    img.putdata([((x * 7 + seed * 60) % 256, (y * 5 + seed * 90) % 256,
+                  ((x ^ y) * 3 + seed * 30) % 256) for y in range(height) for x in range(width)])
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    return out.getvalue()
+
+
 def wait_empty(client, min_aborted_total=0, timeout=10.0):
     """Waits until `min_aborted_total` requests were aborted and the engine holds nothing."""
     deadline = time.time() + timeout
@@ -117,6 +129,44 @@ class PythonClientTest(unittest.TestCase):
             self.client.generate(prompt_ids=[1, 2], max_tokens=4, top_p=0.0)
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("top_p", caught.exception.details())
+
+    def test_image_bytes_become_the_images_rows(self):
+        pad = self.client.model_info().media_placeholder_token_id
+        self.assertGreaterEqual(pad, 0)  # the demo model has a vision tower
+        image = png_bytes(448, 448, seed=1)
+        ids = [5, pad, 6, 7]
+        kwargs = dict(prompt_ids=ids, max_tokens=8, temperature=0.0, ignore_eos=True)
+        with_image = self.client.generate(images=[image], **kwargs)
+        without = self.client.generate(**kwargs)  # the placeholder's own embedding
+        self.assertEqual(without.complete.usage.prompt_tokens, len(ids))
+        # K3's budget: 448 / 14 = 32 patches a side, merged 2 × 2: 16 × 16 = 256 rows.
+        self.assertEqual(with_image.complete.usage.prompt_tokens, len(ids) - 1 + 256)
+        self.assertNotEqual(with_image.token_ids, without.token_ids)
+        other = self.client.generate(images=[png_bytes(448, 448, seed=2)], **kwargs)
+        self.assertEqual(other.complete.usage.prompt_tokens, len(ids) - 1 + 256)
+        self.assertNotEqual(other.token_ids, with_image.token_ids)
+        # The placeholder's text in a text prompt; a file path works as well as bytes.
+        with tempfile.NamedTemporaryFile(suffix=".png") as f:
+            f.write(image)
+            f.flush()
+            text = self.client.generate(prompt="look: <|media_pad|> ok", images=[f.name],
+                                        max_tokens=4, temperature=0.0, ignore_eos=True)
+        self.assertEqual(text.complete.usage.prompt_tokens,
+                         len(self.client.tokenize("look: <|media_pad|> ok")) - 1 + 256)
+
+    def test_bad_images_are_invalid_argument_and_the_server_keeps_serving(self):
+        pad = self.client.model_info().media_placeholder_token_id
+        image = png_bytes(64, 48, seed=3)
+        for images, expected in (([image, b"GIF89a but not really"], "images[1]: "),
+                                 ([image[:len(image) // 2]], "images[0]: "),
+                                 ([image, image], "2 images were given")):
+            with self.assertRaises(grpc.RpcError) as caught:
+                self.client.generate(prompt_ids=[5, pad, 6], images=images, max_tokens=4)
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(expected, caught.exception.details())
+        g = self.client.generate(prompt_ids=[5, pad, 6], images=[image], max_tokens=4,
+                                 ignore_eos=True)
+        self.assertEqual(len(g.token_ids), 4)
 
     def test_json_schema_makes_the_output_fit_it(self):
         schema = {"type": "object", "properties": {"size": {"enum": ["S", "M", "L"]},

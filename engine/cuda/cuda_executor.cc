@@ -205,8 +205,9 @@ absl::Status CudaExecutor::Upload(kc::DeviceBuffer* ints) {
 }
 
 bool CudaExecutor::PadForGraph(GraphKey* key) {
+  // A graph replays its copies: image rows (a one-token piece of an image) run eagerly.
   if (!graphs_enabled_ || step_.num_prefill() > 0 || step_.num_decode == 0 ||
-      step_.num_decode > kMaxGraphBatch || step_.num_scored_rows > 0) {
+      step_.num_decode > kMaxGraphBatch || step_.num_scored_rows > 0 || !step_.media_rows.empty()) {
     return false;
   }
   *key = {NextPowerOfTwo(step_.num_decode),

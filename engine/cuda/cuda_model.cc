@@ -730,6 +730,15 @@ absl::Status CudaModel::Forward(const DeviceStep& step, const DeviceCaches& cach
   const DeviceMatrix& embed = weights_->embed();
   RETURN_IF_ERROR(kc::EmbeddingGather(embed.w, embed.out, d, step.at(s.token_ids), rows.n, rows.h,
                                       step.invalid_tokens, ctx.stream));
+  // Image rows replace their placeholders' embeddings (from host memory: one copy per image
+  // piece in the step, ordered on the stream after the gather).
+  for (const StepLayout::MediaRows& m : s.media_rows) {
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(rows.h + m.row * d, m.media->rows->data() + m.media_row * d,
+                        static_cast<size_t>(m.count * d) * sizeof(float), cudaMemcpyHostToDevice,
+                        ctx.stream),
+        "image rows cudaMemcpyAsync");
+  }
   if (cfg.has_attn_res()) {
     RETURN_IF_ERROR(LayersAttnRes(step, caches, ctx, rows, expert_offsets));
   } else {

@@ -102,6 +102,7 @@ void AssignOffsets(StepLayout* out) {
 void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, StepLayout* out) {
   OrderSequences(plan, out);
   const int64_t bs = layout.block_size;
+  out->media_rows.clear();
   out->row_offset.assign(1, 0);
   out->max_blocks_per_seq = 1;
   out->max_decode_context = out->max_prefill_context = 0;
@@ -178,6 +179,13 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
         ints[out->query_len + prefill_row] = static_cast<int32_t>(pos + 1);
         ++prefill_row;
       }
+    }
+    for (const MediaEmbedding& m : seq.media) {
+      const int64_t begin = std::max(seq.num_computed_tokens, m.position);
+      const int64_t end = std::min(seq.num_computed_tokens + count, m.end());
+      if (begin >= end) continue;
+      out->media_rows.push_back(
+          {first + begin - seq.num_computed_tokens, end - begin, &m, begin - m.position});
     }
     first_row[static_cast<size_t>(out->plan_index[s])] = first;
     last_row[static_cast<size_t>(out->plan_index[s])] = first + count - 1;

@@ -75,6 +75,17 @@ struct StepLayout {
   std::vector<int32_t> kda_piece_save_row;
   std::vector<int32_t> kda_piece_rows;  // [2·K]: what kda_pieces_cu holds
 
+  // Image rows replacing token embeddings (ScheduledSequence::media): rows [row, row + count)
+  // of the step take rows [media_row, media_row + count) of media's rows (host memory the plan
+  // keeps alive while the step runs).
+  struct MediaRows {
+    int64_t row = 0;
+    int64_t count = 0;
+    const MediaEmbedding* media = nullptr;
+    int64_t media_row = 0;
+  };
+  std::vector<MediaRows> media_rows;
+
   std::vector<int32_t> ints;  // the packed arrays below, back to back
   int64_t token_ids = 0, slot_mapping = 0, block_tables = 0, kda_slots = 0, seq_lens = 0,
           prefill_cu = 0, prefill_cu_k = 0, query_seq = 0, query_len = 0, logit_rows = 0,

@@ -24,6 +24,7 @@ using engine::TensorToWrite;
 
 constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
+constexpr char kPreprocessorFile[] = "preprocessor_config.json";
 
 // The on-disk tensors of one spec: one, or two (packed, scale) for an MXFP4 weight. An MXFP4
 // weight draws from the seed of its unquantized name (`<module>.weight`), so the MXFP4 and bf16
@@ -61,7 +62,7 @@ absl::Status WriteTextFile(const fs::path& path, const std::string& text) {
 }
 
 bool IsCheckpointFile(const std::string& name) {
-  return name == kSingleFile || name == kIndexFile ||
+  return name == kSingleFile || name == kIndexFile || name == kPreprocessorFile ||
          (absl::StartsWith(name, "model-") && absl::StrContains(name, "-of-") &&
           absl::EndsWith(name, ".safetensors"));
 }
@@ -117,14 +118,15 @@ absl::StatusOr<GeneratedCheckpoint> GenerateCheckpoint(const GeneratorOptions& o
                                                        const std::string& out_dir) {
   GeneratedCheckpoint result;
   ASSIGN_OR_RETURN(result.dims, ResolveDims(options.family, options.preset, options.overrides,
-                                            options.mxfp4_experts));
+                                            options.mxfp4_experts, options.vision));
   const std::vector<TensorSpec> specs = ListTensors(result.dims);
   int64_t num_outputs = 0;
   for (const TensorSpec& spec : specs) {
     num_outputs += NumOutputs(spec);
-    if (!absl::StartsWith(spec.name, "vision_tower.") &&
-        !absl::StartsWith(spec.name, "mm_projector.")) {
-      result.num_parameters += NumElements(spec.shape);
+    result.num_parameters += NumElements(spec.shape);
+    if (absl::StartsWith(spec.name, "vision_tower.") ||
+        absl::StartsWith(spec.name, "mm_projector.")) {
+      result.num_vision_parameters += NumElements(spec.shape);
     }
   }
   if (options.num_shards < 1 || options.num_shards > num_outputs) {
@@ -150,6 +152,11 @@ absl::StatusOr<GeneratedCheckpoint> GenerateCheckpoint(const GeneratorOptions& o
   }
   RETURN_IF_ERROR(WriteTextFile(dir / "config.json", BuildConfigJson(result.dims)));
   result.files.push_back("config.json");
+  if (result.dims.vision) {
+    RETURN_IF_ERROR(
+        WriteTextFile(dir / kPreprocessorFile, BuildPreprocessorConfigJson(result.dims)));
+    result.files.push_back(kPreprocessorFile);
+  }
 
   std::error_code error;
   for (const std::string& name : result.files) {

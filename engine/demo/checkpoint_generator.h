@@ -25,6 +25,9 @@ struct GeneratorOptions {
   uint64_t seed = 0;
   int num_shards = 1;  // 1 → model.safetensors; N > 1 → N shards + model.safetensors.index.json
   bool mxfp4_experts = false;  // K3 only: routed experts as MXFP4 + quantization_config
+  // K3 only (InvalidArgument for Kimi-Linear): the vision tower, projector, `vision_config` and
+  // preprocessor_config.json. The K3 demo preset always has them.
+  bool vision = false;
   // `--set key=value` overrides of the preset (keys: OverrideKeys()). `layers` keeps the
   // pattern (every 4th layer and the last one MLA) unless `full_attn` lists the MLA layers.
   std::map<std::string, std::string> overrides;
@@ -32,14 +35,16 @@ struct GeneratorOptions {
 
 struct GeneratedCheckpoint {
   ModelDims dims;
-  int64_t num_parameters = 0;      // model weights; an MXFP4 matrix counts its [out, in] elements
-  int64_t num_bytes = 0;           // bytes of every file written (safetensors, config, index)
-  std::vector<std::string> files;  // names written inside the output directory
+  int64_t num_parameters = 0;  // model weights; an MXFP4 matrix counts its [out, in] elements
+  int64_t num_vision_parameters = 0;  // of which vision_tower.* and mm_projector.*
+  int64_t num_bytes = 0;              // bytes of every file written (safetensors, config, index)
+  std::vector<std::string> files;     // names written inside the output directory
 };
 
 // Writes the checkpoint into `out_dir` (created if needed). Stale `model.safetensors`,
-// `model-*-of-*.safetensors` and index files already in `out_dir` are removed first so a
-// directory never mixes two layouts. InvalidArgument for bad options, Internal for I/O errors.
+// `model-*-of-*.safetensors`, index and preprocessor_config.json files already in `out_dir` are
+// removed first so a directory never mixes two layouts. InvalidArgument for bad options, Internal
+// for I/O errors.
 absl::StatusOr<GeneratedCheckpoint> GenerateCheckpoint(const GeneratorOptions& options,
                                                        const std::string& out_dir);
 

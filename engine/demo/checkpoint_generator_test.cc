@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -20,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
+#include "engine/demo/demo_tokenizer.h"
 #include "engine/demo/tensor_layout.h"
 #include "engine/model_config.h"
 
@@ -275,13 +278,10 @@ TEST(CheckpointGeneratorTest, K3TinyHoldsExactlyTheTensorsOfCheckpointMd) {
   Generate({.family = "k3", .preset = "tiny"}, dir);
   const auto stored = ReadAllTensors(dir);
   ExpectExactly(ExpectedK3Tiny(/*mxfp4=*/false), stored);
-  int vision = 0, projector = 0;
-  for (const auto& [name, tensor] : stored) {
-    vision += absl::StartsWith(name, "vision_tower.");
-    projector += absl::StartsWith(name, "mm_projector.");
-  }
-  EXPECT_GE(vision, 1);
-  EXPECT_GE(projector, 1);
+  // Text only without --vision: no tower, no vision_config, no preprocessor_config.json.
+  for (const auto& [name, tensor] : stored) EXPECT_FALSE(IsVisionTensor(name)) << name;
+  EXPECT_FALSE(ReadJson(dir / "config.json").contains("vision_config"));
+  EXPECT_FALSE(fs::exists(dir / "preprocessor_config.json"));
 }
 
 TEST(CheckpointGeneratorTest, KimiLinearTinyHoldsExactlyTheTensorsOfCheckpointMd) {
@@ -353,12 +353,16 @@ TEST(CheckpointGeneratorTest, Mxfp4ExpertsQuantizeTheBf16CheckpointsWeights) {
 TEST(CheckpointGeneratorTest, SameOptionsGiveByteIdenticalFiles) {
   const fs::path a = FreshDir("same_a");
   const fs::path b = FreshDir("same_b");
-  const GeneratorOptions options{
-      .family = "k3", .preset = "tiny", .seed = 5, .num_shards = 2, .mxfp4_experts = true};
+  const GeneratorOptions options{.family = "k3",
+                                 .preset = "tiny",
+                                 .seed = 5,
+                                 .num_shards = 2,
+                                 .mxfp4_experts = true,
+                                 .vision = true};
   const GeneratedCheckpoint first = Generate(options, a);
   const GeneratedCheckpoint second = Generate(options, b);
   ASSERT_EQ(first.files, second.files);
-  ASSERT_EQ(first.files.size(), 4u);  // 2 shards, index, config
+  ASSERT_EQ(first.files.size(), 5u);  // 2 shards, index, config, preprocessor config
   for (const std::string& file : first.files) {
     EXPECT_EQ(ReadBytes(a / file), ReadBytes(b / file)) << file;
   }
@@ -449,6 +453,255 @@ TEST(CheckpointGeneratorTest, K3ALogIsZeroPaddedBeyondTheHeads) {
   std::memcpy(values.data(), a_log.bytes.data(), a_log.bytes.size());
   for (int i = 0; i < kHk; ++i) EXPECT_NE(values[i], 0.0f) << i;
   for (int i = kHk; i < kDk; ++i) EXPECT_EQ(values[i], 0.0f) << i;
+}
+
+// ---- the vision tower (--vision) ----------------------------------------------------------------
+// Tiny tower: D 32, qkv 48 = 3 heads × 16, MLP 64, 2 blocks, 8×8 position table, patch 14; the
+// projector maps 4·D = 128 to the LM's d = 96.
+
+constexpr int64_t kVisionD = 32, kVisionQkv = 48, kVisionI = 64, kVisionPos = 8;
+constexpr int kVisionLayers = 2;
+
+Expected ExpectedTinyVision() {
+  Expected x;
+  x["vision_tower.patch_embed.proj.weight"] = {"BF16", {kVisionD, 3, 14, 14}};
+  x["vision_tower.patch_embed.pos_emb.weight"] = {"BF16", {kVisionPos, kVisionPos, kVisionD}};
+  for (int i = 0; i < kVisionLayers; ++i) {
+    const std::string p = absl::StrCat("vision_tower.encoder.blocks.", i, ".");
+    x[p + "norm0.weight"] = {"BF16", {kVisionD}};
+    x[p + "wqkv.weight"] = {"BF16", {3 * kVisionQkv, kVisionD}};
+    x[p + "wo.weight"] = {"BF16", {kVisionD, kVisionQkv}};
+    x[p + "norm1.weight"] = {"BF16", {kVisionD}};
+    x[p + "mlp.fc0.weight"] = {"BF16", {kVisionI, kVisionD}};
+    x[p + "mlp.fc1.weight"] = {"BF16", {kVisionD, kVisionI}};
+  }
+  x["vision_tower.encoder.final_layernorm.weight"] = {"BF16", {kVisionD}};
+  x["mm_projector.proj.0.weight"] = {"BF16", {4 * kVisionD, 4 * kVisionD}};
+  x["mm_projector.proj.2.weight"] = {"BF16", {kD, 4 * kVisionD}};
+  x["mm_projector.post_norm.weight"] = {"BF16", {kD}};
+  return x;
+}
+
+int64_t CountElements(const Expected& expected) {
+  int64_t count = 0;
+  for (const auto& [name, want] : expected) {
+    int64_t n = 1;
+    for (int64_t dim : want.second) n *= dim;
+    count += n;
+  }
+  return count;
+}
+
+// Mean and standard deviation of a bf16 tensor's values.
+std::pair<double, double> Moments(const StoredTensor& t) {
+  const size_t n = t.bytes.size() / 2;
+  double sum = 0.0, sum2 = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double v = Bf16At(t, i);
+    sum += v;
+    sum2 += v * v;
+  }
+  const double mean = sum / static_cast<double>(n);
+  return {mean, std::sqrt(std::max(0.0, sum2 / static_cast<double>(n) - mean * mean))};
+}
+
+TEST(CheckpointGeneratorTest, VisionWritesTheReleasedTensorNamesShapesAndDtypes) {
+  const fs::path dir = FreshDir("k3_vision");
+  const GeneratedCheckpoint result =
+      Generate({.family = "k3", .preset = "tiny", .vision = true}, dir);
+  const auto stored = ReadAllTensors(dir);
+  ExpectExactly(ExpectedK3Tiny(/*mxfp4=*/false), stored);
+  const Expected vision = ExpectedTinyVision();
+  int vision_count = 0;
+  for (const auto& [name, tensor] : stored) {
+    if (!IsVisionTensor(name)) continue;
+    ++vision_count;
+    ASSERT_TRUE(vision.contains(name)) << "unexpected tensor " << name;
+    EXPECT_EQ(tensor.dtype, vision.at(name).first) << name;
+    EXPECT_EQ(tensor.shape, vision.at(name).second) << name;
+  }
+  EXPECT_EQ(vision_count, static_cast<int>(vision.size()));
+  EXPECT_EQ(result.num_vision_parameters, CountElements(vision));
+  EXPECT_EQ(result.num_parameters, CountElements(ExpectedK3Tiny(false)) + CountElements(vision));
+  EXPECT_THAT(result.files, ::testing::ElementsAre("model.safetensors", "config.json",
+                                                   "preprocessor_config.json"));
+  EXPECT_EQ(result.num_bytes,
+            static_cast<int64_t>(fs::file_size(dir / "model.safetensors") +
+                                 fs::file_size(dir / "config.json") +
+                                 fs::file_size(dir / "preprocessor_config.json")));
+
+  // Scales: norm weights near 1, matrices ~ gain/sqrt(fan_in), a position table of std 0.5.
+  const auto [norm_mean, norm_std] =
+      Moments(stored.at("vision_tower.encoder.blocks.0.norm0.weight"));
+  EXPECT_NEAR(norm_mean, 1.0, 0.1);
+  EXPECT_LT(norm_std, 0.2);
+  const double patch_std = Moments(stored.at("vision_tower.patch_embed.proj.weight")).second;
+  EXPECT_NEAR(patch_std, 2.0 / std::sqrt(3.0 * 14 * 14), 0.01);
+  const double pos_std = Moments(stored.at("vision_tower.patch_embed.pos_emb.weight")).second;
+  EXPECT_NEAR(pos_std, 0.5, 0.05);
+  const double qkv_std = Moments(stored.at("vision_tower.encoder.blocks.1.wqkv.weight")).second;
+  EXPECT_NEAR(qkv_std, 1.0 / std::sqrt(static_cast<double>(kVisionD)), 0.02);
+}
+
+TEST(CheckpointGeneratorTest, VisionLeavesTheLanguageModelBytesAlone) {
+  const fs::path plain = FreshDir("vision_off");
+  const fs::path with = FreshDir("vision_on");
+  Generate({.family = "k3", .preset = "tiny", .seed = 11}, plain);
+  Generate({.family = "k3", .preset = "tiny", .seed = 11, .vision = true}, with);
+  const auto lm = ReadAllTensors(plain);
+  const auto all = ReadAllTensors(with);
+  for (const auto& [name, tensor] : lm) EXPECT_EQ(all.at(name).bytes, tensor.bytes) << name;
+  // The switch also leaves no stale preprocessor_config.json behind when turned off again.
+  Generate({.family = "k3", .preset = "tiny", .seed = 11}, with);
+  EXPECT_FALSE(fs::exists(with / "preprocessor_config.json"));
+  EXPECT_FALSE(ReadJson(with / "config.json").contains("vision_config"));
+}
+
+TEST(CheckpointGeneratorTest, VisionConfigHasTheReleasedKeysAndRoundTrips) {
+  const fs::path dir = FreshDir("vision_config");
+  Generate({.family = "k3", .preset = "tiny", .vision = true}, dir);
+  const nlohmann::json config = ReadJson(dir / "config.json");
+  ASSERT_TRUE(config.contains("vision_config"));
+  const nlohmann::json& v = config["vision_config"];
+  for (const char* key :
+       {"patch_size", "vt_hidden_size", "qkv_hidden_size", "vt_num_attention_heads",
+        "vt_intermediate_size", "vt_num_hidden_layers", "norm_type", "attn_bias", "linear_bias",
+        "patch_embed_proj_bias", "init_pos_emb_height", "init_pos_emb_width",
+        "pos_emb_interpolation_mode", "merge_kernel_size", "merge_type", "mm_projector_type",
+        "mm_hidden_size", "text_hidden_size", "projector_ln_eps"}) {
+    EXPECT_TRUE(v.contains(key)) << key;
+  }
+  EXPECT_EQ(v["norm_type"], "rmsnorm");
+  EXPECT_EQ(v["attn_bias"], false);
+  EXPECT_EQ(v["merge_type"], "sd2_tpool");
+  EXPECT_EQ(v["mm_projector_type"], "patchmergerv2");
+  // The vocabulary's K3 control block is its top 256 ids; <|media_pad|> is its 21st entry.
+  EXPECT_EQ(config["media_placeholder_token_id"], kV - 256 + 21);
+  const nlohmann::json preprocessor = ReadJson(dir / "preprocessor_config.json");
+  EXPECT_EQ(preprocessor["in_patch_limit"], 1024);
+  EXPECT_EQ(preprocessor["patch_limit_on_one_side"], 512);
+  EXPECT_EQ(preprocessor["image_mean"], nlohmann::json({0.5, 0.5, 0.5}));
+  EXPECT_EQ(preprocessor["image_std"], nlohmann::json({0.5, 0.5, 0.5}));
+  EXPECT_EQ(preprocessor["patch_size"], 14);
+  EXPECT_EQ(preprocessor["merge_kernel_size"], 2);
+
+  absl::StatusOr<engine::ModelConfig> parsed = engine::LoadModelConfig(dir.string());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->Validate().ok()) << parsed->Validate();
+  ASSERT_TRUE(parsed->vision.has_value());
+  const engine::VisionConfig& vision = *parsed->vision;
+  EXPECT_EQ(vision.hidden_size, kVisionD);
+  EXPECT_EQ(vision.qkv_hidden_size, kVisionQkv);
+  EXPECT_EQ(vision.num_heads, 3);
+  EXPECT_EQ(vision.head_dim(), 16);
+  EXPECT_EQ(vision.intermediate_size, kVisionI);
+  EXPECT_EQ(vision.num_layers, kVisionLayers);
+  EXPECT_EQ(vision.pos_emb_height, kVisionPos);
+  EXPECT_EQ(vision.pos_emb_width, kVisionPos);
+  EXPECT_EQ(vision.mm_hidden_size, kVisionD);
+  EXPECT_EQ(vision.text_hidden_size, kD);
+  EXPECT_EQ(vision.in_patch_limit, 1024);
+  EXPECT_EQ(parsed->media_placeholder_token_id, kV - 256 + 21);
+}
+
+TEST(CheckpointGeneratorTest, VisionOverridesReachTheTensorsAndTheConfig) {
+  const fs::path dir = FreshDir("vision_overrides");
+  Generate({.family = "k3",
+            .preset = "tiny",
+            .vision = true,
+            .overrides = {{"vision_hidden", "40"},
+                          {"vision_heads", "2"},
+                          {"vision_qkv", "64"},
+                          {"vision_intermediate", "72"},
+                          {"vision_layers", "3"},
+                          {"vision_pos_emb", "5"},
+                          {"vision_in_patch_limit", "256"}}},
+           dir);
+  absl::StatusOr<engine::ModelConfig> parsed = engine::LoadModelConfig(dir.string());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->Validate().ok()) << parsed->Validate();
+  EXPECT_EQ(parsed->vision->hidden_size, 40);
+  EXPECT_EQ(parsed->vision->head_dim(), 32);
+  EXPECT_EQ(parsed->vision->num_layers, 3);
+  EXPECT_EQ(parsed->vision->in_patch_limit, 256);
+  const auto stored = ReadAllTensors(dir);
+  EXPECT_EQ(stored.at("vision_tower.patch_embed.pos_emb.weight").shape,
+            (std::vector<int64_t>{5, 5, 40}));
+  EXPECT_EQ(stored.at("vision_tower.encoder.blocks.2.wqkv.weight").shape,
+            (std::vector<int64_t>{192, 40}));
+  EXPECT_EQ(stored.at("vision_tower.encoder.blocks.2.mlp.fc0.weight").shape,
+            (std::vector<int64_t>{72, 40}));
+  EXPECT_EQ(stored.at("mm_projector.proj.2.weight").shape, (std::vector<int64_t>{kD, 160}));
+}
+
+TEST(CheckpointGeneratorTest, VisionIsRefusedWhereItCannotApply) {
+  const std::string dir = FreshDir("vision_bad").string();
+  auto status_of = [&](const GeneratorOptions& options) {
+    return GenerateCheckpoint(options, dir).status();
+  };
+  absl::Status s = status_of({.family = "kimi-linear", .preset = "tiny", .vision = true});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--vision applies to the K3 family only"));
+  s = status_of({.preset = "bench", .vision = true});  // bench is Kimi-Linear by default
+  EXPECT_THAT(s.message(), HasSubstr("K3 family only"));
+  s = status_of({.family = "k3", .preset = "tiny", .overrides = {{"vision_layers", "3"}}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              HasSubstr("--set vision_layers: the vision tower's sizes need --vision"));
+  s = status_of(
+      {.family = "k3", .preset = "tiny", .vision = true, .overrides = {{"vision_qkv", "50"}}});
+  EXPECT_THAT(s.message(), HasSubstr("vision_qkv 50 must be vision_heads (3)"));
+  s = status_of({.family = "k3",
+                 .preset = "tiny",
+                 .vision = true,
+                 .overrides = {{"vision_heads", "4"}, {"vision_qkv", "24"}}});  // head_dim 6
+  EXPECT_THAT(s.message(), HasSubstr("a multiple of 4"));
+  s = status_of({.family = "k3",
+                 .preset = "tiny",
+                 .vision = true,
+                 .overrides = {{"vision_in_patch_limit", "2"}}});
+  EXPECT_THAT(s.message(), HasSubstr("vision_in_patch_limit=2"));
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "config.json"));
+}
+
+TEST(CheckpointGeneratorTest, DemoPresetAlwaysHasTheVisionTowerAndTheTokenizersPadId) {
+  absl::StatusOr<ModelDims> dims = ResolveDims("", "demo", {}, /*mxfp4_experts=*/false);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  EXPECT_TRUE(dims->vision);
+  EXPECT_EQ(dims->vision_hidden, 128);
+  EXPECT_EQ(dims->vision_qkv, 128);
+  EXPECT_EQ(dims->vision_heads, 4);
+  EXPECT_EQ(dims->vision_intermediate, 256);
+  EXPECT_EQ(dims->vision_layers, 2);
+  EXPECT_EQ(dims->vision_pos_emb, 16);
+  EXPECT_EQ(dims->vision_in_patch_limit, 4096);
+  // The config's placeholder is the demo tokenizer's <|media_pad|> (7957), and the other media
+  // tokens are special tokens of that tokenizer too.
+  EXPECT_EQ(dims->media_placeholder_id(), kDemoNumBpeTokens + kK3MediaPadIndex);
+  const std::vector<std::string> specials = DemoSpecialTokens(DemoChatFormat::kKimiK3);
+  EXPECT_EQ(specials.at(kK3MediaPadIndex), "<|media_pad|>");
+  EXPECT_EQ(specials.at(kK3MediaBeginIndex), "<|media_begin|>");
+  EXPECT_EQ(specials.at(kK3MediaContentIndex), "<|media_content|>");
+  EXPECT_EQ(specials.at(kK3MediaEndIndex), "<|media_end|>");
+  EXPECT_EQ(kDemoNumBpeTokens + kK3MediaPadIndex, 7957);
+
+  const fs::path dir = FreshDir("demo_vision");
+  const GeneratedCheckpoint result = Generate({.family = "k3", .preset = "demo"}, dir);
+  EXPECT_TRUE(fs::exists(dir / "preprocessor_config.json"));
+  absl::StatusOr<engine::ModelConfig> parsed = engine::LoadModelConfig(dir.string());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->Validate().ok()) << parsed->Validate();
+  ASSERT_TRUE(parsed->vision.has_value());
+  EXPECT_EQ(parsed->vision->text_hidden_size, 256);
+  EXPECT_EQ(parsed->media_placeholder_token_id, 7957);
+  // patch 128·588 + pos 16·16·128 + 2 blocks × (2·128 + 384·128 + 128·128 + 2·256·128) + final
+  // norm 128 + projector 512·512 + 256·512 + 256.
+  EXPECT_EQ(result.num_vision_parameters, 75264 + 32768 + 2 * 131328 + 128 + 262144 + 131072 + 256);
+
+  // The Kimi-Linear demo has no tower (and is not refused).
+  dims = ResolveDims("kimi-linear", "demo", {}, false);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  EXPECT_FALSE(dims->vision);
 }
 
 // ---- config.json --------------------------------------------------------------------------------
@@ -557,14 +810,13 @@ TEST(CheckpointGeneratorTest, RejectsBadOptionsWithClearMessages) {
 
 // ---- presets (counted without writing) -------------------------------------------------------
 
+// Every parameter, the vision tower's included (the K3 demo has one).
 int64_t CountParameters(const std::string& family, const std::string& preset) {
   absl::StatusOr<ModelDims> dims = ResolveDims(family, preset, {}, false);
   EXPECT_TRUE(dims.ok()) << dims.status();
   if (!dims.ok()) return 0;
   int64_t count = 0;
-  for (const TensorSpec& spec : ListTensors(*dims)) {
-    if (!IsVisionTensor(spec.name)) count += NumElements(spec.shape);
-  }
+  for (const TensorSpec& spec : ListTensors(*dims)) count += NumElements(spec.shape);
   return count;
 }
 

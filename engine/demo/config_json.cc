@@ -84,6 +84,34 @@ Json LanguageModelConfig(const ModelDims& d) {
   return c;
 }
 
+// K3's `vision_config` with the released keys (docs/checkpoint.md, "Vision tower"); the
+// switches Strata refuses other values of are written at their released values.
+Json VisionConfigJson(const ModelDims& d) {
+  Json v = Json::object();
+  v["patch_size"] = d.vision_patch;
+  v["vt_hidden_size"] = d.vision_hidden;
+  v["qkv_hidden_size"] = d.vision_qkv;
+  v["vt_num_attention_heads"] = d.vision_heads;
+  v["vt_intermediate_size"] = d.vision_intermediate;
+  v["vt_num_hidden_layers"] = d.vision_layers;
+  v["activation_func"] = "gelu_pytorch_tanh";
+  v["norm_type"] = "rmsnorm";
+  v["attn_bias"] = false;
+  v["linear_bias"] = false;
+  v["patch_embed_proj_bias"] = false;
+  v["init_pos_emb_height"] = d.vision_pos_emb;
+  v["init_pos_emb_width"] = d.vision_pos_emb;
+  v["pos_emb_interpolation_mode"] = "bilinear";
+  v["merge_kernel_size"] = {2, 2};
+  v["merge_type"] = "sd2_tpool";
+  v["mm_projector_type"] = "patchmergerv2";
+  v["projector_hidden_act"] = "gelu";
+  v["mm_hidden_size"] = d.vision_hidden;
+  v["text_hidden_size"] = d.hidden;
+  v["projector_ln_eps"] = 1e-5;
+  return v;
+}
+
 Json K3Config(const ModelDims& d) {
   Json text = LanguageModelConfig(d);
   if (d.mxfp4) text["quantization_config"] = engine::Mxfp4QuantizationConfig();
@@ -93,13 +121,8 @@ Json K3Config(const ModelDims& d) {
                    {"AutoModel", "modeling_kimi_k3.KimiK3ForConditionalGeneration"}};
   c["model_type"] = "kimi_k3";
   c["text_config"] = std::move(text);
-  // Present in the release, ignored by the language model (docs/checkpoint.md §1 rule 5).
-  c["vision_config"] = {{"model_type", "moonvit"},
-                        {"patch_size", 14},
-                        {"vt_hidden_size", 64},
-                        {"vt_num_hidden_layers", 1},
-                        {"merge_kernel_size", {2, 2}}};
-  c["media_placeholder_token_id"] = d.vocab - 13;
+  if (d.vision) c["vision_config"] = VisionConfigJson(d);
+  c["media_placeholder_token_id"] = d.media_placeholder_id();
   AddSpecialTokens(d, c);
   c["tie_word_embeddings"] = d.tie_embeddings;
   if (d.mxfp4) c["quantization_config"] = engine::Mxfp4QuantizationConfig();
@@ -125,6 +148,17 @@ Json KimiLinearConfig(const ModelDims& d) {
 std::string BuildConfigJson(const ModelDims& dims) {
   const Json config = dims.k3 ? K3Config(dims) : KimiLinearConfig(dims);
   return config.dump(2) + "\n";
+}
+
+std::string BuildPreprocessorConfigJson(const ModelDims& dims) {
+  Json c = Json::object();
+  c["in_patch_limit"] = dims.vision_in_patch_limit;
+  c["patch_limit_on_one_side"] = 512;  // the release's (7168 pixels at patch 14)
+  c["image_mean"] = {0.5, 0.5, 0.5};
+  c["image_std"] = {0.5, 0.5, 0.5};
+  c["patch_size"] = dims.vision_patch;
+  c["merge_kernel_size"] = 2;
+  return c.dump(2) + "\n";
 }
 
 }  // namespace strata::engine::demo

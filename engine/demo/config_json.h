@@ -12,6 +12,13 @@ namespace strata::engine::demo {
 // compressed-tensors `quantization_config` (format mxfp4-pack-quantized, group size 32,
 // routed experts only) both at the top level, where Hugging Face loaders look, and inside
 // `text_config`, where some K3 ports look.
+// With dims.vision it holds K3's `vision_config`; a K3 config always holds
+// `media_placeholder_token_id` (ModelDims::media_placeholder_id()).
 std::string BuildConfigJson(const ModelDims& dims);
+
+// preprocessor_config.json of a checkpoint with a vision tower: the image budget
+// (in_patch_limit, patch_limit_on_one_side 512), image_mean/std 0.5, patch_size and
+// merge_kernel_size repeated from `vision_config`.
+std::string BuildPreprocessorConfigJson(const ModelDims& dims);
 
 }  // namespace strata::engine::demo

@@ -38,10 +38,10 @@ std::vector<std::string> K3SpecialTokens() {
   tokens[3] = std::string(xtml::kOpen);
   tokens[4] = std::string(xtml::kClose);
   tokens[5] = std::string(xtml::kSep);
-  tokens[18] = std::string(xtml::kMediaBegin);
-  tokens[19] = std::string(xtml::kMediaContent);
-  tokens[20] = std::string(xtml::kMediaEnd);
-  tokens[21] = std::string(xtml::kMediaPad);
+  tokens[kK3MediaBeginIndex] = std::string(xtml::kMediaBegin);
+  tokens[kK3MediaContentIndex] = std::string(xtml::kMediaContent);
+  tokens[kK3MediaEndIndex] = std::string(xtml::kMediaEnd);
+  tokens[kK3MediaPadIndex] = std::string(xtml::kMediaPad);
   tokens[kDemoNumSpecialTokens - 1] = "[PAD]";
   return tokens;
 }

@@ -30,6 +30,12 @@ namespace strata::engine::demo {
 inline constexpr int32_t kDemoVocabSize = 8192;
 inline constexpr int32_t kDemoNumSpecialTokens = 256;
 inline constexpr int32_t kDemoNumBpeTokens = kDemoVocabSize - kDemoNumSpecialTokens;
+// K3's media tokens: their index in the control block (id = its first id + index, as in the
+// release: <|media_pad|> = 163584 + 21 = 163605, the config's media_placeholder_token_id).
+inline constexpr int32_t kK3MediaBeginIndex = 18;
+inline constexpr int32_t kK3MediaContentIndex = 19;
+inline constexpr int32_t kK3MediaEndIndex = 20;
+inline constexpr int32_t kK3MediaPadIndex = 21;
 
 // The training text (tools/bpe_trainer/corpus/*.{txt,md}, in name order).
 std::string_view DemoCorpus();

@@ -7,11 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
+#include "engine/demo/demo_tokenizer.h"
 
 namespace strata::engine::demo {
 namespace {
@@ -39,6 +41,16 @@ ModelDims TinyDims(bool k3) {
   d.experts = 8;
   d.topk = 2;
   d.expert_intermediate = 32;
+  // The smallest structurally complete vision tower (used with --vision): D 32, qkv 48 = 3
+  // heads × 16 (head_dim a multiple of 4 for the 2-D RoPE), MLP 64, 2 blocks, an 8×8 position
+  // table (interpolated for any other grid), at most 1024 patches (256 rows) per image.
+  d.vision_hidden = 32;
+  d.vision_qkv = 48;
+  d.vision_heads = 3;
+  d.vision_intermediate = 64;
+  d.vision_layers = 2;
+  d.vision_pos_emb = 8;
+  d.vision_in_patch_limit = 1024;
   if (k3) {
     d.gate_lower_bound = -5.0;
     d.full_rank_gate = true;
@@ -55,7 +67,9 @@ ModelDims TinyDims(bool k3) {
   return d;
 }
 
-// Demo model (README's run command), K3 by default: ~32M parameters, vocab 8192, hidden 256.
+// Demo model (README's run command), K3 by default: ~32M parameters, vocab 8192, hidden 256,
+// and (K3) a small vision tower so that images work out of the box: D 128, qkv 128 = 4 heads ×
+// 32, MLP 256, 2 blocks, a 16×16 position table, at most 4096 patches (1024 rows) per image.
 ModelDims DemoDims(bool k3) {
   ModelDims d = TinyDims(k3);
   d.vocab = 8192;
@@ -72,6 +86,14 @@ ModelDims DemoDims(bool k3) {
   d.experts = 64;
   d.topk = 6;
   d.expert_intermediate = 128;
+  d.vision = k3;
+  d.vision_hidden = 128;
+  d.vision_qkv = 128;
+  d.vision_heads = 4;
+  d.vision_intermediate = 256;
+  d.vision_layers = 2;
+  d.vision_pos_emb = 16;
+  d.vision_in_patch_limit = 4096;
   if (k3) {
     d.q_lora = 192;
     d.latent = 128;
@@ -214,6 +236,13 @@ const std::map<std::string, Setter>& Setters() {
       {"attn_res_block", IntField(&ModelDims::attn_res_block, 0)},
       {"rms_norm_eps", DoubleField(&ModelDims::rms_norm_eps)},
       {"tie_embeddings", BoolField(&ModelDims::tie_embeddings)},
+      {"vision_hidden", IntField(&ModelDims::vision_hidden, 1)},
+      {"vision_qkv", IntField(&ModelDims::vision_qkv, 4)},
+      {"vision_heads", IntField(&ModelDims::vision_heads, 1)},
+      {"vision_intermediate", IntField(&ModelDims::vision_intermediate, 1)},
+      {"vision_layers", IntField(&ModelDims::vision_layers, 1)},
+      {"vision_pos_emb", IntField(&ModelDims::vision_pos_emb, 1)},
+      {"vision_in_patch_limit", IntField(&ModelDims::vision_in_patch_limit, 4)},
   };
   return *setters;
 }
@@ -266,8 +295,20 @@ absl::Status ValidateMoe(const ModelDims& d) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateVision(const ModelDims& d) {
+  if (!d.vision) return absl::OkStatus();
+  if (!d.k3) return Invalid("--vision applies to the K3 family only");
+  if (d.vision_qkv % d.vision_heads != 0 || (d.vision_qkv / d.vision_heads) % 4 != 0) {
+    return Invalid(absl::StrCat("vision_qkv ", d.vision_qkv, " must be vision_heads (",
+                                d.vision_heads,
+                                ") × a head_dim that is a multiple of 4 (the 2-D RoPE)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const ModelDims& d) {
   RETURN_IF_ERROR(ValidateLayers(d));
+  RETURN_IF_ERROR(ValidateVision(d));
   RETURN_IF_ERROR(ValidateMoe(d));
   if (d.gate_lower_bound > 0.0) return Invalid("gate_lower_bound must be < 0 (or 0: absent)");
   if (d.situ_beta <= 0.0 || d.situ_linear_beta < 0.0) {
@@ -280,6 +321,11 @@ absl::Status Validate(const ModelDims& d) {
 }
 
 }  // namespace
+
+int64_t ModelDims::media_placeholder_id() const {
+  if (vocab < kDemoNumSpecialTokens) return vocab - 13;
+  return vocab - kDemoNumSpecialTokens + kK3MediaPadIndex;
+}
 
 bool ModelDims::IsMla(int layer) const {
   return std::find(full_attn_layers.begin(), full_attn_layers.end(), layer + 1) !=
@@ -302,7 +348,7 @@ std::vector<std::string> OverrideKeys() {
 
 absl::StatusOr<ModelDims> ResolveDims(const std::string& family, const std::string& preset,
                                       const std::map<std::string, std::string>& overrides,
-                                      bool mxfp4_experts) {
+                                      bool mxfp4_experts, bool vision) {
   if (!family.empty() && family != "k3" && family != "kimi-linear") {
     return absl::InvalidArgumentError("unknown family '" + family + "' (k3 | kimi-linear)");
   }
@@ -317,7 +363,13 @@ absl::StatusOr<ModelDims> ResolveDims(const std::string& family, const std::stri
     return absl::InvalidArgumentError("unknown preset '" + preset + "' (tiny | demo | bench)");
   }
   dims.mxfp4 = mxfp4_experts;
+  dims.vision = dims.vision || vision;
+  if (dims.vision && !dims.k3) return Invalid("--vision applies to the K3 family only");
   for (const auto& [key, value] : overrides) {
+    if (absl::StartsWith(key, "vision_") && !dims.vision) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--set ", key, ": the vision tower's sizes need --vision (K3; the demo preset has it)"));
+    }
     auto it = Setters().find(key);
     if (it == Setters().end()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -55,6 +55,22 @@ struct ModelDims {
   int64_t max_position = 1048576;
   bool mxfp4 = false;  // routed experts as MXFP4 (K3 only)
 
+  // K3's vision tower (MoonViT-V2) and projector (PatchMergerMLPV2), written when `vision`:
+  // `vision_config` keys in parentheses, preprocessor_config.json's budget last.
+  bool vision = false;
+  int vision_hidden = 0;          // D (vt_hidden_size = mm_hidden_size)
+  int vision_qkv = 0;             // qkv_hidden_size (heads × head_dim)
+  int vision_heads = 0;           // vt_num_attention_heads
+  int vision_intermediate = 0;    // vt_intermediate_size
+  int vision_layers = 0;          // vt_num_hidden_layers
+  int vision_pos_emb = 0;         // init_pos_emb_height = init_pos_emb_width
+  int vision_patch = 14;          // patch_size
+  int vision_in_patch_limit = 0;  // in_patch_limit: patches per image at most
+
+  // media_placeholder_token_id: the demo tokenizer's `<|media_pad|>` (its K3 control block
+  // fills the top 256 ids, as in the release); vocab − 13 for vocabularies under 256 ids.
+  int64_t media_placeholder_id() const;
+
   bool IsMla(int layer) const;  // 0-based
   bool IsMoe(int layer) const { return layer >= first_dense && layer % moe_layer_freq == 0; }
   int expert_input() const { return latent > 0 ? latent : hidden; }  // routed experts' width
@@ -63,10 +79,12 @@ struct ModelDims {
 
 // The preset `preset` ("tiny" | "demo" | "bench") of `family` ("k3" | "kimi-linear"; empty →
 // the preset's own family: demo K3, bench Kimi-Linear, tiny K3), with `overrides` applied and
-// the result validated. Errors name the bad key or value and list the valid ones.
+// the result validated. Errors name the bad key or value and list the valid ones. `vision` adds
+// the vision tower (K3 only: InvalidArgument for Kimi-Linear); the K3 demo preset always has it.
+// `vision_*` overrides need the tower.
 absl::StatusOr<ModelDims> ResolveDims(const std::string& family, const std::string& preset,
                                       const std::map<std::string, std::string>& overrides,
-                                      bool mxfp4_experts);
+                                      bool mxfp4_experts, bool vision = false);
 
 // The override keys accepted by ResolveDims, for help texts.
 std::vector<std::string> OverrideKeys();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -42,6 +43,13 @@ constexpr double kALogLow = -0.7, kALogHigh = 0.7;
 //   K-L: g = −exp(A)·softplus(f+dt), softplus argument in [−8.5, 3]
 constexpr double kK3DtBiasLow = -5.5, kK3DtBiasHigh = 0.5;
 constexpr double kKlDtBiasLow = -7.5, kKlDtBiasHigh = 2.0;
+// Vision tower: pixels in [−1, 1] have RMS ≈ 0.5 in a typical image, so a patch embedding of
+// gain 2 gives rows of RMS ≈ 1; the position table adds RMS 0.5. Attention averages values (RMS
+// well under 1) and GELU halves its input's RMS: output gains of 2 bring both back to ≈ 1.
+constexpr double kPatchEmbedGain = 2.0;
+constexpr double kPosEmbStd = 0.5;
+constexpr double kVisionAttnOutGain = 2.0;
+constexpr double kVisionMlpOutGain = 2.0;
 
 InitSpec Linear(int64_t fan_in, double gain = kProjectionGain) {
   return InitSpec::Normal(0.0, gain / std::sqrt(static_cast<double>(fan_in)));
@@ -187,14 +195,33 @@ void AddLayer(const ModelDims& d, int l, Builder& b) {
   }
 }
 
-// Small stand-ins for the multimodal parts of a K3 checkpoint (no `language_model.` prefix).
-void AddVision(const ModelDims& d, std::vector<TensorSpec>& specs) {
-  const InitSpec small = InitSpec::Normal(0.0, 0.02);
-  specs.push_back({"vision_tower.patch_embed.proj.weight", DType::kBF16, {64, 3, 14, 14}, small});
-  specs.push_back(
-      {"vision_tower.encoder.final_layernorm.weight", DType::kBF16, {64}, NormWeight()});
-  specs.push_back({"mm_projector.pre_norm.weight", DType::kF32, {64}, NormWeight()});
-  specs.push_back({"mm_projector.proj.2.weight", DType::kBF16, {d.hidden, 256}, small});
+// K3's vision tower and projector (docs/checkpoint.md, "Vision tower"), all bf16 without
+// biases, no `language_model.` prefix. Scales keep the tower's activations O(1): the patch
+// embedding maps a typical normalised image (pixel RMS ≈ 0.5) to RMS ≈ 1 and the position
+// table adds RMS 0.5, so both what a patch shows and where it sits move the rows; every block
+// adds O(1) to the residual; the projector ends in an RMSNorm, so image rows reach the language
+// model with RMS ≈ 1 like the token embeddings and change its output.
+void AddVision(const ModelDims& d, Builder& b) {
+  const int64_t width = d.vision_hidden;  // D
+  const int64_t patch = d.vision_patch;
+  b.Add("vision_tower.patch_embed.proj.weight", DType::kBF16, {width, 3, patch, patch},
+        Linear(3 * patch * patch, kPatchEmbedGain));
+  b.Add("vision_tower.patch_embed.pos_emb.weight", DType::kBF16,
+        {d.vision_pos_emb, d.vision_pos_emb, width}, InitSpec::Normal(0.0, kPosEmbStd));
+  for (int i = 0; i < d.vision_layers; ++i) {
+    const std::string p = absl::StrCat("vision_tower.encoder.blocks.", i, ".");
+    b.AddNorm(p + "norm0.weight", width);
+    b.AddLinear(p + "wqkv.weight", 3 * int64_t{d.vision_qkv}, width);  // rows q; k; v
+    b.AddLinear(p + "wo.weight", width, d.vision_qkv, kVisionAttnOutGain);
+    b.AddNorm(p + "norm1.weight", width);
+    b.AddLinear(p + "mlp.fc0.weight", d.vision_intermediate, width);
+    b.AddLinear(p + "mlp.fc1.weight", width, d.vision_intermediate, kVisionMlpOutGain);
+  }
+  b.AddNorm("vision_tower.encoder.final_layernorm.weight", width);
+  const int64_t merged = 4 * width;  // 2×2 patches per row
+  b.AddLinear("mm_projector.proj.0.weight", merged, merged);
+  b.AddLinear("mm_projector.proj.2.weight", d.hidden, merged, kVisionMlpOutGain);
+  b.AddNorm("mm_projector.post_norm.weight", d.hidden);
 }
 
 }  // namespace
@@ -211,7 +238,11 @@ std::vector<TensorSpec> ListTensors(const ModelDims& d) {
   if (d.attn_res_block > 0) AddAttnRes(d, "model.output_attn_res", b);
   if (!d.tie_embeddings) b.AddLinear("lm_head.weight", d.vocab, d.hidden, kLogitGain);
   std::vector<TensorSpec> specs = b.Take();
-  if (d.k3) AddVision(d, specs);
+  if (d.vision) {
+    Builder vision("");
+    AddVision(d, vision);
+    for (TensorSpec& spec : vision.Take()) specs.push_back(std::move(spec));
+  }
   return specs;
 }
 

@@ -22,8 +22,7 @@ struct TensorSpec {
 };
 
 // Every tensor of the model described by `dims`, in a fixed order (model level, then layer by
-// layer). K3 checkpoints also get a few `vision_tower.*` / `mm_projector.*` tensors that a
-// language-model loader must ignore.
+// layer), then, with dims.vision, K3's `vision_tower.*` and `mm_projector.*` tensors.
 std::vector<TensorSpec> ListTensors(const ModelDims& dims);
 
 }  // namespace strata::engine::demo

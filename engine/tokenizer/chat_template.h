@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,11 +38,20 @@ struct ChatTemplateOptions {
   bool sort_tool_keys = false;
 };
 
+// An image's size as decoded (before any resize): what K3's media block names.
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+};
+
 struct ChatTemplateInputs {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;  // null, or an array of tool declarations
   bool add_generation_prompt = false;
   nlohmann::ordered_json kwargs;  // null, or an object of extra template variables
+  // Image parts (Kimi K3): the size of the image an `image_url` part's URL holds (the caller
+  // decoded it). Null: image parts are an error.
+  std::function<absl::StatusOr<ImageSize>(const std::string& url)> image_size;
 };
 
 // One piece of a rendered prompt. A `control` piece is encoded with special-token text
@@ -57,6 +67,8 @@ struct PromptSegment {
 struct RenderedPrompt {
   std::string text;
   std::vector<PromptSegment> segments;
+  // The URL of each image part, in prompt order: one media placeholder each.
+  std::vector<std::string> image_urls;
 };
 
 // The prompt's ids, segment by segment (no BOS/EOS added).

@@ -5,9 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/file.h"
+#include "core/sha256.h"
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/known_encodings.h"
-#include "engine/tokenizer/sha256.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace strata::engine {

@@ -196,6 +196,8 @@ const Json& Get(const Json& object, std::string_view key) {
 
 class SegmentWriter {
  public:
+  explicit SegmentWriter(const ChatTemplateInputs& inputs) : inputs_(inputs) {}
+
   void Control(std::string_view marker) { Add(marker, true); }
   void Text(std::string_view text) { Add(text, false); }
 
@@ -218,6 +220,22 @@ class SegmentWriter {
     Control(xtml::kSep);
   }
   void EndOfMessage() { Control(xtml::kEndOfMessage); }
+  // K3's media block of an image part (its size as given by ChatTemplateInputs::image_size):
+  // `<|media_begin|>image WxH<|media_content|><|media_pad|><|media_end|>`.
+  absl::Status Image(const std::string& url, std::string_view where) {
+    if (!inputs_.image_size) {
+      return absl::InvalidArgumentError(
+          Cat(where, ": image input needs a model with a vision tower (this one has none)"));
+    }
+    ASSIGN_OR_RETURN(const ImageSize size, inputs_.image_size(url));
+    Control(xtml::kMediaBegin);
+    Text(Cat("image ", size.width, "x", size.height));
+    Control(xtml::kMediaContent);
+    Control(xtml::kMediaPad);
+    Control(xtml::kMediaEnd);
+    prompt_.image_urls.push_back(url);
+    return absl::OkStatus();
+  }
 
   RenderedPrompt Take() { return std::move(prompt_); }
 
@@ -243,6 +261,7 @@ class SegmentWriter {
     prompt_.text.append(text);
   }
 
+  const ChatTemplateInputs& inputs_;
   RenderedPrompt prompt_;
 };
 
@@ -283,9 +302,12 @@ absl::Status Content(const Json& content, std::string_view where, SegmentWriter*
       return absl::InvalidArgumentError(Cat(at, " must be an object"));
     }
     const Json& type = Get(part, "type");
-    if (type == "image" || type == "image_url") {
-      return absl::InvalidArgumentError(
-          Cat(at, ": image input is not supported for Kimi K3 yet (send text parts only)"));
+    if (type == "image_url") {
+      const Json& image = Get(part, "image_url");
+      const Json& url = image.is_object() ? Get(image, "url") : image;
+      if (!url.is_string()) return absl::InvalidArgumentError(Cat(at, ".image_url has no url"));
+      RETURN_IF_ERROR(w->Image(url.get<std::string>(), at));
+      continue;
     }
     const Json* text = Find(part, "text");
     if (text == nullptr) return absl::InvalidArgumentError(Cat(at, " has no 'text'"));
@@ -582,7 +604,7 @@ absl::StatusOr<RenderedPrompt> RenderXtml(const ChatTemplateInputs& inputs) {
   }
   // Re-sorting keeps messages one for one, so messages[i] names the caller's message too.
   const Json messages = ReorderToolResults(DeveloperAsSystem(inputs.messages));
-  SegmentWriter w;
+  SegmentWriter w(inputs);
 
   // `tools` from chat_template_kwargs when the request has none (as a Jinja kwarg would be).
   const Json& given_tools = inputs.tools.is_null() ? Get(inputs.kwargs, "tools") : inputs.tools;

@@ -17,8 +17,9 @@
 //
 // chat_template_kwargs read: thinking / enable_thinking (bool), thinking_effort (low|high|max),
 // reasoning_effort (none|low|high|max), tool_choice, response_format, response_schema.
-// Errors are InvalidArgument naming the message, field or kwarg (image parts are refused:
-// vision input is not supported yet).
+// An `image_url` content part becomes K3's media block with the image's size
+// (ChatTemplateInputs::image_size; RenderedPrompt::image_urls lists them in prompt order).
+// Errors are InvalidArgument naming the message, field or kwarg.
 #pragma once
 
 #include <string>

@@ -18,6 +18,7 @@ namespace strata::engine {
 namespace {
 
 using Json = nlohmann::ordered_json;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // The thinking-effort system message, as encoding_k3.py writes it.
@@ -318,7 +319,7 @@ TEST(XtmlRendererTest, ResponseFormatMessages) {
             kUserHi + kGenResponse);
 }
 
-TEST(XtmlRendererTest, TextPartsConcatenatedAndImagesRefused) {
+TEST(XtmlRendererTest, TextPartsConcatenatedAndImagesRefusedWithoutAVisionTower) {
   absl::StatusOr<RenderedPrompt> out = RenderXtml(Inputs(
       R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])",
       R"({"thinking": false})", false));
@@ -334,6 +335,40 @@ TEST(XtmlRendererTest, TextPartsConcatenatedAndImagesRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("messages[0].content[0]"));
   EXPECT_THAT(s.message(), HasSubstr("image"));
+}
+
+TEST(XtmlRendererTest, ImagePartsBecomeMediaBlocksWithTheirOriginalSize) {
+  ChatTemplateInputs in = Inputs(
+      R"([{"role": "user", "content": [{"type": "text", "text": "what is "},
+           {"type": "image_url", "image_url": {"url": "data:b"}}, {"type": "text", "text": "?"},
+           {"type": "image_url", "image_url": {"url": "data:a", "detail": "low"}}]}])",
+      R"({"thinking": false})", false);
+  in.image_size = [](const std::string& url) -> absl::StatusOr<ImageSize> {
+    if (url == "data:a") return ImageSize{448, 448};
+    return ImageSize{1024, 768};
+  };
+  absl::StatusOr<RenderedPrompt> out = RenderXtml(in);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->text,
+            "<|open|>message role=\"user\"<|sep|>what is <|media_begin|>image "
+            "1024x768<|media_content|><|media_pad|><|media_end|>?<|media_begin|>image "
+            "448x448<|media_content|><|media_pad|><|media_end|><|close|>message<|sep|><|end_of_"
+            "msg|>");
+  EXPECT_THAT(out->image_urls, ElementsAre("data:b", "data:a"));
+  // The markers are control segments; "image WxH" is ordinary text.
+  int controls = 0;
+  for (const PromptSegment& seg : out->segments) {
+    if (seg.text == "<|media_pad|>" || seg.text == "<|media_begin|>") controls += seg.control;
+    if (seg.text == "image 448x448") {
+      EXPECT_FALSE(seg.control);
+    }
+  }
+  EXPECT_EQ(controls, 4);
+  // A size lookup's error is the render's error.
+  in.image_size = [](const std::string&) -> absl::StatusOr<ImageSize> {
+    return absl::InvalidArgumentError("bad image");
+  };
+  EXPECT_THAT(RenderXtml(in).status().message(), HasSubstr("bad image"));
 }
 
 TEST(XtmlRendererTest, SegmentsSeparateMarkersTagsAndAttributePieces) {

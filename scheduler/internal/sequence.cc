@@ -17,8 +17,11 @@ Sequence::Sequence(SequenceId id_in, Request request_in, int64_t arrival_in, int
       block_size(block_size_in),
       hash_blocks(hash_blocks_in) {
   request.prompt.clear();
+  for (const engine::MediaEmbedding& m : request.media) {
+    media_keys.push_back({m.position, m.end(), m.content_key});
+  }
   if (hash_blocks) {
-    block_hashes = kvcache::HashFullBlocks(tokens, block_size, request.cache_salt);
+    block_hashes = kvcache::HashFullBlocks(tokens, block_size, request.cache_salt, media_keys);
   }
 }
 
@@ -27,7 +30,10 @@ void Sequence::AppendToken(int32_t token) {
   if (!hash_blocks || tokens.size() % static_cast<size_t>(block_size) != 0) return;
   kvcache::BlockHash parent = block_hashes.empty() ? kvcache::kRootHash : block_hashes.back();
   const int32_t* block = tokens.data() + tokens.size() - static_cast<size_t>(block_size);
-  block_hashes.push_back(kvcache::HashBlock(parent, block, block_size, request.cache_salt));
+  const int64_t index = static_cast<int64_t>(block_hashes.size());
+  block_hashes.push_back(
+      kvcache::HashBlock(parent, block, block_size,
+                         kvcache::BlockSalt(request.cache_salt, index, block_size, media_keys)));
 }
 
 std::optional<FinishReason> Sequence::StopReason() const {

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "engine/sampling.h"
 #include "engine/step.h"
+#include "kvcache/block_hash.h"
 #include "kvcache/ids.h"
 #include "kvcache/offload/offload_key.h"
 #include "scheduler/ngram_proposer.h"
@@ -30,7 +31,8 @@ enum class SequenceStatus : uint8_t { kWaiting, kRunning, kFinished };
 
 struct Sequence {
   // `request.prompt` is moved into `tokens`. With `hash_blocks`, block_hashes is kept for
-  // every full block of `tokens` (chained, salted with request.cache_salt).
+  // every full block of `tokens` (chained, salted with request.cache_salt and the content keys
+  // of the images a block holds: kvcache::BlockSalt).
   Sequence(SequenceId id, Request request, int64_t arrival, int block_size, bool hash_blocks);
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
@@ -53,8 +55,9 @@ struct Sequence {
   const int64_t arrival;  // admission order key (monotonic per scheduler)
   const int block_size;
   const bool hash_blocks;
-  std::vector<kvcache::BlockHash> block_hashes;  // [num_tokens / block_size] when hash_blocks
-  std::shared_ptr<engine::Sampler> sampler;      // kept across preemption (RNG, penalties)
+  std::vector<kvcache::BlockHash> block_hashes;   // [num_tokens / block_size] when hash_blocks
+  std::vector<kvcache::MediaKeySpan> media_keys;  // request.media's positions and content keys
+  std::shared_ptr<engine::Sampler> sampler;       // kept across preemption (RNG, penalties)
 
   SequenceStatus status = SequenceStatus::kWaiting;
   bool abort_requested = false;

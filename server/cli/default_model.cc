@@ -16,7 +16,8 @@ namespace {
 // Bump when the demo checkpoint's contents change so stale caches are not reused.
 // v2: the directory also holds the demo tokenizer (tiktoken.model, tokenizer_config.json).
 // v3: the tokenizer has Kimi K3's control tokens and no chat template (XTML prompts).
-constexpr char kDemoName[] = "demo-k3-v3";
+// v4: K3 vision tower (vision_tower.*, mm_projector.*, vision_config, preprocessor_config.json).
+constexpr char kDemoName[] = "demo-k3-v4";
 
 }  // namespace
 

@@ -8,12 +8,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+
+#include "core/file.h"
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/status.h"
 #include "engine/checkpoint_quantize.h"
 #include "engine/generator.h"
+#include "engine/media_embedding.h"
 #include "engine/model.h"
+#include "engine/vision/image_input.h"
 #include "kvcache/memory_planner.h"
 #include "server/cli/commands.h"
 #include "server/cli/default_model.h"
@@ -90,9 +95,39 @@ absl::StatusOr<std::vector<int32_t>> ReadIdsFile(const std::string& path) {
   return ids;
 }
 
+constexpr char kImageHelp[] =
+    "an image file (PNG, JPEG, WebP, GIF) for the next media placeholder id in the prompt "
+    "(repeat in prompt order; each placeholder expands to the image's rows)";
+
+// The prompt with each media placeholder expanded to its --image's rows, encoded by the model's
+// vision tower (in command-line order); the prompt as given when there is no --image.
+absl::StatusOr<std::vector<int32_t>> PromptWithImages(const engine::Model& model,
+                                                      const std::vector<int32_t>& ids,
+                                                      const std::vector<std::string>& paths,
+                                                      std::vector<engine::MediaEmbedding>* media) {
+  if (paths.empty()) return ids;
+  const engine::VisionEncoder* vision = model.vision();
+  if (vision == nullptr) {
+    return absl::InvalidArgumentError(
+        "--image: this checkpoint has no vision tower (config.json has no vision_config)");
+  }
+  for (const std::string& path : paths) {
+    ASSIGN_OR_RETURN(const std::string bytes, ReadFileToString(path));
+    auto image = engine::PrepareImage(bytes, vision->config());
+    if (!image.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--image ", path, ": ", image.status().message()));
+    }
+    media->push_back(engine::EncodeImage(*vision, *image));
+  }
+  return engine::ExpandMediaPlaceholders(
+      ids, static_cast<int32_t>(model.config().media_placeholder_token_id), media);
+}
+
 const std::vector<FlagSpec> kGenerateFlags = {
     {"model", true, "checkpoint directory (default: the embedded demo model)"},
     {"prompt-ids", true, "prompt token ids, comma separated (required)"},
+    {"image", true, kImageHelp},
     {"max-tokens", true, "tokens to generate (default 16)"},
     {"temperature", true, "sampling temperature; greedy when absent or 0"},
     {"top-k", true, "keep the k most likely tokens (0 = off)"},
@@ -169,8 +204,11 @@ absl::Status RunGenerate(const Flags& flags) {
                       if (lead) PrintMemoryUse(model);
                       engine::GenerateOptions rank_options = options;
                       rank_options.tensor_parallel = group;
+                      ASSIGN_OR_RETURN(const std::vector<int32_t> expanded,
+                                       PromptWithImages(model, prompt, flags.GetAll("image"),
+                                                        &rank_options.media));
                       ASSIGN_OR_RETURN(std::vector<int32_t> output,
-                                       engine::Generate(model, prompt, rank_options));
+                                       engine::Generate(model, expanded, rank_options));
                       if (lead) std::cout << nlohmann::json(output).dump() << std::endl;
                       return absl::OkStatus();
                     });
@@ -179,6 +217,7 @@ absl::Status RunGenerate(const Flags& flags) {
 const std::vector<FlagSpec> kLogitsFlags = {
     {"model", true, "checkpoint directory (default: the embedded demo model)"},
     {"ids-file", true, "JSON array of prompt token ids (required)"},
+    {"image", true, kImageHelp},
     {"out", true, "output .npy file: float32 [num_positions, vocab] (required)"},
     {"prefill-chunk", true, "prefill chunk size in tokens (default 512)"},
     {"kv-cache-dtype", true,
@@ -204,11 +243,14 @@ absl::Status RunLogits(const Flags& flags) {
       flags,
       [&](const engine::Model& model, engine::TensorParallelGroup* group,
           bool lead) -> absl::Status {
+        std::vector<engine::MediaEmbedding> media;
+        ASSIGN_OR_RETURN(const std::vector<int32_t> expanded,
+                         PromptWithImages(model, ids, flags.GetAll("image"), &media));
         ASSIGN_OR_RETURN(std::vector<float> logits,
-                         engine::PromptLogits(model, ids, chunk, latent_dtype, group));
+                         engine::PromptLogits(model, expanded, chunk, latent_dtype, group, media));
         if (!lead) return absl::OkStatus();
         const int64_t vocab = model.config().vocab_size;
-        return WriteNpyF32(out, logits.data(), {static_cast<int64_t>(ids.size()), vocab});
+        return WriteNpyF32(out, logits.data(), {static_cast<int64_t>(expanded.size()), vocab});
       });
 }
 
@@ -272,7 +314,9 @@ const CommandSpec& LogitsSpec() {
   static const CommandSpec spec{
       .program = "strata",
       .command = "logits",
-      .description = "write float32 logits [positions, vocab] of --ids-file to --out (.npy)",
+      .description =
+          "write float32 logits [positions, vocab] of --ids-file to --out (.npy); "
+          "with --image, one row per position after each placeholder's expansion",
       .flags = kLogitsFlags,
       .required = {"ids-file", "out"}};
   return spec;

@@ -724,6 +724,16 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
         *rt->tokenizer_, options.reply_token_memory_tokens);
     s.reply_tokens = rt->reply_tokens_.get();
   }
+  if (const engine::VisionEncoder* vision = rt->model_->vision()) {
+    // Image rows travel in the step plan's host memory: other ranks would not have them.
+    const bool single_rank = !options.parallel.tensor_parallel() && !options.parallel.multi_rank();
+    rt->images_ = std::make_unique<frontend::ImageInputs>(
+        vision, static_cast<int32_t>(cfg.media_placeholder_token_id), frontend::ImageInputLimits{},
+        single_rank ? ""
+                    : "image input is served by single-rank servers only for now (this one "
+                      "runs tensor, context or data parallel ranks)");
+    s.images = rt->images_.get();
+  }
   return rt;
 }
 
@@ -739,6 +749,28 @@ std::vector<std::pair<std::string, std::string>> ModelRuntime::CacheConfigLabels
 std::string ModelRuntime::DescribeMemory() const { return kvcache::DescribePlan(layout_); }
 
 namespace {
+
+// /server_info's "vision": null without a vision tower, else its shape, the image limits and
+// the encoder cache's use (docs/vision.md).
+Json VisionInfo(const engine::VisionEncoder* vision, const frontend::ImageInputs* images) {
+  if (vision == nullptr || images == nullptr) return nullptr;
+  const engine::VisionConfig& c = vision->config();
+  const frontend::ImageInputLimits& limits = images->limits();
+  const frontend::ImageInputStats stats = images->stats();
+  return {{"layers", c.num_layers},
+          {"hidden_size", c.hidden_size},
+          {"heads", c.num_heads},
+          {"patch_size", c.patch_size},
+          {"in_patch_limit", c.in_patch_limit},
+          {"media_placeholder_token_id", images->placeholder_id()},
+          {"max_images_per_request", limits.max_images_per_request},
+          {"max_image_bytes", limits.max_image_bytes},
+          {"max_side_pixels", limits.decode.max_side_pixels},
+          {"encoder_cache_capacity_bytes", limits.encoder_cache_bytes},
+          {"encoder_cache_bytes", stats.cache_bytes},
+          {"images_encoded", stats.images_encoded},
+          {"encoder_cache_hits", stats.cache_hits}};
+}
 
 // /server_info's "kv_offload": null without tiers, else each tier's place, use and traffic and
 // the scheduler's tier totals (docs/kv-offload.md).
@@ -877,6 +909,7 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"num_checkpoints", layout_.num_checkpoints},
       {"total_bytes", layout_.TotalBytes()}};
   info["kv_offload"] = OffloadInfo(options, stats);
+  info["vision"] = VisionInfo(model_->vision(), images_.get());
   const ParallelOptions& p = options.parallel;
   info["parallel"] = {
       {"replicas", p.replicas},

@@ -159,6 +159,7 @@ class ModelRuntime {
   std::unique_ptr<kvcache::OffloadTiers> offload_;
   std::unique_ptr<server::EngineLoop> engine_;
   std::unique_ptr<frontend::ReplyTokenMemory> reply_tokens_;
+  std::unique_ptr<frontend::ImageInputs> images_;  // with a vision tower
   frontend::ServedModel served_;
 };
 

@@ -2,7 +2,10 @@
 // the chat path the Responses API shares (responses_endpoints.cc).
 #include <algorithm>
 #include <ctime>
+#include <functional>
+#include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
@@ -16,6 +19,15 @@
 
 namespace strata::frontend {
 namespace {
+
+// Errors of the chat prompt naming a chat part (an image's messages[i].content[j]...) name the
+// Responses and Messages APIs' own list instead: their message indices differ from chat's.
+std::function<std::string(const std::string&)> ChatParamRenamer(ApiKind kind) {
+  return [kind](const std::string& param) -> std::string {
+    if (kind == ApiKind::kChat || !absl::StartsWith(param, "messages[")) return param;
+    return kind == ApiKind::kResponses ? "input" : "messages";
+  };
+}
 
 using internal::ApplyRequestIdHeader;
 using internal::Draining;
@@ -80,15 +92,19 @@ OpenAiService::Result OpenAiService::CountMessageTokens(const http::HttpRequest&
   ASSIGN_OR_RETURN(ChatCompletionRequest req,
                    ParseMessagesRequest(body, LimitsFor(options_, *model), /*count_tokens=*/true));
   ASSIGN_OR_RETURN(model, ModelFor(req.gen.model));
-  ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ChatPromptIds(*model, req));
-  return http::HandlerResult{JsonResponse({{"input_tokens", prompt.size()}}), nullptr};
+  absl::StatusOr<std::vector<int32_t>> prompt = ChatPromptIds(*model, req);
+  if (!prompt.ok()) return WithParamRenamed(prompt.status(), ChatParamRenamer(ApiKind::kMessages));
+  return http::HandlerResult{JsonResponse({{"input_tokens", prompt->size()}}), nullptr};
 }
 
 OpenAiService::Result OpenAiService::GenerateChat(
     const ChatCompletionRequest& req, ApiKind kind, Json responses_echo,
     std::function<void(const Json&, const FinalChoice&)> on_responses_done, ResponseMeta* meta) {
   ASSIGN_OR_RETURN(const ServedModel* model, ModelFor(req.gen.model));
-  ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ChatPromptIds(*model, req));
+  absl::StatusOr<ChatPrompt> built = BuildChatPrompt(*model, req);
+  if (!built.ok()) return WithParamRenamed(built.status(), ChatParamRenamer(kind));
+  ChatPrompt chat_prompt = std::move(*built);
+  const std::vector<int32_t>& prompt = chat_prompt.ids;
   const bool responses = kind == ApiKind::kResponses;
   ASSIGN_OR_RETURN(int64_t max_tokens,
                    ResolveMaxTokens(*model, static_cast<int64_t>(prompt.size()), req.gen.max_tokens,
@@ -104,11 +120,14 @@ OpenAiService::Result OpenAiService::GenerateChat(
       req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;
   const bool tools_on = req.tools.is_array() && (req.tool_choice == ToolChoice::kAuto || forced);
   const auto filters = TokenFilters(*model, req.gen);
+  // The vision tower runs once per image here, after every check that can refuse the request.
+  EncodeChatImages(*model, &chat_prompt);
   std::optional<structured::ThinkingEnd> thinking_end;
   for (int i = 0; i < req.gen.n; ++i) {
     ChoiceSpec choice;
     choice.index = i;
     choice.request = EngineRequest(*model, req.gen, prompt, max_tokens, spec.meta.id, i, true);
+    choice.request.media = chat_prompt.media;
     if (forced) RETURN_IF_ERROR(ForceToolCalls(*model, req, &choice.request));
     choice.options = OptionsFor(req.gen, choice.request, tools_on);
     ApplyReasoning(*model, prompt, &choice.request, &choice.options);

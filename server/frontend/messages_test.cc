@@ -73,6 +73,32 @@ TEST(MessagesRequestTest, BlocksBecomeTheChatMessagesTheyMean) {
   EXPECT_EQ(req->chat_template_kwargs["thinking"], true);
 }
 
+TEST(MessagesRequestTest, ImageBlocksBecomeChatImageParts) {
+  // The image is decoded when the prompt is built; here only its URL is formed.
+  absl::StatusOr<ChatCompletionRequest> req = Parse(R"({"max_tokens": 4, "messages": [
+      {"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
+                                     "data": "/9j/AAAA"}},
+        {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
+        {"type": "text", "text": "Same?"}]},
+      {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "snap", "input": {}}]},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": "iVBO"}}]}]}]})");
+  ASSERT_TRUE(req.ok()) << req.status();
+  const Json& m = req->messages;
+  ASSERT_EQ(m.size(), 3u) << m.dump();
+  ASSERT_EQ(m[0]["content"].size(), 3u) << m.dump();
+  EXPECT_EQ(
+      m[0]["content"][0],
+      (Json{{"type", "image_url"}, {"image_url", {{"url", "data:image/jpeg;base64,/9j/AAAA"}}}}));
+  EXPECT_EQ(m[0]["content"][1]["image_url"]["url"], "https://x/y.png");
+  EXPECT_EQ(m[0]["content"][2]["text"], "Same?");
+  EXPECT_EQ(m[2]["role"], "tool");
+  EXPECT_EQ(m[2]["content"][0]["image_url"]["url"], "data:image/png;base64,iVBO");
+}
+
 TEST(MessagesRequestTest, ThinkingBudgetTokensCapTheReasoning) {
   const std::string base = R"("max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
       "thinking": )";
@@ -135,10 +161,16 @@ TEST(MessagesRequestTest, ErrorsNameTheMessagesFields) {
       {R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}],
           "temperature": "hot"})",
        "temperature", ""},
-      // Images reach the chat path as image_url parts, which this server refuses (no vision).
+      // Image blocks become chat image_url parts (ImageBlocksBecomeChatImageParts); a source
+      // without its fields is refused by name.
       {R"({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image",
-          "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]})",
-       "messages", "image"},
+          "source": {"type": "base64", "data": "AAAA"}}]}]})",
+       "messages[0].content[0].source.media_type", ""},
+      {R"({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image",
+          "source": {"type": "base64", "media_type": "image/png", "data": 5}}]}]})",
+       "messages[0].content[0].source.data", ""},
+      {R"({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]})",
+       "messages[0].content[0].source", "object"},
       {R"({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image",
           "source": {"type": "file", "file_id": "f"}}]}]})",
        "messages[0].content[0].source.type", "file"},

@@ -100,12 +100,16 @@ TEST(ChatRequestTest, MessageErrorsNameTheMessageField) {
        "messages[0].content[0].type", "unknown content part type 'audio'"},
       {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "invalid_type",
        "messages[0].content[0].text", "string"},
+      // The image itself is checked when the prompt is built (tests/http/vision_serve_test.py); the
+      // parser refuses only a part that holds no URL string.
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url",
-          "image_url": {"url": "http://x/y.png"}}]}]})",
-       "invalid_value", "messages[0].content[0].image_url.url", "data URLs"},
-      {R"({"messages": [{"role": "user", "content": [{"type": "image_url",
-          "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})",
-       "unsupported_value", "messages[0].content[0]", "not supported"},
+          "image_url": {"url": 5}}]}]})",
+       "invalid_type", "messages[0].content[0].image_url.url", "must be a string"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"},
+          {"type": "image_url", "image_url": "data:image/png;base64,AAAA"}]}]})",
+       "invalid_type", "messages[0].content[1].image_url.url", "must be a string"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "invalid_type",
+       "messages[0].content[0].image_url.url", "must be a string"},
       {R"({"messages": [{"role": "tool", "content": "42"}]})", "missing_required_parameter",
        "messages[0].tool_call_id", "required"},
       {R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "a",
@@ -115,6 +119,24 @@ TEST(ChatRequestTest, MessageErrorsNameTheMessageField) {
        "messages[0].name", "string"},
   };
   for (const ErrorCase& c : cases) ExpectError(ChatError(c.body), c);
+}
+
+TEST(ChatRequestTest, ImagePartsAreKeptForThePromptBuilder) {
+  // Any URL string parses (data:, remote, garbage): the prompt builder decodes or refuses it
+  // where the served model's vision tower and limits are known. `detail` is accepted.
+  absl::StatusOr<ChatCompletionRequest> req =
+      ParseChatCompletionRequest(*ParseJsonBody(R"({"messages": [{"role": "user", "content": [
+          {"type": "text", "text": "What is it?"},
+          {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA",
+                                              "detail": "low"}},
+          {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]})"),
+                                 Limits());
+  ASSERT_TRUE(req.ok()) << req.status();
+  const Json& content = req->messages[0]["content"];
+  ASSERT_EQ(content.size(), 3u) << content.dump();
+  EXPECT_EQ(content[1]["type"], "image_url");
+  EXPECT_EQ(content[1]["image_url"]["url"], "data:image/png;base64,AAAA");
+  EXPECT_EQ(content[2]["image_url"]["url"], "https://x/y.png");
 }
 
 TEST(ChatRequestTest, SamplingErrorsNameFieldAndLimit) {
@@ -340,14 +362,24 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
   EXPECT_TRUE(req->store);
   EXPECT_EQ(req->echo["store"], false);  // until the service stored it
   EXPECT_EQ(req->echo["max_output_tokens"], 7);
-  // Images go the chat way (refused the same way, naming the Responses field).
+  // An input_image becomes a chat image_url part (decoded when the prompt is built); one
+  // without a URL string is refused naming the Responses field.
   absl::StatusOr<ResponsesRequest> image =
       ParseResponsesRequest(*ParseJsonBody(R"({"input": [{"role": "user", "content": [
-          {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]})"),
+          {"type": "input_text", "text": "What is it?"},
+          {"type": "input_image", "image_url": "data:image/png;base64,AAAA",
+           "detail": "auto"}]}]})"),
                             Limits());
-  ASSERT_FALSE(image.ok());
-  EXPECT_EQ(ToApiError(image.status()).param.value_or(""), "input");
-  EXPECT_EQ(ToApiError(image.status()).code, "unsupported_value");
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_EQ(image->chat.messages[0]["content"][1],
+            (Json{{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}}}}));
+  absl::StatusOr<ResponsesRequest> no_url =
+      ParseResponsesRequest(*ParseJsonBody(R"({"input": [{"role": "user", "content": [
+          {"type": "input_image", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})"),
+                            Limits());
+  ASSERT_FALSE(no_url.ok());
+  EXPECT_EQ(ToApiError(no_url.status()).code, "invalid_type");
+  EXPECT_EQ(ToApiError(no_url.status()).param.value_or(""), "input[0].content[0].image_url");
 }
 
 TEST(ChatRequestTest, MinTokensIsReadAndChecked) {

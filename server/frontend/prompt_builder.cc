@@ -1,12 +1,14 @@
 #include "server/frontend/prompt_builder.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "engine/tokenizer/xtml_renderer.h"
 #include "server/frontend/api_error.h"
+#include "server/frontend/image_inputs.h"
 
 namespace strata::frontend {
 
@@ -60,9 +62,45 @@ absl::StatusOr<Json> XtmlKwargs(const ChatCompletionRequest& request) {
   return kwargs;
 }
 
-// The prompt as text and segments (ChatTemplate::RenderPrompt), cut for continue_final_message.
+// The request's images, decoded and cut into patches, by URL (a URL sent twice is one image).
+using ImagesByUrl = std::map<std::string, engine::PreparedImage>;
+
+absl::StatusOr<ImagesByUrl> PrepareChatImages(const ServedModel& model,
+                                              const ChatCompletionRequest& request) {
+  ImagesByUrl images;
+  const std::vector<ImagePart> parts = FindImageParts(request.messages);
+  if (parts.empty()) return images;
+  if (model.images == nullptr) {
+    return InvalidField(parts[0].param,
+                        "this model has no vision tower: image input needs a Kimi K3 checkpoint "
+                        "with a vision_config",
+                        "unsupported_value");
+  }
+  const int most = model.images->limits().max_images_per_request;
+  if (static_cast<int64_t>(parts.size()) > most) {
+    return InvalidField("messages", absl::StrCat("the request has ", parts.size(),
+                                                 " images; at most ", most, " are accepted"));
+  }
+  if (request.gen.truncate_prompt_tokens) {
+    return InvalidField("truncate_prompt_tokens",
+                        "'truncate_prompt_tokens' cannot be used with images (it could cut an "
+                        "image's rows)");
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (images.contains(parts[i].url)) continue;
+    ASSIGN_OR_RETURN(
+        engine::PreparedImage image,
+        model.images->Prepare(parts[i].url, parts[i].param, absl::StrCat("image ", i + 1)));
+    images.emplace(parts[i].url, std::move(image));
+  }
+  return images;
+}
+
+// The prompt as text and segments (ChatTemplate::RenderPrompt), cut for continue_final_message;
+// image parts become media blocks naming their images' sizes.
 absl::StatusOr<engine::RenderedPrompt> RenderChatPrompt(const ServedModel& model,
-                                                        const ChatCompletionRequest& request) {
+                                                        const ChatCompletionRequest& request,
+                                                        const ImagesByUrl& images) {
   RETURN_IF_ERROR(RequireTokenizer(model, "messages"));
   const bool with_tools = request.tools.is_array() && !request.tools.empty();
   const engine::ChatTemplate* chat_template =
@@ -75,6 +113,12 @@ absl::StatusOr<engine::RenderedPrompt> RenderChatPrompt(const ServedModel& model
   inputs.messages = request.messages;
   if (with_tools) inputs.tools = request.tools;
   inputs.add_generation_prompt = request.add_generation_prompt;
+  if (!images.empty()) {
+    inputs.image_size = [&images](const std::string& url) -> absl::StatusOr<engine::ImageSize> {
+      const engine::PreparedImage& image = images.at(url);
+      return engine::ImageSize{image.patches.original_width, image.patches.original_height};
+    };
+  }
   if (chat_template->is_xtml()) {
     ASSIGN_OR_RETURN(inputs.kwargs, XtmlKwargs(request));
   } else {
@@ -104,13 +148,21 @@ absl::StatusOr<engine::RenderedPrompt> RenderChatPrompt(const ServedModel& model
 
 absl::StatusOr<std::string> RenderChat(const ServedModel& model,
                                        const ChatCompletionRequest& request) {
-  ASSIGN_OR_RETURN(engine::RenderedPrompt prompt, RenderChatPrompt(model, request));
+  ASSIGN_OR_RETURN(const ImagesByUrl images, PrepareChatImages(model, request));
+  ASSIGN_OR_RETURN(engine::RenderedPrompt prompt, RenderChatPrompt(model, request, images));
   return std::move(prompt.text);
 }
 
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const ChatCompletionRequest& request) {
-  ASSIGN_OR_RETURN(engine::RenderedPrompt prompt, RenderChatPrompt(model, request));
+  ASSIGN_OR_RETURN(ChatPrompt prompt, BuildChatPrompt(model, request));
+  return std::move(prompt.ids);
+}
+
+absl::StatusOr<ChatPrompt> BuildChatPrompt(const ServedModel& model,
+                                           const ChatCompletionRequest& request) {
+  ASSIGN_OR_RETURN(ImagesByUrl images, PrepareChatImages(model, request));
+  ASSIGN_OR_RETURN(engine::RenderedPrompt prompt, RenderChatPrompt(model, request, images));
   // Segment by segment: a Jinja template's output is one segment whose special-token text
   // becomes special tokens; K3's markers are control segments and all other text (the user's
   // included) stays ordinary text.
@@ -119,8 +171,34 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
     model.reply_tokens->Splice(request.messages, &ids);
   }
   RETURN_IF_ERROR(TruncatePrompt(model, request.gen.truncate_prompt_tokens, &ids));
+  ChatPrompt out;
+  if (!prompt.image_urls.empty()) {
+    // Each image's placeholder expands to one position per row of the image.
+    for (const std::string& url : prompt.image_urls) {
+      const engine::PreparedImage& image = images.at(url);
+      out.images.push_back(image);
+      engine::MediaEmbedding m;
+      m.num_rows = image.num_rows;
+      m.content_key = image.content_key;
+      out.media.push_back(std::move(m));
+    }
+    absl::StatusOr<std::vector<int32_t>> expanded =
+        engine::ExpandMediaPlaceholders(ids, model.images->placeholder_id(), &out.media);
+    if (!expanded.ok()) return InvalidField("messages", std::string(expanded.status().message()));
+    ids = std::move(*expanded);
+  }
   RETURN_IF_ERROR(CheckPromptIds(model, ids, "messages"));
-  return ids;
+  out.ids = std::move(ids);
+  return out;
+}
+
+void EncodeChatImages(const ServedModel& model, ChatPrompt* prompt) {
+  for (size_t i = 0; i < prompt->images.size(); ++i) {
+    const int64_t position = prompt->media[i].position;
+    prompt->media[i] = model.images->Encode(prompt->images[i]);
+    prompt->media[i].position = position;
+  }
+  prompt->images.clear();  // the patches are not needed any more
 }
 
 absl::StatusOr<std::vector<int32_t>> TextPromptIds(const ServedModel& model, std::string_view text,

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/media_embedding.h"
+#include "engine/vision/image_input.h"
 #include "server/frontend/openai_request.h"
 #include "server/frontend/served_model.h"
 
@@ -31,6 +33,23 @@ absl::StatusOr<std::string> RenderChat(const ServedModel& model,
                                        const ChatCompletionRequest& request);
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const ChatCompletionRequest& request);
+
+// A chat prompt with its images (docs/vision.md): each `image_url` part is decoded and cut into
+// patches (a 400 naming the part when it cannot be; a 400 when the model has no vision tower,
+// for more than ImageInputLimits::max_images_per_request images, or with
+// truncate_prompt_tokens), rendered as K3's media block, and its placeholder expanded to one
+// position per image row. `media` are the images in prompt order with their positions; their
+// rows are filled by EncodeChatImages.
+struct ChatPrompt {
+  std::vector<int32_t> ids;
+  std::vector<engine::PreparedImage> images;  // in prompt order
+  std::vector<engine::MediaEmbedding> media;  // in prompt order
+};
+absl::StatusOr<ChatPrompt> BuildChatPrompt(const ServedModel& model,
+                                           const ChatCompletionRequest& request);
+// Runs the vision tower (or its cache) for each image of `prompt` (model.images is set when
+// the prompt has images).
+void EncodeChatImages(const ServedModel& model, ChatPrompt* prompt);
 
 // A 400 naming `param` and --skip-tokenizer-init when the model is served without its
 // tokenizer (ServedModel::skip_tokenizer_init): what `param` holds needs one.

@@ -15,6 +15,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "server/engine_loop.h"
 #include "server/frontend/generation_config.h"
+#include "server/frontend/image_inputs.h"
 #include "server/frontend/reply_tokens.h"
 
 namespace strata::frontend {
@@ -50,6 +51,8 @@ struct ServedModel {
   server::EngineLoop* engine = nullptr;
   // Recent chat replies' generated ids (--reply-token-memory); null: prompts are encoded as is.
   ReplyTokenMemory* reply_tokens = nullptr;
+  // Image input (a checkpoint with a vision tower); null: image parts are a 400.
+  ImageInputs* images = nullptr;
 };
 
 // The vocabulary structured output masks: every id below the tokenizer's vocab_size with its

@@ -26,6 +26,8 @@ grpc::Status ControlService::GetModelInfo(grpc::ServerContext* context,
   response->set_max_model_len((*model)->max_model_len);
   response->set_vocab_size((*model)->vocab_size);
   response->set_eos_token_id((*model)->eos_token_id);
+  response->set_media_placeholder_token_id(
+      (*model)->images != nullptr ? (*model)->images->placeholder_id() : -1);
   return grpc::Status::OK;
 }
 

@@ -6,12 +6,76 @@
 #include "absl/strings/str_cat.h"
 #include "core/json_limits.h"
 #include "core/status.h"
+#include "engine/media_embedding.h"
+#include "engine/vision/image_input.h"
 #include "server/frontend/engine_request.h"
 #include "server/frontend/generation_response.h"
 #include "server/frontend/prompt_builder.h"
 #include "server/grpc/completion_body.h"
 
 namespace strata::rpc {
+namespace {
+
+// The request's images (GenerateRequest.images), decoded and cut into patches, in order: every
+// check that can refuse them runs here, before the prompt is expanded and before any tower work.
+absl::StatusOr<std::vector<engine::PreparedImage>> PrepareImages(
+    const frontend::ServedModel& model, const v1::GenerateRequest& request) {
+  std::vector<engine::PreparedImage> images;
+  if (request.images().empty()) return images;
+  if (model.images == nullptr) {
+    return absl::InvalidArgumentError(
+        "images: this model has no vision tower: image input needs a Kimi K3 checkpoint with a "
+        "vision_config");
+  }
+  const frontend::ImageInputLimits& limits = model.images->limits();
+  if (request.images_size() > limits.max_images_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat("images: the request has ",
+                                                   request.images_size(), " images; at most ",
+                                                   limits.max_images_per_request, " are accepted"));
+  }
+  images.reserve(static_cast<size_t>(request.images_size()));
+  for (int i = 0; i < request.images_size(); ++i) {
+    const std::string param = absl::StrCat("images[", i, "]");
+    const std::string& bytes = request.images(i);
+    if (bytes.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(param, ": the image is empty"));
+    }
+    if (static_cast<int64_t>(bytes.size()) > limits.max_image_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(param, ": the image file has ", bytes.size(),
+                                                     " bytes; at most ", limits.max_image_bytes,
+                                                     " are accepted"));
+    }
+    // The message starts with `param` ("images[1]: not an image: ...").
+    ASSIGN_OR_RETURN(engine::PreparedImage image,
+                     model.images->PrepareBytes(bytes, param, /*what=*/param));
+    images.push_back(std::move(image));
+  }
+  return images;
+}
+
+// Expands the i-th media placeholder of `prompt` to images[i]'s rows (one position per row) and
+// returns the images' embeddings with their positions (rows not yet encoded).
+absl::StatusOr<std::vector<engine::MediaEmbedding>> PlaceImages(
+    const frontend::ServedModel& model, const std::vector<engine::PreparedImage>& images,
+    std::vector<int32_t>* prompt) {
+  std::vector<engine::MediaEmbedding> media;
+  if (images.empty()) return media;
+  for (const engine::PreparedImage& image : images) {
+    engine::MediaEmbedding m;
+    m.num_rows = image.num_rows;
+    m.content_key = image.content_key;
+    media.push_back(std::move(m));
+  }
+  absl::StatusOr<std::vector<int32_t>> expanded =
+      engine::ExpandMediaPlaceholders(*prompt, model.images->placeholder_id(), &media);
+  if (!expanded.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", expanded.status().message()));
+  }
+  *prompt = *std::move(expanded);
+  return media;
+}
+
+}  // namespace
 
 absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& model,
                                                const frontend::RequestLimits& limits,
@@ -48,10 +112,20 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
     ASSIGN_OR_RETURN(prompt,
                      frontend::TextPromptIds(model, *input.text, /*add_special_tokens=*/true));
   }
+  ASSIGN_OR_RETURN(std::vector<engine::PreparedImage> images, PrepareImages(model, request));
+  ASSIGN_OR_RETURN(std::vector<engine::MediaEmbedding> media, PlaceImages(model, images, &prompt));
   RETURN_IF_ERROR(frontend::CheckPromptIds(model, prompt, "prompt"));
   ASSIGN_OR_RETURN(int64_t max_tokens,
                    frontend::ResolveMaxTokens(model, static_cast<int64_t>(prompt.size()),
                                               req.gen.max_tokens, "prompt"));
+  // The vision tower (or its cache) runs once per image, after every check that can refuse the
+  // request; the choices share the rows.
+  for (size_t i = 0; i < images.size(); ++i) {
+    const int64_t position = media[i].position;
+    media[i] = model.images->Encode(images[i]);
+    media[i].position = position;
+  }
+  images.clear();  // the patches are not needed any more
   GrpcGeneration g;
   g.request_id = req.gen.request_id.empty() ? frontend::NewResponseId("grpc") : req.gen.request_id;
   g.detokenize = !request.has_detokenize() || request.detokenize();
@@ -63,6 +137,7 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
     choice.request = frontend::EngineRequest(model, req.gen, prompt, max_tokens, g.request_id, i,
                                              /*chat=*/false);
     choice.options = frontend::OptionsFor(req.gen, choice.request, /*parse_tool_calls=*/false);
+    choice.request.media = media;
     frontend::AddTokenFilters(filters, &choice.request);
     choice.request.report_prefill_progress = g.return_progress;
     g.choices.push_back(std::move(choice));

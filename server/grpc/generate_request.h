@@ -1,6 +1,8 @@
 // strata.v1.GenerateRequest → the engine requests of its choices, validated exactly as the
 // REST API validates /v1/completions (the same parser, limits and messages: the proto fields
 // carry the REST field names; the body: completion_body.h), and absl::Status → grpc::Status.
+// Images (GenerateRequest.images) are decoded and checked, their placeholders expanded and the
+// vision tower run (once per image) before the choices are built; every choice carries them.
 //
 // Size: gRPC's default receive limit (4 MiB a message; grpc_server.cc sets no other) bounds a
 // request. Within it, json_schema text is parsed with the limits of core/json_limits.h (depth

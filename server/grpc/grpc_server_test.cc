@@ -11,6 +11,7 @@
 #include <grpcpp/support/sync_stream.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -21,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/media/test_image_encoders.h"
 #include "server/cli/serve_runtime.h"
 #include "server/frontend/openai_request.h"
 #include "strata/v1/control.grpc.pb.h"
@@ -829,6 +831,188 @@ TEST_F(GrpcServerTest, ReturnProgressStreamsProgressBeforeTheFirstChunk) {
   ASSERT_TRUE(plain.status.ok());
   EXPECT_TRUE(plain.progress.empty());
   EXPECT_EQ(plain.ids, out.ids);
+}
+
+// A width × height RGB PNG (libpng's own encoder) whose pixels depend on `seed`.
+std::string TestPng(int width, int height, int seed) {
+  media::testing::PngSpec spec;
+  spec.width = width;
+  spec.height = height;
+  spec.color_type = 2;  // PNG_COLOR_TYPE_RGB
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      spec.rows.push_back(static_cast<uint8_t>((x * 7 + seed * 60) % 256));
+      spec.rows.push_back(static_cast<uint8_t>((y * 5 + seed * 90) % 256));
+      spec.rows.push_back(static_cast<uint8_t>(((x ^ y) * 3 + seed * 30) % 256));
+    }
+  }
+  return media::testing::EncodePng(spec);
+}
+
+int32_t MediaPlaceholderId(v1::Control::Stub* control) {
+  grpc::ClientContext context;
+  v1::ModelInfo info;
+  EXPECT_TRUE(control->GetModelInfo(&context, v1::GetModelInfoRequest(), &info).ok());
+  return info.media_placeholder_token_id();
+}
+
+TEST_F(GrpcServerTest, ImageBytesExpandTheirPlaceholderToTheImageRows) {
+  ASSERT_NE(runtime_->served().images, nullptr) << "the demo model has a vision tower";
+  const int32_t pad = MediaPlaceholderId(Control().get());
+  ASSERT_EQ(pad, runtime_->served().images->placeholder_id());
+  const std::string png = TestPng(56, 42, 1);
+  const auto prepared = runtime_->served().images->PrepareBytes(png, "png");
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  const int64_t rows = prepared->num_rows;
+  ASSERT_GT(rows, 1);
+
+  GenerateRequest with_image = Request({5, pad, 6, 7}, 8);
+  with_image.mutable_sampling()->set_temperature(0.0f);
+  with_image.add_images(png);
+  const Outcome image = Run(with_image);
+  ASSERT_TRUE(image.status.ok()) << image.status.error_message();
+  ASSERT_EQ(image.completes.size(), 1u);
+  EXPECT_EQ(image.completes[0].usage().prompt_tokens(), 3 + rows);  // the placeholder → rows
+  EXPECT_EQ(image.ids.size(), 8u);
+
+  // The rows reach the model: no image (the placeholder's own embedding) and another image give
+  // other tokens.
+  GenerateRequest without = with_image;
+  without.clear_images();
+  const Outcome plain = Run(without);
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  EXPECT_EQ(plain.completes[0].usage().prompt_tokens(), 4);
+  EXPECT_NE(plain.ids, image.ids);
+  GenerateRequest other = with_image;
+  other.set_images(0, TestPng(56, 42, 2));
+  const Outcome other_image = Run(other);
+  ASSERT_TRUE(other_image.status.ok()) << other_image.status.error_message();
+  EXPECT_NE(other_image.ids, image.ids);
+
+  // A text prompt names the image with the placeholder's special-token text; the same ids give
+  // the same tokens. Two choices share one encoding (the tower's cache serves the image again).
+  grpc::ClientContext c1;
+  v1::DetokenizeRequest detok;
+  detok.mutable_token_ids()->Add(pad);
+  v1::DetokenizeResponse pad_text;
+  ASSERT_TRUE(Inference()->Detokenize(&c1, detok, &pad_text).ok());
+  EXPECT_EQ(pad_text.text(), "<|media_pad|>");
+  const std::string text = "a photo: " + pad_text.text() + " what is it?";
+  grpc::ClientContext c2;
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text(text);
+  v1::TokenizeResponse ids;
+  ASSERT_TRUE(Inference()->Tokenize(&c2, tokenize, &ids).ok());
+  ASSERT_EQ(std::count(ids.token_ids().begin(), ids.token_ids().end(), pad), 1);
+  GenerateRequest by_text;
+  by_text.set_text(text);
+  by_text.set_max_tokens(6);
+  by_text.set_ignore_eos(true);
+  by_text.set_n(2);
+  by_text.mutable_sampling()->set_temperature(0.0f);
+  by_text.add_images(png);
+  const frontend::ImageInputStats before = runtime_->served().images->stats();
+  const Outcome text_out = Run(by_text);
+  ASSERT_TRUE(text_out.status.ok()) << text_out.status.error_message();
+  ASSERT_EQ(text_out.completes.size(), 2u);
+  for (const v1::Complete& done : text_out.completes) {
+    EXPECT_EQ(done.usage().prompt_tokens(), ids.token_ids_size() - 1 + rows);
+  }
+  EXPECT_EQ(text_out.texts.at(0), text_out.texts.at(1));
+  const frontend::ImageInputStats after = runtime_->served().images->stats();
+  EXPECT_EQ(after.images_encoded, before.images_encoded);  // encoded by the first request
+  EXPECT_EQ(after.cache_hits, before.cache_hits + 1);
+  GenerateRequest by_ids =
+      Request(std::vector<int32_t>(ids.token_ids().begin(), ids.token_ids().end()), 6);
+  by_ids.mutable_sampling()->set_temperature(0.0f);
+  by_ids.add_images(png);
+  const Outcome ids_out = Run(by_ids);
+  ASSERT_TRUE(ids_out.status.ok()) << ids_out.status.error_message();
+  EXPECT_EQ(ids_out.text, text_out.texts.at(0));
+}
+
+TEST_F(GrpcServerTest, TwoImagesFillTheirPlaceholdersInOrder) {
+  const int32_t pad = MediaPlaceholderId(Control().get());
+  // The same size (the same layout either way round): only the rows tell them apart.
+  const std::string a = TestPng(42, 28, 3), b = TestPng(42, 28, 4);
+  const int64_t rows_a = runtime_->served().images->PrepareBytes(a, "a")->num_rows;
+  const int64_t rows_b = runtime_->served().images->PrepareBytes(b, "b")->num_rows;
+  GenerateRequest ab = Request({5, pad, 6, pad, 7}, 6);
+  ab.mutable_sampling()->set_temperature(0.0f);
+  ab.add_images(a);
+  ab.add_images(b);
+  const Outcome first = Run(ab);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  EXPECT_EQ(rows_a, rows_b);
+  EXPECT_EQ(first.completes[0].usage().prompt_tokens(), 3 + rows_a + rows_b);
+  GenerateRequest ba = ab;
+  ba.set_images(0, b);
+  ba.set_images(1, a);
+  const Outcome swapped = Run(ba);
+  ASSERT_TRUE(swapped.status.ok()) << swapped.status.error_message();
+  EXPECT_NE(swapped.ids, first.ids);
+}
+
+TEST_F(GrpcServerTest, BadImagesAreInvalidArgumentNamingTheImage) {
+  const int32_t pad = MediaPlaceholderId(Control().get());
+  const std::string png = TestPng(56, 42, 1);
+  const auto refused = [&](const GenerateRequest& request) {
+    const Outcome out = Run(request);
+    EXPECT_EQ(out.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << out.status.error_message();
+    EXPECT_TRUE(out.ids.empty());
+    return out.status.error_message();
+  };
+  GenerateRequest two = Request({5, pad, 6, pad}, 4);
+  two.add_images(png);
+  two.add_images("not an image at all");
+  EXPECT_THAT(refused(two), ::testing::StartsWith("images[1]: not an image: "));
+  two.set_images(1, png.substr(0, png.size() / 2));  // truncated
+  EXPECT_THAT(refused(two), ::testing::StartsWith("images[1]: "));
+  two.set_images(0, "");
+  EXPECT_EQ(refused(two), "images[0]: the image is empty");
+
+  // Placeholders and images must pair up; the message names both counts.
+  GenerateRequest mismatch = Request({5, pad, 6, pad}, 4);
+  mismatch.add_images(png);
+  const std::string message = refused(mismatch);
+  EXPECT_NE(message.find("2 media placeholders"), std::string::npos) << message;
+  EXPECT_NE(message.find("1 image was given"), std::string::npos) << message;
+  GenerateRequest none = Request({5, 6}, 4);
+  none.add_images(png);
+  EXPECT_NE(refused(none).find("0 media placeholders"), std::string::npos);
+
+  // More images than the server takes.
+  const int most = runtime_->served().images->limits().max_images_per_request;
+  std::vector<int32_t> prompt(static_cast<size_t>(most + 1), pad);
+  GenerateRequest many = Request(prompt, 4);
+  for (int i = 0; i <= most; ++i) many.add_images(png);
+  EXPECT_EQ(refused(many), absl::StrCat("images: the request has ", most + 1, " images; at most ",
+                                        most, " are accepted"));
+
+  // A model without a vision tower refuses images (and says so in ModelInfo).
+  frontend::ServedModel text_only = runtime_->served();
+  text_only.images = nullptr;
+  GrpcServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  auto server = GrpcServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->SetModel(&text_only);
+  EXPECT_EQ(MediaPlaceholderId(v1::Control::NewStub(Channel((*server)->port())).get()), -1);
+  GenerateRequest one = Request({5, pad, 6}, 4);
+  one.add_images(png);
+  grpc::ClientContext context;
+  const Outcome no_tower = Run(one, &context, nullptr, (*server)->port());
+  EXPECT_EQ(no_tower.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(no_tower.status.error_message().find("no vision tower"), std::string::npos)
+      << no_tower.status.error_message();
+
+  // The server keeps serving, images included.
+  const Outcome ok = Run(one);
+  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.ids.size(), 4u);
+  ExpectEmpty(WaitForEmptyCache());
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of the checkpoint parsers, response_format schemas, regexes,
-# GBNF grammars, the bounded JSON parser of requests and the request parsers (chat,
-# completions, responses, messages, batch lines, gRPC GenerateRequest messages)
+# GBNF grammars, the bounded JSON parser of requests, the request parsers (chat,
+# completions, responses, messages, batch lines, gRPC GenerateRequest messages) and the image
+# decoders and data: URLs
 # (clang++, ASan + UBSan) into BUILD_DIR
 # as a separate small project (tests/fuzz/CMakeLists.txt), writes a seed corpus, and runs each
 # target for SECONDS seconds. Exits non-zero when a target crashes or reports a sanitizer error;
@@ -26,7 +27,7 @@ cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build_dir/configure.log" 2>&1 ||
   { cat "$build_dir/configure.log"; exit 1; }
 targets=(safetensors config json_schema regex gbnf json_limits chat_request completion_request
-         responses_request messages_request batch_line grpc_generate)
+         responses_request messages_request batch_line grpc_generate image_decode data_url)
 echo "== building ${targets[*]/%/_fuzz}"
 cmake --build "$build_dir" -j 2 >"$build_dir/build.log" 2>&1 ||
   { cat "$build_dir/build.log"; exit 1; }
@@ -162,6 +163,40 @@ TXT
 text: "x" grammar: "root ::= \"a\" | \"b\"" request_id: "r" priority: 1 ignore_eos: true
 TXT
 fi
+
+# Small images of every format and variant (Pillow, in Debian's python3: tools/setup.sh installs
+# python3-pil), and data: URLs of some of them.
+if /usr/bin/python3 -c 'import PIL' 2>/dev/null; then
+  /usr/bin/python3 - "$seeds/image_decode" "$seeds/data_url" <<'PY'
+import base64, io, sys
+from PIL import Image
+images, urls = sys.argv[1], sys.argv[2]
+rgb = Image.new("RGB", (19, 11))
+rgb.putdata([(x * 13 % 256, y * 23 % 256, (x * y) % 256) for y in range(11) for x in range(19)])
+rgba = rgb.convert("RGBA")
+rgba.putalpha(Image.linear_gradient("L").resize((19, 11)))
+palette = rgb.convert("P", palette=Image.ADAPTIVE, colors=8)
+variants = {
+    "rgb.png": (rgb, {}), "rgba.png": (rgba, {}), "palette.png": (palette, {"transparency": 2}),
+    "gray.png": (rgb.convert("L"), {}), "rgb.jpg": (rgb, {"quality": 80}),
+    "progressive.jpg": (rgb, {"progressive": True}), "gray.jpg": (rgb.convert("L"), {}),
+    "cmyk.jpg": (rgb.convert("CMYK"), {}), "lossless.webp": (rgba, {"lossless": True}),
+    "lossy.webp": (rgb, {"quality": 50}), "palette.gif": (palette, {"transparency": 1}),
+}
+for name, (image, options) in variants.items():
+    out = io.BytesIO()
+    image.save(out, format={"jpg": "JPEG"}.get(name.split(".")[1], name.split(".")[1].upper()),
+               **options)
+    with open(f"{images}/{name}", "wb") as f:
+        f.write(out.getvalue())
+    if name in ("rgb.png", "palette.gif", "rgb.jpg"):
+        with open(f"{urls}/{name}", "w") as f:
+            f.write(f"data:image/{name.split('.')[1]};base64," +
+                    base64.b64encode(out.getvalue()).decode())
+PY
+fi
+printf 'data:image/png;name=a.png;base64,iVBORw0K\r\nGgo=' >"$seeds/data_url/wrapped"
+printf 'data:text/plain,hello' >"$seeds/data_url/not_base64"
 
 # Dictionaries: the tokens a mutator would otherwise have to discover byte by byte.
 cat >"$build_dir/safetensors.dict" <<'DICT'
@@ -314,6 +349,46 @@ cat >"$build_dir/request.dict" <<'DICT'
 "\"/v1/chat/completions\""
 "\"/v1/responses\""
 DICT
+cat >"$build_dir/image_decode.dict" <<'DICT'
+"\x89PNG\x0d\x0a\x1a\x0a"
+"IHDR"
+"PLTE"
+"tRNS"
+"IDAT"
+"IEND"
+"acTL"
+"\xff\xd8\xff"
+"\xff\xc0"
+"\xff\xc2"
+"\xff\xc4"
+"\xff\xda"
+"\xff\xd9"
+"Adobe"
+"RIFF"
+"WEBP"
+"VP8 "
+"VP8L"
+"VP8X"
+"ALPH"
+"ANIM"
+"ANMF"
+"GIF89a"
+"\x21\xf9\x04"
+"NETSCAPE2.0"
+DICT
+cat >"$build_dir/data_url.dict" <<'DICT'
+"data:"
+";base64,"
+"image/png"
+"image/jpeg"
+"=="
+"\x0d\x0a"
+"iVBORw0KGgo"
+"/9j/"
+"R0lGODlh"
+"UklGR"
+DICT
+
 for target in chat_request completion_request responses_request messages_request batch_line; do
   cp "$build_dir/request.dict" "$build_dir/$target.dict"
 done

@@ -401,14 +401,22 @@ class Model:
         return np.einsum("nt,ntd->td", pi, V)  # mixes the RAW sources
 
     # ---- whole model (docs/model.md §1) ----
-    def forward(self, ids, stats=None):
+    def forward(self, ids, stats=None, embeds=None):
+        """Logits [T, vocab]. embeds: optional {position: row [d]} whose rows replace the
+        embeddings there (image rows; the ids at those positions are not looked up)."""
         c = self.cfg
         stats = stats or Stats(False)
         ids = np.asarray(ids, np.int64)
-        if ids.min() < 0 or ids.max() >= c.vocab:
+        replaced = np.zeros(len(ids), bool)
+        if embeds:
+            replaced[list(embeds)] = True
+        looked_up = ids[~replaced]
+        if looked_up.size and (looked_up.min() < 0 or looked_up.max() >= c.vocab):
             raise ValueError(f"token id outside 0..{c.vocab - 1}")
         emb = self.w("model.embed_tokens.weight", (c.vocab, c.d))
-        x0 = emb[ids]
+        x0 = emb[np.where(replaced, 0, ids)]  # a copy: the table is not touched below
+        for pos, row in (embeds or {}).items():
+            x0[pos] = np.asarray(row, np.float64).reshape(c.d)
         if c.attn_res_block:
             h = self.forward_attn_res(x0, stats)
         else:
@@ -476,6 +484,20 @@ def print_stats(stats, logits):
           file=sys.stderr)
 
 
+def greedy(model, ids, logits, count, embeds=None):
+    """`count` greedy tokens after `ids` (whose logits are given), each by a full recomputation
+    (no cache code to get wrong); `embeds` rows stay at their positions."""
+    seq = list(ids)
+    nxt = int(np.argmax(logits[-1]))
+    out = []
+    for i in range(count):
+        out.append(nxt)
+        seq.append(nxt)
+        if i + 1 < count:
+            nxt = int(np.argmax(model.forward(seq, embeds=embeds)[-1]))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="checkpoint directory")
@@ -496,15 +518,7 @@ def main():
     if args.stats:
         print_stats(stats, logits)
     if args.greedy > 0:
-        seq = list(ids)
-        nxt = int(np.argmax(logits[-1]))
-        out = []
-        for i in range(args.greedy):
-            out.append(nxt)
-            seq.append(nxt)
-            if i + 1 < args.greedy:  # full recomputation: no cache code to get wrong
-                nxt = int(np.argmax(model.forward(seq)[-1]))
-        print(json.dumps(out))
+        print(json.dumps(greedy(model, ids, logits, args.greedy)))
 
 
 if __name__ == "__main__":

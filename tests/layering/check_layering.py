@@ -7,8 +7,9 @@ Include rules (every tracked C++/CUDA file under the folder, tests included):
   kernels/   includes only core/ and kernels/ (kernels know no engine, cache or server)
   kvcache/   includes only core/ and kvcache/ (caches know no scheduler)
   core/      includes only core/
-  scheduler/ includes core/, kvcache/, scheduler/ and of engine/ only the plain step contract and
-             the sampler (engine/step.h, engine/sampling.h)
+  scheduler/ includes core/, kvcache/, scheduler/ and of engine/ only the plain step contract,
+             the images it carries and the sampler (engine/step.h, engine/media_embedding.h,
+             engine/sampling.h)
   nothing below server/ (core, kernels, kvcache, engine, dist, scheduler, proto) includes server/
 Link rules (the transitive link closure CMake computed, LINK_GRAPH_FILE):
   strata_core, strata_kvcache and every strata_kernels_* library reach no engine, scheduler or
@@ -30,7 +31,8 @@ INCLUDE_RULES = {
     "core": ({"core"}, set()),
     "kernels": ({"core", "kernels"}, set()),
     "kvcache": ({"core", "kvcache"}, set()),
-    "scheduler": ({"core", "kvcache", "scheduler"}, {"engine/step.h", "engine/sampling.h"}),
+    "scheduler": ({"core", "kvcache", "scheduler"},
+                  {"engine/step.h", "engine/media_embedding.h", "engine/sampling.h"}),
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Iterator, Optional, Sequence
 
 import grpc
@@ -45,7 +46,9 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
                   grammar: Optional[str] = None,
                   prompt_logprobs: Optional[int] = None,
                   allowed_token_ids: Sequence[int] = (),
-                  bad_words: Sequence[str] = ()) -> inference_pb2.GenerateRequest:
+                  bad_words: Sequence[str] = (),
+                  images: Sequence[bytes | str | os.PathLike] = ()
+                  ) -> inference_pb2.GenerateRequest:
     """A GenerateRequest; exactly one of `prompt` (text) and `prompt_ids` (token ids).
 
     `json_schema` (a dict, or its JSON text) makes every choice JSON that fits it; `regex`
@@ -53,12 +56,16 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
     llama.cpp's and vLLM's guided_grammar) makes it a `root` of that grammar;
     `prompt_logprobs=k` scores the prompt (each token's log probability and rank, with the k
     most likely alternatives); `allowed_token_ids` restricts sampling to those ids and
-    `bad_words` are never generated (vLLM's token filters)."""
+    `bad_words` are never generated (vLLM's token filters). `images` are image files (PNG,
+    JPEG, WebP, GIF; bytes, or a path to read) in prompt order, for a model with a vision tower:
+    the prompt names each with one media placeholder (`model_info().media_placeholder_token_id`
+    in `prompt_ids`, its text `<|media_pad|>` in `prompt`), which becomes the image's rows."""
     if (prompt is None) == (prompt_ids is None):
         raise ValueError("give exactly one of prompt and prompt_ids")
     req = inference_pb2.GenerateRequest(ignore_eos=ignore_eos, request_id=request_id,
                                         stop=list(stop), allowed_token_ids=list(allowed_token_ids),
-                                        bad_words=list(bad_words))
+                                        bad_words=list(bad_words),
+                                        images=[_image_bytes(image) for image in images])
     if prompt is not None:
         req.text = prompt
     else:
@@ -78,6 +85,14 @@ def build_request(prompt: Optional[str] = None, prompt_ids: Optional[Sequence[in
     if grammar is not None:
         req.grammar = grammar
     return req
+
+
+def _image_bytes(image: bytes | str | os.PathLike) -> bytes:
+    """An image file's bytes: given as bytes, or read from the path."""
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return bytes(image)
+    with open(image, "rb") as f:
+        return f.read()
 
 
 class _ApiKey(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):

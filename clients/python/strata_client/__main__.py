@@ -24,6 +24,8 @@ def main(argv=None) -> int:
     parser.add_argument("--top-p", type=float)
     parser.add_argument("--top-k", type=int)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--image", action="append", default=[],
+                        help="an image file, once per media placeholder of the prompt")
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--timeout", type=float)
     args = parser.parse_args(argv)
@@ -39,7 +41,7 @@ def main(argv=None) -> int:
                 ids = [int(x) for x in args.prompt_ids.split(",")] if args.prompt_ids else None
                 kwargs = dict(prompt=args.prompt, prompt_ids=ids, max_tokens=args.max_tokens,
                               temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                              seed=args.seed)
+                              seed=args.seed, images=args.image)
                 tokens = []
                 for response in client.stream(timeout=args.timeout, **kwargs):
                     if response.HasField("chunk") and response.chunk.index == 0:

@@ -1,10 +1,10 @@
-#include "engine/tokenizer/sha256.h"
+#include "core/sha256.h"
 
 #include <array>
 #include <cstdint>
 #include <cstring>
 
-namespace strata::engine {
+namespace strata {
 namespace {
 
 constexpr std::array<uint32_t, 64> kRoundConstants = {
@@ -58,9 +58,7 @@ void Compress(const uint8_t* block, std::array<uint32_t, 8>* state) {
   (*state)[7] += h;
 }
 
-}  // namespace
-
-std::string Sha256Hex(std::string_view data) {
+std::array<uint32_t, 8> Sha256State(std::string_view data) {
   std::array<uint32_t, 8> state = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   const auto* bytes = reinterpret_cast<const uint8_t*>(data.data());
@@ -77,6 +75,13 @@ std::string Sha256Hex(std::string_view data) {
   for (int i = 0; i < 8; ++i) tail[tail_len - 1 - i] = static_cast<uint8_t>(bit_len >> (8 * i));
   for (size_t off = 0; off < tail_len; off += 64) Compress(tail + off, &state);
 
+  return state;
+}
+
+}  // namespace
+
+std::string Sha256Hex(std::string_view data) {
+  const std::array<uint32_t, 8> state = Sha256State(data);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
   hex.reserve(64);
@@ -86,4 +91,9 @@ std::string Sha256Hex(std::string_view data) {
   return hex;
 }
 
-}  // namespace strata::engine
+uint64_t Sha256Prefix64(std::string_view data) {
+  const std::array<uint32_t, 8> state = Sha256State(data);
+  return uint64_t{state[0]} << 32 | state[1];
+}
+
+}  // namespace strata

@@ -1,8 +1,8 @@
-#include "engine/tokenizer/sha256.h"
+#include "core/sha256.h"
 
 #include <gtest/gtest.h>
 
-namespace strata::engine {
+namespace strata {
 namespace {
 
 // FIPS 180-4 / NIST example digests.
@@ -22,5 +22,10 @@ TEST(Sha256Test, PaddingBoundaryLengthsDiffer) {
             "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
 }
 
+TEST(Sha256Test, Prefix64IsTheDigestsFirstEightBytes) {
+  EXPECT_EQ(Sha256Prefix64("abc"), 0xba7816bf8f01cfeaULL);
+  EXPECT_EQ(Sha256Prefix64(""), 0xe3b0c44298fc1c14ULL);
+}
+
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata

@@ -1,0 +1,112 @@
+#include "server/frontend/image_inputs.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/frontend/api_error.h"
+
+namespace strata::frontend {
+
+ImageInputs::ImageInputs(const engine::VisionEncoder* encoder, int32_t placeholder_id,
+                         ImageInputLimits limits, std::string unavailable)
+    : encoder_(encoder),
+      placeholder_id_(placeholder_id),
+      limits_(limits),
+      unavailable_(std::move(unavailable)) {}
+
+absl::StatusOr<engine::PreparedImage> ImageInputs::Prepare(const std::string& url,
+                                                           const std::string& param,
+                                                           const std::string& what) const {
+  if (!unavailable_.empty()) return InvalidField(param, unavailable_, "unsupported_value");
+  if (absl::StartsWithIgnoreCase(url, "http://") || absl::StartsWithIgnoreCase(url, "https://")) {
+    return InvalidField(param,
+                        absl::StrCat(what,
+                                     ": remote image URLs are not fetched by this server; send "
+                                     "the image inline (a data: URL, data:image/png;base64,..., "
+                                     "or a base64 image source)"),
+                        "unsupported_value");
+  }
+  absl::StatusOr<media::DataUrl> data = media::ParseDataUrl(url, limits_.max_image_bytes);
+  if (!data.ok()) {
+    return InvalidField(param, absl::StrCat(what, ": ", data.status().message()), "invalid_image");
+  }
+  return PrepareBytes(data->bytes, param, what);
+}
+
+absl::StatusOr<engine::PreparedImage> ImageInputs::PrepareBytes(std::string_view bytes,
+                                                                const std::string& param,
+                                                                const std::string& what) const {
+  if (!unavailable_.empty()) return InvalidField(param, unavailable_, "unsupported_value");
+  absl::StatusOr<engine::PreparedImage> image =
+      engine::PrepareImage(bytes, encoder_->config(), limits_.decode);
+  if (!image.ok()) {
+    return InvalidField(param, absl::StrCat(what, ": ", image.status().message()), "invalid_image");
+  }
+  return image;
+}
+
+ImageInputs::Rows ImageInputs::Lookup(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  ++stats_.cache_hits;
+  return it->second->second;
+}
+
+void ImageInputs::Insert(uint64_t key, Rows rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.images_encoded;
+  if (index_.contains(key)) return;  // another request encoded it meanwhile
+  const auto bytes = [](const Rows& r) { return static_cast<int64_t>(r->size() * sizeof(float)); };
+  if (bytes(rows) > limits_.encoder_cache_bytes) return;
+  lru_.emplace_front(key, std::move(rows));
+  index_[key] = lru_.begin();
+  stats_.cache_bytes += bytes(lru_.front().second);
+  while (stats_.cache_bytes > limits_.encoder_cache_bytes) {
+    stats_.cache_bytes -= bytes(lru_.back().second);
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+}
+
+engine::MediaEmbedding ImageInputs::Encode(const engine::PreparedImage& image) {
+  if (Rows rows = Lookup(image.content_key)) {
+    engine::MediaEmbedding m;
+    m.num_rows = image.num_rows;
+    m.content_key = image.content_key;
+    m.rows = std::move(rows);
+    return m;
+  }
+  engine::MediaEmbedding m = engine::EncodeImage(*encoder_, image);
+  Insert(image.content_key, m.rows);
+  return m;
+}
+
+ImageInputStats ImageInputs::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::vector<ImagePart> FindImageParts(const nlohmann::ordered_json& messages) {
+  std::vector<ImagePart> parts;
+  if (!messages.is_array()) return parts;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    const auto& content = m["content"];
+    for (size_t j = 0; j < content.size(); ++j) {
+      const auto& part = content[j];
+      if (!part.is_object() || part.value("type", "") != "image_url") continue;
+      const auto& image = part.contains("image_url") ? part["image_url"] : nlohmann::ordered_json();
+      const auto& url = image.is_object() && image.contains("url") ? image["url"] : image;
+      if (!url.is_string()) continue;  // the parser refused it already
+      parts.push_back({url.get<std::string>(),
+                       absl::StrCat("messages[", i, "].content[", j, "].image_url.url")});
+    }
+  }
+  return parts;
+}
+
+}  // namespace strata::frontend
