@@ -10,8 +10,8 @@ packages=(
   libabsl-dev libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libpcre2-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev libdnnl-dev libgloo-dev
-  # image decoding (engine/media)
-  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
+  # image decoding (engine/media); TLS for fetching allowed remote images (server/http)
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev libssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 python3-numpy nodejs npm

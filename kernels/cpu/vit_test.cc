@@ -79,8 +79,9 @@ TEST(CpuVitTest, Rope2dMatchesReferenceAndRotatesColumnsThenRows) {
   }
   // Dims (0, 1) turn with the column, (2, 3) with the row: a patch in row 0, column 1 moves
   // dims 0–1 by angle 1 (f_0 = 1) and leaves 2–3; one in row 1, column 0 the other way round.
-  std::vector<float> x = {1, 0, 1, 0, /*(0,1)*/ 1, 0, 1, 0, /*(1,0)*/ 1, 0, 1, 0};
-  reference::Rope2d(x.data(), 4, 2, 2, 1, 4, 10000.0f);  // grid 2×2, rows (0,0) (0,1) (1,0)
+  // Rows (0,0) (0,1) (1,0) (1,1) of a 2×2 grid, one head of 4 dims each.
+  std::vector<float> x = {1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0};
+  reference::Rope2d(x.data(), 4, 2, 2, 1, 4, 10000.0f);
   EXPECT_NEAR(x[4], std::cos(1.0f), 1e-6);
   EXPECT_NEAR(x[5], std::sin(1.0f), 1e-6);
   EXPECT_NEAR(x[6], 1.0f, 1e-6);

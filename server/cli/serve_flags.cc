@@ -2,7 +2,9 @@
 #include "server/cli/serve_flags.h"
 
 #include <cstdlib>
+#include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
@@ -88,6 +90,14 @@ const std::vector<FlagSpec> kBaseServeFlags = {
      "while sequences are generating, prompt chunks are cut so that a step (the gap between "
      "their tokens) takes about this long at the measured prefill rate, with at least 64 prompt "
      "tokens a step; 0: off, a chunk may take all of --max-num-batched-tokens (default 1000)"},
+    {"allowed-media-domains", true,
+     "image URLs: fetch http(s) images only from these hosts, a JSON list or comma separated "
+     "(exact host names; default none: remote image URLs are refused, send data: URLs)"},
+    {"allowed-local-media-path", true,
+     "image URLs: read file:// images under this directory (a security risk: the API can read "
+     "any image there; default none)"},
+    {"media-fetch-timeout", true,
+     "seconds for fetching one remote image, the whole exchange (default 5)"},
     {"reply-token-memory", true,
      "chat: keep the generated token ids of recent replies (up to this many tokens, by their "
      "text), so a conversation sent back with a reply in it gets the model's own tokens for it "
@@ -410,6 +420,19 @@ absl::StatusOr<ServeOptions> ServeOptionsFromFlags(const Flags& flags) {
   ASSIGN_OR_RETURN(
       o.reply_token_memory_tokens,
       flags.GetInt("reply-token-memory", o.reply_token_memory_tokens, 0, int64_t{1} << 30));
+  if (auto v = flags.Get("allowed-media-domains")) {
+    ASSIGN_OR_RETURN(o.allowed_media_domains, ParseStringList(*v, "--allowed-media-domains"));
+    for (std::string& domain : o.allowed_media_domains) domain = absl::AsciiStrToLower(domain);
+  }
+  o.allowed_local_media_path = flags.GetOr("allowed-local-media-path", "");
+  if (!o.allowed_local_media_path.empty() &&
+      !std::filesystem::is_directory(o.allowed_local_media_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--allowed-local-media-path ", o.allowed_local_media_path, " is not a directory"));
+  }
+  ASSIGN_OR_RETURN(std::optional<double> fetch_timeout,
+                   flags.GetDouble("media-fetch-timeout", 0.001, 600.0));
+  o.media_fetch_timeout_s = fetch_timeout.value_or(o.media_fetch_timeout_s);
   RETURN_IF_ERROR(ReadSchedulerFlags(flags, &o));
   RETURN_IF_ERROR(ReadHttpFlags(flags, &o));
   RETURN_IF_ERROR(ReadVllmFlags(flags, &o));

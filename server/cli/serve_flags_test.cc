@@ -33,6 +33,28 @@ TEST(ServeFlagsTest, ParserFlagsTakeKimiK2AndKimiK3) {
   }
 }
 
+// Image URL opt-ins (docs/vision.md): hosts lower-cased from a list, the local directory must
+// exist, the fetch timeout in seconds within its range.
+TEST(ServeFlagsTest, MediaUrlFlagsParseAndRefuseBadValues) {
+  absl::StatusOr<ServeOptions> on =
+      Options({"--allowed-media-domains", "Images.Example.com,127.0.0.1",
+               "--allowed-local-media-path", "/tmp", "--media-fetch-timeout", "2.5"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_THAT(on->allowed_media_domains, ::testing::ElementsAre("images.example.com", "127.0.0.1"));
+  EXPECT_EQ(on->allowed_local_media_path, "/tmp");
+  EXPECT_DOUBLE_EQ(on->media_fetch_timeout_s, 2.5);
+  absl::StatusOr<ServeOptions> off = Options({});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(off->allowed_media_domains.empty());
+  EXPECT_TRUE(off->allowed_local_media_path.empty());
+  absl::StatusOr<ServeOptions> missing =
+      Options({"--allowed-local-media-path", "/nonexistent/strata/images"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), ::testing::HasSubstr("is not a directory"));
+  EXPECT_FALSE(Options({"--media-fetch-timeout", "0"}).ok());
+  EXPECT_FALSE(Options({"--media-fetch-timeout", "abc"}).ok());
+}
+
 // The offload tiers' flags (docs/kv-offload.md): sizes and a directory read into ServeOptions;
 // a disk size without a directory, an empty directory, a bad size and offload without prefix
 // caching are refused naming what was wrong.

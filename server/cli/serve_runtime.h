@@ -75,6 +75,11 @@ struct ServeOptions {
   int max_logprobs = 20;                   // --max-logprobs
   // --reply-token-memory: generated tokens of recent chat replies kept by their text (0: off).
   int64_t reply_token_memory_tokens = int64_t{1} << 20;
+  // Image URLs beyond data: (docs/vision.md): --allowed-media-domains (lower-cased hosts),
+  // --allowed-local-media-path, --media-fetch-timeout.
+  std::vector<std::string> allowed_media_domains;
+  std::string allowed_local_media_path;
+  double media_fetch_timeout_s = 5.0;
   bool log_requests = true;  // a log line per finished request (--disable-log-requests: off)
   // --responses-store-memory: bytes of stored /v1/responses (0: nothing stored).
   int64_t responses_store_bytes = int64_t{128} << 20;

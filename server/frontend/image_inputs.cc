@@ -1,10 +1,15 @@
 #include "server/frontend/image_inputs.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/file.h"
+#include "core/status.h"
 #include "server/frontend/api_error.h"
+#include "server/http/http_fetch.h"
 
 namespace strata::frontend {
 
@@ -20,18 +25,82 @@ absl::StatusOr<engine::PreparedImage> ImageInputs::Prepare(const std::string& ur
                                                            const std::string& what) const {
   if (!unavailable_.empty()) return InvalidField(param, unavailable_, "unsupported_value");
   if (absl::StartsWithIgnoreCase(url, "http://") || absl::StartsWithIgnoreCase(url, "https://")) {
-    return InvalidField(param,
-                        absl::StrCat(what,
-                                     ": remote image URLs are not fetched by this server; send "
-                                     "the image inline (a data: URL, data:image/png;base64,..., "
-                                     "or a base64 image source)"),
-                        "unsupported_value");
+    ASSIGN_OR_RETURN(const std::string bytes, FetchRemote(url, param, what));
+    return PrepareBytes(bytes, param, what);
+  }
+  if (absl::StartsWithIgnoreCase(url, "file://")) {
+    ASSIGN_OR_RETURN(const std::string bytes, ReadLocal(url, param, what));
+    return PrepareBytes(bytes, param, what);
   }
   absl::StatusOr<media::DataUrl> data = media::ParseDataUrl(url, limits_.max_image_bytes);
   if (!data.ok()) {
     return InvalidField(param, absl::StrCat(what, ": ", data.status().message()), "invalid_image");
   }
   return PrepareBytes(data->bytes, param, what);
+}
+
+absl::StatusOr<std::string> ImageInputs::FetchRemote(const std::string& url,
+                                                     const std::string& param,
+                                                     const std::string& what) const {
+  if (limits_.allowed_media_domains.empty()) {
+    return InvalidField(param,
+                        absl::StrCat(what,
+                                     ": remote image URLs are not fetched by this server (it "
+                                     "fetches only from the hosts of --allowed-media-domains); "
+                                     "send the image inline (a data: URL, "
+                                     "data:image/png;base64,..., or a base64 image source)"),
+                        "unsupported_value");
+  }
+  absl::StatusOr<http::HttpUrl> parsed = http::ParseHttpUrl(url);
+  if (!parsed.ok()) {
+    return InvalidField(param, absl::StrCat(what, ": ", parsed.status().message()),
+                        "invalid_image");
+  }
+  const auto& allowed = limits_.allowed_media_domains;
+  if (std::find(allowed.begin(), allowed.end(), parsed->host) == allowed.end()) {
+    return InvalidField(
+        param,
+        absl::StrCat(what, ": the host '", parsed->host, "' is not one of --allowed-media-domains"),
+        "unsupported_value");
+  }
+  absl::StatusOr<std::string> bytes =
+      http::FetchUrl(*parsed, {limits_.max_image_bytes, limits_.fetch_timeout});
+  if (!bytes.ok()) {
+    return InvalidField(param, absl::StrCat(what, ": ", bytes.status().message()), "invalid_image");
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::string> ImageInputs::ReadLocal(const std::string& url, const std::string& param,
+                                                   const std::string& what) const {
+  auto refuse = [&](const std::string& reason) {
+    return InvalidField(param, absl::StrCat(what, ": ", reason), "unsupported_value");
+  };
+  if (limits_.allowed_local_media_path.empty()) {
+    return refuse(
+        "file:// URLs are read only under --allowed-local-media-path (not set on this server)");
+  }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path root = fs::canonical(limits_.allowed_local_media_path, ec);
+  if (ec) return refuse("--allowed-local-media-path cannot be resolved");
+  const fs::path file = fs::canonical(fs::path(url.substr(7)), ec);
+  if (ec) return refuse(absl::StrCat("cannot open '", url.substr(7), "'"));
+  const std::string root_prefix = root.string() + "/";
+  if (!absl::StartsWith(file.string(), root_prefix)) {
+    return refuse(absl::StrCat("'", url.substr(7), "' is not under --allowed-local-media-path"));
+  }
+  const uintmax_t size = fs::file_size(file, ec);
+  if (ec || !fs::is_regular_file(file, ec)) return refuse("not a regular file");
+  if (size > static_cast<uintmax_t>(limits_.max_image_bytes)) {
+    return InvalidField(param,
+                        absl::StrCat(what, ": the file has ", size, " bytes, over the limit of ",
+                                     limits_.max_image_bytes),
+                        "invalid_image");
+  }
+  absl::StatusOr<std::string> bytes = ReadFileToString(file.string());
+  if (!bytes.ok()) return refuse(absl::StrCat("cannot read '", url.substr(7), "'"));
+  return bytes;
 }
 
 absl::StatusOr<engine::PreparedImage> ImageInputs::PrepareBytes(std::string_view bytes,

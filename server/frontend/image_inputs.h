@@ -1,13 +1,15 @@
-// Images in chat requests (docs/vision.md): each `image_url` part's data: URL is decoded and cut
-// into patches while the request is parsed (a bad image is a 400 naming the part, before any
-// engine work), and encoded by the model's vision tower once per distinct image (an LRU cache
-// of the tower's rows keyed by the image bytes' SHA-256, so n > 1, retries and an image sent
-// again reuse them).
+// Images in chat requests (docs/vision.md): each `image_url` part's data: URL (or, when the
+// server allows them, an http(s) URL of an allowed host or a file:// URL under the allowed
+// directory) is decoded and cut into patches while the request is parsed (a bad image is a 400
+// naming the part, before any engine work), and encoded by the model's vision tower once per
+// distinct image (an LRU cache of the tower's rows keyed by the image bytes' SHA-256, so n > 1,
+// retries and an image sent again reuse them).
 //
 // Thread-safe: the HTTP handlers call it concurrently. Encoding runs on the calling handler's
 // thread, never on the engine thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -32,6 +34,11 @@ struct ImageInputLimits {
   int64_t max_image_bytes = int64_t{20} << 20;  // one image's file (after base64)
   media::ImageDecodeLimits decode;
   int64_t encoder_cache_bytes = int64_t{1} << 30;  // the tower's rows kept for reuse
+  // vLLM's opt-ins: http(s) URLs are fetched only from these hosts (exact names), file:// URLs
+  // read only under this directory (symbolic links resolved first). Empty: refused.
+  std::vector<std::string> allowed_media_domains;
+  std::string allowed_local_media_path;
+  std::chrono::milliseconds fetch_timeout{5000};  // one remote image, the whole exchange
 };
 
 struct ImageInputStats {
@@ -65,6 +72,12 @@ class ImageInputs {
   ImageInputStats stats() const;
 
  private:
+  // The bytes behind an allowed http(s) URL / file:// URL (400s naming the part otherwise).
+  absl::StatusOr<std::string> FetchRemote(const std::string& url, const std::string& param,
+                                          const std::string& what) const;
+  absl::StatusOr<std::string> ReadLocal(const std::string& url, const std::string& param,
+                                        const std::string& what) const;
+
   using Rows = std::shared_ptr<const std::vector<float>>;
   Rows Lookup(uint64_t key);
   void Insert(uint64_t key, Rows rows);

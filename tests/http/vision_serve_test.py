@@ -60,13 +60,13 @@ def check(condition, message):
 class Server:
     """`strata serve` with the demo model on a port the server picks (--port 0)."""
 
-    def __init__(self):
+    def __init__(self, extra_args=()):
         binary = os.environ.get("STRATA_BIN", "")
         if not os.path.exists(binary):
             fail(f"STRATA_BIN must name the strata binary (got '{binary}')")
         self.proc = subprocess.Popen(
             [binary, "serve", "--host", "127.0.0.1", "--port", "0", "--grpc-port", "0",
-             "--kv-cache-memory", "128MiB", "--log-level", "warn"],
+             "--kv-cache-memory", "128MiB", "--log-level", "warn", *extra_args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.output = {"stdout": "", "stderr": ""}  # drained, so the server never blocks
         for name in self.output:
