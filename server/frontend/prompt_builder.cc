@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -63,7 +64,8 @@ absl::StatusOr<Json> XtmlKwargs(const ChatCompletionRequest& request) {
 }
 
 // The request's images, decoded and cut into patches, by URL (a URL sent twice is one image).
-using ImagesByUrl = std::map<std::string, engine::PreparedImage>;
+// Shared: an image's patches (up to ~150 MB) are never copied, even when its URL repeats.
+using ImagesByUrl = std::map<std::string, std::shared_ptr<const engine::PreparedImage>>;
 
 absl::StatusOr<ImagesByUrl> PrepareChatImages(const ServedModel& model,
                                               const ChatCompletionRequest& request) {
@@ -91,7 +93,7 @@ absl::StatusOr<ImagesByUrl> PrepareChatImages(const ServedModel& model,
     ASSIGN_OR_RETURN(
         engine::PreparedImage image,
         model.images->Prepare(parts[i].url, parts[i].param, absl::StrCat("image ", i + 1)));
-    images.emplace(parts[i].url, std::move(image));
+    images.emplace(parts[i].url, std::make_shared<const engine::PreparedImage>(std::move(image)));
   }
   return images;
 }
@@ -115,7 +117,7 @@ absl::StatusOr<engine::RenderedPrompt> RenderChatPrompt(const ServedModel& model
   inputs.add_generation_prompt = request.add_generation_prompt;
   if (!images.empty()) {
     inputs.image_size = [&images](const std::string& url) -> absl::StatusOr<engine::ImageSize> {
-      const engine::PreparedImage& image = images.at(url);
+      const engine::PreparedImage& image = *images.at(url);
       return engine::ImageSize{image.patches.original_width, image.patches.original_height};
     };
   }
@@ -175,8 +177,8 @@ absl::StatusOr<ChatPrompt> BuildChatPrompt(const ServedModel& model,
   if (!prompt.image_urls.empty()) {
     // Each image's placeholder expands to one position per row of the image.
     for (const std::string& url : prompt.image_urls) {
-      const engine::PreparedImage& image = images.at(url);
-      out.images.push_back(image);
+      const engine::PreparedImage& image = *images.at(url);
+      out.images.push_back(images.at(url));
       engine::MediaEmbedding m;
       m.num_rows = image.num_rows;
       m.content_key = image.content_key;
@@ -195,7 +197,7 @@ absl::StatusOr<ChatPrompt> BuildChatPrompt(const ServedModel& model,
 void EncodeChatImages(const ServedModel& model, ChatPrompt* prompt) {
   for (size_t i = 0; i < prompt->images.size(); ++i) {
     const int64_t position = prompt->media[i].position;
-    prompt->media[i] = model.images->Encode(prompt->images[i]);
+    prompt->media[i] = model.images->Encode(*prompt->images[i]);
     prompt->media[i].position = position;
   }
   prompt->images.clear();  // the patches are not needed any more

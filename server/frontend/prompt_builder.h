@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,8 +43,8 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
 // rows are filled by EncodeChatImages.
 struct ChatPrompt {
   std::vector<int32_t> ids;
-  std::vector<engine::PreparedImage> images;  // in prompt order
-  std::vector<engine::MediaEmbedding> media;  // in prompt order
+  std::vector<std::shared_ptr<const engine::PreparedImage>> images;  // in prompt order
+  std::vector<engine::MediaEmbedding> media;                         // in prompt order
 };
 absl::StatusOr<ChatPrompt> BuildChatPrompt(const ServedModel& model,
                                            const ChatCompletionRequest& request);
