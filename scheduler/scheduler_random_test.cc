@@ -96,6 +96,12 @@ class RandomOpsRun {
     int steps = 0;
     while (scheduler_.HasWork() && steps < 5000 && !::testing::Test::HasFailure()) {
       Step(false);
+      // Nothing runnable: a request waits for its prefix to be read from disk. The engine loop
+      // sleeps then; here wait for the reads, or a loaded machine starves the reader thread
+      // for longer than the steps last.
+      if (!last_step_ran_ && tiers_ != nullptr && tiers_->disk() != nullptr) {
+        tiers_->disk()->WaitForPrefetches();
+      }
       Check(absl::StrCat("drain step ", steps++));
     }
     EXPECT_FALSE(scheduler_.HasWork());
@@ -211,8 +217,10 @@ class RandomOpsRun {
     scheduler_.Abort(*it);
   }
 
+  // Sets last_step_ran_: whether the step ran a sequence.
   void Step(bool abort_in_flight) {
     engine::StepPlan plan = scheduler_.Schedule();
+    last_step_ran_ = !plan.sequences.empty();
     ASSERT_LE(plan.num_tokens(), config_.max_num_batched_tokens);
     ASSERT_LE(static_cast<int32_t>(plan.sequences.size()), config_.max_num_seqs);
     for (const auto& s : plan.sequences) {  // written blocks are private (no copy-on-write)
@@ -283,6 +291,7 @@ class RandomOpsRun {
   kvcache::OffloadTiers* tiers_;
   std::string tier_dir_;
   int num_corrupted_ = 0;
+  bool last_step_ran_ = false;
   const int32_t vocab_;
   const int32_t eos_;
   std::mt19937_64 rng_;
