@@ -32,6 +32,9 @@ function(strata_test name)
   cmake_parse_arguments(T "" "TIMEOUT;PREFIX" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   strata_target_defaults(${name})
+  # A test's own sources are glue and checks: -O1 compiles them about a third faster than -O3
+  # (the code under test keeps its build type's flags, in its libraries).
+  target_compile_options(${name} PRIVATE $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gmock GTest::gtest_main)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
