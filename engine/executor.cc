@@ -212,11 +212,7 @@ TensorParallelGroup* CpuExecutor::tensor_parallel() const {
 
 void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   if (TensorParallelGroup* tp = tensor_parallel(); tp != nullptr) {
-    CHECK_EQ(tp->rank(), 0) << "only the lead rank of a tensor-parallel group executes plans";
-    EncodeStepPlan(plan, &plan_bytes_);
-    int64_t size = static_cast<int64_t>(plan_bytes_.size());
-    tp->BroadcastFromLead(&size, sizeof(size));
-    tp->BroadcastFromLead(plan_bytes_.data(), size);
+    SendStepPlan(*tp, plan, &plan_bytes_);
   }
   RunStep(plan, /*lead=*/true, result);
 }
@@ -224,13 +220,8 @@ void CpuExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
 int64_t CpuExecutor::FollowStep() {
   TensorParallelGroup* tp = tensor_parallel();
   CHECK(tp != nullptr && tp->rank() != 0) << "FollowStep is for the other ranks of a group";
-  int64_t size = 0;
-  tp->BroadcastFromLead(&size, sizeof(size));
-  if (size < 0) return -1;  // EndFollowers
-  plan_bytes_.resize(static_cast<size_t>(size));
-  tp->BroadcastFromLead(plan_bytes_.data(), size);
-  absl::StatusOr<StepPlan> plan = DecodeStepPlan(plan_bytes_);
-  CHECK(plan.ok()) << "rank " << tp->rank() << ": " << plan.status();  // same binary both ends
+  std::optional<StepPlan> plan = ReceiveStepPlan(*tp, &plan_bytes_);
+  if (!plan.has_value()) return -1;  // EndFollowers
   StepResult result;
   RunStep(*plan, /*lead=*/false, &result);
   return plan->step_id;
@@ -260,9 +251,8 @@ void CpuExecutor::SampleTasks(const StepPlan& plan, StepResult* result) {
 
 void CpuExecutor::EndFollowers() {
   TensorParallelGroup* tp = tensor_parallel();
-  CHECK(tp != nullptr && tp->rank() == 0) << "EndFollowers is for the lead rank of a group";
-  int64_t end = -1;
-  tp->BroadcastFromLead(&end, sizeof(end));
+  CHECK(tp != nullptr) << "EndFollowers is for the lead rank of a group";
+  EndStepPlans(*tp);
 }
 
 void CpuExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* result) {

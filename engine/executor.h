@@ -43,13 +43,22 @@ class StepExecutor {
   virtual void ExecuteInto(const StepPlan& plan, StepResult* result) { *result = Execute(plan); }
 };
 
+// A rank of a tensor-parallel group other than its lead (server/tensor_parallel_follower.h):
+// runs the lead's plans on its shard, in the order the lead executes them.
+class StepFollower {
+ public:
+  virtual ~StepFollower() = default;
+  // Runs the lead's next plan; its step id, or −1 when the lead ended the group (nothing ran).
+  virtual int64_t FollowStep() = 0;
+};
+
 // What the caches of `cfg` need per token and per sequence: KDA states in f32 (the CPU backend
 // computes in f32), latent rows in `latent_dtype` (f32 exact; bf16 / fp8 hold 2× / 3.5× the
 // tokens in the same bytes, and the MLA kernels read that much less).
 kvcache::ModelCacheSpec CacheSpecFor(const ModelConfig& cfg,
                                      LatentDType latent_dtype = LatentDType::kF32);
 
-class CpuExecutor : public StepExecutor {
+class CpuExecutor : public StepExecutor, public StepFollower {
  public:
   // `layout` must come from PlanMemory(CacheSpecFor(model.config()), ...). The model must
   // outlive the executor.
@@ -71,7 +80,7 @@ class CpuExecutor : public StepExecutor {
   // call FollowStep in the same order; they run the same forward on their shards, never sample,
   // and learn from the lead how many drafts it accepted (their KDA caches keep the same tokens).
   // Returns the step id followed, or −1 when the lead called EndFollowers (nothing ran).
-  int64_t FollowStep();
+  int64_t FollowStep() override;
   // On the lead, for drivers without a step gate (`strata bench`): every follower's next
   // FollowStep returns −1.
   void EndFollowers();

@@ -122,6 +122,8 @@ class Model {
   const ModelConfig& checkpoint_config() const { return checkpoint_->config(); }
   const TensorParallelShard& tensor_parallel() const { return tensor_parallel_; }
   const ContextParallelShard& context_parallel() const { return context_parallel_; }
+  // With tensor parallelism: [num_experts], true for the routed experts this rank runs.
+  const std::vector<bool>& tensor_parallel_experts() const { return tp_routed_experts_; }
   const CacheGeometry& geometry() const { return geometry_; }
   const WeightStats& weight_stats() const { return weight_stats_; }
   // Bytes of weights copied to huge pages at load (0: every weight reads the mapping).

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "engine/tensor_parallel.h"
 
 namespace strata::engine {
 namespace {
@@ -116,6 +117,32 @@ absl::StatusOr<StepPlan> DecodeStepPlan(absl::Span<const uint8_t> bytes) {
   }
   if (!r.done()) return bad("the end (trailing bytes)");
   return plan;
+}
+
+void SendStepPlan(TensorParallelGroup& group, const StepPlan& plan, std::vector<uint8_t>* bytes) {
+  CHECK_EQ(group.rank(), 0) << "only the lead rank of a tensor-parallel group sends plans";
+  EncodeStepPlan(plan, bytes);
+  int64_t size = static_cast<int64_t>(bytes->size());
+  group.BroadcastFromLead(&size, sizeof(size));
+  group.BroadcastFromLead(bytes->data(), size);
+}
+
+std::optional<StepPlan> ReceiveStepPlan(TensorParallelGroup& group, std::vector<uint8_t>* bytes) {
+  CHECK_NE(group.rank(), 0) << "the lead rank of a tensor-parallel group sends plans";
+  int64_t size = 0;
+  group.BroadcastFromLead(&size, sizeof(size));
+  if (size < 0) return std::nullopt;  // EndStepPlans
+  bytes->resize(static_cast<size_t>(size));
+  group.BroadcastFromLead(bytes->data(), size);
+  absl::StatusOr<StepPlan> plan = DecodeStepPlan(*bytes);
+  CHECK(plan.ok()) << "rank " << group.rank() << ": " << plan.status();  // same binary both ends
+  return *std::move(plan);
+}
+
+void EndStepPlans(TensorParallelGroup& group) {
+  CHECK_EQ(group.rank(), 0) << "only the lead rank of a tensor-parallel group ends the plans";
+  int64_t end = -1;
+  group.BroadcastFromLead(&end, sizeof(end));
 }
 
 }  // namespace strata::engine

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,5 +18,15 @@ namespace strata::engine {
 void EncodeStepPlan(const StepPlan& plan, std::vector<uint8_t>* out);
 // The plan EncodeStepPlan wrote (sampler null); InvalidArgument on truncated or malformed bytes.
 absl::StatusOr<StepPlan> DecodeStepPlan(absl::Span<const uint8_t> bytes);
+
+class TensorParallelGroup;  // engine/tensor_parallel.h
+
+// The lead rank (0) of `group` sends `plan` to the others (`bytes`: scratch kept between steps).
+void SendStepPlan(TensorParallelGroup& group, const StepPlan& plan, std::vector<uint8_t>* bytes);
+// A follower's side: the lead's next plan, or nullopt when the lead ended the group
+// (EndStepPlans). Malformed bytes are a bug (the same binary writes them): CHECK.
+std::optional<StepPlan> ReceiveStepPlan(TensorParallelGroup& group, std::vector<uint8_t>* bytes);
+// The lead tells every follower that no plan comes any more.
+void EndStepPlans(TensorParallelGroup& group);
 
 }  // namespace strata::engine

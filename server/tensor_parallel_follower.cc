@@ -4,7 +4,7 @@
 
 namespace strata::server {
 
-int64_t RunTensorParallelFollower(StepGate& gate, engine::CpuExecutor& executor) {
+int64_t RunTensorParallelFollower(StepGate& gate, engine::StepFollower& executor) {
   LOG_INFO("engine", "tensor-parallel rank {}/{} following its lead's steps", gate.rank(),
            gate.world_size());
   int64_t steps = 0;

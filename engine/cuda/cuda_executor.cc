@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "engine/cache_copy.h"
 #include "engine/cuda/expert_exchange.h"
+#include "engine/step_codec.h"
 #include "kernels/cuda/ceilings.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/sampling.h"
@@ -74,7 +75,14 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
   ASSIGN_OR_RETURN(e->model_, CudaModel::Create(model, options.model));
   // Graphs need a forward that never waits for the host; the expert exchange does.
   e->graphs_enabled_ = options.cuda_graphs && options.model.own_grouped_gemm &&
-                       options.model.expert_exchange == nullptr;
+                       options.model.expert_exchange == nullptr &&
+                       options.model.tensor_parallel == nullptr;
+  if ((options.model.tensor_parallel == nullptr) != (options.tensor_parallel_host == nullptr)) {
+    return absl::InvalidArgumentError(
+        "tensor parallelism needs both sides of the group (CudaExecutorOptions::"
+        "tensor_parallel_host and model.tensor_parallel)");
+  }
+  e->tensor_parallel_host_ = options.tensor_parallel_host;
   e->device_sampling_ = options.device_sampling;
   return e;
 }
@@ -612,7 +620,7 @@ absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* resu
       });
 }
 
-absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
+absl::Status CudaExecutor::Run(const StepPlan& plan, bool lead, StepResult* result) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
   BuildStepLayout(plan, layout_, &step_);
   RETURN_IF_ERROR(CopyCacheUnits(plan, result));
@@ -652,6 +660,17 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     logits = eager_logits;
     expert_offsets = eager_offsets;
     invalid_tokens = step.invalid_tokens;
+  }
+  if (!lead) {  // a follower: the caches only, then the drafts the lead accepted
+    RETURN_IF_ERROR(SaveEndCheckpoints(plan));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
+    if (step_.num_drafting > 0) {
+      num_sampled_by_plan_.assign(plan.sequences.size(), 0);
+      tensor_parallel_host_->BroadcastFromLead(num_sampled_by_plan_.data(),
+                                               static_cast<int64_t>(plan.sequences.size()) * 4);
+    }
+    RETURN_IF_ERROR(ReplayKdaDrafts(plan, step));
+    return scratch_.Reset();
   }
 
   // Sampling on the device where it can be (then only token ids come back).
@@ -693,17 +712,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
   } else {
     RETURN_IF_ERROR(copy(logits_host, logits, logit_floats * 4));
   }
-  // KDA checkpoints at the end of a sequence's new tokens (stream-ordered after the forward;
-  // those inside the step were copied by the KDA layers, CudaModel::KdaSavingPieces).
-  for (const ScheduledSequence& seq : plan.sequences) {
-    if (seq.slot < 0 || layout_.num_kda_layers == 0 || seq.save_checkpoints.empty()) continue;
-    const CheckpointSave& last = seq.save_checkpoints.back();
-    if (last.num_tokens != static_cast<int64_t>(seq.token_ids.size())) continue;
-    CHECK(last.checkpoint >= 0 && last.checkpoint < layout_.num_checkpoint_ids())
-        << "checkpoint " << last.checkpoint << " of " << seq.seq_id;
-    RETURN_IF_ERROR(
-        CopyStateRow(layout_.SlotRow(seq.slot), layout_.CheckpointRow(last.checkpoint)));
-  }
+  RETURN_IF_ERROR(SaveEndCheckpoints(plan));
   // Constraint masks (structured output) are built on the host while the device works.
   PrepareConstraints(plan, vocab, /*parallel=*/true);
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
@@ -717,6 +726,10 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, StepResult* result) {
     result->expert_tokens.clear();
   }
   RETURN_IF_ERROR(Sample(plan, sampled_host, logits, result));
+  if (tensor_parallel_host_ != nullptr && step_.num_drafting > 0) {  // the followers replay too
+    tensor_parallel_host_->BroadcastFromLead(num_sampled_by_plan_.data(),
+                                             static_cast<int64_t>(plan.sequences.size()) * 4);
+  }
   RETURN_IF_ERROR(ReplayKdaDrafts(plan, step));
   result->scored.resize(step_.scored_plan_index.size());
   for (size_t j = 0; j < step_.scored_plan_index.size(); ++j) {
@@ -733,10 +746,40 @@ StepResult CudaExecutor::Execute(const StepPlan& plan) {
   return result;
 }
 
+// The checkpoints inside the step were copied by the KDA layers (CudaModel::KdaSavingPieces).
+absl::Status CudaExecutor::SaveEndCheckpoints(const StepPlan& plan) {
+  for (const ScheduledSequence& seq : plan.sequences) {
+    if (seq.slot < 0 || layout_.num_kda_layers == 0 || seq.save_checkpoints.empty()) continue;
+    const CheckpointSave& last = seq.save_checkpoints.back();
+    if (last.num_tokens != static_cast<int64_t>(seq.token_ids.size())) continue;
+    CHECK(last.checkpoint >= 0 && last.checkpoint < layout_.num_checkpoint_ids())
+        << "checkpoint " << last.checkpoint << " of " << seq.seq_id;
+    RETURN_IF_ERROR(
+        CopyStateRow(layout_.SlotRow(seq.slot), layout_.CheckpointRow(last.checkpoint)));
+  }
+  return absl::OkStatus();
+}
+
+int64_t CudaExecutor::FollowStep() {
+  CHECK(tensor_parallel_host_ != nullptr) << "FollowStep is for the other ranks of a group";
+  std::optional<StepPlan> plan = ReceiveStepPlan(*tensor_parallel_host_, &plan_bytes_);
+  if (!plan.has_value()) return -1;  // EndFollowers
+  StepResult result;
+  const absl::Status status = Run(*plan, /*lead=*/false, &result);
+  CHECK(status.ok()) << "CUDA step " << plan->step_id << " failed: " << status.ToString();
+  return plan->step_id;
+}
+
+void CudaExecutor::EndFollowers() {
+  CHECK(tensor_parallel_host_ != nullptr) << "EndFollowers is for the lead rank of a group";
+  EndStepPlans(*tensor_parallel_host_);
+}
+
 void CudaExecutor::ExecuteInto(const StepPlan& plan, StepResult* result) {
   const auto start = std::chrono::steady_clock::now();
   result->step_id = plan.step_id;
-  const absl::Status status = Run(plan, result);
+  if (tensor_parallel_host_ != nullptr) SendStepPlan(*tensor_parallel_host_, plan, &plan_bytes_);
+  const absl::Status status = Run(plan, /*lead=*/true, result);
   CHECK(status.ok()) << "CUDA step " << plan.step_id << " failed: " << status.ToString();
   result->forward_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

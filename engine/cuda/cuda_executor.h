@@ -81,9 +81,15 @@ struct CudaExecutorOptions {
   // draw lies past the best 1024 tokens (flat full-vocabulary draws) or that ask for more than
   // 1024 log-probabilities, whose rows come back to the host.
   bool device_sampling = true;
+  // Tensor parallelism (model.tensor_parallel set: the model is one rank's shard): the group's
+  // host-memory side, which carries the lead's plans and the drafts it accepted (model.
+  // tensor_parallel is its device-memory side: NCCL on GPUs; on the emulator the same group).
+  // The lead (rank 0) executes plans and samples; the other ranks call FollowStep in the same
+  // order and never sample. No CUDA graphs (each collective waits for the stream).
+  TensorParallelGroup* tensor_parallel_host = nullptr;
 };
 
-class CudaExecutor : public StepExecutor {
+class CudaExecutor : public StepExecutor, public StepFollower {
  public:
   // Uploads the weights of `model` (which must outlive the executor) to the current device.
   // Errors: no device, a model shape the kernels do not take (CudaModel::CheckSupported), device
@@ -104,6 +110,12 @@ class CudaExecutor : public StepExecutor {
   absl::Status AllocateCaches(const kvcache::CacheLayout& layout);
 
   StepResult Execute(const StepPlan& plan) override;
+  // Tensor parallelism, on the ranks other than the lead (CudaExecutorOptions::
+  // tensor_parallel_host): runs the lead's next plan on this shard (engine/executor.h).
+  int64_t FollowStep() override;
+  // On the lead, for drivers without a step gate (`strata bench`): every follower's next
+  // FollowStep returns −1.
+  void EndFollowers();
   void ExecuteInto(const StepPlan& plan, StepResult* result) override;
 
   const kvcache::CacheLayout& layout() const { return layout_; }
@@ -133,7 +145,10 @@ class CudaExecutor : public StepExecutor {
   using GraphKey = std::pair<int32_t, int32_t>;  // (batch bucket, table width)
 
   CudaExecutor() = default;
-  absl::Status Run(const StepPlan& plan, StepResult* result);
+  // `lead` false: a tensor-parallel follower (the forward and the caches only; no sampling).
+  absl::Status Run(const StepPlan& plan, bool lead, StepResult* result);
+  // KDA checkpoints at the end of a sequence's new tokens (stream-ordered after the forward).
+  absl::Status SaveEndCheckpoints(const StepPlan& plan);
   // Whether this step replays a graph; pads step_ to its bucket when it does.
   bool PadForGraph(GraphKey* key);
   // The bucket's graph, captured from step_ on first use; null when capture failed.
@@ -178,6 +193,8 @@ class CudaExecutor : public StepExecutor {
   kernels::cuda::DeviceBuffer cublas_workspace_;  // set once: cuBLAS allocates nothing in graphs
   bool graphs_enabled_ = true;
   bool device_sampling_ = true;
+  TensorParallelGroup* tensor_parallel_host_ = nullptr;
+  std::vector<uint8_t> plan_bytes_;  // tensor parallelism: the encoded plan
   // This step's device sampling, by sampled token (StepLayout::sampled_plan_index order).
   struct DeviceSampling {
     std::vector<bool> on_device;       // picked on the device

@@ -139,12 +139,49 @@ CudaModel::CudaModel(const Model& model, std::unique_ptr<DeviceWeights> weights)
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
                                                              const CudaModelOptions& options) {
   RETURN_IF_ERROR(CheckSupported(model.config()));
-  const std::vector<int>* local_experts =
-      options.expert_exchange != nullptr ? &options.expert_exchange->local_experts() : nullptr;
+  const TensorParallelShard shard = model.tensor_parallel();
+  TensorParallelGroup* tp = options.tensor_parallel;
+  if (shard.enabled() != (tp != nullptr) ||
+      (tp != nullptr && (tp->rank() != shard.rank || tp->size() != shard.size))) {
+    return absl::InvalidArgumentError(
+        "a tensor-parallel shard needs its group in CudaModelOptions::tensor_parallel (same rank "
+        "and size), and a group needs a shard");
+  }
+  if (tp != nullptr && options.expert_exchange != nullptr) {
+    return absl::InvalidArgumentError(
+        "tensor parallelism spreads the routed experts over the group itself: no expert exchange");
+  }
+  if (model.context_parallel().enabled()) {
+    return absl::UnimplementedError(
+        "--decode-context-parallel-size on the CUDA backend is not built yet (the CPU backend "
+        "runs it)");
+  }
+  // Under tensor parallelism the rank's own share of the routed experts (engine/tensor_parallel.h).
+  std::vector<int> tp_experts;
+  std::vector<int32_t> local_of;
+  if (tp != nullptr) {
+    const std::vector<bool>& mine = model.tensor_parallel_experts();
+    for (size_t e = 0; e < mine.size(); ++e) {
+      local_of.push_back(mine[e] ? static_cast<int32_t>(tp_experts.size()) : -1);
+      if (mine[e]) tp_experts.push_back(static_cast<int>(e));
+    }
+  }
+  const std::vector<int>* local_experts = options.expert_exchange != nullptr
+                                              ? &options.expert_exchange->local_experts()
+                                          : tp != nullptr ? &tp_experts
+                                                          : nullptr;
   ASSIGN_OR_RETURN(std::unique_ptr<DeviceWeights> weights,
                    DeviceWeights::Upload(model, local_experts));
   std::unique_ptr<CudaModel> m(new CudaModel(model, std::move(weights)));
   m->options_ = options;
+  if (!local_of.empty()) {
+    ASSIGN_OR_RETURN(m->tp_local_of_,
+                     kc::DeviceBuffer::Allocate(static_cast<int64_t>(local_of.size()) * 4,
+                                                "tensor-parallel expert map"));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy(m->tp_local_of_.get(), local_of.data(),
+                                           local_of.size() * 4, cudaMemcpyHostToDevice),
+                                "tensor-parallel expert map cudaMemcpy");
+  }
   ASSIGN_OR_RETURN(m->expert_offsets_host_,
                    kc::PinnedBuffer::Allocate((int64_t{model.config().moe.num_experts} + 1) * 4,
                                               "MoE expert offsets"));
@@ -579,11 +616,24 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
   }
   if (options_.expert_exchange != nullptr) {
     RETURN_IF_ERROR(ExchangeExperts(w.experts, moe_layer, ctx, z, n, ids, weights, routed));
+  } else if (options_.tensor_parallel != nullptr) {
+    // This rank's experts on every row (the others' pairs dropped); its partial sums, which the
+    // group adds up. The layer's slot of the global offsets table stays zero.
+    RETURN_IF_ERROR(
+        kc::MoeMapExpertIds(ids, n * top_k, tp_local_of_.as<int32_t>(), m.num_experts, ctx.stream));
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(expert_offsets, 0, (m.num_experts + 1) * sizeof(int32_t), ctx.stream),
+        "expert offsets cudaMemsetAsync");
+    ASSIGN_OR_RETURN(int32_t * local_offsets, Take<int32_t>(ctx, w.experts.num_experts + 1));
+    RETURN_IF_ERROR(
+        RoutedExperts(w.experts, ctx, z, n, rows.live_rows, ids, weights, routed, local_offsets));
   } else {
     RETURN_IF_ERROR(
         RoutedExperts(w.experts, ctx, z, n, rows.live_rows, ids, weights, routed, expert_offsets));
   }
   if (m.is_latent()) {
+    // latent_norm is not linear: the whole latent sum first (tensor parallelism).
+    RETURN_IF_ERROR(AllReduce(ctx, routed, n * width));
     ASSIGN_OR_RETURN(uint16_t * routed_bf16, Take<uint16_t>(ctx, n * width));
     if (w.latent_norm != nullptr) {
       RETURN_IF_ERROR(
@@ -591,7 +641,11 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
     } else {
       RETURN_IF_ERROR(kc::GateToBf16(routed, nullptr, n * width, routed_bf16, ctx.stream));
     }
-    RETURN_IF_ERROR(Gemm(ctx, w.latent_up, routed_bf16, n, rows.out));
+    if (options_.tensor_parallel != nullptr) {
+      RETURN_IF_ERROR(LatentUpShare(w, ctx, routed_bf16, n, rows.out));
+    } else {
+      RETURN_IF_ERROR(Gemm(ctx, w.latent_up, routed_bf16, n, rows.out));
+    }
   }
   if (!w.shared.gate_up.empty()) {  // out = routed part + Shared(x)
     ASSIGN_OR_RETURN(float* shared, Take<float>(ctx, n * d));
@@ -605,8 +659,12 @@ absl::Status CudaModel::Mixer(int l, const DeviceStep& step, const DeviceCaches&
                               const DeviceContext& ctx, const Rows& rows) {
   const DeviceLayer& lw = weights_->layer(l);
   const int index = mixer_index_[static_cast<size_t>(l)];
-  if (lw.kda) return KdaMixer(*lw.kda, index, step, caches, ctx, rows);
-  return MlaMixer(*lw.mla, index, step, caches, ctx, rows);
+  if (lw.kda) {
+    RETURN_IF_ERROR(KdaMixer(*lw.kda, index, step, caches, ctx, rows));
+  } else {
+    RETURN_IF_ERROR(MlaMixer(*lw.mla, index, step, caches, ctx, rows));
+  }
+  return AllReduce(ctx, rows.out, rows.n * config().hidden_size);  // o_proj is row-parallel
 }
 
 absl::Status CudaModel::Ffn(int l, const DeviceContext& ctx, const Rows& rows,
@@ -615,9 +673,67 @@ absl::Status CudaModel::Ffn(int l, const DeviceContext& ctx, const Rows& rows,
   if (lw.moe) {
     const int moe_layer = moe_index_[static_cast<size_t>(l)];
     const int64_t slot = int64_t{moe_layer} * (config().moe.num_experts + 1);
-    return Moe(*lw.moe, moe_layer, ctx, rows, expert_offsets + slot);
+    RETURN_IF_ERROR(Moe(*lw.moe, moe_layer, ctx, rows, expert_offsets + slot));
+  } else {
+    RETURN_IF_ERROR(Mlp(*lw.dense, ctx, rows.normed, rows.n, rows.out));
   }
-  return Mlp(*lw.dense, ctx, rows.normed, rows.n, rows.out);
+  return AllReduce(ctx, rows.out, rows.n * config().hidden_size);  // down_proj is row-parallel
+}
+
+absl::Status CudaModel::AllReduce(const DeviceContext& ctx, float* x, int64_t count) const {
+  TensorParallelGroup* tp = options_.tensor_parallel;
+  if (tp == nullptr || count == 0) return absl::OkStatus();
+  // The group's collectives run on their own stream and return when done (dist/): the rows
+  // must be complete first.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream),
+                              "cudaStreamSynchronize before the tensor-parallel all-reduce");
+  tp->AllReduceSum(x, count);
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::LatentUpShare(const DeviceMoe& w, const DeviceContext& ctx,
+                                      const uint16_t* latent, int64_t n, float* out) {
+  const int64_t d = config().hidden_size;
+  TensorParallelGroup* tp = options_.tensor_parallel;
+  const ShardRange cols = RangeOf(d, {tp->rank(), tp->size()});
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, n * d * sizeof(float), ctx.stream),
+                              "latent_up share cudaMemsetAsync");
+  if (cols.size() == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(float* part, Take<float>(ctx, n * cols.size()));
+  RETURN_IF_ERROR(Gemm(ctx, w.latent_up, latent, n, part));
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy2DAsync(out + cols.begin, d * sizeof(float), part, cols.size() * sizeof(float),
+                        cols.size() * sizeof(float), n, cudaMemcpyDeviceToDevice, ctx.stream),
+      "latent_up share cudaMemcpy2DAsync");
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::LmHead(const DeviceContext& ctx, const uint16_t* x, int64_t r,
+                               float* logits) {
+  TensorParallelGroup* tp = options_.tensor_parallel;
+  if (tp == nullptr) return Gemm(ctx, weights_->lm_head(), x, r, logits);
+  // Each rank's [r, its rows] block (padded to the largest share), gathered, then laid side by
+  // side into [r, vocab].
+  const int64_t vocab = config().vocab_size;
+  const int64_t stride = ShardStride(vocab, tp->size());
+  ASSIGN_OR_RETURN(float* share, Take<float>(ctx, r * stride));
+  ASSIGN_OR_RETURN(float* shares, Take<float>(ctx, tp->size() * r * stride));
+  if (weights_->lm_head().out > 0) {
+    RETURN_IF_ERROR(Gemm(ctx, weights_->lm_head(), x, r, share));
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream),
+                              "cudaStreamSynchronize before the logits all-gather");
+  tp->AllGather(share, r * stride, shares);
+  for (int rank = 0; rank < tp->size(); ++rank) {
+    const ShardRange part = RangeOf(vocab, {rank, tp->size()});
+    if (part.size() == 0) continue;
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy2DAsync(logits + part.begin, vocab * sizeof(float), shares + rank * r * stride,
+                          part.size() * sizeof(float), part.size() * sizeof(float), r,
+                          cudaMemcpyDeviceToDevice, ctx.stream),
+        "logits share cudaMemcpy2DAsync");
+  }
+  return absl::OkStatus();
 }
 
 // Pre-norm residuals: h += out fused with the next norm (normed = RMSNorm(h)).
@@ -728,8 +844,16 @@ absl::Status CudaModel::Forward(const DeviceStep& step, const DeviceCaches& cach
   ASSIGN_OR_RETURN(rows.out, Take<float>(ctx, rows.n * d));
   rows.live_rows = step.at(s.live_rows);
   const DeviceMatrix& embed = weights_->embed();
-  RETURN_IF_ERROR(kc::EmbeddingGather(embed.w, embed.out, d, step.at(s.token_ids), rows.n, rows.h,
-                                      step.invalid_tokens, ctx.stream));
+  // Vocab-parallel under tensor parallelism: this rank's rows, zeros for the others' tokens.
+  const ShardRange vocab = options_.tensor_parallel != nullptr
+                               ? RangeOf(cfg.vocab_size, model_.tensor_parallel())
+                               : ShardRange{0, cfg.vocab_size};
+  RETURN_IF_ERROR(
+      kc::EmbeddingGather(embed.w, kc::VocabShard{vocab.begin, embed.out, cfg.vocab_size}, d,
+                          step.at(s.token_ids), rows.n, rows.h, step.invalid_tokens, ctx.stream));
+  // Image rows travel in the lead's plan only (the server refuses images under tensor
+  // parallelism; they would also be summed over the group).
+  CHECK(s.media_rows.empty() || options_.tensor_parallel == nullptr);
   // Image rows replace their placeholders' embeddings (from host memory: one copy per image
   // piece in the step, ordered on the stream after the gather).
   for (const StepLayout::MediaRows& m : s.media_rows) {
@@ -739,6 +863,7 @@ absl::Status CudaModel::Forward(const DeviceStep& step, const DeviceCaches& cach
                         ctx.stream),
         "image rows cudaMemcpyAsync");
   }
+  RETURN_IF_ERROR(AllReduce(ctx, rows.h, rows.n * d));
   if (cfg.has_attn_res()) {
     RETURN_IF_ERROR(LayersAttnRes(step, caches, ctx, rows, expert_offsets));
   } else {
@@ -752,7 +877,7 @@ absl::Status CudaModel::Forward(const DeviceStep& step, const DeviceCaches& cach
   ASSIGN_OR_RETURN(uint16_t * selected, Take<uint16_t>(ctx, r * d));
   RETURN_IF_ERROR(
       kc::MoeGatherRows(rows.normed, step.at(s.logit_rows), r, d, selected, ctx.stream));
-  return Gemm(ctx, weights_->lm_head(), selected, r, logits);
+  return LmHead(ctx, selected, r, logits);
 }
 
 }  // namespace strata::engine::cuda

@@ -103,6 +103,14 @@ struct CudaModelOptions {
   // only exchange->local_experts() and every MoE layer goes through the exchange. Must outlive
   // the model.
   DeviceExpertExchange* expert_exchange = nullptr;
+  // Non-null: the model is one rank's shard of a tensor-parallel group (engine/tensor_parallel.h;
+  // loaded with ModelLoadOptions::tensor_parallel): the embedding is vocab-parallel, every mixer
+  // and FFN output is all-reduced over the group, the logits are gathered, each rank runs its
+  // share of the routed experts on every token (only those are uploaded). The group's
+  // collectives take device memory (NCCL on GPUs; on the emulator device memory is host
+  // memory); each waits for the stream first, so the forward synchronises with the host and is
+  // never graph-captured. Must outlive the model; excludes expert_exchange.
+  TensorParallelGroup* tensor_parallel = nullptr;
 };
 
 class CudaModel {
@@ -198,6 +206,14 @@ class CudaModel {
                      const DeviceContext& ctx, const Rows& rows);
   absl::Status Ffn(int l, const DeviceContext& ctx, const Rows& rows, int32_t* expert_offsets);
   absl::Status EmptyStepExchanges(const DeviceContext& ctx);
+  // Sums `count` floats of device memory over the tensor-parallel group (nothing without one).
+  absl::Status AllReduce(const DeviceContext& ctx, float* x, int64_t count) const;
+  // The LM head of `r` rows: with tensor parallelism each rank's vocabulary share, gathered.
+  absl::Status LmHead(const DeviceContext& ctx, const uint16_t* x, int64_t r, float* logits);
+  // LatentMoE under tensor parallelism: out [n, d] = this rank's latent_up rows applied to
+  // `latent` (its share of the hidden columns), zeros in the other columns.
+  absl::Status LatentUpShare(const DeviceMoe& w, const DeviceContext& ctx, const uint16_t* latent,
+                             int64_t n, float* out);
 
   const Model& model_;
   CudaModelOptions options_;
@@ -206,6 +222,9 @@ class CudaModel {
   std::vector<int> moe_index_;    // layer -> ordinal among MoE layers (−1: dense)
   int num_moe_layers_ = 0;
   kernels::cuda::PinnedBuffer expert_offsets_host_;  // [E + 1] int32
+  // With tensor parallelism: [E] int32 on the device, this rank's index of each routed expert
+  // (−1: another rank runs it).
+  kernels::cuda::DeviceBuffer tp_local_of_;
 };
 
 }  // namespace strata::engine::cuda

@@ -14,6 +14,19 @@
 
 namespace strata::kernels::cuda {
 
+// A vocabulary shard (tensor parallelism, engine/tensor_parallel.h): the table holds rows
+// [first_id, first_id + rows) of a vocab_size-token vocabulary. An id of [0, vocab_size) outside
+// the shard gives a zero row (another rank's share: the group sums the rows); only ids outside
+// [0, vocab_size) count as invalid. The whole table: {0, vocab, vocab}.
+struct VocabShard {
+  int64_t first_id = 0;
+  int64_t rows = 0;
+  int64_t vocab_size = 0;
+};
+absl::Status EmbeddingGather(const uint16_t* table_bf16, VocabShard shard, int64_t dim,
+                             const int32_t* ids, int64_t count, float* out, int32_t* invalid_count,
+                             cudaStream_t stream);
+
 absl::Status EmbeddingGather(const uint16_t* table_bf16, int64_t vocab, int64_t dim,
                              const int32_t* ids, int64_t count, float* out, int32_t* invalid_count,
                              cudaStream_t stream);

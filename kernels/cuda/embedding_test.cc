@@ -1,5 +1,6 @@
 // Embedding gather on the GPU vs a host gather (bf16 → f32 is exact, so the rows must match
 // bit for bit), odd shapes, and out-of-range ids: counted, zero rows, never read.
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -92,6 +93,56 @@ TEST(CudaEmbeddingTest, FlagsOutOfRangeIdsAndZerosTheirRows) {
   EXPECT_TRUE(SameBits(d_out.Download(), expected));
   EXPECT_EQ(d_invalid.Download(), std::vector<int32_t>{bad});
   EXPECT_EQ(bad, 4);
+}
+
+// Tensor parallelism: each rank's shard gathers its own rows and zeros the rest, so the ranks'
+// rows sum to the whole table's gather; only ids outside the vocabulary count as invalid.
+TEST(CudaEmbeddingTest, VocabShardsGatherTheirRowsAndSumToTheWholeTable) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 23);
+  const int64_t vocab = 37, dim = 45;
+  std::vector<float> table = Uniform(rng, vocab * dim, -1, 1);
+  const std::vector<uint16_t> table_bf16 = ToBf16InPlace(table);
+  std::vector<int32_t> ids = {-1, 37, 0x7fffffff};
+  for (int32_t id = 0; id < vocab; ++id) ids.push_back(id);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int64_t count = static_cast<int64_t>(ids.size());
+  for (int ranks : {1, 2, 3, 5}) {
+    const int64_t stride = (vocab + ranks - 1) / ranks;
+    std::vector<float> sum(count * dim, 0.0f);
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t first = std::min<int64_t>(vocab, r * stride);
+      const int64_t rows = std::min<int64_t>(vocab, first + stride) - first;
+      const std::vector<uint16_t> part(table_bf16.begin() + first * dim,
+                                       table_bf16.begin() + (first + rows) * dim);
+      DeviceArray<uint16_t> d_table(part.empty() ? std::vector<uint16_t>{0} : part);
+      DeviceArray<float> d_out(count * dim);
+      DeviceArray<int32_t> d_ids(ids), d_invalid(std::vector<int32_t>{0});
+      d_out.Poison();
+      STRATA_ASSERT_OK(EmbeddingGather(d_table.get(), VocabShard{first, rows, vocab}, dim,
+                                       d_ids.get(), count, d_out.get(), d_invalid.get(), nullptr));
+      const std::vector<float> out = d_out.Download();
+      for (int64_t i = 0; i < count; ++i) {
+        const bool mine = ids[i] >= first && ids[i] < first + rows;
+        for (int64_t c = 0; c < dim; ++c) {
+          const float want = mine ? table[ids[i] * dim + c] : 0.0f;
+          ASSERT_EQ(out[i * dim + c], want) << ranks << " ranks, rank " << r << ", id " << ids[i];
+          sum[i * dim + c] += out[i * dim + c];
+        }
+      }
+      EXPECT_EQ(d_invalid.Download(), std::vector<int32_t>{3}) << ranks << " ranks, rank " << r;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      const bool valid = ids[i] >= 0 && ids[i] < vocab;
+      for (int64_t c = 0; c < dim; ++c) {
+        ASSERT_EQ(sum[i * dim + c], valid ? table[ids[i] * dim + c] : 0.0f) << ranks << " ranks";
+      }
+    }
+  }
+  int32_t dummy = 0;  // a shard reaching past the vocabulary
+  EXPECT_FALSE(EmbeddingGather(static_cast<const uint16_t*>(nullptr), VocabShard{30, 8, 37}, 4,
+                               nullptr, 1, nullptr, &dummy, nullptr)
+                   .ok());
 }
 
 TEST(CudaEmbeddingTest, RejectsBadArguments) {

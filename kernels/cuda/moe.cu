@@ -55,6 +55,16 @@ __global__ void PlaceKernel(const int32_t* __restrict__ ids, int64_t pairs, int 
   }
 }
 
+__global__ void MapIdsKernel(int32_t* __restrict__ ids, int64_t count,
+                             const int32_t* __restrict__ local_of, int num_experts) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const int32_t id = ids[i];
+    ids[i] = id >= 0 && id < num_experts ? local_of[id] : -1;
+  }
+}
+
 // Grid-stride over rows × 16-byte chunks when dim % 8 == 0, else over elements.
 __global__ void GatherKernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ token,
                              int64_t rows, int64_t dim, uint16_t* __restrict__ x_perm) {
@@ -217,6 +227,15 @@ absl::Status MoePermute(const int32_t* expert_ids, int64_t tokens, int top_k, in
   internal::LaunchKernel(PlaceKernel, GridFor(pairs), kThreads, 0, stream, expert_ids, pairs, top_k,
                          num_experts, cursors, permuted_token, pair_row);
   return LaunchStatus("MoePermute PlaceKernel launch");
+}
+
+absl::Status MoeMapExpertIds(int32_t* ids, int64_t count, const int32_t* local_of, int num_experts,
+                             cudaStream_t stream) {
+  if (count < 0 || num_experts < 0) return absl::InvalidArgumentError("MoeMapExpertIds: bad shape");
+  if (count == 0) return absl::OkStatus();
+  internal::LaunchKernel(MapIdsKernel, GridFor(count), kThreads, 0, stream, ids, count, local_of,
+                         num_experts);
+  return LaunchStatus("MoeMapExpertIds MapIdsKernel launch");
 }
 
 absl::Status MoeGatherRows(const uint16_t* x, const int32_t* permuted_token, int64_t rows,

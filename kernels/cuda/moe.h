@@ -33,6 +33,13 @@ absl::Status MoePermute(const int32_t* expert_ids, int64_t tokens, int top_k, in
                         void* workspace, int64_t workspace_bytes, int32_t* expert_offsets,
                         int32_t* permuted_token, int32_t* pair_row, cudaStream_t stream);
 
+// Tensor parallelism (engine/tensor_parallel.h: each rank runs its share of the routed experts
+// on every token): in place, ids[i] = local_of[ids[i]] for ids in [0, num_experts) — the rank's
+// index of that expert, or −1 when another rank runs it — and −1 for any other id, so MoePermute
+// drops the pairs this rank does not run.
+absl::Status MoeMapExpertIds(int32_t* ids, int64_t count, const int32_t* local_of, int num_experts,
+                             cudaStream_t stream);
+
 absl::Status MoeGatherRows(const uint16_t* x, const int32_t* permuted_token, int64_t rows,
                            int64_t dim, uint16_t* x_perm, cudaStream_t stream);
 

@@ -51,6 +51,36 @@ TEST(CudaGemmTest, GemmBf16MatchesReferenceOnOddShapes) {
   }
 }
 
+// Each rank of a tensor-parallel group keeps the pairs of the experts it runs, renumbered to its
+// own list; every other id (another rank's expert, −1, out of range) becomes −1.
+TEST(CudaMoeTest, MapExpertIdsKeepsThisRanksExpertsOnly) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 9);
+  for (auto [count, experts, ranks] :
+       std::vector<std::array<int, 3>>{{1, 1, 1}, {7, 3, 2}, {1001, 256, 3}, {4099, 896, 8}}) {
+    std::uniform_int_distribution<int> pick(-2, experts + 1);
+    std::vector<int32_t> ids(static_cast<size_t>(count));
+    for (int32_t& id : ids) id = pick(rng);
+    for (int rank = 0; rank < ranks; ++rank) {
+      std::vector<int32_t> local_of(static_cast<size_t>(experts), -1);
+      int next = 0;
+      for (int e = 0; e < experts; ++e) {
+        if (e % ranks == rank) local_of[static_cast<size_t>(e)] = next++;
+      }
+      DeviceArray<int32_t> d_ids(ids), d_local(local_of);
+      STRATA_ASSERT_OK(MoeMapExpertIds(d_ids.get(), count, d_local.get(), experts, nullptr));
+      const std::vector<int32_t> got = d_ids.Download();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const int32_t id = ids[i];
+        const int32_t want =
+            id >= 0 && id < experts && id % ranks == rank ? local_of[static_cast<size_t>(id)] : -1;
+        ASSERT_EQ(got[i], want) << "id " << id << " on rank " << rank << " of " << ranks;
+      }
+    }
+  }
+  EXPECT_FALSE(MoeMapExpertIds(nullptr, -1, nullptr, 4, nullptr).ok());
+}
+
 TEST(CudaMoeTest, PermuteGroupsEveryPairByExpert) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 8);

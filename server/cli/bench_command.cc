@@ -120,7 +120,9 @@ absl::Status RunBench(const Flags& flags) {
   if (tp_size > 1) {
     if (device != "cpu") {
       return absl::InvalidArgumentError(
-          "--tensor-parallel-size with --device cuda is not supported yet");
+          "--tensor-parallel-size with --device cuda: `strata bench` runs tensor parallelism on "
+          "the CPU backend only for now (`strata serve --device cuda --tensor-parallel-size T` "
+          "serves it)");
     }
     // Rank 0 runs the benchmark; the others follow its steps on their shards.
     return RunTensorParallelRanks(

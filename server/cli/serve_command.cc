@@ -195,6 +195,9 @@ absl::Status RunServe(const Flags& flags) {
   ASSIGN_OR_RETURN(ServeOptions options, ServeOptionsFromFlags(flags));
   // The other processes of a tensor-parallel group compute only; rank 0 answers requests.
   if (!options.parallel.leads_tensor_parallel_group()) {
+    // SIGTERM / SIGINT (an orchestrator stopping the whole group) do not end a follower: it
+    // follows until its lead has drained and stopped the group (or a collective fails).
+    BlockShutdownSignals();
     return RunTensorParallelFollowerProcess(options);
   }
   RaiseOpenFileLimit();

@@ -87,7 +87,13 @@ struct TensorParallelRanks {
   std::vector<std::unique_ptr<engine::Model>> shards;  // by local rank
   std::vector<std::unique_ptr<dist::Communicator>> comms;
   std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>> groups;
-  std::vector<std::unique_ptr<engine::CpuExecutor>> executors;
+  // --device cuda: each local rank's group over device memory (NCCL on GPUs; on the emulator
+  // device memory is host memory and `groups` serve) and its executor (index 0 is the lead's
+  // in the lead's process, taken by TensorParallelLeadRank).
+  std::vector<std::unique_ptr<dist::Communicator>> device_comms;
+  std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>> device_groups;
+  std::vector<std::unique_ptr<engine::StepExecutor>> cuda_executors;
+  std::vector<std::unique_ptr<engine::StepFollower>> executors;
   std::vector<std::unique_ptr<server::CommunicatorStepGate>> gates;
   std::vector<std::thread> followers;
 
@@ -122,11 +128,20 @@ struct TensorParallelRanks {
   // Joins the group (every local rank), then checks that every rank planned the same caches:
   // the lead's block tables and slots index every rank's arena.
   absl::Status Connect(const ParallelOptions& p, const kvcache::CacheLayout& layout) {
+    RETURN_IF_ERROR(ConnectGroups(p));
+    return CheckLayouts(layout);
+  }
+
+  absl::Status ConnectGroups(const ParallelOptions& p) {
     ASSIGN_OR_RETURN(comms, ConnectEachLocalRank(p, "strata-tp", "the tensor-parallel group",
                                                  HostLocalOrGloo(p, "the tensor-parallel group")));
     for (auto& comm : comms) {
       groups.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comm.get()));
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckLayouts(const kvcache::CacheLayout& layout) {
     std::vector<std::thread> threads;
     std::vector<absl::Status> status(comms.size());
     for (size_t i = 0; i < comms.size(); ++i) {
@@ -137,21 +152,39 @@ struct TensorParallelRanks {
     return absl::OkStatus();
   }
 
-  // Starts a follower for local ranks [first, local_ranks).
+  // Starts a follower for local ranks [first, local_ranks): CPU executors on `layout`, or the
+  // CUDA executors PrepareCuda made.
   void StartFollowers(const kvcache::CacheLayout& layout, int first) {
     for (size_t i = static_cast<size_t>(first); i < comms.size(); ++i) {
-      auto executor = std::make_unique<engine::CpuExecutor>(*shards[i], layout);
-      engine::ForwardContext context;
-      context.tensor_parallel = groups[i].get();
-      executor->set_forward_context(context);
+      std::unique_ptr<engine::StepFollower> follower;
+      if (!cuda_executors.empty()) {
+        follower.reset(dynamic_cast<engine::StepFollower*>(cuda_executors[i].release()));
+        CHECK(follower != nullptr);
+      } else {
+        auto executor = std::make_unique<engine::CpuExecutor>(*shards[i], layout);
+        engine::ForwardContext context;
+        context.tensor_parallel = groups[i].get();
+        executor->set_forward_context(context);
+        follower = std::move(executor);
+      }
       auto gate = std::make_unique<server::CommunicatorStepGate>(comms[i].get());
-      followers.emplace_back([executor = executor.get(), gate = gate.get()] {
-        server::RunTensorParallelFollower(*gate, *executor);
+      followers.emplace_back([follower = follower.get(), gate = gate.get()] {
+        server::RunTensorParallelFollower(*gate, *follower);
       });
-      executors.push_back(std::move(executor));
+      executors.push_back(std::move(follower));
       gates.push_back(std::move(gate));
     }
   }
+
+#if defined(STRATA_HAVE_CUDA)
+  // --device cuda: the device-memory side of the group, one executor per local rank on its GPU
+  // (`lead`: rank 0's shard in the lead's process, else null), one cache plan for all, sized by
+  // the rank with the least room and checked against the other processes' ranks; the caches
+  // allocated. Call after ConnectGroups.
+  absl::StatusOr<kvcache::CacheLayout> PrepareCuda(const ServeOptions& options,
+                                                   kvcache::PlannerOptions plan,
+                                                   const engine::Model* lead);
+#endif
 
  private:
   static absl::Status CheckSameLayout(dist::Communicator& comm, const kvcache::CacheLayout& l) {
@@ -336,6 +369,95 @@ absl::Status ModelRuntime::LoadGenerationConfig(const ServeOptions& options) {
   return absl::OkStatus();
 }
 
+#if defined(STRATA_HAVE_CUDA)
+namespace {
+
+// The GPU of local rank `local_rank` in a group: global rank mod the visible GPUs, so one
+// process per node driving every GPU (--local-ranks = GPUs) uses GPU i for local rank i, and
+// one process per GPU (--world-size N --rank R on a node) uses GPU R mod the count.
+int RankDevice(int first_rank, int local_rank, int devices) {
+  return (first_rank + local_rank) % devices;
+}
+
+// What every --device cuda start needs: block size 64 and a visible device; the device count.
+absl::StatusOr<int> CudaDevicesForServing(const ServeOptions& options) {
+  if (options.scheduler.block_size != 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device cuda needs --block-size 64 (the MLA kernels' page); got ",
+                     options.scheduler.block_size));
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
+  }
+  return devices;
+}
+
+}  // namespace
+
+absl::StatusOr<kvcache::CacheLayout> TensorParallelRanks::PrepareCuda(const ServeOptions& options,
+                                                                      kvcache::PlannerOptions plan,
+                                                                      const engine::Model* lead) {
+  const ParallelOptions& p = options.parallel;
+  ASSIGN_OR_RETURN(const int devices, CudaDevicesForServing(options));
+  auto device_of = [&](int local_rank) { return RankDevice(p.first_rank, local_rank, devices); };
+#if defined(STRATA_CUDA_EMU)
+  // The emulator's device memory is host memory: the host group serves both sides.
+  std::vector<dist::CommunicatorTensorParallelGroup*> device(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) device[i] = groups[i].get();
+#else
+  if (p.local_ranks > devices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device cuda with --tensor-parallel-size runs one rank per GPU: ", p.local_ranks,
+        " ranks in this process but ", devices, " GPU(s) visible"));
+  }
+  ASSIGN_OR_RETURN(device_comms,
+                   ConnectEachLocalRank(p, "strata-tp-nccl", "the NCCL tensor-parallel group",
+                                        [&](const auto& o, int local_rank) {
+                                          return dist::ConnectNccl(o, device_of(local_rank));
+                                        }));
+  std::vector<dist::CommunicatorTensorParallelGroup*> device;
+  for (auto& comm : device_comms) {
+    device_groups.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comm.get()));
+    device.push_back(device_groups.back().get());
+  }
+#endif
+  int64_t budget = options.kv_cache_memory_bytes;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    engine::cuda::CudaExecutorOptions o;
+    o.device = device_of(static_cast<int>(i));
+    o.cuda_graphs = options.cuda_graphs;
+    o.model.tensor_parallel = device[i];
+    o.tensor_parallel_host = groups[i].get();
+    const engine::Model& model = i == 0 && lead != nullptr ? *lead : *shards[i];
+    ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> executor,
+                     engine::cuda::CudaExecutor::Create(model, o));
+    if (!options.kv_cache_memory_given) {
+      ASSIGN_OR_RETURN(int64_t free_budget,
+                       options.gpu_memory_utilization
+                           ? executor->CacheBudgetForUtilization(*options.gpu_memory_utilization)
+                           : executor->DefaultCacheBudgetBytes(0.9));
+      budget = i == 0 ? free_budget : std::min(budget, free_budget);
+    }
+    cuda_executors.push_back(std::move(executor));
+  }
+  plan.memory_budget_bytes = budget;
+  const engine::ModelConfig& cfg = lead != nullptr ? lead->config() : shards[0]->config();
+  ASSIGN_OR_RETURN(const kvcache::CacheLayout layout,
+                   kvcache::PlanMemory(engine::cuda::CudaCacheSpecFor(
+                                           cfg, options.latent_dtype.value_or(LatentDType::kBF16)),
+                                       plan));
+  // Ranks in other processes (or GPUs with other free memory) must have planned the same.
+  RETURN_IF_ERROR(CheckLayouts(layout));
+  for (auto& executor : cuda_executors) {
+    RETURN_IF_ERROR(
+        static_cast<engine::cuda::CudaExecutor*>(executor.get())->AllocateCaches(layout));
+  }
+  return layout;
+}
+#endif
+
 namespace {
 
 // The cache plan's inputs from the flags (--kv-cache-memory per rank).
@@ -361,7 +483,7 @@ absl::StatusOr<kvcache::CacheLayout> PlanCpuCaches(const ServeOptions& options,
 
 engine::ModelLoadOptions TensorParallelLoadOptions(const ServeOptions& options) {
   engine::ModelLoadOptions load;
-  load.copy_weights = !options.mmap_weights;
+  load.copy_weights = options.device == "cpu" && !options.mmap_weights;  // CUDA uploads the mapping
   load.quantization = options.quantization;
   load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.local_ranks;
   load.decode_context_parallel_size = options.parallel.decode_context_parallel_size;
@@ -377,9 +499,20 @@ absl::Status RunTensorParallelFollowerProcess(const ServeOptions& options) {
            p.first_rank, p.first_rank + p.local_ranks - 1, p.tensor_parallel_size);
   TensorParallelRanks ranks;
   RETURN_IF_ERROR(ranks.LoadShards(dir, TensorParallelLoadOptions(options), p, 0));
-  ASSIGN_OR_RETURN(const kvcache::CacheLayout layout,
-                   PlanCpuCaches(options, ranks.shards[0]->config()));
-  RETURN_IF_ERROR(ranks.Connect(p, layout));
+  kvcache::CacheLayout layout;
+  if (options.device == "cuda") {
+#if defined(STRATA_HAVE_CUDA)
+    RETURN_IF_ERROR(ranks.ConnectGroups(p));
+    ASSIGN_OR_RETURN(layout, ranks.PrepareCuda(options, PlannerOptionsFor(options), nullptr));
+#else
+    return absl::FailedPreconditionError(
+        "--device cuda: this strata was built without CUDA (no nvcc at configure time, or "
+        "-DSTRATA_WITH_CUDA=OFF)");
+#endif
+  } else {
+    ASSIGN_OR_RETURN(layout, PlanCpuCaches(options, ranks.shards[0]->config()));
+    RETURN_IF_ERROR(ranks.Connect(p, layout));
+  }
   LOG_INFO("serve", "memory plan (each of {} local ranks): {}", p.local_ranks,
            kvcache::DescribePlan(layout));
   ranks.StartFollowers(layout, 0);
@@ -389,7 +522,13 @@ absl::Status RunTensorParallelFollowerProcess(const ServeOptions& options) {
 absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   const engine::ModelConfig& cfg = model_->config();
   kvcache::PlannerOptions plan = PlannerOptionsFor(options);
-  if (options.device == "cuda") {
+  if (options.device == "cuda" && options.parallel.tensor_parallel()) {
+#if defined(STRATA_HAVE_CUDA)
+    RETURN_IF_ERROR(tp_->ConnectGroups(options.parallel));
+    ASSIGN_OR_RETURN(layout_, tp_->PrepareCuda(options, plan, model_.get()));
+    prefill_chunk_alignment_ = engine::cuda::kPromptChunkAlignment;
+#endif
+  } else if (options.device == "cuda") {
     // Expert parallelism: the group first (the executors hold only their ranks' experts).
     if (options.parallel.multi_rank()) {
       ASSIGN_OR_RETURN(local_ranks_,
@@ -437,7 +576,7 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   first_rank_ = options.parallel.first_rank;
   std::vector<server::EngineRank> ranks;
   if (options.parallel.tensor_parallel()) {
-    RETURN_IF_ERROR(tp_->Connect(options.parallel, layout_));
+    if (tp_->groups.empty()) RETURN_IF_ERROR(tp_->Connect(options.parallel, layout_));
     tp_->StartFollowers(layout_, 1);
     ranks.push_back(TensorParallelLeadRank());
   } else {
@@ -467,16 +606,6 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
 }
 
 #if defined(STRATA_HAVE_CUDA)
-namespace {
-
-// The GPU of local rank `local_rank` in a group: global rank mod the visible GPUs, so one
-// process per node driving every GPU (--local-ranks = GPUs) uses GPU i for local rank i, and
-// one process per GPU (--world-size N --rank R on a node) uses GPU R mod the count.
-int RankDevice(int first_rank, int local_rank, int devices) {
-  return (first_rank + local_rank) % devices;
-}
-
-}  // namespace
 
 // The device-memory communicator of each local rank and its expert exchange. On GPUs: NCCL
 // (one GPU per rank; group "<coordinator group>-ep" of the same rendezvous). On the CPU
@@ -524,19 +653,10 @@ ModelRuntime::ConnectDeviceExchanges(const ServeOptions& options, int devices) {
 absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
                                                kvcache::PlannerOptions plan) {
 #if defined(STRATA_HAVE_CUDA)
-  if (options.scheduler.block_size != 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device cuda needs --block-size 64 (the MLA kernels' page); got ",
-                     options.scheduler.block_size));
-  }
   // One executor per replica, replica i on GPU i mod the device count — or, with several
   // ranks, one per local rank on its own GPU; one cache layout for all (their schedulers share
   // a configuration), sized by the device with the least room.
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    cudaGetLastError();
-    return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
-  }
+  ASSIGN_OR_RETURN(const int devices, CudaDevicesForServing(options));
   const int num_executors = options.parallel.num_engine_ranks();
   std::vector<engine::cuda::DeviceExpertExchange*> exchanges(static_cast<size_t>(num_executors),
                                                              nullptr);
@@ -636,11 +756,15 @@ std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions&
 server::EngineRank ModelRuntime::TensorParallelLeadRank() {
   server::EngineRank r;
   r.scheduler = std::make_unique<scheduler::Scheduler>(scheduler_config_);
-  auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);
-  engine::ForwardContext context;
-  context.tensor_parallel = tp_->groups[0].get();
-  executor->set_forward_context(context);
-  r.executor = std::move(executor);
+  if (!tp_->cuda_executors.empty()) {
+    r.executor = std::move(tp_->cuda_executors[0]);
+  } else {
+    auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);
+    engine::ForwardContext context;
+    context.tensor_parallel = tp_->groups[0].get();
+    executor->set_forward_context(context);
+    r.executor = std::move(executor);
+  }
   r.gate = std::make_unique<server::CommunicatorStepGate>(tp_->comms[0].get());
   return r;
 }
@@ -674,11 +798,6 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   RETURN_IF_ERROR(rt->LoadGenerationConfig(options));
   if (options.parallel.tensor_parallel()) {
     // This process leads the group: rank 0's shard is model_, its other local ranks follow.
-    if (options.device != "cpu") {
-      return absl::InvalidArgumentError(
-          "--tensor-parallel-size with --device cuda is not supported yet (the CPU backend "
-          "runs it over Gloo)");
-    }
     rt->tp_ = std::make_unique<TensorParallelRanks>();
     const engine::ModelLoadOptions tp_load = TensorParallelLoadOptions(options);
     RETURN_IF_ERROR(rt->tp_->LoadShards(rt->dir_, tp_load, options.parallel, 1));

@@ -586,6 +586,25 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
   return strata_emu::Enqueue(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
 }
 
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream) {
+  if (width > dpitch || width > spitch) {
+    return Fail(cudaErrorInvalidValue, "cudaMemcpy2DAsync: width " + std::to_string(width) +
+                                           " exceeds a pitch (" + std::to_string(dpitch) + ", " +
+                                           std::to_string(spitch) + ")");
+  }
+  for (size_t row = 0; row < height; ++row) {
+    if (const cudaError_t e =
+            cudaMemcpyAsync(static_cast<char*>(dst) + row * dpitch,
+                            static_cast<const char*>(src) + row * spitch, width, kind, stream);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   if (const cudaError_t e = strata_emu::CheckUnsafeCall("cudaMemset"); e != cudaSuccess) return e;
   if (const cudaError_t e = cudaMemsetAsync(dst, value, bytes, nullptr); e != cudaSuccess) return e;
