@@ -644,6 +644,53 @@ void BenchEmbedding(Bench& bench, int64_t vocab, int64_t dim, int64_t tokens) {
   });
 }
 
+// Tensor parallelism's per-rank passes: one rank's vocabulary share of the embedding (the other
+// rows zero-filled) and the routed-expert ids mapped to the rank's own experts. Both bound by
+// the bytes they move.
+void BenchTensorParallelShares(Bench& bench, int64_t vocab, int64_t dim, int64_t tokens, int ranks,
+                               int num_experts, int top_k) {
+  const std::string embed = "EmbeddingGather(VocabShard)", map = "MoeMapExpertIds";
+  const std::string shape = "V" + std::to_string(vocab) + " d" + std::to_string(dim) + " T" +
+                            std::to_string(tokens) + " TP" + std::to_string(ranks);
+  const int64_t rows = (vocab + ranks - 1) / ranks, pairs = tokens * top_k;
+  Buf table(rows * dim * 2), ids(tokens * 4), out(tokens * dim * 4), invalid(4);
+  Buf expert_ids(pairs * 4), local_of(int64_t{num_experts} * 4);
+  if (!table.ok() || !out.ok() || !expert_ids.ok()) {
+    return bench.Fail(embed, shape, absl::ResourceExhaustedError("cudaMalloc"));
+  }
+  std::mt19937 rng(6);
+  std::vector<int32_t> host_ids(static_cast<size_t>(tokens));
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab - 1));
+  for (int32_t& id : host_ids) id = pick(rng);
+  std::vector<int32_t> host_experts(static_cast<size_t>(pairs)), host_local(num_experts);
+  std::uniform_int_distribution<int32_t> pick_expert(0, num_experts - 1);
+  for (int32_t& e : host_experts) e = pick_expert(rng);
+  for (int e = 0; e < num_experts; ++e) host_local[e] = e % ranks == 0 ? e / ranks : -1;
+  BENCH_CHECK(bench, embed, shape, bench.Fill(table.as<uint16_t>(), rows * dim, -1, 1));
+  BENCH_CHECK(bench, embed, shape, CudaCopy(ids.as<void>(), host_ids.data(), tokens * 4));
+  BENCH_CHECK(bench, map, shape,
+              CudaCopy(local_of.as<void>(), host_local.data(), int64_t{num_experts} * 4));
+  BENCH_CHECK(bench, embed, shape,
+              CudaStatus(cudaMemset(invalid.as<void>(), 0, 4), "gpu_bench cudaMemset"));
+  if (bench.Wants(embed)) {
+    // Every output row written (4 bytes a value), 1/ranks of them read from the table (2 bytes).
+    bench.Time(embed, shape, tokens * dim * (4.0 + 2.0 / ranks), 0.0, false, "-", [&] {
+      return EmbeddingGather(table.as<uint16_t>(), VocabShard{0, rows, vocab}, dim,
+                             ids.as<int32_t>(), tokens, out.as<float>(), invalid.as<int32_t>(),
+                             bench.stream);
+    });
+  }
+  if (bench.Wants(map)) {
+    // In place, so each timed run maps already-mapped ids: the same bytes and work.
+    BENCH_CHECK(bench, map, shape, CudaCopy(expert_ids.as<void>(), host_experts.data(), pairs * 4));
+    bench.Time(map, "E" + std::to_string(num_experts) + " " + shape, pairs * 8.0, 0.0, false, "-",
+               [&] {
+                 return MoeMapExpertIds(expert_ids.as<int32_t>(), pairs, local_of.as<int32_t>(),
+                                        num_experts, bench.stream);
+               });
+  }
+}
+
 // MXFP4 → bf16 dequantisation of `experts` expert matrices [n, k] (random codes and scales).
 void BenchMxfp4(Bench& bench, const char* model, int64_t experts, int64_t n, int64_t k) {
   const std::string kernel = "DequantMxfp4ToBf16";
@@ -980,6 +1027,7 @@ int Run(Bench& bench) {
     BenchGemmInt8(bench, "LM head prefill", 4096, 163840, 7168);
   }
   BenchEmbedding(bench, 163840, 7168, 4096);
+  BenchTensorParallelShares(bench, 163840, 7168, 4096, 8, 896, 16);  // K3 at TP8
   BenchMxfp4(bench, "K3 gate|up", 64, 6144, 3584);
   {
     SamplingRowParams greedy;
