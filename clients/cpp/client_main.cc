@@ -3,6 +3,7 @@
 //   strata-client generate --target HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3)
 //                 [--max-tokens N] [--stream] [--temperature T] [--top-p P] [--top-k K]
 //                 [--seed S] [--n N] [--stop STR] [--request-id ID] [--timeout SECONDS]
+//                 [--image PATH ...]
 //       The generated text on stdout (as it streams with --stream), then, on the last line, the
 //       generated token ids as one JSON array (an array of arrays when n > 1). The finish
 //       reason and usage go to stderr.
@@ -13,6 +14,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -87,6 +90,27 @@ void Authorize(const Flags& flags, grpc::ClientContext* context) {
   if (!key.empty()) context->AddMetadata("authorization", "Bearer " + key);
 }
 
+// Bytes of a file the server will check (its own limit is 20 MiB a file); bigger than this is
+// refused here without reading it.
+constexpr std::streamoff kMaxImageFileBytes = std::streamoff{64} << 20;
+
+absl::StatusOr<std::string> ReadImageFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--image ", path, ": cannot open it"));
+  const std::streamoff size = in.tellg();
+  if (size > kMaxImageFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--image ", path, ": ", size,
+                                                   " bytes, over the client's limit of ",
+                                                   kMaxImageFileBytes, " bytes"));
+  }
+  in.seekg(0);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) {
+    return absl::InvalidArgumentError(absl::StrCat("--image ", path, ": read failed"));
+  }
+  return bytes;
+}
+
 absl::StatusOr<v1::GenerateRequest> GenerateRequestFrom(const Flags& flags) {
   v1::GenerateRequest request;
   if (flags.Has("prompt") == flags.Has("prompt-ids")) {
@@ -118,6 +142,11 @@ absl::StatusOr<v1::GenerateRequest> GenerateRequestFrom(const Flags& flags) {
   if (*n) request.set_n(static_cast<int32_t>(**n));
   if (auto stop = flags.Get("stop")) request.add_stop(*stop);
   if (auto id = flags.Get("request-id")) request.set_request_id(*id);
+  for (const std::string& path : flags.GetAll("image")) {
+    absl::StatusOr<std::string> bytes = ReadImageFile(path);
+    if (!bytes.ok()) return bytes.status();
+    request.add_images(*std::move(bytes));
+  }
   return request;
 }
 
@@ -139,9 +168,15 @@ const CommandSpec& GenerateSpec() {
                 {"stop", true, "a stop string"},
                 {"request-id", true, "the request's id (X-Request-Id)"},
                 {"timeout", true, "seconds before the call is abandoned (default: none)"},
+                {"image", true,
+                 "an image file (PNG, JPEG, WebP, GIF) for the prompt's next media placeholder "
+                 "(repeat in prompt order)"},
                 kApiKeyFlag},
       .synopsis = "--target HOST:PORT (--prompt TEXT | --prompt-ids 1,2,3) [flags]",
-      .notes = "The finish reason and usage of each choice go to stderr.\n"};
+      .notes =
+          "The finish reason and usage of each choice go to stderr. With --image, the "
+          "prompt names each image with one media placeholder: `<|media_pad|>` in a K3 text "
+          "prompt, or the id `strata-client info` shows as media_placeholder_token_id.\n"};
   return spec;
 }
 
@@ -255,12 +290,13 @@ int Info(const std::vector<std::string>& args) {
   if (!status.ok()) return RpcError(status);
   std::fprintf(stdout,
                "{\"model\": \"%s\", \"max_model_len\": %lld, \"vocab_size\": %lld, "
-               "\"num_running\": %d, \"num_waiting\": %d, \"num_free_blocks\": %d, "
-               "\"num_blocks\": %d}\n",
+               "\"media_placeholder_token_id\": %d, \"num_running\": %d, \"num_waiting\": %d, "
+               "\"num_free_blocks\": %d, \"num_blocks\": %d}\n",
                model.names_size() > 0 ? model.names(0).c_str() : "",
                static_cast<long long>(model.max_model_len()),
-               static_cast<long long>(model.vocab_size()), loads.num_running(), loads.num_waiting(),
-               loads.num_free_blocks(), loads.num_blocks());
+               static_cast<long long>(model.vocab_size()), model.media_placeholder_token_id(),
+               loads.num_running(), loads.num_waiting(), loads.num_free_blocks(),
+               loads.num_blocks());
   return 0;
 }
 

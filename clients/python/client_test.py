@@ -255,6 +255,40 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(json.loads(out.stdout.strip().splitlines()[-1]), g.token_ids)
 
+    def test_cpp_client_sends_images(self):
+        info = subprocess.run([os.environ["STRATA_CLIENT_BIN"], "info", "--target",
+                               self.server.target], capture_output=True, text=True, timeout=60)
+        self.assertEqual(info.returncode, 0, info.stderr)
+        pad = json.loads(info.stdout)["media_placeholder_token_id"]
+        self.assertEqual(pad, self.client.model_info().media_placeholder_token_id)
+        image = png_bytes(448, 448, seed=4)
+        g = self.client.generate(prompt_ids=[5, pad, 6], images=[image], max_tokens=6,
+                                 temperature=0.0, ignore_eos=True)
+        with tempfile.NamedTemporaryFile(suffix=".png") as f:
+            f.write(image)
+            f.flush()
+            out = subprocess.run(
+                [os.environ["STRATA_CLIENT_BIN"], "generate", "--target", self.server.target,
+                 "--prompt-ids", f"5,{pad},6", "--image", f.name, "--max-tokens", "6",
+                 "--temperature", "0"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(json.loads(out.stdout.strip().splitlines()[-1]), g.token_ids)
+            self.assertIn(f"prompt_tokens={2 + 256}", out.stderr)  # the image's 256 rows
+            # One image for two placeholders: the server's error, exit 1.
+            two = subprocess.run(
+                [os.environ["STRATA_CLIENT_BIN"], "generate", "--target", self.server.target,
+                 "--prompt-ids", f"5,{pad},{pad}", "--image", f.name, "--max-tokens", "2"],
+                capture_output=True, text=True, timeout=60)
+            self.assertEqual(two.returncode, 1)
+            self.assertIn("rpc error 3", two.stderr)  # INVALID_ARGUMENT
+            self.assertIn("image", two.stderr)
+        missing = subprocess.run(
+            [os.environ["STRATA_CLIENT_BIN"], "generate", "--target", self.server.target,
+             "--prompt-ids", f"5,{pad}", "--image", "/nonexistent/a.png"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(missing.returncode, 2)
+        self.assertIn("/nonexistent/a.png", missing.stderr)
+
     def test_cpp_client_reports_rpc_errors(self):
         out = subprocess.run(
             [os.environ["STRATA_CLIENT_BIN"], "generate", "--target", self.server.target,
