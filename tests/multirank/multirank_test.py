@@ -222,8 +222,10 @@ def prompts():
 
 
 def complete(port, prompt, max_tokens=MAX_TOKENS):
+    """`prompt`: token ids, or (token ids, extra request fields)."""
+    prompt, extra = prompt if isinstance(prompt, tuple) else (prompt, {})
     body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "logprobs": 0, "skip_special_tokens": False}
+            "ignore_eos": True, "logprobs": 0, "skip_special_tokens": False, **extra}
     choice = post(port, "/v1/completions", body)["choices"][0]
     return choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"]
 
@@ -488,20 +490,37 @@ def server_info(port):
     return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info").read())
 
 
+def drafting_prompt(seed):
+    """One token 192 times, and a logit_bias that makes it the continuation too: n-gram lookup
+    drafts it again after every token and the sampler accepts the drafts (the followers must
+    replay those). Its blocks are also cached for the second round's prefix hits."""
+    token = random.Random(seed).randrange(7936)
+    return ([token] * 192, {"logit_bias": {str(token): 100}})
+
+
+# N-gram drafts: the followers keep in their KDA caches what the lead's sampler accepted.
+NGRAM_SPEC = ('{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, '
+              '"prompt_lookup_max": 2}')
+
+
+def check_drafted_and_hit(label, engine):
+    if engine["num_prefix_hit_tokens"] == 0 or engine["num_spec_accepted_tokens_total"] == 0:
+        fail(f"{label}: no prefix hit or no accepted draft: {engine}")
+    print(f"ok   {label}: {engine['num_prefix_hit_tokens']} prefix-hit tokens, "
+          f"{engine['num_spec_draft_tokens_total']} draft tokens "
+          f"({engine['num_spec_accepted_tokens_total']} accepted)", flush=True)
+
+
 def case_tp(args):
     """--tensor-parallel-size 2: one process with two ranks, then one process per rank (rank 0
     serves, rank 1 only computes), each equal to one process alone; killing rank 1 ends rank 0
     within the collective timeout."""
-    # Plus a long prompt repeating a phrase: its blocks are cached and its continuation drafts.
-    rng = random.Random(11)
-    phrase = [rng.randrange(7936) for _ in range(12)]
-    tp_prompts = prompts() + [phrase * 16]
+    tp_prompts = prompts() + [drafting_prompt(11)]
     reference = reference_tokens(args, tp_prompts)
-    # With n-gram speculative decoding (the followers keep what the lead's sampler accepted) and,
-    # the second time, prefix-cache hits (KDA checkpoints of each rank's heads).
-    spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}'
+    # With n-gram speculative decoding and, the second time, prefix-cache hits (KDA checkpoints
+    # of each rank's heads).
     servers = [Server(args, "tp_local", args.work_case,
-                      ["--tensor-parallel-size", "2", "--speculative-config", spec])]
+                      ["--tensor-parallel-size", "2", "--speculative-config", NGRAM_SPEC])]
     servers[0].wait_ready(time.time() + 60)
     info = server_info(servers[0].port)["parallel"]
     if info["tensor_parallel_size"] != 2 or info["data_parallel_size"] != 1:
@@ -511,12 +530,7 @@ def case_tp(args):
         compare(f"{args.family}: --tensor-parallel-size 2 in one process{attempt}", reference, got)
     engine = server_info(servers[0].port)["engine"]
     stop_group(servers)
-    if engine["num_prefix_hit_tokens"] == 0:
-        fail(f"the repeated prompts hit no cached prefix: {engine}")
-    print(f"ok   {args.family}: {engine['num_prefix_hit_tokens']} prefix-hit tokens, "
-          f"{engine['num_spec_draft_tokens_total']} draft tokens "
-          f"({engine['num_spec_accepted_tokens_total']} accepted) under tensor parallelism",
-          flush=True)
+    check_drafted_and_hit(f"{args.family} under tensor parallelism", engine)
 
     # Decode context parallelism: each rank holds every other position's latent row, so a
     # sequence holds twice what one rank's cache does.
@@ -565,8 +579,7 @@ CUDA_TP_LOGPROB_TOLERANCE = 5e-2
 
 def case_cuda_tp(args):
     """--device cuda --tensor-parallel-size 2 (strata-emu, the CUDA path on the CPU emulator): one
-    process with two ranks (with n-gram speculative decoding on, though this random model's
-    continuations rarely repeat its prompt; then prefix hits), then one process per rank (rank 0 serves, rank 1 only computes); each gives
+    process with two ranks (n-gram drafts, then prefix hits), then one process per rank (rank 0 serves, rank 1 only computes); each gives
     the greedy tokens of one process alone on the device. The shards add their f32 partial
     products in another order and the bf16 rounding of a later GEMM operand may move by an ulp,
     so the chosen tokens' log-probabilities agree to ~1e-2 (CUDA_TP_LOGPROB_TOLERANCE), not bit
@@ -574,13 +587,10 @@ def case_cuda_tp(args):
     flip a token."""
     if args.device != "cuda":
         fail("cuda-tp runs with --device cuda")
-    rng = random.Random(12)
-    phrase = [rng.randrange(7936) for _ in range(12)]
-    tp_prompts = prompts() + [phrase * 16]
+    tp_prompts = prompts() + [drafting_prompt(12)]
     reference = reference_tokens(args, tp_prompts)
-    spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}'
     servers = [Server(args, "cuda_tp_local", args.work_case,
-                      ["--tensor-parallel-size", "2", "--speculative-config", spec])]
+                      ["--tensor-parallel-size", "2", "--speculative-config", NGRAM_SPEC])]
     servers[0].wait_ready(time.time() + 90)
     info = server_info(servers[0].port)["parallel"]
     if info["tensor_parallel_size"] != 2:
@@ -591,11 +601,7 @@ def case_cuda_tp(args):
                 reference, got, CUDA_TP_LOGPROB_TOLERANCE)
     engine = server_info(servers[0].port)["engine"]
     stop_group(servers)
-    if engine["num_prefix_hit_tokens"] == 0:
-        fail(f"the repeated prompts hit no cached prefix: {engine}")
-    print(f"ok   {args.family} on the device: {engine['num_prefix_hit_tokens']} prefix-hit "
-          f"tokens, {engine['num_spec_draft_tokens_total']} draft tokens "
-          f"({engine['num_spec_accepted_tokens_total']} accepted)", flush=True)
+    check_drafted_and_hit(f"{args.family} on the device under tensor parallelism", engine)
     coordinator = f"127.0.0.1:{free_port()}"
     extra = ["--tensor-parallel-size", "2", "--world-size", "2", "--coordinator", coordinator,
              "--rendezvous-timeout-s", "60"]
