@@ -24,7 +24,8 @@ generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 echo "== configuring fuzz build in $build_dir"
 cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-DNDEBUG >"$build_dir/configure.log" 2>&1 ||
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-DNDEBUG \
+  -DSTRATA_FUZZ_OPT="${STRATA_FUZZ_OPT:--O1}" >"$build_dir/configure.log" 2>&1 ||
   { cat "$build_dir/configure.log"; exit 1; }
 targets=(safetensors config json_schema regex gbnf json_limits chat_request completion_request
          responses_request messages_request batch_line grpc_generate image_decode data_url)
