@@ -30,6 +30,7 @@
 #include "dist/testing/fake_communicator.h"
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/device_moe_dispatch.h"
+#include "engine/cuda/testing/rank_threads.h"
 #include "engine/demo/checkpoint_generator.h"
 #include "engine/model.h"
 #include "kernels/cuda/testing.h"
@@ -118,19 +119,8 @@ class ExpertParallelTest : public testing::TestWithParam<Case> {
   std::unique_ptr<Model> model_;
 };
 
-// The group's communicator: ranks are threads; bytes move between their device buffers with
-// cudaMemcpy (on the emulator that is a host copy, on GPUs a device copy through unified
-// addressing).
-void DeviceCopy(void* dst, const void* src, int64_t bytes) {
-  CHECK_EQ(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault), cudaSuccess);
-}
-
-std::vector<double> Probabilities(const SampledToken& t, int64_t vocab) {
-  std::vector<double> p(static_cast<size_t>(vocab), 0.0);
-  for (const TokenLogprob& l : t.top_logprobs)
-    p[static_cast<size_t>(l.token_id)] = std::exp(l.logprob);
-  return p;
-}
+using rank_threads::DeviceCopy;
+using rank_threads::Probabilities;
 
 TEST_P(ExpertParallelTest, RanksMatchOneExecutorHoldingEveryExpert) {
   const Case& c = GetParam();

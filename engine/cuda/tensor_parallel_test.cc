@@ -37,6 +37,7 @@
 #include "dist/tensor_parallel_group.h"
 #include "dist/testing/fake_communicator.h"
 #include "engine/cuda/cuda_executor.h"
+#include "engine/cuda/testing/rank_threads.h"
 #include "engine/demo/checkpoint_generator.h"
 #include "engine/model.h"
 #include "kernels/cuda/testing.h"
@@ -58,17 +59,8 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-void DeviceCopy(void* dst, const void* src, int64_t bytes) {
-  CHECK_EQ(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault), cudaSuccess);
-}
-
-std::vector<double> Probabilities(const SampledToken& t, int64_t vocab) {
-  std::vector<double> p(static_cast<size_t>(vocab), 0.0);
-  for (const TokenLogprob& l : t.top_logprobs) {
-    p[static_cast<size_t>(l.token_id)] = std::exp(l.logprob);
-  }
-  return p;
-}
+using rank_threads::DeviceCopy;
+using rank_threads::Probabilities;
 
 class CudaTensorParallelTest : public testing::TestWithParam<Case> {
  protected:
