@@ -69,6 +69,11 @@ struct ContextParallelShard {
   bool enabled() const { return size > 1; }
   // Local cache rows of a sequence of `tokens` positions on the rank holding the most.
   int64_t MaxLocalRows(int64_t tokens) const { return (tokens + size - 1) / size; }
+  // Rows this rank holds of positions 0 .. positions − 1.
+  int64_t LocalRows(int64_t positions) const {
+    return positions > rank ? (positions - rank + size - 1) / size : 0;
+  }
+  bool Owns(int64_t position) const { return position % size == rank; }
 };
 
 // [begin, end) of `total` items (vocabulary rows, hidden columns) that `shard` holds: shares of

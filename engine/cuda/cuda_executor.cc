@@ -622,7 +622,7 @@ absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* resu
 
 absl::Status CudaExecutor::Run(const StepPlan& plan, bool lead, StepResult* result) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
-  BuildStepLayout(plan, layout_, &step_);
+  BuildStepLayout(plan, layout_, &step_, model_->context_parallel());
   RETURN_IF_ERROR(CopyCacheUnits(plan, result));
   RETURN_IF_ERROR(InitSlots(plan));
 

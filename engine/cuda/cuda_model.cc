@@ -81,6 +81,18 @@ absl::StatusOr<T*> Take(const DeviceContext& c, int64_t count) {
   return c.scratch->Take<T>(count);
 }
 
+// o_gated [rows, H·dv] bf16 = σ(gate) ⊙ W_UV,h ō_h for the latent attention outputs o_lat
+// [rows, H, 512] bf16 (gate: logits or null).
+absl::Status ValueProjectionAndGate(const DeviceContext& ctx, const uint16_t* w_kvb,
+                                    const kc::MlaHeadDims& dims, const uint16_t* o_lat,
+                                    int64_t rows, const float* gate, uint16_t* o_gated) {
+  const int64_t values = rows * dims.num_heads * dims.v_head_dim;
+  ASSIGN_OR_RETURN(float* o, Take<float>(ctx, values));
+  RETURN_IF_ERROR(kc::MlaApplyValueProjection(ctx.cublas, o_lat, static_cast<int>(rows), w_kvb,
+                                              dims, o, ctx.stream));
+  return kc::GateToBf16(o, gate, values, o_gated, ctx.stream);
+}
+
 int AttnResMaxSources(const ModelConfig& cfg) {
   const int block = cfg.attn_res_block_size;
   return (cfg.num_layers + block - 1) / block + 1;
@@ -150,11 +162,6 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
   if (tp != nullptr && options.expert_exchange != nullptr) {
     return absl::InvalidArgumentError(
         "tensor parallelism spreads the routed experts over the group itself: no expert exchange");
-  }
-  if (model.context_parallel().enabled()) {
-    return absl::UnimplementedError(
-        "--decode-context-parallel-size on the CUDA backend is not built yet (the CPU backend "
-        "runs it)");
   }
   // Under tensor parallelism the rank's own share of the routed experts (engine/tensor_parallel.h).
   std::vector<int> tp_experts;
@@ -384,6 +391,11 @@ absl::Status CudaModel::MlaMixer(const DeviceMla& w, int mla_index, const Device
     gate = g;
   }
   ASSIGN_OR_RETURN(uint16_t * o_gated, Take<uint16_t>(ctx, n * heads * dv));
+  if (model_.context_parallel().enabled()) {
+    RETURN_IF_ERROR(
+        ContextParallelAttention(m, w, step, pages, caches.latent_dtype, ctx, q, n, gate, o_gated));
+    return Gemm(ctx, w.o, o_gated, n, rows.out);
+  }
   const int64_t d = s.num_decode;
   const float scale = 1.0f / std::sqrt(static_cast<float>(m.qk_head_dim()));
 
@@ -438,7 +450,7 @@ absl::Status CudaModel::AbsorbedAttention(const MlaConfig& m, const DeviceMla& w
                                           const uint16_t* q, int64_t rows, const float* gate,
                                           uint16_t* o_gated) {
   const StepLayout& s = *step.host;
-  const int64_t heads = m.num_heads, dv = m.v_head_dim, d = s.num_decode;
+  const int64_t heads = m.num_heads, d = s.num_decode;
   const kc::MlaHeadDims dims{m.num_heads, m.qk_nope_head_dim, m.v_head_dim};
   ASSIGN_OR_RETURN(uint16_t * q_abs, Take<uint16_t>(ctx, rows * heads * kc::kMlaLatentDim));
   ASSIGN_OR_RETURN(uint16_t * o_lat, Take<uint16_t>(ctx, rows * heads * kc::kMlaValueDim));
@@ -466,10 +478,59 @@ absl::Status CudaModel::AbsorbedAttention(const MlaConfig& m, const DeviceMla& w
         q_abs + d * heads * kc::kMlaLatentDim, pages, step.at(s.block_tables), step.at(s.query_seq),
         step.at(s.query_len), params, ws, bytes, o_lat + d * heads * kc::kMlaValueDim, ctx.stream));
   }
-  ASSIGN_OR_RETURN(float* o, Take<float>(ctx, rows * heads * dv));
-  RETURN_IF_ERROR(kc::MlaApplyValueProjection(ctx.cublas, o_lat, static_cast<int>(rows), w.kv_b,
-                                              dims, o, ctx.stream));
-  return kc::GateToBf16(o, gate, rows * heads * dv, o_gated, ctx.stream);
+  return ValueProjectionAndGate(ctx, w.kv_b, dims, o_lat, rows, gate, o_gated);
+}
+
+// Decode context parallelism (engine/tensor_parallel.h; the CPU's AttendContextParallel in
+// engine/mla_mixer.cc): q̃ of this rank's heads → all-gather (every head of the group) → each
+// rank's queries over this rank's rows (MlaPagedPartial, one launch per source rank) →
+// all-to-all (each partial to its heads' rank) → log-sum-exp merge → W_UV and the gate.
+absl::Status CudaModel::ContextParallelAttention(const MlaConfig& m, const DeviceMla& w,
+                                                 const DeviceStep& step, const void* pages,
+                                                 LatentDType cache_dtype, const DeviceContext& ctx,
+                                                 const uint16_t* q, int64_t rows, const float* gate,
+                                                 uint16_t* o_gated) {
+  const StepLayout& s = *step.host;
+  TensorParallelGroup* group = options_.tensor_parallel;
+  CHECK(group != nullptr && group->size() == s.cp_size)
+      << "the context-parallel group is the tensor-parallel group";
+  if (rows == 0) return absl::OkStatus();  // every rank runs the same plan: all skip together
+  const int parts = group->size();
+  const int64_t heads = m.num_heads;
+  const int64_t q_values = rows * heads * kc::kMlaLatentDim;  // even: 576 per head
+  const int64_t part = rows * heads * (kc::kMlaValueDim + 1);
+  const kc::MlaHeadDims dims{m.num_heads, m.qk_nope_head_dim, m.v_head_dim};
+  ASSIGN_OR_RETURN(uint16_t * q_abs, Take<uint16_t>(ctx, q_values));
+  ASSIGN_OR_RETURN(uint16_t * all_q, Take<uint16_t>(ctx, parts * q_values));
+  ASSIGN_OR_RETURN(float* send, Take<float>(ctx, parts * part));
+  ASSIGN_OR_RETURN(float* recv, Take<float>(ctx, parts * part));
+  ASSIGN_OR_RETURN(uint16_t * o_lat, Take<uint16_t>(ctx, rows * heads * kc::kMlaValueDim));
+  RETURN_IF_ERROR(
+      kc::MlaAbsorbQuery(ctx.cublas, q, static_cast<int>(rows), w.kv_b, dims, q_abs, ctx.stream));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream),
+                              "cudaStreamSynchronize before the context-parallel query all-gather");
+  // bf16 pairs travel as f32 words: the collective moves bytes, it never adds them.
+  group->AllGather(reinterpret_cast<const float*>(q_abs), q_values / 2,
+                   reinterpret_cast<float*>(all_q));
+  kc::MlaDecodeParams params;
+  params.batch = static_cast<int>(rows);
+  params.num_heads = m.num_heads;
+  params.max_blocks_per_seq = s.max_blocks_per_seq;
+  params.max_context = static_cast<int>(s.max_cp_query_len);
+  params.scale = 1.0f / std::sqrt(static_cast<float>(m.qk_head_dim()));
+  params.cache_dtype = cache_dtype;
+  const int64_t bytes = kc::MlaDecodeWorkspaceBytes(params);
+  ASSIGN_OR_RETURN(void* ws, ctx.scratch->TakeBytes(bytes));
+  for (int c = 0; c < parts; ++c) {
+    RETURN_IF_ERROR(kc::MlaPagedPartial(all_q + c * q_values, pages, step.at(s.block_tables),
+                                        step.at(s.cp_query_seq), step.at(s.cp_query_len), params,
+                                        ws, bytes, send + c * part, ctx.stream));
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream),
+                              "cudaStreamSynchronize before the context-parallel all-to-all");
+  group->AllToAll(send, recv, part);
+  RETURN_IF_ERROR(kc::MlaMergePartials(recv, parts, rows * heads, o_lat, ctx.stream));
+  return ValueProjectionAndGate(ctx, w.kv_b, dims, o_lat, rows, gate, o_gated);
 }
 
 absl::Status CudaModel::Mlp(const DeviceMlp& w, const DeviceContext& ctx, const uint16_t* x,

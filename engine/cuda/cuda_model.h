@@ -146,6 +146,7 @@ class CudaModel {
   const CudaModelOptions& options() const { return options_; }
 
   const ModelConfig& config() const { return model_.config(); }
+  const ContextParallelShard& context_parallel() const { return model_.context_parallel(); }
   int64_t weight_bytes() const { return weights_->bytes(); }
 
  private:
@@ -179,6 +180,13 @@ class CudaModel {
                                  const void* pages, LatentDType cache_dtype,
                                  const DeviceContext& ctx, const uint16_t* q, int64_t rows,
                                  const float* gate, uint16_t* o_gated);
+  // The same result when each rank holds every C-th position of the cache (decode context
+  // parallelism over the tensor-parallel group).
+  absl::Status ContextParallelAttention(const MlaConfig& m, const DeviceMla& w,
+                                        const DeviceStep& step, const void* pages,
+                                        LatentDType cache_dtype, const DeviceContext& ctx,
+                                        const uint16_t* q, int64_t rows, const float* gate,
+                                        uint16_t* o_gated);
   absl::Status Mlp(const DeviceMlp& w, const DeviceContext& ctx, const uint16_t* x, int64_t n,
                    float* out);
   absl::Status Moe(const DeviceMoe& w, int moe_layer, const DeviceContext& ctx, const Rows& rows,

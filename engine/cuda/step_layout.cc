@@ -94,14 +94,19 @@ void AssignOffsets(StepLayout* out) {
   out->logit_rows = take(out->num_logit_rows);
   out->live_rows = take(1);
   out->kda_pieces_cu = take(2 * static_cast<int64_t>(out->kda_piece_seq.size()));
+  out->cp_query_seq = take(out->cp_size > 1 ? n : 0);
+  out->cp_query_len = take(out->cp_size > 1 ? n : 0);
   out->ints.assign(static_cast<size_t>(at), 0);
 }
 
 }  // namespace
 
-void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, StepLayout* out) {
+void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, StepLayout* out,
+                     const ContextParallelShard& cp) {
   OrderSequences(plan, out);
   const int64_t bs = layout.block_size;
+  out->cp_size = cp.size;
+  out->max_cp_query_len = 0;
   out->media_rows.clear();
   out->row_offset.assign(1, 0);
   out->max_blocks_per_seq = 1;
@@ -110,11 +115,13 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
   for (int32_t s = 0; s < out->num_sequences; ++s) {
     const ScheduledSequence& seq = plan.sequences[static_cast<size_t>(out->plan_index[s])];
     const int64_t context = seq.num_computed_tokens + static_cast<int64_t>(seq.token_ids.size());
-    CHECK_GE(static_cast<int64_t>(seq.block_table.size()) * bs, context)
+    // Under context parallelism a block holds every C-th position of C·block_size.
+    CHECK_GE(static_cast<int64_t>(seq.block_table.size()) * bs, cp.MaxLocalRows(context))
         << "block table of sequence " << seq.seq_id << " is too short";
     CHECK_LE(context, int64_t{1} << 31) << "sequence " << seq.seq_id << " context";
     out->row_offset.push_back(out->row_offset.back() + static_cast<int64_t>(seq.token_ids.size()));
-    const int64_t blocks = (context + bs - 1) / bs;
+    out->max_cp_query_len = std::max(out->max_cp_query_len, cp.LocalRows(context));
+    const int64_t blocks = (cp.LocalRows(context) + bs - 1) / bs;
     out->max_blocks_per_seq =
         std::max<int32_t>(out->max_blocks_per_seq, static_cast<int32_t>(blocks));
     int64_t& max_context = s < out->num_decode ? out->max_decode_context : out->max_prefill_context;
@@ -170,10 +177,18 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
     const int64_t first = out->row_offset[s], count = static_cast<int64_t>(seq.token_ids.size());
     for (int64_t i = 0; i < count; ++i) {
       const int64_t row = first + i, pos = seq.num_computed_tokens + i;
-      const int32_t block = seq.block_table[static_cast<size_t>(pos / bs)];
-      CHECK(block >= 0 && block < layout.num_blocks) << "block " << block << " of " << seq.seq_id;
       ints[out->token_ids + row] = seq.token_ids[static_cast<size_t>(i)];
-      ints[out->slot_mapping + row] = static_cast<int32_t>(block * bs + pos % bs);
+      ints[out->slot_mapping + row] = -1;  // another rank's position
+      if (cp.Owns(pos)) {
+        const int64_t local = pos / cp.size;
+        const int32_t block = seq.block_table[static_cast<size_t>(local / bs)];
+        CHECK(block >= 0 && block < layout.num_blocks) << "block " << block << " of " << seq.seq_id;
+        ints[out->slot_mapping + row] = static_cast<int32_t>(block * bs + local % bs);
+      }
+      if (cp.enabled()) {
+        ints[out->cp_query_seq + row] = s;
+        ints[out->cp_query_len + row] = static_cast<int32_t>(cp.LocalRows(pos + 1));
+      }
       if (s >= out->num_decode) {
         ints[out->query_seq + prefill_row] = s;
         ints[out->query_len + prefill_row] = static_cast<int32_t>(pos + 1);
@@ -190,7 +205,7 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
     first_row[static_cast<size_t>(out->plan_index[s])] = first;
     last_row[static_cast<size_t>(out->plan_index[s])] = first + count - 1;
     const int64_t context = seq.num_computed_tokens + count;
-    const int64_t blocks = (context + bs - 1) / bs;
+    const int64_t blocks = (cp.LocalRows(context) + bs - 1) / bs;
     for (int64_t b = 0; b < blocks; ++b) {
       ints[out->block_tables + s * out->max_blocks_per_seq + b] =
           seq.block_table[static_cast<size_t>(b)];
@@ -228,6 +243,7 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
 void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepLayout* step) {
   CHECK_EQ(step->num_prefill(), 0) << "only decode steps are padded";
   CHECK_EQ(step->num_scored_rows, 0) << "steps that score prompt tokens are not padded";
+  CHECK_EQ(step->cp_size, 1) << "steps under context parallelism are not padded";
   CHECK_GE(batch, step->num_decode);
   CHECK_GE(table_width, step->max_blocks_per_seq);
   const StepLayout real = *step;  // the unpadded arrays (copied: `step` is rebuilt in place)

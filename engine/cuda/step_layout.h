@@ -30,6 +30,12 @@
 //                           prefill_cu) kda_pieces_cu[2k] .. kda_pieces_cu[2k + 1]
 //   live_rows     [1]       rows that are real tokens (N, or fewer in a padded step: the MoE
 //                           router ignores the padding rows)
+// With decode context parallelism (a ContextParallelShard of C ranks, engine/tensor_parallel.h)
+// this rank holds positions p ≡ rank (mod C) of every sequence, position p at its local row
+// p / C: the block tables and slot_mapping are in local rows (slot −1 for another rank's
+// position), and two more arrays give every row's query its share of the context:
+//   cp_query_seq  [N]       execution sequence of each row (its block-table row)
+//   cp_query_len  [N]       local rows of positions ≤ the row's own (0: this rank holds none)
 // Host side: sampled_plan_index[i] is the plan sequence of the i-th sampled row, whose logits
 // are row sampled_logit_row[i] of the step's logits: one per sampling sequence, or 1 + k for a
 // sequence with k drafts (consecutive: the rows before each draft, then the last row;
@@ -43,6 +49,7 @@
 #include <vector>
 
 #include "engine/step.h"
+#include "engine/tensor_parallel.h"
 #include "kvcache/cache_layout.h"
 
 namespace strata::engine::cuda {
@@ -59,6 +66,8 @@ struct StepLayout {
   int64_t max_prefill_context = 0;    // max seq_lens over the prefill sequences
   int64_t max_prefill_new = 0;        // most new tokens of one prefill sequence
   int64_t total_prefill_context = 0;  // sum of seq_lens over the prefill sequences
+  int32_t cp_size = 1;                // decode context parallelism: C (1: off)
+  int64_t max_cp_query_len = 0;       // max of cp_query_len
 
   std::vector<int32_t> plan_index;          // [S] plan.sequences index of each execution sequence
   std::vector<int32_t> sampled_plan_index;  // plan.sequences index of each sampled token
@@ -89,7 +98,7 @@ struct StepLayout {
   std::vector<int32_t> ints;  // the packed arrays below, back to back
   int64_t token_ids = 0, slot_mapping = 0, block_tables = 0, kda_slots = 0, seq_lens = 0,
           prefill_cu = 0, prefill_cu_k = 0, query_seq = 0, query_len = 0, logit_rows = 0,
-          live_rows = 0, kda_pieces_cu = 0;
+          live_rows = 0, kda_pieces_cu = 0, cp_query_seq = 0, cp_query_len = 0;
 
   int32_t num_prefill() const { return num_sequences - num_decode; }
   // Prefill sequences neither saving inside the step nor drafting (the first ones).
@@ -102,8 +111,10 @@ struct StepLayout {
 
 // Fills `out` from `plan` (vectors keep their capacity from step to step). CHECKs the plan's
 // invariants the scheduler guarantees: block tables long enough, slots and blocks within the
-// layout, a slot for every sequence when the model has KDA layers.
-void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, StepLayout* out);
+// layout, a slot for every sequence when the model has KDA layers. `cp`: this rank's share of
+// the latent cache under decode context parallelism (default: all of it).
+void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, StepLayout* out,
+                     const ContextParallelShard& cp = {});
 
 // Pads a decode-only layout (num_prefill() == 0) to `batch` ≥ num_decode rows and block tables
 // `table_width` ≥ max_blocks_per_seq wide, so that every step of one (batch, width) bucket has
@@ -111,6 +122,7 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
 // (slot_mapping −1, KDA slot −1), context 1 on block 0; every row's logits are computed
 // (R = batch) and the sampled tokens keep their rows. max_decode_context becomes
 // table_width · block_size (the split-K grid is sized for the whole table).
+// Not under decode context parallelism (CHECKed).
 void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepLayout* step);
 
 }  // namespace strata::engine::cuda

@@ -264,5 +264,48 @@ TEST(StepLayoutDeathTest, ShortBlockTableIsAnInvariantViolation) {
   EXPECT_DEATH(BuildStepLayout(plan, Layout(1), &s), "too short");
 }
 
+// Decode context parallelism over C = 2 ranks: rank d holds positions ≡ d (mod 2), position p at
+// local row p / 2. X decodes at position 130 (block table {4, 9} in local rows), Y prefills
+// positions 3..6 (block table {7}).
+TEST(StepLayoutTest, ContextParallelRankHoldsEveryOtherPosition) {
+  StepPlan plan;
+  plan.sequences.push_back(Seq(20, {5}, 130, {4, 9}, 0, true));
+  plan.sequences.push_back(Seq(21, {1, 2, 3, 4}, 3, {7}, 1, true));
+  StepLayout s;
+  BuildStepLayout(plan, Layout(1), &s, ContextParallelShard{1, 2});
+  EXPECT_EQ(s.cp_size, 2);
+  // Rank 1: position 130 is rank 0's; Y's 3 and 5 are local rows 1 and 2 of block 7.
+  EXPECT_EQ(Slice(s, s.slot_mapping, 5),
+            (std::vector<int32_t>{-1, 7 * 64 + 1, -1, 7 * 64 + 2, -1}));
+  EXPECT_EQ(Slice(s, s.cp_query_seq, 5), (std::vector<int32_t>{0, 1, 1, 1, 1}));
+  // Rows of positions ≤ p on rank 1: 1, 3, …, 129 for X (65); {1}, {1, 3}, … for Y.
+  EXPECT_EQ(Slice(s, s.cp_query_len, 5), (std::vector<int32_t>{65, 2, 2, 3, 3}));
+  EXPECT_EQ(s.max_cp_query_len, 65);
+  EXPECT_EQ(s.max_blocks_per_seq, 2);
+  EXPECT_EQ(Slice(s, s.block_tables, 4), (std::vector<int32_t>{4, 9, 7, 0}));
+  EXPECT_EQ(Slice(s, s.seq_lens, 2), (std::vector<int32_t>{131, 7}));  // whole contexts
+
+  BuildStepLayout(plan, Layout(1), &s, ContextParallelShard{0, 2});
+  // Rank 0: 130 is local row 65 (block 9, row 1); Y's 4 and 6 are local rows 2 and 3.
+  EXPECT_EQ(Slice(s, s.slot_mapping, 5),
+            (std::vector<int32_t>{9 * 64 + 1, -1, 7 * 64 + 2, -1, 7 * 64 + 3}));
+  EXPECT_EQ(Slice(s, s.cp_query_len, 5), (std::vector<int32_t>{66, 2, 3, 3, 4}));
+  EXPECT_EQ(s.max_cp_query_len, 66);
+
+  // A decode-only step under context parallelism is never padded for a graph.
+  StepPlan decode_only;
+  decode_only.sequences.push_back(plan.sequences[0]);
+  BuildStepLayout(decode_only, Layout(1), &s, ContextParallelShard{1, 2});
+  EXPECT_DEATH(PadDecodeStep(4, 8, 64, &s), "context parallelism");
+
+  plan.sequences.erase(plan.sequences.begin());  // X's 131 positions need 3 blocks on one rank
+  BuildStepLayout(plan, Layout(1), &s);          // no context parallelism: no cp arrays
+  EXPECT_EQ(s.cp_size, 1);
+  EXPECT_EQ(s.cp_query_len, s.cp_query_seq);
+  EXPECT_EQ(static_cast<int64_t>(s.ints.size()), s.cp_query_seq);
+  EXPECT_EQ(Slice(s, s.slot_mapping, 4),
+            (std::vector<int32_t>{7 * 64 + 3, 7 * 64 + 4, 7 * 64 + 5, 7 * 64 + 6}));
+}
+
 }  // namespace
 }  // namespace strata::engine::cuda

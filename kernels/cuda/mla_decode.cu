@@ -291,11 +291,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid < heads_here) lse_part[part_row0 + tid] = row_m[tid] + log2f(row_l[tid]);
 }
 
-// Grid (H, batch), 128 threads × 4 dims: out = Σ_s 2^(lse_s − m) ō_s / Σ_s 2^(lse_s − m).
-template <typename OutT>
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Grid (H, batch), 128 threads × 4 dims: out = Σ_s 2^(lse_s − m) ō_s / Σ_s 2^(lse_s − m), rows
+// of `out_stride` values. kWithLse: value 512 of each row is the merged LSE in the natural-log
+// domain, ln Σ_j e^(scale · q̃·κ_j) (−∞ when no split saw a row): MlaPagedPartial's layout.
+template <typename OutT, bool kWithLse = false>
 __global__ void MlaCombineKernel(const float* __restrict__ o_part,
                                  const float* __restrict__ lse_part, int num_heads, int num_splits,
-                                 OutT* __restrict__ out) {
+                                 OutT* __restrict__ out, int out_stride = kMlaValueDim) {
   const int h = blockIdx.x, b = blockIdx.y;
   const int64_t first = static_cast<int64_t>(b) * num_splits * num_heads + h;
   float m = -INFINITY;
@@ -316,11 +320,45 @@ __global__ void MlaCombineKernel(const float* __restrict__ o_part,
     }
   }
   const float inv = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
-  OutT* dst = out + (static_cast<int64_t>(b) * num_heads + h) * kMlaValueDim + 4 * threadIdx.x;
+  OutT* row = out + (static_cast<int64_t>(b) * num_heads + h) * out_stride;
+  OutT* dst = row + 4 * threadIdx.x;
   StoreOut(dst + 0, acc.x * inv);
   StoreOut(dst + 1, acc.y * inv);
   StoreOut(dst + 2, acc.z * inv);
   StoreOut(dst + 3, acc.w * inv);
+  if constexpr (kWithLse) {
+    if (threadIdx.x == 0) {
+      StoreOut(row + kMlaValueDim, weight_sum > 0.0f ? (m + log2f(weight_sum)) * kLn2 : -INFINITY);
+    }
+  }
+}
+
+// Grid (items), 128 threads × 4 dims: out[i] = Σ_p e^(lse_p − L) ō_p, L = ln Σ_p e^(lse_p), over
+// the parts' [ō (512) ; lse] rows partials[p · num_items + i] (MlaMergePartials).
+__global__ void MlaMergePartialsKernel(const float* __restrict__ partials, int parts,
+                                       int64_t num_items, uint16_t* __restrict__ out) {
+  constexpr int kRow = kMlaValueDim + 1;
+  const int64_t item = blockIdx.x;
+  float m = -INFINITY;
+  for (int p = 0; p < parts; ++p) {
+    m = fmaxf(m, partials[(p * num_items + item) * kRow + kMlaValueDim]);
+  }
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float weight_sum = 0.0f;
+  if (m != -INFINITY) {
+    for (int p = 0; p < parts; ++p) {
+      const float* row = partials + (p * num_items + item) * kRow;
+      const float w = expf(row[kMlaValueDim] - m);
+      if (w == 0.0f) continue;
+      weight_sum += w;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[k] += w * row[4 * threadIdx.x + k];
+    }
+  }
+  const float inv = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
+  uint16_t* dst = out + item * kMlaValueDim + 4 * threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) StoreOut(dst + k, acc[k] * inv);
 }
 
 // Latent values d and d + 1 (d even) of cache row `row_index`: bf16, or fp8 decoded in f32.
@@ -446,7 +484,7 @@ absl::Status CheckParams(const MlaDecodeParams& p, const void* workspace, int64_
   return absl::OkStatus();
 }
 
-template <bool kFp8, typename OutT>
+template <bool kFp8, bool kWithLse, typename OutT>
 absl::Status LaunchDecode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
                           const int32_t* query_seq, const int32_t* seq_lens,
                           const MlaDecodeParams& p, int splits, float* o_part, float* lse_part,
@@ -462,12 +500,14 @@ absl::Status LaunchDecode(const uint16_t* q_abs, const void* kv_cache, const int
                          p.max_blocks_per_seq, PagesPerSplit(p, splits), splits, p.scale * kLog2e,
                          o_part, lse_part);
   STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MlaDecodeKernel launch");
-  internal::LaunchKernel(MlaCombineKernel<OutT>, dim3(p.num_heads, p.batch), kMlaValueDim / 4, 0,
-                         stream, o_part, lse_part, p.num_heads, splits, out);
+  internal::LaunchKernel(MlaCombineKernel<OutT, kWithLse>, dim3(p.num_heads, p.batch),
+                         kMlaValueDim / 4, 0, stream, o_part, lse_part, p.num_heads, splits, out,
+                         kWithLse ? kMlaValueDim + 1 : kMlaValueDim);
   return LaunchStatus("MlaCombineKernel launch");
 }
 
-template <typename OutT>
+// kWithLse: rows [ō ; lse] of 513 f32 (MlaPagedPartial); else rows ō of 512.
+template <bool kWithLse = false, typename OutT>
 absl::Status Decode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
                     const int32_t* query_seq, const int32_t* seq_lens, const MlaDecodeParams& p,
                     void* workspace, int64_t workspace_bytes, OutT* out, cudaStream_t stream) {
@@ -478,11 +518,11 @@ absl::Status Decode(const uint16_t* q_abs, const void* kv_cache, const int32_t* 
   float* o_part = static_cast<float*>(workspace);
   float* lse_part = o_part + static_cast<int64_t>(p.batch) * splits * p.num_heads * kMlaValueDim;
   if (p.cache_dtype == LatentDType::kFP8) {
-    return LaunchDecode<true>(q_abs, kv_cache, block_table, query_seq, seq_lens, p, splits, o_part,
-                              lse_part, out, stream);
+    return LaunchDecode<true, kWithLse>(q_abs, kv_cache, block_table, query_seq, seq_lens, p,
+                                        splits, o_part, lse_part, out, stream);
   }
-  return LaunchDecode<false>(q_abs, kv_cache, block_table, query_seq, seq_lens, p, splits, o_part,
-                             lse_part, out, stream);
+  return LaunchDecode<false, kWithLse>(q_abs, kv_cache, block_table, query_seq, seq_lens, p, splits,
+                                       o_part, lse_part, out, stream);
 }
 
 }  // namespace
@@ -537,6 +577,26 @@ absl::Status MlaPagedPrefill(const uint16_t* q_abs, const void* kv_cache,
   if (query_seq == nullptr) return absl::InvalidArgumentError("MlaPagedPrefill: null query_seq");
   return Decode(q_abs, kv_cache, block_table, query_seq, seq_lens, params, workspace,
                 workspace_bytes, out, stream);
+}
+
+absl::Status MlaPagedPartial(const uint16_t* q_abs, const void* kv_cache,
+                             const int32_t* block_table, const int32_t* query_seq,
+                             const int32_t* seq_lens, const MlaDecodeParams& params,
+                             void* workspace, int64_t workspace_bytes, float* partial,
+                             cudaStream_t stream) {
+  return Decode<true>(q_abs, kv_cache, block_table, query_seq, seq_lens, params, workspace,
+                      workspace_bytes, partial, stream);
+}
+
+absl::Status MlaMergePartials(const float* partials, int parts, int64_t num_items, uint16_t* out,
+                              cudaStream_t stream) {
+  if (parts < 1 || num_items < 0 || num_items > int64_t{0x7fffffff}) {
+    return absl::InvalidArgumentError("MlaMergePartials: parts must be ≥ 1, items in [0, 2^31)");
+  }
+  if (num_items == 0) return absl::OkStatus();
+  internal::LaunchKernel(MlaMergePartialsKernel, dim3(static_cast<unsigned>(num_items)),
+                         kMlaValueDim / 4, 0, stream, partials, parts, num_items, out);
+  return LaunchStatus("MlaMergePartialsKernel launch");
 }
 
 absl::Status MlaPagedDecodeSimple(const uint16_t* q_abs, const void* kv_cache,

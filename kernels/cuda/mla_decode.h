@@ -76,6 +76,26 @@ absl::Status MlaPagedPrefill(const uint16_t* q_abs, const void* kv_cache,
                              void* workspace, int64_t workspace_bytes, uint16_t* out,
                              cudaStream_t stream);
 
+// Decode context parallelism (engine/tensor_parallel.h): the attention of each query over the
+// part of its context this rank's cache holds, left for MlaMergePartials to combine with the
+// other ranks' parts. Same inputs as MlaPagedPrefill (query_seq may be null: query b reads
+// table row b; seq_lens[b] ≥ 0 here: the rows of b's context on this rank, 0 when it holds
+// none). partial [batch, H, 513] f32 per (query, head): ō (512) over those rows, then
+// lse = ln Σ_j e^(scale · q̃·κ_j) (−∞, with ō = 0, when seq_lens[b] = 0). Workspace as
+// MlaPagedDecode.
+absl::Status MlaPagedPartial(const uint16_t* q_abs, const void* kv_cache,
+                             const int32_t* block_table, const int32_t* query_seq,
+                             const int32_t* seq_lens, const MlaDecodeParams& params,
+                             void* workspace, int64_t workspace_bytes, float* partial,
+                             cudaStream_t stream);
+
+// out[i] (512 bf16 values) = the exact merge of `parts` partials of item i:
+// Σ_p e^(lse_p − L) ō_p with L = ln Σ_p e^(lse_p), where partials[p · num_items + i] is part p's
+// [ō (512) ; lse] row (MlaPagedPartial's layout, one part per rank of the group, items =
+// query × head). An item no part saw (every lse −∞) is 0. f32 math.
+absl::Status MlaMergePartials(const float* partials, int parts, int64_t num_items, uint16_t* out,
+                              cudaStream_t stream);
+
 absl::Status MlaPagedDecodeSimple(const uint16_t* q_abs, const void* kv_cache,
                                   const int32_t* block_table, const int32_t* seq_lens,
                                   const MlaDecodeParams& params, float* out, cudaStream_t stream);

@@ -40,14 +40,19 @@ struct PagedCache {
   int max_blocks_per_seq = 0;
 };
 
-PagedCache MakeCache(std::mt19937& rng, const std::vector<int>& lens) {
+// Pages holding `rows` (per sequence, [len, 576] values already rounded to bf16), scattered
+// over the pool in a random order.
+PagedCache PageRows(std::mt19937& rng, const std::vector<std::vector<float>>& rows) {
   PagedCache c;
   int total_pages = 0;
-  for (int len : lens) {
-    const int pages = (len + kMlaPageSize - 1) / kMlaPageSize;
+  std::vector<int> lens;
+  for (const std::vector<float>& seq : rows) {
+    lens.push_back(static_cast<int>(seq.size() / kMlaLatentDim));
+    const int pages = (lens.back() + kMlaPageSize - 1) / kMlaPageSize;
     c.max_blocks_per_seq = std::max(c.max_blocks_per_seq, pages);
     total_pages += pages;
   }
+  c.max_blocks_per_seq = std::max(c.max_blocks_per_seq, 1);
   const int num_blocks = total_pages + 3;  // spare blocks nobody references
   std::vector<int32_t> order(num_blocks);
   std::iota(order.begin(), order.end(), 0);
@@ -55,13 +60,13 @@ PagedCache MakeCache(std::mt19937& rng, const std::vector<int>& lens) {
   c.pool.assign(static_cast<size_t>(num_blocks) * kMlaPageSize * kMlaLatentDim, 0xffff);
   c.block_table.assign(lens.size() * c.max_blocks_per_seq, -1);
   int next = 0;
-  int64_t rows = 0;
+  int64_t offset = 0;
   for (size_t b = 0; b < lens.size(); ++b) {
-    c.seq_offset.push_back(rows);
-    std::vector<float> values = Uniform(rng, static_cast<size_t>(lens[b]) * kMlaLatentDim, -1, 1);
+    c.seq_offset.push_back(offset);
+    c.latent_rows.insert(c.latent_rows.end(), rows[b].begin(), rows[b].end());
+    offset += lens[b];
+    std::vector<float> values = rows[b];
     const std::vector<uint16_t> bits = ToBf16InPlace(values);
-    c.latent_rows.insert(c.latent_rows.end(), values.begin(), values.end());
-    rows += lens[b];
     const int pages = (lens[b] + kMlaPageSize - 1) / kMlaPageSize;
     for (int p = 0; p < pages; ++p) {
       const int block = order[next++];
@@ -75,6 +80,15 @@ PagedCache MakeCache(std::mt19937& rng, const std::vector<int>& lens) {
     }
   }
   return c;
+}
+
+PagedCache MakeCache(std::mt19937& rng, const std::vector<int>& lens) {
+  std::vector<std::vector<float>> rows;
+  for (int len : lens) {
+    rows.push_back(Uniform(rng, static_cast<size_t>(len) * kMlaLatentDim, -1, 1));
+    ToBf16InPlace(rows.back());
+  }
+  return PageRows(rng, rows);
 }
 
 // ō[b, h, :] = Σ_j softmax_j(scale · q̃·κ_j) c_j in f64 (an independent host computation).
@@ -293,6 +307,115 @@ TEST(CudaMlaDecodeTest, PagedPrefillMatchesNonAbsorbedReference) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   STRATA_EXPECT_RELERR("MlaPagedPrefill", absl::StrCat("H", heads, "_T", tokens), d_o.Download(),
                        expected, 2e-2);
+}
+
+// Decode context parallelism: each of C ranks holds the positions ≡ d (mod C) of every
+// sequence; MlaPagedPartial over each rank's rows (causal queries of prefill chunks and decode
+// rows, some seeing none of a rank's rows) then MlaMergePartials equals the attention over the
+// whole context (f64 host computation), and each partial's LSE is the f64 log-sum-exp of its rows.
+TEST(CudaMlaDecodeTest, ContextParallelPartialsMergeToWholeContextAttention) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 21);
+  const std::vector<int> lens = {1, 70, 203};  // whole contexts
+  std::vector<std::vector<float>> full;
+  for (int len : lens) {
+    full.push_back(Uniform(rng, static_cast<size_t>(len) * kMlaLatentDim, -1, 1));
+    ToBf16InPlace(full.back());
+  }
+  // Queries: every position of the 70-token sequence (a prefill chunk from 0), the last 9 of
+  // the 203-token one (a continuation), and position 0 of the first (sees only rank 0's row).
+  std::vector<int32_t> query_seq, query_pos;
+  for (int t = 0; t < 70; ++t) query_seq.push_back(1), query_pos.push_back(t);
+  for (int t = 194; t < 203; ++t) query_seq.push_back(2), query_pos.push_back(t);
+  query_seq.push_back(0), query_pos.push_back(0);
+  const int queries = static_cast<int>(query_seq.size());
+  for (int heads : {1, 5, 33}) {
+    std::vector<float> q =
+        Uniform(rng, static_cast<size_t>(queries) * heads * kMlaLatentDim, -2, 2);
+    const std::vector<uint16_t> q_bits = ToBf16InPlace(q);
+    std::vector<float> expected(static_cast<size_t>(queries) * heads * kMlaValueDim);
+    for (int i = 0; i < queries; ++i) {  // whole causal context of each query
+      const int s = query_seq[i];
+      PagedCache one;  // HostAttention reads only the rows
+      one.latent_rows.assign(
+          full[s].begin(),
+          full[s].begin() + static_cast<int64_t>(query_pos[i] + 1) * kMlaLatentDim);
+      one.seq_offset = {0};
+      const std::vector<float> qi(q.begin() + static_cast<int64_t>(i) * heads * kMlaLatentDim,
+                                  q.begin() + static_cast<int64_t>(i + 1) * heads * kMlaLatentDim);
+      const std::vector<float> o = HostAttention(qi, one, {query_pos[i] + 1}, heads);
+      std::copy(o.begin(), o.end(),
+                expected.begin() + static_cast<int64_t>(i) * heads * kMlaValueDim);
+    }
+    for (int parts : {1, 2, 3}) {
+      const int64_t items = static_cast<int64_t>(queries) * heads;
+      std::vector<float> partials;
+      for (int d = 0; d < parts; ++d) {
+        std::vector<std::vector<float>> local(lens.size());
+        for (size_t s = 0; s < lens.size(); ++s) {
+          for (int p = d; p < lens[s]; p += parts) {
+            local[s].insert(local[s].end(),
+                            full[s].begin() + static_cast<int64_t>(p) * kMlaLatentDim,
+                            full[s].begin() + static_cast<int64_t>(p + 1) * kMlaLatentDim);
+          }
+        }
+        PagedCache cache = PageRows(rng, local);
+        std::vector<int32_t> local_lens;
+        for (int pos : query_pos) local_lens.push_back(pos >= d ? (pos - d) / parts + 1 : 0);
+        MlaDecodeParams params;
+        params.batch = queries;
+        params.num_heads = heads;
+        params.max_blocks_per_seq = cache.max_blocks_per_seq;
+        params.max_context = *std::max_element(local_lens.begin(), local_lens.end());
+        params.scale = kScale;
+        DeviceArray<uint16_t> d_q(q_bits), d_pool(cache.pool);
+        DeviceArray<int32_t> d_table(cache.block_table), d_seq(query_seq), d_lens(local_lens);
+        DeviceArray<float> d_part(static_cast<size_t>(items) * (kMlaValueDim + 1));
+        DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaDecodeWorkspaceBytes(params)));
+        d_part.Poison();
+        STRATA_ASSERT_OK(MlaPagedPartial(d_q.get(), d_pool.get(), d_table.get(), d_seq.get(),
+                                         d_lens.get(), params, d_ws.get(),
+                                         static_cast<int64_t>(d_ws.size()), d_part.get(), nullptr));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<float> part = d_part.Download();
+        // The LSE of each (query, head) over this rank's rows, in f64.
+        for (int i = 0; i < queries; ++i) {
+          const float* rows =
+              cache.latent_rows.data() + cache.seq_offset[query_seq[i]] * kMlaLatentDim;
+          for (int h = 0; h < heads; ++h) {
+            const float got =
+                part[(static_cast<int64_t>(i) * heads + h) * (kMlaValueDim + 1) + kMlaValueDim];
+            if (local_lens[i] == 0) {
+              EXPECT_TRUE(std::isinf(got) && got < 0) << "rank " << d << " query " << i;
+              continue;
+            }
+            const float* qh = q.data() + (static_cast<int64_t>(i) * heads + h) * kMlaLatentDim;
+            double m = -INFINITY, sum = 0.0;
+            std::vector<double> s(local_lens[i]);
+            for (int j = 0; j < local_lens[i]; ++j) {
+              double dot = 0.0;
+              for (int k = 0; k < kMlaLatentDim; ++k)
+                dot += double{qh[k]} * rows[j * kMlaLatentDim + k];
+              m = std::max(m, s[j] = dot * kScale);
+            }
+            for (double v : s) sum += std::exp(v - m);
+            EXPECT_NEAR(got, m + std::log(sum), 2e-3 * (1.0 + std::abs(m)))
+                << "parts " << parts << " rank " << d << " query " << i << " head " << h;
+          }
+        }
+        partials.insert(partials.end(), part.begin(), part.end());
+      }
+      DeviceArray<float> d_partials(partials);
+      DeviceArray<uint16_t> d_out(static_cast<size_t>(items) * kMlaValueDim);
+      d_out.Poison();
+      STRATA_ASSERT_OK(MlaMergePartials(d_partials.get(), parts, items, d_out.get(), nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      STRATA_EXPECT_RELERR("MlaPagedPartial+MlaMergePartials",
+                           absl::StrCat("H", heads, "_parts", parts), FromBf16(d_out.Download()),
+                           expected, 8e-3);
+    }
+  }
+  EXPECT_FALSE(MlaMergePartials(nullptr, 0, 1, nullptr, nullptr).ok());
 }
 
 // An fp8 cache (core/latent_row.h) of the same pages: rows encoded by the reference codec, and

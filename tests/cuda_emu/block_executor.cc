@@ -83,6 +83,16 @@ struct Fiber {
 #endif
   std::vector<PendingCopy> copies;
   int committed_groups = 0;
+
+  Fiber() = default;
+  Fiber(const Fiber&) = delete;
+  Fiber& operator=(const Fiber&) = delete;
+  // A host thread's fibers go with it (t_host is thread_local): a process that launches kernels
+  // from many short-lived threads (one per rank and step in the rank-thread tests) would
+  // otherwise keep every stack mapped and run out of mappings (vm.max_map_count).
+  ~Fiber() {
+    if (stack != nullptr) munmap(stack, kStackBytes + kGuardBytes);
+  }
 };
 
 struct WarpState {

@@ -579,7 +579,9 @@ CUDA_TP_LOGPROB_TOLERANCE = 5e-2
 
 def case_cuda_tp(args):
     """--device cuda --tensor-parallel-size 2 (strata-emu, the CUDA path on the CPU emulator): one
-    process with two ranks (n-gram drafts, then prefix hits), then one process per rank (rank 0 serves, rank 1 only computes); each gives
+    process with two ranks (n-gram drafts, then prefix hits), the same with
+    --decode-context-parallel-size 2, then one process per rank (rank 0 serves, rank 1 only
+    computes); each gives
     the greedy tokens of one process alone on the device. The shards add their f32 partial
     products in another order and the bf16 rounding of a later GEMM operand may move by an ulp,
     so the chosen tokens' log-probabilities agree to ~1e-2 (CUDA_TP_LOGPROB_TOLERANCE), not bit
@@ -602,6 +604,20 @@ def case_cuda_tp(args):
     engine = server_info(servers[0].port)["engine"]
     stop_group(servers)
     check_drafted_and_hit(f"{args.family} on the device under tensor parallelism", engine)
+
+    # Decode context parallelism on the device: each rank's cache holds every other position and
+    # the MLA layers merge the ranks' partial attention (log-sum-exp).
+    servers = [Server(args, "cuda_tp_dcp", args.work_case,
+                      ["--tensor-parallel-size", "2", "--decode-context-parallel-size", "2"])]
+    servers[0].wait_ready(time.time() + 90)
+    plan = server_info(servers[0].port)["memory_plan"]
+    if plan["num_tokens_per_group"] != 2 * plan["num_tokens"]:
+        fail(f"/server_info memory_plan with DCP 2 on the device: {plan}")
+    got = generate_all(servers, tp_prompts)
+    stop_group(servers)
+    compare(f"{args.family} on the device: --tensor-parallel-size 2 "
+            "--decode-context-parallel-size 2", reference, got, CUDA_TP_LOGPROB_TOLERANCE)
+
     coordinator = f"127.0.0.1:{free_port()}"
     extra = ["--tensor-parallel-size", "2", "--world-size", "2", "--coordinator", coordinator,
              "--rendezvous-timeout-s", "60"]
