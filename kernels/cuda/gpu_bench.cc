@@ -205,11 +205,14 @@ absl::Status FillFp8Pages(uint8_t* cache, int64_t blocks) {
 }
 
 // MLA paged decode: `batch` sequences of `ctx` tokens each, pages scattered over the pool;
-// bf16 cache rows (1,152 bytes), or fp8 (656 bytes, --kv-cache-dtype fp8).
+// bf16 cache rows (1,152 bytes), or fp8 (656 bytes, --kv-cache-dtype fp8). `partial`: the
+// context-parallel form (MlaPagedPartial: [ō ; LSE] rows for the ranks' merge).
 void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bool simple,
-              bool fp8 = false) {
-  const std::string kernel =
-      std::string(simple ? "MlaPagedDecodeSimple" : "MlaPagedDecode") + (fp8 ? "_fp8" : "");
+              bool fp8 = false, bool partial = false) {
+  const std::string kernel = std::string(simple    ? "MlaPagedDecodeSimple"
+                                         : partial ? "MlaPagedPartial"
+                                                   : "MlaPagedDecode") +
+                             (fp8 ? "_fp8" : "");
   if (!bench.Wants(kernel)) return;
   const std::string shape = std::string(model) + " H" + std::to_string(heads) + " B" +
                             std::to_string(batch) + " ctx" + Ctx(ctx);
@@ -217,7 +220,8 @@ void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bo
   const int64_t blocks = static_cast<int64_t>(batch) * pages;
   const int64_t row_bytes = fp8 ? 656 : kMlaLatentDim * 2;
   Buf cache(blocks * kMlaPageSize * row_bytes), q(int64_t{batch} * heads * kMlaLatentDim * 2),
-      table(blocks * 4), lens(int64_t{batch} * 4), out(int64_t{batch} * heads * kMlaValueDim * 4);
+      table(blocks * 4), lens(int64_t{batch} * 4),
+      out(int64_t{batch} * heads * (kMlaValueDim + 1) * 4);
   if (!cache.ok() || !q.ok() || !table.ok() || !out.ok()) {
     return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
   }
@@ -253,6 +257,11 @@ void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bo
     if (simple) {
       return MlaPagedDecodeSimple(q.as<uint16_t>(), cache.as<void>(), table.as<int32_t>(),
                                   lens.as<int32_t>(), p, out.as<float>(), bench.stream);
+    }
+    if (partial) {
+      return MlaPagedPartial(q.as<uint16_t>(), cache.as<void>(), table.as<int32_t>(), nullptr,
+                             lens.as<int32_t>(), p, ws.as<void>(), MlaDecodeWorkspaceBytes(p),
+                             out.as<float>(), bench.stream);
     }
     return MlaPagedDecode(q.as<uint16_t>(), cache.as<void>(), table.as<int32_t>(),
                           lens.as<int32_t>(), p, ws.as<void>(), MlaDecodeWorkspaceBytes(p),
@@ -971,6 +980,8 @@ int Run(Bench& bench) {
     BenchMla(bench, "K-L", 32, 8, 131072, false);
     BenchMla(bench, "K3", 96, 32, 32768, false);
     BenchMla(bench, "K3/TP8", 12, 64, 65536, false);
+    // DCP 8: every rank attends all 96 gathered heads over its eighth of a 128K context.
+    BenchMla(bench, "K3/TP8xDCP8", 96, 32, 16384, false, false, /*partial=*/true);
     BenchMla(bench, "K-L", 32, 128, 2048, false);
   }
   BenchMla(bench, "K-L", 32, 8, 8192, true);
