@@ -28,7 +28,7 @@
 namespace strata::kvcache {
 namespace {
 
-using Tokens = std::vector<int32_t>;
+using TokenIds = std::vector<int32_t>;
 
 struct Config {
   int block_size;
@@ -40,7 +40,7 @@ struct Config {
 };
 
 struct Seq {
-  Tokens tokens;
+  TokenIds tokens;
   int64_t prompt_len = 0;
   uint64_t salt = 0;
   bool running = false;
@@ -63,8 +63,8 @@ struct Coverage {
   int64_t allocation_failures = 0;
 };
 
-Tokens Prefix(const Tokens& tokens, int64_t n) {
-  return Tokens(tokens.begin(), tokens.begin() + n);
+TokenIds Prefix(const TokenIds& tokens, int64_t n) {
+  return TokenIds(tokens.begin(), tokens.begin() + n);
 }
 
 class Harness {
@@ -140,7 +140,7 @@ class Harness {
     if (!history_.empty() && Uniform(0, 2) == 0) {
       seq.tokens = history_[Uniform(0, static_cast<int64_t>(history_.size()) - 1)];
     } else {
-      const Tokens& base = family_[Uniform(0, 2)];
+      const TokenIds& base = family_[Uniform(0, 2)];
       seq.tokens = Prefix(base, Uniform(0, static_cast<int64_t>(base.size())));
     }
     for (int64_t n = Uniform(1, 10); n > 0; --n) seq.tokens.push_back(Uniform(0, 5));
@@ -151,8 +151,8 @@ class Harness {
 
   // Looks up tokens[0, n - 1) (at least one token is left to compute) and checks the match
   // against simulated memory.
-  PrefixMatch LookupAndVerify(const Tokens& tokens, uint64_t salt) {
-    Tokens query = Prefix(tokens, static_cast<int64_t>(tokens.size()) - 1);
+  PrefixMatch LookupAndVerify(const TokenIds& tokens, uint64_t salt) {
+    TokenIds query = Prefix(tokens, static_cast<int64_t>(tokens.size()) - 1);
     PrefixMatch match = cache_.Lookup(HashFullBlocks(query, config_.block_size, salt));
     EXPECT_EQ(match.num_tokens, static_cast<int64_t>(match.blocks.size()) * config_.block_size);
     EXPECT_LT(match.num_tokens, static_cast<int64_t>(tokens.size()));
@@ -352,12 +352,12 @@ class Harness {
   PrefixCache cache_;
   std::mt19937_64 rng_;
   Coverage* coverage_ = nullptr;
-  Tokens family_[3];
-  std::vector<Tokens> history_;
+  TokenIds family_[3];
+  std::vector<TokenIds> history_;
   std::vector<Seq> seqs_;
-  std::vector<Tokens> page_content_;        // [num_blocks]
-  std::vector<Tokens> slot_content_;        // [num_slots]
-  std::vector<Tokens> checkpoint_content_;  // [num_checkpoints]
+  std::vector<TokenIds> page_content_;        // [num_blocks]
+  std::vector<TokenIds> slot_content_;        // [num_slots]
+  std::vector<TokenIds> checkpoint_content_;  // [num_checkpoints]
 };
 
 // Four shards (ctest runs them in parallel), 150 random configurations x 2,000 operations each.

@@ -14,6 +14,7 @@
 #include "scheduler/scheduler.h"
 #include "scheduler/testing/driver.h"
 #include "scheduler/testing/fake_executor.h"
+#include "scheduler/testing/requests.h"
 
 namespace strata::scheduler {
 namespace {
@@ -22,9 +23,12 @@ using engine::SlotInit;
 using engine::StepPlan;
 using testing::Driver;
 using ::testing::ElementsAre;
+using testing::ExpectHealthy;
 using testing::FakeExecutor;
+using testing::MakeRequest;
+using testing::Prompt;
 
-constexpr int32_t kVocab = 1000;
+constexpr int32_t kPrefixVocab = 1000;
 
 SchedulerConfig PrefixConfig() {
   SchedulerConfig c;
@@ -50,26 +54,14 @@ SchedulerConfig FewSlotsConfig(int32_t checkpoint_slots, int32_t slots) {
   return c;
 }
 
-std::vector<int32_t> Prompt(int n, int32_t first) {
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  std::iota(p.begin(), p.end(), first);
-  return p;
-}
-
 std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
 
-Request MakeRequest(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  Request r;
-  r.request_id = id;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  return r;
+std::vector<int32_t> PrefixExpected(const Request& r) {
+  return FakeExecutor::ExpectedOutput(r, kPrefixVocab);
 }
-
-std::vector<int32_t> Expected(const Request& r) { return FakeExecutor::ExpectedOutput(r, kVocab); }
 
 // The tokens at which a step's sequence saves checkpoints (absolute positions).
 std::vector<int64_t> SavePoints(const engine::ScheduledSequence& s) {
@@ -107,15 +99,10 @@ void ExpectHitAt(const StepPlan& p, int64_t num_tokens) {
   EXPECT_EQ(p.sequences[0].num_computed_tokens, num_tokens);
 }
 
-void ExpectHealthy(Driver& d) {
-  EXPECT_TRUE(d.scheduler().CheckInvariants().ok()) << d.scheduler().CheckInvariants();
-  EXPECT_THAT(d.executor().errors(), ::testing::IsEmpty());
-}
-
 TEST(SchedulerPrefixTest, NoCheckpointsWithoutPrefixCaching) {
   SchedulerConfig c = PrefixConfig();
   c.enable_prefix_caching = false;
-  Driver d(c, kVocab);
+  Driver d(c, kPrefixVocab);
   ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(19, 100), 1)).ok());
   EXPECT_THAT(Only(d.Step()), IsChunk(0, 16, Saves{}, false));
   EXPECT_THAT(Only(d.Step()), IsChunk(16, 3, Saves{}, true));
@@ -124,7 +111,7 @@ TEST(SchedulerPrefixTest, NoCheckpointsWithoutPrefixCaching) {
 }
 
 TEST(SchedulerPrefixTest, SecondRequestStartsFromTheSharedPrefixCheckpoint) {
-  Driver d(PrefixConfig(), kVocab);
+  Driver d(PrefixConfig(), kPrefixVocab);
   const std::vector<int32_t> shared = Prompt(16, 100);
   ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Concat(shared, {7, 8}), 1)).ok());
   d.RunUntilIdle();  // chunks [0, 8) -> checkpoint 0, [8, 16) -> checkpoint 1, [16, 18)
@@ -151,7 +138,7 @@ TEST(SchedulerPrefixTest, SecondRequestStartsFromTheSharedPrefixCheckpoint) {
   EXPECT_EQ(st.num_prefix_hits, 1);
   EXPECT_EQ(st.num_prefix_hit_tokens, 16);
   d.RunUntilIdle();
-  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.output("b"), PrefixExpected(b));
   ExpectHealthy(d);
 }
 
@@ -159,7 +146,7 @@ TEST(SchedulerPrefixTest, SecondRequestStartsFromTheSharedPrefixCheckpoint) {
 // the checkpoints at their boundaries, so the same prefix misses afterwards; a running
 // sequence's blocks keep their hashes.
 TEST(SchedulerPrefixTest, ResetPrefixCacheForgetsWhatNoSequenceHolds) {
-  Driver d(PrefixConfig(), kVocab);
+  Driver d(PrefixConfig(), kPrefixVocab);
   const std::vector<int32_t> shared = Prompt(16, 100);
   ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Concat(shared, {7, 8}), 1)).ok());
   d.RunUntilIdle();
@@ -186,13 +173,13 @@ TEST(SchedulerPrefixTest, ResetPrefixCacheForgetsWhatNoSequenceHolds) {
   const int64_t hits_before = d.scheduler().stats().num_prefix_hit_tokens;
   d.RunUntilIdle();
   EXPECT_EQ(d.scheduler().stats().num_prefix_hit_tokens, hits_before);  // b missed
-  EXPECT_EQ(d.output("b"), Expected(b));
-  EXPECT_EQ(d.output("runner"), Expected(MakeRequest("runner", Prompt(9, 600), 8)));
+  EXPECT_EQ(d.output("b"), PrefixExpected(b));
+  EXPECT_EQ(d.output("runner"), PrefixExpected(MakeRequest("runner", Prompt(9, 600), 8)));
   ExpectHealthy(d);
 }
 
 TEST(SchedulerPrefixTest, SharedBlocksAreReferencedByBothSequences) {
-  Driver d(PrefixConfig(), kVocab);
+  Driver d(PrefixConfig(), kPrefixVocab);
   const std::vector<int32_t> shared = Prompt(8, 100);
   ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Concat(shared, {1, 2}), 10)).ok());
   d.Step();  // a: [0, 8) with checkpoint
@@ -215,7 +202,7 @@ TEST(SchedulerPrefixTest, KdaHitNeedsACheckpointAtTheBoundary) {
     SchedulerConfig c = PrefixConfig();
     c.checkpoint_every_n_blocks = 0;
     c.has_kda_layers = kda;
-    Driver d(c, kVocab);
+    Driver d(c, kPrefixVocab);
     ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(10, 100), 1)).ok());
     // With KDA layers the state at the prompt-end boundary 8 is saved on the way.
     EXPECT_THAT(Only(d.Step()), IsChunk(0, 10, kda ? Saves{8} : Saves{}, true));
@@ -228,7 +215,7 @@ TEST(SchedulerPrefixTest, KdaHitNeedsACheckpointAtTheBoundary) {
     EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kZero) << kda;
     EXPECT_EQ(p.sequences[0].token_ids.size(), kda ? 9u : 5u) << kda;
     d.RunUntilIdle();
-    EXPECT_EQ(d.output("b"), Expected(b));
+    EXPECT_EQ(d.output("b"), PrefixExpected(b));
     ExpectHealthy(d);
   }
 }
@@ -236,7 +223,7 @@ TEST(SchedulerPrefixTest, KdaHitNeedsACheckpointAtTheBoundary) {
 TEST(SchedulerPrefixTest, NeverMatchesTheWholePrompt) {
   SchedulerConfig c = PrefixConfig();
   c.checkpoint_every_n_blocks = 1;
-  Driver d(c, kVocab);
+  Driver d(c, kPrefixVocab);
   const Request a = MakeRequest("a", Prompt(8, 100), 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
   d.RunUntilIdle();  // checkpoints at 4 (id 0) and 8 (id 1)
@@ -251,13 +238,13 @@ TEST(SchedulerPrefixTest, NeverMatchesTheWholePrompt) {
   EXPECT_EQ(p.sequences[0].token_ids, Prompt(4, 104));
   EXPECT_TRUE(p.sequences[0].sample);
   d.RunUntilIdle();
-  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.output("b"), PrefixExpected(b));
   EXPECT_EQ(d.output("b")[0], d.output("a")[0]);
   ExpectHealthy(d);
 }
 
 TEST(SchedulerPrefixTest, CacheSaltSeparatesPrefixes) {
-  Driver d(PrefixConfig(), kVocab);
+  Driver d(PrefixConfig(), kPrefixVocab);
   ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Prompt(18, 100), 1)).ok());
   d.RunUntilIdle();
   Request b = MakeRequest("b", Prompt(18, 100), 1);
@@ -277,7 +264,7 @@ TEST(SchedulerPrefixTest, RecomputedSequenceHitsItsOwnCachedPrefix) {
   c.num_blocks = 4;
   c.max_model_len = 16;
   c.long_prefill_token_threshold = 4;  // prefill chunks of one block
-  Driver d(c, kVocab);
+  Driver d(c, kPrefixVocab);
   Request a = MakeRequest("a", Prompt(8, 100), 2);
   Request b = MakeRequest("b", Prompt(4, 200), 8);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
@@ -303,8 +290,8 @@ TEST(SchedulerPrefixTest, RecomputedSequenceHitsItsOwnCachedPrefix) {
   EXPECT_EQ(d.last_events()[0].num_output_tokens, 3);
   EXPECT_EQ(d.last_events()[0].num_cached_tokens, 0);  // first admission had no hit
   d.RunUntilIdle();
-  EXPECT_EQ(d.output("a"), Expected(a));
-  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.output("a"), PrefixExpected(a));
+  EXPECT_EQ(d.output("b"), PrefixExpected(b));
   EXPECT_EQ(d.scheduler().block_pool().num_free(), 4);
   ExpectHealthy(d);
 }
@@ -312,7 +299,7 @@ TEST(SchedulerPrefixTest, RecomputedSequenceHitsItsOwnCachedPrefix) {
 TEST(SchedulerPrefixTest, PromptScoringSkipsTheCacheAndFitsTheScoreBudget) {
   SchedulerConfig c = PrefixConfig();
   c.max_scored_tokens_per_step = 5;
-  Driver d(c, kVocab);
+  Driver d(c, kPrefixVocab);
   const std::vector<int32_t> shared = Prompt(16, 100);
   ASSERT_TRUE(d.scheduler().Add(MakeRequest("a", Concat(shared, {7, 8}), 1)).ok());
   d.RunUntilIdle();
@@ -349,7 +336,7 @@ TEST(SchedulerPrefixTest, PromptScoringSkipsTheCacheAndFitsTheScoreBudget) {
   EXPECT_TRUE(p.sequences[0].score_targets.empty());
   ASSERT_EQ(d.last_events().size(), 1u);
   EXPECT_TRUE(d.last_events()[0].prompt_scores.empty());
-  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.output("b"), PrefixExpected(b));
   EXPECT_EQ(d.scheduler().stats().num_prefix_hits, 0);
   ExpectHealthy(d);
 }
@@ -363,7 +350,7 @@ TEST(SchedulerPrefixTest, PromptScoringSkipsTheCacheAndFitsTheScoreBudget) {
 TEST(SchedulerPrefixTest, ABranchPointGetsACheckpointSoLaterRequestsHit) {
   SchedulerConfig c = PrefixConfig();
   c.checkpoint_every_n_blocks = 0;  // prompt ends only
-  Driver d(c, kVocab);
+  Driver d(c, kPrefixVocab);
   const std::vector<int32_t> system = Prompt(10, 100);  // blocks [0, 4) and [4, 8) are whole
   const Request a = MakeRequest("a", Concat(system, {1, 2, 3}), 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
@@ -380,9 +367,9 @@ TEST(SchedulerPrefixTest, ABranchPointGetsACheckpointSoLaterRequestsHit) {
     ASSERT_TRUE(d.scheduler().Add(r).ok());
     ExpectHitAt(d.Step(), 8);
     d.RunUntilIdle();
-    EXPECT_EQ(d.output(id), Expected(r)) << id;
+    EXPECT_EQ(d.output(id), PrefixExpected(r)) << id;
   }
-  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.output("b"), PrefixExpected(b));
   EXPECT_EQ(d.scheduler().stats().num_prefix_hit_tokens, 2 * 8);
   ExpectHealthy(d);
 }
@@ -393,7 +380,7 @@ TEST(SchedulerPrefixTest, RequestsWaitingForASharedPrefixHitWhereItEnds) {
   SchedulerConfig c = PrefixConfig();
   c.checkpoint_every_n_blocks = 0;
   c.max_model_len = 24;
-  Driver d(c, kVocab);
+  Driver d(c, kPrefixVocab);
   const std::vector<int32_t> system = Prompt(9, 100);  // two whole blocks, 8 tokens
   const Request a = MakeRequest("a", Concat(system, {1, 2, 3, 4, 5, 6}), 2);  // 15 tokens
   const Request b = MakeRequest("b", Concat(system, {900, 901}), 2);          // 11 tokens
@@ -409,8 +396,8 @@ TEST(SchedulerPrefixTest, RequestsWaitingForASharedPrefixHitWhereItEnds) {
   EXPECT_EQ(p.sequences[1].num_computed_tokens, 8);
   EXPECT_EQ(p.sequences[1].token_ids.size(), 3u);
   d.RunUntilIdle();
-  EXPECT_EQ(d.output("a"), Expected(a));
-  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.output("a"), PrefixExpected(a));
+  EXPECT_EQ(d.output("b"), PrefixExpected(b));
   EXPECT_EQ(d.scheduler().stats().num_prefill_tokens_total, 15 + 3);
   ExpectHealthy(d);
 }
@@ -420,7 +407,7 @@ TEST(SchedulerPrefixTest, RequestsWaitingForASharedPrefixHitWhereItEnds) {
 TEST(SchedulerPrefixTest, TheNextTurnOfAConversationStartsPastItsLastOutput) {
   SchedulerConfig c = PrefixConfig();
   c.checkpoint_every_n_blocks = 0;
-  Driver d(c, kVocab);
+  Driver d(c, kPrefixVocab);
   const Request t1 = MakeRequest("t1", Prompt(10, 100), 9);  // computes 18 tokens of 19
   ASSERT_TRUE(d.scheduler().Add(t1).ok());
   EXPECT_THAT(Only(d.Step()), IsChunk(0, 10, Saves{8}, true));
@@ -433,14 +420,14 @@ TEST(SchedulerPrefixTest, TheNextTurnOfAConversationStartsPastItsLastOutput) {
   ASSERT_TRUE(d.scheduler().Add(t2).ok());
   ExpectHitAt(d.Step(), 16);  // of 22
   d.RunUntilIdle();
-  EXPECT_EQ(d.output("t2"), Expected(t2));
+  EXPECT_EQ(d.output("t2"), PrefixExpected(t2));
   ExpectHealthy(d);
 }
 
 // While its sequence runs, a checkpoint past the prompt sits at the cold end of the LRU: a
 // prompt's reservation evicts it rather than another conversation's prompt-end checkpoint.
 TEST(SchedulerPrefixTest, CheckpointsPastThePromptGiveWayWhileTheirSequenceRuns) {
-  Driver d(FewSlotsConfig(2, 2), kVocab);  // b and c hold both: no live slot to lend
+  Driver d(FewSlotsConfig(2, 2), kPrefixVocab);  // b and c hold both: no live slot to lend
   const Request a = MakeRequest("a", Prompt(9, 100), 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
   d.RunUntilIdle();  // a's checkpoint at 8: the least recently used from now on
@@ -497,7 +484,7 @@ TEST(SchedulerPrefixTest, RequestsSharingAPrefixWaitForItInsteadOfRecomputingIt)
   c.max_num_batched_tokens = 32;
   c.max_model_len = 64;
   c.num_blocks = 40;
-  Driver d(c, kVocab);
+  Driver d(c, kPrefixVocab);
   const std::vector<int32_t> prompt = Prompt(18, 100);  // checkpoints at 8 and 16
   std::vector<Request> requests;
   for (int i = 0; i < 3; ++i) {
@@ -514,8 +501,9 @@ TEST(SchedulerPrefixTest, RequestsSharingAPrefixWaitForItInsteadOfRecomputingIt)
   EXPECT_EQ(p.sequences[1].token_ids.size(), 10u);
   EXPECT_EQ(d.scheduler().num_waiting(), 2);
   d.RunUntilIdle();
-  for (const Request& r : requests) EXPECT_EQ(d.output(r.request_id), Expected(r)) << r.request_id;
-  EXPECT_EQ(d.output("other"), Expected(other));
+  for (const Request& r : requests)
+    EXPECT_EQ(d.output(r.request_id), PrefixExpected(r)) << r.request_id;
+  EXPECT_EQ(d.output("other"), PrefixExpected(other));
   const SchedulerStats st = d.scheduler().stats();
   EXPECT_GT(st.num_prefix_waits, 0);
   EXPECT_EQ(st.num_prefix_hits, 2);
@@ -526,7 +514,7 @@ TEST(SchedulerPrefixTest, RequestsSharingAPrefixWaitForItInsteadOfRecomputingIt)
 }
 
 TEST(SchedulerPrefixTest, ABlockAlignedPromptAgainHitsUpToItsLastBlock) {
-  Driver d(PrefixConfig(), kVocab);
+  Driver d(PrefixConfig(), kPrefixVocab);
   const Request a = MakeRequest("a", Prompt(16, 100), 1);  // 4 whole blocks
   ASSERT_TRUE(d.scheduler().Add(a).ok());
   d.RunUntilIdle();
@@ -537,7 +525,7 @@ TEST(SchedulerPrefixTest, ABlockAlignedPromptAgainHitsUpToItsLastBlock) {
   EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kFromCheckpoint);
   EXPECT_EQ(p.sequences[0].num_computed_tokens, 12);  // all but the block of its last token
   d.RunUntilIdle();
-  EXPECT_EQ(d.output("again"), Expected(again));
+  EXPECT_EQ(d.output("again"), PrefixExpected(again));
   ExpectHealthy(d);
 }
 
@@ -546,7 +534,7 @@ TEST(SchedulerPrefixTest, ABlockAlignedPromptAgainHitsUpToItsLastBlock) {
 // decode that fills block 5 saves at 20 (past the prompt), and the one that fills block 6 at 24,
 // dropping the one at 20.
 TEST(SchedulerPrefixTest, ChunksRunThroughCheckpointBoundariesSavingOnTheWay) {
-  Driver d(PrefixConfig(), kVocab);
+  Driver d(PrefixConfig(), kPrefixVocab);
   Request r = MakeRequest("a", Prompt(19, 100), 6);
   ASSERT_TRUE(d.scheduler().Add(r).ok());
   StepPlan p = d.Step();
@@ -562,7 +550,7 @@ TEST(SchedulerPrefixTest, ChunksRunThroughCheckpointBoundariesSavingOnTheWay) {
   EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(20));
   EXPECT_EQ(d.scheduler().stats().num_checkpoints, 3);
   d.RunUntilIdle();  // decodes 20..23
-  EXPECT_EQ(d.output("a"), Expected(r));
+  EXPECT_EQ(d.output("a"), PrefixExpected(r));
   EXPECT_EQ(d.scheduler().stats().num_checkpoints, 3);  // 8, 16, 24
   ExpectHealthy(d);
 }
@@ -570,7 +558,7 @@ TEST(SchedulerPrefixTest, ChunksRunThroughCheckpointBoundariesSavingOnTheWay) {
 // A prompt longer than a block but within the budget is one step (not a step ending at its
 // last block boundary, then the rest); the next request sharing it starts from there.
 TEST(SchedulerPrefixTest, APromptWithinTheBudgetIsOneStepWhereverItsBoundariesAre) {
-  Driver d(PrefixConfig(), kVocab);
+  Driver d(PrefixConfig(), kPrefixVocab);
   const std::vector<int32_t> shared = Prompt(6, 100);
   const Request a = MakeRequest("a", shared, 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
@@ -579,7 +567,7 @@ TEST(SchedulerPrefixTest, APromptWithinTheBudgetIsOneStepWhereverItsBoundariesAr
   EXPECT_EQ(p.sequences[0].token_ids.size(), 6u);
   EXPECT_TRUE(p.sequences[0].sample);
   EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(4));
-  EXPECT_EQ(d.output("a"), Expected(a));
+  EXPECT_EQ(d.output("a"), PrefixExpected(a));
 
   const Request b = MakeRequest("b", Concat(shared, {900, 901, 902}), 3);
   ASSERT_TRUE(d.scheduler().Add(b).ok());
@@ -589,21 +577,21 @@ TEST(SchedulerPrefixTest, APromptWithinTheBudgetIsOneStepWhereverItsBoundariesAr
   EXPECT_EQ(p.sequences[0].num_computed_tokens, 4);
   EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(8));  // b's last block boundary
   d.RunUntilIdle();
-  EXPECT_EQ(d.output("b"), Expected(b));
+  EXPECT_EQ(d.output("b"), PrefixExpected(b));
   ExpectHealthy(d);
 }
 
 // A block-aligned prompt saves at its last two boundaries in the same step (12 for the same
 // prompt again, 16 for a longer one), and both hit.
 TEST(SchedulerPrefixTest, ABlockAlignedPromptSavesBothEndsInOneStep) {
-  Driver d(PrefixConfig(), kVocab);
+  Driver d(PrefixConfig(), kPrefixVocab);
   const Request a = MakeRequest("a", Prompt(16, 100), 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
   StepPlan p = d.Step();
   ASSERT_EQ(p.sequences.size(), 1u);
   EXPECT_EQ(p.sequences[0].token_ids.size(), 16u);
   EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(8, 12, 16));
-  EXPECT_EQ(d.output("a"), Expected(a));
+  EXPECT_EQ(d.output("a"), PrefixExpected(a));
   for (const auto& [id, prompt, hit] :
        {std::tuple{"again", Prompt(16, 100), 12}, std::tuple{"longer", Prompt(18, 100), 16}}) {
     const Request r = MakeRequest(id, prompt, 2);
@@ -613,7 +601,7 @@ TEST(SchedulerPrefixTest, ABlockAlignedPromptSavesBothEndsInOneStep) {
     EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kFromCheckpoint) << id;
     EXPECT_EQ(p.sequences[0].num_computed_tokens, hit) << id;
     d.RunUntilIdle();
-    EXPECT_EQ(d.output(id), Expected(r)) << id;
+    EXPECT_EQ(d.output(id), PrefixExpected(r)) << id;
   }
   ExpectHealthy(d);
 }
@@ -623,7 +611,7 @@ TEST(SchedulerPrefixTest, ABlockAlignedPromptSavesBothEndsInOneStep) {
 // borrowed checkpoint: one own checkpoint slot and three live slots hold three checkpoints
 // while the server is idle, and three admissions get their slots when it is busy.
 TEST(SchedulerPrefixTest, IdleLiveSlotsHoldCheckpointsUntilAdmissionsNeedThem) {
-  Driver d(FewSlotsConfig(1, 3), kVocab);
+  Driver d(FewSlotsConfig(1, 3), kPrefixVocab);
   for (int i = 0; i < 3; ++i) {  // one after another; each saves its prompt end, 8
     ASSERT_TRUE(d.scheduler().Add(MakeRequest(absl::StrCat("p", i), Prompt(9, 100 * i), 1)).ok());
     d.RunUntilIdle();
@@ -643,21 +631,21 @@ TEST(SchedulerPrefixTest, IdleLiveSlotsHoldCheckpointsUntilAdmissionsNeedThem) {
   EXPECT_EQ(cache.num_checkpoints(), 1);
   EXPECT_EQ(d.scheduler().stats().num_checkpoints_evicted, 2);
   d.RunUntilIdle();
-  for (const Request& r : fresh) EXPECT_EQ(d.output(r.request_id), Expected(r));
+  for (const Request& r : fresh) EXPECT_EQ(d.output(r.request_id), PrefixExpected(r));
 
   // The own slot's checkpoint (p0's) survived: the same prompt starts from it.
   const Request again = MakeRequest("again", Prompt(9, 0), 1);
   ASSERT_TRUE(d.scheduler().Add(again).ok());
   ExpectHitAt(d.Step(), 8);
   d.RunUntilIdle();
-  EXPECT_EQ(d.output("again"), Expected(again));
+  EXPECT_EQ(d.output("again"), PrefixExpected(again));
   ExpectHealthy(d);
 }
 
 // A request whose hit is in the only lent slot, with no slot free, waits for one rather than
 // evicting its own hit; it then starts from it.
 TEST(SchedulerPrefixTest, AnAdmissionNeverTakesBackTheSlotHoldingItsOwnHit) {
-  Driver d(FewSlotsConfig(1, 2), kVocab);
+  Driver d(FewSlotsConfig(1, 2), kPrefixVocab);
   for (int i = 0; i < 2; ++i) {  // p0's checkpoint in the own slot, p1's in a lent one
     ASSERT_TRUE(d.scheduler().Add(MakeRequest(absl::StrCat("p", i), Prompt(9, 100 * i), 1)).ok());
     d.RunUntilIdle();
@@ -676,8 +664,8 @@ TEST(SchedulerPrefixTest, AnAdmissionNeverTakesBackTheSlotHoldingItsOwnHit) {
   EXPECT_EQ(p.sequences[0].slot_init, SlotInit::kFromCheckpoint);
   EXPECT_EQ(p.sequences[0].num_computed_tokens, 8);
   d.RunUntilIdle();
-  EXPECT_EQ(d.output("again"), Expected(again));
-  EXPECT_EQ(d.output("busy"), Expected(busy));
+  EXPECT_EQ(d.output("again"), PrefixExpected(again));
+  EXPECT_EQ(d.output("busy"), PrefixExpected(busy));
   ExpectHealthy(d);
 }
 
@@ -687,14 +675,14 @@ TEST(SchedulerPrefixTest, SavesTakeTheCheckpointSlotsThereAre) {
   SchedulerConfig c = PrefixConfig();
   c.num_checkpoint_slots = 1;
   c.num_slots = c.max_num_seqs = 1;  // a holds it: no live slot to lend
-  Driver d(c, kVocab);
+  Driver d(c, kPrefixVocab);
   const Request a = MakeRequest("a", Prompt(16, 100), 1);
   ASSERT_TRUE(d.scheduler().Add(a).ok());
   StepPlan p = d.Step();
   ASSERT_EQ(p.sequences.size(), 1u);
   EXPECT_EQ(p.sequences[0].token_ids.size(), 16u);
   EXPECT_THAT(SavePoints(p.sequences[0]), ElementsAre(8));  // the only slot, pending
-  EXPECT_EQ(d.output("a"), Expected(a));
+  EXPECT_EQ(d.output("a"), PrefixExpected(a));
   ExpectHealthy(d);
 }
 
@@ -709,7 +697,7 @@ TEST(SchedulerPrefixTest, ALongPromptKeepsFewStrideCheckpointsAndSparesOtherConv
     c.max_model_len = 40;
     c.stride_checkpoints_per_sequence = keep;
     c.num_slots = c.max_num_seqs = 1;  // the running one holds it: no live slot to lend
-    Driver d(c, kVocab);
+    Driver d(c, kPrefixVocab);
     const Request x = MakeRequest("x", Prompt(6, 100), 1);
     ASSERT_TRUE(d.scheduler().Add(x).ok());
     d.RunUntilIdle();
@@ -722,7 +710,7 @@ TEST(SchedulerPrefixTest, ALongPromptKeepsFewStrideCheckpointsAndSparesOtherConv
     const Saves want = keep == 2 ? Saves{12, 16} : Saves{4, 8, 12, 16};
     EXPECT_EQ(SavePoints(p.sequences[0]), want) << keep;
     d.RunUntilIdle();
-    EXPECT_EQ(d.output("long"), Expected(longer));
+    EXPECT_EQ(d.output("long"), PrefixExpected(longer));
 
     const Request next = MakeRequest("x2", Concat(Prompt(6, 100), {7, 8, 9}), 2);
     ASSERT_TRUE(d.scheduler().Add(next).ok());
@@ -732,7 +720,7 @@ TEST(SchedulerPrefixTest, ALongPromptKeepsFewStrideCheckpointsAndSparesOtherConv
     // Both runs evict (4 slots for 8 boundaries); the limit only chooses which.
     EXPECT_GT(d.scheduler().stats().num_checkpoints_evicted, 0) << keep;
     d.RunUntilIdle();
-    EXPECT_EQ(d.output("x2"), Expected(next));
+    EXPECT_EQ(d.output("x2"), PrefixExpected(next));
     ExpectHealthy(d);
   }
 }
@@ -750,7 +738,7 @@ engine::MediaEmbedding Image(int64_t position, int64_t rows, uint64_t key) {
 }
 
 TEST(SchedulerPrefixTest, PlansCarryTheImagesOfTheirChunkAndHitsNeedTheSameImage) {
-  Driver d(PrefixConfig(), kVocab);
+  Driver d(PrefixConfig(), kPrefixVocab);
   constexpr int32_t kPad = 5;
   // Image at [10, 20) of a 24-token prompt: the first chunk [0, 16) and the second [16, 24).
   std::vector<int32_t> prompt = Prompt(24, 100);

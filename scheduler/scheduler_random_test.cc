@@ -36,7 +36,7 @@ namespace {
 
 using testing::FakeExecutor;
 
-constexpr int32_t kVocab = 24;
+constexpr int32_t kRandomVocab = 24;
 constexpr int32_t kEos = 5;
 constexpr int32_t kSpecVocab = 4;  // with speculative decoding: drafts often right
 constexpr int32_t kSpecEos = 3;
@@ -58,7 +58,7 @@ class RandomOpsRun {
       : config_(config),
         tiers_(tiers),
         tier_dir_(std::move(tier_dir)),
-        vocab_(config.num_speculative_tokens > 0 ? kSpecVocab : kVocab),
+        vocab_(config.num_speculative_tokens > 0 ? kSpecVocab : kRandomVocab),
         eos_(config.num_speculative_tokens > 0 ? kSpecEos : kEos),
         rng_(seed),
         scheduler_(config),
@@ -66,7 +66,7 @@ class RandomOpsRun {
                   config.has_kda_layers ? config.num_slots : 0, config.num_checkpoint_slots,
                   vocab_) {
     for (auto& base : bases_) {
-      for (int i = 0; i < 28; ++i) base.push_back(Uniform(0, 2 * kVocab));
+      for (int i = 0; i < 28; ++i) base.push_back(Uniform(0, 2 * kRandomVocab));
     }
     if (tiers_ != nullptr) {
       scheduler_.SetOffloadTiers(tiers_, FakeExecutor::BlockBytes(config.block_size),

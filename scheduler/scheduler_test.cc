@@ -13,6 +13,7 @@
 #include "scheduler/ngram_proposer.h"
 #include "scheduler/testing/driver.h"
 #include "scheduler/testing/fake_executor.h"
+#include "scheduler/testing/requests.h"
 
 namespace strata::scheduler {
 namespace {
@@ -21,8 +22,11 @@ using engine::SlotInit;
 using engine::StepPlan;
 using testing::Driver;
 using ::testing::ElementsAre;
+using testing::ExpectHealthy;
 using testing::FakeExecutor;
 using ::testing::HasSubstr;
+using testing::MakeRequest;
+using testing::Prompt;
 
 constexpr int32_t kVocab = 1000;
 
@@ -40,21 +44,6 @@ SchedulerConfig TinyConfig() {
   return c;
 }
 
-// Tokens first, first + 1, ..., first + n - 1.
-std::vector<int32_t> Prompt(int n, int32_t first) {
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  std::iota(p.begin(), p.end(), first);
-  return p;
-}
-
-Request MakeRequest(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
-  Request r;
-  r.request_id = id;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  return r;
-}
-
 std::vector<int32_t> Expected(const Request& r) { return FakeExecutor::ExpectedOutput(r, kVocab); }
 
 std::vector<int64_t> ChunkSizes(const StepPlan& plan) {
@@ -67,11 +56,6 @@ std::vector<SequenceId> SeqIds(const StepPlan& plan) {
   std::vector<SequenceId> ids;
   for (const auto& s : plan.sequences) ids.push_back(s.seq_id);
   return ids;
-}
-
-void ExpectHealthy(Driver& d) {
-  EXPECT_TRUE(d.scheduler().CheckInvariants().ok()) << d.scheduler().CheckInvariants();
-  EXPECT_THAT(d.executor().errors(), ::testing::IsEmpty());
 }
 
 TEST(SchedulerTest, ChunkedPrefillSplitsPromptAcrossSteps) {

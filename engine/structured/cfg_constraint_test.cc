@@ -24,9 +24,7 @@ std::shared_ptr<const CfgGrammar> Grammar(std::string_view text) {
   return std::make_shared<CfgGrammar>(*std::move(g));
 }
 
-bool Bit(const std::vector<uint64_t>& bits, int64_t id) {
-  return (bits[static_cast<size_t>(id / 64)] >> (id % 64)) & 1;
-}
+using testing::Bit;
 
 const char* const kGrammars[] = {
     R"(root ::= "{" ws pair ("," ws pair)* "}"

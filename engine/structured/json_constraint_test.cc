@@ -18,7 +18,7 @@
 namespace strata::structured {
 namespace {
 
-constexpr int32_t kEndId = 256;  // after the 256 byte tokens
+constexpr int32_t kJsonEndId = 256;  // after the 256 byte tokens
 
 // The test vocabulary over JSON-heavy pieces.
 std::vector<std::string> RandomVocab(uint32_t seed, int extra) {
@@ -45,9 +45,7 @@ constexpr const char* kPersonSchema = R"({"type":"object","properties":{
                                      "required":["kind"],"additionalProperties":false}]}},
   "required":["name","age","ok"],"additionalProperties":false})";
 
-bool Bit(const std::vector<uint64_t>& bits, int64_t id) {
-  return (bits[static_cast<size_t>(id / 64)] >> (id % 64) & 1) != 0;
-}
+using testing::Bit;
 
 // For each prefix of `doc`: the matcher's mask equals the brute-force mask.
 void CheckMasksAlong(const JsonConstraint& constraint, const std::string& doc) {
@@ -71,12 +69,12 @@ void CheckMasksAlong(const JsonConstraint& constraint, const std::string& doc) {
         }
       }
       any = any || expected;
-      if (id == kEndId) continue;
+      if (id == kJsonEndId) continue;
       ASSERT_EQ(Bit(bits, id), expected)
           << "token " << id << " '" << vocab.bytes(static_cast<int32_t>(id)) << "' after '"
           << doc.substr(0, i) << "'";
     }
-    EXPECT_EQ(Bit(bits, kEndId), state.CanFinish() || !any) << doc.substr(0, i);
+    EXPECT_EQ(Bit(bits, kJsonEndId), state.CanFinish() || !any) << doc.substr(0, i);
     if (i == doc.size()) break;
     m->Accept(static_cast<uint8_t>(doc[i]));  // byte tokens: id = byte
     ASSERT_TRUE(state.Advance(g, static_cast<uint8_t>(doc[i]), &next)) << doc.substr(0, i + 1);
@@ -88,21 +86,21 @@ void CheckMasksAlong(const JsonConstraint& constraint, const std::string& doc) {
 TEST(JsonConstraintTest, MasksEqualBruteForceAlongValidDocuments) {
   for (uint32_t seed : {1u, 2u}) {
     auto vocab = std::make_shared<TokenVocab>(RandomVocab(seed, 1500));
-    const JsonConstraint any_object(Grammar(nullptr), vocab, {kEndId});
+    const JsonConstraint any_object(Grammar(nullptr), vocab, {kJsonEndId});
     CheckMasksAlong(any_object, "{\"a\": [1, -2.5e3, {\"b\\u00e9\": null}], \"x y\": \"t\\\"\"}");
-    const JsonConstraint person(Grammar(kPersonSchema), vocab, {kEndId});
+    const JsonConstraint person(Grammar(kPersonSchema), vocab, {kJsonEndId});
     CheckMasksAlong(person, R"({"name":"Ann","bio":"x\ny","age":-3,"ok":true})");
     CheckMasksAlong(person,
                     "{ \"name\": \"\xc3\xa9t\xc3\xa9\", \"age\": 0, \"tags\": [\"long tag\", "
                     "\"a\"], \"ok\": false, \"pet\": {\"kind\": \"cat\"} }");
-    const JsonConstraint number(Grammar(R"({"type":"number"})"), vocab, {kEndId});
+    const JsonConstraint number(Grammar(R"({"type":"number"})"), vocab, {kJsonEndId});
     CheckMasksAlong(number, "-12.5e+7");
   }
 }
 
 TEST(JsonConstraintTest, PreparedMasksEqualMasksComputedWhenSampling) {
   auto vocab = std::make_shared<TokenVocab>(RandomVocab(6, 800));
-  const JsonConstraint c(Grammar(kPersonSchema), vocab, {kEndId});
+  const JsonConstraint c(Grammar(kPersonSchema), vocab, {kJsonEndId});
   auto prepared = c.NewMatcher();
   auto lazy = c.NewMatcher();
   const std::string doc = R"({"name":"Ann","bio":"x","age":7,"tags":["a"],"ok":true})";
@@ -140,7 +138,7 @@ bool SampleText(const std::shared_ptr<const JsonConstraint>& constraint, int tri
     for (float& x : logits) x = normal(*rng);
     const int32_t id = sampler.Sample(logits.data(), n);
     EXPECT_TRUE(std::isfinite(logits[static_cast<size_t>(id)])) << "a masked token was drawn";
-    if (id == kEndId) return true;
+    if (id == kJsonEndId) return true;
     *text += vocab.bytes(id);
   }
   return false;
@@ -148,8 +146,8 @@ bool SampleText(const std::shared_ptr<const JsonConstraint>& constraint, int tri
 
 TEST(JsonConstraintTest, SamplingFromRandomLogitsYieldsSchemaValidJson) {
   auto vocab = std::make_shared<TokenVocab>(RandomVocab(3, 1500));
-  auto constraint =
-      std::make_shared<const JsonConstraint>(Grammar(kPersonSchema), vocab, std::vector{kEndId});
+  auto constraint = std::make_shared<const JsonConstraint>(Grammar(kPersonSchema), vocab,
+                                                           std::vector{kJsonEndId});
   std::mt19937 rng(11);
   int finished = 0;
   for (int trial = 0; trial < 40; ++trial) {
@@ -189,20 +187,20 @@ constexpr const char* kPatternSchema = R"({"type":"object","properties":{
 
 TEST(JsonConstraintTest, MasksEqualBruteForceWithPatternsAndBounds) {
   auto vocab = std::make_shared<TokenVocab>(RandomVocab(8, 1500));
-  const JsonConstraint c(Grammar(kPatternSchema), vocab, {kEndId});
+  const JsonConstraint c(Grammar(kPatternSchema), vocab, {kJsonEndId});
   CheckMasksAlong(c, R"({"id":"ab12-x","when":"2026-11-30","note":"a1\nb","score":-0.25,"n":42})");
   CheckMasksAlong(c, R"({ "id": "0000-x", "when": "1999-01-31", "note": "7\u000a", )"
                      R"("score": 1, "n": 10 })");
   const auto regex = std::make_shared<JsonGrammar>(
       RegexTextGrammar(*CompileRegex("(yes|no)-[0-9]{2,3}", RegexAnchoring::kFullMatch)));
-  CheckMasksAlong(JsonConstraint(regex, vocab, {kEndId}), "no-123");
+  CheckMasksAlong(JsonConstraint(regex, vocab, {kJsonEndId}), "no-123");
 }
 
 // Sampling never reaches a dead end: every text it ends is valid (patterns, formats, bounds).
 TEST(JsonConstraintTest, SamplingFromRandomLogitsFitsPatternsFormatsAndBounds) {
   auto vocab = std::make_shared<TokenVocab>(RandomVocab(9, 1500));
-  auto constraint =
-      std::make_shared<const JsonConstraint>(Grammar(kPatternSchema), vocab, std::vector{kEndId});
+  auto constraint = std::make_shared<const JsonConstraint>(Grammar(kPatternSchema), vocab,
+                                                           std::vector{kJsonEndId});
   std::mt19937 rng(12);
   const std::regex date(R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))");
   for (int trial = 0; trial < 30; ++trial) {
@@ -228,7 +226,7 @@ TEST(JsonConstraintTest, SamplingFromRandomLogitsFitsPatternsFormatsAndBounds) {
   }
   const auto grammar = std::make_shared<JsonGrammar>(
       RegexTextGrammar(*CompileRegex("(yes|no)-[0-9]{2,3}", RegexAnchoring::kFullMatch)));
-  auto regex = std::make_shared<const JsonConstraint>(grammar, vocab, std::vector{kEndId});
+  auto regex = std::make_shared<const JsonConstraint>(grammar, vocab, std::vector{kJsonEndId});
   for (int trial = 0; trial < 20; ++trial) {
     std::string text;
     ASSERT_TRUE(SampleText(regex, trial, &rng, 100, &text)) << text;
@@ -239,7 +237,8 @@ TEST(JsonConstraintTest, SamplingFromRandomLogitsFitsPatternsFormatsAndBounds) {
 TEST(JsonConstraintTest, ReasoningGateConstrainsOnlyTheAnswer) {
   auto vocab = std::make_shared<TokenVocab>(RandomVocab(5, 10));
   constexpr int32_t kThinkEnd = 300;  // one of the random tokens stands for </think>
-  auto json = std::make_shared<const JsonConstraint>(Grammar(nullptr), vocab, std::vector{kEndId});
+  auto json =
+      std::make_shared<const JsonConstraint>(Grammar(nullptr), vocab, std::vector{kJsonEndId});
   const ReasoningGate gate(json, kThinkEnd);
   auto m = gate.NewMatcher();
   std::vector<float> logits(static_cast<size_t>(vocab->size()), 0.0f);
@@ -260,14 +259,14 @@ TEST(JsonConstraintTest, ReasoningGateConstrainsOnlyTheAnswer) {
 
 TEST(JsonConstraintTest, UnknownTokenEndsTheConstraint) {
   auto vocab = std::make_shared<TokenVocab>(RandomVocab(4, 10));
-  const JsonConstraint c(Grammar(nullptr), vocab, {kEndId});
+  const JsonConstraint c(Grammar(nullptr), vocab, {kJsonEndId});
   auto m = c.NewMatcher();
   auto* jm = static_cast<JsonTokenMatcher*>(m.get());
   m->Accept('x');  // cannot start an object
   EXPECT_TRUE(jm->finished());
   std::vector<uint64_t> bits;
   jm->AllowedTokens(vocab->size(), &bits);
-  for (int64_t id = 0; id < vocab->size(); ++id) EXPECT_EQ(Bit(bits, id), id == kEndId) << id;
+  for (int64_t id = 0; id < vocab->size(); ++id) EXPECT_EQ(Bit(bits, id), id == kJsonEndId) << id;
 }
 
 }  // namespace

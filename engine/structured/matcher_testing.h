@@ -1,7 +1,9 @@
 // Test helpers shared by the matcher and schema tests: feed a text byte by byte.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -10,9 +12,23 @@
 
 #include <gtest/gtest.h>
 
+#include "core/check.h"
 #include "engine/structured/json_matcher.h"
+#include "engine/structured/json_schema.h"
 
 namespace strata::structured::testing {
+
+// Bit `id` of a token mask (64 ids a word).
+inline bool Bit(const std::vector<uint64_t>& bits, int64_t id) {
+  return ((bits[static_cast<size_t>(id / 64)] >> (id % 64)) & 1) != 0;
+}
+
+// The compiled JSON schema `text` (a test's literal: CHECKed).
+inline std::shared_ptr<const JsonGrammar> CompiledSchema(const char* text) {
+  absl::StatusOr<JsonGrammar> g = CompileJsonSchema(Json::parse(text));
+  CHECK(g.ok()) << g.status();
+  return std::make_shared<JsonGrammar>(*std::move(g));
+}
 
 // Feeds `text` from the start state into *state; false as soon as no thread takes a byte.
 inline bool Feed(const JsonGrammar& g, std::string_view text, JsonMatchState* state) {

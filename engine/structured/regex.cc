@@ -37,9 +37,9 @@ struct Node {
   int32_t max = 0;  // kRepeat: −1 unbounded
 };
 
-class Parser {
+class RegexParser {
  public:
-  explicit Parser(std::string_view pattern) : p_(pattern) {}
+  explicit RegexParser(std::string_view pattern) : p_(pattern) {}
 
   // The whole pattern: top-level alternatives, each anchored by `^` / `$` or (kSearch) free
   // to sit anywhere in the text.
@@ -874,7 +874,7 @@ absl::StatusOr<ByteDfa> CompileRegex(std::string_view pattern, RegexAnchoring an
     return absl::InvalidArgumentError(absl::StrCat("the pattern is ", pattern.size(),
                                                    " bytes long; the limit is ", kMaxRegexBytes));
   }
-  Parser parser(pattern);
+  RegexParser parser(pattern);
   absl::StatusOr<int32_t> root = parser.ParsePattern(anchoring);
   if (!root.ok()) return root.status();
   const std::vector<Node> nodes = parser.TakeNodes();

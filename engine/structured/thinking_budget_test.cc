@@ -20,7 +20,7 @@ constexpr int32_t kThinkEnd = 261;
 constexpr int32_t kTools = 262;  // "tools"
 constexpr int64_t kVocab = 263;
 
-std::shared_ptr<const TokenVocab> Vocab() {
+std::shared_ptr<const TokenVocab> ThinkingVocab() {
   std::vector<std::string> bytes(kVocab);
   for (int b = 0; b < 256; ++b) bytes[b] = std::string(1, static_cast<char>(b));
   bytes[kThink] = "think";
@@ -69,7 +69,7 @@ class Recorder : public engine::TokenConstraint {
 };
 
 TEST(ThinkingBudgetTest, K3ForcesTheCloseOfTheThinkChannelAtTheBudgetThenLetsEverythingBy) {
-  ThinkingBudget budget(nullptr, K3End(), 3, Vocab());
+  ThinkingBudget budget(nullptr, K3End(), 3, ThinkingVocab());
   auto m = budget.NewMatcher();
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(Allowed(*m).size(), static_cast<size_t>(kVocab)) << i;
@@ -86,7 +86,7 @@ TEST(ThinkingBudgetTest, K3ForcesTheCloseOfTheThinkChannelAtTheBudgetThenLetsEve
 }
 
 TEST(ThinkingBudgetTest, TheModelsOwnCloseInAnySpellingEndsTheCap) {
-  ThinkingBudget budget(nullptr, K3End(), 4, Vocab());
+  ThinkingBudget budget(nullptr, K3End(), 4, ThinkingVocab());
   auto m = budget.NewMatcher();
   AcceptAll(*m, {'a', kClose, kTh, kInk, kSep});  // "think" as two tokens
   AcceptAll(*m, {'b', 'c', 'd', 'e', 'f', 'g'});
@@ -94,7 +94,7 @@ TEST(ThinkingBudgetTest, TheModelsOwnCloseInAnySpellingEndsTheCap) {
 }
 
 TEST(ThinkingBudgetTest, OtherElementsInsideTheReasoningAreReasoning) {
-  ThinkingBudget budget(nullptr, K3End(), 5, Vocab());
+  ThinkingBudget budget(nullptr, K3End(), 5, ThinkingVocab());
   auto m = budget.NewMatcher();
   // A tools channel inside the reasoning (`C tools S`), and a close spelling "thin" + "k..."
   // wrongly: neither ends it.
@@ -103,7 +103,7 @@ TEST(ThinkingBudgetTest, OtherElementsInsideTheReasoningAreReasoning) {
 }
 
 TEST(ThinkingBudgetTest, ABudgetReachedInsideAnElementWaitsForItsSeparator) {
-  ThinkingBudget budget(nullptr, K3End(), 2, Vocab());
+  ThinkingBudget budget(nullptr, K3End(), 2, ThinkingVocab());
   auto m = budget.NewMatcher();
   AcceptAll(*m, {'a', kClose});  // the budget is reached with a <|close|> just written
   EXPECT_EQ(Allowed(*m).size(), static_cast<size_t>(kVocab));
@@ -114,7 +114,7 @@ TEST(ThinkingBudgetTest, ABudgetReachedInsideAnElementWaitsForItsSeparator) {
 }
 
 TEST(ThinkingBudgetTest, AnElementThatNeverEndsStopsHoldingTheBudgetBack) {
-  ThinkingBudget budget(nullptr, K3End(), 1, Vocab());
+  ThinkingBudget budget(nullptr, K3End(), 1, ThinkingVocab());
   auto m = budget.NewMatcher();
   m->Accept(kClose);
   for (int i = 0; i < 64; ++i) m->Accept('z');
@@ -124,7 +124,7 @@ TEST(ThinkingBudgetTest, AnElementThatNeverEndsStopsHoldingTheBudgetBack) {
 }
 
 TEST(ThinkingBudgetTest, ABudgetOfZeroForcesTheWholeCloseFromTheFirstToken) {
-  ThinkingBudget budget(nullptr, K3End(), 0, Vocab());
+  ThinkingBudget budget(nullptr, K3End(), 0, ThinkingVocab());
   auto m = budget.NewMatcher();
   for (int32_t forced : {kClose, kThink, kSep}) {
     ASSERT_EQ(Allowed(*m), std::vector<int32_t>{forced});
@@ -134,13 +134,13 @@ TEST(ThinkingBudgetTest, ABudgetOfZeroForcesTheWholeCloseFromTheFirstToken) {
 }
 
 TEST(ThinkingBudgetTest, K2ClosesWithOneTokenAndABudgetOfZeroClosesAtOnce) {
-  ThinkingBudget budget(nullptr, K2End(), 0, Vocab());
+  ThinkingBudget budget(nullptr, K2End(), 0, ThinkingVocab());
   auto m = budget.NewMatcher();
   EXPECT_EQ(Allowed(*m), std::vector<int32_t>{kThinkEnd});
   m->Accept(kThinkEnd);
   EXPECT_EQ(Allowed(*m).size(), static_cast<size_t>(kVocab));
 
-  ThinkingBudget natural(nullptr, K2End(), 2, Vocab());
+  ThinkingBudget natural(nullptr, K2End(), 2, ThinkingVocab());
   auto n = natural.NewMatcher();
   AcceptAll(*n, {'a', kThinkEnd, 'b', 'c', 'd'});
   EXPECT_EQ(Allowed(*n).size(), static_cast<size_t>(kVocab));
@@ -148,7 +148,7 @@ TEST(ThinkingBudgetTest, K2ClosesWithOneTokenAndABudgetOfZeroClosesAtOnce) {
 
 TEST(ThinkingBudgetTest, TheInnerConstraintSeesEveryTokenAndMasksWhenNotForced) {
   auto inner = std::make_shared<Recorder>();
-  ThinkingBudget budget(inner, K3End(), 1, Vocab());
+  ThinkingBudget budget(inner, K3End(), 1, ThinkingVocab());
   EXPECT_TRUE(budget.DecidesEnd());
   auto m = budget.NewMatcher();
   std::vector<int32_t> allowed = Allowed(*m);

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "engine/structured/matcher_testing.h"
 
 namespace strata::structured {
 namespace {
@@ -30,9 +31,7 @@ std::shared_ptr<const TokenVocab> Vocab() {
 }
 
 std::shared_ptr<const JsonGrammar> Schema(const char* text) {
-  absl::StatusOr<JsonGrammar> g = CompileJsonSchema(Json::parse(text));
-  CHECK(g.ok());
-  return std::make_shared<JsonGrammar>(*std::move(g));
+  return testing::CompiledSchema(text);
 }
 
 struct Call {

@@ -20,10 +20,10 @@ namespace {
 
 // Ids 0–255: bytes; 256: the end id; 257–260: the XTML markers (control tokens: no bytes);
 // then pieces of the markup and of values.
-constexpr int32_t kEnd = 256;
-constexpr XtmlMarkers kMarkers{257, 258, 259, 260};
+constexpr int32_t kXtmlEnd = 256;
+constexpr XtmlMarkers kXtmlMarkers{257, 258, 259, 260};
 
-std::shared_ptr<const TokenVocab> Vocab() {
+std::shared_ptr<const TokenVocab> XtmlVocab() {
   std::vector<std::string> bytes(261);
   for (int b = 0; b < 256; ++b)
     bytes[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
@@ -35,12 +35,6 @@ std::shared_ptr<const TokenVocab> Vocab() {
     bytes.emplace_back(piece);
   }
   return std::make_shared<TokenVocab>(std::move(bytes));
-}
-
-std::shared_ptr<const JsonGrammar> Schema(const char* text) {
-  absl::StatusOr<JsonGrammar> g = CompileJsonSchema(Json::parse(text));
-  CHECK(g.ok()) << g.status();
-  return std::make_shared<JsonGrammar>(*std::move(g));
 }
 
 XtmlTool Tool(const char* name, const JsonGrammar& parameters) {
@@ -69,17 +63,17 @@ std::string Sample(const std::shared_ptr<const XtmlReplyConstraint>& c, uint64_t
     if (step < forced.size()) {
       EXPECT_EQ(id, forced[step]) << "step " << step;
     }
-    if (id == kEnd) {
+    if (id == kXtmlEnd) {
       ended = true;
       break;
     }
-    if (id == kMarkers.open) {
+    if (id == kXtmlMarkers.open) {
       text += "<|open|>";
-    } else if (id == kMarkers.close) {
+    } else if (id == kXtmlMarkers.close) {
       text += "<|close|>";
-    } else if (id == kMarkers.sep) {
+    } else if (id == kXtmlMarkers.sep) {
       text += "<|sep|>";
-    } else if (id == kMarkers.end_of_message) {
+    } else if (id == kXtmlMarkers.end_of_message) {
       text += "<|end_of_msg|>";
     } else {
       text += vocab.bytes(id);
@@ -122,18 +116,20 @@ void ExpectCalls(const std::string& text, bool thinking, size_t min_calls, size_
   for (const engine::ToolCall& call : out.tool_calls) {
     const bool weather = call.name == "get_weather";
     ASSERT_TRUE(weather || call.name == "search") << call.name;
-    EXPECT_TRUE(testing::Accepts(*Schema(weather ? kWeather : kSearch), call.arguments))
+    EXPECT_TRUE(
+        testing::Accepts(*testing::CompiledSchema(weather ? kWeather : kSearch), call.arguments))
         << call.arguments << "\nfrom " << text;
   }
 }
 
 TEST(XtmlConstraintTest, RequiredCallsParseAsDeclaredToolsWithSchemaValidArguments) {
-  auto vocab = Vocab();
+  auto vocab = XtmlVocab();
   XtmlReplyOptions o;
-  o.markers = kMarkers;
-  o.tools = {Tool("get_weather", *Schema(kWeather)), Tool("search", *Schema(kSearch))};
+  o.markers = kXtmlMarkers;
+  o.tools = {Tool("get_weather", *testing::CompiledSchema(kWeather)),
+             Tool("search", *testing::CompiledSchema(kSearch))};
   o.max_calls = 3;
-  o.end_ids = {kEnd};
+  o.end_ids = {kXtmlEnd};
   auto c = std::make_shared<const XtmlReplyConstraint>(o, vocab);
   size_t calls = 0;
   for (uint64_t seed = 1; seed <= 25; ++seed) {
@@ -148,17 +144,17 @@ TEST(XtmlConstraintTest, RequiredCallsParseAsDeclaredToolsWithSchemaValidArgumen
 }
 
 TEST(XtmlConstraintTest, NamedToolIsCalledOnceAfterFreeReasoning) {
-  auto vocab = Vocab();
+  auto vocab = XtmlVocab();
   XtmlReplyOptions o;
-  o.markers = kMarkers;
+  o.markers = kXtmlMarkers;
   o.thinking = true;
-  o.tools = {Tool("get_weather", *Schema(kWeather))};
-  o.end_ids = {kEnd};
+  o.tools = {Tool("get_weather", *testing::CompiledSchema(kWeather))};
+  o.end_ids = {kXtmlEnd};
   auto c = std::make_shared<const XtmlReplyConstraint>(o, vocab);
   // Reasoning that holds a `C` not followed by "think", then closes the think channel.
   std::vector<int32_t> forced = Bytes("Hmm");
-  for (int32_t id : {kMarkers.close, 262 /* "tools" */, kMarkers.sep, int32_t{'x'}, kMarkers.close,
-                     275 /* "th" */, 276 /* "ink" */, kMarkers.sep}) {
+  for (int32_t id : {kXtmlMarkers.close, 262 /* "tools" */, kXtmlMarkers.sep, int32_t{'x'},
+                     kXtmlMarkers.close, 275 /* "th" */, 276 /* "ink" */, kXtmlMarkers.sep}) {
     forced.push_back(id);
   }
   for (uint64_t seed = 1; seed <= 15; ++seed) {
@@ -176,43 +172,43 @@ TEST(XtmlConstraintTest, NamedToolIsCalledOnceAfterFreeReasoning) {
 }
 
 TEST(XtmlConstraintTest, ReasoningCannotEndTheReply) {
-  auto vocab = Vocab();
+  auto vocab = XtmlVocab();
   XtmlReplyOptions o;
-  o.markers = kMarkers;
+  o.markers = kXtmlMarkers;
   o.thinking = true;
-  o.tools = {Tool("search", *Schema(kSearch))};
-  o.end_ids = {kEnd};
+  o.tools = {Tool("search", *testing::CompiledSchema(kSearch))};
+  o.end_ids = {kXtmlEnd};
   auto c = std::make_shared<const XtmlReplyConstraint>(o, vocab);
   std::unique_ptr<engine::TokenMatcher> m = c->NewMatcher();
   std::vector<float> logits(static_cast<size_t>(vocab->size()), 0.0f);
   m->MaskLogits(logits.data(), vocab->size());
-  EXPECT_EQ(logits[kEnd], -std::numeric_limits<float>::infinity());
-  EXPECT_EQ(logits[static_cast<size_t>(kMarkers.end_of_message)],
+  EXPECT_EQ(logits[kXtmlEnd], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(logits[static_cast<size_t>(kXtmlMarkers.end_of_message)],
             -std::numeric_limits<float>::infinity());
   EXPECT_EQ(logits['a'], 0.0f);
-  EXPECT_EQ(logits[static_cast<size_t>(kMarkers.open)], 0.0f);
+  EXPECT_EQ(logits[static_cast<size_t>(kXtmlMarkers.open)], 0.0f);
 }
 
 TEST(XtmlConstraintTest, ResponseFormatMakesTheResponseChannelSchemaValidJson) {
-  auto vocab = Vocab();
+  auto vocab = XtmlVocab();
   const char* schema = R"({"type":"object","properties":{"city":{"type":"string","maxLength":6},
       "days":{"type":"integer"},"ok":{"type":"boolean"}},"required":["city","days"],
       "additionalProperties":false})";
   for (bool thinking : {false, true}) {
     XtmlReplyOptions o;
-    o.markers = kMarkers;
+    o.markers = kXtmlMarkers;
     o.thinking = thinking;
-    o.response = std::make_shared<JsonConstraint>(Schema(schema), vocab,
-                                                  std::vector<int32_t>{kMarkers.close});
-    o.end_ids = {kEnd};
+    o.response = std::make_shared<JsonConstraint>(testing::CompiledSchema(schema), vocab,
+                                                  std::vector<int32_t>{kXtmlMarkers.close});
+    o.end_ids = {kXtmlEnd};
     auto c = std::make_shared<const XtmlReplyConstraint>(o, vocab);
     std::vector<int32_t> forced;
-    if (thinking) forced = {int32_t{'o'}, int32_t{'k'}, kMarkers.close, 274, kMarkers.sep};
+    if (thinking) forced = {int32_t{'o'}, int32_t{'k'}, kXtmlMarkers.close, 274, kXtmlMarkers.sep};
     for (uint64_t seed = 1; seed <= 15; ++seed) {
       const std::string text = Sample(c, seed, forced);
       const engine::XtmlOutput out =
           engine::ParseXtmlOutput(text, {.thinking = thinking, .tools = false});
-      EXPECT_TRUE(testing::Accepts(*Schema(schema), out.content)) << text;
+      EXPECT_TRUE(testing::Accepts(*testing::CompiledSchema(schema), out.content)) << text;
       EXPECT_TRUE(Json::accept(out.content)) << text;
       EXPECT_EQ(out.reasoning, thinking ? "ok" : "") << text;
       EXPECT_TRUE(text.ends_with("<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"))
@@ -222,7 +218,7 @@ TEST(XtmlConstraintTest, ResponseFormatMakesTheResponseChannelSchemaValidJson) {
 }
 
 TEST(XtmlConstraintTest, ArgumentFormsFollowTheSchema) {
-  const XtmlTool tool = Tool("get_weather", *Schema(kWeather));
+  const XtmlTool tool = Tool("get_weather", *testing::CompiledSchema(kWeather));
   ASSERT_EQ(tool.arguments.size(), 6u);
   auto types = [&](size_t i) {
     std::vector<std::string> t;
@@ -247,12 +243,13 @@ TEST(XtmlConstraintTest, ArgumentFormsFollowTheSchema) {
   EXPECT_FALSE(testing::Accepts(*tool.arguments[1].forms[0].body, "15"));
 
   // Numbers are read back as doubles: exponents have at most 2 digits, so none overflows.
-  const XtmlTool search = Tool("search", *Schema(kSearch));
+  const XtmlTool search = Tool("search", *testing::CompiledSchema(kSearch));
   EXPECT_TRUE(testing::Accepts(*search.arguments[1].forms[0].body, "-1.5e99"));
   EXPECT_FALSE(testing::Accepts(*search.arguments[1].forms[0].body, "1e308"));
 
   EXPECT_EQ(XtmlAttributeValue(R"(a"b&c)"), "a&quot;b&amp;c");
-  absl::StatusOr<XtmlTool> not_object = XtmlToolFor("f", *Schema(R"({"type":"array"})"));
+  absl::StatusOr<XtmlTool> not_object =
+      XtmlToolFor("f", *testing::CompiledSchema(R"({"type":"array"})"));
   ASSERT_FALSE(not_object.ok());
   EXPECT_NE(not_object.status().message().find("object schema"), std::string::npos);
   // No parameters (any object): a call without arguments.
@@ -261,7 +258,7 @@ TEST(XtmlConstraintTest, ArgumentFormsFollowTheSchema) {
 }
 
 TEST(XtmlConstraintTest, RawStringsKeepTheirLengthBoundsInCodePoints) {
-  const XtmlTool tool = Tool("f", *Schema(R"({"type":"object","properties":{
+  const XtmlTool tool = Tool("f", *testing::CompiledSchema(R"({"type":"object","properties":{
       "short":{"type":"string","minLength":2,"maxLength":4},
       "long":{"type":"string","minLength":3},
       "free":{"type":"string"}}})"));

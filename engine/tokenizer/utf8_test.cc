@@ -5,7 +5,7 @@
 namespace strata::engine {
 namespace {
 
-const std::string kFffd = "\xEF\xBF\xBD";
+const std::string kReplacementUtf8 = "\xEF\xBF\xBD";
 
 TEST(Utf8Test, DecodesWellFormedCharactersOfEveryLength) {
   Utf8Step a = DecodeUtf8Step("a");
@@ -31,15 +31,19 @@ TEST(Utf8Test, SanitizeReplacesMaximalSubpartsLikePython) {
   // Expected strings are Python's bytes.decode('utf-8', 'replace').
   EXPECT_EQ(SanitizeUtf8("a\xFF"
                          "b"),
-            "a" + kFffd + "b");
-  EXPECT_EQ(SanitizeUtf8("\xE0\x80\x80"), kFffd + kFffd + kFffd);  // overlong
-  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);  // surrogate
-  EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98"), kFffd);                  // cut-off emoji
+            "a" + kReplacementUtf8 + "b");
+  EXPECT_EQ(SanitizeUtf8("\xE0\x80\x80"),
+            kReplacementUtf8 + kReplacementUtf8 + kReplacementUtf8);  // overlong
+  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"),
+            kReplacementUtf8 + kReplacementUtf8 + kReplacementUtf8);  // surrogate
+  EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98"), kReplacementUtf8);          // cut-off emoji
   EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98"
                          "a"),
-            kFffd + "a");
-  EXPECT_EQ(SanitizeUtf8("\xC3"), kFffd);
-  EXPECT_EQ(SanitizeUtf8("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // > U+10FFFF
+            kReplacementUtf8 + "a");
+  EXPECT_EQ(SanitizeUtf8("\xC3"), kReplacementUtf8);
+  EXPECT_EQ(
+      SanitizeUtf8("\xF4\x90\x80\x80"),
+      kReplacementUtf8 + kReplacementUtf8 + kReplacementUtf8 + kReplacementUtf8);  // > U+10FFFF
   EXPECT_EQ(SanitizeUtf8("ok \xE4\xBD\xA0"), "ok \xE4\xBD\xA0");
 }
 

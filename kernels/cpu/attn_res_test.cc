@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/internal/isa_testing.h"
+#include "kernels/cpu/internal/random_testing.h"
 #include "kernels/reference/attn_res.h"
 
 namespace strata::kernels::cpu {
@@ -21,12 +22,7 @@ using internal::SupportedIsas;
 // 1e-4 still catches a wrong weight, source or token (errors of order 1).
 constexpr double kTol = 1e-4;
 
-std::vector<float> Normal(std::mt19937& rng, int64_t n, float scale) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using internal::Normal;
 
 struct Case {
   int num_sources;

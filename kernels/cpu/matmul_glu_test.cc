@@ -77,11 +77,12 @@ double CapMagnitude(double u, const GluParams& p) {
   return ::testing::AssertionSuccess();
 }
 
-const int64_t kRows[] = {1, 2, 3, 5, 17, 64};
+const int64_t kGluRows[] = {1, 2, 3, 5, 17, 64};
 // n and k: 1, primes, non-multiples of 8/16/32, and k over several 1024-wide blocks.
-const int64_t kShapesNK[][2] = {{1, 1}, {31, 33},  {33, 97},  {97, 1000},
-                                {5, 7}, {2, 2100}, {257, 31}, {3, 16}};
-const int64_t kMxfp4ShapesNK[][2] = {{1, 32}, {31, 64}, {33, 96}, {97, 992}, {3, 1056}, {5, 2080}};
+const int64_t kGluShapesNK[][2] = {{1, 1}, {31, 33},  {33, 97},  {97, 1000},
+                                   {5, 7}, {2, 2100}, {257, 31}, {3, 16}};
+const int64_t kGluMxfp4ShapesNK[][2] = {{1, 32},   {31, 64},  {33, 96},
+                                        {97, 992}, {3, 1056}, {5, 2080}};
 
 void CheckFormat(WeightFormat format, const int64_t (*shapes)[2], size_t num_shapes,
                  uint32_t seed) {
@@ -93,7 +94,7 @@ void CheckFormat(WeightFormat format, const int64_t (*shapes)[2], size_t num_sha
       const int64_t n = shapes[s][0], k = shapes[s][1];
       const TestWeights gate = MakeWeights(format, n, k, rng);
       const TestWeights up = MakeWeights(format, n, k, rng);
-      for (int64_t m : kRows) {
+      for (int64_t m : kGluRows) {
         const std::vector<float> x = rng.Normal(m * k);
         for (const GluParams& act : {kSwiGlu, kSitu, kSituUncapped}) {
           std::vector<float> h(static_cast<size_t>(m * n), -1.0f);
@@ -107,19 +108,19 @@ void CheckFormat(WeightFormat format, const int64_t (*shapes)[2], size_t num_sha
 }
 
 TEST(CpuMatmulGluTest, F32WeightsMatchReferenceOnOddShapesOnEveryIsa) {
-  CheckFormat(WeightFormat::kF32, kShapesNK, std::size(kShapesNK), 11);
+  CheckFormat(WeightFormat::kF32, kGluShapesNK, std::size(kGluShapesNK), 11);
 }
 
 TEST(CpuMatmulGluTest, Bf16WeightsMatchReferenceOnOddShapesOnEveryIsa) {
-  CheckFormat(WeightFormat::kBf16, kShapesNK, std::size(kShapesNK), 12);
+  CheckFormat(WeightFormat::kBf16, kGluShapesNK, std::size(kGluShapesNK), 12);
 }
 
 TEST(CpuMatmulGluTest, Mxfp4WeightsMatchReferenceOnOddShapesOnEveryIsa) {
-  CheckFormat(WeightFormat::kMxfp4, kMxfp4ShapesNK, std::size(kMxfp4ShapesNK), 13);
+  CheckFormat(WeightFormat::kMxfp4, kGluMxfp4ShapesNK, std::size(kGluMxfp4ShapesNK), 13);
 }
 
 TEST(CpuMatmulGluTest, Int8WeightsMatchReferenceOnOddShapesOnEveryIsa) {
-  CheckFormat(WeightFormat::kInt8, kMxfp4ShapesNK, std::size(kMxfp4ShapesNK), 113);
+  CheckFormat(WeightFormat::kInt8, kGluMxfp4ShapesNK, std::size(kGluMxfp4ShapesNK), 113);
 }
 
 // The activation alone, over the whole range (both tanh branches, σ saturating both ways, exp's

@@ -103,18 +103,18 @@ std::vector<float> Dequantized(const std::vector<float>& x, int64_t m, int64_t k
 
 // k: one block, a partial last superblock of every size (1–3 MXFP4 blocks, one int8 group),
 // whole superblocks, and two and three 1024-wide k blocks with ragged ends. n: 1, primes.
-const int64_t kShapesNK[][2] = {{1, 32},   {31, 64},   {33, 96},  {3, 160},  {7, 224},
-                                {97, 992}, {32, 1056}, {5, 2080}, {13, 1120}};
-const int64_t kRows[] = {1, 2, 3, 4, 5, 7, 13, 17};
+const int64_t kVnniShapesNK[][2] = {{1, 32},   {31, 64},   {33, 96},  {3, 160},  {7, 224},
+                                    {97, 992}, {32, 1056}, {5, 2080}, {13, 1120}};
+const int64_t kVnniRows[] = {1, 2, 3, 4, 5, 7, 13, 17};
 
 TEST(CpuMatmulVnniTest, Int8ActivationsMatchTheQ8ReferenceOnOddShapes) {
   if (!Int8ProductsHere()) GTEST_SKIP() << "no AVX512_VNNI here";
   Rng rng(41);
   for (WeightFormat format : {WeightFormat::kMxfp4, WeightFormat::kInt8}) {
-    for (const auto& shape : kShapesNK) {
+    for (const auto& shape : kVnniShapesNK) {
       const int64_t n = shape[0], k = shape[1];
       const TestWeights w = MakeWeights(format, n, k, rng);
-      for (int64_t m : kRows) {
+      for (int64_t m : kVnniRows) {
         std::vector<float> x = rng.Normal(m * k);
         if (m == 3) {  // blocks of very different sizes in one row, a block of zeros and one
                        // too small to scale (127 / amax overflows)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/latent_row.h"
+#include "kernels/cpu/internal/random_testing.h"
 #include "kernels/cpu/latent_codec.h"
 #include "kernels/reference/mla.h"
 
@@ -25,12 +26,7 @@ struct Case {
   LatentDType dtype;
 };
 
-std::vector<float> Normal(std::mt19937& rng, int64_t n, float stddev) {
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using internal::Normal;
 
 class MlaContextParallelTest : public ::testing::TestWithParam<Case> {};
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "kernels/cpu/internal/random_testing.h"
 #include "kernels/cpu/latent_codec.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mla_decode.h"
@@ -45,12 +46,7 @@ MlaDims WithHeads(MlaDims d, int heads) {
 }
 int LatW(const MlaDims& d) { return d.kv_lora_rank + d.qk_rope_head_dim; }
 
-std::vector<float> Normal(std::mt19937& rng, int64_t count, float stddev) {
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> v(static_cast<size_t>(count));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using internal::Normal;
 
 // A page pool holding several sequences' contexts under shuffled block tables. Rows no
 // sequence owns are NaN, so a read outside the table poisons the output.

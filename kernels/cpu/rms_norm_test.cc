@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/internal/isa_testing.h"
+#include "kernels/cpu/internal/random_testing.h"
 #include "kernels/reference/rms_norm.h"
 
 namespace strata::kernels::cpu {
@@ -20,12 +21,7 @@ using internal::SupportedIsas;
 // still catches a wrong element, scale or row (errors of order 1).
 constexpr double kRelTol = 1e-5;
 
-std::vector<float> Normal(std::mt19937& rng, int64_t n, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using internal::Normal;
 
 ::testing::AssertionResult Close(const std::vector<float>& y, const std::vector<float>& ref) {
   for (size_t i = 0; i < y.size(); ++i) {

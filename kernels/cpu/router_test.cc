@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/internal/isa_testing.h"
+#include "kernels/cpu/internal/random_testing.h"
 #include "kernels/reference/router.h"
 
 namespace strata::kernels::cpu {
@@ -20,12 +21,7 @@ using internal::SupportedIsas;
 // Scores are f32 within 2 ulp of the reference's f64-rounded ones; weights are ratios of them.
 constexpr double kWeightRelTol = 2e-6;
 
-std::vector<float> Normal(std::mt19937& rng, int64_t n, float scale) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using internal::Normal;
 
 struct Routed {
   std::vector<int32_t> ids;
@@ -40,12 +36,12 @@ void ExpectSame(const Routed& got, const Routed& want, const std::string& what) 
   }
 }
 
-struct Case {
+struct RouterCase {
   RouterParams params;
   bool with_bias;
 };
 
-const Case kCases[] = {
+const RouterCase kCases[] = {
     {{1, 1}, false},
     {{7, 3}, true},
     {{17, 5, 1, 1, true, 2.446f}, true},
@@ -61,7 +57,7 @@ TEST(CpuRouterTest, SigmoidMatchesReferenceOnEveryIsa) {
   for (Isa isa : SupportedIsas()) {
     IsaCap cap(isa);
     std::mt19937 rng(5);
-    for (const Case& c : kCases) {
+    for (const RouterCase& c : kCases) {
       const RouterParams& p = c.params;
       for (int64_t tokens : {1, 5, 40}) {  // 40: the OpenMP path
         const std::vector<float> logits = Normal(rng, tokens * p.num_experts, 2.0f);

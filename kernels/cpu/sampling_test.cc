@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/internal/isa_testing.h"
+#include "kernels/cpu/internal/random_testing.h"
 
 namespace strata::kernels::cpu {
 namespace {
@@ -19,12 +20,7 @@ using internal::SupportedIsas;
 
 const int64_t kSizes[] = {1, 2, 3, 7, 15, 16, 17, 31, 33, 97, 1000, 4099, 20011};
 
-std::vector<float> Normal(std::mt19937& rng, int64_t n, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using internal::Normal;
 
 // Values on a coarse grid: many exact ties.
 std::vector<float> Coarse(std::mt19937& rng, int64_t n, int levels) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/internal/isa_testing.h"
+#include "kernels/cpu/internal/random_testing.h"
 #include "kernels/reference/vit.h"
 
 namespace strata::kernels::cpu {
@@ -18,12 +19,7 @@ namespace {
 using internal::IsaCap;
 using internal::SupportedIsas;
 
-std::vector<float> Normal(std::mt19937& rng, int64_t n, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using internal::Normal;
 
 // |y − ref| ≤ tol · (1 + |ref|) everywhere: f32 sums over ≤ a few thousand terms.
 ::testing::AssertionResult Close(const std::vector<float>& y, const std::vector<float>& ref,

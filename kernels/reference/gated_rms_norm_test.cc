@@ -15,7 +15,7 @@ namespace {
 using testing::AllClose;
 using testing::Rng;
 
-double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+using testing::Sigmoid;
 
 TEST(GatedRmsNormReferenceTest, HandComputedTwoHeadsSharedWeight) {
   // T = 1, H = 2, D = 2; head 0 o = [3, 4] (mean² 12.5), head 1 o = [1, −1] (mean² 1).

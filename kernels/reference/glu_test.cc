@@ -13,7 +13,7 @@ namespace {
 using testing::AllFinite;
 using testing::Rng;
 
-double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+using testing::Sigmoid;
 
 // The SiTU formula written out: β1·tanh(g/β1)·σ(g) · β2·tanh(u/β2).
 double Situ(double g, double u, double beta1, double beta2) {

@@ -14,7 +14,7 @@ namespace {
 using testing::AllFinite;
 using testing::Rng;
 
-double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+using testing::Sigmoid;
 double Softplus(double x) { return std::log(1.0 + std::exp(x)); }
 
 // T = 1, H = 2, D = 2: f + dt_bias = [0, 1.5 | −0.5, 2], exp(A_log) = [1 | 2].

@@ -21,6 +21,7 @@
 #include "server/batch/batch_line.h"
 #include "server/batch/batch_store.h"
 #include "server/batch/fake_handler_testing.h"
+#include "server/batch/scoped_umask_testing.h"
 #include "server/frontend/api_error.h"
 
 namespace strata::batch {
@@ -545,16 +546,6 @@ std::vector<std::string> FilesNotPrivate(const std::string& dir) {
   }
   return found;
 }
-
-// Sets the umask for a test's scope (0: the files' modes come from the code alone).
-class ScopedUmask {
- public:
-  explicit ScopedUmask(mode_t mask) : old_(::umask(mask)) {}
-  ~ScopedUmask() { ::umask(old_); }
-
- private:
-  const mode_t old_;
-};
 
 // What an earlier run left is checked line by line before the batch carries on: a garbage line,
 // a line cut short, a line of another request or another file, a repeat are dropped and their

@@ -17,6 +17,7 @@
 #include "core/file.h"
 #include "server/batch/batch_line.h"
 #include "server/batch/fake_handler_testing.h"
+#include "server/batch/scoped_umask_testing.h"
 
 namespace strata::batch {
 namespace {
@@ -24,22 +25,13 @@ namespace {
 using ::testing::ElementsAre;
 
 // Sets the umask for a test's scope (0: the files' modes come from the code alone).
-class ScopedUmask {
- public:
-  explicit ScopedUmask(mode_t mask) : old_(::umask(mask)) {}
-  ~ScopedUmask() { ::umask(old_); }
-
- private:
-  const mode_t old_;
-};
-
 mode_t ModeOf(const std::string& path) {
   struct stat st {};
   EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
   return st.st_mode & 07777;
 }
 
-std::string FreshDir(const std::string& name) {
+std::string FreshStoreDir(const std::string& name) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/strata_store_", name, "_", getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -55,7 +47,7 @@ std::string Answer(int index, const std::string& custom_id, int status = 200) {
 
 TEST(KeepValidLines, DropsEveryLineThatIsNotASoundAnswerToOneOfTheRequests) {
   const ScopedUmask umask(0);
-  const std::string dir = FreshDir("drop");
+  const std::string dir = FreshStoreDir("drop");
   const std::string out = dir + "/b.output.jsonl", errors = dir + "/b.errors.jsonl";
   // Requests r0 .. r4, and one without a custom_id (its error line has none).
   const std::string input = testing::EchoLines(5, "r") + R"({"method": "POST"})" + "\n";
@@ -95,7 +87,7 @@ TEST(KeepValidLines, DropsEveryLineThatIsNotASoundAnswerToOneOfTheRequests) {
 
 TEST(KeepValidLines, CreatesMissingFilesPrivateWhateverTheUmask) {
   const ScopedUmask umask(0);
-  const std::string dir = FreshDir("create");
+  const std::string dir = FreshStoreDir("create");
   const absl::StatusOr<KeptLines> kept =
       KeepValidLines(dir + "/o.jsonl", dir + "/e.jsonl", "b-", testing::EchoLines(1, "r"));
   ASSERT_TRUE(kept.ok()) << kept.status();

@@ -59,7 +59,7 @@ struct Harness {
   }
 };
 
-std::vector<std::string> Events(const std::string& body) {
+std::vector<std::string> RawSseEvents(const std::string& body) {
   std::vector<std::string> out;
   for (absl::string_view e : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
     out.emplace_back(e);
@@ -77,7 +77,7 @@ TEST(GenerationResponseTest, ErrorAfterTheStreamStartedIsADataEventThenDone) {
   failed.error = absl::InternalError("the executor failed");
   h.streams[0]->Push(failed);
   EXPECT_TRUE(response->Poll(&out));
-  std::vector<std::string> events = Events(out.body);
+  std::vector<std::string> events = RawSseEvents(out.body);
   ASSERT_EQ(events.size(), 4u);
   EXPECT_NE(events[0].find("\"role\":\"assistant\""), std::string::npos);
   EXPECT_NE(events[1].find("\"content\":\"hello\""), std::string::npos);
@@ -155,7 +155,7 @@ TEST(GenerationResponseTest, StreamSendsAChunkPerStepEvenWhenItsTokenShowsNothin
                                last ? std::optional(server::FinishReason::kLength) : std::nullopt));
       http::HttpResponse out;
       EXPECT_EQ(response->Poll(&out), last);
-      for (const std::string& e : Events(out.body)) {
+      for (const std::string& e : RawSseEvents(out.body)) {
         if (e == "data: [DONE]") continue;
         const Json chunk = Json::parse(e.substr(6));
         if (chunk["choices"].empty()) continue;  // usage
@@ -190,7 +190,7 @@ TEST(GenerationResponseTest, ChatRoleChunkComesWithTheFirstToken) {
   EXPECT_EQ(out.body, "");  // prefilling: nothing to show yet
   h.streams[0]->Push(Event(h.fixture.Ids("hi"), 1));
   EXPECT_FALSE(response->Poll(&out));
-  const std::vector<std::string> events = Events(out.body);
+  const std::vector<std::string> events = RawSseEvents(out.body);
   ASSERT_EQ(events.size(), 2u);
   EXPECT_NE(events[0].find("\"role\":\"assistant\""), std::string::npos);
   EXPECT_NE(events[1].find("\"content\":\"hi\""), std::string::npos);
@@ -212,7 +212,7 @@ TEST(GenerationResponseTest, ProgressEventsAreLlamaCppPromptProgressChunks) {
     h.streams[0]->Push(ProgressEvent(6));
     h.streams[0]->Push(ProgressEvent(10));
     EXPECT_FALSE(response->Poll(&out));
-    std::vector<std::string> events = Events(out.body);
+    std::vector<std::string> events = RawSseEvents(out.body);
     ASSERT_EQ(events.size(), 2u);
     for (size_t i = 0; i < 2; ++i) {
       ASSERT_TRUE(absl::StartsWith(events[i], "data: ")) << events[i];

@@ -21,8 +21,8 @@ using testing::kK3Open;
 using testing::kK3Sep;
 
 // Drives a request to its end the way the HTTP server does (Start, Poll on every wake).
-std::pair<int, std::string> Post(OpenAiService& service, const std::string& path,
-                                 const std::string& body) {
+std::pair<int, std::string> PostForReply(OpenAiService& service, const std::string& path,
+                                         const std::string& body) {
   http::HttpRequest request;
   request.method = "POST";
   request.target = path;
@@ -34,7 +34,7 @@ std::pair<int, std::string> Post(OpenAiService& service, const std::string& path
 }
 
 // The `data:` payloads of an SSE body ([DONE] left out).
-std::vector<Json> Events(const std::string& body) {
+std::vector<Json> DataEvents(const std::string& body) {
   std::vector<Json> events;
   for (absl::string_view event : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
     const size_t data = event.find("data: ");
@@ -92,7 +92,7 @@ TEST_F(KimiK3ReplyTest, ChatCompletionSplitsReasoningContentAndToolCalls) {
   const std::string body =
       std::string(R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], )") + kTools +
       "}";
-  auto [status, text] = Post(service_, "/v1/chat/completions", body);
+  auto [status, text] = PostForReply(service_, "/v1/chat/completions", body);
   ASSERT_EQ(status, 200) << text;
   // Thinking is on by default: the prompt ends by opening the think channel.
   const std::vector<int32_t> prompt = LastPrompt();
@@ -113,13 +113,13 @@ TEST_F(KimiK3ReplyTest, ChatCompletionSplitsReasoningContentAndToolCalls) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
 
   // Streamed: the same text, and the call in one chunk with id, name and all its arguments.
-  auto [stream_status, stream] = Post(service_, "/v1/chat/completions",
-                                      body.substr(0, body.size() - 1) + R"(, "stream": true})");
+  auto [stream_status, stream] = PostForReply(
+      service_, "/v1/chat/completions", body.substr(0, body.size() - 1) + R"(, "stream": true})");
   ASSERT_EQ(stream_status, 200) << stream;
   std::string reasoning, content;
   std::vector<Json> calls;
   std::string finish;
-  for (const Json& e : Events(stream)) {
+  for (const Json& e : DataEvents(stream)) {
     if (e["choices"].empty()) continue;
     const Json& delta = e["choices"][0]["delta"];
     reasoning += delta.value("reasoning_content", "");
@@ -141,7 +141,7 @@ TEST_F(KimiK3ReplyTest, ChatCompletionSplitsReasoningContentAndToolCalls) {
 
 TEST_F(KimiK3ReplyTest, ThinkingOffReadsTheResponseChannel) {
   Script("Bonjour !<|close|>response<|sep|><|close|>message<|sep|>");
-  auto [status, text] = Post(
+  auto [status, text] = PostForReply(
       service_, "/v1/chat/completions",
       R"({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"thinking": false}})");
   ASSERT_EQ(status, 200) << text;
@@ -153,7 +153,7 @@ TEST_F(KimiK3ReplyTest, ThinkingOffReadsTheResponseChannel) {
 
 TEST_F(KimiK3ReplyTest, AnthropicMessagesGetThinkingAndToolUseBlocks) {
   Script(kCallReply);
-  auto [status, text] = Post(
+  auto [status, text] = PostForReply(
       service_, "/v1/messages",
       R"({"model": "test-model", "max_tokens": 200, "messages": [{"role": "user", "content": "Weather?"}],)"
       R"( "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]})");
@@ -173,9 +173,9 @@ TEST_F(KimiK3ReplyTest, AnthropicMessagesGetThinkingAndToolUseBlocks) {
 TEST_F(KimiK3ReplyTest, ResponsesGetReasoningMessageAndFunctionCallItems) {
   Script(kCallReply);
   auto [status, text] =
-      Post(service_, "/v1/responses",
-           R"({"model": "test-model", "input": "Weather?", "tools": [{"type": "function",)"
-           R"( "name": "get_weather", "parameters": {"type": "object"}}]})");
+      PostForReply(service_, "/v1/responses",
+                   R"({"model": "test-model", "input": "Weather?", "tools": [{"type": "function",)"
+                   R"( "name": "get_weather", "parameters": {"type": "object"}}]})");
   ASSERT_EQ(status, 200) << text;
   const Json j = Json::parse(text);
   std::vector<std::string> types;

@@ -17,11 +17,12 @@ namespace strata::frontend {
 namespace {
 
 // Fields that mean the same in the chat body: copied as they are.
-constexpr std::string_view kSameAsChat[] = {"model", "stream", "temperature", "top_p", "top_k"};
+constexpr std::string_view kMessagesSameAsChat[] = {"model", "stream", "temperature", "top_p",
+                                                    "top_k"};
 
 const std::vector<std::string_view>& MessagesFields() {
   static const std::vector<std::string_view> fields = [] {
-    std::vector<std::string_view> f(std::begin(kSameAsChat), std::end(kSameAsChat));
+    std::vector<std::string_view> f(std::begin(kMessagesSameAsChat), std::end(kMessagesSameAsChat));
     for (std::string_view name : {"messages", "system", "max_tokens", "stop_sequences", "tools",
                                   "tool_choice", "thinking", "metadata", "service_tier"}) {
       f.push_back(name);
@@ -31,7 +32,7 @@ const std::vector<std::string_view>& MessagesFields() {
   return fields;
 }
 
-absl::Status Unsupported(std::string_view param, std::string_view why) {
+absl::Status UnsupportedField(std::string_view param, std::string_view why) {
   return InvalidField(
       param, absl::StrCat("'", std::string(param), "' is not supported: ", std::string(why)),
       "unsupported_value");
@@ -47,7 +48,7 @@ absl::StatusOr<Json> StringAt(const Json& block, const char* key, const std::str
 }
 
 // An image block's source → a chat image_url part (data: URL for base64 sources).
-absl::StatusOr<Json> ImagePart(const Json& block, const std::string& at) {
+absl::StatusOr<Json> ChatImagePart(const Json& block, const std::string& at) {
   auto source = block.find("source");
   if (source == block.end() || !source->is_object()) {
     return InvalidType(at + ".source", "an object");
@@ -76,7 +77,7 @@ absl::StatusOr<std::optional<Json>> ContentPart(const Json& block, const std::st
     ASSIGN_OR_RETURN(Json text, StringAt(block, "text", at));
     return Json{{"type", "text"}, {"text", text}};
   }
-  if (type == "image") return ImagePart(block, at);
+  if (type == "image") return ChatImagePart(block, at);
   return std::nullopt;
 }
 
@@ -183,7 +184,7 @@ absl::StatusOr<Json> SystemText(const Json& system) {
 }
 
 // tools: client tools {name, description, input_schema} → chat function tools.
-absl::StatusOr<Json> ChatTools(const Json& tools) {
+absl::StatusOr<Json> MessagesChatTools(const Json& tools) {
   if (!tools.is_array()) return InvalidType("tools", "an array of tools");
   Json out = Json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -194,9 +195,9 @@ absl::StatusOr<Json> ChatTools(const Json& tools) {
                      FieldReader(tool, at + ".").String("type"));
     const std::string type = given_type.value_or("custom");
     if (type != "custom") {
-      return Unsupported(at + ".type", absl::StrCat("'", type,
-                                                    "' is a server tool; only client "
-                                                    "tools (name, input_schema) are served"));
+      return UnsupportedField(at + ".type", absl::StrCat("'", type,
+                                                         "' is a server tool; only client "
+                                                         "tools (name, input_schema) are served"));
     }
     Json function = {{"name", tool.contains("name") ? tool["name"] : Json()}};
     if (tool.contains("description")) function["description"] = tool["description"];
@@ -231,7 +232,7 @@ absl::StatusOr<ChatCompletionRequest> ParseMessagesRequest(const Json& body,
                                                            const RequestLimits& limits,
                                                            bool count_tokens) {
   Json chat = Json::object();
-  for (std::string_view key : kSameAsChat) {
+  for (std::string_view key : kMessagesSameAsChat) {
     if (auto it = body.find(key); it != body.end()) chat[std::string(key)] = *it;
   }
   if (count_tokens) chat.erase("stream");
@@ -263,7 +264,7 @@ absl::StatusOr<ChatCompletionRequest> ParseMessagesRequest(const Json& body,
     chat["stop"] = *stop;
   }
   if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
-    ASSIGN_OR_RETURN(chat["tools"], ChatTools(*tools));
+    ASSIGN_OR_RETURN(chat["tools"], MessagesChatTools(*tools));
   }
   if (auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null()) {
     if (!choice->is_object()) return InvalidType("tool_choice", "an object with a 'type'");

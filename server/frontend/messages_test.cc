@@ -225,7 +225,7 @@ TEST(MessagesRenderTest, MessageObjectShowsBlocksStopReasonAndUsage) {
 }
 
 // The events of a stream, as (type, data) pairs.
-std::vector<Json> Events(const std::string& sse) {
+std::vector<Json> MessageEvents(const std::string& sse) {
   std::vector<Json> out;
   size_t at = 0;
   while ((at = sse.find("data: ", at)) != std::string::npos) {
@@ -264,7 +264,7 @@ TEST(MessagesRenderTest, StreamOpensAndClosesABlockPerKindInOrder) {
   final.finish_reason = "tool_calls";
   sse += w.Finish(final, Usage{12, 3, 0});
   std::vector<std::string> types;
-  for (const Json& e : Events(sse)) {
+  for (const Json& e : MessageEvents(sse)) {
     std::string t = e["type"];
     if (e.contains("delta") && e["delta"].contains("type"))
       t += ":" + e["delta"]["type"].get<std::string>();
@@ -279,7 +279,7 @@ TEST(MessagesRenderTest, StreamOpensAndClosesABlockPerKindInOrder) {
                 "content_block_stop", "content_block_start:tool_use",
                 "content_block_delta:input_json_delta", "content_block_delta:input_json_delta",
                 "content_block_stop", "message_delta", "message_stop"}));
-  const std::vector<Json> events = Events(sse);
+  const std::vector<Json> events = MessageEvents(sse);
   EXPECT_EQ(events[0]["message"]["usage"]["input_tokens"], 12);
   EXPECT_EQ(events[9]["index"], 2);  // the tool_use block is the third
   EXPECT_EQ(events[9]["content_block"]["id"], "t1");
@@ -287,8 +287,9 @@ TEST(MessagesRenderTest, StreamOpensAndClosesABlockPerKindInOrder) {
   EXPECT_EQ(events[13]["usage"]["output_tokens"], 3);
   // Every event line names its type.
   EXPECT_THAT(sse, HasSubstr("event: content_block_delta\ndata: "));
-  EXPECT_EQ(Events(w.Error(ApiError{503, "busy", "server_error", {}, "x"}))[0]["error"]["type"],
-            "overloaded_error");
+  EXPECT_EQ(
+      MessageEvents(w.Error(ApiError{503, "busy", "server_error", {}, "x"}))[0]["error"]["type"],
+      "overloaded_error");
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-RequestLimits Limits() {
+RequestLimits TestLimits() {
   RequestLimits limits;
   limits.vocab_size = 320;
   return limits;
@@ -31,7 +31,7 @@ struct ErrorCase {
 ApiError ChatError(std::string_view body) {
   absl::StatusOr<Json> json = ParseJsonBody(body);
   if (!json.ok()) return ToApiError(json.status());
-  absl::StatusOr<ChatCompletionRequest> req = ParseChatCompletionRequest(*json, Limits());
+  absl::StatusOr<ChatCompletionRequest> req = ParseChatCompletionRequest(*json, TestLimits());
   EXPECT_FALSE(req.ok()) << body;
   return req.ok() ? ApiError{} : ToApiError(req.status());
 }
@@ -39,7 +39,7 @@ ApiError ChatError(std::string_view body) {
 ApiError CompletionError(std::string_view body) {
   absl::StatusOr<Json> json = ParseJsonBody(body);
   if (!json.ok()) return ToApiError(json.status());
-  absl::StatusOr<CompletionRequest> req = ParseCompletionRequest(*json, Limits());
+  absl::StatusOr<CompletionRequest> req = ParseCompletionRequest(*json, TestLimits());
   EXPECT_FALSE(req.ok()) << body;
   return req.ok() ? ApiError{} : ToApiError(req.status());
 }
@@ -130,7 +130,7 @@ TEST(ChatRequestTest, ImagePartsAreKeptForThePromptBuilder) {
           {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA",
                                               "detail": "low"}},
           {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]})"),
-                                 Limits());
+                                 TestLimits());
   ASSERT_TRUE(req.ok()) << req.status();
   const Json& content = req->messages[0]["content"];
   ASSERT_EQ(content.size(), 3u) << content.dump();
@@ -225,7 +225,7 @@ TEST(ChatRequestTest, ResponseFormatCompilesTheOutputGrammar) {
   auto grammar_of =
       [](const std::string& fields) -> std::shared_ptr<const structured::JsonGrammar> {
     absl::StatusOr<ChatCompletionRequest> req =
-        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), Limits());
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), TestLimits());
     EXPECT_TRUE(req.ok()) << req.status();
     return req.ok() ? req->gen.json_grammar : nullptr;
   };
@@ -252,7 +252,7 @@ TEST(ChatRequestTest, ResponseFormatCompilesTheOutputGrammar) {
 TEST(ChatRequestTest, VllmGuidedFieldsAndStructuredOutputsConstrainTheOutputToo) {
   auto root_of = [](const std::string& fields) {
     absl::StatusOr<ChatCompletionRequest> req =
-        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), Limits());
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), TestLimits());
     EXPECT_TRUE(req.ok()) << fields << ": " << req.status();
     EXPECT_TRUE(req.ok() && req->gen.json_grammar) << fields;
     return req.ok() && req->gen.json_grammar
@@ -280,7 +280,7 @@ TEST(ChatRequestTest, VllmGuidedFieldsAndStructuredOutputsConstrainTheOutputToo)
         R"("structured_outputs": {"grammar": "root ::= [a-z]+"})",
         R"("grammar": "root ::= x\nx ::= \"x\"")", R"("ebnf": "root ::= \"a\"*")"}) {
     absl::StatusOr<ChatCompletionRequest> req =
-        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), Limits());
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), TestLimits());
     ASSERT_TRUE(req.ok()) << fields << ": " << req.status();
     EXPECT_TRUE(req->gen.cfg_grammar != nullptr && req->gen.json_grammar == nullptr) << fields;
     EXPECT_TRUE(req->gen.constrained());
@@ -341,7 +341,7 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
     "tool_choice": {"type": "function", "name": "w"}, "max_output_tokens": 7,
     "reasoning": {"effort": "high"}, "store": true, "include": []})");
   ASSERT_TRUE(body.ok());
-  absl::StatusOr<ResponsesRequest> req = ParseResponsesRequest(*body, Limits());
+  absl::StatusOr<ResponsesRequest> req = ParseResponsesRequest(*body, TestLimits());
   ASSERT_TRUE(req.ok()) << req.status();
   const Json& m = req->chat.messages;
   ASSERT_EQ(m.size(), 6u) << m.dump();
@@ -369,14 +369,14 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
           {"type": "input_text", "text": "What is it?"},
           {"type": "input_image", "image_url": "data:image/png;base64,AAAA",
            "detail": "auto"}]}]})"),
-                            Limits());
+                            TestLimits());
   ASSERT_TRUE(image.ok()) << image.status();
   EXPECT_EQ(image->chat.messages[0]["content"][1],
             (Json{{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}}}}));
   absl::StatusOr<ResponsesRequest> no_url =
       ParseResponsesRequest(*ParseJsonBody(R"({"input": [{"role": "user", "content": [
           {"type": "input_image", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})"),
-                            Limits());
+                            TestLimits());
   ASSERT_FALSE(no_url.ok());
   EXPECT_EQ(ToApiError(no_url.status()).code, "invalid_type");
   EXPECT_EQ(ToApiError(no_url.status()).param.value_or(""), "input[0].content[0].image_url");
@@ -384,7 +384,7 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
 
 TEST(ChatRequestTest, MinTokensIsReadAndChecked) {
   absl::StatusOr<ChatCompletionRequest> req = ParseChatCompletionRequest(
-      *ParseJsonBody(Chat(R"("min_tokens": 5, "max_tokens": 5)")), Limits());
+      *ParseJsonBody(Chat(R"("min_tokens": 5, "max_tokens": 5)")), TestLimits());
   ASSERT_TRUE(req.ok()) << req.status();
   EXPECT_EQ(req->gen.min_tokens, 5);
   const std::pair<std::string, ErrorCase> errors[] = {
@@ -398,11 +398,11 @@ TEST(ChatRequestTest, MinTokensIsReadAndChecked) {
 }
 
 TEST(ChatRequestTest, ThinkingTokenBudgetIsReadAndChecked) {
-  absl::StatusOr<ChatCompletionRequest> req =
-      ParseChatCompletionRequest(*ParseJsonBody(Chat(R"("thinking_token_budget": 0)")), Limits());
+  absl::StatusOr<ChatCompletionRequest> req = ParseChatCompletionRequest(
+      *ParseJsonBody(Chat(R"("thinking_token_budget": 0)")), TestLimits());
   ASSERT_TRUE(req.ok()) << req.status();
   EXPECT_EQ(req->thinking_token_budget, 0);
-  req = ParseChatCompletionRequest(*ParseJsonBody(Chat("")), Limits());
+  req = ParseChatCompletionRequest(*ParseJsonBody(Chat("")), TestLimits());
   ASSERT_TRUE(req.ok()) << req.status();
   EXPECT_FALSE(req->thinking_token_budget.has_value());
   const std::pair<std::string, ErrorCase> errors[] = {
@@ -416,7 +416,7 @@ TEST(ChatRequestTest, ThinkingTokenBudgetIsReadAndChecked) {
 TEST(ResponsesRequestTest, ReasoningEffortMapsOntoTheThinkingSwitchAndTheEffort) {
   auto parse = [](const std::string& reasoning) {
     return ParseResponsesRequest(
-        *ParseJsonBody(R"({"input": "x", "reasoning": )" + reasoning + "}"), Limits());
+        *ParseJsonBody(R"({"input": "x", "reasoning": )" + reasoning + "}"), TestLimits());
   };
   for (const char* off : {R"({"effort": "none"})", R"({"effort": "minimal"})", "{}"}) {
     absl::StatusOr<ResponsesRequest> req = parse(off);
@@ -438,7 +438,7 @@ TEST(ChatRequestTest, ForcedToolChoicesCompileTheToolsTheyAllow) {
       {"type": "function", "function": {"name": "now"}}])";
   auto parse = [&](const std::string& fields) {
     absl::StatusOr<ChatCompletionRequest> req =
-        ParseChatCompletionRequest(*ParseJsonBody(Chat(tools + ", " + fields)), Limits());
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(tools + ", " + fields)), TestLimits());
     EXPECT_TRUE(req.ok()) << req.status();
     return req.ok() ? *std::move(req) : ChatCompletionRequest();
   };
@@ -475,7 +475,7 @@ TEST(ChatRequestTest, EveryDocumentedFieldIsRead) {
       "tools": [{"type": "function", "function": {"name": "get_weather",
                  "parameters": {"type": "object"}}}], "some_future_field": 1)");
   absl::StatusOr<ChatCompletionRequest> req =
-      ParseChatCompletionRequest(*ParseJsonBody(body), Limits());
+      ParseChatCompletionRequest(*ParseJsonBody(body), TestLimits());
   ASSERT_TRUE(req.ok()) << req.status();
   const GenerationFields& g = req->gen;
   EXPECT_EQ(g.model, "m");
@@ -528,7 +528,7 @@ TEST(ChatRequestTest, FieldsStrataCannotHonourAreRefusedNotIgnored) {
   for (const char* fields : {R"("best_of": 2, "n": 2)", R"("use_beam_search": false)",
                              R"("chat_template": null)", R"("chat_template_kwargs": {"x": 1})"}) {
     absl::StatusOr<ChatCompletionRequest> req =
-        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), Limits());
+        ParseChatCompletionRequest(*ParseJsonBody(Chat(fields)), TestLimits());
     EXPECT_TRUE(req.ok()) << fields << ": " << req.status();
   }
 }
@@ -537,7 +537,7 @@ TEST(ChatRequestTest, FieldsStrataCannotHonourAreRefusedNotIgnored) {
 TEST(ChatRequestTest, EchoRepeatsTheFinalMessageWhenTheReplyContinuesItsRole) {
   auto echo = [](const std::string& body) {
     absl::StatusOr<ChatCompletionRequest> req =
-        ParseChatCompletionRequest(*ParseJsonBody(body), Limits());
+        ParseChatCompletionRequest(*ParseJsonBody(body), TestLimits());
     EXPECT_TRUE(req.ok()) << body << ": " << req.status();
     return req.ok() ? req->echo_text : "<error>";
   };
@@ -564,7 +564,7 @@ TEST(ChatRequestTest, KnownFieldsAreTheSharedOnesThenTheEndpointsOwn) {
 
 TEST(ChatRequestTest, DefaultsAreOpenAis) {
   absl::StatusOr<ChatCompletionRequest> req =
-      ParseChatCompletionRequest(*ParseJsonBody(Chat(R"("temperature": null)")), Limits());
+      ParseChatCompletionRequest(*ParseJsonBody(Chat(R"("temperature": null)")), TestLimits());
   ASSERT_TRUE(req.ok()) << req.status();
   EXPECT_FLOAT_EQ(req->gen.sampling.temperature, 1.0f);  // null = default
   EXPECT_FLOAT_EQ(req->gen.sampling.top_p, 1.0f);
@@ -596,7 +596,7 @@ TEST(CompletionRequestTest, PromptShapesAndErrors) {
   for (const ErrorCase& c : cases) ExpectError(CompletionError(c.body), c);
 
   auto parse = [](std::string_view body) {
-    return ParseCompletionRequest(*ParseJsonBody(body), Limits());
+    return ParseCompletionRequest(*ParseJsonBody(body), TestLimits());
   };
   auto text = parse(R"({"prompt": "hello", "echo": true, "logprobs": 2})");
   ASSERT_TRUE(text.ok()) << text.status();

@@ -12,6 +12,9 @@
 
 namespace strata::kernels::testing {
 
+// σ(x) in f64, written out (the tests' independent value).
+inline double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
 class Rng {
  public:
   explicit Rng(uint32_t seed) : engine_(seed) {}
