@@ -88,7 +88,8 @@ TEST_P(TensorParallelTest, LogitsEqualOneRank) {
   float scale = 0;
   for (float v : *expected) scale = std::max(scale, std::fabs(v));
   // (tensor-parallel size, decode-context-parallel size)
-  for (auto [size, cp] : {std::pair{2, 1}, {4, 1}, {2, 2}, {4, 4}}) {
+  // (4, 2): two context-parallel groups of 2 ranks, each holding every position once.
+  for (auto [size, cp] : {std::pair{2, 1}, {4, 1}, {2, 2}, {4, 4}, {4, 2}}) {
     SCOPED_TRACE(absl::StrCat("tensor-parallel size ", size, ", context-parallel size ", cp));
     const auto logits = OnEveryRank<std::vector<float>>(
         size,
@@ -129,9 +130,9 @@ TEST_P(TensorParallelTest, GreedyTokensEqualOneRank) {
   const std::vector<int32_t> prompt = PromptIds((*full)->config().vocab_size, 20);
   auto expected = engine::Generate(**full, prompt, options);
   ASSERT_TRUE(expected.ok());
-  for (int cp : {1, 2}) {
+  for (auto [size, cp] : {std::pair{2, 1}, {2, 2}, {4, 2}}) {
     const auto tokens = OnEveryRank<std::vector<int32_t>>(
-        2,
+        size,
         [&](const engine::Model& model, engine::TensorParallelGroup* tp) {
           engine::GenerateOptions o = options;
           o.tensor_parallel = tp;
@@ -140,8 +141,10 @@ TEST_P(TensorParallelTest, GreedyTokensEqualOneRank) {
           return t.ok() ? *t : std::vector<int32_t>();
         },
         cp);
-    EXPECT_EQ(tokens[0], *expected) << "context-parallel size " << cp;
-    EXPECT_EQ(tokens[1], *expected) << "context-parallel size " << cp;
+    for (int r = 0; r < size; ++r) {
+      EXPECT_EQ(tokens[static_cast<size_t>(r)], *expected)
+          << "tensor-parallel size " << size << ", context-parallel size " << cp << ", rank " << r;
+    }
   }
 }
 
@@ -280,7 +283,7 @@ INSTANTIATE_TEST_SUITE_P(
                {{"mla_heads", "4"}, {"kda_heads", "4"}, {"first_dense", "1"}}}),
     [](const auto& info) { return info.param.name; });
 
-TEST(TensorParallelRefusal, ContextParallelMustBeTheGroup) {
+TEST(TensorParallelRefusal, ContextParallelMustDivideTheGroup) {
   const std::string dir = ::testing::TempDir() + "/tp_refusal_cp";
   engine::demo::GeneratorOptions options;
   options.family = "k3";
@@ -288,12 +291,12 @@ TEST(TensorParallelRefusal, ContextParallelMustBeTheGroup) {
   ASSERT_TRUE(engine::demo::GenerateCheckpoint(options, dir).ok());
   engine::ModelLoadOptions load;
   load.tensor_parallel = {0, 4};
-  load.decode_context_parallel_size = 2;
+  load.decode_context_parallel_size = 3;
   auto model = engine::Model::Load(dir, load);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().message(),
-            "--decode-context-parallel-size 2 must equal --tensor-parallel-size 4 for now (the "
-            "context-parallel group is the whole tensor-parallel group)");
+            "--decode-context-parallel-size 3 must divide --tensor-parallel-size 4 (a "
+            "context-parallel group is made of ranks of one tensor-parallel group)");
   std::filesystem::remove_all(dir);
 }
 

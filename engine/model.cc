@@ -302,13 +302,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     model->tp_routed_experts_ = routed_experts;
   }
   if (const int c = options.decode_context_parallel_size; c != 1) {
-    if (c != options.tensor_parallel.size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--decode-context-parallel-size ", c, " must equal --tensor-parallel-size ",
-                       options.tensor_parallel.size,
-                       " for now (the context-parallel group is the whole tensor-parallel group)"));
+    if (c < 1 || options.tensor_parallel.size % c != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--decode-context-parallel-size ", c, " must divide --tensor-parallel-size ",
+          options.tensor_parallel.size,
+          " (a context-parallel group is made of ranks of one tensor-parallel group)"));
     }
-    model->context_parallel_ = {options.tensor_parallel.rank, c};
+    // Ranks g·C … g·C + C − 1 split each sequence's positions; rank r holds p ≡ r (mod C).
+    model->context_parallel_ = {options.tensor_parallel.rank % c, c};
   }
   if (options.quantization == WeightQuantization::kCheckpoint &&
       !model->config().moe.mxfp4_experts) {

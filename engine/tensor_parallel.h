@@ -62,7 +62,8 @@ class TensorParallelGroup {
 // is spread over the C ranks by position — rank d holds positions p ≡ d (mod C), at its local
 // row p / C — so a sequence can hold C times what one rank's cache does. MLA layers attend where
 // the rows live and merge the partial results exactly (kernels/cpu/mla_context_parallel.h).
-// For now the context-parallel group is the whole tensor-parallel group (C = T).
+// C divides T: tensor-parallel rank r is rank r mod C of context-parallel group r / C, and the
+// T / C groups hold the same rows (vLLM's meaning of C < T).
 struct ContextParallelShard {
   int rank = 0;
   int size = 1;

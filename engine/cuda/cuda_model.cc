@@ -485,6 +485,8 @@ absl::Status CudaModel::AbsorbedAttention(const MlaConfig& m, const DeviceMla& w
 // engine/mla_mixer.cc): q̃ of this rank's heads → all-gather (every head of the group) → each
 // rank's queries over this rank's rows (MlaPagedPartial, one launch per source rank) →
 // all-to-all (each partial to its heads' rank) → log-sum-exp merge → W_UV and the gate.
+// With C < T the ranks g·C … g·C + C − 1 form context-parallel group g (every position once):
+// a rank attends only its group's queries and merges the C partials its group sent.
 absl::Status CudaModel::ContextParallelAttention(const MlaConfig& m, const DeviceMla& w,
                                                  const DeviceStep& step, const void* pages,
                                                  LatentDType cache_dtype, const DeviceContext& ctx,
@@ -492,10 +494,11 @@ absl::Status CudaModel::ContextParallelAttention(const MlaConfig& m, const Devic
                                                  uint16_t* o_gated) {
   const StepLayout& s = *step.host;
   TensorParallelGroup* group = options_.tensor_parallel;
-  CHECK(group != nullptr && group->size() == s.cp_size)
-      << "the context-parallel group is the tensor-parallel group";
+  CHECK(group != nullptr && group->size() % s.cp_size == 0)
+      << "context-parallel groups are made of ranks of the tensor-parallel group";
   if (rows == 0) return absl::OkStatus();  // every rank runs the same plan: all skip together
-  const int parts = group->size();
+  const int parts = group->size(), cp_size = s.cp_size;
+  const int first_peer = group->rank() / cp_size * cp_size;
   const int64_t heads = m.num_heads;
   const int64_t q_values = rows * heads * kc::kMlaLatentDim;  // even: 576 per head
   const int64_t part = rows * heads * (kc::kMlaValueDim + 1);
@@ -521,7 +524,15 @@ absl::Status CudaModel::ContextParallelAttention(const MlaConfig& m, const Devic
   params.cache_dtype = cache_dtype;
   const int64_t bytes = kc::MlaDecodeWorkspaceBytes(params);
   ASSIGN_OR_RETURN(void* ws, ctx.scratch->TakeBytes(bytes));
-  for (int c = 0; c < parts; ++c) {
+  // Blocks for the other groups' ranks travel unread: zeros rather than stale scratch.
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(send, 0, first_peer * part * sizeof(float), ctx.stream),
+      "context-parallel send cudaMemsetAsync");
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(send + (first_peer + cp_size) * part, 0,
+                      (parts - first_peer - cp_size) * part * sizeof(float), ctx.stream),
+      "context-parallel send cudaMemsetAsync");
+  for (int c = first_peer; c < first_peer + cp_size; ++c) {
     RETURN_IF_ERROR(kc::MlaPagedPartial(all_q + c * q_values, pages, step.at(s.block_tables),
                                         step.at(s.cp_query_seq), step.at(s.cp_query_len), params,
                                         ws, bytes, send + c * part, ctx.stream));
@@ -529,7 +540,8 @@ absl::Status CudaModel::ContextParallelAttention(const MlaConfig& m, const Devic
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream),
                               "cudaStreamSynchronize before the context-parallel all-to-all");
   group->AllToAll(send, recv, part);
-  RETURN_IF_ERROR(kc::MlaMergePartials(recv, parts, rows * heads, o_lat, ctx.stream));
+  RETURN_IF_ERROR(
+      kc::MlaMergePartials(recv + first_peer * part, cp_size, rows * heads, o_lat, ctx.stream));
   return ValueProjectionAndGate(ctx, w.kv_b, dims, o_lat, rows, gate, o_gated);
 }
 

@@ -268,7 +268,8 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaTensorParallelTest,
                                          Case{"kimi_linear_tp2", "kimi-linear", 2, false},
                                          Case{"kimi_linear_tp4_tied", "kimi-linear", 4, true},
                                          Case{"k3_tp2_dcp2", "k3", 2, false, 2},
-                                         Case{"kimi_linear_tp4_dcp4", "kimi-linear", 4, true, 4}),
+                                         Case{"kimi_linear_tp4_dcp4", "kimi-linear", 4, true, 4},
+                                         Case{"k3_tp4_dcp2", "k3", 4, false, 2}),
                          [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 // A shard without its group is refused with a message.

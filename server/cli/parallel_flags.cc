@@ -234,11 +234,10 @@ absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(const Flags& flags,
                    flags.NameOrAlias("decode-context-parallel-size", "dcp-size"));
   ASSIGN_OR_RETURN(int64_t dcp_size, flags.GetInt(dcp_flag, 1, 1, kMaxRanks));
   p.decode_context_parallel_size = static_cast<int>(dcp_size);
-  if (dcp_size != 1 && dcp_size != tp_size) {
+  if (tp_size % dcp_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--", dcp_flag, " ", dcp_size, " must equal --", tp_flag, " ", tp_size,
-        " for now (the ranks splitting each sequence's cache are the whole tensor-parallel "
-        "group)"));
+        "--", dcp_flag, " ", dcp_size, " must divide --", tp_flag, " ", tp_size,
+        " (the ranks splitting each sequence's cache are ranks of one tensor-parallel group)"));
   }
   if (p.tensor_parallel() && p.world_size != p.tensor_parallel_size) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -41,8 +41,10 @@ check_model() {
   "$strata" logits --model "$work/$name" --ids-file "$work/ids.json" --out "$work/$name.1.npy" \
     --prefill-chunk 16 --log-level warn "$@"
   for t in $sizes; do
-    # Tensor parallelism alone, then with the latent cache split over the group (DCP).
-    for cp in 1 "$t"; do
+    # Tensor parallelism alone, then with the latent cache split over C ranks (DCP; C divides
+    # T, C < T leaves T / C copies of each row).
+    for cp in 1 2 4; do
+      (( cp <= t && t % cp == 0 )) || continue
       "$strata" logits --model "$work/$name" --ids-file "$work/ids.json" \
         --out "$work/$name.$t.$cp.npy" --prefill-chunk 16 --tensor-parallel-size "$t" \
         --decode-context-parallel-size "$cp" --log-level warn "$@"
@@ -98,9 +100,9 @@ expect_refusal "3 MLA heads cannot be split over --tensor-parallel-size 2" \
   --tensor-parallel-size 2 --log-level warn
 expect_refusal "--tensor-parallel-size and --tp-size mean the same" \
   generate --model "$work/k3" --prompt-ids 1,2 --tensor-parallel-size 2 --tp-size 2
-expect_refusal "--decode-context-parallel-size 2 must equal --tensor-parallel-size 4" \
+expect_refusal "--decode-context-parallel-size 3 must divide --tensor-parallel-size 4" \
   logits --model "$work/k3" --ids-file "$work/ids.json" --out "$work/x.npy" \
-  --tensor-parallel-size 4 --decode-context-parallel-size 2 --log-level warn
+  --tensor-parallel-size 4 --decode-context-parallel-size 3 --log-level warn
 expect_refusal "--tensor-parallel-size" \
   generate --model "$work/k3" --prompt-ids 1,2 --tensor-parallel-size 0
 echo "PASS"
