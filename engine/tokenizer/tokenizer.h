@@ -81,6 +81,10 @@ class Tokenizer {
   int32_t vocab_size() const { return vocab_size_; }
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
+  // What EncodeOptions::add_special_tokens adds: BOS first, EOS last (add_bos_token /
+  // add_eos_token of the config; both false for Kimi).
+  bool adds_bos() const { return add_bos_; }
+  bool adds_eos() const { return add_eos_; }
   const BpeVocab& bpe() const { return *vocab_; }
   const PreTokenizer& pretokenizer() const { return *pretokenizer_; }
 

@@ -222,10 +222,15 @@ OpenAiService::Result OpenAiService::Tokenize(const http::HttpRequest& request) 
     chat.erase("return_token_strs");
     ASSIGN_OR_RETURN(ChatCompletionRequest req,
                      ParseChatCompletionRequest(chat, LimitsFor(options_, *model)));
-    ASSIGN_OR_RETURN(std::string text, RenderChat(*model, req));
-    ASSIGN_OR_RETURN(ids, TextPromptIds(*model, text, add_special.value_or(false), "messages"));
-    // The ids the chat request would get: earlier replies as the model wrote them.
-    if (model->reply_tokens != nullptr) model->reply_tokens->Splice(req.messages, &ids);
+    // The ids the chat request gets (vLLM counts images the same way): the template's segments,
+    // earlier replies as the model wrote them, each image's placeholder expanded to one
+    // position per row of the image (the image decoded and measured; the tower does not run).
+    ASSIGN_OR_RETURN(ids, ChatPromptIds(*model, req));
+    if (add_special.value_or(false)) {  // the BOS / EOS the tokenizer's config asks for
+      const engine::Tokenizer& tokenizer = *model->tokenizer;
+      if (tokenizer.adds_bos()) ids.insert(ids.begin(), *tokenizer.bos_id());
+      if (tokenizer.adds_eos()) ids.push_back(*tokenizer.eos_id());
+    }
   } else {
     ASSIGN_OR_RETURN(auto prompt, r.String("prompt"));
     if (!prompt) return MissingField("prompt");

@@ -222,6 +222,10 @@ def test_repeat(server, a_url, c_url, text, with_a, per_image):
     status, tokens = server.post("/tokenize", {"model": MODEL,
                                                "messages": chat_body([a_url])["messages"]})
     check(status == 200, f"/tokenize of the image chat: {status} {tokens}")
+    # /tokenize counts what the chat counts: the placeholder expanded to the image's rows.
+    check(tokens["count"] == with_a["usage"]["prompt_tokens"],
+          f"/tokenize of the image chat counts {tokens['count']}, the chat "
+          f"{with_a['usage']['prompt_tokens']} prompt tokens")
     status, pad = server.post("/tokenize", {"model": MODEL, "prompt": "<|media_pad|>",
                                             "add_special_tokens": False})
     check(status == 200 and pad["count"] == 1, f"<|media_pad|> is not one token: {pad}")
