@@ -72,7 +72,7 @@ const std::vector<std::string_view>& ResponsesFields() {
 }
 
 // Request fields the server cannot honour: a 400 rather than silently different behaviour.
-absl::Status Unsupported(absl::string_view param, absl::string_view why) {
+absl::Status UnsupportedResponsesField(absl::string_view param, absl::string_view why) {
   return InvalidField(std::string_view(param.data(), param.size()),
                       absl::StrCat("'", param, "' is not supported: ", why), "unsupported_value");
 }
@@ -209,8 +209,8 @@ absl::StatusOr<Json> ChatTools(const Json& tools) {
     const Json& tool = tools[i];
     const std::string at = absl::StrCat("tools[", i, "]");
     if (StringOr(tool, "type", "") != "function") {
-      return Unsupported(at + ".type",
-                         "only function tools are served (no built-in tools such as web search)");
+      return UnsupportedResponsesField(
+          at + ".type", "only function tools are served (no built-in tools such as web search)");
     }
     Json function = {{"name", tool.contains("name") ? tool["name"] : Json()}};
     for (const char* key : {"description", "parameters", "strict"}) {
@@ -255,10 +255,11 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(const Json& body,
                                                        const Json& history) {
   for (const char* unsupported : {"conversation", "prompt"}) {
     if (auto it = body.find(unsupported); it != body.end() && !it->is_null()) {
-      return Unsupported(unsupported,
-                         "the server keeps no conversation objects or prompt templates; send the "
-                         "conversation in 'input' (or continue a stored response with "
-                         "'previous_response_id')");
+      return UnsupportedResponsesField(
+          unsupported,
+          "the server keeps no conversation objects or prompt templates; send the "
+          "conversation in 'input' (or continue a stored response with "
+          "'previous_response_id')");
     }
   }
   bool store = true;
