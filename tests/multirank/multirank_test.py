@@ -511,6 +511,21 @@ def check_drafted_and_hit(label, engine):
           f"({engine['num_spec_accepted_tokens_total']} accepted)", flush=True)
 
 
+def check_tp2_dcp2(args, name, label, reference, tp_prompts, ready_s, *tolerance):
+    """One process of TP 2 x DCP 2: /server_info shows twice one rank's tokens per group, and the
+    greedy tokens equal one process's (within `tolerance` when given)."""
+    servers = [Server(args, name, args.work_case,
+                      ["--tensor-parallel-size", "2", "--decode-context-parallel-size", "2"])]
+    servers[0].wait_ready(time.time() + ready_s)
+    plan = server_info(servers[0].port)["memory_plan"]
+    if plan["num_tokens_per_group"] != 2 * plan["num_tokens"]:
+        fail(f"{label}: /server_info memory_plan with DCP 2: {plan}")
+    got = generate_all(servers, tp_prompts)
+    stop_group(servers)
+    compare(f"{label}: --tensor-parallel-size 2 --decode-context-parallel-size 2", reference, got,
+            *tolerance)
+
+
 def case_tp(args):
     """--tensor-parallel-size 2: one process with two ranks, then one process per rank (rank 0
     serves, rank 1 only computes), each equal to one process alone; killing rank 1 ends rank 0
@@ -534,16 +549,7 @@ def case_tp(args):
 
     # Decode context parallelism: each rank holds every other position's latent row, so a
     # sequence holds twice what one rank's cache does.
-    servers = [Server(args, "tp_dcp", args.work_case,
-                      ["--tensor-parallel-size", "2", "--decode-context-parallel-size", "2"])]
-    servers[0].wait_ready(time.time() + 60)
-    plan = server_info(servers[0].port)["memory_plan"]
-    if plan["num_tokens_per_group"] != 2 * plan["num_tokens"]:
-        fail(f"/server_info memory_plan with DCP 2: {plan}")
-    got = generate_all(servers, tp_prompts)
-    stop_group(servers)
-    compare(f"{args.family}: --tensor-parallel-size 2 --decode-context-parallel-size 2", reference,
-            got)
+    check_tp2_dcp2(args, "tp_dcp", f"{args.family}", reference, tp_prompts, 60)
 
     timeout_s = 5
     coordinator = f"127.0.0.1:{free_port()}"
@@ -607,16 +613,8 @@ def case_cuda_tp(args):
 
     # Decode context parallelism on the device: each rank's cache holds every other position and
     # the MLA layers merge the ranks' partial attention (log-sum-exp).
-    servers = [Server(args, "cuda_tp_dcp", args.work_case,
-                      ["--tensor-parallel-size", "2", "--decode-context-parallel-size", "2"])]
-    servers[0].wait_ready(time.time() + 90)
-    plan = server_info(servers[0].port)["memory_plan"]
-    if plan["num_tokens_per_group"] != 2 * plan["num_tokens"]:
-        fail(f"/server_info memory_plan with DCP 2 on the device: {plan}")
-    got = generate_all(servers, tp_prompts)
-    stop_group(servers)
-    compare(f"{args.family} on the device: --tensor-parallel-size 2 "
-            "--decode-context-parallel-size 2", reference, got, CUDA_TP_LOGPROB_TOLERANCE)
+    check_tp2_dcp2(args, "cuda_tp_dcp", f"{args.family} on the device", reference, tp_prompts, 90,
+                   CUDA_TP_LOGPROB_TOLERANCE)
 
     coordinator = f"127.0.0.1:{free_port()}"
     extra = ["--tensor-parallel-size", "2", "--world-size", "2", "--coordinator", coordinator,
