@@ -20,8 +20,9 @@
 // Each case prints the best and the mean of its repetitions, the ceilings being measured right
 // before it (a shared machine's load drifts).
 //
-// Run: kernels_cpu_mla_bench [--quick] (not run by ctest). --quick: 8K context, 1K prompt
-// (and the form cases scaled down with it).
+// Run: kernels_cpu_mla_bench [--quick | --long [C,...]] (not run by ctest). --quick: 8K context,
+// 1K prompt (and the form cases scaled down with it). --long: a 2,048-token chunk after C cached
+// tokens at one head (LongContext below).
 #include <omp.h>
 
 #include <algorithm>
@@ -112,19 +113,28 @@ std::vector<float> Random(int64_t n, float scale, uint32_t seed) {
 
 MlaDims Dims(int heads) { return {heads, 128, 64, 128, 512}; }
 
-// kv_b_proj [heads·256, 512] as a bf16 checkpoint holds it, and its exact f32 copy.
+// The head shape of the long-context test model (tests/long_context): one head, d_n 16, d_r 8,
+// d_v 16, kv_lora 32.
+MlaDims TinyDims() { return {1, 16, 8, 16, 32}; }
+
+// kv_b_proj [heads·(dn + dv), r] as a bf16 checkpoint holds it, and its exact f32 copy.
 struct Kvb {
   std::vector<uint16_t> bf16;
   std::vector<float> f32;
-  explicit Kvb(int heads) : f32(Random(int64_t{heads} * 256 * 512, 1.0f / std::sqrt(512.0f), 2)) {
+  int64_t k = 0;
+  explicit Kvb(int heads) : Kvb(Dims(heads)) {}
+  explicit Kvb(const MlaDims& d)
+      : f32(Random(int64_t{d.num_heads} * (d.qk_nope_head_dim + d.v_head_dim) * d.kv_lora_rank,
+                   1.0f / std::sqrt(static_cast<float>(d.kv_lora_rank)), 2)),
+        k(d.kv_lora_rank) {
     bf16.resize(f32.size());
     ConvertF32ToBf16(f32.data(), f32.size(), bf16.data());
     for (size_t i = 0; i < f32.size(); ++i) f32[i] = Bf16ToF32(bf16[i]);
   }
   MatmulWeights View(bool in_bf16) const {
-    const int64_t rows = static_cast<int64_t>(f32.size()) / 512;
-    if (in_bf16) return {WeightFormat::kBf16, rows, 512, bf16.data(), nullptr};
-    return {WeightFormat::kF32, rows, 512, f32.data(), nullptr};
+    const int64_t rows = static_cast<int64_t>(f32.size()) / k;
+    if (in_bf16) return {WeightFormat::kBf16, rows, k, bf16.data(), nullptr};
+    return {WeightFormat::kF32, rows, k, f32.data(), nullptr};
   }
 };
 
@@ -210,23 +220,27 @@ const char* FormName(MlaPrefillForm f) {
 }
 
 // A chunk of `tokens` new tokens after `cached` ones, in one call.
-double Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaPrefillForm form,
-               int reps, bool f32_kvb = false) {
-  const MlaDims d = Dims(heads);
+double Prefill(const char* name, const MlaDims& d, int64_t cached, int64_t tokens,
+               MlaPrefillForm form, int reps, bool f32_kvb = false) {
+  const int heads = d.num_heads;
   const int lat_w = d.kv_lora_rank + d.qk_rope_head_dim;
+  const int q_w = d.qk_nope_head_dim + d.qk_rope_head_dim, dv = d.v_head_dim;
   const int64_t len = cached + tokens;
   Pool pool(1, len, lat_w);
-  const Kvb kvb(heads);
+  const Kvb kvb(d);
   const MatmulWeights w = kvb.View(!f32_kvb);
-  const std::vector<float> q = Random(tokens * heads * 192, 1.0f, 3);
-  const std::vector<float> g = Random(tokens * heads * 128, 1.0f, 4);
-  std::vector<float> o(static_cast<size_t>(tokens * heads * 128));
-  const MlaPrefillSequence seq{pool.View(0, len), tokens, q.data(), g.data(), o.data()};
+  const std::vector<float> q = Random(tokens * heads * q_w, 1.0f, 3);
+  const std::vector<float> g = Random(tokens * heads * dv, 1.0f, 4);
+  std::vector<float> o(static_cast<size_t>(tokens * heads * dv));
+  PagedLatent context = pool.View(0, len);
+  context.rope_dim = d.qk_rope_head_dim;
+  const MlaPrefillSequence seq{context, tokens, q.data(), g.data(), o.data()};
   AlignedBuffer scratch(MlaPrefillScratchBytes(d, {&seq, 1}));
-  const float scale = 1.0f / std::sqrt(192.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(q_w));
   const MlaPrefillForm used =
       form == MlaPrefillForm::kAuto ? MlaPrefillChooseForm(d, cached, tokens) : form;
   const Ceilings c = Measure();
+  if (reps > 1) MlaPrefill(d, scale, w, {&seq, 1}, scratch.data(), form);  // warm-up
   const Timing t = Time(reps, [&] { MlaPrefill(d, scale, w, {&seq, 1}, scratch.data(), form); });
   const double flops = PrefillFlops(d, cached, tokens, used);
   // The expanded form under --cpu-matmul-precision bf16 runs bf16 products (AMX tiles, else
@@ -251,8 +265,38 @@ double Prefill(const char* name, int heads, int64_t cached, int64_t tokens, MlaP
 }  // namespace
 }  // namespace strata::kernels::cpu
 
+// --long [C,C,...]: one 2,048-token chunk after C cached tokens (default 32K, 256K, 1M), the
+// prefill a long prompt's later chunks run (--max-num-batched-tokens 2048), at one head of K3's
+// shape and of the long-context test model's, f32 and (where the CPU has AVX512-BF16) bf16
+// products; the form kAuto picks (expanded).
+int LongContext(const std::string& lengths) {
+  using namespace strata::kernels::cpu;  // NOLINT(build/namespaces)
+  std::vector<int64_t> contexts;
+  for (size_t at = 0; at < lengths.size();) {
+    const size_t comma = std::min(lengths.find(',', at), lengths.size());
+    contexts.push_back(std::stoll(lengths.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  PrintCeilings("start", Measure());
+  constexpr int64_t kChunk = 2048;
+  for (const int64_t cached : contexts) {
+    for (const bool bf16 : {false, true}) {
+      SetMatmulPrecision(bf16 ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
+      if (bf16 && !Bf16MatmulSupported()) continue;
+      Prefill("tiny-head", TinyDims(), cached, kChunk, MlaPrefillForm::kAuto, 2);
+      Prefill("k3-head", Dims(1), cached, kChunk, MlaPrefillForm::kAuto, cached > 300000 ? 1 : 2);
+    }
+  }
+  SetMatmulPrecision(MatmulPrecision::kF32);
+  PrintCeilings("end", Measure());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   using namespace strata::kernels::cpu;  // NOLINT(build/namespaces)
+  if (argc > 1 && std::string(argv[1]) == "--long") {
+    return LongContext(argc > 2 ? argv[2] : "32768,262144,1048576");
+  }
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const int64_t ctx = quick ? 8192 : 32768, prompt = quick ? 1024 : 4096;
   PrintCeilings("start", Measure());
@@ -288,20 +332,21 @@ int main(int argc, char** argv) {
   {
     double f32_s = 1e30, bf16_s = 1e30;
     for (int round = 0; round < 3; ++round) {
-      f32_s =
-          std::min(f32_s, Prefill("kv_b", 32, 0, prompt / 2, MlaPrefillForm::kExpanded, 1, true));
-      bf16_s = std::min(bf16_s, Prefill("kv_b", 32, 0, prompt / 2, MlaPrefillForm::kExpanded, 1));
+      f32_s = std::min(
+          f32_s, Prefill("kv_b", Dims(32), 0, prompt / 2, MlaPrefillForm::kExpanded, 1, true));
+      bf16_s =
+          std::min(bf16_s, Prefill("kv_b", Dims(32), 0, prompt / 2, MlaPrefillForm::kExpanded, 1));
     }
     std::printf("  bf16 kv_b over f32, expanded prefill of %lld tokens at 32 heads: %.2fx\n",
                 static_cast<long long>(prompt / 2), f32_s / bf16_s);
   }
   // Both forms on the same chunks (the rule's calibration), then the 4K prompt as kAuto runs it.
   for (MlaPrefillForm form : {MlaPrefillForm::kAbsorbed, MlaPrefillForm::kExpanded}) {
-    Prefill("k3", 96, 0, prompt / 8, form, 2);
-    Prefill("k3", 96, prompt / 2, prompt / 32, form, 2);
+    Prefill("k3", Dims(96), 0, prompt / 8, form, 2);
+    Prefill("k3", Dims(96), prompt / 2, prompt / 32, form, 2);
   }
-  Prefill("k3", 96, 0, prompt, MlaPrefillForm::kAuto, 1);
-  Prefill("kimi-linear", 32, 0, prompt, MlaPrefillForm::kAuto, 1);
+  Prefill("k3", Dims(96), 0, prompt, MlaPrefillForm::kAuto, 1);
+  Prefill("kimi-linear", Dims(32), 0, prompt, MlaPrefillForm::kAuto, 1);
   // --cpu-matmul-precision bf16: the expanded form's bf16 products against f32, alternating.
   SetMatmulPrecision(MatmulPrecision::kBf16);
   if (Bf16MatmulSupported()) {
@@ -309,16 +354,16 @@ int main(int argc, char** argv) {
       double f32_s = 1e30, bf16_s = 1e30;
       for (int round = 0; round < 2; ++round) {
         SetMatmulPrecision(MatmulPrecision::kF32);
-        f32_s =
-            std::min(f32_s, Prefill("kimi-linear", 32, 0, tokens, MlaPrefillForm::kExpanded, 1));
+        f32_s = std::min(f32_s,
+                         Prefill("kimi-linear", Dims(32), 0, tokens, MlaPrefillForm::kExpanded, 1));
         SetMatmulPrecision(MatmulPrecision::kBf16);
-        bf16_s =
-            std::min(bf16_s, Prefill("kimi-linear", 32, 0, tokens, MlaPrefillForm::kExpanded, 1));
+        bf16_s = std::min(
+            bf16_s, Prefill("kimi-linear", Dims(32), 0, tokens, MlaPrefillForm::kExpanded, 1));
       }
       std::printf("  %s over f32, %lld-token prompt: %.2fx\n", MatmulPrecisionInEffect(),
                   static_cast<long long>(tokens), f32_s / bf16_s);
     }
-    Prefill("kimi-linear", 32, prompt / 2, prompt / 32, MlaPrefillForm::kExpanded, 2);
+    Prefill("kimi-linear", Dims(32), prompt / 2, prompt / 32, MlaPrefillForm::kExpanded, 2);
   } else {
     std::printf("bf16 prefill: not measured (no AVX512-BF16 here)\n");
   }

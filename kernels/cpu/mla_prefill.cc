@@ -16,6 +16,8 @@
 namespace strata::kernels::cpu {
 namespace {
 
+using mla::kLaneQueries;
+using mla::kLaneTileRows;
 using mla::kMaxQueries;
 using mla::kTileRows;
 
@@ -156,54 +158,153 @@ void ExpandRows(const mla::TileKernels& k, const MlaDims& d, const PagedLatent& 
   }
 }
 
-// Expanded work item: every new token of `seq` for head h.
+// The expanded form's queries of one head, kLaneQueries tokens to a group (mla_tiles.h
+// LaneBlock): group g holds tokens [g·kLaneQueries, +kLaneQueries) of the chunk, one per lane;
+// lanes past the last token are padding (zero queries, never written back).
+struct LaneGroups {
+  int64_t count = 0;
+  int key_w = 0, dv = 0;
+  float* base = nullptr;  // count × GroupFloats(key_w, dv)
+
+  static int64_t GroupFloats(int key_w, int dv) { return int64_t{kLaneQueries} * (key_w + dv + 3); }
+  static int64_t Count(int64_t num_new) { return CeilDiv(num_new, kLaneQueries); }
+  static size_t Bytes(int64_t num_new, int key_w, int dv) {
+    return sizeof(float) * static_cast<size_t>(Count(num_new) * GroupFloats(key_w, dv));
+  }
+  // Per group: qt [key_w][L] | acc [dv][L] | max [L] | sum [L] | limit [L].
+  float* Group(int64_t g) const { return base + g * GroupFloats(key_w, dv); }
+  mla::LaneBlock Block(int64_t g, int64_t first_pos) const {
+    float* f = Group(g);
+    mla::LaneBlock lb;
+    lb.qt = f;
+    lb.acc = f + kLaneQueries * key_w;
+    lb.max = lb.acc + kLaneQueries * dv;
+    lb.sum = lb.max + kLaneQueries;
+    lb.limit = lb.sum + kLaneQueries;
+    lb.min_limit = first_pos + g * kLaneQueries + 1;  // the group's first token's limit
+    return lb;
+  }
+};
+
+// Group g of head h: the queries transposed, empty softmax state, limits (padding lanes take the
+// last token's, so they never extend the rows the group visits).
+void InitLaneGroup(const MlaDims& d, const MlaPrefillSequence& seq, int h, const LaneGroups& groups,
+                   int64_t g) {
+  const int key_w = groups.key_w, heads = d.num_heads;
+  const int64_t first_pos = seq.context.num_tokens - seq.num_new_tokens;
+  const mla::LaneBlock lb = groups.Block(g, first_pos);
+  float* qt = groups.Group(g);
+  float* limit = lb.sum + kLaneQueries;
+  const int64_t t0 = g * kLaneQueries;
+  for (int lane = 0; lane < kLaneQueries; ++lane) {
+    const int64_t t = std::min(t0 + lane, seq.num_new_tokens - 1);
+    const float* q = seq.q + (t * heads + h) * key_w;
+    const bool real = t0 + lane < seq.num_new_tokens;
+    for (int c = 0; c < key_w; ++c) qt[c * kLaneQueries + lane] = real ? q[c] : 0.0f;
+    limit[lane] = static_cast<float>(t - t0);  // first_pos + t + 1 − lb.min_limit
+  }
+  std::fill(lb.acc, lb.acc + int64_t{kLaneQueries} * groups.dv, 0.0f);
+  std::fill(lb.max, lb.max + kLaneQueries, -std::numeric_limits<float>::infinity());
+  std::fill(lb.sum, lb.sum + kLaneQueries, 0.0f);
+}
+
+// Group g attends the expanded rows [row_begin, row_end) (row_begin a multiple of
+// kLaneTileRows; kv holds rows from kv_row0), in kLaneTileRows tiles, up to its last token.
+void AttendLaneGroup(const mla::TileKernels& k, float scale, const MlaPrefillSequence& seq,
+                     const LaneGroups& groups, int64_t g, const float* kv, int64_t kv_row0,
+                     int64_t row_begin, int64_t row_end) {
+  const int key_w = groups.key_w, width = key_w + groups.dv;
+  const int64_t first_pos = seq.context.num_tokens - seq.num_new_tokens;
+  const int64_t last = std::min(seq.num_new_tokens, (g + 1) * kLaneQueries);
+  const int64_t end = std::min(row_end, first_pos + last);
+  const mla::LaneBlock lb = groups.Block(g, first_pos);
+  const float* rows[kLaneTileRows];
+  for (int64_t row0 = row_begin; row0 < end; row0 += kLaneTileRows) {
+    const int n = static_cast<int>(std::min<int64_t>(kLaneTileRows, end - row0));
+    for (int j = 0; j < n; ++j) rows[j] = kv + (row0 - kv_row0 + j) * width;
+    k.attend_lanes(lb, rows, n, row0, key_w, key_w, groups.dv, scale);
+  }
+}
+
+// o = acc / sum (⊙ sigmoid(gate)) for the group's tokens, head h.
+void FinishLaneGroup(const mla::TileKernels& k, const MlaDims& d, const MlaPrefillSequence& seq,
+                     int h, const LaneGroups& groups, int64_t g) {
+  const int dv = groups.dv, heads = d.num_heads;
+  const mla::LaneBlock lb = groups.Block(g, 0);
+  const int64_t t0 = g * kLaneQueries;
+  const int lanes = static_cast<int>(std::min<int64_t>(kLaneQueries, seq.num_new_tokens - t0));
+  for (int lane = 0; lane < lanes; ++lane) {
+    const float inv = 1.0f / lb.sum[lane];
+    float* o = seq.o + ((t0 + lane) * heads + h) * dv;
+    for (int c = 0; c < dv; ++c) o[c] = lb.acc[c * kLaneQueries + lane] * inv;
+    if (seq.gate != nullptr) k.gate(o, seq.gate + ((t0 + lane) * heads + h) * dv, dv);
+  }
+}
+
+// Expanded work item: every new token of `seq` for head h, on one thread: expand kExpandRows
+// context rows at a time, every lane group attends them.
 void RunExpandedItem(const mla::TileKernels& k, const MlaDims& d, float scale,
                      const MatmulWeights& w_kvb, const MlaPrefillSequence& seq, int h) {
-  const int dn = d.qk_nope_head_dim, dr = d.qk_rope_head_dim, dv = d.v_head_dim;
-  const int key_w = dn + dr, width = key_w + dv, heads = d.num_heads;
-  const int64_t num_new = seq.num_new_tokens, len = seq.context.num_tokens;
-  const int64_t first_pos = len - num_new;
-  // Thread buffer: kv [kExpandRows, width] | acc [T, dv] | max [T] | sum [T] | limit [T].
-  char* buf = ThreadBuffer(sizeof(float) * (kExpandRows * width + num_new * (dv + 2)) +
-                           sizeof(int64_t) * num_new);
+  const int key_w = d.qk_nope_head_dim + d.qk_rope_head_dim, dv = d.v_head_dim;
+  const int width = key_w + dv;
+  const int64_t len = seq.context.num_tokens;
+  // Thread buffer: kv [kExpandRows, width] | lane groups.
+  const size_t kv_bytes = sizeof(float) * kExpandRows * width;
+  char* buf = ThreadBuffer(kv_bytes + LaneGroups::Bytes(seq.num_new_tokens, key_w, dv));
   float* kv = reinterpret_cast<float*>(buf);
-  float* acc = kv + kExpandRows * width;
-  float* max = acc + num_new * dv;
-  float* sum = max + num_new;
-  int64_t* limit = reinterpret_cast<int64_t*>(sum + num_new);
-  std::fill(acc, acc + num_new * dv, 0.0f);
-  std::fill(max, max + num_new, -std::numeric_limits<float>::infinity());
-  std::fill(sum, sum + num_new, 0.0f);
-  for (int64_t t = 0; t < num_new; ++t) limit[t] = first_pos + t + 1;
-  const float* rows[kTileRows];
+  const LaneGroups groups{LaneGroups::Count(seq.num_new_tokens), key_w, dv,
+                          reinterpret_cast<float*>(buf + kv_bytes)};
+  for (int64_t g = 0; g < groups.count; ++g) InitLaneGroup(d, seq, h, groups, g);
   for (int64_t block = 0; block < len; block += kExpandRows) {
     const int n = static_cast<int>(std::min<int64_t>(kExpandRows, len - block));
     ExpandRows(k, d, seq.context, block, n, w_kvb, h, kv);
-    for (int64_t t0 = 0; t0 < num_new; t0 += kMaxQueries) {
-      const int64_t t1 = std::min(num_new, t0 + kMaxQueries);
-      const int64_t end = std::min(block + n, first_pos + t1);
-      const mla::QueryBlock qb{seq.q + (t0 * heads + h) * key_w,
-                               int64_t{heads} * key_w,
-                               acc + t0 * dv,
-                               dv,
-                               max + t0,
-                               sum + t0,
-                               limit + t0,
-                               static_cast<int>(t1 - t0)};
-      for (int64_t row0 = block; row0 < end; row0 += kTileRows) {
-        const int num_rows = static_cast<int>(std::min<int64_t>(kTileRows, end - row0));
-        for (int j = 0; j < num_rows; ++j) rows[j] = kv + (row0 - block + j) * width;
-        k.attend_tile(qb, rows, num_rows, row0, key_w, key_w, dv, scale);
-      }
+    for (int64_t g = 0; g < groups.count; ++g) {
+      AttendLaneGroup(k, scale, seq, groups, g, kv, block, block, block + n);
     }
   }
-  for (int64_t t = 0; t < num_new; ++t) {
-    const float inv = 1.0f / sum[t];
-    const float* coef = &inv;
-    const float* src = acc + t * dv;
-    float* dst = seq.o + (t * heads + h) * dv;
-    k.axpy(&dst, 1, nullptr, &coef, &src, 1, dv);
-    if (seq.gate != nullptr) k.gate(dst, seq.gate + (t * heads + h) * dv, dv);
+  for (int64_t g = 0; g < groups.count; ++g) FinishLaneGroup(k, d, seq, h, groups, g);
+}
+
+// The expanded form of one sequence with the threads working inside each head (for when the
+// sequences' heads are too few to occupy them — the long-context model's one head): per head,
+// super-blocks of context rows (~1 MB expanded, L2-sized) expanded by all threads, then
+// attended by all threads, a lane group each. Every query sees the same tiles in the same order
+// as in RunExpandedItem, so both give identical outputs.
+void RunExpandedSplit(const mla::TileKernels& k, const MlaDims& d, float scale,
+                      const MatmulWeights& w_kvb, const MlaPrefillSequence& seq) {
+  const int key_w = d.qk_nope_head_dim + d.qk_rope_head_dim, dv = d.v_head_dim;
+  const int width = key_w + dv;
+  const int64_t len = seq.context.num_tokens, first_pos = len - seq.num_new_tokens;
+  constexpr int64_t kSuperBytes = int64_t{1} << 20;
+  const int64_t super_rows = std::max<int64_t>(
+      kExpandRows, kSuperBytes / (int64_t{width} * 4) / kExpandRows * kExpandRows);
+  const int expand_rows = static_cast<int>(std::clamp<int64_t>(
+      super_rows / 8 / kLaneTileRows * kLaneTileRows, kLaneTileRows, kExpandRows));
+  thread_local AlignedBuffer buffer;  // the caller's; items use ThreadBuffer
+  const size_t kv_bytes = sizeof(float) * static_cast<size_t>(super_rows * width);
+  const size_t bytes = kv_bytes + LaneGroups::Bytes(seq.num_new_tokens, key_w, dv);
+  if (buffer.size() < bytes) buffer = AlignedBuffer(bytes + bytes / 4);
+  float* kv = buffer.as<float>();
+  const LaneGroups groups{LaneGroups::Count(seq.num_new_tokens), key_w, dv,
+                          reinterpret_cast<float*>(buffer.as<char>() + kv_bytes)};
+  for (int h = 0; h < d.num_heads; ++h) {
+    ParallelFor(groups.count, true, [&](int64_t g) { InitLaneGroup(d, seq, h, groups, g); });
+    for (int64_t sb = 0; sb < len; sb += super_rows) {
+      const int64_t n = std::min(super_rows, len - sb);
+      ParallelFor(CeilDiv(n, expand_rows), true, [&](int64_t task) {
+        const int64_t row0 = sb + task * expand_rows;
+        const int rows = static_cast<int>(std::min<int64_t>(expand_rows, sb + n - row0));
+        ExpandRows(k, d, seq.context, row0, rows, w_kvb, h, kv + (row0 - sb) * width);
+      });
+      // Groups whose last token sees row sb: those from the one holding position sb on; the
+      // last groups (the most rows) first.
+      const int64_t first_group = std::max<int64_t>(0, sb - first_pos) / kLaneQueries;
+      ParallelFor(groups.count - first_group, true, [&](int64_t i) {
+        const int64_t g = groups.count - 1 - i;
+        AttendLaneGroup(k, scale, seq, groups, g, kv, sb, sb, sb + n);
+      });
+    }
+    ParallelFor(groups.count, true, [&](int64_t g) { FinishLaneGroup(k, d, seq, h, groups, g); });
   }
 }
 
@@ -266,14 +367,32 @@ void MlaPrefill(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
   // Scratch: item_begin [B + 1] (first work item of each sequence), forms [B].
   int64_t* item_begin = static_cast<int64_t*>(scratch);
   auto* forms = reinterpret_cast<MlaPrefillForm*>(item_begin + batch + 1);
-  item_begin[0] = 0;
+  int64_t expanded_items = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const MlaPrefillSequence& s = seqs[b];
     forms[b] = form != MlaPrefillForm::kAuto
                    ? form
                    : MlaPrefillChooseForm(dims, s.context.num_tokens - s.num_new_tokens,
                                           s.num_new_tokens, expanded_speedup);
-    item_begin[b + 1] = item_begin[b] + NumItems(s, forms[b], shape, dims.num_heads);
+    if (forms[b] == MlaPrefillForm::kExpanded) expanded_items += dims.num_heads;
+  }
+  // Too few (sequence, head) items for the threads: the expanded sequences with more than one
+  // query group run split inside each head first (identical outputs, see RunExpandedSplit).
+  const bool split = expanded_items < 2 * int64_t{MaxThreads()};
+  item_begin[0] = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const MlaPrefillSequence& s = seqs[b];
+    int64_t items = NumItems(s, forms[b], shape, dims.num_heads);
+    if (split && forms[b] == MlaPrefillForm::kExpanded) {
+      if (bf16 && internal::MlaBf16QueryBlocks(s.num_new_tokens) > 1) {
+        internal::RunExpandedSplitBf16(dims, scale, w_kvb, s);
+        items = 0;
+      } else if (!bf16 && LaneGroups::Count(s.num_new_tokens) > 1) {
+        RunExpandedSplit(k, dims, scale, w_kvb, s);
+        items = 0;
+      }
+    }
+    item_begin[b + 1] = item_begin[b] + items;
   }
   ParallelFor(item_begin[batch], true, [&](int64_t item) {
     const int64_t b = std::upper_bound(item_begin, item_begin + batch + 1, item) - item_begin - 1;

@@ -9,7 +9,11 @@
 //     normalise, up-project with W_UV,h and gate. 2·(576 + 512) FLOPs per (query, row).
 //   expanded ("MHA", §4.2): work items (sequence, head) expand [k_nope ; k_pe ; v] of 256
 //     context rows at a time with kv_b_proj (2·256·512 FLOPs per row and head, reused by all T
-//     queries of the head), then attend them: 2·(192 + 128) FLOPs per (query, row).
+//     queries of the head), then attend them: 2·(192 + 128) FLOPs per (query, row). In f32 the
+//     attention runs on lane tiles (mla_tiles.h LaneBlock: 32 queries one per vector lane); when
+//     the batch has fewer (sequence, head) items than twice the threads, a sequence's heads run
+//     one after another with the threads sharing each head's rows and query groups (same
+//     outputs bit for bit — the long-context model has one head).
 // kAuto picks the form with fewer FLOPs for the chunk (MlaPrefillChooseForm): absorbing T
 // queries costs as much as expanding T rows, so expanded wins whenever the cached context C is
 // small next to T, and absorbed only for short chunks after a long context (at model shapes,

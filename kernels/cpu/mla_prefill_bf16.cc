@@ -30,6 +30,7 @@
 #include "kernels/cpu/internal/simd_exp.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mla_paged.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace strata::kernels::cpu::internal {
 namespace {
@@ -92,7 +93,8 @@ struct Buffers {
   float* tiles;      // [4][256] stored accumulators
 };
 
-Buffers ThreadBuffers(const Shape& s) {
+// An item's buffers carved from `storage` (grown as needed).
+Buffers CarveBuffers(const Shape& s, AlignedBuffer& storage) {
   size_t offsets[14];
   size_t total = 0;
   int n = 0;
@@ -115,11 +117,10 @@ Buffers ThreadBuffers(const Shape& s) {
   reserve(sizeof(float) * 2 * kStepRows * kTile);
   reserve(size_t{kAmxTileBytes} * kStepRows / kStepK * 2);
   reserve(size_t{kAmxTileBytes} * 4);
-  thread_local AlignedBuffer buffer;
-  if (buffer.size() < total) {
-    buffer = AlignedBuffer(total + total / 4, AlignedBuffer::Fill::kUninitialized);
+  if (storage.size() < total) {
+    storage = AlignedBuffer(total + total / 4, AlignedBuffer::Fill::kUninitialized);
   }
-  char* base = buffer.as<char>();
+  char* base = storage.as<char>();
   int i = 0;
   Buffers b;
   b.w_nope = reinterpret_cast<uint32_t*>(base + offsets[i++]);
@@ -138,6 +139,12 @@ Buffers ThreadBuffers(const Shape& s) {
   b.tiles = reinterpret_cast<float*>(base + offsets[i++]);
   CHECK_EQ(i, n);
   return b;
+}
+
+// This thread's buffers (an item's whole working set; a split task uses their step scratch).
+Buffers ThreadBuffers(const Shape& s) {
+  thread_local AlignedBuffer buffer;
+  return CarveBuffers(s, buffer);
 }
 
 // The tile engines. Block2x2: out[0..3] (16 × 16 f32 each, rows 64 bytes apart) ← Σ_s A0_s·B0_s,
@@ -418,12 +425,10 @@ STRATA_TARGET_AMX void WriteOutputs(const Shape& s, const Buffers& b, const MlaP
   }
 }
 
-template <class Tiles>
-STRATA_TARGET_AMX void RunItem(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
-                               const MlaPrefillSequence& seq, int h) {
-  const Shape s = ShapeOf(dims, seq);
-  const Buffers b = ThreadBuffers(s);
-  // W_UK,h and W_UV,h as bf16 in the B layout (bf16 rows copied, f32 rows rounded: same bits).
+// Head h's operands: W_UK,h and W_UV,h as bf16 B tiles (bf16 rows copied, f32 rows rounded:
+// the same bits), the queries as B tiles, the softmax state empty, the causal limits.
+STRATA_TARGET_AMX void PrepareHead(const Shape& s, const MatmulWeights& w_kvb,
+                                   const MlaPrefillSequence& seq, int h, const Buffers& b) {
   const int64_t head_row = int64_t{h} * (s.dn + s.dv);
   auto pack_head = [&](const auto* w) {
     const auto* w_head = w + head_row * s.r;
@@ -444,29 +449,110 @@ STRATA_TARGET_AMX void RunItem(const MlaDims& dims, float scale, const MatmulWei
   for (int64_t i = 0; i < s.t_pad; ++i) {  // padding queries see row 0 (never written out)
     b.limit[i] = static_cast<int32_t>(s.first_pos + std::min(i, s.num_new - 1) + 1);
   }
-  const int lat_w = s.r + s.dr;
-  const int64_t len = seq.context.num_tokens;
+}
+
+// Context rows [row0, row0 + kSuperRows) (fewer at the end) packed and expanded into b's
+// latent, key and vᵀ tiles (b.tiles as scratch). Returns the number of rows.
+template <class Tiles>
+STRATA_TARGET_AMX int ExpandSuper(const Shape& s, const MlaPrefillSequence& seq, int64_t row0,
+                                  const Buffers& b) {
+  const int n = static_cast<int>(std::min<int64_t>(kSuperRows, seq.context.num_tokens - row0));
+  const int n_pad = static_cast<int>(RoundUp(n, kStepK));
   const float* rows[kSuperRows];
+  GatherRows(seq.context, row0, n, s.r + s.dr, rows);
+  PackContext(s, rows, n, n_pad, b);
+  Expand<Tiles>(s, n_pad, b);
+  return n;
+}
+
+// Query block qb over the expanded rows [row0, row0 + n) in b, in kStepRows steps. Rows a query
+// of the block sees end at the block's last query's limit; rows past it are not computed (their
+// P would be exactly 0: skipping them changes no bit).
+template <class Tiles>
+STRATA_TARGET_AMX void AttendSuper(const Shape& s, float scale, const Buffers& b, int64_t qb,
+                                   int64_t row0, int n) {
+  const int64_t end = std::min(row0 + n, s.first_pos + std::min(s.num_new, (qb + 1) * kQueries));
+  for (int64_t j0 = row0; j0 < end; j0 += kStepRows) {
+    AttendStep<Tiles>(s, scale, b, qb, row0, j0,
+                      static_cast<int>(std::min<int64_t>(kStepRows, end - j0)));
+  }
+}
+
+template <class Tiles>
+STRATA_TARGET_AMX void RunItem(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
+                               const MlaPrefillSequence& seq, int h) {
+  const Shape s = ShapeOf(dims, seq);
+  const Buffers b = ThreadBuffers(s);
+  PrepareHead(s, w_kvb, seq, h, b);
   Tiles::Begin();
-  for (int64_t row0 = 0; row0 < len; row0 += kSuperRows) {
-    const int n = static_cast<int>(std::min<int64_t>(kSuperRows, len - row0));
-    const int n_pad = static_cast<int>(RoundUp(n, kStepK));
-    GatherRows(seq.context, row0, n, lat_w, rows);
-    PackContext(s, rows, n, n_pad, b);
-    Expand<Tiles>(s, n_pad, b);
-    for (int64_t qb = 0; qb < s.t_pad / kQueries; ++qb) {
-      // Rows a query of the block sees end at the block's last query's limit; rows past it are
-      // not computed (their P would be exactly 0: skipping them changes no bit).
-      const int64_t end =
-          std::min(row0 + n, s.first_pos + std::min(s.num_new, (qb + 1) * kQueries));
-      for (int64_t j0 = row0; j0 < end; j0 += kStepRows) {
-        AttendStep<Tiles>(s, scale, b, qb, row0, j0,
-                          static_cast<int>(std::min<int64_t>(kStepRows, end - j0)));
-      }
-    }
+  for (int64_t row0 = 0; row0 < seq.context.num_tokens; row0 += kSuperRows) {
+    const int n = ExpandSuper<Tiles>(s, seq, row0, b);
+    for (int64_t qb = 0; qb < s.t_pad / kQueries; ++qb)
+      AttendSuper<Tiles>(s, scale, b, qb, row0, n);
   }
   Tiles::End();
   WriteOutputs(s, b, seq, h);
+}
+
+// `shared` with this thread's step scratch (scores, P, accumulator tiles).
+Buffers WithThreadScratch(const Shape& s, Buffers shared) {
+  const Buffers mine = ThreadBuffers(s);
+  shared.scores = mine.scores;
+  shared.p = mine.p;
+  shared.tiles = mine.tiles;
+  return shared;
+}
+
+// The heads of `seq` one after another, the threads sharing each: per 256-row super-block, one
+// task expands the next super-block (two sets of latent / key / vᵀ tiles, alternating) while the
+// others attend the current one, a 32-query block each. Every query takes the same steps as in
+// RunItem: the same outputs bit for bit.
+template <class Tiles>
+STRATA_TARGET_AMX void RunSplit(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
+                                const MlaPrefillSequence& seq) {
+  const Shape s = ShapeOf(dims, seq);
+  thread_local AlignedBuffer storage[2];  // the caller's; tasks' scratch is ThreadBuffers'
+  Buffers b[2] = {CarveBuffers(s, storage[0]), CarveBuffers(s, storage[1])};
+  // One set of everything but the expanded tiles.
+  b[1].w_nope = b[0].w_nope;
+  b[1].w_v = b[0].w_v;
+  b[1].q = b[0].q;
+  b[1].q_rows = b[0].q_rows;
+  b[1].o = b[0].o;
+  b[1].max = b[0].max;
+  b[1].sum = b[0].sum;
+  b[1].limit = b[0].limit;
+  const int64_t len = seq.context.num_tokens, blocks = s.t_pad / kQueries;
+  const int64_t supers = (len + kSuperRows - 1) / kSuperRows;
+  for (int h = 0; h < s.heads; ++h) {
+    PrepareHead(s, w_kvb, seq, h, b[0]);
+    int n = 0;
+    {
+      Tiles::Begin();
+      n = ExpandSuper<Tiles>(s, seq, 0, WithThreadScratch(s, b[0]));
+      Tiles::End();
+    }
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      const int64_t row0 = sb * kSuperRows;
+      const bool next = sb + 1 < supers;
+      // Blocks whose last query sees row0: from the one holding position row0 on.
+      const int64_t first_block = std::max<int64_t>(0, row0 - s.first_pos) / kQueries;
+      int next_n = 0;
+      ParallelFor(blocks - first_block + (next ? 1 : 0), true, [&](int64_t task) {
+        Tiles::Begin();
+        if (next && task == 0) {
+          next_n =
+              ExpandSuper<Tiles>(s, seq, row0 + kSuperRows, WithThreadScratch(s, b[(sb + 1) % 2]));
+        } else {
+          const int64_t qb = blocks - 1 - (task - (next ? 1 : 0));  // the longest first
+          AttendSuper<Tiles>(s, scale, WithThreadScratch(s, b[sb % 2]), qb, row0, n);
+        }
+        Tiles::End();
+      });
+      n = next_n;
+    }
+    WriteOutputs(s, b[0], seq, h);
+  }
 }
 
 }  // namespace
@@ -484,6 +570,20 @@ void RunExpandedItemBf16(const MlaDims& dims, float scale, const MatmulWeights& 
   } else {
     RunItem<DotTiles>(dims, scale, w_kvb, seq, h);
   }
+}
+
+void RunExpandedSplitBf16(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
+                          const MlaPrefillSequence& seq) {
+  CHECK(Bf16MatmulSupported()) << "RunExpandedSplitBf16 needs AVX512-BF16";
+  if (AmxBf16Usable()) {
+    RunSplit<AmxTiles>(dims, scale, w_kvb, seq);
+  } else {
+    RunSplit<DotTiles>(dims, scale, w_kvb, seq);
+  }
+}
+
+int64_t MlaBf16QueryBlocks(int64_t num_new_tokens) {
+  return RoundUp(num_new_tokens, kQueries) / kQueries;
 }
 
 }  // namespace strata::kernels::cpu::internal

@@ -427,6 +427,39 @@ TEST_P(MlaKernelTest, PrefillIsBitIdenticalWhateverTheChunkingAndTheBatch) {
   }
 }
 
+// One head (the long-context model's): alone, its sequence runs split inside the head (the
+// threads sharing its rows and query groups); next to another sequence on one thread it runs as
+// one work item. The prompt of `len` tokens in one chunk (split, on 1 and 3 threads) and as
+// `cached` + the rest next to another sequence (items) give the same outputs bit for bit, both
+// within `tol` of the reference.
+namespace {
+void ExpectOneHeadSplitEqualsItems(const MlaDims& d, int64_t len, int64_t cached, double tol,
+                                   uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t ow = d.v_head_dim;
+  PrefillCase whole(d, {{0, len}}, 64, true, rng);
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    std::fill(whole.o[0].begin(), whole.o[0].end(), 0.0f);
+    whole.RunAll(MlaPrefillForm::kExpanded);  // split inside the head
+    omp_set_num_threads(1);
+    PrefillCase split = SplitOf(whole, {5, 40}, cached, rng);
+    split.RunAll(MlaPrefillForm::kExpanded);  // two items on one thread
+    const std::vector<float> tail(whole.o[0].begin() + cached * ow, whole.o[0].end());
+    EXPECT_EQ(split.o[1], tail) << "threads " << threads;
+    EXPECT_TRUE(Close(split.o[1], split.Reference(1), tol));
+    EXPECT_TRUE(Close(split.o[0], split.Reference(0), tol));
+  }
+  omp_set_num_threads(saved);
+}
+}  // namespace
+
+TEST_P(MlaKernelTest, OneHeadPrefillIsTheSameSplitOverThreadsAndAsOneItem) {
+  // 13,100 tokens cross a super-block of the f32 split (12,288 rows at these widths).
+  ExpectOneHeadSplitEqualsItems(WithHeads(kOddDims, 1), 13100, 13000, kRelTol, 9);
+}
+
 // kv_b_proj kept in the checkpoint's bf16 (read in place, half the bytes per decode step) gives
 // the outputs of its f32 copy bit for bit — decode and both prefill forms, at odd widths (the
 // partial-vector loads), one to five heads and the model's shape.
@@ -597,6 +630,14 @@ TEST_F(MlaBf16PrefillTest, ExpandedFormIsBitIdenticalWhateverTheChunkingTheBatch
     }
     omp_set_num_threads(saved);
   }
+}
+
+// The bf16 form's split (one head: the threads share each 256-row super-block's query blocks
+// while one expands the next) against its work items, over six super-blocks.
+TEST_F(MlaBf16PrefillTest, OneHeadIsTheSameSplitOverThreadsAndAsOneItem) {
+  constexpr double kBf16RelTol = 2.5e-2;  // as above
+  ExpectOneHeadSplitEqualsItems(WithHeads(kOddDims, 1), 1500, 1390, kBf16RelTol, 15);
+  ExpectOneHeadSplitEqualsItems(WithHeads(kModelDims, 1), 700, 600, kBf16RelTol, 16);
 }
 
 // The bf16 form packs bf16 kv_b_proj rows as they are (the f32 copy is rounded to the same bits).

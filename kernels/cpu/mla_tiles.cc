@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "core/avx512_intrinsics.h"
@@ -29,6 +30,8 @@ struct V {
   static constexpr int kWidth = 16;
   static constexpr int kDotRows = 4, kDotCols = 4;          // 16 accumulators
   static constexpr int kAxpyQueries = 4, kAxpyVectors = 4;  // 16 accumulators
+  // Lane tiles (2 query vectors): scores 8 rows × 2, values 8 columns × 2 (16 accumulators).
+  static constexpr int kLaneScoreRows = 8, kLaneValueCols = 8;
 
   MLA_TARGET static __mmask16 Mask(int count) {
     return count >= 16  ? __mmask16(0xFFFF)
@@ -60,6 +63,17 @@ struct V {
   MLA_TARGET static Vec Div(Vec a, Vec b) { return _mm512_div_ps(a, b); }
   MLA_TARGET static Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   MLA_TARGET static Vec KeepFirst(Vec v, int n) { return _mm512_maskz_mov_ps(Mask(n), v); }
+  MLA_TARGET static Vec Max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+  // s where row < limit, else −inf.
+  MLA_TARGET static Vec MaskFromRow(Vec s, Vec limit, float row) {
+    const __mmask16 visible = _mm512_cmp_ps_mask(_mm512_set1_ps(row), limit, _CMP_LT_OQ);
+    return _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), visible, s);
+  }
+  MLA_TARGET static Vec ZeroIfNegInf(Vec v) {
+    const __mmask16 neg_inf =
+        _mm512_cmp_ps_mask(v, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ);
+    return _mm512_mask_mov_ps(v, neg_inf, _mm512_setzero_ps());
+  }
   // ((l0+l2)+(l1+l3)) within each 128-bit lane, then (L0+L1)+(L2+L3).
   MLA_TARGET static float ReduceAdd(Vec v) {
     v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
@@ -69,6 +83,13 @@ struct V {
     return _mm512_cvtss_f32(v);
   }
   MLA_TARGET static Vec Exp(Vec x) { return internal::Exp512(x); }
+  // 2^x for x ≤ 0 (the lane tiles' base-2 softmax): degree-6 Taylor polynomial of 2^f on
+  // f ∈ [−½, ½] (relative error ≤ 1.3e-7), scaled by 2^n; x ≤ −200 (and −inf) gives exactly 0.
+  MLA_TARGET static Vec Exp2(Vec x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+    const Vec n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_scalef_ps(internal::Exp2Poly(_mm512_sub_ps(x, n)), n);
+  }
   // sums[e] = Σ lanes of acc[e / 4][e % 4], by a transposing tree.
   MLA_TARGET static void ReduceTile(const Vec (&a)[4][4], float* sums) {
     Vec t[8];
@@ -113,6 +134,9 @@ struct V {
   // coefficient: the 16 ymm registers.
   static constexpr int kDotRows = 4, kDotCols = 3;
   static constexpr int kAxpyQueries = 4, kAxpyVectors = 3;
+  // Lane tiles (4 query vectors): scores 2 rows × 4, values 2 columns × 4 (8 accumulators +
+  // 4 query or probability vectors + 1 broadcast).
+  static constexpr int kLaneScoreRows = 2, kLaneValueCols = 2;
 
   static __m256i Mask(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -139,6 +163,17 @@ struct V {
   static Vec Div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
   static Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   static Vec KeepFirst(Vec v, int n) { return _mm256_and_ps(v, _mm256_castsi256_ps(Mask(n))); }
+  static Vec Max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+  // s where row < limit, else −inf.
+  static Vec MaskFromRow(Vec s, Vec limit, float row) {
+    const Vec visible = _mm256_cmp_ps(_mm256_set1_ps(row), limit, _CMP_LT_OQ);
+    return _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()), s, visible);
+  }
+  static Vec ZeroIfNegInf(Vec v) {
+    const Vec neg_inf =
+        _mm256_cmp_ps(v, _mm256_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ);
+    return _mm256_andnot_ps(neg_inf, v);
+  }
   // ((l0+l2)+(l1+l3)) within each 128-bit lane, then L0+L1.
   static float ReduceAdd(Vec v) {
     v = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4E));
@@ -147,6 +182,16 @@ struct V {
     return _mm256_cvtss_f32(v);
   }
   static Vec Exp(Vec x) { return internal::Exp256(x); }
+  // 2^x for x ≤ 0, as the AVX-512 Exp2; below −126 (and −inf) exactly 0.
+  static Vec Exp2(Vec x) {
+    const Vec keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    const Vec n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const Vec p = internal::Exp2Poly(_mm256_sub_ps(x, n));
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), keep);
+  }
   // sums[i * 3 + j] = ReduceAdd(acc[i][j]) (the same tree), four rows at a time per column.
   static void ReduceTile(const Vec (&a)[4][3], float* sums) {
 #pragma GCC unroll 3

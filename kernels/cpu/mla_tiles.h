@@ -40,6 +40,25 @@ struct QueryBlock {
   const uint16_t* q_bf16 = nullptr;  // attend_tile_bf16: the queries rounded to bf16 (q_stride)
 };
 
+// Online-softmax state of kLaneQueries queries held one per vector lane ("transposed", as a
+// GPU score tile holds them): the softmax of a tile needs no horizontal reduction, and each
+// score or value product is one multiply-add per lane with the row's value broadcast, so narrow
+// heads (the long-context test model's 24-wide keys) run as fast per FLOP as wide ones.
+inline constexpr int kLaneQueries = 32;
+inline constexpr int kLaneTileRows = 32;  // context rows per attend_lanes call (at most)
+
+struct LaneBlock {
+  const float* qt = nullptr;  // [key_width][kLaneQueries] the queries transposed (unscaled)
+  float* acc = nullptr;       // [value_width][kLaneQueries] unnormalised Σ p·v, transposed
+  float* max = nullptr;       // [kLaneQueries] running max of the scores in base 2
+                              // (scale · log₂e · q·k; −inf: no row yet)
+  float* sum = nullptr;       // [kLaneQueries] running Σ 2^(s − max)
+  // Lane i sees rows with index < min_limit + limit[i]; min_limit ≤ every lane's limit, so rows
+  // below it need no causal mask, and limit[i] (≥ 0, small: stored as f32) is exact.
+  const float* limit = nullptr;  // [kLaneQueries]
+  int64_t min_limit = 0;
+};
+
 struct TileKernels {
   // out[i][j] = Σ_{k < width} a[i][k] · b[j][k] for i < na, j < nb (any sizes).
   void (*dots)(const float* const* a, int na, const float* const* b, int nb, int width,
@@ -68,6 +87,13 @@ struct TileKernels {
                      float* const* out) = nullptr;
   void (*axpy_bf16w)(float* const* out, int n, const float* init, const float* const* coef,
                      const uint16_t* const* src, int nsrc, int width) = nullptr;
+  // One online-softmax step of the lane block over rows[0, num_rows) (num_rows in
+  // [1, kLaneTileRows]; rows[0] has index row0), keys and values as in attend_tile. Each lane's
+  // result depends only on its own query, limit and rows (not on the other lanes or on which
+  // rows past its limit the tile includes), so a query's output is the same whatever queries
+  // share its block.
+  void (*attend_lanes)(const LaneBlock& lb, const float* const* rows, int num_rows, int64_t row0,
+                       int key_width, int value_offset, int value_width, float scale) = nullptr;
 };
 
 inline constexpr int kMaxSources = 64;

@@ -169,7 +169,8 @@ MLA_TARGET_BF16 void AttendTileBf16(const QueryBlock& qb, const uint16_t* const*
   }
 }
 
-constexpr TileKernels kTileKernelsBf16{&Dots<float>,    &Axpy<float>,    &AttendTile,    &Gate,
-                                       &AttendTileBf16, &Dots<uint16_t>, &Axpy<uint16_t>};
+constexpr TileKernels kTileKernelsBf16{&Dots<float>,    &Axpy<float>,    &AttendTile,
+                                       &Gate,           &AttendTileBf16, &Dots<uint16_t>,
+                                       &Axpy<uint16_t>, &AttendLanes};
 
 #undef MLA_TARGET_BF16

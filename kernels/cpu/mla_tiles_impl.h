@@ -221,5 +221,137 @@ MLA_TARGET void Gate(float* o, const float* g, int64_t n) {
   }
 }
 
-constexpr TileKernels kTileKernels{&Dots<float>, &Axpy<float>,    &AttendTile,    &Gate,
-                                   nullptr,      &Dots<uint16_t>, &Axpy<uint16_t>};
+// Scores of the lane block's queries against SR rows: s[j][lane] = scale · qᵀ[·][lane] · r[j]
+// (the row's values broadcast, kLaneQueries / kWidth query vectors per row).
+template <int SR>
+MLA_TARGET inline void LaneScores(const float* qt, const float* const* r, int key_width,
+                                  float scale, float (*s)[kLaneQueries]) {
+  constexpr int NQ = kLaneQueries / V::kWidth;
+  typename V::Vec acc[SR][NQ];
+#pragma GCC unroll 8
+  for (int j = 0; j < SR; ++j) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NQ; ++v) acc[j][v] = V::Zero();
+  }
+  for (int k = 0; k < key_width; ++k) {
+    typename V::Vec q[NQ];
+#pragma GCC unroll 4
+    for (int v = 0; v < NQ; ++v) q[v] = V::Load(qt + k * kLaneQueries + v * V::kWidth);
+#pragma GCC unroll 8
+    for (int j = 0; j < SR; ++j) {
+      const typename V::Vec b = V::Set1(r[j][k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NQ; ++v) acc[j][v] = V::Fma(q[v], b, acc[j][v]);
+    }
+  }
+  const typename V::Vec vscale = V::Set1(scale);
+#pragma GCC unroll 8
+  for (int j = 0; j < SR; ++j) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NQ; ++v) V::Store(s[j] + v * V::kWidth, V::Mul(acc[j][v], vscale));
+  }
+}
+
+// acc[c][lane] = alpha[lane] · acc[c][lane] + Σ_{j < num_rows} p[j][lane] · r[j][c] for CB
+// columns from c0 (each element the same instruction sequence whatever CB). One base pointer
+// per row and one for the accumulators (constant offsets): with a pointer per column GCC ran
+// out of registers and bounced the probabilities through the stack (PV at a third of the rate).
+template <int CB>
+MLA_TARGET inline void LaneValues(float* acc, const typename V::Vec* alpha,
+                                  const float (*p)[kLaneQueries], const float* const* r,
+                                  int num_rows, int c0) {
+  constexpr int NQ = kLaneQueries / V::kWidth, W = V::kWidth;
+  float* const out = acc + c0 * kLaneQueries;
+  typename V::Vec a[CB][NQ];
+#pragma GCC unroll 8
+  for (int c = 0; c < CB; ++c) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NQ; ++v) {
+      a[c][v] = V::Mul(V::Load(out + c * kLaneQueries + v * W), alpha[v]);
+    }
+  }
+  for (int j = 0; j < num_rows; ++j) {
+    const float* const pj = p[j];
+    const float* const vr = r[j] + c0;
+    typename V::Vec pv[NQ];
+#pragma GCC unroll 4
+    for (int v = 0; v < NQ; ++v) pv[v] = V::Load(pj + v * W);
+#pragma GCC unroll 8
+    for (int c = 0; c < CB; ++c) {
+      const typename V::Vec b = V::Set1(vr[c]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NQ; ++v) a[c][v] = V::Fma(pv[v], b, a[c][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < CB; ++c) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NQ; ++v) V::Store(out + c * kLaneQueries + v * W, a[c][v]);
+  }
+}
+
+MLA_TARGET void AttendLanes(const LaneBlock& lb, const float* const* rows, int num_rows,
+                            int64_t row0, int key_width, int value_offset, int value_width,
+                            float scale) {
+  constexpr int NQ = kLaneQueries / V::kWidth, SR = V::kLaneScoreRows, CB = V::kLaneValueCols;
+  static_assert(kLaneTileRows % SR == 0);
+  alignas(64) float s[kLaneTileRows][kLaneQueries];
+  // Scores in base 2 (scale · log₂e folded in; max and sum live in that domain), SR rows at a
+  // time (rows past num_rows repeat the last one and are never read).
+  const float scale2 = scale * 1.44269504088896341f;
+  for (int j0 = 0; j0 < num_rows; j0 += SR) {
+    const float* r[SR];
+    for (int j = 0; j < SR; ++j) r[j] = rows[std::min(j0 + j, num_rows - 1)];
+    LaneScores<SR>(lb.qt, r, key_width, scale2, s + j0);
+  }
+  // Causal mask and the online softmax, lane-wise.
+  typename V::Vec limit[NQ], old_max[NQ], new_max[NQ], alpha[NQ], sum[NQ];
+#pragma GCC unroll 4
+  for (int v = 0; v < NQ; ++v) {
+    limit[v] = V::Load(lb.limit + v * V::kWidth);
+    old_max[v] = new_max[v] = V::Load(lb.max + v * V::kWidth);
+  }
+  for (int j = 0; j < num_rows; ++j) {
+    const int64_t row = row0 + j;
+#pragma GCC unroll 4
+    for (int v = 0; v < NQ; ++v) {
+      typename V::Vec sj = V::Load(s[j] + v * V::kWidth);
+      if (row >= lb.min_limit) {
+        sj = V::MaskFromRow(sj, limit[v], static_cast<float>(row - lb.min_limit));
+        V::Store(s[j] + v * V::kWidth, sj);
+      }
+      new_max[v] = V::Max(new_max[v], sj);
+    }
+  }
+  typename V::Vec base[NQ];
+#pragma GCC unroll 4
+  for (int v = 0; v < NQ; ++v) {
+    // A lane with no row yet keeps max −inf; its p and α are 2^(−inf − 0) = 0.
+    base[v] = V::ZeroIfNegInf(new_max[v]);
+    alpha[v] = V::Exp2(V::Sub(old_max[v], base[v]));
+    sum[v] = V::Mul(alpha[v], V::Load(lb.sum + v * V::kWidth));
+  }
+  for (int j = 0; j < num_rows; ++j) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NQ; ++v) {
+      const typename V::Vec p = V::Exp2(V::Sub(V::Load(s[j] + v * V::kWidth), base[v]));
+      V::Store(s[j] + v * V::kWidth, p);
+      sum[v] = V::Add(sum[v], p);
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < NQ; ++v) {
+    V::Store(lb.max + v * V::kWidth, new_max[v]);
+    V::Store(lb.sum + v * V::kWidth, sum[v]);
+  }
+  const float* value_rows[kLaneTileRows];
+  for (int j = 0; j < num_rows; ++j) value_rows[j] = rows[j] + value_offset;
+  int c0 = 0;
+  for (; c0 + CB <= value_width; c0 += CB) {
+    LaneValues<CB>(lb.acc, alpha, s, value_rows, num_rows, c0);
+  }
+  for (; c0 < value_width; ++c0) LaneValues<1>(lb.acc, alpha, s, value_rows, num_rows, c0);
+}
+
+constexpr TileKernels kTileKernels{&Dots<float>, &Axpy<float>,    &AttendTile,     &Gate,
+                                   nullptr,      &Dots<uint16_t>, &Axpy<uint16_t>, &AttendLanes};

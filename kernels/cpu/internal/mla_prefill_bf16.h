@@ -28,4 +28,12 @@ bool MlaPrefillUsesBf16(const MlaDims& dims);
 void RunExpandedItemBf16(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
                          const MlaPrefillSequence& seq, int h);
 
+// Every head of `seq` with the threads sharing each head (ParallelFor inside: call it outside
+// one); the same outputs as RunExpandedItemBf16 for each head, bit for bit.
+void RunExpandedSplitBf16(const MlaDims& dims, float scale, const MatmulWeights& w_kvb,
+                          const MlaPrefillSequence& seq);
+
+// The 32-query blocks the split shares out (more than one: worth splitting).
+int64_t MlaBf16QueryBlocks(int64_t num_new_tokens);
+
 }  // namespace strata::kernels::cpu::internal
