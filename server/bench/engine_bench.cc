@@ -48,7 +48,7 @@ absl::StatusOr<Measured> RunRequests(const engine::Model& model, EngineBackend& 
   const kvcache::CacheLayout& layout = backend.layout;
   scheduler::SchedulerConfig config;
   config.max_num_seqs = o.batch;
-  config.max_num_batched_tokens = std::max<int64_t>(512, o.batch);
+  config.max_num_batched_tokens = std::max<int64_t>(o.max_num_batched_tokens, o.batch);
   config.max_model_len = o.prompt_tokens + o.gen_tokens;
   config.num_blocks = layout.num_blocks;
   config.num_slots = layout.num_slots;
@@ -176,6 +176,7 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
       {"matmul_precision", backend.matmul_precision},
       {"prompt_tokens", o.prompt_tokens},
       {"gen_tokens", o.gen_tokens},
+      {"max_num_batched_tokens", std::max<int64_t>(o.max_num_batched_tokens, o.batch)},
       {"sampling", o.temperature <= 0.0f ? std::string("greedy")
                                          : absl::StrFormat("temperature %g, top_p %g, top_k %d",
                                                            o.temperature, o.top_p, o.top_k)},

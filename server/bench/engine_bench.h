@@ -18,6 +18,7 @@
 #include "engine/model.h"
 #include "kvcache/cache_layout.h"
 #include "kvcache/memory_planner.h"
+#include "scheduler/scheduler_config.h"
 
 namespace strata::bench {
 
@@ -25,6 +26,8 @@ struct EngineBenchOptions {
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 128;
   int batch = 1;
+  // The step's token budget (the prefill chunk of a long prompt); at least `batch`.
+  int64_t max_num_batched_tokens = scheduler::SchedulerConfig{}.max_num_batched_tokens;
   // Sampling of every token (sequence b seeded with b): temperature 0 is greedy (Argmax).
   float temperature = 0.0f;
   float top_p = 1.0f;

@@ -28,6 +28,9 @@ const std::vector<FlagSpec> kBenchFlags = {
     {"prompt-tokens", true, "prompt length per sequence (default 512)"},
     {"gen-tokens", true, "generated tokens per sequence (default 128)"},
     {"batch", true, "concurrent sequences (default 1)"},
+    {"max-num-batched-tokens", true,
+     "token budget of one step, so the prefill chunk of a long prompt (default 2048, as serve; "
+     "at least --batch)"},
     {"temperature", true,
      "sample every token at this temperature, each sequence with its own seed (default 0: "
      "greedy); vLLM's throughput benchmark samples at 1.0"},
@@ -96,6 +99,9 @@ absl::Status RunBench(const Flags& flags) {
   ASSIGN_OR_RETURN(options.gen_tokens, flags.GetInt("gen-tokens", 128, 2, 1 << 20));
   ASSIGN_OR_RETURN(int64_t batch, flags.GetInt("batch", 1, 1, 4096));
   options.batch = static_cast<int>(batch);
+  ASSIGN_OR_RETURN(options.max_num_batched_tokens,
+                   flags.GetInt("max-num-batched-tokens",
+                                scheduler::SchedulerConfig{}.max_num_batched_tokens, 1, 1 << 24));
   ASSIGN_OR_RETURN(std::optional<double> temperature, flags.GetDouble("temperature", 0, 100));
   ASSIGN_OR_RETURN(std::optional<double> top_p, flags.GetDouble("top-p", 1e-6, 1));
   ASSIGN_OR_RETURN(int64_t top_k, flags.GetInt("top-k", 0, 0, 1 << 30));
