@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 
+#include "core/cpu_features.h"
+#include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/mla_tiles.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace strata::kernels::cpu {
@@ -35,6 +40,87 @@ void SoftmaxRows(float* scores, int64_t rows, int64_t n) {
     for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - max));
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+  }
+}
+
+// The scalar-ISA path: per head, K and Vᵀ packed once, then each tile of query rows is two
+// products on the matmul kernels with an exact softmax between them.
+void VitAttentionMatmul(const float* q, const float* k, const float* v, int64_t stride, int64_t n,
+                        int num_heads, int head_dim, float scale, float* out) {
+  const int64_t width = int64_t{num_heads} * head_dim;
+  std::vector<float> keys(static_cast<size_t>(n * head_dim));      // K_h [n, head_dim]
+  std::vector<float> values_t(static_cast<size_t>(n * head_dim));  // V_hᵀ [head_dim, n]
+  std::vector<float> queries(static_cast<size_t>(std::min(n, kQueryTile) * head_dim));
+  std::vector<float> scores(static_cast<size_t>(std::min(n, kQueryTile) * n));
+  std::vector<float> tile_out(static_cast<size_t>(std::min(n, kQueryTile) * head_dim));
+  for (int h = 0; h < num_heads; ++h) {
+    const int64_t col = int64_t{h} * head_dim;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int e = 0; e < head_dim; ++e) {
+        keys[j * head_dim + e] = k[j * stride + col + e];
+        values_t[e * n + j] = v[j * stride + col + e];
+      }
+    }
+    const MatmulWeights key_w{WeightFormat::kF32, n, head_dim, keys.data(), nullptr};
+    const MatmulWeights value_w{WeightFormat::kF32, head_dim, n, values_t.data(), nullptr};
+    for (int64_t p0 = 0; p0 < n; p0 += kQueryTile) {
+      const int64_t rows = std::min(kQueryTile, n - p0);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int e = 0; e < head_dim; ++e) {
+          queries[r * head_dim + e] = q[(p0 + r) * stride + col + e] * scale;
+        }
+      }
+      Matmul(key_w, queries.data(), rows, scores.data());
+      ParallelFor(rows, rows > 8, [&](int64_t r) { SoftmaxRows(scores.data() + r * n, 1, n); });
+      Matmul(value_w, scores.data(), rows, tile_out.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(tile_out.data() + r * head_dim, tile_out.data() + (r + 1) * head_dim,
+                  out + (p0 + r) * width + col);
+      }
+    }
+  }
+}
+
+// One 32-query group of head `col / head_dim` (queries [t0, t0 + 32) ∩ [0, n)) over every packed
+// [k ; v] row, on the MLA lane tiles (mla_tiles.h): no mask (min_limit = n, so every row is
+// below every lane's limit).
+void AttendQueryGroup(const mla::TileKernels& tk, const float* q, int64_t stride, int64_t col,
+                      int64_t t0, int64_t n, int head_dim, float scale, const float* kv,
+                      int64_t width, float* out) {
+  constexpr int L = mla::kLaneQueries;
+  thread_local AlignedBuffer buffer;
+  const size_t bytes = sizeof(float) * L * (2 * static_cast<size_t>(head_dim) + 3);
+  if (buffer.size() < bytes) buffer = AlignedBuffer(bytes);
+  float* f = buffer.as<float>();
+  mla::LaneBlock lb;
+  float* qt = f;
+  lb.qt = qt;
+  lb.acc = qt + L * head_dim;
+  lb.max = lb.acc + L * head_dim;
+  lb.sum = lb.max + L;
+  float* limit = lb.sum + L;
+  lb.limit = limit;
+  lb.min_limit = n;
+  const int lanes = static_cast<int>(std::min<int64_t>(L, n - t0));
+  for (int lane = 0; lane < L; ++lane) {
+    const float* row = q + (t0 + std::min(lane, lanes - 1)) * stride + col;
+    for (int e = 0; e < head_dim; ++e) qt[e * L + lane] = lane < lanes ? row[e] : 0.0f;
+    limit[lane] = 0.0f;
+  }
+  std::fill(lb.acc, lb.acc + int64_t{L} * head_dim, 0.0f);
+  std::fill(lb.max, lb.max + L, -std::numeric_limits<float>::infinity());
+  std::fill(lb.sum, lb.sum + L, 0.0f);
+  const int row_w = 2 * head_dim;
+  const float* rows[mla::kLaneTileRows];
+  for (int64_t row0 = 0; row0 < n; row0 += mla::kLaneTileRows) {
+    const int count = static_cast<int>(std::min<int64_t>(mla::kLaneTileRows, n - row0));
+    for (int j = 0; j < count; ++j) rows[j] = kv + (row0 + j) * row_w;
+    tk.attend_lanes(lb, rows, count, row0, head_dim, head_dim, head_dim, scale);
+  }
+  for (int lane = 0; lane < lanes; ++lane) {
+    const float inv = 1.0f / lb.sum[lane];
+    float* o = out + (t0 + lane) * width + col;
+    for (int e = 0; e < head_dim; ++e) o[e] = lb.acc[e * L + lane] * inv;
   }
 }
 
@@ -108,37 +194,30 @@ void AddBilinearPositions(const float* table, int in_h, int in_w, int d, int out
 
 void VitAttention(const float* q, const float* k, const float* v, int64_t stride, int64_t n,
                   int num_heads, int head_dim, float scale, float* out) {
-  const int64_t width = int64_t{num_heads} * head_dim;
-  std::vector<float> keys(static_cast<size_t>(n * head_dim));      // K_h [n, head_dim]
-  std::vector<float> values_t(static_cast<size_t>(n * head_dim));  // V_hᵀ [head_dim, n]
-  std::vector<float> queries(static_cast<size_t>(std::min(n, kQueryTile) * head_dim));
-  std::vector<float> scores(static_cast<size_t>(std::min(n, kQueryTile) * n));
-  std::vector<float> tile_out(static_cast<size_t>(std::min(n, kQueryTile) * head_dim));
+  const Isa isa = ActiveIsa();
+  if (isa == Isa::kScalar) {
+    VitAttentionMatmul(q, k, v, stride, n, num_heads, head_dim, scale, out);
+    return;
+  }
+  // Per head: K and V side by side in rows [k_j ; v_j], then every 32-query group attends all
+  // of them in 32-row tiles with an online softmax (no n × n scores, no scalar exp).
+  const mla::TileKernels& tk = mla::TileKernelsFor(isa);
+  const int64_t width = int64_t{num_heads} * head_dim, row_w = 2 * int64_t{head_dim};
+  const int64_t groups = (n + mla::kLaneQueries - 1) / mla::kLaneQueries;
+  std::vector<float> kv(static_cast<size_t>(n * row_w));
   for (int h = 0; h < num_heads; ++h) {
     const int64_t col = int64_t{h} * head_dim;
-    for (int64_t j = 0; j < n; ++j) {
-      for (int e = 0; e < head_dim; ++e) {
-        keys[j * head_dim + e] = k[j * stride + col + e];
-        values_t[e * n + j] = v[j * stride + col + e];
+    ForChunks(n, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        std::copy(k + j * stride + col, k + j * stride + col + head_dim, kv.data() + j * row_w);
+        std::copy(v + j * stride + col, v + j * stride + col + head_dim,
+                  kv.data() + j * row_w + head_dim);
       }
-    }
-    const MatmulWeights key_w{WeightFormat::kF32, n, head_dim, keys.data(), nullptr};
-    const MatmulWeights value_w{WeightFormat::kF32, head_dim, n, values_t.data(), nullptr};
-    for (int64_t p0 = 0; p0 < n; p0 += kQueryTile) {
-      const int64_t rows = std::min(kQueryTile, n - p0);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int e = 0; e < head_dim; ++e) {
-          queries[r * head_dim + e] = q[(p0 + r) * stride + col + e] * scale;
-        }
-      }
-      Matmul(key_w, queries.data(), rows, scores.data());
-      ParallelFor(rows, rows > 8, [&](int64_t r) { SoftmaxRows(scores.data() + r * n, 1, n); });
-      Matmul(value_w, scores.data(), rows, tile_out.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        std::copy(tile_out.data() + r * head_dim, tile_out.data() + (r + 1) * head_dim,
-                  out + (p0 + r) * width + col);
-      }
-    }
+    });
+    ParallelFor(groups, true, [&](int64_t g) {
+      AttendQueryGroup(tk, q, stride, col, g * mla::kLaneQueries, n, head_dim, scale, kv.data(),
+                       width, out);
+    });
   }
 }
 

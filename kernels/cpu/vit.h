@@ -1,10 +1,11 @@
 // Fast CPU kernels of the vision tower (MoonViT-V2, docs/vision.md); each matches its reference
 // in kernels/reference/vit.h (same layouts and contracts) to f32 rounding.
 //
-// VitAttention is non-causal attention over one image's n patches, tiled so memory stays
-// O(tile · n) (no n × n buffer): per head, K and Vᵀ are packed once, then each tile of query
-// rows is two products on the matmul kernels (scores = Q·Kᵀ, out = P·V) with an exact softmax
-// between them — the FLOPs run at the matmul kernels' rate.
+// VitAttention is non-causal attention over one image's n patches with O(n · head_dim) memory
+// (no n × n buffer): per head, K and V are packed once side by side, then every 32 queries attend
+// them on the MLA prefill's lane tiles (mla_tiles.h: queries one per vector lane, a lane-wise
+// online softmax in base 2). Under STRATA_ISA=scalar: two matmul products per tile of query rows
+// with an exact softmax between them.
 #pragma once
 
 #include <cstdint>
