@@ -20,9 +20,9 @@
 // Each case prints the best and the mean of its repetitions, the ceilings being measured right
 // before it (a shared machine's load drifts).
 //
-// Run: kernels_cpu_mla_bench [--quick | --long [C,...]] (not run by ctest). --quick: 8K context,
-// 1K prompt (and the form cases scaled down with it). --long: a 2,048-token chunk after C cached
-// tokens at one head (LongContext below).
+// Run: kernels_cpu_mla_bench [--quick | --long [C,...] | --forms [C]] (not run by ctest). --quick:
+// 8K context, 1K prompt (and the form cases scaled down with it). --long: a 2,048-token chunk after
+// C cached tokens at one head (LongContext below).
 #include <omp.h>
 
 #include <algorithm>
@@ -292,10 +292,43 @@ int LongContext(const std::string& lengths) {
   return 0;
 }
 
+// --forms [C]: the absorbed and the expanded form on chunks of 16 to 1,024 tokens after C cached
+// tokens (default 32K) at 8 of K3's heads (one work item per head, as at 96), f32 and (where the
+// CPU has AVX512-BF16) bf16 products: where one form overtakes the other, against the chunk size
+// at which MlaPrefillChooseForm switches (its calibration).
+int Forms(int64_t cached) {
+  using namespace strata::kernels::cpu;  // NOLINT(build/namespaces)
+  PrintCeilings("start", Measure());
+  const auto d = Dims(8);
+  for (const bool bf16 : {false, true}) {
+    SetMatmulPrecision(bf16 ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
+    if (bf16 && !Bf16MatmulSupported()) continue;
+    for (const int64_t tokens : {16, 32, 64, 128, 256, 512, 1024}) {
+      const double absorbed = Prefill("k3", d, cached, tokens, MlaPrefillForm::kAbsorbed, 2);
+      const double expanded = Prefill("k3", d, cached, tokens, MlaPrefillForm::kExpanded, 2);
+      const MlaPrefillForm faster =
+          expanded < absorbed ? MlaPrefillForm::kExpanded : MlaPrefillForm::kAbsorbed;
+      const MlaPrefillForm chosen = MlaPrefillChooseForm(d, cached, tokens, bf16 ? 2.0 : 1.0);
+      std::printf(
+          "forms %s cached %lld new %5lld: expanded/absorbed time %.2f, faster %s, "
+          "chosen %s%s\n",
+          bf16 ? "bf16" : "f32 ", static_cast<long long>(cached), static_cast<long long>(tokens),
+          expanded / absorbed, FormName(faster), FormName(chosen),
+          faster == chosen ? "" : "  <- MISCHOSEN");
+    }
+  }
+  SetMatmulPrecision(MatmulPrecision::kF32);
+  PrintCeilings("end", Measure());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   using namespace strata::kernels::cpu;  // NOLINT(build/namespaces)
   if (argc > 1 && std::string(argv[1]) == "--long") {
     return LongContext(argc > 2 ? argv[2] : "32768,262144,1048576");
+  }
+  if (argc > 1 && std::string(argv[1]) == "--forms") {
+    return Forms(argc > 2 ? std::stoll(argv[2]) : 32768);
   }
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const int64_t ctx = quick ? 8192 : 32768, prompt = quick ? 1024 : 4096;
