@@ -894,7 +894,9 @@ Json VisionInfo(const engine::VisionEncoder* vision, const frontend::ImageInputs
           {"encoder_cache_capacity_bytes", limits.encoder_cache_bytes},
           {"encoder_cache_bytes", stats.cache_bytes},
           {"images_encoded", stats.images_encoded},
-          {"encoder_cache_hits", stats.cache_hits}};
+          {"encoder_cache_hits", stats.cache_hits},
+          {"encoder_queue_images", stats.images_waiting},
+          {"encoder_running_images", stats.images_encoding}};
 }
 
 // /server_info's "kv_offload": null without tiers, else each tier's place, use and traffic and

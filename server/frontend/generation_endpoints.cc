@@ -120,8 +120,10 @@ OpenAiService::Result OpenAiService::GenerateChat(
       req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;
   const bool tools_on = req.tools.is_array() && (req.tool_choice == ToolChoice::kAuto || forced);
   const auto filters = TokenFilters(*model, req.gen);
-  // The vision tower runs once per image here, after every check that can refuse the request.
-  EncodeChatImages(*model, &chat_prompt);
+  // The vision tower runs once per image (on the encoder thread, or not at all for an image in
+  // its cache), after every check that can refuse the request; the choices are submitted when
+  // the rows are there.
+  std::shared_ptr<ImageEncodeJob> images = EncodeChatImages(*model, &chat_prompt);
   std::optional<structured::ThinkingEnd> thinking_end;
   for (int i = 0; i < req.gen.n; ++i) {
     ChoiceSpec choice;
@@ -142,7 +144,7 @@ OpenAiService::Result OpenAiService::GenerateChat(
     choice.request.report_prefill_progress = spec.return_progress && kind == ApiKind::kChat;
     spec.choices.push_back(std::move(choice));
   }
-  return Generate(*model, std::move(spec));
+  return Generate(*model, std::move(spec), std::move(images));
 }
 
 OpenAiService::Result OpenAiService::Completions(const http::HttpRequest& request) {

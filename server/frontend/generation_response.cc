@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "server/frontend/api_error.h"
+#include "server/frontend/image_inputs.h"
 
 namespace strata::frontend {
 namespace {
@@ -98,10 +99,10 @@ absl::StatusOr<std::vector<std::shared_ptr<server::RequestStream>>> SubmitChoice
   return streams;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<GenerationResponse>> GenerationResponse::Submit(
-    const ServedModel& model, GenerationSpec spec, ResponseHooks hooks) {
+// SubmitChoices, once more with the request ids made unique when the ids came from the client
+// (X-Request-Id) and one is taken; that conflict is a 400 naming request_id.
+absl::StatusOr<std::vector<std::shared_ptr<server::RequestStream>>> SubmitRenamingOnConflict(
+    const ServedModel& model, GenerationSpec& spec) {
   absl::StatusOr<std::vector<std::shared_ptr<server::RequestStream>>> streams =
       SubmitChoices(model, spec.choices);
   if (!streams.ok() && streams.status().code() == absl::StatusCode::kAlreadyExists &&
@@ -111,14 +112,30 @@ absl::StatusOr<std::unique_ptr<GenerationResponse>> GenerationResponse::Submit(
     for (ChoiceSpec& choice : spec.choices) absl::StrAppend(&choice.request.request_id, suffix);
     streams = SubmitChoices(model, spec.choices);
   }
-  if (!streams.ok()) {
-    const absl::Status& status = streams.status();
-    if (status.code() == absl::StatusCode::kAlreadyExists) {
-      return InvalidField("request_id", std::string(status.message()));
-    }
-    return status;
+  if (!streams.ok() && streams.status().code() == absl::StatusCode::kAlreadyExists) {
+    return InvalidField("request_id", std::string(streams.status().message()));
   }
-  return FromStreams(model, std::move(spec), std::move(hooks), *std::move(streams));
+  return streams;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GenerationResponse>> GenerationResponse::Submit(
+    const ServedModel& model, GenerationSpec spec, ResponseHooks hooks) {
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<server::RequestStream>> streams,
+                   SubmitRenamingOnConflict(model, spec));
+  return FromStreams(model, std::move(spec), std::move(hooks), std::move(streams));
+}
+
+std::unique_ptr<GenerationResponse> GenerationResponse::SubmitWhenEncoded(
+    const ServedModel& model, GenerationSpec spec, ResponseHooks hooks,
+    std::shared_ptr<ImageEncodeJob> images) {
+  CHECK(images != nullptr);
+  std::unique_ptr<GenerationResponse> response(
+      new GenerationResponse(model, std::move(spec), std::move(hooks)));
+  response->AddChoices();
+  response->images_ = std::move(images);
+  return response;
 }
 
 std::unique_ptr<GenerationResponse> GenerationResponse::FromStreams(
@@ -127,33 +144,62 @@ std::unique_ptr<GenerationResponse> GenerationResponse::FromStreams(
   CHECK_EQ(streams.size(), spec.choices.size());
   std::unique_ptr<GenerationResponse> response(
       new GenerationResponse(model, std::move(spec), std::move(hooks)));
-  const double submitted = server::RequestTimingRecorder::Now();
-  for (size_t i = 0; i < streams.size(); ++i) {
-    const ChoiceSpec& choice_spec = response->spec_.choices[i];
-    Choice choice;
-    choice.spec = &choice_spec;
-    choice.stream = std::move(streams[i]);
-    choice.decoder = std::make_unique<ChoiceDecoder>(*model.tokenizer, choice_spec.options);
-    choice.final.index = choice_spec.index;
-    choice.final.logprobs_requested = response->spec_.logprobs;
-    choice.timing = std::make_unique<server::RequestTimingRecorder>(
-        choice_spec.request.request_id, submitted,
-        static_cast<int64_t>(choice_spec.request.prompt.size()));
-    if (response->spec_.kind == ApiKind::kResponses) {
-      choice.events = std::make_unique<ResponsesStreamWriter>(
-          response->spec_.meta, response->spec_.responses_echo,
-          response->spec_.logprobs ? model.tokenizer : nullptr);
-    } else if (response->spec_.kind == ApiKind::kMessages) {
-      const std::vector<int64_t>& prompts = response->spec_.group_prompt_tokens;
-      choice.events = std::make_unique<MessagesStreamWriter>(response->spec_.meta,
-                                                             prompts.empty() ? 0 : prompts[0]);
-    }
-    response->choices_.push_back(std::move(choice));
-  }
+  response->AddChoices();
+  for (size_t i = 0; i < streams.size(); ++i) response->choices_[i].stream = std::move(streams[i]);
   return response;
 }
 
+void GenerationResponse::AddChoices() {
+  const double submitted = server::RequestTimingRecorder::Now();
+  for (const ChoiceSpec& choice_spec : spec_.choices) {
+    Choice choice;
+    choice.spec = &choice_spec;
+    choice.decoder = std::make_unique<ChoiceDecoder>(*model_.tokenizer, choice_spec.options);
+    choice.final.index = choice_spec.index;
+    choice.final.logprobs_requested = spec_.logprobs;
+    choice.timing = std::make_unique<server::RequestTimingRecorder>(
+        choice_spec.request.request_id, submitted,
+        static_cast<int64_t>(choice_spec.request.prompt.size()));
+    if (spec_.kind == ApiKind::kResponses) {
+      choice.events = std::make_unique<ResponsesStreamWriter>(
+          spec_.meta, spec_.responses_echo, spec_.logprobs ? model_.tokenizer : nullptr);
+    } else if (spec_.kind == ApiKind::kMessages) {
+      const std::vector<int64_t>& prompts = spec_.group_prompt_tokens;
+      choice.events =
+          std::make_unique<MessagesStreamWriter>(spec_.meta, prompts.empty() ? 0 : prompts[0]);
+    }
+    choices_.push_back(std::move(choice));
+  }
+}
+
+bool GenerationResponse::SubmitEncoded(http::HttpResponse* out) {
+  const std::vector<engine::MediaEmbedding> media = images_->media();
+  images_.reset();
+  for (ChoiceSpec& choice : spec_.choices) choice.request.media = media;
+  absl::StatusOr<std::vector<std::shared_ptr<server::RequestStream>>> streams =
+      SubmitRenamingOnConflict(model_, spec_);
+  if (!streams.ok()) {
+    error_ = streams.status();
+    for (Choice& c : choices_) {
+      ChoiceEnded(c, "error");
+      c.done = true;
+    }
+    Finish(out);
+    return false;
+  }
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    choices_[i].stream = std::move((*streams)[i]);
+    if (wake_) choices_[i].stream->SetNotifier(wake_);
+  }
+  return true;
+}
+
 void GenerationResponse::Start(std::function<void()> wake) {
+  if (images_ != nullptr) {
+    wake_ = wake;
+    images_->OnDone(std::move(wake));
+    return;
+  }
   for (Choice& c : choices_) c.stream->SetNotifier(wake);
 }
 
@@ -164,9 +210,10 @@ void GenerationResponse::DetachAll() {
 }
 
 void GenerationResponse::Cancel() {
+  if (images_ != nullptr) images_->Cancel();  // skips what is not encoded yet
   for (Choice& c : choices_) {
     if (!c.done) {
-      model_.engine->Cancel(c.spec->request.request_id);
+      if (c.stream) model_.engine->Cancel(c.spec->request.request_id);
       ChoiceEnded(c, "abort");
     }
     c.done = true;
@@ -419,6 +466,10 @@ void GenerationResponse::Finish(http::HttpResponse* out) {
 
 bool GenerationResponse::Poll(http::HttpResponse* out) {
   if (finished_) return true;
+  if (images_ != nullptr) {
+    if (!images_->done()) return false;
+    if (!SubmitEncoded(out)) return true;
+  }
   if (!started_) {
     started_ = true;
     if (spec_.stream) StreamStart(&out->body);

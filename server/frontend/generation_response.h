@@ -32,6 +32,8 @@
 
 namespace strata::frontend {
 
+class ImageEncodeJob;  // image_inputs.h
+
 enum class ApiKind { kChat, kCompletion, kResponses, kMessages };
 
 struct ChoiceSpec {
@@ -92,6 +94,13 @@ class GenerationResponse : public http::PendingResponse {
   static absl::StatusOr<std::unique_ptr<GenerationResponse>> Submit(const ServedModel& model,
                                                                     GenerationSpec spec,
                                                                     ResponseHooks hooks);
+  // Submits the choices once `images` is done (their requests' media get its rows), from the
+  // first Poll after the encoder thread wakes the response: until then the client sees nothing
+  // (a stream its head and keep-alives), and a client that leaves cancels the encoding. A
+  // refusal then is the response's error (a stream's error event).
+  static std::unique_ptr<GenerationResponse> SubmitWhenEncoded(
+      const ServedModel& model, GenerationSpec spec, ResponseHooks hooks,
+      std::shared_ptr<ImageEncodeJob> images);
   // A response over streams already submitted (one per choice, in order); also for tests,
   // which push events into the streams themselves.
   static std::unique_ptr<GenerationResponse> FromStreams(
@@ -127,6 +136,11 @@ class GenerationResponse : public http::PendingResponse {
   };
 
   GenerationResponse(const ServedModel& model, GenerationSpec spec, ResponseHooks hooks);
+  // One Choice per spec choice, without its stream yet.
+  void AddChoices();
+  // SubmitWhenEncoded's images are done: submit the choices. False when that was refused (then
+  // *out holds the error and the response is finished).
+  bool SubmitEncoded(http::HttpResponse* out);
   void ChoiceEnded(Choice& choice, const std::string& finish_reason) const;
   // Collects a chat reply's text and ids; when it ends with "stop" or "length", hands its content
   // (after any `</think>`, without the token that ended it) to model_.reply_tokens.
@@ -157,8 +171,10 @@ class GenerationResponse : public http::PendingResponse {
   void DetachAll();
 
   const ServedModel& model_;
-  const GenerationSpec spec_;
+  GenerationSpec spec_;  // only SubmitEncoded changes it (the choices' media)
   std::vector<Choice> choices_;
+  std::shared_ptr<ImageEncodeJob> images_;  // SubmitWhenEncoded until it submits
+  std::function<void()> wake_;
   ResponseHooks hooks_;
   absl::Status error_;
   bool started_ = false;

@@ -1,11 +1,13 @@
 #include "server/frontend/image_inputs.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <filesystem>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/file.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
@@ -19,6 +21,49 @@ ImageInputs::ImageInputs(const engine::VisionEncoder* encoder, int32_t placehold
       placeholder_id_(placeholder_id),
       limits_(limits),
       unavailable_(std::move(unavailable)) {}
+
+ImageInputs::~ImageInputs() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (encoder_thread_.joinable()) encoder_thread_.join();
+}
+
+bool ImageEncodeJob::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_ == images_.size();
+}
+
+void ImageEncodeJob::OnDone(std::function<void()> wake) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return;
+    if (next_ < images_.size()) {
+      wake_ = std::move(wake);
+      return;
+    }
+  }
+  if (wake) wake();
+}
+
+void ImageEncodeJob::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  wake_ = nullptr;
+}
+
+void ImageEncodeJob::Wait() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return next_ == images_.size(); });
+}
+
+std::vector<engine::MediaEmbedding> ImageEncodeJob::media() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CHECK_EQ(next_, images_.size()) << "the images are not encoded yet";
+  return media_;
+}
 
 absl::StatusOr<engine::PreparedImage> ImageInputs::Prepare(const std::string& url,
                                                            const std::string& param,
@@ -153,9 +198,77 @@ engine::MediaEmbedding ImageInputs::Encode(const engine::PreparedImage& image) {
   return m;
 }
 
+std::shared_ptr<ImageEncodeJob> ImageInputs::EncodeInBackground(
+    std::vector<std::shared_ptr<const engine::PreparedImage>> images,
+    std::vector<engine::MediaEmbedding> media) {
+  CHECK_EQ(images.size(), media.size());
+  auto job = std::make_shared<ImageEncodeJob>();
+  job->images_ = std::move(images);
+  job->media_ = std::move(media);
+  // Images in the cache need no turn on the encoder thread (a request sent again, n > 1).
+  while (job->next_ < job->images_.size()) {
+    Rows rows = Lookup(job->images_[job->next_]->content_key);
+    if (rows == nullptr) break;
+    job->media_[job->next_++].rows = std::move(rows);
+  }
+  if (job->next_ == job->images_.size()) return job;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    queue_.push_back(job);
+    if (!encoder_thread_.joinable()) {
+      encoder_thread_ = std::thread(&ImageInputs::EncoderLoop, this);
+      pthread_setname_np(encoder_thread_.native_handle(), "strata-vision");
+    }
+  }
+  queue_cv_.notify_one();
+  return job;
+}
+
+void ImageInputs::EncoderLoop() {
+  for (;;) {
+    std::shared_ptr<ImageEncodeJob> job;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    while (!stopping_) {
+      std::shared_ptr<const engine::PreparedImage> image;
+      {
+        std::lock_guard<std::mutex> lock(job->mu_);
+        if (job->cancelled_ || job->next_ == job->images_.size()) break;
+        image = job->images_[job->next_];
+      }
+      encoding_ = 1;
+      Rows rows = Encode(*image).rows;  // the cache first: the same image may be queued twice
+      encoding_ = 0;
+      std::function<void()> wake;
+      {
+        std::lock_guard<std::mutex> lock(job->mu_);
+        job->media_[job->next_++].rows = std::move(rows);
+        if (job->next_ == job->images_.size()) wake = std::move(job->wake_);
+      }
+      job->done_cv_.notify_all();
+      if (wake) wake();
+    }
+  }
+}
+
 ImageInputStats ImageInputs::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  ImageInputStats out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out = stats_;
+  }
+  out.images_encoding = encoding_;
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  for (const auto& job : queue_) {
+    std::lock_guard<std::mutex> job_lock(job->mu_);
+    out.images_waiting += static_cast<int64_t>(job->images_.size() - job->next_);
+  }
+  return out;
 }
 
 std::vector<ImagePart> FindImageParts(const nlohmann::ordered_json& messages) {

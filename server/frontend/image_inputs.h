@@ -5,17 +5,24 @@
 // distinct image (an LRU cache of the tower's rows keyed by the image bytes' SHA-256, so n > 1,
 // retries and an image sent again reuse them).
 //
-// Thread-safe: the HTTP handlers call it concurrently. Encoding runs on the calling handler's
-// thread, never on the engine thread.
+// Thread-safe: the HTTP and gRPC handlers call it concurrently. The tower runs on the encoder
+// thread only (EncodeInBackground: one image at a time, in arrival order, so its working memory
+// is one image's and the HTTP I/O threads keep serving while it runs), never on the engine
+// thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -45,6 +52,35 @@ struct ImageInputStats {
   int64_t images_encoded = 0;  // tower runs
   int64_t cache_hits = 0;      // images served from the cache
   int64_t cache_bytes = 0;
+  int64_t images_waiting = 0;   // queued for the encoder thread (not the one it is encoding)
+  int64_t images_encoding = 0;  // on the encoder thread now (0 or 1)
+};
+
+// One request's images on their way through the encoder thread (ImageInputs::EncodeInBackground).
+// Thread-safe.
+class ImageEncodeJob {
+ public:
+  // True once every image has its rows.
+  bool done() const;
+  // Calls `wake` (from the encoder thread) when the job is done; at once when it is already.
+  // Replaces an earlier one.
+  void OnDone(std::function<void()> wake);
+  // The request went away: images not encoded yet are skipped, and `wake` is not called.
+  void Cancel();
+  // Blocks the calling thread until done() (gRPC's handlers, which have threads of their own).
+  void Wait() const;
+  // The media with their rows and positions, in prompt order. Only once done().
+  std::vector<engine::MediaEmbedding> media() const;
+
+ private:
+  friend class ImageInputs;
+  mutable std::mutex mu_;
+  mutable std::condition_variable done_cv_;
+  std::vector<std::shared_ptr<const engine::PreparedImage>> images_;
+  std::vector<engine::MediaEmbedding> media_;
+  size_t next_ = 0;  // the first image without rows
+  bool cancelled_ = false;
+  std::function<void()> wake_;
 };
 
 class ImageInputs {
@@ -52,6 +88,9 @@ class ImageInputs {
   // `unavailable` non-empty: images are refused with that reason (a multi-rank server).
   ImageInputs(const engine::VisionEncoder* encoder, int32_t placeholder_id, ImageInputLimits limits,
               std::string unavailable = "");
+  // Stops the encoder thread after the image it is encoding (queued jobs stay undone: their
+  // responses are cancelled with the server).
+  ~ImageInputs();
 
   int32_t placeholder_id() const { return placeholder_id_; }
   const ImageInputLimits& limits() const { return limits_; }
@@ -66,8 +105,11 @@ class ImageInputs {
                                                      const std::string& param,
                                                      const std::string& what = "image") const;
 
-  // The image's rows (from the cache, or encoded now and cached).
-  engine::MediaEmbedding Encode(const engine::PreparedImage& image);
+  // Rows for media[i] from images[i] (positions kept): those in the cache at once, the others
+  // queued for the encoder thread. The job is done on return when every image was cached.
+  std::shared_ptr<ImageEncodeJob> EncodeInBackground(
+      std::vector<std::shared_ptr<const engine::PreparedImage>> images,
+      std::vector<engine::MediaEmbedding> media);
 
   ImageInputStats stats() const;
 
@@ -78,9 +120,13 @@ class ImageInputs {
   absl::StatusOr<std::string> ReadLocal(const std::string& url, const std::string& param,
                                         const std::string& what) const;
 
+  // The image's rows (from the cache, or encoded now on this thread and cached).
+  engine::MediaEmbedding Encode(const engine::PreparedImage& image);
   using Rows = std::shared_ptr<const std::vector<float>>;
   Rows Lookup(uint64_t key);
   void Insert(uint64_t key, Rows rows);
+  // The encoder thread: jobs in arrival order, a job's images in prompt order.
+  void EncoderLoop();
 
   const engine::VisionEncoder* encoder_;
   const int32_t placeholder_id_;
@@ -91,6 +137,14 @@ class ImageInputs {
   std::list<std::pair<uint64_t, Rows>> lru_;  // most recent first
   std::unordered_map<uint64_t, std::list<std::pair<uint64_t, Rows>>::iterator> index_;
   ImageInputStats stats_;
+
+  // The encoder thread (started with the first job that needs it) and its queue.
+  mutable std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<ImageEncodeJob>> queue_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> encoding_{0};  // ImageInputStats::images_encoding
+  std::thread encoder_thread_;
 };
 
 // The image parts of chat messages, in message and part order: (url, the part's param path).

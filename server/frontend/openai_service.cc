@@ -326,11 +326,18 @@ std::vector<http::Header> SseHeaders() {
   return {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
 }
 
-OpenAiService::Result OpenAiService::Generate(const ServedModel& model, GenerationSpec spec) {
+OpenAiService::Result OpenAiService::Generate(const ServedModel& model, GenerationSpec spec,
+                                              std::shared_ptr<ImageEncodeJob> images) {
   const bool stream = spec.stream;
   ResponseHooks hooks{in_flight_, options_.on_choice_finished};
-  ASSIGN_OR_RETURN(std::unique_ptr<GenerationResponse> response,
-                   GenerationResponse::Submit(model, std::move(spec), std::move(hooks)));
+  std::unique_ptr<GenerationResponse> response;
+  if (images != nullptr) {
+    response = GenerationResponse::SubmitWhenEncoded(model, std::move(spec), std::move(hooks),
+                                                     std::move(images));
+  } else {
+    ASSIGN_OR_RETURN(response,
+                     GenerationResponse::Submit(model, std::move(spec), std::move(hooks)));
+  }
   http::HandlerResult result;
   if (stream) {
     result.response.content_type = "text/event-stream";

@@ -143,7 +143,9 @@ class OpenAiService : public http::HttpHandler {
   Result ServerInfo() const;
   Result ResetPrefixCache() const;
   Result Metrics() const;
-  Result Generate(const ServedModel& model, GenerationSpec spec);
+  // Submits the choices now, or (with `images`) once the encoder thread has their rows.
+  Result Generate(const ServedModel& model, GenerationSpec spec,
+                  std::shared_ptr<ImageEncodeJob> images = nullptr);
 
   const ServiceOptions options_;
   std::atomic<const ServedModel*> model_{nullptr};

@@ -194,13 +194,14 @@ absl::StatusOr<ChatPrompt> BuildChatPrompt(const ServedModel& model,
   return out;
 }
 
-void EncodeChatImages(const ServedModel& model, ChatPrompt* prompt) {
-  for (size_t i = 0; i < prompt->images.size(); ++i) {
-    const int64_t position = prompt->media[i].position;
-    prompt->media[i] = model.images->Encode(*prompt->images[i]);
-    prompt->media[i].position = position;
-  }
-  prompt->images.clear();  // the patches are not needed any more
+std::shared_ptr<ImageEncodeJob> EncodeChatImages(const ServedModel& model, ChatPrompt* prompt) {
+  if (prompt->images.empty()) return nullptr;
+  std::shared_ptr<ImageEncodeJob> job =
+      model.images->EncodeInBackground(std::move(prompt->images), prompt->media);
+  prompt->images.clear();
+  if (!job->done()) return job;
+  prompt->media = job->media();
+  return nullptr;
 }
 
 absl::StatusOr<std::vector<int32_t>> TextPromptIds(const ServedModel& model, std::string_view text,

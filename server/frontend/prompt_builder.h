@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "engine/media_embedding.h"
 #include "engine/vision/image_input.h"
+#include "server/frontend/image_inputs.h"
 #include "server/frontend/openai_request.h"
 #include "server/frontend/served_model.h"
 
@@ -48,9 +49,10 @@ struct ChatPrompt {
 };
 absl::StatusOr<ChatPrompt> BuildChatPrompt(const ServedModel& model,
                                            const ChatCompletionRequest& request);
-// Runs the vision tower (or its cache) for each image of `prompt` (model.images is set when
-// the prompt has images).
-void EncodeChatImages(const ServedModel& model, ChatPrompt* prompt);
+// The rows of each image of `prompt` (model.images is set when the prompt has images): from the
+// encoder cache into prompt->media at once (nullptr returned: nothing to wait for), else a job
+// on the encoder thread that gives the media their rows (the patches leave the prompt).
+std::shared_ptr<ImageEncodeJob> EncodeChatImages(const ServedModel& model, ChatPrompt* prompt);
 
 // A 400 naming `param` and --skip-tokenizer-init when the model is served without its
 // tokenizer (ServedModel::skip_tokenizer_init): what `param` holds needs one.

@@ -2,6 +2,7 @@
 #include "server/grpc/generate_request.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "core/json_limits.h"
@@ -10,6 +11,7 @@
 #include "engine/vision/image_input.h"
 #include "server/frontend/engine_request.h"
 #include "server/frontend/generation_response.h"
+#include "server/frontend/image_inputs.h"
 #include "server/frontend/prompt_builder.h"
 #include "server/grpc/completion_body.h"
 
@@ -119,13 +121,19 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
                    frontend::ResolveMaxTokens(model, static_cast<int64_t>(prompt.size()),
                                               req.gen.max_tokens, "prompt"));
   // The vision tower (or its cache) runs once per image, after every check that can refuse the
-  // request; the choices share the rows.
-  for (size_t i = 0; i < images.size(); ++i) {
-    const int64_t position = media[i].position;
-    media[i] = model.images->Encode(images[i]);
-    media[i].position = position;
+  // request, on the encoder thread in turn with the HTTP API's images (one image's working
+  // memory at a time); this gRPC thread waits. The choices share the rows.
+  if (!images.empty()) {
+    std::vector<std::shared_ptr<const engine::PreparedImage>> queued;
+    for (engine::PreparedImage& image : images) {
+      queued.push_back(std::make_shared<const engine::PreparedImage>(std::move(image)));
+    }
+    images.clear();
+    std::shared_ptr<frontend::ImageEncodeJob> job =
+        model.images->EncodeInBackground(std::move(queued), std::move(media));
+    job->Wait();
+    media = job->media();
   }
-  images.clear();  // the patches are not needed any more
   GrpcGeneration g;
   g.request_id = req.gen.request_id.empty() ? frontend::NewResponseId("grpc") : req.gen.request_id;
   g.detokenize = !request.has_detokenize() || request.detokenize();
