@@ -38,7 +38,9 @@ void MediaRowsIn(absl::Span<const MediaEmbedding> media, int64_t begin, int64_t 
   for (const MediaEmbedding& m : media) {
     const int64_t first = std::max(begin, m.position), last = std::min(end, m.end());
     if (first >= last) continue;
-    out->push_back({first - begin, last - first, m.rows->data() + (first - m.position) * hidden});
+    const float* rows =
+        m.rows != nullptr ? m.rows->data() + (first - m.position) * hidden : nullptr;
+    out->push_back({first - begin, last - first, rows});
   }
 }
 

@@ -21,7 +21,9 @@ struct MediaEmbedding {
   // The image's identity (64 bits of the SHA-256 of its encoded bytes): folded into the block
   // hashes of the blocks it covers, so a prefix-cache hit needs the same image.
   uint64_t content_key = 0;
-  std::shared_ptr<const std::vector<float>> rows;  // [num_rows, hidden_size] f32
+  // [num_rows, hidden_size] f32. Null on a tensor-parallel follower: only the lead writes an
+  // image's rows (the others zeros; the group sums them), so only it has them.
+  std::shared_ptr<const std::vector<float>> rows;
 
   int64_t end() const { return position + num_rows; }
 };
@@ -35,7 +37,8 @@ absl::StatusOr<std::vector<int32_t>> ExpandMediaPlaceholders(const std::vector<i
                                                              std::vector<MediaEmbedding>* media);
 
 // The parts of `media` (ascending, not overlapping) inside tokens [begin, begin + count), as
-// EmbeddingRows relative to `begin` (appended to `out`). `hidden` is the row width.
+// EmbeddingRows relative to `begin` (appended to `out`; rows null where the media's are).
+// `hidden` is the row width.
 void MediaRowsIn(absl::Span<const MediaEmbedding> media, int64_t begin, int64_t count,
                  int64_t hidden, std::vector<EmbeddingRows>* out);
 

@@ -142,6 +142,7 @@ void EmbedRows(const ModelConfig& cfg, const ModelWeights& weights, ForwardBatch
           << batch[s].num_new_tokens << " new tokens";
       float* row = h + (rows[s].offset + e.first) * d;
       if (vocab.begin == 0) {
+        CHECK(e.rows != nullptr) << "image rows missing on the rank that writes them";
         std::copy(e.rows, e.rows + e.num_rows * d, row);
       } else {
         std::fill(row, row + e.num_rows * d, 0.0f);

@@ -53,11 +53,27 @@ class Reader {
     return true;
   }
   bool done() const { return at_ == bytes_.size(); }
+  size_t remaining() const { return bytes_.size() - at_; }
 
  private:
   absl::Span<const uint8_t> bytes_;
   size_t at_ = 0;
 };
+
+// The images of a sequence as EncodeStepPlan writes them (rows stay null).
+bool GetMedia(Reader& r, std::vector<MediaEmbedding>* media) {
+  uint64_t n = 0;
+  // Each takes 24 bytes: a count beyond what is left is malformed.
+  if (!r.Get(&n) || n > r.remaining() / 24) return false;
+  media->resize(n);
+  for (MediaEmbedding& m : *media) {
+    if (!r.Get(&m.position) || !r.Get(&m.num_rows) || !r.Get(&m.content_key) || m.position < 0 ||
+        m.num_rows < 1) {
+      return false;
+    }
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -71,9 +87,6 @@ void EncodeStepPlan(const StepPlan& plan, std::vector<uint8_t>* out) {
   w.Put<int64_t>(plan.step_id);
   w.Put<uint64_t>(plan.sequences.size());
   for (const ScheduledSequence& s : plan.sequences) {
-    // Image rows are not sent: the front end refuses images on multi-rank servers.
-    CHECK(s.media.empty()) << "image rows are not sent to other ranks (sequence " << s.seq_id
-                           << ")";
     w.Put<int64_t>(s.seq_id);
     w.PutVector(s.token_ids);
     w.Put<int64_t>(s.num_computed_tokens);
@@ -87,6 +100,15 @@ void EncodeStepPlan(const StepPlan& plan, std::vector<uint8_t>* out) {
     w.Put<int32_t>(s.num_logprobs);
     w.PutVector(s.score_targets);
     w.Put<int32_t>(s.num_score_logprobs);
+    // Images: where they are, not their rows. The group sums its ranks' embeddings and only the
+    // rank holding the vocabulary's start (the lead, which has the rows) writes an image's rows;
+    // the others write zeros there instead of their share of the placeholder's embedding.
+    w.Put<uint64_t>(s.media.size());
+    for (const MediaEmbedding& m : s.media) {
+      w.Put<int64_t>(m.position);
+      w.Put<int64_t>(m.num_rows);
+      w.Put<uint64_t>(m.content_key);
+    }
   }
 }
 
@@ -109,7 +131,7 @@ absl::StatusOr<StepPlan> DecodeStepPlan(absl::Span<const uint8_t> bytes) {
         !r.Get(&s.source_checkpoint) || !r.GetVector(&s.save_checkpoints) || !r.Get(&sample) ||
         !r.Get(&s.num_draft_tokens) || !r.Get(&s.num_logprobs) || !r.GetVector(&s.score_targets) ||
         !r.Get(&s.num_score_logprobs) ||
-        slot_init > static_cast<uint8_t>(SlotInit::kFromCheckpoint)) {
+        slot_init > static_cast<uint8_t>(SlotInit::kFromCheckpoint) || !GetMedia(r, &s.media)) {
       return bad(absl::StrCat("sequence ", &s - plan.sequences.data()).c_str());
     }
     s.slot_init = static_cast<SlotInit>(slot_init);

@@ -924,16 +924,21 @@ absl::Status CudaModel::Forward(const DeviceStep& step, const DeviceCaches& cach
   RETURN_IF_ERROR(
       kc::EmbeddingGather(embed.w, kc::VocabShard{vocab.begin, embed.out, cfg.vocab_size}, d,
                           step.at(s.token_ids), rows.n, rows.h, step.invalid_tokens, ctx.stream));
-  // Image rows travel in the lead's plan only (the server refuses images under tensor
-  // parallelism; they would also be summed over the group).
-  CHECK(s.media_rows.empty() || options_.tensor_parallel == nullptr);
   // Image rows replace their placeholders' embeddings (from host memory: one copy per image
-  // piece in the step, ordered on the stream after the gather).
+  // piece in the step, ordered on the stream after the gather). The group sums its ranks' rows
+  // next, so only the rank holding the vocabulary's start (the lead: it has the rows) writes
+  // them and the others zeros (their followers' plans carry the images' places only).
   for (const StepLayout::MediaRows& m : s.media_rows) {
+    const size_t bytes = static_cast<size_t>(m.count * d) * sizeof(float);
+    if (vocab.begin != 0) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rows.h + m.row * d, 0, bytes, ctx.stream),
+                                  "image rows cudaMemsetAsync");
+      continue;
+    }
+    CHECK(m.media->rows != nullptr) << "image rows missing on the rank that writes them";
     STRATA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(rows.h + m.row * d, m.media->rows->data() + m.media_row * d,
-                        static_cast<size_t>(m.count * d) * sizeof(float), cudaMemcpyHostToDevice,
-                        ctx.stream),
+        cudaMemcpyAsync(rows.h + m.row * d, m.media->rows->data() + m.media_row * d, bytes,
+                        cudaMemcpyHostToDevice, ctx.stream),
         "image rows cudaMemcpyAsync");
   }
   RETURN_IF_ERROR(AllReduce(ctx, rows.h, rows.n * d));

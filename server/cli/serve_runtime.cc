@@ -845,18 +845,15 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
     s.reply_tokens = rt->reply_tokens_.get();
   }
   if (const engine::VisionEncoder* vision = rt->model_->vision()) {
-    // Image rows travel in the step plan's host memory: other ranks would not have them.
-    const bool single_rank = !options.parallel.tensor_parallel() && !options.parallel.multi_rank();
+    // Under tensor parallelism the lead encodes and writes the rows; its followers' plans carry
+    // the images' places (engine/step_codec.cc). Data-parallel groups each encode their own.
     frontend::ImageInputLimits limits;
     limits.allowed_media_domains = options.allowed_media_domains;
     limits.allowed_local_media_path = options.allowed_local_media_path;
     limits.fetch_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::llround(options.media_fetch_timeout_s * 1000)));
     rt->images_ = std::make_unique<frontend::ImageInputs>(
-        vision, static_cast<int32_t>(cfg.media_placeholder_token_id), limits,
-        single_rank ? ""
-                    : "image input is served by single-rank servers only for now (this one "
-                      "runs tensor, context or data parallel ranks)");
+        vision, static_cast<int32_t>(cfg.media_placeholder_token_id), limits);
     s.images = rt->images_.get();
   }
   return rt;

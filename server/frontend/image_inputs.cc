@@ -16,11 +16,8 @@
 namespace strata::frontend {
 
 ImageInputs::ImageInputs(const engine::VisionEncoder* encoder, int32_t placeholder_id,
-                         ImageInputLimits limits, std::string unavailable)
-    : encoder_(encoder),
-      placeholder_id_(placeholder_id),
-      limits_(limits),
-      unavailable_(std::move(unavailable)) {}
+                         ImageInputLimits limits)
+    : encoder_(encoder), placeholder_id_(placeholder_id), limits_(limits) {}
 
 ImageInputs::~ImageInputs() {
   {
@@ -68,7 +65,6 @@ std::vector<engine::MediaEmbedding> ImageEncodeJob::media() const {
 absl::StatusOr<engine::PreparedImage> ImageInputs::Prepare(const std::string& url,
                                                            const std::string& param,
                                                            const std::string& what) const {
-  if (!unavailable_.empty()) return InvalidField(param, unavailable_, "unsupported_value");
   if (absl::StartsWithIgnoreCase(url, "http://") || absl::StartsWithIgnoreCase(url, "https://")) {
     ASSIGN_OR_RETURN(const std::string bytes, FetchRemote(url, param, what));
     return PrepareBytes(bytes, param, what);
@@ -151,7 +147,6 @@ absl::StatusOr<std::string> ImageInputs::ReadLocal(const std::string& url, const
 absl::StatusOr<engine::PreparedImage> ImageInputs::PrepareBytes(std::string_view bytes,
                                                                 const std::string& param,
                                                                 const std::string& what) const {
-  if (!unavailable_.empty()) return InvalidField(param, unavailable_, "unsupported_value");
   absl::StatusOr<engine::PreparedImage> image =
       engine::PrepareImage(bytes, encoder_->config(), limits_.decode);
   if (!image.ok()) {

@@ -85,9 +85,8 @@ class ImageEncodeJob {
 
 class ImageInputs {
  public:
-  // `unavailable` non-empty: images are refused with that reason (a multi-rank server).
-  ImageInputs(const engine::VisionEncoder* encoder, int32_t placeholder_id, ImageInputLimits limits,
-              std::string unavailable = "");
+  ImageInputs(const engine::VisionEncoder* encoder, int32_t placeholder_id,
+              ImageInputLimits limits);
   // Stops the encoder thread after the image it is encoding (queued jobs stay undone: their
   // responses are cancelled with the server).
   ~ImageInputs();
@@ -131,7 +130,6 @@ class ImageInputs {
   const engine::VisionEncoder* encoder_;
   const int32_t placeholder_id_;
   const ImageInputLimits limits_;
-  const std::string unavailable_;
 
   mutable std::mutex mu_;
   std::list<std::pair<uint64_t, Rows>> lru_;  // most recent first

@@ -7,8 +7,9 @@ expert-parallel MoE), against one process serving alone:
   setup        make the tiny K3- and Kimi-Linear-shaped checkpoints (7 routed experts, the demo
                tokenizer copied in) once for the other cases
   equal        1 process vs 2 processes (7 experts split 4/3) vs 4 processes (redundant expert
-               replicas from a placement file): the same prompts, sent concurrently to different
-               ranks' HTTP ports, give the same greedy tokens (and log-probabilities within 1e-3)
+               replicas from a placement file): the same prompts (k3: and a chat with an image),
+               sent concurrently to different ranks' HTTP ports, give the same greedy tokens (and
+               log-probabilities within 1e-3)
   local-ranks  one process with --local-ranks 2 (and replicas) equals one process alone
   kill         kill -9 one of 3 ranks mid-generation: every survivor exits non-zero within the
                collective timeout (plus slack) and its error names the dead rank and a collective
@@ -21,8 +22,8 @@ expert-parallel MoE), against one process serving alone:
   tp           --tensor-parallel-size 2 (families k3tp, kltp: head counts 2 divides) in one
                process (with speculative decoding and prefix hits; then with
                --decode-context-parallel-size 2) and over two processes (rank 0 serves, rank 1
-               only computes) equals one process alone; kill -9 of rank 1 ends rank 0 within the
-               collective timeout
+               only computes) equals one process alone, a chat with an image too (k3tp); kill -9
+               of rank 1 ends rank 0 within the collective timeout
   cuda-tp      --device cuda --tensor-parallel-size 2 (strata-emu, --family k3cudatp) in one
                process and over two processes gives one process's greedy tokens (log-probabilities
                within 5e-2); SIGTERM to both processes stops the group cleanly
@@ -31,6 +32,7 @@ usage: multirank_test.py CASE --strata BIN --make-checkpoint BIN --work DIR
                          [--family k3|kl|k3cuda|k3tp|kltp|k3cudatp] [--device cpu|cuda]
 """
 import argparse
+import base64
 import json
 import os
 import random
@@ -38,17 +40,19 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+import zlib
 
 MODEL_NAME = "tiny"
 NUM_EXPERTS = 7
 VOCAB = 8192  # the demo tokenizer's size
 MAX_TOKENS = 10
-FAMILIES = {"k3": ["--family", "k3", "--seed", "31"],
+FAMILIES = {"k3": ["--family", "k3", "--seed", "31", "--vision"],
             "kl": ["--family", "kimi-linear", "--seed", "32"],
             # The shapes the CUDA kernels take (MLA latent 512 + 64, KDA head_dim 128).
             "k3cuda": ["--family", "k3", "--seed", "33", "--set", "kda_head_dim=128", "--set",
@@ -56,7 +60,8 @@ FAMILIES = {"k3": ["--family", "k3", "--seed", "31"],
                        "v_head=128", "--set", "hidden=256", "--set", "layers=2", "--set",
                        "expert_intermediate=64"],
             # Head counts that 2 divides (tensor parallelism splits heads).
-            "k3tp": ["--family", "k3", "--seed", "34", "--set", "mla_heads=4", "--set",
+            # With a vision tower: the tp cases also send a chat with an image.
+            "k3tp": ["--family", "k3", "--seed", "34", "--vision", "--set", "mla_heads=4", "--set",
                      "kda_heads=4"],
             "kltp": ["--family", "kimi-linear", "--seed", "35", "--set", "mla_heads=4", "--set",
                      "kda_heads=4"],
@@ -65,7 +70,7 @@ FAMILIES = {"k3": ["--family", "k3", "--seed", "31"],
                          "kv_lora=512", "--set", "qk_rope=64", "--set", "qk_nope=128", "--set",
                          "v_head=128", "--set", "hidden=256", "--set", "layers=2", "--set",
                          "expert_intermediate=64", "--set", "mla_heads=4", "--set",
-                         "kda_heads=4"]}
+                         "kda_heads=4", "--vision"]}
 
 
 def fail(message):
@@ -222,7 +227,13 @@ def prompts():
 
 
 def complete(port, prompt, max_tokens=MAX_TOKENS):
-    """`prompt`: token ids, or (token ids, extra request fields)."""
+    """`prompt`: token ids, (token ids, extra request fields), or {"messages": [...]} (a chat)."""
+    if isinstance(prompt, dict):
+        body = {"model": MODEL_NAME, "messages": prompt["messages"], "max_tokens": max_tokens,
+                "temperature": 0, "ignore_eos": True, "logprobs": True,
+                "skip_special_tokens": False}
+        content = post(port, "/v1/chat/completions", body)["choices"][0]["logprobs"]["content"]
+        return [t["token"] for t in content], [t["logprob"] for t in content]
     prompt, extra = prompt if isinstance(prompt, tuple) else (prompt, {})
     body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "logprobs": 0, "skip_special_tokens": False, **extra}
@@ -325,11 +336,11 @@ def check_rank_metrics(port, ranks):
         time.sleep(0.2)
 
 
-def run_group(args, label, world, local_ranks=1, placement=None):
+def run_group(args, label, world, local_ranks=1, placement=None, prompt_list=None):
     servers = start_group(args, label, world, local_ranks, placement)
     if world // local_ranks > 1:
         check_expert_share(servers, label)
-    got = generate_all(servers)
+    got = generate_all(servers, prompt_list)
     for node, s in enumerate(servers):
         check_rank_metrics(s.port, range(node * local_ranks, (node + 1) * local_ranks))
     stop_group(servers)
@@ -357,13 +368,16 @@ def case_setup(args):
 
 
 def case_equal(args):
-    reference = reference_tokens(args)
-    got = run_group(args, "two", 2)
+    equal_prompts = prompts()
+    if args.family in VISION_FAMILIES:  # a data-parallel rank encodes its own requests' images
+        equal_prompts.append(image_prompt(4))
+    reference = reference_tokens(args, equal_prompts)
+    got = run_group(args, "two", 2, prompt_list=equal_prompts)
     compare(f"{args.family}: 2 processes, 7 experts split 4/3", reference, got)
     # Even split of 7 on 4: 0-1 | 2-3 | 4-5 | 6; expert 0 also on ranks 2, 3 and expert 5 on 0.
     placement = write_placement(args, "replicas4.json", [{"expert": 0, "ranks": [2, 3]},
                                                          {"expert": 5, "ranks": [0]}])
-    got = run_group(args, "four", 4, placement=placement)
+    got = run_group(args, "four", 4, placement=placement, prompt_list=equal_prompts)
     compare(f"{args.family}: 4 processes, redundant replicas", reference, got)
 
 
@@ -490,6 +504,32 @@ def server_info(port):
     return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info").read())
 
 
+def png(width, height, seed):
+    """An RGB PNG of seeded noise (written here: the test's interpreter may lack Pillow)."""
+    rng = random.Random(seed)
+    raw = b"".join(b"\0" + bytes(rng.randrange(256) for _ in range(3 * width))
+                   for _ in range(height))
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) +
+            chunk(b"IEND", b""))
+
+
+def image_prompt(seed):
+    """A chat with a 112 x 84 image (48 patches, 12 rows in the text model): under tensor
+    parallelism the lead writes the rows and the followers zeros at those places."""
+    url = "data:image/png;base64," + base64.b64encode(png(112, 84, seed)).decode()
+    return {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": "What is this?"}]}]}
+
+
+VISION_FAMILIES = ("k3", "k3tp", "k3cudatp")
+
+
 def drafting_prompt(seed):
     """One token 192 times, and a logit_bias that makes it the continuation too: n-gram lookup
     drafts it again after every token and the sampler accepts the drafts (the followers must
@@ -531,6 +571,8 @@ def case_tp(args):
     serves, rank 1 only computes), each equal to one process alone; killing rank 1 ends rank 0
     within the collective timeout."""
     tp_prompts = prompts() + [drafting_prompt(11)]
+    if args.family in VISION_FAMILIES:
+        tp_prompts.append(image_prompt(5))
     reference = reference_tokens(args, tp_prompts)
     # With n-gram speculative decoding and, the second time, prefix-cache hits (KDA checkpoints
     # of each rank's heads).
@@ -596,6 +638,8 @@ def case_cuda_tp(args):
     if args.device != "cuda":
         fail("cuda-tp runs with --device cuda")
     tp_prompts = prompts() + [drafting_prompt(12)]
+    if args.family in VISION_FAMILIES:
+        tp_prompts.append(image_prompt(6))
     reference = reference_tokens(args, tp_prompts)
     servers = [Server(args, "cuda_tp_local", args.work_case,
                       ["--tensor-parallel-size", "2", "--speculative-config", NGRAM_SPEC])]
