@@ -10,6 +10,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/total_counter.h"
 
 namespace strata::server {
 namespace {
@@ -18,17 +19,6 @@ using prometheus::Counter;
 using prometheus::Gauge;
 using prometheus::Histogram;
 using prometheus::Labels;
-
-// A counter that follows a total: advances by what the total grew.
-struct TotalCounter {
-  Counter* counter = nullptr;
-  int64_t last = 0;
-  void Follow(int64_t total) {
-    if (counter == nullptr) return;
-    if (total > last) counter->Increment(static_cast<double>(total - last));
-    last = std::max(last, total);
-  }
-};
 
 // A histogram that follows a LoadLatency.
 struct LatencyHistogram {

@@ -236,6 +236,36 @@ def overview():
               18, 91, 6, 8,
               description="Stored /v1/responses (GET, previous_response_id), and those with "
                           "background: true queued or generating."),
+        row("Vision encoder (per server process)", 99),
+        panel("timeseries", "Images waiting and encoding",
+              [target(f"sum({of_served('strata:encoder_queue_images')})", "waiting"),
+               target(f"sum({of_served('strata:encoder_running_images')})", "encoding",
+                      ref="B")],
+              0, 100, 8, 8,
+              description="Images queued for the vision encoder thread (one image at a time, "
+                          "in arrival order) and the one it is encoding. A queue that does not "
+                          "drain means images arrive faster than the tower encodes them: their "
+                          "requests wait before prefill (time to first token)."),
+        panel("timeseries", "Images encoded / s and mean encode time",
+              [target(f"sum({of_served(f'rate(strata:images_encoded_total[{RATE}])')})",
+                      "images / s"),
+               target(f"sum({of_served(f'rate(strata:image_encode_seconds_total[{RATE}])')}) / "
+                      f"sum({of_served(f'rate(strata:images_encoded_total[{RATE}])')})",
+                      "mean seconds per image", ref="B")],
+              8, 100, 8, 8,
+              description="Tower runs per second and the mean time of one (it grows with the "
+                          "image's patches, quadratically in attention)."),
+        panel("timeseries", "Encoder cache",
+              [target(f"sum({of_served(f'rate(strata:encoder_cache_hits_total[{RATE}])')}) / "
+                      f"(sum({of_served(f'rate(strata:encoder_cache_hits_total[{RATE}])')}) + "
+                      f"sum({of_served(f'rate(strata:images_encoded_total[{RATE}])')}))",
+                      "hit ratio"),
+               target(f"sum({of_served('strata:encoder_cache_bytes')}) / "
+                      f"sum({of_served('strata:encoder_cache_capacity_bytes')})", "used",
+                      ref="B")],
+              16, 100, 8, 8, unit="percentunit",
+              description="Images served from the cache of the tower's rows (n > 1, retries, "
+                          "the same image again), and the cache's use of its capacity."),
     ])
 
 

@@ -1,6 +1,7 @@
 // Prints the /metrics exposition of a Metrics registry after some activity (two ranks, eight
-// experts, requests with every finish reason; both KV offload tiers on and used), for the
-// dashboard and rule checks in deploy/test/ that must not depend on a running server.
+// experts, requests with every finish reason; both KV offload tiers on and used; the vision
+// encoder's series), for the dashboard and rule checks in deploy/test/ that must not depend on a
+// running server.
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "server/metrics.h"
 #include "server/offload_metrics.h"
 #include "server/store_metrics.h"
+#include "server/vision_metrics.h"
 
 int main() {
   using strata::server::Metrics;
@@ -107,6 +109,15 @@ int main() {
   scheduler.num_tier_hit_tokens = 3200;
   scheduler.num_tier_load_failures = 1;
   offload.Set(tiers, scheduler);
+  // The vision encoder's series (a model with a vision tower): an image waiting, one encoding.
+  strata::server::VisionMetrics vision(*registry, /*on=*/true);
+  vision.Set({.queue_images = 1,
+              .running_images = 1,
+              .cache_bytes = 3 << 20,
+              .cache_capacity_bytes = 1 << 30,
+              .images_encoded = 7,
+              .encode_seconds = 4.5,
+              .cache_hits = 3});
   std::cout << ranks.front()->Serialize();
   return 0;
 }

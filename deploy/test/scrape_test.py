@@ -60,6 +60,11 @@ OFFLOAD_METRICS = {
     "strata:kv_offload_load_failures_total": (None,),
 }
 OFFLOAD_MEMORY_BYTES, OFFLOAD_DISK_BYTES = 16 << 20, 64 << 20
+# The vision encoder's series (server/vision_metrics.h; the demo model has a tower): per process.
+VISION_METRICS = ["strata:encoder_queue_images", "strata:encoder_running_images",
+                  "strata:encoder_cache_bytes", "strata:encoder_cache_capacity_bytes",
+                  "strata:images_encoded_total", "strata:image_encode_seconds_total",
+                  "strata:encoder_cache_hits_total"]
 # Flags the chart passes for features that land later (multi-rank, gRPC, JSON logs).
 PENDING_FLAGS = {"world-size", "rank", "coordinator", "grpc-port", "log-format"}
 
@@ -113,6 +118,9 @@ def check_exposition(text):
         check(got == sorted(str(t) for t in tiers) and
               not any("model_name" in l for n, l, _ in samples if n == name),
               "/metrics has %s for tiers %s, expected %s without model_name" % (name, got, tiers))
+    for name in VISION_METRICS:
+        check(sum(1 for n, l, _ in samples if n == name and not l) == 1,
+              "/metrics lacks %s (one series, no labels)" % name)
     capacity = {l.get("tier"): v for n, l, v in samples if n == "strata:kv_offload_capacity_bytes"}
     check(capacity == {"host": OFFLOAD_MEMORY_BYTES, "disk": OFFLOAD_DISK_BYTES},
           "kv_offload_capacity_bytes %s: not --kv-offload-memory / --kv-offload-disk" % capacity)

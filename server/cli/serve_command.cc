@@ -18,6 +18,7 @@
 #include "server/cli/parallel_flags.h"
 #include "server/cli/serve_flags.h"
 #include "server/cli/serve_runtime.h"
+#include "server/frontend/image_inputs.h"
 #include "server/frontend/openai_service.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
@@ -27,6 +28,7 @@
 #include "server/request_timing_recorder.h"
 #include "server/scheduler_step_stats.h"
 #include "server/store_metrics.h"
+#include "server/vision_metrics.h"
 
 #ifndef STRATA_VERSION
 #define STRATA_VERSION "unknown"
@@ -290,7 +292,20 @@ absl::Status RunServe(const Flags& flags) {
   server::OffloadMetrics offload_metrics(*http_metrics.registry(),
                                          options.kv_offload_memory_bytes > 0,
                                          !options.kv_offload_dir.empty());
+  // The vision encoder (a model with a vision tower), from the image inputs' stats.
+  const frontend::ImageInputs* images = runtime->served().images;
+  server::VisionMetrics vision_metrics(*http_metrics.registry(), images != nullptr);
   service.SetMetricsProvider([&] {
+    if (images != nullptr) {
+      const frontend::ImageInputStats s = images->stats();
+      vision_metrics.Set({.queue_images = s.images_waiting,
+                          .running_images = s.images_encoding,
+                          .cache_bytes = s.cache_bytes,
+                          .cache_capacity_bytes = images->limits().encoder_cache_bytes,
+                          .images_encoded = s.images_encoded,
+                          .encode_seconds = s.encode_seconds,
+                          .cache_hits = s.cache_hits});
+    }
     if (options.kv_offload()) {
       const server::EngineStats engine_stats = runtime->engine().stats();
       if (engine_stats.offload.has_value()) {

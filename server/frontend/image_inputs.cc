@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <utility>
 
@@ -188,7 +189,14 @@ engine::MediaEmbedding ImageInputs::Encode(const engine::PreparedImage& image) {
     m.rows = std::move(rows);
     return m;
   }
+  const auto started = std::chrono::steady_clock::now();
   engine::MediaEmbedding m = engine::EncodeImage(*encoder_, image);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.encode_seconds += seconds;
+  }
   Insert(image.content_key, m.rows);
   return m;
 }

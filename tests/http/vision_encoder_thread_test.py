@@ -13,6 +13,7 @@ an 896x896 image takes about a second to encode on one core) served with --http-
   cached      the first image again is answered from the encoder cache, with the same answer
   streamed    a streamed chat and a streamed Responses request with a new image each: the
               response starts, the tokens follow the encode, the stream ends properly
+  metrics     /metrics' encoder series equal /server_info's counts
 
 Usage: vision_encoder_thread_test.py (environment: STRATA_BIN, STRATA_MAKE_CHECKPOINT)
 Needs /usr/bin/python3 with Pillow.
@@ -153,6 +154,27 @@ def test_streamed(server):
     print(f"streamed: a chat ({len(chunks)} chunks) and a Responses stream with new images")
 
 
+def test_metrics(server):
+    """/metrics follows the encoder's counts (server/vision_metrics.h)."""
+    info = vision_info(server)
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("strata:") and "{" not in line.split(" ")[0]:
+            name, value = line.split(" ")[:2]
+            values[name] = float(value)
+    expected = {"strata:images_encoded_total": info["images_encoded"],
+                "strata:encoder_cache_hits_total": info["encoder_cache_hits"],
+                "strata:encoder_queue_images": 0, "strata:encoder_running_images": 0,
+                "strata:encoder_cache_bytes": info["encoder_cache_bytes"]}
+    for name, want in expected.items():
+        v.check(values.get(name) == want, f"/metrics {name} {values.get(name)}, expected {want}")
+    mean = values["strata:image_encode_seconds_total"] / info["images_encoded"]
+    v.check(0 < mean < 120, f"mean encode time {mean} s")
+    print(f"metrics: {info['images_encoded']} images encoded, {mean:.2f} s each on average")
+
+
 def main():
     make_checkpoint = os.environ.get("STRATA_MAKE_CHECKPOINT", "")
     if not os.path.exists(make_checkpoint):
@@ -172,6 +194,7 @@ def main():
             test_queue(server)
             test_cached(server, url, first)
             test_streamed(server)
+            test_metrics(server)
         finally:
             server.stop()
     finally:
