@@ -62,9 +62,10 @@ class Reader {
 
 // The images of a sequence as EncodeStepPlan writes them (rows stay null).
 bool GetMedia(Reader& r, std::vector<MediaEmbedding>* media) {
+  // position, num_rows, content_key: a count of more than what is left is malformed.
+  constexpr size_t kBytesPerImage = 2 * sizeof(int64_t) + sizeof(uint64_t);
   uint64_t n = 0;
-  // Each takes 24 bytes: a count beyond what is left is malformed.
-  if (!r.Get(&n) || n > r.remaining() / 24) return false;
+  if (!r.Get(&n) || n > r.remaining() / kBytesPerImage) return false;
   media->resize(n);
   for (MediaEmbedding& m : *media) {
     if (!r.Get(&m.position) || !r.Get(&m.num_rows) || !r.Get(&m.content_key) || m.position < 0 ||

@@ -165,9 +165,10 @@ ImageInputs::Rows ImageInputs::Lookup(uint64_t key) {
   return it->second->second;
 }
 
-void ImageInputs::Insert(uint64_t key, Rows rows) {
+void ImageInputs::Insert(uint64_t key, Rows rows, double encode_seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.images_encoded;
+  stats_.encode_seconds += encode_seconds;
   if (index_.contains(key)) return;  // another request encoded it meanwhile
   const auto bytes = [](const Rows& r) { return static_cast<int64_t>(r->size() * sizeof(float)); };
   if (bytes(rows) > limits_.encoder_cache_bytes) return;
@@ -191,13 +192,8 @@ engine::MediaEmbedding ImageInputs::Encode(const engine::PreparedImage& image) {
   }
   const auto started = std::chrono::steady_clock::now();
   engine::MediaEmbedding m = engine::EncodeImage(*encoder_, image);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.encode_seconds += seconds;
-  }
-  Insert(image.content_key, m.rows);
+  Insert(image.content_key, m.rows,
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return m;
 }
 

@@ -124,7 +124,8 @@ class ImageInputs {
   engine::MediaEmbedding Encode(const engine::PreparedImage& image);
   using Rows = std::shared_ptr<const std::vector<float>>;
   Rows Lookup(uint64_t key);
-  void Insert(uint64_t key, Rows rows);
+  // Counts a tower run of `encode_seconds` and keeps its rows (LRU).
+  void Insert(uint64_t key, Rows rows, double encode_seconds);
   // The encoder thread: jobs in arrival order, a job's images in prompt order.
   void EncoderLoop();
 
