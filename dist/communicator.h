@@ -65,6 +65,11 @@ struct RendezvousOptions {
   std::string coordinator;  // host:port of rank 0's rendezvous listener
   // Distinguishes several groups (e.g. one per MoE exchange or per test) on one coordinator.
   std::string group = "strata";
+  // Whether this group's rank 0 serves the rendezvous store on the coordinator's port. False for
+  // a sub-group of a larger group (a tensor-parallel group among data-parallel ones) whose rank
+  // 0 is not the larger group's: the larger group's rank 0 serves the store for every group
+  // (its communicator keeps it up), and all ranks of the sub-group connect to it as clients.
+  bool rank0_serves_store = true;
   std::chrono::milliseconds connect_timeout{60000};
   // Limit for every collective (issue: default 60 s).
   std::chrono::milliseconds timeout{60000};

@@ -371,7 +371,7 @@ absl::StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Connect(const Rendezvous
   ASSIGN_OR_RETURN(HostPort coordinator, ParseHostPort(options.coordinator));
   const Clock::time_point deadline = Clock::now() + options.connect_timeout;
   std::shared_ptr<StoreServer> server;
-  if (options.rank == 0) {
+  if (options.rank == 0 && options.rank0_serves_store) {
     ASSIGN_OR_RETURN(server, StoreServer::Acquire(coordinator.port));
     coordinator.host = "127.0.0.1";  // rank 0 reaches its own server over loopback
   }

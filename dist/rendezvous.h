@@ -14,6 +14,8 @@
 // Keys are namespaced by RendezvousOptions::group, so several groups (one per communicator)
 // can share one coordinator as long as the same process is rank 0 of all of them: the server
 // is shared per port within a process and lives while any Rendezvous of that process uses it.
+// A sub-group whose rank 0 lives elsewhere (RendezvousOptions::rank0_serves_store false) only
+// connects: the process serving the port must keep a Rendezvous open meanwhile.
 // A group name is meant to be used once per server lifetime (the orchestrator restarts the
 // whole group after a failure, which starts a fresh server).
 //

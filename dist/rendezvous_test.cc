@@ -106,6 +106,36 @@ TEST(RendezvousTest, AllGatherAcrossProcessesAndGroups) {
   }));
 }
 
+// Sub-groups of a world (tensor-parallel groups among data-parallel ones): the world's rank 0
+// serves the store; sub-group 1's rank 0 (world rank 2, another process) only connects.
+TEST(RendezvousTest, SubGroupsMeetAtTheWorldsStore) {
+  const int port = FreePort();
+  ExpectAllOk(ForkRanks(4, [&](int rank) -> std::string {
+    if (rank == 2) std::this_thread::sleep_for(milliseconds(200));
+    auto world = Rendezvous::Connect(Options(4, rank, port, "world"));
+    if (!world.ok()) return world.status().ToString();
+    const int group = rank / 2;
+    RendezvousOptions sub = Options(2, rank % 2, port, absl::StrCat("sub-", group));
+    sub.rank0_serves_store = group == 0;
+    auto mine = Rendezvous::Connect(sub);
+    if (!mine.ok()) return mine.status().ToString();
+    auto values = (*mine)->AllGather("values", absl::StrCat("v", rank), milliseconds(5000));
+    if (!values.ok()) return values.status().ToString();
+    const std::vector<std::string> expected = {absl::StrCat("v", 2 * group),
+                                               absl::StrCat("v", 2 * group + 1)};
+    if (*values != expected) return absl::StrCat("sub-group ", group, ": wrong values");
+    if (rank != 0) {  // rank 0 serves until every other rank had its checked reply
+      if (!(*world)->Set(absl::StrCat("finished/", rank), "").ok()) return "set failed";
+      (*world)->Set(absl::StrCat("exit/", rank), "").IgnoreError();
+      return "";
+    }
+    for (int r = 1; r < 4; ++r) {
+      if (!(*world)->Get(absl::StrCat("exit/", r), milliseconds(5000)).ok()) return "exit";
+    }
+    return "";
+  }));
+}
+
 TEST(RendezvousTest, MissingRanksAndKeysAreNamed) {
   const int port = FreePort();
   ExpectAllOk(ForkRanks(4, [&](int rank) -> std::string {

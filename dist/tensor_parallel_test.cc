@@ -16,12 +16,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dist/expert_placement.h"
+#include "dist/moe_dispatch.h"
 #include "dist/tensor_parallel_group.h"
 #include "dist/testing/fake_communicator.h"
 #include "engine/demo/checkpoint_generator.h"
 #include "engine/executor.h"
 #include "engine/generator.h"
 #include "engine/model.h"
+#include "engine/moe.h"
+#include "engine/workspace.h"
 #include "kvcache/memory_planner.h"
 
 namespace strata::dist {
@@ -144,6 +148,65 @@ TEST_P(TensorParallelTest, GreedyTokensEqualOneRank) {
     for (int r = 0; r < size; ++r) {
       EXPECT_EQ(tokens[static_cast<size_t>(r)], *expected)
           << "tensor-parallel size " << size << ", context-parallel size " << cp << ", rank " << r;
+    }
+  }
+}
+
+// Data parallelism over tensor-parallel groups, one MoE block: two groups of 2 ranks with
+// different rows (5 and 1: rank 1 of group 1 sends none), the routed experts spread over all 4
+// ranks. Each rank sends its share of its group's rows through the exchange; after the group's
+// all-reduce (Model::Forward's, after every FFN block) every rank holds the block's output on
+// one rank holding everything.
+TEST_P(TensorParallelTest, MoeBlockOverDataParallelGroupsEqualsOneRank) {
+  auto full = engine::Model::Load(dir_);
+  ASSERT_TRUE(full.ok()) << full.status();
+  const engine::ModelConfig& cfg = (*full)->config();
+  int layer = 0;
+  while ((*full)->weights().layers[static_cast<size_t>(layer)].moe == nullptr) ++layer;
+  const int64_t d = cfg.hidden_size;
+  const std::vector<int64_t> rows = {5, 1};
+  std::vector<std::vector<float>> x(2), expected(2);
+  float scale = 0;
+  for (size_t g = 0; g < 2; ++g) {
+    for (int64_t i = 0; i < rows[g] * d; ++i) {
+      x[g].push_back(std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(g)));
+    }
+    expected[g].resize(static_cast<size_t>(rows[g] * d));
+    engine::Workspace ws;
+    engine::MoeForward(cfg, *(*full)->weights().layers[static_cast<size_t>(layer)].moe, 0,
+                       x[g].data(), rows[g], expected[g].data(), nullptr, nullptr, ws);
+    for (float v : expected[g]) scale = std::max(scale, std::fabs(v));
+  }
+  const ExpertPlacement placement = EvenPlacement(cfg.moe.num_experts, 4);
+  testing::FakeGroup world(4), group0(2), group1(2);
+  std::vector<std::vector<float>> got(4);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      const size_t g = static_cast<size_t>(w / 2);
+      engine::ModelLoadOptions load;
+      load.tensor_parallel = {w % 2, 2};
+      auto shard = engine::Model::Load(dir_, load);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      ExpertParallelExchange exchange(world.rank(w), placement);
+      CommunicatorTensorParallelGroup tp((g == 0 ? group0 : group1).rank(w % 2));
+      const engine::MoeTensorParallel moe_tp{&tp, &(*shard)->tensor_parallel_experts()};
+      std::vector<float>& out = got[static_cast<size_t>(w)];
+      out.resize(static_cast<size_t>(rows[g] * d));
+      engine::Workspace ws;
+      engine::MoeForward((*shard)->config(),
+                         *(*shard)->weights().layers[static_cast<size_t>(layer)].moe, 0,
+                         x[g].data(), rows[g], out.data(), nullptr, &exchange, ws, &moe_tp);
+      tp.AllReduceSum(out.data(), rows[g] * d);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < 4; ++w) {
+    const std::vector<float>& want = expected[static_cast<size_t>(w / 2)];
+    ASSERT_EQ(got[static_cast<size_t>(w)].size(), want.size()) << "rank " << w;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[static_cast<size_t>(w)][i], want[i], 2e-5f * std::max(1.0f, scale))
+          << "rank " << w << ", row " << i / static_cast<size_t>(d);
     }
   }
 }

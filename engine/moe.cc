@@ -150,8 +150,7 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int moe_layer, cons
   int32_t* ids = ws.Array<int32_t>(num_rows * top_k);
   float* weights = ws.Floats(num_rows * top_k);
   MoeRoute(cfg, w, x, num_rows, ids, weights, ws);
-  if (tp != nullptr) {  // another rank of the group runs the others
-    CHECK(exchange == nullptr);
+  if (tp != nullptr && exchange == nullptr) {  // another rank of the group runs the others
     for (int64_t i = 0; i < num_rows * top_k; ++i) {
       if (!(*tp->experts)[static_cast<size_t>(ids[i])]) ids[i] = -1;
     }
@@ -175,7 +174,18 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int moe_layer, cons
   }
   bool shared_down_done = false;
   if (exchange != nullptr) {
-    exchange->Exchange(cfg, w, moe_layer, z, num_rows, ids, weights, routed, expert_tokens, ws);
+    // Data parallelism over tensor-parallel groups: every rank of a group holds the same rows
+    // and the experts live on the ranks of every group, so each rank sends its share of the rows
+    // and leaves zeros in the others: the group's sum (the latent all-reduce below, or the one
+    // after the block) then holds every row's experts once.
+    ShardRange share{0, num_rows};
+    if (tp != nullptr) {
+      share = RangeOf(num_rows, {tp->group->rank(), tp->group->size()});
+      std::fill(routed, routed + num_rows * width, 0.0f);
+    }
+    exchange->Exchange(cfg, w, moe_layer, z + share.begin * width, share.size(),
+                       ids + share.begin * top_k, weights + share.begin * top_k,
+                       routed + share.begin * width, expert_tokens, ws);
     if (w.has_shared()) {
       kernels::cpu::MatmulGlu(KernelWeights(w.shared.gate_proj), KernelWeights(w.shared.up_proj),
                               GluFromConfig(cfg), x, num_rows, shared.h);

@@ -45,16 +45,21 @@ class MoeExpertExchange {
 };
 
 // Tensor parallelism inside the block (engine/tensor_parallel.h): every rank of the group has
-// the same rows and runs its own routed experts on them; `w` is the rank's shard.
+// the same rows; `w` is the rank's shard. Without an exchange each rank runs its own routed
+// experts on every row; with one (data parallelism over tensor-parallel groups: the experts
+// spread over the ranks of every group) rank r of the group sends only its share of the rows
+// (RangeOf(num_rows, r)) through the exchange.
 struct MoeTensorParallel {
   TensorParallelGroup* group = nullptr;
-  const std::vector<bool>* experts = nullptr;  // [num_experts]: true for those this rank runs
+  // [num_experts]: true for those this rank runs (read only without an exchange).
+  const std::vector<bool>* experts = nullptr;
 };
 
 // The whole block: out[num_rows, d] (overwritten). `exchange` null: all experts are local.
 // `moe_layer`: this layer's ordinal among MoE layers. With `tp`, out is this rank's partial sum
 // (the caller all-reduces it over the group; LatentMoE reduces the experts' latent rows inside,
-// before latent_norm); `exchange` must then be null.
+// before latent_norm). With an exchange every rank of the exchange's communicator calls it, in
+// every MoE layer of every step (num_rows 0 included).
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int moe_layer, const float* x,
                 int64_t num_rows, float* out, int64_t* expert_tokens, MoeExpertExchange* exchange,
                 Workspace& ws, const MoeTensorParallel* tp = nullptr);

@@ -159,14 +159,11 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
         "a tensor-parallel shard needs its group in CudaModelOptions::tensor_parallel (same rank "
         "and size), and a group needs a shard");
   }
-  if (tp != nullptr && options.expert_exchange != nullptr) {
-    return absl::InvalidArgumentError(
-        "tensor parallelism spreads the routed experts over the group itself: no expert exchange");
-  }
-  // Under tensor parallelism the rank's own share of the routed experts (engine/tensor_parallel.h).
+  // Under tensor parallelism the rank's own share of the routed experts (engine/tensor_parallel.h);
+  // with an exchange too (data-parallel groups of tensor-parallel ranks), the exchange's.
   std::vector<int> tp_experts;
   std::vector<int32_t> local_of;
-  if (tp != nullptr) {
+  if (tp != nullptr && options.expert_exchange == nullptr) {
     const std::vector<bool>& mine = model.tensor_parallel_experts();
     for (size_t e = 0; e < mine.size(); ++e) {
       local_of.push_back(mine[e] ? static_cast<int32_t>(tp_experts.size()) : -1);
@@ -687,7 +684,19 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
     z = latent;
     ASSIGN_OR_RETURN(routed, Take<float>(ctx, n * width));
   }
-  if (options_.expert_exchange != nullptr) {
+  if (options_.expert_exchange != nullptr && options_.tensor_parallel != nullptr) {
+    // Data-parallel groups of tensor-parallel ranks: every rank of the group holds the same rows
+    // and the experts live on the ranks of every group, so each sends its share of the rows and
+    // leaves zeros in the others; the group's sum (below, or after the block) adds them up.
+    const ShardRange share =
+        RangeOf(n, {options_.tensor_parallel->rank(), options_.tensor_parallel->size()});
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(routed, 0, static_cast<size_t>(n * width) * sizeof(float), ctx.stream),
+        "routed rows cudaMemsetAsync");
+    RETURN_IF_ERROR(ExchangeExperts(w.experts, moe_layer, ctx, z + share.begin * width,
+                                    share.size(), ids + share.begin * top_k,
+                                    weights + share.begin * top_k, routed + share.begin * width));
+  } else if (options_.expert_exchange != nullptr) {
     RETURN_IF_ERROR(ExchangeExperts(w.experts, moe_layer, ctx, z, n, ids, weights, routed));
   } else if (options_.tensor_parallel != nullptr) {
     // This rank's experts on every row (the others' pairs dropped); its partial sums, which the

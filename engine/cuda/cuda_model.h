@@ -109,7 +109,9 @@ struct CudaModelOptions {
   // share of the routed experts on every token (only those are uploaded). The group's
   // collectives take device memory (NCCL on GPUs; on the emulator device memory is host
   // memory); each waits for the stream first, so the forward synchronises with the host and is
-  // never graph-captured. Must outlive the model; excludes expert_exchange.
+  // never graph-captured. Must outlive the model. With expert_exchange too (data-parallel
+  // groups of tensor-parallel ranks, the experts over all of them) each rank of the group sends
+  // its share of the rows through the exchange instead.
   TensorParallelGroup* tensor_parallel = nullptr;
 };
 

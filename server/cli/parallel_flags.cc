@@ -57,9 +57,11 @@ constexpr int64_t kVllmDataParallelRpcPort = 29550;
 
 // Number of nodes, node rank and world size from flags, environment and each other. vLLM's
 // --data-parallel-size, --data-parallel-size-local and --data-parallel-start-rank stand for
-// --world-size, --local-ranks and --rank; as in vLLM, a data-parallel size without a local size
-// runs every rank in this process.
-absl::Status ResolveLayout(const Flags& flags, const GetEnv& getenv, ParallelOptions* p) {
+// --world-size, --local-ranks and --rank counted in tensor-parallel groups of `tp_size` ranks
+// (vLLM's meaning: a data-parallel rank is a whole group); as in vLLM, a data-parallel size
+// without a local size runs every rank in this process.
+absl::Status ResolveLayout(const Flags& flags, const GetEnv& getenv, int64_t tp_size,
+                           ParallelOptions* p) {
   ASSIGN_OR_RETURN(const std::string world_flag,
                    flags.NameOrAlias("world-size", "data-parallel-size"));
   ASSIGN_OR_RETURN(const std::string local_flag,
@@ -69,12 +71,15 @@ absl::Status ResolveLayout(const Flags& flags, const GetEnv& getenv, ParallelOpt
   const std::string world_name = "--" + world_flag, local_name = "--" + local_flag,
                     rank_name = "--" + rank_flag;
   ASSIGN_OR_RETURN(std::optional<int64_t> world,
-                   OptionalInt(flags, world_flag.c_str(), 1, kMaxRanks));
+                   OptionalInt(flags, world_flag.c_str(), 1, kMaxRanks / tp_size));
+  if (world && world_flag == "data-parallel-size") *world *= tp_size;
   const bool vllm_one_node = world_flag == "data-parallel-size" && !flags.Has(local_flag);
   ASSIGN_OR_RETURN(int64_t local,
                    flags.GetInt(local_flag, vllm_one_node ? *world : 1, 1, kMaxRanks));
+  if (local_flag == "data-parallel-size-local") local *= tp_size;
   ASSIGN_OR_RETURN(std::optional<int64_t> rank,
                    OptionalInt(flags, rank_flag.c_str(), 0, kMaxRanks - 1));
+  if (rank && rank_flag == "data-parallel-start-rank") *rank *= tp_size;
   ASSIGN_OR_RETURN(std::optional<int64_t> nodes, OptionalInt(flags, "num-nodes", 1, kMaxRanks));
   std::string nodes_source = "--num-nodes";
   if (!nodes) {
@@ -168,7 +173,9 @@ absl::Status ResolveCoordinator(const Flags& flags, const GetEnv& getenv, Parall
 
 const std::vector<FlagSpec>& ParallelFlagSpecs() {
   static const std::vector<FlagSpec> specs = {
-      {"world-size", true, "data-parallel ranks in the group, all processes (default 1)"},
+      {"world-size", true,
+       "ranks in the group, all processes: --tensor-parallel-size x data-parallel groups "
+       "(default 1)"},
       {"rank", true, "global rank of this process's first rank (default node-rank × local-ranks)"},
       {"coordinator", true,
        "host:port where rank 0 listens for the rendezvous (default LWS_LEADER_ADDRESS)"},
@@ -184,7 +191,8 @@ const std::vector<FlagSpec>& ParallelFlagSpecs() {
       {"tensor-parallel-size", true,
        "T ranks hold one copy of the model (heads, MLP columns, vocabulary split; experts "
        "spread); alone: T threads of this process; with --world-size T --rank R: one process "
-       "per rank, rank 0 serves (default 1)"},
+       "per rank, rank 0 serves; a world of D x T ranks runs D data-parallel groups, the "
+       "experts spread over all ranks, each group's first rank serves (default 1)"},
       {"tp-size", true, "SGLang's name for --tensor-parallel-size"},
       {"decode-context-parallel-size", true,
        "C ranks of the tensor-parallel group split each sequence's latent cache by position, "
@@ -196,15 +204,17 @@ const std::vector<FlagSpec>& ParallelFlagSpecs() {
        " not with --world-size/--local-ranks)"},
       // vLLM's data-parallel flags (a ported `vllm serve` line), meaning the ones above.
       {"data-parallel-size", true,
-       "vLLM's: as --world-size (all ranks local unless "
-       "--data-parallel-size-local)"},
-      {"data-parallel-size-local", true, "vLLM's: as --local-ranks"},
-      {"data-parallel-start-rank", true, "vLLM's: as --rank"},
+       "vLLM's: data-parallel groups of --tensor-parallel-size ranks each (world size D x T; "
+       "all local unless --data-parallel-size-local)"},
+      {"data-parallel-size-local", true,
+       "vLLM's: data-parallel groups in this process (--local-ranks D x T)"},
+      {"data-parallel-start-rank", true,
+       "vLLM's: this process's first data-parallel group (--rank S x T)"},
       {"data-parallel-address", true,
        "vLLM's: rank 0's host; with --data-parallel-rpc-port (default 29550) as --coordinator"},
       {"data-parallel-rpc-port", true, "vLLM's: the port of --data-parallel-address"},
       {"enable-expert-parallel", false,
-       "vLLM's: accepted; Strata always spreads the experts over the data-parallel ranks"},
+       "vLLM's: accepted; Strata always spreads the experts over all ranks"},
   };
   return specs;
 }
@@ -220,9 +230,9 @@ absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(const Flags& flags,
                                                          const GetEnv& getenv_or_null) {
   const GetEnv getenv = getenv_or_null ? getenv_or_null : GetEnv(ProcessEnv);
   ParallelOptions p;
-  RETURN_IF_ERROR(ResolveLayout(flags, getenv, &p));
   ASSIGN_OR_RETURN(const std::string tp_flag, flags.NameOrAlias("tensor-parallel-size", "tp-size"));
   ASSIGN_OR_RETURN(int64_t tp_size, flags.GetInt(tp_flag, 1, 1, kMaxRanks));
+  RETURN_IF_ERROR(ResolveLayout(flags, getenv, tp_size, &p));
   p.tensor_parallel_size = static_cast<int>(tp_size);
   const bool layout_given = flags.Has("world-size") || flags.Has("data-parallel-size") ||
                             flags.Has("local-ranks") || flags.Has("data-parallel-size-local") ||
@@ -239,12 +249,18 @@ absl::StatusOr<ParallelOptions> ParallelOptionsFromFlags(const Flags& flags,
         "--", dcp_flag, " ", dcp_size, " must divide --", tp_flag, " ", tp_size,
         " (the ranks splitting each sequence's cache are ranks of one tensor-parallel group)"));
   }
-  if (p.tensor_parallel() && p.world_size != p.tensor_parallel_size) {
+  if (p.world_size % p.tensor_parallel_size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--", tp_flag, " ", p.tensor_parallel_size, " with a world size of ", p.world_size,
-        ": data parallelism over tensor-parallel groups is not supported yet (the world size "
-        "must equal the tensor-parallel size: one process with --",
-        tp_flag, " alone, or --world-size ", p.tensor_parallel_size, " --rank R per process)"));
+        "a world of ", p.world_size, " ranks cannot be cut into tensor-parallel groups of --",
+        tp_flag, " ", p.tensor_parallel_size,
+        " (the world size is the tensor-parallel size times the number of data-parallel "
+        "groups)"));
+  }
+  if (p.local_ranks % p.tensor_parallel_size != 0 && p.tensor_parallel_size % p.local_ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        p.local_ranks, " ranks per process with --", tp_flag, " ", p.tensor_parallel_size,
+        ": a process runs whole tensor-parallel groups or a part of one (its ranks "
+        "per process must be a multiple or a divisor of the tensor-parallel size)"));
   }
   RETURN_IF_ERROR(ResolveCoordinator(flags, getenv, &p));
   ASSIGN_OR_RETURN(std::optional<double> timeout,

@@ -6,6 +6,10 @@
 //                           (global ranks K·L … K·L+L−1, world size G·L)
 //   T-way tensor parallel   --tensor-parallel-size T (one process, T threads) or with
 //                           --world-size T --rank R (one process per rank); rank 0 serves
+//   D groups of T           --tensor-parallel-size T with a world of D·T ranks (--world-size,
+//                           or vLLM's --data-parallel-size D): ranks g·T … g·T+T−1 form group
+//                           g, the routed experts spread over all D·T ranks; each group's first
+//                           rank serves; a process runs whole groups or a part of one
 //   R replicas              --replicas R: R independent copies of the whole model in this
 //                           process (each its own engine loop and caches — and GPU with
 //                           --device cuda), no collectives; requests go to the least loaded.
@@ -42,9 +46,10 @@ struct ParallelOptions {
   std::chrono::milliseconds rendezvous_timeout{600000};
   std::string expert_placement_file;  // empty: experts split evenly, no replicas
   int replicas = 1;  // --replicas: whole-model copies in this process (world size 1)
-  // --tensor-parallel-size: ranks holding one copy of the model between them (the whole group
-  // for now: world size = tensor-parallel size). Rank 0 of the group serves the APIs; the
-  // others only compute (server/tensor_parallel_follower.h).
+  // --tensor-parallel-size: ranks holding one copy of the model between them; it divides the
+  // world size (world / T data-parallel groups, ranks g·T … g·T+T−1 in group g) and the local
+  // ranks divide it or are a multiple of it. Rank 0 of each group serves the APIs; the others
+  // only compute (server/tensor_parallel_follower.h).
   int tensor_parallel_size = 1;
   // --decode-context-parallel-size: ranks of the group that split each sequence's latent cache
   // by position (1, or the tensor-parallel size).
@@ -52,12 +57,21 @@ struct ParallelOptions {
 
   bool multi_rank() const { return world_size > 1; }
   bool tensor_parallel() const { return tensor_parallel_size > 1; }
+  // Several data-parallel groups of tensor_parallel_size ranks: the expert exchange spans them.
+  bool data_parallel_groups() const { return world_size > tensor_parallel_size; }
+  int data_parallel_size() const { return world_size / tensor_parallel_size; }
   // Whether this process runs the lead rank of its tensor-parallel group (always without TP).
   bool leads_tensor_parallel_group() const {
     return !tensor_parallel() || first_rank % tensor_parallel_size == 0;
   }
-  // Engine loops in this process: the local ranks of a group, or the replicas.
-  int num_engine_ranks() const { return multi_rank() ? local_ranks : replicas; }
+  // Engine loops in this process: the local ranks of a group (under tensor parallelism the
+  // groups' lead ranks), or the replicas.
+  int num_engine_ranks() const {
+    if (!multi_rank()) return replicas;
+    if (!tensor_parallel()) return local_ranks;
+    if (local_ranks >= tensor_parallel_size) return local_ranks / tensor_parallel_size;
+    return leads_tensor_parallel_group() ? 1 : 0;
+  }
 };
 
 // The flag specs above, for the serve command's list and --help.

@@ -155,6 +155,51 @@ TEST(ParallelFlagsTest, VllmDataParallelFlagsMapOntoRanks) {
   EXPECT_EQ(default_port->coordinator, "leader:29550");  // vLLM's default rpc port
 }
 
+// Data parallelism over tensor-parallel groups: a world of D x T ranks, groups of T consecutive
+// ranks; vLLM's data-parallel flags count groups.
+TEST(ParallelFlagsTest, DataParallelGroupsOfTensorParallelRanks) {
+  auto vllm = Resolve({"--tensor-parallel-size", "2", "--data-parallel-size", "2"});
+  ASSERT_TRUE(vllm.ok()) << vllm.status();
+  EXPECT_EQ(vllm->world_size, 4);
+  EXPECT_EQ(vllm->local_ranks, 4);
+  EXPECT_EQ(vllm->data_parallel_size(), 2);
+  EXPECT_TRUE(vllm->data_parallel_groups());
+  EXPECT_EQ(vllm->num_engine_ranks(), 2);  // the groups' leads
+  // vLLM's two-node TP8 x DP4 line, second node: two groups here, global ranks 16..31.
+  auto node = Resolve({"--tp-size", "8", "--data-parallel-size", "4", "--data-parallel-size-local",
+                       "2", "--data-parallel-start-rank", "2", "--data-parallel-address", "h"});
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->world_size, 32);
+  EXPECT_EQ(node->local_ranks, 16);
+  EXPECT_EQ(node->first_rank, 16);
+  EXPECT_EQ(node->num_engine_ranks(), 2);
+  // One process per rank: ranks 0 and 2 lead, 1 and 3 follow.
+  for (int rank : {0, 1, 2, 3}) {
+    auto p = Resolve({"--tensor-parallel-size", "2", "--world-size", "4", "--rank",
+                      std::to_string(rank), "--coordinator", "h:1"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->leads_tensor_parallel_group(), rank % 2 == 0) << rank;
+    EXPECT_EQ(p->num_engine_ranks(), rank % 2 == 0 ? 1 : 0) << rank;
+  }
+  // A group of one rank per process is not data parallelism over groups.
+  auto one_group = Resolve({"--tensor-parallel-size", "4"});
+  ASSERT_TRUE(one_group.ok()) << one_group.status();
+  EXPECT_FALSE(one_group->data_parallel_groups());
+
+  auto uneven = Resolve(
+      {"--tensor-parallel-size", "2", "--world-size", "3", "--rank", "0", "--coordinator", "h:1"});
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_THAT(uneven.status().message(),
+              HasSubstr("a world of 3 ranks cannot be cut into tensor-parallel groups of "
+                        "--tensor-parallel-size 2"));
+  auto straddle = Resolve({"--tensor-parallel-size", "4", "--world-size", "12", "--local-ranks",
+                           "6", "--coordinator", "h:1"});
+  ASSERT_FALSE(straddle.ok());
+  EXPECT_THAT(straddle.status().message(),
+              HasSubstr("6 ranks per process with --tensor-parallel-size 4: a process runs whole "
+                        "tensor-parallel groups or a part of one"));
+}
+
 TEST(ParallelFlagsTest, VllmAliasesAreRefusedNamingTheFlagsGiven) {
   auto both = Resolve({"--world-size", "4", "--data-parallel-size", "4"});
   ASSERT_FALSE(both.ok());

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "dist/gloo_communicator.h"
@@ -35,11 +36,11 @@ bool AllRanksOnThisHost(const ParallelOptions& p) {
 
 }  // namespace
 
-ConnectFn HostLocalOrGloo(const ParallelOptions& p, const std::string& what) {
+ConnectFn HostLocalOrGloo(const ParallelOptions& p, const std::string& what, int group_size) {
   // STRATA_CPU_COMM=gloo keeps Gloo on one host (to compare the two, or to rule one out).
   const char* forced = std::getenv("STRATA_CPU_COMM");
   const bool shm = AllRanksOnThisHost(p) && !(forced && std::string_view(forced) == "gloo");
-  LOG_INFO("cli", "{}: {} ranks, {}", what, p.world_size,
+  LOG_INFO("cli", "{}: {} ranks, {}", what, group_size > 0 ? group_size : p.world_size,
            shm ? "shared memory (every rank on this host)" : "Gloo over TCP");
   if (shm) {
     return [](const dist::RendezvousOptions& o, int) { return dist::ConnectSharedMemory(o); };
@@ -48,19 +49,24 @@ ConnectFn HostLocalOrGloo(const ParallelOptions& p, const std::string& what) {
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<dist::Communicator>>> ConnectEachLocalRank(
-    const ParallelOptions& p, const std::string& group, const std::string& what,
-    ConnectFn connect) {
+    const ParallelOptions& p, const std::string& group, const std::string& what, ConnectFn connect,
+    int group_size) {
   const size_t n = static_cast<size_t>(p.local_ranks);
+  const int size = group_size > 0 ? group_size : p.world_size;
+  CHECK(p.world_size % size == 0) << "groups of " << size << " in a world of " << p.world_size;
   std::vector<absl::StatusOr<std::unique_ptr<dist::Communicator>>> connected;
   for (size_t i = 0; i < n; ++i) connected.emplace_back(absl::UnknownError("not connected"));
   std::vector<std::thread> threads;
   for (size_t i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
+      const int rank = p.first_rank + static_cast<int>(i);
       dist::RendezvousOptions o;
-      o.world_size = p.world_size;
-      o.rank = p.first_rank + static_cast<int>(i);
+      o.world_size = size;
+      o.rank = rank % size;
       o.coordinator = p.coordinator;
-      o.group = group;
+      // Sub-groups meet at the store world rank 0 serves (it is in sub-group 0).
+      o.group = size < p.world_size ? absl::StrCat(group, "-", rank / size) : group;
+      o.rank0_serves_store = rank / size == 0;
       o.connect_timeout = p.rendezvous_timeout;
       o.timeout = p.collective_timeout;
       connected[i] = connect(o, static_cast<int>(i));
@@ -109,9 +115,14 @@ absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOpti
 }
 
 absl::StatusOr<std::vector<bool>> ProcessRoutedExperts(const ParallelOptions& p, int num_experts) {
+  return RanksRoutedExperts(p, num_experts, p.first_rank, p.local_ranks);
+}
+
+absl::StatusOr<std::vector<bool>> RanksRoutedExperts(const ParallelOptions& p, int num_experts,
+                                                     int first_rank, int num_ranks) {
   ASSIGN_OR_RETURN(dist::ExpertPlacement placement, ReadPlacement(p, num_experts));
   std::vector<bool> held(static_cast<size_t>(num_experts), false);
-  for (int r = p.first_rank; r < p.first_rank + p.local_ranks; ++r) {
+  for (int r = first_rank; r < first_rank + num_ranks; ++r) {
     for (int e : placement.local[static_cast<size_t>(r)]) held[static_cast<size_t>(e)] = true;
   }
   return held;

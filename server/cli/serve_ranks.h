@@ -29,17 +29,21 @@ struct LocalRanks {
 
 // Connects every local rank at once, one thread each (the rendezvous waits for all ranks up to
 // `rendezvous_timeout`): connect(options with this rank, group and limits, local rank). Errors
-// name the rank, `what` it joins and the coordinator.
+// name the rank, `what` it joins and the coordinator. `group_size` 0: one group of the whole
+// world; else groups of that many consecutive ranks (it divides the world size), group g named
+// "<group>-<g>", each rank joining its own with its rank in it.
 using ConnectFn = std::function<absl::StatusOr<std::unique_ptr<dist::Communicator>>(
     const dist::RendezvousOptions& options, int local_rank)>;
 absl::StatusOr<std::vector<std::unique_ptr<dist::Communicator>>> ConnectEachLocalRank(
     const ParallelOptions& parallel, const std::string& group, const std::string& what,
-    ConnectFn connect);
+    ConnectFn connect, int group_size = 0);
 
 // The group's backend: shared memory (dist/shm_communicator.h) when every rank runs on this host
 // — all of them in this process, or processes meeting at a loopback coordinator — else Gloo
-// over TCP (also when the environment sets STRATA_CPU_COMM=gloo). Logs the choice once.
-ConnectFn HostLocalOrGloo(const ParallelOptions& parallel, const std::string& what);
+// over TCP (also when the environment sets STRATA_CPU_COMM=gloo). Logs the choice once, with
+// the size of the groups (`group_size`; 0: the world).
+ConnectFn HostLocalOrGloo(const ParallelOptions& parallel, const std::string& what,
+                          int group_size = 0);
 
 // Reads the placement (--expert-placement, else an even split), then connects every local rank
 // to the group (ConnectEachLocalRank). `cpu_exchanges` false: no ExpertParallelExchange (the
@@ -53,5 +57,9 @@ absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOpti
 // ModelLoadOptions::routed_experts). Errors: those of --expert-placement.
 absl::StatusOr<std::vector<bool>> ProcessRoutedExperts(const ParallelOptions& parallel,
                                                        int num_experts);
+// The same for global ranks [first_rank, first_rank + num_ranks) only.
+absl::StatusOr<std::vector<bool>> RanksRoutedExperts(const ParallelOptions& parallel,
+                                                     int num_experts, int first_rank,
+                                                     int num_ranks);
 
 }  // namespace strata::cli

@@ -80,6 +80,31 @@ std::vector<std::string> ServedNames(const ServeOptions& options) {
   return {options.model_flag.empty() ? "strata-demo" : options.model_flag};
 }
 
+namespace {
+
+// How global rank `rank` of a tensor-parallel group loads its shard: with several data-parallel
+// groups only its own routed experts are copied (or quantised), as under expert parallelism.
+absl::StatusOr<engine::ModelLoadOptions> RankLoadOptions(const std::string& dir,
+                                                         const ServeOptions& options, int rank) {
+  const ParallelOptions& p = options.parallel;
+  engine::ModelLoadOptions load;
+  load.copy_weights = options.device == "cpu" && !options.mmap_weights;  // CUDA uploads the mapping
+  load.quantization = options.quantization;
+  load.reserve_bytes = options.kv_cache_memory_bytes * p.local_ranks;
+  load.decode_context_parallel_size = p.decode_context_parallel_size;
+  load.tensor_parallel = {rank % p.tensor_parallel_size, p.tensor_parallel_size};
+  if (p.data_parallel_groups()) {
+    ASSIGN_OR_RETURN(const engine::ModelConfig config, engine::LoadModelConfig(dir));
+    if (config.moe.num_experts > 0) {
+      ASSIGN_OR_RETURN(load.routed_experts,
+                       RanksRoutedExperts(p, config.moe.num_experts, rank, /*num_ranks=*/1));
+    }
+  }
+  return load;
+}
+
+}  // namespace
+
 // The ranks of a tensor-parallel group that live in this process: their shards (index 0 is
 // null in the lead's process: ModelRuntime::model_), their group communicators and, for every
 // rank but the lead, an executor and a step gate driven by a follower thread.
@@ -96,6 +121,16 @@ struct TensorParallelRanks {
   std::vector<std::unique_ptr<engine::StepFollower>> executors;
   std::vector<std::unique_ptr<server::CommunicatorStepGate>> gates;
   std::vector<std::thread> followers;
+  // Several data-parallel groups: every local rank's communicator over the whole world, its
+  // expert exchange (the routed experts spread over all ranks) and step gate; null otherwise.
+  std::unique_ptr<LocalRanks> world;
+#if defined(STRATA_HAVE_CUDA)
+  // --device cuda with several data-parallel groups: each local rank's exchange in device
+  // memory (PrepareCuda), what keeps it alive, and its all-to-all seconds since the last call.
+  std::vector<engine::cuda::DeviceExpertExchange*> device_exchanges;
+  std::vector<std::shared_ptr<void>> device_exchange_owners;
+  std::vector<std::function<double()>> device_all_to_all_seconds;
+#endif
 
   // The followers leave once the lead stops (server/tensor_parallel_follower.h).
   ~TensorParallelRanks() {
@@ -103,16 +138,20 @@ struct TensorParallelRanks {
   }
 
   // Loads local ranks [first, local_ranks)'s shards at once (one thread each).
-  absl::Status LoadShards(const std::string& dir, const engine::ModelLoadOptions& load,
-                          const ParallelOptions& p, int first) {
+  absl::Status LoadShards(const std::string& dir, const ServeOptions& options, int first) {
+    const ParallelOptions& p = options.parallel;
     shards.resize(static_cast<size_t>(p.local_ranks));
     std::vector<absl::Status> status(shards.size());
+    std::vector<engine::ModelLoadOptions> loads(shards.size());
+    for (int i = first; i < p.local_ranks; ++i) {
+      ASSIGN_OR_RETURN(loads[static_cast<size_t>(i)],
+                       RankLoadOptions(dir, options, p.first_rank + i));
+    }
     std::vector<std::thread> threads;
     for (int i = first; i < p.local_ranks; ++i) {
       threads.emplace_back([&, i] {
-        engine::ModelLoadOptions options = load;
-        options.tensor_parallel = {p.first_rank + i, p.tensor_parallel_size};
-        absl::StatusOr<std::unique_ptr<engine::Model>> model = engine::Model::Load(dir, options);
+        absl::StatusOr<std::unique_ptr<engine::Model>> model =
+            engine::Model::Load(dir, loads[static_cast<size_t>(i)]);
         if (model.ok()) {
           shards[static_cast<size_t>(i)] = *std::move(model);
         } else {
@@ -127,14 +166,24 @@ struct TensorParallelRanks {
 
   // Joins the group (every local rank), then checks that every rank planned the same caches:
   // the lead's block tables and slots index every rank's arena.
-  absl::Status Connect(const ParallelOptions& p, const kvcache::CacheLayout& layout) {
-    RETURN_IF_ERROR(ConnectGroups(p));
+  absl::Status Connect(const ParallelOptions& p, const engine::ModelConfig& cfg,
+                       const kvcache::CacheLayout& layout) {
+    RETURN_IF_ERROR(ConnectGroups(p, cfg));
     return CheckLayouts(layout);
   }
 
-  absl::Status ConnectGroups(const ParallelOptions& p) {
+  // With several data-parallel groups the world first (its rank 0 serves the rendezvous store
+  // every group's rendezvous then uses; `cpu_exchanges` false: the CUDA executors exchange on
+  // the device), then each rank's own group.
+  absl::Status ConnectGroups(const ParallelOptions& p, const engine::ModelConfig& cfg,
+                             bool cpu_exchanges = true) {
+    if (p.data_parallel_groups()) {
+      ASSIGN_OR_RETURN(world, ConnectLocalRanks(p, cfg, cpu_exchanges));
+    }
     ASSIGN_OR_RETURN(comms, ConnectEachLocalRank(p, "strata-tp", "the tensor-parallel group",
-                                                 HostLocalOrGloo(p, "the tensor-parallel group")));
+                                                 HostLocalOrGloo(p, "the tensor-parallel group",
+                                                                 p.tensor_parallel_size),
+                                                 p.tensor_parallel_size));
     for (auto& comm : comms) {
       groups.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comm.get()));
     }
@@ -152,22 +201,45 @@ struct TensorParallelRanks {
     return absl::OkStatus();
   }
 
-  // Starts a follower for local ranks [first, local_ranks): CPU executors on `layout`, or the
-  // CUDA executors PrepareCuda made.
-  void StartFollowers(const kvcache::CacheLayout& layout, int first) {
-    for (size_t i = static_cast<size_t>(first); i < comms.size(); ++i) {
+  // Whether local rank i leads its group (runs the scheduler and answers requests).
+  static bool Leads(const ParallelOptions& p, size_t i) {
+    return (p.first_rank + static_cast<int>(i)) % p.tensor_parallel_size == 0;
+  }
+
+  // The forward context of local rank i's CPU executor: its group, and with several
+  // data-parallel groups the expert exchange over the world.
+  engine::ForwardContext CpuContext(size_t i) const {
+    engine::ForwardContext context;
+    context.tensor_parallel = groups[i].get();
+    if (world != nullptr) {
+      context.exchange = world->exchanges[i].get();
+      context.workspace = world->workspaces[i].get();
+    }
+    return context;
+  }
+
+  // The step gate of local rank i: over the world when it spans several groups (every MoE
+  // exchange needs every rank), else over the group.
+  std::unique_ptr<server::CommunicatorStepGate> Gate(size_t i) const {
+    return std::make_unique<server::CommunicatorStepGate>(world != nullptr ? world->comms[i].get()
+                                                                           : comms[i].get());
+  }
+
+  // Starts a follower for every local rank that does not lead its group: CPU executors on
+  // `layout`, or the CUDA executors PrepareCuda made.
+  void StartFollowers(const ParallelOptions& p, const kvcache::CacheLayout& layout) {
+    for (size_t i = 0; i < comms.size(); ++i) {
+      if (Leads(p, i)) continue;
       std::unique_ptr<engine::StepFollower> follower;
       if (!cuda_executors.empty()) {
         follower.reset(dynamic_cast<engine::StepFollower*>(cuda_executors[i].release()));
         CHECK(follower != nullptr);
       } else {
         auto executor = std::make_unique<engine::CpuExecutor>(*shards[i], layout);
-        engine::ForwardContext context;
-        context.tensor_parallel = groups[i].get();
-        executor->set_forward_context(context);
+        executor->set_forward_context(CpuContext(i));
         follower = std::move(executor);
       }
-      auto gate = std::make_unique<server::CommunicatorStepGate>(comms[i].get());
+      std::unique_ptr<server::CommunicatorStepGate> gate = Gate(i);
       followers.emplace_back([follower = follower.get(), gate = gate.get()] {
         server::RunTensorParallelFollower(*gate, *follower);
       });
@@ -394,6 +466,57 @@ absl::StatusOr<int> CudaDevicesForServing(const ServeOptions& options) {
   return devices;
 }
 
+// The device-memory communicator of each local rank and its expert exchange over the world
+// `ranks` connected. On GPUs: NCCL (one GPU per rank; group "strata-ep" of the same
+// rendezvous). On the CPU emulator device memory is host memory, so the rank's host
+// communicator serves.
+struct DeviceExchanges {
+  std::vector<engine::cuda::DeviceExpertExchange*> exchanges;  // [local ranks]; null without MoE
+  std::vector<std::shared_ptr<void>> owners;                   // exchanges, NCCL communicators
+  // Per exchange: its all-to-all seconds since the previous call.
+  std::vector<std::function<double()>> all_to_all_seconds;
+};
+
+absl::StatusOr<DeviceExchanges> ConnectDeviceExpertExchanges(const ParallelOptions& p,
+                                                             const LocalRanks& ranks,
+                                                             int num_experts, int devices) {
+  const size_t n = static_cast<size_t>(p.local_ranks);
+  DeviceExchanges out;
+  out.exchanges.assign(n, nullptr);
+  std::vector<dist::Communicator*> comms(n, nullptr);
+#if defined(STRATA_CUDA_EMU)
+  (void)devices;
+  for (size_t i = 0; i < n; ++i) comms[i] = ranks.comms[i].get();
+#else
+  if (p.local_ranks > devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device cuda with expert parallelism runs one rank per GPU: ", p.local_ranks,
+                     " local ranks but ", devices, " GPU(s) visible"));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<dist::Communicator>> nccl,
+                   ConnectEachLocalRank(p, "strata-ep", "the NCCL group of the expert exchange",
+                                        [devices](const auto& o, int local_rank) {
+                                          return dist::ConnectNccl(
+                                              o,
+                                              RankDevice(o.rank - local_rank, local_rank, devices));
+                                        }));
+  for (size_t i = 0; i < n; ++i) {
+    comms[i] = nccl[i].get();
+    out.owners.push_back(std::shared_ptr<dist::Communicator>(std::move(nccl[i])));
+  }
+#endif
+  if (num_experts == 0) return out;
+  LOG_INFO("serve", "MoE rows exchanged in device memory through {}", comms[0]->backend());
+  for (size_t i = 0; i < n; ++i) {
+    auto exchange =
+        std::make_shared<engine::cuda::DeviceExpertParallelExchange>(comms[i], ranks.placement);
+    out.exchanges[i] = exchange.get();
+    out.all_to_all_seconds.push_back([exchange] { return exchange->stats().all_to_all_seconds; });
+    out.owners.push_back(std::move(exchange));
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<kvcache::CacheLayout> TensorParallelRanks::PrepareCuda(const ServeOptions& options,
@@ -423,12 +546,22 @@ absl::StatusOr<kvcache::CacheLayout> TensorParallelRanks::PrepareCuda(const Serv
     device.push_back(device_groups.back().get());
   }
 #endif
+  const engine::Model& first = lead != nullptr ? *lead : *shards[0];
+  if (world != nullptr) {  // data-parallel groups: the experts over every rank of the world
+    ASSIGN_OR_RETURN(
+        DeviceExchanges exchanges,
+        ConnectDeviceExpertExchanges(p, *world, first.config().moe.num_experts, devices));
+    device_exchanges = std::move(exchanges.exchanges);
+    device_exchange_owners = std::move(exchanges.owners);
+    device_all_to_all_seconds = std::move(exchanges.all_to_all_seconds);
+  }
   int64_t budget = options.kv_cache_memory_bytes;
   for (size_t i = 0; i < groups.size(); ++i) {
     engine::cuda::CudaExecutorOptions o;
     o.device = device_of(static_cast<int>(i));
     o.cuda_graphs = options.cuda_graphs;
     o.model.tensor_parallel = device[i];
+    o.model.expert_exchange = i < device_exchanges.size() ? device_exchanges[i] : nullptr;
     o.tensor_parallel_host = groups[i].get();
     const engine::Model& model = i == 0 && lead != nullptr ? *lead : *shards[i];
     ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> executor,
@@ -443,7 +576,7 @@ absl::StatusOr<kvcache::CacheLayout> TensorParallelRanks::PrepareCuda(const Serv
     cuda_executors.push_back(std::move(executor));
   }
   plan.memory_budget_bytes = budget;
-  const engine::ModelConfig& cfg = lead != nullptr ? lead->config() : shards[0]->config();
+  const engine::ModelConfig& cfg = first.config();
   ASSIGN_OR_RETURN(const kvcache::CacheLayout layout,
                    kvcache::PlanMemory(engine::cuda::CudaCacheSpecFor(
                                            cfg, options.latent_dtype.value_or(LatentDType::kBF16)),
@@ -481,28 +614,21 @@ absl::StatusOr<kvcache::CacheLayout> PlanCpuCaches(const ServeOptions& options,
       PlannerOptionsFor(options));
 }
 
-engine::ModelLoadOptions TensorParallelLoadOptions(const ServeOptions& options) {
-  engine::ModelLoadOptions load;
-  load.copy_weights = options.device == "cpu" && !options.mmap_weights;  // CUDA uploads the mapping
-  load.quantization = options.quantization;
-  load.reserve_bytes = options.kv_cache_memory_bytes * options.parallel.local_ranks;
-  load.decode_context_parallel_size = options.parallel.decode_context_parallel_size;
-  return load;
-}
-
 }  // namespace
 
 absl::Status RunTensorParallelFollowerProcess(const ServeOptions& options) {
   const ParallelOptions& p = options.parallel;
   ASSIGN_OR_RETURN(const std::string dir, ResolveModelDir(options.model_flag));
-  LOG_INFO("serve", "tensor-parallel ranks {}..{} of {}: following rank 0 (no API here)",
-           p.first_rank, p.first_rank + p.local_ranks - 1, p.tensor_parallel_size);
+  LOG_INFO("serve",
+           "ranks {}..{} of a tensor-parallel group of {}: following rank {} (no API here)",
+           p.first_rank, p.first_rank + p.local_ranks - 1, p.tensor_parallel_size,
+           p.first_rank - p.first_rank % p.tensor_parallel_size);
   TensorParallelRanks ranks;
-  RETURN_IF_ERROR(ranks.LoadShards(dir, TensorParallelLoadOptions(options), p, 0));
+  RETURN_IF_ERROR(ranks.LoadShards(dir, options, 0));
   kvcache::CacheLayout layout;
   if (options.device == "cuda") {
 #if defined(STRATA_HAVE_CUDA)
-    RETURN_IF_ERROR(ranks.ConnectGroups(p));
+    RETURN_IF_ERROR(ranks.ConnectGroups(p, ranks.shards[0]->config(), /*cpu_exchanges=*/false));
     ASSIGN_OR_RETURN(layout, ranks.PrepareCuda(options, PlannerOptionsFor(options), nullptr));
 #else
     return absl::FailedPreconditionError(
@@ -511,11 +637,11 @@ absl::Status RunTensorParallelFollowerProcess(const ServeOptions& options) {
 #endif
   } else {
     ASSIGN_OR_RETURN(layout, PlanCpuCaches(options, ranks.shards[0]->config()));
-    RETURN_IF_ERROR(ranks.Connect(p, layout));
+    RETURN_IF_ERROR(ranks.Connect(p, ranks.shards[0]->config(), layout));
   }
   LOG_INFO("serve", "memory plan (each of {} local ranks): {}", p.local_ranks,
            kvcache::DescribePlan(layout));
-  ranks.StartFollowers(layout, 0);
+  ranks.StartFollowers(p, layout);
   return absl::OkStatus();  // ~TensorParallelRanks waits until the lead stops
 }
 
@@ -524,7 +650,7 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   kvcache::PlannerOptions plan = PlannerOptionsFor(options);
   if (options.device == "cuda" && options.parallel.tensor_parallel()) {
 #if defined(STRATA_HAVE_CUDA)
-    RETURN_IF_ERROR(tp_->ConnectGroups(options.parallel));
+    RETURN_IF_ERROR(tp_->ConnectGroups(options.parallel, cfg, /*cpu_exchanges=*/false));
     ASSIGN_OR_RETURN(layout_, tp_->PrepareCuda(options, plan, model_.get()));
     prefill_chunk_alignment_ = engine::cuda::kPromptChunkAlignment;
 #endif
@@ -574,11 +700,15 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   RETURN_IF_ERROR(scheduler::Scheduler::Create(scheduler_config_).status());
   RETURN_IF_ERROR(OpenOffloadTiers(options));
   first_rank_ = options.parallel.first_rank;
+  rank_stride_ = options.parallel.tensor_parallel_size;
   std::vector<server::EngineRank> ranks;
   if (options.parallel.tensor_parallel()) {
-    if (tp_->groups.empty()) RETURN_IF_ERROR(tp_->Connect(options.parallel, layout_));
-    tp_->StartFollowers(layout_, 1);
-    ranks.push_back(TensorParallelLeadRank());
+    if (tp_->groups.empty()) RETURN_IF_ERROR(tp_->Connect(options.parallel, cfg, layout_));
+    tp_->StartFollowers(options.parallel, layout_);
+    for (size_t i = 0; i < tp_->comms.size(); ++i) {
+      if (TensorParallelRanks::Leads(options.parallel, i))
+        ranks.push_back(TensorParallelLeadRank(i));
+    }
   } else {
     if (options.parallel.multi_rank() && local_ranks_ == nullptr) {
       ASSIGN_OR_RETURN(local_ranks_, ConnectLocalRanks(options.parallel, cfg));
@@ -607,46 +737,14 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
 
 #if defined(STRATA_HAVE_CUDA)
 
-// The device-memory communicator of each local rank and its expert exchange. On GPUs: NCCL
-// (one GPU per rank; group "<coordinator group>-ep" of the same rendezvous). On the CPU
-// emulator device memory is host memory, so the rank's Gloo communicator serves.
 absl::StatusOr<std::vector<engine::cuda::DeviceExpertExchange*>>
 ModelRuntime::ConnectDeviceExchanges(const ServeOptions& options, int devices) {
-  const ParallelOptions& p = options.parallel;
-  const size_t n = static_cast<size_t>(p.local_ranks);
-  std::vector<dist::Communicator*> comms(n, nullptr);
-#if defined(STRATA_CUDA_EMU)
-  (void)devices;
-  for (size_t i = 0; i < n; ++i) comms[i] = local_ranks_->comms[i].get();
-#else
-  if (p.local_ranks > devices) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device cuda with expert parallelism runs one rank per GPU: --local-ranks ",
-                     p.local_ranks, " but ", devices, " GPU(s) visible"));
-  }
-  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<dist::Communicator>> nccl,
-                   ConnectEachLocalRank(p, "strata-ep", "the NCCL group of the expert exchange",
-                                        [devices](const auto& o, int local_rank) {
-                                          return dist::ConnectNccl(
-                                              o,
-                                              RankDevice(o.rank - local_rank, local_rank, devices));
-                                        }));
-  for (size_t i = 0; i < n; ++i) {
-    comms[i] = nccl[i].get();
-    device_exchange_owners_.push_back(std::shared_ptr<dist::Communicator>(std::move(nccl[i])));
-  }
-#endif
-  std::vector<engine::cuda::DeviceExpertExchange*> exchanges(n, nullptr);
-  if (model_->config().moe.num_experts == 0) return exchanges;
-  LOG_INFO("serve", "MoE rows exchanged in device memory through {}", comms[0]->backend());
-  for (size_t i = 0; i < n; ++i) {
-    auto exchange = std::make_shared<engine::cuda::DeviceExpertParallelExchange>(
-        comms[i], local_ranks_->placement);
-    exchanges[i] = exchange.get();
-    device_exchange_stats_.push_back([exchange] { return exchange->stats().all_to_all_seconds; });
-    device_exchange_owners_.push_back(std::move(exchange));
-  }
-  return exchanges;
+  ASSIGN_OR_RETURN(DeviceExchanges connected,
+                   ConnectDeviceExpertExchanges(options.parallel, *local_ranks_,
+                                                model_->config().moe.num_experts, devices));
+  for (auto& owner : connected.owners) device_exchange_owners_.push_back(std::move(owner));
+  for (auto& stats : connected.all_to_all_seconds) device_exchange_stats_.push_back(stats);
+  return connected.exchanges;
 }
 #endif
 
@@ -711,6 +809,19 @@ absl::Status ModelRuntime::PrepareCudaExecutor(const ServeOptions& options,
 #endif
 }
 
+namespace {
+
+// EngineRank::all_to_all_seconds_total of a CPU exchange (its stats() return what accumulated
+// since the previous call).
+std::function<double()> AllToAllSecondsTotal(dist::ExpertParallelExchange* exchange) {
+  return [exchange, total = 0.0]() mutable {
+    total += exchange->stats().all_to_all_seconds;
+    return total;
+  };
+}
+
+}  // namespace
+
 // A scheduler and an executor per local rank; with several ranks in the group also the step
 // gate, the MoE exchange and a workspace of its own (the local ranks share the model).
 std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions& options) {
@@ -740,32 +851,39 @@ std::vector<server::EngineRank> ModelRuntime::MakeLocalRanks(const ServeOptions&
       context.workspace = local_ranks_->workspaces[i].get();
       executor->set_forward_context(context);
       r.gate = std::make_unique<server::CommunicatorStepGate>(local_ranks_->comms[i].get());
-      if (exchange != nullptr) {
-        // stats() returns what accumulated since its previous call.
-        r.all_to_all_seconds_total = [exchange, total = 0.0]() mutable {
-          total += exchange->stats().all_to_all_seconds;
-          return total;
-        };
-      }
+      if (exchange != nullptr) r.all_to_all_seconds_total = AllToAllSecondsTotal(exchange);
     }
     r.executor = std::move(executor);
   }
   return ranks;
 }
 
-server::EngineRank ModelRuntime::TensorParallelLeadRank() {
+server::EngineRank ModelRuntime::TensorParallelLeadRank(size_t local_rank) {
   server::EngineRank r;
   r.scheduler = std::make_unique<scheduler::Scheduler>(scheduler_config_);
   if (!tp_->cuda_executors.empty()) {
-    r.executor = std::move(tp_->cuda_executors[0]);
+#if defined(STRATA_HAVE_CUDA)
+    r.executor = std::move(tp_->cuda_executors[local_rank]);
+    if (local_rank < tp_->device_all_to_all_seconds.size()) {
+      r.all_to_all_seconds_total = [seconds = tp_->device_all_to_all_seconds[local_rank],
+                                    total = 0.0]() mutable {
+        total += seconds();
+        return total;
+      };
+    }
+#endif
   } else {
-    auto executor = std::make_unique<engine::CpuExecutor>(*model_, layout_);
-    engine::ForwardContext context;
-    context.tensor_parallel = tp_->groups[0].get();
+    const engine::Model& model = local_rank == 0 ? *model_ : *tp_->shards[local_rank];
+    auto executor = std::make_unique<engine::CpuExecutor>(model, layout_);
+    const engine::ForwardContext context = tp_->CpuContext(local_rank);
     executor->set_forward_context(context);
     r.executor = std::move(executor);
+    if (dist::ExpertParallelExchange* exchange =
+            tp_->world != nullptr ? tp_->world->exchanges[local_rank].get() : nullptr) {
+      r.all_to_all_seconds_total = AllToAllSecondsTotal(exchange);
+    }
   }
-  r.gate = std::make_unique<server::CommunicatorStepGate>(tp_->comms[0].get());
+  r.gate = tp_->Gate(local_rank);
   return r;
 }
 
@@ -799,10 +917,9 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
   if (options.parallel.tensor_parallel()) {
     // This process leads the group: rank 0's shard is model_, its other local ranks follow.
     rt->tp_ = std::make_unique<TensorParallelRanks>();
-    const engine::ModelLoadOptions tp_load = TensorParallelLoadOptions(options);
-    RETURN_IF_ERROR(rt->tp_->LoadShards(rt->dir_, tp_load, options.parallel, 1));
-    engine::ModelLoadOptions lead = tp_load;
-    lead.tensor_parallel = {0, options.parallel.tensor_parallel_size};
+    RETURN_IF_ERROR(rt->tp_->LoadShards(rt->dir_, options, 1));
+    ASSIGN_OR_RETURN(const engine::ModelLoadOptions lead,
+                     RankLoadOptions(rt->dir_, options, options.parallel.first_rank));
     ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, lead));
   } else {
     ASSIGN_OR_RETURN(rt->model_, engine::Model::Load(rt->dir_, load));
@@ -1035,6 +1152,10 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
   info["kv_offload"] = OffloadInfo(options, stats);
   info["vision"] = VisionInfo(model_->vision(), images_.get());
   const ParallelOptions& p = options.parallel;
+  // The world's communicators and placement (data parallelism, also over tensor-parallel groups).
+  const LocalRanks* ranks = local_ranks_ != nullptr ? local_ranks_.get()
+                            : tp_ != nullptr        ? tp_->world.get()
+                                                    : nullptr;
   info["parallel"] = {
       {"replicas", p.replicas},
       {"data_parallel_size", p.world_size / p.tensor_parallel_size},
@@ -1049,13 +1170,12 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"node_rank", p.node_rank},
       {"num_nodes", p.num_nodes},
       {"coordinator", p.coordinator},
-      {"backend", local_ranks_ != nullptr ? local_ranks_->comms[0]->backend()
-                  : tp_ != nullptr        ? tp_->comms[0]->backend()
-                                          : "none"},
+      {"backend", ranks != nullptr ? ranks->comms[0]->backend()
+                  : tp_ != nullptr ? tp_->comms[0]->backend()
+                                   : "none"},
       {"collective_timeout_s", std::chrono::duration<double>(p.collective_timeout).count()},
-      {"expert_placement", local_ranks_ != nullptr && local_ranks_->placement.num_experts > 0
-                               ? local_ranks_->placement.DebugString()
-                               : ""}};
+      {"expert_placement",
+       ranks != nullptr && ranks->placement.num_experts > 0 ? ranks->placement.DebugString() : ""}};
   info["engine"] = {{"num_steps", stats.num_steps},
                     {"num_unfinished", stats.num_unfinished},
                     {"last_step_ms", stats.last_step_ms},

@@ -110,8 +110,9 @@ class ModelRuntime {
   int num_routed_experts() const { return model_->config().moe.num_experts; }
   // strata:cache_config_info's labels: the memory plan and the cache options (vLLM's names).
   std::vector<std::pair<std::string, std::string>> CacheConfigLabels() const;
-  // Global rank of local rank `i` (metrics label the series with it).
-  int global_rank(int local_rank) const { return first_rank_ + local_rank; }
+  // Global rank of engine rank `i` (metrics label the series with it): under tensor
+  // parallelism the engine ranks are the groups' leads, a group apart.
+  int global_rank(int engine_rank) const { return first_rank_ + engine_rank * rank_stride_; }
 
  private:
   ModelRuntime() = default;
@@ -121,9 +122,10 @@ class ModelRuntime {
   // --kv-offload-*: opens the tiers for this checkpoint and cache layout (offload_).
   absl::Status OpenOffloadTiers(const ServeOptions& options);
   std::vector<server::EngineRank> MakeLocalRanks(const ServeOptions& options);
-  // --tensor-parallel-size: rank 0's engine rank (scheduler, an executor that sends each plan
-  // to the group, the group's step gate).
-  server::EngineRank TensorParallelLeadRank();
+  // --tensor-parallel-size: the engine rank of the group lead at `local_rank` (scheduler, an
+  // executor that sends each plan to its group, the step gate; with several data-parallel
+  // groups the expert exchange and the gate over the world).
+  server::EngineRank TensorParallelLeadRank(size_t local_rank);
   // --device cuda: uploads the weights (per replica, replica i on GPU i mod the device count),
   // plans the caches in device memory (from --kv-cache-memory, else 90% of what the weights
   // leave free, split among replicas sharing a GPU) and allocates them.
@@ -149,6 +151,7 @@ class ModelRuntime {
   // The executors' SchedulerConfig::prefill_chunk_alignment (set by PrepareCudaExecutor).
   int prefill_chunk_alignment_ = 0;
   int first_rank_ = 0;
+  int rank_stride_ = 1;  // global ranks between two engine ranks
   // Communicators and MoE exchanges of the local ranks (several ranks only); declared before
   // engine_ so the loops stop before what they use goes away.
   std::unique_ptr<LocalRanks> local_ranks_;

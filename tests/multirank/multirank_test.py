@@ -24,6 +24,11 @@ expert-parallel MoE), against one process serving alone:
                --decode-context-parallel-size 2) and over two processes (rank 0 serves, rank 1
                only computes) equals one process alone, a chat with an image too (k3tp); kill -9
                of rank 1 ends rank 0 within the collective timeout
+  tp-dp        two data-parallel groups of --tensor-parallel-size 2 (experts over all 4 ranks)
+               in one process (drafts, prefix hits) and over four processes joined by Gloo with
+               --decode-context-parallel-size 2 (ranks 0 and 2 serve) equal one process alone,
+               a chat with an image (k3tp) included; also with --device cuda (strata-emu,
+               --family k3cudatp: the exchange in device memory)
   cuda-tp      --device cuda --tensor-parallel-size 2 (strata-emu, --family k3cudatp) in one
                process and over two processes gives one process's greedy tokens (log-probabilities
                within 5e-2); SIGTERM to both processes stops the group cleanly
@@ -99,7 +104,7 @@ def server_env():
 class Server:
     """One `strata serve` process; its HTTP port is read from the ready line on stdout."""
 
-    def __init__(self, args, name, work, extra):
+    def __init__(self, args, name, work, extra, env=None):
         self.name = name
         self.log_path = os.path.join(work, name + ".log")
         self.log = open(self.log_path, "w")
@@ -116,7 +121,7 @@ class Server:
             # 2-5e-2).
             cmd += ["--target-itl-ms", "1"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env=server_env())
+                                     env={**server_env(), **(env or {})})
         self.port = None
         self.stdout = []
         self.ready = threading.Event()
@@ -625,6 +630,57 @@ def case_tp(args):
 CUDA_TP_LOGPROB_TOLERANCE = 5e-2
 
 
+def case_tp_dp(args):
+    """Data parallelism over tensor-parallel groups: two groups of --tensor-parallel-size 2, the
+    routed experts spread over all four ranks (each group's rank r sends its share of the rows
+    through the exchange). One process (vLLM's --data-parallel-size 2 spelling; n-gram drafts,
+    then prefix hits), then four processes over Gloo with --decode-context-parallel-size 2
+    (ranks 0 and 2 serve, 1 and 3 only compute); concurrent requests to both groups give one
+    process's greedy tokens. With --device cuda (strata-emu, --family k3cudatp) the executors
+    exchange the rows on the device; log-probabilities then agree to CUDA_TP_LOGPROB_TOLERANCE
+    (see case_cuda_tp)."""
+    tolerance = [CUDA_TP_LOGPROB_TOLERANCE] if args.device == "cuda" else []
+    ready_s = 90 if args.device == "cuda" else 60
+    dp_prompts = prompts() + [drafting_prompt(13)]
+    if args.family in VISION_FAMILIES:
+        dp_prompts.append(image_prompt(7))
+    reference = reference_tokens(args, dp_prompts)
+    server = Server(args, "tp_dp_local", args.work_case,
+                    ["--tensor-parallel-size", "2", "--data-parallel-size", "2",
+                     "--speculative-config", NGRAM_SPEC])
+    server.wait_ready(time.time() + ready_s)
+    info = server_info(server.port)["parallel"]
+    if (info["tensor_parallel_size"], info["data_parallel_size"], info["expert_parallel_size"],
+            info["local_ranks"]) != (2, 2, 4, 4):
+        fail(f"/server_info parallel: {info}")
+    for attempt in ("", ", again from the prefix cache"):
+        got = generate_all([server], dp_prompts)
+        compare(f"{args.family}: 2 data-parallel groups of --tensor-parallel-size 2 in one "
+                f"process{attempt}", reference, got, *tolerance)
+    # Both groups' leads stepped and ran their experts' rows (requests go to the least loaded).
+    check_rank_metrics(server.port, [0, 2])
+    stop_group([server])
+
+    coordinator = f"127.0.0.1:{free_port()}"
+    # With decode context parallelism too: each group's two ranks split its sequences' cache.
+    extra = ["--tensor-parallel-size", "2", "--decode-context-parallel-size", "2",
+             "--world-size", "4", "--coordinator", coordinator, "--rendezvous-timeout-s", "60"]
+    ranks = [Server(args, f"tp_dp_rank{r}", args.work_case, extra + ["--rank", str(r)],
+                    env={"STRATA_CPU_COMM": "gloo"}) for r in range(4)]
+    leads = [ranks[0], ranks[2]]
+    for lead in leads:
+        lead.wait_ready(time.time() + ready_s)
+    got = generate_all(leads, dp_prompts)
+    for r in (1, 3):
+        if ranks[r].port is not None or ranks[r].proc.poll() is not None:
+            fail(f"rank {r} answered HTTP or exited ({ranks[r].proc.poll()}): it only computes")
+    if "Gloo over TCP" not in ranks[0].log_text():
+        fail("the four processes did not connect over Gloo")
+    stop_group(ranks)
+    compare(f"{args.family}: 2 groups of --tensor-parallel-size 2 x --decode-context-parallel-size"
+            " 2 over 4 processes (Gloo)", reference, got, *tolerance)
+
+
 def case_cuda_tp(args):
     """--device cuda --tensor-parallel-size 2 (strata-emu, the CUDA path on the CPU emulator): one
     process with two ranks (n-gram drafts, then prefix hits), the same with
@@ -684,7 +740,7 @@ def _ignore_errors(fn, *a):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["setup", "equal", "local-ranks", "replicas", "kill", "hang",
-                                     "cuda-ep", "tp", "cuda-tp"])
+                                     "cuda-ep", "tp", "tp-dp", "cuda-tp"])
     p.add_argument("--strata", required=True)
     p.add_argument("--make-checkpoint", required=True)
     p.add_argument("--work", required=True)
@@ -698,7 +754,8 @@ def main():
         os.makedirs(args.work_case, exist_ok=True)
     {"setup": case_setup, "equal": case_equal, "local-ranks": case_local_ranks,
      "replicas": case_replicas, "kill": case_kill, "hang": case_hang,
-     "cuda-ep": case_cuda_ep, "tp": case_tp, "cuda-tp": case_cuda_tp}[args.case](args)
+     "cuda-ep": case_cuda_ep, "tp": case_tp, "tp-dp": case_tp_dp,
+     "cuda-tp": case_cuda_tp}[args.case](args)
 
 
 if __name__ == "__main__":
