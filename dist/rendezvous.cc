@@ -191,8 +191,10 @@ absl::StatusOr<int> ConnectOnce(const sockaddr_in& addr, Clock::time_point deadl
 // (a group has at most a few hundred ranks, each connected only during rendezvous).
 class StoreServer {
  public:
-  // Binds 0.0.0.0:port, or joins this process's running server for that port.
-  static absl::StatusOr<std::shared_ptr<StoreServer>> Acquire(int port);
+  // Binds 0.0.0.0:port, or joins this process's running server for that port. Port 0 binds an
+  // ephemeral port on 127.0.0.1 (a new server; `port` returns it), which later Acquires of that
+  // port join.
+  static absl::StatusOr<std::shared_ptr<StoreServer>> Acquire(int port, int* bound_port = nullptr);
   ~StoreServer();
 
  private:
@@ -214,11 +216,13 @@ class StoreServer {
   std::vector<std::thread> connection_threads_;
 };
 
-absl::StatusOr<std::shared_ptr<StoreServer>> StoreServer::Acquire(int port) {
+absl::StatusOr<std::shared_ptr<StoreServer>> StoreServer::Acquire(int port, int* bound_port) {
   static std::mutex registry_mu;
   static std::map<int, std::weak_ptr<StoreServer>> registry;
   std::lock_guard<std::mutex> lock(registry_mu);
-  if (auto running = registry[port].lock()) return running;
+  if (port != 0) {
+    if (auto running = registry[port].lock()) return running;
+  }
 
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
@@ -226,20 +230,29 @@ absl::StatusOr<std::shared_ptr<StoreServer>> StoreServer::Acquire(int port) {
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_addr.s_addr = htonl(port == 0 ? INADDR_LOOPBACK : INADDR_ANY);
   addr.sin_port = htons(static_cast<uint16_t>(port));
+  socklen_t len = sizeof(addr);
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(fd, 512) != 0) {
+      ::listen(fd, 512) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     const std::string what = std::strerror(errno);
     ::close(fd);
     return absl::UnavailableError(
         absl::StrCat("rank 0 could not listen on coordinator port ", port, ": ", what));
   }
+  port = ntohs(addr.sin_port);
+  if (bound_port != nullptr) *bound_port = port;
   std::shared_ptr<StoreServer> server(new StoreServer(fd));
   CHECK_EQ(::pipe2(server->wake_pipe_, O_CLOEXEC), 0);
   server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   registry[port] = server;
   return server;
+}
+
+absl::StatusOr<LocalCoordinator> StartLocalCoordinator() {
+  int port = 0;
+  ASSIGN_OR_RETURN(std::shared_ptr<StoreServer> server, StoreServer::Acquire(0, &port));
+  return LocalCoordinator{absl::StrCat("127.0.0.1:", port), std::move(server)};
 }
 
 StoreServer::~StoreServer() {

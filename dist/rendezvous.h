@@ -57,6 +57,15 @@ absl::StatusOr<std::string> LocalAddressToward(const std::string& host);
 
 class StoreServer;  // rendezvous.cc
 
+// A coordinator for a group whose ranks all run in this process: the store listens on an
+// ephemeral port of 127.0.0.1 (no fixed port another server on the host could hold), and
+// stays up while `store` lives. Rank 0's Rendezvous::Connect to `address` joins it.
+struct LocalCoordinator {
+  std::string address;  // "127.0.0.1:<port>"
+  std::shared_ptr<StoreServer> store;
+};
+absl::StatusOr<LocalCoordinator> StartLocalCoordinator();
+
 class Rendezvous {
  public:
   // Rank 0 starts (or joins, when this process already serves the port) the store server;

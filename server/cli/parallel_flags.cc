@@ -157,6 +157,9 @@ absl::Status ResolveCoordinator(const Flags& flags, const GetEnv& getenv, Parall
     RETURN_IF_ERROR(CheckHostPort(p->coordinator, "LWS_LEADER_ADDRESS with --coordinator-port"));
   } else if (p->num_nodes == 1) {
     p->coordinator = absl::StrCat("127.0.0.1:", port);  // all ranks in this process
+    // No address or port asked for: the serve command takes an ephemeral port instead, so two
+    // such servers on one host never race for this one.
+    p->coordinator_defaulted = !flags.Has("coordinator-port");
   }
   if (!p->multi_rank()) {
     p->coordinator.clear();  // one rank: no network

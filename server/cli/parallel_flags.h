@@ -42,6 +42,9 @@ struct ParallelOptions {
   int local_ranks = 1;      // data-parallel ranks (engine loops) in this process
   int first_rank = 0;       // global rank of local rank 0 (= node_rank · local_ranks)
   std::string coordinator;  // host:port of rank 0's rendezvous listener; empty when world is 1
+  // Every rank in this process and no coordinator address or port given: `coordinator` is the
+  // default 127.0.0.1:29500, which `strata serve` replaces with an ephemeral port.
+  bool coordinator_defaulted = false;
   std::chrono::milliseconds collective_timeout{60000};
   std::chrono::milliseconds rendezvous_timeout{600000};
   std::string expert_placement_file;  // empty: experts split evenly, no replicas

@@ -138,6 +138,11 @@ TEST(ParallelFlagsTest, VllmDataParallelFlagsMapOntoRanks) {
   EXPECT_EQ(one->local_ranks, 8);
   EXPECT_EQ(one->num_nodes, 1);
   EXPECT_EQ(one->coordinator, "127.0.0.1:29500");
+  EXPECT_TRUE(one->coordinator_defaulted);  // `strata serve` takes an ephemeral port instead
+  auto port = Resolve({"--local-ranks", "2", "--coordinator-port", "29600"});
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_EQ(port->coordinator, "127.0.0.1:29600");
+  EXPECT_FALSE(port->coordinator_defaulted);
   // Kimi K2's two-node line, second node.
   auto second = Resolve({"--data-parallel-size", "16", "--data-parallel-size-local", "8",
                          "--data-parallel-start-rank", "8", "--data-parallel-address", "10.0.0.1",
@@ -149,6 +154,7 @@ TEST(ParallelFlagsTest, VllmDataParallelFlagsMapOntoRanks) {
   EXPECT_EQ(second->node_rank, 1);
   EXPECT_EQ(second->first_rank, 8);
   EXPECT_EQ(second->coordinator, "10.0.0.1:12345");
+  EXPECT_FALSE(second->coordinator_defaulted);
   auto default_port = Resolve({"--data-parallel-size", "4", "--data-parallel-size-local", "2",
                                "--data-parallel-address", "leader"});
   ASSERT_TRUE(default_port.ok()) << default_port.status();

@@ -10,9 +10,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 
 #include "core/log.h"
 #include "core/status.h"
+#include "dist/rendezvous.h"
 #include "server/batch/batch_api.h"
 #include "server/cli/flags.h"
 #include "server/cli/parallel_flags.h"
@@ -195,6 +197,13 @@ void RaiseOpenFileLimit() {
 
 absl::Status RunServe(const Flags& flags) {
   ASSIGN_OR_RETURN(ServeOptions options, ServeOptionsFromFlags(flags));
+  // Every rank in this process and no coordinator asked for: the rendezvous store on an
+  // ephemeral loopback port (two servers on one host never race for a fixed one).
+  std::optional<dist::LocalCoordinator> local_coordinator;
+  if (options.parallel.multi_rank() && options.parallel.coordinator_defaulted) {
+    ASSIGN_OR_RETURN(local_coordinator, dist::StartLocalCoordinator());
+    options.parallel.coordinator = local_coordinator->address;
+  }
   // The other processes of a tensor-parallel group compute only; rank 0 answers requests.
   if (!options.parallel.leads_tensor_parallel_group()) {
     // SIGTERM / SIGINT (an orchestrator stopping the whole group) do not end a follower: it

@@ -1,15 +1,12 @@
 #include "server/cli/tensor_parallel_ranks.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "dist/rendezvous.h"
 #include "dist/tensor_parallel_group.h"
 #include "server/cli/serve_ranks.h"
 
@@ -17,21 +14,6 @@ namespace strata::cli {
 namespace {
 
 constexpr int kMaxTensorParallelSize = 64;
-
-// A loopback TCP port that was free a moment ago (the group's rendezvous listens on it).
-absl::StatusOr<int> FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed for the tensor-parallel rendezvous");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  ::close(fd);
-  if (!ok) return absl::InternalError("no free loopback port for the tensor-parallel rendezvous");
-  return ntohs(addr.sin_port);
-}
 
 }  // namespace
 
@@ -96,8 +78,9 @@ absl::Status RunTensorParallelRanks(const std::string& dir, const engine::ModelL
   ParallelOptions parallel;
   parallel.world_size = size;
   parallel.local_ranks = size;
-  ASSIGN_OR_RETURN(const int port, FreeLoopbackPort());
-  parallel.coordinator = absl::StrCat("127.0.0.1:", port);
+  // The store on an ephemeral loopback port, up while rank 0's communicator lives.
+  ASSIGN_OR_RETURN(const dist::LocalCoordinator coordinator, dist::StartLocalCoordinator());
+  parallel.coordinator = coordinator.address;
   ASSIGN_OR_RETURN(
       std::vector<std::unique_ptr<dist::Communicator>> comms,
       ConnectEachLocalRank(parallel, "strata-tensor-parallel", "the tensor-parallel group",
