@@ -8,7 +8,7 @@
 //   other block ids) and its KDA checkpoint (into another live slot, or into a checkpoint it
 //   then starts the slot from) computes the rest of the prompt bit for bit as the executor that
 //   computed it all;
-// - a load of the wrong size dies.
+// - a load of the wrong size dies; under tensor parallelism each rank takes its share.
 #include <unistd.h>
 
 #include <cstdint>
@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/cache_copy.h"
 #include "engine/demo/checkpoint_generator.h"
 #include "engine/executor.h"
 #include "engine/model.h"
@@ -283,15 +284,56 @@ TEST_P(CacheCopyTest, LoadsOfTheWrongSizeDie) {
     plan.cache_loads = {{unit, 1, std::string(static_cast<size_t>(bytes), '\1')}};
     e.Execute(plan);
   };
-  EXPECT_DEATH(load(CacheUnit::kBlock, layout_.block_bytes() - 1), "cache load too short");
+  EXPECT_DEATH(load(CacheUnit::kBlock, layout_.block_bytes() - 1), "cache load of the wrong size");
   EXPECT_DEATH(load(CacheUnit::kBlock, layout_.block_bytes() + 1), "cache load of the wrong size");
   EXPECT_DEATH(load(CacheUnit::kSlot, layout_.state_bytes_per_sequence() - 4),
-               "cache load too short");
+               "cache load of the wrong size");
   EXPECT_DEATH(load(CacheUnit::kCheckpoint, layout_.state_bytes_per_sequence() + 4),
                "cache load of the wrong size");
   load(CacheUnit::kBlock, layout_.block_bytes());  // the right size loads
   EXPECT_TRUE(e.Execute(SavePlan({{CacheUnit::kBlock, 1}})).saved[0] ==
               std::string(static_cast<size_t>(layout_.block_bytes()), '\1'));
+}
+
+// Under tensor parallelism a tier entry holds a unit's distinct shares (CacheShares): rank 3 of
+// a group of 4 with context-parallel groups of 2 takes share 1 of a block's 2 and share 3 of a
+// state row's 4; an entry of one share is the wrong size there.
+TEST_P(CacheCopyTest, LoadsTakeTheRanksShare) {
+  const CacheShares shares{3, 4, 2};
+  EXPECT_EQ(shares.Count(CacheUnit::kBlock), 2);
+  EXPECT_EQ(shares.Index(CacheUnit::kBlock), 1);
+  EXPECT_EQ(shares.Count(CacheUnit::kCheckpoint), 4);
+  EXPECT_EQ(shares.Index(CacheUnit::kSlot), 3);
+  std::string arena(static_cast<size_t>(layout_.TotalBytes()), '\0');
+  auto copy_out = [&](int64_t offset, int64_t bytes, char* to) {
+    std::memcpy(to, arena.data() + offset, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  };
+  auto copy_in = [&](const char* from, int64_t offset, int64_t bytes) {
+    std::memcpy(arena.data() + offset, from, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  };
+  // Share i of an entry is filled with the byte i + 1.
+  auto entry = [](int64_t unit_bytes, int count) {
+    std::string bytes;
+    for (int i = 0; i < count; ++i) bytes += std::string(static_cast<size_t>(unit_bytes), 1 + i);
+    return bytes;
+  };
+  StepPlan plan;
+  plan.cache_loads = {{CacheUnit::kBlock, 2, entry(layout_.block_bytes(), 2)},
+                      {CacheUnit::kCheckpoint, 1, entry(layout_.state_bytes_per_sequence(), 4)}};
+  StepResult result;
+  std::vector<kvcache::CacheSpan> spans;
+  ASSERT_TRUE(CopyCacheUnits(plan, layout_, &result, &spans, copy_out, copy_in, shares).ok());
+  StepPlan save;
+  save.cache_saves = {{CacheUnit::kBlock, 2}, {CacheUnit::kCheckpoint, 1}};
+  ASSERT_TRUE(CopyCacheUnits(save, layout_, &result, &spans, copy_out, copy_in, shares).ok());
+  EXPECT_EQ(result.saved[0], std::string(static_cast<size_t>(layout_.block_bytes()), 2));
+  EXPECT_EQ(result.saved[1],
+            std::string(static_cast<size_t>(layout_.state_bytes_per_sequence()), 4));
+  plan.cache_loads = {{CacheUnit::kBlock, 2, entry(layout_.block_bytes(), 1)}};
+  EXPECT_DEATH((void)CopyCacheUnits(plan, layout_, &result, &spans, copy_out, copy_in, shares),
+               "cache load of the wrong size");
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CacheCopyTest, testing::Values("k3", "kimi-linear"),

@@ -257,6 +257,8 @@ void CpuExecutor::EndFollowers() {
 
 void CpuExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* result) {
   std::byte* arena = arena_.as<std::byte>();
+  const CacheShares shares{model_.tensor_parallel().rank, model_.tensor_parallel().size,
+                           model_.context_parallel().size};
   const absl::Status status = engine::CopyCacheUnits(
       plan, layout_, result, &spans_,
       [&](int64_t offset, int64_t bytes, char* to) {
@@ -266,8 +268,12 @@ void CpuExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* result) {
       [&](const char* from, int64_t offset, int64_t bytes) {
         std::memcpy(arena + offset, from, static_cast<size_t>(bytes));
         return absl::OkStatus();
-      });
+      },
+      shares);
   CHECK(status.ok()) << status;  // host copies do not fail
+  if (TensorParallelGroup* tp = tensor_parallel(); tp != nullptr) {
+    GatherSavedShares(*tp, shares, plan, result, &save_scratch_);
+  }
 }
 
 void CpuExecutor::RunStep(const StepPlan& plan, bool lead, StepResult* result) {

@@ -147,6 +147,7 @@ class CpuExecutor : public StepExecutor, public StepFollower {
   std::vector<uint8_t> plan_bytes_;            // tensor parallelism: the encoded plan
   std::vector<int32_t> accepted_entries_;      // tensor parallelism: num_entries by task
   std::vector<kvcache::CacheSpan> spans_;      // CopyCacheUnits scratch
+  std::vector<float> save_scratch_;            // GatherSavedShares scratch
 };
 
 }  // namespace strata::engine

@@ -23,13 +23,18 @@ class Writer {
   }
   template <typename T>
   void PutVector(const std::vector<T>& v) {
-    Put<uint64_t>(v.size());
-    const size_t at = out_->size();
-    out_->resize(at + v.size() * sizeof(T));
-    if (!v.empty()) std::memcpy(out_->data() + at, v.data(), v.size() * sizeof(T));
+    PutBytes(v.data(), v.size(), sizeof(T));
   }
+  void PutString(const std::string& s) { PutBytes(s.data(), s.size(), 1); }
 
  private:
+  void PutBytes(const void* data, size_t n, size_t size_of) {
+    Put<uint64_t>(n);
+    const size_t at = out_->size();
+    out_->resize(at + n * size_of);
+    if (n > 0) std::memcpy(out_->data() + at, data, n * size_of);
+  }
+
   std::vector<uint8_t>* out_;
 };
 
@@ -45,17 +50,24 @@ class Reader {
   }
   template <typename T>
   bool GetVector(std::vector<T>* v) {
-    uint64_t n = 0;
-    if (!Get(&n) || n > (bytes_.size() - at_) / sizeof(T)) return false;
-    v->resize(n);
-    if (n > 0) std::memcpy(v->data(), bytes_.data() + at_, n * sizeof(T));
-    at_ += n * sizeof(T);
-    return true;
+    return GetBytes(v, sizeof(T));
   }
+  bool GetString(std::string* s) { return GetBytes(s, 1); }
   bool done() const { return at_ == bytes_.size(); }
   size_t remaining() const { return bytes_.size() - at_; }
 
  private:
+  // A count, then that many items of `size_of` bytes into `v` (a vector or a string).
+  template <typename Container>
+  bool GetBytes(Container* v, size_t size_of) {
+    uint64_t n = 0;
+    if (!Get(&n) || n > (bytes_.size() - at_) / size_of) return false;
+    v->resize(n);
+    if (n > 0) std::memcpy(v->data(), bytes_.data() + at_, n * size_of);
+    at_ += n * size_of;
+    return true;
+  }
+
   absl::Span<const uint8_t> bytes_;
   size_t at_ = 0;
 };
@@ -76,12 +88,20 @@ bool GetMedia(Reader& r, std::vector<MediaEmbedding>* media) {
   return true;
 }
 
+// A unit's kind and index as EncodeStepPlan writes them.
+bool GetUnit(Reader& r, CacheUnit* unit, int32_t* index) {
+  uint8_t kind = 0;
+  if (!r.Get(&kind) || !r.Get(index) || kind > static_cast<uint8_t>(CacheUnit::kSlot) ||
+      *index < 0) {
+    return false;
+  }
+  *unit = static_cast<CacheUnit>(kind);
+  return true;
+}
+
 }  // namespace
 
 void EncodeStepPlan(const StepPlan& plan, std::vector<uint8_t>* out) {
-  // Each rank would copy its own share: the serve command refuses --kv-offload-* with TP.
-  CHECK(plan.cache_saves.empty() && plan.cache_loads.empty())
-      << "offload copies are not sent to tensor-parallel followers";
   out->clear();
   Writer w(out);
   w.Put(kMagic);
@@ -111,6 +131,19 @@ void EncodeStepPlan(const StepPlan& plan, std::vector<uint8_t>* out) {
       w.Put<uint64_t>(m.content_key);
     }
   }
+  // Offload copies: every rank copies its own share of each unit (engine/cache_copy.h); a load
+  // carries the tier entry, every share.
+  w.Put<uint64_t>(plan.cache_saves.size());
+  for (const CacheSave& save : plan.cache_saves) {
+    w.Put<uint8_t>(static_cast<uint8_t>(save.unit));
+    w.Put<int32_t>(save.index);
+  }
+  w.Put<uint64_t>(plan.cache_loads.size());
+  for (const CacheLoad& load : plan.cache_loads) {
+    w.Put<uint8_t>(static_cast<uint8_t>(load.unit));
+    w.Put<int32_t>(load.index);
+    w.PutString(load.bytes);
+  }
 }
 
 absl::StatusOr<StepPlan> DecodeStepPlan(absl::Span<const uint8_t> bytes) {
@@ -137,6 +170,19 @@ absl::StatusOr<StepPlan> DecodeStepPlan(absl::Span<const uint8_t> bytes) {
     }
     s.slot_init = static_cast<SlotInit>(slot_init);
     s.sample = sample != 0;
+  }
+  // A save is 5 bytes, a load at least 13: a count above what is left is malformed.
+  if (!r.Get(&n) || n > r.remaining() / 5) return bad("the cache save count");
+  plan.cache_saves.resize(n);
+  for (CacheSave& save : plan.cache_saves) {
+    if (!GetUnit(r, &save.unit, &save.index)) return bad("a cache save");
+  }
+  if (!r.Get(&n) || n > r.remaining() / 13) return bad("the cache load count");
+  plan.cache_loads.resize(n);
+  for (CacheLoad& load : plan.cache_loads) {
+    if (!GetUnit(r, &load.unit, &load.index) || !r.GetString(&load.bytes)) {
+      return bad("a cache load");
+    }
   }
   if (!r.done()) return bad("the end (trailing bytes)");
   return plan;

@@ -1,6 +1,6 @@
 // EncodeStepPlan / DecodeStepPlan: a plan survives the trip field for field, images as their
-// places only (rows stay with the lead), and cut or bent bytes are InvalidArgument, never a
-// crash or an allocation of what a count claims.
+// places only (rows stay with the lead), offload copies with their bytes, and cut or bent bytes
+// are InvalidArgument, never a crash or an allocation of what a count claims.
 #include "engine/step_codec.h"
 
 #include <cstring>
@@ -84,6 +84,40 @@ TEST(StepCodecTest, APlanWithImagesComesBackWithTheirPlacesAndNoRows) {
   EXPECT_EQ(follower[0].rows, nullptr);
 }
 
+// Under tensor parallelism every rank copies its share of the offloaded units: the saves and
+// the loads (with the tier entry's bytes) travel in the plan.
+TEST(StepCodecTest, OffloadCopiesComeBackWithTheirBytes) {
+  StepPlan plan = PlanWithImages();
+  plan.cache_saves = {CacheSave{CacheUnit::kBlock, 5}, CacheSave{CacheUnit::kCheckpoint, 2}};
+  plan.cache_loads = {CacheLoad{CacheUnit::kSlot, 3, std::string("\0ab\xff", 4)},
+                      CacheLoad{CacheUnit::kBlock, 9, std::string(1000, 'x')}};
+  std::vector<uint8_t> bytes;
+  EncodeStepPlan(plan, &bytes);
+  absl::StatusOr<StepPlan> got = DecodeStepPlan(bytes);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->cache_saves.size(), 2u);
+  EXPECT_EQ(got->cache_saves[1].unit, CacheUnit::kCheckpoint);
+  EXPECT_EQ(got->cache_saves[1].index, 2);
+  ASSERT_EQ(got->cache_loads.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(got->cache_loads[i].unit, plan.cache_loads[i].unit);
+    EXPECT_EQ(got->cache_loads[i].index, plan.cache_loads[i].index);
+    EXPECT_EQ(got->cache_loads[i].bytes, plan.cache_loads[i].bytes);
+  }
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    EXPECT_EQ(DecodeStepPlan({bytes.data(), cut}).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << "cut at " << cut;
+  }
+  // A unit kind past the last one, and a negative index.
+  plan.cache_saves[0].unit = static_cast<CacheUnit>(7);
+  EncodeStepPlan(plan, &bytes);
+  EXPECT_EQ(DecodeStepPlan(bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  plan.cache_saves[0] = CacheSave{CacheUnit::kBlock, -1};
+  EncodeStepPlan(plan, &bytes);
+  EXPECT_EQ(DecodeStepPlan(bytes).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(StepCodecTest, CutOrBentBytesAreInvalidArgument) {
   std::vector<uint8_t> bytes;
   EncodeStepPlan(PlanWithImages(), &bytes);
@@ -91,11 +125,15 @@ TEST(StepCodecTest, CutOrBentBytesAreInvalidArgument) {
     const absl::StatusOr<StepPlan> got = DecodeStepPlan({bytes.data(), cut});
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << "cut at " << cut;
   }
-  // The second sequence's image count (its last 8 bytes) claiming 2^60 images.
-  std::vector<uint8_t> bent = bytes;
+  // The second sequence's image count (its last 8 bytes, before the cache save and load
+  // counts) claiming 2^60 images; then each of those counts.
   const uint64_t huge = uint64_t{1} << 60;
-  std::memcpy(bent.data() + bent.size() - sizeof(huge), &huge, sizeof(huge));
-  EXPECT_EQ(DecodeStepPlan(bent).status().code(), absl::StatusCode::kInvalidArgument);
+  for (size_t from_end : {3, 2, 1}) {
+    std::vector<uint8_t> bent = bytes;
+    std::memcpy(bent.data() + bent.size() - from_end * sizeof(huge), &huge, sizeof(huge));
+    EXPECT_EQ(DecodeStepPlan(bent).status().code(), absl::StatusCode::kInvalidArgument) << from_end;
+  }
+  std::vector<uint8_t> bent;
   // An image of no rows is refused too.
   StepPlan zero = PlanWithImages();
   zero.sequences[0].media[0].num_rows = 0;

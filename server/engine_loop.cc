@@ -49,6 +49,9 @@ struct EngineLoop::Rank {
   int64_t num_never_scheduled = 0;
   EngineStats reported, to_report;
   std::optional<scheduler::PrefillPacer> pacer;  // with target_itl_ms
+  // The graceful stop's write-down: when its first plan ran, units written (rank thread).
+  std::optional<Clock::time_point> write_down_start;
+  int64_t written_down_units = 0;
   std::thread thread;
 };
 
@@ -498,21 +501,30 @@ void EngineLoop::RunStep(Rank& r, bool has_work) {
   }
 }
 
-void EngineLoop::WriteDownCaches(Rank& r) {
-  if (r.parts.gate != nullptr || r.parts.scheduler->offload_tiers() == nullptr) return;
+const engine::StepPlan* EngineLoop::NextWriteDown(Rank& r) {
+  if (r.parts.scheduler->offload_tiers() == nullptr) return nullptr;
   constexpr int64_t kBatchBytes = int64_t{256} << 20;  // host memory a batch holds at once
-  int64_t units = 0;
-  const auto start = Clock::now();
-  while (const engine::StepPlan* plan = r.parts.scheduler->PlanWriteDown(kBatchBytes)) {
-    r.parts.executor->ExecuteInto(*plan, &r.result);
-    r.result.step_id = plan->step_id;
-    r.parts.scheduler->Commit(&r.result);
-    units += static_cast<int64_t>(plan->cache_saves.size());
-  }
-  if (units > 0) {
-    LOG_INFO("kvoffload", "shutdown: {} cached blocks and checkpoints written down in {:.0f} ms",
-             units, MillisecondsSince(start, Clock::now()));
-  }
+  const engine::StepPlan* plan = r.parts.scheduler->PlanWriteDown(kBatchBytes);
+  if (plan != nullptr && !r.write_down_start) r.write_down_start = Clock::now();
+  return plan;
+}
+
+void EngineLoop::RunWriteDown(Rank& r, const engine::StepPlan& plan) {
+  r.parts.executor->ExecuteInto(plan, &r.result);
+  r.result.step_id = plan.step_id;
+  r.parts.scheduler->Commit(&r.result);
+  r.written_down_units += static_cast<int64_t>(plan.cache_saves.size());
+}
+
+void EngineLoop::LogWriteDown(const Rank& r) {
+  if (r.written_down_units == 0) return;
+  LOG_INFO("kvoffload", "shutdown: {} cached blocks and checkpoints written down in {:.0f} ms",
+           r.written_down_units, MillisecondsSince(*r.write_down_start, Clock::now()));
+}
+
+void EngineLoop::WriteDownCaches(Rank& r) {
+  while (const engine::StepPlan* plan = NextWriteDown(r)) RunWriteDown(r, *plan);
+  LogWriteDown(r);
 }
 
 void EngineLoop::Run(Rank& r) {
@@ -549,6 +561,7 @@ void EngineLoop::RunLockstep(Rank& r) {
            gate.world_size());
   std::optional<Clock::time_point> stop_seen;
   std::chrono::milliseconds idle_wait = options_.idle_poll;
+  bool written_down = false;  // stopping, and nothing (more) to write down
   while (true) {
     bool stopping;
     {
@@ -558,8 +571,12 @@ void EngineLoop::RunLockstep(Rank& r) {
     // A stopping rank takes no more work; what it still holds is aborted by Stop().
     if (!stopping) AdmitPending(r);
     if (stopping && !stop_seen) stop_seen = Clock::now();
-    const bool has_work = !stopping && r.parts.scheduler->HasWork();
-    absl::StatusOr<GateDecision> decision = gate.Agree({has_work, stopping});
+    // A stopping rank with offload tiers (a tensor-parallel lead) first writes its device cache
+    // down, a plan per agreed step: its followers copy their shares of each unit.
+    const engine::StepPlan* write_down = stopping && !written_down ? NextWriteDown(r) : nullptr;
+    written_down = stopping && write_down == nullptr;
+    const bool has_work = (!stopping && r.parts.scheduler->HasWork()) || write_down != nullptr;
+    absl::StatusOr<GateDecision> decision = gate.Agree({has_work, written_down});
     if (!decision.ok()) {
       if (options_.on_gate_error) {
         options_.on_gate_error(gate.rank(), decision.status());
@@ -568,7 +585,11 @@ void EngineLoop::RunLockstep(Rank& r) {
       ExitOnCollectiveError(gate.rank(), "the engine step", decision.status());
     }
     if (decision->any_work()) {
-      RunStep(r, has_work);
+      if (write_down != nullptr) {
+        RunWriteDown(r, *write_down);
+      } else {
+        RunStep(r, has_work);
+      }
       idle_wait = options_.idle_poll;
       continue;
     }
@@ -580,6 +601,7 @@ void EngineLoop::RunLockstep(Rank& r) {
                   [&] { return !stopping_ && (!r.pending.empty() || !r.cancels.empty()); });
     idle_wait = std::min(idle_wait * 2, std::max(options_.idle_poll, options_.idle_poll_max));
   }
+  LogWriteDown(r);
   LOG_INFO("engine", "engine loop of rank {} stopped", gate.rank());
 }
 

@@ -142,9 +142,12 @@ class EngineLoop {
   void AdmitPending(Rank& r);
   void Dispatch(Rank& r, std::vector<scheduler::SequenceEvent> events);
   void NoteFirstScheduled(Rank& r, const engine::StepPlan& plan);
-  // At the loop's end, with offload tiers (and no lockstep group): the device cache's blocks and
-  // checkpoints the tiers lack go down to them (Scheduler::PlanWriteDown), so a restart finds
-  // them.
+  // At the loop's end, with offload tiers: the device cache's blocks and checkpoints the tiers
+  // lack go down to them (Scheduler::PlanWriteDown), so a restart finds them. In lockstep one
+  // plan per agreed step (RunLockstep), else all at once (WriteDownCaches).
+  const engine::StepPlan* NextWriteDown(Rank& r);  // null: nothing (more) to write down
+  void RunWriteDown(Rank& r, const engine::StepPlan& plan);
+  void LogWriteDown(const Rank& r);
   void WriteDownCaches(Rank& r);
   void ReportPrefillProgress(Rank& r, const engine::StepPlan& plan);
   void RecordStep(Rank& r, const engine::StepResult& result, double step_ms, bool empty);

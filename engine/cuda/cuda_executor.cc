@@ -602,7 +602,10 @@ absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* resu
     return absl::OkStatus();
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  return engine::CopyCacheUnits(
+  TensorParallelGroup* tp = tensor_parallel_host_;
+  const CacheShares shares{tp != nullptr ? tp->rank() : 0, tp != nullptr ? tp->size() : 1,
+                           model_->context_parallel().size};
+  RETURN_IF_ERROR(engine::CopyCacheUnits(
       plan, layout_, result, &spans_,
       [&](int64_t offset, int64_t bytes, char* to) -> absl::Status {
         STRATA_CUDA_RETURN_IF_ERROR(
@@ -617,7 +620,11 @@ absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* resu
                             cudaMemcpyHostToDevice, stream_),
             "cache load cudaMemcpy");
         return absl::OkStatus();
-      });
+      },
+      shares));
+  // The copies to pageable host memory have finished: the lead gathers the followers' shares.
+  if (tp != nullptr) GatherSavedShares(*tp, shares, plan, result, &save_scratch_);
+  return absl::OkStatus();
 }
 
 absl::Status CudaExecutor::Run(const StepPlan& plan, bool lead, StepResult* result) {
@@ -720,9 +727,9 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, bool lead, StepResult* resu
   CHECK_EQ(*invalid_host, 0) << "token ids outside [0, " << vocab << ") reached the CUDA forward";
   if (model_->options().expert_exchange != nullptr) {
     model_->options().expert_exchange->TakeExpertTokens(&result->expert_tokens);
-  } else if (model_->num_moe_layers() > 0) {
+  } else if (model_->num_moe_layers() > 0 && step_.num_rows > 0) {
     model_->CountExpertTokens(offsets_host, &result->expert_tokens);
-  } else {
+  } else {  // no MoE, or no rows (a step of cache copies only: the forward wrote no offsets)
     result->expert_tokens.clear();
   }
   RETURN_IF_ERROR(Sample(plan, sampled_host, logits, result));

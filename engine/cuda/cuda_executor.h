@@ -182,6 +182,7 @@ class CudaExecutor : public StepExecutor, public StepFollower {
   kvcache::CacheLayout layout_;
   kernels::cuda::DeviceBuffer caches_arena_;
   std::vector<kvcache::CacheSpan> spans_;  // CopyCacheUnits scratch
+  std::vector<float> save_scratch_;        // GatherSavedShares scratch
   DeviceCaches caches_;
   DeviceArena scratch_;
   StepLayout step_;

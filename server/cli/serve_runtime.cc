@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "dist/tensor_parallel_group.h"
+#include "engine/cache_copy.h"
 #include "engine/executor.h"
 #include "engine/tokenizer/xtml_output_parser.h"
 #include "kernels/cpu/matmul.h"
@@ -308,12 +309,12 @@ int64_t DefaultOffloadDiskBytes(const std::string& dir) {
 absl::Status ModelRuntime::OpenOffloadTiers(const ServeOptions& options) {
   if (!options.kv_offload()) return absl::OkStatus();
   const ParallelOptions& p = options.parallel;
-  if (p.tensor_parallel() || p.decode_context_parallel_size > 1 || p.num_engine_ranks() > 1 ||
-      p.multi_rank()) {
+  if (p.num_engine_ranks() > 1 || p.data_parallel_groups()) {
     return absl::UnimplementedError(
-        "--kv-offload-memory / --kv-offload-dir serve one engine rank for now: not with "
-        "--tensor-parallel-size, --decode-context-parallel-size, --world-size > 1 or several "
-        "local ranks (each rank would keep its own share of a block; docs/kv-offload.md)");
+        "--kv-offload-memory / --kv-offload-dir serve one engine rank (or one tensor-parallel "
+        "group, whose lead keeps every rank's share) for now: not with data parallelism "
+        "(--world-size or --data-parallel-size > 1 without --tensor-parallel-size covering it, "
+        "--local-ranks, --replicas; docs/kv-offload.md)");
   }
   std::unique_ptr<kvcache::HostTier> host;
   if (options.kv_offload_memory_bytes > 0) {
@@ -333,6 +334,10 @@ absl::Status ModelRuntime::OpenOffloadTiers(const ServeOptions& options) {
     identity.cache_dtype = absl::StrCat(std::string(LatentDTypeName(layout_.latent_dtype)), ";",
                                         options.device, ";block=", layout_.block_bytes(),
                                         ";state=", layout_.state_bytes_per_sequence());
+    // Under tensor parallelism the lead's entries hold every rank's share (engine/cache_copy.h):
+    // the group's layout is part of the identity (another T or C never reads these files).
+    identity.tensor_parallel_size = p.tensor_parallel_size;
+    identity.context_parallel_size = p.decode_context_parallel_size;
     identity.block_size = scheduler_config_.block_size;
     const int64_t capacity =
         options.kv_offload_disk_bytes.value_or(DefaultOffloadDiskBytes(options.kv_offload_dir));
@@ -716,8 +721,12 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
     ranks = MakeLocalRanks(options);
   }
   if (offload_ != nullptr) {  // one rank (OpenOffloadTiers)
-    ranks[0].scheduler->SetOffloadTiers(offload_.get(), layout_.block_bytes(),
-                                        layout_.state_bytes_per_sequence());
+    // An entry is a unit's distinct shares over the group (engine/cache_copy.h CacheShares).
+    const engine::CacheShares shares{0, options.parallel.tensor_parallel_size,
+                                     options.parallel.decode_context_parallel_size};
+    ranks[0].scheduler->SetOffloadTiers(
+        offload_.get(), layout_.block_bytes() * shares.Count(engine::CacheUnit::kBlock),
+        layout_.state_bytes_per_sequence() * shares.Count(engine::CacheUnit::kSlot));
   }
   server::EngineLoopOptions engine_options = options.engine;
   engine_options.stop_grace = options.parallel.collective_timeout;

@@ -29,6 +29,8 @@ expert-parallel MoE), against one process serving alone:
                --decode-context-parallel-size 2 (ranks 0 and 2 serve) equal one process alone,
                a chat with an image (k3tp) included; also with --device cuda (strata-emu,
                --family k3cudatp: the exchange in device memory)
+  tp-offload   --kv-offload-dir under --tensor-parallel-size 2 (with --device cuda on strata-emu):
+               a prompt pushed out of the cache comes back from the lead's disk tier, same tokens
   cuda-tp      --device cuda --tensor-parallel-size 2 (strata-emu, --family k3cudatp) in one
                process and over two processes gives one process's greedy tokens (log-probabilities
                within 5e-2); SIGTERM to both processes stops the group cleanly
@@ -104,13 +106,13 @@ def server_env():
 class Server:
     """One `strata serve` process; its HTTP port is read from the ready line on stdout."""
 
-    def __init__(self, args, name, work, extra, env=None):
+    def __init__(self, args, name, work, extra, env=None, cache_memory="32MiB"):
         self.name = name
         self.log_path = os.path.join(work, name + ".log")
         self.log = open(self.log_path, "w")
         cmd = [args.strata, "serve", "--model", checkpoint_dir(args.work, args.family),
                "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", "0",
-               "--kv-cache-memory", "32MiB", "--max-num-seqs", "8", "--http-threads", "1",
+               "--kv-cache-memory", cache_memory, "--max-num-seqs", "8", "--http-threads", "1",
                "--drain-timeout", "2", "--device", args.device] + extra
         if args.device == "cuda":
             # The tightest pacing: while any sequence generates, a step's prompt chunks share
@@ -681,6 +683,34 @@ def case_tp_dp(args):
             " 2 over 4 processes (Gloo)", reference, got, *tolerance)
 
 
+def case_tp_offload(args):
+    """--kv-offload-dir under --tensor-parallel-size 2 (run it with --device cuda on strata-emu,
+    --family k3cudatp; the CPU has kv_offload_serve_tp): a 1,500-token prompt pushed out of a
+    3 MiB cache per rank by three others comes back from the lead's disk tier (every rank's share
+    of each block and checkpoint) with the tokens it was computed with."""
+    rng = random.Random(21)
+    doc, *others = [[rng.randrange(300, 7900) for _ in range(1500)] for _ in range(4)]
+    tier = os.path.join(args.work_case, "tier")
+    shutil.rmtree(tier, ignore_errors=True)
+    server = Server(args, "tp_offload", args.work_case,
+                    ["--tensor-parallel-size", "2", "--kv-offload-dir", tier], cache_memory="3MiB")
+    server.wait_ready(time.time() + 90)
+    first = complete(server.port, doc, 6)
+    for other in others:
+        complete(server.port, other, 6)
+    again = complete(server.port, doc, 6)
+    hits = server_info(server.port)["kv_offload"]["prefix_hits"]
+    stop_group([server])
+    if hits["tokens"] < 1400 or hits["checkpoints_loaded"] < 1:
+        fail(f"{args.family}: no tier hit under tensor parallelism: {hits}")
+    worst = max(abs(a - b) for a, b in zip(first[1], again[1]))
+    if again[0] != first[0] or worst > CUDA_TP_LOGPROB_TOLERANCE:
+        fail(f"{args.family}: from the tier {again} != computed {first}")
+    print(f"ok   {args.family}: {hits['tokens']} prompt tokens from the tier under "
+          f"--tensor-parallel-size 2, the computed run's tokens (log-probabilities within "
+          f"{worst:.1e})", flush=True)
+
+
 def case_cuda_tp(args):
     """--device cuda --tensor-parallel-size 2 (strata-emu, the CUDA path on the CPU emulator): one
     process with two ranks (n-gram drafts, then prefix hits), the same with
@@ -740,7 +770,7 @@ def _ignore_errors(fn, *a):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=["setup", "equal", "local-ranks", "replicas", "kill", "hang",
-                                     "cuda-ep", "tp", "tp-dp", "cuda-tp"])
+                                     "cuda-ep", "tp", "tp-dp", "tp-offload", "cuda-tp"])
     p.add_argument("--strata", required=True)
     p.add_argument("--make-checkpoint", required=True)
     p.add_argument("--work", required=True)
@@ -754,7 +784,7 @@ def main():
         os.makedirs(args.work_case, exist_ok=True)
     {"setup": case_setup, "equal": case_equal, "local-ranks": case_local_ranks,
      "replicas": case_replicas, "kill": case_kill, "hang": case_hang,
-     "cuda-ep": case_cuda_ep, "tp": case_tp, "tp-dp": case_tp_dp,
+     "cuda-ep": case_cuda_ep, "tp": case_tp, "tp-dp": case_tp_dp, "tp-offload": case_tp_offload,
      "cuda-tp": case_cuda_tp}[args.case](args)
 
 

@@ -21,7 +21,18 @@ three others of the same length:
   full       --kv-offload-disk 1MiB: every request answered right while the tier evicts
   kill -9    A killed with SIGKILL while it writes; the next start serves DOC right
 
-usage: kv_offload_serve_test.py --strata BIN --make-checkpoint BIN --work DIR
+With --tensor-parallel (a test of its own), A served by --tensor-parallel-size 2, whose lead
+keeps every rank's share of a unit in its tiers (engine/cache_copy.h):
+
+  tp hit     DOC, the others, DOC again from the disk tier: the computed run's answer bit for
+             bit, and one rank's tokens
+  tp restart the restarted group's first request hits
+  tp write-down a prefix still in the group's caches at a graceful stop hits after the restart
+  dcp host   --decode-context-parallel-size 2 (another layout: no hit from the TP 2 files) with
+             a host tier: DOC hits from memory, same tokens
+  one rank   a single-rank server on the group's directory: no hit, its own answer
+
+usage: kv_offload_serve_test.py --strata BIN --make-checkpoint BIN --work DIR [--tensor-parallel]
 """
 import argparse
 import glob
@@ -73,13 +84,13 @@ def free_port():
 class Server:
     count = 0
 
-    def __init__(self, args, model_dir, extra):
+    def __init__(self, args, model_dir, extra, cache_memory="24MiB"):
         Server.count += 1
         self.port = free_port()
         self.log_path = os.path.join(args.work, f"serve{Server.count}.log")
         self.log = open(self.log_path, "w")
         cmd = [args.strata, "serve", "--model", model_dir, "--host", "127.0.0.1",
-               "--port", str(self.port), "--grpc-port", "0", "--kv-cache-memory", "24MiB",
+               "--port", str(self.port), "--grpc-port", "0", "--kv-cache-memory", cache_memory,
                "--max-num-batched-tokens", str(CHUNK_TOKENS)] + extra
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         LIVE.append(self)
@@ -155,11 +166,92 @@ def offload_files(directory):
     return [f for f in glob.glob(os.path.join(directory, "**", "*.kvo"), recursive=True)]
 
 
+def write_down_then_hit(args, model, extra, directory, doc, reference, label):
+    """DOC computed by a server on a fresh tier directory, which then stops gracefully: the write-
+    down leaves DOC on disk and the next server's first request hits it. Returns that answer."""
+    fresh = os.path.join(args.work, directory)
+    server = Server(args, model, extra + ["--kv-offload-dir", fresh])
+    server.complete(doc)
+    server.stop()
+    check("written down" in server.log_text(), f"{label}: no write-down at a graceful stop")
+    server = Server(args, model, extra + ["--kv-offload-dir", fresh])
+    hit = server.complete(doc)
+    check(hit[2] >= MIN_CACHED and same_answer(hit, reference),
+          f"{label}: a prefix never evicted, after a restart: {hit[2]} cached")
+    server.stop()
+    return hit
+
+
+def hit_after_others(server, doc, others, label, min_cached=MIN_CACHED, exact=True):
+    """DOC computed, pushed out of the device cache by the others, then read back from a tier:
+    (computed answer, answer from the tier). `exact`: log-probabilities bit for bit too (the hit
+    starts where a computed chunk ended)."""
+    computed = server.complete(doc)
+    check(computed[2] == 0, f"{label}: a fresh server reported {computed[2]} cached tokens")
+    for other in others:
+        server.complete(other)
+    again = server.complete(doc)
+    check(again[2] >= min_cached, f"{label}: DOC after eviction: {again[2]} cached tokens")
+    check(again[:2 if exact else 1] == computed[:2 if exact else 1],
+          f"{label}: DOC from the tier answers differently")
+    return computed, again
+
+
+def tensor_parallel(args, model, doc, others):
+    server = Server(args, model, [])
+    one_rank = server.complete(doc)
+    server.stop()
+    tp = ["--tensor-parallel-size", "2"]
+    tier = os.path.join(args.work, "tier_tp")
+    server = Server(args, model, tp + ["--kv-offload-dir", tier])
+    reference, again = hit_after_others(server, doc, others, "tp")
+    check(reference[0] == one_rank[0], f"TP 2: {reference[0]!r}, one rank: {one_rank[0]!r}")
+    info = server.get_json("/server_info")["kv_offload"]
+    check(info["disk"]["hits"] > 0, f"/server_info kv_offload shows no disk hit: {info}")
+    server.stop()
+    print(f"tp hit: {again[2]} cached tokens from the lead's disk tier, the computed answer bit "
+          "for bit, one rank's tokens", flush=True)
+
+    server = Server(args, model, tp + ["--kv-offload-dir", tier])
+    restarted = server.complete(doc)
+    check(restarted[2] >= MIN_CACHED and same_answer(restarted, reference),
+          f"TP 2 after a restart: {restarted[2]} cached, or another answer")
+    server.stop()
+    print(f"tp restart: {restarted[2]} cached tokens, same answer", flush=True)
+
+    # write-down: the group's graceful stop writes the device cache down (the followers copy
+    # their shares in lockstep), and the next group finds it.
+    hit = write_down_then_hit(args, model, tp, "tier_tp_fresh", doc, reference, "TP 2")
+    print(f"tp write-down: a prefix only the device caches held hits after a restart ({hit[2]})",
+          flush=True)
+
+    # Each rank's cache holds every other position: half the memory per rank keeps the group's
+    # capacity at one rank's, so the others push DOC out.
+    server = Server(args, model, tp + ["--decode-context-parallel-size", "2", "--kv-offload-dir",
+                                       tier, "--kv-offload-memory", "64MiB"], cache_memory="12MiB")
+    # Blocks of 2 x 64 positions: a hit covers 46 of them (5,888 tokens), not where a computed
+    # chunk of 1,984 ended, so the same tokens but not the last bits of the log-probabilities.
+    computed, again = hit_after_others(server, doc, others, "dcp", 46 * 128, exact=False)
+    check(computed[0] == one_rank[0], "TP 2 x DCP 2: another answer than one rank's")
+    check(server.metric("strata:kv_offload_hits_total", 'tier="host"') > 0, "no host tier hit")
+    server.stop()
+    print(f"dcp host: no hit from TP 2's files, then {again[2]} cached tokens from memory",
+          flush=True)
+
+    server = Server(args, model, ["--kv-offload-dir", tier])
+    alone = server.complete(doc)
+    check(alone[2] == 0, f"one rank hit {alone[2]} tokens of the group's tier")
+    check(alone[:2] == one_rank[:2], "one rank on the group's tier answers differently")
+    server.stop()
+    print("one rank: no hit from the group's files, its own answer", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--strata", required=True)
     parser.add_argument("--make-checkpoint", required=True)
     parser.add_argument("--work", required=True)
+    parser.add_argument("--tensor-parallel", action="store_true")
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
@@ -174,6 +266,10 @@ def main():
     others = [[rng.randrange(300, 7900) for _ in range(PROMPT_TOKENS)] for _ in range(3)]
     tier = os.path.join(args.work, "tier")
     t_start = time.time()
+    if args.tensor_parallel:
+        tensor_parallel(args, models["A"], doc, others)
+        print(f"PASS ({time.time() - t_start:.0f} s)")
+        return
 
     # hit: DOC computed, pushed out by the others, then read back from the disk tier.
     server = Server(args, models["A"], ["--kv-offload-dir", tier])
@@ -208,16 +304,7 @@ def main():
     print(f"restart: {restarted[2]} cached tokens, same answer", flush=True)
 
     # write-down: a graceful stop writes what the device cache holds down to the disk tier.
-    fresh = os.path.join(args.work, "tier_fresh")
-    server = Server(args, models["A"], ["--kv-offload-dir", fresh])
-    server.complete(doc)
-    server.stop()
-    check("written down" in server.log_text(), "no write-down at a graceful stop")
-    server = Server(args, models["A"], ["--kv-offload-dir", fresh])
-    hit = server.complete(doc)
-    check(hit[2] >= MIN_CACHED and same_answer(hit, reference),
-          f"a prefix never evicted, after a restart: {hit[2]} cached")
-    server.stop()
+    hit = write_down_then_hit(args, models["A"], [], "tier_fresh", doc, reference, "one rank")
     print(f"write-down: a prefix only the device cache held hits after a restart ({hit[2]})",
           flush=True)
 
