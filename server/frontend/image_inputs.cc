@@ -52,9 +52,9 @@ void ImageEncodeJob::Cancel() {
   wake_ = nullptr;
 }
 
-void ImageEncodeJob::Wait() const {
+bool ImageEncodeJob::WaitFor(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return next_ == images_.size(); });
+  return done_cv_.wait_for(lock, timeout, [&] { return next_ == images_.size(); });
 }
 
 std::vector<engine::MediaEmbedding> ImageEncodeJob::media() const {

@@ -68,8 +68,9 @@ class ImageEncodeJob {
   void OnDone(std::function<void()> wake);
   // The request went away: images not encoded yet are skipped, and `wake` is not called.
   void Cancel();
-  // Blocks the calling thread until done() (gRPC's handlers, which have threads of their own).
-  void Wait() const;
+  // Blocks the calling thread until done() or `timeout` passed; returns done() (gRPC's
+  // handlers, which have threads of their own, wait in slices to see their client leave).
+  bool WaitFor(std::chrono::milliseconds timeout) const;
   // The media with their rows and positions, in prompt order. Only once done().
   std::vector<engine::MediaEmbedding> media() const;
 

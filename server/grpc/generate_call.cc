@@ -261,7 +261,8 @@ grpc::Status RunGenerate(ServiceState& state, grpc::ServerContext* context,
                          absl::Time received) {
   absl::StatusOr<const frontend::ServedModel*> model = state.ModelForGeneration();
   if (!model.ok()) return ToGrpcStatus(model.status());
-  absl::StatusOr<GrpcGeneration> generation = BuildGeneration(**model, state.limits(), request);
+  absl::StatusOr<GrpcGeneration> generation = BuildGeneration(
+      **model, state.limits(), request, [context] { return context->IsCancelled(); });
   if (!generation.ok()) return ToGrpcStatus(generation.status());
   std::vector<std::string> engine_ids;
   for (const GrpcChoice& choice : generation->choices) {

@@ -2,6 +2,7 @@
 #include "server/grpc/generate_request.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -81,7 +82,8 @@ absl::StatusOr<std::vector<engine::MediaEmbedding>> PlaceImages(
 
 absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& model,
                                                const frontend::RequestLimits& limits,
-                                               const v1::GenerateRequest& request) {
+                                               const v1::GenerateRequest& request,
+                                               const std::function<bool()>& cancelled) {
   frontend::RequestLimits model_limits = limits;
   model_limits.vocab_size = model.vocab_size;
   model_limits.defaults = model.generation_config.defaults;
@@ -122,7 +124,8 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
                                               req.gen.max_tokens, "prompt"));
   // The vision tower (or its cache) runs once per image, after every check that can refuse the
   // request, on the encoder thread in turn with the HTTP API's images (one image's working
-  // memory at a time); this gRPC thread waits. The choices share the rows.
+  // memory at a time); this gRPC thread waits, and a client that leaves meanwhile (cancel,
+  // deadline) takes its images out of the queue. The choices share the rows.
   if (!images.empty()) {
     std::vector<std::shared_ptr<const engine::PreparedImage>> queued;
     for (engine::PreparedImage& image : images) {
@@ -131,7 +134,12 @@ absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& mode
     images.clear();
     std::shared_ptr<frontend::ImageEncodeJob> job =
         model.images->EncodeInBackground(std::move(queued), std::move(media));
-    job->Wait();
+    while (!job->WaitFor(std::chrono::milliseconds(10))) {
+      if (cancelled && cancelled()) {
+        job->Cancel();
+        return absl::CancelledError("the client left while its images were being encoded");
+      }
+    }
     media = job->media();
   }
   GrpcGeneration g;

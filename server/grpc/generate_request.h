@@ -10,6 +10,7 @@
 // in milliseconds).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,10 +38,13 @@ struct GrpcGeneration {
   std::vector<GrpcChoice> choices;
 };
 
-// Validates `request` against `model` and builds its choices (InvalidArgument as REST).
+// Validates `request` against `model` and builds its choices (InvalidArgument as REST). With
+// images it waits for their rows, polling `cancelled` (may be null): true cancels the images
+// not encoded yet and returns Cancelled.
 absl::StatusOr<GrpcGeneration> BuildGeneration(const frontend::ServedModel& model,
                                                const frontend::RequestLimits& limits,
-                                               const v1::GenerateRequest& request);
+                                               const v1::GenerateRequest& request,
+                                               const std::function<bool()>& cancelled = nullptr);
 
 // The same code (absl and gRPC codes share their numbering) and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);

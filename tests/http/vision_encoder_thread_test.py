@@ -10,17 +10,21 @@ an 896x896 image takes about a second to encode on one core) served with --http-
   queue       a second image request waits behind the first (/server_info vision.
               encoder_queue_images 1); its client leaves, and its image is never encoded
               (images_encoded counts the first only)
+  grpc cancel the same through gRPC: a call whose image waits is cancelled by its client, and
+              the image is never encoded
   cached      the first image again is answered from the encoder cache, with the same answer
   streamed    a streamed chat and a streamed Responses request with a new image each: the
               response starts, the tokens follow the encode, the stream ends properly
   metrics     /metrics' encoder series equal /server_info's counts
 
-Usage: vision_encoder_thread_test.py (environment: STRATA_BIN, STRATA_MAKE_CHECKPOINT)
-Needs /usr/bin/python3 with Pillow.
+Usage: vision_encoder_thread_test.py (environment: STRATA_BIN, STRATA_MAKE_CHECKPOINT, PYTHONPATH
+with clients/python and the generated strata.v1 stubs)
+Needs /usr/bin/python3 with Pillow and python3-grpcio.
 """
 import http.client
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +55,18 @@ def body(url, **fields):
 
 def vision_info(server):
     return server.get("/server_info")["vision"]
+
+
+def idle_encoder(server):
+    """/server_info's vision block once nothing waits for or runs in the tower (an image still
+    encoding would not be counted yet), at most 20 s later."""
+    deadline = time.time() + 20
+    while True:
+        info = vision_info(server)
+        if info["encoder_queue_images"] == 0 and info["encoder_running_images"] == 0:
+            return info
+        v.check(time.time() < deadline, f"the encoder is still busy after 20 s: {info}")
+        time.sleep(0.05)
 
 
 def timed_post(server, path, payload, out, key):
@@ -104,13 +120,46 @@ def test_queue(server):
     leaving.close()  # the client goes away while its image waits
     first.join()
     v.check(done["first"][1] == 200, f"the first image chat: {done['first'][1]}")
-    time.sleep(0.5)
-    info = vision_info(server)
+    info = idle_encoder(server)
     v.check(info["images_encoded"] == before + 1,
             f"images_encoded {before} -> {info['images_encoded']}: the image of the request "
             f"whose client left was encoded anyway")
     v.check(info["encoder_queue_images"] == 0, f"still waiting: {info}")
     print(f"queue: one image waited, its client left, images_encoded +1; {info}")
+
+
+def test_grpc_cancel(server):
+    """A gRPC generation whose new image waits behind an HTTP request's; its client cancels the
+    call while the image waits: the image is never encoded, and the queue empties."""
+    try:
+        from strata_client import Client  # python3-grpcio and the generated stubs (PYTHONPATH)
+    except ImportError as e:
+        v.fail(f"the gRPC part needs python3-grpcio and the strata.v1 stubs on PYTHONPATH: {e}")
+    m = re.search(r"gRPC API \(strata\.v1\) on 127\.0\.0\.1:(\d+)", server.output["stdout"])
+    v.check(m is not None, "no gRPC port in the server's output")
+    info = vision_info(server)
+    before, pad = info["images_encoded"], info["media_placeholder_token_id"]
+    done = {}
+    first = threading.Thread(target=timed_post, args=(
+        server, "/v1/chat/completions", body(image_url(21)), done, "first"))
+    first.start()
+    time.sleep(0.3)
+    with Client(f"127.0.0.1:{m.group(1)}") as client:
+        call = client.stream(prompt_ids=[5, pad, 6], max_tokens=4,
+                             images=[v.encode(v.noise(22, (SIDE, SIDE)), "PNG")])
+        waiting = 0
+        while first.is_alive() and waiting == 0:
+            waiting = vision_info(server).get("encoder_queue_images", 0)
+            time.sleep(0.05)
+        v.check(waiting == 1, f"the gRPC image was never seen waiting ({waiting})")
+        call.cancel()  # the client goes away while its image waits
+    first.join()
+    v.check(done["first"][1] == 200, f"the HTTP image chat: {done['first'][1]}")
+    info = idle_encoder(server)
+    v.check(info["images_encoded"] == before + 1 and info["encoder_queue_images"] == 0,
+            f"images_encoded {before} -> {info['images_encoded']}, queue "
+            f"{info['encoder_queue_images']}: the cancelled gRPC call's image was encoded anyway")
+    print(f"grpc cancel: the cancelled call's image left the queue unencoded; {info}")
 
 
 def test_cached(server, url, first_reply):
@@ -192,6 +241,7 @@ def main():
             url = image_url(1)
             first = test_one_thread(server, url)
             test_queue(server)
+            test_grpc_cancel(server)
             test_cached(server, url, first)
             test_streamed(server)
             test_metrics(server)
