@@ -49,11 +49,15 @@ absl::Status CopyCacheUnits(const StepPlan& plan, const kvcache::CacheLayout& la
   for (size_t i = 0; i < plan.cache_saves.size(); ++i) {
     CacheUnitSpans(layout, plan.cache_saves[i].unit, plan.cache_saves[i].index, spans);
     std::string& out = result->saved[i];
-    out.clear();
+    size_t unit_bytes = 0;
+    for (const kvcache::CacheSpan& span : *spans) unit_bytes += static_cast<size_t>(span.bytes);
+    // Sized once: the pointers copy_out gets stay valid until result->saved changes (an
+    // asynchronous copy may land there after this returns).
+    out.resize(unit_bytes);
+    size_t at = 0;
     for (const kvcache::CacheSpan& span : *spans) {
-      const size_t at = out.size();
-      out.resize(at + static_cast<size_t>(span.bytes));
       RETURN_IF_ERROR(copy_out(span.offset, span.bytes, out.data() + at));
+      at += static_cast<size_t>(span.bytes);
     }
   }
   for (const CacheLoad& load : plan.cache_loads) {

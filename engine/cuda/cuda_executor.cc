@@ -593,38 +593,67 @@ absl::Status CudaExecutor::ReplayKdaDrafts(const StepPlan& plan, const DeviceSte
   return absl::OkStatus();
 }
 
-// Copies on the step's stream, ordered before its kernels (InitSlots, the forward): a copy to
-// pageable host memory returns when done, and one from it once the bytes are staged. Pinned staging
-// and copies overlapped with the forward are not done yet (docs/kv-offload.md).
+// Copies on the step's stream, ordered before its kernels (InitSlots, the forward), through
+// pinned staging, so they are asynchronous: a load's bytes are staged on the host and go up while
+// the host launches the step; a save comes down into staging and reaches result->saved in
+// FinishCacheSaves, after the step's synchronisation. The staging is free again by then (every
+// step ends synchronised), so one buffer grown to the largest step serves.
 absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* result) {
+  pending_saves_.clear();
   if (plan.cache_saves.empty() && plan.cache_loads.empty()) {
     result->saved.clear();
     return absl::OkStatus();
   }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   TensorParallelGroup* tp = tensor_parallel_host_;
   const CacheShares shares{tp != nullptr ? tp->rank() : 0, tp != nullptr ? tp->size() : 1,
                            model_->context_parallel().size};
-  RETURN_IF_ERROR(engine::CopyCacheUnits(
+  int64_t staged = 0;
+  for (const CacheSave& save : plan.cache_saves) staged += UnitBytes(save.unit, save.index);
+  for (const CacheLoad& load : plan.cache_loads) staged += UnitBytes(load.unit, load.index);
+  RETURN_IF_ERROR(copy_staging_.Reserve(staged, "offload copy staging (pinned host)"));
+  char* staging = copy_staging_.as<char>();
+  int64_t at = 0;
+  return engine::CopyCacheUnits(
       plan, layout_, result, &spans_,
       [&](int64_t offset, int64_t bytes, char* to) -> absl::Status {
         STRATA_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(to, arena() + offset, static_cast<size_t>(bytes),
+            cudaMemcpyAsync(staging + at, arena() + offset, static_cast<size_t>(bytes),
                             cudaMemcpyDeviceToHost, stream_),
-            "cache save cudaMemcpy");
+            "cache save cudaMemcpyAsync");
+        pending_saves_.push_back({to, at, bytes});
+        at += bytes;
         return absl::OkStatus();
       },
       [&](const char* from, int64_t offset, int64_t bytes) -> absl::Status {
+        std::memcpy(staging + at, from, static_cast<size_t>(bytes));
         STRATA_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(arena() + offset, from, static_cast<size_t>(bytes),
+            cudaMemcpyAsync(arena() + offset, staging + at, static_cast<size_t>(bytes),
                             cudaMemcpyHostToDevice, stream_),
-            "cache load cudaMemcpy");
+            "cache load cudaMemcpyAsync");
+        at += bytes;
         return absl::OkStatus();
       },
-      shares));
-  // The copies to pageable host memory have finished: the lead gathers the followers' shares.
-  if (tp != nullptr) GatherSavedShares(*tp, shares, plan, result, &save_scratch_);
-  return absl::OkStatus();
+      shares);
+}
+
+int64_t CudaExecutor::UnitBytes(CacheUnit unit, int32_t index) {
+  CacheUnitSpans(layout_, unit, index, &spans_);
+  int64_t bytes = 0;
+  for (const kvcache::CacheSpan& span : spans_) bytes += span.bytes;
+  return bytes;
+}
+
+void CudaExecutor::FinishCacheSaves(const StepPlan& plan, StepResult* result) {
+  const char* staging = copy_staging_.as<char>();
+  for (const PendingSave& save : pending_saves_) {
+    std::memcpy(save.to, staging + save.staging_offset, static_cast<size_t>(save.bytes));
+  }
+  pending_saves_.clear();
+  // Under tensor parallelism the lead gathers the followers' shares (engine/cache_copy.h).
+  if (TensorParallelGroup* tp = tensor_parallel_host_; tp != nullptr) {
+    const CacheShares shares{tp->rank(), tp->size(), model_->context_parallel().size};
+    GatherSavedShares(*tp, shares, plan, result, &save_scratch_);
+  }
 }
 
 absl::Status CudaExecutor::Run(const StepPlan& plan, bool lead, StepResult* result) {
@@ -671,6 +700,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, bool lead, StepResult* resu
   if (!lead) {  // a follower: the caches only, then the drafts the lead accepted
     RETURN_IF_ERROR(SaveEndCheckpoints(plan));
     STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
+    FinishCacheSaves(plan, result);
     if (step_.num_drafting > 0) {
       num_sampled_by_plan_.assign(plan.sequences.size(), 0);
       tensor_parallel_host_->BroadcastFromLead(num_sampled_by_plan_.data(),
@@ -723,6 +753,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, bool lead, StepResult* resu
   // Constraint masks (structured output) are built on the host while the device works.
   PrepareConstraints(plan, vocab, /*parallel=*/true);
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
+  FinishCacheSaves(plan, result);
   // As Model::Forward on the CPU: callers validate token ids, an invalid one is a bug.
   CHECK_EQ(*invalid_host, 0) << "token ids outside [0, " << vocab << ") reached the CUDA forward";
   if (model_->options().expert_exchange != nullptr) {

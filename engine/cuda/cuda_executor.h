@@ -158,6 +158,10 @@ class CudaExecutor : public StepExecutor, public StepFollower {
   absl::Status InitSlots(const StepPlan& plan);
   // Before InitSlots: the plan's cache saves into result->saved, then its loads (step.h).
   absl::Status CopyCacheUnits(const StepPlan& plan, StepResult* result);
+  // After the step's synchronisation: the saves from staging into result->saved, then (tensor
+  // parallelism) the lead gathers every rank's share.
+  void FinishCacheSaves(const StepPlan& plan, StepResult* result);
+  int64_t UnitBytes(CacheUnit unit, int32_t index);  // bytes of a unit on this rank
   absl::Status CopyStateRow(int32_t from_row, int32_t to_row);
   bool PlanDeviceSampling(const StepPlan& plan);
   absl::Status SampleOnDevice(const StepPlan& plan, float* logits, const char** outputs,
@@ -183,6 +187,14 @@ class CudaExecutor : public StepExecutor, public StepFollower {
   kernels::cuda::DeviceBuffer caches_arena_;
   std::vector<kvcache::CacheSpan> spans_;  // CopyCacheUnits scratch
   std::vector<float> save_scratch_;        // GatherSavedShares scratch
+  // Offload copies' pinned staging (CopyCacheUnits) and the saves still in it.
+  kernels::cuda::PinnedBuffer copy_staging_;
+  struct PendingSave {
+    char* to = nullptr;  // in StepResult::saved
+    int64_t staging_offset = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<PendingSave> pending_saves_;
   DeviceCaches caches_;
   DeviceArena scratch_;
   StepLayout step_;
