@@ -40,9 +40,14 @@ test("flags Strata cannot honour stop the start naming the alternative", () => {
   const tp = refused(["--tensor-parallel-size", "3"]);
   assert.notEqual(tp.status, 0);
   assert.match(tp.stderr, /4 KDA heads cannot be split over --tensor-parallel-size 3/);
-  const tpdp = refused(["--tensor-parallel-size", "2", "--world-size", "4"]);
+  // Data parallelism over tensor-parallel groups runs (tests/multirank tp-dp); a world the
+  // groups do not divide, or a process straddling two groups, is refused.
+  const tpdp = refused(["--tensor-parallel-size", "2", "--world-size", "3"]);
   assert.notEqual(tpdp.status, 0);
-  assert.match(tpdp.stderr, /data parallelism over tensor-parallel groups is not supported yet/);
+  assert.match(tpdp.stderr, /a world of 3 ranks cannot be cut into tensor-parallel groups of --tensor-parallel-size 2/);
+  const straddle = refused(["--tensor-parallel-size", "4", "--world-size", "12", "--local-ranks", "6"]);
+  assert.notEqual(straddle.status, 0);
+  assert.match(straddle.stderr, /6 ranks per process with --tensor-parallel-size 4: a process runs whole tensor-parallel groups or a part of one/);
   const gpu = refused(["--gpu-memory-utilization", "0.9"]);
   assert.notEqual(gpu.status, 0);
   assert.match(gpu.stderr, /--gpu-memory-utilization .*--kv-cache-memory/);
