@@ -20,7 +20,7 @@ cache of about 1.3 N tokens and a disk tier (--kv-offload-dir, plus --kv-offload
 Prints a table; a ratio is only meaningful within one run (machines here are shared and noisy).
 
 usage: kv_offload_bench.py --strata BIN (--model DIR | --make-checkpoint BIN) [--tokens 32768,131072]
-       [--host-tier] [--work DIR]
+       [--host-tier] [--bytes-per-token B (default 1600: the demo model)] [--work DIR]
 """
 import argparse
 import json
@@ -127,8 +127,9 @@ def run_length(args, model, n):
     os.makedirs(work)
     tier = os.path.join(work, "tier")
     # The demo-sized K3 checkpoint's cache: ~1.6 KiB per token (f32 latent rows of 2 MLA layers)
-    # plus KDA slots and checkpoints; 1.3 N tokens hold DOC but not DOC and another N.
-    cache_bytes = int(n * 1.3 * 1600) + (16 << 20)
+    # plus KDA slots and checkpoints (--bytes-per-token for another checkpoint: /server_info's
+    # memory plan over its num_tokens); 1.3 N tokens hold DOC but not DOC and another N.
+    cache_bytes = int(n * 1.3 * args.bytes_per_token) + (16 << 20)
     rng = random.Random(n)
     doc = [rng.randrange(300, 7900) for _ in range(n)]
     other = [rng.randrange(300, 7900) for _ in range(n)]
@@ -178,6 +179,7 @@ def main():
     parser.add_argument("--make-checkpoint")
     parser.add_argument("--tokens", default="32768,131072")
     parser.add_argument("--host-tier", action="store_true")
+    parser.add_argument("--bytes-per-token", type=float, default=1600.0)
     parser.add_argument("--work", default="/tmp/strata_kv_offload_bench")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)

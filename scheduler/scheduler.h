@@ -109,8 +109,9 @@ class Scheduler {
 
   // Graceful shutdown with tiers: writes down what the device cache holds, so a restart finds
   // prefixes that were never evicted too. Each call returns a plan of saves (no sequences) of at
-  // most ~max_bytes of the cached blocks and committed checkpoints the tiers do not hold yet
-  // (the list is taken at the first call), after waiting for the disk tier's queued writes;
+  // most max_bytes (and at most what the disk tier's writer queue takes: entries and bytes) of
+  // the cached blocks and committed checkpoints the tiers do not hold yet (the list is taken at
+  // the first call), after waiting for the disk tier's queued writes;
   // Execute it and Commit(&result) as a step. Null when everything is written down.
   const engine::StepPlan* PlanWriteDown(int64_t max_bytes);
 

@@ -208,10 +208,19 @@ const engine::StepPlan* Scheduler::PlanWriteDown(int64_t max_bytes) {
   plan_.sequences.clear();
   plan_.cache_loads.clear();
   spills_.clear();
-  for (int64_t bytes = 0; !write_down_.empty() && bytes < max_bytes; write_down_.pop_back()) {
+  // A batch fits the disk tier's writer queue (which Flush emptied): its entry count as well as
+  // its bytes, or the Puts past the limit would be dropped (a 1M-token prefix is ~16K blocks).
+  const kvcache::DiskTier& disk = *tiers_->disk();
+  max_bytes = std::min(max_bytes, disk.max_queued_write_bytes());
+  const size_t max_units = static_cast<size_t>(disk.max_queued_writes());
+  for (int64_t bytes = 0; !write_down_.empty() && spills_.size() < max_units;
+       write_down_.pop_back()) {
     const kvcache::CacheEviction& unit = write_down_.back();
-    bytes += unit.unit == kvcache::CacheEviction::Unit::kBlock ? offload_block_bytes_
-                                                               : offload_state_bytes_;
+    const int64_t unit_bytes = unit.unit == kvcache::CacheEviction::Unit::kBlock
+                                   ? offload_block_bytes_
+                                   : offload_state_bytes_;
+    if (bytes + unit_bytes > max_bytes && !spills_.empty()) break;
+    bytes += unit_bytes;
     spills_.push_back(unit);
   }
   PlanSpills();

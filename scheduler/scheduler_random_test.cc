@@ -92,6 +92,19 @@ class RandomOpsRun {
     }
   }
 
+  // The graceful stop's write-down (EngineLoop::WriteDownCaches): every plan executed and
+  // committed; returns the units written.
+  int64_t WriteDown() {
+    int64_t units = 0;
+    while (const engine::StepPlan* plan = scheduler_.PlanWriteDown(int64_t{256} << 20)) {
+      engine::StepResult result = executor_.Execute(*plan);
+      result.step_id = plan->step_id;
+      scheduler_.Commit(&result);
+      units += static_cast<int64_t>(plan->cache_saves.size());
+    }
+    return units;
+  }
+
   void Drain() {
     int steps = 0;
     while (scheduler_.HasWork() && steps < 5000 && !::testing::Test::HasFailure()) {
@@ -443,6 +456,34 @@ TEST_P(SchedulerRandomOffloadTest, InvariantsHoldAndOutputsAreExact) {
   }
   std::cout << "tier hits " << tier_hits << ", stored " << stored << ", waits " << waits
             << ", load failures " << load_failures << " (" << corrupted << " files corrupted)\n";
+}
+
+// The graceful stop writes down what the device cache holds in batches the disk tier's writer
+// queue takes whole: with a queue of 3 entries (far fewer than the cached units) nothing is
+// dropped, and every unit listed reaches the tier.
+TEST(SchedulerWriteDownTest, BatchesFitTheWriterQueue) {
+  SchedulerConfig config = RandomConfig(Params{Policy::kFcfs, true, true, 0, 0});
+  kvcache::testing::ScopedTempDir dir("write_down");
+  kvcache::OffloadIdentity identity = kvcache::testing::TestIdentity();
+  identity.block_size = config.block_size;
+  kvcache::DiskTierOptions options;
+  options.max_queued_writes = 3;
+  auto opened = kvcache::DiskTier::Open(dir.path(), int64_t{64} << 20, identity, options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  kvcache::DiskTier* disk = opened->get();
+  kvcache::OffloadTiers tiers(nullptr, std::move(*opened));
+  RandomOpsRun run(config, 7, &tiers);
+  run.RunRandomOps(400);
+  run.Drain();
+  tiers.Flush();
+  const int64_t stored_before = run.scheduler().stats().num_tier_stored_units;
+  const int64_t dropped_before = disk->stats().dropped_puts;  // spills under the small queue
+  const int64_t written = run.WriteDown();
+  tiers.Flush();
+  EXPECT_GT(written, 3) << "too few cached units to cross the queue limit";
+  EXPECT_EQ(disk->stats().dropped_puts, dropped_before);
+  EXPECT_EQ(run.scheduler().stats().num_tier_stored_units, stored_before + written);
+  EXPECT_EQ(run.WriteDown(), 0) << "everything was written down";
 }
 
 std::string OffloadName(const ::testing::TestParamInfo<OffloadParams>& info) {

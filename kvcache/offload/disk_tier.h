@@ -142,6 +142,9 @@ class DiskTier {
   DiskTierStats stats() const;
   const std::string& dir() const { return dir_; }
   int64_t capacity_bytes() const { return capacity_bytes_; }
+  // The writer queue's limits: a Put beyond either is dropped (counted in dropped_puts).
+  int max_queued_writes() const { return options_.max_queued_writes; }
+  int64_t max_queued_write_bytes() const { return options_.max_queued_write_bytes; }
   uint64_t identity_fingerprint() const { return identity_fingerprint_; }
   // The file that holds (or will hold) `key`.
   std::string PathOf(const OffloadKey& key) const;
