@@ -41,6 +41,13 @@ struct CacheShares {
   }
 };
 
+// Bytes of a unit: the sum of its spans.
+inline size_t SpanBytes(const std::vector<kvcache::CacheSpan>& spans) {
+  size_t bytes = 0;
+  for (const kvcache::CacheSpan& span : spans) bytes += static_cast<size_t>(span.bytes);
+  return bytes;
+}
+
 template <typename CopyOut, typename CopyIn>
 absl::Status CopyCacheUnits(const StepPlan& plan, const kvcache::CacheLayout& layout,
                             StepResult* result, std::vector<kvcache::CacheSpan>* spans,
@@ -49,11 +56,9 @@ absl::Status CopyCacheUnits(const StepPlan& plan, const kvcache::CacheLayout& la
   for (size_t i = 0; i < plan.cache_saves.size(); ++i) {
     CacheUnitSpans(layout, plan.cache_saves[i].unit, plan.cache_saves[i].index, spans);
     std::string& out = result->saved[i];
-    size_t unit_bytes = 0;
-    for (const kvcache::CacheSpan& span : *spans) unit_bytes += static_cast<size_t>(span.bytes);
     // Sized once: the pointers copy_out gets stay valid until result->saved changes (an
     // asynchronous copy may land there after this returns).
-    out.resize(unit_bytes);
+    out.resize(SpanBytes(*spans));
     size_t at = 0;
     for (const kvcache::CacheSpan& span : *spans) {
       RETURN_IF_ERROR(copy_out(span.offset, span.bytes, out.data() + at));
@@ -62,8 +67,7 @@ absl::Status CopyCacheUnits(const StepPlan& plan, const kvcache::CacheLayout& la
   }
   for (const CacheLoad& load : plan.cache_loads) {
     CacheUnitSpans(layout, load.unit, load.index, spans);
-    size_t unit_bytes = 0;
-    for (const kvcache::CacheSpan& span : *spans) unit_bytes += static_cast<size_t>(span.bytes);
+    const size_t unit_bytes = SpanBytes(*spans);
     CHECK_EQ(unit_bytes * static_cast<size_t>(shares.Count(load.unit)), load.bytes.size())
         << "cache load of the wrong size";
     size_t at = unit_bytes * static_cast<size_t>(shares.Index(load.unit));

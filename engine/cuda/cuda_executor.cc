@@ -604,9 +604,6 @@ absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* resu
     result->saved.clear();
     return absl::OkStatus();
   }
-  TensorParallelGroup* tp = tensor_parallel_host_;
-  const CacheShares shares{tp != nullptr ? tp->rank() : 0, tp != nullptr ? tp->size() : 1,
-                           model_->context_parallel().size};
   int64_t staged = 0;
   for (const CacheSave& save : plan.cache_saves) staged += UnitBytes(save.unit, save.index);
   for (const CacheLoad& load : plan.cache_loads) staged += UnitBytes(load.unit, load.index);
@@ -633,14 +630,18 @@ absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* resu
         at += bytes;
         return absl::OkStatus();
       },
-      shares);
+      Shares());
+}
+
+CacheShares CudaExecutor::Shares() const {
+  TensorParallelGroup* tp = tensor_parallel_host_;
+  return {tp != nullptr ? tp->rank() : 0, tp != nullptr ? tp->size() : 1,
+          model_->context_parallel().size};
 }
 
 int64_t CudaExecutor::UnitBytes(CacheUnit unit, int32_t index) {
   CacheUnitSpans(layout_, unit, index, &spans_);
-  int64_t bytes = 0;
-  for (const kvcache::CacheSpan& span : spans_) bytes += span.bytes;
-  return bytes;
+  return static_cast<int64_t>(SpanBytes(spans_));
 }
 
 void CudaExecutor::FinishCacheSaves(const StepPlan& plan, StepResult* result) {
@@ -650,9 +651,8 @@ void CudaExecutor::FinishCacheSaves(const StepPlan& plan, StepResult* result) {
   }
   pending_saves_.clear();
   // Under tensor parallelism the lead gathers the followers' shares (engine/cache_copy.h).
-  if (TensorParallelGroup* tp = tensor_parallel_host_; tp != nullptr) {
-    const CacheShares shares{tp->rank(), tp->size(), model_->context_parallel().size};
-    GatherSavedShares(*tp, shares, plan, result, &save_scratch_);
+  if (tensor_parallel_host_ != nullptr) {
+    GatherSavedShares(*tensor_parallel_host_, Shares(), plan, result, &save_scratch_);
   }
 }
 

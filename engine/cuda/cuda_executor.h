@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/cache_copy.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/device_arena.h"
 #include "engine/cuda/step_layout.h"
@@ -162,6 +163,7 @@ class CudaExecutor : public StepExecutor, public StepFollower {
   // parallelism) the lead gathers every rank's share.
   void FinishCacheSaves(const StepPlan& plan, StepResult* result);
   int64_t UnitBytes(CacheUnit unit, int32_t index);  // bytes of a unit on this rank
+  CacheShares Shares() const;  // this rank's share of the offload units (engine/cache_copy.h)
   absl::Status CopyStateRow(int32_t from_row, int32_t to_row);
   bool PlanDeviceSampling(const StepPlan& plan);
   absl::Status SampleOnDevice(const StepPlan& plan, float* logits, const char** outputs,
