@@ -238,7 +238,11 @@ void Scheduler::StoreSpills(std::vector<std::string>* saved) {
         key.kind == OffloadKind::kLatentBlock ? offload_block_bytes_ : offload_state_bytes_;
     CHECK_EQ(static_cast<int64_t>(bytes.size()), want) << "saved unit of the wrong size";
     const int64_t size = static_cast<int64_t>(bytes.size());
-    if (absl::Status status = tiers_->Store(key, std::move(bytes)); !status.ok()) {
+    // A write-down waits for room in the disk writer's queue (other loops may be writing down
+    // into the same tiers); a step's spills never wait (they are dropped and counted).
+    absl::Status status = write_down_listed_ ? tiers_->StoreWaiting(key, std::move(bytes))
+                                             : tiers_->Store(key, std::move(bytes));
+    if (!status.ok()) {
       ++counters_.num_tier_store_failures;
       LOG_DEBUG("kvoffload", "not stored: {}", status.ToString());
       continue;

@@ -121,6 +121,18 @@ void AddStats(const EngineStats& b, EngineStats& a) {
   s.num_prefix_hits += t.num_prefix_hits;
   s.num_prefix_hit_tokens += t.num_prefix_hit_tokens;
   s.num_prefix_waits += t.num_prefix_waits;
+  s.num_tier_hits += t.num_tier_hits;
+  s.num_tier_hit_tokens += t.num_tier_hit_tokens;
+  s.num_tier_loaded_blocks += t.num_tier_loaded_blocks;
+  s.num_tier_loaded_checkpoints += t.num_tier_loaded_checkpoints;
+  s.num_tier_loaded_bytes += t.num_tier_loaded_bytes;
+  s.num_tier_stored_units += t.num_tier_stored_units;
+  s.num_tier_stored_bytes += t.num_tier_stored_bytes;
+  s.num_tier_store_failures += t.num_tier_store_failures;
+  s.num_tier_waits += t.num_tier_waits;
+  s.num_tier_load_failures += t.num_tier_load_failures;
+  // The ranks share the process's tiers: their snapshots are of the same tiers, never summed.
+  if (b.offload.has_value() && !a.offload.has_value()) a.offload = b.offload;
   s.block_usage = s.num_blocks > 0 ? 1.0 - double(s.num_free_blocks) / s.num_blocks : 0.0;
   s.slot_usage = s.num_slots > 0 ? 1.0 - double(s.num_free_slots) / s.num_slots : 0.0;
 }

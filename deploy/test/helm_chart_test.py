@@ -363,6 +363,14 @@ def check_kv_offload(renderer):
                            "persistentVolumeClaim": {"claimName": "kv-cache"}}],
               "kvOffload existing claim: volume %s" % volumes)
         check("PersistentVolumeClaim" not in docs, "kvOffload existing claim: a claim is created")
+    # Eight GPUs a pod (the default): its eight engine ranks share the pod's tiers.
+    docs = render_docs(renderer, "--set", "kvOffload.enabled=true")
+    if check(docs.get("Deployment"), "kvOffload 8 GPUs: no Deployment"):
+        spec = docs["Deployment"]["spec"]["template"]["spec"]
+        args, _, volumes = kv_offload_parts(spec)
+        check(args == ["--kv-offload-dir=/var/cache/strata-kv"] and len(volumes) == 1 and
+              "--replicas=8" in spec["containers"][0]["args"],
+              "kvOffload 8 GPUs: args %s, volumes %s" % (args, volumes))
     # Multi-node with one GPU a pod (one engine rank a process): every pod of the group, on a
     # node's local disk.
     docs = render_docs(renderer, "-f", os.path.join(HELM, "examples", "multi-node.yaml"),
@@ -397,10 +405,6 @@ def check_rejections(renderer):
                           (["--set", "batchFiles.keepResponses=true"],
                            "batchFiles.keepResponses keeps stored responses on the batchFiles "
                            "volume: it needs batchFiles.persistence"),
-                          # The tiers serve one engine rank per process (default: 8 GPUs).
-                          (["--set", "kvOffload.enabled=true"],
-                           "kvOffload needs one engine rank per server process (gpu.count 0 or "
-                           "1, not 8)"),
                           (["--set", "gpu.count=1", "--set", "kvOffload.enabled=true",
                             "--set", "kvOffload.dir="],
                            "kvOffload.enabled needs a tier"),

@@ -2,6 +2,7 @@
 #include "kvcache/offload/offload_tiers.h"
 
 #include <chrono>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -28,18 +29,37 @@ OffloadTiers::OffloadTiers(std::unique_ptr<HostTier> host, std::unique_ptr<DiskT
 }
 
 absl::Status OffloadTiers::Store(const OffloadKey& key, std::string bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return StoreLocked(key, std::move(bytes));
+}
+
+absl::Status OffloadTiers::StoreWaiting(const OffloadKey& key, std::string bytes) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (disk_ == nullptr ||
+      (host_ != nullptr && static_cast<int64_t>(bytes.size()) <= host_->capacity_bytes())) {
+    return StoreLocked(key, std::move(bytes));  // the host tier takes it (its spills may drop)
+  }
+  lock.unlock();  // Put never waits, so another loop may fill the queue again: retry
+  for (;;) {
+    absl::Status status = disk_->Put(key, bytes);
+    if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+    disk_->Flush();  // an empty queue takes any entry
+  }
+}
+
+absl::Status OffloadTiers::StoreLocked(const OffloadKey& key, std::string bytes) {
   const bool fits_host =
       host_ != nullptr && static_cast<int64_t>(bytes.size()) <= host_->capacity_bytes();
   if (host_ != nullptr && (fits_host || disk_ == nullptr)) {
     std::vector<OffloadEntry> evicted;
     absl::Status status = host_->Put(key, std::move(bytes), &evicted);
-    Spill(std::move(evicted));
+    SpillLocked(std::move(evicted));
     return status;
   }
   return disk_->Put(key, std::move(bytes));
 }
 
-void OffloadTiers::Spill(std::vector<OffloadEntry> evicted) {
+void OffloadTiers::SpillLocked(std::vector<OffloadEntry> evicted) {
   for (OffloadEntry& entry : evicted) {
     if (disk_ == nullptr) {
       ++dropped_entries_;
@@ -56,6 +76,7 @@ void OffloadTiers::Spill(std::vector<OffloadEntry> evicted) {
 }
 
 OffloadTier OffloadTiers::Contains(const OffloadKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
   if (host_ != nullptr && host_->Contains(key)) return OffloadTier::kHost;
   if (disk_ != nullptr && disk_->Contains(key)) return OffloadTier::kDisk;
   return OffloadTier::kNone;
@@ -63,6 +84,7 @@ OffloadTier OffloadTiers::Contains(const OffloadKey& key) const {
 
 std::optional<std::string> OffloadTiers::Load(const OffloadKey& key) {
   if (host_ == nullptr) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
   const auto start = std::chrono::steady_clock::now();
   std::optional<std::string> bytes = host_->Get(key);
   if (bytes.has_value()) {
@@ -74,9 +96,11 @@ std::optional<std::string> OffloadTiers::Load(const OffloadKey& key) {
 
 void OffloadTiers::Prefetch(absl::Span<const OffloadKey> keys) {
   if (disk_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<OffloadKey> from_disk;
   for (const OffloadKey& key : keys) {
-    if (host_ == nullptr || !host_->Contains(key)) from_disk.push_back(key);
+    if (host_ != nullptr && host_->Contains(key)) continue;
+    if (reads_[key].requesters++ == 0) from_disk.push_back(key);  // else it joins that read
   }
   disk_->Prefetch(from_disk);
 }
@@ -86,11 +110,28 @@ std::optional<absl::StatusOr<std::string>> OffloadTiers::TakePrefetched(const Of
     return absl::StatusOr<std::string>(absl::NotFoundError(
         absl::StrFormat("kv offload: no disk tier to prefetch %016x from", key.hash)));
   }
-  return disk_->TakePrefetched(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reads_.find(key);
+  if (it == reads_.end()) return disk_->TakePrefetched(key);  // not asked for: NotFound
+  SharedRead& read = it->second;
+  if (!read.result.has_value()) {
+    read.result = disk_->TakePrefetched(key);
+    if (!read.result.has_value()) return std::nullopt;  // still loading
+  }
+  if (--read.requesters > 0) return read.result;  // a copy; the others take theirs later
+  std::optional<absl::StatusOr<std::string>> result = std::move(read.result);
+  reads_.erase(it);
+  return result;
 }
 
 void OffloadTiers::CancelPrefetch(const OffloadKey& key) {
-  if (disk_ != nullptr) disk_->CancelPrefetch(key);
+  if (disk_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reads_.find(key);
+  if (it == reads_.end()) return;
+  if (--it->second.requesters > 0) return;
+  if (!it->second.result.has_value()) disk_->CancelPrefetch(key);
+  reads_.erase(it);
 }
 
 void OffloadTiers::Flush() {
@@ -99,6 +140,7 @@ void OffloadTiers::Flush() {
 
 int64_t OffloadTiers::SpillHostToDisk() {
   if (host_ == nullptr || disk_ == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(mu_);  // a shutdown's: waiting for the writer under it is fine
   int64_t moved = 0;
   for (OffloadEntry& entry : host_->TakeAll()) {
     const int64_t size_bytes = static_cast<int64_t>(entry.bytes.size());
@@ -120,6 +162,7 @@ int64_t OffloadTiers::SpillHostToDisk() {
 }
 
 OffloadTiersStats OffloadTiers::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
   OffloadTiersStats stats;
   if (host_ != nullptr) stats.host = host_->stats();
   stats.host_load_latency = host_load_latency_;

@@ -11,14 +11,21 @@
 // tier as well); the host tier answers first. Neither tier promotes on a hit: the bytes go back
 // into the device cache, and come down again when it evicts them.
 //
-// Threading: the engine loop thread calls everything; the disk tier's own threads do its I/O.
+// Threading: every method is thread-safe. One OffloadTiers serves every engine loop of a process
+// (the data-parallel groups' schedulers share it: what one group evicted another reads back);
+// the disk tier's own threads do its I/O. Disk reads are shared among their requesters: each
+// caller's Prefetch of a key must be followed by that caller's TakePrefetched or CancelPrefetch
+// of it (a caller asks once per key at a time; Scheduler does), and every requester gets the
+// bytes; the read is cancelled only when the last requester cancels.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -56,6 +63,9 @@ class OffloadTiers {
   // tier refuses are counted, not returned. Errors: the disk tier's Put error when the entry
   // went straight to it; the host tier's when there is no disk tier and it is too big.
   absl::Status Store(const OffloadKey& key, std::string bytes);
+  // Store, but when the disk writer's queue is full, waits for it to drain and stores then (a
+  // graceful stop's write-down: several engine loops write down at once, and none may drop).
+  absl::Status StoreWaiting(const OffloadKey& key, std::string bytes);
 
   // The highest tier holding `key`. No effect on recency or stats.
   OffloadTier Contains(const OffloadKey& key) const;
@@ -64,10 +74,13 @@ class OffloadTiers {
   // when the host tier does not hold it.
   std::optional<std::string> Load(const OffloadKey& key);
 
-  // Starts disk reads for the keys the host tier does not hold (DiskTier::Prefetch).
+  // Starts disk reads for the keys the host tier does not hold (DiskTier::Prefetch); a key
+  // another caller is reading already joins that read.
   void Prefetch(absl::Span<const OffloadKey> keys);
-  // DiskTier::TakePrefetched; NotFound without a disk tier.
+  // DiskTier::TakePrefetched for this caller's request (the result is handed to each requester);
+  // NotFound without a disk tier or without a request.
   std::optional<absl::StatusOr<std::string>> TakePrefetched(const OffloadKey& key);
+  // Drops this caller's request; the disk read stops when no requester is left.
   void CancelPrefetch(const OffloadKey& key);
 
   // Waits for the disk tier's queued writes (tests, shutdown).
@@ -79,15 +92,28 @@ class OffloadTiers {
   int64_t SpillHostToDisk();
 
   OffloadTiersStats Stats() const;
+  // The tiers themselves (tests, tools; both are thread-safe only through this class's lock —
+  // the disk tier on its own, the host tier not).
   HostTier* host() { return host_.get(); }
   DiskTier* disk() { return disk_.get(); }
+  const DiskTier* disk() const { return disk_.get(); }
 
  private:
+  // A disk read and the callers waiting for it.
+  struct SharedRead {
+    int requesters = 0;
+    std::optional<absl::StatusOr<std::string>> result;  // taken from the disk tier, not by all
+  };
+
+  // The following require mu_ held.
+  absl::Status StoreLocked(const OffloadKey& key, std::string bytes);
   // Hands host evictions down to the disk tier.
-  void Spill(std::vector<OffloadEntry> evicted);
+  void SpillLocked(std::vector<OffloadEntry> evicted);
 
   const std::unique_ptr<HostTier> host_;
   const std::unique_ptr<DiskTier> disk_;
+  mutable std::mutex mu_;  // the host tier, the shared reads and the counters
+  absl::flat_hash_map<OffloadKey, SharedRead> reads_;
   LoadLatency host_load_latency_;
   int64_t spilled_entries_ = 0;
   int64_t spilled_bytes_ = 0;

@@ -95,6 +95,27 @@ TEST(ServeFlagsTest, KvOffloadMemoryZeroMeansOff) {
   EXPECT_TRUE(Options({"--kv-offload-memory", "0", "--no-prefix-caching"}).ok());
 }
 
+// The disk tier's directory: the flag's for a process that runs every data-parallel group; a
+// process running only some of them (one per rank or node) takes DIR/dp<its first group>.
+TEST(ServeFlagsTest, KvOffloadDirIsEachProcesssOwnUnderDataParallelism) {
+  const auto dir_of = [](std::vector<std::string> args) {
+    args.insert(args.end(), {"--kv-offload-dir", "/cache/kv"});
+    absl::StatusOr<ServeOptions> o = Options(args);
+    EXPECT_TRUE(o.ok()) << o.status();
+    return o.ok() ? OffloadDirOf(*o) : std::string();
+  };
+  EXPECT_EQ(dir_of({}), "/cache/kv");
+  EXPECT_EQ(dir_of({"--data-parallel-size", "2"}), "/cache/kv");  // both groups here
+  EXPECT_EQ(dir_of({"--replicas", "2"}), "/cache/kv");
+  EXPECT_EQ(dir_of({"--world-size", "4", "--rank", "3", "--coordinator", "h:1"}), "/cache/kv/dp3");
+  EXPECT_EQ(dir_of({"--world-size", "4", "--rank", "2", "--tensor-parallel-size", "2",
+                    "--coordinator", "h:1"}),
+            "/cache/kv/dp1");
+  EXPECT_EQ(dir_of({"--world-size", "2", "--rank", "0", "--tensor-parallel-size", "2",
+                    "--coordinator", "h:1"}),
+            "/cache/kv");  // the one group's lead
+}
+
 TEST(ServeFlagsTest, KvOffloadFlagsRefuseBadValues) {
   auto refused = [](const std::vector<std::string>& args) {
     absl::StatusOr<ServeOptions> o = Options(args);

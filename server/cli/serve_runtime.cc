@@ -306,27 +306,27 @@ int64_t DefaultOffloadDiskBytes(const std::string& dir) {
 
 }  // namespace
 
+std::string OffloadDirOf(const ServeOptions& options) {
+  const ParallelOptions& p = options.parallel;
+  if (p.data_parallel_size() <= p.num_engine_ranks()) return options.kv_offload_dir;
+  return absl::StrCat(options.kv_offload_dir, "/dp", p.first_rank / p.tensor_parallel_size);
+}
+
 absl::Status ModelRuntime::OpenOffloadTiers(const ServeOptions& options) {
   if (!options.kv_offload()) return absl::OkStatus();
   const ParallelOptions& p = options.parallel;
-  if (p.num_engine_ranks() > 1 || p.data_parallel_groups()) {
-    return absl::UnimplementedError(
-        "--kv-offload-memory / --kv-offload-dir serve one engine rank (or one tensor-parallel "
-        "group, whose lead keeps every rank's share) for now: not with data parallelism "
-        "(--world-size or --data-parallel-size > 1 without --tensor-parallel-size covering it, "
-        "--local-ranks, --replicas; docs/kv-offload.md)");
-  }
   std::unique_ptr<kvcache::HostTier> host;
   if (options.kv_offload_memory_bytes > 0) {
     host = std::make_unique<kvcache::HostTier>(options.kv_offload_memory_bytes);
   }
   std::unique_ptr<kvcache::DiskTier> disk;
   if (!options.kv_offload_dir.empty()) {
+    const std::string dir = OffloadDirOf(options);
     std::error_code ec;
-    std::filesystem::create_directories(options.kv_offload_dir, ec);
+    std::filesystem::create_directories(dir, ec);
     if (ec) {
-      return absl::InvalidArgumentError(absl::StrCat("--kv-offload-dir ", options.kv_offload_dir,
-                                                     ": cannot create it: ", ec.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-offload-dir ", dir, ": cannot create it: ", ec.message()));
     }
     kvcache::OffloadIdentity identity;
     ASSIGN_OR_RETURN(identity.checkpoint_fingerprint, kvcache::CheckpointFingerprint(dir_));
@@ -339,9 +339,8 @@ absl::Status ModelRuntime::OpenOffloadTiers(const ServeOptions& options) {
     identity.tensor_parallel_size = p.tensor_parallel_size;
     identity.context_parallel_size = p.decode_context_parallel_size;
     identity.block_size = scheduler_config_.block_size;
-    const int64_t capacity =
-        options.kv_offload_disk_bytes.value_or(DefaultOffloadDiskBytes(options.kv_offload_dir));
-    ASSIGN_OR_RETURN(disk, kvcache::DiskTier::Open(options.kv_offload_dir, capacity, identity));
+    const int64_t capacity = options.kv_offload_disk_bytes.value_or(DefaultOffloadDiskBytes(dir));
+    ASSIGN_OR_RETURN(disk, kvcache::DiskTier::Open(dir, capacity, identity));
   }
   offload_ = std::make_unique<kvcache::OffloadTiers>(std::move(host), std::move(disk));
   return absl::OkStatus();
@@ -720,13 +719,16 @@ absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
     }
     ranks = MakeLocalRanks(options);
   }
-  if (offload_ != nullptr) {  // one rank (OpenOffloadTiers)
-    // An entry is a unit's distinct shares over the group (engine/cache_copy.h CacheShares).
+  if (offload_ != nullptr) {
+    // Every engine loop (each data-parallel group's lead) shares the process's tiers. An entry
+    // is a unit's distinct shares over the group (engine/cache_copy.h CacheShares).
     const engine::CacheShares shares{0, options.parallel.tensor_parallel_size,
                                      options.parallel.decode_context_parallel_size};
-    ranks[0].scheduler->SetOffloadTiers(
-        offload_.get(), layout_.block_bytes() * shares.Count(engine::CacheUnit::kBlock),
-        layout_.state_bytes_per_sequence() * shares.Count(engine::CacheUnit::kSlot));
+    for (server::EngineRank& rank : ranks) {
+      rank.scheduler->SetOffloadTiers(
+          offload_.get(), layout_.block_bytes() * shares.Count(engine::CacheUnit::kBlock),
+          layout_.state_bytes_per_sequence() * shares.Count(engine::CacheUnit::kSlot));
+    }
   }
   server::EngineLoopOptions engine_options = options.engine;
   engine_options.stop_grace = options.parallel.collective_timeout;
@@ -1045,7 +1047,7 @@ Json OffloadInfo(const ServeOptions& options, const server::EngineStats& stats) 
   }
   if (tiers.disk.has_value()) {
     const kvcache::DiskTierStats& d = *tiers.disk;
-    out["disk"] = {{"dir", options.kv_offload_dir},
+    out["disk"] = {{"dir", OffloadDirOf(options)},
                    {"capacity_bytes", d.capacity_bytes},
                    {"bytes_used", d.bytes_used},
                    {"entries", d.num_entries},
@@ -1060,8 +1062,9 @@ Json OffloadInfo(const ServeOptions& options, const server::EngineStats& stats) 
                    {"foreign_files", d.foreign_files},
                    {"queued_writes", d.queued_writes}};
   } else if (!options.kv_offload_dir.empty()) {
-    out["disk"] = {{"dir", options.kv_offload_dir}};
+    out["disk"] = {{"dir", OffloadDirOf(options)}};
   }
+  out["engine_ranks"] = options.parallel.num_engine_ranks();  // they share these tiers
   const scheduler::SchedulerStats& s = stats.scheduler;
   out["prefix_hits"] = {{"admissions", s.num_tier_hits},
                         {"tokens", s.num_tier_hit_tokens},

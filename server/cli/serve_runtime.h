@@ -91,6 +91,11 @@ struct ServeOptions {
   int batch_priority = 1;                      // --batch-priority
 };
 
+// --kv-offload-dir's directory for this process: the flag's, or its sub-directory "dp<g>" when the
+// process runs only some of the data-parallel groups (from group g on: one process per rank or
+// per node, whose directories may be on one file system; each needs its own).
+std::string OffloadDirOf(const ServeOptions& options);
+
 class ModelRuntime {
  public:
   // Loads everything, joins the group (several ranks: blocks until every rank connected) and

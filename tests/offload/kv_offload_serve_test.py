@@ -32,7 +32,19 @@ keeps every rank's share of a unit in its tiers (engine/cache_copy.h):
              a host tier: DOC hits from memory, same tokens
   one rank   a single-rank server on the group's directory: no hit, its own answer
 
-usage: kv_offload_serve_test.py --strata BIN --make-checkpoint BIN --work DIR [--tensor-parallel]
+With --data-parallel (a test of its own), A served by --data-parallel-size 2 in one process:
+two groups, each with its own scheduler and device cache, sharing the process's tiers (requests
+alternate between the idle groups):
+
+  dp hit     DOC on group 0, pushed out of group 0 by three others; DOC again lands on group 1,
+             whose device never saw it: >= 5,900 tokens from the shared disk tier, the computed
+             run's tokens and log-probabilities bit for bit
+  dp restart a restarted two-group server hits on its first request; so does a one-group server
+             on the same directory (the entries' layout is the group's, not the count of groups)
+  dp host    --kv-offload-memory too: group 1's hit comes from host memory
+
+usage: kv_offload_serve_test.py --strata BIN --make-checkpoint BIN --work DIR
+                                [--tensor-parallel | --data-parallel]
 """
 import argparse
 import glob
@@ -246,12 +258,61 @@ def tensor_parallel(args, model, doc, others):
     print("one rank: no hit from the group's files, its own answer", flush=True)
 
 
+def data_parallel(args, model, doc, others):
+    dp = ["--data-parallel-size", "2"]
+    tier = os.path.join(args.work, "tier_dp")
+    # Sequential requests alternate between the idle groups (engine_loop.h): DOC on group 0, then
+    # three prompts of DOC's length on group 0 push all of DOC down to the tier (its cache holds
+    # ~13K tokens), short fillers go to group 1, and DOC again lands on group 1.
+    rng = random.Random(49)
+    fourth = [rng.randrange(300, 7900) for _ in range(PROMPT_TOKENS)]
+    sequence = [others[0], others[1], [101] * 64, others[2], [102] * 64, fourth]
+
+    def evict_then_hit(server, label):
+        # The groups compute alike: the hit's answer equals the computed one bit for bit.
+        computed, again = hit_after_others(server, doc, sequence, label)
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=30) as r:
+            text = r.read().decode()
+        hits = {int(rank): float(value) for rank, value in re.findall(
+            r'^strata:prefix_cache_hits_total\{[^}]*rank="(\d+)"[^}]*\} (\S+)$', text, re.M)}
+        check(hits.get(1, 0) >= MIN_CACHED and hits.get(0, 0) < MIN_CACHED,
+              f"{label}: DOC's hit was not group 1's (prefix cache hit tokens per rank: {hits})")
+        return computed, again
+
+    server = Server(args, model, dp + ["--kv-offload-dir", tier])
+    computed, again = evict_then_hit(server, "dp")
+    info = server.get_json("/server_info")
+    offload = info["kv_offload"]
+    check(offload["engine_ranks"] == 2 and offload["disk"]["hits"] > 0,
+          f"/server_info kv_offload: {offload}")
+    check(offload["prefix_hits"]["admissions"] >= 1, f"no tier hit counted: {offload}")
+    server.stop()
+    print(f"dp hit: {again[2]} cached tokens on the group that never computed DOC, same tokens",
+          flush=True)
+
+    for label, extra in (("dp restart", dp), ("one group", [])):
+        server = Server(args, model, extra + ["--kv-offload-dir", tier])
+        restarted = server.complete(doc)
+        check(restarted[2] >= MIN_CACHED and restarted[0] == computed[0],
+              f"{label} after a restart: {restarted[2]} cached, or another answer")
+        server.stop()
+        print(f"{label}: {restarted[2]} cached tokens after a restart, same tokens", flush=True)
+
+    server = Server(args, model, dp + ["--kv-offload-dir", os.path.join(args.work, "tier_dp_host"),
+                                       "--kv-offload-memory", "64MiB"])
+    evict_then_hit(server, "dp host")
+    check(server.metric("strata:kv_offload_hits_total", 'tier="host"') > 0, "no host tier hit")
+    server.stop()
+    print("dp host: the other group's hit came from host memory", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--strata", required=True)
     parser.add_argument("--make-checkpoint", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--tensor-parallel", action="store_true")
+    parser.add_argument("--data-parallel", action="store_true")
     args = parser.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
@@ -266,8 +327,8 @@ def main():
     others = [[rng.randrange(300, 7900) for _ in range(PROMPT_TOKENS)] for _ in range(3)]
     tier = os.path.join(args.work, "tier")
     t_start = time.time()
-    if args.tensor_parallel:
-        tensor_parallel(args, models["A"], doc, others)
+    if args.tensor_parallel or args.data_parallel:
+        (tensor_parallel if args.tensor_parallel else data_parallel)(args, models["A"], doc, others)
         print(f"PASS ({time.time() - t_start:.0f} s)")
         return
 

@@ -62,14 +62,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 The KV offload tiers' flags (docs/kv-offload.md), after checking what `strata serve` would
-refuse at start: the tiers serve one engine rank per process (no --replicas or --local-ranks
-above 1), sizes in its units (64GiB, not Kubernetes' 64Gi), one server per directory.
+refuse at start: sizes in its units (64GiB, not Kubernetes' 64Gi), one server per directory.
+A process's engine ranks (one per GPU) share its tiers; the sizes are the process's.
 */}}
 {{- define "strata.kvOffloadArgs" -}}
 {{- $o := .Values.kvOffload }}
-{{- if gt (int .Values.gpu.count) 1 }}
-{{- fail (printf "kvOffload needs one engine rank per server process (gpu.count 0 or 1, not %d): strata serve runs the offload tiers without --replicas or --local-ranks above 1" (int .Values.gpu.count)) }}
-{{- end }}
 {{- if not (or $o.memory $o.dir) }}
 {{- fail "kvOffload.enabled needs a tier: kvOffload.memory (host memory) or kvOffload.dir (disk)" }}
 {{- end }}
