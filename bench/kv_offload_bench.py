@@ -15,12 +15,14 @@ cache of about 1.3 N tokens and a disk tier (--kv-offload-dir, plus --kv-offload
              fsync, then read; the read may come from the page cache — said so)
   impact     the inter-token gaps of a generation streaming beside the `device` and `tier`
              requests: the median gap before them, and the longest gap while each runs (the
-             step that computes DOC's last tokens over its whole context is in both)
+             step that computes DOC's last tokens over its whole context is in both; the tier's
+             loads add to it what one step carries: --max-load-per-step)
 
 Prints a table; a ratio is only meaningful within one run (machines here are shared and noisy).
 
 usage: kv_offload_bench.py --strata BIN (--model DIR | --make-checkpoint BIN) [--tokens 32768,131072]
        [--host-tier] [--bytes-per-token B (default 1600: the demo model)] [--work DIR]
+       [--max-load-per-step SIZE (--kv-offload-max-load-per-step; default the server's)]
 """
 import argparse
 import json
@@ -50,6 +52,8 @@ class Server:
                "--max-num-seqs", "8", "--kv-offload-dir", tier_dir]
         if args.host_tier:
             cmd += ["--kv-offload-memory", str(cache_bytes)]
+        if args.max_load_per_step:
+            cmd += ["--kv-offload-max-load-per-step", args.max_load_per_step]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -179,6 +183,7 @@ def main():
     parser.add_argument("--make-checkpoint")
     parser.add_argument("--tokens", default="32768,131072")
     parser.add_argument("--host-tier", action="store_true")
+    parser.add_argument("--max-load-per-step", help="--kv-offload-max-load-per-step (a size)")
     parser.add_argument("--bytes-per-token", type=float, default=1600.0)
     parser.add_argument("--work", default="/tmp/strata_kv_offload_bench")
     args = parser.parse_args()

@@ -1,7 +1,8 @@
 // The offload copies of a step (engine/step.h, StepPlan::cache_saves / cache_loads), for any
 // executor: every save into result->saved, then every load, span by span. The executor gives
 // the byte copies (host memcpy, cudaMemcpy): copy_out(offset, bytes, char* to) reads `bytes` of
-// its arena at `offset`; copy_in(const char* from, offset, bytes) writes them. A load whose
+// its arena at `offset`; copy_in(const CacheLoad& load, const char* from, offset, bytes) writes
+// them (`load` says where the copy may run: CacheLoad::beside_step). A load whose
 // bytes are not exactly its unit's size (times its shares) is a CHECK failure (the scheduler
 // checks sizes first).
 //
@@ -72,7 +73,7 @@ absl::Status CopyCacheUnits(const StepPlan& plan, const kvcache::CacheLayout& la
         << "cache load of the wrong size";
     size_t at = unit_bytes * static_cast<size_t>(shares.Index(load.unit));
     for (const kvcache::CacheSpan& span : *spans) {
-      RETURN_IF_ERROR(copy_in(load.bytes.data() + at, span.offset, span.bytes));
+      RETURN_IF_ERROR(copy_in(load, load.bytes.data() + at, span.offset, span.bytes));
       at += static_cast<size_t>(span.bytes);
     }
   }

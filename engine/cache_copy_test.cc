@@ -309,7 +309,7 @@ TEST_P(CacheCopyTest, LoadsTakeTheRanksShare) {
     std::memcpy(to, arena.data() + offset, static_cast<size_t>(bytes));
     return absl::OkStatus();
   };
-  auto copy_in = [&](const char* from, int64_t offset, int64_t bytes) {
+  auto copy_in = [&](const CacheLoad&, const char* from, int64_t offset, int64_t bytes) {
     std::memcpy(arena.data() + offset, from, static_cast<size_t>(bytes));
     return absl::OkStatus();
   };

@@ -265,7 +265,7 @@ void CpuExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* result) {
         std::memcpy(to, arena + offset, static_cast<size_t>(bytes));
         return absl::OkStatus();
       },
-      [&](const char* from, int64_t offset, int64_t bytes) {
+      [&](const CacheLoad&, const char* from, int64_t offset, int64_t bytes) {
         std::memcpy(arena + offset, from, static_cast<size_t>(bytes));
         return absl::OkStatus();
       },

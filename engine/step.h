@@ -109,6 +109,11 @@ struct CacheLoad {  // copy in: `bytes` (exactly the unit's size) replace the un
   CacheUnit unit = CacheUnit::kBlock;
   int32_t index = 0;
   std::string bytes;
+  // No sequence of this step reads or writes the unit (its sequence is still loading and
+  // computes in a later step): the executor may copy it beside the step's kernels (the CUDA
+  // executor's copy stream), as long as it lands before the step ends and after the step's
+  // saves (a unit saved and reloaded in one step).
+  bool beside_step = false;
 };
 
 struct StepPlan {

@@ -142,6 +142,7 @@ void EncodeStepPlan(const StepPlan& plan, std::vector<uint8_t>* out) {
   for (const CacheLoad& load : plan.cache_loads) {
     w.Put<uint8_t>(static_cast<uint8_t>(load.unit));
     w.Put<int32_t>(load.index);
+    w.Put<uint8_t>(load.beside_step ? 1 : 0);
     w.PutString(load.bytes);
   }
 }
@@ -171,18 +172,21 @@ absl::StatusOr<StepPlan> DecodeStepPlan(absl::Span<const uint8_t> bytes) {
     s.slot_init = static_cast<SlotInit>(slot_init);
     s.sample = sample != 0;
   }
-  // A save is 5 bytes, a load at least 13: a count above what is left is malformed.
+  // A save is 5 bytes, a load at least 14: a count above what is left is malformed.
   if (!r.Get(&n) || n > r.remaining() / 5) return bad("the cache save count");
   plan.cache_saves.resize(n);
   for (CacheSave& save : plan.cache_saves) {
     if (!GetUnit(r, &save.unit, &save.index)) return bad("a cache save");
   }
-  if (!r.Get(&n) || n > r.remaining() / 13) return bad("the cache load count");
+  if (!r.Get(&n) || n > r.remaining() / 14) return bad("the cache load count");
   plan.cache_loads.resize(n);
   for (CacheLoad& load : plan.cache_loads) {
-    if (!GetUnit(r, &load.unit, &load.index) || !r.GetString(&load.bytes)) {
+    uint8_t beside = 0;
+    if (!GetUnit(r, &load.unit, &load.index) || !r.Get(&beside) || beside > 1 ||
+        !r.GetString(&load.bytes)) {
       return bad("a cache load");
     }
+    load.beside_step = beside != 0;
   }
   if (!r.done()) return bad("the end (trailing bytes)");
   return plan;

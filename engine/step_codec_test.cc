@@ -90,7 +90,7 @@ TEST(StepCodecTest, OffloadCopiesComeBackWithTheirBytes) {
   StepPlan plan = PlanWithImages();
   plan.cache_saves = {CacheSave{CacheUnit::kBlock, 5}, CacheSave{CacheUnit::kCheckpoint, 2}};
   plan.cache_loads = {CacheLoad{CacheUnit::kSlot, 3, std::string("\0ab\xff", 4)},
-                      CacheLoad{CacheUnit::kBlock, 9, std::string(1000, 'x')}};
+                      CacheLoad{CacheUnit::kBlock, 9, std::string(1000, 'x'), true}};
   std::vector<uint8_t> bytes;
   EncodeStepPlan(plan, &bytes);
   absl::StatusOr<StepPlan> got = DecodeStepPlan(bytes);
@@ -103,6 +103,7 @@ TEST(StepCodecTest, OffloadCopiesComeBackWithTheirBytes) {
     EXPECT_EQ(got->cache_loads[i].unit, plan.cache_loads[i].unit);
     EXPECT_EQ(got->cache_loads[i].index, plan.cache_loads[i].index);
     EXPECT_EQ(got->cache_loads[i].bytes, plan.cache_loads[i].bytes);
+    EXPECT_EQ(got->cache_loads[i].beside_step, plan.cache_loads[i].beside_step);
   }
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     EXPECT_EQ(DecodeStepPlan({bytes.data(), cut}).status().code(),

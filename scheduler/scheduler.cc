@@ -263,6 +263,7 @@ void Scheduler::RegisterFullBlocks(Sequence* seq) {
 }
 
 void Scheduler::ReleaseCaches(Sequence* seq) {
+  seq->pending_loads.clear();  // a preempted or aborted hit reads its tiers again if readmitted
   if (!seq->block_table.empty()) block_pool_.Free(seq->block_table);
   if (seq->slot >= 0) slot_pool_.Free(seq->slot);
   seq->block_table.clear();

@@ -219,9 +219,18 @@ class Scheduler {
   void ForgetTierReads(Sequence* seq);
   // The sequence stops waiting for `key` (its last waiter cancels the read).
   void ReleaseTierRead(const kvcache::OffloadKey& key);
-  // Queues the load of `key`'s bytes (moved out of seq->tier_bytes) into the unit.
+  // Queues the load of `key`'s bytes (moved out of seq->tier_bytes) into the unit, in
+  // seq->pending_loads.
   void LoadFromTier(Sequence* seq, const kvcache::OffloadKey& key, engine::CacheUnit unit,
                     int32_t index);
+  // Moves `seq`'s pending loads into the plan while this step's load budget lasts (at least one
+  // load a step); `all` ignores the budget. True when none is left: the sequence may compute in
+  // this step (the executor copies every load before the forward). Loads of a sequence that
+  // stays loading are marked beside_step.
+  bool IssueLoads(Sequence* seq, bool all = false);
+  // Takes this step's loads into `seq`'s units out of the plan (it is preempted: its units may
+  // go to a sequence that computes in this step, which a load beside the step would race).
+  void DropPlannedLoads(const Sequence& seq);
   // Moves spills_ into the plan's cache_saves (and their keys into saves_in_flight_).
   void PlanSpills();
   // Moves the saved units of the step in flight into the tiers.
@@ -286,7 +295,8 @@ class Scheduler {
   std::vector<kvcache::CacheEviction> spills_;        // evicted since the last plan
   std::vector<kvcache::OffloadKey> saves_in_flight_;  // keys of the plan's cache_saves
   bool waits_on_tier_ = false;                        // TryAdmit's answer: reads pending
-  std::vector<kvcache::CacheEviction> write_down_;    // PlanWriteDown's units left
+  int64_t load_budget_ = 0;                         // bytes of tier loads this step may still carry
+  std::vector<kvcache::CacheEviction> write_down_;  // PlanWriteDown's units left
   bool write_down_listed_ = false;
 
   absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> sequences_;  // live ones

@@ -34,6 +34,7 @@ absl::Status SchedulerConfig::Validate() const {
         non_negative("long_prefill_token_threshold", long_prefill_token_threshold),
         non_negative("prefill_chunk_alignment", prefill_chunk_alignment),
         positive("max_scored_tokens_per_step", max_scored_tokens_per_step),
+        positive("max_tier_load_bytes_per_step", max_tier_load_bytes_per_step),
         non_negative("speculative_disable_by_batch_size", speculative_disable_by_batch_size)}) {
     if (!s.ok()) return s;
   }

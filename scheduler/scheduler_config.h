@@ -71,6 +71,13 @@ struct SchedulerConfig {
   // included (vLLM's disable_by_batch_size): a large batch already keeps the weights busy, and
   // drafts there cost more than they save.
   int32_t speculative_disable_by_batch_size = 0;
+  // Offload tiers (Scheduler::SetOffloadTiers): bytes of tier loads one step carries, at most
+  // (at least one unit, so a load always moves). A prefix hit with more loads than that is
+  // admitted and loads over several steps before it computes, so the other sequences' steps
+  // never wait for more than this many bytes of copies. (A hit that starts from a KDA
+  // checkpoint on the device loads in one step: the checkpoint's copy must be in the step that
+  // takes it.)
+  int64_t max_tier_load_bytes_per_step = int64_t{256} << 20;
 
   // InvalidArgument naming the field and its limit. Besides ranges it requires
   // max_num_batched_tokens >= max_num_seqs (every running sequence can decode in one step)

@@ -164,8 +164,29 @@ void Scheduler::LoadFromTier(Sequence* seq, const OffloadKey& key, engine::Cache
   auto it = seq->tier_bytes.find(key);
   CHECK(it != seq->tier_bytes.end()) << "tier hit without the bytes of a unit";
   counters_.num_tier_loaded_bytes += static_cast<int64_t>(it->second.size());
-  plan_.cache_loads.push_back(engine::CacheLoad{unit, index, std::move(it->second)});
+  seq->pending_loads.push_back(engine::CacheLoad{unit, index, std::move(it->second)});
   seq->tier_bytes.erase(it);
+}
+
+bool Scheduler::IssueLoads(Sequence* seq, bool all) {
+  const size_t first = plan_.cache_loads.size();
+  while (seq->loading() && (all || load_budget_ > 0 || plan_.cache_loads.empty())) {
+    load_budget_ -= static_cast<int64_t>(seq->pending_loads.back().bytes.size());
+    plan_.cache_loads.push_back(std::move(seq->pending_loads.back()));
+    seq->pending_loads.pop_back();
+  }
+  if (!seq->loading()) return true;
+  for (size_t i = first; i < plan_.cache_loads.size(); ++i) plan_.cache_loads[i].beside_step = true;
+  return false;
+}
+
+void Scheduler::DropPlannedLoads(const Sequence& seq) {
+  std::erase_if(plan_.cache_loads, [&](const engine::CacheLoad& load) {
+    if (load.unit == engine::CacheUnit::kSlot) return load.index == seq.slot;
+    return load.unit == engine::CacheUnit::kBlock &&
+           std::find(seq.block_table.begin(), seq.block_table.end(), load.index) !=
+               seq.block_table.end();
+  });
 }
 
 void Scheduler::PlanSpills() {

@@ -418,8 +418,11 @@ class SchedulerRandomOffloadTest : public ::testing::TestWithParam<OffloadParams
 TEST_P(SchedulerRandomOffloadTest, InvariantsHoldAndOutputsAreExact) {
   SchedulerConfig config = RandomConfig(Params{Policy::kFcfs, std::get<0>(GetParam()), true, 0, 0});
   const int tiers_kind = std::get<1>(GetParam());
-  int64_t tier_hits = 0, load_failures = 0, waits = 0, stored = 0, corrupted = 0;
+  int64_t tier_hits = 0, load_failures = 0, waits = 0, stored = 0, corrupted = 0, staged = 0;
   for (uint64_t seed : {1u, 2u, 3u}) {
+    // Seeds 2 and 3 carry one unit of loads a step: hits load over several steps (racing with
+    // aborts and preemptions), and their loads go beside the steps of the others.
+    config.max_tier_load_bytes_per_step = seed == 1 ? int64_t{1} << 20 : 1;
     kvcache::testing::ScopedTempDir dir("random_offload");
     std::unique_ptr<kvcache::HostTier> host;
     std::unique_ptr<kvcache::DiskTier> disk;
@@ -442,11 +445,13 @@ TEST_P(SchedulerRandomOffloadTest, InvariantsHoldAndOutputsAreExact) {
     load_failures += s.num_tier_load_failures;
     waits += s.num_tier_waits;
     stored += s.num_tier_stored_units;
+    staged += s.num_tier_staged_hits;
     corrupted += run.num_corrupted();
     EXPECT_EQ(s.num_aborted_total + s.num_finished_total, run.num_requests());
   }
   EXPECT_GT(stored, 100);
   EXPECT_GT(tier_hits, 20);
+  EXPECT_GT(staged, 10);
   if (tiers_kind != 0) {
     EXPECT_GT(waits, 20);  // disk hits read ahead while the step goes on
     EXPECT_GT(corrupted, 10);
@@ -455,7 +460,8 @@ TEST_P(SchedulerRandomOffloadTest, InvariantsHoldAndOutputsAreExact) {
     EXPECT_EQ(waits, 0);
   }
   std::cout << "tier hits " << tier_hits << ", stored " << stored << ", waits " << waits
-            << ", load failures " << load_failures << " (" << corrupted << " files corrupted)\n";
+            << ", load failures " << load_failures << " (" << corrupted
+            << " files corrupted), loaded over several steps " << staged << "\n";
 }
 
 // The graceful stop writes down what the device cache holds in batches the disk tier's writer

@@ -74,6 +74,8 @@ struct SchedulerStats {
   int64_t num_tier_store_failures = 0;
   int64_t num_tier_waits = 0;
   int64_t num_tier_load_failures = 0;
+  // Tier hits whose loads went over several steps (past max_tier_load_bytes_per_step).
+  int64_t num_tier_staged_hits = 0;
 };
 
 }  // namespace strata::scheduler

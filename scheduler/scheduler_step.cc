@@ -35,6 +35,12 @@ const engine::StepPlan& Scheduler::Schedule() {
   ProcessAborts();
   prefix_cache_.BeginStep();
   plan_.cache_loads.clear();  // admissions with a tier hit queue theirs
+  load_budget_ = config_.max_tier_load_bytes_per_step;
+  // Admitted tier hits still loading go on first (admission order); one whose last loads are
+  // in this plan computes in this step.
+  for (Sequence* seq : running_) {
+    if (seq->loading()) IssueLoads(seq);
+  }
   entries_.clear();
   saves_.clear();
   token_budget_ = config_.max_num_batched_tokens;
@@ -87,7 +93,9 @@ void Scheduler::ScheduleRunning(bool decodes) {
   scratch_.assign(running_.begin(), running_.end());
   for (Sequence* seq : scratch_) {
     if (token_budget_ <= 0) return;
-    if (seq->status != SequenceStatus::kRunning || seq->step_index >= 0) continue;
+    if (seq->status != SequenceStatus::kRunning || seq->step_index >= 0 || seq->loading()) {
+      continue;
+    }
     CHECK_GE(seq->num_uncomputed_tokens(), 1) << "running sequence " << seq->id << " has no work";
     if ((seq->num_uncomputed_tokens() == 1) != decodes) continue;
     ScheduleOne(seq);
@@ -161,7 +169,8 @@ bool Scheduler::WaitsForSharedPrefix(const Sequence& seq) {
       }
     }
     const int64_t shared = static_cast<int64_t>(lo) * config_.block_size;
-    if (lo > 0 && r->num_computed_tokens < shared) {
+    // A sequence still loading a tier hit has not registered its blocks yet either.
+    if (lo > 0 && (r->num_computed_tokens < shared || r->loading())) {
       // On a KDA model the wait pays only if `r` saves its state where the prefixes part.
       if (checkpoints_enabled()) AddBranchPoint(r, shared);
       return true;
@@ -299,6 +308,18 @@ bool Scheduler::TryAdmit(Sequence* seq) {
   waiting_.erase(KeyOf(*seq));
   seq->status = SequenceStatus::kRunning;
   running_.push_back(seq);
+  // A tier hit's loads, in unit order; past this step's load budget the rest go in later steps
+  // and the sequence computes once they are all in (not when a device checkpoint must be copied
+  // in this step).
+  std::reverse(seq->pending_loads.begin(), seq->pending_loads.end());
+  if (!IssueLoads(seq, /*all=*/from_tiers && hit.checkpoint >= 0)) {
+    // It computes in a later step: give back the first chunk's blocks until then.
+    const auto hit_end = seq->block_table.begin() + hit.num_blocks;
+    block_pool_.Free(std::vector<kvcache::BlockId>(hit_end, seq->block_table.end()));
+    seq->block_table.erase(hit_end, seq->block_table.end());
+    ++counters_.num_tier_staged_hits;
+    return true;
+  }
   Place(seq, n);
   return true;
 }
@@ -496,6 +517,7 @@ void Scheduler::Preempt(Sequence* seq) {
     entry.seq = nullptr;
     seq->step_index = -1;
   }
+  DropPlannedLoads(*seq);
   ReleaseCaches(seq);
   running_.erase(std::find(running_.begin(), running_.end(), seq));
   seq->status = SequenceStatus::kWaiting;

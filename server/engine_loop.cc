@@ -131,6 +131,7 @@ void AddStats(const EngineStats& b, EngineStats& a) {
   s.num_tier_store_failures += t.num_tier_store_failures;
   s.num_tier_waits += t.num_tier_waits;
   s.num_tier_load_failures += t.num_tier_load_failures;
+  s.num_tier_staged_hits += t.num_tier_staged_hits;
   // The ranks share the process's tiers: their snapshots are of the same tiers, never summed.
   if (b.offload.has_value() && !a.offload.has_value()) a.offload = b.offload;
   s.block_usage = s.num_blocks > 0 ? 1.0 - double(s.num_free_blocks) / s.num_blocks : 0.0;

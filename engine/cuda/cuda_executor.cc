@@ -64,6 +64,9 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
            static_cast<double>(prop.totalGlobalMem) / (1 << 30));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking),
                               "cudaStreamCreate");
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&e->copy_stream_, cudaStreamNonBlocking),
+                              "cudaStreamCreate (offload copies)");
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e->saves_done_), "cudaEventCreate");
   ASSIGN_OR_RETURN(kc::CublasHandle handle, kc::CublasHandle::Create());
   e->cublas_.emplace(std::move(handle));
   // cuBLAS would otherwise allocate its workspace lazily, which a graph capture cannot do.
@@ -93,10 +96,12 @@ CudaExecutor::DecodeGraph::~DecodeGraph() {
 
 CudaExecutor::~CudaExecutor() {
   graphs_.clear();
-  if (stream_ != nullptr) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
+  for (cudaStream_t stream : {stream_, copy_stream_}) {
+    if (stream == nullptr) continue;
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
   }
+  if (saves_done_ != nullptr) cudaEventDestroy(saves_done_);
 }
 
 absl::StatusOr<int64_t> CudaExecutor::DefaultCacheBudgetBytes(double fraction) const {
@@ -593,12 +598,15 @@ absl::Status CudaExecutor::ReplayKdaDrafts(const StepPlan& plan, const DeviceSte
   return absl::OkStatus();
 }
 
-// Copies on the step's stream, ordered before its kernels (InitSlots, the forward), through
-// pinned staging, so they are asynchronous: a load's bytes are staged on the host and go up while
-// the host launches the step; a save comes down into staging and reaches result->saved in
-// FinishCacheSaves, after the step's synchronisation. The staging is free again by then (every
-// step ends synchronised), so one buffer grown to the largest step serves.
+// Copies through pinned staging, so they are asynchronous: a load's bytes are staged on the host
+// and go up while the host launches the step; a save comes down into staging and reaches
+// result->saved in FinishCacheSaves, after the step's synchronisation. Saves and the loads the
+// step's sequences use run on the step's stream before its kernels (InitSlots, the forward);
+// loads beside the step (a hit loading over several steps) run on copy_stream_ beside the
+// kernels, after the saves. The staging is free again when the step ends (both streams are
+// synchronised), so one buffer grown to the largest step serves.
 absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* result) {
+  RETURN_IF_ERROR(WaitForCopiesBeside());  // a step that failed half way: staging in use
   pending_saves_.clear();
   if (plan.cache_saves.empty() && plan.cache_loads.empty()) {
     result->saved.clear();
@@ -621,16 +629,35 @@ absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* resu
         at += bytes;
         return absl::OkStatus();
       },
-      [&](const char* from, int64_t offset, int64_t bytes) -> absl::Status {
+      [&](const CacheLoad& load, const char* from, int64_t offset, int64_t bytes) -> absl::Status {
+        if (load.beside_step && !copies_beside_) {  // after every save (all come first)
+          STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(saves_done_, stream_), "cudaEventRecord");
+          STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, saves_done_, 0),
+                                      "cudaStreamWaitEvent");
+          copies_beside_ = true;
+        }
         std::memcpy(staging + at, from, static_cast<size_t>(bytes));
         STRATA_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(arena() + offset, staging + at, static_cast<size_t>(bytes),
-                            cudaMemcpyHostToDevice, stream_),
+                            cudaMemcpyHostToDevice, load.beside_step ? copy_stream_ : stream_),
             "cache load cudaMemcpyAsync");
         at += bytes;
         return absl::OkStatus();
       },
       Shares());
+}
+
+absl::Status CudaExecutor::SynchronizeStep() {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
+  return WaitForCopiesBeside();
+}
+
+absl::Status CudaExecutor::WaitForCopiesBeside() {
+  if (!copies_beside_) return absl::OkStatus();
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_),
+                              "offload copies cudaStreamSynchronize");
+  copies_beside_ = false;
+  return absl::OkStatus();
 }
 
 CacheShares CudaExecutor::Shares() const {
@@ -699,7 +726,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, bool lead, StepResult* resu
   }
   if (!lead) {  // a follower: the caches only, then the drafts the lead accepted
     RETURN_IF_ERROR(SaveEndCheckpoints(plan));
-    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
+    RETURN_IF_ERROR(SynchronizeStep());
     FinishCacheSaves(plan, result);
     if (step_.num_drafting > 0) {
       num_sampled_by_plan_.assign(plan.sequences.size(), 0);
@@ -752,7 +779,7 @@ absl::Status CudaExecutor::Run(const StepPlan& plan, bool lead, StepResult* resu
   RETURN_IF_ERROR(SaveEndCheckpoints(plan));
   // Constraint masks (structured output) are built on the host while the device works.
   PrepareConstraints(plan, vocab, /*parallel=*/true);
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
+  RETURN_IF_ERROR(SynchronizeStep());
   FinishCacheSaves(plan, result);
   // As Model::Forward on the CPU: callers validate token ids, an invalid one is a bug.
   CHECK_EQ(*invalid_host, 0) << "token ids outside [0, " << vocab << ") reached the CUDA forward";

@@ -157,8 +157,12 @@ class CudaExecutor : public StepExecutor, public StepFollower {
   absl::StatusOr<std::unique_ptr<DecodeGraph>> Capture();
   absl::Status Upload(kernels::cuda::DeviceBuffer* ints);
   absl::Status InitSlots(const StepPlan& plan);
-  // Before InitSlots: the plan's cache saves into result->saved, then its loads (step.h).
+  // Before InitSlots: the plan's cache saves into result->saved, then its loads (step.h); the
+  // loads beside the step go on copy_stream_, after the saves.
   absl::Status CopyCacheUnits(const StepPlan& plan, StepResult* result);
+  // The step's synchronisation: its stream, then the loads beside it.
+  absl::Status SynchronizeStep();
+  absl::Status WaitForCopiesBeside();
   // After the step's synchronisation: the saves from staging into result->saved, then (tensor
   // parallelism) the lead gathers every rank's share.
   void FinishCacheSaves(const StepPlan& plan, StepResult* result);
@@ -185,6 +189,11 @@ class CudaExecutor : public StepExecutor, public StepFollower {
   std::unique_ptr<CudaModel> model_;
   std::optional<kernels::cuda::CublasHandle> cublas_;
   cudaStream_t stream_ = nullptr;
+  // Tier loads no sequence of the step touches (CacheLoad::beside_step) run here, beside the
+  // step's kernels, after saves_done_ (the step's saves: a unit saved and reloaded in one step).
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t saves_done_ = nullptr;
+  bool copies_beside_ = false;  // copy_stream_ has work of this step
   kvcache::CacheLayout layout_;
   kernels::cuda::DeviceBuffer caches_arena_;
   std::vector<kvcache::CacheSpan> spans_;  // CopyCacheUnits scratch

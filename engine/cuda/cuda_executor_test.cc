@@ -698,13 +698,38 @@ TEST(CudaExecutorCacheCopyTest, LoadedPagesAndStateGiveTheComputedPrefixsResults
   tail.sequences.push_back(chunk(kPrefix, kLength, {3, 9, 14}, 2, SlotInit::kCarry));
   const StepResult want = executors[0]->Execute(tail);
 
-  // E2: the units loaded into other pages and another slot; their bytes read back; the tail.
+  // E2: the units loaded into other pages and another slot beside a step that computes another
+  // prompt (CacheLoad::beside_step: the copy stream) and saves page 6 first (written by an
+  // earlier step); their bytes read back; the tail.
+  auto other = [&](int32_t block, int32_t slot) {
+    ScheduledSequence s = chunk(0, kBlockSize, {block}, slot, SlotInit::kZero);
+    s.seq_id = 2;
+    s.score_targets.assign(prompt.begin() + 1, prompt.begin() + kBlockSize + 1);
+    s.num_score_logprobs = 5;
+    return s;
+  };
+  StepPlan fill;
+  fill.sequences.push_back(other(6, 4));
+  executors[1]->Execute(fill);
+  const std::string page6 = executors[1]->Execute(saves({{CacheUnit::kBlock, 6}})).saved.at(0);
   StepPlan load;
-  load.cache_loads = {{CacheUnit::kBlock, 21, saved.saved[0]},
-                      {CacheUnit::kBlock, 6, saved.saved[1]},
-                      {CacheUnit::kSlot, 4, saved.saved[2]}};
-  const StepResult before = executors[1]->Execute(load);
-  EXPECT_TRUE(before.saved.empty());
+  load.sequences.push_back(other(17, 5));
+  load.cache_saves = {{CacheUnit::kBlock, 6}};
+  load.cache_loads = {{CacheUnit::kBlock, 21, saved.saved[0], true},
+                      {CacheUnit::kBlock, 6, saved.saved[1], true},
+                      {CacheUnit::kSlot, 4, saved.saved[2], true}};
+  const StepResult beside = executors[1]->Execute(load);
+  ASSERT_EQ(beside.saved.size(), 1u);
+  EXPECT_TRUE(beside.saved[0] == page6) << "the save saw the load beside it";
+  ASSERT_EQ(beside.scored.size(), 1u);
+  StepPlan alone;
+  alone.sequences.push_back(other(7, 1));
+  const StepResult reference = executors[0]->Execute(alone);
+  ASSERT_EQ(reference.scored.size(), 1u);
+  ASSERT_EQ(beside.scored[0].scores.size(), reference.scored[0].scores.size());
+  for (size_t i = 0; i < reference.scored[0].scores.size(); ++i) {
+    EXPECT_EQ(beside.scored[0].scores[i].logprob, reference.scored[0].scores[i].logprob) << i;
+  }
   const StepResult back = executors[1]->Execute(
       saves({{CacheUnit::kBlock, 21}, {CacheUnit::kBlock, 6}, {CacheUnit::kSlot, 4}}));
   ASSERT_EQ(back.saved.size(), 3u);

@@ -1,6 +1,7 @@
 // Sequence: the scheduler's private record of one request, from Add to its end.
 //
 //   waiting ──admit──► running ──stop / max_tokens──► finished (freed in Commit)
+//                      (a tier hit's loads first: loading() until they are all in plans)
 //      ▲                  │
 //      └────preempt───────┘   (blocks and slot freed; recomputed from token 0 or a prefix hit)
 //   waiting / running ──Abort──► aborted (freed at the next Schedule)
@@ -83,7 +84,11 @@ struct Sequence {
   // waits: the disk reads asked for and not taken yet, and the bytes read so far.
   std::vector<kvcache::OffloadKey> tier_reads;
   absl::flat_hash_map<kvcache::OffloadKey, std::string> tier_bytes;
-  bool skip_tiers = false;     // a read failed: this admission computes past the device hit
+  bool skip_tiers = false;  // a read failed: this admission computes past the device hit
+  // An admitted tier hit's loads not in a plan yet, last first (Scheduler::IssueLoads): while
+  // any is left the sequence is running but not scheduled to compute.
+  std::vector<engine::CacheLoad> pending_loads;
+  bool loading() const { return !pending_loads.empty(); }
   std::vector<int32_t> draft;  // speculative tokens of the step in flight (capacity reused)
   std::unique_ptr<NgramIndex> ngram_index;  // built at the first draft, then kept up to date
   // Adaptive drafting: a draft is at most one token longer than the last one's accepted run

@@ -109,6 +109,19 @@ void FakeExecutor::CopyCacheUnits(const engine::StepPlan& plan, engine::StepResu
     result->saved.push_back(std::move(bytes));
   }
   for (const engine::CacheLoad& load : plan.cache_loads) {
+    // A load beside the step (engine/step.h) may land while the step's sequences run: none of
+    // them may touch its unit.
+    for (const engine::ScheduledSequence& seq : plan.sequences) {
+      const bool touches = load.unit == engine::CacheUnit::kSlot
+                               ? seq.slot == load.index
+                               : std::find(seq.block_table.begin(), seq.block_table.end(),
+                                           load.index) != seq.block_table.end();
+      if (load.beside_step && touches) {
+        Error(absl::StrCat("a load beside the step into ",
+                           load.unit == engine::CacheUnit::kSlot ? "slot " : "block ", load.index,
+                           ", which seq ", seq.seq_id, " of the step uses"));
+      }
+    }
     if (load.unit == engine::CacheUnit::kBlock) {
       std::vector<int32_t>* page = page_of(load.index);
       if (page == nullptr || load.bytes.size() != page->size() * sizeof(int32_t)) {

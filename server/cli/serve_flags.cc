@@ -50,6 +50,10 @@ const std::vector<FlagSpec> kBaseServeFlags = {
     {"kv-offload-disk", true,
      "bytes of --kv-offload-dir the tier may fill, least recently used out (default: 64GiB or "
      "half the free space there, the smaller)"},
+    {"kv-offload-max-load-per-step", true,
+     "bytes a step copies back from the tiers, at most (default 256MiB): a longer prefix hit "
+     "loads over several steps before it computes, so the other requests' steps never wait "
+     "for more copying than this"},
     {"no-prefix-caching", false, "disable prefix caching"},
     {"scheduling-policy", true, "fcfs | priority (default fcfs)"},
     {"max-queued-requests", true, "requests in flight before 429 (default 1024)"},
@@ -218,6 +222,10 @@ absl::Status ReadOffloadFlags(const Flags& flags, ServeOptions* o) {
           "--kv-offload-disk sizes the disk tier, which needs --kv-offload-dir DIR");
     }
     ASSIGN_OR_RETURN(o->kv_offload_disk_bytes, ParseBytes(*text, "kv-offload-disk"));
+  }
+  if (auto text = flags.Get("kv-offload-max-load-per-step")) {
+    ASSIGN_OR_RETURN(o->scheduler.max_tier_load_bytes_per_step,
+                     ParseBytes(*text, "kv-offload-max-load-per-step"));
   }
   if (o->kv_offload() && !o->scheduler.enable_prefix_caching) {
     return absl::InvalidArgumentError(

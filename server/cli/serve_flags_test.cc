@@ -66,6 +66,12 @@ TEST(ServeFlagsTest, KvOffloadFlagsParseIntoServeOptions) {
   EXPECT_EQ(both->kv_offload_dir, "/tmp/kv");
   EXPECT_EQ(both->kv_offload_disk_bytes, std::optional<int64_t>(int64_t{512} << 20));
   EXPECT_TRUE(both->kv_offload());
+  EXPECT_EQ(both->scheduler.max_tier_load_bytes_per_step, int64_t{256} << 20);  // the default
+  absl::StatusOr<ServeOptions> per_step =
+      Options({"--kv-offload-dir", "/tmp/kv", "--kv-offload-max-load-per-step", "1MiB"});
+  ASSERT_TRUE(per_step.ok()) << per_step.status();
+  EXPECT_EQ(per_step->scheduler.max_tier_load_bytes_per_step, int64_t{1} << 20);
+  EXPECT_FALSE(Options({"--kv-offload-max-load-per-step", "0"}).ok());
 
   absl::StatusOr<ServeOptions> memory_only = Options({"--kv-offload-memory=1048576"});
   ASSERT_TRUE(memory_only.ok()) << memory_only.status();

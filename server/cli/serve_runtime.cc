@@ -1072,6 +1072,7 @@ Json OffloadInfo(const ServeOptions& options, const server::EngineStats& stats) 
                         {"checkpoints_loaded", s.num_tier_loaded_checkpoints},
                         {"bytes_loaded", s.num_tier_loaded_bytes},
                         {"waits_for_disk", s.num_tier_waits},
+                        {"loaded_over_several_steps", s.num_tier_staged_hits},
                         {"load_failures", s.num_tier_load_failures}};
   out["stored"] = {{"units", s.num_tier_stored_units},
                    {"bytes", s.num_tier_stored_bytes},

@@ -729,6 +729,16 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event->stream != nullptr) strata_emu::Flush(event->stream);
   return cudaSuccess;
 }
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (event == nullptr) return Fail(cudaErrorInvalidResourceHandle);
+  if (flags != 0) return Fail(cudaErrorInvalidValue, "cudaStreamWaitEvent flags must be 0");
+  CUstream_st* recorded = event->stream;
+  // Never recorded (nothing to wait for), or recorded on this stream (already in order).
+  if (recorded == nullptr || recorded == strata_emu::Resolve(stream)) return cudaSuccess;
+  // Streams run when synchronised: flushing the recorded stream first runs its work up to the
+  // event (and what came after it: more order than CUDA gives, never less).
+  return strata_emu::Enqueue(stream, [recorded] { strata_emu::Flush(recorded); });
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (start == nullptr || end == nullptr) return Fail(cudaErrorInvalidResourceHandle);
   if (!start->done || !end->done) return Fail(cudaErrorNotReady);

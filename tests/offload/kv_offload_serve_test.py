@@ -11,6 +11,8 @@ three others of the same length:
              run, and only what the hit left to compute is scheduled (strata:iteration_tokens_total);
              /server_info and /metrics count the tier's hit
   restart    a restarted server on the same directory: DOC's first request hits
+  staged     with --kv-offload-max-load-per-step 1MiB the hit loads over several steps, same
+             answer
   write-down a prefix still in the device cache at a graceful stop hits after the restart
   host       --kv-offload-memory with the disk tier: hits from host memory; a graceful stop
              writes the host tier down, and the next start finds it
@@ -26,7 +28,7 @@ keeps every rank's share of a unit in its tiers (engine/cache_copy.h):
 
   tp hit     DOC, the others, DOC again from the disk tier: the computed run's answer bit for
              bit, and one rank's tokens
-  tp restart the restarted group's first request hits
+  tp restart the restarted group's first request hits, loading over several steps
   tp write-down a prefix still in the group's caches at a graceful stop hits after the restart
   dcp host   --decode-context-parallel-size 2 (another layout: no hit from the TP 2 files) with
              a host tier: DOC hits from memory, same tokens
@@ -194,6 +196,21 @@ def write_down_then_hit(args, model, extra, directory, doc, reference, label):
     return hit
 
 
+def staged_hit(args, model, extra, tier, doc, reference, label):
+    """A server on `tier` (which holds DOC) with at most 1 MiB of loads a step (~8 of DOC's 93
+    blocks): DOC's hit loads over several steps before it computes, and answers as `reference`.
+    Returns its cached tokens."""
+    server = Server(args, model, extra + ["--kv-offload-dir", tier,
+                                          "--kv-offload-max-load-per-step", "1MiB"])
+    answer = server.complete(doc)
+    check(answer[2] >= MIN_CACHED and same_answer(answer, reference),
+          f"{label}: {answer[2]} cached, or another answer")
+    hits = server.get_json("/server_info")["kv_offload"]["prefix_hits"]
+    check(hits["loaded_over_several_steps"] >= 1, f"{label}: the hit loaded in one step: {hits}")
+    server.stop()
+    return answer[2]
+
+
 def hit_after_others(server, doc, others, label, min_cached=MIN_CACHED, exact=True):
     """DOC computed, pushed out of the device cache by the others, then read back from a tier:
     (computed answer, answer from the tier). `exact`: log-probabilities bit for bit too (the hit
@@ -224,12 +241,11 @@ def tensor_parallel(args, model, doc, others):
     print(f"tp hit: {again[2]} cached tokens from the lead's disk tier, the computed answer bit "
           "for bit, one rank's tokens", flush=True)
 
-    server = Server(args, model, tp + ["--kv-offload-dir", tier])
-    restarted = server.complete(doc)
-    check(restarted[2] >= MIN_CACHED and same_answer(restarted, reference),
-          f"TP 2 after a restart: {restarted[2]} cached, or another answer")
-    server.stop()
-    print(f"tp restart: {restarted[2]} cached tokens, same answer", flush=True)
+    # The restarted group loads the hit over several steps: the followers copy their shares of
+    # each step's loads.
+    cached = staged_hit(args, model, tp, tier, doc, reference, "TP 2 after a restart")
+    print(f"tp restart: {cached} cached tokens loaded over several steps, same answer",
+          flush=True)
 
     # write-down: the group's graceful stop writes the device cache down (the followers copy
     # their shares in lockstep), and the next group finds it.
@@ -363,6 +379,9 @@ def main():
     check(same_answer(restarted, reference), "after a restart: another answer")
     server.stop()
     print(f"restart: {restarted[2]} cached tokens, same answer", flush=True)
+
+    cached = staged_hit(args, models["A"], [], tier, doc, reference, "staged")
+    print(f"staged: {cached} cached tokens loaded over several steps, same answer", flush=True)
 
     # write-down: a graceful stop writes what the device cache holds down to the disk tier.
     hit = write_down_then_hit(args, models["A"], [], "tier_fresh", doc, reference, "one rank")
