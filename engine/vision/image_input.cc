@@ -18,7 +18,7 @@ absl::StatusOr<PreparedImage> PrepareImage(std::string_view bytes, const VisionC
   return image;
 }
 
-MediaEmbedding EncodeImage(const VisionEncoder& encoder, const PreparedImage& image) {
+MediaEmbedding EncodeImage(const ImageEncoder& encoder, const PreparedImage& image) {
   MediaEmbedding m;
   m.num_rows = image.num_rows;
   m.content_key = image.content_key;

@@ -26,6 +26,6 @@ absl::StatusOr<PreparedImage> PrepareImage(std::string_view bytes, const VisionC
                                            const media::ImageDecodeLimits& limits = {});
 
 // The image's rows (position 0: ExpandMediaPlaceholders places it).
-MediaEmbedding EncodeImage(const VisionEncoder& encoder, const PreparedImage& image);
+MediaEmbedding EncodeImage(const ImageEncoder& encoder, const PreparedImage& image);
 
 }  // namespace strata::engine

@@ -40,16 +40,26 @@ struct VisionWeights {
 // wrong shape is an error naming it).
 absl::StatusOr<VisionWeights> LoadVisionWeights(const Checkpoint& ckpt, const VisionConfig& config);
 
-class VisionEncoder {
+// What turns an image's patches into its rows: the tower on the CPU (VisionEncoder) or on a GPU
+// (engine/cuda/cuda_vision_encoder.h). Encode may be called from one thread at a time.
+class ImageEncoder {
+ public:
+  virtual ~ImageEncoder() = default;
+  virtual const VisionConfig& config() const = 0;
+  // The image's rows [NumMergedRows(image), text_hidden_size], merged rows row-major.
+  virtual std::vector<float> Encode(const media::ImagePatches& image) const = 0;
+};
+
+class VisionEncoder final : public ImageEncoder {
  public:
   VisionEncoder(VisionConfig config, VisionWeights weights)
       : config_(config), weights_(std::move(weights)) {}
 
-  const VisionConfig& config() const { return config_; }
+  const VisionConfig& config() const override { return config_; }
   const VisionWeights& weights() const { return weights_; }
 
-  // The image's rows [NumMergedRows(image), text_hidden_size], merged rows row-major.
-  std::vector<float> Encode(const media::ImagePatches& image) const;
+  // Any thread, concurrently too (const).
+  std::vector<float> Encode(const media::ImagePatches& image) const override;
 
  private:
   VisionConfig config_;

@@ -25,6 +25,7 @@
 #include "engine/demo/checkpoint_generator.h"
 #include "engine/model.h"
 #include "engine/safetensors_writer.h"
+#include "engine/vision/vision_testing.h"
 #include "kernels/reference/matmul.h"
 #include "kernels/reference/rms_norm.h"
 #include "kernels/reference/vit.h"
@@ -114,19 +115,7 @@ std::vector<float> ReferenceEncode(const VisionConfig& c, const VisionWeights& w
               c.projector_ln_eps);
 }
 
-// A grid of patches as preprocessing gives them: pixels in [−1, 1] after normalisation.
-media::ImagePatches RandomPatches(int grid_h, int grid_w, int patch, uint32_t seed) {
-  media::ImagePatches image;
-  image.grid_height = grid_h;
-  image.grid_width = grid_w;
-  image.width = image.original_width = grid_w * patch;
-  image.height = image.original_height = grid_h * patch;
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
-  image.patches.resize(static_cast<size_t>(image.num_patches() * 3 * patch * patch));
-  for (float& v : image.patches) v = pixel(rng);
-  return image;
-}
+using vision_testing::RandomPatches;
 
 // Encode vs the reference: |y − ref| ≤ kTolerance · (1 + |ref|). Both sides compute the same
 // products; the encoder sums in f32 (≤ 588 terms in the patch embedding, 128 in proj.0), the

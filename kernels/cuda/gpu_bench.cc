@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -39,6 +40,7 @@
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/router.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/vit.h"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -629,6 +631,45 @@ void BenchElementwise(Bench& bench, int64_t tokens, int64_t dim, int64_t inter) 
   }
 }
 
+// The vision tower's own kernels at K3's MoonViT-V2 shapes (d 1152, 16 heads of 72) on one image
+// of `patches` patches (4096: a 896×896 image): the attention against the bf16 GEMM ceiling
+// (it runs f32 FMAs on CUDA cores, so that ceiling is out of its reach by design: it shows how far
+// a tensor-core attention would go), the element-wise passes against the copy ceiling.
+void BenchVit(Bench& bench, int64_t patches) {
+  constexpr int64_t kD = 1152, kHeads = 16, kHeadDim = 72, kInter = 4304;
+  const int side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(patches))));
+  const std::string shape = "K3 tower " + std::to_string(side) + "x" + std::to_string(side);
+  Buf qkv(patches * 3 * kD * 4), out(patches * kD * 4), hidden(patches * kInter * 4),
+      table(64 * 64 * kD * 4);
+  BENCH_CHECK(bench, "VitAttention", shape, bench.Fill(qkv.as<float>(), patches * 3 * kD, -1, 1));
+  BENCH_CHECK(bench, "GeluTanh", shape, bench.Fill(hidden.as<float>(), patches * kInter, -4, 4));
+  BENCH_CHECK(bench, "VitAddBilinearPositions", shape,
+              bench.Fill(table.as<float>(), 64 * 64 * kD, -1, 1));
+  if (bench.Wants("VitAttention")) {
+    const double flops = 4.0 * patches * patches * kHeadDim * kHeads;
+    bench.Time("VitAttention", shape + " H16 d72", 0.0, flops, true, "-", [&] {
+      return VitAttention(qkv.as<float>(), qkv.as<float>() + kD, qkv.as<float>() + 2 * kD, 3 * kD,
+                          patches, kHeads, kHeadDim, 0.1178511f, out.as<float>(), bench.stream);
+    });
+  }
+  if (bench.Wants("VitRope2d")) {
+    bench.Time("VitRope2d", shape + " q", patches * kD * 8.0, 0.0, false, "-", [&] {
+      return VitRope2d(qkv.as<float>(), 3 * kD, side, side, kHeads, kHeadDim, 10000.0f,
+                       bench.stream);
+    });
+  }
+  if (bench.Wants("VitAddBilinearPositions")) {
+    bench.Time("VitAddBilinearPositions", shape, patches * kD * 8.0, 0.0, false, "-", [&] {
+      return VitAddBilinearPositions(table.as<float>(), 64, 64, kD, side, side, out.as<float>(),
+                                     bench.stream);
+    });
+  }
+  if (bench.Wants("GeluTanh")) {
+    bench.Time("GeluTanh", shape + " fc0", patches * kInter * 8.0, 0.0, false, "-",
+               [&] { return GeluTanh(hidden.as<float>(), patches * kInter, bench.stream); });
+  }
+}
+
 // Embedding gather: `tokens` random ids into a [vocab, dim] bf16 table, f32 rows out.
 void BenchEmbedding(Bench& bench, int64_t vocab, int64_t dim, int64_t tokens) {
   const std::string kernel = "EmbeddingGather";
@@ -1001,6 +1042,7 @@ int Run(Bench& bench) {
   BenchRouter(bench, "K3", 4096, RouterParams{896, 16, 1, 1, true, 1.0f});
   if (all) BenchRouter(bench, "K-L", 4096, RouterParams{256, 8, 1, 1, true, 2.446f});
   BenchElementwise(bench, 4096, 7168, 3072);
+  BenchVit(bench, 4096);
   BenchGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, GroupedGemmMode::kGroupedBatched);
   for (WeightKind kind : kWeightKinds) {
     for (bool glu : {false, true}) {

@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/cuda/cuda_executor.h"
+#include "engine/cuda/cuda_vision_encoder.h"
 #include "engine/cuda/device_moe_dispatch.h"
 #if !defined(STRATA_CUDA_EMU)
 #include "dist/nccl_communicator.h"
@@ -652,6 +653,15 @@ absl::Status RunTensorParallelFollowerProcess(const ServeOptions& options) {
 absl::Status ModelRuntime::StartEngine(const ServeOptions& options) {
   const engine::ModelConfig& cfg = model_->config();
   kvcache::PlannerOptions plan = PlannerOptionsFor(options);
+#if defined(STRATA_HAVE_CUDA)
+  // The vision tower on the first local rank's GPU, before the caches take what is free there.
+  if (options.device == "cuda" && model_->vision() != nullptr) {
+    ASSIGN_OR_RETURN(const int devices, CudaDevicesForServing(options));
+    const int device = RankDevice(options.parallel.first_rank, 0, devices);
+    ASSIGN_OR_RETURN(device_vision_,
+                     engine::cuda::CudaVisionEncoder::Create(*model_->vision(), device));
+  }
+#endif
   if (options.device == "cuda" && options.parallel.tensor_parallel()) {
 #if defined(STRATA_HAVE_CUDA)
     RETURN_IF_ERROR(tp_->ConnectGroups(options.parallel, cfg, /*cpu_exchanges=*/false));
@@ -980,8 +990,11 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
     limits.allowed_local_media_path = options.allowed_local_media_path;
     limits.fetch_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::llround(options.media_fetch_timeout_s * 1000)));
+    const engine::ImageEncoder* encoder = rt->device_vision_ != nullptr
+                                              ? rt->device_vision_.get()
+                                              : static_cast<const engine::ImageEncoder*>(vision);
     rt->images_ = std::make_unique<frontend::ImageInputs>(
-        vision, static_cast<int32_t>(cfg.media_placeholder_token_id), limits);
+        encoder, static_cast<int32_t>(cfg.media_placeholder_token_id), limits);
     s.images = rt->images_.get();
   }
   return rt;
@@ -1000,9 +1013,11 @@ std::string ModelRuntime::DescribeMemory() const { return kvcache::DescribePlan(
 
 namespace {
 
-// /server_info's "vision": null without a vision tower, else its shape, the image limits and
-// the encoder cache's use (docs/vision.md).
-Json VisionInfo(const engine::VisionEncoder* vision, const frontend::ImageInputs* images) {
+// /server_info's "vision": null without a vision tower, else its shape, where it runs ("cuda":
+// the GPU tower, engine/cuda/cuda_vision_encoder.h), the image limits and the encoder cache's
+// use (docs/vision.md).
+Json VisionInfo(const engine::VisionEncoder* vision, const frontend::ImageInputs* images,
+                bool on_device) {
   if (vision == nullptr || images == nullptr) return nullptr;
   const engine::VisionConfig& c = vision->config();
   const frontend::ImageInputLimits& limits = images->limits();
@@ -1011,6 +1026,7 @@ Json VisionInfo(const engine::VisionEncoder* vision, const frontend::ImageInputs
           {"hidden_size", c.hidden_size},
           {"heads", c.num_heads},
           {"patch_size", c.patch_size},
+          {"encoder_device", on_device ? "cuda" : "cpu"},
           {"in_patch_limit", c.in_patch_limit},
           {"media_placeholder_token_id", images->placeholder_id()},
           {"max_images_per_request", limits.max_images_per_request},
@@ -1163,7 +1179,7 @@ Json ModelRuntime::ServerInfo(const ServeOptions& options,
       {"num_checkpoints", layout_.num_checkpoints},
       {"total_bytes", layout_.TotalBytes()}};
   info["kv_offload"] = OffloadInfo(options, stats);
-  info["vision"] = VisionInfo(model_->vision(), images_.get());
+  info["vision"] = VisionInfo(model_->vision(), images_.get(), device_vision_ != nullptr);
   const ParallelOptions& p = options.parallel;
   // The world's communicators and placement (data parallelism, also over tensor-parallel groups).
   const LocalRanks* ranks = local_ranks_ != nullptr ? local_ranks_.get()

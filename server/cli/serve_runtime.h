@@ -172,6 +172,9 @@ class ModelRuntime {
   std::unique_ptr<kvcache::OffloadTiers> offload_;
   std::unique_ptr<server::EngineLoop> engine_;
   std::unique_ptr<frontend::ReplyTokenMemory> reply_tokens_;
+  // --device cuda with a vision tower: the tower on the first local rank's GPU (its weights and
+  // working buffers taken before the cache plan), which images_ encodes with.
+  std::unique_ptr<engine::ImageEncoder> device_vision_;
   std::unique_ptr<frontend::ImageInputs> images_;  // with a vision tower
   frontend::ServedModel served_;
 };

@@ -16,7 +16,7 @@
 
 namespace strata::frontend {
 
-ImageInputs::ImageInputs(const engine::VisionEncoder* encoder, int32_t placeholder_id,
+ImageInputs::ImageInputs(const engine::ImageEncoder* encoder, int32_t placeholder_id,
                          ImageInputLimits limits)
     : encoder_(encoder), placeholder_id_(placeholder_id), limits_(limits) {}
 

@@ -87,8 +87,7 @@ class ImageEncodeJob {
 
 class ImageInputs {
  public:
-  ImageInputs(const engine::VisionEncoder* encoder, int32_t placeholder_id,
-              ImageInputLimits limits);
+  ImageInputs(const engine::ImageEncoder* encoder, int32_t placeholder_id, ImageInputLimits limits);
   // Stops the encoder thread after the image it is encoding (queued jobs stay undone: their
   // responses are cancelled with the server).
   ~ImageInputs();
@@ -130,7 +129,7 @@ class ImageInputs {
   // The encoder thread: jobs in arrival order, a job's images in prompt order.
   void EncoderLoop();
 
-  const engine::VisionEncoder* encoder_;
+  const engine::ImageEncoder* encoder_;
   const int32_t placeholder_id_;
   const ImageInputLimits limits_;
 

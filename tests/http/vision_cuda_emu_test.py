@@ -5,7 +5,9 @@ Usage: vision_cuda_emu_test.py STRATA STRATA_EMU MAKE_CHECKPOINT
 
 A tiny K3 checkpoint with a vision tower at the head shapes the CUDA kernels take (and the demo
 tokenizer) is served twice: by `strata` on the CPU and by `strata-emu --device cuda`, where the
-tower runs on the host and its rows are copied into the device step after the embedding gather.
+tower runs on the device too (engine/cuda/cuda_vision_encoder.h: /server_info's
+vision.encoder_device is "cuda") and its rows are copied into the device step after the
+embedding gather.
 A chat without an image and with each of two different images must give the same prompt length
 on both backends and the same prompt logprobs up to the emulated device's bf16 arithmetic, and
 that difference must be small next to the one between the two images (a row copied to the wrong
@@ -130,6 +132,10 @@ def main():
         cpu = Server([strata] + common)
         emu = Server([strata_emu] + common + ["--device", "cuda"])
         try:
+            with urllib.request.urlopen(emu.url + "/server_info", timeout=30) as r:
+                device = json.loads(r.read())["vision"]["encoder_device"]
+            if device != "cuda":
+                fail(f"--device cuda encodes images on {device!r}, not the device")
             answers = {}
             for name, url in (("text", None), ("image 1", image_url(1)),
                               ("image 2", image_url(2))):
