@@ -73,7 +73,8 @@ OpenAiService::Result OpenAiService::ChatCompletions(const http::HttpRequest& re
   ASSIGN_OR_RETURN(ChatCompletionRequest req,
                    ParseChatCompletionRequest(body, LimitsFor(options_, *model)));
   RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.gen));
-  return GenerateChat(req, ApiKind::kChat, Json());
+  return ChatOffTheIoThread(req, ApiKind::kChat,
+                            [this, req] { return GenerateChat(req, ApiKind::kChat, Json()); });
 }
 
 OpenAiService::Result OpenAiService::Messages(const http::HttpRequest& request) {
@@ -83,7 +84,8 @@ OpenAiService::Result OpenAiService::Messages(const http::HttpRequest& request) 
   ASSIGN_OR_RETURN(ChatCompletionRequest req,
                    ParseMessagesRequest(body, LimitsFor(options_, *model)));
   RETURN_IF_ERROR(ApplyRequestIdHeader(request, &req.gen));
-  return GenerateChat(req, ApiKind::kMessages, Json());
+  return ChatOffTheIoThread(req, ApiKind::kMessages,
+                            [this, req] { return GenerateChat(req, ApiKind::kMessages, Json()); });
 }
 
 OpenAiService::Result OpenAiService::CountMessageTokens(const http::HttpRequest& request) {

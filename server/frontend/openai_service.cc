@@ -2,6 +2,7 @@
 // and tokenizer endpoints are in generation_endpoints.cc).
 #include "server/frontend/openai_service.h"
 
+#include <algorithm>
 #include <span>
 
 #include "server/frontend/api_key.h"
@@ -13,6 +14,9 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "server/frontend/api_error.h"
+#include "server/frontend/image_inputs.h"
+#include "server/frontend/messages_render.h"
+#include "server/frontend/response_render.h"
 
 namespace strata::frontend {
 namespace {
@@ -324,6 +328,38 @@ OpenAiService::Result OpenAiService::Metrics() const {
 std::vector<http::Header> SseHeaders() {
   // No caching; nginx must not buffer the events.
   return {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+}
+
+OpenAiService::Result OpenAiService::ChatOffTheIoThread(const ChatCompletionRequest& req,
+                                                        ApiKind kind,
+                                                        std::function<Result()> work) {
+  const std::vector<ImagePart> parts = FindImageParts(req.messages);
+  const bool fetches = std::any_of(parts.begin(), parts.end(), [](const ImagePart& part) {
+    return !absl::StartsWith(part.url, "data:");
+  });
+  if (!fetches) return work();
+  std::call_once(deferred_once_, [this] { deferred_work_ = std::make_unique<DeferredWork>(4); });
+  http::HttpResponse head;
+  if (req.gen.stream) {
+    head.content_type = "text/event-stream";
+    head.headers = SseHeaders();
+  }
+  const bool anthropic = kind == ApiKind::kMessages;
+  const int retry_after = options_.retry_after_seconds;
+  DeferredErrorFormat format;
+  format.error_response = [anthropic, retry_after](const absl::Status& status) {
+    http::HttpResponse out = ErrorResponse(status, retry_after);
+    if (anthropic) out.body = JsonText(AnthropicErrorJson(ToApiError(status)));
+    return out;
+  };
+  format.error_event = [anthropic](const absl::Status& status) {
+    const ApiError error = ToApiError(status);
+    if (anthropic)
+      return absl::StrCat("event: error\ndata: ", JsonText(AnthropicErrorJson(error)), "\n\n");
+    return SseData(error.ToJson()) + std::string(kSseDone);
+  };
+  return Defer(*deferred_work_, req.gen.stream, std::move(head), std::move(format),
+               std::move(work));
 }
 
 OpenAiService::Result OpenAiService::Generate(const ServedModel& model, GenerationSpec spec,

@@ -28,12 +28,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "scheduler/scheduler.h"
 #include "server/frontend/background_responses.h"
+#include "server/frontend/deferred_response.h"
 #include "server/frontend/generation_response.h"
 #include "server/frontend/openai_request.h"
 #include "server/frontend/response_store.h"
@@ -146,6 +148,11 @@ class OpenAiService : public http::HttpHandler {
   // Submits the choices now, or (with `images`) once the encoder thread has their rows.
   Result Generate(const ServedModel& model, GenerationSpec spec,
                   std::shared_ptr<ImageEncodeJob> images = nullptr);
+  // A chat-shaped request with an image to fetch (an http(s) or file:// URL: blocking I/O and
+  // decoding) is answered by `work` on a DeferredWork thread (deferred_response.h); others
+  // (data: URLs, no image) run `work` here. `kind` shapes the errors.
+  Result ChatOffTheIoThread(const ChatCompletionRequest& req, ApiKind kind,
+                            std::function<Result()> work);
 
   const ServiceOptions options_;
   std::atomic<const ServedModel*> model_{nullptr};
@@ -154,6 +161,10 @@ class OpenAiService : public http::HttpHandler {
   std::function<Json()> server_info_;
   std::function<std::string()> metrics_;
   PrefixCacheResetter prefix_cache_resetter_;
+  // Threads for requests with images to fetch (created with the first; last: joined first, while
+  // everything their work uses is still here).
+  std::once_flag deferred_once_;
+  std::unique_ptr<DeferredWork> deferred_work_;
 };
 
 // The route `path` belongs to, for metrics labels: the path itself for a fixed route,

@@ -130,11 +130,17 @@ OpenAiService::Result OpenAiService::Responses(const http::HttpRequest& request)
                         "(--responses-store-memory 0)",
                         "unsupported_value");
   }
+  if (!req.background) {
+    return ChatOffTheIoThread(req.chat, ApiKind::kResponses, [this, req, store, stored] {
+      return GenerateChat(req.chat, ApiKind::kResponses, req.echo,
+                          stored ? StoreWhenDone(store, req) : nullptr);
+    });
+  }
+  // Background: the queued object comes back at once (its images fetched here).
   ResponseMeta meta;
   ASSIGN_OR_RETURN(http::HandlerResult result,
                    GenerateChat(req.chat, ApiKind::kResponses, req.echo,
                                 stored ? StoreWhenDone(store, req) : nullptr, &meta));
-  if (!req.background) return result;
   const bool stream = result.pending->streaming();
   ASSIGN_OR_RETURN(Json queued, StartBackground(meta, req, std::move(background_request),
                                                 std::move(result.pending)));
