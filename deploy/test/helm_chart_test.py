@@ -390,8 +390,48 @@ def check_kv_offload(renderer):
                   "kvOffload LWS %s: volume %s" % (role, volumes))
 
 
+def check_parallelism(renderer):
+    """parallelism.*: tensor (and decode context) parallelism instead of whole-model replicas."""
+    def single_args(*extra):
+        docs = render_docs(renderer, *extra)
+        if not check(docs.get("Deployment"), "parallelism %s: no Deployment" % (extra,)):
+            return []
+        return docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    def parallel(args):
+        return [a for a in args if a.startswith(("--device", "--replicas", "--tensor-parallel",
+                                                 "--data-parallel", "--decode-context"))]
+
+    got = parallel(single_args("--set", "parallelism.tensorParallelSize=8"))
+    check(got == ["--device=cuda", "--tensor-parallel-size=8"], "TP 8 on 8 GPUs: %s" % got)
+    got = parallel(single_args("--set", "parallelism.tensorParallelSize=4",
+                               "--set", "parallelism.decodeContextParallelSize=2"))
+    check(got == ["--device=cuda", "--tensor-parallel-size=4", "--data-parallel-size=2",
+                  "--decode-context-parallel-size=2"], "TP 4 x DCP 2 on 8 GPUs: %s" % got)
+    got = parallel(single_args("-f", os.path.join(HELM, "examples", "cpu.yaml"),
+                               "--set", "parallelism.tensorParallelSize=2"))
+    check(got == ["--tensor-parallel-size=2"], "TP 2 on the CPU: %s" % got)
+    docs = render_docs(renderer, "-f", os.path.join(HELM, "examples", "multi-node.yaml"),
+                       "--set", "parallelism.tensorParallelSize=8")
+    lws = docs.get("LeaderWorkerSet")
+    if check(lws, "parallelism multi-node: no LeaderWorkerSet"):
+        for role in ("leader", "worker"):
+            args = lws["spec"]["leaderWorkerTemplate"][role + "Template"]["spec"]["containers"][0][
+                "args"]
+            check("--tensor-parallel-size=8" in args and "--local-ranks=8" in args,
+                  "parallelism multi-node %s: %s" % (role, args))
+
+
 def check_rejections(renderer):
     for args, message in ((["--set", "mode=cluster"], "mode must be single or multi"),
+                          (["--set", "parallelism.tensorParallelSize=3"],
+                           "parallelism.tensorParallelSize 3 must divide gpu.count 8"),
+                          (["--set", "parallelism.tensorParallelSize=8",
+                            "--set", "parallelism.decodeContextParallelSize=3"],
+                           "decodeContextParallelSize 3 must divide tensorParallelSize 8"),
+                          (["--set", "gpu.count=0", "--set", "mode=multi",
+                            "--set", "parallelism.tensorParallelSize=2"],
+                           "tensorParallelSize above 1 in multi mode needs GPUs"),
                           (["--set", "model.servedName="], "model.servedName is required"),
                           (["--set", "model.source=nfs"], "model.source must be"),
                           (["--set", "service.sessionAffinity=Sticky"],
@@ -470,7 +510,7 @@ def main():
     exported, _ = promlib.exported_names(exposition)
     check_values_documented()
     for case, args in ((check_default, ()), (check_multi_node, (exported,)), (check_cpu, ()),
-                       (check_kv_offload, ()), (check_rejections, ())):
+                       (check_kv_offload, ()), (check_parallelism, ()), (check_rejections, ())):
         try:
             case(renderer, *args)
         except (KeyError, IndexError, TypeError) as e:  # a field the checks expect is missing

@@ -199,7 +199,7 @@ const std::vector<FlagSpec>& ParallelFlagSpecs() {
       {"tp-size", true, "SGLang's name for --tensor-parallel-size"},
       {"decode-context-parallel-size", true,
        "C ranks of the tensor-parallel group split each sequence's latent cache by position, "
-       "so a sequence holds C times one rank's cache (C = --tensor-parallel-size for now; "
+       "so a sequence holds C times one rank's cache (C divides --tensor-parallel-size; "
        "default 1)"},
       {"dcp-size", true, "SGLang's name for --decode-context-parallel-size"},
       {"replicas", true,

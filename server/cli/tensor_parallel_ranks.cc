@@ -27,7 +27,7 @@ FlagSpec TpSizeFlag() { return {"tp-size", true, "SGLang's name for --tensor-par
 FlagSpec DecodeContextParallelSizeFlag() {
   return {"decode-context-parallel-size", true,
           "C ranks of the tensor-parallel group split each sequence's latent cache by position "
-          "(C = --tensor-parallel-size for now; default 1)"};
+          "(C divides --tensor-parallel-size; default 1)"};
 }
 FlagSpec DcpSizeFlag() {
   return {"dcp-size", true, "SGLang's name for --decode-context-parallel-size"};

@@ -125,12 +125,36 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 {{- if .Values.server.jsonLogs }}
 - --log-format=json
 {{- end }}
-{{- if and (ne .Values.mode "multi") (gt (int .Values.gpu.count) 0) }}
+{{- $gpus := int .Values.gpu.count }}
+{{- $tp := int .Values.parallelism.tensorParallelSize }}
+{{- $dcp := int .Values.parallelism.decodeContextParallelSize }}
+{{- if or (lt $tp 1) (lt $dcp 1) (ne (mod $tp $dcp) 0) }}
+{{- fail (printf "parallelism: decodeContextParallelSize %d must divide tensorParallelSize %d (both at least 1)" $dcp $tp) }}
+{{- end }}
+{{- if and (gt $gpus 0) (ne (mod $gpus $tp) 0) }}
+{{- fail (printf "parallelism.tensorParallelSize %d must divide gpu.count %d: a pod runs whole tensor-parallel groups" $tp $gpus) }}
+{{- end }}
+{{- if and (eq .Values.mode "multi") (eq $gpus 0) (gt $tp 1) }}
+{{- fail "parallelism.tensorParallelSize above 1 in multi mode needs GPUs (gpu.count): a CPU pod runs one rank" }}
+{{- end }}
+{{- if and (ne .Values.mode "multi") (gt $gpus 0) }}
 - --device=cuda
+{{- if gt $tp 1 }}
+- --tensor-parallel-size={{ $tp }}
+{{- if gt (div $gpus $tp) 1 }}
+- --data-parallel-size={{ div $gpus $tp }}
+{{- end }}
+{{- else }}
 - --replicas={{ .Values.gpu.count }}
+{{- end }}
+{{- else if and (ne .Values.mode "multi") (gt $tp 1) }}
+- --tensor-parallel-size={{ $tp }}
 {{- end }}
 {{- if and (eq .Values.mode "multi") (gt (int .Values.gpu.count) 0) }}
 - --device=cuda
+{{- if gt $tp 1 }}
+- --tensor-parallel-size={{ $tp }}
+{{- end }}
 - --local-ranks={{ .Values.gpu.count }}
 - --num-nodes=$(LWS_GROUP_SIZE)
 - --node-rank=$(LWS_WORKER_INDEX)
@@ -139,6 +163,9 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 - --world-size=$(LWS_GROUP_SIZE)
 - --rank=$(LWS_WORKER_INDEX)
 - --coordinator=$(LWS_LEADER_ADDRESS):{{ .Values.multiNode.coordinatorPort }}
+{{- end }}
+{{- if gt $dcp 1 }}
+- --decode-context-parallel-size={{ $dcp }}
 {{- end }}
 {{- if .Values.batchFiles.persistence }}
 - --files-dir={{ .Values.batchFiles.mountPath }}
