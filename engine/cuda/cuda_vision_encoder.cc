@@ -129,19 +129,21 @@ CudaVisionEncoder::~CudaVisionEncoder() {
   }
 }
 
-std::vector<float> CudaVisionEncoder::Encode(const media::ImagePatches& image) const {
+std::vector<float> CudaVisionEncoder::Encode(const media::ImagePatches& image,
+                                             const BeforeBlock& before_block) const {
   std::vector<float> rows;
   if (image.num_patches() <= max_patches_) {
     std::lock_guard<std::mutex> lock(mu_);
-    const absl::Status status = Run(image, &rows);
+    const absl::Status status = Run(image, before_block, &rows);
     if (status.ok()) return rows;
     LOG_ERROR("vision", "the CUDA vision tower failed ({}): encoding the image on the CPU",
               status.ToString());
   }
-  return cpu_.Encode(image);
+  return cpu_.Encode(image, before_block);
 }
 
 absl::Status CudaVisionEncoder::Run(const media::ImagePatches& image,
+                                    const BeforeBlock& before_block,
                                     std::vector<float>* result) const {
   const VisionConfig& c = config();
   const int64_t n = image.num_patches(), d = c.hidden_size, q = c.qkv_hidden_size;
@@ -169,6 +171,12 @@ absl::Status CudaVisionEncoder::Run(const media::ImagePatches& image,
                                               image.grid_width, x_, s));
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
   for (const Block& b : blocks_) {
+    if (before_block) {
+      // A block's kernels queue in microseconds: wait for the previous block to run first, so
+      // the pacing paces the device's work, not the launches.
+      STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "vision cudaStreamSynchronize");
+      before_block(n);
+    }
     RETURN_IF_ERROR(kc::RmsNorm(x_, n, d, b.norm0, kVisionRmsNormEps, narrow_, s));
     RETURN_IF_ERROR(kc::GemmBf16(h, narrow_, n, d, d, b.wqkv, 3 * q, qkv_, 3 * q, s));
     for (float* part : {qkv_, qkv_ + q}) {  // q, then k

@@ -35,7 +35,9 @@ class CudaVisionEncoder final : public ImageEncoder {
   ~CudaVisionEncoder() override;
 
   const VisionConfig& config() const override { return cpu_.config(); }
-  std::vector<float> Encode(const media::ImagePatches& image) const override;
+  using ImageEncoder::Encode;
+  std::vector<float> Encode(const media::ImagePatches& image,
+                            const BeforeBlock& before_block) const override;
 
   // Bytes on the device: weights, and the working buffers.
   int64_t weight_bytes() const { return weight_bytes_; }
@@ -56,7 +58,8 @@ class CudaVisionEncoder final : public ImageEncoder {
   absl::StatusOr<const float*> UploadFloats(const std::vector<float>& v, const char* what);
   absl::StatusOr<char*> Alloc(int64_t bytes, const char* what);
   // Encode's steps on the device (rows of the result into `out`).
-  absl::Status Run(const media::ImagePatches& image, std::vector<float>* out) const;
+  absl::Status Run(const media::ImagePatches& image, const BeforeBlock& before_block,
+                   std::vector<float>* out) const;
 
   const VisionEncoder& cpu_;
   int device_ = 0;

@@ -56,7 +56,12 @@ TEST(CudaVisionEncoderTest, RowsMatchTheCpuTower) {
        std::vector<std::tuple<int, int, uint32_t>>{{2, 2, 1}, {4, 6, 2}, {10, 2, 3}, {8, 8, 4}}) {
     const media::ImagePatches image = RandomPatches(grid_h, grid_w, patch, seed);
     const std::vector<float> want = cpu.Encode(image);
-    const std::vector<float> got = (*device)->Encode(image);
+    int blocks = 0;  // the pacing hook runs before each block, on the device path too
+    const std::vector<float> got = (*device)->Encode(image, [&](int64_t patches) {
+      EXPECT_EQ(patches, int64_t{grid_h} * grid_w);
+      ++blocks;
+    });
+    EXPECT_EQ(blocks, cpu.config().num_layers);
     const double gap = Gap(got, want);
     EXPECT_LT(gap, kTolerance) << grid_h << "x" << grid_w;
     std::printf("[vision] %dx%d patches: device vs CPU tower, max gap %.2e\n", grid_h, grid_w, gap);

@@ -18,11 +18,12 @@ absl::StatusOr<PreparedImage> PrepareImage(std::string_view bytes, const VisionC
   return image;
 }
 
-MediaEmbedding EncodeImage(const ImageEncoder& encoder, const PreparedImage& image) {
+MediaEmbedding EncodeImage(const ImageEncoder& encoder, const PreparedImage& image,
+                           const ImageEncoder::BeforeBlock& before_block) {
   MediaEmbedding m;
   m.num_rows = image.num_rows;
   m.content_key = image.content_key;
-  m.rows = std::make_shared<const std::vector<float>>(encoder.Encode(image.patches));
+  m.rows = std::make_shared<const std::vector<float>>(encoder.Encode(image.patches, before_block));
   return m;
 }
 

@@ -26,6 +26,7 @@ absl::StatusOr<PreparedImage> PrepareImage(std::string_view bytes, const VisionC
                                            const media::ImageDecodeLimits& limits = {});
 
 // The image's rows (position 0: ExpandMediaPlaceholders places it).
-MediaEmbedding EncodeImage(const ImageEncoder& encoder, const PreparedImage& image);
+MediaEmbedding EncodeImage(const ImageEncoder& encoder, const PreparedImage& image,
+                           const ImageEncoder::BeforeBlock& before_block = {});
 
 }  // namespace strata::engine

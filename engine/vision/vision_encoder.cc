@@ -63,7 +63,8 @@ absl::StatusOr<VisionWeights> LoadVisionWeights(const Checkpoint& ckpt, const Vi
   return w;
 }
 
-std::vector<float> VisionEncoder::Encode(const media::ImagePatches& image) const {
+std::vector<float> VisionEncoder::Encode(const media::ImagePatches& image,
+                                         const BeforeBlock& before_block) const {
   const VisionConfig& c = config_;
   const int64_t n = image.num_patches(), d = c.hidden_size, q = c.qkv_hidden_size;
   const int64_t inter = c.intermediate_size;
@@ -84,6 +85,7 @@ std::vector<float> VisionEncoder::Encode(const media::ImagePatches& image) const
   std::vector<float> attn(static_cast<size_t>(n * q)), hidden(static_cast<size_t>(n * inter));
   std::vector<float> out(x.size());
   for (const VisionBlockWeights& b : weights_.blocks) {
+    if (before_block) before_block(n);
     Norm(x.data(), n, d, b.norm0, kVisionRmsNormEps, normed.data());
     LinearForward(b.wqkv, normed.data(), n, qkv.data());
     kernels::cpu::Rope2d(rope, qkv.data(), 3 * q, c.num_heads);      // q

@@ -7,6 +7,8 @@
 // kernels/cpu/thread_pool.h).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -44,10 +46,18 @@ absl::StatusOr<VisionWeights> LoadVisionWeights(const Checkpoint& ckpt, const Vi
 // (engine/cuda/cuda_vision_encoder.h). Encode may be called from one thread at a time.
 class ImageEncoder {
  public:
+  // Called before each of the tower's blocks with the image's patch count (the server paces the
+  // tower against the engine's steps with it: server/frontend/encoder_budget.h).
+  using BeforeBlock = std::function<void(int64_t patches)>;
+
   virtual ~ImageEncoder() = default;
   virtual const VisionConfig& config() const = 0;
   // The image's rows [NumMergedRows(image), text_hidden_size], merged rows row-major.
-  virtual std::vector<float> Encode(const media::ImagePatches& image) const = 0;
+  std::vector<float> Encode(const media::ImagePatches& image) const {
+    return Encode(image, BeforeBlock());
+  }
+  virtual std::vector<float> Encode(const media::ImagePatches& image,
+                                    const BeforeBlock& before_block) const = 0;
 };
 
 class VisionEncoder final : public ImageEncoder {
@@ -59,7 +69,9 @@ class VisionEncoder final : public ImageEncoder {
   const VisionWeights& weights() const { return weights_; }
 
   // Any thread, concurrently too (const).
-  std::vector<float> Encode(const media::ImagePatches& image) const override;
+  using ImageEncoder::Encode;
+  std::vector<float> Encode(const media::ImagePatches& image,
+                            const BeforeBlock& before_block) const override;
 
  private:
   VisionConfig config_;

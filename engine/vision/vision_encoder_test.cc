@@ -233,6 +233,16 @@ TEST_F(VisionEncoderTest, ImagesOfDifferentSizesOneAfterTheOther) {
   EXPECT_EQ(b_after_other, b_after_a);
 }
 
+// The pacing hook (ImageEncoder::BeforeBlock) runs before each block with the patch count and
+// changes nothing in the rows.
+TEST_F(VisionEncoderTest, BeforeBlockRunsBeforeEachBlock) {
+  const media::ImagePatches image = RandomPatches(4, 6, config().patch_size, 21);
+  std::vector<int64_t> calls;
+  const std::vector<float> rows = encoder().Encode(image, [&](int64_t n) { calls.push_back(n); });
+  EXPECT_EQ(calls, std::vector<int64_t>(static_cast<size_t>(config().num_layers), 24));
+  EXPECT_EQ(rows, encoder().Encode(image));
+}
+
 TEST_F(VisionEncoderTest, ConcurrentEncodesGiveEachImageItsOwnRows) {
   // Encode is const and may run on any thread (vision_encoder.h): two images at once give the
   // same rows as one after the other.

@@ -218,9 +218,15 @@ absl::Status RunServe(const Flags& flags) {
   std::vector<std::unique_ptr<server::Metrics>> metrics;
   std::atomic<server::Metrics*> metrics_ptr{nullptr};
   StepMetricsSink step_metrics;
-  options.engine.on_step = [&step_metrics](int rank, const server::EngineStats& before,
-                                           const server::EngineStats& now) {
+  // The vision tower's share of the steps (its grant is set once the tower is loaded); the
+  // safety: a busy engine that reports no step for 2 s no longer holds the tower back.
+  frontend::EncoderBudget encoder_budget(0, std::chrono::milliseconds(2000));
+  options.encoder_budget = &encoder_budget;
+  options.engine.on_step = [&step_metrics, &encoder_budget](int rank,
+                                                            const server::EngineStats& before,
+                                                            const server::EngineStats& now) {
     step_metrics.OnStep(rank, before, now);
+    encoder_budget.OnStep(now.num_unfinished > 0);
   };
   frontend::ServiceOptions service_options;
   service_options.api_key = options.api_key;

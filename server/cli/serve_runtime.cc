@@ -995,6 +995,13 @@ absl::StatusOr<std::unique_ptr<ModelRuntime>> ModelRuntime::Load(const ServeOpti
                                               : static_cast<const engine::ImageEncoder*>(vision);
     rt->images_ = std::make_unique<frontend::ImageInputs>(
         encoder, static_cast<int32_t>(cfg.media_placeholder_token_id), limits);
+    if (options.encoder_budget != nullptr) {
+      // vLLM's encoder budget: a step's tokens through the whole tower (a block over n patches
+      // costs n).
+      options.encoder_budget->SetTokensPerStep(rt->scheduler_config_.max_num_batched_tokens *
+                                               vision->config().num_layers);
+      rt->images_->SetEncoderBudget(options.encoder_budget);
+    }
     s.images = rt->images_.get();
   }
   return rt;
@@ -1012,6 +1019,16 @@ std::vector<std::pair<std::string, std::string>> ModelRuntime::CacheConfigLabels
 std::string ModelRuntime::DescribeMemory() const { return kvcache::DescribePlan(layout_); }
 
 namespace {
+
+// The tower's pacing against the engine's steps: null when unpaced.
+Json EncoderBudgetInfo(const frontend::EncoderBudget* budget) {
+  if (budget == nullptr) return nullptr;
+  const frontend::EncoderBudgetStats s = budget->stats();
+  return {{"tokens_per_step", budget->tokens_per_step()},
+          {"waits", s.waits},
+          {"wait_seconds", s.wait_seconds},
+          {"granted_tokens", s.granted_tokens}};
+}
 
 // /server_info's "vision": null without a vision tower, else its shape, where it runs ("cuda":
 // the GPU tower, engine/cuda/cuda_vision_encoder.h), the image limits and the encoder cache's
@@ -1037,7 +1054,8 @@ Json VisionInfo(const engine::VisionEncoder* vision, const frontend::ImageInputs
           {"images_encoded", stats.images_encoded},
           {"encoder_cache_hits", stats.cache_hits},
           {"encoder_queue_images", stats.images_waiting},
-          {"encoder_running_images", stats.images_encoding}};
+          {"encoder_running_images", stats.images_encoding},
+          {"encoder_budget", EncoderBudgetInfo(images->encoder_budget())}};
 }
 
 // /server_info's "kv_offload": null without tiers, else each tier's place, use and traffic and

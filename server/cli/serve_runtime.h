@@ -22,6 +22,7 @@
 #include "server/cli/parallel_flags.h"
 #include "server/cli/serve_ranks.h"
 #include "server/engine_loop.h"
+#include "server/frontend/encoder_budget.h"
 #include "server/frontend/served_model.h"
 #include "server/http/http_server.h"
 
@@ -43,6 +44,9 @@ struct ServeOptions {
   std::string device = "cpu";          // --device: cpu | cuda
   // The offload tiers below the cache (docs/kv-offload.md): --kv-offload-memory (0: no host
   // tier), --kv-offload-dir (empty: no disk tier), --kv-offload-disk (nullopt: the default).
+  // Paces the vision tower against the engine's steps (server/frontend/encoder_budget.h); set by
+  // `strata serve` (which feeds it the steps), null elsewhere.
+  frontend::EncoderBudget* encoder_budget = nullptr;
   int64_t kv_offload_memory_bytes = 0;
   std::string kv_offload_dir;
   std::optional<int64_t> kv_offload_disk_bytes;

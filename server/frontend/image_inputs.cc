@@ -25,6 +25,7 @@ ImageInputs::~ImageInputs() {
     std::lock_guard<std::mutex> lock(queue_mu_);
     stopping_ = true;
   }
+  if (budget_ != nullptr) budget_->Stop();  // an image waiting for grants finishes now
   queue_cv_.notify_all();
   if (encoder_thread_.joinable()) encoder_thread_.join();
 }
@@ -191,7 +192,9 @@ engine::MediaEmbedding ImageInputs::Encode(const engine::PreparedImage& image) {
     return m;
   }
   const auto started = std::chrono::steady_clock::now();
-  engine::MediaEmbedding m = engine::EncodeImage(*encoder_, image);
+  engine::ImageEncoder::BeforeBlock pace;
+  if (budget_ != nullptr) pace = [budget = budget_](int64_t patches) { budget->Take(patches); };
+  engine::MediaEmbedding m = engine::EncodeImage(*encoder_, image, pace);
   Insert(image.content_key, m.rows,
          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return m;

@@ -33,6 +33,7 @@
 #include "engine/media_embedding.h"
 #include "engine/vision/image_input.h"
 #include "engine/vision/vision_encoder.h"
+#include "server/frontend/encoder_budget.h"
 
 namespace strata::frontend {
 
@@ -113,6 +114,11 @@ class ImageInputs {
 
   ImageInputStats stats() const;
 
+  // Paces the tower against the engine's steps (encoder_budget.h; null: unpaced). Set before the
+  // first request; must outlive this (which stops it first).
+  void SetEncoderBudget(EncoderBudget* budget) { budget_ = budget; }
+  EncoderBudget* encoder_budget() const { return budget_; }
+
  private:
   // The bytes behind an allowed http(s) URL / file:// URL (400s naming the part otherwise).
   absl::StatusOr<std::string> FetchRemote(const std::string& url, const std::string& param,
@@ -145,6 +151,7 @@ class ImageInputs {
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> encoding_{0};  // ImageInputStats::images_encoding
   std::thread encoder_thread_;
+  EncoderBudget* budget_ = nullptr;
 };
 
 // The image parts of chat messages, in message and part order: (url, the part's param path).
