@@ -1,7 +1,7 @@
 // The emulator's own tests: the tensor-core fragment layouts agree with each other and with a
 // plain matrix product, barriers and warp collectives behave as on a GPU, device work runs only
-// when the host synchronizes, graphs replay what was captured, and the API refuses what CUDA
-// refuses.
+// when the host synchronizes (device synchronization on the current device only), graphs replay
+// what was captured (host functions too), and the API refuses what CUDA refuses.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -221,6 +221,86 @@ TEST(CudaEmuTest, GraphsReplayCapturedWorkAndRefuseSynchronizationWhileCapturing
   cudaFree(dev);
   cudaFreeHost(pinned);
   cudaStreamDestroy(stream);
+}
+
+// Host functions run in stream order, are captured as graph nodes and replayed; a CUDA call from
+// inside one is a fault, as CUDA forbids it.
+void AppendNextValue(void* data) {
+  auto* log = static_cast<std::vector<int>*>(data);
+  log->push_back(log->empty() ? 1 : log->back() + 1);
+}
+
+TEST(CudaEmuTest, HostFunctionsRunInStreamOrderAndReplayInGraphs) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  int* dev;
+  ASSERT_EQ(cudaMalloc(&dev, 4), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(dev, 0, 4, stream), cudaSuccess);
+  std::vector<int> log;
+  LaunchKernel(AddOneKernel, 1, 1, 0, stream, dev, 1);
+  ASSERT_EQ(cudaLaunchHostFunc(stream, AppendNextValue, &log), cudaSuccess);
+  EXPECT_TRUE(log.empty()) << "a host function runs in stream order, not at the call";
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(log, std::vector<int>{1});
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  ASSERT_EQ(cudaStreamIsCapturing(stream, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(stream, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  ASSERT_EQ(cudaLaunchHostFunc(stream, AppendNextValue, &log), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  EXPECT_EQ(log.size(), 1u) << "captured host functions do not run at capture";
+  for (int replay = 0; replay < 2; ++replay) {
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(log, (std::vector<int>{1, 2, 3}));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(dev);
+  cudaStreamDestroy(stream);
+}
+
+void CopyInsideHostFunction(void* data) {
+  cudaMemsetAsync(data, 0, 4, nullptr);  // forbidden: a CUDA call from a host function
+}
+
+TEST(CudaEmuDeathTest, CudaCallsInsideHostFunctionsFault) {
+  EXPECT_DEATH(
+      {
+        int* dev = nullptr;
+        cudaMalloc(&dev, 4);
+        cudaStream_t stream;
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        cudaLaunchHostFunc(stream, CopyInsideHostFunction, dev);
+        cudaStreamSynchronize(stream);
+      },
+      "inside a cudaLaunchHostFunc host function");
+}
+
+// cudaDeviceSynchronize and cudaFree wait for the current device only: another device's stream
+// keeps its work (a rank thread's collective waiting for this thread must not run here).
+TEST(CudaEmuTest, DeviceSynchronizationStaysOnTheCurrentDevice) {
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  ASSERT_GE(devices, 2) << "the emulator models an 8-GPU node by default";
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  cudaStream_t other;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<int> log;
+  ASSERT_EQ(cudaLaunchHostFunc(other, AppendNextValue, &log), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(log.empty()) << "device 0's synchronization ran device 1's work";
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(log, std::vector<int>{1});
+  ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
 }
 
 __global__ void TouchDynamicShared(int* out) {

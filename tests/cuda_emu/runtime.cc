@@ -21,6 +21,7 @@
 
 struct CUstream_st {
   unsigned int flags = 0;
+  int device = 0;                             // the device current when it was created
   std::mutex run_mu;                          // one flush at a time
   std::deque<std::function<void()>> pending;  // guarded by Runtime::mu
   bool capturing = false;
@@ -61,7 +62,7 @@ struct Runtime {
   std::set<CUstream_st*> streams;
   std::unordered_map<const void*, int> max_dynamic_smem;
   CUstream_st legacy;
-  int device_count = 1;
+  int device_count = 8;  // an 8-GPU node: the ranks of a group each get their own
   size_t memory_bytes = size_t{4} << 30;
   bool eager = false;  // STRATA_CUDA_EMU_EAGER=1: run work at once (to tell a missing sync)
 };
@@ -84,6 +85,12 @@ Runtime& R() {
 
 thread_local int t_device = 0;
 thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local bool t_in_host_function = false;  // cudaLaunchHostFunc's function is running
+
+// CUDA forbids CUDA calls from a host function (they may deadlock): a fault here.
+void CheckNotInHostFunction() {
+  if (t_in_host_function) DeviceFault("a CUDA call inside a cudaLaunchHostFunc host function");
+}
 
 cudaError_t Fail(cudaError_t error, const std::string& why = "") {
   if (!why.empty()) std::fprintf(stderr, "strata cuda emulator: %s\n", why.c_str());
@@ -108,6 +115,7 @@ const Allocation* Find(const void* p, uintptr_t* base) {
 }
 
 void Flush(CUstream_st* s) {
+  CheckNotInHostFunction();
   std::lock_guard<std::mutex> run(s->run_mu);
   for (;;) {
     std::function<void()> op;
@@ -121,11 +129,15 @@ void Flush(CUstream_st* s) {
   }
 }
 
+// The current device's streams (device synchronisation, cudaFree): another device's work may
+// wait for this thread's (a collective's host function), so it is not run here.
 void FlushAll() {
   std::vector<CUstream_st*> all;
   {
     std::lock_guard<std::mutex> lock(R().mu);
-    all.assign(R().streams.begin(), R().streams.end());
+    for (CUstream_st* s : R().streams) {
+      if (s->device == t_device) all.push_back(s);
+    }
   }
   for (CUstream_st* s : all) Flush(s);
   Flush(&R().legacy);
@@ -236,6 +248,7 @@ void DeviceFault(const char* what) {
 }
 
 cudaError_t Enqueue(cudaStream_t stream, std::function<void()> op) {
+  CheckNotInHostFunction();
   CUstream_st* s = Resolve(stream);
   {
     std::lock_guard<std::mutex> lock(R().mu);
@@ -616,6 +629,7 @@ cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   auto* s = new CUstream_st();
   s->flags = flags;
+  s->device = strata_emu::t_device;
   std::lock_guard<std::mutex> lock(R().mu);
   R().streams.insert(s);
   *stream = s;
@@ -646,6 +660,22 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  CUstream_st* s = strata_emu::Resolve(stream);
+  std::lock_guard<std::mutex> lock(R().mu);
+  *status = !s->capturing        ? cudaStreamCaptureStatusNone
+            : s->capture_invalid ? cudaStreamCaptureStatusInvalidated
+                                 : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
+  if (fn == nullptr) return Fail(cudaErrorInvalidValue, "cudaLaunchHostFunc without a function");
+  return strata_emu::Enqueue(stream, [fn, user_data] {
+    strata_emu::t_in_host_function = true;
+    fn(user_data);
+    strata_emu::t_in_host_function = false;
+  });
+}
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
   if (stream == nullptr) {
     return Fail(cudaErrorStreamCaptureUnsupported, "the legacy default stream cannot capture");
