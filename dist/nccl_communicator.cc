@@ -65,12 +65,26 @@ class NcclCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, int64_t bytes, int root) override;
   absl::Status Barrier() override;
 
+  // Stream-ordered collectives (NcclDeviceCollectives): the operation enqueued on `stream`;
+  // completion is Synchronize's to wait for.
+  absl::Status EnqueueAllReduce(float* data, int64_t count, cudaStream_t stream);
+  absl::Status EnqueueAllGather(const void* send, int64_t bytes, void* recv, cudaStream_t stream);
+  absl::Status EnqueueAllToAll(const void* send, void* recv, int64_t bytes_per_rank,
+                               cudaStream_t stream);
+  // Waits for `stream` (the collectives enqueued on it included) until the timeout, watching
+  // the communicator's asynchronous errors; on failure aborts the communicator.
+  absl::Status Synchronize(cudaStream_t stream);
+
  private:
   // Refuses after an earlier error; numbers the call and selects the device.
   absl::Status Begin(const char* name);
   // Completes the call whose enqueue returned `enqueued`: waits for NCCL and the stream until
   // the deadline; on failure aborts the communicator.
   absl::Status Finish(ncclResult_t enqueued);
+  // An error when the enqueue failed; a non-blocking enqueue still in progress is waited for.
+  absl::Status CheckEnqueued(ncclResult_t enqueued);
+  // Waits until `stream` has run everything enqueued on it, or the deadline passes.
+  absl::Status WaitForStream(cudaStream_t stream);
   absl::Status Fail(absl::StatusCode code, absl::string_view what);
 
   RendezvousOptions options_;
@@ -123,11 +137,26 @@ absl::Status NcclCommunicator::Fail(absl::StatusCode code, absl::string_view wha
 }
 
 absl::Status NcclCommunicator::Finish(ncclResult_t enqueued) {
-  if (enqueued != ncclSuccess && enqueued != ncclInProgress) {
+  RETURN_IF_ERROR(CheckEnqueued(enqueued));
+  return WaitForStream(stream_);
+}
+
+absl::Status NcclCommunicator::CheckEnqueued(ncclResult_t enqueued) {
+  if (enqueued == ncclInProgress) enqueued = WaitUntilIdle(comm_, deadline_);
+  if (enqueued == ncclInProgress) {
+    return Fail(absl::StatusCode::kDeadlineExceeded,
+                absl::StrCat("was not enqueued within ", FormatDuration(options_.timeout),
+                             "; communicator aborted"));
+  }
+  if (enqueued != ncclSuccess) {
     return Fail(absl::StatusCode::kInternal,
                 absl::StrCat("NCCL error: ", ncclGetErrorString(enqueued), " (",
                              ncclGetLastError(comm_), ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::WaitForStream(cudaStream_t stream) {
   for (;;) {
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(comm_, &state);
@@ -137,7 +166,7 @@ absl::Status NcclCommunicator::Finish(ncclResult_t enqueued) {
                                ncclGetLastError(comm_), ")"));
     }
     if (state == ncclSuccess) {
-      const cudaError_t query = cudaStreamQuery(stream_);
+      const cudaError_t query = cudaStreamQuery(stream);
       if (query == cudaSuccess) return absl::OkStatus();
       if (query != cudaErrorNotReady) {
         return Fail(absl::StatusCode::kInternal,
@@ -214,6 +243,63 @@ absl::Status NcclCommunicator::Barrier() {
   return Finish(ncclAllReduce(barrier_, barrier_, 1, ncclFloat32, ncclSum, comm_, stream_));
 }
 
+absl::Status NcclCommunicator::EnqueueAllReduce(float* data, int64_t count, cudaStream_t stream) {
+  CHECK_GE(count, 0);
+  RETURN_IF_ERROR(Begin("all-reduce (on the compute stream)"));
+  return CheckEnqueued(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream));
+}
+
+absl::Status NcclCommunicator::EnqueueAllGather(const void* send, int64_t bytes, void* recv,
+                                                cudaStream_t stream) {
+  CHECK_GE(bytes, 0);
+  RETURN_IF_ERROR(Begin("all-gather (on the compute stream)"));
+  return CheckEnqueued(ncclAllGather(send, recv, bytes, ncclInt8, comm_, stream));
+}
+
+absl::Status NcclCommunicator::EnqueueAllToAll(const void* send, void* recv, int64_t bytes_per_rank,
+                                               cudaStream_t stream) {
+  CHECK_GE(bytes_per_rank, 0);
+  RETURN_IF_ERROR(Begin("all-to-all (on the compute stream)"));
+  ncclResult_t rv = ncclGroupStart();
+  for (int p = 0; p < world_size() && (rv == ncclSuccess || rv == ncclInProgress); ++p) {
+    rv = ncclSend(static_cast<const char*>(send) + p * bytes_per_rank, bytes_per_rank, ncclInt8, p,
+                  comm_, stream);
+    if (rv == ncclSuccess || rv == ncclInProgress) {
+      rv = ncclRecv(static_cast<char*>(recv) + p * bytes_per_rank, bytes_per_rank, ncclInt8, p,
+                    comm_, stream);
+    }
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  return CheckEnqueued(rv == ncclSuccess || rv == ncclInProgress ? ended : rv);
+}
+
+absl::Status NcclCommunicator::Synchronize(cudaStream_t stream) {
+  RETURN_IF_ERROR(Begin("wait for the compute stream's collectives"));
+  return WaitForStream(stream);
+}
+
+class NcclStreamCollectives final : public engine::cuda::DeviceCollectives {
+ public:
+  explicit NcclStreamCollectives(NcclCommunicator* comm) : comm_(comm) {}
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->world_size(); }
+  absl::Status AllReduceSum(float* data, int64_t count, cudaStream_t stream) override {
+    return comm_->EnqueueAllReduce(data, count, stream);
+  }
+  absl::Status AllGather(const void* send, int64_t bytes, void* recv,
+                         cudaStream_t stream) override {
+    return comm_->EnqueueAllGather(send, bytes, recv, stream);
+  }
+  absl::Status AllToAll(const void* send, void* recv, int64_t bytes_per_rank,
+                        cudaStream_t stream) override {
+    return comm_->EnqueueAllToAll(send, recv, bytes_per_rank, stream);
+  }
+  absl::Status Synchronize(cudaStream_t stream) override { return comm_->Synchronize(stream); }
+
+ private:
+  NcclCommunicator* comm_;
+};
+
 // Rank 0 creates the id and publishes it; the others fetch it. world_size 1 needs no store.
 absl::StatusOr<ncclUniqueId> ShareUniqueId(const RendezvousOptions& options,
                                            Rendezvous* rendezvous) {
@@ -279,6 +365,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectNccl(const RendezvousOption
   }
   return std::unique_ptr<Communicator>(
       new NcclCommunicator(options, device, std::move(rendezvous), comm, stream, barrier));
+}
+
+std::unique_ptr<engine::cuda::DeviceCollectives> NcclDeviceCollectives(Communicator* comm) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(comm);
+  CHECK(nccl != nullptr) << "NcclDeviceCollectives takes a communicator ConnectNccl made, not a "
+                         << comm->backend() << " one";
+  return std::make_unique<NcclStreamCollectives>(nccl);
 }
 
 }  // namespace strata::dist

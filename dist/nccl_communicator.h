@@ -23,11 +23,19 @@
 
 #include "absl/status/statusor.h"
 #include "dist/communicator.h"
+#include "engine/cuda/device_collectives.h"
 
 namespace strata::dist {
 
 // `device`: the CUDA device index this rank uses (cudaSetDevice is called on every call).
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectNccl(const RendezvousOptions& options,
                                                           int device);
+
+// The collectives of a communicator ConnectNccl made, enqueued on the caller's stream (the
+// tensor-parallel model's all-reduces and gathers: CUDA graphs capture them as NCCL kernels).
+// Enqueue errors and Synchronize past options.timeout break the communicator as its own calls
+// do (ncclCommAbort, every later call refused). `comm` must outlive the result, and the caller
+// must not mix these with `comm`'s own synchronous calls while collectives are queued.
+std::unique_ptr<engine::cuda::DeviceCollectives> NcclDeviceCollectives(Communicator* comm);
 
 }  // namespace strata::dist

@@ -25,6 +25,9 @@ class CommunicatorTensorParallelGroup : public engine::TensorParallelGroup {
   void AllGather(const float* send, int64_t count, float* recv) override;
   void BroadcastFromLead(void* data, int64_t bytes) override;
   void AllToAll(const float* send, float* recv, int64_t count_per_rank) override;
+  TensorParallelGroup* context_parallel() override { return context_parallel_; }
+  // The C-rank group of this rank (1 < C < T); must outlive this object.
+  void set_context_parallel(TensorParallelGroup* group) { context_parallel_ = group; }
 
   // Collectives so far and the bytes this rank contributed to them (for `strata bench`).
   struct Stats {
@@ -42,6 +45,7 @@ class CommunicatorTensorParallelGroup : public engine::TensorParallelGroup {
 
  private:
   Communicator* comm_;
+  TensorParallelGroup* context_parallel_ = nullptr;
   Stats stats_;
 };
 

@@ -59,10 +59,21 @@ class TensorParallelTest : public ::testing::TestWithParam<TpCase> {
 
   // Runs `body(model, group)` on every rank of a `size`-rank group (threads), each with its own
   // shard; returns what each rank's body returned.
+  // With 1 < context_parallel < size each context-parallel group of that many consecutive ranks
+  // has its own communicator (TensorParallelGroup::context_parallel); the all-to-alls each rank's
+  // tensor-parallel and context-parallel groups ran are left in tp_all_to_alls_ /
+  // cp_all_to_alls_.
   template <typename Result, typename Body>
   std::vector<Result> OnEveryRank(int size, Body body, int context_parallel = 1) {
     testing::FakeGroup group(size);
+    const bool cp_groups = context_parallel > 1 && context_parallel < size;
+    std::vector<std::unique_ptr<testing::FakeGroup>> cp_comms;
+    for (int g = 0; cp_groups && g < size / context_parallel; ++g) {
+      cp_comms.push_back(std::make_unique<testing::FakeGroup>(context_parallel));
+    }
     std::vector<Result> results(static_cast<size_t>(size));
+    tp_all_to_alls_.assign(static_cast<size_t>(size), 0);
+    cp_all_to_alls_.assign(static_cast<size_t>(size), 0);
     std::vector<std::thread> threads;
     for (int r = 0; r < size; ++r) {
       threads.emplace_back([&, r] {
@@ -72,12 +83,22 @@ class TensorParallelTest : public ::testing::TestWithParam<TpCase> {
         auto model = engine::Model::Load(dir_, load);
         ASSERT_TRUE(model.ok()) << model.status();
         CommunicatorTensorParallelGroup tp(group.rank(r));
+        std::unique_ptr<CommunicatorTensorParallelGroup> cp;
+        if (cp_groups) {
+          cp = std::make_unique<CommunicatorTensorParallelGroup>(
+              cp_comms[static_cast<size_t>(r / context_parallel)]->rank(r % context_parallel));
+          tp.set_context_parallel(cp.get());
+        }
         results[static_cast<size_t>(r)] = body(**model, &tp);
+        tp_all_to_alls_[static_cast<size_t>(r)] = tp.stats().all_to_alls;
+        if (cp != nullptr) cp_all_to_alls_[static_cast<size_t>(r)] = cp->stats().all_to_alls;
       });
     }
     for (auto& t : threads) t.join();
     return results;
   }
+
+  std::vector<int64_t> tp_all_to_alls_, cp_all_to_alls_;
 
   std::string dir_;
 };
@@ -108,6 +129,15 @@ TEST_P(TensorParallelTest, LogitsEqualOneRank) {
       ASSERT_EQ(logits[static_cast<size_t>(r)].size(), expected->size()) << "rank " << r;
       // Every rank of the group holds the same gathered logits, bit for bit.
       EXPECT_EQ(logits[static_cast<size_t>(r)], logits[0]) << "rank " << r;
+      // The partials' all-to-all of every MLA layer: over the C ranks of the context-parallel
+      // group when C < T, over the tensor-parallel group when C = T, none without.
+      const bool has_mla = (*full)->config().num_layers > (*full)->config().NumKdaLayers();
+      if (cp > 1 && cp < size) {
+        EXPECT_EQ(tp_all_to_alls_[static_cast<size_t>(r)], 0) << "rank " << r;
+        EXPECT_EQ(cp_all_to_alls_[static_cast<size_t>(r)] > 0, has_mla) << "rank " << r;
+      } else {
+        EXPECT_EQ(tp_all_to_alls_[static_cast<size_t>(r)] > 0, cp > 1 && has_mla) << "rank " << r;
+      }
     }
     int64_t worst = 0;
     float worst_diff = 0;

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/check.h"
 #include "engine/mixers.h"
 #include "kernels/cpu/latent_codec.h"
 #include "kernels/cpu/mla_context_parallel.h"
@@ -66,9 +67,9 @@ void KvbRow(const Linear& kvb, int64_t row, float* out) { EmbeddingRow(kvb, row,
 // partial attention over this rank's rows → all-to-all (each partial to its head's rank) →
 // log-sum-exp merge → W_UV, gate. Writes o [num_rows, heads·dv].
 // With C < T (the tensor-parallel group of T ranks holds T / C copies of each position's row)
-// the ranks g·C … g·C + C − 1 form context-parallel group g, which holds every position once:
-// a rank computes partials only for the heads of its own group's ranks and merges the C partials
-// its group sent (the collectives still span the T ranks; the other blocks are left unread).
+// the ranks g·C … g·C + C − 1 form context-parallel group g, which holds every position once and
+// has its own communicator (TensorParallelGroup::context_parallel): both collectives span its
+// C ranks only.
 void AttendContextParallel(const MlaConfig& m, const MlaWeights& w, const float* q,
                            const float* gate, int64_t num_rows, ForwardBatch batch,
                            absl::Span<const RowSpan> rows, int mla_index,
@@ -76,9 +77,8 @@ void AttendContextParallel(const MlaConfig& m, const MlaWeights& w, const float*
   WorkspaceScope scope(ws);
   const int64_t heads = m.num_heads, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim,
                 dv = m.v_head_dim, r = m.kv_lora_rank, lat = m.latent_dim(), qk = dn + dr;
-  const int size = cp.group->size();  // T: the tensor-parallel group's ranks
-  const int cp_size = cp.shard.size;  // C, divides T
-  const int first_peer = cp.group->rank() / cp_size * cp_size;  // this rank's group of C
+  const int cp_size = cp.shard.size;  // the group's ranks: those sharing this rank's positions
+  CHECK_EQ(cp.group->size(), cp_size);
   // q̃_h = [W_UK,hᵀ q_nope,h ; q_pe,h] for this rank's heads.
   float* qa = ws.Floats(num_rows * heads * lat);
   std::fill(qa, qa + num_rows * heads * lat, 0.0f);
@@ -97,18 +97,15 @@ void AttendContextParallel(const MlaConfig& m, const MlaWeights& w, const float*
       std::copy_n(q + (t * heads + h) * qk + dn, dr, qa + (t * heads + h) * lat + r);
     }
   }
-  // Every rank's queries: [size][num_rows][heads][lat].
-  float* all_q = ws.Floats(size * num_rows * heads * lat);
+  // Every rank's queries: [C][num_rows][heads][lat].
+  float* all_q = ws.Floats(cp_size * num_rows * heads * lat);
   if (num_rows > 0) cp.group->AllGather(qa, num_rows * heads * lat, all_q);
   // Partials of rank c's heads over this rank's rows: send[c] = [num_rows][heads][r + 1].
   const int64_t part = num_rows * heads * (r + 1);
-  float* send = ws.Floats(size * part);
-  float* recv = ws.Floats(size * part);
-  // Blocks for the other groups' ranks travel unread: zeros rather than stale workspace.
-  std::fill(send, send + first_peer * part, 0.0f);
-  std::fill(send + (first_peer + cp_size) * part, send + size * part, 0.0f);
+  float* send = ws.Floats(cp_size * part);
+  float* recv = ws.Floats(cp_size * part);
   auto* seqs = ws.Array<kernels::cpu::MlaPartialSequence>(static_cast<int64_t>(batch.size()));
-  for (int c = first_peer; c < first_peer + cp_size; ++c) {
+  for (int c = 0; c < cp_size; ++c) {
     int64_t n = 0;
     for (size_t s = 0; s < batch.size(); ++s) {
       if (rows[s].count == 0) continue;
@@ -124,8 +121,7 @@ void AttendContextParallel(const MlaConfig& m, const MlaWeights& w, const float*
   }
   if (num_rows > 0) cp.group->AllToAll(send, recv, part);
   float* merged = ws.Floats(num_rows * heads * r);
-  kernels::cpu::MlaMergePartials(recv + first_peer * part, cp_size, num_rows * heads,
-                                 static_cast<int>(r), merged);
+  kernels::cpu::MlaMergePartials(recv, cp_size, num_rows * heads, static_cast<int>(r), merged);
   // o_h = W_UV,h ō_h (⊙ sigmoid(g_h)).
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t e = 0; e < dv; ++e) {

@@ -404,7 +404,15 @@ void Model::Forward(ForwardBatch batch, std::vector<float>* logits,
       tp != nullptr ? RangeOf(cfg.vocab_size, tensor_parallel_) : ShardRange{0, cfg.vocab_size}, h);
   reduce(h);
   MoeTensorParallel moe_tp{tp, &tp_routed_experts_};
-  const MlaContextParallel mla_cp{tp, context_parallel_};
+  TensorParallelGroup* cp_group =
+      tp != nullptr && tp->context_parallel() != nullptr ? tp->context_parallel() : tp;
+  CHECK(!context_parallel_.enabled() ||
+        (cp_group != nullptr && cp_group->size() == context_parallel_.size &&
+         cp_group->rank() == context_parallel_.rank))
+      << "decode context parallelism over " << context_parallel_.size
+      << " of the tensor-parallel ranks needs their own group (TensorParallelGroup::"
+         "context_parallel)";
+  const MlaContextParallel mla_cp{cp_group, context_parallel_};
 
   // Mixer and FFN of layer l on the normalised rows (normed) into out.
   auto run_mixer = [&](int l) {

@@ -56,6 +56,11 @@ class TensorParallelGroup {
   virtual void BroadcastFromLead(void* data, int64_t bytes) = 0;
   // recv[r · count, (r + 1) · count) = rank r's send[rank · count, (rank + 1) · count).
   virtual void AllToAll(const float* send, float* recv, int64_t count_per_rank) = 0;
+  // Decode context parallelism over C < T ranks: the group of the C ranks that share this rank's
+  // positions (ContextParallelShard below), over which the MLA layers' query all-gather and
+  // partials' all-to-all run — a rank moves C − 1 shares instead of T − 1. Null: this group
+  // (C = T, or no context parallelism).
+  virtual TensorParallelGroup* context_parallel() { return nullptr; }
 };
 
 // Decode context parallelism (`--decode-context-parallel-size C`): each sequence's latent cache

@@ -76,10 +76,10 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
                                                    static_cast<size_t>(kCublasWorkspaceBytes)),
                                 "cublasSetWorkspace");
   ASSIGN_OR_RETURN(e->model_, CudaModel::Create(model, options.model));
-  // Graphs need a forward that never waits for the host; the expert exchange does.
+  // Graphs need a forward that never waits for the host; the expert exchange does (the
+  // tensor- and context-parallel collectives are on the stream: device_collectives.h).
   e->graphs_enabled_ = options.cuda_graphs && options.model.own_grouped_gemm &&
-                       options.model.expert_exchange == nullptr &&
-                       options.model.tensor_parallel == nullptr;
+                       options.model.expert_exchange == nullptr;
   if ((options.model.tensor_parallel == nullptr) != (options.tensor_parallel_host == nullptr)) {
     return absl::InvalidArgumentError(
         "tensor parallelism needs both sides of the group (CudaExecutorOptions::"
@@ -648,7 +648,12 @@ absl::Status CudaExecutor::CopyCacheUnits(const StepPlan& plan, StepResult* resu
 }
 
 absl::Status CudaExecutor::SynchronizeStep() {
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
+  if (DeviceCollectives* group = model_->options().tensor_parallel; group != nullptr) {
+    // The step's collectives are on the stream: the group bounds the wait by its timeout.
+    RETURN_IF_ERROR(group->Synchronize(stream_));
+  } else {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "step cudaStreamSynchronize");
+  }
   return WaitForCopiesBeside();
 }
 

@@ -19,7 +19,9 @@
 // batch bucket (1, 2, 4, …, 256 sequences) and a block-table width bucket (powers of two), the
 // first step of a bucket is captured (its own scratch, inputs and outputs, whose addresses the
 // graph keeps), later steps of the bucket copy their arrays into the graph's input buffer and
-// replay it. A capture that fails is logged once and the bucket runs eagerly.
+// replay it. A capture that fails is logged once and the bucket runs eagerly. Under tensor and
+// decode context parallelism every rank pads, captures and replays the same way: the group's
+// collectives are captured with the kernels (NCCL kernels on GPUs, host nodes on the emulator).
 //
 // KDA checkpoints inside a sequence's new tokens: its KDA kernels run piece by piece, split at
 // the saves, each layer copying its state and conv rows out between pieces (as the CPU
@@ -86,7 +88,8 @@ struct CudaExecutorOptions {
   // host-memory side, which carries the lead's plans and the drafts it accepted (model.
   // tensor_parallel is its device-memory side: NCCL on GPUs; on the emulator the same group).
   // The lead (rank 0) executes plans and samples; the other ranks call FollowStep in the same
-  // order and never sample. No CUDA graphs (each collective waits for the stream).
+  // order and never sample. Decode steps are CUDA graphs on every rank (the collectives are on
+  // the stream), unless an expert exchange is in the forward.
   TensorParallelGroup* tensor_parallel_host = nullptr;
 };
 

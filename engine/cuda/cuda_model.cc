@@ -152,12 +152,24 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
                                                              const CudaModelOptions& options) {
   RETURN_IF_ERROR(CheckSupported(model.config()));
   const TensorParallelShard shard = model.tensor_parallel();
-  TensorParallelGroup* tp = options.tensor_parallel;
+  DeviceCollectives* tp = options.tensor_parallel;
   if (shard.enabled() != (tp != nullptr) ||
       (tp != nullptr && (tp->rank() != shard.rank || tp->size() != shard.size))) {
     return absl::InvalidArgumentError(
         "a tensor-parallel shard needs its group in CudaModelOptions::tensor_parallel (same rank "
         "and size), and a group needs a shard");
+  }
+  const ContextParallelShard& cp = model.context_parallel();
+  if (DeviceCollectives* cp_group = options.context_parallel; cp_group != nullptr) {
+    if (cp_group->size() != cp.size || cp_group->rank() != cp.rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CudaModelOptions::context_parallel is rank ", cp_group->rank(), " of ", cp_group->size(),
+          " but the shard is context-parallel rank ", cp.rank, " of ", cp.size));
+    }
+  } else if (cp.enabled() && (tp == nullptr || tp->size() != cp.size)) {
+    return absl::InvalidArgumentError(
+        "decode context parallelism over fewer ranks than the tensor-parallel group needs its "
+        "group in CudaModelOptions::context_parallel");
   }
   // Under tensor parallelism the rank's own share of the routed experts (engine/tensor_parallel.h);
   // with an exchange too (data-parallel groups of tensor-parallel ranks), the exchange's.
@@ -482,20 +494,21 @@ absl::Status CudaModel::AbsorbedAttention(const MlaConfig& m, const DeviceMla& w
 // engine/mla_mixer.cc): q̃ of this rank's heads → all-gather (every head of the group) → each
 // rank's queries over this rank's rows (MlaPagedPartial, one launch per source rank) →
 // all-to-all (each partial to its heads' rank) → log-sum-exp merge → W_UV and the gate.
-// With C < T the ranks g·C … g·C + C − 1 form context-parallel group g (every position once):
-// a rank attends only its group's queries and merges the C partials its group sent.
+// With C < T the ranks g·C … g·C + C − 1 form context-parallel group g (every position once),
+// whose own communicator (CudaModelOptions::context_parallel) carries both collectives: a rank
+// moves C − 1 shares, not T − 1. Collectives on the stream: no host synchronisation.
 absl::Status CudaModel::ContextParallelAttention(const MlaConfig& m, const DeviceMla& w,
                                                  const DeviceStep& step, const void* pages,
                                                  LatentDType cache_dtype, const DeviceContext& ctx,
                                                  const uint16_t* q, int64_t rows, const float* gate,
                                                  uint16_t* o_gated) {
   const StepLayout& s = *step.host;
-  TensorParallelGroup* group = options_.tensor_parallel;
-  CHECK(group != nullptr && group->size() % s.cp_size == 0)
-      << "context-parallel groups are made of ranks of the tensor-parallel group";
+  DeviceCollectives* group =
+      options_.context_parallel != nullptr ? options_.context_parallel : options_.tensor_parallel;
+  CHECK(group != nullptr && group->size() == s.cp_size)
+      << "the context-parallel group holds the C ranks that share the positions";
   if (rows == 0) return absl::OkStatus();  // every rank runs the same plan: all skip together
-  const int parts = group->size(), cp_size = s.cp_size;
-  const int first_peer = group->rank() / cp_size * cp_size;
+  const int parts = s.cp_size;
   const int64_t heads = m.num_heads;
   const int64_t q_values = rows * heads * kc::kMlaLatentDim;  // even: 576 per head
   const int64_t part = rows * heads * (kc::kMlaValueDim + 1);
@@ -507,11 +520,7 @@ absl::Status CudaModel::ContextParallelAttention(const MlaConfig& m, const Devic
   ASSIGN_OR_RETURN(uint16_t * o_lat, Take<uint16_t>(ctx, rows * heads * kc::kMlaValueDim));
   RETURN_IF_ERROR(
       kc::MlaAbsorbQuery(ctx.cublas, q, static_cast<int>(rows), w.kv_b, dims, q_abs, ctx.stream));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream),
-                              "cudaStreamSynchronize before the context-parallel query all-gather");
-  // bf16 pairs travel as f32 words: the collective moves bytes, it never adds them.
-  group->AllGather(reinterpret_cast<const float*>(q_abs), q_values / 2,
-                   reinterpret_cast<float*>(all_q));
+  RETURN_IF_ERROR(group->AllGather(q_abs, q_values * sizeof(uint16_t), all_q, ctx.stream));
   kc::MlaDecodeParams params;
   params.batch = static_cast<int>(rows);
   params.num_heads = m.num_heads;
@@ -521,24 +530,13 @@ absl::Status CudaModel::ContextParallelAttention(const MlaConfig& m, const Devic
   params.cache_dtype = cache_dtype;
   const int64_t bytes = kc::MlaDecodeWorkspaceBytes(params);
   ASSIGN_OR_RETURN(void* ws, ctx.scratch->TakeBytes(bytes));
-  // Blocks for the other groups' ranks travel unread: zeros rather than stale scratch.
-  STRATA_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(send, 0, first_peer * part * sizeof(float), ctx.stream),
-      "context-parallel send cudaMemsetAsync");
-  STRATA_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(send + (first_peer + cp_size) * part, 0,
-                      (parts - first_peer - cp_size) * part * sizeof(float), ctx.stream),
-      "context-parallel send cudaMemsetAsync");
-  for (int c = first_peer; c < first_peer + cp_size; ++c) {
+  for (int c = 0; c < parts; ++c) {
     RETURN_IF_ERROR(kc::MlaPagedPartial(all_q + c * q_values, pages, step.at(s.block_tables),
                                         step.at(s.cp_query_seq), step.at(s.cp_query_len), params,
                                         ws, bytes, send + c * part, ctx.stream));
   }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream),
-                              "cudaStreamSynchronize before the context-parallel all-to-all");
-  group->AllToAll(send, recv, part);
-  RETURN_IF_ERROR(
-      kc::MlaMergePartials(recv + first_peer * part, cp_size, rows * heads, o_lat, ctx.stream));
+  RETURN_IF_ERROR(group->AllToAll(send, recv, part * sizeof(float), ctx.stream));
+  RETURN_IF_ERROR(kc::MlaMergePartials(recv, parts, rows * heads, o_lat, ctx.stream));
   return ValueProjectionAndGate(ctx, w.kv_b, dims, o_lat, rows, gate, o_gated);
 }
 
@@ -763,20 +761,15 @@ absl::Status CudaModel::Ffn(int l, const DeviceContext& ctx, const Rows& rows,
 }
 
 absl::Status CudaModel::AllReduce(const DeviceContext& ctx, float* x, int64_t count) const {
-  TensorParallelGroup* tp = options_.tensor_parallel;
+  DeviceCollectives* tp = options_.tensor_parallel;
   if (tp == nullptr || count == 0) return absl::OkStatus();
-  // The group's collectives run on their own stream and return when done (dist/): the rows
-  // must be complete first.
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream),
-                              "cudaStreamSynchronize before the tensor-parallel all-reduce");
-  tp->AllReduceSum(x, count);
-  return absl::OkStatus();
+  return tp->AllReduceSum(x, count, ctx.stream);
 }
 
 absl::Status CudaModel::LatentUpShare(const DeviceMoe& w, const DeviceContext& ctx,
                                       const uint16_t* latent, int64_t n, float* out) {
   const int64_t d = config().hidden_size;
-  TensorParallelGroup* tp = options_.tensor_parallel;
+  DeviceCollectives* tp = options_.tensor_parallel;
   const ShardRange cols = RangeOf(d, {tp->rank(), tp->size()});
   STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, n * d * sizeof(float), ctx.stream),
                               "latent_up share cudaMemsetAsync");
@@ -792,7 +785,7 @@ absl::Status CudaModel::LatentUpShare(const DeviceMoe& w, const DeviceContext& c
 
 absl::Status CudaModel::LmHead(const DeviceContext& ctx, const uint16_t* x, int64_t r,
                                float* logits) {
-  TensorParallelGroup* tp = options_.tensor_parallel;
+  DeviceCollectives* tp = options_.tensor_parallel;
   if (tp == nullptr) return Gemm(ctx, weights_->lm_head(), x, r, logits);
   // Each rank's [r, its rows] block (padded to the largest share), gathered, then laid side by
   // side into [r, vocab].
@@ -803,9 +796,7 @@ absl::Status CudaModel::LmHead(const DeviceContext& ctx, const uint16_t* x, int6
   if (weights_->lm_head().out > 0) {
     RETURN_IF_ERROR(Gemm(ctx, weights_->lm_head(), x, r, share));
   }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx.stream),
-                              "cudaStreamSynchronize before the logits all-gather");
-  tp->AllGather(share, r * stride, shares);
+  RETURN_IF_ERROR(tp->AllGather(share, r * stride * sizeof(float), shares, ctx.stream));
   for (int rank = 0; rank < tp->size(); ++rank) {
     const ShardRange part = RangeOf(vocab, {rank, tp->size()});
     if (part.size() == 0) continue;

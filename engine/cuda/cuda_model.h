@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_arena.h"
+#include "engine/cuda/device_collectives.h"
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/step_layout.h"
 #include "engine/model.h"
@@ -106,13 +107,16 @@ struct CudaModelOptions {
   // Non-null: the model is one rank's shard of a tensor-parallel group (engine/tensor_parallel.h;
   // loaded with ModelLoadOptions::tensor_parallel): the embedding is vocab-parallel, every mixer
   // and FFN output is all-reduced over the group, the logits are gathered, each rank runs its
-  // share of the routed experts on every token (only those are uploaded). The group's
-  // collectives take device memory (NCCL on GPUs; on the emulator device memory is host
-  // memory); each waits for the stream first, so the forward synchronises with the host and is
-  // never graph-captured. Must outlive the model. With expert_exchange too (data-parallel
-  // groups of tensor-parallel ranks, the experts over all of them) each rank of the group sends
-  // its share of the rows through the exchange instead.
-  TensorParallelGroup* tensor_parallel = nullptr;
+  // share of the routed experts on every token (only those are uploaded). The collectives are
+  // enqueued on the compute stream (device_collectives.h), so the forward never waits for the
+  // host and decode steps are graph-captured. Must outlive the model. With expert_exchange too
+  // (data-parallel groups of tensor-parallel ranks, the experts over all of them) each rank of
+  // the group sends its share of the rows through the exchange instead (which synchronises).
+  DeviceCollectives* tensor_parallel = nullptr;
+  // Decode context parallelism with C < T: the C ranks of this rank's context-parallel group
+  // (tensor-parallel ranks g·C … g·C + C − 1), which the MLA layers' query all-gather and
+  // partials' all-to-all span. Null: tensor_parallel (required when C = T).
+  DeviceCollectives* context_parallel = nullptr;
 };
 
 class CudaModel {

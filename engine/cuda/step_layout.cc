@@ -106,6 +106,7 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
   OrderSequences(plan, out);
   const int64_t bs = layout.block_size;
   out->cp_size = cp.size;
+  out->cp_rank = cp.rank;
   out->max_cp_query_len = 0;
   out->media_rows.clear();
   out->row_offset.assign(1, 0);
@@ -243,7 +244,6 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
 void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepLayout* step) {
   CHECK_EQ(step->num_prefill(), 0) << "only decode steps are padded";
   CHECK_EQ(step->num_scored_rows, 0) << "steps that score prompt tokens are not padded";
-  CHECK_EQ(step->cp_size, 1) << "steps under context parallelism are not padded";
   CHECK_GE(batch, step->num_decode);
   CHECK_GE(table_width, step->max_blocks_per_seq);
   const StepLayout real = *step;  // the unpadded arrays (copied: `step` is rebuilt in place)
@@ -253,6 +253,7 @@ void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepL
   step->num_rows = step->first_draft_row = batch;
   step->max_blocks_per_seq = table_width;
   step->max_decode_context = int64_t{table_width} * block_size;
+  if (step->cp_size > 1) step->max_cp_query_len = step->max_decode_context;
   step->num_logit_rows = batch;
   step->row_offset.resize(static_cast<size_t>(batch) + 1);
   for (int32_t r = 0; r <= batch; ++r) step->row_offset[r] = r;
@@ -272,6 +273,12 @@ void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepL
     ints[step->kda_slots + r] = live ? at(real.kda_slots, r) : -1;
     ints[step->seq_lens + r] = live ? at(real.seq_lens, r) : 1;
     ints[step->logit_rows + r] = r;
+    if (step->cp_size > 1) {
+      const ContextParallelShard cp{step->cp_rank, step->cp_size};
+      ints[step->cp_query_seq + r] = r;
+      ints[step->cp_query_len + r] =
+          live ? at(real.cp_query_len, r) : static_cast<int32_t>(cp.LocalRows(1));
+    }
     for (int32_t w = 0; live && w < real.max_blocks_per_seq; ++w) {
       ints[step->block_tables + int64_t{r} * table_width + w] =
           at(real.block_tables, int64_t{r} * real.max_blocks_per_seq + w);

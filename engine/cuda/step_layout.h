@@ -67,6 +67,7 @@ struct StepLayout {
   int64_t max_prefill_new = 0;        // most new tokens of one prefill sequence
   int64_t total_prefill_context = 0;  // sum of seq_lens over the prefill sequences
   int32_t cp_size = 1;                // decode context parallelism: C (1: off)
+  int32_t cp_rank = 0;                // this rank's place among the C
   int64_t max_cp_query_len = 0;       // max of cp_query_len
 
   std::vector<int32_t> plan_index;          // [S] plan.sequences index of each execution sequence
@@ -121,8 +122,9 @@ void BuildStepLayout(const StepPlan& plan, const kvcache::CacheLayout& layout, S
 // the same shapes and offsets (a CUDA graph replays them). Padding rows: token 0, no cache row
 // (slot_mapping −1, KDA slot −1), context 1 on block 0; every row's logits are computed
 // (R = batch) and the sampled tokens keep their rows. max_decode_context becomes
-// table_width · block_size (the split-K grid is sized for the whole table).
-// Not under decode context parallelism (CHECKed).
+// table_width · block_size (the split-K grid is sized for the whole table). Under decode context
+// parallelism a padding row is a one-token sequence too (position 0: a local row on the
+// context-parallel group's rank 0 only) and max_cp_query_len becomes table_width · block_size.
 void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepLayout* step);
 
 }  // namespace strata::engine::cuda

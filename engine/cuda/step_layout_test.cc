@@ -292,11 +292,24 @@ TEST(StepLayoutTest, ContextParallelRankHoldsEveryOtherPosition) {
   EXPECT_EQ(Slice(s, s.cp_query_len, 5), (std::vector<int32_t>{66, 2, 3, 3, 4}));
   EXPECT_EQ(s.max_cp_query_len, 66);
 
-  // A decode-only step under context parallelism is never padded for a graph.
+  // A decode-only step under context parallelism padded for a graph: X keeps its share, the
+  // padding rows are one-token sequences whose position 0 only rank 0 holds; the partial
+  // attention's grid is sized for the whole table.
   StepPlan decode_only;
   decode_only.sequences.push_back(plan.sequences[0]);
-  BuildStepLayout(decode_only, Layout(1), &s, ContextParallelShard{1, 2});
-  EXPECT_DEATH(PadDecodeStep(4, 8, 64, &s), "context parallelism");
+  for (int rank : {0, 1}) {
+    BuildStepLayout(decode_only, Layout(1), &s, ContextParallelShard{rank, 2});
+    PadDecodeStep(4, 8, 64, &s);
+    EXPECT_EQ(s.num_rows, 4);
+    EXPECT_EQ(s.max_cp_query_len, 8 * 64);
+    EXPECT_EQ(Slice(s, s.cp_query_seq, 4), (std::vector<int32_t>{0, 1, 2, 3}));
+    EXPECT_EQ(Slice(s, s.cp_query_len, 4), rank == 0 ? (std::vector<int32_t>{66, 1, 1, 1})
+                                                     : (std::vector<int32_t>{65, 0, 0, 0}));
+    EXPECT_EQ(Slice(s, s.slot_mapping, 4), rank == 0
+                                               ? (std::vector<int32_t>{9 * 64 + 1, -1, -1, -1})
+                                               : (std::vector<int32_t>{-1, -1, -1, -1}));
+    EXPECT_EQ(Slice(s, s.seq_lens, 4), (std::vector<int32_t>{131, 1, 1, 1}));
+  }
 
   plan.sequences.erase(plan.sequences.begin());  // X's 131 positions need 3 blocks on one rank
   BuildStepLayout(plan, Layout(1), &s);          // no context parallelism: no cp arrays

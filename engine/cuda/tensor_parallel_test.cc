@@ -1,9 +1,10 @@
 // CUDA tensor parallelism (cuda_model.h, CudaModelOptions::tensor_parallel) against one executor
 // holding the whole model. The ranks are threads of one process, each with its shard of the
-// checkpoint (engine/tensor_parallel.h) and joined by the in-process communicator
-// (dist/testing/fake_communicator.h): its all-reduce adds in host memory, which is device memory
-// on the CPU emulator only, so this test runs there (every test run); on GPUs a group is NCCL over
-// one GPU per rank (dist_nccl_communicator_test covers the collectives).
+// checkpoint (engine/tensor_parallel.h) on its own (emulated) device, joined by the in-process
+// communicator (dist/testing/fake_communicator.h) whose collectives run as host functions on each
+// rank's stream (HostFunctionCollectives, device_collectives.h): they add in host memory, which is
+// device memory on the CPU emulator only, so this test runs there (every test run); on GPUs a
+// group is NCCL over one GPU per rank (dist_nccl_communicator_test covers the collectives).
 //
 // The lead executes the plans and samples; the followers run each plan through FollowStep. Every
 // sequence must get the single executor's distribution, step by step (teacher forcing with the
@@ -21,9 +22,11 @@
 // head), over 2 and 4 ranks; a vocabulary (997) that 2 and 4 do not divide; a prompt crossing a
 // page, a KDA checkpoint save, decode steps, a step verifying drafts (the followers' KDA states
 // replay what the lead's sampler accepted: later steps would differ otherwise); the weights each
-// rank holds; no CUDA graphs. With decode context parallelism (dcp cases) each rank's cache holds
-// every C-th position and the MLA layers merge the ranks' partial attention: queries at the
-// first positions see no row of the other ranks.
+// rank holds; the decode steps as CUDA graphs on every rank (captured at the first decode step,
+// replayed at the last, the collectives inside). With decode context parallelism (dcp cases)
+// each rank's cache holds every C-th position and the MLA layers merge the ranks' partial
+// attention: queries at the first positions see no row of the other ranks; with C < T the C
+// ranks of each context-parallel group have their own communicator.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,6 +44,7 @@
 #include "dist/tensor_parallel_group.h"
 #include "dist/testing/fake_communicator.h"
 #include "engine/cuda/cuda_executor.h"
+#include "engine/cuda/device_collectives.h"
 #include "engine/cuda/testing/rank_threads.h"
 #include "engine/demo/checkpoint_generator.h"
 #include "engine/model.h"
@@ -59,12 +63,11 @@ struct Case {
   std::string name, family;
   int tp_size = 2;
   bool tied = false;
-  int dcp_size = 1;  // --decode-context-parallel-size (1 or tp_size)
+  int dcp_size = 1;  // --decode-context-parallel-size (divides tp_size)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-using rank_threads::DeviceCopy;
 using rank_threads::Probabilities;
 
 class CudaTensorParallelTest : public testing::TestWithParam<Case> {
@@ -101,11 +104,16 @@ class CudaTensorParallelTest : public testing::TestWithParam<Case> {
 
   // `mha_prefill`: prompt rows in the MHA form (else the absorbed form, which is what the ranks
   // of a context-parallel group compute: comparing like with like isolates the merge).
+  // `device`: the rank's own (a device synchronisation waits for its streams only).
   std::unique_ptr<CudaExecutor> MakeExecutor(const Model& model, TensorParallelGroup* group,
+                                             DeviceCollectives* collectives,
+                                             DeviceCollectives* context_parallel, int device,
                                              bool mha_prefill = true) {
     CudaExecutorOptions options;
+    options.device = device;
     options.model.mha_prefill = mha_prefill;
-    options.model.tensor_parallel = group;
+    options.model.tensor_parallel = collectives;
+    options.model.context_parallel = context_parallel;
     options.tensor_parallel_host = group;
     auto created = CudaExecutor::Create(model, options);
     EXPECT_TRUE(created.ok()) << created.status();
@@ -131,16 +139,39 @@ TEST_P(CudaTensorParallelTest, RanksMatchOneExecutorHoldingTheWholeModel) {
     ASSERT_TRUE(shard.ok()) << shard.status();
     shards.push_back(std::move(*shard));
   }
-  dist::testing::FakeGroup comms(world, std::chrono::milliseconds(60000), DeviceCopy);
-  std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>> groups;
+  // Host memory is device memory here: plain copies (a host function may not call CUDA).
+  dist::testing::FakeGroup comms(world);
+  // C < T: each context-parallel group of C consecutive ranks has its own communicator.
+  const bool cp_groups = c.dcp_size > 1 && c.dcp_size < world;
+  std::vector<std::unique_ptr<dist::testing::FakeGroup>> cp_comms;
+  for (int g = 0; cp_groups && g < world / c.dcp_size; ++g) {
+    cp_comms.push_back(std::make_unique<dist::testing::FakeGroup>(c.dcp_size));
+  }
+  std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>> groups, cp_host;
+  std::vector<std::unique_ptr<HostFunctionCollectives>> collectives, cp_collectives;
   std::vector<std::unique_ptr<CudaExecutor>> ranks;
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  ASSERT_GE(devices, world) << "one emulated device per rank";
   for (int r = 0; r < world; ++r) {
     ASSERT_NE(comms.rank(r), nullptr) << "rank " << r << " did not connect";
     groups.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comms.rank(r)));
-    ranks.push_back(MakeExecutor(*shards[static_cast<size_t>(r)], groups.back().get()));
+    collectives.push_back(std::make_unique<HostFunctionCollectives>(groups.back().get()));
+    DeviceCollectives* cp = nullptr;
+    if (cp_groups) {
+      dist::Communicator* comm =
+          cp_comms[static_cast<size_t>(r / c.dcp_size)]->rank(r % c.dcp_size);
+      ASSERT_NE(comm, nullptr);
+      cp_host.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comm));
+      cp_collectives.push_back(std::make_unique<HostFunctionCollectives>(cp_host.back().get()));
+      cp = cp_collectives.back().get();
+    }
+    ranks.push_back(MakeExecutor(*shards[static_cast<size_t>(r)], groups.back().get(),
+                                 collectives.back().get(), cp, r));
     ASSERT_NE(ranks.back(), nullptr);
   }
-  auto single = MakeExecutor(**whole, nullptr, /*mha_prefill=*/c.dcp_size == 1);
+  auto single = MakeExecutor(**whole, nullptr, nullptr, nullptr, 0,
+                             /*mha_prefill=*/c.dcp_size == 1);
   ASSERT_NE(single, nullptr);
   // Each rank holds its share: less than the whole model, and the group not much more than it
   // (the replicated parts: norms, the latent down-projections, the routers).
@@ -170,6 +201,7 @@ TEST_P(CudaTensorParallelTest, RanksMatchOneExecutorHoldingTheWholeModel) {
   }
   double worst = 0.0;
   int same_tokens = 0, tokens = 0;
+  std::vector<int64_t> records_after_capture;
   for (int step = 0; step < 4; ++step) {
     StepPlan plan;
     plan.step_id = step;
@@ -205,6 +237,17 @@ TEST_P(CudaTensorParallelTest, RanksMatchOneExecutorHoldingTheWholeModel) {
     lead = ranks[0]->Execute(plan);
     for (std::thread& t : threads) t.join();
     for (int r = 1; r < world; ++r) EXPECT_EQ(followed[static_cast<size_t>(r)], step);
+    // Step 1 captured the decode graph: its collectives' records stay with it; the eager steps'
+    // are reused (step 2 verifies drafts eagerly, step 3 replays).
+    if (step == 1) {
+      for (auto& group : collectives) records_after_capture.push_back(group->records());
+    } else if (step > 1) {
+      for (int r = 0; r < world; ++r) {
+        EXPECT_EQ(collectives[static_cast<size_t>(r)]->records(),
+                  records_after_capture[static_cast<size_t>(r)])
+            << "rank " << r << " step " << step;
+      }
+    }
     const StepResult reference = single->Execute(plan);
     ASSERT_EQ(lead.sampled.size(), reference.sampled.size());
     // Entries in plan order: one per sequence, 1 + accepted drafts for the drafting one.
@@ -259,7 +302,21 @@ TEST_P(CudaTensorParallelTest, RanksMatchOneExecutorHoldingTheWholeModel) {
   ranks[0]->EndFollowers();
   for (std::thread& t : threads) t.join();
   for (int r = 1; r < world; ++r) EXPECT_EQ(ended[static_cast<size_t>(r)], -1);
-  for (auto& rank : ranks) EXPECT_EQ(rank->graph_replays(), 0) << "collectives wait for the host";
+  // Both decode steps ran a graph on every rank (captured at step 1, replayed at step 3) with
+  // the group's collectives inside: the embedding's, every mixer's and every FFN's all-reduce,
+  // the logits all-gather; with C < T the context-parallel group's own records hold every MLA
+  // layer's query all-gather and partials' all-to-all.
+  const int mla_layers = cfg.num_layers - cfg.NumKdaLayers();
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(ranks[static_cast<size_t>(r)]->graph_replays(), 2) << "rank " << r;
+    EXPECT_EQ(ranks[static_cast<size_t>(r)]->num_graphs(), 1) << "rank " << r;
+    EXPECT_GE(records_after_capture[static_cast<size_t>(r)], 2 * cfg.num_layers + 2)
+        << "rank " << r << ": the graph holds the group's collectives";
+    if (cp_groups) {
+      EXPECT_EQ(cp_collectives[static_cast<size_t>(r)]->records(), 2 * mla_layers)
+          << "rank " << r << ": the context-parallel group's collectives (graph only)";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaTensorParallelTest,
@@ -293,6 +350,26 @@ TEST(CudaTensorParallelRefusalTest, ShardWithoutGroup) {
     EXPECT_NE(no_group.status().message().find("tensor_parallel"), std::string::npos)
         << no_group.status();
   }
+  // C < T: the context-parallel group of C ranks is required, and must be this rank's.
+  ModelLoadOptions load;
+  load.tensor_parallel = {1, 4};
+  load.decode_context_parallel_size = 2;
+  auto shard = Model::Load(dir, load);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  dist::testing::FakeGroup four(4), two(2);
+  dist::CommunicatorTensorParallelGroup tp(four.rank(1)), cp_wrong(two.rank(0));
+  HostFunctionCollectives tp_collectives(&tp), cp_collectives(&cp_wrong);
+  CudaExecutorOptions executor;
+  executor.model.tensor_parallel = &tp_collectives;
+  executor.tensor_parallel_host = &tp;
+  auto no_cp = CudaExecutor::Create(**shard, executor);
+  ASSERT_FALSE(no_cp.ok());
+  EXPECT_NE(no_cp.status().message().find("context_parallel"), std::string::npos) << no_cp.status();
+  executor.model.context_parallel = &cp_collectives;  // rank 0 of 2, but the shard is rank 1
+  auto wrong_rank = CudaExecutor::Create(**shard, executor);
+  ASSERT_FALSE(wrong_rank.ok());
+  EXPECT_NE(wrong_rank.status().message().find("context-parallel rank 1 of 2"), std::string::npos)
+      << wrong_rank.status();
   std::filesystem::remove_all(dir);
 }
 

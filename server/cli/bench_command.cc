@@ -74,9 +74,23 @@ nlohmann::ordered_json CollectiveReport(const dist::CommunicatorTensorParallelGr
           {"all_reduce_bytes", s.all_reduce_bytes},
           {"all_gathers", s.all_gathers},
           {"all_gather_bytes", s.all_gather_bytes},
+          {"all_to_alls", s.all_to_alls},  // decode context parallelism with C = T
+          {"all_to_all_bytes", s.all_to_all_bytes},
           {"step_broadcast_bytes", s.broadcast_bytes},
           {"all_reduce_bytes_per_token_per_layer", per_token_per_layer},
           {"planned_all_reduce_bytes_per_token_per_layer", planned / cfg.num_layers}};
+}
+
+// Decode context parallelism over C < T ranks: what the lead's context-parallel group moved
+// (the MLA layers' query all-gathers and partials' all-to-alls).
+nlohmann::ordered_json ContextParallelReport(const dist::CommunicatorTensorParallelGroup::Stats& s,
+                                             int cp_size) {
+  return {{"decode_context_parallel_size", cp_size},
+          {"collective_seconds", s.seconds},
+          {"all_gathers", s.all_gathers},
+          {"all_gather_bytes", s.all_gather_bytes},
+          {"all_to_alls", s.all_to_alls},
+          {"all_to_all_bytes", s.all_to_all_bytes}};
 }
 
 absl::StatusOr<bench::EngineBackend> MakeBackend(const std::string& device,
@@ -157,6 +171,12 @@ absl::Status RunBench(const Flags& flags) {
           if (!report.ok()) return report.status();
           (*report)["tensor_parallel_size"] = tp_size;
           (*report)["tensor_parallel"] = CollectiveReport(group->stats(), model.config(), *report);
+          if (const auto* cp = dynamic_cast<const dist::CommunicatorTensorParallelGroup*>(
+                  group->context_parallel());
+              cp != nullptr) {
+            (*report)["tensor_parallel"]["context_parallel_group"] =
+                ContextParallelReport(cp->stats(), load.decode_context_parallel_size);
+          }
           if (json) {
             std::cout << report->dump() << std::endl;
           } else {
@@ -170,6 +190,18 @@ absl::Status RunBench(const Flags& flags) {
                 static_cast<long long>(c["all_gathers"].get<int64_t>()),
                 c["all_reduce_bytes_per_token_per_layer"].get<double>(),
                 c["planned_all_reduce_bytes_per_token_per_layer"].get<double>());
+            if (c.contains("context_parallel_group")) {
+              const nlohmann::ordered_json& g = c["context_parallel_group"];
+              std::printf(
+                  "context-parallel groups of %d: %.3f s in collectives (%lld all-gathers, %lld "
+                  "all-to-alls, %lld bytes)\n",
+                  g["decode_context_parallel_size"].get<int>(),
+                  g["collective_seconds"].get<double>(),
+                  static_cast<long long>(g["all_gathers"].get<int64_t>()),
+                  static_cast<long long>(g["all_to_alls"].get<int64_t>()),
+                  static_cast<long long>(g["all_gather_bytes"].get<int64_t>() +
+                                         g["all_to_all_bytes"].get<int64_t>()));
+            }
           }
           return absl::OkStatus();
         });

@@ -86,6 +86,23 @@ absl::StatusOr<std::vector<std::unique_ptr<dist::Communicator>>> ConnectEachLoca
   return comms;
 }
 
+absl::StatusOr<ContextParallelGroups> ConnectContextParallelGroups(
+    const ParallelOptions& p, int tp_size, int cp_size, const std::string& group, ConnectFn connect,
+    const std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>>& tp_groups) {
+  ContextParallelGroups out;
+  if (cp_size <= 1 || cp_size >= tp_size) return out;
+  CHECK(tp_size % cp_size == 0) << "C = " << cp_size << " divides T = " << tp_size;
+  ASSIGN_OR_RETURN(out.comms, ConnectEachLocalRank(p, group, "the context-parallel group",
+                                                   std::move(connect), cp_size));
+  CHECK_EQ(out.comms.size(), tp_groups.size());
+  for (size_t i = 0; i < out.comms.size(); ++i) {
+    out.groups.push_back(
+        std::make_unique<dist::CommunicatorTensorParallelGroup>(out.comms[i].get()));
+    tp_groups[i]->set_context_parallel(out.groups.back().get());
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<LocalRanks>> ConnectLocalRanks(const ParallelOptions& p,
                                                               const engine::ModelConfig& config,
                                                               bool cpu_exchanges) {

@@ -12,6 +12,7 @@
 #include "dist/communicator.h"
 #include "dist/expert_placement.h"
 #include "dist/moe_dispatch.h"
+#include "dist/tensor_parallel_group.h"
 #include "engine/model_config.h"
 #include "engine/workspace.h"
 #include "server/cli/parallel_flags.h"
@@ -44,6 +45,20 @@ absl::StatusOr<std::vector<std::unique_ptr<dist::Communicator>>> ConnectEachLoca
 // the size of the groups (`group_size`; 0: the world).
 ConnectFn HostLocalOrGloo(const ParallelOptions& parallel, const std::string& what,
                           int group_size = 0);
+
+// Decode context parallelism over fewer ranks than the tensor-parallel group (1 < C < T): each
+// local rank's communicator over its context-parallel group of C consecutive ranks
+// ("<group>-<g>", g = rank / C; ConnectEachLocalRank), set on that rank's tensor-parallel group
+// in `tp_groups` (TensorParallelGroup::context_parallel), which must not outlive the result.
+// Empty when C is 1 or T (the tensor-parallel group serves).
+struct ContextParallelGroups {
+  std::vector<std::unique_ptr<dist::Communicator>> comms;
+  std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>> groups;
+};
+absl::StatusOr<ContextParallelGroups> ConnectContextParallelGroups(
+    const ParallelOptions& parallel, int tp_size, int cp_size, const std::string& group,
+    ConnectFn connect,
+    const std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>>& tp_groups);
 
 // Reads the placement (--expert-placement, else an even split), then connects every local rank
 // to the group (ConnectEachLocalRank). `cpu_exchanges` false: no ExpertParallelExchange (the

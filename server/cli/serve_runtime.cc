@@ -114,11 +114,21 @@ struct TensorParallelRanks {
   std::vector<std::unique_ptr<engine::Model>> shards;  // by local rank
   std::vector<std::unique_ptr<dist::Communicator>> comms;
   std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>> groups;
-  // --device cuda: each local rank's group over device memory (NCCL on GPUs; on the emulator
-  // device memory is host memory and `groups` serve) and its executor (index 0 is the lead's
-  // in the lead's process, taken by TensorParallelLeadRank).
-  std::vector<std::unique_ptr<dist::Communicator>> device_comms;
-  std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>> device_groups;
+  // Decode context parallelism over C < T ranks: each local rank's C-rank group (set on its
+  // entry of `groups`); empty otherwise.
+  ContextParallelGroups context_parallel;
+#if defined(STRATA_HAVE_CUDA)
+  // --device cuda: each local rank's collectives on its compute stream (engine/cuda/
+  // device_collectives.h: NCCL on GPUs; on the emulator, where device memory is host memory,
+  // `groups` run as host functions on the stream), the context-parallel group's too when
+  // C < T, and the NCCL communicators behind them (declared before the executors that use
+  // them).
+  std::vector<std::unique_ptr<dist::Communicator>> device_comms, device_cp_comms;
+  std::vector<std::unique_ptr<engine::cuda::DeviceCollectives>> device_collectives,
+      device_cp_collectives;
+#endif
+  // --device cuda: each local rank's executor (index 0 is the lead's in the lead's process,
+  // taken by TensorParallelLeadRank).
   std::vector<std::unique_ptr<engine::StepExecutor>> cuda_executors;
   std::vector<std::unique_ptr<engine::StepFollower>> executors;
   std::vector<std::unique_ptr<server::CommunicatorStepGate>> gates;
@@ -188,6 +198,13 @@ struct TensorParallelRanks {
                                                  p.tensor_parallel_size));
     for (auto& comm : comms) {
       groups.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comm.get()));
+    }
+    const int c = p.decode_context_parallel_size;
+    if (c > 1 && c < p.tensor_parallel_size) {  // C < T: each context-parallel group's own
+      ASSIGN_OR_RETURN(context_parallel,
+                       ConnectContextParallelGroups(
+                           p, p.tensor_parallel_size, c, "strata-cp",
+                           HostLocalOrGloo(p, "the context-parallel group", c), groups));
     }
     return absl::OkStatus();
   }
@@ -531,24 +548,37 @@ absl::StatusOr<kvcache::CacheLayout> TensorParallelRanks::PrepareCuda(const Serv
   ASSIGN_OR_RETURN(const int devices, CudaDevicesForServing(options));
   auto device_of = [&](int local_rank) { return RankDevice(p.first_rank, local_rank, devices); };
 #if defined(STRATA_CUDA_EMU)
-  // The emulator's device memory is host memory: the host group serves both sides.
-  std::vector<dist::CommunicatorTensorParallelGroup*> device(groups.size());
-  for (size_t i = 0; i < groups.size(); ++i) device[i] = groups[i].get();
+  // The emulator's device memory is host memory: the host groups serve, their collectives run as
+  // host functions on each rank's stream.
+  for (size_t i = 0; i < groups.size(); ++i) {
+    device_collectives.push_back(
+        std::make_unique<engine::cuda::HostFunctionCollectives>(groups[i].get()));
+    if (groups[i]->context_parallel() != nullptr) {
+      device_cp_collectives.push_back(
+          std::make_unique<engine::cuda::HostFunctionCollectives>(groups[i]->context_parallel()));
+    }
+  }
 #else
   if (p.local_ranks > devices) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--device cuda with --tensor-parallel-size runs one rank per GPU: ", p.local_ranks,
         " ranks in this process but ", devices, " GPU(s) visible"));
   }
+  auto nccl = [&](const auto& o, int local_rank) {
+    return dist::ConnectNccl(o, device_of(local_rank));
+  };
   ASSIGN_OR_RETURN(device_comms,
-                   ConnectEachLocalRank(p, "strata-tp-nccl", "the NCCL tensor-parallel group",
-                                        [&](const auto& o, int local_rank) {
-                                          return dist::ConnectNccl(o, device_of(local_rank));
-                                        }));
-  std::vector<dist::CommunicatorTensorParallelGroup*> device;
-  for (auto& comm : device_comms) {
-    device_groups.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comm.get()));
-    device.push_back(device_groups.back().get());
+                   ConnectEachLocalRank(p, "strata-tp-nccl", "the NCCL tensor-parallel group", nccl,
+                                        p.tensor_parallel_size));
+  for (auto& comm : device_comms)
+    device_collectives.push_back(dist::NcclDeviceCollectives(comm.get()));
+  if (!context_parallel.comms.empty()) {  // C < T: each context-parallel group's own
+    ASSIGN_OR_RETURN(device_cp_comms,
+                     ConnectEachLocalRank(p, "strata-cp-nccl", "the NCCL context-parallel group",
+                                          nccl, p.decode_context_parallel_size));
+    for (auto& comm : device_cp_comms) {
+      device_cp_collectives.push_back(dist::NcclDeviceCollectives(comm.get()));
+    }
   }
 #endif
   const engine::Model& first = lead != nullptr ? *lead : *shards[0];
@@ -565,7 +595,9 @@ absl::StatusOr<kvcache::CacheLayout> TensorParallelRanks::PrepareCuda(const Serv
     engine::cuda::CudaExecutorOptions o;
     o.device = device_of(static_cast<int>(i));
     o.cuda_graphs = options.cuda_graphs;
-    o.model.tensor_parallel = device[i];
+    o.model.tensor_parallel = device_collectives[i].get();
+    o.model.context_parallel =
+        i < device_cp_collectives.size() ? device_cp_collectives[i].get() : nullptr;
     o.model.expert_exchange = i < device_exchanges.size() ? device_exchanges[i] : nullptr;
     o.tensor_parallel_host = groups[i].get();
     const engine::Model& model = i == 0 && lead != nullptr ? *lead : *shards[i];

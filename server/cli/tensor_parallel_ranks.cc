@@ -85,11 +85,24 @@ absl::Status RunTensorParallelRanks(const std::string& dir, const engine::ModelL
       std::vector<std::unique_ptr<dist::Communicator>> comms,
       ConnectEachLocalRank(parallel, "strata-tensor-parallel", "the tensor-parallel group",
                            HostLocalOrGloo(parallel, "the tensor-parallel group")));
+  std::vector<std::unique_ptr<dist::CommunicatorTensorParallelGroup>> groups;
+  for (auto& comm : comms) {
+    groups.push_back(std::make_unique<dist::CommunicatorTensorParallelGroup>(comm.get()));
+  }
+  // C < T: the context-parallel groups' own communicators.
+  const int cp_size = load.decode_context_parallel_size;
+  ContextParallelGroups cp;
+  if (cp_size > 1 && cp_size < size) {
+    ASSIGN_OR_RETURN(cp,
+                     ConnectContextParallelGroups(
+                         parallel, size, cp_size, "strata-context-parallel",
+                         HostLocalOrGloo(parallel, "the context-parallel group", cp_size), groups));
+  }
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      dist::CommunicatorTensorParallelGroup group(comms[static_cast<size_t>(r)].get());
-      status[static_cast<size_t>(r)] = body(r, *shards[static_cast<size_t>(r)], &group);
+      status[static_cast<size_t>(r)] =
+          body(r, *shards[static_cast<size_t>(r)], groups[static_cast<size_t>(r)].get());
     });
   }
   for (std::thread& t : threads) t.join();

@@ -29,7 +29,8 @@ FlagSpec DcpSizeFlag();
 
 // Runs body(rank, shard, group) on ranks 0 … size−1 at once (one thread each; `load` with each
 // rank's tensor_parallel set) and returns the first error by rank. Load errors (e.g. head counts
-// that `size` does not divide) come back before any body runs.
+// that `size` does not divide) come back before any body runs. With 1 < C < size
+// (load.decode_context_parallel_size) each group carries its C-rank context-parallel group.
 using TensorParallelBody = std::function<absl::Status(
     int rank, const engine::Model& model, dist::CommunicatorTensorParallelGroup* group)>;
 absl::Status RunTensorParallelRanks(const std::string& dir, const engine::ModelLoadOptions& load,

@@ -32,8 +32,9 @@ expert-parallel MoE), against one process serving alone:
   tp-offload   --kv-offload-dir under --tensor-parallel-size 2 (with --device cuda on strata-emu):
                a prompt pushed out of the cache comes back from the lead's disk tier, same tokens
   cuda-tp      --device cuda --tensor-parallel-size 2 (strata-emu, --family k3cudatp) in one
-               process and over two processes gives one process's greedy tokens (log-probabilities
-               within 5e-2); SIGTERM to both processes stops the group cleanly
+               process and over two processes, and TP 4 x DCP 2 over two processes of two local
+               ranks, give one process's greedy tokens (log-probabilities within 5e-2) with the
+               decode steps as CUDA graphs on every rank; SIGTERM stops the group cleanly
 
 usage: multirank_test.py CASE --strata BIN --make-checkpoint BIN --work DIR
                          [--family k3|kl|k3cuda|k3tp|kltp|k3cudatp] [--device cpu|cuda]
@@ -149,7 +150,8 @@ class Server:
         return self.proc.poll() is not None and "Address already in use" in self.log_text()
 
     def log_text(self):
-        self.log.flush()
+        if not self.log.closed:  # stop_group closes it
+            self.log.flush()
         with open(self.log_path, errors="replace") as f:
             return f.read()
 
@@ -719,8 +721,9 @@ def case_cuda_tp(args):
     """--device cuda --tensor-parallel-size 2 (strata-emu, the CUDA path on the CPU emulator): one
     process with two ranks (n-gram drafts, then prefix hits), the same with
     --decode-context-parallel-size 2, then one process per rank (rank 0 serves, rank 1 only
-    computes); each gives
-    the greedy tokens of one process alone on the device. The shards add their f32 partial
+    computes), then TP 4 x DCP 2 over two processes of two local ranks; each gives the greedy
+    tokens of one process alone on the device, the decode steps captured as CUDA graphs on
+    every rank (the collectives on the stream). The shards add their f32 partial
     products in another order and the bf16 rounding of a later GEMM operand may move by an ulp,
     so the chosen tokens' log-probabilities agree to ~1e-2 (CUDA_TP_LOGPROB_TOLERANCE), not bit
     for bit (engine/cuda/tensor_parallel_test.cc); these prompts have no near-tie that would
@@ -744,6 +747,8 @@ def case_cuda_tp(args):
     engine = server_info(servers[0].port)["engine"]
     stop_group(servers)
     check_drafted_and_hit(f"{args.family} on the device under tensor parallelism", engine)
+    # Decode steps are CUDA graphs on both ranks, the all-reduces captured on the stream.
+    check_graphs_captured(f"{args.family}: --tensor-parallel-size 2 in one process", servers[0], 2)
 
     # Decode context parallelism on the device: each rank's cache holds every other position and
     # the MLA layers merge the ranks' partial attention (log-sum-exp).
@@ -762,6 +767,39 @@ def case_cuda_tp(args):
     if follower.port is not None or follower.proc.poll() is not None:
         fail(f"rank 1 answered HTTP or exited ({follower.proc.poll()}): it only computes")
     stop_group([lead, follower])
+    for rank, server in enumerate((lead, follower)):
+        check_graphs_captured(f"{args.family}: rank {rank} of 2 processes", server, 1)
+
+    # One group across two processes of two local ranks each (the Helm chart's TP16 over two
+    # 8-GPU pods, scaled down): --tensor-parallel-size 4 with --decode-context-parallel-size 2
+    # (each context-parallel group of 2 on its own communicator); node 0 leads and serves, node
+    # 1 only computes, both capture their ranks' decode graphs.
+    coordinator = f"127.0.0.1:{free_port()}"
+    extra = ["--tensor-parallel-size", "4", "--decode-context-parallel-size", "2",
+             "--local-ranks", "2", "--num-nodes", "2", "--coordinator", coordinator,
+             "--rendezvous-timeout-s", "60"]
+    nodes = [Server(args, f"cuda_tp4_node{n}", args.work_case, extra + ["--node-rank", str(n)])
+             for n in range(2)]
+    nodes[0].wait_ready(time.time() + 120)
+    got = generate_all([nodes[0]], tp_prompts)
+    if nodes[1].port is not None or nodes[1].proc.poll() is not None:
+        fail(f"node 1 answered HTTP or exited ({nodes[1].proc.poll()}): it only computes")
+    stop_group(nodes)
+    compare(f"{args.family} on the device: --tensor-parallel-size 4 x "
+            "--decode-context-parallel-size 2 over 2 processes of 2 ranks", reference, got,
+            CUDA_TP_LOGPROB_TOLERANCE)
+    for n, server in enumerate(nodes):
+        check_graphs_captured(f"{args.family}: node {n} of a group across 2 processes", server, 2)
+
+
+def check_graphs_captured(label, server, at_least):
+    """The server's log shows at least `at_least` decode graphs captured (one per rank and
+    bucket): the step's collectives are on the stream, so tensor-parallel steps are graphs."""
+    captured = server.log_text().count("captured the decode graph")
+    if captured < at_least:
+        server.dump()
+        fail(f"{label}: {captured} decode graphs captured, expected at least {at_least}")
+    print(f"ok   {label}: {captured} decode graphs captured", flush=True)
 
 
 def _ignore_errors(fn, *a):
