@@ -420,12 +420,42 @@ def check_parallelism(renderer):
                 "args"]
             check("--tensor-parallel-size=8" in args and "--local-ranks=8" in args,
                   "parallelism multi-node %s: %s" % (role, args))
+        check(docs["Service"]["spec"]["selector"].get("app.kubernetes.io/component") is None,
+              "TP within pods: every pod serves: %s" % docs["Service"]["spec"]["selector"])
+    # TP16 over two 8-GPU nodes: one tensor-parallel group per LeaderWorkerSet group. The
+    # leader's process leads it and answers requests; the worker's computes only (no HTTP): no
+    # probes there, and the Service selects leaders.
+    docs = render_docs(renderer, "-f", os.path.join(HELM, "examples", "multi-node.yaml"),
+                       "--set", "parallelism.tensorParallelSize=16",
+                       "--set", "parallelism.decodeContextParallelSize=8")
+    lws = docs.get("LeaderWorkerSet")
+    if check(lws, "TP across pods: no LeaderWorkerSet"):
+        for role in ("leader", "worker"):
+            container = lws["spec"]["leaderWorkerTemplate"][role + "Template"]["spec"][
+                "containers"][0]
+            args = container["args"]
+            for flag in ("--tensor-parallel-size=16", "--local-ranks=8",
+                         "--decode-context-parallel-size=8", "--num-nodes=$(LWS_GROUP_SIZE)",
+                         "--node-rank=$(LWS_WORKER_INDEX)"):
+                check(flag in args, "TP across pods %s: %s not in %s" % (role, flag, args))
+            probes = [k for k in container if k.endswith("Probe")]
+            want = ["startupProbe", "readinessProbe", "livenessProbe"] if role == "leader" else []
+            check(sorted(probes) == sorted(want), "TP across pods %s probes: %s" % (role, probes))
+        check(docs["Service"]["spec"]["selector"].get("app.kubernetes.io/component") == "leader",
+              "TP across pods: the Service selects leaders: %s" % docs["Service"]["spec"])
 
 
 def check_rejections(renderer):
     for args, message in ((["--set", "mode=cluster"], "mode must be single or multi"),
                           (["--set", "parallelism.tensorParallelSize=3"],
                            "parallelism.tensorParallelSize 3 must divide gpu.count 8"),
+                          (["--set", "parallelism.tensorParallelSize=16"],
+                           "parallelism.tensorParallelSize 16 is above gpu.count 8: a "
+                           "tensor-parallel group across pods needs mode multi with "
+                           "multiNode.groupSize x gpu.count = 16"),
+                          (["--set", "mode=multi", "--set", "multiNode.groupSize=4",
+                            "--set", "parallelism.tensorParallelSize=16"],
+                           "multiNode.groupSize x gpu.count = 16"),
                           (["--set", "parallelism.tensorParallelSize=8",
                             "--set", "parallelism.decodeContextParallelSize=3"],
                            "decodeContextParallelSize 3 must divide tensorParallelSize 8"),

@@ -131,7 +131,12 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 {{- if or (lt $tp 1) (lt $dcp 1) (ne (mod $tp $dcp) 0) }}
 {{- fail (printf "parallelism: decodeContextParallelSize %d must divide tensorParallelSize %d (both at least 1)" $dcp $tp) }}
 {{- end }}
-{{- if and (gt $gpus 0) (ne (mod $gpus $tp) 0) }}
+{{- if and (gt $gpus 0) (gt $tp $gpus) }}
+{{- $group := int .Values.multiNode.groupSize }}
+{{- if or (ne .Values.mode "multi") (ne $tp (mul $group $gpus)) }}
+{{- fail (printf "parallelism.tensorParallelSize %d is above gpu.count %d: a tensor-parallel group across pods needs mode multi with multiNode.groupSize x gpu.count = %d (one group per LeaderWorkerSet group; replicaCount for more)" $tp $gpus $tp) }}
+{{- end }}
+{{- else if and (gt $gpus 0) (ne (mod $gpus $tp) 0) }}
 {{- fail (printf "parallelism.tensorParallelSize %d must divide gpu.count %d: a pod runs whole tensor-parallel groups" $tp $gpus) }}
 {{- end }}
 {{- if and (eq .Values.mode "multi") (eq $gpus 0) (gt $tp 1) }}
@@ -183,7 +188,20 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
 {{- end }}
 {{- end }}
 
-{{/* The server container, shared by the Deployment and both LeaderWorkerSet templates. */}}
+{{/*
+Non-empty when one tensor-parallel group spans the pods of a LeaderWorkerSet group
+(parallelism.tensorParallelSize above gpu.count: TP16 over two 8-GPU nodes). Then only the
+leader's process answers requests (its rank 0 leads the group); the workers' processes compute
+only and open no HTTP port, so they get no probes and the Service selects leaders only.
+*/}}
+{{- define "strata.tensorParallelAcrossPods" -}}
+{{- if and (eq .Values.mode "multi") (gt (int .Values.gpu.count) 0) (gt (int .Values.parallelism.tensorParallelSize) (int .Values.gpu.count)) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* The server container, shared by the Deployment and both LeaderWorkerSet templates (the
+LeaderWorkerSet passes strataRole: leader or worker). */}}
 {{- define "strata.container" -}}
 - name: strata
   image: {{ include "strata.image" . | quote }}
@@ -221,6 +239,7 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
     {{- with .Values.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+  {{- if not (and (eq (toString .strataRole) "worker") (include "strata.tensorParallelAcrossPods" .)) }}
   startupProbe:
     httpGet:
       path: {{ .Values.probes.startup.path }}
@@ -248,6 +267,7 @@ from the container's env, where the LeaderWorkerSet controller puts LWS_*.
     periodSeconds: {{ .Values.probes.liveness.periodSeconds }}
     timeoutSeconds: {{ .Values.probes.liveness.timeoutSeconds }}
     failureThreshold: {{ .Values.probes.liveness.failureThreshold }}
+  {{- end }}
   resources:
     {{- $resources := deepCopy .Values.resources }}
     {{- if gt (int .Values.gpu.count) 0 }}
