@@ -19,7 +19,9 @@
 # Then the end-to-end engine benchmark (cuda_engine_bench = `strata bench --device cuda`) on a
 # generated Kimi-Linear-shaped bench checkpoint, batch 1, 8 and 64, next to its roofline floor, and
 # a serving smoke test: `strata serve --device cuda` on that checkpoint answers a completion, a
-# streamed chat completion and /metrics (bench/gpu_serve_smoke.py).
+# streamed chat completion and /metrics (bench/gpu_serve_smoke.py). With two GPUs or more also
+# `strata bench --device cuda --tensor-parallel-size 2` (decode graphs with NCCL inside, the
+# all-reduce bus bandwidth in a graph next to the decode step).
 # Options: --quick (bench: first shape of each kernel only), --tests-only, --bench-only,
 # --e2e-only (the end-to-end rows and the serving smoke test alone), --profile-decode (also: Nsight
 # Compute, where it can read the counters, times every kernel and every replayed decode graph of
@@ -185,6 +187,16 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
         --kernel-name regex:'MlaDecodeKernel|KdaRecurrentKernel|GroupedGemmKernel|Int8GemvKernel' \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis "$BIN/cuda_gpu_bench" --once
+    fi
+    gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
+    if [[ -x "$STRATA_BIN" && $gpus -ge 2 ]]; then
+      # Several GPUs: tensor parallelism 2 (NCCL on the compute stream, decode graphs on both
+      # ranks) and the all-reduce bus bandwidth in a graph at the decode message and at 64 MiB.
+      echo "== tensor parallel 2: strata bench --device cuda --tensor-parallel-size 2"
+      timeout 120 "$STRATA_BIN" bench --device cuda --model "$CKPT" --tensor-parallel-size 2 \
+        --prompt-tokens 512 --gen-tokens 64 --batch 8 > "$LOGS/engine-bench-tp2.log" 2>&1 ||
+        failed_any=1
+      tail -3 "$LOGS/engine-bench-tp2.log"
     fi
     if [[ -x "$STRATA_BIN" ]]; then
       echo "== serve smoke: strata serve --device cuda"

@@ -8,7 +8,8 @@
 namespace strata::bench {
 
 absl::StatusOr<EngineBackend> CudaEngineBackend(const engine::Model& model,
-                                                const EngineBenchOptions& options) {
+                                                const EngineBenchOptions& options,
+                                                const engine::cuda::CudaExecutorOptions& executor) {
   EngineBackend b;
   b.device = "cuda";
   b.layout =
@@ -16,7 +17,7 @@ absl::StatusOr<EngineBackend> CudaEngineBackend(const engine::Model& model,
                             model.config(), options.latent_dtype.value_or(LatentDType::kBF16)),
                         options);
   ASSIGN_OR_RETURN(std::unique_ptr<engine::cuda::CudaExecutor> e,
-                   engine::cuda::CudaExecutor::Create(model));
+                   engine::cuda::CudaExecutor::Create(model, executor));
   RETURN_IF_ERROR(e->AllocateCaches(b.layout));
   ASSIGN_OR_RETURN(engine::cuda::DeviceCeilings c, e->MeasureCeilings());
   // A copy's GB/s counts bytes read plus written; DRAM streams reads at about that rate.

@@ -18,6 +18,7 @@
 
 #if defined(STRATA_HAVE_CUDA)
 #include "server/bench/engine_bench_cuda.h"
+#include "server/cli/bench_cuda_ranks.h"
 #endif
 
 namespace strata::cli {
@@ -137,12 +138,35 @@ absl::Status RunBench(const Flags& flags) {
                    engine::ParseWeightQuantization(flags.GetOr("quantization", "")));
   ASSIGN_OR_RETURN(const int tp_size, TensorParallelSizeFromFlags(flags));
   ASSIGN_OR_RETURN(load.decode_context_parallel_size, DecodeContextParallelSizeFromFlags(flags));
+  if (tp_size > 1 && device == "cuda") {
+#if defined(STRATA_HAVE_CUDA)
+    ASSIGN_OR_RETURN(nlohmann::ordered_json report,
+                     RunCudaTensorParallelBench(dir, load, tp_size, options));
+    if (json) {
+      std::cout << report.dump() << std::endl;
+      return absl::OkStatus();
+    }
+    const nlohmann::ordered_json& t = report["tensor_parallel"];
+    std::printf(
+        "tensor parallel %d on the device (%s): prefill %.1f tok/s, decode %.1f tok/s\n"
+        "all-reduce bus bandwidth in a CUDA graph: %.2f GB/s at the decode step's %lld bytes, "
+        "%.2f GB/s at %lld bytes; the decode step's %lld all-reduces ~%.3f ms of its %.3f ms\n",
+        tp_size, t["collectives"].get<std::string>().c_str(),
+        report["prefill_tokens_per_s"].get<double>(), report["decode_tokens_per_s"].get<double>(),
+        t["decode_message_bus_gb_s"].get<double>(),
+        static_cast<long long>(t["decode_message_bytes"].get<int64_t>()),
+        t["large_message_bus_gb_s"].get<double>(),
+        static_cast<long long>(t["large_message_bytes"].get<int64_t>()),
+        static_cast<long long>(t["all_reduces_per_decode_step"].get<int64_t>()),
+        t["decode_step_all_reduce_ms"].get<double>(), t["decode_step_ms"].get<double>());
+    return absl::OkStatus();
+#else
+    return absl::FailedPreconditionError("--device cuda: this strata was built without CUDA");
+#endif
+  }
   if (tp_size > 1) {
     if (device != "cpu") {
-      return absl::InvalidArgumentError(
-          "--tensor-parallel-size with --device cuda: `strata bench` runs tensor parallelism on "
-          "the CPU backend only for now (`strata serve --device cuda --tensor-parallel-size T` "
-          "serves it)");
+      return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + device + "'");
     }
     // Rank 0 runs the benchmark; the others follow its steps on their shards.
     return RunTensorParallelRanks(
