@@ -35,8 +35,9 @@ VisionMetrics::VisionMetrics(prometheus::Registry& registry, bool on)
       gauge("strata:encoder_cache_capacity_bytes", "Bytes the cache of vision rows may hold");
   s_->images_encoded.counter =
       counter("strata:images_encoded_total", "Images the vision tower encoded");
-  s_->encode_seconds.counter =
-      counter("strata:image_encode_seconds_total", "Time the vision tower spent encoding images");
+  s_->encode_seconds.counter = counter(
+      "strata:image_encode_seconds_total",
+      "Time the vision tower spent encoding images (waits for the encoder budget excluded)");
   s_->cache_hits.counter =
       counter("strata:encoder_cache_hits_total", "Images served from the cache of vision rows");
 }

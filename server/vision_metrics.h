@@ -7,7 +7,8 @@
 //             strata:encoder_cache_bytes           the tower's rows kept for reuse
 //             strata:encoder_cache_capacity_bytes  what that cache may hold
 //   counters  strata:images_encoded_total          tower runs
-//             strata:image_encode_seconds_total    their time (÷ images_encoded_total: the mean)
+//             strata:image_encode_seconds_total    their time, waits for the encoder budget
+//                                                  excluded (÷ images_encoded_total: the mean)
 //             strata:encoder_cache_hits_total      images served from the cache
 //
 // Thread-safe (one scrape at a time sets them).

@@ -51,7 +51,7 @@ struct ImageInputLimits {
 
 struct ImageInputStats {
   int64_t images_encoded = 0;  // tower runs
-  double encode_seconds = 0;   // their time, summed
+  double encode_seconds = 0;   // their time, summed (waits for encoder-budget grants excluded)
   int64_t cache_hits = 0;      // images served from the cache
   int64_t cache_bytes = 0;
   int64_t images_waiting = 0;   // queued for the encoder thread (not the one it is encoding)
