@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "core/dtype.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "engine/cuda/device_weights.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/norm.h"
@@ -28,20 +28,8 @@ absl::StatusOr<char*> CudaVisionEncoder::Alloc(int64_t bytes, const char* what) 
 
 absl::StatusOr<const uint16_t*> CudaVisionEncoder::UploadMatrix(const Linear& w, const char* what) {
   const int64_t count = w.out_features * w.in_features;
-  std::vector<uint16_t> bf16;
-  const uint16_t* src = nullptr;
-  switch (w.format) {
-    case WeightFormat::kBf16:
-      src = static_cast<const uint16_t*>(w.data);
-      break;
-    case WeightFormat::kF32:
-      bf16.resize(static_cast<size_t>(count));
-      ConvertF32ToBf16(static_cast<const float*>(w.data), bf16.size(), bf16.data());
-      src = bf16.data();
-      break;
-    default:  // LoadVisionWeights never quantises the tower
-      return absl::InternalError(absl::StrCat("vision tower ", what, ": not bf16 or f32"));
-  }
+  std::vector<uint16_t> staging;
+  ASSIGN_OR_RETURN(const uint16_t* src, HostBf16(w, absl::StrCat("vision tower ", what), &staging));
   ASSIGN_OR_RETURN(char* dst, Alloc(count * 2, what));
   weight_bytes_ += count * 2;
   RETURN_IF_ERROR(
@@ -75,6 +63,9 @@ absl::StatusOr<std::unique_ptr<CudaVisionEncoder>> CudaVisionEncoder::Create(
   STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "cudaSetDevice");
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&e->stream_, cudaStreamNonBlocking),
                               "cudaStreamCreate (vision)");
+  for (cudaEvent_t& event : e->block_done_) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), "cudaEventCreate (vision)");
+  }
   ASSIGN_OR_RETURN(kc::CublasHandle handle, kc::CublasHandle::Create());
   e->cublas_.emplace(std::move(handle));
 
@@ -127,6 +118,9 @@ CudaVisionEncoder::~CudaVisionEncoder() {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
+  for (cudaEvent_t event : block_done_) {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
 }
 
 std::vector<float> CudaVisionEncoder::Encode(const media::ImagePatches& image,
@@ -170,11 +164,16 @@ absl::Status CudaVisionEncoder::Run(const media::ImagePatches& image,
                                               static_cast<int>(d), image.grid_height,
                                               image.grid_width, x_, s));
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim()));
-  for (const Block& b : blocks_) {
+  for (size_t k = 0; k < blocks_.size(); ++k) {
+    const Block& b = blocks_[k];
+    cudaEvent_t done = block_done_[k % 2];
     if (before_block) {
-      // A block's kernels queue in microseconds: wait for the previous block to run first, so
-      // the pacing paces the device's work, not the launches.
-      STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "vision cudaStreamSynchronize");
+      // A block's kernels queue in microseconds: the pacing must pace the device's work, not
+      // the launches, so block k is paced once block k − 2 has run (its event, in this slot);
+      // block k − 1 keeps the device busy meanwhile.
+      if (k >= 2) {
+        STRATA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done), "vision cudaEventSynchronize");
+      }
       before_block(n);
     }
     RETURN_IF_ERROR(kc::RmsNorm(x_, n, d, b.norm0, kVisionRmsNormEps, narrow_, s));
@@ -192,6 +191,9 @@ absl::Status CudaVisionEncoder::Run(const media::ImagePatches& image,
     RETURN_IF_ERROR(kc::GeluTanh(wide_, n * inter, s));
     RETURN_IF_ERROR(linear(wide_, n, inter, b.fc1, d, out_));
     RETURN_IF_ERROR(kc::AddInPlace(x_, out_, n * d, s));
+    if (before_block) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, s), "vision cudaEventRecord");
+    }
   }
   // The final norm, the 2×2 merge, the projector (n·D = m·4D: the merge fills out_ exactly).
   RETURN_IF_ERROR(kc::RmsNorm(x_, n, d, final_norm_, kVisionRmsNormEps, wide_, s));

@@ -69,6 +69,9 @@ class CudaVisionEncoder final : public ImageEncoder {
   std::vector<kernels::cuda::DeviceBuffer> buffers_;
   std::optional<kernels::cuda::CublasHandle> cublas_;
   cudaStream_t stream_ = nullptr;
+  // Paced runs: block k's end, in slot k mod 2 (the host waits for block k − 2 before pacing
+  // block k: one block queued ahead).
+  cudaEvent_t block_done_[2] = {nullptr, nullptr};
   // Weights.
   const uint16_t* patch_embed_ = nullptr;  // bf16 [D, 3·p·p]
   const float* pos_emb_ = nullptr;         // [pos_h, pos_w, D]

@@ -14,6 +14,31 @@
 
 namespace strata::engine::cuda {
 
+absl::StatusOr<const uint16_t*> HostBf16(const Linear& w, const std::string& what,
+                                         std::vector<uint16_t>* staging) {
+  const auto count = static_cast<size_t>(w.out_features * w.in_features);
+  switch (w.format) {
+    case WeightFormat::kBf16:
+      return static_cast<const uint16_t*>(w.data);
+    case WeightFormat::kF32:
+      staging->resize(count);
+      ConvertF32ToBf16(static_cast<const float*>(w.data), count, staging->data());
+      return staging->data();
+    case WeightFormat::kMxfp4:
+      break;
+    case WeightFormat::kInt8: {
+      std::vector<float> decoded(count);
+      DecodeInt8(static_cast<const int8_t*>(w.data), reinterpret_cast<const uint16_t*>(w.scales),
+                 count, decoded.data());
+      staging->resize(count);
+      ConvertF32ToBf16(decoded.data(), count, staging->data());
+      return staging->data();
+    }
+  }
+  return absl::UnimplementedError(
+      absl::StrCat(what, ": MXFP4 is only supported for routed experts on the CUDA backend"));
+}
+
 // Allocates and fills the device copies; one DeviceBuffer per tensor group.
 class WeightUploader {
  public:
@@ -35,31 +60,10 @@ class WeightUploader {
         "weight upload cudaMemcpy");
   }
 
-  // `w` as bf16 [out, in] at dst (f32 weights rounded to nearest even on the host; int8 ones
-  // decoded to code · scale first: the values the int8 kernels' tensor-core path multiplies by).
+  // `w` as bf16 [out, in] at dst (HostBf16).
   absl::Status CopyBf16(const Linear& w, uint16_t* dst, const std::string& what) {
-    const int64_t count = w.out_features * w.in_features;
-    switch (w.format) {
-      case WeightFormat::kBf16:
-        return Copy(dst, w.data, count * 2);
-      case WeightFormat::kF32:
-        staging_.resize(static_cast<size_t>(count));
-        ConvertF32ToBf16(static_cast<const float*>(w.data), static_cast<size_t>(count),
-                         staging_.data());
-        return Copy(dst, staging_.data(), count * 2);
-      case WeightFormat::kMxfp4:
-        break;
-      case WeightFormat::kInt8: {
-        decoded_.resize(static_cast<size_t>(count));
-        DecodeInt8(static_cast<const int8_t*>(w.data), reinterpret_cast<const uint16_t*>(w.scales),
-                   static_cast<size_t>(count), decoded_.data());
-        staging_.resize(static_cast<size_t>(count));
-        ConvertF32ToBf16(decoded_.data(), static_cast<size_t>(count), staging_.data());
-        return Copy(dst, staging_.data(), count * 2);
-      }
-    }
-    return absl::UnimplementedError(
-        absl::StrCat(what, ": MXFP4 is only supported for routed experts on the CUDA backend"));
+    ASSIGN_OR_RETURN(const uint16_t* bf16, HostBf16(w, what, &staging_));
+    return Copy(dst, bf16, w.out_features * w.in_features * 2);
   }
 
   // The row-wise concatenation of `parts` (same in_features) as one matrix: int8 codes and
@@ -137,7 +141,6 @@ class WeightUploader {
  private:
   DeviceWeights* out_;
   std::vector<uint16_t> staging_;
-  std::vector<float> decoded_;
 };
 
 absl::Status WeightUploader::Experts(const MoeWeights& w, const ModelConfig& cfg, DeviceExperts* e,

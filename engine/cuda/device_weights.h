@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -120,5 +121,12 @@ class DeviceWeights {
   DeviceAttnRes output_res_;
   std::vector<DeviceLayer> layers_;
 };
+
+// `w` [out, in] as bf16 values in host memory, ready to copy to the device: its own data when it
+// is stored as bf16, else converted into `staging` (f32 rounded to nearest even; int8 decoded
+// to code · scale first: the values the int8 kernels' tensor-core path multiplies by).
+// Unimplemented, naming `what`, for MXFP4 (routed experts only, uploaded packed).
+absl::StatusOr<const uint16_t*> HostBf16(const Linear& w, const std::string& what,
+                                         std::vector<uint16_t>* staging);
 
 }  // namespace strata::engine::cuda
