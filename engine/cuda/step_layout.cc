@@ -249,6 +249,9 @@ void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepL
   const StepLayout real = *step;  // the unpadded arrays (copied: `step` is rebuilt in place)
   const int32_t b = real.num_decode;
   auto at = [&real](int64_t offset, int64_t i) { return real.ints[offset + i]; };
+  // A padding row is a one-token sequence: its position 0 is a local row on CP rank 0 only.
+  const int32_t padding_cp_rows =
+      static_cast<int32_t>(ContextParallelShard{real.cp_rank, real.cp_size}.LocalRows(1));
   step->num_sequences = step->num_decode = batch;
   step->num_rows = step->first_draft_row = batch;
   step->max_blocks_per_seq = table_width;
@@ -274,10 +277,8 @@ void PadDecodeStep(int32_t batch, int32_t table_width, int32_t block_size, StepL
     ints[step->seq_lens + r] = live ? at(real.seq_lens, r) : 1;
     ints[step->logit_rows + r] = r;
     if (step->cp_size > 1) {
-      const ContextParallelShard cp{step->cp_rank, step->cp_size};
       ints[step->cp_query_seq + r] = r;
-      ints[step->cp_query_len + r] =
-          live ? at(real.cp_query_len, r) : static_cast<int32_t>(cp.LocalRows(1));
+      ints[step->cp_query_len + r] = live ? at(real.cp_query_len, r) : padding_cp_rows;
     }
     for (int32_t w = 0; live && w < real.max_blocks_per_seq; ++w) {
       ints[step->block_tables + int64_t{r} * table_width + w] =

@@ -137,9 +137,9 @@ absl::StatusOr<nlohmann::ordered_json> RunCudaTensorParallelBench(
   constexpr bool host_collectives = false;
 #endif
   nlohmann::ordered_json report;
-  std::mutex mu;  // the lead's report and the ranks' bandwidths
-  std::vector<double> decode_bus_gbps(n, 0.0), large_bus_gbps(n, 0.0);
-  std::vector<int64_t> graph_replays(n, 0);  // decode steps each rank ran as a CUDA graph
+  std::mutex mu;                                   // the lead's report and the ranks' bandwidths
+  double decode_bus_gbps = 0, large_bus_gbps = 0;  // as rank 0 measured them
+  std::vector<int64_t> graph_replays(n, 0);        // decode steps each rank ran as a CUDA graph
   engine::ModelConfig cfg;  // rank 0's (the shards' hidden width and layers are the model's)
   RETURN_IF_ERROR(RunTensorParallelRanks(
       dir, load, tp_size,
@@ -182,8 +182,10 @@ absl::StatusOr<nlohmann::ordered_json> RunCudaTensorParallelBench(
                          GraphAllReduceBusGBps(*collectives[r], rank, kLargeMessageBytes));
         std::lock_guard<std::mutex> lock(mu);
         graph_replays[r] = cuda->graph_replays();
-        decode_bus_gbps[r] = small;
-        large_bus_gbps[r] = large;
+        if (rank == 0) {
+          decode_bus_gbps = small;
+          large_bus_gbps = large;
+        }
         return absl::OkStatus();
       }));
 
@@ -198,7 +200,7 @@ absl::StatusOr<nlohmann::ordered_json> RunCudaTensorParallelBench(
   const double decode_tps = report.value("decode_tokens_per_s", 0.0);
   const double step_ms = decode_tps > 0 ? 1e3 * static_cast<double>(rows) / decode_tps : 0.0;
   const double all_reduce_ms =
-      decode_bus_gbps[0] > 0 ? step_bus_bytes / (decode_bus_gbps[0] * 1e9) * 1e3 : 0.0;
+      decode_bus_gbps > 0 ? step_bus_bytes / (decode_bus_gbps * 1e9) * 1e3 : 0.0;
   report["tensor_parallel_size"] = tp_size;
   report["tensor_parallel"] = {
     {"tensor_parallel_size", tp_size},
@@ -211,9 +213,9 @@ absl::StatusOr<nlohmann::ordered_json> RunCudaTensorParallelBench(
     {"graph_replays_per_rank", graph_replays},
     {"all_reduces_per_decode_step", count.hidden + count.latent},
     {"decode_message_bytes", rows * cfg.hidden_size * 4},
-    {"decode_message_bus_gb_s", decode_bus_gbps[0]},
+    {"decode_message_bus_gb_s", decode_bus_gbps},
     {"large_message_bytes", kLargeMessageBytes},
-    {"large_message_bus_gb_s", large_bus_gbps[0]},
+    {"large_message_bus_gb_s", large_bus_gbps},
     {"decode_step_ms", step_ms},
     {"decode_step_all_reduce_ms", all_reduce_ms},
     {"decode_step_all_reduce_share", step_ms > 0 ? all_reduce_ms / step_ms : 0.0}
