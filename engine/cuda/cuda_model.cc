@@ -541,20 +541,29 @@ absl::Status CudaModel::ContextParallelAttention(const MlaConfig& m, const Devic
 }
 
 absl::Status CudaModel::Mlp(const DeviceMlp& w, const DeviceContext& ctx, const uint16_t* x,
-                            int64_t n, float* out) {
+                            int64_t n, float* out, bool accumulate) {
   const int64_t inter = w.gate_up.out / 2;
   ASSIGN_OR_RETURN(float* gu, Take<float>(ctx, n * 2 * inter));
   ASSIGN_OR_RETURN(uint16_t * h, Take<uint16_t>(ctx, n * inter));
   RETURN_IF_ERROR(Gemm(ctx, w.gate_up, x, n, gu));
   RETURN_IF_ERROR(
       kc::Glu(gu, gu + inter, n, inter, 2 * inter, GluFromConfig(config()), h, ctx.stream));
-  return Gemm(ctx, w.down, h, n, out);
+  if (!accumulate) return Gemm(ctx, w.down, h, n, out);
+  const DeviceMatrix& down = w.down;
+  if (!down.int8()) {  // the add in cuBLAS's epilogue
+    return kc::GemmBf16Accumulate(ctx.cublas, h, n, down.in, down.in, down.w, down.out, out,
+                                  down.out, ctx.stream);
+  }
+  ASSIGN_OR_RETURN(float* part, Take<float>(ctx, n * down.out));
+  RETURN_IF_ERROR(Gemm(ctx, down, h, n, part));
+  return kc::AddInPlace(out, part, n * down.out, ctx.stream);
 }
 
 absl::Status CudaModel::RoutedExperts(const DeviceExperts& w, const DeviceContext& ctx,
-                                      const uint16_t* z, int64_t n, const int32_t* live_rows,
-                                      int32_t* ids, const float* weights, float* routed,
-                                      int32_t* expert_offsets) {
+                                      const uint16_t* z, int64_t n,
+                                      const kc::MoePermuteOptions& permute, const int32_t* ids,
+                                      const float* weights, float* routed, int32_t* expert_offsets,
+                                      bool accumulate) {
   const int top_k = config().moe.num_experts_per_token;
   const int num_experts = static_cast<int>(w.num_experts);
   const int64_t pairs = n * top_k;
@@ -562,43 +571,44 @@ absl::Status CudaModel::RoutedExperts(const DeviceExperts& w, const DeviceContex
   ASSIGN_OR_RETURN(void* permute_ws, ctx.scratch->TakeBytes(permute_bytes));
   ASSIGN_OR_RETURN(int32_t * permuted_token, Take<int32_t>(ctx, pairs));
   ASSIGN_OR_RETURN(int32_t * pair_row, Take<int32_t>(ctx, pairs));
-  // Padding rows of a graph-replayed step route nowhere; the rows they leave in the permuted
-  // order gather token 0 (never used: no expert covers them).
-  if (live_rows != nullptr) {
-    RETURN_IF_ERROR(kc::MaskPaddingRoutes(ids, n, top_k, live_rows, ctx.stream));
-  }
-  STRATA_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(permuted_token, 0, pairs * sizeof(int32_t), ctx.stream),
-      "permuted rows cudaMemsetAsync");
+  // Padding rows of a graph-replayed step route nowhere (permute.live_tokens); the rows dropped
+  // pairs leave past offsets[E] gather token 0 and no expert covers them (never used).
   RETURN_IF_ERROR(kc::MoePermute(ids, n, top_k, num_experts, permute_ws, permute_bytes,
-                                 expert_offsets, permuted_token, pair_row, ctx.stream));
-  // Pairs routed nowhere (−1) leave rows past offsets[E] that no expert covers (never read).
-  ASSIGN_OR_RETURN(uint16_t * x_perm, Take<uint16_t>(ctx, pairs * w.in_width));
-  RETURN_IF_ERROR(kc::MoeGatherRows(z, permuted_token, pairs, w.in_width, x_perm, ctx.stream));
+                                 expert_offsets, permuted_token, pair_row, ctx.stream, permute));
   ASSIGN_OR_RETURN(uint16_t * h, Take<uint16_t>(ctx, pairs * w.inter));
   ASSIGN_OR_RETURN(float* y, Take<float>(ctx, pairs * w.out_width));
   if (options_.own_grouped_gemm) {
-    RETURN_IF_ERROR(OwnGroupedGemms(w, ctx, x_perm, pairs, expert_offsets, h, y));
+    RETURN_IF_ERROR(OwnGroupedGemms(w, ctx, z, n, permuted_token, pairs, expert_offsets, h, y));
   } else {
+    ASSIGN_OR_RETURN(uint16_t * x_perm, Take<uint16_t>(ctx, pairs * w.in_width));
+    RETURN_IF_ERROR(kc::MoeGatherRows(z, permuted_token, pairs, w.in_width, x_perm, ctx.stream));
     RETURN_IF_ERROR(CublasGroupedGemms(w, ctx, x_perm, expert_offsets, h, y));
   }
-  return kc::MoeCombine(y, pair_row, weights, n, top_k, w.out_width, routed, ctx.stream);
+  return kc::MoeCombine(y, pair_row, weights, n, top_k, w.out_width, routed, ctx.stream,
+                        accumulate);
 }
 
 // Strata's grouped GEMM: offsets read on the device (no host synchronisation: graph-capturable),
-// gate|up with the GLU in its epilogue, MXFP4 and int8 weights dequantised in the load path.
+// the rows gathered and gate|up's GLU applied in the first product, whose work list the down
+// product reuses; MXFP4 and int8 weights dequantised in the load path.
 absl::Status CudaModel::OwnGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
-                                        const uint16_t* x_perm, int64_t rows,
-                                        const int32_t* offsets, uint16_t* h, float* y) {
+                                        const uint16_t* z, int64_t n, const int32_t* permuted_token,
+                                        int64_t rows, const int32_t* offsets, uint16_t* h,
+                                        float* y) {
   const int num_experts = static_cast<int>(w.num_experts);
   const int64_t bytes = kc::GroupedGemmWorkspaceBytes(num_experts, rows);
   ASSIGN_OR_RETURN(void* ws, ctx.scratch->TakeBytes(bytes));
   const kc::GroupedWeights gate_up = GateUpWeights(w), down = DownWeights(w);
-  RETURN_IF_ERROR(kc::GroupedGemmGlu(x_perm, offsets, num_experts, rows, gate_up, w.inter,
-                                     w.in_width, GluFromConfig(config()), h,
-                                     kc::GroupedGemmTile::kAuto, ws, bytes, ctx.stream));
+  kc::GroupedGemmOptions gather;
+  gather.x_rows = permuted_token;
+  gather.x_row_count = n;
+  RETURN_IF_ERROR(kc::GroupedGemmGlu(z, offsets, num_experts, rows, gate_up, w.inter, w.in_width,
+                                     GluFromConfig(config()), h, kc::GroupedGemmTile::kAuto, ws,
+                                     bytes, ctx.stream, gather));
+  kc::GroupedGemmOptions reuse;
+  reuse.reuse_work_list = true;
   return kc::GroupedGemm(h, offsets, num_experts, rows, down, w.out_width, w.inter, y,
-                         kc::GroupedGemmTile::kAuto, ws, bytes, ctx.stream);
+                         kc::GroupedGemmTile::kAuto, ws, bytes, ctx.stream, reuse);
 }
 
 // cuBLAS's grouped GEMM: it takes the group sizes on the host (one synchronisation per layer);
@@ -652,7 +662,7 @@ absl::Status CudaModel::ExchangeExperts(const DeviceExperts& w, int moe_layer,
                  float* out) -> absl::Status {
     // Offsets of the local experts: scratch (the step's table is indexed by global expert).
     ASSIGN_OR_RETURN(int32_t * offsets, Take<int32_t>(ctx, w.num_experts + 1));
-    return RoutedExperts(w, ctx, rz, rows, nullptr, rids, rweights, out, offsets);
+    return RoutedExperts(w, ctx, rz, rows, {}, rids, rweights, out, offsets);
   };
   return options_.expert_exchange->Exchange(moe_layer, z, n, w.in_width, top_k, ids, weights,
                                             routed, ctx, run);
@@ -662,7 +672,7 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
                             const Rows& rows, int32_t* expert_offsets) {
   const ModelConfig& cfg = config();
   const MoeConfig& m = cfg.moe;
-  const int64_t n = rows.n, d = cfg.hidden_size, top_k = m.num_experts_per_token;
+  const int64_t n = rows.n, top_k = m.num_experts_per_token;
   ASSIGN_OR_RETURN(float* logits, Take<float>(ctx, n * m.num_experts));
   ASSIGN_OR_RETURN(int32_t * ids, Take<int32_t>(ctx, n * top_k));
   ASSIGN_OR_RETURN(float* weights, Take<float>(ctx, n * top_k));
@@ -676,6 +686,11 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
   const uint16_t* z = rows.normed;
   float* routed = rows.out;
   const int64_t width = w.experts.in_width;
+  // Without a latent space or an exchange the shared expert runs first, into out, and the
+  // routed experts' combine adds to it (one pass, no separate add).
+  const bool shared_first =
+      !w.shared.gate_up.empty() && !m.is_latent() && options_.expert_exchange == nullptr;
+  if (shared_first) RETURN_IF_ERROR(Mlp(w.shared, ctx, rows.normed, n, rows.out));
   if (m.is_latent()) {
     ASSIGN_OR_RETURN(uint16_t * latent, Take<uint16_t>(ctx, n * width));
     RETURN_IF_ERROR(Gemm(ctx, w.latent_down, rows.normed, n, latent));
@@ -699,17 +714,21 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
   } else if (options_.tensor_parallel != nullptr) {
     // This rank's experts on every row (the others' pairs dropped); its partial sums, which the
     // group adds up. The layer's slot of the global offsets table stays zero.
-    RETURN_IF_ERROR(
-        kc::MoeMapExpertIds(ids, n * top_k, tp_local_of_.as<int32_t>(), m.num_experts, ctx.stream));
+    kc::MoePermuteOptions permute;
+    permute.live_tokens = rows.live_rows;
+    permute.local_of = tp_local_of_.as<int32_t>();
+    permute.id_space = m.num_experts;
     STRATA_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(expert_offsets, 0, (m.num_experts + 1) * sizeof(int32_t), ctx.stream),
         "expert offsets cudaMemsetAsync");
     ASSIGN_OR_RETURN(int32_t * local_offsets, Take<int32_t>(ctx, w.experts.num_experts + 1));
-    RETURN_IF_ERROR(
-        RoutedExperts(w.experts, ctx, z, n, rows.live_rows, ids, weights, routed, local_offsets));
+    RETURN_IF_ERROR(RoutedExperts(w.experts, ctx, z, n, permute, ids, weights, routed,
+                                  local_offsets, shared_first));
   } else {
-    RETURN_IF_ERROR(
-        RoutedExperts(w.experts, ctx, z, n, rows.live_rows, ids, weights, routed, expert_offsets));
+    kc::MoePermuteOptions permute;
+    permute.live_tokens = rows.live_rows;
+    RETURN_IF_ERROR(RoutedExperts(w.experts, ctx, z, n, permute, ids, weights, routed,
+                                  expert_offsets, shared_first));
   }
   if (m.is_latent()) {
     // latent_norm is not linear: the whole latent sum first (tensor parallelism).
@@ -727,10 +746,8 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
       RETURN_IF_ERROR(Gemm(ctx, w.latent_up, routed_bf16, n, rows.out));
     }
   }
-  if (!w.shared.gate_up.empty()) {  // out = routed part + Shared(x)
-    ASSIGN_OR_RETURN(float* shared, Take<float>(ctx, n * d));
-    RETURN_IF_ERROR(Mlp(w.shared, ctx, rows.normed, n, shared));
-    RETURN_IF_ERROR(kc::AddInPlace(rows.out, shared, n * d, ctx.stream));
+  if (!w.shared.gate_up.empty() && !shared_first) {  // out = routed part + Shared(x)
+    RETURN_IF_ERROR(Mlp(w.shared, ctx, rows.normed, n, rows.out, /*accumulate=*/true));
   }
   return absl::OkStatus();
 }
@@ -836,7 +853,9 @@ absl::Status CudaModel::Layers(const DeviceStep& step, const DeviceCaches& cache
 }
 
 // Block AttnRes (docs/model.md §1, §5), as engine/model.cc: sources are the completed blocks plus
-// the running partial sum p, slot i < num_blocks is block i, slot num_blocks is p.
+// the running partial sum p, slot i < num_blocks is block i, slot num_blocks is p. Every update
+// of p (p = a when p is None, else p + a) comes right before a mix, which applies it in its own
+// pass (AttnResSources::pending): no separate add or copy launches.
 absl::Status CudaModel::LayersAttnRes(const DeviceStep& step, const DeviceCaches& caches,
                                       const DeviceContext& ctx, const Rows& rows,
                                       int32_t* expert_offsets) {
@@ -845,39 +864,41 @@ absl::Status CudaModel::LayersAttnRes(const DeviceStep& step, const DeviceCaches
   const float eps = cfg.rms_norm_eps;
   const int block = cfg.attn_res_block_size;
   ASSIGN_OR_RETURN(float* slots, Take<float>(ctx, AttnResMaxSources(cfg) * slot_floats));
+  // p = x0, copied: the first mix writes h, which must alias no source.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slots, rows.h, slot_floats * sizeof(float),
+                                              cudaMemcpyDeviceToDevice, ctx.stream),
+                              "AttnRes cudaMemcpyAsync");
   int num_blocks = 0;
-  bool partial_empty = true;
-  auto add = [&](const float* a) -> absl::Status {  // p = a if p is None else p + a
-    float* p = slots + num_blocks * slot_floats;
-    if (!partial_empty) return kc::AddInPlace(p, a, slot_floats, ctx.stream);
-    partial_empty = false;
-    return kc::CudaStatus(
-        cudaMemcpyAsync(p, a, slot_floats * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream),
-        "AttnRes cudaMemcpyAsync");
-  };
-  // h = Mix(blocks + [p], site); normed = RMSNorm(h; norm_weight) when norm_weight is set.
-  auto mix = [&](const DeviceAttnRes& site, const float* norm_weight) {
+  bool partial_empty = false;
+  // h = Mix(blocks + [p'], site) with p' = p + pending (pending when p is None; p when pending
+  // is null), written back to p; normed = RMSNorm(h; norm_weight) when norm_weight is set.
+  auto mix = [&](const DeviceAttnRes& site, const float* norm_weight, const float* pending) {
     kc::AttnResSources sources;
     sources.count = num_blocks + 1;
     for (int i = 0; i < sources.count; ++i) sources.ptr[i] = slots + i * slot_floats;
+    if (pending != nullptr) {
+      sources.partial = slots + num_blocks * slot_floats;
+      sources.pending = pending;
+      sources.replace = partial_empty;
+      partial_empty = false;
+    }
     return kc::AttnResMix(sources, n, d, site.norm, site.proj, eps, rows.h, norm_weight, eps,
                           norm_weight != nullptr ? rows.normed : nullptr, ctx.stream);
   };
-  RETURN_IF_ERROR(add(rows.h));  // p = x0
+  const float* pending = nullptr;
   for (int l = 0; l < cfg.num_layers; ++l) {
     const DeviceLayer& lw = weights_->layer(l);
-    RETURN_IF_ERROR(mix(lw.attn_res, lw.input_norm));
+    RETURN_IF_ERROR(mix(lw.attn_res, lw.input_norm, pending));
     if (l % block == 0) {  // blocks.append(p); p = None
       ++num_blocks;
       partial_empty = true;
     }
     RETURN_IF_ERROR(Mixer(l, step, caches, ctx, rows));
-    RETURN_IF_ERROR(add(rows.out));
-    RETURN_IF_ERROR(mix(lw.mlp_res, lw.post_norm));
+    RETURN_IF_ERROR(mix(lw.mlp_res, lw.post_norm, rows.out));
     RETURN_IF_ERROR(Ffn(l, ctx, rows, expert_offsets));
-    RETURN_IF_ERROR(add(rows.out));
+    pending = rows.out;
   }
-  return mix(weights_->output_res(), nullptr);
+  return mix(weights_->output_res(), nullptr, pending);
 }
 
 // A rank without rows still takes part in every MoE layer's exchange, in layer order.

@@ -30,6 +30,7 @@
 #include "engine/cuda/step_layout.h"
 #include "engine/model.h"
 #include "kernels/cuda/kda_decode.h"
+#include "kernels/cuda/moe.h"
 
 namespace strata::engine::cuda {
 
@@ -193,22 +194,26 @@ class CudaModel {
                                         LatentDType cache_dtype, const DeviceContext& ctx,
                                         const uint16_t* q, int64_t rows, const float* gate,
                                         uint16_t* o_gated);
+  // out = the GLU MLP of x, or out += it with `accumulate`.
   absl::Status Mlp(const DeviceMlp& w, const DeviceContext& ctx, const uint16_t* x, int64_t n,
-                   float* out);
+                   float* out, bool accumulate = false);
   absl::Status Moe(const DeviceMoe& w, int moe_layer, const DeviceContext& ctx, const Rows& rows,
                    int32_t* expert_offsets);
-  // routed [n] = the weighted sum of each row's experts among w's (ids index w's experts; −1:
-  // none; rows ≥ *live_rows route nowhere when live_rows is non-null).
+  // routed [n] = the weighted sum of each row's experts among w's, or routed += it with
+  // `accumulate` (ids index w's experts after `permute`'s mapping; −1: none; padding rows and
+  // tensor parallelism's mapping as `permute` says).
   absl::Status RoutedExperts(const DeviceExperts& w, const DeviceContext& ctx, const uint16_t* z,
-                             int64_t n, const int32_t* live_rows, int32_t* ids,
-                             const float* weights, float* routed, int32_t* expert_offsets);
+                             int64_t n, const kernels::cuda::MoePermuteOptions& permute,
+                             const int32_t* ids, const float* weights, float* routed,
+                             int32_t* expert_offsets, bool accumulate = false);
   // The routed experts of a MoE layer through the exchange (options_.expert_exchange).
   absl::Status ExchangeExperts(const DeviceExperts& w, int moe_layer, const DeviceContext& ctx,
                                const uint16_t* z, int64_t n, int32_t* ids, const float* weights,
                                float* routed);
-  absl::Status OwnGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
-                               const uint16_t* x_perm, int64_t rows, const int32_t* offsets,
-                               uint16_t* h, float* y);
+  // The gate|up product reads row permuted_token[r] of z [n, in] (the gather in its load path).
+  absl::Status OwnGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx, const uint16_t* z,
+                               int64_t n, const int32_t* permuted_token, int64_t rows,
+                               const int32_t* offsets, uint16_t* h, float* y);
   absl::Status CublasGroupedGemms(const DeviceExperts& w, const DeviceContext& ctx,
                                   const uint16_t* x_perm, const int32_t* offsets, uint16_t* h,
                                   float* y);

@@ -38,4 +38,10 @@ absl::Status GemmBf16(cublasHandle_t handle, const uint16_t* x, int64_t m, int64
 absl::Status GemmBf16(cublasHandle_t handle, const uint16_t* x, int64_t m, int64_t k, int64_t ldx,
                       const uint16_t* w, int64_t n, uint16_t* y, int64_t ldy, cudaStream_t stream);
 
+// y += x · Wᵀ (f32 y, added in the GEMM's epilogue: one launch instead of a product and an add;
+// the f32 sum of the product and y, as the add would give).
+absl::Status GemmBf16Accumulate(cublasHandle_t handle, const uint16_t* x, int64_t m, int64_t k,
+                                int64_t ldx, const uint16_t* w, int64_t n, float* y, int64_t ldy,
+                                cudaStream_t stream);
+
 }  // namespace strata::kernels::cuda

@@ -695,17 +695,21 @@ void BenchEmbedding(Bench& bench, int64_t vocab, int64_t dim, int64_t tokens) {
 }
 
 // Tensor parallelism's per-rank passes: one rank's vocabulary share of the embedding (the other
-// rows zero-filled) and the routed-expert ids mapped to the rank's own experts. Both bound by
-// the bytes they move.
+// rows zero-filled), and the routed pairs grouped by the rank's own experts (MoePermute with the
+// id mapping and a padding count folded in: one launch at decode sizes). Both bound by the bytes
+// they move; the permutation at decode sizes by its one launch's latency.
 void BenchTensorParallelShares(Bench& bench, int64_t vocab, int64_t dim, int64_t tokens, int ranks,
                                int num_experts, int top_k) {
-  const std::string embed = "EmbeddingGather(VocabShard)", map = "MoeMapExpertIds";
+  const std::string embed = "EmbeddingGather(VocabShard)", map = "MoePermute";
   const std::string shape = "V" + std::to_string(vocab) + " d" + std::to_string(dim) + " T" +
                             std::to_string(tokens) + " TP" + std::to_string(ranks);
   const int64_t rows = (vocab + ranks - 1) / ranks, pairs = tokens * top_k;
   Buf table(rows * dim * 2), ids(tokens * 4), out(tokens * dim * 4), invalid(4);
-  Buf expert_ids(pairs * 4), local_of(int64_t{num_experts} * 4);
-  if (!table.ok() || !out.ok() || !expert_ids.ok()) {
+  Buf expert_ids(pairs * 4), local_of(int64_t{num_experts} * 4),
+      offsets(int64_t{num_experts} * 4 + 4);
+  Buf permuted(pairs * 4), pair_row(pairs * 4), live(4),
+      permute_ws(MoePermuteWorkspaceBytes(num_experts));
+  if (!table.ok() || !out.ok() || !expert_ids.ok() || !permuted.ok() || !pair_row.ok()) {
     return bench.Fail(embed, shape, absl::ResourceExhaustedError("cudaMalloc"));
   }
   std::mt19937 rng(6);
@@ -731,12 +735,21 @@ void BenchTensorParallelShares(Bench& bench, int64_t vocab, int64_t dim, int64_t
     });
   }
   if (bench.Wants(map)) {
-    // In place, so each timed run maps already-mapped ids: the same bytes and work.
+    // Every pair's id and mapping read, its row and token written (16 bytes a pair).
+    const int32_t live_tokens = static_cast<int32_t>(tokens);
     BENCH_CHECK(bench, map, shape, CudaCopy(expert_ids.as<void>(), host_experts.data(), pairs * 4));
-    bench.Time(map, "E" + std::to_string(num_experts) + " " + shape, pairs * 8.0, 0.0, false, "-",
+    BENCH_CHECK(bench, map, shape, CudaCopy(live.as<void>(), &live_tokens, 4));
+    MoePermuteOptions options;
+    options.live_tokens = live.as<int32_t>();
+    options.local_of = local_of.as<int32_t>();
+    options.id_space = num_experts;
+    const int local_experts = (num_experts + ranks - 1) / ranks;
+    bench.Time(map, "E" + std::to_string(num_experts) + " " + shape, pairs * 16.0, 0.0, false, "-",
                [&] {
-                 return MoeMapExpertIds(expert_ids.as<int32_t>(), pairs, local_of.as<int32_t>(),
-                                        num_experts, bench.stream);
+                 return MoePermute(expert_ids.as<int32_t>(), tokens, top_k, local_experts,
+                                   permute_ws.as<void>(), MoePermuteWorkspaceBytes(num_experts),
+                                   offsets.as<int32_t>(), permuted.as<int32_t>(),
+                                   pair_row.as<int32_t>(), bench.stream, options);
                });
   }
 }
@@ -1081,6 +1094,7 @@ int Run(Bench& bench) {
   }
   BenchEmbedding(bench, 163840, 7168, 4096);
   BenchTensorParallelShares(bench, 163840, 7168, 4096, 8, 896, 16);  // K3 at TP8
+  BenchTensorParallelShares(bench, 163840, 7168, 64, 8, 896, 16);    // a K3 decode step
   BenchMxfp4(bench, "K3 gate|up", 64, 6144, 3584);
   {
     SamplingRowParams greedy;

@@ -75,6 +75,8 @@ static_assert(LargeTile::SmemBytes(WeightFmt::kInt8) * 2 <= 227 * 1024, "two int
 
 struct GemmParams {
   const uint16_t* x;
+  const int32_t* x_rows;  // null: row r of the product reads row r of x
+  int64_t x_row_count;
   const uint16_t* w_bf16;
   const uint8_t* w_packed;  // MXFP4 codes
   const int8_t* w_codes;    // int8 codes
@@ -115,13 +117,7 @@ __global__ void __launch_bounds__(kListThreads)
     local += (max(clamped(e + 1) - clamped(e), 0) + bm - 1) / bm;
   }
   scan[tid] = local;
-  __syncthreads();
-  for (int d = 1; d < kListThreads; d <<= 1) {  // Hillis–Steele inclusive scan
-    const int32_t v = tid >= d ? scan[tid - d] : 0;
-    __syncthreads();
-    scan[tid] += v;
-    __syncthreads();
-  }
+  internal::BlockInclusiveScan(scan);
   int32_t next = scan[tid] - local;
   for (int e = e_begin; e < e_end; ++e) {
     const int32_t begin = clamped(e), end = max(clamped(e + 1), begin);
@@ -153,12 +149,16 @@ __device__ __forceinline__ void LoadStage(unsigned char* stage, const GemmParams
                                           const WorkItem& item, int n_tile, int kt) {
   const int tid = threadIdx.x, k = static_cast<int>(p.k), k0 = kt * T::kBk;
   const int rows_here = item.row_end - item.row_begin;
-  const uint16_t* x_tile = p.x + static_cast<int64_t>(item.row_begin) * p.k;
   uint16_t* a_s = reinterpret_cast<uint16_t*>(stage);
   for (int c = tid; c < T::kBm * T::kChunks; c += T::kThreads) {
     const int row = c / T::kChunks, kc = k0 + (c % T::kChunks) * 8;
-    const bool valid = row < rows_here && kc < k;
-    CpAsync16(a_s + row * T::kPitch + (c % T::kChunks) * 8, valid ? x_tile + (row * k + kc) : p.x,
+    bool valid = row < rows_here && kc < k;
+    int64_t src_row = item.row_begin + row;
+    if (valid && p.x_rows != nullptr) {  // the gather in the load path
+      src_row = p.x_rows[src_row];
+      valid = src_row >= 0 && src_row < p.x_row_count;
+    }
+    CpAsync16(a_s + row * T::kPitch + (c % T::kChunks) * 8, valid ? p.x + (src_row * k + kc) : p.x,
               valid);
   }
   const int64_t expert_row0 = static_cast<int64_t>(item.expert) * p.n_w;
@@ -523,13 +523,16 @@ template <bool kGlu, typename OutT>
 absl::Status Run(const char* name, const uint16_t* x_perm, const int32_t* offsets, int num_experts,
                  int64_t rows, const GroupedWeights& w, int64_t n_w, int64_t n_out, int64_t k,
                  const GluParams& glu, OutT* y, GroupedGemmTile tile, void* workspace,
-                 int64_t workspace_bytes, cudaStream_t stream) {
+                 int64_t workspace_bytes, cudaStream_t stream, const GroupedGemmOptions& options) {
   absl::Status status = CheckArgs(name, x_perm, offsets, num_experts, rows, w, n_out, k, y,
                                   workspace, workspace_bytes);
   if (!status.ok()) return status;
   if (n_w * k >= (int64_t{1} << 31)) {
     return absl::InvalidArgumentError(std::string(name) +
                                       ": one expert's matrix (n_w·k) must have < 2^31 elements");
+  }
+  if (options.x_rows != nullptr && options.x_row_count < 1) {
+    return absl::InvalidArgumentError(std::string(name) + ": x_rows needs x_row_count >= 1");
   }
   if (kGlu && glu.kind == GluKind::kSitu && !(glu.beta1 > 0.0f)) {
     return absl::InvalidArgumentError(std::string(name) + ": SiTU needs beta1 > 0");
@@ -545,12 +548,16 @@ absl::Status Run(const char* name, const uint16_t* x_perm, const int32_t* offset
   int32_t* count = static_cast<int32_t*>(workspace);
   WorkItem* items =
       reinterpret_cast<WorkItem*>(static_cast<unsigned char*>(workspace) + kListHeaderBytes);
-  internal::LaunchKernel(BuildWorkListKernel, 1, kListThreads, 0, stream, offsets, num_experts,
-                         static_cast<int>(rows), bm, static_cast<int>(capacity), count, items);
-  STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "GroupedGemm BuildWorkListKernel launch");
+  if (!options.reuse_work_list) {
+    internal::LaunchKernel(BuildWorkListKernel, 1, kListThreads, 0, stream, offsets, num_experts,
+                           static_cast<int>(rows), bm, static_cast<int>(capacity), count, items);
+    STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "GroupedGemm BuildWorkListKernel launch");
+  }
 
   GemmParams p{};
   p.x = x_perm;
+  p.x_rows = options.x_rows;
+  p.x_row_count = options.x_row_count;
   p.w_bf16 = w.bf16;
   p.w_packed = w.mxfp4_packed;
   p.w_codes = w.int8_codes;
@@ -594,25 +601,28 @@ int64_t GroupedGemmWorkspaceBytes(int num_experts, int64_t rows) {
 absl::Status GroupedGemm(const uint16_t* x_perm, const int32_t* expert_offsets, int num_experts,
                          int64_t rows, const GroupedWeights& w, int64_t n, int64_t k, float* y_perm,
                          GroupedGemmTile tile, void* workspace, int64_t workspace_bytes,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const GroupedGemmOptions& options) {
   return Run<false>("GroupedGemm", x_perm, expert_offsets, num_experts, rows, w, n, n, k,
-                    GluParams{}, y_perm, tile, workspace, workspace_bytes, stream);
+                    GluParams{}, y_perm, tile, workspace, workspace_bytes, stream, options);
 }
 
 absl::Status GroupedGemm(const uint16_t* x_perm, const int32_t* expert_offsets, int num_experts,
                          int64_t rows, const GroupedWeights& w, int64_t n, int64_t k,
                          uint16_t* y_perm, GroupedGemmTile tile, void* workspace,
-                         int64_t workspace_bytes, cudaStream_t stream) {
+                         int64_t workspace_bytes, cudaStream_t stream,
+                         const GroupedGemmOptions& options) {
   return Run<false>("GroupedGemm", x_perm, expert_offsets, num_experts, rows, w, n, n, k,
-                    GluParams{}, y_perm, tile, workspace, workspace_bytes, stream);
+                    GluParams{}, y_perm, tile, workspace, workspace_bytes, stream, options);
 }
 
 absl::Status GroupedGemmGlu(const uint16_t* x_perm, const int32_t* expert_offsets, int num_experts,
                             int64_t rows, const GroupedWeights& w_gate_up, int64_t inter, int64_t k,
                             const GluParams& glu, uint16_t* h_perm, GroupedGemmTile tile,
-                            void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
+                            void* workspace, int64_t workspace_bytes, cudaStream_t stream,
+                            const GroupedGemmOptions& options) {
   return Run<true>("GroupedGemmGlu", x_perm, expert_offsets, num_experts, rows, w_gate_up,
-                   2 * inter, inter, k, glu, h_perm, tile, workspace, workspace_bytes, stream);
+                   2 * inter, inter, k, glu, h_perm, tile, workspace, workspace_bytes, stream,
+                   options);
 }
 
 }  // namespace strata::kernels::cuda

@@ -8,7 +8,8 @@
 // in a CUDA graph. Tiles past a group's rows exit at once; empty experts cost nothing.
 //
 // Operands (all device pointers, row-major, nn.Linear layout):
-//   x_perm   [rows, k] bf16 bits (the permuted activations, MoeGatherRows)
+//   x_perm   [rows, k] bf16 bits (the permuted activations, MoeGatherRows), or the unpermuted
+//            rows [x_row_count, k] read through GroupedGemmOptions::x_rows
 //   offsets  [E+1] int32 on the device, ascending, offsets[0] = 0, offsets[E] ≤ rows. Entries
 //            are clamped to [0, rows] (a bad table never reads or writes out of bounds); rows
 //            that no expert covers are left unwritten. Null with E = 1: the one "expert" takes
@@ -67,6 +68,20 @@ struct GroupedWeights {
 
 enum class GroupedGemmTile { kAuto, kLarge, kSmall };
 
+// How a product reads its rows and its work list (both optional).
+struct GroupedGemmOptions {
+  // [rows]: row r of the product reads row x_rows[r] of x_perm (then x, with x_row_count rows,
+  // not a permuted copy): the MoE gather done in the load path (MoePermute's permuted_token), so
+  // no permuted activations are written. Rows outside [0, x_row_count) read zeros. Null: row r
+  // reads row r.
+  const int32_t* x_rows = nullptr;
+  int64_t x_row_count = 0;
+  // The workspace already holds the work list a previous call built for the same
+  // expert_offsets, num_experts, rows and tile (kAuto resolves from rows and E alike), earlier on
+  // the same stream — the down product after the gate|up one: only the GEMM is launched.
+  bool reuse_work_list = false;
+};
+
 // Device workspace bytes for any tile choice (the work list: ⌈rows/16⌉ + E entries of 16 B).
 int64_t GroupedGemmWorkspaceBytes(int num_experts, int64_t rows);
 
@@ -75,11 +90,12 @@ int64_t GroupedGemmWorkspaceBytes(int num_experts, int64_t rows);
 absl::Status GroupedGemm(const uint16_t* x_perm, const int32_t* expert_offsets, int num_experts,
                          int64_t rows, const GroupedWeights& w, int64_t n, int64_t k, float* y_perm,
                          GroupedGemmTile tile, void* workspace, int64_t workspace_bytes,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const GroupedGemmOptions& options = {});
 absl::Status GroupedGemm(const uint16_t* x_perm, const int32_t* expert_offsets, int num_experts,
                          int64_t rows, const GroupedWeights& w, int64_t n, int64_t k,
                          uint16_t* y_perm, GroupedGemmTile tile, void* workspace,
-                         int64_t workspace_bytes, cudaStream_t stream);
+                         int64_t workspace_bytes, cudaStream_t stream,
+                         const GroupedGemmOptions& options = {});
 
 // Fused gate|up GEMM + GLU: W_e is [2·inter, k] (rows 0..inter−1 gate, inter..2·inter−1 up) and
 // h_perm [rows, inter] bf16 = GLU(x·W_gateᵀ, x·W_upᵀ) per `glu` (SwiGLU or SiTU-GLU, as
@@ -88,6 +104,7 @@ absl::Status GroupedGemm(const uint16_t* x_perm, const int32_t* expert_offsets, 
 absl::Status GroupedGemmGlu(const uint16_t* x_perm, const int32_t* expert_offsets, int num_experts,
                             int64_t rows, const GroupedWeights& w_gate_up, int64_t inter, int64_t k,
                             const GluParams& glu, uint16_t* h_perm, GroupedGemmTile tile,
-                            void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+                            void* workspace, int64_t workspace_bytes, cudaStream_t stream,
+                            const GroupedGemmOptions& options = {});
 
 }  // namespace strata::kernels::cuda

@@ -5,6 +5,7 @@
 // replay with new offsets; host argument checks.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -240,6 +241,71 @@ TEST(CudaGroupedGemmTest, FusedGluMatchesReferenceOnOddShapes) {
       }
     }
   }
+}
+
+// The MoE path as the CUDA model runs it: the gate|up product gathers its rows from the
+// unpermuted activations (x_rows = MoePermute's permuted_token; rows naming no token read zeros)
+// and builds the work list; the next product reuses it. Reuse is checked to build nothing: with
+// the list's count cleared, a reusing call writes no output row.
+TEST(CudaGroupedGemmTest, GathersRowsInTheLoadPathAndReusesTheWorkList) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 26);
+  const GluParams situ{GluKind::kSitu, 4.0f, 25.0f};
+  for (Fmt fmt : kFormats) {
+    for (GroupedGemmTile tile : {GroupedGemmTile::kSmall, GroupedGemmTile::kLarge}) {
+      Problem p = MakeProblem(rng, {3, 0, 17, 1, 40}, 2 * 72, 96, fmt);
+      const int64_t tokens = 23;
+      std::vector<float> source = Uniform(rng, static_cast<size_t>(tokens * p.k), -1, 1);
+      const std::vector<uint16_t> source_bits = ToBf16InPlace(source);
+      std::uniform_int_distribution<int32_t> pick(-1, static_cast<int32_t>(tokens));
+      std::vector<int32_t> x_rows(static_cast<size_t>(p.rows));
+      for (int64_t r = 0; r < p.rows; ++r) {  // the problem's rows become the gathered ones
+        const int32_t t = x_rows[r] = pick(rng);
+        for (int64_t c = 0; c < p.k; ++c) {
+          p.x[r * p.k + c] = t >= 0 && t < tokens ? source[t * p.k + c] : 0.0f;
+        }
+      }
+      p.x_bits = ToBf16InPlace(p.x);
+      DeviceProblem d(p);
+      DeviceArray<uint16_t> d_source(source_bits), h(static_cast<size_t>(p.rows * p.n_w / 2));
+      DeviceArray<int32_t> d_rows(x_rows);
+      DeviceArray<float> y(static_cast<size_t>(p.rows * p.n_w));
+      h.Poison();
+      y.Poison();
+      GroupedGemmOptions gather;
+      gather.x_rows = d_rows.get();
+      gather.x_row_count = tokens;
+      STRATA_ASSERT_OK(GroupedGemmGlu(d_source.get(), d.offsets.get(), p.experts, p.rows,
+                                      d.weights(p), p.n_w / 2, p.k, situ, h.get(), tile,
+                                      d.workspace.get(), d.ws_bytes(), nullptr, gather));
+      GroupedGemmOptions reuse;
+      reuse.reuse_work_list = true;
+      STRATA_ASSERT_OK(GroupedGemm(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p),
+                                   p.n_w, p.k, y.get(), tile, d.workspace.get(), d.ws_bytes(),
+                                   nullptr, reuse));
+      const std::string name = CaseName(p, tile);
+      STRATA_EXPECT_RELERR("GroupedGemmGlu_gathered", name, FromBf16(h.Download()),
+                           ReferenceGlu(p, situ), 4e-3);
+      STRATA_EXPECT_RELERR("GroupedGemm_reused_list", name, y.Download(), ReferenceGemm(p), 5e-5);
+
+      ASSERT_EQ(cudaMemset(d.workspace.get(), 0, 4), cudaSuccess);  // the list's entry count
+      y.Poison();
+      const std::vector<float> poisoned = y.Download();
+      STRATA_ASSERT_OK(GroupedGemm(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p),
+                                   p.n_w, p.k, y.get(), tile, d.workspace.get(), d.ws_bytes(),
+                                   nullptr, reuse));
+      const std::vector<float> after = y.Download();
+      EXPECT_EQ(0, std::memcmp(after.data(), poisoned.data(), after.size() * sizeof(float)))
+          << name << ": a reusing call built a work list";
+    }
+  }
+  GroupedGemmOptions no_count;
+  no_count.x_rows = reinterpret_cast<const int32_t*>(16);
+  EXPECT_FALSE(GroupedGemm(reinterpret_cast<const uint16_t*>(16), nullptr, 1, 4,
+                           GroupedWeights::Bf16(reinterpret_cast<const uint16_t*>(16)), 8, 8,
+                           reinterpret_cast<float*>(16), GroupedGemmTile::kAuto,
+                           reinterpret_cast<void*>(16), 1 << 20, nullptr, no_count)
+                   .ok());
 }
 
 // Multi-tile shapes (several k tiles past the pipeline depth, several column tiles) against

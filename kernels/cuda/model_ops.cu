@@ -39,16 +39,6 @@ __global__ void GateToBf16Kernel(const float* __restrict__ x, const float* __res
   }
 }
 
-__global__ void MaskPaddingRoutesKernel(int32_t* __restrict__ ids, int64_t count, int top_k,
-                                        const int32_t* __restrict__ live_rows) {
-  const int64_t first = static_cast<int64_t>(*live_rows) * top_k;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t i = first + static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
-       i += stride) {
-    ids[i] = -1;
-  }
-}
-
 // One token per CTA.
 __global__ void __launch_bounds__(kThreads)
     MlaWriteLatentsKernel(const float* __restrict__ kv, int rank, int rope,
@@ -136,15 +126,6 @@ absl::Status GateToBf16(const float* x, const float* gate_logits, int64_t count,
   internal::LaunchKernel(GateToBf16Kernel, GridFor(count), kThreads, 0, stream, x, gate_logits,
                          count, out);
   return LaunchStatus("GateToBf16Kernel launch");
-}
-
-absl::Status MaskPaddingRoutes(int32_t* ids, int64_t rows, int top_k, const int32_t* live_rows,
-                               cudaStream_t stream) {
-  if (rows < 0 || top_k <= 0) return absl::InvalidArgumentError("MaskPaddingRoutes: bad shape");
-  if (rows == 0) return absl::OkStatus();
-  internal::LaunchKernel(MaskPaddingRoutesKernel, GridFor(rows * top_k), kThreads, 0, stream, ids,
-                         rows * top_k, top_k, live_rows);
-  return LaunchStatus("MaskPaddingRoutesKernel launch");
 }
 
 absl::Status MlaWriteLatents(const float* kv, int64_t rows, int kv_lora_rank, int rope_dim,

@@ -3,8 +3,6 @@
 //   AddInPlace       y += x                                         (residual adds, AttnRes sums)
 //   GateToBf16       out = bf16(x · σ(g)), or bf16(x) when g is null (MLA output gate before
 //                    o_proj; plain f32 → bf16 GEMM-operand conversion)
-//   MaskPaddingRoutes ids[r, ·] = −1 for rows r ≥ *live_rows (padding rows of a graph-replayed
-//                    step: MoePermute then drops them)
 //   MlaWriteLatents  κ = [RMSNorm(c; w, eps) ; k_pe] of each new token, rounded to bf16 (or
 //                    quantized to the fp8 row layout, core/latent_row.h) and written to its latent
 //                    cache row (docs/model.md §4.1: only the latent part is normalised)
@@ -23,10 +21,6 @@ absl::Status AddInPlace(float* y, const float* x, int64_t count, cudaStream_t st
 
 absl::Status GateToBf16(const float* x, const float* gate_logits, int64_t count, uint16_t* out,
                         cudaStream_t stream);
-
-// ids [rows, top_k] int32; live_rows: one int32 on the device.
-absl::Status MaskPaddingRoutes(int32_t* ids, int64_t rows, int top_k, const int32_t* live_rows,
-                               cudaStream_t stream);
 
 // kv [rows, kv_lora_rank + rope_dim] f32 (kv_a_proj output); norm_weight [kv_lora_rank];
 // slot_mapping [rows] int32 cache row of each token (negative: skipped);

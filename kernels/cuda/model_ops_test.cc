@@ -5,7 +5,6 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -57,20 +56,6 @@ TEST(CudaModelOpsTest, GateToBf16MatchesHostSigmoidGate) {
     d_out.Poison();
     STRATA_ASSERT_OK(GateToBf16(d_x.get(), nullptr, count, d_out.get(), nullptr));
     EXPECT_EQ(FromBf16(d_out.Download()), plain) << "plain conversion rounds to nearest even";
-  }
-}
-
-TEST(CudaModelOpsTest, MaskPaddingRoutesClearsOnlyRowsPastTheLiveCount) {
-  STRATA_REQUIRE_GPU();
-  for (auto [rows, top_k, live] : std::vector<std::tuple<int64_t, int, int32_t>>{
-           {1, 1, 1}, {1, 8, 0}, {7, 3, 5}, {64, 8, 64}, {257, 2, 3}}) {
-    std::vector<int32_t> ids(rows * top_k);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 13);
-    std::vector<int32_t> expected = ids;
-    for (int64_t i = int64_t{live} * top_k; i < rows * top_k; ++i) expected[i] = -1;
-    DeviceArray<int32_t> d_ids(ids), d_live(std::vector<int32_t>{live});
-    STRATA_ASSERT_OK(MaskPaddingRoutes(d_ids.get(), rows, top_k, d_live.get(), nullptr));
-    EXPECT_EQ(d_ids.Download(), expected) << rows << "x" << top_k << " live " << live;
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/internal/device_math.cuh"
 #include "kernels/cuda/internal/launch.cuh"
 
 namespace strata::kernels::cuda {
@@ -16,13 +17,51 @@ unsigned GridFor(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 132 * 16));
 }
 
-__global__ void CountKernel(const int32_t* __restrict__ ids, int64_t pairs, int num_experts,
-                            int32_t* __restrict__ counts) {
+// The expert a pair is grouped under: its id, mapped to this rank's experts under tensor
+// parallelism, −1 when dropped (another rank's expert, a padding token, an id out of range).
+struct PairExpert {
+  const int32_t* ids;
+  int top_k;
+  int num_experts;
+  const int32_t* live_tokens;  // may be null
+  const int32_t* local_of;     // may be null
+  int id_space;
+
+  __device__ __forceinline__ int operator()(int64_t p, int64_t live) const {
+    if (p / top_k >= live) return -1;
+    int e = ids[p];
+    if (local_of != nullptr) e = e >= 0 && e < id_space ? local_of[e] : -1;
+    return e >= 0 && e < num_experts ? e : -1;
+  }
+  __device__ __forceinline__ int64_t Live(int64_t tokens) const {
+    return live_tokens != nullptr ? min(static_cast<int64_t>(*live_tokens), tokens) : tokens;
+  }
+};
+
+// Pair p's row: the next free one of its expert (cursors[e], global or shared memory), or −1.
+__device__ __forceinline__ void PlacePair(const PairExpert& expert_of, int64_t p, int64_t live,
+                                          int32_t* cursors, int32_t* __restrict__ permuted_token,
+                                          int32_t* __restrict__ pair_row) {
+  const int e = expert_of(p, live);
+  if (e < 0) {
+    pair_row[p] = -1;
+    return;
+  }
+  const int32_t row = atomicAdd(&cursors[e], 1);
+  permuted_token[row] = static_cast<int32_t>(p / expert_of.top_k);
+  pair_row[p] = row;
+}
+
+// Also zero-fills permuted_token (PlaceKernel, stream-ordered after it, writes the used rows).
+__global__ void CountKernel(PairExpert expert_of, int64_t tokens, int32_t* __restrict__ counts,
+                            int32_t* __restrict__ permuted_token) {
+  const int64_t pairs = tokens * expert_of.top_k, live = expert_of.Live(tokens);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
        p += stride) {
-    const int e = ids[p];
-    if (e >= 0 && e < num_experts) atomicAdd(&counts[e], 1);
+    permuted_token[p] = 0;
+    const int e = expert_of(p, live);
+    if (e >= 0) atomicAdd(&counts[e], 1);
   }
 }
 
@@ -38,30 +77,55 @@ __global__ void ScanKernel(const int32_t* __restrict__ counts, int num_experts,
   offsets[num_experts] = sum;
 }
 
-__global__ void PlaceKernel(const int32_t* __restrict__ ids, int64_t pairs, int top_k,
-                            int num_experts, int32_t* __restrict__ cursors,
+__global__ void PlaceKernel(PairExpert expert_of, int64_t tokens, int32_t* __restrict__ cursors,
                             int32_t* __restrict__ permuted_token, int32_t* __restrict__ pair_row) {
+  const int64_t pairs = tokens * expert_of.top_k, live = expert_of.Live(tokens);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
        p += stride) {
-    const int e = ids[p];
-    if (e < 0 || e >= num_experts) {
-      pair_row[p] = -1;
-      continue;
-    }
-    const int32_t row = atomicAdd(&cursors[e], 1);
-    permuted_token[row] = static_cast<int32_t>(p / top_k);
-    pair_row[p] = row;
+    PlacePair(expert_of, p, live, cursors, permuted_token, pair_row);
   }
 }
 
-__global__ void MapIdsKernel(int32_t* __restrict__ ids, int64_t count,
-                             const int32_t* __restrict__ local_of, int num_experts) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
-    const int32_t id = ids[i];
-    ids[i] = id >= 0 && id < num_experts ? local_of[id] : -1;
+// The whole permutation in one CTA (pairs ≤ kMoePermuteOneLaunchPairs, E ≤ kOneLaunchExperts):
+// counters in shared memory, a block-wide exclusive scan (each thread owns a run of experts),
+// then placement through shared cursors. Global writes of one phase are visible to the next
+// through __syncthreads (one CTA).
+constexpr int kOneLaunchThreads = 1024;
+constexpr int kOneLaunchExperts = 4096;
+
+__global__ void __launch_bounds__(kOneLaunchThreads)
+    PermuteOneLaunchKernel(PairExpert expert_of, int64_t tokens, int32_t* __restrict__ offsets,
+                           int32_t* __restrict__ permuted_token, int32_t* __restrict__ pair_row) {
+  __shared__ int32_t counts[kOneLaunchExperts];
+  __shared__ int32_t scan[kOneLaunchThreads];
+  const int tid = threadIdx.x, num_experts = expert_of.num_experts;
+  const int64_t pairs = tokens * expert_of.top_k, live = expert_of.Live(tokens);
+  for (int e = tid; e < num_experts; e += kOneLaunchThreads) counts[e] = 0;
+  __syncthreads();
+  for (int64_t p = tid; p < pairs; p += kOneLaunchThreads) {
+    permuted_token[p] = 0;
+    const int e = expert_of(p, live);
+    if (e >= 0) atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  const int per = (num_experts + kOneLaunchThreads - 1) / kOneLaunchThreads;
+  const int e_begin = min(tid * per, num_experts), e_end = min(e_begin + per, num_experts);
+  int32_t local = 0;
+  for (int e = e_begin; e < e_end; ++e) local += counts[e];
+  scan[tid] = local;
+  internal::BlockInclusiveScan(scan);
+  int32_t next = scan[tid] - local;
+  for (int e = e_begin; e < e_end; ++e) {  // counts become the cursors
+    const int32_t c = counts[e];
+    offsets[e] = next;
+    counts[e] = next;
+    next += c;
+  }
+  if (tid == kOneLaunchThreads - 1) offsets[num_experts] = scan[tid];
+  __syncthreads();
+  for (int64_t p = tid; p < pairs; p += kOneLaunchThreads) {
+    PlacePair(expert_of, p, live, counts, permuted_token, pair_row);
   }
 }
 
@@ -88,7 +152,7 @@ __global__ void GatherKernel(const uint16_t* __restrict__ x, const int32_t* __re
 __global__ void CombineKernel(const float* __restrict__ y_perm,
                               const int32_t* __restrict__ pair_row,
                               const float* __restrict__ weights, int64_t tokens, int top_k,
-                              int64_t dim, float* __restrict__ out) {
+                              int64_t dim, bool accumulate, float* __restrict__ out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * dim;
        i += stride) {
@@ -98,7 +162,7 @@ __global__ void CombineKernel(const float* __restrict__ y_perm,
       const int32_t row = pair_row[t * top_k + s];
       if (row >= 0) acc += weights[t * top_k + s] * y_perm[static_cast<int64_t>(row) * dim + c];
     }
-    out[i] = acc;
+    out[i] = accumulate ? acc + out[i] : acc;  // the sum first: as a combine, then an add
   }
 }
 
@@ -204,38 +268,38 @@ int64_t MoePermuteWorkspaceBytes(int num_experts) {
 
 absl::Status MoePermute(const int32_t* expert_ids, int64_t tokens, int top_k, int num_experts,
                         void* workspace, int64_t workspace_bytes, int32_t* expert_offsets,
-                        int32_t* permuted_token, int32_t* pair_row, cudaStream_t stream) {
+                        int32_t* permuted_token, int32_t* pair_row, cudaStream_t stream,
+                        const MoePermuteOptions& options) {
   if (tokens < 0 || top_k <= 0 || num_experts <= 0 || tokens * top_k > 0x7fffffff) {
-    return absl::InvalidArgumentError("MoePermute: bad shape");
+    return absl::InvalidArgumentError(
+        "MoePermute: needs tokens >= 0, top_k >= 1, num_experts >= 1, tokens·top_k < 2^31");
+  }
+  if (options.local_of != nullptr && options.id_space <= 0) {
+    return absl::InvalidArgumentError("MoePermute: local_of needs id_space >= 1");
+  }
+  const PairExpert expert_of{expert_ids,       top_k,           num_experts, options.live_tokens,
+                             options.local_of, options.id_space};
+  const int64_t pairs = tokens * top_k;
+  if (pairs <= kMoePermuteOneLaunchPairs && num_experts <= kOneLaunchExperts) {
+    internal::LaunchKernel(PermuteOneLaunchKernel, 1, kOneLaunchThreads, 0, stream, expert_of,
+                           tokens, expert_offsets, permuted_token, pair_row);
+    return LaunchStatus("MoePermute PermuteOneLaunchKernel launch");
   }
   if (workspace_bytes < MoePermuteWorkspaceBytes(num_experts) || workspace == nullptr) {
-    return absl::InvalidArgumentError("MoePermute: workspace too small");
+    return absl::InvalidArgumentError("MoePermute: workspace below MoePermuteWorkspaceBytes(E)");
   }
   int32_t* counts = static_cast<int32_t*>(workspace);
   int32_t* cursors = counts + num_experts;
-  const int64_t pairs = tokens * top_k;
   STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counts, 0, num_experts * sizeof(int32_t), stream),
                               "MoePermute memset");
-  if (pairs > 0) {
-    internal::LaunchKernel(CountKernel, GridFor(pairs), kThreads, 0, stream, expert_ids, pairs,
-                           num_experts, counts);
-    STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MoePermute CountKernel launch");
-  }
+  internal::LaunchKernel(CountKernel, GridFor(pairs), kThreads, 0, stream, expert_of, tokens,
+                         counts, permuted_token);
+  STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MoePermute CountKernel launch");
   internal::LaunchKernel(ScanKernel, 1, 1, 0, stream, counts, num_experts, expert_offsets, cursors);
   STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MoePermute ScanKernel launch");
-  if (pairs == 0) return absl::OkStatus();
-  internal::LaunchKernel(PlaceKernel, GridFor(pairs), kThreads, 0, stream, expert_ids, pairs, top_k,
-                         num_experts, cursors, permuted_token, pair_row);
+  internal::LaunchKernel(PlaceKernel, GridFor(pairs), kThreads, 0, stream, expert_of, tokens,
+                         cursors, permuted_token, pair_row);
   return LaunchStatus("MoePermute PlaceKernel launch");
-}
-
-absl::Status MoeMapExpertIds(int32_t* ids, int64_t count, const int32_t* local_of, int num_experts,
-                             cudaStream_t stream) {
-  if (count < 0 || num_experts < 0) return absl::InvalidArgumentError("MoeMapExpertIds: bad shape");
-  if (count == 0) return absl::OkStatus();
-  internal::LaunchKernel(MapIdsKernel, GridFor(count), kThreads, 0, stream, ids, count, local_of,
-                         num_experts);
-  return LaunchStatus("MoeMapExpertIds MapIdsKernel launch");
 }
 
 absl::Status MoeGatherRows(const uint16_t* x, const int32_t* permuted_token, int64_t rows,
@@ -270,13 +334,14 @@ absl::Status MoeGroupedGemm(cublasHandle_t handle, const uint16_t* x_perm,
 }
 
 absl::Status MoeCombine(const float* y_perm, const int32_t* pair_row, const float* weights,
-                        int64_t tokens, int top_k, int64_t dim, float* out, cudaStream_t stream) {
+                        int64_t tokens, int top_k, int64_t dim, float* out, cudaStream_t stream,
+                        bool accumulate) {
   if (tokens < 0 || top_k <= 0 || dim <= 0) {
     return absl::InvalidArgumentError("MoeCombine: bad shape");
   }
   if (tokens == 0) return absl::OkStatus();
   internal::LaunchKernel(CombineKernel, GridFor(tokens * dim), kThreads, 0, stream, y_perm,
-                         pair_row, weights, tokens, top_k, dim, out);
+                         pair_row, weights, tokens, top_k, dim, accumulate, out);
   return LaunchStatus("MoeCombine CombineKernel launch");
 }
 

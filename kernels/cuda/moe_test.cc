@@ -48,72 +48,111 @@ TEST(CudaGemmTest, GemmBf16MatchesReferenceOnOddShapes) {
     const std::string name = absl::StrCat(m, "x", k, "x", n);
     STRATA_EXPECT_RELERR("GemmBf16_f32", name, d_y.Download(), expected, 5e-5);
     STRATA_EXPECT_RELERR("GemmBf16_bf16", name, FromBf16(d_y16.Download()), expected, 4e-3);
+    // y += x·Wᵀ onto what y holds.
+    const std::vector<float> before = Uniform(rng, m * n, -4, 4);
+    std::vector<float> sum(m * n);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = before[i] + expected[i];
+    DeviceArray<float> d_acc(before);
+    STRATA_ASSERT_OK(GemmBf16Accumulate(handle->get(), d_x.get(), m, k, k, d_w.get(), n,
+                                        d_acc.get(), n, nullptr));
+    STRATA_EXPECT_RELERR("GemmBf16Accumulate", name, d_acc.Download(), sum, 5e-5);
   }
 }
 
-// Each rank of a tensor-parallel group keeps the pairs of the experts it runs, renumbered to its
-// own list; every other id (another rank's expert, −1, out of range) becomes −1.
-TEST(CudaMoeTest, MapExpertIdsKeepsThisRanksExpertsOnly) {
-  STRATA_REQUIRE_GPU();
-  std::mt19937 rng(TestSeed() + 9);
-  for (auto [count, experts, ranks] :
-       std::vector<std::array<int, 3>>{{1, 1, 1}, {7, 3, 2}, {1001, 256, 3}, {4099, 896, 8}}) {
-    std::uniform_int_distribution<int> pick(-2, experts + 1);
-    std::vector<int32_t> ids(static_cast<size_t>(count));
-    for (int32_t& id : ids) id = pick(rng);
-    for (int rank = 0; rank < ranks; ++rank) {
-      std::vector<int32_t> local_of(static_cast<size_t>(experts), -1);
-      int next = 0;
-      for (int e = 0; e < experts; ++e) {
-        if (e % ranks == rank) local_of[static_cast<size_t>(e)] = next++;
-      }
-      DeviceArray<int32_t> d_ids(ids), d_local(local_of);
-      STRATA_ASSERT_OK(MoeMapExpertIds(d_ids.get(), count, d_local.get(), experts, nullptr));
-      const std::vector<int32_t> got = d_ids.Download();
-      for (size_t i = 0; i < ids.size(); ++i) {
-        const int32_t id = ids[i];
-        const int32_t want =
-            id >= 0 && id < experts && id % ranks == rank ? local_of[static_cast<size_t>(id)] : -1;
-        ASSERT_EQ(got[i], want) << "id " << id << " on rank " << rank << " of " << ranks;
-      }
+// The grouping MoePermute must produce, checked from the host: offsets are the counts' exclusive
+// scan, every kept pair sits in its expert's range on a row of its own that names its token, a
+// dropped pair has row −1, and the rows past offsets[E] name token 0.
+void CheckPermutation(const std::vector<int32_t>& expert, int top_k, int num_experts,
+                      const std::vector<int32_t>& offsets, const std::vector<int32_t>& token,
+                      const std::vector<int32_t>& pair_row, const std::string& name) {
+  std::vector<int32_t> counts(static_cast<size_t>(num_experts), 0);
+  for (int32_t e : expert) {
+    if (e >= 0) ++counts[static_cast<size_t>(e)];
+  }
+  ASSERT_EQ(offsets[0], 0) << name;
+  for (int e = 0; e < num_experts; ++e) {
+    ASSERT_EQ(offsets[e + 1] - offsets[e], counts[e]) << name << " expert " << e;
+  }
+  std::vector<int> seen(expert.size(), 0);
+  for (size_t p = 0; p < expert.size(); ++p) {
+    const int32_t row = pair_row[p], e = expert[p];
+    if (e < 0) {
+      ASSERT_EQ(row, -1) << name << " dropped pair " << p;
+      continue;
+    }
+    ASSERT_GE(row, offsets[e]) << name;
+    ASSERT_LT(row, offsets[e + 1]) << name;
+    ASSERT_EQ(token[row], static_cast<int32_t>(p / top_k)) << name;
+    ++seen[row];
+  }
+  for (size_t r = 0; r < expert.size(); ++r) {
+    if (static_cast<int32_t>(r) < offsets[num_experts]) {
+      ASSERT_EQ(seen[r], 1) << name << " row " << r;
+    } else {
+      ASSERT_EQ(token[r], 0) << name << " unused row " << r;
     }
   }
-  EXPECT_FALSE(MoeMapExpertIds(nullptr, -1, nullptr, 4, nullptr).ok());
 }
 
+struct PermuteCase {
+  int tokens, top_k, experts;
+  int32_t live;  // tokens at or past it route nowhere (−1: no live count passed)
+  int ranks;     // > 1: ids map to rank 1's experts (every ranks-th), as tensor parallelism's
+};
+
+// Shapes on both sides of the one-launch limit (kMoePermuteOneLaunchPairs), ids with −1 and out
+// of range, padding tokens, tensor parallelism's mapping.
 TEST(CudaMoeTest, PermuteGroupsEveryPairByExpert) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 8);
-  for (auto [tokens, top_k, experts] :
-       std::vector<std::array<int, 3>>{{1, 1, 1}, {5, 2, 3}, {97, 8, 256}, {1000, 16, 896}}) {
-    std::uniform_int_distribution<int> pick(0, experts - 1);
-    std::vector<int32_t> ids(static_cast<size_t>(tokens) * top_k);
-    for (int32_t& id : ids) id = pick(rng);
-    DeviceArray<int32_t> d_ids(ids), d_offsets(experts + 1), d_token(ids.size()),
-        d_pair_row(ids.size());
-    DeviceArray<unsigned char> d_ws(MoePermuteWorkspaceBytes(experts));
+  for (const PermuteCase& c : std::vector<PermuteCase>{{1, 1, 1, -1, 1},
+                                                       {5, 2, 3, -1, 1},
+                                                       {97, 8, 256, 90, 1},
+                                                       {64, 8, 896, 1, 8},
+                                                       {1000, 16, 896, 999, 3},
+                                                       {2049, 8, 256, -1, 1},
+                                                       {3001, 7, 67, 2500, 2},
+                                                       {9, 4, 5000, -1, 1}}) {
+    const int id_space = c.experts;
+    std::vector<int32_t> local_of(static_cast<size_t>(id_space), -1);
+    int local_experts = 0;
+    for (int e = 0; e < id_space; ++e) {
+      if (c.ranks == 1 || e % c.ranks == 1) local_of[static_cast<size_t>(e)] = local_experts++;
+    }
+    std::uniform_int_distribution<int> pick(-2, id_space + 1);  // a few −2, −1, E, E + 1
+    std::vector<int32_t> ids(static_cast<size_t>(c.tokens) * c.top_k), expert(ids.size());
+    for (size_t p = 0; p < ids.size(); ++p) {
+      ids[p] = pick(rng);
+      const bool live = c.live < 0 || static_cast<int32_t>(p / c.top_k) < c.live;
+      const bool in_range = ids[p] >= 0 && ids[p] < id_space;
+      expert[p] = live && in_range ? local_of[static_cast<size_t>(ids[p])] : -1;
+    }
+    DeviceArray<int32_t> d_ids(ids), d_offsets(local_experts + 1), d_token(ids.size()),
+        d_pair_row(ids.size()), d_live(std::vector<int32_t>{c.live}), d_local(local_of);
+    DeviceArray<unsigned char> d_ws(MoePermuteWorkspaceBytes(local_experts));
     d_offsets.Poison();
     d_token.Poison();
     d_pair_row.Poison();
-    STRATA_ASSERT_OK(MoePermute(d_ids.get(), tokens, top_k, experts, d_ws.get(),
-                                static_cast<int64_t>(d_ws.size()), d_offsets.get(), d_token.get(),
-                                d_pair_row.get(), nullptr));
-    const std::vector<int32_t> offsets = d_offsets.Download(), token = d_token.Download(),
-                               pair_row = d_pair_row.Download();
-    std::vector<int32_t> counts(experts, 0);
-    for (int32_t id : ids) ++counts[id];
-    ASSERT_EQ(offsets[0], 0);
-    for (int e = 0; e < experts; ++e) ASSERT_EQ(offsets[e + 1] - offsets[e], counts[e]);
-    std::vector<int> seen(ids.size(), 0);
-    for (size_t p = 0; p < ids.size(); ++p) {
-      const int32_t row = pair_row[p];
-      ASSERT_GE(row, offsets[ids[p]]);
-      ASSERT_LT(row, offsets[ids[p] + 1]);
-      ASSERT_EQ(token[row], static_cast<int32_t>(p / top_k));
-      ++seen[row];
+    MoePermuteOptions options;
+    if (c.live >= 0) options.live_tokens = d_live.get();
+    if (c.ranks > 1) {
+      options.local_of = d_local.get();
+      options.id_space = id_space;
     }
-    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
+    STRATA_ASSERT_OK(MoePermute(d_ids.get(), c.tokens, c.top_k, local_experts, d_ws.get(),
+                                static_cast<int64_t>(d_ws.size()), d_offsets.get(), d_token.get(),
+                                d_pair_row.get(), nullptr, options));
+    EXPECT_EQ(d_ids.Download(), ids) << "the ids are read, never written";
+    CheckPermutation(expert, c.top_k, local_experts, d_offsets.Download(), d_token.Download(),
+                     d_pair_row.Download(),
+                     absl::StrCat("T", c.tokens, " k", c.top_k, " E", c.experts, " live ", c.live,
+                                  " ranks ", c.ranks));
   }
+  EXPECT_FALSE(MoePermute(nullptr, -1, 1, 4, nullptr, 0, nullptr, nullptr, nullptr, nullptr).ok());
+  MoePermuteOptions no_space;
+  no_space.local_of = reinterpret_cast<const int32_t*>(16);
+  EXPECT_FALSE(
+      MoePermute(nullptr, 1, 1, 4, nullptr, 0, nullptr, nullptr, nullptr, nullptr, no_space).ok());
 }
 
 // Routed SiTU-GLU experts end to end: permute → gather → grouped gate|up GEMM → GLU (bf16) →
@@ -186,7 +225,19 @@ void RunExperts(GroupedGemmMode mode, int tokens, int top_k, int experts, int di
       absl::StrCat(used == GroupedGemmMode::kGroupedBatched ? "grouped" : "loop", "_T", tokens,
                    "_k", top_k, "_E", experts, "_d", dim, "_i", inter);
   // The hidden activation h is rounded to bf16 before the down projection.
-  STRATA_EXPECT_RELERR("MoeExperts", name, d_out.Download(), expected, 1e-2);
+  const std::vector<float> combined = d_out.Download();
+  STRATA_EXPECT_RELERR("MoeExperts", name, combined, expected, 1e-2);
+
+  // accumulate: out already holds the shared expert's rows; the sum is added to them, bit for
+  // bit what a combine and then an add give.
+  const std::vector<float> shared = Uniform(rng, combined.size(), -1, 1);
+  DeviceArray<float> d_acc(shared);
+  STRATA_ASSERT_OK(MoeCombine(d_y.get(), d_pair_row.get(), d_weights.get(), tokens, top_k, dim,
+                              d_acc.get(), nullptr, /*accumulate=*/true));
+  const std::vector<float> accumulated = d_acc.Download();
+  for (size_t i = 0; i < combined.size(); ++i) {
+    ASSERT_EQ(accumulated[i], combined[i] + shared[i]) << name << " value " << i;
+  }
 }
 
 TEST(CudaMoeTest, GroupedExpertsMatchReference) {

@@ -63,11 +63,21 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   for (int i = 0; i < sources.count; ++i) {
     const float* v = sources.ptr[i] + base;
+    // The partial sum's pending update: each thread writes the elements it alone reads below.
+    const bool update = i == sources.count - 1 && sources.pending != nullptr;
     float dot = 0.0f, sq = 0.0f;
     for (int64_t c = threadIdx.x; c < dim; c += kThreads) {
+      float x;
+      if (update) {
+        const float add = sources.pending[base + c];
+        x = sources.replace ? add : v[c] + add;
+        sources.partial[base + c] = x;
+      } else {
+        x = v[c];
+      }
       const float w_eff = w_norm[c] * w_proj[c];  // rounded to f32 as in the reference
-      dot += w_eff * v[c];
-      sq += v[c] * v[c];
+      dot += w_eff * x;
+      sq += x * x;
     }
     dot = BlockSum(dot, red);
     sq = BlockSum(sq, red);
@@ -168,6 +178,11 @@ absl::Status AttnResMix(const AttnResSources& sources, int64_t rows, int64_t dim
   if (sources.count < 1 || sources.count > kMaxAttnResSources || rows < 0 || dim <= 0 ||
       rows > 0x7fffffff) {
     return absl::InvalidArgumentError("AttnResMix: bad shape or source count");
+  }
+  if (sources.pending != nullptr &&
+      (sources.partial == nullptr || sources.partial != sources.ptr[sources.count - 1])) {
+    return absl::InvalidArgumentError(
+        "AttnResMix: a pending update needs partial == the last source (ptr[count - 1])");
   }
   if (rows == 0) return absl::OkStatus();
   internal::LaunchKernel(AttnResMixKernel, static_cast<unsigned>(rows), kThreads, 0, stream,

@@ -2,7 +2,8 @@
 //   RmsNorm       y = x / sqrt(mean(x²) + eps) ⊙ weight                      (weight may be null)
 //   AddRmsNorm    residual += x (f32, in place); y = RmsNorm(residual)
 //   AttnResMix    out = Σ_i softmax_i(z)·v_i, z_i = (w_norm⊙w_proj)·v_i / sqrt(mean(v_i²)+eps);
-//                 optionally also normed = RmsNorm(out) (the sublayer input), in the same pass
+//                 optionally also normed = RmsNorm(out) (the sublayer input), and first the
+//                 partial sum's pending add (AttnResSources::pending), in the same pass
 //   Glu           out = SwiGLU or SiTU-GLU(gate, up), row-strided inputs (fused gate|up GEMMs)
 // One CTA (256 threads) per row; outputs f32 or bf16 bits (nearest even). Rows are
 // [rows, dim] row-major unless a stride is given.
@@ -33,6 +34,13 @@ inline constexpr int kMaxAttnResSources = 16;
 struct AttnResSources {
   const float* ptr[kMaxAttnResSources] = {};  // each [rows, dim] f32 on the device
   int count = 0;
+  // Optional: the running partial sum p (the last source, partial == ptr[count − 1]) takes its
+  // pending update in the same pass, p = p + pending (p = pending when `replace`), written back
+  // to p — the add the forward would otherwise launch before the mix, bit for bit (the same f32
+  // add). pending [rows, dim] must alias neither p nor out.
+  float* partial = nullptr;
+  const float* pending = nullptr;
+  bool replace = false;
 };
 
 // out [rows, dim] f32 must alias no source. When `normed` is non-null it receives

@@ -102,6 +102,66 @@ TEST(CudaNormTest, AttnResMixMatchesReference) {
   }
 }
 
+// The partial sum's pending update folded into the mix (p = p + pending, or p = pending) gives
+// bit for bit what the add and then the mix give, and leaves the updated p behind.
+TEST(CudaNormTest, AttnResMixAppliesThePendingUpdateOfThePartialSum) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 6);
+  for (bool replace : {false, true}) {
+    for (int num_sources : {1, 3, 16}) {
+      for (auto [rows, dim] :
+           std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {3, 257}, {2, 2304}}) {
+        const std::string name =
+            absl::StrCat(replace ? "replace_" : "add_", num_sources, "src_", Shape(rows, dim));
+        std::vector<std::unique_ptr<DeviceArray<float>>> fused_src, split_src;
+        AttnResSources fused, split;
+        fused.count = split.count = num_sources;
+        const std::vector<float> pending = Uniform(rng, rows * dim, -2, 2);
+        std::vector<float> updated;
+        for (int i = 0; i < num_sources; ++i) {
+          const std::vector<float> v = Uniform(rng, rows * dim, -2, 2);
+          std::vector<float> v_split = v;
+          if (i == num_sources - 1) {  // the partial sum: the split path updates it first
+            for (size_t j = 0; j < v.size(); ++j)
+              v_split[j] = replace ? pending[j] : v[j] + pending[j];
+            updated = v_split;
+          }
+          fused_src.push_back(std::make_unique<DeviceArray<float>>(v));
+          split_src.push_back(std::make_unique<DeviceArray<float>>(v_split));
+          fused.ptr[i] = fused_src.back()->get();
+          split.ptr[i] = split_src.back()->get();
+        }
+        if (replace) fused_src.back()->Poison();  // replaced: never read
+        DeviceArray<float> d_pending(pending);
+        fused.partial = fused_src.back()->get();
+        fused.pending = d_pending.get();
+        fused.replace = replace;
+        const std::vector<float> w_norm = Uniform(rng, dim, 0.5f, 1.5f);
+        const std::vector<float> w_proj = Uniform(rng, dim, -0.2f, 0.2f);
+        const std::vector<float> norm_w = Uniform(rng, dim, 0.5f, 1.5f);
+        DeviceArray<float> d_wn(w_norm), d_wp(w_proj), d_nw(norm_w), out_f(rows * dim),
+            out_s(rows * dim);
+        DeviceArray<uint16_t> normed_f(rows * dim), normed_s(rows * dim);
+        STRATA_ASSERT_OK(AttnResMix(fused, rows, dim, d_wn.get(), d_wp.get(), 1e-5f, out_f.get(),
+                                    d_nw.get(), 1e-5f, normed_f.get(), nullptr));
+        STRATA_ASSERT_OK(AttnResMix(split, rows, dim, d_wn.get(), d_wp.get(), 1e-5f, out_s.get(),
+                                    d_nw.get(), 1e-5f, normed_s.get(), nullptr));
+        EXPECT_EQ(fused_src.back()->Download(), updated) << name;
+        EXPECT_EQ(out_f.Download(), out_s.Download()) << name;
+        EXPECT_EQ(normed_f.Download(), normed_s.Download()) << name;
+      }
+    }
+  }
+  AttnResSources wrong;
+  wrong.count = 2;
+  wrong.ptr[0] = wrong.ptr[1] = reinterpret_cast<const float*>(16);
+  wrong.partial = reinterpret_cast<float*>(32);  // not the last source
+  wrong.pending = reinterpret_cast<const float*>(48);
+  EXPECT_FALSE(
+      AttnResMix(wrong, 1, 4, nullptr, nullptr, 1e-5f, nullptr, nullptr, 1e-5f, nullptr, nullptr)
+          .ok());
+}
+
 TEST(CudaNormTest, GluMatchesReferenceWithRowStrides) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 5);

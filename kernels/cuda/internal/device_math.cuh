@@ -1,5 +1,5 @@
 // Device helpers shared by the kernels in kernels/cuda (internal; include from .cu files only):
-// bf16 bit conversions, overflow-free activations, warp and block reductions.
+// bf16 bit conversions, overflow-free activations, warp and block reductions, a block scan.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -69,6 +69,19 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   for (int w = 0; w < num_warps; ++w) total += scratch[w];  // same order in every thread
   __syncthreads();                                          // scratch may be reused right after
   return total;
+}
+
+// In-place inclusive scan (Hillis–Steele) of scan[0, blockDim.x) in shared memory, thread t
+// having written scan[t]; every thread of the block calls it. Ends with a __syncthreads().
+__device__ __forceinline__ void BlockInclusiveScan(int32_t* scan) {
+  const int tid = threadIdx.x;
+  __syncthreads();
+  for (int d = 1; d < static_cast<int>(blockDim.x); d <<= 1) {
+    const int32_t v = tid >= d ? scan[tid - d] : 0;
+    __syncthreads();
+    scan[tid] += v;
+    __syncthreads();
+  }
 }
 
 }  // namespace strata::kernels::cuda::internal
