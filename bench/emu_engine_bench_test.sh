@@ -2,7 +2,9 @@
 # ctest emu.cuda_engine_bench: `strata bench --device cuda`'s path (cuda_engine_bench) on the CUDA
 # emulator, on small K3- and Kimi-Linear-shaped checkpoints with the real MLA/KDA head shapes:
 # it must finish and report positive prefill and decode rates for batch 1 and 3, and for batch 1
-# with MXFP4 experts and int8 projections (decode steps replay CUDA graphs). The rates measure the emulator; only the GPU check measures speed.
+# with MXFP4 experts and int8 projections (decode steps replay CUDA graphs), and a decode graph of
+# no more nodes than the fusions left. The rates measure the emulator; only the GPU check measures
+# speed.
 # Usage: emu_engine_bench_test.sh CUDA_ENGINE_BENCH STRATA_MAKE_CHECKPOINT
 set -euo pipefail
 bench=$1
@@ -29,6 +31,13 @@ if sys.argv[3]:
     assert r["weights"]["projections"] == "int8", r["weights"]
 for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "decode_floor_tokens_per_s"):
     assert r[key] > 0, (key, r[key])
+# Kernels per decode step (the graph's nodes): at small batches a step costs about that many
+# kernel latencies. The bounds are the counts once the MoE routing, gather, work list, shared
+# expert add and AttnRes adds were folded into their neighbours; a change that adds launches to
+# the decode step fails here and must say why.
+family = r["model"].rstrip("/").split("/")[-1]
+limit = {"k3": 47, "kimi-linear": 40}[family]
+assert 0 < r["decode_graph_nodes"] <= limit, (family, r["decode_graph_nodes"], limit)
 PY
   done
 done

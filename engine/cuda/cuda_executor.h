@@ -129,6 +129,11 @@ class CudaExecutor : public StepExecutor, public StepFollower {
   // Graphs captured so far and steps that replayed one (tests, logs).
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   int64_t graph_replays() const { return graph_replays_; }
+  // Nodes (kernels, copies, memsets) one replay of the largest-batch decode graph runs; 0
+  // before any capture. At small batches a decode step costs about that many kernel latencies.
+  size_t decode_graph_nodes() const {
+    return graphs_.empty() ? 0 : graphs_.rbegin()->second->num_nodes;
+  }
   // Device-sampled rows whose draw lay beyond the ranks the device sampler looks at (one chunk
   // of kernels::cuda::kSamplingChunk) and were sampled here with the same uniform.
   int64_t handed_back_rows() const { return handed_back_rows_; }

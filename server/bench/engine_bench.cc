@@ -168,7 +168,7 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
   const double prefill_floor_tps = peak / flops_per_token;
   const double prefill_tps = m.prefill_tokens / m.prefill_s;
   const double decode_tps = m.decode_tokens / m.decode_s;
-  return nlohmann::ordered_json{
+  nlohmann::ordered_json report{
       {"model", model_dir},
       {"device", backend.device},
       {"threads", omp_get_max_threads()},
@@ -200,6 +200,8 @@ absl::StatusOr<nlohmann::ordered_json> RunEngineBench(const engine::Model& model
         {"lm_head", engine::WeightFormatName(weights.lm_head.format)}}},
       {"active_params_per_token", w.active_params_per_token},
   };
+  if (backend.annotate) backend.annotate(report);
+  return report;
 }
 
 void PrintEngineBenchTable(const nlohmann::ordered_json& r, const EngineBackend& backend) {
@@ -231,6 +233,11 @@ void PrintEngineBenchTable(const nlohmann::ordered_json& r, const EngineBackend&
               r["decode_pct_of_roofline"].get<double>(),
               r["decode_floor_bound_by"].get<std::string>().c_str(),
               100.0 * r["decode_execute_share"].get<double>());
+  if (r.contains("decode_graph_nodes")) {
+    std::printf("decode step: a CUDA graph of %lld nodes (%.1f per layer)\n",
+                static_cast<long long>(r["decode_graph_nodes"].get<int64_t>()),
+                r["decode_graph_nodes_per_layer"].get<double>());
+  }
 }
 
 }  // namespace strata::bench

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,8 @@ struct EngineBackend {
   // start-up costs (modules loaded at first launch, one CUDA graph captured per decode bucket)
   // that a serving process pays once, not per request.
   bool warm_up = false;
+  // Adds what only this backend knows to the report after the timed run (null: nothing).
+  std::function<void(nlohmann::ordered_json&)> annotate;
 };
 
 // Pages for every sequence's prompt and output, one slot each, no checkpoints.

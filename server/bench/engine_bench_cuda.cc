@@ -31,6 +31,15 @@ absl::StatusOr<EngineBackend> CudaEngineBackend(const engine::Model& model,
   b.ceilings = text;
   b.prefill_chunk_alignment = engine::cuda::kPromptChunkAlignment;
   b.warm_up = true;  // graph capture and module loading stay out of the timed run
+  // Kernels per decode step: the largest decode graph's nodes (batch 1 is bound by their count).
+  const engine::cuda::CudaExecutor* cuda = e.get();
+  const int layers = model.config().num_layers;
+  b.annotate = [cuda, layers](nlohmann::ordered_json& report) {
+    const size_t nodes = cuda->decode_graph_nodes();
+    if (nodes == 0) return;  // no decode step ran as a graph
+    report["decode_graph_nodes"] = nodes;
+    report["decode_graph_nodes_per_layer"] = layers > 0 ? static_cast<double>(nodes) / layers : 0.0;
+  };
   b.executor = std::move(e);
   return b;
 }
