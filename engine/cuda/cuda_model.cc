@@ -201,6 +201,9 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
   ASSIGN_OR_RETURN(m->expert_offsets_host_,
                    kc::PinnedBuffer::Allocate((int64_t{model.config().moe.num_experts} + 1) * 4,
                                               "MoE expert offsets"));
+  ASSIGN_OR_RETURN(m->route_done_, kc::DeviceBuffer::Allocate(4, "MoE route counter"));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemset(m->route_done_.get(), 0, 4),
+                              "MoE route counter cudaMemset");
   return m;
 }
 
@@ -218,13 +221,17 @@ kc::KdaDecodeParams KdaParams(const ModelConfig& cfg) {
   return params;
 }
 
+// qkv and b rows `proj_ld` floats apart, g rows `g_ld` apart (0: dense rows).
 kc::KdaDecodeInputs KdaInputs(const DeviceKda& w, const float* qkv, const float* f, const float* b,
-                              const float* g, const int32_t* slots) {
+                              const float* g, const int32_t* slots, int64_t proj_ld = 0,
+                              int64_t g_ld = 0) {
   kc::KdaDecodeInputs in;
   in.qkv_raw = qkv;
   in.f = f;
   in.b_raw = b;
   in.g_raw = g;
+  in.qkv_stride = in.b_stride = proj_ld;
+  in.g_stride = g_ld;
   in.conv_w = w.conv_w;
   in.a_log = w.a_log;
   in.dt_bias = w.dt_bias;
@@ -280,19 +287,23 @@ absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const Device
   const int64_t n = rows.n, heads = cfg.kda.num_heads, p = cfg.kda.projection_size();
   const int64_t dk = cfg.kda.head_dim;
   const StepLayout& s = *step.host;
-  ASSIGN_OR_RETURN(float* qkv, Take<float>(ctx, n * 3 * p));
+  // One product for q|k|v, b and a full-rank g (DeviceKda::in_proj): their rows are column
+  // ranges of proj [n, ld]; the low-rank f (and g) in products of their own.
+  const int64_t ld = w.in_proj.out;
+  ASSIGN_OR_RETURN(float* proj, Take<float>(ctx, n * ld));
   ASSIGN_OR_RETURN(uint16_t * low, Take<uint16_t>(ctx, n * dk));
   ASSIGN_OR_RETURN(float* f, Take<float>(ctx, n * p));
-  ASSIGN_OR_RETURN(float* b, Take<float>(ctx, n * heads));
-  ASSIGN_OR_RETURN(float* g, Take<float>(ctx, n * p));
   ASSIGN_OR_RETURN(uint16_t * y, Take<uint16_t>(ctx, n * p));
-  RETURN_IF_ERROR(Gemm(ctx, w.qkv, rows.normed, n, qkv));
+  RETURN_IF_ERROR(Gemm(ctx, w.in_proj, rows.normed, n, proj));
+  float* const qkv = proj;
+  float* const b = proj + w.b_column;
+  float* g = proj + w.g_column;
+  int64_t g_ld = ld;
   RETURN_IF_ERROR(Gemm(ctx, w.f_a, rows.normed, n, low));
   RETURN_IF_ERROR(Gemm(ctx, w.f_b, low, n, f));
-  RETURN_IF_ERROR(Gemm(ctx, w.b, rows.normed, n, b));
-  if (!w.g.empty()) {
-    RETURN_IF_ERROR(Gemm(ctx, w.g, rows.normed, n, g));
-  } else {
+  if (!w.in_proj_has_g) {
+    ASSIGN_OR_RETURN(g, Take<float>(ctx, n * p));
+    g_ld = p;
     RETURN_IF_ERROR(Gemm(ctx, w.g_a, rows.normed, n, low));
     RETURN_IF_ERROR(Gemm(ctx, w.g_b, low, n, g));
   }
@@ -303,8 +314,8 @@ absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const Device
   const int64_t d = s.num_decode;
   if (d > 0) {
     params.batch = static_cast<int>(d);
-    RETURN_IF_ERROR(kc::KdaDecodeStep(KdaInputs(w, qkv, f, b, g, step.at(s.kda_slots)), state, conv,
-                                      params, y, ctx.stream));
+    RETURN_IF_ERROR(kc::KdaDecodeStep(KdaInputs(w, qkv, f, b, g, step.at(s.kda_slots), ld, g_ld),
+                                      state, conv, params, y, ctx.stream));
   }
   // The prefill sequences' rows follow the decode rows (step_layout.h): the plain ones, then
   // those saving checkpoints inside the step, then the last num_drafting, which verify drafts:
@@ -312,8 +323,8 @@ absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const Device
   // sampler keeps (ReplayKdaDrafts).
   const int32_t drafting = s.num_drafting;
   const int32_t plain = s.num_plain_prefill();
-  const kc::KdaDecodeInputs in =
-      KdaInputs(w, qkv + d * 3 * p, f + d * p, b + d * heads, g + d * p, step.at(s.kda_slots) + d);
+  const kc::KdaDecodeInputs in = KdaInputs(w, qkv + d * ld, f + d * p, b + d * ld, g + d * g_ld,
+                                           step.at(s.kda_slots) + d, ld, g_ld);
   if (plain > 0) {
     params.batch = plain;
     RETURN_IF_ERROR(
@@ -326,13 +337,14 @@ absl::Status CudaModel::KdaMixer(const DeviceKda& w, int kda_index, const Device
     if (kept.base == nullptr || kept.num_rows != count) {
       return absl::InternalError("KDA draft rows not reserved for the step");
     }
-    for (auto [dst, src, width] :
-         {std::tuple{kept.qkv(kda_index), qkv, 3 * p}, std::tuple{kept.f(kda_index), f, p},
-          std::tuple{kept.b(kda_index), b, heads}}) {
+    // Kept dense (ReplayKdaDrafts reads them with dense strides).
+    for (auto [dst, src, width, src_ld] :
+         {std::tuple{kept.qkv(kda_index), qkv, 3 * p, ld}, std::tuple{kept.f(kda_index), f, p, p},
+          std::tuple{kept.b(kda_index), b, heads, ld}}) {
       STRATA_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(dst, src + first * width, static_cast<size_t>(count * width) * 4,
-                          cudaMemcpyDeviceToDevice, ctx.stream),
-          "KDA draft rows cudaMemcpyAsync");
+          cudaMemcpy2DAsync(dst, width * 4, src + first * src_ld, src_ld * 4, width * 4, count,
+                            cudaMemcpyDeviceToDevice, ctx.stream),
+          "KDA draft rows cudaMemcpy2DAsync");
     }
     kc::KdaDecodeInputs verify = in;
     const int32_t before = s.num_prefill() - drafting;
@@ -559,32 +571,48 @@ absl::Status CudaModel::Mlp(const DeviceMlp& w, const DeviceContext& ctx, const 
   return kc::AddInPlace(out, part, n * down.out, ctx.stream);
 }
 
+absl::StatusOr<CudaModel::Permutation> CudaModel::TakePermutation(const DeviceContext& ctx,
+                                                                  int64_t n, int32_t* offsets) {
+  const int64_t pairs = n * config().moe.num_experts_per_token;
+  Permutation perm;
+  perm.offsets = offsets;
+  ASSIGN_OR_RETURN(perm.permuted_token, Take<int32_t>(ctx, pairs));
+  ASSIGN_OR_RETURN(perm.pair_row, Take<int32_t>(ctx, pairs));
+  return perm;
+}
+
 absl::Status CudaModel::RoutedExperts(const DeviceExperts& w, const DeviceContext& ctx,
-                                      const uint16_t* z, int64_t n,
-                                      const kc::MoePermuteOptions& permute, const int32_t* ids,
-                                      const float* weights, float* routed, int32_t* expert_offsets,
-                                      bool accumulate) {
-  const int top_k = config().moe.num_experts_per_token;
+                                      const uint16_t* z, int64_t n, const int32_t* ids,
+                                      const float* weights, float* routed,
+                                      int32_t* expert_offsets) {
   const int num_experts = static_cast<int>(w.num_experts);
-  const int64_t pairs = n * top_k;
   const int64_t permute_bytes = kc::MoePermuteWorkspaceBytes(num_experts);
   ASSIGN_OR_RETURN(void* permute_ws, ctx.scratch->TakeBytes(permute_bytes));
-  ASSIGN_OR_RETURN(int32_t * permuted_token, Take<int32_t>(ctx, pairs));
-  ASSIGN_OR_RETURN(int32_t * pair_row, Take<int32_t>(ctx, pairs));
-  // Padding rows of a graph-replayed step route nowhere (permute.live_tokens); the rows dropped
-  // pairs leave past offsets[E] gather token 0 and no expert covers them (never used).
-  RETURN_IF_ERROR(kc::MoePermute(ids, n, top_k, num_experts, permute_ws, permute_bytes,
-                                 expert_offsets, permuted_token, pair_row, ctx.stream, permute));
+  ASSIGN_OR_RETURN(Permutation perm, TakePermutation(ctx, n, expert_offsets));
+  RETURN_IF_ERROR(kc::MoePermute(ids, n, config().moe.num_experts_per_token, num_experts,
+                                 permute_ws, permute_bytes, perm.offsets, perm.permuted_token,
+                                 perm.pair_row, ctx.stream));
+  return ExpertsOnPermutation(w, ctx, z, n, perm, weights, routed, /*accumulate=*/false);
+}
+
+// The rows dropped pairs leave past offsets[E] name token 0 and no expert covers them (never
+// used).
+absl::Status CudaModel::ExpertsOnPermutation(const DeviceExperts& w, const DeviceContext& ctx,
+                                             const uint16_t* z, int64_t n, const Permutation& perm,
+                                             const float* weights, float* routed, bool accumulate) {
+  const int top_k = config().moe.num_experts_per_token;
+  const int64_t pairs = n * top_k;
   ASSIGN_OR_RETURN(uint16_t * h, Take<uint16_t>(ctx, pairs * w.inter));
   ASSIGN_OR_RETURN(float* y, Take<float>(ctx, pairs * w.out_width));
   if (options_.own_grouped_gemm) {
-    RETURN_IF_ERROR(OwnGroupedGemms(w, ctx, z, n, permuted_token, pairs, expert_offsets, h, y));
+    RETURN_IF_ERROR(OwnGroupedGemms(w, ctx, z, n, perm.permuted_token, pairs, perm.offsets, h, y));
   } else {
     ASSIGN_OR_RETURN(uint16_t * x_perm, Take<uint16_t>(ctx, pairs * w.in_width));
-    RETURN_IF_ERROR(kc::MoeGatherRows(z, permuted_token, pairs, w.in_width, x_perm, ctx.stream));
-    RETURN_IF_ERROR(CublasGroupedGemms(w, ctx, x_perm, expert_offsets, h, y));
+    RETURN_IF_ERROR(
+        kc::MoeGatherRows(z, perm.permuted_token, pairs, w.in_width, x_perm, ctx.stream));
+    RETURN_IF_ERROR(CublasGroupedGemms(w, ctx, x_perm, perm.offsets, h, y));
   }
-  return kc::MoeCombine(y, pair_row, weights, n, top_k, w.out_width, routed, ctx.stream,
+  return kc::MoeCombine(y, perm.pair_row, weights, n, top_k, w.out_width, routed, ctx.stream,
                         accumulate);
 }
 
@@ -662,7 +690,7 @@ absl::Status CudaModel::ExchangeExperts(const DeviceExperts& w, int moe_layer,
                  float* out) -> absl::Status {
     // Offsets of the local experts: scratch (the step's table is indexed by global expert).
     ASSIGN_OR_RETURN(int32_t * offsets, Take<int32_t>(ctx, w.num_experts + 1));
-    return RoutedExperts(w, ctx, rz, rows, {}, rids, rweights, out, offsets);
+    return RoutedExperts(w, ctx, rz, rows, rids, rweights, out, offsets);
   };
   return options_.expert_exchange->Exchange(moe_layer, z, n, w.in_width, top_k, ids, weights,
                                             routed, ctx, run);
@@ -680,7 +708,36 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
   const kernels::RouterParams params{m.num_experts,      m.num_experts_per_token,
                                      m.num_expert_group, m.topk_group,
                                      m.renormalize,      m.routed_scaling_factor};
-  RETURN_IF_ERROR(kc::Route(logits, n, w.score_bias, params, ids, weights, ctx.stream));
+  const bool exchange = options_.expert_exchange != nullptr;
+  Permutation perm;  // without an exchange: grouped by the routing launch itself
+  if (exchange) {
+    RETURN_IF_ERROR(kc::Route(logits, n, w.score_bias, params, ids, weights, ctx.stream));
+  } else {
+    // Padding rows of a graph-replayed step route nowhere; under tensor parallelism this rank's
+    // experts on every row (the others' pairs dropped), its partial sums, which the group adds
+    // up, and the layer's slot of the global offsets table stays zero.
+    kc::RoutePermutation route;
+    route.num_experts = static_cast<int>(w.experts.num_experts);
+    route.options.live_tokens = rows.live_rows;
+    int32_t* offsets = expert_offsets;
+    if (options_.tensor_parallel != nullptr) {
+      route.options.local_of = tp_local_of_.as<int32_t>();
+      route.options.id_space = m.num_experts;
+      STRATA_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(expert_offsets, 0, (m.num_experts + 1) * sizeof(int32_t), ctx.stream),
+          "expert offsets cudaMemsetAsync");
+      ASSIGN_OR_RETURN(offsets, Take<int32_t>(ctx, w.experts.num_experts + 1));
+    }
+    ASSIGN_OR_RETURN(perm, TakePermutation(ctx, n, offsets));
+    route.expert_offsets = perm.offsets;
+    route.permuted_token = perm.permuted_token;
+    route.pair_row = perm.pair_row;
+    route.done_counter = route_done_.as<int32_t>();
+    route.workspace_bytes = kc::MoePermuteWorkspaceBytes(route.num_experts);
+    ASSIGN_OR_RETURN(route.workspace, ctx.scratch->TakeBytes(route.workspace_bytes));
+    RETURN_IF_ERROR(
+        kc::RouteAndPermute(logits, n, w.score_bias, params, ids, weights, route, ctx.stream));
+  }
 
   // Routed experts see z = W_down x (LatentMoE) or x itself.
   const uint16_t* z = rows.normed;
@@ -688,8 +745,7 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
   const int64_t width = w.experts.in_width;
   // Without a latent space or an exchange the shared expert runs first, into out, and the
   // routed experts' combine adds to it (one pass, no separate add).
-  const bool shared_first =
-      !w.shared.gate_up.empty() && !m.is_latent() && options_.expert_exchange == nullptr;
+  const bool shared_first = !w.shared.gate_up.empty() && !m.is_latent() && !exchange;
   if (shared_first) RETURN_IF_ERROR(Mlp(w.shared, ctx, rows.normed, n, rows.out));
   if (m.is_latent()) {
     ASSIGN_OR_RETURN(uint16_t * latent, Take<uint16_t>(ctx, n * width));
@@ -697,7 +753,7 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
     z = latent;
     ASSIGN_OR_RETURN(routed, Take<float>(ctx, n * width));
   }
-  if (options_.expert_exchange != nullptr && options_.tensor_parallel != nullptr) {
+  if (exchange && options_.tensor_parallel != nullptr) {
     // Data-parallel groups of tensor-parallel ranks: every rank of the group holds the same rows
     // and the experts live on the ranks of every group, so each sends its share of the rows and
     // leaves zeros in the others; the group's sum (below, or after the block) adds them up.
@@ -709,26 +765,11 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
     RETURN_IF_ERROR(ExchangeExperts(w.experts, moe_layer, ctx, z + share.begin * width,
                                     share.size(), ids + share.begin * top_k,
                                     weights + share.begin * top_k, routed + share.begin * width));
-  } else if (options_.expert_exchange != nullptr) {
+  } else if (exchange) {
     RETURN_IF_ERROR(ExchangeExperts(w.experts, moe_layer, ctx, z, n, ids, weights, routed));
-  } else if (options_.tensor_parallel != nullptr) {
-    // This rank's experts on every row (the others' pairs dropped); its partial sums, which the
-    // group adds up. The layer's slot of the global offsets table stays zero.
-    kc::MoePermuteOptions permute;
-    permute.live_tokens = rows.live_rows;
-    permute.local_of = tp_local_of_.as<int32_t>();
-    permute.id_space = m.num_experts;
-    STRATA_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(expert_offsets, 0, (m.num_experts + 1) * sizeof(int32_t), ctx.stream),
-        "expert offsets cudaMemsetAsync");
-    ASSIGN_OR_RETURN(int32_t * local_offsets, Take<int32_t>(ctx, w.experts.num_experts + 1));
-    RETURN_IF_ERROR(RoutedExperts(w.experts, ctx, z, n, permute, ids, weights, routed,
-                                  local_offsets, shared_first));
   } else {
-    kc::MoePermuteOptions permute;
-    permute.live_tokens = rows.live_rows;
-    RETURN_IF_ERROR(RoutedExperts(w.experts, ctx, z, n, permute, ids, weights, routed,
-                                  expert_offsets, shared_first));
+    RETURN_IF_ERROR(
+        ExpertsOnPermutation(w.experts, ctx, z, n, perm, weights, routed, shared_first));
   }
   if (m.is_latent()) {
     // latent_norm is not linear: the whole latent sum first (tensor parallelism).

@@ -30,7 +30,6 @@
 #include "engine/cuda/step_layout.h"
 #include "engine/model.h"
 #include "kernels/cuda/kda_decode.h"
-#include "kernels/cuda/moe.h"
 
 namespace strata::engine::cuda {
 
@@ -199,13 +198,24 @@ class CudaModel {
                    float* out, bool accumulate = false);
   absl::Status Moe(const DeviceMoe& w, int moe_layer, const DeviceContext& ctx, const Rows& rows,
                    int32_t* expert_offsets);
-  // routed [n] = the weighted sum of each row's experts among w's, or routed += it with
-  // `accumulate` (ids index w's experts after `permute`'s mapping; −1: none; padding rows and
-  // tensor parallelism's mapping as `permute` says).
+  // The (token, slot) pairs of a MoE layer grouped by expert (kernels/cuda/moe.h MoePermute).
+  struct Permutation {
+    int32_t* offsets = nullptr;         // [E + 1] of w's experts
+    int32_t* permuted_token = nullptr;  // [n·top_k]
+    int32_t* pair_row = nullptr;        // [n·top_k]
+  };
+  absl::StatusOr<Permutation> TakePermutation(const DeviceContext& ctx, int64_t n,
+                                              int32_t* offsets);
+  // routed [n] = the weighted sum of each row's experts among w's (ids index w's experts; −1:
+  // none), through MoePermute then ExpertsOnPermutation.
   absl::Status RoutedExperts(const DeviceExperts& w, const DeviceContext& ctx, const uint16_t* z,
-                             int64_t n, const kernels::cuda::MoePermuteOptions& permute,
-                             const int32_t* ids, const float* weights, float* routed,
-                             int32_t* expert_offsets, bool accumulate = false);
+                             int64_t n, const int32_t* ids, const float* weights, float* routed,
+                             int32_t* expert_offsets);
+  // routed [n] = the weighted sum of each row's experts over the pairs `perm` groups, or
+  // routed += it with `accumulate`.
+  absl::Status ExpertsOnPermutation(const DeviceExperts& w, const DeviceContext& ctx,
+                                    const uint16_t* z, int64_t n, const Permutation& perm,
+                                    const float* weights, float* routed, bool accumulate);
   // The routed experts of a MoE layer through the exchange (options_.expert_exchange).
   absl::Status ExchangeExperts(const DeviceExperts& w, int moe_layer, const DeviceContext& ctx,
                                const uint16_t* z, int64_t n, int32_t* ids, const float* weights,
@@ -244,6 +254,8 @@ class CudaModel {
   // With tensor parallelism: [E] int32 on the device, this rank's index of each routed expert
   // (−1: another rank runs it).
   kernels::cuda::DeviceBuffer tp_local_of_;
+  // RouteAndPermute's done counter (one int32, zero between calls; the stream orders its uses).
+  kernels::cuda::DeviceBuffer route_done_;
 };
 
 }  // namespace strata::engine::cuda

@@ -67,42 +67,57 @@ class WeightUploader {
   }
 
   // The row-wise concatenation of `parts` (same in_features) as one matrix: int8 codes and
-  // scales when every part is int8, else bf16.
+  // scales when every part is int8, else bf16. With row_align > 1 each part starts at a multiple
+  // of row_align rows, zero rows between (their outputs 0, never read): the parts' columns of
+  // the product stay 16-byte aligned for row_align 4 and f32 outputs.
   absl::StatusOr<DeviceMatrix> Stacked(std::initializer_list<const Linear*> parts,
-                                       const std::string& what) {
+                                       const std::string& what, int64_t row_align = 1) {
     DeviceMatrix m;
     bool all_int8 = true;
+    auto aligned = [row_align](int64_t rows) {
+      return (rows + row_align - 1) / row_align * row_align;
+    };
     for (const Linear* p : parts) {
       if (p->empty()) return absl::InternalError(absl::StrCat(what, ": missing part"));
       if (m.in != 0 && p->in_features != m.in) {
         return absl::InternalError(absl::StrCat(what, ": parts differ in width"));
       }
       m.in = p->in_features;
-      m.out += p->out_features;
+      m.out = aligned(m.out) + p->out_features;
       all_int8 = all_int8 && p->format == WeightFormat::kInt8;
     }
+    m.out = aligned(m.out);
     if (all_int8) {
       const int64_t groups = m.in / kInt8GroupSize;
       ASSIGN_OR_RETURN(char* codes, Alloc(m.out * m.in, what + " (int8)"));
       ASSIGN_OR_RETURN(char* scales, Alloc(m.out * groups * 2, what + " (int8 scales)"));
+      RETURN_IF_ERROR(Zero(codes, m.out * m.in));
+      RETURN_IF_ERROR(Zero(scales, m.out * groups * 2));
       m.codes = reinterpret_cast<const int8_t*>(codes);
       m.scales = reinterpret_cast<const uint16_t*>(scales);
+      int64_t row = 0;
       for (const Linear* p : parts) {
-        RETURN_IF_ERROR(Copy(codes, p->data, p->out_features * m.in));
-        RETURN_IF_ERROR(Copy(scales, p->scales, p->out_features * groups * 2));
-        codes += p->out_features * m.in;
-        scales += p->out_features * groups * 2;
+        RETURN_IF_ERROR(Copy(codes + row * m.in, p->data, p->out_features * m.in));
+        RETURN_IF_ERROR(Copy(scales + row * groups * 2, p->scales, p->out_features * groups * 2));
+        row = aligned(row + p->out_features);
       }
       return m;
     }
     ASSIGN_OR_RETURN(char* base, Alloc(m.out * m.in * 2, what));
+    RETURN_IF_ERROR(Zero(base, m.out * m.in * 2));
     auto* dst = reinterpret_cast<uint16_t*>(base);
+    int64_t row = 0;
     for (const Linear* p : parts) {
-      RETURN_IF_ERROR(CopyBf16(*p, dst, what));
-      dst += p->out_features * p->in_features;
+      RETURN_IF_ERROR(CopyBf16(*p, dst + row * m.in, what));
+      row = aligned(row + p->out_features);
     }
     m.w = reinterpret_cast<const uint16_t*>(base);
     return m;
+  }
+
+  absl::Status Zero(void* dst, int64_t bytes) {
+    return kernels::cuda::CudaStatus(cudaMemset(dst, 0, static_cast<size_t>(bytes)),
+                                     "weight upload cudaMemset");
   }
 
   // One matrix; an empty Linear gives an empty DeviceMatrix.
@@ -224,11 +239,19 @@ absl::Status WeightUploader::QuantizedExperts(const MoeWeights& w, DeviceExperts
 }
 
 absl::Status WeightUploader::Kda(const KdaWeights& w, DeviceKda* d, const std::string& what) {
-  ASSIGN_OR_RETURN(d->qkv, Stacked({&w.q_proj, &w.k_proj, &w.v_proj}, what + " q|k|v"));
+  // One product for every f32 input projection of the normed rows: [q|k|v|b] and a full-rank g.
+  d->in_proj_has_g = !w.g_proj.empty();
+  d->b_column = w.q_proj.out_features + w.k_proj.out_features + w.v_proj.out_features;
+  d->g_column = d->b_column + (w.b_proj.out_features + 3) / 4 * 4;
+  if (d->in_proj_has_g) {
+    ASSIGN_OR_RETURN(d->in_proj, Stacked({&w.q_proj, &w.k_proj, &w.v_proj, &w.b_proj, &w.g_proj},
+                                         what + " q|k|v|b|g", /*row_align=*/4));
+  } else {
+    ASSIGN_OR_RETURN(d->in_proj, Stacked({&w.q_proj, &w.k_proj, &w.v_proj, &w.b_proj},
+                                         what + " q|k|v|b", /*row_align=*/4));
+  }
   ASSIGN_OR_RETURN(d->f_a, Matrix(w.f_a_proj, what + " f_a"));
   ASSIGN_OR_RETURN(d->f_b, Matrix(w.f_b_proj, what + " f_b"));
-  ASSIGN_OR_RETURN(d->b, Matrix(w.b_proj, what + " b"));
-  ASSIGN_OR_RETURN(d->g, Matrix(w.g_proj, what + " g"));
   ASSIGN_OR_RETURN(d->g_a, Matrix(w.g_a_proj, what + " g_a"));
   ASSIGN_OR_RETURN(d->g_b, Matrix(w.g_b_proj, what + " g_b"));
   ASSIGN_OR_RETURN(d->o, Matrix(w.o_proj, what + " o"));

@@ -52,11 +52,17 @@ struct DeviceExperts {  // one MoE layer's routed experts (this rank's, under ex
 };
 
 struct DeviceKda {
-  DeviceMatrix qkv, f_a, f_b, b, g, g_a, g_b, o;  // g (full rank) or g_a/g_b
-  const float* conv_w = nullptr;                  // [3P, K]
-  const float* a_log = nullptr;                   // [H]
-  const float* dt_bias = nullptr;                 // [P]
-  const float* o_norm = nullptr;                  // [D]
+  // Every f32 input projection of the normed rows stacked into one product [q|k|v|b|g]: q|k|v
+  // from column 0, b from b_column, the full-rank g (in_proj_has_g; else g_a/g_b) from
+  // g_column, each start a multiple of 4 columns (zero rows between: 16-byte aligned rows).
+  DeviceMatrix in_proj;
+  bool in_proj_has_g = false;
+  int64_t b_column = 0, g_column = 0;
+  DeviceMatrix f_a, f_b, g_a, g_b, o;
+  const float* conv_w = nullptr;   // [3P, K]
+  const float* a_log = nullptr;    // [H]
+  const float* dt_bias = nullptr;  // [P]
+  const float* o_norm = nullptr;   // [D]
 };
 
 struct DeviceMla {

@@ -570,8 +570,8 @@ void BenchMlaPrefillMha(Bench& bench, const char* model, int heads, int len, int
 }
 
 void BenchRouter(Bench& bench, const char* model, int64_t tokens, RouterParams p) {
-  const std::string kernel = "Route";
-  if (!bench.Wants(kernel)) return;
+  const std::string kernel = "Route", fused = "RouteAndPermute";
+  if (!bench.Wants(kernel) && !bench.Wants(fused)) return;
   const std::string shape = std::string(model) + " T" + std::to_string(tokens) + " E" +
                             std::to_string(p.num_experts) + " k" + std::to_string(p.top_k);
   Buf logits(tokens * p.num_experts * 4), bias(int64_t{p.num_experts} * 4),
@@ -579,9 +579,29 @@ void BenchRouter(Bench& bench, const char* model, int64_t tokens, RouterParams p
   BENCH_CHECK(bench, kernel, shape, bench.Fill(logits.as<float>(), tokens * p.num_experts, -4, 4));
   BENCH_CHECK(bench, kernel, shape, bench.Fill(bias.as<float>(), p.num_experts, -0.5f, 0.5f));
   const double bytes = tokens * p.num_experts * 4.0 + tokens * p.top_k * 8.0;
-  bench.Time(kernel, shape, bytes, 0.0, false, "-", [&] {
-    return Route(logits.as<float>(), tokens, bias.as<float>(), p, ids.as<int32_t>(),
-                 weights.as<float>(), bench.stream);
+  if (bench.Wants(kernel)) {
+    bench.Time(kernel, shape, bytes, 0.0, false, "-", [&] {
+      return Route(logits.as<float>(), tokens, bias.as<float>(), p, ids.as<int32_t>(),
+                   weights.as<float>(), bench.stream);
+    });
+  }
+  // The decode step's form: routing and the permutation in one launch (the last CTA groups the
+  // pairs), bytes of the permutation added (16 a pair: ids read, row and token written).
+  if (!bench.Wants(fused) || tokens * p.top_k > kMoePermuteOneLaunchPairs) return;
+  Buf offsets(int64_t{p.num_experts} * 4 + 4), token(tokens * p.top_k * 4),
+      pair_row(tokens * p.top_k * 4), done(4), ws(MoePermuteWorkspaceBytes(p.num_experts));
+  BENCH_CHECK(bench, fused, shape, CudaStatus(cudaMemset(done.as<void>(), 0, 4), "done memset"));
+  RoutePermutation route;
+  route.num_experts = p.num_experts;
+  route.expert_offsets = offsets.as<int32_t>();
+  route.permuted_token = token.as<int32_t>();
+  route.pair_row = pair_row.as<int32_t>();
+  route.done_counter = done.as<int32_t>();
+  route.workspace = ws.as<void>();
+  route.workspace_bytes = MoePermuteWorkspaceBytes(p.num_experts);
+  bench.Time(fused, shape, bytes + tokens * p.top_k * 16.0, 0.0, false, "-", [&] {
+    return RouteAndPermute(logits.as<float>(), tokens, bias.as<float>(), p, ids.as<int32_t>(),
+                           weights.as<float>(), route, bench.stream);
   });
 }
 
@@ -1053,6 +1073,7 @@ int Run(Bench& bench) {
   }
   BenchKdaPrefillChunked(bench, "K3", 96, 8, 1024);
   BenchRouter(bench, "K3", 4096, RouterParams{896, 16, 1, 1, true, 1.0f});
+  BenchRouter(bench, "K3 decode", 64, RouterParams{896, 16, 1, 1, true, 1.0f});
   if (all) BenchRouter(bench, "K-L", 4096, RouterParams{256, 8, 1, 1, true, 2.446f});
   BenchElementwise(bench, 4096, 7168, 3072);
   BenchVit(bench, 4096);

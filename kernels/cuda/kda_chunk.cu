@@ -117,25 +117,28 @@ __device__ __forceinline__ int64_t ConvChannel(int task, int h, int64_t hd) {
 __device__ __forceinline__ void IssueChunkLoads(const ChunkArgs& a, int h, int64_t t0, int n,
                                                 int hist, int buf, Shared& sh) {
   const int tid = threadIdx.x;
-  const int64_t hd = static_cast<int64_t>(a.num_heads) * kD, channels = 3 * hd;
+  const int64_t hd = static_cast<int64_t>(a.num_heads) * kD;
+  const int64_t qkv_ld = a.in.qkv_stride > 0 ? a.in.qkv_stride : 3 * hd;
+  const int64_t g_ld = a.in.g_stride > 0 ? a.in.g_stride : hd;
+  const int64_t b_ld = a.in.b_stride > 0 ? a.in.b_stride : a.num_heads;
   constexpr int kPieces = kD / 4;  // 16-byte pieces per 128-float row
   for (int i = tid; i < kC * 3 * kPieces; i += kThreads) {
     const int r = i / (3 * kPieces), rem = i % (3 * kPieces);
     const int w = rem / kPieces, c4 = (rem % kPieces) * 4;
     const bool valid = r < n;
-    const int64_t at = valid ? (t0 + r) * channels + w * hd + h * kD + c4 : 0;
+    const int64_t at = valid ? (t0 + r) * qkv_ld + w * hd + h * kD + c4 : 0;
     CpAsync16(&sh.win[buf][hist + r][w * kD + c4], a.in.qkv_raw + at, valid);
   }
   for (int i = tid; i < kC * kPieces; i += kThreads) {
     const int r = i / kPieces, c4 = (i % kPieces) * 4;
     const bool valid = r < n;
-    const int64_t at = valid ? (t0 + r) * hd + h * kD + c4 : 0;
-    CpAsync16(&sh.fin[buf][r][c4], a.in.f + at, valid);
-    CpAsync16(&sh.gin[buf][r][c4], a.in.g_raw + at, valid);
+    const int64_t col = h * kD + c4;
+    CpAsync16(&sh.fin[buf][r][c4], a.in.f + (valid ? (t0 + r) * hd + col : 0), valid);
+    CpAsync16(&sh.gin[buf][r][c4], a.in.g_raw + (valid ? (t0 + r) * g_ld + col : 0), valid);
   }
   if (tid < kC) {
     const bool valid = tid < n;
-    const int64_t at = valid ? (t0 + tid) * a.num_heads + h : 0;
+    const int64_t at = valid ? (t0 + tid) * b_ld + h : 0;
     CpAsync4(&sh.braw[buf][tid], a.in.b_raw + at, valid ? 4 : 0);
   }
   CpAsyncCommit();
@@ -516,6 +519,12 @@ absl::Status CheckArgs(const KdaDecodeInputs& in, const int32_t* cu_seqlens, con
       Misaligned(state, 8)) {
     return absl::InvalidArgumentError(
         "KdaPrefillChunked: qkv_raw, f, g_raw need 16-byte alignment, state 8-byte");
+  }
+  if (in.qkv_stride % 4 != 0 || in.g_stride % 4 != 0 || in.qkv_stride < 0 || in.g_stride < 0 ||
+      in.b_stride < 0) {
+    return absl::InvalidArgumentError(
+        "KdaPrefillChunked: qkv_stride and g_stride must be multiples of 4 floats (16-byte rows), "
+        "strides >= 0");
   }
   return absl::OkStatus();
 }

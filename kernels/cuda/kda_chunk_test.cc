@@ -2,7 +2,8 @@
 // ShortConvSilu → L2Norm → KdaGate/Sigmoid → KdaRecurrent → GatedRmsNorm run token by token on
 // the host, and vs KdaPrefillRecurrent on the device: varlen batches whose lengths straddle the
 // chunk of 16 (1, 2, 15, 16, 17, 31, 97, 300), an empty and a padding sequence, carried state
-// and conv cache, K3-shaped heads, slow / fast / mixed decay, bf16 state and output.
+// and conv cache, K3-shaped heads, slow / fast / mixed decay, bf16 state and output; strided
+// projection rows (also on the recurrent prefill and the decode step).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -71,6 +72,17 @@ Inputs RandomInputs(const ChunkCase& tc, int tokens, std::mt19937& rng) {
   x.b_raw = Uniform(rng, static_cast<size_t>(tokens) * tc.heads, -3, 3);
   x.g_raw = Uniform(rng, static_cast<size_t>(tokens) * hd, -3, 3);
   return x;
+}
+
+// The kernels' parameters for `tc` over `batch` sequences (the K3 gate).
+KdaDecodeParams ChunkParams(const ChunkCase& tc, int batch) {
+  KdaDecodeParams params;
+  params.batch = batch;
+  params.num_heads = tc.heads;
+  params.conv_size = tc.conv_size;
+  params.has_lower_bound = true;
+  params.lower_bound = tc.lower_bound;
+  return params;
 }
 
 // The host reference for token t on state row `slot` (f32 state, carried in place).
@@ -143,12 +155,7 @@ void RunCase(const ChunkCase& tc, std::mt19937& rng) {
 
   const KdaDecodeInputs in =
       KdaDeviceInputs(d_qkv, d_f, d_b, d_g, d_conv_w, d_a_log, d_dt_bias, d_o_norm_w, d_slots);
-  KdaDecodeParams params;
-  params.batch = seqs;
-  params.num_heads = tc.heads;
-  params.conv_size = tc.conv_size;
-  params.has_lower_bound = true;
-  params.lower_bound = tc.lower_bound;
+  const KdaDecodeParams params = ChunkParams(tc, seqs);
   if (tc.bf16_state) {
     if (tc.bf16_out) {
       STRATA_ASSERT_OK(KdaPrefillChunkedBf16State(in, d_cu.get(), d_state_bits_c.get(),
@@ -218,6 +225,81 @@ TEST(CudaKdaChunkTest, VarlenPrefillMatchesReferenceAndRecurrentKernel) {
   }
 }
 
+// Strided projection rows, as the CUDA model passes them (one GEMM's [q|k|v|b|pad|g] rows):
+// the chunked and recurrent prefills and the decode step give bit for bit what dense rows give.
+TEST(CudaKdaChunkTest, StridedProjectionRowsGiveTheDenseResult) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 35);
+  const ChunkCase tc{3, 4, -5.0f, -3.0f, 3.0f, false, true, {17, 1, 5}};
+  const int hd = tc.heads * kD, channels = 3 * hd, seqs = 3;
+  const std::vector<int32_t> cu = {0, 17, 18, 23}, slots = {2, 0, 1};
+  const int tokens = cu.back();
+  const Inputs x = RandomInputs(tc, tokens, rng);
+  // b at column 3·H·D, g at the next multiple of 4, rows of ld floats.
+  const int64_t b_col = channels, g_col = b_col + (tc.heads + 3) / 4 * 4, ld = g_col + hd;
+  std::vector<float> packed(static_cast<size_t>(tokens * ld), 99.0f);
+  for (int t = 0; t < tokens; ++t) {
+    std::copy_n(x.qkv.begin() + t * channels, channels, packed.begin() + t * ld);
+    std::copy_n(x.b_raw.begin() + t * tc.heads, tc.heads, packed.begin() + t * ld + b_col);
+    std::copy_n(x.g_raw.begin() + t * hd, hd, packed.begin() + t * ld + g_col);
+  }
+  const std::vector<float> state =
+      Uniform(rng, static_cast<size_t>(seqs) * tc.heads * kD * kD, -0.3f, 0.3f);
+  const std::vector<float> conv =
+      Uniform(rng, static_cast<size_t>(seqs) * (tc.conv_size - 1) * channels, -1, 1);
+  DeviceArray<float> d_qkv(x.qkv), d_f(x.f), d_b(x.b_raw), d_g(x.g_raw), d_conv_w(x.conv_w),
+      d_a_log(x.a_log), d_dt_bias(x.dt_bias), d_o_norm_w(x.o_norm_w), d_packed(packed);
+  DeviceArray<int32_t> d_slots(slots), d_cu(cu);
+  const KdaDecodeInputs dense =
+      KdaDeviceInputs(d_qkv, d_f, d_b, d_g, d_conv_w, d_a_log, d_dt_bias, d_o_norm_w, d_slots);
+  KdaDecodeInputs strided = dense;
+  strided.qkv_raw = d_packed.get();
+  strided.b_raw = d_packed.get() + b_col;
+  strided.g_raw = d_packed.get() + g_col;
+  strided.qkv_stride = strided.b_stride = strided.g_stride = ld;
+  const KdaDecodeParams params = ChunkParams(tc, seqs);
+  // form 0: chunked prefill, 1: recurrent prefill, 2: the decode step on the first 3 tokens.
+  for (int form = 0; form < 3; ++form) {
+    std::vector<std::vector<float>> out;  // y, state, conv of the dense run, then the strided
+    for (const KdaDecodeInputs* in : {&dense, static_cast<const KdaDecodeInputs*>(&strided)}) {
+      DeviceArray<float> d_state(state), d_conv(conv);
+      DeviceArray<uint16_t> d_y(static_cast<size_t>(tokens) * hd);
+      d_y.Poison();
+      if (form == 0) {
+        STRATA_ASSERT_OK(KdaPrefillChunked(*in, d_cu.get(), d_state.get(), d_conv.get(), params,
+                                           d_y.get(), nullptr));
+      } else if (form == 1) {
+        STRATA_ASSERT_OK(KdaPrefillRecurrent(*in, d_cu.get(), d_state.get(), d_conv.get(), params,
+                                             d_y.get(), nullptr));
+      } else {
+        STRATA_ASSERT_OK(
+            KdaDecodeStep(*in, d_state.get(), d_conv.get(), params, d_y.get(), nullptr));
+      }
+      const int rows = form == 2 ? seqs : tokens;
+      std::vector<float> y = FromBf16(d_y.Download());
+      y.resize(static_cast<size_t>(rows) * hd);
+      out.push_back(y);
+      out.push_back(d_state.Download());
+      out.push_back(d_conv.Download());
+    }
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(out[static_cast<size_t>(i)], out[static_cast<size_t>(i + 3)])
+          << "form " << form
+          << (i == 0   ? " y"
+              : i == 1 ? " state"
+                       : " conv");
+    }
+  }
+  KdaDecodeInputs odd = strided;
+  odd.qkv_stride = ld + 1;  // rows no longer 16-byte aligned: the chunked form refuses
+  DeviceArray<float> d_state(state), d_conv(conv);
+  DeviceArray<uint16_t> d_y(static_cast<size_t>(tokens) * hd);
+  const absl::Status refused =
+      KdaPrefillChunked(odd, d_cu.get(), d_state.get(), d_conv.get(), params, d_y.get(), nullptr);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("qkv_stride"), std::string::npos) << refused;
+}
+
 // Speculative decoding on both multi-token kernels: a verifying run (update_caches = false)
 // gives the updating run's y bit for bit and leaves the state and conv rows untouched; a replay
 // of the kept part of each sequence (seq_ends) then advances the caches by exactly those tokens
@@ -246,12 +328,7 @@ TEST(CudaKdaChunkTest, VerifyingRunKeepsTheCachesAndSeqEndsReplayTheKeptTokens) 
   DeviceArray<int32_t> d_slots(slots), d_cu(cu), d_ends(ends);
   KdaDecodeInputs in =
       KdaDeviceInputs(d_qkv, d_f, d_b, d_g, d_conv_w, d_a_log, d_dt_bias, d_o_norm_w, d_slots);
-  KdaDecodeParams params;
-  params.batch = 3;
-  params.num_heads = tc.heads;
-  params.conv_size = tc.conv_size;
-  params.has_lower_bound = true;
-  params.lower_bound = tc.lower_bound;
+  KdaDecodeParams params = ChunkParams(tc, 3);
   for (const bool chunked : {true, false}) {
     const std::string name = chunked ? "chunked" : "recurrent";
     auto run = [&](const KdaDecodeInputs& i, const KdaDecodeParams& p, DeviceArray<float>& s,

@@ -64,10 +64,10 @@ __device__ __forceinline__ void ConvAndGate(const KdaDecodeInputs& in, int64_t t
                                             int num_heads, int conv_size, bool has_lower_bound,
                                             float lower_bound, Shared& sh) {
   const int hd = num_heads * kD;
-  const int64_t channels = 3 * static_cast<int64_t>(hd);
+  const int64_t qkv_ld = in.qkv_stride > 0 ? in.qkv_stride : 3 * static_cast<int64_t>(hd);
   for (int task = threadIdx.x; task < 3 * kD; task += kThreads) {
     const int64_t ch = ConvChannel(task, h, hd);
-    const float x = in.qkv_raw[t * channels + ch];
+    const float x = in.qkv_raw[t * qkv_ld + ch];
     const float* w = in.conv_w + ch * conv_size;
     float acc = 0.0f;
     for (int j = 0; j < conv_size - 1; ++j) acc += w[j] * sh.hist[j][task];
@@ -135,7 +135,7 @@ __device__ __forceinline__ void RecurrentToken(const KdaDecodeInputs& in, int64_
     sh.part_b[tid >> 5][col + c] = pb[c];
   }
   __syncthreads();
-  const float beta = SigmoidF(in.b_raw[t * num_heads + h]);
+  const float beta = SigmoidF(in.b_raw[t * (in.b_stride > 0 ? in.b_stride : num_heads) + h]);
   if (tid < kD) {
     float a = 0.0f, bq = 0.0f;
 #pragma unroll
@@ -165,7 +165,8 @@ __device__ __forceinline__ void RecurrentToken(const KdaDecodeInputs& in, int64_
   const float ss = BlockSum(ov * ov, sh.red);
   if (tid < kD) {
     const float inv = 1.0f / sqrtf(ss / kD + norm_eps);
-    const float gate = SigmoidF(in.g_raw[t * hd + h * kD + tid]);
+    const int64_t g_ld = in.g_stride > 0 ? in.g_stride : hd;
+    const float gate = SigmoidF(in.g_raw[t * g_ld + h * kD + tid]);
     StoreOut(y + t * hd + h * kD + tid, ov * inv * in.o_norm_w[tid] * gate);
   }
 }

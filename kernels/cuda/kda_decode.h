@@ -7,6 +7,7 @@
 //   f           [B, H·D] f32 gate input (f_b_proj output, before dt_bias)
 //   b_raw       [B, H] f32   β logits
 //   g_raw       [B, H·D] f32 output-gate logits
+//               (qkv_raw, b_raw and g_raw rows may be strided: KdaDecodeInputs::*_stride)
 //   conv_w      [C, K] f32   index K−1 multiplies the current token
 //   a_log [H], dt_bias [H·D], o_norm_w [D]: f32 parameters
 //   slots       [B] int32    state row of batch row b, distinct; < 0: padding (y row
@@ -53,6 +54,12 @@ struct KdaDecodeInputs {
   const float* dt_bias = nullptr;
   const float* o_norm_w = nullptr;
   const int32_t* slots = nullptr;
+  // Row strides in floats; 0: dense rows (3·H·D, H and H·D). The inputs may be column ranges of
+  // one wider product ([q|k|v|b|g] from one GEMM of every input projection). The chunked form
+  // loads qkv and g rows 16 bytes at a time: their strides must then be multiples of 4.
+  int64_t qkv_stride = 0;
+  int64_t b_stride = 0;
+  int64_t g_stride = 0;
   // Multi-token forms, may be null: sequence n stops at token seq_ends[n] ≤ cu_seqlens[n + 1]
   // (the replay of the kept part of a verified run: engine/kda_drafts.h).
   const int32_t* seq_ends = nullptr;

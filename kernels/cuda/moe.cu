@@ -5,8 +5,8 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/internal/device_math.cuh"
 #include "kernels/cuda/internal/launch.cuh"
+#include "kernels/cuda/internal/moe_permute.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -17,40 +17,8 @@ unsigned GridFor(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 132 * 16));
 }
 
-// The expert a pair is grouped under: its id, mapped to this rank's experts under tensor
-// parallelism, −1 when dropped (another rank's expert, a padding token, an id out of range).
-struct PairExpert {
-  const int32_t* ids;
-  int top_k;
-  int num_experts;
-  const int32_t* live_tokens;  // may be null
-  const int32_t* local_of;     // may be null
-  int id_space;
-
-  __device__ __forceinline__ int operator()(int64_t p, int64_t live) const {
-    if (p / top_k >= live) return -1;
-    int e = ids[p];
-    if (local_of != nullptr) e = e >= 0 && e < id_space ? local_of[e] : -1;
-    return e >= 0 && e < num_experts ? e : -1;
-  }
-  __device__ __forceinline__ int64_t Live(int64_t tokens) const {
-    return live_tokens != nullptr ? min(static_cast<int64_t>(*live_tokens), tokens) : tokens;
-  }
-};
-
-// Pair p's row: the next free one of its expert (cursors[e], global or shared memory), or −1.
-__device__ __forceinline__ void PlacePair(const PairExpert& expert_of, int64_t p, int64_t live,
-                                          int32_t* cursors, int32_t* __restrict__ permuted_token,
-                                          int32_t* __restrict__ pair_row) {
-  const int e = expert_of(p, live);
-  if (e < 0) {
-    pair_row[p] = -1;
-    return;
-  }
-  const int32_t row = atomicAdd(&cursors[e], 1);
-  permuted_token[row] = static_cast<int32_t>(p / expert_of.top_k);
-  pair_row[p] = row;
-}
+using internal::PairExpert;
+using internal::PlacePair;
 
 // Also zero-fills permuted_token (PlaceKernel, stream-ordered after it, writes the used rows).
 __global__ void CountKernel(PairExpert expert_of, int64_t tokens, int32_t* __restrict__ counts,
@@ -87,10 +55,7 @@ __global__ void PlaceKernel(PairExpert expert_of, int64_t tokens, int32_t* __res
   }
 }
 
-// The whole permutation in one CTA (pairs ≤ kMoePermuteOneLaunchPairs, E ≤ kOneLaunchExperts):
-// counters in shared memory, a block-wide exclusive scan (each thread owns a run of experts),
-// then placement through shared cursors. Global writes of one phase are visible to the next
-// through __syncthreads (one CTA).
+// The whole permutation in one CTA (pairs ≤ kMoePermuteOneLaunchPairs, E ≤ kOneLaunchExperts).
 constexpr int kOneLaunchThreads = 1024;
 constexpr int kOneLaunchExperts = 4096;
 
@@ -99,34 +64,7 @@ __global__ void __launch_bounds__(kOneLaunchThreads)
                            int32_t* __restrict__ permuted_token, int32_t* __restrict__ pair_row) {
   __shared__ int32_t counts[kOneLaunchExperts];
   __shared__ int32_t scan[kOneLaunchThreads];
-  const int tid = threadIdx.x, num_experts = expert_of.num_experts;
-  const int64_t pairs = tokens * expert_of.top_k, live = expert_of.Live(tokens);
-  for (int e = tid; e < num_experts; e += kOneLaunchThreads) counts[e] = 0;
-  __syncthreads();
-  for (int64_t p = tid; p < pairs; p += kOneLaunchThreads) {
-    permuted_token[p] = 0;
-    const int e = expert_of(p, live);
-    if (e >= 0) atomicAdd(&counts[e], 1);
-  }
-  __syncthreads();
-  const int per = (num_experts + kOneLaunchThreads - 1) / kOneLaunchThreads;
-  const int e_begin = min(tid * per, num_experts), e_end = min(e_begin + per, num_experts);
-  int32_t local = 0;
-  for (int e = e_begin; e < e_end; ++e) local += counts[e];
-  scan[tid] = local;
-  internal::BlockInclusiveScan(scan);
-  int32_t next = scan[tid] - local;
-  for (int e = e_begin; e < e_end; ++e) {  // counts become the cursors
-    const int32_t c = counts[e];
-    offsets[e] = next;
-    counts[e] = next;
-    next += c;
-  }
-  if (tid == kOneLaunchThreads - 1) offsets[num_experts] = scan[tid];
-  __syncthreads();
-  for (int64_t p = tid; p < pairs; p += kOneLaunchThreads) {
-    PlacePair(expert_of, p, live, counts, permuted_token, pair_row);
-  }
+  internal::PermuteInBlock(expert_of, tokens, counts, scan, offsets, permuted_token, pair_row);
 }
 
 // Grid-stride over rows × 16-byte chunks when dim % 8 == 0, else over elements.

@@ -59,41 +59,6 @@ TEST(CudaGemmTest, GemmBf16MatchesReferenceOnOddShapes) {
   }
 }
 
-// The grouping MoePermute must produce, checked from the host: offsets are the counts' exclusive
-// scan, every kept pair sits in its expert's range on a row of its own that names its token, a
-// dropped pair has row −1, and the rows past offsets[E] name token 0.
-void CheckPermutation(const std::vector<int32_t>& expert, int top_k, int num_experts,
-                      const std::vector<int32_t>& offsets, const std::vector<int32_t>& token,
-                      const std::vector<int32_t>& pair_row, const std::string& name) {
-  std::vector<int32_t> counts(static_cast<size_t>(num_experts), 0);
-  for (int32_t e : expert) {
-    if (e >= 0) ++counts[static_cast<size_t>(e)];
-  }
-  ASSERT_EQ(offsets[0], 0) << name;
-  for (int e = 0; e < num_experts; ++e) {
-    ASSERT_EQ(offsets[e + 1] - offsets[e], counts[e]) << name << " expert " << e;
-  }
-  std::vector<int> seen(expert.size(), 0);
-  for (size_t p = 0; p < expert.size(); ++p) {
-    const int32_t row = pair_row[p], e = expert[p];
-    if (e < 0) {
-      ASSERT_EQ(row, -1) << name << " dropped pair " << p;
-      continue;
-    }
-    ASSERT_GE(row, offsets[e]) << name;
-    ASSERT_LT(row, offsets[e + 1]) << name;
-    ASSERT_EQ(token[row], static_cast<int32_t>(p / top_k)) << name;
-    ++seen[row];
-  }
-  for (size_t r = 0; r < expert.size(); ++r) {
-    if (static_cast<int32_t>(r) < offsets[num_experts]) {
-      ASSERT_EQ(seen[r], 1) << name << " row " << r;
-    } else {
-      ASSERT_EQ(token[r], 0) << name << " unused row " << r;
-    }
-  }
-}
-
 struct PermuteCase {
   int tokens, top_k, experts;
   int32_t live;  // tokens at or past it route nowhere (−1: no live count passed)
@@ -143,10 +108,10 @@ TEST(CudaMoeTest, PermuteGroupsEveryPairByExpert) {
                                 static_cast<int64_t>(d_ws.size()), d_offsets.get(), d_token.get(),
                                 d_pair_row.get(), nullptr, options));
     EXPECT_EQ(d_ids.Download(), ids) << "the ids are read, never written";
-    CheckPermutation(expert, c.top_k, local_experts, d_offsets.Download(), d_token.Download(),
-                     d_pair_row.Download(),
-                     absl::StrCat("T", c.tokens, " k", c.top_k, " E", c.experts, " live ", c.live,
-                                  " ranks ", c.ranks));
+    testing::CheckMoePermutation(expert, c.top_k, local_experts, d_offsets.Download(),
+                                 d_token.Download(), d_pair_row.Download(),
+                                 absl::StrCat("T", c.tokens, " k", c.top_k, " E", c.experts,
+                                              " live ", c.live, " ranks ", c.ranks));
   }
   EXPECT_FALSE(MoePermute(nullptr, -1, 1, 4, nullptr, 0, nullptr, nullptr, nullptr, nullptr).ok());
   MoePermuteOptions no_space;

@@ -1,7 +1,9 @@
 #include "kernels/cuda/router.h"
 
+#include "core/status.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/launch.cuh"
+#include "kernels/cuda/internal/moe_permute.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -42,9 +44,20 @@ __device__ __forceinline__ void BlockBest(float& v, int& i, float* scratch_v, in
   __syncthreads();
 }
 
+// RouteAndPermute's permutation, done by the last CTA to finish routing (done == null: none).
+struct PermuteArgs {
+  internal::PairExpert expert_of;
+  int64_t tokens;
+  int32_t* offsets;
+  int32_t* permuted_token;
+  int32_t* pair_row;
+  int32_t* done;
+};
+
 __global__ void __launch_bounds__(kThreads)
     RouteKernel(const float* __restrict__ logits, const float* __restrict__ bias, RouterParams p,
-                int32_t* __restrict__ expert_ids, float* __restrict__ weights) {
+                int32_t* __restrict__ expert_ids, float* __restrict__ weights,
+                PermuteArgs permute) {
   __shared__ float score[kMaxRouterExperts];
   __shared__ float biased[kMaxRouterExperts];
   __shared__ unsigned char taken[kMaxRouterExperts];
@@ -126,22 +139,72 @@ __global__ void __launch_bounds__(kThreads)
       weights[t * p.top_k + n] = static_cast<float>(w * p.scaling);
     }
   }
+  if (permute.done == nullptr) return;  // uniform across the grid
+  __shared__ int last;
+  __shared__ int32_t counts[kMaxRouterExperts];
+  __shared__ int32_t scan[kThreads];
+  if (threadIdx.x == 0) {
+    __threadfence();  // this CTA's ids reach L2 before it counts itself done
+    last = atomicAdd(permute.done, 1) == static_cast<int>(gridDim.x) - 1;
+  }
+  __syncthreads();
+  if (!last) return;  // uniform across the CTA
+  __threadfence();    // every other CTA's ids are in L2 (PairExpert reads them with __ldcg)
+  internal::PermuteInBlock(permute.expert_of, permute.tokens, counts, scan, permute.offsets,
+                           permute.permuted_token, permute.pair_row);
+  if (threadIdx.x == 0) *permute.done = 0;  // ready for the next call (and graph replay)
 }
 
-}  // namespace
-
-absl::Status Route(const float* logits, int64_t tokens, const float* bias, const RouterParams& p,
-                   int32_t* expert_ids, float* weights, cudaStream_t stream) {
+absl::Status CheckParams(int64_t tokens, const RouterParams& p) {
   if (tokens < 0 || tokens > 0x7fffffff || p.num_experts <= 0 ||
       p.num_experts > kMaxRouterExperts || p.top_k < 1 || p.top_k > p.num_experts ||
       p.top_k > kMaxRouterTopK || p.num_groups < 1 || p.num_groups > kMaxRouterGroups ||
       p.num_experts % p.num_groups != 0 || p.topk_group < 1 || p.topk_group > p.num_groups) {
     return absl::InvalidArgumentError("Route: unsupported router params");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Route(const float* logits, int64_t tokens, const float* bias, const RouterParams& p,
+                   int32_t* expert_ids, float* weights, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckParams(tokens, p));
   if (tokens == 0) return absl::OkStatus();
   internal::LaunchKernel(RouteKernel, static_cast<unsigned>(tokens), kThreads, 0, stream, logits,
-                         bias, p, expert_ids, weights);
+                         bias, p, expert_ids, weights, PermuteArgs{});
   return LaunchStatus("RouteKernel launch");
+}
+
+absl::Status RouteAndPermute(const float* logits, int64_t tokens, const float* bias,
+                             const RouterParams& p, int32_t* expert_ids, float* weights,
+                             const RoutePermutation& permute, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckParams(tokens, p));
+  const int64_t pairs = tokens * p.top_k;
+  if (tokens == 0 || pairs > kMoePermuteOneLaunchPairs || permute.num_experts > kMaxRouterExperts) {
+    RETURN_IF_ERROR(Route(logits, tokens, bias, p, expert_ids, weights, stream));
+    return MoePermute(expert_ids, tokens, p.top_k, permute.num_experts, permute.workspace,
+                      permute.workspace_bytes, permute.expert_offsets, permute.permuted_token,
+                      permute.pair_row, stream, permute.options);
+  }
+  if (permute.num_experts < 1 || permute.done_counter == nullptr ||
+      permute.expert_offsets == nullptr || permute.permuted_token == nullptr ||
+      permute.pair_row == nullptr ||
+      (permute.options.local_of != nullptr && permute.options.id_space < 1)) {
+    return absl::InvalidArgumentError(
+        "RouteAndPermute: needs num_experts >= 1, the done counter, offsets, permuted_token and "
+        "pair_row, and id_space >= 1 with local_of");
+  }
+  const PermuteArgs args{{expert_ids, p.top_k, permute.num_experts, permute.options.live_tokens,
+                          permute.options.local_of, permute.options.id_space},
+                         tokens,
+                         permute.expert_offsets,
+                         permute.permuted_token,
+                         permute.pair_row,
+                         permute.done_counter};
+  internal::LaunchKernel(RouteKernel, static_cast<unsigned>(tokens), kThreads, 0, stream, logits,
+                         bias, p, expert_ids, weights, args);
+  return LaunchStatus("RouteKernel launch (with the permutation)");
 }
 
 }  // namespace strata::kernels::cuda

@@ -58,6 +58,84 @@ TEST(CudaRouterTest, SelectsTheSameExpertsAsTheReference) {
   }
 }
 
+// RouteAndPermute: the same ids and weights as Route, the pairs grouped as MoePermute groups them
+// (same offsets; the invariants checked from the host), in one launch at decode sizes and through
+// Route + MoePermute past the limit; padding tokens and tensor parallelism's map folded in; the
+// done counter back at zero after every call (each case runs twice on it).
+TEST(CudaRouterTest, RouteAndPermuteGroupsThePairsItChose) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 7);
+  struct Case {
+    RouterParams p;
+    int64_t tokens;
+    int32_t live;  // −1: no live count
+    int ranks;     // > 1: this rank runs every ranks-th expert
+  };
+  const std::vector<Case> cases = {
+      {{256, 8, 1, 1, true, 2.446f}, 1, -1, 1},    // Kimi-Linear, batch 1
+      {{256, 8, 1, 1, true, 2.446f}, 64, 37, 1},   // a padded graph bucket
+      {{896, 16, 1, 1, true, 1.0f}, 33, 33, 8},    // K3 at TP8
+      {{13, 3, 1, 1, false, 1.0f}, 7, -1, 2},      // odd sizes
+      {{64, 8, 1, 1, true, 1.0f}, 2049, 2000, 3},  // 16,392 pairs: Route, then MoePermute
+  };
+  DeviceArray<int32_t> d_done(std::vector<int32_t>{0});
+  for (const Case& tc : cases) {
+    const RouterParams& p = tc.p;
+    const int64_t pairs = tc.tokens * p.top_k;
+    std::vector<int32_t> local_of(static_cast<size_t>(p.num_experts), -1);
+    int local = 0;
+    for (int e = 0; e < p.num_experts; ++e) {
+      if (tc.ranks == 1 || e % tc.ranks == 1) local_of[static_cast<size_t>(e)] = local++;
+    }
+    const std::vector<float> logits = Uniform(rng, tc.tokens * p.num_experts, -4, 4);
+    const std::vector<float> bias = Uniform(rng, p.num_experts, -0.5f, 0.5f);
+    DeviceArray<float> d_logits(logits), d_bias(bias), d_w(pairs), d_w_ref(pairs);
+    DeviceArray<int32_t> d_ids(pairs), d_ids_ref(pairs), d_offsets(local + 1),
+        d_offsets_ref(local + 1), d_token(pairs), d_token_ref(pairs), d_row(pairs),
+        d_row_ref(pairs), d_live(std::vector<int32_t>{tc.live}), d_local(local_of);
+    DeviceArray<unsigned char> d_ws(MoePermuteWorkspaceBytes(local));
+    RoutePermutation route;
+    route.num_experts = local;
+    if (tc.live >= 0) route.options.live_tokens = d_live.get();
+    if (tc.ranks > 1) {
+      route.options.local_of = d_local.get();
+      route.options.id_space = p.num_experts;
+    }
+    route.expert_offsets = d_offsets.get();
+    route.permuted_token = d_token.get();
+    route.pair_row = d_row.get();
+    route.done_counter = d_done.get();
+    route.workspace = d_ws.get();
+    route.workspace_bytes = static_cast<int64_t>(d_ws.size());
+    STRATA_ASSERT_OK(
+        Route(d_logits.get(), tc.tokens, d_bias.get(), p, d_ids_ref.get(), d_w_ref.get(), nullptr));
+    STRATA_ASSERT_OK(MoePermute(d_ids_ref.get(), tc.tokens, p.top_k, local, d_ws.get(),
+                                static_cast<int64_t>(d_ws.size()), d_offsets_ref.get(),
+                                d_token_ref.get(), d_row_ref.get(), nullptr, route.options));
+    const std::string name = absl::StrCat("E", p.num_experts, "_k", p.top_k, "_T", tc.tokens,
+                                          "_live", tc.live, "_ranks", tc.ranks);
+    for (int run = 0; run < 2; ++run) {
+      d_offsets.Poison();
+      d_token.Poison();
+      d_row.Poison();
+      STRATA_ASSERT_OK(RouteAndPermute(d_logits.get(), tc.tokens, d_bias.get(), p, d_ids.get(),
+                                       d_w.get(), route, nullptr));
+      const std::vector<int32_t> ids = d_ids.Download();
+      EXPECT_EQ(ids, d_ids_ref.Download()) << name;
+      EXPECT_EQ(d_w.Download(), d_w_ref.Download()) << name;
+      EXPECT_EQ(d_offsets.Download(), d_offsets_ref.Download()) << name;
+      EXPECT_EQ(d_done.Download(), std::vector<int32_t>{0}) << name << ": counter left set";
+      std::vector<int32_t> expert(ids.size());
+      for (size_t q = 0; q < ids.size(); ++q) {
+        const bool live = tc.live < 0 || static_cast<int32_t>(q / p.top_k) < tc.live;
+        expert[q] = live ? local_of[static_cast<size_t>(ids[q])] : -1;
+      }
+      testing::CheckMoePermutation(expert, p.top_k, local, d_offsets.Download(), d_token.Download(),
+                                   d_row.Download(), absl::StrCat(name, " run ", run));
+    }
+  }
+}
+
 TEST(CudaRouterTest, RejectsUnsupportedParams) {
   RouterParams p{2048, 8, 1, 1, true, 1.0f};  // more experts than the kernel holds
   EXPECT_FALSE(Route(nullptr, 1, nullptr, p, nullptr, nullptr, nullptr).ok());

@@ -1,6 +1,6 @@
 // Test helpers for the GPU tests in kernels/cuda (test-only; include from *_test.cc files):
 // skip without a GPU, fresh seeds, RAII device arrays with poisoning, bf16 rounding, and the
-// relative-error report bench/gpu_check.sh tabulates.
+// relative-error report bench/gpu_check.sh tabulates, the MoE permutation's invariants.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -161,6 +161,43 @@ inline bool ReportRelErr(const std::string& kernel, const std::string& case_name
   std::printf("[relerr] kernel=%s case=%s relerr=%.3e tol=%.1e %s\n", kernel.c_str(),
               case_name.c_str(), relerr, tol, ok ? "ok" : "FAIL");
   return ok;
+}
+
+// The grouping MoePermute (moe.h) must produce for pairs grouped under `expert` (−1: dropped),
+// checked from the host: offsets are the counts' exclusive scan, every kept pair sits in its
+// expert's range on a row of its own that names its token, a dropped pair has row −1, and the
+// rows past offsets[E] name token 0.
+inline void CheckMoePermutation(const std::vector<int32_t>& expert, int top_k, int num_experts,
+                                const std::vector<int32_t>& offsets,
+                                const std::vector<int32_t>& token,
+                                const std::vector<int32_t>& pair_row, const std::string& name) {
+  std::vector<int32_t> counts(static_cast<size_t>(num_experts), 0);
+  for (int32_t e : expert) {
+    if (e >= 0) ++counts[static_cast<size_t>(e)];
+  }
+  ASSERT_EQ(offsets[0], 0) << name;
+  for (int e = 0; e < num_experts; ++e) {
+    ASSERT_EQ(offsets[e + 1] - offsets[e], counts[e]) << name << " expert " << e;
+  }
+  std::vector<int> seen(expert.size(), 0);
+  for (size_t p = 0; p < expert.size(); ++p) {
+    const int32_t row = pair_row[p], e = expert[p];
+    if (e < 0) {
+      ASSERT_EQ(row, -1) << name << " dropped pair " << p;
+      continue;
+    }
+    ASSERT_GE(row, offsets[e]) << name;
+    ASSERT_LT(row, offsets[e + 1]) << name;
+    ASSERT_EQ(token[row], static_cast<int32_t>(p / top_k)) << name;
+    ++seen[row];
+  }
+  for (size_t r = 0; r < expert.size(); ++r) {
+    if (static_cast<int32_t>(r) < offsets[num_experts]) {
+      ASSERT_EQ(seen[r], 1) << name << " row " << r;
+    } else {
+      ASSERT_EQ(token[r], 0) << name << " unused row " << r;
+    }
+  }
 }
 
 }  // namespace strata::kernels::cuda::testing

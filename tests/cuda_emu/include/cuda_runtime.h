@@ -305,6 +305,11 @@ inline void __syncthreads() { strata_emu::SyncThreads(); }
 inline void __syncwarp(unsigned int mask = 0xffffffffu) { strata_emu::SyncWarp(mask); }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
+// Cache-global load (L2, not L1): host memory is coherent, so a plain load.
+template <typename T>
+T __ldcg(const T* address) {
+  return *address;
+}
 
 template <typename T>
 T __shfl_xor_sync(unsigned int mask, T value, int lane_mask, int width = 32) {
