@@ -168,11 +168,13 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
       rc=$?
       grep -o "captured the decode graph.*" "$log" | sort -u | head -3
       tail -4 "$log"
-      row=$(awk -v b=$batch -v wt="$weights" '/^prefill/ {p=$2; pf=$4}
-        /^decode/ {d=$2; df=$3; dp=$4; ex=$9}
-        END {if (d != "") printf("| %s | %s | %s | %s | %s | %s | %s | %s |", b, wt, p, pf, d, df, dp, ex)}' \
+      # "decode step: a CUDA graph of N nodes (M per layer)" is the kernels per decode step.
+      row=$(awk -v b=$batch -v wt="$weights" '/^prefill +[0-9]/ {p=$2; pf=$4}
+        /^decode +[0-9]/ {d=$2; df=$3; dp=$4; ex=$9}
+        /^decode step: a CUDA graph of/ {nodes=$7}
+        END {if (d != "") printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |", b, wt, p, pf, d, df, dp, ex, nodes)}' \
         "$log")
-      [[ $rc -ne 0 || -z "$row" ]] && { row="| $batch | $weights | FAILED rc=$rc | | | | | |"; failed_any=1; }
+      [[ $rc -ne 0 || -z "$row" ]] && { row="| $batch | $weights | FAILED rc=$rc | | | | | | |"; failed_any=1; }
       e2e_rows+=("$row")
     done
     if [[ $PROFILE == 1 ]]; then
@@ -208,7 +210,7 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
       serve_line="serve smoke: $([[ $serve_rc -eq 0 ]] && echo ok || echo "FAILED rc=$serve_rc") ($(grep -m1 '^RESULT' "$LOGS/serve-smoke.log" | cut -c8-))"
     fi
   else
-    tail -5 "$LOGS/make-checkpoint.log"; e2e_rows+=("| - | checkpoint generation FAILED | | | | | | |")
+    tail -5 "$LOGS/make-checkpoint.log"; e2e_rows+=("| - | checkpoint generation FAILED | | | | | | | |")
     failed_any=1
   fi
   rm -rf "$CKPT"
@@ -260,8 +262,8 @@ if [[ ${#e2e_rows[@]} -gt 0 ]]; then
   echo "End-to-end (Kimi-Linear bench preset, prompt 512, gen 64; target: decode within 1.5x of"
   echo "the weight+cache floor, i.e. >= 67% floor):"
   echo
-  echo "| batch | weights | prefill tok/s | prefill % floor | decode tok/s | decode floor tok/s | decode % floor | decode time in Execute |"
-  echo "|---:|---|---:|---:|---:|---:|---:|---:|"
+  echo "| batch | weights | prefill tok/s | prefill % floor | decode tok/s | decode floor tok/s | decode % floor | decode time in Execute | kernels per decode step |"
+  echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${e2e_rows[@]}"
 fi
 [[ -n "$serve_line" ]] && echo && echo "$serve_line"
