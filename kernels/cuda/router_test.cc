@@ -72,11 +72,11 @@ TEST(CudaRouterTest, RouteAndPermuteGroupsThePairsItChose) {
     int ranks;     // > 1: this rank runs every ranks-th expert
   };
   const std::vector<Case> cases = {
-      {{256, 8, 1, 1, true, 2.446f}, 1, -1, 1},    // Kimi-Linear, batch 1
-      {{256, 8, 1, 1, true, 2.446f}, 64, 37, 1},   // a padded graph bucket
-      {{896, 16, 1, 1, true, 1.0f}, 33, 33, 8},    // K3 at TP8
-      {{13, 3, 1, 1, false, 1.0f}, 7, -1, 2},      // odd sizes
-      {{64, 8, 1, 1, true, 1.0f}, 2049, 2000, 3},  // 16,392 pairs: Route, then MoePermute
+      {{256, 8, 1, 1, true, 2.446f}, 1, -1, 1},   // Kimi-Linear, batch 1
+      {{256, 8, 1, 1, true, 2.446f}, 64, 37, 1},  // a padded graph bucket
+      {{896, 16, 1, 1, true, 1.0f}, 33, 33, 8},   // K3 at TP8
+      {{13, 3, 1, 1, false, 1.0f}, 7, -1, 2},     // odd sizes
+      {{64, 32, 1, 1, true, 1.0f}, 513, 500, 3},  // 16,416 pairs: Route, then MoePermute
   };
   DeviceArray<int32_t> d_done(std::vector<int32_t>{0});
   for (const Case& tc : cases) {
