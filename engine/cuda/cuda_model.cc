@@ -599,7 +599,8 @@ absl::Status CudaModel::RoutedExperts(const DeviceExperts& w, const DeviceContex
 // used).
 absl::Status CudaModel::ExpertsOnPermutation(const DeviceExperts& w, const DeviceContext& ctx,
                                              const uint16_t* z, int64_t n, const Permutation& perm,
-                                             const float* weights, float* routed, bool accumulate) {
+                                             const float* weights, float* routed, bool accumulate,
+                                             DeferredCombine* defer) {
   const int top_k = config().moe.num_experts_per_token;
   const int64_t pairs = n * top_k;
   ASSIGN_OR_RETURN(uint16_t * h, Take<uint16_t>(ctx, pairs * w.inter));
@@ -611,6 +612,11 @@ absl::Status CudaModel::ExpertsOnPermutation(const DeviceExperts& w, const Devic
     RETURN_IF_ERROR(
         kc::MoeGatherRows(z, perm.permuted_token, pairs, w.in_width, x_perm, ctx.stream));
     RETURN_IF_ERROR(CublasGroupedGemms(w, ctx, x_perm, perm.offsets, h, y));
+  }
+  if (defer != nullptr) {  // the residual add that follows sums the experts' rows
+    defer->routed = kc::RoutedSum{y, perm.pair_row, weights, top_k};
+    defer->shared = accumulate;
+    return absl::OkStatus();
   }
   return kc::MoeCombine(y, perm.pair_row, weights, n, top_k, w.out_width, routed, ctx.stream,
                         accumulate);
@@ -697,7 +703,7 @@ absl::Status CudaModel::ExchangeExperts(const DeviceExperts& w, int moe_layer,
 }
 
 absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceContext& ctx,
-                            const Rows& rows, int32_t* expert_offsets) {
+                            const Rows& rows, int32_t* expert_offsets, DeferredCombine* defer) {
   const ModelConfig& cfg = config();
   const MoeConfig& m = cfg.moe;
   const int64_t n = rows.n, top_k = m.num_experts_per_token;
@@ -768,8 +774,11 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
   } else if (exchange) {
     RETURN_IF_ERROR(ExchangeExperts(w.experts, moe_layer, ctx, z, n, ids, weights, routed));
   } else {
-    RETURN_IF_ERROR(
-        ExpertsOnPermutation(w.experts, ctx, z, n, perm, weights, routed, shared_first));
+    // The combine may wait for the residual add only where nothing reads the routed rows
+    // before it: no latent space (latent_norm), no tensor parallelism (the all-reduce).
+    const bool deferred = defer != nullptr && !m.is_latent() && options_.tensor_parallel == nullptr;
+    RETURN_IF_ERROR(ExpertsOnPermutation(w.experts, ctx, z, n, perm, weights, routed, shared_first,
+                                         deferred ? defer : nullptr));
   }
   if (m.is_latent()) {
     // latent_norm is not linear: the whole latent sum first (tensor parallelism).
@@ -806,12 +815,12 @@ absl::Status CudaModel::Mixer(int l, const DeviceStep& step, const DeviceCaches&
 }
 
 absl::Status CudaModel::Ffn(int l, const DeviceContext& ctx, const Rows& rows,
-                            int32_t* expert_offsets) {
+                            int32_t* expert_offsets, DeferredCombine* defer) {
   const DeviceLayer& lw = weights_->layer(l);
   if (lw.moe) {
     const int moe_layer = moe_index_[static_cast<size_t>(l)];
     const int64_t slot = int64_t{moe_layer} * (config().moe.num_experts + 1);
-    RETURN_IF_ERROR(Moe(*lw.moe, moe_layer, ctx, rows, expert_offsets + slot));
+    RETURN_IF_ERROR(Moe(*lw.moe, moe_layer, ctx, rows, expert_offsets + slot, defer));
   } else {
     RETURN_IF_ERROR(Mlp(*lw.dense, ctx, rows.normed, rows.n, rows.out));
   }
@@ -867,7 +876,8 @@ absl::Status CudaModel::LmHead(const DeviceContext& ctx, const uint16_t* x, int6
   return absl::OkStatus();
 }
 
-// Pre-norm residuals: h += out fused with the next norm (normed = RMSNorm(h)).
+// Pre-norm residuals: h += out fused with the next norm (normed = RMSNorm(h)); a MoE layer's
+// combine is folded into that add when it can wait for it (DeferredCombine).
 absl::Status CudaModel::Layers(const DeviceStep& step, const DeviceCaches& caches,
                                const DeviceContext& ctx, const Rows& rows,
                                int32_t* expert_offsets) {
@@ -882,8 +892,14 @@ absl::Status CudaModel::Layers(const DeviceStep& step, const DeviceCaches& cache
     RETURN_IF_ERROR(Mixer(l, step, caches, ctx, rows));
     RETURN_IF_ERROR(kc::AddRmsNorm(rows.h, rows.out, n, d, weights_->layer(l).post_norm, eps,
                                    rows.normed, ctx.stream));
-    RETURN_IF_ERROR(Ffn(l, ctx, rows, expert_offsets));
-    if (l + 1 < cfg.num_layers) {
+    const bool next = l + 1 < cfg.num_layers;
+    DeferredCombine combine;
+    RETURN_IF_ERROR(Ffn(l, ctx, rows, expert_offsets, next ? &combine : nullptr));
+    if (next && combine.routed.y_perm != nullptr) {
+      RETURN_IF_ERROR(kc::AddRmsNorm(rows.h, combine.shared ? rows.out : nullptr, combine.routed, n,
+                                     d, weights_->layer(l + 1).input_norm, eps, rows.normed,
+                                     ctx.stream));
+    } else if (next) {
       RETURN_IF_ERROR(kc::AddRmsNorm(rows.h, rows.out, n, d, weights_->layer(l + 1).input_norm, eps,
                                      rows.normed, ctx.stream));
     } else {

@@ -30,6 +30,7 @@
 #include "engine/cuda/step_layout.h"
 #include "engine/model.h"
 #include "kernels/cuda/kda_decode.h"
+#include "kernels/cuda/norm.h"
 
 namespace strata::engine::cuda {
 
@@ -196,8 +197,16 @@ class CudaModel {
   // out = the GLU MLP of x, or out += it with `accumulate`.
   absl::Status Mlp(const DeviceMlp& w, const DeviceContext& ctx, const uint16_t* x, int64_t n,
                    float* out, bool accumulate = false);
+  // A MoE layer's combine left to the residual add that follows (AddRmsNorm with a RoutedSum):
+  // `shared` says whether out holds the shared expert's rows to add the sum to.
+  struct DeferredCombine {
+    kernels::cuda::RoutedSum routed;
+    bool shared = false;
+  };
+  // With `defer` non-null the layer may leave its combine there (defer->routed.y_perm set) and
+  // out then holds only the shared expert's rows (or nothing).
   absl::Status Moe(const DeviceMoe& w, int moe_layer, const DeviceContext& ctx, const Rows& rows,
-                   int32_t* expert_offsets);
+                   int32_t* expert_offsets, DeferredCombine* defer = nullptr);
   // The (token, slot) pairs of a MoE layer grouped by expert (kernels/cuda/moe.h MoePermute).
   struct Permutation {
     int32_t* offsets = nullptr;         // [E + 1] of w's experts
@@ -215,7 +224,8 @@ class CudaModel {
   // routed += it with `accumulate`.
   absl::Status ExpertsOnPermutation(const DeviceExperts& w, const DeviceContext& ctx,
                                     const uint16_t* z, int64_t n, const Permutation& perm,
-                                    const float* weights, float* routed, bool accumulate);
+                                    const float* weights, float* routed, bool accumulate,
+                                    DeferredCombine* defer = nullptr);
   // The routed experts of a MoE layer through the exchange (options_.expert_exchange).
   absl::Status ExchangeExperts(const DeviceExperts& w, int moe_layer, const DeviceContext& ctx,
                                const uint16_t* z, int64_t n, int32_t* ids, const float* weights,
@@ -233,7 +243,8 @@ class CudaModel {
                              const DeviceContext& ctx, const Rows& rows, int32_t* expert_offsets);
   absl::Status Mixer(int l, const DeviceStep& step, const DeviceCaches& caches,
                      const DeviceContext& ctx, const Rows& rows);
-  absl::Status Ffn(int l, const DeviceContext& ctx, const Rows& rows, int32_t* expert_offsets);
+  absl::Status Ffn(int l, const DeviceContext& ctx, const Rows& rows, int32_t* expert_offsets,
+                   DeferredCombine* defer = nullptr);
   absl::Status EmptyStepExchanges(const DeviceContext& ctx);
   // Sums `count` floats of device memory over the tensor-parallel group (nothing without one).
   absl::Status AllReduce(const DeviceContext& ctx, float* x, int64_t count) const;

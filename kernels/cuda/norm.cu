@@ -16,16 +16,30 @@ using internal::StoreOut;
 
 constexpr int kThreads = 256;
 
-// One row per CTA. With `residual` non-null: residual += x first and the sum is normalised.
+// One row per CTA. With `residual` non-null: residual += x first and the sum is normalised;
+// with routed.y_perm non-null, x (or 0 when x is null) plus the row's routed sum is what is added.
 template <typename OutT>
 __global__ void __launch_bounds__(kThreads)
-    RmsNormKernel(const float* __restrict__ x, float* __restrict__ residual, int64_t dim,
-                  const float* __restrict__ weight, float eps, OutT* __restrict__ y) {
+    RmsNormKernel(const float* __restrict__ x, RoutedSum routed, float* __restrict__ residual,
+                  int64_t dim, const float* __restrict__ weight, float eps, OutT* __restrict__ y) {
   __shared__ float red[32];
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  const int64_t t = blockIdx.x, base = t * dim;
   float sq = 0.0f;
   for (int64_t c = threadIdx.x; c < dim; c += kThreads) {
-    float v = x[base + c];
+    float v;
+    if (routed.y_perm != nullptr) {  // MoeCombine's sum, in its order, then its add onto x
+      float acc = 0.0f;
+      for (int s = 0; s < routed.top_k; ++s) {
+        const int32_t row = routed.pair_row[t * routed.top_k + s];
+        if (row >= 0) {
+          acc += routed.weights[t * routed.top_k + s] *
+                 routed.y_perm[static_cast<int64_t>(row) * dim + c];
+        }
+      }
+      v = x != nullptr ? acc + x[base + c] : acc;
+    } else {
+      v = x[base + c];
+    }
     if (residual != nullptr) {
       v += residual[base + c];
       residual[base + c] = v;  // re-read below by this same thread only
@@ -42,13 +56,22 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename OutT>
 absl::Status LaunchRmsNorm(const float* x, float* residual, int64_t rows, int64_t dim,
-                           const float* weight, float eps, OutT* y, cudaStream_t stream) {
+                           const float* weight, float eps, OutT* y, cudaStream_t stream,
+                           const RoutedSum& routed = {}) {
   if (rows < 0 || dim <= 0 || rows > 0x7fffffff) {
     return absl::InvalidArgumentError("RmsNorm: bad shape");
   }
+  if (routed.y_perm != nullptr && (routed.top_k < 1 || routed.pair_row == nullptr ||
+                                   routed.weights == nullptr || residual == nullptr)) {
+    return absl::InvalidArgumentError(
+        "AddRmsNorm: a routed sum needs top_k >= 1, pair_row, weights and the residual");
+  }
+  if (routed.y_perm == nullptr && x == nullptr) {
+    return absl::InvalidArgumentError("RmsNorm: x may be null only with a routed sum");
+  }
   if (rows == 0) return absl::OkStatus();
   internal::LaunchKernel(RmsNormKernel<OutT>, static_cast<unsigned>(rows), kThreads, 0, stream, x,
-                         residual, dim, weight, eps, y);
+                         routed, residual, dim, weight, eps, y);
   return LaunchStatus("RmsNormKernel launch");
 }
 
@@ -169,6 +192,14 @@ absl::Status AddRmsNorm(float* residual, const float* x, int64_t rows, int64_t d
 absl::Status AddRmsNorm(float* residual, const float* x, int64_t rows, int64_t dim,
                         const float* weight, float eps, uint16_t* y, cudaStream_t stream) {
   return LaunchRmsNorm(x, residual, rows, dim, weight, eps, y, stream);
+}
+absl::Status AddRmsNorm(float* residual, const float* x, const RoutedSum& routed, int64_t rows,
+                        int64_t dim, const float* weight, float eps, uint16_t* y,
+                        cudaStream_t stream) {
+  if (routed.y_perm == nullptr) {
+    return absl::InvalidArgumentError("AddRmsNorm: the routed sum needs y_perm");
+  }
+  return LaunchRmsNorm(x, residual, rows, dim, weight, eps, y, stream, routed);
 }
 
 absl::Status AttnResMix(const AttnResSources& sources, int64_t rows, int64_t dim,

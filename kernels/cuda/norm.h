@@ -1,6 +1,7 @@
 // Row-wise normalisation and activation kernels (docs/model.md §5, §6.3), f32 math:
 //   RmsNorm       y = x / sqrt(mean(x²) + eps) ⊙ weight                      (weight may be null)
-//   AddRmsNorm    residual += x (f32, in place); y = RmsNorm(residual)
+//   AddRmsNorm    residual += x (f32, in place); y = RmsNorm(residual); optionally x plus the
+//                 routed experts' weighted sum (the MoE combine folded into the residual add)
 //   AttnResMix    out = Σ_i softmax_i(z)·v_i, z_i = (w_norm⊙w_proj)·v_i / sqrt(mean(v_i²)+eps);
 //                 optionally also normed = RmsNorm(out) (the sublayer input), and first the
 //                 partial sum's pending add (AttnResSources::pending), in the same pass
@@ -27,6 +28,22 @@ absl::Status AddRmsNorm(float* residual, const float* x, int64_t rows, int64_t d
                         const float* weight, float eps, float* y, cudaStream_t stream);
 absl::Status AddRmsNorm(float* residual, const float* x, int64_t rows, int64_t dim,
                         const float* weight, float eps, uint16_t* y, cudaStream_t stream);
+
+// The routed experts' weighted sum of each row, as MoeCombine (moe.h) computes it: Σ_i
+// weights[t, i] · y_perm[pair_row[t, i]] over i ascending (pair_row −1: none), rows of `dim`.
+struct RoutedSum {
+  const float* y_perm = nullptr;
+  const int32_t* pair_row = nullptr;
+  const float* weights = nullptr;
+  int top_k = 0;
+};
+
+// The MoE combine folded into the residual add: residual += (routed sum + x), x [rows, dim] the
+// shared expert's rows or null (the sum alone); then y = RmsNorm(residual). Bit for bit
+// MoeCombine(accumulate onto x) followed by AddRmsNorm, in one pass.
+absl::Status AddRmsNorm(float* residual, const float* x, const RoutedSum& routed, int64_t rows,
+                        int64_t dim, const float* weight, float eps, uint16_t* y,
+                        cudaStream_t stream);
 
 inline constexpr int kMaxAttnResSources = 16;
 

@@ -2,12 +2,14 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/testing.h"
 #include "kernels/reference/attn_res.h"
@@ -60,6 +62,42 @@ TEST(CudaNormTest, RmsNormAndAddRmsNormMatchReference) {
     EXPECT_EQ(d_res.Download(), sum) << Shape(rows, dim);
     STRATA_EXPECT_RELERR("AddRmsNorm_f32", Shape(rows, dim), d_y.Download(), expected, 3e-6);
   }
+}
+
+// The MoE combine folded into the residual add gives bit for bit MoeCombine (onto the shared
+// expert's rows, or alone) followed by AddRmsNorm: the residual and the normed rows.
+TEST(CudaNormTest, AddRmsNormFoldsTheMoeCombine) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 7);
+  for (bool shared : {true, false}) {
+    for (auto [rows, dim, top_k] :
+         std::vector<std::tuple<int64_t, int64_t, int>>{{1, 5, 1}, {3, 257, 2}, {7, 1024, 8}}) {
+      const int64_t pairs = rows * top_k;
+      const std::vector<float> y = Uniform(rng, static_cast<size_t>(pairs * dim), -2, 2);
+      const std::vector<float> weights = Uniform(rng, static_cast<size_t>(pairs), 0.0f, 1.0f);
+      std::vector<int32_t> pair_row(static_cast<size_t>(pairs));
+      for (int64_t q = 0; q < pairs; ++q) pair_row[q] = q % 5 == 3 ? -1 : (q * 7) % pairs;
+      const std::vector<float> x = Uniform(rng, static_cast<size_t>(rows * dim), -2, 2);
+      const std::vector<float> h = Uniform(rng, static_cast<size_t>(rows * dim), -2, 2);
+      const std::vector<float> w = Uniform(rng, static_cast<size_t>(dim), 0.5f, 1.5f);
+      DeviceArray<float> d_y(y), d_weights(weights), d_x(x), d_w(w), d_h_split(h), d_h_fused(h);
+      DeviceArray<int32_t> d_rows(pair_row);
+      DeviceArray<uint16_t> normed_split(rows * dim), normed_fused(rows * dim);
+      STRATA_ASSERT_OK(MoeCombine(d_y.get(), d_rows.get(), d_weights.get(), rows, top_k, dim,
+                                  d_x.get(), nullptr, /*accumulate=*/shared));
+      STRATA_ASSERT_OK(AddRmsNorm(d_h_split.get(), d_x.get(), rows, dim, d_w.get(), 1e-5f,
+                                  normed_split.get(), nullptr));
+      const DeviceArray<float> d_shared(x);
+      const RoutedSum routed{d_y.get(), d_rows.get(), d_weights.get(), top_k};
+      STRATA_ASSERT_OK(AddRmsNorm(d_h_fused.get(), shared ? d_shared.get() : nullptr, routed, rows,
+                                  dim, d_w.get(), 1e-5f, normed_fused.get(), nullptr));
+      const std::string name = absl::StrCat(shared ? "shared_" : "alone_", Shape(rows, dim));
+      EXPECT_EQ(d_h_fused.Download(), d_h_split.Download()) << name;
+      EXPECT_EQ(normed_fused.Download(), normed_split.Download()) << name;
+    }
+  }
+  EXPECT_FALSE(
+      AddRmsNorm(nullptr, nullptr, RoutedSum{}, 1, 4, nullptr, 1e-5f, nullptr, nullptr).ok());
 }
 
 TEST(CudaNormTest, AttnResMixMatchesReference) {
