@@ -2,11 +2,11 @@
 """The offload tiers through `strata serve` end to end (issue 48; docs/kv-offload.md).
 
 Two demo-sized K3 checkpoints of equal shapes and other weights (A, B) made here by
-strata-make-checkpoint; `strata serve --kv-cache-memory 24MiB` (a cache of ~15K tokens) with
---kv-offload-dir / --kv-offload-memory; a 6,000-token id prompt DOC pushed out of the cache by
+strata-make-checkpoint; `strata serve --kv-cache-memory 8MiB` (a cache of ~5K tokens) with
+--kv-offload-dir / --kv-offload-memory; a 2,000-token id prompt DOC pushed out of the cache by
 three others of the same length:
 
-  hit        DOC, the others, DOC again: usage.prompt_tokens_details.cached_tokens >= 5,900, the
+  hit        DOC, the others, DOC again: usage.prompt_tokens_details.cached_tokens >= 1,950, the
              same tokens and log-probabilities bit for bit (f32 cache) as its first, computed
              run, and only what the hit left to compute is scheduled (strata:iteration_tokens_total);
              /server_info and /metrics count the tier's hit
@@ -39,7 +39,7 @@ two groups, each with its own scheduler and device cache, sharing the process's 
 alternate between the idle groups):
 
   dp hit     DOC on group 0, pushed out of group 0 by three others; DOC again lands on group 1,
-             whose device never saw it: >= 5,900 tokens from the shared disk tier, the computed
+             whose device never saw it: >= 1,950 tokens from the shared disk tier, the computed
              run's tokens and log-probabilities bit for bit
   dp restart a restarted two-group server hits on its first request; so does a one-group server
              on the same directory (the entries' layout is the group's, not the count of groups)
@@ -63,15 +63,16 @@ import time
 import urllib.error
 import urllib.request
 
-PROMPT_TOKENS = 6000
-MIN_CACHED = 5900
+PROMPT_TOKENS = 2000
+MIN_CACHED = 1950
 # The CPU executor's results depend, in the last bits, on where a prompt is cut into chunks and on
 # whether a KDA checkpoint was saved inside a chunk or at its end (scheduler_config.h,
-# prefill_chunk_alignment). A hit computes DOC's tokens from 5,952 (93 blocks) on; with chunks of
+# prefill_chunk_alignment). A hit computes DOC's tokens from 1,984 (31 blocks) on; with chunks of
 # 1,984 tokens (31 blocks) a computed DOC is cut there too, and its checkpoint there is a chunk's
 # end, so a hit's log-probabilities must equal the computed run's bit for bit.
 CHUNK_TOKENS = 1984
-FULL_HIT = 5952
+FULL_HIT = 1984
+CACHE_MEMORY = "8MiB"  # ~5K tokens of the demo checkpoint: DOC and two others
 
 
 LIVE = []  # servers to kill if the test fails
@@ -98,7 +99,7 @@ def free_port():
 class Server:
     count = 0
 
-    def __init__(self, args, model_dir, extra, cache_memory="24MiB"):
+    def __init__(self, args, model_dir, extra, cache_memory=CACHE_MEMORY):
         Server.count += 1
         self.port = free_port()
         self.log_path = os.path.join(args.work, f"serve{Server.count}.log")
@@ -197,7 +198,7 @@ def write_down_then_hit(args, model, extra, directory, doc, reference, label):
 
 
 def staged_hit(args, model, extra, tier, doc, reference, label):
-    """A server on `tier` (which holds DOC) with at most 1 MiB of loads a step (~8 of DOC's 93
+    """A server on `tier` (which holds DOC) with at most 1 MiB of loads a step (~8 of DOC's 31
     blocks): DOC's hit loads over several steps before it computes, and answers as `reference`.
     Returns its cached tokens."""
     server = Server(args, model, extra + ["--kv-offload-dir", tier,
@@ -256,10 +257,10 @@ def tensor_parallel(args, model, doc, others):
     # Each rank's cache holds every other position: half the memory per rank keeps the group's
     # capacity at one rank's, so the others push DOC out.
     server = Server(args, model, tp + ["--decode-context-parallel-size", "2", "--kv-offload-dir",
-                                       tier, "--kv-offload-memory", "64MiB"], cache_memory="12MiB")
-    # Blocks of 2 x 64 positions: a hit covers 46 of them (5,888 tokens), not where a computed
+                                       tier, "--kv-offload-memory", "64MiB"], cache_memory="4MiB")
+    # Blocks of 2 x 64 positions: a hit covers 15 of them (1,920 tokens), not where a computed
     # chunk of 1,984 ended, so the same tokens but not the last bits of the log-probabilities.
-    computed, again = hit_after_others(server, doc, others, "dcp", 46 * 128, exact=False)
+    computed, again = hit_after_others(server, doc, others, "dcp", 15 * 128, exact=False)
     check(computed[0] == one_rank[0], "TP 2 x DCP 2: another answer than one rank's")
     check(server.metric("strata:kv_offload_hits_total", 'tier="host"') > 0, "no host tier hit")
     server.stop()
@@ -279,7 +280,7 @@ def data_parallel(args, model, doc, others):
     tier = os.path.join(args.work, "tier_dp")
     # Sequential requests alternate between the idle groups (engine_loop.h): DOC on group 0, then
     # three prompts of DOC's length on group 0 push all of DOC down to the tier (its cache holds
-    # ~13K tokens), short fillers go to group 1, and DOC again lands on group 1.
+    # ~5K tokens), short fillers go to group 1, and DOC again lands on group 1.
     rng = random.Random(49)
     fourth = [rng.randrange(300, 7900) for _ in range(PROMPT_TOKENS)]
     sequence = [others[0], others[1], [101] * 64, others[2], [102] * 64, fourth]
