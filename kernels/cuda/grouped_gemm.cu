@@ -57,10 +57,10 @@ struct Tile {
   static constexpr int StageBytes(WeightFmt f) {
     return kABytes + (f == WeightFmt::kBf16 ? kBBytes : CodeBytes(f) + kScaleBytes);
   }
-  // Stages, then (MXFP4, int8) the dequantised bf16 B tile and (MXFP4) the byte → bf16×2 table.
+  // Stages, then (MXFP4) the byte → bf16×2 table. MXFP4 and int8 codes are decoded from the
+  // stage straight into the B fragments (ComputeStageDecoded): no bf16 B tile.
   static constexpr int SmemBytes(WeightFmt f) {
-    return STAGES * StageBytes(f) + (f == WeightFmt::kBf16 ? 0 : kBBytes) +
-           (f == WeightFmt::kMxfp4 ? kLutBytes : 0);
+    return STAGES * StageBytes(f) + (f == WeightFmt::kMxfp4 ? kLutBytes : 0);
   }
   static_assert(BK % 32 == 0 && kMt >= 1 && kNt % 2 == 0 && kWarpN % 32 == 0, "tile shape");
   static_assert(kABytes % 16 == 0 && kBBytes % 16 == 0 && kPackedBytes % 16 == 0 &&
@@ -217,77 +217,94 @@ __device__ __forceinline__ uint32_t DecodePair(uint32_t lut_word, uint32_t s) {
          (static_cast<uint32_t>(FloatToBf16Bits(hi)) << 16);
 }
 
-// MXFP4 stage → bf16 B tile [BN][kPitch]: one 32-element block (16 packed bytes, one scale)
-// per task. Zero-filled blocks (past n or k) decode to +0 (code 0, scale 2^-127).
-template <class T, bool kGlu>
-__device__ __forceinline__ void DequantStage(const unsigned char* stage, uint16_t* b_s,
-                                             const uint32_t* lut, const GemmParams& p,
-                                             const WorkItem& item, int n_tile, int kt) {
-  const uint8_t* packed_s = stage + T::kABytes;
-  const uint32_t* scale_s = reinterpret_cast<const uint32_t*>(stage + T::kABytes + T::kPackedBytes);
+// The shift (0, 8, 16, 24) of the scale of weight row `wr`, group `kb`, within the aligned
+// 32-bit word LoadStage copied for it; 0 for zero-filled groups (past n or k, word 0).
+template <int kScaleSize>
+__device__ __forceinline__ uint32_t ScaleShift(const GemmParams& p, const WorkItem& item, int wr,
+                                               int kb) {
   const int kblocks = static_cast<int>(p.k / 32);
-  const uintptr_t scale_expert =
-      reinterpret_cast<uintptr_t>(p.w_scales) + static_cast<int64_t>(item.expert) * p.n_w * kblocks;
-  for (int c = threadIdx.x; c < T::kBn * T::kBlocks; c += T::kThreads) {
-    const int row = c / T::kBlocks, j = c % T::kBlocks, kb = kt * T::kBlocks + j;
-    const int wr = WeightRow<T, kGlu>(row, n_tile, p);
-    uint32_t shift = 0;
-    if (wr >= 0 && kb < kblocks)
-      shift = static_cast<uint32_t>((scale_expert + wr * kblocks + kb) & 3u) * 8u;
-    const uint32_t s = (scale_s[row * T::kBlocks + j] >> shift) & 0xffu;
-    const uint4 q = *reinterpret_cast<const uint4*>(packed_s + row * (T::kBk / 2) + j * 16);
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-    uint32_t out[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const uint32_t byte = (words[i >> 2] >> ((i & 3) * 8)) & 0xffu;
-      out[i] = s == 0xffu ? 0x7fc07fc0u : DecodePair(lut[byte], s);
-    }
-    uint4* dst = reinterpret_cast<uint4*>(b_s + row * T::kPitch + j * 32);
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      dst[v] = make_uint4(out[4 * v], out[4 * v + 1], out[4 * v + 2], out[4 * v + 3]);
-    }
-  }
+  if (wr < 0 || kb >= kblocks) return 0;
+  const uintptr_t scale_expert = reinterpret_cast<uintptr_t>(p.w_scales) +
+                                 static_cast<int64_t>(item.expert) * p.n_w * kblocks * kScaleSize;
+  return static_cast<uint32_t>((scale_expert + (wr * kblocks + kb) * kScaleSize) & 3u) * 8u;
 }
 
-// int8 stage → bf16 B tile [BN][kPitch]: one group (32 codes, one bf16 scale) per task, each
-// weight bf16(f32(code) · scale) — the product is exact in f32, so this is F32ToBf16 of
-// DecodeInt8. Zero-filled groups (past n or k) decode to +0 (codes 0, scale word 0).
-template <class T, bool kGlu>
-__device__ __forceinline__ void DequantStageInt8(const unsigned char* stage, uint16_t* b_s,
-                                                 const GemmParams& p, const WorkItem& item,
-                                                 int n_tile, int kt) {
-  const uint8_t* codes_s = stage + T::kABytes;
-  const uint32_t* scale_s = reinterpret_cast<const uint32_t*>(stage + T::kABytes + T::kCodeBytes);
-  const int kblocks = static_cast<int>(p.k / 32);
-  const uintptr_t scale_expert = reinterpret_cast<uintptr_t>(p.w_scales) +
-                                 static_cast<int64_t>(item.expert) * p.n_w * kblocks * 2;
-  for (int c = threadIdx.x; c < T::kBn * T::kBlocks; c += T::kThreads) {
-    const int row = c / T::kBlocks, j = c % T::kBlocks, kb = kt * T::kBlocks + j;
-    const int wr = WeightRow<T, kGlu>(row, n_tile, p);
-    uint32_t shift = 0;  // the scale is the low or the high half of its aligned word
-    if (wr >= 0 && kb < kblocks) {
-      shift = static_cast<uint32_t>((scale_expert + (wr * kblocks + kb) * 2) & 3u) * 8u;
-    }
-    const float scale = __uint_as_float(((scale_s[row * T::kBlocks + j] >> shift) & 0xffffu) << 16);
-    const uint4* src = reinterpret_cast<const uint4*>(codes_s + (row * T::kBlocks + j) * 32);
-    uint4* dst = reinterpret_cast<uint4*>(b_s + row * T::kPitch + j * 32);
+// Codes 2i and 2i + 1 of a stage word array as bf16(f32(code) · scale) each (low half = even
+// code): F32ToBf16 of DecodeInt8, the product exact in f32.
+__device__ __forceinline__ uint32_t Int8PairToBf16x2(const uint32_t* words, int i, float scale) {
+  const uint32_t w = words[i >> 1] >> ((i & 1) * 16);
+  const float lo = static_cast<float>(static_cast<int8_t>(w & 0xffu)) * scale;
+  const float hi = static_cast<float>(static_cast<int8_t>((w >> 8) & 0xffu)) * scale;
+  return static_cast<uint32_t>(FloatToBf16Bits(lo)) |
+         (static_cast<uint32_t>(FloatToBf16Bits(hi)) << 16);
+}
+
+// acc += A_tile · B_tileᵀ over one BK slice, B as MXFP4 or int8 codes in the stage, decoded in
+// registers into the mma B fragments (no bf16 tile, no barrier, no ldmatrix of B).
+//
+// The k sum may run in any order, so for each scale group (32 k) lane (g = lane / 4, q = lane %
+// 4) decodes elements 8q … 8q + 7 of its weight row (one 8- or 4-byte read) into four bf16 pairs
+// and reads the same elements of its A rows: in the group's two m16n8k16 steps st, fragment k
+// pair (2q, 2q+1) is element pair 2·st of the lane's eight and (2q+8, 2q+9) pair 2·st + 1, in A
+// (a[0], a[1] / a[2], a[3]) and B (b0 / b1) alike — a bijection of the group's k onto the steps'
+// fragment k, the same for every lane holding a fragment column, so each product pairs A and B
+// at the same k. Per group, not per slice: both tiles feed every mma the same operands, so a
+// row's result does not depend on the tile (prompt pieces give the whole prompt's result).
+template <class T, WeightFmt kFmt, bool kGlu>
+__device__ __forceinline__ void ComputeStageDecoded(const unsigned char* stage, const uint32_t* lut,
+                                                    const GemmParams& p, const WorkItem& item,
+                                                    int n_tile, int kt, int wm0, int wn0,
+                                                    float (&acc)[T::kMt][T::kNt][4]) {
+  constexpr bool kMxfp4 = kFmt == WeightFmt::kMxfp4;
+  constexpr int kGroupBytes = kMxfp4 ? 16 : 32;  // stage code bytes per row and group
+  constexpr int kLaneBytes = kGroupBytes / 4;    // a lane's 8 codes
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const uint16_t* a_s = reinterpret_cast<const uint16_t*>(stage);
+  const unsigned char* codes_s = stage + T::kABytes;
+  const uint32_t* scale_s =
+      reinterpret_cast<const uint32_t*>(stage + T::kABytes + T::CodeBytes(kFmt));
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint4 q = src[h];
-      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-      uint32_t out[8];
+  for (int j = 0; j < T::kBlocks; ++j) {
+    uint32_t b[T::kNt][4];  // every n8 tile's four pairs, then one m16 tile's A at a time
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {  // codes 2i, 2i + 1 of these 16 → one bf16 pair
-        const uint32_t w = words[i >> 1] >> ((i & 1) * 16);
-        const float lo = static_cast<float>(static_cast<int8_t>(w & 0xffu)) * scale;
-        const float hi = static_cast<float>(static_cast<int8_t>((w >> 8) & 0xffu)) * scale;
-        out[i] = static_cast<uint32_t>(FloatToBf16Bits(lo)) |
-                 (static_cast<uint32_t>(FloatToBf16Bits(hi)) << 16);
+    for (int jn = 0; jn < T::kNt; ++jn) {
+      const int r = wn0 + jn * 8 + g;  // stage row of the lane's B column
+      const int wr = WeightRow<T, kGlu>(r, n_tile, p);
+      const uint32_t word = scale_s[r * T::kBlocks + j];
+      const unsigned char* src = codes_s + (r * T::kBlocks + j) * kGroupBytes + q * kLaneBytes;
+      if constexpr (kMxfp4) {
+        const uint32_t codes = *reinterpret_cast<const uint32_t*>(src);
+        const uint32_t sc = (word >> ScaleShift<1>(p, item, wr, kt * T::kBlocks + j)) & 0xffu;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // byte i holds elements 2i (low nibble), 2i + 1
+          b[jn][i] = sc == 0xffu ? 0x7fc07fc0u : DecodePair(lut[(codes >> (8 * i)) & 0xffu], sc);
+        }
+      } else {
+        const uint2 w = *reinterpret_cast<const uint2*>(src);
+        const uint32_t codes[2] = {w.x, w.y};
+        const uint32_t bits = (word >> ScaleShift<2>(p, item, wr, kt * T::kBlocks + j)) & 0xffffu;
+        const float scale = __uint_as_float(bits << 16);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b[jn][i] = Int8PairToBf16x2(codes, i, scale);
       }
-      dst[2 * h] = make_uint4(out[0], out[1], out[2], out[3]);
-      dst[2 * h + 1] = make_uint4(out[4], out[5], out[6], out[7]);
+    }
+#pragma unroll
+    for (int i = 0; i < T::kMt; ++i) {
+      uint32_t a[2][4];  // elements 8q … 8q + 7 of the group in rows g and g + 8 of m16 tile i
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 w = *reinterpret_cast<const uint4*>(
+            a_s + (wm0 + i * 16 + g + 8 * h) * T::kPitch + j * 32 + q * 8);
+        a[h][0] = w.x, a[h][1] = w.y, a[h][2] = w.z, a[h][3] = w.w;
+      }
+#pragma unroll
+      for (int st = 0; st < 2; ++st) {
+        const uint32_t af[4] = {a[0][2 * st], a[1][2 * st], a[0][2 * st + 1], a[1][2 * st + 1]};
+#pragma unroll
+        for (int jn = 0; jn < T::kNt; ++jn) {
+          MmaBf16(acc[i][jn], af, b[jn][2 * st], b[jn][2 * st + 1]);
+        }
+      }
     }
   }
 }
@@ -397,8 +414,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const WorkItem item = p.items[item_index];
 
   constexpr int kStageBytes = T::StageBytes(kFmt);
-  uint16_t* bdq = reinterpret_cast<uint16_t*>(smem + T::kStages * kStageBytes);
-  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + T::kStages * kStageBytes + T::kBBytes);
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + T::kStages * kStageBytes);
   if constexpr (kFmt == WeightFmt::kMxfp4) {
     for (int b = threadIdx.x; b < 256; b += T::kThreads) {
       lut[b] = static_cast<uint32_t>(kE2M1Bf16[b & 15]) |
@@ -430,17 +446,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     }
     CpAsyncCommit();
     const unsigned char* stage = smem + (kt % T::kStages) * kStageBytes;
-    const uint16_t* a_s = reinterpret_cast<const uint16_t*>(stage);
-    if constexpr (kFmt == WeightFmt::kMxfp4) {
-      DequantStage<T, kGlu>(stage, bdq, lut, p, item, n_tile, kt);
-      __syncthreads();
-      ComputeStage<T>(a_s, bdq, wm0, wn0, acc);
-    } else if constexpr (kFmt == WeightFmt::kInt8) {
-      DequantStageInt8<T, kGlu>(stage, bdq, p, item, n_tile, kt);
-      __syncthreads();
-      ComputeStage<T>(a_s, bdq, wm0, wn0, acc);
+    if constexpr (kFmt == WeightFmt::kBf16) {
+      ComputeStage<T>(reinterpret_cast<const uint16_t*>(stage),
+                      reinterpret_cast<const uint16_t*>(stage + T::kABytes), wm0, wn0, acc);
     } else {
-      ComputeStage<T>(a_s, reinterpret_cast<const uint16_t*>(stage + T::kABytes), wm0, wn0, acc);
+      ComputeStageDecoded<T, kFmt, kGlu>(stage, lut, p, item, n_tile, kt, wm0, wn0, acc);
     }
   }
   CpAsyncWait<0>();

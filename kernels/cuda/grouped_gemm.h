@@ -16,11 +16,11 @@
 //            every row (a dense product through the same kernel, int8_gemm.h).
 //   weights  GroupedWeights: bf16 [E, n_w, k], or MXFP4 packed exactly as mxfp4.h / core/dtype.h
 //            document (packed [E, n_w, k/2]: E2M1 codes, low nibble = even element; scales
-//            [E, n_w, k/32] E8M0), dequantised to bf16 in the load path (bit-identical to
+//            [E, n_w, k/32] E8M0), decoded to bf16 in registers (bit-identical to
 //            DecodeMxfp4 + F32ToBf16, incl. the 2^-127 scale and NaN scale 0xff → 0x7fc0), or
 //            int8 groups of 32 as core/int8_quantize.h documents (codes [E, n_w, k] int8, scales
-//            [E, n_w, k/32] bf16 bits), each weight dequantised to bf16(f32(code · scale)) in the
-//            load path (F32ToBf16 of DecodeInt8: the product is exact in f32, rounded once to
+//            [E, n_w, k/32] bf16 bits), each weight decoded to bf16(f32(code · scale)) in
+//            registers (F32ToBf16 of DecodeInt8: the product is exact in f32, rounded once to
 //            bf16; finite scales, as the quantiser writes them).
 //            Scales need no alignment beyond their type's (each is fetched through the aligned
 //            32-bit word holding it, cut at the array's end: no byte outside the array is read).
