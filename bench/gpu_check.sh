@@ -158,23 +158,28 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
   CKPT=${TMPDIR:-/tmp}/strata-bench-kl
   if timeout 120 "$MAKE_CKPT" --preset bench --family kimi-linear --demo-tokenizer --out "$CKPT" \
       > "$LOGS/make-checkpoint.log" 2>&1; then
-    # batch:weights — bf16 at 1, 8 and 64 (docs/performance.md), then MXFP4 experts + int8 projections at 1.
-    for run in 1:bf16 8:bf16 64:bf16 1:mxfp4,int8; do
-      batch=${run%%:*} weights=${run#*:}
+    # batch:weights[:nopdl] — bf16 at 1, 8 and 64 (docs/performance.md), MXFP4 experts + int8
+    # projections at 1, and bf16 at 1 without programmatic dependent launch (STRATA_CUDA_PDL=0,
+    # kernels/cuda/internal/launch.cuh): the difference is what PDL buys.
+    for run in 1:bf16 8:bf16 64:bf16 1:mxfp4,int8 1:bf16:nopdl; do
+      batch=${run%%:*} rest=${run#*:}
+      weights=${rest%%:*}
       quant=(); [[ $weights != bf16 ]] && quant=(--quantization "$weights")
-      log="$LOGS/engine-bench-b$batch-${weights/,/-}.log"
-      timeout 90 "$ENGINE_BENCH" --model "$CKPT" --prompt-tokens 512 --gen-tokens 64 \
+      pdl=(); label=$weights
+      [[ $rest == *:nopdl ]] && { pdl=(env STRATA_CUDA_PDL=0); label="$weights, no PDL"; }
+      log="$LOGS/engine-bench-b$batch-${rest//[,:]/-}.log"
+      timeout 90 "${pdl[@]}" "$ENGINE_BENCH" --model "$CKPT" --prompt-tokens 512 --gen-tokens 64 \
         --batch $batch "${quant[@]}" > "$log" 2>&1
       rc=$?
       grep -o "captured the decode graph.*" "$log" | sort -u | head -3
       tail -4 "$log"
       # "decode step: a CUDA graph of N nodes (M per layer)" is the kernels per decode step.
-      row=$(awk -v b=$batch -v wt="$weights" '/^prefill +[0-9]/ {p=$2; pf=$4}
+      row=$(awk -v b=$batch -v wt="$label" '/^prefill +[0-9]/ {p=$2; pf=$4}
         /^decode +[0-9]/ {d=$2; df=$3; dp=$4; ex=$9}
         /^decode step: a CUDA graph of/ {nodes=$7}
         END {if (d != "") printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |", b, wt, p, pf, d, df, dp, ex, nodes)}' \
         "$log")
-      [[ $rc -ne 0 || -z "$row" ]] && { row="| $batch | $weights | FAILED rc=$rc | | | | | | |"; failed_any=1; }
+      [[ $rc -ne 0 || -z "$row" ]] && { row="| $batch | $label | FAILED rc=$rc | | | | | | |"; failed_any=1; }
       e2e_rows+=("$row")
     done
     if [[ $PROFILE == 1 ]]; then

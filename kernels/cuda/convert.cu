@@ -6,6 +6,7 @@ namespace {
 
 __global__ void Bf16ToF32Kernel(const uint16_t* __restrict__ src, int64_t count,
                                 float* __restrict__ dst) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {

@@ -21,6 +21,7 @@ __device__ __forceinline__ uint64_t Mix64(uint64_t x) {  // splitmix64 finaliser
 template <typename T>
 __global__ void FillUniformKernel(T* __restrict__ dst, int64_t count, uint64_t seed, float lo,
                                   float span) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {

@@ -19,6 +19,7 @@ __global__ void __launch_bounds__(kThreads)
     EmbeddingGatherKernel(const T* __restrict__ table, VocabShard shard, int64_t dim,
                           const int32_t* __restrict__ ids, float* __restrict__ out,
                           int32_t* __restrict__ invalid_count) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t i = blockIdx.x;
   const int64_t id = ids[i];
   float* dst = out + i * dim;

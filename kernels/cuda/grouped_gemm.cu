@@ -104,6 +104,7 @@ __constant__ uint16_t kE2M1Bf16[16] = {0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0
 __global__ void __launch_bounds__(kListThreads)
     BuildWorkListKernel(const int32_t* __restrict__ offsets, int num_experts, int rows, int bm,
                         int capacity, int32_t* __restrict__ count, WorkItem* __restrict__ items) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ int32_t scan[kListThreads];
   const int tid = threadIdx.x;
   const int per = (num_experts + kListThreads - 1) / kListThreads;
@@ -407,6 +408,7 @@ __device__ __forceinline__ void Epilogue(const float (&acc)[T::kMt][T::kNt][4], 
 template <class T, WeightFmt kFmt, bool kGlu, typename OutT>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     GroupedGemmKernel(const GemmParams p) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   STRATA_DYNAMIC_SHARED(smem);
   const int item_index = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.n_tiles));
   const int n_tile = static_cast<int>(blockIdx.x - static_cast<unsigned>(item_index) * p.n_tiles);

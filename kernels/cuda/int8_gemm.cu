@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     Int8GemvKernel(const uint16_t* __restrict__ x, const int8_t* __restrict__ codes,
                    const uint16_t* __restrict__ scales, int64_t n, int64_t k,
                    OutT* __restrict__ y) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   constexpr int kRowsPerCta = RowsPerCta<M>();
   __shared__ float partial[kWarps][kRowsPerCta * M];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -186,6 +187,7 @@ absl::Status Run(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
 __global__ void __launch_bounds__(kDequantThreads)
     DequantInt8Kernel(const int8_t* __restrict__ codes, const uint16_t* __restrict__ scales,
                       int64_t pairs, uint16_t* __restrict__ dst) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kDequantThreads + threadIdx.x;
   if (i >= pairs) return;
   // Groups are 16 pairs, rows whole groups: pair i belongs to scale i / 16 of the flat array.

@@ -423,6 +423,7 @@ template <typename StateT, typename OutT>
 __global__ void __launch_bounds__(kThreads, 1)
     KdaChunkKernel(ChunkArgs a, StateT* __restrict__ state, float* __restrict__ conv_state,
                    OutT* __restrict__ y) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   STRATA_DYNAMIC_SHARED(smem_raw);
   Shared& sh = *reinterpret_cast<Shared*>(smem_raw);
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x, lane = tid & 31;

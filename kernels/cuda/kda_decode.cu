@@ -179,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                        StateT* __restrict__ state, float* __restrict__ conv_state, int num_heads,
                        int conv_size, bool has_lower_bound, float lower_bound, float norm_eps,
                        float l2_eps, bool update_caches, OutT* __restrict__ y) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ Shared sh;
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int hd = num_heads * kD;

@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const int32_t* __restrict__ seq_lens, int num_heads, int max_blocks_per_seq,
                     int pages_per_split, int num_splits, float scale_log2,
                     float* __restrict__ o_part, float* __restrict__ lse_part) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   STRATA_DYNAMIC_SHARED(smem);
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
   // bf16: two page buffers; fp8: one page buffer and two staging buffers.
@@ -300,6 +301,7 @@ template <typename OutT, bool kWithLse = false>
 __global__ void MlaCombineKernel(const float* __restrict__ o_part,
                                  const float* __restrict__ lse_part, int num_heads, int num_splits,
                                  OutT* __restrict__ out, int out_stride = kMlaValueDim) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int h = blockIdx.x, b = blockIdx.y;
   const int64_t first = static_cast<int64_t>(b) * num_splits * num_heads + h;
   float m = -INFINITY;
@@ -337,6 +339,7 @@ __global__ void MlaCombineKernel(const float* __restrict__ o_part,
 // the parts' [ō (512) ; lse] rows partials[p · num_items + i] (MlaMergePartials).
 __global__ void MlaMergePartialsKernel(const float* __restrict__ partials, int parts,
                                        int64_t num_items, uint16_t* __restrict__ out) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   constexpr int kRow = kMlaValueDim + 1;
   const int64_t item = blockIdx.x;
   float m = -INFINITY;
@@ -382,6 +385,7 @@ __global__ void __launch_bounds__(256)
                           const int32_t* __restrict__ block_table,
                           const int32_t* __restrict__ seq_lens, int num_heads,
                           int max_blocks_per_seq, float scale_log2, float* __restrict__ out) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ float q_s[kMlaLatentDim];
   __shared__ float warp_m[8], warp_l[8];
   __shared__ float warp_acc[8][kMlaValueDim];
@@ -449,6 +453,7 @@ __global__ void __launch_bounds__(256)
 // q_abs[b, h, 512 + i] = q[b, h, dn + i] for the 64 rope dims. Grid (H, batch), 64 threads.
 __global__ void CopyRopeKernel(const uint16_t* __restrict__ q, int num_heads, int dn,
                                uint16_t* __restrict__ q_abs) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t bh = static_cast<int64_t>(blockIdx.y) * num_heads + blockIdx.x;
   q_abs[bh * kMlaLatentDim + kMlaValueDim + threadIdx.x] =
       q[bh * (dn + kMlaRopeDim) + dn + threadIdx.x];

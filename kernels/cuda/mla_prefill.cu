@@ -74,6 +74,7 @@ __global__ void __launch_bounds__(256)
     GatherLatentKernel(const void* __restrict__ kv_cache, const int32_t* __restrict__ block_table,
                        const int32_t* __restrict__ cu_seqlens_k, int max_blocks_per_seq,
                        uint16_t* __restrict__ latent) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int p = blockIdx.x, b = blockIdx.y;
   const int64_t k_start = cu_seqlens_k[b];
   const int ctx = cu_seqlens_k[b + 1] - cu_seqlens_k[b];
@@ -103,6 +104,7 @@ __global__ void __launch_bounds__(256)
                              const int32_t* __restrict__ cu_seqlens_k, int num_seqs,
                              int max_blocks_per_seq, int64_t win_begin, int rows,
                              uint16_t* __restrict__ latent) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int j = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (j >= rows) return;
   const int64_t r = win_begin + j;
@@ -312,6 +314,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                          const int32_t* __restrict__ cu_seqlens_k, const float* __restrict__ gate,
                          int num_heads, float scale_log2, int64_t win_begin, int64_t win_end,
                          float* __restrict__ ml, OutT* __restrict__ out) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   STRATA_DYNAMIC_SHARED(smem);
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem);
   uint16_t* k_s = q_s + kQTileElems;      // two K tiles
@@ -449,6 +452,7 @@ __global__ void MlaPrefillFinalizeKernel(const float* __restrict__ o_acc,
                                          const float* __restrict__ ml,
                                          const float* __restrict__ gate, int64_t pairs,
                                          OutT* __restrict__ out) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
        i += stride) {
@@ -471,6 +475,7 @@ __global__ void MlaPrefillFinalizeKernel(const float* __restrict__ o_acc,
 // o[i] ← σ(g[i]) · o[i]; grid-stride, 4 elements per step when `vec4`.
 __global__ void OutputGateKernel(float* __restrict__ o, const float* __restrict__ gate, int64_t n,
                                  bool vec4) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (vec4) {

@@ -22,6 +22,7 @@ unsigned GridFor(int64_t count) {
 
 __global__ void AddInPlaceKernel(float* __restrict__ y, const float* __restrict__ x,
                                  int64_t count) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
        i += stride) {
@@ -31,6 +32,7 @@ __global__ void AddInPlaceKernel(float* __restrict__ y, const float* __restrict_
 
 __global__ void GateToBf16Kernel(const float* __restrict__ x, const float* __restrict__ g,
                                  int64_t count, uint16_t* __restrict__ out) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count;
        i += stride) {
@@ -44,6 +46,7 @@ __global__ void __launch_bounds__(kThreads)
     MlaWriteLatentsKernel(const float* __restrict__ kv, int rank, int rope,
                           const float* __restrict__ w, float eps,
                           const int32_t* __restrict__ slot_mapping, uint16_t* __restrict__ pages) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ float red[32];
   const int32_t slot = slot_mapping[blockIdx.x];
   if (slot < 0) return;  // uniform across the CTA: no barrier is skipped by part of it
@@ -67,6 +70,7 @@ __global__ void __launch_bounds__(kThreads)
                              const float* __restrict__ w, float eps,
                              const int32_t* __restrict__ slot_mapping,
                              uint8_t* __restrict__ pages) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ float red[32];
   const int32_t slot = slot_mapping[blockIdx.x];
   if (slot < 0) return;  // uniform across the CTA: no barrier is skipped by part of it

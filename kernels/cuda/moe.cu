@@ -23,6 +23,7 @@ using internal::PlacePair;
 // Also zero-fills permuted_token (PlaceKernel, stream-ordered after it, writes the used rows).
 __global__ void CountKernel(PairExpert expert_of, int64_t tokens, int32_t* __restrict__ counts,
                             int32_t* __restrict__ permuted_token) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t pairs = tokens * expert_of.top_k, live = expert_of.Live(tokens);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
@@ -36,6 +37,7 @@ __global__ void CountKernel(PairExpert expert_of, int64_t tokens, int32_t* __res
 // One thread: exclusive scan of counts into offsets [E+1]; cursors start at the offsets.
 __global__ void ScanKernel(const int32_t* __restrict__ counts, int num_experts,
                            int32_t* __restrict__ offsets, int32_t* __restrict__ cursors) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   int32_t sum = 0;
   for (int e = 0; e < num_experts; ++e) {
     offsets[e] = sum;
@@ -47,6 +49,7 @@ __global__ void ScanKernel(const int32_t* __restrict__ counts, int num_experts,
 
 __global__ void PlaceKernel(PairExpert expert_of, int64_t tokens, int32_t* __restrict__ cursors,
                             int32_t* __restrict__ permuted_token, int32_t* __restrict__ pair_row) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t pairs = tokens * expert_of.top_k, live = expert_of.Live(tokens);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
@@ -62,6 +65,7 @@ constexpr int kOneLaunchExperts = 4096;
 __global__ void __launch_bounds__(kOneLaunchThreads)
     PermuteOneLaunchKernel(PairExpert expert_of, int64_t tokens, int32_t* __restrict__ offsets,
                            int32_t* __restrict__ permuted_token, int32_t* __restrict__ pair_row) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ int32_t counts[kOneLaunchExperts];
   __shared__ int32_t scan[kOneLaunchThreads];
   internal::PermuteInBlock(expert_of, tokens, counts, scan, offsets, permuted_token, pair_row);
@@ -70,6 +74,7 @@ __global__ void __launch_bounds__(kOneLaunchThreads)
 // Grid-stride over rows × 16-byte chunks when dim % 8 == 0, else over elements.
 __global__ void GatherKernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ token,
                              int64_t rows, int64_t dim, uint16_t* __restrict__ x_perm) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (dim % 8 == 0) {
@@ -91,6 +96,7 @@ __global__ void CombineKernel(const float* __restrict__ y_perm,
                               const int32_t* __restrict__ pair_row,
                               const float* __restrict__ weights, int64_t tokens, int top_k,
                               int64_t dim, bool accumulate, float* __restrict__ out) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * dim;
        i += stride) {

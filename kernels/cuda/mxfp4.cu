@@ -24,6 +24,7 @@ __device__ __forceinline__ float E8M0ToF32(uint32_t bits) {
 __global__ void __launch_bounds__(kThreads)
     DequantMxfp4Kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
                        int64_t total_bytes, uint16_t* __restrict__ dst) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t b = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (b >= total_bytes) return;
   // 16 packed bytes per 32-element block; blocks of a row are contiguous and rows are whole

@@ -22,6 +22,7 @@ template <typename OutT>
 __global__ void __launch_bounds__(kThreads)
     RmsNormKernel(const float* __restrict__ x, RoutedSum routed, float* __restrict__ residual,
                   int64_t dim, const float* __restrict__ weight, float eps, OutT* __restrict__ y) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ float red[32];
   const int64_t t = blockIdx.x, base = t * dim;
   float sq = 0.0f;
@@ -81,6 +82,7 @@ __global__ void __launch_bounds__(kThreads)
                      const float* __restrict__ w_proj, float eps, float* __restrict__ out,
                      const float* __restrict__ norm_weight, float norm_eps,
                      uint16_t* __restrict__ normed) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ float red[32];
   __shared__ float weight_s[kMaxAttnResSources];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
@@ -140,6 +142,7 @@ template <typename OutT>
 __global__ void GluKernel(const float* __restrict__ gate, const float* __restrict__ up,
                           int64_t rows, int64_t width, int64_t in_stride, GluKind kind, float beta1,
                           float beta2, OutT* __restrict__ out) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t total = rows * width;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;

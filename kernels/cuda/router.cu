@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(kThreads)
     RouteKernel(const float* __restrict__ logits, const float* __restrict__ bias, RouterParams p,
                 int32_t* __restrict__ expert_ids, float* __restrict__ weights,
                 PermuteArgs permute) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ float score[kMaxRouterExperts];
   __shared__ float biased[kMaxRouterExperts];
   __shared__ unsigned char taken[kMaxRouterExperts];

@@ -237,6 +237,7 @@ __device__ void WalkRanks(const float* row, int vocab, int limit, int max_chunks
 
 __global__ void __launch_bounds__(kThreads)
     SampleKernel(SamplingInputs in, int vocab, int32_t* __restrict__ tokens) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ Shared sh;
   const int64_t r = blockIdx.x;
   const SamplingRowParams p = in.params[r];
@@ -331,6 +332,7 @@ __global__ void __launch_bounds__(kThreads)
 // token's x − log_z, the best n by rank key with theirs.
 __global__ void __launch_bounds__(kThreads)
     LogprobKernel(LogprobInputs in, int vocab, int max_top, LogprobOutputs out) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ Shared sh;
   const int64_t r = blockIdx.x;
   const LogprobRow lr = in.rows[r];

@@ -26,6 +26,7 @@ __device__ void SourceTap(int i, int in, int out, int* lo, int* hi, double* frac
 // One thread per (output position, channel).
 __global__ void AddBilinearPositionsKernel(const float* __restrict__ table, int in_h, int in_w,
                                            int d, int out_h, int out_w, float* __restrict__ x) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t{out_h} * out_w * d) return;
   const int e = static_cast<int>(i % d);
@@ -46,6 +47,7 @@ __global__ void AddBilinearPositionsKernel(const float* __restrict__ table, int 
 // One thread per (row, head, pair of pairs i): dims (4i, 4i+1) by column, (4i+2, 4i+3) by row.
 __global__ void Rope2dKernel(float* __restrict__ x, int64_t stride, int grid_h, int grid_w,
                              int num_heads, int head_dim, float theta) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int quarter = head_dim / 4;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t{grid_h} * grid_w * num_heads * quarter) return;
@@ -74,6 +76,7 @@ __global__ void __launch_bounds__(kAttnRows)
     VitAttentionKernel(const float* __restrict__ q, const float* __restrict__ k,
                        const float* __restrict__ v, int64_t stride, int64_t n, int head_dim,
                        float scale, float* __restrict__ out, int64_t out_stride) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ float ks[kAttnKeys * kVitMaxHeadDim];
   __shared__ float vs[kAttnKeys * kVitMaxHeadDim];
   const int64_t col = static_cast<int64_t>(blockIdx.y) * head_dim;
@@ -117,6 +120,7 @@ __global__ void __launch_bounds__(kAttnRows)
 
 __global__ void MergePatchesKernel(const float* __restrict__ x, int grid_h, int grid_w, int d,
                                    float* __restrict__ merged) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int half_w = grid_w / 2;
   if (i >= int64_t{grid_h / 2} * half_w * 4 * d) return;
@@ -132,6 +136,7 @@ __global__ void MergePatchesKernel(const float* __restrict__ x, int grid_h, int 
 // same values without the cancellation of 1 + tanh / 1 + erf near −1, so far-negative inputs keep
 // their (tiny) values to f32 precision instead of collapsing to 0.
 __global__ void GeluTanhKernel(float* __restrict__ x, int64_t n) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = x[i];
@@ -140,6 +145,7 @@ __global__ void GeluTanhKernel(float* __restrict__ x, int64_t n) {
 }
 
 __global__ void GeluErfKernel(float* __restrict__ x, int64_t n) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = x[i];

@@ -83,6 +83,7 @@ struct Fiber {
 #endif
   std::vector<PendingCopy> copies;
   int committed_groups = 0;
+  bool waited_for_grids = false;  // GridDependencyWait called
 
   Fiber() = default;
   Fiber(const Fiber&) = delete;
@@ -117,6 +118,7 @@ struct GridRun {
   int block_arrived = 0;
   unsigned char* dynamic_smem = nullptr;
   size_t dynamic_smem_bytes = 0;
+  bool programmatic = false;  // LaunchConfig::programmatic
   std::vector<WarpState> warps;
 };
 
@@ -268,6 +270,12 @@ void ThreadExited() {
   GridRun& run = *t_host.run;
   // Everything still queued, uncommitted copies too: nothing can wait for them any more.
   PerformCopies(f, f.committed_groups, /*uncommitted=*/true);
+  if (run.programmatic && !f.waited_for_grids) {
+    // On a GPU its loads and stores could have raced the previous kernel's.
+    Fault(
+        "a thread of a kernel launched with programmatic dependent launch exited without "
+        "waiting for the prior grids (griddepcontrol.wait: internal::AwaitPriorGrids)");
+  }
   f.status = Status::kDone;
   --run.live;
   WarpState& w = run.warps[f.warp];
@@ -305,6 +313,7 @@ void StartFiber(Fiber& f) {
   f.status = Status::kRunnable;
   f.copies.clear();
   f.committed_groups = 0;
+  f.waited_for_grids = false;
   unsigned char* top = f.stack + kGuardBytes + kStackBytes;
 #if defined(__x86_64__)
   // Layout `ret` expects: six callee-saved registers, then the entry point; at entry the stack
@@ -502,6 +511,7 @@ void RunGrid(const void* func, const LaunchConfig& config, void (*invoke)(void*)
   run.grid = config.grid;
   run.block = config.block;
   run.threads = static_cast<int>(config.block.x * config.block.y * config.block.z);
+  run.programmatic = config.programmatic;
   run.warps.resize(static_cast<size_t>((run.threads + 31) / 32));
   std::unique_ptr<unsigned char, decltype(&std::free)> smem(nullptr, &std::free);
   if (config.dynamic_smem_bytes > 0) {
@@ -531,6 +541,8 @@ void SyncThreads() {
   f.status = Status::kWaitingBlock;
   SwitchToScheduler();
 }
+
+void GridDependencyWait() { Current().waited_for_grids = true; }
 
 void SyncWarp(unsigned int mask) {
   WarpCollective<char, char>(

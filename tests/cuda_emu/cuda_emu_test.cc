@@ -18,6 +18,7 @@
 
 namespace {
 
+using strata::kernels::cuda::internal::AwaitPriorGrids;
 using strata::kernels::cuda::internal::LaunchKernel;
 namespace ki = strata::kernels::cuda::internal;
 
@@ -27,6 +28,7 @@ float FromBf16(uint16_t b) { return strata_emu::Bf16BitsToFloat(b); }
 // C[16×8] = A[16×16] · B[16×8], A and B row-major bf16 in global memory, through shared memory,
 // ldmatrix (A plain, B transposed) and one mma: the pattern the tensor-core kernels use.
 __global__ void MmaTileKernel(const uint16_t* a, const uint16_t* b, float* c) {
+  AwaitPriorGrids();
   alignas(16) __shared__ uint16_t a_s[16][16];
   alignas(16) __shared__ uint16_t b_s[16][8];
   const int lane = threadIdx.x;
@@ -80,6 +82,7 @@ TEST(CudaEmuTest, LdMatrixAndMmaComputeTheMatrixProduct) {
 // Block-wide sum through shared memory; threads past `n` return before the barrier (exited
 // threads no longer count at __syncthreads, as on a GPU).
 __global__ void BlockSumKernel(const int* in, int n, int* out) {
+  AwaitPriorGrids();
   __shared__ int partial[1024];
   const int tid = static_cast<int>(threadIdx.x + threadIdx.y * blockDim.x);
   if (tid >= n) return;
@@ -114,6 +117,7 @@ TEST(CudaEmuTest, SyncThreadsOrdersSharedMemoryAcrossThreadsAndBlocks) {
 
 // Each lane records what the warp intrinsics give it.
 __global__ void WarpOpsKernel(int* out) {
+  AwaitPriorGrids();
   const int lane = static_cast<int>(threadIdx.x % 32);
   int* o = out + (threadIdx.x / 32 * 32 + lane) * 6;
   o[0] = __shfl_xor_sync(0xffffffffu, lane * 10, 5);
@@ -149,6 +153,7 @@ TEST(CudaEmuTest, WarpIntrinsicsFollowTheirDefinitions) {
 }
 
 __global__ void AddOneKernel(int* p, int n) {
+  AwaitPriorGrids();
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i < n) p[i] += 1;
 }
@@ -304,6 +309,7 @@ TEST(CudaEmuTest, DeviceSynchronizationStaysOnTheCurrentDevice) {
 }
 
 __global__ void TouchDynamicShared(int* out) {
+  AwaitPriorGrids();
   STRATA_DYNAMIC_SHARED(smem);
   smem[threadIdx.x] = 1;
   __syncthreads();
@@ -342,6 +348,7 @@ TEST(CudaEmuTest, LaunchesAndCopiesOutsideTheLimitsFailLikeCuda) {
 }
 
 __global__ void DivergentBarrierKernel() {
+  AwaitPriorGrids();
   if (threadIdx.x < 16) __syncthreads();
   __syncwarp();
 }
@@ -353,6 +360,31 @@ TEST(CudaEmuDeathTest, DivergentBarriersAbortNamingTheDeadlock) {
         cudaDeviceSynchronize();
       },
       "deadlock");
+}
+
+// Every launch is a programmatic dependent launch (launch.cuh): on a GPU a kernel whose threads
+// touch memory before griddepcontrol.wait could race the previous kernel, so a thread that exits
+// without the wait aborts here; without the attribute (STRATA_CUDA_PDL=0) the same kernel runs.
+__global__ void NoWaitKernel(int* p) {
+  if (threadIdx.x == 0) *p = 7;
+}
+
+TEST(CudaEmuDeathTest, AProgrammaticLaunchWithoutTheWaitAborts) {
+  EXPECT_DEATH(
+      {
+        int* d = nullptr;
+        cudaMalloc(&d, sizeof(int));
+        LaunchKernel(NoWaitKernel, 1, 32, 0, nullptr, d);
+        cudaDeviceSynchronize();
+      },
+      "exited without waiting for the prior grids");
+  int* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, sizeof(int)), cudaSuccess);
+  strata_emu::Launch(NoWaitKernel, strata_emu::LaunchConfig{1, 32, 0, nullptr, false}, d);
+  int got = 0;
+  ASSERT_EQ(cudaMemcpy(&got, d, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, 7);
+  cudaFree(d);
 }
 
 // cuBLAS's column-major contract: C[m×n] = op(A)·op(B), every transpose combination, bf16 and
@@ -410,6 +442,7 @@ TEST(CudaEmuTest, CublasGemmFollowsTheColumnMajorContract) {
 
 // Thread t reads what thread t + 1 wrote, with the barrier left out: a race on a GPU.
 __global__ void MissingBarrierKernel(int* out) {
+  AwaitPriorGrids();
   __shared__ int v[64];
   const int t = static_cast<int>(threadIdx.x);
   v[t] = t + 1;

@@ -240,6 +240,10 @@ struct LaunchConfig {
   dim3 grid, block;
   size_t dynamic_smem_bytes;
   cudaStream_t stream;
+  // Programmatic dependent launch (cudaLaunchAttributeProgrammaticStreamSerialization): the
+  // kernel may start before the previous one on its stream ends, so every thread must call
+  // GridDependencyWait before it touches memory; a thread that exits without it faults.
+  bool programmatic = false;
 };
 void LaunchErased(const void* func, const LaunchConfig& config, void* args,
                   void (*invoke)(void* args), void (*destroy)(void* args));
@@ -268,6 +272,9 @@ uint64_t ShuffleDown(unsigned int mask, uint64_t value, unsigned int delta, int 
 uint64_t ShuffleUp(unsigned int mask, uint64_t value, unsigned int delta, int width);
 unsigned int MatchAny(unsigned int mask, uint64_t value);
 unsigned int Ballot(unsigned int mask, bool predicate);
+// griddepcontrol.wait / .launch_dependents (kernels/cuda/internal/launch.cuh): the emulator
+// runs grids one after another, so the wait only records that the thread made it.
+void GridDependencyWait();
 // Tensor-core and async-copy PTX (kernels/cuda/internal/mma.cuh).
 // cp.async of `cp_size` bytes of which the first `src_bytes` come from global memory, the rest
 // zero-filled; performed when a later CpAsyncWait retires its group (not at the call).
