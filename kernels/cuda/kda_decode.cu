@@ -1,8 +1,12 @@
 #include "kernels/cuda/kda_decode.h"
 
+#include <algorithm>
+#include <climits>
+
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
 #include "kernels/cuda/internal/launch.cuh"
+#include "kernels/cuda/internal/mma.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -19,6 +23,31 @@ constexpr int kD = kKdaHeadDim;
 constexpr int kThreads = 256;
 constexpr int kRowGroups = kThreads / 32;        // warps; warp w owns state rows w·16 .. +16
 constexpr int kRowsPerThread = kD / kRowGroups;  // 16; lane owns value columns 4·lane .. +4
+constexpr int kCtasPerSm = 2;                    // __launch_bounds__ and the persistent grid
+
+// The state staging buffer of one CTA: [kRowsPerThread][kThreads][4] elements, thread t's r-th
+// four at (r · kThreads + t) · 4 — each thread reads back only what it copied (no barrier), and
+// a warp's reads of one r are contiguous (no bank conflicts).
+template <typename StateT>
+constexpr int StageBytes() {
+  return kRowsPerThread * kThreads * 4 * static_cast<int>(sizeof(StateT));
+}
+
+// Issues thread tid's cp.async copies of its 16 × 4 elements of the state at s_ptr.
+__device__ __forceinline__ void StageState(const float* s_ptr, float* stage, int tid, int row0,
+                                           int col) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    internal::CpAsync16(stage + (r * kThreads + tid) * 4, s_ptr + (row0 + r) * kD + col, true);
+  }
+}
+__device__ __forceinline__ void StageState(const uint16_t* s_ptr, uint16_t* stage, int tid,
+                                           int row0, int col) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    internal::CpAsync8(stage + (r * kThreads + tid) * 4, s_ptr + (row0 + r) * kD + col);
+  }
+}
 
 // Four consecutive state elements ↔ f32.
 __device__ __forceinline__ void Load4(const float* src, float (&v)[4]) {
@@ -171,54 +200,81 @@ __device__ __forceinline__ void RecurrentToken(const KdaDecodeInputs& in, int64_
   }
 }
 
-// Grid (H, sequences), 256 threads. Sequence b owns tokens [cu_seqlens[b], cu_seqlens[b+1])
-// (token b alone when cu_seqlens is null: the decode step) and state row in.slots[b].
+// Persistent: grid min(items, kCtasPerSm · SMs) CTAs over items = heads × sequences (head
+// fastest), CTA c taking items c, c + gridDim.x, …; 256 threads. Item (h, b): sequence b owns
+// tokens [cu_seqlens[b], cu_seqlens[b+1]) (token b alone when cu_seqlens is null: the decode
+// step) and state row in.slots[b]. The next item's state is staged into shared memory by
+// cp.async while the current one computes, so each SM keeps a state load in flight through the
+// math (one CTA an item held the loads back until its previous state was stored).
 template <typename StateT, typename OutT>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
     KdaRecurrentKernel(KdaDecodeInputs in, const int32_t* __restrict__ cu_seqlens,
                        StateT* __restrict__ state, float* __restrict__ conv_state, int num_heads,
-                       int conv_size, bool has_lower_bound, float lower_bound, float norm_eps,
-                       float l2_eps, bool update_caches, OutT* __restrict__ y) {
+                       int num_items, int conv_size, bool has_lower_bound, float lower_bound,
+                       float norm_eps, float l2_eps, bool update_caches, OutT* __restrict__ y) {
   internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
+  STRATA_DYNAMIC_SHARED(smem);
+  StateT* stage = reinterpret_cast<StateT*>(smem);
   __shared__ Shared sh;
-  const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  const int tid = threadIdx.x;
   const int hd = num_heads * kD;
-  const int64_t t_begin = cu_seqlens != nullptr ? cu_seqlens[b] : b;
-  const int64_t t_end = cu_seqlens == nullptr    ? b + 1
-                        : in.seq_ends != nullptr ? in.seq_ends[b]
-                                                 : cu_seqlens[b + 1];
-  const int slot = in.slots[b];
-  if (slot < 0) {  // padding: outputs 0, no state touched
-    for (int64_t t = t_begin; t < t_end; ++t) {
-      if (tid < kD) StoreOut(y + t * hd + h * kD + tid, 0.0f);
-    }
-    return;
-  }
-  // State loads first: 16 independent 16-byte (f32) or 8-byte (bf16) loads per thread.
-  StateT* s_ptr = state + (static_cast<int64_t>(slot) * num_heads + h) * kD * kD;
   const int col = 4 * (tid & 31), row0 = (tid >> 5) * kRowsPerThread;
-  float s[kRowsPerThread][4];
+  auto state_of = [&](int item) {  // null for padding rows
+    const int slot = in.slots[item / num_heads];
+    return slot < 0 ? nullptr
+                    : state + (static_cast<int64_t>(slot) * num_heads + item % num_heads) * kD * kD;
+  };
+  // One commit per item, empty or not, so "wait for all but the newest" always means this item.
+  auto stage_item = [&](int item) {
+    StateT* s_ptr = item < num_items ? state_of(item) : nullptr;
+    if (s_ptr != nullptr) StageState(s_ptr, stage, tid, row0, col);
+    internal::CpAsyncCommit();
+  };
+  stage_item(blockIdx.x);
+  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
+    const int h = item % num_heads, b = item / num_heads;
+    const int64_t t_begin = cu_seqlens != nullptr ? cu_seqlens[b] : b;
+    const int64_t t_end = cu_seqlens == nullptr    ? b + 1
+                          : in.seq_ends != nullptr ? in.seq_ends[b]
+                                                   : cu_seqlens[b + 1];
+    StateT* s_ptr = state_of(item);
+    internal::CpAsyncWait<0>();
+    float s[kRowsPerThread][4];
+    if (s_ptr != nullptr) {
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) Load4(s_ptr + (row0 + r) * kD + col, s[r]);
-  float* conv_row = conv_state + static_cast<int64_t>(slot) * (conv_size - 1) * 3 * hd;
-  for (int task = tid; task < 3 * kD; task += kThreads) {
-    for (int j = 0; j < conv_size - 1; ++j) {
-      sh.hist[j][task] = conv_row[j * 3 * static_cast<int64_t>(hd) + ConvChannel(task, h, hd)];
+      for (int r = 0; r < kRowsPerThread; ++r) Load4(stage + (r * kThreads + tid) * 4, s[r]);
     }
-  }
-  for (int64_t t = t_begin; t < t_end; ++t) {
-    ConvAndGate(in, t, h, num_heads, conv_size, has_lower_bound, lower_bound, sh);
-    __syncthreads();
-    RecurrentToken(in, t, h, num_heads, norm_eps, l2_eps, s, sh, y);
-  }
-  if (!update_caches) return;
+    stage_item(item + gridDim.x);  // this thread's part of the stage is read: refill it
+    if (s_ptr == nullptr) {        // padding: outputs 0, no state touched
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        if (tid < kD) StoreOut(y + t * hd + h * kD + tid, 0.0f);
+      }
+      continue;
+    }
+    const int slot = in.slots[b];
+    float* conv_row = conv_state + static_cast<int64_t>(slot) * (conv_size - 1) * 3 * hd;
+    for (int task = tid; task < 3 * kD; task += kThreads) {
+      for (int j = 0; j < conv_size - 1; ++j) {
+        sh.hist[j][task] = conv_row[j * 3 * static_cast<int64_t>(hd) + ConvChannel(task, h, hd)];
+      }
+    }
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      ConvAndGate(in, t, h, num_heads, conv_size, has_lower_bound, lower_bound, sh);
+      __syncthreads();
+      RecurrentToken(in, t, h, num_heads, norm_eps, l2_eps, s, sh, y);
+    }
+    if (update_caches) {
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) Store4(s_ptr + (row0 + r) * kD + col, s[r]);
-  for (int task = tid; task < 3 * kD; task += kThreads) {
-    for (int j = 0; j < conv_size - 1; ++j) {
-      conv_row[j * 3 * static_cast<int64_t>(hd) + ConvChannel(task, h, hd)] = sh.hist[j][task];
+      for (int r = 0; r < kRowsPerThread; ++r) Store4(s_ptr + (row0 + r) * kD + col, s[r]);
+      for (int task = tid; task < 3 * kD; task += kThreads) {
+        for (int j = 0; j < conv_size - 1; ++j) {
+          conv_row[j * 3 * static_cast<int64_t>(hd) + ConvChannel(task, h, hd)] = sh.hist[j][task];
+        }
+      }
     }
+    __syncthreads();  // the next item rewrites the shared vectors
   }
+  internal::CpAsyncWait<0>();
 }
 
 template <typename StateT, typename OutT>
@@ -229,11 +285,19 @@ absl::Status Launch(const KdaDecodeInputs& in, const int32_t* cu_seqlens, StateT
     return absl::InvalidArgumentError("KdaDecodeStep: bad params");
   }
   if (p.batch == 0) return absl::OkStatus();
-  if (p.batch > 65535) return absl::InvalidArgumentError("KdaDecodeStep: batch > 65535");
-  internal::LaunchKernel(KdaRecurrentKernel<StateT, OutT>, dim3(p.num_heads, p.batch), kThreads, 0,
-                         stream, in, cu_seqlens, state, conv_state, p.num_heads, p.conv_size,
-                         p.has_lower_bound, p.lower_bound, p.norm_eps, p.l2_eps,
-                         p.update_caches || cu_seqlens == nullptr, y);
+  if (static_cast<int64_t>(p.batch) * p.num_heads > INT_MAX) {
+    return absl::InvalidArgumentError("KdaDecodeStep: batch · num_heads must be < 2^31");
+  }
+  const int items = p.batch * p.num_heads;
+  const int ctas = std::min(items, kCtasPerSm * internal::NumSms());
+  const auto kernel = KdaRecurrentKernel<StateT, OutT>;
+  constexpr int kStage = StageBytes<StateT>();
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStage),
+      "KdaRecurrentKernel cudaFuncSetAttribute");
+  internal::LaunchKernel(kernel, ctas, kThreads, kStage, stream, in, cu_seqlens, state, conv_state,
+                         p.num_heads, items, p.conv_size, p.has_lower_bound, p.lower_bound,
+                         p.norm_eps, p.l2_eps, p.update_caches || cu_seqlens == nullptr, y);
   return LaunchStatus("KdaRecurrentKernel launch");
 }
 

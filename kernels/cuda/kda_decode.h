@@ -1,6 +1,7 @@
 // KDA fused decode step over a batch of state slots (docs/model.md §3.1–§3.5, one token per
 // sequence): causal short conv (+ cache shift) → SiLU → q/k L2 norm → gate g and β → delta-rule
-// recurrence on the state → gated RMSNorm of the output. One CTA per (batch row, head).
+// recurrence on the state → gated RMSNorm of the output. A persistent grid walks the (batch row,
+// head) items, staging each next item's state into shared memory while the current one computes.
 //
 // Shapes (B batch rows, H heads, D = head_dim = 128, C = 3·H·D, K = conv_size ≤ 4):
 //   qkv_raw     [B, C] f32   pre-conv projections, channels [q (H·D) | k (H·D) | v (H·D)]

@@ -162,10 +162,18 @@ TEST(CudaKdaDecodeTest, MatchesReferenceChainOverSteps) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 2);
   const std::vector<KdaCase> cases = {
-      {1, 1, 4, true, false, false, 3},  {3, 5, 4, false, false, false, 3},
-      {4, 3, 2, true, true, false, 4},   {2, 2, 4, false, true, true, 3},
-      {5, 7, 1, true, false, true, 2},   {2, 96, 4, true, false, false, 2},
+      {1, 1, 4, true, false, false, 3},
+      {3, 5, 4, false, false, false, 3},
+      {4, 3, 2, true, true, false, 4},
+      {2, 2, 4, false, true, true, 3},
+      {5, 7, 1, true, false, true, 2},
+      {2, 96, 4, true, false, false, 2},
       {3, 32, 4, false, true, false, 2},
+      // More (sequence, head) items than the persistent grid's CTAs (2 per SM: 264 on the
+      // emulator): CTAs take two or three items, the next one's state staged during the current
+      // one, padding items among them.
+      {9, 64, 4, false, false, false, 2},
+      {7, 48, 3, true, true, false, 1},
   };
   for (const KdaCase& tc : cases) {
     RunCase(tc, rng);
@@ -265,10 +273,9 @@ TEST(CudaKdaDecodeTest, VarlenPrefillMatchesTokenByTokenReference) {
   const std::vector<int> lens = {1, 0, 7, 40, 129, 3};
   const int seqs = static_cast<int>(lens.size());
   const std::vector<KdaCase> cases = {
-      {seqs, 3, 4, true, false, false, 1},
-      {seqs, 2, 4, false, false, true, 1},
-      {seqs, 1, 2, false, false, false, 1},
-      {seqs, 4, 4, true, true, false, 1},
+      {seqs, 3, 4, true, false, false, 1},   {seqs, 2, 4, false, false, true, 1},
+      {seqs, 1, 2, false, false, false, 1},  {seqs, 4, 4, true, true, false, 1},
+      {seqs, 50, 4, false, false, false, 1},  // 300 items: some CTAs take two
   };
   for (const KdaCase& tc : cases) {
     RunPrefill(tc, lens, rng);

@@ -1,5 +1,5 @@
 // Thin wrappers over the sm_80+ PTX the tensor-core kernels use (internal; .cu files only):
-// cp.async (16- and 4-byte global → shared copies, zero-fill), ldmatrix, mma.sync m16n8k16 bf16
+// cp.async (16-, 8- and 4-byte global → shared copies, zero-fill), ldmatrix, mma.sync m16n8k16 bf16
 // and mul.bf16x2. Under STRATA_CUDA_EMU the same functions call the host emulator.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
@@ -23,6 +23,9 @@ __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src, 
 }
 __device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src, int src_bytes) {
   ::strata_emu::CpAsync(smem_dst, gmem_src, 4, src_bytes);
+}
+__device__ __forceinline__ void CpAsync8(void* smem_dst, const void* gmem_src) {
+  ::strata_emu::CpAsync(smem_dst, gmem_src, 8, 8);
 }
 __device__ __forceinline__ void CpAsyncCommit() { ::strata_emu::CpAsyncCommit(); }
 template <int kPending>
@@ -60,6 +63,12 @@ __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src, 
 __device__ __forceinline__ void CpAsync4(void* smem_dst, const void* gmem_src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SharedAddress(smem_dst)),
                "l"(gmem_src), "r"(src_bytes)
+               : "memory");
+}
+// 8-byte cp.async of the 8-byte aligned `gmem_src` (through L1: .cg takes 16 bytes only).
+__device__ __forceinline__ void CpAsync8(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(SharedAddress(smem_dst)),
+               "l"(gmem_src)
                : "memory");
 }
 __device__ __forceinline__ void CpAsyncCommit() {
