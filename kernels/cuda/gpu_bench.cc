@@ -997,16 +997,20 @@ void BenchDenseGemm(Bench& bench, const char* what, int64_t m, int64_t n, int64_
   });
 }
 
-// GemmInt8 (int8_gemm.h) on a projection: the GEMV path at decode rows (weight bytes against the
-// copy ceiling: at m ≤ 8 the target is the weights' read time), the tensor-core path elsewhere
-// (GemmInt8UsesGemv). The same shape in bf16 is BenchDenseGemm's row.
-void BenchGemmInt8(Bench& bench, const char* what, int64_t m, int64_t n, int64_t k) {
-  const bool gemv = GemmInt8UsesGemv(m, n);
-  const std::string kernel = gemv ? "GemmInt8_gemv" : "GemmInt8_tc";
+// GemmInt8 (int8_gemm.h) on a projection, on `path` (kAuto: the one GemmInt8PathFor picks): at
+// decode rows (≤ 16) the weight bytes against the copy ceiling, target ≥ 70 % and never slower
+// than the same shape in bf16 (BenchDenseGemm's row).
+void BenchGemmInt8(Bench& bench, const char* what, int64_t m, int64_t n, int64_t k,
+                   GemmInt8Path path = GemmInt8Path::kAuto) {
+  if (path == GemmInt8Path::kAuto) path = GemmInt8PathFor(m);
+  const std::string kernel = path == GemmInt8Path::kGemv     ? "GemmInt8_gemv"
+                             : path == GemmInt8Path::kSkinny ? "GemmInt8_skinny"
+                                                             : "GemmInt8_tc";
+  const bool decode_rows = m <= kInt8GemvMaxRows;
   if (!bench.Wants("GemmInt8")) return;
   const std::string shape = std::string(what) + " " + std::to_string(m) + "x" + std::to_string(n) +
                             "x" + std::to_string(k);
-  const int64_t ws_bytes = GemmInt8WorkspaceBytes(m);
+  const int64_t ws_bytes = GemmInt8WorkspaceBytes(m, path);
   Buf x(m * k * 2), codes(n * k), scales(n * k / 16), y(m * n * 2), ws(ws_bytes);
   if (!x.ok() || !codes.ok() || !scales.ok() || !y.ok() || !ws.ok()) {
     return bench.Fail(kernel, shape, absl::ResourceExhaustedError("cudaMalloc"));
@@ -1019,11 +1023,10 @@ void BenchGemmInt8(Bench& bench, const char* what, int64_t m, int64_t n, int64_t
   const double flops = 2.0 * m * n * k;
   const double bytes = n * k * (1.0 + 2.0 / 32) + 2.0 * m * (k + n);
   const bool flop_bound = m >= 512;
-  bench.Time(kernel, shape, bytes, flops, flop_bound,
-             gemv && m <= kInt8GemvAlwaysRows ? ">=70% copy" : "-", [&] {
-               return GemmInt8(x.as<uint16_t>(), m, k, codes.as<int8_t>(), scales.as<uint16_t>(), n,
-                               y.as<uint16_t>(), ws.as<void>(), ws_bytes, bench.stream);
-             });
+  bench.Time(kernel, shape, bytes, flops, flop_bound, decode_rows ? ">=70% copy" : "-", [&] {
+    return GemmInt8(x.as<uint16_t>(), m, k, codes.as<int8_t>(), scales.as<uint16_t>(), n,
+                    y.as<uint16_t>(), ws.as<void>(), ws_bytes, bench.stream, path);
+  });
 }
 
 void PrintTable(const Bench& bench) {
@@ -1100,13 +1103,20 @@ int Run(Bench& bench) {
   BenchDenseGemm(bench, "LM head decode", 64, 163840, 7168);
   if (all) BenchDenseGemm(bench, "LM head prefill", 4096, 163840, 7168);
   // int8 projections (--quantization int8) next to the same shapes in bf16: K-L's KDA q|k|v
-  // (2304 → 3·4096) at decode batches 1, 2, 4, 8, 16 and 32, K3's o_proj (8192 → 7168), the LM
-  // head.
-  for (int64_t m : {1, 2, 4, 8, 16, 32}) {  // 16: the GEMV at its widest; 32: tensor cores
+  // (2304 → 3·4096) at decode batches 1, 2, 4, 8, 16 and 32 on the path kAuto takes (1: GEMV,
+  // 2–16: skinny, 32: tensor-core tiles) and at 1, 8 and 16 on the others' decode paths too (what
+  // GemmInt8PathFor's choice rests on), K3's o_proj (8192 → 7168), the LM head.
+  for (int64_t m : {1, 2, 4, 8, 16, 32}) {
     BenchGemmInt8(bench, "K-L q|k|v", m, 12288, 2304);
+    if (m == 1) BenchGemmInt8(bench, "K-L q|k|v", m, 12288, 2304, GemmInt8Path::kSkinny);
+    if (m == 8 || m == 16) {
+      BenchGemmInt8(bench, "K-L q|k|v", m, 12288, 2304, GemmInt8Path::kGemv);
+    }
     BenchDenseGemm(bench, "K-L q|k|v", m, 12288, 2304);
   }
   BenchGemmInt8(bench, "K3 o_proj", 1, 7168, 8192);
+  BenchGemmInt8(bench, "K3 o_proj", 8, 7168, 8192);
+  BenchDenseGemm(bench, "K3 o_proj", 8, 7168, 8192);
   BenchDenseGemm(bench, "K3 o_proj", 1, 7168, 8192);
   BenchGemmInt8(bench, "LM head decode", 64, 163840, 7168);
   if (all) {

@@ -17,6 +17,7 @@ using internal::CpAsync4;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWait;
 using internal::FloatToBf16Bits;
+using internal::Int8PairToBf16x2;
 using internal::LdMatrixX4;
 using internal::MmaBf16;
 using internal::MulBf16x2;
@@ -228,16 +229,6 @@ __device__ __forceinline__ uint32_t ScaleShift(const GemmParams& p, const WorkIt
   const uintptr_t scale_expert = reinterpret_cast<uintptr_t>(p.w_scales) +
                                  static_cast<int64_t>(item.expert) * p.n_w * kblocks * kScaleSize;
   return static_cast<uint32_t>((scale_expert + (wr * kblocks + kb) * kScaleSize) & 3u) * 8u;
-}
-
-// Codes 2i and 2i + 1 of a stage word array as bf16(f32(code) · scale) each (low half = even
-// code): F32ToBf16 of DecodeInt8, the product exact in f32.
-__device__ __forceinline__ uint32_t Int8PairToBf16x2(const uint32_t* words, int i, float scale) {
-  const uint32_t w = words[i >> 1] >> ((i & 1) * 16);
-  const float lo = static_cast<float>(static_cast<int8_t>(w & 0xffu)) * scale;
-  const float hi = static_cast<float>(static_cast<int8_t>((w >> 8) & 0xffu)) * scale;
-  return static_cast<uint32_t>(FloatToBf16Bits(lo)) |
-         (static_cast<uint32_t>(FloatToBf16Bits(hi)) << 16);
 }
 
 // acc += A_tile · B_tileᵀ over one BK slice, B as MXFP4 or int8 codes in the stage, decoded in

@@ -7,11 +7,14 @@
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/internal/device_math.cuh"
 #include "kernels/cuda/internal/launch.cuh"
+#include "kernels/cuda/internal/mma.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
 
 using internal::FloatToBf16Bits;
+using internal::Int8PairToBf16x2;
+using internal::MmaBf16;
 using internal::StoreOut;
 
 constexpr int kWarps = 4;  // per CTA; they split k
@@ -150,6 +153,106 @@ absl::Status Gemv(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
   }
 }
 
+// ---- skinny path: tensor cores at 2–16 rows -------------------------------------------------
+
+constexpr int kSkinnyWarps = 4;  // split k in four contiguous ranges
+constexpr int kSkinnyTiles = 2;  // n8 mma tiles per warp: 16 weight rows per CTA
+constexpr int kSkinnyCols = 8 * kSkinnyTiles;
+constexpr int kSkinnyGroupsInFlight = 4;  // groups of 32 codes a lane loads before it computes
+
+// y[m, n] = x · Wᵀ for the CTA's 16 weight rows (rows past n repeat the last one and are not
+// stored). Warp w sums groups [w·G/4, (w+1)·G/4) of every row. Per group lane (g = lane / 4,
+// q = lane % 4) loads codes 8q … 8q+7 of weight rows 8t + g (t = 0, 1) and activations 8q … 8q+7
+// of rows g and g + 8 (zero past m; kUpper false: m ≤ 8, row g + 8 is never read) and runs the
+// group's two m16n8k16 steps with the k permutation of grouped_gemm.cu's ComputeStageDecoded:
+// fragment k pair (2q, 2q+1) of step st is element pair 2·st of the lane's eight, (2q+8, 2q+9)
+// pair 2·st + 1, in A and B alike.
+template <bool kUpper, typename OutT>
+__global__ void __launch_bounds__(kSkinnyWarps * 32)
+    Int8SkinnyKernel(const uint16_t* __restrict__ x, int m, const int8_t* __restrict__ codes,
+                     const uint16_t* __restrict__ scales, int64_t n, int64_t k,
+                     OutT* __restrict__ y) {
+  internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
+  __shared__ float partial[kSkinnyWarps][16][kSkinnyCols];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kSkinnyCols;
+  const int groups = static_cast<int>(k / 32);
+  const int g_begin = warp * groups / kSkinnyWarps, g_end = (warp + 1) * groups / kSkinnyWarps;
+  const int8_t* wrow[kSkinnyTiles];
+  const uint16_t* srow[kSkinnyTiles];
+#pragma unroll
+  for (int t = 0; t < kSkinnyTiles; ++t) {
+    const int64_t row = col0 + 8 * t + g < n ? col0 + 8 * t + g : n - 1;
+    wrow[t] = codes + row * k + 8 * q;
+    srow[t] = scales + row * groups;
+  }
+  const bool has_lo = g < m, has_hi = kUpper && g + 8 < m;
+  const uint16_t* x_lo = x + (has_lo ? g : 0) * k + 8 * q;
+  const uint16_t* x_hi = x + (has_hi ? g + 8 : 0) * k + 8 * q;
+  float acc[kSkinnyTiles][4] = {};
+  for (int g0 = g_begin; g0 < g_end; g0 += kSkinnyGroupsInFlight) {
+    uint2 c[kSkinnyGroupsInFlight][kSkinnyTiles];
+    float sc[kSkinnyGroupsInFlight][kSkinnyTiles];
+    uint4 a_lo[kSkinnyGroupsInFlight], a_hi[kSkinnyGroupsInFlight];
+#pragma unroll
+    for (int u = 0; u < kSkinnyGroupsInFlight; ++u) {  // every load first: 4 groups in flight
+      const int gg = g0 + u;
+      const bool valid = gg < g_end;
+#pragma unroll
+      for (int t = 0; t < kSkinnyTiles; ++t) {
+        c[u][t] = valid ? *reinterpret_cast<const uint2*>(wrow[t] + gg * 32) : make_uint2(0, 0);
+        sc[u][t] = valid ? Bf16BitsToFloat(srow[t][gg]) : 0.0f;
+      }
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      a_lo[u] = valid && has_lo ? *reinterpret_cast<const uint4*>(x_lo + gg * 32) : zero;
+      a_hi[u] = valid && has_hi ? *reinterpret_cast<const uint4*>(x_hi + gg * 32) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kSkinnyGroupsInFlight; ++u) {
+      const uint32_t lo[4] = {a_lo[u].x, a_lo[u].y, a_lo[u].z, a_lo[u].w};
+      const uint32_t hi[4] = {a_hi[u].x, a_hi[u].y, a_hi[u].z, a_hi[u].w};
+#pragma unroll
+      for (int t = 0; t < kSkinnyTiles; ++t) {
+        const uint32_t words[2] = {c[u][t].x, c[u][t].y};
+        uint32_t b[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b[i] = Int8PairToBf16x2(words, i, sc[u][t]);
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+          const uint32_t af[4] = {lo[2 * st], hi[2 * st], lo[2 * st + 1], hi[2 * st + 1]};
+          MmaBf16(acc[t], af, b[2 * st], b[2 * st + 1]);
+        }
+      }
+    }
+  }
+  // acc[t][2h + e]: activation row g + 8h, column 8t + 2q + e of the CTA's 16.
+#pragma unroll
+  for (int t = 0; t < kSkinnyTiles; ++t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      partial[warp][g + 8 * (i >> 1)][8 * t + 2 * q + (i & 1)] = acc[t][i];
+  }
+  __syncthreads();
+  for (int o = threadIdx.x; o < 16 * kSkinnyCols; o += kSkinnyWarps * 32) {
+    const int r = o / kSkinnyCols, cc = o % kSkinnyCols;
+    if (r >= m || col0 + cc >= n) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kSkinnyWarps; ++w) sum += partial[w][r][cc];
+    StoreOut(y + r * n + col0 + cc, sum);
+  }
+}
+
+template <typename OutT>
+absl::Status LaunchSkinny(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
+                          const uint16_t* scales, int64_t n, OutT* y, cudaStream_t stream) {
+  const int64_t blocks = (n + kSkinnyCols - 1) / kSkinnyCols;
+  const auto kernel = m > 8 ? Int8SkinnyKernel<true, OutT> : Int8SkinnyKernel<false, OutT>;
+  internal::LaunchKernel(kernel, static_cast<unsigned>(blocks), kSkinnyWarps * 32, 0, stream, x,
+                         static_cast<int>(m), codes, scales, n, k, y);
+  return LaunchStatus("Int8SkinnyKernel launch");
+}
+
 bool Aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename OutT>
@@ -175,10 +278,13 @@ absl::Status Run(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,
       (needed > 0 && (workspace == nullptr || !Aligned(workspace, 16)))) {
     return fail("the workspace must be 16-byte aligned and >= GemmInt8WorkspaceBytes(m, path)");
   }
-  if (m == 0) return absl::OkStatus();
-  if (path == GemmInt8Path::kAuto && GemmInt8UsesGemv(m, n)) {
-    return Gemv<1>(x, m, k, codes, scales, n, y, stream);
+  if (path == GemmInt8Path::kAuto) path = GemmInt8PathFor(m);
+  if ((path == GemmInt8Path::kGemv || path == GemmInt8Path::kSkinny) && m > kInt8GemvMaxRows) {
+    return fail("the GEMV and skinny paths take m <= 16");
   }
+  if (m == 0) return absl::OkStatus();
+  if (path == GemmInt8Path::kGemv) return Gemv<1>(x, m, k, codes, scales, n, y, stream);
+  if (path == GemmInt8Path::kSkinny) return LaunchSkinny(x, m, k, codes, scales, n, y, stream);
   return GroupedGemm(x, nullptr, 1, m, GroupedWeights::Int8(codes, scales), n, k, y,
                      GroupedGemmTile::kAuto, workspace, workspace_bytes, stream);
 }
@@ -200,16 +306,15 @@ __global__ void __launch_bounds__(kDequantThreads)
 
 }  // namespace
 
-bool GemmInt8UsesGemv(int64_t m, int64_t n) {
-  if (m <= kInt8GemvAlwaysRows) return true;
-  if (m > kInt8GemvMaxRows) return false;
-  const int64_t tensor_core_ctas = (m + 15) / 16 * ((n + 127) / 128);  // the 16-row tiles
-  return tensor_core_ctas < 2 * int64_t{internal::NumSms()};
+GemmInt8Path GemmInt8PathFor(int64_t m) {
+  return m <= 1                  ? GemmInt8Path::kGemv
+         : m <= kInt8GemvMaxRows ? GemmInt8Path::kSkinny
+                                 : GemmInt8Path::kTensorCores;
 }
 
 int64_t GemmInt8WorkspaceBytes(int64_t m, GemmInt8Path path) {
-  if (path == GemmInt8Path::kAuto && m <= kInt8GemvAlwaysRows) return 0;
-  return GroupedGemmWorkspaceBytes(1, m);
+  if (path == GemmInt8Path::kAuto) path = GemmInt8PathFor(m);
+  return path == GemmInt8Path::kTensorCores ? GroupedGemmWorkspaceBytes(1, m) : 0;
 }
 
 absl::Status GemmInt8(const uint16_t* x, int64_t m, int64_t k, const int8_t* codes,

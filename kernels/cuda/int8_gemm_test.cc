@@ -1,12 +1,15 @@
 // GemmInt8 (int8 weights, groups of 32 with bf16 scales) vs kernels/reference: the GEMV path
-// (m ≤ 16 on small n) against MatmulInt8Reference (exact weights; f32 errors relative to
-// |x|·|w|ᵀ, bf16 out = its f32 out rounded, bit for bit), the tensor-core path against
-// MatmulBf16Reference on F32ToBf16(DecodeInt8) weights and, looser, against the exact one;
-// odd shapes (n 1, primes; k one group, not a multiple of the 512-code step); f32 and bf16 out;
+// (m ≤ 16) against MatmulInt8Reference (exact weights; f32 errors relative to |x|·|w|ᵀ, bf16
+// out = its f32 out rounded, bit for bit), the skinny path (m ≤ 16, in-register decode; also a
+// row's bits independent of m) and the tensor-core tiles against MatmulBf16Reference on
+// F32ToBf16(DecodeInt8) weights and, looser, against the exact one; odd shapes (n 1, primes; k
+// one group, not a multiple of the 512-code step; 33,800 outputs); f32 and bf16 out;
 // DequantInt8ToBf16 bit for bit against the host decode; host argument checks.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -62,12 +65,16 @@ struct Shape {
   int64_t n, k;
 };
 const Shape kShapes[] = {{1, 32}, {3, 96}, {37, 544}, {129, 2080}, {250, 4096}, {7, 7168}};
-// Wide enough that 9–16 rows take the tensor cores (≥ 2 CTAs per SM on 132 SMs).
-const Shape kWide = {33800, 64};
+const Shape kWide = {33800, 64};  // 2,113 skinny CTAs, 265 tensor-core column tiles
 
-// Checks m rows of shape s against the reference of the path GemmInt8 takes; returns whether
-// that was the GEMV.
-bool Check(std::mt19937& rng, int64_t m, const Shape& s) {
+const char* PathName(GemmInt8Path path) {
+  return path == GemmInt8Path::kGemv ? "gemv" : path == GemmInt8Path::kSkinny ? "skinny" : "tc";
+}
+
+// m rows of shape s on `path` (kAuto resolved as GemmInt8 resolves it) against the reference of
+// that path: the GEMV's exact weights, the others' bf16-rounded ones.
+void Check(std::mt19937& rng, int64_t m, const Shape& s, GemmInt8Path path) {
+  if (path == GemmInt8Path::kAuto) path = GemmInt8PathFor(m);
   const Int8Weights w = MakeWeights(rng, s.n, s.k);
   std::vector<float> x = Uniform(rng, static_cast<size_t>(m * s.k), -1, 1);
   const std::vector<uint16_t> x_bits = ToBf16InPlace(x);
@@ -88,25 +95,28 @@ bool Check(std::mt19937& rng, int64_t m, const Shape& s) {
 
   DeviceArray<uint16_t> d_x(x_bits), d_scales(w.scales);
   DeviceArray<int8_t> d_codes(w.codes);
-  DeviceArray<unsigned char> ws(static_cast<size_t>(GemmInt8WorkspaceBytes(m)));
-  DeviceArray<unsigned char> tc_ws(
-      static_cast<size_t>(GemmInt8WorkspaceBytes(m, GemmInt8Path::kTensorCores)));
+  const int64_t ws_bytes = GemmInt8WorkspaceBytes(m, path);
+  DeviceArray<unsigned char> ws(static_cast<size_t>(std::max<int64_t>(ws_bytes, 16)));
   DeviceArray<float> y32(exact.size());
   DeviceArray<uint16_t> y16(exact.size());
   y32.Poison();
   y16.Poison();
-  const int64_t ws_bytes = static_cast<int64_t>(ws.size());
-  EXPECT_TRUE(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, y32.get(), ws.get(),
-                       ws_bytes, nullptr)
-                  .ok());
-  EXPECT_TRUE(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, y16.get(), ws.get(),
-                       ws_bytes, nullptr)
-                  .ok());
+  STRATA_ASSERT_OK(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, y32.get(),
+                            ws.get(), ws_bytes, nullptr, path));
+  STRATA_ASSERT_OK(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, y16.get(),
+                            ws.get(), ws_bytes, nullptr, path));
   const std::string name = absl::StrCat("m", m, "_n", s.n, "_k", s.k);
+  const std::string kernel = absl::StrCat("GemmInt8_", PathName(path));
   const std::vector<float> got = y32.Download();
-  const bool gemv = GemmInt8UsesGemv(m, s.n);
-  if (gemv) {
-    STRATA_EXPECT_RELERR_OVER_MAGNITUDE("GemmInt8_gemv_f32", name, got, exact, magnitude, 1e-5);
+  if (path == GemmInt8Path::kGemv) {
+    STRATA_EXPECT_RELERR_OVER_MAGNITUDE(kernel + "_f32", name, got, exact, magnitude, 1e-5);
+  } else {
+    STRATA_EXPECT_RELERR_OVER_MAGNITUDE(kernel + "_f32", name, got, rounded, magnitude, 5e-5);
+    // The bf16 rounding of the weights only: ≤ 2^-8 of each (measured up to 3.0e-3 where k is
+    // one group and nothing averages out).
+    STRATA_EXPECT_RELERR_OVER_MAGNITUDE(kernel + "_vs_exact", name, got, exact, magnitude, 5e-3);
+  }
+  if (path != GemmInt8Path::kTensorCores) {
     // The same sums stored as bf16: each the f32 one rounded to nearest even, bit for bit.
     std::vector<float> got_rounded = got;
     const std::vector<uint16_t> expected_bits = ToBf16InPlace(got_rounded);
@@ -114,44 +124,51 @@ bool Check(std::mt19937& rng, int64_t m, const Shape& s) {
     int64_t mismatches = 0;
     for (size_t i = 0; i < got_bits.size(); ++i) mismatches += got_bits[i] != expected_bits[i];
     EXPECT_TRUE(testing::ReportRelErr(
-        "GemmInt8_gemv_bf16", name,
+        kernel + "_bf16", name,
         static_cast<double>(mismatches) / static_cast<double>(got_bits.size()), 0.0));
-    // kTensorCores takes the tensor cores at any m, as the path chosen above does for more rows.
-    DeviceArray<float> tc(exact.size());
-    tc.Poison();
-    EXPECT_TRUE(GemmInt8(d_x.get(), m, s.k, d_codes.get(), d_scales.get(), s.n, tc.get(),
-                         tc_ws.get(), static_cast<int64_t>(tc_ws.size()), nullptr,
-                         GemmInt8Path::kTensorCores)
-                    .ok());
-    STRATA_EXPECT_RELERR_OVER_MAGNITUDE("GemmInt8_tc_f32", name, tc.Download(), rounded, magnitude,
-                                        5e-5);
   } else {
-    STRATA_EXPECT_RELERR_OVER_MAGNITUDE("GemmInt8_tc_f32", name, got, rounded, magnitude, 5e-5);
-    STRATA_EXPECT_RELERR_OVER_MAGNITUDE("GemmInt8_tc_bf16", name, FromBf16(y16.Download()), rounded,
+    STRATA_EXPECT_RELERR_OVER_MAGNITUDE(kernel + "_bf16", name, FromBf16(y16.Download()), rounded,
                                         magnitude, 4e-3);
-    // The bf16 rounding of the weights only: ≤ 2^-8 of each (measured up to 3.0e-3 where k is
-    // one group and nothing averages out).
-    STRATA_EXPECT_RELERR_OVER_MAGNITUDE("GemmInt8_tc_vs_exact", name, got, exact, magnitude, 5e-3);
   }
-  return gemv;
+  if (path == GemmInt8Path::kSkinny && m > 1) {
+    // A row's result does not depend on the other rows: the last row alone gives its bits.
+    DeviceArray<float> one(static_cast<size_t>(s.n));
+    one.Poison();
+    STRATA_ASSERT_OK(GemmInt8(d_x.get() + (m - 1) * s.k, 1, s.k, d_codes.get(), d_scales.get(), s.n,
+                              one.get(), nullptr, 0, nullptr, path));
+    const std::vector<float> alone = one.Download();
+    int64_t differ = 0;
+    for (int64_t j = 0; j < s.n; ++j) {
+      differ += std::memcmp(&alone[j], &got[(m - 1) * s.n + j], sizeof(float)) != 0;
+    }
+    EXPECT_EQ(differ, 0) << name << ": the last row alone differs in " << differ << " outputs";
+  }
 }
 
 TEST(CudaInt8GemmTest, GemvMatchesExactWeightsOnOddShapes) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 41);
   for (int64_t m : {1, 2, 3, 5, 8, 11, 16}) {
-    for (const Shape& s : kShapes) EXPECT_TRUE(Check(rng, m, s)) << "m " << m << " n " << s.n;
+    for (const Shape& s : kShapes) Check(rng, m, s, GemmInt8Path::kGemv);
   }
+}
+
+TEST(CudaInt8GemmTest, SkinnyPathMatchesRoundedWeightsOnOddShapes) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 44);
+  for (int64_t m : {1, 2, 3, 8, 9, 16}) {
+    for (const Shape& s : kShapes) Check(rng, m, s, GemmInt8Path::kSkinny);
+  }
+  for (int64_t m : {5, 16}) Check(rng, m, kWide, GemmInt8Path::kSkinny);
 }
 
 TEST(CudaInt8GemmTest, TensorCorePathMatchesRoundedWeightsOnOddShapes) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 42);
   for (int64_t m : {17, 67, 200}) {
-    for (const Shape& s : kShapes) EXPECT_FALSE(Check(rng, m, s)) << "m " << m << " n " << s.n;
+    for (const Shape& s : kShapes) Check(rng, m, s, GemmInt8Path::kAuto);
   }
-  // 9–16 rows over a wide matrix: the tensor cores where they fill the device.
-  for (int64_t m : {9, 16}) EXPECT_EQ(Check(rng, m, kWide), GemmInt8UsesGemv(m, kWide.n));
+  for (int64_t m : {1, 9, 16}) Check(rng, m, kWide, GemmInt8Path::kTensorCores);
 }
 
 TEST(CudaInt8GemmTest, DequantMatchesTheHostDecodeBitForBit) {
@@ -193,10 +210,17 @@ TEST(CudaInt8GemmTest, RejectsArgumentsOutsideTheLimits) {
     EXPECT_NE(st.message().find(needle), std::string::npos) << st;
   };
   const int64_t big_ws = GemmInt8WorkspaceBytes(100);
-  EXPECT_EQ(GemmInt8WorkspaceBytes(kInt8GemvAlwaysRows), 0);
-  EXPECT_TRUE(GemmInt8UsesGemv(kInt8GemvAlwaysRows, int64_t{1} << 30));
-  EXPECT_FALSE(GemmInt8UsesGemv(kInt8GemvMaxRows + 1, 1));
+  EXPECT_EQ(GemmInt8PathFor(1), GemmInt8Path::kGemv);
+  EXPECT_EQ(GemmInt8PathFor(2), GemmInt8Path::kSkinny);
+  EXPECT_EQ(GemmInt8PathFor(kInt8GemvMaxRows), GemmInt8Path::kSkinny);
+  EXPECT_EQ(GemmInt8PathFor(kInt8GemvMaxRows + 1), GemmInt8Path::kTensorCores);
+  EXPECT_EQ(GemmInt8WorkspaceBytes(kInt8GemvMaxRows), 0);
+  EXPECT_GT(GemmInt8WorkspaceBytes(1, GemmInt8Path::kTensorCores), 0);
   EXPECT_GT(big_ws, 0);
+  for (GemmInt8Path path : {GemmInt8Path::kGemv, GemmInt8Path::kSkinny}) {
+    expect(GemmInt8(x, kInt8GemvMaxRows + 1, 64, codes, scales, 64, y, nullptr, 0, nullptr, path),
+           "m <= 16");
+  }
   expect(GemmInt8(x, 4, 48, codes, scales, 64, y, nullptr, 0, nullptr), "multiple of 32");
   expect(GemmInt8(x, 4, 0, codes, scales, 64, y, nullptr, 0, nullptr), "multiple of 32");
   expect(GemmInt8(x, 4, 64, codes, scales, 0, y, nullptr, 0, nullptr), "n must be >= 1");

@@ -27,6 +27,16 @@ __device__ __forceinline__ uint32_t FloatToBf16BitsInt(float value) {
   return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
 }
 
+// int8 codes 2i and 2i + 1 of a little-endian word array as bf16(f32(code) · scale) each (low
+// half = even code): F32ToBf16 of core/int8_quantize.h's DecodeInt8, the product exact in f32.
+__device__ __forceinline__ uint32_t Int8PairToBf16x2(const uint32_t* words, int i, float scale) {
+  const uint32_t w = words[i >> 1] >> ((i & 1) * 16);
+  const float lo = static_cast<float>(static_cast<int8_t>(w & 0xffu)) * scale;
+  const float hi = static_cast<float>(static_cast<int8_t>((w >> 8) & 0xffu)) * scale;
+  return static_cast<uint32_t>(FloatToBf16Bits(lo)) |
+         (static_cast<uint32_t>(FloatToBf16Bits(hi)) << 16);
+}
+
 // Stores `value` as f32 or as bf16 bits: lets one kernel template write either output type.
 __device__ __forceinline__ void StoreOut(float* dst, float value) { *dst = value; }
 __device__ __forceinline__ void StoreOut(uint16_t* dst, float value) {
