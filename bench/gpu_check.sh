@@ -12,8 +12,9 @@
 #   2. else a CUDA build: configures build/gpu-check ($STRATA_GPU_BUILD) and builds only the
 #      target strata_gpu_check (needs the Debian packages of tools/setup.sh and nvcc).
 # Logs go to build/gpu-check-logs, or with $OUT set (the device tool, which fetches at most 8
-# files) to a temporary folder, and at the end $OUT gets four files: summary.txt (what this
-# prints after "== summary"), bench.log, relerr.txt and logs.tar.gz (every log).
+# files) to a temporary folder, and at the end $OUT gets five files: summary.txt (what this
+# prints after "== summary"), bench.log, relerr.txt, gpu-results.json (the tables as issue 49's
+# results file, bench/gpu_results_json.py) and logs.tar.gz (every log).
 # STRATA_GPU_CHECK_BUDGET_S (default 520) is the whole run's time budget: each test binary gets
 # at most a quarter of it (120 s at most), the kernel benchmark what is left (330 s at most).
 # Then the end-to-end engine benchmark (cuda_engine_bench = `strata bench --device cuda`) on a
@@ -270,6 +271,7 @@ if [[ ${#e2e_rows[@]} -gt 0 ]]; then
   echo "| batch | weights | prefill tok/s | prefill % floor | decode tok/s | decode floor tok/s | decode % floor | decode time in Execute | kernels per decode step |"
   echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${e2e_rows[@]}"
+  printf '%s\n' "${e2e_rows[@]}" > "$LOGS/e2e-rows.md"
 fi
 [[ -n "$serve_line" ]] && echo && echo "$serve_line"
 if [[ $RUN_BENCH == 1 && $RUN_KERNEL_BENCH == 1 ]]; then
@@ -285,7 +287,15 @@ fi
 }
 summary | tee "$LOGS/summary.txt"  # (a subshell: failed_any is settled after it)
 [[ $RUN_BENCH == 1 && $RUN_KERNEL_BENCH == 1 && $bench_rc -ne 0 ]] && failed_any=1
+# The machine-readable results (issue 49): commit as bench/results/gpu-YYYY-MM-DD.json.
+if [[ -s "$LOGS/bench.log" ]]; then
+  e2e_arg=(); [[ -s "$LOGS/e2e-rows.md" ]] && e2e_arg=(--e2e "$LOGS/e2e-rows.md")
+  python3 "$ROOT/bench/gpu_results_json.py" --bench-log "$LOGS/bench.log" "${e2e_arg[@]}" \
+    --device "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
+    --out "$LOGS/gpu-results.json" || echo "gpu_results_json.py failed"
+fi
 if [[ -n "${OUT:-}" ]]; then
+  cp "$LOGS/gpu-results.json" "$OUT/" 2>/dev/null
   cp "$LOGS/summary.txt" "$OUT/" 2>/dev/null
   cp "$LOGS/bench.log" "$LOGS/relerr.txt" "$OUT/" 2>/dev/null
   tar -C "$LOGS" -czf "$OUT/logs.tar.gz" . 2>/dev/null
