@@ -753,11 +753,18 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
   // routed experts' combine adds to it (one pass, no separate add).
   const bool shared_first = !w.shared.gate_up.empty() && !m.is_latent() && !exchange;
   if (shared_first) RETURN_IF_ERROR(Mlp(w.shared, ctx, rows.normed, n, rows.out));
+  // LatentMoE: latent_norm sums the routed rows itself where no all-reduce needs the sum first
+  // (the combine folded into the norm: no f32 latent rows).
+  const bool latent_folded =
+      m.is_latent() && w.latent_norm != nullptr && options_.tensor_parallel == nullptr && !exchange;
+  DeferredCombine latent_sum;
   if (m.is_latent()) {
     ASSIGN_OR_RETURN(uint16_t * latent, Take<uint16_t>(ctx, n * width));
     RETURN_IF_ERROR(Gemm(ctx, w.latent_down, rows.normed, n, latent));
     z = latent;
-    ASSIGN_OR_RETURN(routed, Take<float>(ctx, n * width));
+    if (!latent_folded) {
+      ASSIGN_OR_RETURN(routed, Take<float>(ctx, n * width));
+    }
   }
   if (exchange && options_.tensor_parallel != nullptr) {
     // Data-parallel groups of tensor-parallel ranks: every rank of the group holds the same rows
@@ -773,21 +780,28 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
                                     weights + share.begin * top_k, routed + share.begin * width));
   } else if (exchange) {
     RETURN_IF_ERROR(ExchangeExperts(w.experts, moe_layer, ctx, z, n, ids, weights, routed));
-  } else {
+  }
+  if (!exchange) {
     // The combine may wait for the residual add only where nothing reads the routed rows
     // before it: no latent space (latent_norm), no tensor parallelism (the all-reduce).
     const bool deferred = defer != nullptr && !m.is_latent() && options_.tensor_parallel == nullptr;
     RETURN_IF_ERROR(ExpertsOnPermutation(w.experts, ctx, z, n, perm, weights, routed, shared_first,
-                                         deferred ? defer : nullptr));
+                                         latent_folded ? &latent_sum
+                                         : deferred    ? defer
+                                                       : nullptr));
   }
   if (m.is_latent()) {
-    // latent_norm is not linear: the whole latent sum first (tensor parallelism).
-    RETURN_IF_ERROR(AllReduce(ctx, routed, n * width));
     ASSIGN_OR_RETURN(uint16_t * routed_bf16, Take<uint16_t>(ctx, n * width));
-    if (w.latent_norm != nullptr) {
+    if (latent_folded) {
+      RETURN_IF_ERROR(kc::RmsNorm(latent_sum.routed, n, width, w.latent_norm, cfg.rms_norm_eps,
+                                  routed_bf16, ctx.stream));
+    } else if (w.latent_norm != nullptr) {
+      // latent_norm is not linear: the whole latent sum first (tensor parallelism).
+      RETURN_IF_ERROR(AllReduce(ctx, routed, n * width));
       RETURN_IF_ERROR(
           kc::RmsNorm(routed, n, width, w.latent_norm, cfg.rms_norm_eps, routed_bf16, ctx.stream));
     } else {
+      RETURN_IF_ERROR(AllReduce(ctx, routed, n * width));
       RETURN_IF_ERROR(kc::GateToBf16(routed, nullptr, n * width, routed_bf16, ctx.stream));
     }
     if (options_.tensor_parallel != nullptr) {

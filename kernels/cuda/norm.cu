@@ -25,22 +25,23 @@ __global__ void __launch_bounds__(kThreads)
   internal::AwaitPriorGrids();  // before any memory access (launch.cuh)
   __shared__ float red[32];
   const int64_t t = blockIdx.x, base = t * dim;
+  // Element c of the row before the residual add: x, or MoeCombine's sum in its order, then its
+  // add onto x.
+  auto input = [&](int64_t c) {
+    if (routed.y_perm == nullptr) return x[base + c];
+    float acc = 0.0f;
+    for (int s = 0; s < routed.top_k; ++s) {
+      const int32_t row = routed.pair_row[t * routed.top_k + s];
+      if (row >= 0) {
+        acc += routed.weights[t * routed.top_k + s] *
+               routed.y_perm[static_cast<int64_t>(row) * dim + c];
+      }
+    }
+    return x != nullptr ? acc + x[base + c] : acc;
+  };
   float sq = 0.0f;
   for (int64_t c = threadIdx.x; c < dim; c += kThreads) {
-    float v;
-    if (routed.y_perm != nullptr) {  // MoeCombine's sum, in its order, then its add onto x
-      float acc = 0.0f;
-      for (int s = 0; s < routed.top_k; ++s) {
-        const int32_t row = routed.pair_row[t * routed.top_k + s];
-        if (row >= 0) {
-          acc += routed.weights[t * routed.top_k + s] *
-                 routed.y_perm[static_cast<int64_t>(row) * dim + c];
-        }
-      }
-      v = x != nullptr ? acc + x[base + c] : acc;
-    } else {
-      v = x[base + c];
-    }
+    float v = input(c);
     if (residual != nullptr) {
       v += residual[base + c];
       residual[base + c] = v;  // re-read below by this same thread only
@@ -48,10 +49,11 @@ __global__ void __launch_bounds__(kThreads)
     sq += v * v;
   }
   const float inv = 1.0f / sqrtf(BlockSum(sq, red) / static_cast<float>(dim) + eps);
-  const float* src = residual != nullptr ? residual : x;
   for (int64_t c = threadIdx.x; c < dim; c += kThreads) {
     const float w = weight != nullptr ? weight[c] : 1.0f;
-    StoreOut(y + base + c, src[base + c] * inv * w);
+    // Without a residual the routed sum is formed again (the same operations: the same bits).
+    const float v = residual != nullptr ? residual[base + c] : input(c);
+    StoreOut(y + base + c, v * inv * w);
   }
 }
 
@@ -62,10 +64,9 @@ absl::Status LaunchRmsNorm(const float* x, float* residual, int64_t rows, int64_
   if (rows < 0 || dim <= 0 || rows > 0x7fffffff) {
     return absl::InvalidArgumentError("RmsNorm: bad shape");
   }
-  if (routed.y_perm != nullptr && (routed.top_k < 1 || routed.pair_row == nullptr ||
-                                   routed.weights == nullptr || residual == nullptr)) {
-    return absl::InvalidArgumentError(
-        "AddRmsNorm: a routed sum needs top_k >= 1, pair_row, weights and the residual");
+  if (routed.y_perm != nullptr &&
+      (routed.top_k < 1 || routed.pair_row == nullptr || routed.weights == nullptr)) {
+    return absl::InvalidArgumentError("RmsNorm: a routed sum needs top_k >= 1, pair_row, weights");
   }
   if (routed.y_perm == nullptr && x == nullptr) {
     return absl::InvalidArgumentError("RmsNorm: x may be null only with a routed sum");
@@ -196,11 +197,17 @@ absl::Status AddRmsNorm(float* residual, const float* x, int64_t rows, int64_t d
                         const float* weight, float eps, uint16_t* y, cudaStream_t stream) {
   return LaunchRmsNorm(x, residual, rows, dim, weight, eps, y, stream);
 }
+absl::Status RmsNorm(const RoutedSum& routed, int64_t rows, int64_t dim, const float* weight,
+                     float eps, uint16_t* y, cudaStream_t stream) {
+  if (routed.y_perm == nullptr)
+    return absl::InvalidArgumentError("RmsNorm: the routed sum needs y_perm");
+  return LaunchRmsNorm(nullptr, nullptr, rows, dim, weight, eps, y, stream, routed);
+}
 absl::Status AddRmsNorm(float* residual, const float* x, const RoutedSum& routed, int64_t rows,
                         int64_t dim, const float* weight, float eps, uint16_t* y,
                         cudaStream_t stream) {
-  if (routed.y_perm == nullptr) {
-    return absl::InvalidArgumentError("AddRmsNorm: the routed sum needs y_perm");
+  if (routed.y_perm == nullptr || residual == nullptr) {
+    return absl::InvalidArgumentError("AddRmsNorm: the routed sum needs y_perm and the residual");
   }
   return LaunchRmsNorm(x, residual, rows, dim, weight, eps, y, stream, routed);
 }

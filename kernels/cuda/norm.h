@@ -1,7 +1,8 @@
 // Row-wise normalisation and activation kernels (docs/model.md §5, §6.3), f32 math:
 //   RmsNorm       y = x / sqrt(mean(x²) + eps) ⊙ weight                      (weight may be null)
 //   AddRmsNorm    residual += x (f32, in place); y = RmsNorm(residual); optionally x plus the
-//                 routed experts' weighted sum (the MoE combine folded into the residual add)
+//                 routed experts' weighted sum (the MoE combine folded into the residual add);
+//                 RmsNorm of the routed sum alone likewise (LatentMoE's latent_norm)
 //   AttnResMix    out = Σ_i softmax_i(z)·v_i, z_i = (w_norm⊙w_proj)·v_i / sqrt(mean(v_i²)+eps);
 //                 optionally also normed = RmsNorm(out) (the sublayer input), and first the
 //                 partial sum's pending add (AttnResSources::pending), in the same pass
@@ -37,6 +38,11 @@ struct RoutedSum {
   const float* weights = nullptr;
   int top_k = 0;
 };
+
+// The MoE combine folded into a norm: y = RmsNorm(routed sum) — bit for bit MoeCombine into f32
+// rows followed by RmsNorm (LatentMoE's latent_norm over the routed experts' latent sum).
+absl::Status RmsNorm(const RoutedSum& routed, int64_t rows, int64_t dim, const float* weight,
+                     float eps, uint16_t* y, cudaStream_t stream);
 
 // The MoE combine folded into the residual add: residual += (routed sum + x), x [rows, dim] the
 // shared expert's rows or null (the sum alone); then y = RmsNorm(residual). Bit for bit

@@ -64,6 +64,22 @@ TEST(CudaNormTest, RmsNormAndAddRmsNormMatchReference) {
   }
 }
 
+// The routed experts' rows of a combine: y_perm [rows·top_k, dim], weights, and pair_row with
+// some pairs dropped (−1) and the rest permuted.
+struct RoutedRows {
+  std::vector<float> y, weights;
+  std::vector<int32_t> pair_row;
+};
+RoutedRows MakeRoutedRows(std::mt19937& rng, int64_t rows, int64_t dim, int top_k) {
+  const int64_t pairs = rows * top_k;
+  RoutedRows r;
+  r.y = Uniform(rng, static_cast<size_t>(pairs * dim), -2, 2);
+  r.weights = Uniform(rng, static_cast<size_t>(pairs), 0.0f, 1.0f);
+  r.pair_row.resize(static_cast<size_t>(pairs));
+  for (int64_t q = 0; q < pairs; ++q) r.pair_row[q] = q % 5 == 3 ? -1 : (q * 7) % pairs;
+  return r;
+}
+
 // The MoE combine folded into the residual add gives bit for bit MoeCombine (onto the shared
 // expert's rows, or alone) followed by AddRmsNorm: the residual and the normed rows.
 TEST(CudaNormTest, AddRmsNormFoldsTheMoeCombine) {
@@ -72,11 +88,9 @@ TEST(CudaNormTest, AddRmsNormFoldsTheMoeCombine) {
   for (bool shared : {true, false}) {
     for (auto [rows, dim, top_k] :
          std::vector<std::tuple<int64_t, int64_t, int>>{{1, 5, 1}, {3, 257, 2}, {7, 1024, 8}}) {
-      const int64_t pairs = rows * top_k;
-      const std::vector<float> y = Uniform(rng, static_cast<size_t>(pairs * dim), -2, 2);
-      const std::vector<float> weights = Uniform(rng, static_cast<size_t>(pairs), 0.0f, 1.0f);
-      std::vector<int32_t> pair_row(static_cast<size_t>(pairs));
-      for (int64_t q = 0; q < pairs; ++q) pair_row[q] = q % 5 == 3 ? -1 : (q * 7) % pairs;
+      const RoutedRows r = MakeRoutedRows(rng, rows, dim, top_k);
+      const std::vector<float>&y = r.y, &weights = r.weights;
+      const std::vector<int32_t>& pair_row = r.pair_row;
       const std::vector<float> x = Uniform(rng, static_cast<size_t>(rows * dim), -2, 2);
       const std::vector<float> h = Uniform(rng, static_cast<size_t>(rows * dim), -2, 2);
       const std::vector<float> w = Uniform(rng, static_cast<size_t>(dim), 0.5f, 1.5f);
@@ -98,6 +112,35 @@ TEST(CudaNormTest, AddRmsNormFoldsTheMoeCombine) {
   }
   EXPECT_FALSE(
       AddRmsNorm(nullptr, nullptr, RoutedSum{}, 1, 4, nullptr, 1e-5f, nullptr, nullptr).ok());
+}
+
+// LatentMoE's latent_norm over the routed sum: RmsNorm(RoutedSum) gives MoeCombine + RmsNorm's
+// bits, with and without a weight.
+TEST(CudaNormTest, RmsNormFoldsTheMoeCombine) {
+  STRATA_REQUIRE_GPU();
+  std::mt19937 rng(TestSeed() + 8);
+  for (bool weighted : {true, false}) {
+    for (auto [rows, dim, top_k] :
+         std::vector<std::tuple<int64_t, int64_t, int>>{{1, 5, 1}, {3, 257, 2}, {6, 1024, 8}}) {
+      const RoutedRows r = MakeRoutedRows(rng, rows, dim, top_k);
+      const std::vector<float>&y = r.y, &weights = r.weights;
+      const std::vector<int32_t>& pair_row = r.pair_row;
+      const std::vector<float> w = Uniform(rng, static_cast<size_t>(dim), 0.5f, 1.5f);
+      DeviceArray<float> d_y(y), d_weights(weights), d_w(w), d_sum(rows * dim);
+      DeviceArray<int32_t> d_rows(pair_row);
+      DeviceArray<uint16_t> normed_split(rows * dim), normed_fused(rows * dim);
+      normed_fused.Poison();
+      const float* weight = weighted ? d_w.get() : nullptr;
+      STRATA_ASSERT_OK(MoeCombine(d_y.get(), d_rows.get(), d_weights.get(), rows, top_k, dim,
+                                  d_sum.get(), nullptr));
+      STRATA_ASSERT_OK(RmsNorm(d_sum.get(), rows, dim, weight, 1e-6f, normed_split.get(), nullptr));
+      const RoutedSum routed{d_y.get(), d_rows.get(), d_weights.get(), top_k};
+      STRATA_ASSERT_OK(RmsNorm(routed, rows, dim, weight, 1e-6f, normed_fused.get(), nullptr));
+      EXPECT_EQ(normed_fused.Download(), normed_split.Download())
+          << (weighted ? "weighted_" : "plain_") << Shape(rows, dim);
+    }
+  }
+  EXPECT_FALSE(RmsNorm(RoutedSum{}, 1, 4, nullptr, 1e-6f, nullptr, nullptr).ok());
 }
 
 TEST(CudaNormTest, AttnResMixMatchesReference) {
