@@ -33,10 +33,11 @@ for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "decode_floor_tokens_
     assert r[key] > 0, (key, r[key])
 # Kernels per decode step (the graph's nodes): at small batches a step costs about that many
 # kernel latencies. The bounds are the counts once the MoE routing, gather, work list, shared
-# expert add and AttnRes adds were folded into their neighbours; a change that adds launches to
-# the decode step fails here and must say why.
+# expert add, AttnRes adds and LatentMoE's combine were folded into their neighbours (k3: 42, 43
+# with int8 projections); a change that adds launches to the decode step fails here and must say
+# why.
 family = r["model"].rstrip("/").split("/")[-1]
-limit = {"k3": 44, "kimi-linear": 38}[family]
+limit = {"k3": 43, "kimi-linear": 38}[family]
 assert 0 < r["decode_graph_nodes"] <= limit, (family, r["decode_graph_nodes"], limit)
 PY
   done
