@@ -780,8 +780,7 @@ absl::Status CudaModel::Moe(const DeviceMoe& w, int moe_layer, const DeviceConte
                                     weights + share.begin * top_k, routed + share.begin * width));
   } else if (exchange) {
     RETURN_IF_ERROR(ExchangeExperts(w.experts, moe_layer, ctx, z, n, ids, weights, routed));
-  }
-  if (!exchange) {
+  } else {
     // The combine may wait for the residual add only where nothing reads the routed rows
     // before it: no latent space (latent_norm), no tensor parallelism (the all-reduce).
     const bool deferred = defer != nullptr && !m.is_latent() && options_.tensor_parallel == nullptr;

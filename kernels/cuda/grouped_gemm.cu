@@ -20,6 +20,7 @@ using internal::FloatToBf16Bits;
 using internal::Int8PairToBf16x2;
 using internal::LdMatrixX4;
 using internal::MmaBf16;
+using internal::MmaBf16Group32;
 using internal::MulBf16x2;
 using internal::SigmoidF;
 using internal::SiluF;
@@ -236,12 +237,10 @@ __device__ __forceinline__ uint32_t ScaleShift(const GemmParams& p, const WorkIt
 //
 // The k sum may run in any order, so for each scale group (32 k) lane (g = lane / 4, q = lane %
 // 4) decodes elements 8q … 8q + 7 of its weight row (one 8- or 4-byte read) into four bf16 pairs
-// and reads the same elements of its A rows: in the group's two m16n8k16 steps st, fragment k
-// pair (2q, 2q+1) is element pair 2·st of the lane's eight and (2q+8, 2q+9) pair 2·st + 1, in A
-// (a[0], a[1] / a[2], a[3]) and B (b0 / b1) alike — a bijection of the group's k onto the steps'
-// fragment k, the same for every lane holding a fragment column, so each product pairs A and B
-// at the same k. Per group, not per slice: both tiles feed every mma the same operands, so a
-// row's result does not depend on the tile (prompt pieces give the whole prompt's result).
+// and reads the same elements of its A rows, then runs the group's two m16n8k16 steps under the
+// permutation MmaBf16Group32 (mma.cuh) defines. Per group, not per slice: both tiles feed every
+// mma the same operands, so a row's result does not depend on the tile (prompt pieces give the
+// whole prompt's result).
 template <class T, WeightFmt kFmt, bool kGlu>
 __device__ __forceinline__ void ComputeStageDecoded(const unsigned char* stage, const uint32_t* lut,
                                                     const GemmParams& p, const WorkItem& item,
@@ -290,13 +289,7 @@ __device__ __forceinline__ void ComputeStageDecoded(const unsigned char* stage, 
         a[h][0] = w.x, a[h][1] = w.y, a[h][2] = w.z, a[h][3] = w.w;
       }
 #pragma unroll
-      for (int st = 0; st < 2; ++st) {
-        const uint32_t af[4] = {a[0][2 * st], a[1][2 * st], a[0][2 * st + 1], a[1][2 * st + 1]};
-#pragma unroll
-        for (int jn = 0; jn < T::kNt; ++jn) {
-          MmaBf16(acc[i][jn], af, b[jn][2 * st], b[jn][2 * st + 1]);
-        }
-      }
+      for (int jn = 0; jn < T::kNt; ++jn) MmaBf16Group32(acc[i][jn], a[0], a[1], b[jn]);
     }
   }
 }

@@ -12,9 +12,10 @@
 namespace strata::kernels::cuda {
 namespace {
 
+using internal::Bf16BitsToFloat;
 using internal::FloatToBf16Bits;
 using internal::Int8PairToBf16x2;
-using internal::MmaBf16;
+using internal::MmaBf16Group32;
 using internal::StoreOut;
 
 constexpr int kWarps = 4;  // per CTA; they split k
@@ -27,10 +28,6 @@ constexpr int RowsPerCta() {
 constexpr int kCodesPerLane = 16;  // one 16-byte load per row and step: half a group
 constexpr int kWarpStep = 32 * kCodesPerLane;
 constexpr int kDequantThreads = 256;
-
-__device__ __forceinline__ float Bf16BitsToFloat(uint32_t bits) {
-  return __uint_as_float(bits << 16);
-}
 
 // The 16 codes of a 16-byte word as floats.
 __device__ __forceinline__ void CodesToFloats(const uint4& q, float (&w)[kCodesPerLane]) {
@@ -164,9 +161,7 @@ constexpr int kSkinnyGroupsInFlight = 4;  // groups of 32 codes a lane loads bef
 // stored). Warp w sums groups [w·G/4, (w+1)·G/4) of every row. Per group lane (g = lane / 4,
 // q = lane % 4) loads codes 8q … 8q+7 of weight rows 8t + g (t = 0, 1) and activations 8q … 8q+7
 // of rows g and g + 8 (zero past m; kUpper false: m ≤ 8, row g + 8 is never read) and runs the
-// group's two m16n8k16 steps with the k permutation of grouped_gemm.cu's ComputeStageDecoded:
-// fragment k pair (2q, 2q+1) of step st is element pair 2·st of the lane's eight, (2q+8, 2q+9)
-// pair 2·st + 1, in A and B alike.
+// group's two m16n8k16 steps (MmaBf16Group32, mma.cuh).
 template <bool kUpper, typename OutT>
 __global__ void __launch_bounds__(kSkinnyWarps * 32)
     Int8SkinnyKernel(const uint16_t* __restrict__ x, int m, const int8_t* __restrict__ codes,
@@ -217,11 +212,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32)
         uint32_t b[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) b[i] = Int8PairToBf16x2(words, i, sc[u][t]);
-#pragma unroll
-        for (int st = 0; st < 2; ++st) {
-          const uint32_t af[4] = {lo[2 * st], hi[2 * st], lo[2 * st + 1], hi[2 * st + 1]};
-          MmaBf16(acc[t], af, b[2 * st], b[2 * st + 1]);
-        }
+        MmaBf16Group32(acc[t], lo, hi, b);
       }
     }
   }

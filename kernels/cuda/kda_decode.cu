@@ -219,14 +219,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const int tid = threadIdx.x;
   const int hd = num_heads * kD;
   const int col = 4 * (tid & 31), row0 = (tid >> 5) * kRowsPerThread;
-  auto state_of = [&](int item) {  // null for padding rows
-    const int slot = in.slots[item / num_heads];
-    return slot < 0 ? nullptr
-                    : state + (static_cast<int64_t>(slot) * num_heads + item % num_heads) * kD * kD;
+  auto state_of = [&](int slot, int h) {  // null for padding rows (slot < 0)
+    return slot < 0 ? nullptr : state + (static_cast<int64_t>(slot) * num_heads + h) * kD * kD;
   };
   // One commit per item, empty or not, so "wait for all but the newest" always means this item.
   auto stage_item = [&](int item) {
-    StateT* s_ptr = item < num_items ? state_of(item) : nullptr;
+    StateT* s_ptr =
+        item < num_items ? state_of(in.slots[item / num_heads], item % num_heads) : nullptr;
     if (s_ptr != nullptr) StageState(s_ptr, stage, tid, row0, col);
     internal::CpAsyncCommit();
   };
@@ -237,7 +236,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     const int64_t t_end = cu_seqlens == nullptr    ? b + 1
                           : in.seq_ends != nullptr ? in.seq_ends[b]
                                                    : cu_seqlens[b + 1];
-    StateT* s_ptr = state_of(item);
+    const int slot = in.slots[b];
+    StateT* s_ptr = state_of(slot, h);
     internal::CpAsyncWait<0>();
     float s[kRowsPerThread][4];
     if (s_ptr != nullptr) {
@@ -251,7 +251,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       }
       continue;
     }
-    const int slot = in.slots[b];
     float* conv_row = conv_state + static_cast<int64_t>(slot) * (conv_size - 1) * 3 * hd;
     for (int task = tid; task < 3 * kD; task += kThreads) {
       for (int j = 0; j < conv_size - 1; ++j) {

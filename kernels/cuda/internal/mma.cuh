@@ -110,4 +110,19 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
 }
 #endif  // STRATA_CUDA_EMU
 
+// One group of 32 k of an m16n8 tile with the k permutation of the in-register weight decoders
+// (grouped_gemm.cu ComputeStageDecoded, int8_gemm.cu Int8SkinnyKernel): lane (g = lane / 4,
+// q = lane % 4) holds elements 8q … 8q + 7 of A rows g (`lo`) and g + 8 (`hi`) and of its B
+// column (`b`) as four bf16 pairs each. In step st, fragment k pair (2q, 2q+1) is element pair
+// 2·st and (2q+8, 2q+9) pair 2·st + 1, in A and B alike: a bijection of the group's k onto the
+// two steps' fragment k that every lane of a fragment column shares.
+__device__ __forceinline__ void MmaBf16Group32(float (&d)[4], const uint32_t (&lo)[4],
+                                               const uint32_t (&hi)[4], const uint32_t (&b)[4]) {
+#pragma unroll
+  for (int st = 0; st < 2; ++st) {
+    const uint32_t a[4] = {lo[2 * st], hi[2 * st], lo[2 * st + 1], hi[2 * st + 1]};
+    MmaBf16(d, a, b[2 * st], b[2 * st + 1]);
+  }
+}
+
 }  // namespace strata::kernels::cuda::internal
