@@ -121,10 +121,12 @@ def check_queries_on_prometheus(exposition, queries, workdir):
     target = "127.0.0.1:%d" % server.server_address[1]
     try:
         with promlib.Prometheus([target], workdir) as prom:
-            # rate() needs two samples inside its window: wait for the third scrape.
+            # rate() needs two samples inside its window: wait for the third scrape (1 s apart;
+            # the limit covers Prometheus starting on a loaded 2-core machine, where 20 s once
+            # ran out in a fresh-clone run of the test command).
             prom.wait_until(lambda: float(prom.query(
                 'count_over_time(up{job="strata"}[1m])')["data"]["result"][0]["value"][1]) >= 3,
-                20, "three scrapes of the exposition")
+                60, "three scrapes of the exposition")
             for where, expr, _ in queries:
                 answer = prom.query(substitute(expr))
                 if check(answer.get("status") == "success",
