@@ -8,9 +8,12 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -61,7 +64,14 @@ strata_emu_switch:
 )");
 #endif
 
-enum class Status { kRunnable, kWaitingBlock, kWaitingWarp, kDone };
+enum class Status {
+  kRunnable,
+  kWaitingBlock,
+  kWaitingWarp,
+  kWaitingNamed,  // bar.sync id (Fiber::wait_id)
+  kWaitingMbar,   // an mbarrier phase (Fiber::wait_bar)
+  kDone
+};
 
 struct PendingCopy {
   unsigned char* dst;
@@ -83,7 +93,9 @@ struct Fiber {
 #endif
   std::vector<PendingCopy> copies;
   int committed_groups = 0;
-  bool waited_for_grids = false;  // GridDependencyWait called
+  bool waited_for_grids = false;       // GridDependencyWait called
+  int wait_id = 0;                     // kWaitingNamed: the barrier
+  const uint64_t* wait_bar = nullptr;  // kWaitingMbar: the mbarrier
 
   Fiber() = default;
   Fiber(const Fiber&) = delete;
@@ -96,6 +108,31 @@ struct Fiber {
   }
 };
 
+// One warp's share of a wgmma.mma_async (its 16 rows of the m64 tile): where each lane's A
+// registers and accumulators live (read and written when the op retires) and the B descriptor.
+struct WgmmaOp {
+  const uint32_t* a[32];
+  float* d[32];
+  uint64_t desc_b;
+  int n;
+  bool accumulate;
+};
+
+// An mbarrier (keyed by its shared-memory address): the phase, its pending arrivals and
+// transaction bytes, and the bulk copies that complete on it.
+struct BulkCopy {
+  unsigned char* dst;
+  const unsigned char* src;
+  uint32_t bytes;
+};
+struct Mbarrier {
+  int arrivals = 0;  // per phase
+  int pending = 0;   // arrivals still missing in the current phase
+  int64_t tx = 0;    // expected minus completed transaction bytes
+  uint32_t phase = 0;
+  std::vector<BulkCopy> copies;
+};
+
 struct WarpState {
   unsigned int present = 0;   // lanes that exist in this block
   unsigned int exited = 0;    // lanes whose thread returned
@@ -105,6 +142,8 @@ struct WarpState {
   uint64_t generation = 0;
   alignas(16) unsigned char in[2][32][kSlotBytes];
   alignas(16) unsigned char out[2][32][kSlotBytes];
+  std::vector<WgmmaOp> wgmma_open;                // issued, not yet committed
+  std::deque<std::vector<WgmmaOp>> wgmma_groups;  // committed, not yet retired
 };
 
 struct GridRun {
@@ -120,6 +159,8 @@ struct GridRun {
   size_t dynamic_smem_bytes = 0;
   bool programmatic = false;  // LaunchConfig::programmatic
   std::vector<WarpState> warps;
+  int named_arrived[16] = {};  // bar.sync id: threads arrived
+  std::map<const uint64_t*, Mbarrier> mbarriers;
 };
 
 // The order in which the runnable threads of a block run between barriers
@@ -279,6 +320,9 @@ void ThreadExited() {
   f.status = Status::kDone;
   --run.live;
   WarpState& w = run.warps[f.warp];
+  if (!w.wgmma_open.empty() || !w.wgmma_groups.empty()) {
+    Fault("a thread exited with wgmma operations in flight (no wgmma.wait_group retired them)");
+  }
   w.exited |= 1u << f.lane;
   if (w.arrived != 0 && (w.expected >> f.lane & 1u)) {
     Fault("a thread exited while other lanes of its warp wait for it in a warp collective");
@@ -355,6 +399,10 @@ void Resume(Fiber& f) {
     } else if (f.status == Status::kWaitingWarp) {
       states += " t" + std::to_string(i) + ":" +
                 (run.warps[f.warp].kind ? run.warps[f.warp].kind : "warp");
+    } else if (f.status == Status::kWaitingNamed) {
+      states += " t" + std::to_string(i) + ":bar.sync" + std::to_string(f.wait_id);
+    } else if (f.status == Status::kWaitingMbar) {
+      states += " t" + std::to_string(i) + ":mbarrier.wait";
     }
     if (states.size() > 600) {
       states += " ...";
@@ -380,7 +428,11 @@ void RunBlock(GridRun& run, uint3 block_idx) {
     ws.present = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
     ws.exited = ws.arrived = ws.expected = 0;
     ws.kind = nullptr;
+    ws.wgmma_open.clear();
+    ws.wgmma_groups.clear();
   }
+  std::fill(std::begin(run.named_arrived), std::end(run.named_arrived), 0);
+  run.mbarriers.clear();
   if (run.dynamic_smem != nullptr) std::memset(run.dynamic_smem, 0xff, run.dynamic_smem_bytes);
   for (int i = 0; i < run.threads; ++i) {
     Fiber& f = *h.fibers[i];
@@ -726,6 +778,240 @@ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
     d |= static_cast<uint32_t>(FloatToBf16BitsRn(x * y)) << (16 * half);
   }
   return d;
+}
+
+// ---- Hopper: named barriers, mbarriers, bulk copies, wgmma ------------------------------------
+
+namespace {
+
+void WakeAll(Status status, const auto& matches) {
+  GridRun& run = *t_host.run;
+  for (int i = 0; i < run.threads; ++i) {
+    Fiber& f = *t_host.fibers[i];
+    if (f.status == status && matches(f)) f.status = Status::kRunnable;
+  }
+}
+
+Mbarrier& BarrierAt(const uint64_t* bar, const char* op) {
+  auto it = t_host.run->mbarriers.find(bar);
+  if (it == t_host.run->mbarriers.end()) {
+    const std::string what =
+        std::string(op) + ": the mbarrier was not initialised (mbarrier.init) in this block";
+    Fault(what.c_str());
+  }
+  return it->second;
+}
+
+// Threads waiting on `bar` run again and re-check its phase (the data of a bulk copy lands only
+// when a waiter runs, so the thread that issued it cannot see it early).
+void WakeWaiters(const uint64_t* bar) {
+  WakeAll(Status::kWaitingMbar, [bar](const Fiber& f) { return f.wait_bar == bar; });
+}
+
+// Once every arrival of the phase is in: performs its bulk copies (the data lands now, not at
+// the issue) and, when the transaction count balances, completes the phase and wakes waiters.
+void ProgressPhase(Mbarrier& m, const uint64_t* bar) {
+  if (m.pending != 0) return;
+  for (const BulkCopy& c : m.copies) {
+    std::memcpy(c.dst, c.src, c.bytes);
+    m.tx -= c.bytes;
+  }
+  m.copies.clear();
+  if (m.tx != 0) return;  // bytes still expected: the phase waits (a GPU would hang too)
+  ++m.phase;
+  m.pending = m.arrivals;
+  WakeWaiters(bar);
+}
+
+void Arrive(uint64_t* bar, uint32_t tx_bytes, const char* op) {
+  Current();
+  Mbarrier& m = BarrierAt(bar, op);
+  // An arrival for the next phase: the current one has completed on a GPU by now.
+  if (m.pending == 0) ProgressPhase(m, bar);
+  if (m.pending == 0) Fault("mbarrier: more arrivals than the phase expects (tx count unbalanced)");
+  m.tx += tx_bytes;
+  --m.pending;
+  if (m.pending == 0) WakeWaiters(bar);
+}
+
+// [p, p + bytes) inside the block's dynamic shared memory.
+void CheckDynamicShared(const void* p, size_t bytes, const char* what) {
+  const GridRun& run = *t_host.run;
+  const auto* c = static_cast<const unsigned char*>(p);
+  if (run.dynamic_smem == nullptr || c < run.dynamic_smem ||
+      c + bytes > run.dynamic_smem + run.dynamic_smem_bytes) {
+    Fault(what);
+  }
+}
+
+// D (this warp's 16 rows × n) = [D +] A · B, B read through the descriptor now.
+void PerformWgmma(const WgmmaOp& op) {
+  const GridRun& run = *t_host.run;
+  if ((op.desc_b >> 62) != 0 || ((op.desc_b >> 49) & 7u) != 0) {
+    Fault("wgmma: only the no-swizzle canonical layout with base offset 0 is emulated");
+  }
+  const size_t start = (op.desc_b & 0x3FFFu) << 4;
+  const size_t lbo = ((op.desc_b >> 16) & 0x3FFFu) << 4;
+  const size_t sbo = ((op.desc_b >> 32) & 0x3FFFu) << 4;
+  // K-major, no swizzle: 8×8 core matrices of 8 rows × 16 contiguous bytes; core matrices
+  // adjacent in K are `lbo` bytes apart, in N `sbo` bytes apart.
+  std::vector<float> b(static_cast<size_t>(16 * op.n));
+  for (int k = 0; k < 16; ++k) {
+    for (int j = 0; j < op.n; ++j) {
+      const size_t off = start + static_cast<size_t>(j % 8) * 16 +
+                         static_cast<size_t>(j / 8) * sbo + static_cast<size_t>(k % 8) * 2 +
+                         static_cast<size_t>(k / 8) * lbo;
+      if (off + 2 > run.dynamic_smem_bytes) {
+        Fault("wgmma: the B descriptor reaches past the dynamic shared memory");
+      }
+      b[static_cast<size_t>(k * op.n + j)] = Bf16BitsToFloat(LoadB16(run.dynamic_smem + off));
+    }
+  }
+  float a[16][16];
+  auto lo = [](uint32_t v) { return Bf16BitsToFloat(static_cast<uint16_t>(v & 0xffffu)); };
+  auto hi = [](uint32_t v) { return Bf16BitsToFloat(static_cast<uint16_t>(v >> 16)); };
+  for (int lane = 0; lane < 32; ++lane) {
+    const uint32_t* r = op.a[lane];
+    const int g = lane / 4, t = 2 * (lane % 4);
+    a[g][t] = lo(r[0]), a[g][t + 1] = hi(r[0]);
+    a[g + 8][t] = lo(r[1]), a[g + 8][t + 1] = hi(r[1]);
+    a[g][t + 8] = lo(r[2]), a[g][t + 9] = hi(r[2]);
+    a[g + 8][t + 8] = lo(r[3]), a[g + 8][t + 9] = hi(r[3]);
+  }
+  // Accumulator layout: d[4j + i] of lane (g, t) is row g (+8 for i ≥ 2), column 8j + t (+1
+  // for odd i); each element summed from its old value in k order, as the mma emulation does.
+  for (int lane = 0; lane < 32; ++lane) {
+    float* d = op.d[lane];
+    const int g = lane / 4, t = 2 * (lane % 4);
+    for (int j = 0; j < op.n / 8; ++j) {
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + (i >= 2 ? 8 : 0), col = 8 * j + t + (i & 1);
+        float sum = op.accumulate ? d[4 * j + i] : 0.0f;
+        for (int k = 0; k < 16; ++k) sum += a[row][k] * b[static_cast<size_t>(k * op.n + col)];
+        d[4 * j + i] = sum;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void NamedBarrierSync(int id, int thread_count) {
+  Fiber& f = Current();
+  GridRun& run = *t_host.run;
+  if (id < 1 || id > 15) Fault("bar.sync: barrier id outside 1..15 (0 is __syncthreads)");
+  if (thread_count <= 0 || thread_count % 32 != 0 || thread_count > run.threads) {
+    Fault("bar.sync: thread count must be a positive multiple of 32 within the block");
+  }
+  if (++run.named_arrived[id] == thread_count) {
+    run.named_arrived[id] = 0;
+    WakeAll(Status::kWaitingNamed, [id](const Fiber& w) { return w.wait_id == id; });
+    return;
+  }
+  f.status = Status::kWaitingNamed;
+  f.wait_id = id;
+  SwitchToScheduler();
+}
+
+void MbarrierInit(uint64_t* bar, int arrivals) {
+  Current();
+  CheckAligned(bar, 8, "mbarrier.init: the mbarrier is not 8-byte aligned");
+  if (arrivals < 1) Fault("mbarrier.init: the arrival count must be ≥ 1");
+  Mbarrier& m = t_host.run->mbarriers[bar];
+  m = Mbarrier{};
+  m.arrivals = m.pending = arrivals;
+  *bar = 0;  // the object's bits are opaque; kernels never read them
+}
+
+void MbarrierArrive(uint64_t* bar) { Arrive(bar, 0, "mbarrier.arrive"); }
+
+void MbarrierArriveExpectTx(uint64_t* bar, uint32_t tx_bytes) {
+  Arrive(bar, tx_bytes, "mbarrier.arrive.expect_tx");
+}
+
+void MbarrierWait(uint64_t* bar, int parity) {
+  Fiber& f = Current();
+  if (parity != 0 && parity != 1) Fault("mbarrier.try_wait.parity: parity must be 0 or 1");
+  while (true) {
+    Mbarrier& m = BarrierAt(bar, "mbarrier.try_wait.parity");
+    ProgressPhase(m, bar);
+    // Waiting on parity p returns once the phase of that parity has completed.
+    if (static_cast<int>(m.phase & 1u) != parity) return;
+    f.status = Status::kWaitingMbar;
+    f.wait_bar = bar;
+    SwitchToScheduler();
+  }
+}
+
+void CpAsyncBulkToShared(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar) {
+  Current();
+  Mbarrier& m = BarrierAt(bar, "cp.async.bulk");
+  if (bytes == 0 || bytes % 16 != 0) Fault("cp.async.bulk: the size must be a multiple of 16");
+  CheckAligned(smem_dst, 16, "cp.async.bulk: shared address not 16-byte aligned");
+  CheckAligned(gmem_src, 16, "cp.async.bulk: global address not 16-byte aligned");
+  CheckDynamicShared(smem_dst, bytes,
+                     "cp.async.bulk: the destination is not inside the dynamic shared memory");
+  if (!IsDeviceRange(gmem_src, bytes)) Fault("cp.async.bulk: the source is not device memory");
+  std::memset(smem_dst, 0xff, bytes);  // undefined until the phase completes
+  m.copies.push_back(BulkCopy{static_cast<unsigned char*>(smem_dst),
+                              static_cast<const unsigned char*>(gmem_src), bytes});
+  if (m.pending == 0) WakeWaiters(bar);
+}
+
+void WgmmaFence() {
+  WarpCollective<char, char>("wgmma.fence", 0xffffffffu, char{0}, [](WarpState& w, int) {
+    if (w.expected != 0xffffffffu) Fault("wgmma.fence needs all 32 lanes");
+  });
+}
+
+void WgmmaBf16(float* d, int n, const uint32_t* a, uint64_t desc_b, bool accumulate) {
+  struct In {
+    float* d;
+    const uint32_t* a;
+    uint64_t desc_b;
+    int n;
+    bool accumulate;
+  };
+  if (t_host.run != nullptr && t_host.run->threads % 128 != 0) {
+    Fault("wgmma: the block's threads must form whole warpgroups of 128");
+  }
+  if (n < 8 || n > 256 || n % 8 != 0) Fault("wgmma: N must be a multiple of 8 in [8, 256]");
+  WarpCollective<In, char>(
+      "wgmma.mma_async", 0xffffffffu, In{d, a, desc_b, n, accumulate}, [](WarpState& w, int buf) {
+        if (w.expected != 0xffffffffu) Fault("wgmma needs all 32 lanes");
+        WgmmaOp op{};
+        const In first = SlotIn<In>(w, buf, 0);
+        op.desc_b = first.desc_b;
+        op.n = first.n;
+        op.accumulate = first.accumulate;
+        for (int lane = 0; lane < 32; ++lane) {
+          const In v = SlotIn<In>(w, buf, lane);
+          if (v.desc_b != op.desc_b || v.n != op.n || v.accumulate != op.accumulate) {
+            Fault("wgmma: lanes of a warp disagree on B, N or scale-d");
+          }
+          op.a[lane] = v.a;
+          op.d[lane] = v.d;
+        }
+        w.wgmma_open.push_back(op);
+      });
+}
+
+void WgmmaCommit() {
+  WarpCollective<char, char>("wgmma.commit_group", 0xffffffffu, char{0}, [](WarpState& w, int) {
+    w.wgmma_groups.push_back(std::move(w.wgmma_open));
+    w.wgmma_open.clear();
+  });
+}
+
+void WgmmaWait(int pending_groups) {
+  WarpCollective<int, char>("wgmma.wait_group", 0xffffffffu, pending_groups,
+                            [](WarpState& w, int buf) {
+                              const int keep = SlotIn<int>(w, buf, 0);
+                              while (static_cast<int>(w.wgmma_groups.size()) > keep) {
+                                for (const WgmmaOp& op : w.wgmma_groups.front()) PerformWgmma(op);
+                                w.wgmma_groups.pop_front();
+                              }
+                            });
 }
 
 }  // namespace strata_emu

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/internal/hopper.cuh"
 #include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mma.cuh"
 #include "tests/cuda_emu/emu_internal.h"
@@ -77,6 +78,190 @@ TEST(CudaEmuTest, LdMatrixAndMmaComputeTheMatrixProduct) {
   cudaFree(da);
   cudaFree(db);
   cudaFree(dc);
+}
+
+// D[64×24] = C + A[64×16] · B[16×24] by one wgmma over a warpgroup: A fragments straight from
+// global memory into registers, B written into shared memory in the no-swizzle K-major layout
+// with core matrices spread apart (lbo 384 B between the two K halves, sbo 128 B between the
+// three 8-column groups, so a mix-up of the two offsets reads the wrong bytes). `before`
+// receives the accumulators between the issue and the wait: still C, as the hardware may
+// leave them until wgmma.wait_group.
+constexpr int kWgN = 24;
+__global__ void WgmmaTileKernel(const uint16_t* a, const uint16_t* b, const float* c, float* d_out,
+                                float* before) {
+  AwaitPriorGrids();
+  STRATA_DYNAMIC_SHARED(smem);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  constexpr uint32_t kLbo = 384, kSbo = 128;
+  for (int i = tid; i < 16 * kWgN; i += 128) {
+    const int k = i / kWgN, n = i % kWgN;
+    *reinterpret_cast<uint16_t*>(smem + (n % 8) * 16 + (n / 8) * kSbo + (k % 8) * 2 +
+                                 (k / 8) * kLbo) = b[i];
+  }
+  ki::FenceProxyAsync();
+  __syncthreads();
+  const int g = lane / 4, t = 2 * (lane % 4), r0 = 16 * warp + g;
+  auto pair = [&](int row, int col) {
+    return static_cast<uint32_t>(a[row * 16 + col]) | static_cast<uint32_t>(a[row * 16 + col + 1])
+                                                          << 16;
+  };
+  uint32_t af[4] = {pair(r0, t), pair(r0 + 8, t), pair(r0, t + 8), pair(r0 + 8, t + 8)};
+  float d[kWgN / 2];
+  auto index = [&](int j, int i) { return (r0 + (i >= 2 ? 8 : 0)) * kWgN + 8 * j + t + (i & 1); };
+  for (int j = 0; j < kWgN / 8; ++j) {
+    for (int i = 0; i < 4; ++i) d[4 * j + i] = c[index(j, i)];
+  }
+  ki::WgmmaFence();
+  ki::WgmmaBf16<kWgN>(d, af, ki::WgmmaDescriptor(smem, kLbo, kSbo), true);
+  ki::WgmmaCommit();
+  for (int j = 0; j < kWgN / 8; ++j) {
+    for (int i = 0; i < 4; ++i) before[index(j, i)] = d[4 * j + i];
+  }
+  ki::WgmmaWait<0>();
+  for (int j = 0; j < kWgN / 8; ++j) {
+    for (int i = 0; i < 4; ++i) d_out[index(j, i)] = d[4 * j + i];
+  }
+}
+
+TEST(CudaEmuTest, WgmmaComputesTheProductThroughItsDescriptorAtTheWait) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<uint16_t> a(64 * 16), b(16 * kWgN);
+  std::vector<float> c(64 * kWgN);
+  for (auto& v : a) v = ToBf16(u(rng));
+  for (auto& v : b) v = ToBf16(u(rng));
+  for (auto& v : c) v = u(rng);
+  uint16_t *da, *db;
+  float *dc, *dd, *dbefore;
+  ASSERT_EQ(cudaMalloc(&da, a.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&db, b.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dc, c.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dd, c.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dbefore, c.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  LaunchKernel(WgmmaTileKernel, 1, 128, 1024, nullptr, da, db, dc, dd, dbefore);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> d(c.size()), before(c.size());
+  ASSERT_EQ(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(before.data(), dbefore, d.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < 64; ++i) {
+    for (int j = 0; j < kWgN; ++j) {
+      double want = c[i * kWgN + j];
+      for (int k = 0; k < 16; ++k) {
+        want += double{FromBf16(a[i * 16 + k])} * FromBf16(b[k * kWgN + j]);
+      }
+      EXPECT_NEAR(d[i * kWgN + j], want, 1e-4) << "row " << i << " col " << j;
+      EXPECT_EQ(before[i * kWgN + j], c[i * kWgN + j]) << "row " << i << " col " << j;
+    }
+  }
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc),
+                  static_cast<void*>(dd), static_cast<void*>(dbefore)}) {
+    cudaFree(p);
+  }
+}
+
+// Two phases of one mbarrier, each a bulk copy of 64 words that thread 0 expects: every thread
+// waits for the phase's parity and then reads the copy; a word read right after the issue (before
+// the wait) is still undefined (the emulator's poison).
+__global__ void BulkCopyKernel(const uint32_t* src, uint32_t* out, uint32_t* early) {
+  AwaitPriorGrids();
+  STRATA_DYNAMIC_SHARED(smem);
+  __shared__ uint64_t bar;
+  auto* words = reinterpret_cast<uint32_t*>(smem);
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    ki::MbarrierInit(&bar, 1);
+    ki::FenceMbarrierInit();
+  }
+  __syncthreads();
+  for (int phase = 0; phase < 2; ++phase) {
+    if (tid == 0) {
+      ki::MbarrierArriveExpectTx(&bar, 256);
+      ki::CpAsyncBulkToShared(words, src + 64 * phase, 256, &bar);
+      early[phase] = words[5];
+    }
+    ki::MbarrierWait(&bar, phase);
+    out[64 * phase + tid] = words[tid];
+    __syncthreads();  // everyone has read before the next copy overwrites
+  }
+}
+
+TEST(CudaEmuTest, BulkCopiesLandWhenTheirBarrierPhaseCompletes) {
+  std::vector<uint32_t> src(128);
+  std::iota(src.begin(), src.end(), 1000u);
+  uint32_t *dsrc, *dout, *dearly;
+  ASSERT_EQ(cudaMalloc(&dsrc, 512), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, 512), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dearly, 8), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dsrc, src.data(), 512, cudaMemcpyHostToDevice), cudaSuccess);
+  for (const char* schedule : {"forward", "reverse", "shuffle:3"}) {
+    strata_emu::SetScheduleForTesting(schedule);
+    LaunchKernel(BulkCopyKernel, 1, 64, 256, nullptr, dsrc, dout, dearly);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<uint32_t> out(128), early(2);
+    ASSERT_EQ(cudaMemcpy(out.data(), dout, 512, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(early.data(), dearly, 8, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(out, src) << schedule;
+    EXPECT_EQ(early, (std::vector<uint32_t>{0xffffffffu, 0xffffffffu})) << schedule;
+  }
+  strata_emu::SetScheduleForTesting(nullptr);
+  cudaFree(dsrc);
+  cudaFree(dout);
+  cudaFree(dearly);
+}
+
+// A phase that expects more bytes than its copies bring never completes: a hang on a GPU, an
+// abort naming the waiting threads here.
+__global__ void ShortBulkCopyKernel(const uint32_t* src) {
+  AwaitPriorGrids();
+  STRATA_DYNAMIC_SHARED(smem);
+  __shared__ uint64_t bar;
+  if (threadIdx.x == 0) {
+    ki::MbarrierInit(&bar, 1);
+    ki::MbarrierArriveExpectTx(&bar, 512);
+    ki::CpAsyncBulkToShared(smem, src, 256, &bar);
+  }
+  __syncthreads();
+  ki::MbarrierWait(&bar, 0);
+}
+
+TEST(CudaEmuDeathTest, ABarrierPhaseMissingBytesDeadlocks) {
+  EXPECT_DEATH(
+      {
+        uint32_t* d = nullptr;
+        cudaMalloc(&d, 256);
+        LaunchKernel(ShortBulkCopyKernel, 1, 32, 256, nullptr, d);
+        cudaDeviceSynchronize();
+      },
+      "deadlock.*mbarrier.wait");
+}
+
+// Two warpgroups, each passing values among its own threads through its own named barrier while
+// the other group never reaches it.
+__global__ void NamedBarrierKernel(int* out) {
+  AwaitPriorGrids();
+  __shared__ int value[2];
+  const int group = threadIdx.x / 128;
+  if (threadIdx.x % 128 == 0) value[group] = 10 + group;
+  ki::NamedBarrierSync(1 + group, 128);
+  out[threadIdx.x] = value[group];
+}
+
+TEST(CudaEmuTest, NamedBarriersSynchronizeTheirOwnThreads) {
+  int* d;
+  ASSERT_EQ(cudaMalloc(&d, 256 * sizeof(int)), cudaSuccess);
+  for (const char* schedule : {"forward", "reverse"}) {
+    strata_emu::SetScheduleForTesting(schedule);
+    LaunchKernel(NamedBarrierKernel, 1, 256, 0, nullptr, d);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<int> out(256);
+    ASSERT_EQ(cudaMemcpy(out.data(), d, 256 * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(out[i], 10 + i / 128) << schedule << " thread " << i;
+  }
+  strata_emu::SetScheduleForTesting(nullptr);
+  cudaFree(d);
 }
 
 // Block-wide sum through shared memory; threads past `n` return before the barrier (exited

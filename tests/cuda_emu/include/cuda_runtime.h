@@ -285,6 +285,26 @@ void CpAsyncWait(int pending_groups);
 void LdMatrixX4(uint32_t (&r)[4], const void* row_ptr, bool trans);
 void MmaBf16M16N8K16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 uint32_t MulBf16x2(uint32_t a, uint32_t b);
+// Hopper's asynchronous machinery (kernels/cuda/internal/hopper.cuh), PTX semantics:
+// bar.sync with an id (1..15) over `thread_count` threads;
+void NamedBarrierSync(int id, int thread_count);
+// mbarrier objects in shared memory (init with the arrivals a phase expects, arrive, arrive
+// with an expected transaction count, wait for the phase of a parity to complete);
+void MbarrierInit(uint64_t* bar, int arrivals);
+void MbarrierArrive(uint64_t* bar);
+void MbarrierArriveExpectTx(uint64_t* bar, uint32_t tx_bytes);
+void MbarrierWait(uint64_t* bar, int parity);
+// cp.async.bulk global → shared completing `bytes` of transactions on `bar`: the destination is
+// undefined (poisoned) from the issue until a wait sees the phase complete, when it is written;
+void CpAsyncBulkToShared(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar);
+// wgmma.mma_async m64nNk16 f32 += bf16 · bf16, A from registers (the warp's 16 rows in
+// mma.m16n8k16's A layout), B from a shared-memory descriptor (no swizzle, K-major canonical
+// layout, start address relative to the dynamic shared memory): the A registers, the
+// accumulators d[N/2] and B are read, and d written, when wgmma.wait_group retires the op.
+void WgmmaFence();
+void WgmmaBf16(float* d, int n, const uint32_t* a, uint64_t desc_b, bool accumulate);
+void WgmmaCommit();
+void WgmmaWait(int pending_groups);
 
 template <typename T>
 uint64_t ToBits(T value) {
