@@ -209,11 +209,14 @@ absl::Status FillFp8Pages(uint8_t* cache, int64_t blocks) {
 // MLA paged decode: `batch` sequences of `ctx` tokens each, pages scattered over the pool;
 // bf16 cache rows (1,152 bytes), or fp8 (656 bytes, --kv-cache-dtype fp8). `partial`: the
 // context-parallel form (MlaPagedPartial: [ō ; LSE] rows for the ranks' merge).
-void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bool simple,
-              bool fp8 = false, bool partial = false) {
+// `which`: the tensor-core kernel (named MlaPagedDecode / MlaPagedPartial for mma.sync, with
+// "Wgmma" appended for the warpgroup-MMA kernel).
+void BenchMlaKernel(Bench& bench, const char* model, int heads, int batch, int ctx, bool simple,
+                    bool fp8, bool partial, MlaDecodeKernel which) {
   const std::string kernel = std::string(simple    ? "MlaPagedDecodeSimple"
                                          : partial ? "MlaPagedPartial"
                                                    : "MlaPagedDecode") +
+                             (which == MlaDecodeKernel::kWgmma ? "Wgmma" : "") +
                              (fp8 ? "_fp8" : "");
   if (!bench.Wants(kernel)) return;
   const std::string shape = std::string(model) + " H" + std::to_string(heads) + " B" +
@@ -248,6 +251,7 @@ void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bo
   p.max_context = ctx;
   p.scale = 0.0721688f;
   p.cache_dtype = fp8 ? LatentDType::kFP8 : LatentDType::kBF16;
+  p.kernel = which;
   Buf ws(MlaDecodeWorkspaceBytes(p));
   const double bytes = static_cast<double>(batch) * ctx * row_bytes +
                        static_cast<double>(batch) * heads * (kMlaLatentDim + kMlaValueDim) * 2;
@@ -269,6 +273,16 @@ void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bo
                           lens.as<int32_t>(), p, ws.as<void>(), MlaDecodeWorkspaceBytes(p),
                           reinterpret_cast<uint16_t*>(out.as<float>()), bench.stream);
   });
+}
+
+// Each tensor-core kernel the device runs (wgmma on sm_90) on the shape, or the CUDA-core one.
+void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bool simple,
+              bool fp8 = false, bool partial = false) {
+  BenchMlaKernel(bench, model, heads, batch, ctx, simple, fp8, partial, MlaDecodeKernel::kMmaSync);
+  if (simple) return;
+  if (MlaDecodeWgmmaAvailable()) {
+    BenchMlaKernel(bench, model, heads, batch, ctx, simple, fp8, partial, MlaDecodeKernel::kWgmma);
+  }
 }
 
 // KDA decode step: `batch` sequences × `heads` heads, state f32 or bf16, bf16 output.

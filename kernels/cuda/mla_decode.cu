@@ -2,13 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
 #include "kernels/cuda/internal/latent_fp8.cuh"
 #include "kernels/cuda/internal/launch.cuh"
+#include "kernels/cuda/internal/mla_split.cuh"
 #include "kernels/cuda/internal/mma.cuh"
+#include "kernels/cuda/mla_decode_wgmma.h"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -24,10 +28,13 @@ using internal::kFp8RowBytes;
 using internal::kFp8RowChunks;
 using internal::LdMatrixX4;
 using internal::LdMatrixX4Trans;
+using internal::MlaSplit;
+using internal::MlaSplitOfThisCta;
 using internal::MmaBf16;
 using internal::StoreOut;
 using internal::WarpMax;
 using internal::WarpSum;
+using internal::WriteEmptySplit;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kHeadsPerCta = 32;  // two m16 row tiles
@@ -125,23 +132,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* row_l = row_m + kHeadsPerCta;
   float* row_alpha = row_l + kHeadsPerCta;
 
-  const int split = blockIdx.y, b = blockIdx.z;
-  const int head0 = blockIdx.x * kHeadsPerCta;
-  const int heads_here = min(kHeadsPerCta, num_heads - head0);
-  const int seq_len = seq_lens[b];
-  const int num_pages = seq_len > 0 ? (seq_len + kMlaPageSize - 1) / kMlaPageSize : 0;
-  const int page_begin = split * pages_per_split;
-  const int page_end = min(page_begin + pages_per_split, num_pages);
-  const int64_t part_row0 = (static_cast<int64_t>(b) * num_splits + split) * num_heads + head0;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-  if (page_begin >= page_end) {  // nothing to attend to in this split
-    for (int i = tid; i < heads_here * kMlaValueDim; i += kThreads) {
-      o_part[part_row0 * kMlaValueDim + i] = 0.0f;
-    }
-    if (tid < heads_here) lse_part[part_row0 + tid] = -INFINITY;
+  const MlaSplit sp =
+      MlaSplitOfThisCta(seq_lens, num_heads, kHeadsPerCta, pages_per_split, num_splits);
+  if (sp.page_begin >= sp.page_end) {  // nothing to attend to in this split
+    WriteEmptySplit(sp, o_part, lse_part);
     return;
   }
+  const int b = blockIdx.z, head0 = sp.head0, heads_here = sp.heads_here, seq_len = sp.seq_len;
+  const int page_begin = sp.page_begin, page_end = sp.page_end;
+  const int64_t part_row0 = sp.part_row0;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   // Q rows (zero past the last head) and the first page form the first cp.async group.
   const uint16_t* q_src = q_abs + (static_cast<int64_t>(b) * num_heads + head0) * kMlaLatentDim;
@@ -459,6 +459,21 @@ __global__ void CopyRopeKernel(const uint16_t* __restrict__ q, int num_heads, in
       q[bh * (dn + kMlaRopeDim) + dn + threadIdx.x];
 }
 
+// STRATA_CUDA_MLA_DECODE (read once): "wgmma", "mma", or unset (nullptr).
+const char* KernelFromEnv() {
+  static const char* choice = [] {
+    const char* env = std::getenv("STRATA_CUDA_MLA_DECODE");
+    return env != nullptr && (std::strcmp(env, "wgmma") == 0 || std::strcmp(env, "mma") == 0)
+               ? env
+               : nullptr;
+  }();
+  return choice;
+}
+
+int HeadsPerCta(const MlaDecodeParams& p) {
+  return MlaDecodeUsesWgmma(p) ? internal::MlaWgmmaHeadTile(p.num_heads) : kHeadsPerCta;
+}
+
 int MaxPages(const MlaDecodeParams& p) {
   return std::max(1, (p.max_context + kMlaPageSize - 1) / kMlaPageSize);
 }
@@ -480,6 +495,9 @@ absl::Status CheckParams(const MlaDecodeParams& p, const void* workspace, int64_
     return absl::InvalidArgumentError("MlaPagedDecode: bad params");
   }
   RETURN_IF_ERROR(CheckCacheDType(p));
+  if (p.kernel == MlaDecodeKernel::kWgmma && !MlaDecodeWgmmaAvailable()) {
+    return absl::InvalidArgumentError("MlaPagedDecode: the wgmma kernel needs an sm_90 device");
+  }
   if (static_cast<int64_t>(p.max_blocks_per_seq) * kMlaPageSize < p.max_context) {
     return absl::InvalidArgumentError("MlaPagedDecode: max_context exceeds the block table");
   }
@@ -489,11 +507,11 @@ absl::Status CheckParams(const MlaDecodeParams& p, const void* workspace, int64_
   return absl::OkStatus();
 }
 
-template <bool kFp8, bool kWithLse, typename OutT>
-absl::Status LaunchDecode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
-                          const int32_t* query_seq, const int32_t* seq_lens,
-                          const MlaDecodeParams& p, int splits, float* o_part, float* lse_part,
-                          OutT* out, cudaStream_t stream) {
+template <bool kFp8>
+absl::Status LaunchMmaSync(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
+                           const int32_t* query_seq, const int32_t* seq_lens,
+                           const MlaDecodeParams& p, int splits, float* o_part, float* lse_part,
+                           cudaStream_t stream) {
   const int head_groups = (p.num_heads + kHeadsPerCta - 1) / kHeadsPerCta;
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(MlaDecodeKernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -504,7 +522,34 @@ absl::Status LaunchDecode(const uint16_t* q_abs, const void* kv_cache, const int
                          kv_cache, block_table, query_seq, seq_lens, p.num_heads,
                          p.max_blocks_per_seq, PagesPerSplit(p, splits), splits, p.scale * kLog2e,
                          o_part, lse_part);
-  STRATA_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "MlaDecodeKernel launch");
+  return LaunchStatus("MlaDecodeKernel launch");
+}
+
+template <bool kFp8, bool kWithLse, typename OutT>
+absl::Status LaunchDecode(const uint16_t* q_abs, const void* kv_cache, const int32_t* block_table,
+                          const int32_t* query_seq, const int32_t* seq_lens,
+                          const MlaDecodeParams& p, int splits, float* o_part, float* lse_part,
+                          OutT* out, cudaStream_t stream) {
+  if (MlaDecodeUsesWgmma(p)) {
+    internal::MlaWgmmaLaunch launch;
+    launch.q_abs = q_abs;
+    launch.kv_cache = kv_cache;
+    launch.block_table = block_table;
+    launch.query_seq = query_seq;
+    launch.seq_lens = seq_lens;
+    launch.batch = p.batch;
+    launch.num_heads = p.num_heads;
+    launch.max_blocks_per_seq = p.max_blocks_per_seq;
+    launch.pages_per_split = PagesPerSplit(p, splits);
+    launch.num_splits = splits;
+    launch.scale = p.scale;
+    launch.o_part = o_part;
+    launch.lse_part = lse_part;
+    RETURN_IF_ERROR(internal::LaunchMlaDecodeWgmma(launch, kFp8, stream));
+  } else {
+    RETURN_IF_ERROR(LaunchMmaSync<kFp8>(q_abs, kv_cache, block_table, query_seq, seq_lens, p,
+                                        splits, o_part, lse_part, stream));
+  }
   internal::LaunchKernel(MlaCombineKernel<OutT, kWithLse>, dim3(p.num_heads, p.batch),
                          kMlaValueDim / 4, 0, stream, o_part, lse_part, p.num_heads, splits, out,
                          kWithLse ? kMlaValueDim + 1 : kMlaValueDim);
@@ -532,11 +577,40 @@ absl::Status Decode(const uint16_t* q_abs, const void* kv_cache, const int32_t* 
 
 }  // namespace
 
+bool MlaDecodeWgmmaAvailable() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major == 9;
+}
+
+bool MlaDecodeUsesWgmma(const MlaDecodeParams& p) {
+  switch (p.kernel) {
+    case MlaDecodeKernel::kMmaSync:
+      return false;
+    case MlaDecodeKernel::kWgmma:
+      return true;
+    case MlaDecodeKernel::kAuto:
+      break;
+  }
+  const char* env = KernelFromEnv();
+#if defined(STRATA_CUDA_EMU)
+  const bool wanted = env == nullptr || std::strcmp(env, "wgmma") == 0;
+#else
+  const bool wanted = env != nullptr && std::strcmp(env, "wgmma") == 0;
+#endif
+  return wanted && MlaDecodeWgmmaAvailable();
+}
+
 int MlaDecodeNumSplits(const MlaDecodeParams& p) {
   if (p.num_splits > 0) return p.num_splits;
   const int max_pages = MaxPages(p);
+  const int heads_per_cta = HeadsPerCta(p);
   const int64_t ctas = static_cast<int64_t>(std::max(p.batch, 1)) *
-                       ((std::max(p.num_heads, 1) + kHeadsPerCta - 1) / kHeadsPerCta);
+                       ((std::max(p.num_heads, 1) + heads_per_cta - 1) / heads_per_cta);
   const int sms = internal::NumSms();
   // Time model: waves × pages per CTA, plus ~2 pages' worth of fixed cost per CTA (Q load,
   // epilogue) and a small charge per split for the merge. Smallest split count wins ties.

@@ -15,7 +15,10 @@
 // One query token per sequence; it attends to all seq_lens[b] rows (the new token's row must
 // already be in the cache).
 //
-// Two kernels compute the same function:
+// Three kernels compute the same function:
+//   wgmma (sm_90a)       warpgroup MMA on up to 48 heads a CTA, pages by bulk copy (TMA engine)
+//                        into two mbarrier-tracked buffers, fp8 decoded into the A fragments
+//                        (mla_decode_wgmma.h). Same partial results and merge as below.
 //   MlaPagedDecode       tensor cores (mma.sync m16n8k16 bf16, f32 accumulate): a CTA holds 32
 //                        heads of one sequence and walks a contiguous range of pages (split-K),
 //                        double-buffering 64-token pages through shared memory with cp.async;
@@ -42,6 +45,11 @@ inline constexpr int kMlaValueDim = 512;
 inline constexpr int kMlaRopeDim = 64;
 inline constexpr int kMlaPageSize = 64;
 
+// Which tensor-core kernel MlaPagedDecode (and Prefill / Partial) run. kAuto: wgmma on an sm_90
+// device when STRATA_CUDA_MLA_DECODE=wgmma, mma.sync when =mma; unset, the emulator runs wgmma
+// and a GPU mma.sync (the wgmma kernel becomes the GPU default once a GPU run has verified it).
+enum class MlaDecodeKernel { kAuto, kMmaSync, kWgmma };
+
 struct MlaDecodeParams {
   int batch = 0;               // sequences (one query token each), ≤ 65535 (grid limit)
   int num_heads = 0;           // H
@@ -49,8 +57,14 @@ struct MlaDecodeParams {
   int max_context = 0;         // host-side upper bound of seq_lens (sizes the split-K grid)
   float scale = 0.0f;          // softmax scale ((dn + dr)^-1/2 for Kimi)
   int num_splits = 0;          // 0: chosen from the shape and the SM count; else forced (≥ 1)
-  LatentDType cache_dtype = LatentDType::kBF16;  // kv_cache rows: kBF16 or kFP8
+  LatentDType cache_dtype = LatentDType::kBF16;     // kv_cache rows: kBF16 or kFP8
+  MlaDecodeKernel kernel = MlaDecodeKernel::kAuto;  // kWgmma off sm_90: an error
 };
+
+// Whether the current device runs the wgmma kernel (sm_90: H100, H200).
+bool MlaDecodeWgmmaAvailable();
+// Whether `params` run on the wgmma kernel on the current device.
+bool MlaDecodeUsesWgmma(const MlaDecodeParams& params);
 
 // Split count MlaPagedDecode will use for `params` on the current device.
 int MlaDecodeNumSplits(const MlaDecodeParams& params);

@@ -142,7 +142,21 @@ MlaDecodeParams ParamsFor(const CoreCase& tc, const PagedCache& cache) {
   return params;
 }
 
-TEST(CudaMlaDecodeTest, BothKernelsMatchHostAttentionOnOddShapes) {
+// The tensor-core kernels a test runs: mma.sync everywhere, wgmma on sm_90 (the emulator's
+// devices and H100/H200), each under the kernel name the results table prints.
+struct TensorCoreKernel {
+  MlaDecodeKernel kernel;
+  const char* name;
+};
+std::vector<TensorCoreKernel> TensorCoreKernels() {
+  std::vector<TensorCoreKernel> kernels = {{MlaDecodeKernel::kMmaSync, "MlaPagedDecode"}};
+  if (MlaDecodeWgmmaAvailable()) {
+    kernels.push_back({MlaDecodeKernel::kWgmma, "MlaPagedDecodeWgmma"});
+  }
+  return kernels;
+}
+
+TEST(CudaMlaDecodeTest, AllKernelsMatchHostAttentionOnOddShapes) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed());
   const std::vector<CoreCase> cases = {
@@ -153,7 +167,9 @@ TEST(CudaMlaDecodeTest, BothKernelsMatchHostAttentionOnOddShapes) {
       {40, {4099, 2000}, 0},
       {17, {3001}, 7},
       {12, {1, 64, 640, 333}, 1},
-      {3, {200}, 64},  // more splits than pages: empty splits
+      {3, {200}, 64},     // more splits than pages: empty splits
+      {96, {130, 1}, 0},  // K3's heads: two wgmma tiles of 48
+      {64, {70}, 2},      // two tiles of 32
   };
   for (const CoreCase& tc : cases) {
     const int batch = static_cast<int>(tc.lens.size());
@@ -169,25 +185,30 @@ TEST(CudaMlaDecodeTest, BothKernelsMatchHostAttentionOnOddShapes) {
     DeviceArray<int32_t> d_table(cache.block_table), d_lens(tc.lens);
     DeviceArray<float> d_out(expected.size()), d_simple(expected.size());
     DeviceArray<uint16_t> d_out_bf16(expected.size());
-    DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaDecodeWorkspaceBytes(params)));
-    d_out.Poison();
+    for (const TensorCoreKernel& k : TensorCoreKernels()) {
+      params.kernel = k.kernel;
+      DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaDecodeWorkspaceBytes(params)));
+      d_out.Poison();
+      d_out_bf16.Poison();
+      d_ws.Poison();
+      STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_pool.get(), d_table.get(), d_lens.get(), params,
+                                      d_ws.get(), static_cast<int64_t>(d_ws.size()), d_out.get(),
+                                      nullptr));
+      STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_pool.get(), d_table.get(), d_lens.get(), params,
+                                      d_ws.get(), static_cast<int64_t>(d_ws.size()),
+                                      d_out_bf16.get(), nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::string name = absl::StrCat(Name(tc), "_splits", MlaDecodeNumSplits(params));
+      // Tensor-core paths: P is rounded to bf16 (≤ 2^-9 relative per weight).
+      STRATA_EXPECT_RELERR(absl::StrCat(k.name, "_f32"), name, d_out.Download(), expected, 5e-3);
+      STRATA_EXPECT_RELERR(absl::StrCat(k.name, "_bf16"), name, FromBf16(d_out_bf16.Download()),
+                           expected, 8e-3);
+    }
     d_simple.Poison();
-    d_out_bf16.Poison();
-    d_ws.Poison();
-    STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_pool.get(), d_table.get(), d_lens.get(), params,
-                                    d_ws.get(), static_cast<int64_t>(d_ws.size()), d_out.get(),
-                                    nullptr));
-    STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_pool.get(), d_table.get(), d_lens.get(), params,
-                                    d_ws.get(), static_cast<int64_t>(d_ws.size()), d_out_bf16.get(),
-                                    nullptr));
     STRATA_ASSERT_OK(MlaPagedDecodeSimple(d_q.get(), d_pool.get(), d_table.get(), d_lens.get(),
                                           params, d_simple.get(), nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::string name = absl::StrCat(Name(tc), "_splits", MlaDecodeNumSplits(params));
-    // Tensor-core path: P is rounded to bf16 (≤ 2^-9 relative per weight).
-    STRATA_EXPECT_RELERR("MlaPagedDecode_f32", name, d_out.Download(), expected, 5e-3);
-    STRATA_EXPECT_RELERR("MlaPagedDecode_bf16", name, FromBf16(d_out_bf16.Download()), expected,
-                         8e-3);
+    const std::string name = Name(tc);
     // CUDA-core path: f32 throughout.
     STRATA_EXPECT_RELERR("MlaPagedDecodeSimple", name, d_simple.Download(), expected, 1e-4);
   }
@@ -473,22 +494,27 @@ TEST(CudaMlaDecodeTest, Fp8CacheReadsAsItsDequantizedValues) {
     DeviceArray<uint8_t> d_fp8(fp8.fp8);
     DeviceArray<int32_t> d_table(cache.block_table), d_lens(tc.lens);
     DeviceArray<float> d_ref(expected.size()), d_out(expected.size()), d_simple(expected.size());
-    DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaDecodeWorkspaceBytes(params)));
-    d_out.Poison();
+    const std::string name = Name(tc);
+    for (const TensorCoreKernel& k : TensorCoreKernels()) {
+      params.kernel = k.kernel;
+      params.cache_dtype = LatentDType::kBF16;
+      DeviceArray<unsigned char> d_ws(static_cast<size_t>(MlaDecodeWorkspaceBytes(params)));
+      d_out.Poison();
+      STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_bf16.get(), d_table.get(), d_lens.get(), params,
+                                      d_ws.get(), static_cast<int64_t>(d_ws.size()), d_ref.get(),
+                                      nullptr));
+      params.cache_dtype = LatentDType::kFP8;
+      STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_fp8.get(), d_table.get(), d_lens.get(), params,
+                                      d_ws.get(), static_cast<int64_t>(d_ws.size()), d_out.get(),
+                                      nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(d_out.Download(), d_ref.Download()) << k.name << " " << name;
+      STRATA_EXPECT_RELERR(absl::StrCat(k.name, "_fp8"), name, d_out.Download(), expected, 5e-3);
+    }
     d_simple.Poison();
-    STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_bf16.get(), d_table.get(), d_lens.get(), params,
-                                    d_ws.get(), static_cast<int64_t>(d_ws.size()), d_ref.get(),
-                                    nullptr));
-    params.cache_dtype = LatentDType::kFP8;
-    STRATA_ASSERT_OK(MlaPagedDecode(d_q.get(), d_fp8.get(), d_table.get(), d_lens.get(), params,
-                                    d_ws.get(), static_cast<int64_t>(d_ws.size()), d_out.get(),
-                                    nullptr));
     STRATA_ASSERT_OK(MlaPagedDecodeSimple(d_q.get(), d_fp8.get(), d_table.get(), d_lens.get(),
                                           params, d_simple.get(), nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::string name = Name(tc);
-    EXPECT_EQ(d_out.Download(), d_ref.Download()) << name;
-    STRATA_EXPECT_RELERR("MlaPagedDecode_fp8", name, d_out.Download(), expected, 5e-3);
     STRATA_EXPECT_RELERR("MlaPagedDecodeSimple_fp8", name, d_simple.Download(), expected, 1e-4);
   }
 }
