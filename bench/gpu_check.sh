@@ -162,14 +162,14 @@ if [[ $RUN_BENCH == 1 && -x "$ENGINE_BENCH" && -x "$MAKE_CKPT" ]]; then
     # batch:weights[:nopdl|:wgmma] — bf16 at 1, 8 and 64 (docs/performance.md), MXFP4 experts +
     # int8 projections at 1, bf16 at 1 without programmatic dependent launch (STRATA_CUDA_PDL=0,
     # kernels/cuda/internal/launch.cuh): the difference is what PDL buys; and bf16 at 1 and 64
-    # with MLA decode on the wgmma kernel (STRATA_CUDA_MLA_DECODE=wgmma, kernels/cuda/mla_decode.h).
+    # with the wgmma kernels (STRATA_CUDA_WGMMA=1, kernels/cuda/wgmma.h: also the grouped GEMM's wgmma tile).
     for run in 1:bf16 8:bf16 64:bf16 1:mxfp4,int8 1:bf16:nopdl 1:bf16:wgmma 64:bf16:wgmma; do
       batch=${run%%:*} rest=${run#*:}
       weights=${rest%%:*}
       quant=(); [[ $weights != bf16 ]] && quant=(--quantization "$weights")
       pdl=(); label=$weights
       [[ $rest == *:nopdl ]] && { pdl=(env STRATA_CUDA_PDL=0); label="$weights, no PDL"; }
-      [[ $rest == *:wgmma ]] && { pdl=(env STRATA_CUDA_MLA_DECODE=wgmma); label="$weights, wgmma MLA"; }
+      [[ $rest == *:wgmma ]] && { pdl=(env STRATA_CUDA_WGMMA=1); label="$weights, wgmma"; }
       log="$LOGS/engine-bench-b$batch-${rest//[,:]/-}.log"
       timeout 90 "${pdl[@]}" "$ENGINE_BENCH" --model "$CKPT" --prompt-tokens 512 --gen-tokens 64 \
         --batch $batch "${quant[@]}" > "$log" 2>&1

@@ -41,6 +41,7 @@
 #include "kernels/cuda/router.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/vit.h"
+#include "kernels/cuda/wgmma.h"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -280,7 +281,7 @@ void BenchMla(Bench& bench, const char* model, int heads, int batch, int ctx, bo
               bool fp8 = false, bool partial = false) {
   BenchMlaKernel(bench, model, heads, batch, ctx, simple, fp8, partial, MlaDecodeKernel::kMmaSync);
   if (simple) return;
-  if (MlaDecodeWgmmaAvailable()) {
+  if (WgmmaAvailable()) {
     BenchMlaKernel(bench, model, heads, batch, ctx, simple, fp8, partial, MlaDecodeKernel::kWgmma);
   }
 }
@@ -933,13 +934,16 @@ constexpr WeightKind kWeightKinds[] = {WeightKind::kBf16, WeightKind::kMxfp4, We
 // device (the work-list kernel is timed too), bf16, MXFP4 (scale bytes 120: the common decode
 // path) or int8 weights (random codes, scales 0x3c3c), bf16 output, or the fused GLU over
 // n = 2·I gate|up rows (h [rows, I]).
+// `tile`: kAuto, or kLargeWgmma (bf16; rows named GroupedGemm*_bf16_wgmma).
 void BenchOwnGroupedGemm(Bench& bench, const char* model, int experts, int64_t rows, int64_t n,
-                         int64_t k, WeightKind kind, bool glu) {
+                         int64_t k, WeightKind kind, bool glu,
+                         GroupedGemmTile tile = GroupedGemmTile::kAuto) {
   const bool mxfp4 = kind == WeightKind::kMxfp4, int8 = kind == WeightKind::kInt8;
-  const std::string kernel =
-      std::string(glu ? "GroupedGemmGlu" : "GroupedGemm") + (mxfp4  ? "_mxfp4"
-                                                             : int8 ? "_int8"
-                                                                    : "_bf16");
+  const std::string kernel = std::string(glu ? "GroupedGemmGlu" : "GroupedGemm") +
+                             (mxfp4  ? "_mxfp4"
+                              : int8 ? "_int8"
+                                     : "_bf16") +
+                             (tile == GroupedGemmTile::kLargeWgmma ? "_wgmma" : "");
   if (!bench.Wants(kernel)) return;
   const std::string shape = std::string(model) + " E" + std::to_string(experts) + " rows" +
                             std::to_string(rows) + " " + std::to_string(n) + "x" +
@@ -982,11 +986,11 @@ void BenchOwnGroupedGemm(Bench& bench, const char* model, int experts, int64_t r
   bench.Time(kernel, shape, bytes, flops, flop_bound, flop_bound ? ">=60% GEMM" : "-", [&] {
     if (glu) {
       return GroupedGemmGlu(x.as<uint16_t>(), offs.as<int32_t>(), experts, rows, weights, n / 2, k,
-                            act, y.as<uint16_t>(), GroupedGemmTile::kAuto, ws.as<void>(),
+                            act, y.as<uint16_t>(), tile, ws.as<void>(),
                             GroupedGemmWorkspaceBytes(experts, rows), bench.stream);
     }
     return GroupedGemm(x.as<uint16_t>(), offs.as<int32_t>(), experts, rows, weights, n, k,
-                       y.as<uint16_t>(), GroupedGemmTile::kAuto, ws.as<void>(),
+                       y.as<uint16_t>(), tile, ws.as<void>(),
                        GroupedGemmWorkspaceBytes(experts, rows), bench.stream);
   });
 }
@@ -1098,6 +1102,10 @@ int Run(Bench& bench) {
   for (WeightKind kind : kWeightKinds) {
     for (bool glu : {false, true}) {
       BenchOwnGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, kind, glu);
+      if (kind == WeightKind::kBf16 && WgmmaAvailable()) {
+        BenchOwnGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, kind, glu,
+                            GroupedGemmTile::kLargeWgmma);
+      }
     }
   }
   BenchGroupedGemm(bench, "K3 gate|up", 64, 16384, 6144, 3584, GroupedGemmMode::kPerExpertLoop);

@@ -6,8 +6,10 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/hopper.cuh"
 #include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mma.cuh"
+#include "kernels/cuda/wgmma.h"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -16,6 +18,7 @@ using internal::CpAsync16;
 using internal::CpAsync4;
 using internal::CpAsyncCommit;
 using internal::CpAsyncWait;
+using internal::FenceProxyAsync;
 using internal::FloatToBf16Bits;
 using internal::Int8PairToBf16x2;
 using internal::LdMatrixX4;
@@ -24,6 +27,12 @@ using internal::MmaBf16Group32;
 using internal::MulBf16x2;
 using internal::SigmoidF;
 using internal::SiluF;
+using internal::WgmmaBf16;
+using internal::WgmmaCommit;
+using internal::WgmmaDescriptor;
+using internal::WgmmaFence;
+using internal::WgmmaFenceOperands;
+using internal::WgmmaWait;
 
 // Rows [row_begin, row_end) (at most one tile's worth) of expert `expert`.
 struct WorkItem {
@@ -37,10 +46,13 @@ constexpr int kListThreads = 1024;
 // dequantised from the stage into one bf16 tile per CTA.
 enum class WeightFmt { kBf16, kMxfp4, kInt8 };
 
-// CTA tile BM × BN × BK, WM × WN warps, STAGES-deep cp.async pipeline.
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MIN_BLOCKS>
+// CTA tile BM × BN × BK, WM × WN warps, STAGES-deep cp.async pipeline. WGMMA: the product runs
+// on wgmma (each warpgroup one m64 × BN slice, A from registers), the stage's B tile is laid out
+// as wgmma's no-swizzle K-major operand (bf16 weights only).
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int MIN_BLOCKS, bool WGMMA = false>
 struct Tile {
   static constexpr int kBm = BM, kBn = BN, kBk = BK, kStages = STAGES, kMinBlocks = MIN_BLOCKS;
+  static constexpr bool kWgmma = WGMMA;
   static constexpr int kThreads = WM * WN * 32;
   static constexpr int kPitch = BK + 8;  // bf16 per shared row: +16 B keeps ldmatrix conflict-free
   static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;
@@ -71,6 +83,11 @@ struct Tile {
 };
 using LargeTile = Tile<128, 128, 32, 2, 4, 4, 2>;
 using SmallTile = Tile<16, 128, 64, 1, 4, 4, 4>;
+// Prefill-sized groups on wgmma: 8 warps of 16 rows (two warpgroups of m64), each over all 128
+// columns (m64n128k16), 4 stages, two CTAs an SM.
+using WgmmaTile = Tile<128, 128, 32, 8, 1, 4, 2, true>;
+static_assert(WgmmaTile::SmemBytes(WeightFmt::kBf16) * 2 <= 227 * 1024, "two wgmma CTAs per SM");
+static_assert(WgmmaTile::kBm == LargeTile::kBm, "the work list of a large tile serves both");
 static_assert(LargeTile::SmemBytes(WeightFmt::kBf16) * 2 <= 227 * 1024, "two large CTAs per SM");
 static_assert(SmallTile::SmemBytes(WeightFmt::kBf16) * 2 <= 227 * 1024, "two small CTAs per SM");
 static_assert(LargeTile::SmemBytes(WeightFmt::kInt8) * 2 <= 227 * 1024, "two int8 CTAs per SM");
@@ -145,6 +162,13 @@ __device__ __forceinline__ int WeightRow(int r, int n_tile, const GemmParams& p)
   return row < p.n_w ? row : -1;
 }
 
+// bf16 offset of 16-byte chunk j (k values 8j .. 8j + 7) of B-tile row `row` in wgmma's
+// no-swizzle K-major layout: core matrices 128 B apart along k, kBk / 8 of them per 8 rows.
+template <class T>
+__device__ __forceinline__ int WgmmaBOffset(int row, int j) {
+  return (row % 8) * 8 + (row / 8) * (T::kBk / 8) * 64 + j * 64;
+}
+
 // Issues the cp.async copies of k-tile `kt` into `stage` (zero-fill past rows / n / k). Offsets
 // inside the CTA's row tile and the expert's matrix are 32-bit (k < 2^24, n_w·k < 2^31).
 template <class T, WeightFmt kFmt, bool kGlu>
@@ -169,11 +193,15 @@ __device__ __forceinline__ void LoadStage(unsigned char* stage, const GemmParams
     const uint16_t* w_expert = p.w_bf16 + expert_row0 * p.k;
     uint16_t* b_s = reinterpret_cast<uint16_t*>(stage + T::kABytes);
     for (int c = tid; c < T::kBn * T::kChunks; c += T::kThreads) {
-      const int row = c / T::kChunks, kc = k0 + (c % T::kChunks) * 8;
+      // wgmma's layout: chunk (row, j) is row (row % 8) of core matrix (row / 8, j); rows run
+      // fastest over the threads so each 8 of them fill one 128-byte core matrix.
+      const int row = T::kWgmma ? c % T::kBn : c / T::kChunks;
+      const int j = T::kWgmma ? c / T::kBn : c % T::kChunks;
+      const int kc = k0 + j * 8;
       const int wr = WeightRow<T, kGlu>(row, n_tile, p);
       const bool valid = wr >= 0 && kc < k;
-      CpAsync16(b_s + row * T::kPitch + (c % T::kChunks) * 8,
-                valid ? w_expert + (wr * k + kc) : p.w_bf16, valid);
+      uint16_t* dst = T::kWgmma ? b_s + WgmmaBOffset<T>(row, j) : b_s + row * T::kPitch + j * 8;
+      CpAsync16(dst, valid ? w_expert + (wr * k + kc) : p.w_bf16, valid);
     }
   } else {
     constexpr bool kMxfp4 = kFmt == WeightFmt::kMxfp4;
@@ -325,6 +353,32 @@ __device__ __forceinline__ void ComputeStage(const uint16_t* a_s, const uint16_t
   }
 }
 
+// acc += A_tile · B_tileᵀ over one BK slice on wgmma: warp w's 16 rows of A (ldmatrix) with the
+// whole B tile, its warpgroup's m64 × kBn accumulators being acc (one m16 row tile of kBn / 8 n8
+// tiles: the mma layout, so the epilogue is shared). Returns with the products retired: the
+// next iteration's loads may overwrite the stage.
+template <class T>
+__device__ __forceinline__ void ComputeStageWgmma(const uint16_t* a_s, const uint16_t* b_s, int wm0,
+                                                  float (&acc)[T::kMt][T::kNt][4]) {
+  static_assert(T::kMt == 1 && T::kNt * 8 == T::kBn, "one m16 slice per warp, all columns");
+  const int lane = threadIdx.x & 31;
+  uint32_t af[T::kBk / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < T::kBk / 16; ++kk) {
+    LdMatrixX4(af[kk], a_s + (wm0 + (lane & 15)) * T::kPitch + kk * 16 + (lane >> 4) * 8);
+  }
+  float(&d)[T::kNt * 4] = reinterpret_cast<float(&)[T::kNt * 4]>(acc);
+  WgmmaFenceOperands(d);
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < T::kBk / 16; ++kk) {
+    WgmmaBf16<T::kBn>(d, af[kk], WgmmaDescriptor(b_s + kk * 128, 128, (T::kBk / 8) * 128), true);
+  }
+  WgmmaCommit();
+  WgmmaWait<0>();
+  WgmmaFenceOperands(d);
+}
+
 // Stores (v0, v1) at columns col, col + 1 of `row` (pitch n): one 8/4-byte store when both are
 // inside and n is even (then col is even and the address aligned), else element by element.
 __device__ __forceinline__ void StorePair(float* row, int64_t col, int64_t n, float v0, float v1) {
@@ -425,6 +479,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   }
   for (int kt = 0; kt < k_tiles; ++kt) {
     CpAsyncWait<T::kStages - 2>();
+    if constexpr (T::kWgmma) FenceProxyAsync();  // the stage's B, before wgmma reads it
     __syncthreads();  // stage kt visible; every warp is done with iteration kt − 1
     const int next = kt + T::kStages - 1;
     if (next < k_tiles) {
@@ -432,7 +487,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     }
     CpAsyncCommit();
     const unsigned char* stage = smem + (kt % T::kStages) * kStageBytes;
-    if constexpr (kFmt == WeightFmt::kBf16) {
+    if constexpr (T::kWgmma) {
+      static_assert(kFmt == WeightFmt::kBf16, "the wgmma tile takes bf16 weights");
+      ComputeStageWgmma<T>(reinterpret_cast<const uint16_t*>(stage),
+                           reinterpret_cast<const uint16_t*>(stage + T::kABytes), wm0, acc);
+    } else if constexpr (kFmt == WeightFmt::kBf16) {
       ComputeStage<T>(reinterpret_cast<const uint16_t*>(stage),
                       reinterpret_cast<const uint16_t*>(stage + T::kABytes), wm0, wn0, acc);
     } else {
@@ -533,12 +592,17 @@ absl::Status Run(const char* name, const uint16_t* x_perm, const int32_t* offset
   if (kGlu && glu.kind == GluKind::kSitu && !(glu.beta1 > 0.0f)) {
     return absl::InvalidArgumentError(std::string(name) + ": SiTU needs beta1 > 0");
   }
+  if (tile == GroupedGemmTile::kLargeWgmma && (w.bf16 == nullptr || !WgmmaAvailable())) {
+    return absl::InvalidArgumentError(std::string(name) +
+                                      ": the wgmma tile needs bf16 weights and an sm_90 device");
+  }
   if (rows == 0) return absl::OkStatus();
   if (tile == GroupedGemmTile::kAuto) {
-    tile = rows >= 64 * static_cast<int64_t>(num_experts) ? GroupedGemmTile::kLarge
-                                                          : GroupedGemmTile::kSmall;
+    tile = rows < 64 * static_cast<int64_t>(num_experts) ? GroupedGemmTile::kSmall
+           : w.bf16 != nullptr && WgmmaChosen()          ? GroupedGemmTile::kLargeWgmma
+                                                         : GroupedGemmTile::kLarge;
   }
-  const bool large = tile == GroupedGemmTile::kLarge;
+  const bool large = tile != GroupedGemmTile::kSmall;
   const int bm = large ? LargeTile::kBm : SmallTile::kBm;
   const int64_t capacity = (rows + bm - 1) / bm + num_experts;
   int32_t* count = static_cast<int32_t*>(workspace);
@@ -580,6 +644,9 @@ absl::Status Run(const char* name, const uint16_t* x_perm, const int32_t* offset
   p.glu_kind = glu.kind;
   p.beta1 = glu.beta1;
   p.beta2 = glu.beta2;
+  if (tile == GroupedGemmTile::kLargeWgmma) {
+    return LaunchGemm<WgmmaTile, WeightFmt::kBf16, kGlu, OutT>(p, capacity, stream);
+  }
   return large ? Launch<LargeTile, kGlu, OutT>(fmt, p, capacity, stream)
                : Launch<SmallTile, kGlu, OutT>(fmt, p, capacity, stream);
 }

@@ -35,8 +35,12 @@
 //
 // Tiles: kLarge = 128×128×32 CTA tile, 8 warps (64×32 each), 4-stage cp.async pipeline, two
 // CTAs per SM (prefill-sized groups); kSmall = 16×128×64, 4 warps, 4 stages: weight streaming for
-// decode groups of 1–16 rows. kAuto picks kLarge when rows ≥ 64·E (the average group fills half
-// a large tile), else kSmall.
+// decode groups of 1–16 rows; kLargeWgmma = the large tile's shape on wgmma (sm_90, bf16
+// weights): two warpgroups of m64 × 128 (m64n128k16, A from registers by ldmatrix, the stage's B
+// tile in wgmma's no-swizzle layout, placed by the cp.async copies themselves), same work list
+// and epilogue. kAuto picks a large tile when rows ≥ 64·E (the average group fills half a large
+// tile) — kLargeWgmma for bf16 weights where wgmma.h's WgmmaChosen says so, else kLarge — and
+// kSmall otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -66,7 +70,9 @@ struct GroupedWeights {
   }
 };
 
-enum class GroupedGemmTile { kAuto, kLarge, kSmall };
+// kLargeWgmma: the large tile's shape on wgmma (bf16 weights, sm_90; kAuto takes it for bf16
+// weights where wgmma.h's WgmmaChosen says so).
+enum class GroupedGemmTile { kAuto, kLarge, kSmall, kLargeWgmma };
 
 // How a product reads its rows and its work list (both optional).
 struct GroupedGemmOptions {

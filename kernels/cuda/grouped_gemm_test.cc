@@ -20,6 +20,7 @@
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/mxfp4.h"
 #include "kernels/cuda/testing.h"
+#include "kernels/cuda/wgmma.h"
 #include "kernels/reference/glu.h"
 #include "kernels/reference/matmul.h"
 
@@ -148,9 +149,19 @@ struct DeviceProblem {
 };
 
 const char* TileName(GroupedGemmTile tile) {
-  return tile == GroupedGemmTile::kLarge   ? "large"
-         : tile == GroupedGemmTile::kSmall ? "small"
-                                           : "auto";
+  return tile == GroupedGemmTile::kLarge        ? "large"
+         : tile == GroupedGemmTile::kSmall      ? "small"
+         : tile == GroupedGemmTile::kLargeWgmma ? "large_wgmma"
+                                                : "auto";
+}
+
+// The explicit tiles a weight format runs on this device (the wgmma tile: bf16 weights on sm_90,
+// the emulator's devices included), then kAuto when asked.
+std::vector<GroupedGemmTile> TilesFor(Fmt fmt, bool with_auto = false) {
+  std::vector<GroupedGemmTile> tiles = {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall};
+  if (fmt == Fmt::kBf16 && WgmmaAvailable()) tiles.push_back(GroupedGemmTile::kLargeWgmma);
+  if (with_auto) tiles.push_back(GroupedGemmTile::kAuto);
+  return tiles;
 }
 
 const char* FmtName(Fmt f) {
@@ -218,8 +229,7 @@ TEST(CudaGroupedGemmTest, PlainMatchesReferenceOnOddShapes) {
     for (Fmt fmt : kFormats) {
       if (fmt != Fmt::kBf16 && s.k % 32 != 0) continue;
       const Problem p = MakeProblem(rng, s.groups, s.n, s.k, fmt);
-      for (GroupedGemmTile tile :
-           {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall, GroupedGemmTile::kAuto}) {
+      for (GroupedGemmTile tile : TilesFor(fmt, /*with_auto=*/true)) {
         CheckPlain(p, tile);
       }
     }
@@ -236,7 +246,7 @@ TEST(CudaGroupedGemmTest, FusedGluMatchesReferenceOnOddShapes) {
     for (Fmt fmt : kFormats) {
       if (fmt != Fmt::kBf16 && s.k % 32 != 0) continue;
       const Problem p = MakeProblem(rng, s.groups, 2 * s.inter, s.k, fmt);
-      for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
+      for (GroupedGemmTile tile : TilesFor(fmt)) {
         for (const GluParams& glu : {swiglu, situ, situ_uncapped}) CheckGlu(p, glu, tile);
       }
     }
@@ -252,7 +262,7 @@ TEST(CudaGroupedGemmTest, GathersRowsInTheLoadPathAndReusesTheWorkList) {
   std::mt19937 rng(TestSeed() + 26);
   const GluParams situ{GluKind::kSitu, 4.0f, 25.0f};
   for (Fmt fmt : kFormats) {
-    for (GroupedGemmTile tile : {GroupedGemmTile::kSmall, GroupedGemmTile::kLarge}) {
+    for (GroupedGemmTile tile : TilesFor(fmt)) {
       Problem p = MakeProblem(rng, {3, 0, 17, 1, 40}, 2 * 72, 96, fmt);
       const int64_t tokens = 23;
       std::vector<float> source = Uniform(rng, static_cast<size_t>(tokens * p.k), -1, 1);
@@ -337,7 +347,7 @@ TEST(CudaGroupedGemmTest, MatchesCublasGroupedGemm) {
                                     GroupedGemmMode::kAuto, ws.get(),
                                     static_cast<int64_t>(ws.size()), nullptr, nullptr));
     const std::vector<float> cublas = y_cublas.Download();
-    for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
+    for (GroupedGemmTile tile : TilesFor(fmt)) {
       y_own.Poison();
       STRATA_ASSERT_OK(GroupedGemm(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p),
                                    p.n_w, p.k, y_own.get(), tile, d.workspace.get(), d.ws_bytes(),
@@ -437,7 +447,7 @@ TEST(CudaGroupedGemmTest, OneExpertWithoutOffsetsTakesEveryRow) {
     const std::vector<float> expected = ReferenceGemm(p);
     DeviceProblem d(p);
     DeviceArray<float> y(expected.size());
-    for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
+    for (GroupedGemmTile tile : TilesFor(fmt)) {
       y.Poison();
       STRATA_ASSERT_OK(GroupedGemm(d.x.get(), nullptr, 1, p.rows, d.weights(p), p.n_w, p.k, y.get(),
                                    tile, d.workspace.get(), d.ws_bytes(), nullptr));
@@ -452,14 +462,15 @@ TEST(CudaGroupedGemmTest, OneExpertWithoutOffsetsTakesEveryRow) {
 // both tiles, so the bits agree — a prompt computed in pieces (small tiles) gives what the
 // whole prompt (large tiles) gives. k = 96: three 32-wide stages of the large tile, a
 // zero-filled half stage of the small one.
-TEST(CudaGroupedGemmTest, BothTilesGiveEachRowTheSameBits) {
+TEST(CudaGroupedGemmTest, EveryTileGivesEachRowTheSameBits) {
   STRATA_REQUIRE_GPU();
   std::mt19937 rng(TestSeed() + 28);
   for (Fmt fmt : kFormats) {
     const Problem p = MakeProblem(rng, {37, 0, 5, 130}, 136, 96, fmt);
     DeviceProblem d(p);
     std::vector<std::vector<float>> out;
-    for (GroupedGemmTile tile : {GroupedGemmTile::kLarge, GroupedGemmTile::kSmall}) {
+    const std::vector<GroupedGemmTile> tiles = TilesFor(fmt);
+    for (GroupedGemmTile tile : tiles) {
       DeviceArray<float> y(static_cast<size_t>(p.rows * p.n_w));
       y.Poison();
       STRATA_ASSERT_OK(GroupedGemm(d.x.get(), d.offsets.get(), p.experts, p.rows, d.weights(p),
@@ -467,12 +478,15 @@ TEST(CudaGroupedGemmTest, BothTilesGiveEachRowTheSameBits) {
                                    nullptr));
       out.push_back(y.Download());
     }
-    int64_t differ = 0;
-    for (size_t i = 0; i < out[0].size(); ++i) {
-      differ += std::memcmp(&out[0][i], &out[1][i], sizeof(float)) != 0;
+    for (size_t t = 1; t < tiles.size(); ++t) {
+      int64_t differ = 0;
+      for (size_t i = 0; i < out[0].size(); ++i) {
+        differ += std::memcmp(&out[0][i], &out[t][i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(differ, 0) << FmtName(fmt) << ": " << differ << " of " << out[0].size()
+                           << " outputs differ between the large and the " << TileName(tiles[t])
+                           << " tile";
     }
-    EXPECT_EQ(differ, 0) << FmtName(fmt) << ": " << differ << " of " << out[0].size()
-                         << " outputs differ between the large and the small tile";
   }
 }
 

@@ -2,17 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/hopper.cuh"
 #include "kernels/cuda/internal/latent_fp8.cuh"
 #include "kernels/cuda/internal/launch.cuh"
 #include "kernels/cuda/internal/mla_split.cuh"
 #include "kernels/cuda/internal/mma.cuh"
 #include "kernels/cuda/mla_decode_wgmma.h"
+#include "kernels/cuda/wgmma.h"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -459,17 +459,6 @@ __global__ void CopyRopeKernel(const uint16_t* __restrict__ q, int num_heads, in
       q[bh * (dn + kMlaRopeDim) + dn + threadIdx.x];
 }
 
-// STRATA_CUDA_MLA_DECODE (read once): "wgmma", "mma", or unset (nullptr).
-const char* KernelFromEnv() {
-  static const char* choice = [] {
-    const char* env = std::getenv("STRATA_CUDA_MLA_DECODE");
-    return env != nullptr && (std::strcmp(env, "wgmma") == 0 || std::strcmp(env, "mma") == 0)
-               ? env
-               : nullptr;
-  }();
-  return choice;
-}
-
 int HeadsPerCta(const MlaDecodeParams& p) {
   return MlaDecodeUsesWgmma(p) ? internal::MlaWgmmaHeadTile(p.num_heads) : kHeadsPerCta;
 }
@@ -495,7 +484,7 @@ absl::Status CheckParams(const MlaDecodeParams& p, const void* workspace, int64_
     return absl::InvalidArgumentError("MlaPagedDecode: bad params");
   }
   RETURN_IF_ERROR(CheckCacheDType(p));
-  if (p.kernel == MlaDecodeKernel::kWgmma && !MlaDecodeWgmmaAvailable()) {
+  if (p.kernel == MlaDecodeKernel::kWgmma && !WgmmaAvailable()) {
     return absl::InvalidArgumentError("MlaPagedDecode: the wgmma kernel needs an sm_90 device");
   }
   if (static_cast<int64_t>(p.max_blocks_per_seq) * kMlaPageSize < p.max_context) {
@@ -577,16 +566,6 @@ absl::Status Decode(const uint16_t* q_abs, const void* kv_cache, const int32_t* 
 
 }  // namespace
 
-bool MlaDecodeWgmmaAvailable() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return major == 9;
-}
-
 bool MlaDecodeUsesWgmma(const MlaDecodeParams& p) {
   switch (p.kernel) {
     case MlaDecodeKernel::kMmaSync:
@@ -596,13 +575,7 @@ bool MlaDecodeUsesWgmma(const MlaDecodeParams& p) {
     case MlaDecodeKernel::kAuto:
       break;
   }
-  const char* env = KernelFromEnv();
-#if defined(STRATA_CUDA_EMU)
-  const bool wanted = env == nullptr || std::strcmp(env, "wgmma") == 0;
-#else
-  const bool wanted = env != nullptr && std::strcmp(env, "wgmma") == 0;
-#endif
-  return wanted && MlaDecodeWgmmaAvailable();
+  return WgmmaChosen();
 }
 
 int MlaDecodeNumSplits(const MlaDecodeParams& p) {

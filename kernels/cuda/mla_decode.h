@@ -46,8 +46,8 @@ inline constexpr int kMlaRopeDim = 64;
 inline constexpr int kMlaPageSize = 64;
 
 // Which tensor-core kernel MlaPagedDecode (and Prefill / Partial) run. kAuto: wgmma on an sm_90
-// device when STRATA_CUDA_MLA_DECODE=wgmma, mma.sync when =mma; unset, the emulator runs wgmma
-// and a GPU mma.sync (the wgmma kernel becomes the GPU default once a GPU run has verified it).
+// device when STRATA_CUDA_WGMMA=1, mma.sync when =0; unset, the emulator runs wgmma and a GPU
+// mma.sync (wgmma becomes the GPU default once a GPU run has verified it).
 enum class MlaDecodeKernel { kAuto, kMmaSync, kWgmma };
 
 struct MlaDecodeParams {
@@ -58,11 +58,9 @@ struct MlaDecodeParams {
   float scale = 0.0f;          // softmax scale ((dn + dr)^-1/2 for Kimi)
   int num_splits = 0;          // 0: chosen from the shape and the SM count; else forced (≥ 1)
   LatentDType cache_dtype = LatentDType::kBF16;     // kv_cache rows: kBF16 or kFP8
-  MlaDecodeKernel kernel = MlaDecodeKernel::kAuto;  // kWgmma off sm_90: an error
+  MlaDecodeKernel kernel = MlaDecodeKernel::kAuto;  // kWgmma without wgmma.h's device: an error
 };
 
-// Whether the current device runs the wgmma kernel (sm_90: H100, H200).
-bool MlaDecodeWgmmaAvailable();
 // Whether `params` run on the wgmma kernel on the current device.
 bool MlaDecodeUsesWgmma(const MlaDecodeParams& params);
 

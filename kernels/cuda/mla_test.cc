@@ -15,6 +15,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/mla_decode.h"
 #include "kernels/cuda/testing.h"
+#include "kernels/cuda/wgmma.h"
 #include "kernels/reference/latent_codec.h"
 #include "kernels/reference/mla.h"
 
@@ -150,7 +151,7 @@ struct TensorCoreKernel {
 };
 std::vector<TensorCoreKernel> TensorCoreKernels() {
   std::vector<TensorCoreKernel> kernels = {{MlaDecodeKernel::kMmaSync, "MlaPagedDecode"}};
-  if (MlaDecodeWgmmaAvailable()) {
+  if (WgmmaAvailable()) {
     kernels.push_back({MlaDecodeKernel::kWgmma, "MlaPagedDecodeWgmma"});
   }
   return kernels;
