@@ -165,31 +165,13 @@ def start_group(args, label, world, local_ranks=1, placement=None, timeout_s=20)
 
     The coordinator port is picked free and then released, so a test running alongside can take
     it before rank 0 listens: then the group is stopped and started again on another port."""
-    for _ in range(3):
-        servers = start_group_once(args, label, world, local_ranks, placement, timeout_s)
-        deadline = time.time() + 60
-        # Until all are ready or one has exited (the others would wait for it to the deadline).
-        while time.time() < deadline and not all(s.port is not None for s in servers):
-            if any(s.proc.poll() is not None and s.port is None for s in servers):
-                break
-            time.sleep(0.05)
-        if all(s.port is not None for s in servers):
-            return servers
-        if not any(s.lost_coordinator_port() for s in servers):
-            break
-        print(f"{label}: the coordinator port was taken meanwhile; starting again", flush=True)
-        for s in servers:
-            if s.proc.poll() is None:
-                s.proc.kill()
-            s.proc.wait()
-            s.log.close()
-    for s in servers:
-        s.wait_ready(time.time())  # names the first that failed and fails the test
-    return servers
+    return start_ranks(
+        lambda coordinator: start_group_once(args, label, world, local_ranks, placement,
+                                             timeout_s, coordinator),
+        lambda servers: servers, 60)
 
 
-def start_group_once(args, label, world, local_ranks, placement, timeout_s):
-    coordinator = f"127.0.0.1:{free_port()}"
+def start_group_once(args, label, world, local_ranks, placement, timeout_s, coordinator):
     servers = []
     num_procs = world // local_ranks
     for node in range(num_procs):
@@ -201,6 +183,33 @@ def start_group_once(args, label, world, local_ranks, placement, timeout_s):
             if placement:
                 extra += ["--expert-placement", placement]
         servers.append(Server(args, f"{label}_node{node}", args.work_case, extra))
+    return servers
+
+
+def start_ranks(make, leads_of, ready_s):
+    """Starts ranks that rendezvous at a coordinator: make(coordinator) returns the Servers,
+    leads_of(servers) those that must become ready (serve HTTP) within ready_s. As start_group,
+    a coordinator port another test took meanwhile starts them again on a fresh one."""
+    for attempt in range(3):
+        servers = make(f"127.0.0.1:{free_port()}")
+        leads = leads_of(servers)
+        deadline = time.time() + ready_s
+        while time.time() < deadline and not all(s.port is not None for s in leads):
+            if any(s.proc.poll() is not None for s in servers):
+                break
+            time.sleep(0.05)
+        if all(s.port is not None for s in leads):
+            return servers
+        if attempt == 2 or not any(s.lost_coordinator_port() for s in servers):
+            break
+        print("the coordinator port was taken meanwhile; starting again", flush=True)
+        for s in servers:
+            if s.proc.poll() is None:
+                s.proc.kill()
+            s.proc.wait()
+            s.log.close()
+    for s in leads:
+        s.wait_ready(time.time())  # names the first that failed and fails the test
     return servers
 
 
@@ -603,12 +612,12 @@ def case_tp(args):
     check_tp2_dcp2(args, "tp_dcp", f"{args.family}", reference, tp_prompts, 60)
 
     timeout_s = 5
-    coordinator = f"127.0.0.1:{free_port()}"
-    extra = ["--tensor-parallel-size", "2", "--world-size", "2", "--coordinator", coordinator,
-             "--collective-timeout-s", str(timeout_s), "--rendezvous-timeout-s", "60"]
-    lead = Server(args, "tp_rank0", args.work_case, extra + ["--rank", "0"])
-    follower = Server(args, "tp_rank1", args.work_case, extra + ["--rank", "1"])
-    lead.wait_ready(time.time() + 60)
+    def make_pair(coordinator):
+        extra = ["--tensor-parallel-size", "2", "--world-size", "2", "--coordinator", coordinator,
+                 "--collective-timeout-s", str(timeout_s), "--rendezvous-timeout-s", "60"]
+        return [Server(args, f"tp_rank{r}", args.work_case, extra + ["--rank", str(r)])
+                for r in range(2)]
+    lead, follower = start_ranks(make_pair, lambda ranks: ranks[:1], 60)
     got = generate_all([lead], tp_prompts)
     compare(f"{args.family}: --tensor-parallel-size 2 over 2 processes", reference, got)
     if follower.port is not None or follower.proc.poll() is not None:
@@ -665,15 +674,14 @@ def case_tp_dp(args):
     check_rank_metrics(server.port, [0, 2])
     stop_group([server])
 
-    coordinator = f"127.0.0.1:{free_port()}"
     # With decode context parallelism too: each group's two ranks split its sequences' cache.
-    extra = ["--tensor-parallel-size", "2", "--decode-context-parallel-size", "2",
-             "--world-size", "4", "--coordinator", coordinator, "--rendezvous-timeout-s", "60"]
-    ranks = [Server(args, f"tp_dp_rank{r}", args.work_case, extra + ["--rank", str(r)],
-                    env={"STRATA_CPU_COMM": "gloo"}) for r in range(4)]
+    def make_ranks(coordinator):
+        extra = ["--tensor-parallel-size", "2", "--decode-context-parallel-size", "2",
+                 "--world-size", "4", "--coordinator", coordinator, "--rendezvous-timeout-s", "60"]
+        return [Server(args, f"tp_dp_rank{r}", args.work_case, extra + ["--rank", str(r)],
+                       env={"STRATA_CPU_COMM": "gloo"}) for r in range(4)]
+    ranks = start_ranks(make_ranks, lambda ranks: [ranks[0], ranks[2]], ready_s)
     leads = [ranks[0], ranks[2]]
-    for lead in leads:
-        lead.wait_ready(time.time() + ready_s)
     got = generate_all(leads, dp_prompts)
     for r in (1, 3):
         if ranks[r].port is not None or ranks[r].proc.poll() is not None:
@@ -757,12 +765,12 @@ def case_cuda_tp(args):
     check_tp2_dcp2(args, "cuda_tp_dcp", f"{args.family} on the device", reference, tp_prompts, 90,
                    CUDA_TP_LOGPROB_TOLERANCE)
 
-    coordinator = f"127.0.0.1:{free_port()}"
-    extra = ["--tensor-parallel-size", "2", "--world-size", "2", "--coordinator", coordinator,
-             "--rendezvous-timeout-s", "60"]
-    lead = Server(args, "cuda_tp_rank0", args.work_case, extra + ["--rank", "0"])
-    follower = Server(args, "cuda_tp_rank1", args.work_case, extra + ["--rank", "1"])
-    lead.wait_ready(time.time() + 90)
+    def make_pair(coordinator):
+        extra = ["--tensor-parallel-size", "2", "--world-size", "2", "--coordinator", coordinator,
+                 "--rendezvous-timeout-s", "60"]
+        return [Server(args, f"cuda_tp_rank{r}", args.work_case, extra + ["--rank", str(r)])
+                for r in range(2)]
+    lead, follower = start_ranks(make_pair, lambda ranks: ranks[:1], 90)
     got = generate_all([lead], tp_prompts)
     compare(f"{args.family} on the device: --tensor-parallel-size 2 over 2 processes", reference,
             got, CUDA_TP_LOGPROB_TOLERANCE)
@@ -776,13 +784,13 @@ def case_cuda_tp(args):
     # 8-GPU pods, scaled down): --tensor-parallel-size 4 with --decode-context-parallel-size 2
     # (each context-parallel group of 2 on its own communicator); node 0 leads and serves, node
     # 1 only computes, both capture their ranks' decode graphs.
-    coordinator = f"127.0.0.1:{free_port()}"
-    extra = ["--tensor-parallel-size", "4", "--decode-context-parallel-size", "2",
-             "--local-ranks", "2", "--num-nodes", "2", "--coordinator", coordinator,
-             "--rendezvous-timeout-s", "60"]
-    nodes = [Server(args, f"cuda_tp4_node{n}", args.work_case, extra + ["--node-rank", str(n)])
-             for n in range(2)]
-    nodes[0].wait_ready(time.time() + 120)
+    def make_nodes(coordinator):
+        extra = ["--tensor-parallel-size", "4", "--decode-context-parallel-size", "2",
+                 "--local-ranks", "2", "--num-nodes", "2", "--coordinator", coordinator,
+                 "--rendezvous-timeout-s", "60"]
+        return [Server(args, f"cuda_tp4_node{n}", args.work_case, extra + ["--node-rank", str(n)])
+                for n in range(2)]
+    nodes = start_ranks(make_nodes, lambda nodes: nodes[:1], 120)
     got = generate_all([nodes[0]], tp_prompts)
     if nodes[1].port is not None or nodes[1].proc.poll() is not None:
         fail(f"node 1 answered HTTP or exited ({nodes[1].proc.poll()}): it only computes")
