@@ -520,20 +520,19 @@ absl::Status LaunchDecode(const uint16_t* q_abs, const void* kv_cache, const int
                           const MlaDecodeParams& p, int splits, float* o_part, float* lse_part,
                           OutT* out, cudaStream_t stream) {
   if (MlaDecodeUsesWgmma(p)) {
-    internal::MlaWgmmaLaunch launch;
-    launch.q_abs = q_abs;
-    launch.kv_cache = kv_cache;
-    launch.block_table = block_table;
-    launch.query_seq = query_seq;
-    launch.seq_lens = seq_lens;
-    launch.batch = p.batch;
-    launch.num_heads = p.num_heads;
-    launch.max_blocks_per_seq = p.max_blocks_per_seq;
-    launch.pages_per_split = PagesPerSplit(p, splits);
-    launch.num_splits = splits;
-    launch.scale = p.scale;
-    launch.o_part = o_part;
-    launch.lse_part = lse_part;
+    const internal::MlaWgmmaLaunch launch{.q_abs = q_abs,
+                                          .kv_cache = kv_cache,
+                                          .block_table = block_table,
+                                          .query_seq = query_seq,
+                                          .seq_lens = seq_lens,
+                                          .batch = p.batch,
+                                          .num_heads = p.num_heads,
+                                          .max_blocks_per_seq = p.max_blocks_per_seq,
+                                          .pages_per_split = PagesPerSplit(p, splits),
+                                          .num_splits = splits,
+                                          .scale = p.scale,
+                                          .o_part = o_part,
+                                          .lse_part = lse_part};
     RETURN_IF_ERROR(internal::LaunchMlaDecodeWgmma(launch, kFp8, stream));
   } else {
     RETURN_IF_ERROR(LaunchMmaSync<kFp8>(q_abs, kv_cache, block_table, query_seq, seq_lens, p,

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/internal/launch.cuh"
+#include "kernels/cuda/internal/mma.cuh"
 
 // wgmma exists on sm_90a only (not on sm_100): other device targets trap if they reach it.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -40,7 +41,7 @@ __device__ __forceinline__ uint32_t SharedWindowAddress(const void* smem) {
   return static_cast<uint32_t>(static_cast<const unsigned char*>(smem) -
                                ::strata_emu::DynamicShared());
 #else
-  return static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return SharedAddress(smem);
 #endif
 }
 
@@ -90,8 +91,7 @@ __device__ __forceinline__ void NamedBarrierSync(int id, int thread_count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(thread_count) : "memory");
 }
 __device__ __forceinline__ void MbarrierInit(uint64_t* bar, int arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedWindowAddress(bar)),
-               "r"(arrivals)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(arrivals)
                : "memory");
 }
 // Makes initialised mbarriers visible to the async proxy (before the barrier that publishes
@@ -101,17 +101,16 @@ __device__ __forceinline__ void FenceMbarrierInit() {
 }
 // One arrival that also expects `tx_bytes` more bytes of transactions in the current phase.
 __device__ __forceinline__ void MbarrierArriveExpectTx(uint64_t* bar, uint32_t tx_bytes) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedWindowAddress(bar)),
-      "r"(tx_bytes)
-      : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(bar)),
+               "r"(tx_bytes)
+               : "memory");
 }
 // Returns once the phase of parity `parity` has completed.
 __device__ __forceinline__ void MbarrierWait(uint64_t* bar, int parity) {
   asm volatile(
       "{\n.reg .pred done;\nWAIT:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(SharedWindowAddress(bar)),
+      "@!done bra WAIT;\n}\n" ::"r"(SharedAddress(bar)),
       "r"(parity)
       : "memory");
 }
@@ -121,8 +120,8 @@ __device__ __forceinline__ void CpAsyncBulkToShared(void* smem_dst, const void* 
                                                     uint32_t bytes, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(SharedWindowAddress(smem_dst)),
-      "l"(gmem_src), "r"(bytes), "r"(SharedWindowAddress(bar))
+          "r"(SharedAddress(smem_dst)),
+      "l"(gmem_src), "r"(bytes), "r"(SharedAddress(bar))
       : "memory");
 }
 // Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones
